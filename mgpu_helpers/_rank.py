@@ -1,0 +1,106 @@
+"""The life of one rank process, forked by the rank server's job leader.
+
+It writes its output to a pipe (whole lines, live), its phases and result to another (frames of
+cloudpickle), and its Python stack to a file when asked with SIGUSR1 (faulthandler, all threads).
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+import traceback
+
+
+def _to_cpu(value):
+    """Move tensors in a (nested) result to the CPU, so the notebook can unpickle them without a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    if type(value) is dict:
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value
+
+
+def _send(res_fd: int, message: tuple) -> None:
+    import cloudpickle
+
+    from .wire import write_frame
+    write_frame(res_fd, cloudpickle.dumps(message))
+
+
+def _error_message(exc: BaseException, where: str) -> tuple:
+    import cloudpickle
+    try:
+        blob = cloudpickle.dumps(exc)
+    except Exception:
+        blob = None   # the exception itself cannot travel; its type name and text still do
+    return ("error", where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
+
+
+def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
+    """Run rank ``rank`` of ``job`` and exit (never returns)."""
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    # Line-buffered streams on the pipe: output reaches the cell line by line, as it is printed.
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    stack_file = open(os.path.join(job["job_dir"], f"stack-{rank}.txt"), "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+
+    world_size = job["world_size"]
+    os.environ.clear()
+    os.environ.update(job["env"])
+    os.environ.update(job["rank_env"][rank])
+    sys.path[:] = job["sys_path"]
+    try:
+        os.chdir(job["cwd"])
+    except OSError:
+        pass
+
+    code = 0
+    where = "starting"
+    try:
+        import cloudpickle
+        import torch.distributed as dist
+
+        from . import ranks, trace
+        t0 = time.perf_counter()
+        where = "joining the process group"
+        if job["init"]:
+            ranks.init_process_group(rank, world_size, job["backend"], job["init_method"],
+                                     timeout_s=job["pg_timeout"])
+        t1 = time.perf_counter()
+        where = "unpickling the function"
+        fn, args = cloudpickle.loads(job["payload"])
+        _send(res_fd, ("running", t1 - t0))
+        where = "running the function"
+        t2 = time.perf_counter()
+        value = fn(rank, world_size, *args)
+        t3 = time.perf_counter()
+        where = "sending the result"
+        _send(res_fd, ("ok", _to_cpu(value), t1 - t0, t3 - t2, trace.collect()))
+        where = "leaving the process group"
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException as exc:   # noqa: BLE001 - every failure must reach the notebook
+        code = 1
+        try:
+            _send(res_fd, _error_message(exc, where))
+        except Exception:
+            traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        # Skip interpreter teardown: atexit hooks of CUDA/NCCL can hang, and the work is done.
+        os._exit(code)

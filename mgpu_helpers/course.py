@@ -1,0 +1,91 @@
+"""``setup()``: the first cell of every notebook."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+
+from . import hardware
+
+
+@dataclass(frozen=True)
+class CourseEnv:
+    """What :func:`setup` found and chose.
+
+    ``mode`` is "gpu" or "cpu"; ``gpus`` the visible GPUs; ``backend`` what ``run_ranks`` uses by default
+    for as many ranks as there are GPUs (gloo when there are none); ``numba_simulator`` whether Numba kernels
+    run in the CUDA simulator; ``cupy`` whether CuPy kernels can run here.
+    """
+
+    mode: str
+    gpus: tuple
+    backend: str
+    numba_simulator: bool
+    cupy: bool
+    machine: hardware.Machine
+
+    def summary(self) -> str:
+        lines = [f"mode:     {self.mode}"]
+        if self.gpus:
+            for g in self.gpus:
+                lines.append(f"GPU {g.index}:    {g.name}, {g.memory_gib:.0f} GiB")
+            if len(self.gpus) > 1:
+                lines.append("links:    " + ", ".join(
+                    f"GPU{i}-GPU{j} {self.machine.links[i][j]}"
+                    for i in range(len(self.gpus)) for j in range(i + 1, len(self.gpus))))
+        else:
+            lines.append(f"GPUs:     none ({self.machine.note or 'not found'})")
+        lines.append(f"backend:  {self.backend} (torch.distributed, default for run_ranks)")
+        lines.append("kernels:  " + ("Numba CUDA simulator (slow, small sizes)" if self.numba_simulator
+                                      else "Numba on the GPU"))
+        lines.append("CuPy:     " + ("on the GPU" if self.cupy else "needs a GPU: CuPy cells explain and skip"))
+        lines.append(f"CPUs:     {self.machine.cpu_count}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:  # shown when a cell ends with `env`
+        return f"CourseEnv(mode={self.mode!r}, gpus={len(self.gpus)}, backend={self.backend!r})"
+
+
+def _switch_numba_simulator(on: bool) -> bool:
+    """Turn Numba's CUDA simulator on or off; it is read once, when numba is first imported."""
+    want = "1" if on else "0"
+    if "numba" in sys.modules:
+        current = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+        if current != on:
+            warnings.warn(
+                "numba was imported before mgpu_helpers.setup(), so the CUDA simulator can no longer be "
+                f"switched {'on' if on else 'off'}. Restart the kernel and run setup() first.",
+                stacklevel=3,
+            )
+        return current
+    os.environ["NUMBA_ENABLE_CUDASIM"] = want
+    return on
+
+
+def setup(show: bool = True, prewarm: bool = True) -> CourseEnv:
+    """Detect the machine, choose CPU or GPU mode, and get the notebook ready.
+
+    - GPUs: count, names, memory and links, read through NVML (no CUDA initialisation);
+    - CPU mode: switches on Numba's CUDA simulator (before numba is imported) so kernels still run;
+    - keeps CuPy's kernel cache out of the home folder;
+    - starts the rank server in the background so the first ``run_ranks`` is quick (``prewarm``);
+    - prints a short summary when ``show`` is true.
+
+    Returns a :class:`CourseEnv`.
+    """
+    m = hardware.machine(refresh=True)
+    gpu_mode = m.mode == "gpu"
+    sim = _switch_numba_simulator(not gpu_mode)
+    os.environ.setdefault(
+        "CUPY_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"mgpu-course-{os.getuid()}", "cupy"))
+    backend, _ = hardware.choose_backend(max(1, m.gpu_count), "auto", m.gpu_count)
+    env = CourseEnv(mode=m.mode, gpus=m.gpus, backend=backend, numba_simulator=sim,
+                    cupy=gpu_mode, machine=m)
+    if prewarm:
+        from .launch import prewarm as _prewarm
+        _prewarm()
+    if show:
+        print(env.summary())
+    return env

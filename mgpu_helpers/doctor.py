@@ -1,0 +1,33 @@
+"""``python -m mgpu_helpers.doctor``: check that the course's packages import, and say what this machine is."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+PACKAGES = ["torch", "numpy", "numba", "numba.cuda", "cupy", "matplotlib", "ipywidgets", "cloudpickle",
+            "psutil", "pynvml"]
+
+
+def main() -> int:
+    import os
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")   # importing numba.cuda must not need a driver
+    bad = 0
+    for name in PACKAGES:
+        try:
+            mod = importlib.import_module(name)
+            print(f"  ok    {name:12s} {getattr(mod, '__version__', '')}")
+        except Exception as exc:   # noqa: BLE001 - report every broken import, then fail
+            bad += 1
+            print(f"  FAIL  {name:12s} {type(exc).__name__}: {exc}")
+    import numpy
+    if tuple(int(x) for x in numpy.__version__.split(".")[:2]) >= (2, 5):
+        bad += 1
+        print("  FAIL  numpy >= 2.5: numba-cuda 0.30.4 does not import under it; install numpy<2.5")
+    from . import hardware
+    m = hardware.detect()
+    print(f"  mode  {m.mode} ({m.gpu_count} GPU(s){'; ' + m.note if m.note else ''})")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The errors a launch can raise, each saying what happened and what to do."""
+from __future__ import annotations
+
+
+class LaunchError(ValueError):
+    """Bad input to ``run_ranks``, caught in the cell before any rank starts (nothing was run)."""
+
+
+class RankError(RuntimeError):
+    """A rank failed: it raised, died or could not send its result back.
+
+    Attributes: ``rank`` (the first rank that failed), ``exc_type`` (name of the original exception type,
+    or None when the rank died without one), ``remote_traceback`` (text), ``outputs`` (each rank's output
+    lines so far), ``results`` (the partial :class:`RankResults`, values of ranks that finished).
+    """
+
+    def __init__(self, message: str, rank: int | None = None, exc_type: str | None = None,
+                 remote_traceback: str = "", outputs=None, results=None):
+        super().__init__(message)
+        self.rank = rank
+        self.exc_type = exc_type
+        self.remote_traceback = remote_traceback
+        self.outputs = outputs or {}
+        self.results = results
+
+
+class RankTimeout(RankError):
+    """Ranks were still running at the timeout: likely a deadlock or mismatched collectives.
+
+    ``stacks`` maps each rank still running to its Python stack (all threads) taken just before it was ended;
+    ``waiting_in`` maps it to the torch.distributed call it was blocked in, when one is on its stack.
+    """
+
+    def __init__(self, message: str, stacks=None, waiting_in=None, **kw):
+        super().__init__(message, **kw)
+        self.stacks = stacks or {}
+        self.waiting_in = waiting_in or {}

@@ -1,0 +1,188 @@
+"""What machine is this: GPUs, the links between them, and the mode the course runs in.
+
+Everything here reads NVML through nvidia-ml-py (the driver's own library), never the text of nvidia-smi,
+and never initialises CUDA: the notebook kernel that calls it must stay free to fork or to use CUDA later.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One visible GPU."""
+
+    index: int
+    name: str
+    memory_bytes: int
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / 2**30
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The facts the course needs about this machine.
+
+    ``links[i][j]`` is how GPU i reaches GPU j, in ``nvidia-smi topo -m`` words
+    ("X" for itself, "NV18" for 18 NVLinks, "PIX"/"PXB"/"PHB"/"NODE"/"SYS" for PCIe paths).
+    """
+
+    gpus: tuple[GpuInfo, ...] = ()
+    links: tuple[tuple[str, ...], ...] = ()
+    driver: str | None = None
+    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+    note: str = ""
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def mode(self) -> str:
+        """"gpu" when at least one NVIDIA GPU is usable, else "cpu"."""
+        return "gpu" if self.gpus else "cpu"
+
+
+def _visible_indices(count: int) -> list[int]:
+    """Apply CUDA_VISIBLE_DEVICES (NVML ignores it) to the physical indices 0..count-1."""
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return list(range(count))
+    chosen = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.lstrip("-").isdigit():
+            # UUIDs or MIG names: we cannot map them without more NVML calls; keep the order given.
+            chosen.append(len(chosen))
+            continue
+        idx = int(part)
+        if idx < 0 or idx >= count:
+            break  # CUDA stops at the first invalid entry
+        chosen.append(idx)
+    return chosen
+
+
+_TOPO_LEVEL_NAMES = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def _nvlink_counts(pynvml, handles) -> list[list[int]]:
+    """How many active NVLinks join each pair of GPUs (0 where none, or NVLink is not supported)."""
+    bus_ids = []
+    for h in handles:
+        bus_ids.append(pynvml.nvmlDeviceGetPciInfo(h).busId)
+    bus_ids = [b.decode() if isinstance(b, bytes) else b for b in bus_ids]
+    n = len(handles)
+    counts = [[0] * n for _ in range(n)]
+    for i, h in enumerate(handles):
+        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId
+            except pynvml.NVMLError:
+                continue
+            remote = remote.decode() if isinstance(remote, bytes) else remote
+            for j, bus in enumerate(bus_ids):
+                if j != i and bus.lower().endswith(remote.lower()[-12:]):
+                    counts[i][j] += 1
+    return counts
+
+
+def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
+    n = len(handles)
+    nvl = _nvlink_counts(pynvml, handles)
+    rows = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            if i == j:
+                row.append("X")
+            elif nvl[i][j]:
+                row.append(f"NV{nvl[i][j]}")
+            else:
+                try:
+                    level = pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                    row.append(_TOPO_LEVEL_NAMES.get(int(level), "SYS"))
+                except pynvml.NVMLError:
+                    row.append("?")
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+def detect() -> Machine:
+    """Read the GPUs, their memory and links through NVML; a machine without a driver has none.
+
+    Honours CUDA_VISIBLE_DEVICES. Never raises: a missing library or driver means CPU mode,
+    with the reason in ``Machine.note``.
+    """
+    if os.environ.get("MGPU_FORCE_CPU") == "1":
+        return Machine(note="MGPU_FORCE_CPU=1: GPUs ignored")
+    try:
+        import pynvml  # provided by the nvidia-ml-py package
+    except ImportError:
+        return Machine(note="nvidia-ml-py is not installed: cannot look for GPUs")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return Machine(note=f"no NVIDIA driver ({type(exc).__name__})")
+    try:
+        physical = pynvml.nvmlDeviceGetCount()
+        handles, gpus = [], []
+        for k, idx in enumerate(_visible_indices(physical)):
+            h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+            name = pynvml.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else name
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
+            handles.append(h)
+            gpus.append(GpuInfo(index=k, name=name, memory_bytes=int(mem)))
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
+        return Machine(gpus=tuple(gpus), links=links, driver=driver)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+_cached: Machine | None = None
+
+
+def machine(refresh: bool = False) -> Machine:
+    """The detected machine, read once per process (NVML calls take tens of milliseconds)."""
+    global _cached
+    if _cached is None or refresh:
+        _cached = detect()
+    return _cached
+
+
+def choose_backend(world_size: int, backend: str = "auto", gpu_count: int | None = None) -> tuple[str, str]:
+    """Pick the torch.distributed backend for ``world_size`` ranks.
+
+    Returns ``(backend, reason)``. "auto" means NCCL with one GPU per rank when there are enough GPUs,
+    else gloo on the CPU. Asking for "nccl" with more ranks than GPUs raises ValueError saying what to do.
+    """
+    gpus = machine().gpu_count if gpu_count is None else gpu_count
+    if backend not in ("auto", "nccl", "gloo"):
+        raise ValueError(f"backend must be 'auto', 'nccl' or 'gloo', not {backend!r}")
+    if backend == "gloo":
+        return "gloo", "gloo asked for: ranks run on the CPU"
+    if backend == "nccl":
+        if world_size > gpus:
+            raise ValueError(
+                f"backend='nccl' needs one GPU per rank: {world_size} ranks asked for, "
+                f"{gpus} GPU(s) here. Use world_size <= {gpus}"
+                + (", " if gpus else "") + "or backend='gloo' (ranks on the CPU)."
+            )
+        return "nccl", f"nccl asked for: one GPU per rank ({world_size} of {gpus})"
+    if gpus == 0:
+        return "gloo", "no GPU found: gloo ranks on the CPU"
+    if world_size > gpus:
+        return "gloo", f"{world_size} ranks > {gpus} GPU(s): gloo ranks on the CPU"
+    return "nccl", f"nccl, one GPU per rank ({world_size} of {gpus})"

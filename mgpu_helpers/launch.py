@@ -1,0 +1,586 @@
+"""Run a function on N ranks from a notebook cell, and bring back values, output, spans and failures.
+
+``run_ranks(fn, world_size)`` sends ``fn`` by value (cloudpickle, so cell-defined functions, closures and
+lambdas work) to a long-lived *rank server* (:mod:`mgpu_helpers._server`): a process started with a clean
+environment, which has imported torch once and never touches CUDA. Ranks are forked from it, so a repeat
+launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
+
+The notebook side supervises: it streams each rank's output as ``[rank k]`` lines into the cell, stops
+every rank as soon as one fails, and at the timeout takes each rank's Python stack before ending them.
+Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
+launch opens no port on the network and never clashes with another launch.
+"""
+from __future__ import annotations
+
+import atexit
+import inspect
+import os
+import pickle
+import re
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import hardware
+from .errors import LaunchError, RankError, RankTimeout
+from .wire import FrameReader, LineReader, recv_msg, send_msg
+
+MAX_WORLD_SIZE = 64
+OUTPUT_LINES_KEPT = 2000
+
+
+@dataclass
+class RankResults:
+    """What a launch brought back, everything indexed by rank.
+
+    ``values``: what ``fn`` returned on each rank (tensors moved to the CPU); ``seconds``: wall time of
+    ``fn`` on each rank; ``init_seconds``: time to join the process group; ``outputs``: each rank's output
+    lines; ``spans``: each rank's :mod:`~mgpu_helpers.trace` spans; ``backend`` and ``reason``: which
+    backend ran and why; ``launch_seconds``: the whole launch as seen from the cell.
+    """
+
+    world_size: int
+    backend: str
+    reason: str
+    values: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)
+    init_seconds: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    spans: list = field(default_factory=list)
+    launch_seconds: float = 0.0
+
+    def __repr__(self) -> str:
+        return (f"RankResults(world_size={self.world_size}, backend={self.backend!r}, "
+                f"values={self.values!r})")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The rank server: one per notebook kernel, started on first use (or by setup(), in the background).
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.ready = False
+        self.import_seconds = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start the server process (returns at once; it imports torch in the background)."""
+        self.stop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ)
+        # The server must stay CUDA-free and quiet; PYTHONPATH lets it import this very package.
+        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mgpu_helpers._server", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
+            # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
+            start_new_session=True, close_fds=True,
+        )
+        theirs.close()
+        self.sock = ours
+        self.ready = False
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        if self.ready:
+            return
+        self.sock.settimeout(timeout)
+        try:
+            data, _ = recv_msg(self.sock)
+        except (EOFError, OSError, socket.timeout) as exc:
+            code = self.proc.poll()
+            self.stop()
+            raise LaunchError(
+                f"the rank server did not start ({type(exc).__name__}, exit code {code}). Check that "
+                f"`{sys.executable} -c 'import torch'` works in this environment.") from None
+        finally:
+            if self.sock is not None:
+                self.sock.settimeout(None)
+        _tag, _pid, self.import_seconds = pickle.loads(data)
+        self.ready = True
+
+    def submit(self, job: dict, fds: list[int]) -> int:
+        """Hand a job to the server; returns the pid of its leader (= the process group of its ranks)."""
+        with self.lock:
+            if not self.alive():
+                self.start()
+            self.wait_ready()
+            try:
+                send_msg(self.sock, pickle.dumps(job), fds)
+                data, _ = recv_msg(self.sock)
+            except (OSError, EOFError):
+                self.stop()
+                raise LaunchError("the rank server went away; run the cell again (a new one starts).") from None
+        tag, pid = pickle.loads(data)
+        assert tag == "started", tag
+        return pid
+
+    def stop(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()   # the server reads EOF and exits
+            except OSError:
+                pass
+            self.sock = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        self.ready = False
+
+
+_server = _Server()
+atexit.register(_server.stop)
+
+
+def prewarm() -> None:
+    """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``."""
+    with _server.lock:
+        if not _server.alive():
+            _server.start()
+
+
+def shutdown_server() -> None:
+    """Stop the rank server (the next launch starts a new one). No rank processes are left behind."""
+    with _server.lock:
+        _server.stop()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checking the request before anything starts.
+
+
+def _check_request(fn, world_size, args, timeout) -> bytes:
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise LaunchError(f"world_size must be a whole number of ranks, like 4; got {world_size!r}.")
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise LaunchError(f"world_size must be between 1 and {MAX_WORLD_SIZE}; got {world_size}.")
+    if not callable(fn):
+        raise LaunchError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__}.")
+    if not isinstance(args, (tuple, list)):
+        raise LaunchError(f"args must be a tuple of extra arguments, like args=(x,); got {type(args).__name__}.")
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise LaunchError(f"timeout must be a positive number of seconds; got {timeout!r}.")
+    try:
+        inspect.signature(fn).bind(0, world_size, *args)
+    except TypeError as exc:
+        raise LaunchError(
+            f"{getattr(fn, '__name__', 'fn')} cannot be called as fn(rank, world_size, *args) with "
+            f"{len(args)} extra argument(s): {exc}. Give it the parameters (rank, world_size, ...).") from None
+    except ValueError:
+        pass   # builtins without a signature: let them try
+    import cloudpickle
+    try:
+        return cloudpickle.dumps((fn, tuple(args)))
+    except Exception as exc:
+        raise LaunchError(
+            f"fn or its args cannot be sent to the rank processes ({type(exc).__name__}: {exc}). "
+            "Functions, closures and lambdas defined in cells travel fine; open files, locks, sockets, "
+            "generators, threads or GPU handles do not: create those inside fn instead.") from None
+
+
+def _loopback_env() -> dict:
+    """Environment that keeps every socket of a launch on the loopback interface."""
+    env = {"MASTER_ADDR": "127.0.0.1"}
+    if sys.platform.startswith("linux"):
+        env.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
+    return env
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extra: dict | None) -> tuple[dict, list]:
+    """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
+    env = dict(os.environ)
+    env.update(_loopback_env())
+    env.update(MASTER_PORT=str(_free_loopback_port()), WORLD_SIZE=str(world_size),
+               LOCAL_WORLD_SIZE=str(world_size), MGPU_BACKEND=backend,
+               MGPU_INIT_METHOD=f"file://{store_path}")
+    # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+    if debug:
+        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_NCCL_TRACE_BUFFER_SIZE="2000",
+                   NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
+    if extra:
+        env.update({str(k): str(v) for k, v in extra.items()})
+    per_rank = [{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)]
+    return env, per_rank
+
+
+# --------------------------------------------------------------------------------------------------------
+# Supervising one launch.
+
+_C10D_CALL = re.compile(r'File "[^"]*torch/distributed/[^"]*", line \d+ in (\w+)')
+_USER_FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
+
+
+def _waiting_in(stack: str) -> str | None:
+    """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
+        if "_rank.py" not in block:
+            continue                      # only the rank's main thread runs our entry point
+        calls = [c for c in _C10D_CALL.findall(block) if not c.startswith("_") and c != "wrapper"]
+        if calls:
+            where = ""
+            for path, line, func in _USER_FRAME.findall(block):
+                if "torch/" not in path and "mgpu_helpers/_rank.py" not in path:
+                    where = f" (called from {func}, line {line})"
+                    break
+            return f"dist.{calls[0]}{where}"
+    return None
+
+
+class _Job:
+    """The notebook's view of one launch: pipes in, ranks' pids, their results and fate."""
+
+    def __init__(self, world_size: int, stream: bool):
+        self.n = world_size
+        self.stream = stream
+        self.outputs = [[] for _ in range(world_size)]
+        self.results: dict[int, tuple] = {}
+        self.exits: dict[int, int] = {}
+        self.pids: dict[int, int] = {}
+        self.running_since: dict[int, float] = {}
+        self.first_error: tuple | None = None
+        self.pgid: int | None = None
+        self.sel = selectors.DefaultSelector()
+        self.open_fds: set[int] = set()
+
+    # -- reading what the ranks send --------------------------------------------------------------
+    def watch(self, fd: int, kind: str, rank: int | None) -> None:
+        os.set_blocking(fd, False)
+        reader = LineReader() if kind == "out" else FrameReader()
+        self.sel.register(fd, selectors.EVENT_READ, (kind, rank, reader))
+        self.open_fds.add(fd)
+
+    def _emit(self, rank: int, lines: list[str]) -> None:
+        kept = self.outputs[rank]
+        kept.extend(lines)
+        if len(kept) > OUTPUT_LINES_KEPT:
+            del kept[: len(kept) - OUTPUT_LINES_KEPT]
+        if self.stream and lines:
+            sys.stdout.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
+            sys.stdout.flush()
+
+    def _handle(self, kind: str, rank, frame: bytes) -> None:
+        import cloudpickle
+        msg = cloudpickle.loads(frame) if kind == "res" else pickle.loads(frame)
+        if kind == "status":
+            if msg[0] == "pids":
+                self.pids = msg[1]
+            else:
+                _tag, r, code = msg
+                self.exits[r] = code
+            return
+        if msg[0] == "running":
+            self.running_since[rank] = time.monotonic()
+            return
+        self.results[rank] = msg
+        if msg[0] == "error" and self.first_error is None:
+            self.first_error = (rank, msg)
+
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for anything from the ranks and take it in."""
+        for key, _ in self.sel.select(timeout):
+            fd = key.fd
+            kind, rank, reader = key.data
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                if kind == "out":
+                    self._emit(rank, reader.flush())
+                self.sel.unregister(fd)
+                os.close(fd)
+                self.open_fds.discard(fd)
+                continue
+            if kind == "out":
+                self._emit(rank, reader.feed(chunk))
+            else:
+                for frame in reader.feed(chunk):
+                    self._handle(kind, rank, frame)
+
+    def drain(self, seconds: float) -> None:
+        """Read until every pipe is closed (ranks gone) or ``seconds`` pass."""
+        end = time.monotonic() + seconds
+        while self.open_fds and time.monotonic() < end:
+            self.pump(max(0.0, min(0.05, end - time.monotonic())))
+
+    # -- state -------------------------------------------------------------------------------------
+    def finished(self, rank: int) -> bool:
+        return rank in self.results or rank in self.exits
+
+    def all_exited(self) -> bool:
+        return len(self.exits) == self.n or (not self.open_fds)
+
+    def kill(self) -> None:
+        if self.pgid is not None:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        for fd in list(self.open_fds):
+            try:
+                self.sel.unregister(fd)
+            except Exception:
+                pass
+            os.close(fd)
+        self.open_fds.clear()
+        self.sel.close()
+
+    def take_stacks(self, job_dir: str, ranks: list[int]) -> dict[int, str]:
+        """Ask each rank in ``ranks`` for its Python stack (SIGUSR1 -> faulthandler) and read them."""
+        for r in ranks:
+            pid = self.pids.get(r)
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+        stacks, deadline = {}, time.monotonic() + 2.0
+        paths = {r: os.path.join(job_dir, f"stack-{r}.txt") for r in ranks}
+        sizes = {r: -1 for r in ranks}
+        while time.monotonic() < deadline:
+            self.pump(0.1)   # keep the pipes flowing while the dumps are written
+            now = {r: os.path.getsize(p) if os.path.exists(p) else 0 for r, p in paths.items()}
+            if all(now[r] > 0 and now[r] == sizes[r] for r in ranks):
+                break
+            sizes = now
+        for r, p in paths.items():
+            try:
+                with open(p) as f:
+                    stacks[r] = f.read().strip()
+            except OSError:
+                stacks[r] = ""
+        return stacks
+
+
+def _tail(lines: list[str], n: int = 15) -> str:
+    if not lines:
+        return "    (no output)"
+    return "\n".join("    " + ln for ln in lines[-n:])
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "ended without a result"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code} without returning a result"
+
+
+def _early_returners(job: _Job, except_rank: int) -> list[int]:
+    return sorted(r for r, res in job.results.items() if res[0] == "ok" and r != except_rank)
+
+
+def _rank_error(job: _Job, rank: int, msg: tuple, partial: RankResults) -> RankError:
+    _tag, where, type_name, text, tb, blob = msg
+    original = None
+    if blob is not None:
+        try:
+            import cloudpickle
+            original = cloudpickle.loads(blob)
+        except Exception:
+            original = None
+    hint = ""
+    if where == "sending the result":
+        hint = ("\nThe return value could not be sent back: return plain Python values, NumPy arrays or "
+                "tensors (they are moved to the CPU for you).")
+    elif where == "unpickling the function":
+        hint = ("\nThe rank could not rebuild fn: a module it needs may not be importable by the ranks. "
+                "Define fn in the notebook, or make its module importable (same sys.path and folder).")
+    early = _early_returners(job, rank)
+    if early and type_name in ("RuntimeError", "DistBackendError"):
+        hint += (f"\nNote: rank(s) {early} had already returned. A rank that skips a collective or a recv "
+                 "leaves its peers waiting or talking to a closed connection.")
+    message = (f"rank {rank} raised {type_name} while {where}: {text}\n"
+               f"--- traceback on rank {rank} ---\n{tb.rstrip()}\n"
+               f"--- last output of rank {rank} ---\n{_tail(job.outputs[rank])}{hint}")
+    err = RankError(message, rank=rank, exc_type=type_name, remote_traceback=tb,
+                    outputs={r: list(o) for r, o in enumerate(job.outputs)}, results=partial)
+    err.original = original
+    return err
+
+
+def _partial(job: _Job, world_size: int, backend: str, reason: str, t0: float) -> RankResults:
+    res = RankResults(world_size=world_size, backend=backend, reason=reason,
+                      outputs=[list(o) for o in job.outputs], launch_seconds=time.monotonic() - t0)
+    for r in range(world_size):
+        got = job.results.get(r)
+        ok = got is not None and got[0] == "ok"
+        res.values.append(got[1] if ok else None)
+        res.init_seconds.append(got[2] if ok else None)
+        res.seconds.append(got[3] if ok else None)
+        res.spans.append(got[4] if ok else [])
+    return res
+
+
+def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: float = 60.0, *,
+              init: bool = True, env: dict | None = None, debug: bool = False, stream: bool = True,
+              quiet: bool = False) -> RankResults:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` rank processes and return their results.
+
+    - ``fn`` may be defined in a cell, be a closure or a lambda; it and ``args`` travel by cloudpickle.
+    - ``backend``: "auto" (NCCL with one GPU per rank when there are enough GPUs, else gloo on the CPU),
+      "nccl" or "gloo". With ``init=True`` the default process group is up when fn starts; with
+      ``init=False`` fn joins it itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_INIT_METHOD
+      are set, loopback only).
+    - ``timeout``: seconds for the whole launch; past it each rank's Python stack is taken, all ranks are
+      ended, and :class:`RankTimeout` is raised.
+    - ``env``: extra environment variables for the ranks only (the notebook's own is never changed).
+    - ``debug``: torch's own diagnosis (TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives are named).
+    - ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
+
+    Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input
+    (before any rank starts), :class:`RankError` when a rank raises or dies (the others are ended at once),
+    :class:`RankTimeout` at the timeout. A KeyboardInterrupt ends every rank before it propagates.
+    """
+    payload = _check_request(fn, world_size, args, timeout)
+    try:
+        backend, reason = hardware.choose_backend(world_size, backend)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    t0 = time.monotonic()
+    job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
+    store_path = os.path.join(job_dir, "store")
+    shared_env, per_rank = _rank_envs(world_size, backend, store_path, debug, env)
+    job = _Job(world_size, stream)
+    pipes = []
+    try:
+        out = [os.pipe() for _ in range(world_size)]
+        res = [os.pipe() for _ in range(world_size)]
+        status = os.pipe()
+        pipes = [fd for pair in out + res + [status] for fd in pair]
+        request = dict(op="run", world_size=world_size, backend=backend, init=init,
+                       init_method=f"file://{store_path}", payload=payload, env=shared_env,
+                       rank_env=per_rank, job_dir=job_dir, sys_path=list(sys.path), cwd=os.getcwd(),
+                       # torch's own timeout stays above ours, so that ours fires first and takes stacks
+                       pg_timeout=float(timeout) + 60.0)
+        write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
+        job.pgid = _server.submit(request, write_ends)
+        for fd in write_ends:
+            os.close(fd)
+        for r, (rd, _) in enumerate(out):
+            job.watch(rd, "out", r)
+        for r, (rd, _) in enumerate(res):
+            job.watch(rd, "res", r)
+        job.watch(status[0], "status", None)
+        pipes = []   # from here on job owns the read ends
+        return _supervise(job, world_size, backend, reason, timeout, t0, job_dir, quiet)
+    except BaseException:
+        job.kill()   # KeyboardInterrupt included: no rank outlives the cell
+        raise
+    finally:
+        for fd in pipes:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        job.drain(2.0)
+        job.kill()
+        job.close()
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _supervise(job: _Job, world_size, backend, reason, timeout, t0, job_dir, quiet) -> RankResults:
+    deadline = t0 + timeout
+    while True:
+        job.pump(0.05)
+        if job.first_error is not None:
+            # Let the peers' own errors and last lines arrive for a moment, then end them all.
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:
+                job.pump(0.05)
+            job.kill()
+            job.drain(2.0)
+            rank, msg = job.first_error
+            raise _rank_error(job, rank, msg, _partial(job, world_size, backend, reason, t0))
+        if any(r not in job.results for r in job.exits):
+            job.drain(0.5)     # its result or error may still be in the pipe
+            dead = [r for r in job.exits if r not in job.results]
+            if dead and job.first_error is None:
+                _raise_died(job, dead[0], world_size, backend, reason, t0)
+        if len(job.results) == world_size:
+            # Every rank has answered; let them leave the process group and exit.
+            end = time.monotonic() + 10.0
+            while not job.all_exited() and time.monotonic() < end:
+                job.pump(0.05)
+            job.drain(0.5)
+            break
+        if time.monotonic() > deadline:
+            _raise_timeout(job, world_size, backend, reason, timeout, t0, job_dir)
+    result = _partial(job, world_size, backend, reason, t0)
+    if not quiet:
+        print(f"[run_ranks] {world_size} rank(s), backend {backend} ({reason}), "
+              f"{result.launch_seconds:.2f} s")
+    return result
+
+
+def _raise_died(job: _Job, r: int, world_size, backend, reason, t0):
+    job.kill()
+    job.drain(2.0)
+    early = _early_returners(job, r)
+    note = f"\nRank(s) {early} had already returned." if early else ""
+    raise RankError(
+        f"rank {r} {_describe_exit(job.exits.get(r))} while the other ranks were running (they have been "
+        f"ended).{note}\n--- last output of rank {r} ---\n{_tail(job.outputs[r])}",
+        rank=r, exc_type=None, outputs={k: list(o) for k, o in enumerate(job.outputs)},
+        results=_partial(job, world_size, backend, reason, t0))
+
+
+def _raise_timeout(job: _Job, world_size, backend, reason, timeout, t0, job_dir):
+    stuck = [r for r in range(world_size) if not job.finished(r)]
+    stacks = job.take_stacks(job_dir, stuck)
+    job.kill()
+    job.drain(2.0)
+    waiting = {r: w for r in stuck if (w := _waiting_in(stacks.get(r, "")))}
+    done = sorted(r for r in range(world_size) if job.finished(r))
+    lines = [f"{len(stuck)} of {world_size} rank(s) were still running after {timeout:g} s and have been ended."]
+    for r in stuck:
+        phase = "in fn" if r in job.running_since else "joining the process group"
+        lines.append(f"  rank {r}: {waiting.get(r, phase)}")
+    if done:
+        lines.append(f"  rank(s) {done} had already finished: a rank that returns early leaves its peers "
+                     "waiting at their next collective or recv.")
+    calls = {w.split(" ")[0] for w in waiting.values()}
+    if len(calls) > 1:
+        lines.append("Ranks are blocked in different collectives: every rank must call the same collectives "
+                     "in the same order (mismatched collectives).")
+    elif waiting and all(w.startswith(("dist.send", "dist.recv")) for w in waiting.values()):
+        lines.append("Every rank is blocked in a blocking send/recv: a deadlock. Pair each send with a recv "
+                     "on the peer (reorder), or use isend/irecv / batch_isend_irecv.")
+    lines.append("Run with debug=True for torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL).")
+    for r in stuck:
+        lines.append(f"--- Python stack of rank {r} ---\n{stacks.get(r) or '(none taken)'}")
+        lines.append(f"--- last output of rank {r} ---\n{_tail(job.outputs[r], 5)}")
+    raise RankTimeout("\n".join(lines), stacks=stacks, waiting_in=waiting, rank=stuck[0] if stuck else None,
+                      outputs={k: list(o) for k, o in enumerate(job.outputs)},
+                      results=_partial(job, world_size, backend, reason, t0))

@@ -1,0 +1,82 @@
+"""Code that runs inside a rank process: process-group set-up, the device of a rank, and ``torchrun``.
+
+The same rank function ``fn(rank, world_size, *args)`` runs under :func:`mgpu_helpers.run_ranks` (from a
+notebook cell) and under ``torchrun`` (from a script, on one or several machines) through
+:func:`torchrun_main`: the launcher is the notebook's front door, not a second distributed engine.
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+
+def rank_device():
+    """The ``torch.device`` this rank computes on: its own GPU under NCCL, the CPU under gloo.
+
+    Call it inside a rank function, after the process group is up (``run_ranks`` does that for you).
+    """
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_process_group(rank: int, world_size: int, backend: str, init_method: str,
+                       local_rank: int | None = None, timeout_s: float = 1800.0) -> None:
+    """Bind this rank to its GPU (NCCL) or size its CPU threads (gloo), then join the default group."""
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        # One GPU per rank: rank k on a host drives cuda:k. Set before init so NCCL picks that device.
+        torch.cuda.set_device(rank if local_rank is None else local_rank)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        # Several CPU ranks share the cores: without this, each takes all of them and they thrash.
+        local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_ws)))
+    dist.init_process_group(backend=backend, init_method=init_method, world_size=world_size, rank=rank,
+                            timeout=timedelta(seconds=timeout_s))
+
+
+def default_backend(local_world_size: int) -> str:
+    """NCCL when this host has a GPU for each local rank, gloo otherwise (what ``backend="auto"`` means)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
+        return "nccl"
+    return "gloo"
+
+
+def torchrun_main(fn, *args, backend: str = "auto"):
+    """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns.
+
+    Reads RANK, WORLD_SIZE and LOCAL_RANK from the environment that torchrun sets, joins the process group
+    through ``env://`` and leaves it at the end. In a script::
+
+        if __name__ == "__main__":
+            print(mh.torchrun_main(my_rank_fn))
+
+    and run ``torchrun --standalone --nproc-per-node 2 script.py`` (add ``--nnodes``/``--rdzv-endpoint``
+    for several machines).
+    """
+    import torch.distributed as dist
+
+    try:
+        rank = int(os.environ["RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+    except KeyError as missing:
+        raise RuntimeError(
+            f"{missing} is not set: torchrun_main() expects to be started by torchrun "
+            "(e.g. `torchrun --standalone --nproc-per-node 2 script.py`). "
+            "In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead.") from None
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    if backend == "auto":
+        backend = default_backend(local_ws)
+    init_process_group(rank, world_size, backend, "env://", local_rank=local_rank)
+    try:
+        return fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()

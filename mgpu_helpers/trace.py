@@ -1,0 +1,63 @@
+"""Per-rank spans: what each rank was doing when (compute / communicate / wait), cheap enough to leave on.
+
+Inside a rank function::
+
+    with mh.trace.span("compute"):
+        y = model(x)
+    with mh.trace.span("communicate", "all_reduce"):
+        dist.all_reduce(y)
+
+``run_ranks`` brings each rank's spans back in ``RankResults.spans[rank]``. Times come from
+``time.monotonic()``, one clock for every process of the machine, so spans of different ranks line up.
+On a GPU, call ``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+KINDS = ("compute", "communicate", "wait", "other")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One interval of one rank: ``kind`` is one of KINDS, ``name`` free text, times in seconds."""
+
+    kind: str
+    name: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+_spans: list[Span] = []
+
+
+@contextmanager
+def span(kind: str, name: str = ""):
+    """Record the time spent in the ``with`` block as a span of this rank."""
+    if kind not in KINDS:
+        raise ValueError(f"span kind must be one of {KINDS}, not {kind!r}")
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        _spans.append(Span(kind, name or kind, start, time.monotonic()))
+
+
+def record(kind: str, start: float, end: float, name: str = "") -> None:
+    """Add a span measured elsewhere (times from ``time.monotonic()``)."""
+    if kind not in KINDS:
+        raise ValueError(f"span kind must be one of {KINDS}, not {kind!r}")
+    _spans.append(Span(kind, name or kind, start, end))
+
+
+def collect() -> list[Span]:
+    """Return and forget this process's spans."""
+    out = list(_spans)
+    _spans.clear()
+    return out

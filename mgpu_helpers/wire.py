@@ -1,0 +1,91 @@
+"""Length-prefixed frames over pipes and sockets, shared by the notebook side and the rank server."""
+from __future__ import annotations
+
+import os
+import struct
+
+_HEADER = struct.Struct("!Q")
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    """Write one frame (8-byte big-endian length, then the bytes) to a blocking file descriptor."""
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class FrameReader:
+    """Collects bytes as they arrive (non-blocking reads) and yields whole frames."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        self._buf += chunk
+        frames = []
+        while len(self._buf) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buf)
+            if len(self._buf) < _HEADER.size + size:
+                break
+            frames.append(bytes(self._buf[_HEADER.size:_HEADER.size + size]))
+            del self._buf[:_HEADER.size + size]
+        return frames
+
+
+class LineReader:
+    """Collects bytes and yields whole decoded lines; ``flush`` returns a last unterminated line."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._buf += chunk
+        *lines, rest = self._buf.split(b"\n")
+        self._buf = bytearray(rest)
+        return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
+
+    def flush(self) -> list[str]:
+        if not self._buf:
+            return []
+        line = self._buf.decode("utf-8", "replace")
+        self._buf = bytearray()
+        return [line]
+
+
+def recv_exact(sock, size: int) -> bytes:
+    """Read exactly ``size`` bytes from a blocking socket; raise EOFError if it closes first."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = sock.recv(size - got)
+        if not chunk:
+            raise EOFError("socket closed")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def send_msg(sock, data: bytes, fds=()) -> None:
+    """Send a frame on a Unix socket, with file descriptors attached to its header."""
+    import socket
+    header = _HEADER.pack(len(data))
+    if fds:
+        socket.send_fds(sock, [header], list(fds))
+    else:
+        sock.sendall(header)
+    sock.sendall(data)
+
+
+def recv_msg(sock, maxfds: int = 0) -> tuple[bytes, list[int]]:
+    """Receive one frame sent by :func:`send_msg`; returns (data, fds)."""
+    import socket
+    fds: list[int] = []
+    if maxfds:
+        header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, maxfds)
+        if not header:
+            raise EOFError("socket closed")
+        header += recv_exact(sock, _HEADER.size - len(header)) if len(header) < _HEADER.size else b""
+    else:
+        header = recv_exact(sock, _HEADER.size)
+    (size,) = _HEADER.unpack(header)
+    return recv_exact(sock, size), fds
