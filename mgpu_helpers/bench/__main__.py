@@ -1,0 +1,25 @@
+"""Dispatch ``python -m mgpu_helpers.bench NAME [options]`` to ``mgpu_helpers.bench.NAME.main``."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = {
+    "launch": "rank launch: cold and repeat, against torch.multiprocessing.spawn and a subprocess per rank",
+    "kernels": "vector-add bandwidth: Numba and CuPy kernels against torch copy/add",
+    "collectives": "all-reduce / reduce-scatter / all-gather over message sizes: algbw and busbw",
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHES:
+        print("usage: python -m mgpu_helpers.bench NAME [options]\n")
+        for name, what in BENCHES.items():
+            print(f"  {name:12s} {what}")
+        return 2
+    module = importlib.import_module(f"mgpu_helpers.bench.{argv[0]}")
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

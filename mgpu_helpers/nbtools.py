@@ -1,0 +1,106 @@
+"""Keep the course's notebooks clean: run them, keep only the outputs nbval checks, strip the rest.
+
+    python -m mgpu_helpers.nbtools refresh notebooks/00_setup.ipynb ...   # execute, then clean
+    python -m mgpu_helpers.nbtools clean  notebooks/*.ipynb                # strip without running
+    python -m mgpu_helpers.nbtools check  notebooks/*.ipynb                # exit 1 if one is not clean
+
+A clean notebook has no execution counts, no outputs except in cells that start with
+``# NBVAL_CHECK_OUTPUT`` (their expected output, which nbval compares), and no machine-specific metadata.
+Exercise notebooks keep no outputs at all.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable")
+
+
+def is_checked(cell) -> bool:
+    return cell.get("cell_type") == "code" and "".join(cell.get("source", "")).lstrip().startswith(CHECK_MARK)
+
+
+def clean(nb, keep_checked_outputs: bool = True):
+    """Return a cleaned copy of a notebook (an nbformat NotebookNode or plain dict)."""
+    nb = copy.deepcopy(nb)
+    meta = nb.get("metadata", {})
+    nb["metadata"] = {k: v for k, v in meta.items() if k in ("kernelspec", "language_info", "celltoolbar")}
+    if "language_info" in nb["metadata"]:
+        nb["metadata"]["language_info"] = {"name": "python"}
+    nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                    "name": "python3"}
+    for cell in nb.get("cells", []):
+        cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA}
+        if cell.get("cell_type") != "code":
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+            continue
+        cell["execution_count"] = None
+        if keep_checked_outputs and is_checked(cell):
+            outs = []
+            for out in cell.get("outputs", []):
+                out = dict(out)
+                if out.get("output_type") == "execute_result":
+                    out["execution_count"] = None
+                if "metadata" in out:
+                    out["metadata"] = {}
+                outs.append(out)
+            cell["outputs"] = outs
+        else:
+            cell["outputs"] = []
+    return nb
+
+
+def problems(path: str) -> list[str]:
+    """Why the notebook at ``path`` is not clean (an empty list when it is)."""
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    keep = not os.path.normpath(path).split(os.sep)[-2:-1] == ["exercises"]
+    want = clean(nb, keep_checked_outputs=keep)
+    if nbformat.writes(nb) != nbformat.writes(want):
+        return [f"{path}: not clean; run `python -m mgpu_helpers.nbtools clean {path}`"]
+    return []
+
+
+def execute(path: str, timeout: int = 600):
+    """Run a notebook top to bottom in its own folder with this Python's kernel; returns the run notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
+    client.execute()
+    return nb
+
+
+def _write(nb, path: str) -> None:
+    import nbformat
+    nbformat.validate(nb)
+    with open(path, "w", encoding="utf-8") as f:
+        nbformat.write(nb, f)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("refresh", "clean", "check"):
+        print(__doc__)
+        return 2
+    cmd, paths = argv[0], argv[1:]
+    import nbformat
+    bad = []
+    for path in paths:
+        keep = os.path.basename(os.path.dirname(os.path.abspath(path))) != "exercises"
+        if cmd == "check":
+            bad += problems(path)
+            continue
+        nb = execute(path) if cmd == "refresh" else nbformat.read(path, as_version=4)
+        _write(clean(nb, keep_checked_outputs=keep), path)
+        print(f"{cmd}ed {path}")
+    for b in bad:
+        print(b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
