@@ -72,6 +72,9 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
         import torch.distributed as dist
 
         from . import ranks, trace
+        # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
+        # server did before this job's environment existed: read it again now.
+        dist.set_debug_level_from_env()
         t0 = time.perf_counter()
         where = "joining the process group"
         if job["init"]:

@@ -221,7 +221,7 @@ def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extr
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     if debug:
-        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_NCCL_TRACE_BUFFER_SIZE="2000",
+        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_FR_BUFFER_SIZE="2000",
                    NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
@@ -516,16 +516,20 @@ def _supervise(job: _Job, world_size, backend, reason, timeout, t0, job_dir, qui
         job.pump(0.05)
         if job.first_error is not None:
             # Let the peers' own errors and last lines arrive for a moment, then end them all.
-            end = time.monotonic() + 0.3
+            end = time.monotonic() + 0.5
             while time.monotonic() < end:
                 job.pump(0.05)
+            dead = _died_without_result(job)
+            if dead:
+                # A rank that died is the root cause; its peers' errors ("connection closed") follow from it.
+                _raise_died(job, dead[0], world_size, backend, reason, t0)
             job.kill()
             job.drain(2.0)
             rank, msg = job.first_error
             raise _rank_error(job, rank, msg, _partial(job, world_size, backend, reason, t0))
-        if any(r not in job.results for r in job.exits):
+        if _died_without_result(job):
             job.drain(0.5)     # its result or error may still be in the pipe
-            dead = [r for r in job.exits if r not in job.results]
+            dead = _died_without_result(job)
             if dead and job.first_error is None:
                 _raise_died(job, dead[0], world_size, backend, reason, t0)
         if len(job.results) == world_size:
@@ -544,11 +548,19 @@ def _supervise(job: _Job, world_size, backend, reason, timeout, t0, job_dir, qui
     return result
 
 
+def _died_without_result(job: _Job) -> list[int]:
+    return sorted(r for r in job.exits if r not in job.results)
+
+
 def _raise_died(job: _Job, r: int, world_size, backend, reason, t0):
     job.kill()
     job.drain(2.0)
     early = _early_returners(job, r)
     note = f"\nRank(s) {early} had already returned." if early else ""
+    failed = sorted(k for k, res in job.results.items() if res[0] == "error")
+    if failed:
+        note += (f"\nRank(s) {failed} then failed too ({job.results[failed[0]][2]}), most likely because "
+                 f"rank {r} was gone.")
     raise RankError(
         f"rank {r} {_describe_exit(job.exits.get(r))} while the other ranks were running (they have been "
         f"ended).{note}\n--- last output of rank {r} ---\n{_tail(job.outputs[r])}",
