@@ -18,7 +18,7 @@ def rank_device():
     import torch
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+    if dist.is_available() and dist.is_initialized() and "nccl" in str(dist.get_backend()):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -36,7 +36,10 @@ def init_process_group(rank: int, world_size: int, backend: str, init_method: st
         # Several CPU ranks share the cores: without this, each takes all of them and they thrash.
         local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_ws)))
-    dist.init_process_group(backend=backend, init_method=init_method, world_size=world_size, rank=rank,
+    # Under NCCL, CPU tensors still work: they go through gloo ("cpu:gloo,cuda:nccl"), so a rank function
+    # written for the CPU runs unchanged on a GPU machine, and GPU tensors take NCCL.
+    pg_backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+    dist.init_process_group(backend=pg_backend, init_method=init_method, world_size=world_size, rank=rank,
                             timeout=timedelta(seconds=timeout_s))
 
 

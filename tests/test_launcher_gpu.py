@@ -1,0 +1,76 @@
+"""The launcher on real GPUs with NCCL: the same rank functions as on the CPU (skipped without 2 GPUs)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import mgpu_helpers as mh
+
+GPUS = mh.hardware.machine().gpu_count
+needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason="needs 2 NVIDIA GPUs")
+
+
+def _allreduce_on_own_gpu(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    device = mh.rank_device()
+    t = torch.tensor([float(rank)], device=device)
+    dist.all_reduce(t)
+    return device.type, device.index, float(t.item())
+
+
+@needs_two_gpus
+def test_nccl_all_reduce_on_one_gpu_per_rank():
+    res = mh.run_ranks(_allreduce_on_own_gpu, 2, backend="nccl", quiet=True)
+    assert res.backend == "nccl"
+    assert res.values == [("cuda", 0, 1.0), ("cuda", 1, 1.0)]
+
+
+@needs_two_gpus
+def test_auto_picks_nccl_when_there_is_a_gpu_per_rank():
+    assert mh.run_ranks(_allreduce_on_own_gpu, 2, quiet=True).backend == "nccl"
+
+
+@needs_two_gpus
+def test_cuda_used_in_notebook_first_still_launches():
+    import torch
+    torch.zeros(1, device="cuda").sum().item()      # this process now holds a CUDA context
+    res = mh.run_ranks(_allreduce_on_own_gpu, 2, backend="nccl", quiet=True)
+    assert [v[2] for v in res.values] == [1.0, 1.0]
+
+
+@needs_two_gpus
+def test_nccl_rank_exception_kills_peers():
+    def rank_fn(rank, world_size):
+        import torch
+        import torch.distributed as dist
+        dist.all_reduce(torch.ones(1, device=mh.rank_device()))
+        if rank == 1:
+            raise ValueError("rank 1 gives up")
+        time.sleep(60)
+
+    t0 = time.monotonic()
+    with pytest.raises(mh.RankError) as info:
+        mh.run_ranks(rank_fn, 2, backend="nccl", timeout=50, quiet=True)
+    assert time.monotonic() - t0 < 20
+    assert info.value.rank == 1 and info.value.exc_type == "ValueError"
+
+
+@needs_two_gpus
+def test_nccl_hung_collective_diagnosed_at_timeout():
+    def rank_fn(rank, world_size):
+        import torch
+        import torch.distributed as dist
+        t = torch.ones(1 << 20, device=mh.rank_device())
+        dist.all_reduce(t)
+        if rank == 0:
+            dist.all_reduce(t)          # rank 1 never joins this one
+        torch.cuda.synchronize()
+        if rank == 1:
+            time.sleep(120)
+
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(rank_fn, 2, backend="nccl", timeout=10, quiet=True)
+    assert set(info.value.stacks) == {0, 1}
+    assert "synchronize" in info.value.stacks[0] or "all_reduce" in info.value.stacks[0]
