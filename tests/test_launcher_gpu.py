@@ -8,6 +8,8 @@ import pytest
 import mgpu_helpers as mh
 
 GPUS = mh.hardware.machine().gpu_count
+N = min(2, GPUS)           # ranks for the tests that also mean something on one GPU
+needs_gpu = pytest.mark.skipif(GPUS < 1, reason="needs an NVIDIA GPU")
 needs_two_gpus = pytest.mark.skipif(GPUS < 2, reason="needs 2 NVIDIA GPUs")
 
 
@@ -20,24 +22,36 @@ def _allreduce_on_own_gpu(rank, world_size):
     return device.type, device.index, float(t.item())
 
 
-@needs_two_gpus
+@needs_gpu
 def test_nccl_all_reduce_on_one_gpu_per_rank():
-    res = mh.run_ranks(_allreduce_on_own_gpu, 2, backend="nccl", quiet=True)
+    res = mh.run_ranks(_allreduce_on_own_gpu, N, backend="nccl", quiet=True)
     assert res.backend == "nccl"
-    assert res.values == [("cuda", 0, 1.0), ("cuda", 1, 1.0)]
+    assert res.values == [("cuda", r, float(N * (N - 1) // 2)) for r in range(N)]
 
 
-@needs_two_gpus
+@needs_gpu
 def test_auto_picks_nccl_when_there_is_a_gpu_per_rank():
-    assert mh.run_ranks(_allreduce_on_own_gpu, 2, quiet=True).backend == "nccl"
+    assert mh.run_ranks(_allreduce_on_own_gpu, N, quiet=True).backend == "nccl"
 
 
-@needs_two_gpus
+@needs_gpu
+def test_cpu_tensors_still_work_under_nccl():
+    def rank_fn(rank, world_size):
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor([rank + 1])          # a CPU tensor: carried by the gloo side of the group
+        dist.all_reduce(t)
+        return int(t.item())
+
+    assert mh.run_ranks(rank_fn, N, backend="nccl", quiet=True).values == [N * (N + 1) // 2] * N
+
+
+@needs_gpu
 def test_cuda_used_in_notebook_first_still_launches():
     import torch
     torch.zeros(1, device="cuda").sum().item()      # this process now holds a CUDA context
-    res = mh.run_ranks(_allreduce_on_own_gpu, 2, backend="nccl", quiet=True)
-    assert [v[2] for v in res.values] == [1.0, 1.0]
+    res = mh.run_ranks(_allreduce_on_own_gpu, N, backend="nccl", quiet=True)
+    assert [v[2] for v in res.values] == [float(N * (N - 1) // 2)] * N
 
 
 @needs_two_gpus
