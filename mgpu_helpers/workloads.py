@@ -1,0 +1,177 @@
+"""Rank functions shared by the notebooks: real, traced work whose cost is known in advance.
+
+Each function here is a rank function ``fn(rank, world_size, ...)`` for :func:`mgpu_helpers.run_ranks` (or
+``torchrun_main``). They run unchanged on gloo CPU ranks and on NCCL GPU ranks; only the default sizes
+depend on the device (small on the CPU, real on a GPU).
+
+- :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce; records compute /
+  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times.
+- :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
+- :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
+"""
+from __future__ import annotations
+
+import time
+
+# Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
+CPU_SIZES = dict(m=128, per_unit=80)
+GPU_SIZES = dict(m=4096, per_unit=4)
+
+
+def _sync(device) -> None:
+    """Wait for queued GPU work (CUDA is asynchronous: a span must not end before its kernels do)."""
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def unit_sizes(device) -> dict:
+    """The (m, per_unit) used on ``device``: m x m float32 matmuls, ``per_unit`` of them per unit of work."""
+    return dict(GPU_SIZES if device.type == "cuda" else CPU_SIZES)
+
+
+def compute_units(units: float, device, m: int | None = None, per_unit: int | None = None, seed: int = 0):
+    """Do ``units`` units of deterministic work on ``device``; returns a small tensor summarising it.
+
+    One unit = ``per_unit`` matmuls of an m x m float32 matrix, so the cost is proportional to ``units``
+    (fractional units round to whole matmuls). The matrix is scaled so values stay bounded.
+    """
+    import torch
+    sizes = unit_sizes(device)
+    m = m or sizes["m"]
+    per_unit = per_unit or sizes["per_unit"]
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    a = (torch.rand(m, m, generator=g) / m).to(device)
+    b = torch.ones(m, m, device=device)
+    y = torch.zeros(m, m, device=device)
+    for _ in range(int(round(units * per_unit))):
+        y = torch.addmm(b, a, y)   # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
+    _sync(device)
+    return y[0, :4].clone()
+
+
+def _arrivals(t: float, device, world_size: int) -> list[float]:
+    """All-gather every rank's arrival time (time.monotonic: one clock for all processes of a host)."""
+    import torch
+    import torch.distributed as dist
+    mine = torch.tensor([t], dtype=torch.float64, device=device)
+    got = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world_size)]
+    dist.all_gather(got, mine)
+    return [float(x.item()) for x in got]
+
+
+def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = None, steps: int = 1,
+                   m: int | None = None, per_unit: int | None = None) -> dict:
+    """One synchronous step per ``steps``: compute proportional to ``shards[rank]``, then all-reduce.
+
+    Records spans with :mod:`mgpu_helpers.trace`: "compute" (the rank's shard), "wait" (from this rank's
+    arrival at the collective until the last rank arrived, measured from the all-gathered arrival times)
+    and "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device). Returns a dict with the
+    rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s``, plus ``result`` (the
+    all-reduced gradient's first value, identical on every rank).
+    """
+    import torch
+    import torch.distributed as dist
+
+    from . import trace
+    from .ranks import rank_device
+
+    device = rank_device()
+    units = float(shards[rank])
+    if grad_numel is None:   # 16 KiB on the CPU, 64 MiB on a GPU
+        grad_numel = (1 << 24) if device.type == "cuda" else (1 << 12)
+    grad = torch.full((grad_numel,), float(rank + 1), device=device)
+    compute_units(0.5, device, m, per_unit)       # warm-up: first matmul pays one-off costs
+    dist.all_reduce(torch.zeros(1, device=device))
+    _sync(device)
+    out = dict(rank=rank, device=str(device), shard=shards[rank], compute_s=[], wait_s=[], comm_s=[])
+    for step in range(steps):
+        dist.barrier()                            # start every rank's step together
+        t0 = time.monotonic()
+        with trace.span("compute", f"shard {shards[rank]}"):
+            compute_units(units, device, m, per_unit, seed=step)
+        arrived = time.monotonic()
+        last = max(_arrivals(arrived, device, world_size))
+        trace.record("wait", arrived, max(arrived, last), "wait for the slowest rank")
+        t_comm = time.monotonic()
+        with trace.span("communicate", "all_reduce"):
+            g = grad.clone()
+            dist.all_reduce(g)
+            _sync(device)
+        t_end = time.monotonic()
+        out["compute_s"].append(arrived - t0)
+        out["wait_s"].append(max(0.0, last - arrived))
+        out["comm_s"].append(t_end - t_comm)
+    out["result"] = float(g[0].item())
+    return out
+
+
+def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5) -> list[float]:
+    """Median seconds of ``dist.all_reduce`` of float32 buffers of each size in ``sizes_bytes``.
+
+    Each timed call is preceded by a barrier so ranks start together; on a GPU the time includes the
+    kernel (synchronised). Returns one median per size, this rank's view.
+    """
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    from . import trace
+    from .ranks import rank_device
+
+    device = rank_device()
+    medians = []
+    for nbytes in sizes_bytes:
+        x = torch.ones(max(1, int(nbytes) // 4), device=device)
+        dist.all_reduce(x)           # warm-up (connection and buffer set-up)
+        _sync(device)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            _sync(device)
+            t0 = time.monotonic()
+            with trace.span("communicate", f"all_reduce {int(nbytes)} B"):
+                dist.all_reduce(x)
+                _sync(device)
+            times.append(time.monotonic() - t0)
+        medians.append(statistics.median(times))
+    return medians
+
+
+def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3,
+                 weak: bool = False) -> dict:
+    """Strong (or weak) scaling step: ``total_units / world_size`` units of compute (``total_units`` per
+    rank when ``weak``), then an all-reduce of ``grad_numel`` float32. Returns medians of compute, comm
+    and step seconds on this rank."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    from . import trace
+    from .ranks import rank_device
+
+    device = rank_device()
+    units = total_units if weak else total_units / world_size
+    grad = torch.ones(grad_numel, device=device)
+    compute_units(0.5, device)
+    dist.all_reduce(grad.clone())
+    _sync(device)
+    comp, comm, step = [], [], []
+    for i in range(repeats):
+        dist.barrier()
+        _sync(device)
+        t0 = time.monotonic()
+        with trace.span("compute"):
+            compute_units(units, device, seed=i)
+        t1 = time.monotonic()
+        with trace.span("communicate", "all_reduce"):
+            dist.all_reduce(grad)
+            _sync(device)
+        t2 = time.monotonic()
+        comp.append(t1 - t0)
+        comm.append(t2 - t1)
+        step.append(t2 - t0)
+    med = statistics.median
+    return dict(rank=rank, compute_s=med(comp), comm_s=med(comm), step_s=med(step))

@@ -1,0 +1,57 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from mgpu_helpers.trace import Span  # noqa: E402
+from mgpu_helpers.widgets import straggler  # noqa: E402
+
+
+def _max_waits(res):
+    # per step, the largest wait over ranks
+    return [max(v["wait_s"][k] for v in res.values) for k in range(len(res.values[0]["wait_s"]))]
+
+
+def test_real_traced_run_biggest_shard_waits_least_and_balanced_waits_less():
+    uneven = straggler.run_traced((12, 6, 4, 2), steps=3)
+    balanced = straggler.run_traced((6, 6, 6, 6), steps=3)
+    waits = straggler.wait_by_rank(uneven.spans)
+    # the rank with the biggest shard arrives last: it waits least; every other rank waits for it
+    assert waits.index(min(waits)) == 0
+    assert all(w > 0 for w in waits[1:])
+    # the smallest shard waits longer than the middle one (2 units vs 6 units of compute)
+    assert waits[3] > waits[1]
+    # spans and returned numbers agree
+    assert [sum(v["wait_s"]) for v in uneven.values] == pytest.approx(waits, abs=1e-9)
+    # balancing the shards cuts the worst wait at the collective
+    assert sum(_max_waits(balanced)) < sum(_max_waits(uneven))
+    # the all-reduce result is the same everywhere (1+2+3+4)
+    assert {v["result"] for v in uneven.values} == {10.0}
+    kinds = {s.kind for spans in uneven.spans for s in spans}
+    assert {"compute", "wait", "communicate"} <= kinds
+
+
+def test_draw_timeline_draws_one_bar_per_span_and_labels_waits():
+    spans = [[Span("compute", "c", 0.0, 0.12), Span("wait", "w", 0.12, 0.12), Span("communicate", "a", 0.12, 0.13)],
+             [Span("compute", "c", 0.0, 0.02), Span("wait", "w", 0.02, 0.12), Span("communicate", "a", 0.12, 0.13)]]
+    fig = straggler.draw_timeline(spans)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 5          # zero-length wait of rank 0 is not drawn
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["wait 0.0 ms", "wait 100.0 ms"]
+    fig2 = straggler.draw_comparison({"a": spans, "b": spans})
+    assert len(fig2.axes) == 2
+
+
+def test_parse_shards_accepts_slashes_and_rejects_nonsense():
+    assert straggler.parse_shards("12/6/4/2") == (12, 6, 4, 2)
+    with pytest.raises(ValueError):
+        straggler.parse_shards("12/-1")
+    with pytest.raises(ValueError):
+        straggler.parse_shards("")
+
+
+def test_show_straggler_builds_controls():
+    box = straggler.show_straggler()
+    assert box.children[0].children[0].value == "12/6/4/2"
