@@ -1,0 +1,255 @@
+"""The all-reduce results widget: each rank's input and output, side by side, from a real run.
+
+Pure parts (tested, no torch): :func:`make_inputs` (an input pattern for ``world_size`` ranks),
+:func:`expected_outputs` (what each collective must give, computed with NumPy), :func:`draw_collective`
+(a matplotlib Figure from recorded inputs/outputs; renders in static HTML) and :func:`draw_ring_steps`
+(which chunk each rank holds after every step of the hand-written ring).
+Live part: :func:`run_and_draw` runs the collective on real ranks through ``run_ranks``, and
+:func:`show_allreduce` wraps it in ipywidgets (collective, op, world size, pattern, a Run button).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import style
+from ..collectives import COLLECTIVES, REDUCE_OPS, ROOT
+
+PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
+REDUCING = ("reduce", "all_reduce", "reduce_scatter")
+
+
+def default_length(name: str, world_size: int) -> int:
+    """Elements per rank: 2 per rank for scatter/reduce_scatter (they split the input), else 4."""
+    return 2 * world_size if name in ("scatter", "reduce_scatter") else 4
+
+
+def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -> list[list[float]]:
+    """Each rank's input as a list of floats: ``inputs[rank][i]``.
+
+    Patterns: "rank" (every element = rank, the seed's example: all-reduce gives 0+1+...), "rank+1",
+    "one-hot" (element ``i`` is 1 where ``i % world_size == rank``), "powers of two" (every element =
+    2**rank, so a sum shows which ranks it contains), "random" (small whole numbers from ``seed``).
+    """
+    if world_size < 1 or length < 1:
+        raise ValueError(f"world_size and length must be >= 1, got {world_size}, {length}")
+    if pattern == "rank":
+        return [[float(r)] * length for r in range(world_size)]
+    if pattern == "rank+1":
+        return [[float(r + 1)] * length for r in range(world_size)]
+    if pattern == "one-hot":
+        return [[1.0 if i % world_size == r else 0.0 for i in range(length)] for r in range(world_size)]
+    if pattern == "powers of two":
+        return [[float(2 ** r)] * length for r in range(world_size)]
+    if pattern == "random":
+        rng = np.random.default_rng(seed)
+        return rng.integers(0, 10, size=(world_size, length)).astype(float).tolist()
+    raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
+
+
+def _reduce(a: np.ndarray, op: str) -> np.ndarray:
+    if op == "sum":
+        return a.sum(axis=0)
+    if op == "avg":
+        return a.sum(axis=0) / a.shape[0]
+    if op == "max":
+        return a.max(axis=0)
+    if op == "min":
+        return a.min(axis=0)
+    if op == "prod":
+        return a.prod(axis=0)
+    raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
+
+
+def expected_outputs(name: str, inputs, op: str = "sum") -> list:
+    """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing).
+
+    Same conventions as :func:`mgpu_helpers.collectives.run_collective`: root = rank 0, pieces in rank order.
+    """
+    a = np.asarray(inputs, dtype=float)
+    n, length = a.shape
+    if name == "broadcast":
+        return [a[ROOT].tolist() for _ in range(n)]
+    if name == "reduce":
+        return [_reduce(a, op).tolist() if r == ROOT else None for r in range(n)]
+    if name == "all_reduce":
+        return [_reduce(a, op).tolist() for _ in range(n)]
+    if name == "all_gather":
+        return [a.reshape(-1).tolist() for _ in range(n)]
+    if name == "gather":
+        return [a.reshape(-1).tolist() if r == ROOT else None for r in range(n)]
+    if name in ("scatter", "reduce_scatter"):
+        if length % n:
+            raise ValueError(f"{name} needs a length divisible by world_size={n}, got {length}")
+        whole = a[ROOT] if name == "scatter" else _reduce(a, op)
+        return [p.tolist() for p in np.split(whole, n)]
+    raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
+
+
+def _table(ax, rows, title: str, colours) -> None:
+    """Draw rows of numbers as a grid of boxes; a None row is drawn as 'nothing received'."""
+    st = style.current()
+    width = max([len(r) for r in rows if r is not None] + [1])
+    for r, row in enumerate(rows):
+        ax.text(-0.55, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size)
+        if row is None:
+            ax.text(0, r, "(receives nothing)", ha="left", va="center", fontsize=st.font_size * 0.9,
+                    color=style.PALETTE["grey"], style="italic")
+            continue
+        for i, v in enumerate(row):
+            ax.add_patch(_box(i, r, colours[r % len(colours)]))
+            ax.text(i, r, _fmt(v), ha="center", va="center", fontsize=st.font_size * (0.9 if width < 10 else 0.7))
+    ax.set_xlim(-2.1, max(width, 3) - 0.4)
+    ax.set_ylim(len(rows) - 0.4, -0.9)
+    ax.set_aspect("equal")
+    ax.set_title(title, fontsize=st.font_size * 1.1)
+    ax.axis("off")
+
+
+def _box(x, y, colour):
+    from matplotlib.patches import FancyBboxPatch
+    return FancyBboxPatch((x - 0.42, y - 0.36), 0.84, 0.72, boxstyle="round,pad=0.02",
+                          facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=style.current().line_width / 2)
+
+
+_RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple", "sky", "vermillion",
+                                            "yellow", "grey")]
+
+
+def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | None = None):
+    """Figure: each rank's input (left) and output (right) of collective ``name``.
+
+    ``inputs``: list (per rank) of lists of numbers; ``outputs``: the same, None for a rank that receives
+    nothing. Returns a matplotlib Figure (no pyplot state is left behind).
+    """
+    from matplotlib.figure import Figure
+
+    n = len(inputs)
+    width = max([len(r) for r in list(inputs) + list(outputs) if r is not None] + [1])
+    w_in = max(len(r) for r in inputs)
+    fig = Figure(figsize=style.figsize(2.2 + 0.55 * (w_in + width), 0.9 + 0.45 * n), layout="constrained")
+    axes = fig.subplots(1, 2, width_ratios=[max(w_in, 3) + 1.7, max(width, 3) + 1.7])
+    what = name + (f" ({op})" if name in REDUCING else "")
+    _table(axes[0], [list(r) for r in inputs], "input (before)", _RANK_COLOURS)
+    _table(axes[1], [None if r is None else list(r) for r in outputs], f"output of {what}", _RANK_COLOURS)
+    if title:
+        fig.suptitle(title, fontsize=style.current().font_size * 1.2)
+    return fig
+
+
+def _label(value: float, world_size: int, as_ranks: bool) -> str:
+    if as_ranks and value == int(value) and 0 < value < 2 ** world_size:
+        bits = [str(r) for r in range(world_size) if int(value) >> r & 1]
+        return "+".join(bits) if len(bits) < world_size else "all"
+    return _fmt(value)
+
+
+def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None):
+    """Figure: what each rank holds after every step of the ring all-reduce.
+
+    ``records[rank]`` is what :func:`mgpu_helpers.collectives.ring_all_reduce_steps` returned on that rank
+    (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
+    each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
+    """
+    from matplotlib.figure import Figure
+
+    n = len(records)
+    steps = len(records[0]) if max_steps is None else min(max_steps, len(records[0]))
+    length = len(records[0][0][-1])
+    st = style.current()
+    # Two rows: the input then the reduce-scatter steps; the all-gather steps below them.
+    cols = max(1, (steps + 1) // 2) if steps > 1 else 1
+    fig = Figure(figsize=style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n)),
+                 layout="constrained")
+    grid = np.atleast_2d(fig.subplots(2 if steps > 1 else 1, cols))
+    for ax in grid.flat:
+        ax.axis("off")
+    from matplotlib.patches import Rectangle
+
+    from ..collectives import chunk_bounds
+    bounds = chunk_bounds(length, n)
+    chunk_of = [next(c for c, (lo, hi) in enumerate(bounds) if lo <= i < hi) for i in range(length)]
+    for k in range(steps):
+        ax = grid.flat[k] if k < cols else grid[1, (k - cols) % cols] if grid.shape[0] > 1 else grid.flat[k]
+        phase, step, _sent, _recv = records[0][k][:4]
+        for r in range(n):
+            values = np.asarray(records[r][k][-1], dtype=float)
+            got = records[r][k][3]
+            for i, v in enumerate(values):
+                ax.add_patch(_box(i, r, _RANK_COLOURS[chunk_of[i] % len(_RANK_COLOURS)]))
+                if got is not None and chunk_of[i] == got:
+                    ax.add_patch(Rectangle((i - 0.46, r - 0.4), 0.92, 0.8, fill=False,
+                                           edgecolor=style.PALETTE["black"], linewidth=st.line_width))
+                ax.text(i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7)
+            ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
+        ax.set_xlim(-2.0, length - 0.4)
+        ax.set_ylim(n - 0.4, -0.8)
+        ax.set_aspect("equal")
+        ax.set_title("input" if phase == "input" else f"{phase} step {step + 1}", fontsize=st.font_size * 0.85)
+    return fig
+
+
+def run_and_draw(name: str = "all_reduce", world_size: int = 4, pattern: str = "rank", op: str = "sum",
+                 length: int | None = None, backend: str = "auto"):
+    """Run collective ``name`` on ``world_size`` real ranks and draw it.
+
+    Returns ``(figure, inputs, outputs, ok)`` where ``ok`` says whether every rank's output equals
+    :func:`expected_outputs` (to float tolerance).
+    """
+    from ..collectives import collective_rank_fn
+    from ..launch import run_ranks
+
+    length = default_length(name, world_size) if length is None else length
+    inputs = make_inputs(pattern, world_size, length)
+    res = run_ranks(collective_rank_fn, world_size, args=(name, inputs, op), backend=backend,
+                    stream=False, quiet=True)
+    outputs = res.values
+    ok = outputs_match(outputs, expected_outputs(name, inputs, op))
+    fig = draw_collective(name, inputs, outputs, op,
+                          title=f"{name} on {world_size} ranks ({res.backend}), pattern '{pattern}'")
+    return fig, inputs, outputs, ok
+
+
+def outputs_match(got, want, rtol: float = 1e-6) -> bool:
+    """True when every rank's output equals the expected one (None where None is expected)."""
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if (g is None) != (w is None):
+            return False
+        if g is not None and (len(g) != len(w) or not np.allclose(g, w, rtol=rtol, atol=1e-9)):
+            return False
+    return True
+
+
+def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum"):
+    """ipywidgets: pick the collective, op, world size and input pattern; Run launches real ranks."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    coll = w.Dropdown(options=list(COLLECTIVES), value=name, description="collective")
+    opw = w.Dropdown(options=list(REDUCE_OPS), value=op, description="op")
+    ws = w.IntSlider(value=world_size, min=2, max=8, description="world size")
+    pat = w.Dropdown(options=list(PATTERNS), value=pattern, description="inputs")
+    run = w.Button(description="Run", button_style="primary", icon="play")
+    out = w.Output()
+
+    def on_run(_=None):
+        out.clear_output(wait=True)
+        with out:
+            run.disabled = True
+            try:
+                fig, _inp, _outp, ok = run_and_draw(coll.value, ws.value, pat.value, opw.value)
+                display(fig)
+                print("every rank's output matches the expected result" if ok
+                      else "MISMATCH: some rank's output differs from the expected result")
+            except Exception as exc:   # show the error in the widget, keep the widget usable
+                print(f"{type(exc).__name__}: {exc}")
+            finally:
+                run.disabled = False
+
+    run.on_click(on_run)
+    return w.VBox([w.HBox([coll, opw]), w.HBox([ws, pat, run]), out])

@@ -1,0 +1,105 @@
+"""The all-reduce results widget: expected results per collective/op/pattern, and drawings that render."""
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from mgpu_helpers.collectives import COLLECTIVES, REDUCE_OPS
+from mgpu_helpers.widgets import allreduce as ar
+
+
+def test_seed_example_all_reduce_of_ranks_gives_six_on_every_rank():
+    inputs = ar.make_inputs("rank", 4, length=1)
+    assert ar.expected_outputs("all_reduce", inputs, "sum") == [[6.0]] * 4
+
+
+@pytest.mark.parametrize("op,want", [("sum", 6.0), ("avg", 1.5), ("max", 3.0), ("min", 0.0), ("prod", 0.0)])
+def test_reduce_ops_on_rank_pattern(op, want):
+    out = ar.expected_outputs("all_reduce", ar.make_inputs("rank", 4, 2), op)
+    assert out == [[want, want]] * 4
+
+
+def test_reduce_gives_only_the_root_a_result():
+    out = ar.expected_outputs("reduce", ar.make_inputs("rank+1", 3, 2), "sum")
+    assert out == [[6.0, 6.0], None, None]
+
+
+def test_gather_all_gather_scatter_reduce_scatter_shapes_and_values():
+    inputs = ar.make_inputs("random", 4, 8, seed=3)
+    a = np.asarray(inputs)
+    assert ar.expected_outputs("all_gather", inputs) == [a.reshape(-1).tolist()] * 4
+    g = ar.expected_outputs("gather", inputs)
+    assert g[0] == a.reshape(-1).tolist() and g[1:] == [None] * 3
+    assert ar.expected_outputs("scatter", inputs) == [a[0, 2 * r:2 * r + 2].tolist() for r in range(4)]
+    rs = ar.expected_outputs("reduce_scatter", inputs, "sum")
+    assert rs == [a.sum(0)[2 * r:2 * r + 2].tolist() for r in range(4)]
+    assert ar.expected_outputs("broadcast", inputs) == [a[0].tolist()] * 4
+
+
+def test_powers_of_two_sum_names_every_rank():
+    out = ar.expected_outputs("all_reduce", ar.make_inputs("powers of two", 5, 1))
+    assert out[0] == [31.0]
+    assert ar._label(31.0, 5, True) == "all" and ar._label(6.0, 5, True) == "1+2"
+
+
+def test_one_hot_pattern_has_one_owner_per_element():
+    a = np.asarray(ar.make_inputs("one-hot", 3, 6))
+    assert (a.sum(axis=0) == 1).all()
+
+
+def test_scatter_rejects_a_length_that_does_not_divide():
+    with pytest.raises(ValueError, match="divisible"):
+        ar.expected_outputs("scatter", ar.make_inputs("rank", 3, 4))
+
+
+def test_unknown_pattern_op_or_collective_is_refused():
+    with pytest.raises(ValueError):
+        ar.make_inputs("zeros", 2)
+    with pytest.raises(ValueError):
+        ar.expected_outputs("all_reduce", [[1.0]], "mean")
+    with pytest.raises(ValueError):
+        ar.expected_outputs("all_to_all", [[1.0]])
+
+
+def test_outputs_match_tells_a_wrong_rank_apart():
+    want = [[6.0], None]
+    assert ar.outputs_match([[6.0], None], want)
+    assert not ar.outputs_match([[6.0], [6.0]], want)
+    assert not ar.outputs_match([[5.0], None], want)
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_draw_collective_returns_a_figure_for_every_collective(name):
+    n = 4
+    inputs = ar.make_inputs("random", n, ar.default_length(name, n))
+    fig = ar.draw_collective(name, inputs, ar.expected_outputs(name, inputs, "sum"), "sum", title="t")
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    fig.canvas.draw()   # renders without a display
+
+
+def test_draw_ring_steps_from_a_recorded_ring():
+    n = 3
+    records = []
+    for r in range(n):
+        x = np.full(n, float(2 ** r))
+        steps = [("input", -1, None, None, x.copy())]
+        steps.append(("reduce-scatter", 0, r, (r - 1) % n, x.copy()))
+        records.append(steps)
+    fig = ar.draw_ring_steps(records)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    fig.canvas.draw()
+
+
+def test_every_reduce_op_is_known_to_the_widget():
+    inputs = ar.make_inputs("rank+1", 2, 2)
+    for op in REDUCE_OPS:
+        assert len(ar.expected_outputs("all_reduce", inputs, op)) == 2
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_real_ranks_give_the_expected_outputs(name):
+    ops = REDUCE_OPS if name in ar.REDUCING else ("sum",)
+    for op in ops:
+        fig, inputs, outputs, ok = ar.run_and_draw(name, 4, "random" if op != "prod" else "rank+1", op,
+                                                   backend="gloo")
+        assert ok, (name, op, inputs, outputs)
+        assert isinstance(fig, Figure)
