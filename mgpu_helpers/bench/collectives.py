@@ -1,0 +1,102 @@
+"""``python -m mgpu_helpers.bench collectives``: collective bandwidth over message sizes, next to nccl-tests.
+
+Runs :func:`mgpu_helpers.sweep.run_sweep` (all_reduce, reduce_scatter, all_gather and rs_ag = reduce-scatter
+then all-gather) and prints time, algbw and busbw per size, with the nccl-tests busbw recorded on
+2 x H200 where the sizes match (NCCL, 2 ranks). On GPUs the default sweep is 1 KiB .. 1 GiB; on the CPU
+(gloo) small sizes only.
+
+    python -m mgpu_helpers.bench collectives                         # all GPUs (or 2 gloo ranks)
+    python -m mgpu_helpers.bench collectives --world-size 2 --min-bytes 64M --max-bytes 1G --check
+    python -m mgpu_helpers.bench collectives --record-nccl-debug nccl_debug.txt   # NCCL_DEBUG=INFO lines
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+         "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+TARGET_FROM = 64 << 20     # busbw must be within 5% of nccl-tests from this size up
+TARGET_RATIO = 0.95
+
+
+def parse_size(text: str) -> int:
+    """'1K' -> 1024, '64M' -> 67108864, '1G' -> 1073741824, '4096' -> 4096 (binary units, like nccl-tests)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 1K, 64M, 1G)")
+    return int(m.group(1)) * UNITS[m.group(2).upper()]
+
+
+def target_check(rows) -> list[str]:
+    """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
+    from mgpu_helpers import sweep
+    bad = []
+    for d in sweep.compare_with_reference(rows):
+        if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO:
+            bad.append(f"{d['op']} {sweep.format_bytes(d['nbytes'])}: {d['busbw']:.1f} GB/s "
+                       f"vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})")
+    return bad
+
+
+def record_nccl_debug(path: str, world_size: int) -> int:
+    """Run one all-reduce with NCCL_DEBUG=INFO and write the ranks' NCCL lines to ``path``."""
+    from mgpu_helpers import diagnose
+    lines = diagnose.nccl_debug_lines(world_size)
+    if not lines:
+        print("no NCCL lines: this needs NCCL ranks (one GPU per rank).")
+        return 1
+    with open(path, "w") as f:
+        f.write("# Recorded: NCCL_DEBUG=INFO output of a 2-rank all-reduce (python -m mgpu_helpers.bench "
+                "collectives --record-nccl-debug)\n")
+        f.write("\n".join(lines) + "\n")
+    print(f"{len(lines)} lines written to {path}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    from mgpu_helpers import hardware, sweep
+
+    gpus = hardware.machine().gpu_count
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench collectives", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world-size", type=int, default=max(2, gpus), help="ranks (default: every GPU, at least 2)")
+    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    p.add_argument("--min-bytes", type=parse_size, default=None, help="smallest message (default 1K)")
+    p.add_argument("--max-bytes", type=parse_size, default=None,
+                   help="largest message (default 1G with NCCL, 1M with gloo)")
+    p.add_argument("--factor", type=int, default=None, help="size step (default 4 with NCCL, 32 with gloo)")
+    p.add_argument("--iters", type=int, default=None, help="timed iterations per size (default: by size)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--ops", default=",".join(sweep.OPS), help="comma-separated, from " + ",".join(sweep.OPS))
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if busbw is more than 5%% below nccl-tests at 64 MiB and above")
+    p.add_argument("--record-nccl-debug", metavar="PATH", default=None,
+                   help="instead of the sweep, record NCCL_DEBUG=INFO lines of one all-reduce to PATH")
+    a = p.parse_args(argv)
+    if a.record_nccl_debug:
+        return record_nccl_debug(a.record_nccl_debug, a.world_size)
+    ops = tuple(o.strip() for o in a.ops.split(",") if o.strip())
+    unknown = [o for o in ops if o not in sweep.OPS]
+    if unknown:
+        p.error(f"unknown op(s) {unknown}; choose from {sweep.OPS}")
+    backend, reason = hardware.choose_backend(a.world_size, a.backend)
+    gpu = backend == "nccl"
+    lo = a.min_bytes or sweep.KiB
+    hi = a.max_bytes or (sweep.GiB if gpu else sweep.MiB)
+    sizes = sweep.sizes_between(lo, hi, a.factor or (4 if gpu else 32))
+    print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(sizes)} sizes "
+          f"{sweep.format_bytes(sizes[0])} .. {sweep.format_bytes(sizes[-1])}; ops {', '.join(ops)}")
+    rows = sweep.run_sweep(a.world_size, sizes, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend,
+                           timeout=600)
+    print(sweep.format_table(rows))
+    compared = [d for d in sweep.compare_with_reference(rows) if d["ratio"] is not None]
+    if not compared:
+        print("(nccl-tests reference: recorded with NCCL on 2 x H200; compared only for NCCL on 2 ranks)")
+        return 0
+    bad = target_check(rows)
+    big = [d for d in compared if d["nbytes"] >= TARGET_FROM]
+    if big:
+        print(f"target: busbw within 5% of nccl-tests from 64 MiB up: "
+              + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad)))
+    return 1 if (a.check and bad) else 0

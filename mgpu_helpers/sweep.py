@@ -1,0 +1,395 @@
+"""Measured collective sweeps over message sizes, the way NVIDIA nccl-tests measures them.
+
+- :func:`run_sweep`: all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
+  all-reduce in two halves) on ``world_size`` ranks over a list of message sizes. Each rank pre-allocates
+  its buffers, runs warm-up iterations, then times a batch of back-to-back operations: between two CUDA
+  events on a GPU (no synchronisation per operation, like nccl-tests), with ``perf_counter`` around the
+  batch on the CPU. The slowest rank's time is the time of the operation (the collective ends for
+  everybody when it ends for the last rank).
+- :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
+  slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
+- :func:`parse_nccl_tests` / :func:`load_reference`: the nccl-tests tables recorded on 2 x H200 that ship
+  in ``mgpu_helpers/data``, to compare with.
+
+Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
+input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
+busbw from :func:`mgpu_helpers.perfmodel.busbw`. rs_ag is counted as an all-reduce.
+"""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+from . import perfmodel
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
+# Which nccl-tests formula each measured operation uses.
+BUSBW_AS = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
+            "rs_ag": "all_reduce"}
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One measured (operation, size): ``time_us`` per operation, ``algbw``/``busbw`` in GB/s."""
+
+    op: str
+    nbytes: int
+    time_us: float
+    algbw: float
+    busbw: float
+    world_size: int
+    backend: str
+    iters: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sizes_between(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:
+    """Message sizes from ``min_bytes`` to ``max_bytes`` (inclusive), each ``factor`` times the previous."""
+    if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
+        raise ValueError(f"need 0 < min_bytes <= max_bytes and factor >= 2, got {min_bytes}, {max_bytes}, {factor}")
+    out, n = [], int(min_bytes)
+    while n <= max_bytes:
+        out.append(n)
+        n *= factor
+    return out
+
+
+def default_sizes(gpu: bool) -> list[int]:
+    """1 KiB .. 1 GiB (x4) on GPUs, as nccl-tests ``-b 1K -e 1G -f 4``; 1 KiB, 32 KiB, 1 MiB on the CPU."""
+    return sizes_between(KiB, GiB, 4) if gpu else sizes_between(KiB, MiB, 32)
+
+
+def default_iters(nbytes: int, gpu: bool) -> int:
+    """Timed iterations: enough that a batch lasts well over the event resolution, capped for big sizes."""
+    if not gpu:
+        return 10 if nbytes <= 64 * KiB else 5
+    return int(min(200, max(20, (2 * GiB) // max(nbytes, 1))))
+
+
+def format_bytes(nbytes: float) -> str:
+    """1024 -> '1 KiB', 67108864 -> '64 MiB' (whole units when exact)."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if nbytes >= size:
+            v = nbytes / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Inside a rank.
+
+def all_gather_flat(output, inp, async_op: bool = False):
+    """``all_gather_into_tensor`` under its current name (torch 2.13 renamed it ``all_gather_single``)."""
+    import torch.distributed as dist
+
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return fn(output, inp, async_op=async_op)
+
+
+def reduce_scatter_flat(output, inp, async_op: bool = False):
+    """``reduce_scatter_tensor`` (sum) under its current name (``reduce_scatter_single`` in torch 2.13)."""
+    import torch.distributed as dist
+
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return fn(output, inp, async_op=async_op)
+
+
+def _elements(nbytes: int, world_size: int, itemsize: int = 4) -> int:
+    """float32 elements for a buffer of about ``nbytes``, a multiple of world_size (at least one each)."""
+    per = max(1, nbytes // (itemsize * world_size))
+    return per * world_size
+
+
+def make_op(op: str, nbytes: int, world_size: int, device):
+    """Allocate the buffers of ``op`` for ``nbytes`` once and return ``(run, actual_nbytes)``.
+
+    ``run()`` issues one operation on the pre-allocated buffers (no allocation inside the timed loop).
+    """
+    import torch
+    import torch.distributed as dist
+
+    n = _elements(nbytes, world_size)
+    full = torch.ones(n, dtype=torch.float32, device=device)
+    part = torch.ones(n // world_size, dtype=torch.float32, device=device)
+    if op == "all_reduce":
+        def run():
+            dist.all_reduce(full)
+    elif op == "reduce_scatter":
+        def run():
+            reduce_scatter_flat(part, full)
+    elif op == "all_gather":
+        def run():
+            all_gather_flat(full, part)
+    elif op == "rs_ag":
+        def run():
+            reduce_scatter_flat(part, full)   # each rank: the sum of its slice
+            all_gather_flat(full, part)       # everyone: every summed slice = the all-reduce
+    else:
+        raise ValueError(f"unknown op {op!r}; one of {OPS}")
+    return run, n * 4
+
+
+def time_batch(run, iters: int, warmup: int, device) -> float:
+    """Seconds per call of ``run``: ``warmup`` calls, then ``iters`` back-to-back calls timed as one batch.
+
+    GPU: between two CUDA events on the current stream (the collectives are queued, the host never waits
+    inside the batch); CPU: ``perf_counter`` around the batch. Ranks line up with a barrier first.
+    """
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        dist.barrier()
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        run()
+    return (time.perf_counter() - t0) / iters
+
+
+def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: int = 5) -> list[dict]:
+    """Rank function: time every (op, size) on this rank. Returns ``[{op, nbytes, seconds, iters}]``."""
+    import torch
+
+    from .ranks import rank_device
+
+    device = rank_device()
+    gpu = device.type == "cuda"
+    out = []
+    for nbytes in sizes:
+        for op in ops:
+            run, actual = make_op(op, int(nbytes), world_size, device)
+            n_iters = iters or default_iters(actual, gpu)
+            seconds = time_batch(run, n_iters, warmup if gpu else min(warmup, 2), device)
+            out.append({"op": op, "nbytes": actual, "seconds": seconds, "iters": n_iters})
+            del run
+        if gpu:
+            torch.cuda.empty_cache()
+    return out
+
+
+def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[SweepRow]:
+    """Rows from every rank's timings: an operation takes as long as its slowest rank."""
+    rows = []
+    for i, first in enumerate(per_rank[0]):
+        seconds = max(rank_rows[i]["seconds"] for rank_rows in per_rank)
+        nb = first["nbytes"]
+        rows.append(SweepRow(op=first["op"], nbytes=nb, time_us=seconds * 1e6,
+                             algbw=perfmodel.algbw(nb, seconds) / 1e9,
+                             busbw=perfmodel.busbw(BUSBW_AS[first["op"]], nb, seconds, world_size) / 1e9,
+                             world_size=world_size, backend=backend, iters=first["iters"]))
+    return rows
+
+
+def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int = 5, backend: str = "auto",
+              timeout: float = 300.0, progress=None, stream: bool = False) -> list[SweepRow]:
+    """Measure ``ops`` over ``sizes`` on ``world_size`` ranks; returns one :class:`SweepRow` per (size, op).
+
+    ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB).
+    ``progress(done, total)``, when given, is called after each size; the sizes then run in one launch each
+    (so the bar moves); without it every size runs in a single launch.
+    """
+    from . import hardware
+    from .launch import run_ranks
+
+    chosen, _ = hardware.choose_backend(world_size, backend)
+    gpu = chosen == "nccl"
+    sizes = list(sizes) if sizes is not None else default_sizes(gpu)
+    groups = [[s] for s in sizes] if progress is not None else [sizes]
+    rows: list[SweepRow] = []
+    if progress is not None:
+        progress(0, len(sizes))
+    done = 0
+    for group in groups:
+        res = run_ranks(sweep_rank, world_size, args=(group, tuple(ops), iters, warmup), backend=chosen,
+                        timeout=timeout, stream=stream, quiet=True)
+        rows += combine(res.values, world_size, res.backend)
+        done += len(group)
+        if progress is not None:
+            progress(done, len(sizes))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# A training-like step per size: compute, wait, communicate.
+
+def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int = 128,
+              compute_repeats: int = 4, slow_rank=None, slow_factor: int = 3) -> list[dict]:
+    """Rank function: for each size, ``steps`` times: compute, wait at a barrier, all-reduce ``nbytes``.
+
+    The compute is ``compute_repeats`` matrix products of ``compute_n`` x ``compute_n`` (the same for
+    every size: a model whose backward does not change while its gradient bucket grows); ``slow_rank``
+    does ``slow_factor`` times as much. Each phase is synchronised and traced (compute / wait /
+    communicate spans). Returns per size the median seconds of each phase on this rank.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from . import trace
+    from .ranks import rank_device
+
+    device = rank_device()
+    gpu = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
+    a = torch.randn(compute_n, compute_n, device=device)
+    b = torch.randn(compute_n, compute_n, device=device)
+    repeats = compute_repeats * (slow_factor if rank == slow_rank else 1)
+    out = []
+    for nbytes in sizes:
+        buf = torch.ones(_elements(int(nbytes), world_size), device=device)
+        dist.all_reduce(buf)          # warm-up: connections and algorithm set up outside the timing
+        sync()
+        phases = {"compute": [], "wait": [], "communicate": []}
+        for _ in range(steps):
+            t0 = time.monotonic()
+            for _ in range(repeats):
+                c = a @ b
+            sync()
+            t1 = time.monotonic()
+            dist.barrier()            # how long this rank waits for the slowest one
+            sync()
+            t2 = time.monotonic()
+            dist.all_reduce(buf)
+            sync()
+            t3 = time.monotonic()
+            size = format_bytes(buf.numel() * 4)
+            trace.record("compute", t0, t1, f"compute ({size})")
+            trace.record("wait", t1, t2, f"wait ({size})")
+            trace.record("communicate", t2, t3, f"all_reduce {size}")
+            for k, s in zip(phases, (t1 - t0, t2 - t1, t3 - t2)):
+                phases[k].append(s)
+        del c
+        out.append({"nbytes": buf.numel() * 4, **{k: statistics.median(v) for k, v in phases.items()}})
+    return out
+
+
+def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
+    """Per size: compute = slowest rank's, wait = the longest wait, communicate = median over ranks (us);
+    ``efficiency`` = compute / (compute + wait + communicate), the share of the step spent computing."""
+    rows = []
+    for i, first in enumerate(per_rank[0]):
+        comp = max(r[i]["compute"] for r in per_rank)
+        wait = max(r[i]["wait"] for r in per_rank)
+        comm = statistics.median(r[i]["communicate"] for r in per_rank)
+        total = comp + wait + comm
+        parts = {"compute": comp, "wait": wait, "communicate": comm}
+        rows.append({"nbytes": first["nbytes"], "compute_us": comp * 1e6, "wait_us": wait * 1e6,
+                     "comm_us": comm * 1e6, "step_us": total * 1e6, "efficiency": comp / total,
+                     "limited_by": max(parts, key=parts.get)})
+    return rows
+
+
+def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_n=None, backend: str = "auto",
+                       timeout: float = 300.0, slow_rank=None):
+    """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
+    (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launch.RankResults` (with spans)."""
+    from . import hardware
+    from .launch import run_ranks
+
+    chosen, _ = hardware.choose_backend(world_size, backend)
+    gpu = chosen == "nccl"
+    sizes = list(sizes) if sizes is not None else default_sizes(gpu)
+    n = compute_n or (4096 if gpu else 128)
+    res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank), backend=chosen,
+                    timeout=timeout, stream=False, quiet=True)
+    return combine_steps(res.values), res
+
+
+# --------------------------------------------------------------------------------------------------------
+# nccl-tests reference tables.
+
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+" + r"\s+".join([r"([\d.]+)"] * 3)
+                  + r"\s+(\S+)\s+" + r"\s+".join([r"([\d.]+)"] * 3) + r"\s+(\S+)\s*$")
+
+
+def parse_nccl_tests(text: str) -> list[dict]:
+    """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop, time_us, algbw, busbw``
+    (out-of-place) and ``inplace_time_us, inplace_algbw, inplace_busbw``; comment lines are skipped."""
+    rows = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        m = _ROW.match(line)
+        if not m:
+            continue
+        g = m.groups()
+        rows.append({"nbytes": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3],
+                     "time_us": float(g[5]), "algbw": float(g[6]), "busbw": float(g[7]),
+                     "inplace_time_us": float(g[9]), "inplace_algbw": float(g[10]),
+                     "inplace_busbw": float(g[11])})
+    return rows
+
+
+def reference_header(op: str) -> list[str]:
+    """The comment lines of the recorded reference for ``op`` (where and how it was measured)."""
+    with open(os.path.join(DATA_DIR, f"nccltests_{op}.txt")) as f:
+        return [ln.rstrip() for ln in f if ln.startswith("#")]
+
+
+def load_reference(op: str) -> list[dict]:
+    """nccl-tests rows recorded on 2 x H200 for ``op`` (all_reduce, reduce_scatter, all_gather, sendrecv);
+    rs_ag has no nccl-tests counterpart and gives []."""
+    path = os.path.join(DATA_DIR, f"nccltests_{op}.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return parse_nccl_tests(f.read())
+
+
+def reference_busbw(op: str, nbytes: int) -> float | None:
+    """The best nccl-tests busbw (GB/s, out-of-place or in-place) recorded for ``op`` at exactly ``nbytes``."""
+    for r in load_reference(op):
+        if r["nbytes"] == nbytes:
+            return max(r["busbw"], r["inplace_busbw"])
+    return None
+
+
+def compare_with_reference(rows) -> list[dict]:
+    """Each row as a dict plus ``ref_busbw`` (GB/s) and ``ratio`` (ours / reference) where the recorded
+    nccl-tests table has that size; None elsewhere. Only NCCL rows on 2 ranks are compared: the reference
+    was measured with NCCL on 2 GPUs, and gloo on the CPU is a different thing altogether."""
+    out = []
+    for r in rows:
+        d = r.as_dict() if isinstance(r, SweepRow) else dict(r)
+        ref = (reference_busbw(d["op"], d["nbytes"])
+               if d["world_size"] == 2 and d.get("backend") == "nccl" else None)
+        d["ref_busbw"] = ref
+        d["ratio"] = d["busbw"] / ref if ref else None
+        out.append(d)
+    return out
+
+
+def format_table(rows, reference: bool = True) -> str:
+    """A fixed-width text table of sweep rows (with the nccl-tests busbw alongside when ``reference``)."""
+    rows = compare_with_reference(rows) if reference else [r.as_dict() if isinstance(r, SweepRow) else r
+                                                           for r in rows]
+    head = f"{'op':<15}{'size':>10}{'time (us)':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}"
+    if reference:
+        head += f"{'nccl-tests':>12}{'ratio':>8}"
+    lines = [head, "-" * len(head)]
+    for d in rows:
+        line = (f"{d['op']:<15}{format_bytes(d['nbytes']):>10}{d['time_us']:>12.1f}{d['algbw']:>12.2f}"
+                f"{d['busbw']:>12.2f}")
+        if reference:
+            ref = d.get("ref_busbw")
+            line += f"{ref:>12.2f}{d['ratio']:>8.2f}" if ref else f"{'-':>12}{'-':>8}"
+        lines.append(line)
+    return "\n".join(lines)
