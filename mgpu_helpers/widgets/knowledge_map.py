@@ -1,0 +1,85 @@
+"""The chapter's knowledge map: CUDA basics -> torch.distributed tools -> communication patterns.
+
+:data:`KNOWLEDGE_MAP` holds the content (three columns of topics, each with the notebook that teaches it,
+and the links between them); :func:`draw_knowledge_map` draws it with matplotlib boxes and arrows.
+Labels are English (the course's terms), so the figure renders with matplotlib's default fonts.
+"""
+from __future__ import annotations
+
+from .. import style
+
+# (column title, colour key, [(topic, notebook), ...])
+KNOWLEDGE_MAP = [
+    ("CUDA basics (the foundation)", "blue", [
+        ("Host vs Device", "01"),
+        ("Kernel, Grid / Block / Thread", "01"),
+        ("SIMT and warps", "01"),
+        ("cudaMalloc/cudaMemcpy, checks", "01"),
+        ("block size, registers, occupancy", "02"),
+    ]),
+    ("torch.distributed (the tools)", "orange", [
+        ("process group: init_process_group", "03"),
+        ("backend: nccl (GPU) / gloo (CPU)", "03"),
+        ("init_method: env:// tcp:// file://", "03"),
+        ("rank, world_size, device", "03"),
+    ]),
+    ("communication (the core mechanism)", "green", [
+        ("point-to-point: send / recv", "04"),
+        ("isend / irecv, batch_isend_irecv", "04"),
+        ("Broadcast, Reduce, Gather / Scatter", "05"),
+        ("All-Reduce (DDP gradients)", "05"),
+        ("All-Gather, Reduce-Scatter, ring", "05"),
+    ]),
+]
+
+# What each arrow between two columns means.
+ARROWS = ["one process per GPU;\nNCCL moves\ndevice memory", "a process group\nlets ranks talk"]
+
+
+def draw_knowledge_map(highlight: int | None = None):
+    """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none).
+
+    Returns a matplotlib Figure (no pyplot state is left behind).
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    st = style.current()
+    fig = Figure(figsize=style.figsize(13, 6.2))
+    ax = fig.add_axes([0, 0, 1, 1])
+    ax.set_xlim(0, 13)
+    ax.set_ylim(0, 6.2)
+    ax.axis("off")
+    col_x = [0.2, 4.75, 9.3]
+    box_w, box_h, top = 3.5, 0.62, 4.9
+    for c, (title, colour_key, topics) in enumerate(KNOWLEDGE_MAP):
+        colour = style.PALETTE[colour_key]
+        strong = highlight is None or highlight == c
+        ax.text(col_x[c] + box_w / 2, 5.75, title, ha="center", va="center", weight="bold",
+                fontsize=st.font_size * 1.15, color=colour)
+        for r, (topic, nb) in enumerate(topics):
+            y = top - r * 0.95
+            ax.add_patch(FancyBboxPatch((col_x[c], y - box_h / 2), box_w, box_h, boxstyle="round,pad=0.05",
+                                        facecolor=colour, alpha=0.28 if strong else 0.08, edgecolor=colour,
+                                        linewidth=st.line_width))
+            ax.text(col_x[c] + 0.15, y, topic, ha="left", va="center", fontsize=st.font_size,
+                    alpha=1.0 if strong else 0.5)
+            ax.text(col_x[c] + box_w - 0.1, y, f"nb {nb}", ha="right", va="center",
+                    fontsize=st.font_size * 0.75, color=style.PALETTE["grey"])
+    # The chapter's main arrows: foundation -> tools -> mechanism.
+    for c in range(2):
+        x0 = col_x[c] + box_w + 0.08
+        x1 = col_x[c + 1] - 0.08
+        for y in (5.75, 2.9):
+            ax.add_patch(FancyArrowPatch((x0, y), (x1, y), arrowstyle="-|>", mutation_scale=22,
+                                         linewidth=st.line_width * 1.5, color=style.PALETTE["black"]))
+        ax.text((x0 + x1) / 2, 3.1, ARROWS[c], ha="center", va="bottom", fontsize=st.font_size * 0.72,
+                color=style.PALETTE["grey"], style="italic")
+    ax.text(6.5, 0.12, "CUDA is the foundation, torch.distributed the tool, communication the core: "
+            "all three are needed.", ha="center", va="bottom", fontsize=st.font_size * 0.9)
+    return fig
+
+
+def topics() -> list[tuple[str, str, str]]:
+    """Every topic of the map as ``(column title, topic, notebook)``."""
+    return [(title, t, nb) for title, _c, ts in KNOWLEDGE_MAP for t, nb in ts]
