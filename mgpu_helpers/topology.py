@@ -1,0 +1,126 @@
+"""The ``nvidia-smi topo -m`` matrix: parse it, explain its words, and the copy recorded on 2 x H200.
+
+On a GPU machine the course reads the links through NVML (``env.machine.links``, same words as
+nvidia-smi); on a CPU-only machine :func:`recorded_topology` gives the matrix recorded on a
+2 x NVIDIA H200 host (``data/topo_h200x2.txt``), clearly labelled as a recording.
+"""
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import NamedTuple
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_DEVICE = re.compile(r"^(GPU|NIC)\d+$")
+
+# What each word of the matrix means (nvidia-smi's legend), fastest path first.
+LINK_MEANINGS = {
+    "X": "self",
+    "NV#": "a bonded set of # NVLinks (direct GPU-to-GPU, fastest)",
+    "PIX": "PCIe, at most one PCIe bridge",
+    "PXB": "PCIe, several PCIe bridges, no host bridge",
+    "PHB": "PCIe through a PCIe host bridge (usually the CPU)",
+    "NODE": "PCIe and the interconnect between host bridges of one NUMA node",
+    "SYS": "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI), slowest",
+}
+# Rough order from fast to slow, for sorting pairs by path quality.
+LINK_RANK = {"NV": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+
+
+class TopoMatrix(NamedTuple):
+    """A parsed topology: ``names`` (GPU names in order), ``links[i][j]`` (words like "NV18", "SYS"),
+    ``columns`` (per GPU, the other columns: CPU Affinity, NUMA Affinity ...), ``source`` (where it came
+    from: a comment line of the file, "NVML", or "")."""
+
+    names: tuple
+    links: tuple
+    columns: dict
+    source: str
+
+
+def _is_header(line: str) -> bool:
+    """The column line: its first non-empty cell is GPU0 and, unlike the GPU0 row, it is not followed by X."""
+    cells = [c.strip() for c in line.split("\t")]
+    if cells and cells[0] == "":
+        cells = cells[1:]
+    return len(cells) >= 2 and cells[0] == "GPU0" and cells[1] != "X"
+
+
+def parse_topo_matrix(text: str) -> TopoMatrix:
+    """Parse the text of ``nvidia-smi topo -m`` (ANSI codes and ``#`` comment lines allowed).
+
+    Returns a :class:`TopoMatrix` restricted to the GPUs (NIC rows/columns, if any, are left out of
+    ``links``). Raises ValueError when no GPU header is found or the matrix is not square.
+    """
+    lines = [_ANSI.sub("", ln).rstrip("\n") for ln in text.splitlines()]
+    source = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("#")), "")
+    body = [ln for ln in lines if not ln.startswith("#")]
+    header_i = next((i for i, ln in enumerate(body) if _is_header(ln)), None)
+    if header_i is None:
+        raise ValueError("no `nvidia-smi topo -m` header (a line of column names starting with GPU0) found")
+    header = [h.strip() for h in body[header_i].split("\t") if h.strip()]
+    devices = [h for h in header if _DEVICE.match(h)]
+    extra = header[len(devices):]
+    gpus = [d for d in devices if d.startswith("GPU")]
+    rows = {}
+    for ln in body[header_i + 1:]:
+        if not ln.strip() or ln.startswith("Legend"):
+            break
+        cells = [c.strip() for c in ln.split("\t")]
+        name = cells[0]
+        if not _DEVICE.match(name):
+            continue
+        rows[name] = cells[1:]
+    links, columns = [], {}
+    for g in gpus:
+        if g not in rows:
+            raise ValueError(f"the matrix has a {g} column but no {g} row")
+        cells = rows[g]
+        links.append(tuple(cells[devices.index(o)] for o in gpus))
+        rest = [c for c in cells[len(devices):] if c]
+        columns[g] = dict(zip(extra, rest))
+    return TopoMatrix(tuple(gpus), tuple(links), columns, source)
+
+
+def recorded_topology() -> TopoMatrix:
+    """The matrix recorded on a 2 x NVIDIA H200 host (NVLink NV18), from ``data/topo_h200x2.txt``."""
+    text = resources.files("mgpu_helpers").joinpath("data/topo_h200x2.txt").read_text(encoding="utf-8")
+    return parse_topo_matrix(text)
+
+
+def from_links(links, source: str = "NVML") -> TopoMatrix:
+    """Wrap ``env.machine.links`` (NVML, nvidia-smi words) as a :class:`TopoMatrix`."""
+    names = tuple(f"GPU{i}" for i in range(len(links)))
+    return TopoMatrix(names, tuple(tuple(r) for r in links), {n: {} for n in names}, source)
+
+
+def link_meaning(word: str) -> str:
+    """Plain-English meaning of one matrix word ("NV18" -> "a bonded set of 18 NVLinks ...")."""
+    m = re.match(r"^NV(\d+)$", word)
+    if m:
+        return LINK_MEANINGS["NV#"].replace("#", m.group(1))
+    return LINK_MEANINGS.get(word, f"unknown link type {word!r}")
+
+
+def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
+    """Each pair of distinct GPUs once: (gpu_a, gpu_b, link word), fastest paths first."""
+    out = []
+    for i, a in enumerate(topo.names):
+        for j in range(i + 1, len(topo.names)):
+            out.append((a, topo.names[j], topo.links[i][j]))
+
+    def speed(p):
+        word = p[2]
+        return (LINK_RANK["NV"], -int(word[2:])) if word.startswith("NV") else (LINK_RANK.get(word, 9), 0)
+    return sorted(out, key=speed)
+
+
+def summary(topo: TopoMatrix) -> str:
+    """A few lines: the matrix, then each GPU pair with what its link means."""
+    w = max([len(n) for n in topo.names] + [4]) + 2
+    lines = [" " * w + "".join(n.ljust(w) for n in topo.names)]
+    for n, row in zip(topo.names, topo.links):
+        lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
+    for a, b, word in pairs(topo):
+        lines.append(f"{a}-{b}: {word} = {link_meaning(word)}")
+    return "\n".join(lines)
