@@ -1,0 +1,222 @@
+"""Vector-add bandwidth: ``python -m mgpu_helpers.bench kernels [--n N] [--repeats R] [--smoke] [--json PATH]``.
+
+Effective bandwidth = bytes read + written / time (CUDA events, median of ``--repeats`` runs) at N float32
+elements (default 2**28) for: the seed's vecAdd in Numba at block 128/256/512/1024, the same C kernel as a CuPy
+``RawKernel``, CuPy's ``ElementwiseKernel``, the course's fast Numba and CuPy kernels, and torch copy and
+``torch.add`` as the ceilings. One table, with each row as a % of torch.add measured in the same run, beside the
+figures recorded on an H200 (mgpu_helpers/data/kernels_h200x2.json).
+
+Without a GPU it says so, prints the recorded table and exits 0; ``--smoke`` then runs the Numba kernels in the
+CUDA simulator at a small N and checks their results (times from the simulator say nothing about a GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from importlib import resources
+
+REFERENCE_FILE = "kernels_h200x2.json"
+BLOCKS = (128, 256, 512, 1024)
+
+# (row key, label, bytes moved per element (float32), key in the reference file)
+ROWS = [
+    ("torch_copy", "torch copy  (dst.copy_(src))", 8, "torch_copy_GBps"),
+    ("torch_add", "torch.add   (ceiling)", 12, "torch_add_GBps"),
+    *[(f"numba_bs{b}", f"Numba vecAdd, block {b}", 12, f"numba_vecadd_bs{b}_GBps") for b in BLOCKS],
+    ("cupy_raw", "CuPy RawKernel (seed C), block 256", 12, "cupy_raw_vecadd_bs256_GBps"),
+    ("cupy_elementwise", "CuPy ElementwiseKernel", 12, "cupy_elementwise_vecadd_GBps"),
+    ("numba_fast", "Numba fast (grid-stride, 4/thread/trip)", 12, None),
+    ("cupy_fast", "CuPy fast (float4, grid-stride)", 12, None),
+]
+LABELS = {key: label for key, label, _, _ in ROWS}
+FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
+
+
+def reference() -> dict:
+    """The recorded H200 figures: ``{"source": str, "gbps": {row key: GB/s}, "raw": the file's dict}``."""
+    raw = json.loads(resources.files("mgpu_helpers").joinpath("data", REFERENCE_FILE).read_text(encoding="utf-8"))
+    gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
+    return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
+
+
+@dataclass
+class Table:
+    """Measured and recorded GB/s per row key (missing = not measured / not recorded)."""
+
+    measured: dict
+    recorded: dict
+    title: str = ""
+
+
+def _pct(value, base):
+    return f"{100 * value / base:5.0f}%" if value is not None and base else "     -"
+
+
+def _gb(value):
+    if value is None:
+        return "        -"
+    return f"{value:9.1f}" if value >= 10 else f"{value:9.5f}"  # simulator smoke figures are tiny
+
+
+def format_table(table: Table) -> str:
+    """The bench's table as text: kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
+    base_m = table.measured.get("torch_add")
+    base_r = table.recorded.get("torch_add")
+    width = max(len(label) for label in LABELS.values())
+    head = f"{'kernel':{width}s} | {'GB/s':>9s} | {'% add':>6s} | {'H200 ref':>9s} | {'% add':>6s}"
+    lines = [table.title] if table.title else []
+    lines += [head, "-" * len(head)]
+    for key, label, _, _ in ROWS:
+        m, r = table.measured.get(key), table.recorded.get(key)
+        lines.append(f"{label:{width}s} | {_gb(m)} | {_pct(m, base_m)} | {_gb(r)} | {_pct(r, base_r)}")
+    return "\n".join(lines)
+
+
+def fast_verdict(measured: dict) -> list[str]:
+    """One line per fast kernel: does it reach FAST_TARGET of torch.add?"""
+    base = measured.get("torch_add")
+    out = []
+    for key in ("numba_fast", "cupy_fast"):
+        if base and measured.get(key):
+            frac = measured[key] / base
+            ok = "meets" if frac >= FAST_TARGET else "MISSES"
+            out.append(f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({ok} the {100 * FAST_TARGET:.0f}% target)")
+    return out
+
+
+def _median_gbps(times_ms: list[float], nbytes: int) -> float:
+    from .. import kernels as K
+    return K.bandwidth_gbps(nbytes, statistics.median(times_ms))
+
+
+def measure(n: int, repeats: int) -> dict:
+    """Run every row on the current GPU; returns {row key: GB/s}. Checks each kernel's result on the device."""
+    import cupy as cp
+    import numpy as np
+    import torch
+    from numba import cuda
+
+    from .. import kernels as K
+
+    out = {}
+    f32 = 4
+    # torch: the ceilings.
+    ta = torch.rand(n, device="cuda")
+    tb = torch.rand(n, device="cuda")
+    tc = torch.empty_like(ta)
+    out["torch_copy"] = _median_gbps(K.time_gpu(lambda: tc.copy_(ta), repeats, library="torch"), 2 * n * f32)
+    out["torch_add"] = _median_gbps(K.time_gpu(lambda: torch.add(ta, tb, out=tc), repeats, library="torch"),
+                                    3 * n * f32)
+    assert torch.equal(tc, ta + tb), "torch.add gave a wrong result"
+    del ta, tb, tc
+    torch.cuda.empty_cache()
+
+    # CuPy: the seed's C kernel, the ElementwiseKernel, the fast float4 kernel.
+    ca = cp.random.random(n, dtype=cp.float32)
+    cb = cp.random.random(n, dtype=cp.float32)
+    cc = cp.empty_like(ca)
+    want = ca + cb
+    cupy_rows = {
+        "cupy_raw": lambda: K.vec_add_cupy_raw(ca, cb, cc, block=256),
+        "cupy_elementwise": lambda: K.vec_add_cupy_elementwise(ca, cb, cc),
+        "cupy_fast": lambda: K.vec_add_cupy_fast(ca, cb, cc),
+    }
+    for key, fn in cupy_rows.items():
+        cc.fill(0)
+        fn()
+        assert bool(cp.array_equal(cc, want)), f"{key} gave a wrong result"
+        out[key] = _median_gbps(K.time_gpu(fn, repeats, library="cupy"), 3 * n * f32)
+
+    # Numba: its own arrays (device-to-device copies of the CuPy inputs), checked against the same sum.
+    cp.cuda.Device().synchronize()
+    da = cuda.device_array(n, dtype=np.float32)
+    db = cuda.device_array(n, dtype=np.float32)
+    dc = cuda.device_array(n, dtype=np.float32)
+    da.copy_to_device(cuda.as_cuda_array(ca, sync=False))
+    db.copy_to_device(cuda.as_cuda_array(cb, sync=False))
+    numba_rows = {f"numba_bs{b}": (lambda b=b: K.vec_add[K.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
+    K.vec_add_fast_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
+    grid = K.fast_grid(K.numba_regs_per_thread(K.vec_add_fast))
+    numba_rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc, grid=grid)
+    for key, fn in numba_rows.items():
+        cp.asarray(dc).fill(0)
+        cuda.synchronize()
+        fn()
+        cuda.synchronize()
+        assert bool(cp.array_equal(cp.asarray(dc), want)), f"{key} gave a wrong result"
+        out[key] = _median_gbps(K.time_gpu(fn, repeats, library="numba"), 3 * n * f32)
+    return out
+
+
+def smoke(n: int) -> dict:
+    """The Numba kernels in the simulator at a small n: results checked against NumPy; returns {row: GB/s}
+    (simulator wall-clock: meaningless as a GPU figure)."""
+    import numpy as np
+    from numba import cuda
+
+    from .. import kernels as K
+
+    rng = np.random.default_rng(0)
+    a = rng.random(n, dtype=np.float32)
+    b = rng.random(n, dtype=np.float32)
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    dc = cuda.device_array(n, dtype=np.float32)
+    rows = {f"numba_bs{bs}": (lambda bs=bs: K.vec_add[K.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
+    rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc)
+    out = {}
+    for key, fn in rows.items():
+        dc.copy_to_device(np.zeros(n, np.float32))
+        ms = K.time_gpu(fn, repeats=1, warmup=0)
+        if not np.array_equal(dc.copy_to_host(), a + b):
+            raise AssertionError(f"{key}: wrong result in the simulator")
+        out[key] = K.bandwidth_gbps(3 * n * 4, statistics.median(ms))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench kernels", description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=None, help="elements per vector (default 2**28; 4096 with --smoke)")
+    p.add_argument("--repeats", type=int, default=20, help="timed runs per kernel; the median is reported")
+    p.add_argument("--smoke", action="store_true", help="without a GPU: run the Numba kernels in the simulator")
+    p.add_argument("--json", metavar="PATH", help="also write the measured GB/s to PATH")
+    args = p.parse_args(argv)
+
+    from .. import course
+    env = course.setup(show=False, prewarm=False)  # simulator on before numba is imported when there is no GPU
+    ref = reference()
+    print(f"reference: {ref['source']}")
+
+    if env.mode != "gpu":
+        print("\nbench kernels needs an NVIDIA GPU; none found here "
+              f"({env.machine.note or 'no GPU'}). Recorded figures:\n")
+        print(format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")))
+        if not args.smoke:
+            print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
+            return 0
+        n = args.n or 4096
+        measured = smoke(n)
+        print(f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b "
+              "(simulator GB/s below are Python speed, not GPU speed)\n")
+        print(format_table(Table(measured, ref["gbps"], title="simulator smoke")))
+        _dump(args.json, n, measured, "simulator")
+        return 0
+
+    n = args.n or 2**28
+    gpu = env.gpus[0].name
+    print(f"measuring on GPU 0 ({gpu}), N = {n} float32, median of {args.repeats} runs, CUDA events\n")
+    measured = measure(n, args.repeats)
+    print(format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")))
+    print()
+    for line in fast_verdict(measured):
+        print(line)
+    _dump(args.json, n, measured, gpu)
+    return 0
+
+
+def _dump(path, n, measured, device) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"n": n, "device": device, "GBps": measured}, f, indent=1)
+        print(f"wrote {path}")

@@ -1,0 +1,518 @@
+"""The course's vector-add kernels: one copy shared by notebooks 01/02, ``bench kernels`` and the tests.
+
+Import this module only after ``mh.setup()``: it imports ``numba.cuda`` (and defines the Numba kernels) at
+import time, and Numba reads ``NUMBA_ENABLE_CUDASIM`` once, when it is first imported. CuPy kernels are built
+lazily by :func:`cupy_kernels` (compiling needs a GPU).
+
+Contents
+- Numba kernels: :data:`vec_add` (the seed's kernel), :data:`vec_add_unchecked` (the same without the bounds
+  check), :data:`vec_add_fast` (grid-stride loop, four independent elements per thread per trip);
+- CuPy kernels (:func:`cupy_kernels`): the seed's C source as a ``RawKernel``, an ``ElementwiseKernel``, a
+  float4 grid-stride ``RawKernel``, and a register-hungry kernel for the register-spill story;
+- host-side helpers: launch configuration, explicit-copy vecAdd with per-step timings, timing with CUDA events,
+  occupancy arithmetic (a pure function, unit-tested), reading registers per thread.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+from numba import config as _numba_config
+from numba import cuda
+
+SIMULATOR: bool = bool(_numba_config.ENABLE_CUDASIM)
+"""True when Numba runs kernels in its CUDA simulator (CPU mode)."""
+
+WARP_SIZE = 32
+MAX_THREADS_PER_BLOCK = 1024
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Numba kernels
+# ---------------------------------------------------------------------------------------------------------------
+
+@cuda.jit
+def vec_add(a, b, c, n):
+    """The seed's vecAdd: one thread per element, threads past the end do nothing."""
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+@cuda.jit
+def vec_add_unchecked(a, b, c):
+    """vecAdd WITHOUT the bounds check: every launched thread touches a[i], b[i], c[i]. Do not copy."""
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c[i] = a[i] + b[i]
+
+
+@cuda.jit
+def vec_add_fast(a, b, c, n):
+    """Grid-stride vecAdd: a grid of about one wave of resident blocks walks the whole array.
+
+    Each trip a thread issues four independent loads from a and four from b (elements i, i+s, i+2s, i+3s with
+    s = the grid's thread count, so a warp still reads 32 consecutive floats per access) before its first store:
+    more bytes in flight per thread is what a memory-bound kernel needs to cover DRAM latency. The tail that
+    does not fill four strides is finished one element per trip.
+    """
+    stride = cuda.gridsize(1)
+    i = cuda.grid(1)
+    while i + 3 * stride < n:
+        a0 = a[i]
+        a1 = a[i + stride]
+        a2 = a[i + 2 * stride]
+        a3 = a[i + 3 * stride]
+        b0 = b[i]
+        b1 = b[i + stride]
+        b2 = b[i + 2 * stride]
+        b3 = b[i + 3 * stride]
+        c[i] = a0 + b0
+        c[i + stride] = a1 + b1
+        c[i + 2 * stride] = a2 + b2
+        c[i + 3 * stride] = a3 + b3
+        i += 4 * stride
+    while i < n:
+        c[i] = a[i] + b[i]
+        i += stride
+
+
+def launch_config(n: int, block: int = 256) -> tuple[int, int]:
+    """The seed's launch ``<<<(N+255)/256, 256>>>`` for any block size: (blocks, threads per block).
+
+    Enough blocks that blocks * block >= n; the last block may have idle threads (the bounds check).
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, not {block}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    return max(1, (n + block - 1) // block), block
+
+
+def source(obj) -> str:
+    """The source text of a kernel: a Numba kernel's Python function, or a CuPy kernel's CUDA C."""
+    if isinstance(obj, str):
+        return obj
+    for attr in ("py_func", "fn"):  # real Numba dispatcher / simulator kernel
+        if hasattr(obj, attr):
+            return inspect.getsource(getattr(obj, attr))
+    if hasattr(obj, "code"):
+        return obj.code
+    if hasattr(obj, "operation"):
+        return obj.operation
+    raise TypeError(f"no source for {obj!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------------------------
+
+def synchronize() -> None:
+    """Wait for all queued Numba work (a no-op in the simulator, which runs synchronously)."""
+    cuda.synchronize()
+
+
+def time_gpu(fn, repeats: int = 20, warmup: int = 2, library: str = "numba") -> list[float]:
+    """Times of ``fn()`` in milliseconds, one per repeat, measured with CUDA events of ``library``.
+
+    ``library`` is "numba", "cupy" or "torch": whose events bracket the call (all three use the legacy default
+    stream here). Each repeat first queues an untimed ``fn()`` and then records start, ``fn()``, stop: the
+    timed launch is queued while the untimed one still runs, so the time measures the kernel, not the
+    Python-side launch cost (tens of microseconds in Numba) that an idle GPU would otherwise wait through.
+    In the Numba simulator (no GPU), wall-clock seconds of ``fn()`` are used instead.
+    """
+    if library == "numba" and SIMULATOR:
+        out = []
+        for _ in range(warmup):
+            fn()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    make_event, sync, elapsed = _event_api(library)
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeats):
+        start, stop = make_event(), make_event()
+        fn()  # keeps the GPU busy while the timed launch is queued
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        out.append(elapsed(start, stop))
+    return out
+
+
+def _event_api(library: str):
+    if library == "numba":
+        return cuda.event, cuda.synchronize, lambda s, e: s.elapsed_time(e)
+    if library == "cupy":
+        import cupy
+        return (cupy.cuda.Event, cupy.cuda.Device().synchronize,
+                lambda s, e: cupy.cuda.get_elapsed_time(s, e))
+    if library == "torch":
+        import torch
+        return (lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize,
+                lambda s, e: s.elapsed_time(e))
+    raise ValueError(f"library must be 'numba', 'cupy' or 'torch', not {library!r}")
+
+
+def bandwidth_gbps(nbytes: int, ms: float) -> float:
+    """Effective bandwidth in GB/s (1e9 bytes per second): bytes read + written over the time in ms."""
+    if ms <= 0:
+        raise ValueError(f"time must be positive, not {ms} ms")
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def vec_add_bytes(n: int, itemsize: int = 4) -> int:
+    """Bytes a vecAdd of n elements moves: reads a and b, writes c."""
+    return 3 * n * itemsize
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vecAdd with explicit device memory (notebook 01)
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class StepTimes:
+    """Wall-clock milliseconds of each step of one GPU vecAdd, and of NumPy's ``a + b`` on the host."""
+
+    alloc: float
+    copy_in: float
+    kernel: float
+    copy_out: float
+    numpy: float
+
+    @property
+    def gpu_total(self) -> float:
+        return self.alloc + self.copy_in + self.kernel + self.copy_out
+
+    def rows(self) -> list[tuple[str, float]]:
+        return [("cudaMalloc x3", self.alloc), ("copy in (H2D)", self.copy_in), ("kernel", self.kernel),
+                ("copy out (D2H)", self.copy_out), ("GPU total", self.gpu_total), ("NumPy a + b", self.numpy)]
+
+
+def vec_add_numba(h_a: np.ndarray, h_b: np.ndarray, block: int = 256, kernel=None) -> tuple[np.ndarray, StepTimes]:
+    """The seed's ``main()`` in Numba: allocate on the device, copy in, launch, copy back.
+
+    ``h_a``, ``h_b``: 1-D float32 host arrays of the same length. Returns (``h_c``, :class:`StepTimes`), each
+    step timed with a synchronize on both sides so a step's time is what the host waits for it.
+    """
+    if h_a.shape != h_b.shape or h_a.ndim != 1:
+        raise ValueError(f"need two 1-D arrays of one length, got {h_a.shape} and {h_b.shape}")
+    kernel = vec_add if kernel is None else kernel
+    n = h_a.size
+    grid, block = launch_config(n, block)
+    t = [time.perf_counter()]
+
+    def mark():
+        cuda.synchronize()
+        t.append(time.perf_counter())
+
+    d_a = cuda.device_array(n, dtype=h_a.dtype)    # cudaMalloc(&d_A, N * sizeof(float))
+    d_b = cuda.device_array(n, dtype=h_b.dtype)
+    d_c = cuda.device_array(n, dtype=h_a.dtype)
+    mark()
+    d_a.copy_to_device(h_a)                          # cudaMemcpy(d_A, h_A, ..., cudaMemcpyHostToDevice)
+    d_b.copy_to_device(h_b)
+    mark()
+    kernel[grid, block](d_a, d_b, d_c, n)            # vecAdd<<<(N+255)/256, 256>>>(d_A, d_B, d_C, N)
+    mark()
+    h_c = d_c.copy_to_host()                         # cudaMemcpy(h_C, d_C, ..., cudaMemcpyDeviceToHost)
+    mark()
+    t0 = time.perf_counter()
+    ref = h_a + h_b
+    t_np = time.perf_counter() - t0
+    del ref
+    ms = [(t[k + 1] - t[k]) * 1e3 for k in range(4)]
+    return h_c, StepTimes(*ms, numpy=t_np * 1e3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Occupancy: a pure function of the block size, registers and shared memory per block
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SmLimits:
+    """Per-SM resources of one GPU architecture (defaults: Hopper, compute capability 9.0: H100/H200)."""
+
+    regs_per_sm: int = 65536
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    max_threads_per_block: int = 1024
+    max_regs_per_thread: int = 255
+    reg_alloc_unit: int = 256          # registers are handed out per warp in units of 256
+    smem_per_sm: int = 228 * 1024
+    smem_alloc_unit: int = 128
+    warp_size: int = 32
+    sm_count: int = 132                # H200 SXM
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.max_threads_per_sm // self.warp_size
+
+
+HOPPER = SmLimits()
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """What fits on one SM: ``blocks_per_sm`` resident blocks, ``fraction`` = active warps / max warps,
+    ``limiter`` = which resource ran out first ("threads", "registers", "blocks", "shared memory", or the
+    reason the block cannot launch at all)."""
+
+    block: int
+    regs_per_thread: int
+    blocks_per_sm: int
+    active_warps: int
+    max_warps: int
+    limiter: str
+
+    @property
+    def fraction(self) -> float:
+        return self.active_warps / self.max_warps
+
+    @property
+    def launchable(self) -> bool:
+        return self.blocks_per_sm > 0
+
+
+def occupancy(block: int, regs_per_thread: int, smem_per_block: int = 0, limits: SmLimits = HOPPER) -> Occupancy:
+    """Resident blocks and warps per SM for a kernel, as the CUDA occupancy calculator computes them.
+
+    ``block``: threads per block; ``regs_per_thread``: from ``get_regs_per_thread()`` / ``attributes['num_regs']``;
+    ``smem_per_block``: static + dynamic shared memory in bytes. A block that cannot run at all (more than
+    ``max_threads_per_block`` threads, or more registers than one SM has) gives ``blocks_per_sm == 0``: the
+    launch fails with "too many resources requested for launch" (or "invalid argument" past 1024 threads).
+    """
+    if block < 1 or regs_per_thread < 0 or smem_per_block < 0:
+        raise ValueError("block must be >= 1, registers and shared memory >= 0")
+    lim = limits
+    warps_per_block = math.ceil(block / lim.warp_size)
+    if block > lim.max_threads_per_block:
+        return Occupancy(block, regs_per_thread, 0, 0, lim.max_warps_per_sm,
+                         f"block > {lim.max_threads_per_block} threads: cannot launch")
+    candidates = {
+        "threads": lim.max_warps_per_sm // warps_per_block,
+        "blocks": lim.max_blocks_per_sm,
+    }
+    if regs_per_thread > 0:
+        regs_per_warp = math.ceil(regs_per_thread * lim.warp_size / lim.reg_alloc_unit) * lim.reg_alloc_unit
+        warps_by_regs = lim.regs_per_sm // regs_per_warp
+        candidates["registers"] = warps_by_regs // warps_per_block
+    if smem_per_block > 0:
+        smem = math.ceil(smem_per_block / lim.smem_alloc_unit) * lim.smem_alloc_unit
+        candidates["shared memory"] = lim.smem_per_sm // smem
+    limiter = min(candidates, key=lambda k: (candidates[k], list(candidates).index(k)))
+    blocks = candidates[limiter]
+    if blocks == 0:
+        limiter = f"{limiter}: one block needs more than an SM has, cannot launch"
+    return Occupancy(block, regs_per_thread, blocks, blocks * warps_per_block, lim.max_warps_per_sm, limiter)
+
+
+def spill_reservation_bytes(local_bytes_per_thread: int, limits: SmLimits = HOPPER) -> int:
+    """Device memory the driver sets aside for local memory (register spills, stack): every thread that can be
+    resident at once gets its own slice, so it is bytes per thread x threads per SM x SMs."""
+    return local_bytes_per_thread * limits.max_threads_per_sm * limits.sm_count
+
+
+def device_limits() -> SmLimits:
+    """The current GPU's limits read through Numba (Hopper defaults in the simulator)."""
+    if SIMULATOR:
+        return HOPPER
+    dev = cuda.get_current_device()
+    return SmLimits(
+        regs_per_sm=dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
+        max_threads_per_sm=dev.MAX_THREADS_PER_MULTIPROCESSOR,
+        max_blocks_per_sm=dev.MAX_BLOCKS_PER_MULTIPROCESSOR,
+        max_threads_per_block=dev.MAX_THREADS_PER_BLOCK,
+        smem_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+        warp_size=dev.WARP_SIZE,
+        sm_count=dev.MULTIPROCESSOR_COUNT,
+    )
+
+
+def numba_regs_per_thread(kernel) -> int | None:
+    """Registers per thread of a Numba kernel's (first) compiled version; None in the simulator or before the
+    kernel has been compiled (launch it once first)."""
+    if SIMULATOR or not getattr(kernel, "overloads", None):
+        return None
+    regs = kernel.get_regs_per_thread()
+    if isinstance(regs, dict):
+        regs = next(iter(regs.values()))
+    return int(regs)
+
+
+def fast_grid(kernel_regs: int | None, block: int = 256, limits: SmLimits | None = None) -> int:
+    """Blocks for a grid-stride kernel: exactly one wave, SMs x resident blocks per SM.
+
+    More blocks than fit at once would leave a second, partial wave in which every late block still walks its
+    full share of the array; fewer would leave SM slots empty. Registers unknown (simulator): 4 blocks.
+    """
+    if kernel_regs is None:
+        return 4
+    limits = limits or device_limits()
+    occ = occupancy(block, kernel_regs, limits=limits)
+    return max(1, occ.blocks_per_sm) * limits.sm_count
+
+
+def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
+    """Launch :data:`vec_add_fast` over device arrays with a one-wave grid; returns the grid used."""
+    n = d_c.size
+    if grid is None:
+        if numba_regs_per_thread(vec_add_fast) is None and not SIMULATOR:
+            vec_add_fast[1, block](d_a, d_b, d_c, 0)  # compile once so the register count is known
+        grid = fast_grid(numba_regs_per_thread(vec_add_fast), block)
+    vec_add_fast[grid, block](d_a, d_b, d_c, n)
+    return grid
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CuPy kernels (built on first use: compiling needs a GPU)
+# ---------------------------------------------------------------------------------------------------------------
+
+SEED_VEC_ADD_SRC = r'''
+extern "C" __global__ void vecAdd(float* A, float* B, float* C, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) {
+        C[i] = A[i] + B[i];
+    }
+}
+'''
+"""The seed's CUDA C kernel, unchanged."""
+
+FAST_VEC_ADD_SRC = r'''
+// Grid-stride vecAdd with 16-byte loads: each trip a thread loads two float4 of A and two of B
+// (32 bytes in flight per array), adds, and stores two float4. The grid is about one wave of resident blocks.
+extern "C" __global__ void vecAddFast(const float* __restrict__ A, const float* __restrict__ B,
+                                      float* __restrict__ C, long long N) {
+    const float4* A4 = reinterpret_cast<const float4*>(A);
+    const float4* B4 = reinterpret_cast<const float4*>(B);
+    float4* C4 = reinterpret_cast<float4*>(C);
+    long long n4 = N / 4;
+    long long stride = (long long)blockDim.x * gridDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + stride < n4; i += 2 * stride) {
+        float4 a0 = A4[i], a1 = A4[i + stride];
+        float4 b0 = B4[i], b1 = B4[i + stride];
+        C4[i] = make_float4(a0.x + b0.x, a0.y + b0.y, a0.z + b0.z, a0.w + b0.w);
+        C4[i + stride] = make_float4(a1.x + b1.x, a1.y + b1.y, a1.z + b1.z, a1.w + b1.w);
+    }
+    if (i < n4) {
+        float4 a = A4[i], b = B4[i];
+        C4[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    }
+    // The last N % 4 elements, one thread each.
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < N - 4 * n4) {
+        C[4 * n4 + t] = A[4 * n4 + t] + B[4 * n4 + t];
+    }
+}
+'''
+
+MANY_REGS_SRC = r'''
+// Keeps K loaded values alive at once (the second loop needs the sum of all of them first), so the compiler
+// wants more than K registers per thread. With __launch_bounds__(1024) it may use at most 64 and spills the
+// rest to local memory, which lives in device memory.
+#define K 128
+extern "C" __global__ void BOUNDS manyRegs(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v[K];
+    #pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = x[(i + 131 * k) % n];
+    float s = 0.f;
+    #pragma unroll
+    for (int k = 0; k < K; ++k) s += v[k];
+    float acc = 0.f;
+    #pragma unroll
+    for (int k = 0; k < K; ++k) acc += v[k] * (s - v[K - 1 - k]);
+    y[i] = acc;
+}
+'''
+
+
+@functools.lru_cache(maxsize=None)
+def cupy_kernels() -> SimpleNamespace:
+    """The CuPy kernels, compiled on first call (needs a GPU).
+
+    ``raw``: the seed's C kernel (``vecAdd``); ``elementwise``: ``c = a + b`` as an ``ElementwiseKernel``;
+    ``fast``: the float4 grid-stride kernel; ``many_regs`` / ``many_regs_bounded``: the register-hungry kernel
+    without / with ``__launch_bounds__(1024)``.
+    """
+    import cupy as cp
+    return SimpleNamespace(
+        raw=cp.RawKernel(SEED_VEC_ADD_SRC, "vecAdd"),
+        elementwise=cp.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = a + b", "vec_add_ew"),
+        fast=cp.RawKernel(FAST_VEC_ADD_SRC, "vecAddFast"),
+        many_regs=cp.RawKernel(MANY_REGS_SRC.replace("BOUNDS", ""), "manyRegs"),
+        many_regs_bounded=cp.RawKernel(MANY_REGS_SRC.replace("BOUNDS", "__launch_bounds__(1024)"), "manyRegs"),
+    )
+
+
+def cupy_limits() -> SmLimits:
+    """The current GPU's limits read through CuPy."""
+    import cupy as cp
+    at = cp.cuda.Device().attributes
+    return SmLimits(
+        regs_per_sm=at["MaxRegistersPerMultiprocessor"],
+        max_threads_per_sm=at["MaxThreadsPerMultiProcessor"],
+        max_blocks_per_sm=at["MaxBlocksPerMultiprocessor"],
+        max_threads_per_block=at["MaxThreadsPerBlock"],
+        smem_per_sm=at["MaxSharedMemoryPerMultiprocessor"],
+        warp_size=at["WarpSize"],
+        sm_count=at["MultiProcessorCount"],
+    )
+
+
+def cupy_driver_blocks_per_sm(kernel, block: int) -> int:
+    """The driver's own occupancy answer for a compiled CuPy ``RawKernel`` (to check :func:`occupancy`)."""
+    from cupy_backends.cuda.api import driver
+    return driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, 0)
+
+
+def vec_add_cupy_raw(a, b, c=None, block: int = 256):
+    """The seed's kernel through CuPy: ``vecAdd<<<(N+block-1)/block, block>>>(a, b, c, N)``; returns c."""
+    import cupy as cp
+    c = cp.empty_like(a) if c is None else c
+    _check_f32(a, b, c)
+    grid, block = launch_config(a.size, block)
+    cupy_kernels().raw((grid,), (block,), (a, b, c, np.int32(a.size)))
+    return c
+
+
+def vec_add_cupy_elementwise(a, b, c=None):
+    """``c = a + b`` with the ``ElementwiseKernel``; returns c."""
+    return cupy_kernels().elementwise(a, b, c) if c is not None else cupy_kernels().elementwise(a, b)
+
+
+def vec_add_cupy_fast(a, b, c=None, block: int = 256, grid: int | None = None):
+    """The float4 grid-stride kernel with a one-wave grid (from the driver's occupancy); returns c.
+
+    float4 loads need 16-byte aligned arrays: CuPy's own allocations are; a view that starts elsewhere falls back
+    to the seed's kernel rather than fault."""
+    import cupy as cp
+    c = cp.empty_like(a) if c is None else c
+    _check_f32(a, b, c)
+    if any(x.data.ptr % 16 for x in (a, b, c)):
+        return vec_add_cupy_raw(a, b, c, block)
+    k = cupy_kernels().fast
+    if grid is None:
+        grid = max(1, cupy_driver_blocks_per_sm(k, block)) * cupy_limits().sm_count
+    k((grid,), (block,), (a, b, c, np.int64(a.size)))
+    return c
+
+
+def _check_f32(*arrays) -> None:
+    for x in arrays:
+        if x.dtype != np.float32 or x.ndim != 1 or not x.flags.c_contiguous:
+            raise ValueError(f"need contiguous 1-D float32 arrays, got {x.dtype} {x.shape}")
+    if len({x.size for x in arrays}) != 1:
+        raise ValueError(f"arrays differ in length: {[x.size for x in arrays]}")

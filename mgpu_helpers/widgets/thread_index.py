@@ -1,0 +1,187 @@
+"""Thread-index widget: from (grid, block, N) to every thread's global index, warp and idle state.
+
+- :func:`thread_map` is the arithmetic (pure, unit-tested): ``i = blockIdx.x * blockDim.x + threadIdx.x``,
+  warp = ``threadIdx.x // 32`` inside its block, idle = ``i >= N`` (the threads the bounds check stops);
+- :func:`draw_thread_map` draws it (matplotlib; renders in static HTML);
+- :func:`show_thread_index` wraps the drawing in sliders (ipywidgets, imported only there).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import style
+
+MAX_THREADS_PER_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class ThreadMap:
+    """Every thread of a 1-D launch ``kernel[grid, block]`` over ``n`` elements, in launch order.
+
+    Arrays have one entry per thread (length ``grid * block``): ``block_idx`` (blockIdx.x), ``thread_idx``
+    (threadIdx.x), ``global_idx`` (blockIdx.x * blockDim.x + threadIdx.x), ``warp_in_block``
+    (threadIdx.x // warp_size), ``warp`` (the warp's number across the whole grid), ``active``
+    (global_idx < n: the thread passes the bounds check and does work).
+    """
+
+    grid: int
+    block: int
+    n: int
+    warp_size: int
+    block_idx: np.ndarray
+    thread_idx: np.ndarray
+    global_idx: np.ndarray
+    warp_in_block: np.ndarray
+    warp: np.ndarray
+    active: np.ndarray
+
+    @property
+    def total_threads(self) -> int:
+        return self.grid * self.block
+
+    @property
+    def active_threads(self) -> int:
+        return int(self.active.sum())
+
+    @property
+    def idle_threads(self) -> int:
+        """Threads launched but cut off by ``if (i < N)``."""
+        return self.total_threads - self.active_threads
+
+    @property
+    def uncovered(self) -> int:
+        """Elements no thread handles (the grid is too small: a bug, not idling)."""
+        return max(0, self.n - self.total_threads)
+
+    @property
+    def warps_per_block(self) -> int:
+        """A block of 100 threads still occupies 4 warps: the hardware schedules whole warps."""
+        return math.ceil(self.block / self.warp_size)
+
+    def warp_states(self) -> dict[str, int]:
+        """How many warps are all active ("full"), part active part idle ("split": the bounds check diverges
+        inside the warp), or all idle ("idle")."""
+        full = split = idle = 0
+        for w in np.unique(self.warp):
+            act = self.active[self.warp == w]
+            if act.all():
+                full += 1
+            elif act.any():
+                split += 1
+            else:
+                idle += 1
+        return {"full": full, "split": split, "idle": idle}
+
+    def summary(self) -> str:
+        w = self.warp_states()
+        text = (f"grid={self.grid} x block={self.block} = {self.total_threads} threads for N={self.n}: "
+                f"{self.active_threads} work, {self.idle_threads} idle; "
+                f"{self.grid * self.warps_per_block} warps ({w['full']} full, {w['split']} split, {w['idle']} idle)")
+        if self.uncovered:
+            text += f"; {self.uncovered} elements have NO thread (grid too small)"
+        return text
+
+
+def thread_map(grid: int, block: int, n: int, warp_size: int = 32) -> ThreadMap:
+    """The arithmetic of a 1-D launch: see :class:`ThreadMap`.
+
+    Raises ValueError for a grid < 1, a block outside 1..1024 (the hardware limit; a real launch with 1025
+    threads per block fails) or n < 0.
+    """
+    if grid < 1:
+        raise ValueError(f"grid must be >= 1 block, not {grid}")
+    if not 1 <= block <= MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"block must be 1..{MAX_THREADS_PER_BLOCK} threads (a CUDA limit), not {block}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    block_idx = np.repeat(np.arange(grid), block)
+    thread_idx = np.tile(np.arange(block), grid)
+    global_idx = block_idx * block + thread_idx
+    warp_in_block = thread_idx // warp_size
+    warps_per_block = math.ceil(block / warp_size)
+    warp = block_idx * warps_per_block + warp_in_block
+    return ThreadMap(grid, block, n, warp_size, block_idx, thread_idx, global_idx, warp_in_block, warp,
+                     global_idx < n)
+
+
+LABEL_LIMIT = 64  # write each thread's global index in its cell only when a block has at most this many
+
+
+def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
+    """Draw ``tm``: one row per block, one cell per thread (blue = works, grey = idle), a line between warps,
+    each split warp outlined in vermillion; global indices written in the cells when blocks are small.
+
+    Shows the first ``max_blocks`` blocks. Returns the matplotlib Figure (not shown: the caller displays it).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    rows = min(tm.grid, max_blocks)
+    active = tm.active.reshape(tm.grid, tm.block)[:rows]
+    st = style.current()
+    width = min(14.0, 2.0 + 0.22 * min(tm.block, LABEL_LIMIT) if tm.block <= LABEL_LIMIT else 12.0)
+    fig, ax = plt.subplots(figsize=style.figsize(max(6.0, width), 1.3 + 0.45 * rows))
+    cmap = ListedColormap([style.KIND_COLOURS["idle"], style.KIND_COLOURS["compute"]])
+    ax.imshow(active.astype(int), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest",
+              extent=(-0.5, tm.block - 0.5, rows - 0.5, -0.5))
+    for w in range(1, tm.warps_per_block):
+        ax.axvline(w * tm.warp_size - 0.5, color="white", lw=st.line_width * 1.5)
+    for r in range(1, rows):
+        ax.axhline(r - 0.5, color="white", lw=st.line_width)
+    # Outline the warps in which some threads work and some idle.
+    for b in range(rows):
+        for w in range(tm.warps_per_block):
+            lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
+            act = active[b, lo:hi]
+            if act.any() and not act.all():
+                ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, fill=False,
+                                       edgecolor=style.PALETTE["vermillion"], lw=st.line_width * 1.6,
+                                       label="split warp"))
+    if tm.block <= LABEL_LIMIT:
+        size = max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55))
+        for b in range(rows):
+            for t in range(tm.block):
+                ax.text(t, b, str(b * tm.block + t), ha="center", va="center", fontsize=size,
+                        color="white" if active[b, t] else "black")
+    ax.set_yticks(range(rows))
+    ax.set_yticklabels([f"block {b}" for b in range(rows)])
+    ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
+    ax.set_title(tm.summary() if len(tm.summary()) < 110 else
+                 f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle",
+                 fontsize=st.font_size)
+    if rows < tm.grid:
+        ax.text(1.0, -0.08, f"first {rows} of {tm.grid} blocks", transform=ax.transAxes, ha="right",
+                va="top", fontsize=st.font_size * 0.8)
+    fig.tight_layout()
+    return fig
+
+
+def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
+    """Sliders for grid, block and N around :func:`draw_thread_map`; returns an ipywidgets VBox."""
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    s_grid = W.IntSlider(value=grid, min=1, max=16, description="grid (blocks)")
+    s_block = W.IntSlider(value=block, min=1, max=MAX_THREADS_PER_BLOCK, description="block (threads)")
+    s_n = W.IntSlider(value=n, min=0, max=4096, description="N")
+    text = W.HTML()
+    out = W.Output()
+
+    def redraw(_=None):
+        tm = thread_map(s_grid.value, s_block.value, s_n.value)
+        text.value = f"<code>{tm.summary()}</code>"
+        with out:
+            out.clear_output(wait=True)
+            fig = draw_thread_map(tm)
+            display(fig)
+            plt.close(fig)  # displayed as an image; closing keeps redraws from piling up figures
+
+    for s in (s_grid, s_block, s_n):
+        s.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([s_grid, s_block, s_n]), text, out])

@@ -1,0 +1,184 @@
+"""The course's vector-add kernels (mgpu_helpers.kernels) and the kernels benchmark.
+
+Runs the Numba kernels in the CUDA simulator on a machine without a GPU, on the GPU otherwise (same code)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mgpu_helpers as mh
+
+ENV = mh.setup(show=False, prewarm=False)  # before numba is imported: simulator on in CPU mode
+from numba import cuda  # noqa: E402
+
+from mgpu_helpers import kernels as K  # noqa: E402
+from mgpu_helpers.bench import kernels as bench  # noqa: E402
+
+if not (K.SIMULATOR or cuda.is_available()):
+    pytest.skip("numba was imported before setup() without the simulator, and there is no GPU",
+                allow_module_level=True)
+
+SIZES = [1, 31, 255, 256, 257, 1000, 2049]  # includes N not a multiple of the block
+
+
+def _inputs(n, seed=0):
+    rng = np.random.default_rng(seed + n)
+    return rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_seed_vec_add_with_explicit_copies_equals_numpy(n):
+    a, b = _inputs(n)
+    c, times = K.vec_add_numba(a, b)
+    np.testing.assert_array_equal(c, a + b)
+    assert c.dtype == np.float32
+    assert all(ms >= 0 for _, ms in times.rows())
+
+
+@pytest.mark.parametrize("block", [32, 100, 256])
+def test_seed_vec_add_any_block_leaves_no_element_and_writes_nothing_past_n(block):
+    n = 777
+    a, b = _inputs(n, seed=block)
+    grid, _ = K.launch_config(n, block)
+    assert grid * block >= n > (grid - 1) * block
+    # c is a view of a longer buffer: the bounds check must keep the idle threads off the padding.
+    buf = cuda.to_device(np.full(grid * block, -1.0, np.float32))
+    K.vec_add[grid, block](cuda.to_device(a), cuda.to_device(b), buf[:n], n)
+    out = buf.copy_to_host()
+    np.testing.assert_array_equal(out[:n], a + b)
+    assert (out[n:] == -1.0).all()
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 255, 1000, 1023, 4097])
+def test_fast_vec_add_equals_numpy(n):
+    a, b = _inputs(n, seed=7)
+    d_c = cuda.device_array(n, dtype=np.float32)
+    grid = K.vec_add_fast_launch(cuda.to_device(a), cuda.to_device(b), d_c)
+    assert grid >= 1
+    np.testing.assert_array_equal(d_c.copy_to_host(), a + b)
+
+
+def test_fast_vec_add_with_tiny_grid_still_covers_every_element():
+    n = 1000  # 2 blocks x 32 threads: each thread walks the array in grid-sized strides
+    a, b = _inputs(n, seed=3)
+    d_c = cuda.device_array(n, dtype=np.float32)
+    K.vec_add_fast_launch(cuda.to_device(a), cuda.to_device(b), d_c, block=32, grid=2)
+    np.testing.assert_array_equal(d_c.copy_to_host(), a + b)
+
+
+@pytest.mark.skipif(not K.SIMULATOR, reason="the simulator's own bounds checking")
+def test_missing_bounds_check_raises_index_error_in_simulator():
+    n = 100
+    a, b = _inputs(n)
+    with pytest.raises(IndexError):
+        K.vec_add_unchecked[1, 128](cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32))
+
+
+def test_launch_config_is_the_seeds_formula():
+    assert K.launch_config(1000) == (4, 256)
+    assert K.launch_config(1024) == (4, 256)
+    assert K.launch_config(1025) == (5, 256)
+    assert K.launch_config(2**28) == (2**20, 256)
+    assert K.launch_config(0) == (1, 256)
+    with pytest.raises(ValueError):
+        K.launch_config(10, 0)
+
+
+def test_occupancy_matches_the_cuda_occupancy_calculator_on_hopper():
+    # 32 registers, 256 threads: 8 blocks fill all 64 warps.
+    o = K.occupancy(256, 32)
+    assert (o.blocks_per_sm, o.active_warps, o.fraction, o.limiter) == (8, 64, 1.0, "threads")
+    # 33 registers round up to 40 per thread (1280 per warp): 51 warps fit, so 12 blocks of 4 warps.
+    assert K.occupancy(128, 33).blocks_per_sm == 12
+    # 64 registers: half the warps at any block size; block 32 hits the 32-blocks-per-SM limit.
+    assert K.occupancy(1024, 64).fraction == 0.5
+    assert K.occupancy(32, 16).limiter == "blocks" and K.occupancy(32, 16).fraction == 0.5
+    # The seed's "block too large": 65+ registers x 1024 threads do not fit in one SM's 64K registers.
+    big = K.occupancy(1024, 65)
+    assert not big.launchable and "cannot launch" in big.limiter
+    assert K.occupancy(256, 65).launchable
+    assert not K.occupancy(1025, 16).launchable
+
+
+def test_occupancy_shared_memory_limit():
+    o = K.occupancy(128, 32, smem_per_block=100 * 1024)
+    assert o.blocks_per_sm == 2 and o.limiter == "shared memory"
+
+
+def test_spill_reservation_scales_with_resident_threads():
+    # 512 bytes of local memory per thread on 132 SMs x 2048 threads: about 138 MB of device memory.
+    assert K.spill_reservation_bytes(512) == 512 * 2048 * 132
+
+
+def test_bandwidth_counts_bytes_per_second():
+    assert K.vec_add_bytes(2**28) == 3 * 2**30
+    assert K.bandwidth_gbps(3 * 10**9, 1000.0) == pytest.approx(3.0)
+    with pytest.raises(ValueError):
+        K.bandwidth_gbps(1, 0)
+
+
+def test_source_shows_the_seed_kernel_once():
+    assert "if i < n:" in K.source(K.vec_add)
+    assert "vecAdd<<<" not in K.SEED_VEC_ADD_SRC
+    assert "C[i] = A[i] + B[i];" in K.SEED_VEC_ADD_SRC and "if (i < N)" in K.SEED_VEC_ADD_SRC
+
+
+def test_time_gpu_returns_one_time_per_repeat():
+    n = 64
+    a, b = _inputs(n)
+    da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
+    times = K.time_gpu(lambda: K.vec_add[1, 64](da, db, dc, n), repeats=3, warmup=1)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    with pytest.raises(ValueError):
+        K.time_gpu(lambda: None, repeats=1, library="opencl")
+
+
+@pytest.mark.skipif(ENV.cupy, reason="CPU-only behaviour")
+def test_cupy_kernels_say_they_need_a_gpu_without_one():
+    import cupy
+    with pytest.raises(Exception):
+        K.vec_add_cupy_raw(cupy.zeros(4, dtype=np.float32), cupy.zeros(4, dtype=np.float32))
+
+
+@pytest.mark.skipif(not ENV.cupy, reason="needs a GPU")
+@pytest.mark.parametrize("n", [1, 5, 1000, 2**20 + 3])
+def test_cupy_kernels_equal_numpy(n):
+    import cupy as cp
+    a, b = _inputs(n)
+    ca, cb = cp.asarray(a), cp.asarray(b)
+    for fn in (K.vec_add_cupy_raw, K.vec_add_cupy_elementwise, K.vec_add_cupy_fast):
+        np.testing.assert_array_equal(cp.asnumpy(fn(ca, cb)), a + b)
+    # a view that is not 16-byte aligned falls back instead of faulting
+    if n > 2:
+        np.testing.assert_array_equal(cp.asnumpy(K.vec_add_cupy_fast(ca[1:], cb[1:])), a[1:] + b[1:])
+
+
+def test_reference_table_names_every_recorded_kernel_with_its_share_of_torch_add():
+    ref = bench.reference()
+    assert "H200" in ref["source"]
+    assert ref["gbps"]["torch_add"] == pytest.approx(4313.8)
+    text = bench.format_table(bench.Table({}, ref["gbps"]))
+    row = next(line for line in text.splitlines() if line.startswith("Numba vecAdd, block 256"))
+    assert "3299.0" in row and "76%" in row  # 3299.0 / 4313.8
+    assert len(text.splitlines()) == 2 + len(bench.ROWS)
+
+
+def test_table_percentages_use_the_measured_torch_add():
+    text = bench.format_table(bench.Table({"torch_add": 4000.0, "cupy_fast": 3880.0}, {}))
+    assert "97%" in next(line for line in text.splitlines() if line.startswith("CuPy fast"))
+    verdict = bench.fast_verdict({"torch_add": 4000.0, "cupy_fast": 3900.0, "numba_fast": 3000.0})
+    assert "meets" in verdict[1] and "MISSES" in verdict[0]
+
+
+@pytest.mark.skipif(ENV.mode == "gpu", reason="the no-GPU path")
+def test_bench_without_gpu_prints_reference_and_exits_zero(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "mgpu_helpers.bench", "kernels", "--smoke", "--n", "500",
+                          "--json", str(tmp_path / "k.json")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "needs an NVIDIA GPU" in out.stdout and "4313.8" in out.stdout
+    assert "results equal NumPy" in out.stdout
+    data = json.loads((tmp_path / "k.json").read_text())
+    assert data["n"] == 500 and set(data["GBps"]) == {"numba_bs128", "numba_bs256", "numba_bs512",
+                                                      "numba_bs1024", "numba_fast"}
