@@ -8,6 +8,7 @@ BENCHES = {
     "launch": "rank launch: cold and repeat, against torch.multiprocessing.spawn and a subprocess per rank",
     "kernels": "vector-add bandwidth: Numba and CuPy kernels against torch copy/add",
     "collectives": "all-reduce / reduce-scatter / all-gather over message sizes: algbw and busbw",
+    "ring": "hand-written ring all-reduce (isend/irecv) against dist.all_reduce: time and busbw",
 }
 
 

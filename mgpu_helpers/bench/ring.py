@@ -1,0 +1,134 @@
+"""The hand-written ring all-reduce against ``dist.all_reduce``: time and busbw over message sizes.
+
+    python -m mgpu_helpers.bench ring                    # 2 ranks; GPUs (NCCL) if there are 2, else CPU
+    python -m mgpu_helpers.bench ring --world-size 4 --sizes 1K,64K,4M --iters 10 --pieces 1,2
+
+On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers; on the CPU
+(gloo) they stay small. busbw follows nccl-tests (``mgpu_helpers.perfmodel.busbw``), so the two columns
+compare directly; the slowest rank's time is the one reported. Every size is also checked: the ring's
+result must equal ``dist.all_reduce``'s.
+"""
+from __future__ import annotations
+
+import argparse
+
+GPU_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
+
+
+def parse_size(text: str) -> int:
+    """'4K' -> 4096, '256M' -> 268435456, '1G', or plain bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text[:-1] if mult > 1 else text) * mult)
+
+
+def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
+    """Rank function: for each size, time the ring (each ``pieces``) and dist.all_reduce; rows of results."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.collectives import ring_all_reduce
+    from mgpu_helpers.ranks import rank_device
+
+    dev = rank_device()
+    cuda = dev.type == "cuda"
+
+    def timed(fn, x):
+        for _ in range(warmup):
+            fn(x)
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn(x)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3 / iters
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn(x)
+            seconds = (time.perf_counter() - t0) / iters
+        slowest = torch.tensor([seconds], dtype=torch.float64, device=dev)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return slowest.item()
+
+    rows = []
+    g = torch.Generator().manual_seed(1234 + rank)
+    for nbytes in sizes:
+        n = max(1, nbytes // 4)
+        # Correctness first, on random data.
+        x = torch.randn(n, generator=g).to(dev)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        ring_all_reduce(x, pieces=pieces_list[0])
+        ok = bool(torch.allclose(x, ref, rtol=1e-5, atol=1e-5))
+        del ref
+        # Timing on zeros: repeated in-place sums stay finite, and the bytes moved are the same.
+        x.zero_()
+        t_dist = timed(lambda t: dist.all_reduce(t), x)
+        t_ring = {p: timed(lambda t, p=p: ring_all_reduce(t, pieces=p), x) for p in pieces_list}
+        rows.append((n * 4, t_dist, t_ring, ok))
+        del x
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def measure(world_size: int = 2, sizes=None, iters: int | None = None, warmup: int = 3, pieces=(1,),
+            backend: str = "auto", timeout: float = 300.0):
+    """Run the comparison on ``world_size`` ranks. Returns ``(backend, rows)`` with rows
+    ``(nbytes, seconds_dist, {pieces: seconds_ring}, ring_equals_dist)``."""
+    from mgpu_helpers import hardware
+    from mgpu_helpers.launch import run_ranks
+
+    chosen, _ = hardware.choose_backend(world_size, backend)
+    gpu = chosen == "nccl"
+    sizes = list(sizes or (GPU_SIZES if gpu else CPU_SIZES))
+    iters = iters or (20 if gpu else 5)
+    res = run_ranks(_rank_fn, world_size, args=(sizes, iters, warmup, list(pieces)), backend=chosen,
+                    timeout=timeout, stream=False, quiet=True)
+    return res.backend, res.values[0]
+
+
+def format_table(world_size: int, rows) -> str:
+    """Text table: size, dist.all_reduce time and busbw, then for each ``pieces`` the ring's and its share."""
+    from mgpu_helpers.perfmodel import busbw
+
+    lines = [f"{'bytes':>12} {'all_reduce us':>14} {'busbw GB/s':>11} {'pieces':>6} {'ring us':>10} "
+             f"{'busbw GB/s':>11} {'ring/dist':>9} {'same result':>11}"]
+    for nbytes, t_dist, t_ring, ok in rows:
+        bw_dist = busbw("all_reduce", nbytes, t_dist, world_size) / 1e9
+        for p, t in t_ring.items():
+            bw = busbw("all_reduce", nbytes, t, world_size) / 1e9
+            lines.append(f"{nbytes:>12} {t_dist * 1e6:>14.1f} {bw_dist:>11.2f} {p:>6} {t * 1e6:>10.1f} "
+                         f"{bw:>11.2f} {bw / bw_dist:>8.0%} {str(ok):>11}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ring", description=__doc__.split("\n")[0])
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--sizes", default=None, help="comma-separated sizes in bytes, e.g. 1K,4M,256M")
+    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--pieces", default="1,2", help="comma-separated values of ring_all_reduce(pieces=...)")
+    ap.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
+    a = ap.parse_args(argv)
+    sizes = [parse_size(s) for s in a.sizes.split(",")] if a.sizes else None
+    pieces = [int(p) for p in a.pieces.split(",")]
+    backend, rows = measure(a.world_size, sizes, a.iters, a.warmup, pieces, a.backend)
+    print(f"ring all-reduce vs dist.all_reduce, {a.world_size} ranks, backend {backend}, float32")
+    print(format_table(a.world_size, rows))
+    return 0 if all(ok for *_x, ok in rows) else 1
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv[1:]))
