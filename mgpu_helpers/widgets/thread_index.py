@@ -118,13 +118,13 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Patch, Rectangle
 
     rows = min(tm.grid, max_blocks)
     active = tm.active.reshape(tm.grid, tm.block)[:rows]
     st = style.current()
     width = min(14.0, 2.0 + 0.22 * min(tm.block, LABEL_LIMIT) if tm.block <= LABEL_LIMIT else 12.0)
-    fig, ax = plt.subplots(figsize=style.figsize(max(6.0, width), 1.3 + 0.45 * rows))
+    fig, ax = plt.subplots(figsize=style.figsize(max(6.0, width), 1.8 + 0.45 * rows))
     cmap = ListedColormap([style.KIND_COLOURS["idle"], style.KIND_COLOURS["compute"]])
     ax.imshow(active.astype(int), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest",
               extent=(-0.5, tm.block - 0.5, rows - 0.5, -0.5))
@@ -139,14 +139,25 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
             act = active[b, lo:hi]
             if act.any() and not act.all():
                 ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, fill=False,
-                                       edgecolor=style.PALETTE["vermillion"], lw=st.line_width * 1.6,
-                                       label="split warp"))
+                                       edgecolor=style.PALETTE["vermillion"], lw=st.line_width * 2.0,
+                                       zorder=5, label="split warp"))
     if tm.block <= LABEL_LIMIT:
         size = max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55))
         for b in range(rows):
             for t in range(tm.block):
                 ax.text(t, b, str(b * tm.block + t), ha="center", va="center", fontsize=size,
                         color="white" if active[b, t] else "black")
+    if 1 < tm.warps_per_block <= 32:
+        top = ax.secondary_xaxis("top")
+        step = 1 if tm.warps_per_block <= 8 else 4
+        centres = [(w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5
+                   for w in range(0, tm.warps_per_block, step)]
+        top.set_xticks(centres, [f"warp {w}" for w in range(0, tm.warps_per_block, step)],
+                       fontsize=st.font_size * 0.8)
+    fig.legend(handles=[Patch(color=style.KIND_COLOURS["compute"], label="i < N: works"),
+                       Patch(color=style.KIND_COLOURS["idle"], label="i >= N: idle"),
+                       Patch(facecolor="none", edgecolor=style.PALETTE["vermillion"], label="split warp")],
+               loc="lower center", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
     ax.set_yticks(range(rows))
     ax.set_yticklabels([f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
@@ -156,7 +167,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     if rows < tm.grid:
         ax.text(1.0, -0.08, f"first {rows} of {tm.grid} blocks", transform=ax.transAxes, ha="right",
                 va="top", fontsize=st.font_size * 0.8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1 if rows > 2 else 0.16, 1, 1))
     return fig
 
 
