@@ -1,0 +1,216 @@
+"""Evidence for the three symptoms of the diagnostics handbook: no speedup, a hung collective, one slow rank.
+
+- :class:`CollectiveLog`: numbers every collective a rank calls (a sequence number, like NCCL's and torch's
+  own), prints ``[seq k] enter/done op`` lines and records a trace span per collective. After a hang the
+  launcher keeps each rank's last output lines, so :func:`last_completed` and :func:`pending` read the last
+  collective that finished and the one a rank was stuck in, per rank.
+- The scenarios :func:`mismatched_order` and :func:`mismatched_count`: rank functions that hang (or, with
+  ``debug=True``, fail with torch's mismatch report) on purpose.
+- :func:`scaling_probe`: a strong-scaling step (compute split over the ranks + a gradient all-reduce), for
+  "more GPUs, no speedup".
+- :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
+  for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
+- :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+_ENTER = re.compile(r"\[seq (\d+)\] enter (\S+)")
+_DONE = re.compile(r"\[seq (\d+)\] done (\S+)")
+
+
+class CollectiveLog:
+    """Wrap a rank's collectives to number them: ``log = CollectiveLog(); log.all_reduce(t)``.
+
+    Every call prints ``[seq k] enter NAME`` before and ``[seq k] done NAME`` after the collective
+    (``verbose=False`` keeps quiet but still counts), and records a "communicate" trace span named
+    ``#k NAME``. ``seq`` is the number of the next collective; ``completed`` the names of those done.
+    """
+
+    def __init__(self, verbose: bool = True):
+        self.seq = 0
+        self.completed: list[str] = []
+        self.verbose = verbose
+
+    def call(self, name: str, fn, *args, **kwargs):
+        """Run the collective ``fn(*args, **kwargs)`` as number ``self.seq``, logged and traced."""
+        from . import trace
+
+        k = self.seq
+        if self.verbose:
+            print(f"[seq {k}] enter {name}", flush=True)
+        start = time.monotonic()
+        result = fn(*args, **kwargs)
+        trace.record("communicate", start, time.monotonic(), f"#{k} {name}")
+        if self.verbose:
+            print(f"[seq {k}] done {name}", flush=True)
+        self.completed.append(name)
+        self.seq += 1
+        return result
+
+    # The collectives the course uses, by their torch.distributed names.
+    def all_reduce(self, tensor, **kw):
+        import torch.distributed as dist
+        return self.call("all_reduce", dist.all_reduce, tensor, **kw)
+
+    def broadcast(self, tensor, src: int = 0, **kw):
+        import torch.distributed as dist
+        return self.call("broadcast", dist.broadcast, tensor, src, **kw)
+
+    def all_gather_into_tensor(self, output, inp, **kw):
+        from .sweep import all_gather_flat
+        return self.call("all_gather_into_tensor", all_gather_flat, output, inp, **kw)
+
+    def reduce_scatter_tensor(self, output, inp, **kw):
+        from .sweep import reduce_scatter_flat
+        return self.call("reduce_scatter_tensor", reduce_scatter_flat, output, inp, **kw)
+
+    def barrier(self, **kw):
+        import torch.distributed as dist
+        return self.call("barrier", dist.barrier, **kw)
+
+
+def last_completed(lines) -> tuple[int, str] | None:
+    """``(seq, name)`` of the last collective a rank finished, read from its output lines (None: none)."""
+    found = None
+    for ln in lines:
+        m = _DONE.search(ln)
+        if m:
+            found = (int(m.group(1)), m.group(2))
+    return found
+
+
+def pending(lines) -> tuple[int, str] | None:
+    """``(seq, name)`` of the collective a rank entered and never finished (None when there is none)."""
+    entered, done = {}, set()
+    for ln in lines:
+        if (m := _ENTER.search(ln)):
+            entered[int(m.group(1))] = m.group(2)
+        elif (m := _DONE.search(ln)):
+            done.add(int(m.group(1)))
+    open_ = [k for k in entered if k not in done]
+    return (max(open_), entered[max(open_)]) if open_ else None
+
+
+def hang_report(exc) -> list[dict]:
+    """Per rank still running at a :class:`~mgpu_helpers.errors.RankTimeout`: where its stack was blocked
+    (``waiting_in``, call only: ``dist.all_reduce``), the last collective it finished and the one it was in,
+    from its :class:`CollectiveLog` lines."""
+    rows = []
+    for r in sorted(exc.stacks):
+        lines = exc.outputs.get(r, [])
+        where = exc.waiting_in.get(r)
+        rows.append({"rank": r, "blocked_in": where.split(" ")[0] if where else None,
+                     "last_completed": last_completed(lines), "pending": pending(lines)})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# Scenarios that hang on purpose. The tensors stay on the CPU (gloo) even on a GPU machine: a blocking
+# gloo collective blocks the host, so the stack shows exactly which collective each rank is in. (NCCL
+# queues collectives on a stream and returns: there the host blocks later, at the next synchronisation.)
+
+def mismatched_order(rank: int, world_size: int, verbose: bool = True):
+    """One good all-reduce, then rank 0 calls all_reduce -> broadcast while the others call
+    broadcast -> all_reduce: the same collectives in a different order. Hangs (or, under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL, raises torch's mismatch report)."""
+    import torch
+
+    log = CollectiveLog(verbose)
+    t = torch.ones(4)
+    log.all_reduce(t)                       # seq 0: every rank, same call: completes
+    if rank == 0:
+        log.all_reduce(t)                   # seq 1 on rank 0 ...
+        log.broadcast(t, src=0)
+    else:
+        log.broadcast(t, src=0)             # ... but seq 1 on the others
+        log.all_reduce(t)
+    return t
+
+
+def mismatched_count(rank: int, world_size: int, verbose: bool = True):
+    """One good all-reduce, then every rank all-reduces a buffer whose length depends on the rank
+    (4 + rank elements): the same collective with a different count."""
+    import torch
+
+    log = CollectiveLog(verbose)
+    log.all_reduce(torch.ones(4))
+    t = torch.ones(4 + rank)
+    log.all_reduce(t)
+    return t
+
+
+def matched(rank: int, world_size: int, verbose: bool = True):
+    """The fixed version: every rank calls the same collectives, in the same order, with the same count."""
+    import torch
+
+    log = CollectiveLog(verbose)
+    t = torch.ones(4)
+    log.all_reduce(t)
+    log.all_reduce(t)
+    log.broadcast(t, src=0)
+    return {"rank": rank, "collectives": log.seq, "value": float(t[0])}
+
+
+# --------------------------------------------------------------------------------------------------------
+# "More ranks, no speedup" and "always waiting on one rank".
+
+def scaling_probe(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3) -> dict:
+    """A strong-scaling step: ``total_units / world_size`` units of compute, then an all-reduce of
+    ``grad_numel`` float32 (see :func:`mgpu_helpers.workloads.scaling_step`); returns its medians.
+
+    CPU ranks use one thread each, so that 1 rank and N ranks compare the same cores per rank.
+    """
+    import torch
+
+    from . import workloads
+    from .ranks import rank_device
+
+    if rank_device().type == "cpu":
+        torch.set_num_threads(1)
+    return workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
+
+
+def comm_fraction(probe_values) -> float:
+    """Share of the step spent in the all-reduce, on the slowest rank of a :func:`scaling_probe` run."""
+    slowest = max(probe_values, key=lambda v: v["step_s"])
+    return slowest["comm_s"] / slowest["step_s"]
+
+
+def per_rank_phase_times(values) -> dict:
+    """From :func:`mgpu_helpers.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
+    "wait": [...], "communicate": [...]}``, each a list per rank of that rank's per-step seconds."""
+    return {"compute": [v["compute_s"] for v in values], "wait": [v["wait_s"] for v in values],
+            "communicate": [v["comm_s"] for v in values]}
+
+
+def medians(per_rank) -> list[float]:
+    """Median of each rank's list."""
+    import statistics
+    return [statistics.median(v) for v in per_rank]
+
+
+def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0) -> list[str]:
+    """Run one NCCL all-reduce with ``NCCL_DEBUG=level`` and return the ranks' NCCL log lines, each
+    prefixed ``[rank k]``. Empty without enough GPUs for NCCL (nothing is run then)."""
+    from . import hardware
+    from .launch import run_ranks
+
+    backend, _ = hardware.choose_backend(world_size, "auto")
+    if backend != "nccl":
+        return []
+
+    def one_allreduce(rank, world_size):
+        import torch
+        import torch.distributed as dist
+        from mgpu_helpers.ranks import rank_device
+        t = torch.ones(1024, device=rank_device())
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        return float(t[0])
+
+    res = run_ranks(one_allreduce, world_size, backend="nccl", timeout=timeout, stream=False, quiet=True,
+                    env={"NCCL_DEBUG": level})
+    return [f"[rank {r}] {ln}" for r, lines in enumerate(res.outputs) for ln in lines if "NCCL" in ln]

@@ -1,0 +1,74 @@
+"""Figures of measured collectives: bus bandwidth over message size, and a step split into its phases.
+
+Pure drawing from rows already measured by :mod:`mgpu_helpers.sweep` (nothing is computed here but the
+plot): :func:`draw_busbw` (busbw per op against size, log-log, with the nccl-tests reference where
+given) and :func:`draw_step_breakdown` (compute / wait / communicate per message size, stacked).
+"""
+from __future__ import annotations
+
+from .. import style
+
+OP_COLOURS = {"all_reduce": "blue", "reduce_scatter": "orange", "all_gather": "green", "rs_ag": "purple"}
+
+
+def _size_ticks(ax, sizes):
+    from ..sweep import format_bytes
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [format_bytes(s) for s in sizes], rotation=45, ha="right")
+    ax.minorticks_off()
+
+
+def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth by message size"):
+    """busbw (GB/s) against message size, one line per op; ``reference``: ``{op: [(nbytes, busbw), ...]}``
+    drawn dashed (e.g. nccl-tests). ``rows``: :class:`~mgpu_helpers.sweep.SweepRow` objects or dicts."""
+    import matplotlib.pyplot as plt
+
+    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in rows]
+    st = style.current()
+    fig, ax = plt.subplots(figsize=style.figsize(7, 4))
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    for op in ops:
+        pts = sorted((r["nbytes"], r["busbw"]) for r in rows if r["op"] == op)
+        colour = style.PALETTE[OP_COLOURS.get(op, "black")]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=op,
+                linewidth=st.line_width)
+        if reference and reference.get(op):
+            ref = sorted(reference[op])
+            ax.plot([p[0] for p in ref], [p[1] for p in ref], linestyle="--", color=colour, alpha=0.6,
+                    linewidth=st.line_width * 0.8, label=f"{op} (nccl-tests, 2 x H200)")
+    sizes = sorted({r["nbytes"] for r in rows})
+    _size_ticks(ax, sizes)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title, fontsize=st.font_size)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(frameon=False, fontsize=st.font_size * 0.75)
+    fig.tight_layout()
+    return fig
+
+
+def draw_step_breakdown(step_rows, title: str = "one step: compute, wait, all-reduce"):
+    """Stacked bars per message size (us, log scale off): compute, wait, communicate; the compute share
+    (efficiency) written above each bar. ``step_rows`` from :func:`mgpu_helpers.sweep.combine_steps`."""
+    import matplotlib.pyplot as plt
+
+    from ..sweep import format_bytes
+    st = style.current()
+    fig, ax = plt.subplots(figsize=style.figsize(7, 4))
+    xs = range(len(step_rows))
+    bottom = [0.0] * len(step_rows)
+    for key, kind in (("compute_us", "compute"), ("wait_us", "wait"), ("comm_us", "communicate")):
+        vals = [r[key] / 1e3 for r in step_rows]
+        ax.bar(xs, vals, bottom=bottom, color=style.KIND_COLOURS[kind], label=kind, width=0.6)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for x, r, top in zip(xs, step_rows, bottom):
+        ax.text(x, top, f"{r['efficiency']:.0%}", ha="center", va="bottom", fontsize=st.font_size * 0.8)
+    ax.set_xticks(list(xs), [format_bytes(r["nbytes"]) for r in step_rows], rotation=45, ha="right")
+    ax.set_xlabel("all-reduce message size (number above a bar: compute share of the step)")
+    ax.set_ylabel("ms per step")
+    ax.set_title(title, fontsize=st.font_size)
+    ax.legend(frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

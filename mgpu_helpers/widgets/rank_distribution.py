@@ -1,0 +1,42 @@
+"""Per-rank time distributions: one box (and its points) per rank and phase, not one global mean.
+
+:func:`draw_rank_distribution` takes ``{"compute": [[s, ...] per rank], "wait": [...], ...}`` (seconds per
+step, e.g. from :func:`mgpu_helpers.diagnose.per_rank_phase_times`) and returns a Figure with one panel
+per phase; the global mean of each phase is drawn as a dashed line, to show what it hides.
+"""
+from __future__ import annotations
+
+from .. import style
+
+
+def draw_rank_distribution(per_phase: dict, title: str = "per-rank time per step", highlight=None):
+    """Box + strip plot, one panel per phase, one box per rank (ms). ``highlight``: a rank to mark."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    phases = [k for k in ("compute", "wait", "communicate") if k in per_phase] or list(per_phase)
+    st = style.current()
+    fig, axes = plt.subplots(1, len(phases), figsize=style.figsize(3.4 * len(phases), 3.4), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, phase in zip(axes[0], phases):
+        data = [np.asarray(v, dtype=float) * 1e3 for v in per_phase[phase]]
+        n = len(data)
+        colour = style.KIND_COLOURS.get(phase, style.PALETTE["grey"])
+        ax.boxplot(data, positions=range(n), widths=0.5, showfliers=False,
+                   medianprops={"color": "black", "linewidth": st.line_width})
+        for r, d in enumerate(data):
+            x = r + rng.uniform(-0.12, 0.12, size=len(d))
+            ax.scatter(x, d, s=14, color=colour, alpha=0.8, zorder=3,
+                       edgecolor="black" if r == highlight else "none")
+        everything = np.concatenate(data) if data else np.zeros(1)
+        ax.axhline(everything.mean(), color=style.PALETTE["grey"], linestyle="--",
+                   linewidth=st.line_width * 0.8, label="global mean")
+        ax.set_xticks(range(n), [f"rank {r}" + (" *" if r == highlight else "") for r in range(n)])
+        ax.set_title(phase, fontsize=st.font_size)
+        ax.set_ylabel("ms per step")
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(frameon=False, fontsize=st.font_size * 0.8)
+    fig.suptitle(title, fontsize=st.font_size * 1.1)
+    fig.tight_layout()
+    return fig

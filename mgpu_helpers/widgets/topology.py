@@ -1,0 +1,123 @@
+"""Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path.
+
+:func:`draw_link_matrix` takes a square matrix of ``nvidia-smi topo -m`` words (``env.machine.links`` read
+through NVML on a GPU machine, or :func:`mgpu_helpers.topology.recorded_topology` elsewhere) and returns a
+Figure; :func:`show_topology` wraps it with a choice between this machine and the recorded 2 x H200 copy.
+"""
+from __future__ import annotations
+
+import re
+
+from .. import style
+
+# Path classes, fastest first, with the colour each is drawn in.
+CLASSES = (
+    ("NVLink", "green"),
+    ("PCIe switch (PIX/PXB)", "sky"),
+    ("host bridge (PHB/NODE)", "orange"),
+    ("across CPU sockets (SYS)", "vermillion"),
+    ("self (X)", "grey"),
+)
+
+
+def link_class(word: str) -> str:
+    """The path class of one matrix word: "NV18" -> "NVLink", "PXB" -> "PCIe switch (PIX/PXB)" ..."""
+    w = word.strip().upper()
+    if re.fullmatch(r"NV\d+", w):
+        return "NVLink"
+    if w in ("PIX", "PXB"):
+        return "PCIe switch (PIX/PXB)"
+    if w in ("PHB", "NODE"):
+        return "host bridge (PHB/NODE)"
+    if w == "SYS":
+        return "across CPU sockets (SYS)"
+    if w == "X":
+        return "self (X)"
+    raise ValueError(f"not an nvidia-smi topo -m link word: {word!r}")
+
+
+def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str = ""):
+    """Draw ``links`` (a square list of lists of words like "X", "NV18", "SYS") as a coloured matrix.
+
+    ``names`` labels rows and columns (default GPU0, GPU1, ...); ``note`` is written under the matrix
+    (e.g. "recorded on 2 x H200"). Returns the matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    n = len(links)
+    if n == 0 or any(len(row) != n for row in links):
+        raise ValueError("links must be a non-empty square matrix")
+    names = list(names) if names is not None else [f"GPU{i}" for i in range(n)]
+    colours = {name: style.PALETTE[c] for name, c in CLASSES}
+    st = style.current()
+    side = max(2.6, 0.75 * n + 1.4)
+    fig, ax = plt.subplots(figsize=style.figsize(side + 2.6, side))
+    used = []
+    for i, row in enumerate(links):
+        for j, word in enumerate(row):
+            cls = link_class(word)
+            if cls not in used:
+                used.append(cls)
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=colours[cls], edgecolor="white", linewidth=2,
+                                   alpha=0.85 if cls != "self (X)" else 0.35))
+            ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=st.font_size,
+                    color="black", fontweight="bold")
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)
+    ax.set_xticks([k + 0.5 for k in range(n)], names)
+    ax.set_yticks([k + 0.5 for k in range(n)], names)
+    ax.xaxis.tick_top()
+    ax.set_aspect("equal")
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_title(title, fontsize=st.font_size * 1.1, pad=24)
+    order = [name for name, _ in CLASSES if name in used]
+    ax.legend(handles=[Patch(color=colours[c], label=c) for c in order], loc="center left",
+              bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=st.font_size * 0.85)
+    if note:
+        fig.text(0.02, 0.02, note, fontsize=st.font_size * 0.8, color=style.PALETTE["grey"])
+    fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
+    return fig
+
+
+def machine_or_recorded(env):
+    """``(TopoMatrix, note)``: this machine's links from NVML when it has 2 or more GPUs, else the matrix
+    recorded on 2 x H200 (the note says which)."""
+    from .. import topology
+    if env is not None and len(env.gpus) >= 2:
+        return topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
+    topo = topology.recorded_topology()
+    return topo, "recorded on 2 x NVIDIA H200 (nvidia-smi topo -m), not this machine"
+
+
+def show_topology(env=None):
+    """ipywidgets: choose this machine (when it has GPUs) or the recorded 2 x H200 copy; see the matrix
+    and what each link means."""
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .. import topology
+    options = ["recorded 2 x H200"]
+    if env is not None and len(env.gpus) >= 2:
+        options.insert(0, "this machine (NVML)")
+    pick = W.Dropdown(options=options, value=options[0], description="source")
+    out = W.Output()
+
+    def redraw(_=None):
+        with out:
+            out.clear_output(wait=True)
+            if pick.value.startswith("this"):
+                topo, note = topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
+            else:
+                topo, note = topology.recorded_topology(), "recorded on 2 x NVIDIA H200, not this machine"
+            fig = draw_link_matrix(topo.links, topo.names, note=note)
+            display(fig)
+            plt.close(fig)
+            print(topology.summary(topo))
+
+    pick.observe(redraw, names="value")
+    redraw()
+    return W.VBox([pick, out])

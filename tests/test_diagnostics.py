@@ -1,0 +1,75 @@
+"""Diagnostics: hung collectives are located per rank, torch's debug mode names the mismatch, the
+sequence counter tells the last collective that completed."""
+import pytest
+
+import mgpu_helpers as mh
+from mgpu_helpers import diagnose as dg
+
+
+def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(dg.mismatched_order, 2, timeout=5, stream=False, quiet=True)
+    exc = info.value
+    assert exc.waiting_in[0].startswith("dist.all_reduce")
+    assert exc.waiting_in[1].startswith("dist.broadcast")
+    report = dg.hang_report(exc)
+    assert [(r["rank"], r["blocked_in"], r["last_completed"], r["pending"]) for r in report] == [
+        (0, "dist.all_reduce", (0, "all_reduce"), (1, "all_reduce")),
+        (1, "dist.broadcast", (0, "all_reduce"), (1, "broadcast")),
+    ]
+
+
+def test_debug_mode_names_the_mismatched_collectives():
+    with pytest.raises(mh.RankError) as info:
+        mh.run_ranks(dg.mismatched_order, 2, timeout=20, debug=True, stream=False, quiet=True)
+    text = str(info.value)
+    assert not isinstance(info.value, mh.RankTimeout)
+    assert "Detected mismatch between collectives" in text
+    assert "SequenceNumber=1" in text and "ALLREDUCE" in text and "BROADCAST" in text
+
+
+def test_debug_mode_names_a_count_mismatch():
+    with pytest.raises(mh.RankError) as info:
+        mh.run_ranks(dg.mismatched_count, 2, timeout=20, debug=True, stream=False, quiet=True)
+    assert "Tensor shapes: 5vs 4" in str(info.value) or "Tensor shapes: 4vs 5" in str(info.value)
+
+
+def test_matched_collectives_complete_and_are_numbered_in_the_trace():
+    res = mh.run_ranks(dg.matched, 3, stream=False, quiet=True)
+    assert [v["collectives"] for v in res.values] == [3, 3, 3]
+    assert [v["value"] for v in res.values] == [9.0, 9.0, 9.0]    # 1 -> 3 -> 9 -> broadcast 9
+    for spans in res.spans:
+        assert [s.name for s in spans] == ["#0 all_reduce", "#1 all_reduce", "#2 broadcast"]
+        assert all(s.kind == "communicate" for s in spans)
+
+
+def test_sequence_parsers_read_the_last_completed_and_the_pending_collective():
+    lines = ["hello", "[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter broadcast"]
+    assert dg.last_completed(lines) == (0, "all_reduce")
+    assert dg.pending(lines) == (1, "broadcast")
+    assert dg.last_completed(["nothing"]) is None and dg.pending(lines[:3]) is None
+
+
+def test_quiet_log_still_counts():
+    log = dg.CollectiveLog(verbose=False)
+    assert log.call("noop", lambda: 42) == 42 and log.seq == 1 and log.completed == ["noop"]
+
+
+def test_comm_bound_probe_spends_most_of_its_step_in_the_all_reduce():
+    res = mh.run_ranks(dg.scaling_probe, 2, args=(0.05, 1 << 21, 2), backend="gloo", stream=False, quiet=True)
+    assert dg.comm_fraction(res.values) > 0.5
+
+
+def test_per_rank_phase_times_keep_every_rank_apart():
+    values = [{"compute_s": [1, 2], "wait_s": [3, 4], "comm_s": [5, 6]},
+              {"compute_s": [7, 8], "wait_s": [0, 0], "comm_s": [5, 5]}]
+    t = dg.per_rank_phase_times(values)
+    assert t["compute"] == [[1, 2], [7, 8]] and dg.medians(t["wait"]) == [3.5, 0]
+
+
+def test_nccl_debug_lines_need_nccl_ranks():
+    from mgpu_helpers import hardware
+    if hardware.machine().gpu_count < 2:
+        assert dg.nccl_debug_lines(2) == []          # nothing to run: no NCCL without 2 GPUs
+    else:
+        assert any("NCCL INFO" in ln for ln in dg.nccl_debug_lines(2))
