@@ -62,7 +62,7 @@ def torchrun_main(fn, *args, backend: str = "auto"):
             print(mh.torchrun_main(my_rank_fn))
 
     and run ``torchrun --standalone --nproc-per-node 2 script.py`` (add ``--nnodes``/``--rdzv-endpoint``
-    for several machines).
+    for several machines). Call it once per process: it joins and leaves the default process group.
     """
     import torch.distributed as dist
 

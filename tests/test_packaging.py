@@ -1,0 +1,65 @@
+"""The install: environment.yml and pyproject.toml name the same packages; the test command sees notebooks."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tomllib
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~ ;\[]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _pyproject_requirements() -> dict[str, str]:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    reqs = project["dependencies"] + project["optional-dependencies"]["test"]
+    return {_name(r): r.replace(" ", "") for r in reqs}
+
+
+def _environment_requirements() -> dict[str, str]:
+    with open(os.path.join(ROOT, "environment.yml")) as f:
+        env = yaml.safe_load(f)
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    return {_name(r): r.replace(" ", "") for r in pip if not r.startswith("-e")}
+
+
+def test_environment_yml_and_pyproject_agree():
+    assert _environment_requirements() == _pyproject_requirements()
+
+
+def test_numpy_is_capped_below_2_5_for_numba_cuda():
+    assert "<2.5" in _pyproject_requirements()["numpy"]
+
+
+def test_makefile_installs_the_cpu_build_of_torch():
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    assert re.search(r"^TORCH\s*\?=\s*torch==[\d.]+\+cpu$", makefile, re.M)
+
+
+def test_notebook_globs_find_the_course():
+    found = glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb"))
+    assert len(found) >= 1, "the notebook glob found nothing: nbval would silently test nothing"
+    assert os.path.exists(os.path.join(ROOT, "notebooks", "00_setup.ipynb"))
+
+
+def test_notebooks_are_committed_clean():
+    from mgpu_helpers import nbtools
+    paths = sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")) for d in ("notebooks", "solutions", "exercises"))
+    paths = [p for group in paths for p in group]
+    assert paths
+    problems = [p for path in paths for p in nbtools.problems(path)]
+    assert problems == []
+
+
+def test_notebooks_hold_no_machine_paths():
+    pattern = re.compile(r"/(home|root|tmp|work)/[\w.-]+")
+    for d in ("notebooks", "solutions", "exercises"):
+        for path in glob.glob(os.path.join(ROOT, d, "*.ipynb")):
+            text = open(path, encoding="utf-8").read()
+            assert not pattern.search(text), f"{path} holds a machine path"
