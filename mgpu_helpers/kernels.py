@@ -81,6 +81,56 @@ def vec_add_fast(a, b, c, n):
         i += stride
 
 
+@cuda.jit
+def whoami(block_idx, thread_idx, global_idx, warp, lane):
+    """Each thread writes down who it is: blockIdx.x, threadIdx.x, its global index, its warp in the block and
+    its lane in the warp. No bounds check needed: the arrays have one slot per launched thread."""
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    block_idx[i] = cuda.blockIdx.x
+    thread_idx[i] = cuda.threadIdx.x
+    global_idx[i] = i
+    warp[i] = cuda.threadIdx.x // cuda.warpsize
+    lane[i] = cuda.threadIdx.x % cuda.warpsize
+
+
+# float32 constants: a bare 0.999 would be a float64 literal and turn the whole loop into float64 arithmetic.
+_MUL, _ADD, _ONE = np.float32(0.999), np.float32(0.25), np.float32(1.0)
+
+
+@cuda.jit
+def branch_work(out, iters, warp_uniform):
+    """SIMT demo: half the threads take path A, half path B, with the same work per thread either way.
+
+    ``warp_uniform`` false: the choice is threadIdx.x's parity, so every warp holds both kinds of thread and
+    runs path A and then path B with half its lanes masked each time. True: the choice is the warp's parity, so
+    each warp runs one path only. The two paths are different instruction sequences (no merging them).
+    """
+    i = cuda.grid(1)
+    if i >= out.size:
+        return
+    key = cuda.threadIdx.x // cuda.warpsize if warp_uniform else cuda.threadIdx.x
+    x = out[i]
+    if key % 2 == 0:
+        for _ in range(iters):
+            x = x * _MUL + _ADD         # path A: multiply-add
+    else:
+        for _ in range(iters):
+            x = math.sqrt(x + _ONE)     # path B: square root
+    out[i] = x
+
+
+def branch_reference(x0: np.ndarray, iters: int, warp_uniform: bool, block: int) -> np.ndarray:
+    """What :data:`branch_work` computes, in NumPy (float32, same order of operations)."""
+    t = np.arange(x0.size) % block
+    key = t // WARP_SIZE if warp_uniform else t
+    x = x0.astype(np.float32).copy()
+    a, b = key % 2 == 0, key % 2 == 1
+    for _ in range(iters):
+        x[a] = x[a] * _MUL + _ADD
+        x[b] = np.sqrt(x[b] + _ONE)
+    return x
+
+
 def launch_config(n: int, block: int = 256) -> tuple[int, int]:
     """The seed's launch ``<<<(N+255)/256, 256>>>`` for any block size: (blocks, threads per block).
 
@@ -93,6 +143,25 @@ def launch_config(n: int, block: int = 256) -> tuple[int, int]:
     return max(1, (n + block - 1) // block), block
 
 
+def check_launch(grid: int, block: int, max_threads_per_block: int = MAX_THREADS_PER_BLOCK) -> None:
+    """Refuse a launch configuration the hardware will refuse, with a message that says why.
+
+    The same check on every machine: the CUDA simulator does not enforce the 1024-threads-per-block limit,
+    a real GPU does (the launch fails with CUDA_ERROR_INVALID_VALUE)."""
+    if not 1 <= block <= max_threads_per_block:
+        raise ValueError(f"block of {block} threads: a block holds 1..{max_threads_per_block} threads")
+    if grid < 1:
+        raise ValueError(f"grid of {grid} blocks: launch at least one block")
+
+
+def launch_checked(kernel, grid: int, block: int, *args) -> None:
+    """Launch the way the seed's habit asks: check the configuration, launch, then synchronize so an error
+    raised while the kernel runs surfaces here, at this call, and not at some later unrelated one."""
+    check_launch(grid, block)
+    kernel[grid, block](*args)
+    cuda.synchronize()
+
+
 def source(obj) -> str:
     """The source text of a kernel: a Numba kernel's Python function, or a CuPy kernel's CUDA C."""
     if isinstance(obj, str):
@@ -100,6 +169,8 @@ def source(obj) -> str:
     for attr in ("py_func", "fn"):  # real Numba dispatcher / simulator kernel
         if hasattr(obj, attr):
             return inspect.getsource(getattr(obj, attr))
+    if inspect.isfunction(obj):
+        return inspect.getsource(obj)
     if hasattr(obj, "code"):
         return obj.code
     if hasattr(obj, "operation"):
