@@ -104,11 +104,13 @@ def _ring_terms(op: str, nbytes: float, n: int) -> tuple[float, float]:
     return float(steps), steps / n * nbytes
 
 
-def fit_alpha_beta(op: str, nbytes: list, seconds: list, n: int) -> tuple[float, float]:
+def fit_alpha_beta(op: str, nbytes: list, seconds: list, n: int, relative: bool = False) -> tuple[float, float]:
     """Least-squares ``(alpha, beta)`` of the ring model for measured ``seconds`` at message sizes ``nbytes``.
 
     ``nbytes`` and ``seconds`` are sequences of the same length (at least two different sizes) measured
-    with ``n`` >= 2 ranks. Negative estimates (noise on tiny messages) are clipped to 0.
+    with ``n`` >= 2 ranks. ``relative=True`` minimises relative errors (each point weighted by 1/t^2), so
+    small messages (latency) count as much as big ones (bandwidth); the default minimises absolute errors,
+    dominated by the biggest messages. Negative estimates (noise on tiny messages) are clipped to 0.
     """
     if op not in RING_COSTS:
         raise ValueError(f"no ring model for {op!r}; one of {sorted(RING_COSTS)}")
@@ -117,6 +119,9 @@ def fit_alpha_beta(op: str, nbytes: list, seconds: list, n: int) -> tuple[float,
     if len(nbytes) != len(seconds) or len(set(nbytes)) < 2:
         raise ValueError("need matching lists with at least two different message sizes")
     rows = [_ring_terms(op, b, n) for b in nbytes]
+    if relative:   # divide each equation by its measured time: t/t = 1 = a x/t + b y/t
+        rows = [(x / t, y / t) for (x, y), t in zip(rows, seconds)]
+        seconds = [1.0] * len(seconds)
     # Normal equations of t = a * x + b * y (two unknowns, no intercept).
     sxx = sum(x * x for x, _ in rows)
     sxy = sum(x * y for x, y in rows)

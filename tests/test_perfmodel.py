@@ -184,3 +184,12 @@ def test_a_fifth_gpu_can_make_a_small_job_slower():
 def test_straggler_step_is_paced_by_biggest_shard():
     assert pm.straggler_step_seconds([12, 6, 4, 2], 0.01, 0.005) == pytest.approx(0.125)
     assert pm.straggler_step_seconds([6, 6, 6, 6], 0.01, 0.005) == pytest.approx(0.065)
+
+
+def test_relative_fit_weights_small_messages_like_big_ones():
+    sizes = [1e3, 1e4, 1e6, 1e8, 1e9]
+    times = [pm.ring_allreduce_seconds(b, 2, 10e-6, 1 / 300e9) * (1.2 if b == 1e3 else 1.0) for b in sizes]
+    a_abs, _ = pm.fit_alpha_beta("all_reduce", sizes, times, 2)
+    a_rel, b_rel = pm.fit_alpha_beta("all_reduce", sizes, times, 2, relative=True)
+    # the perturbed tiny message barely moves the absolute fit, but pulls the relative one
+    assert a_rel > a_abs > 0 and 1 / b_rel == pytest.approx(300e9, rel=0.05)
