@@ -1,7 +1,11 @@
 """The all-reduce results widget: expected results per collective/op/pattern, and drawings that render."""
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from mgpu_helpers.collectives import COLLECTIVES, REDUCE_OPS
 from mgpu_helpers.widgets import allreduce as ar
@@ -103,3 +107,9 @@ def test_real_ranks_give_the_expected_outputs(name):
                                                    backend="gloo")
         assert ok, (name, op, inputs, outputs)
         assert isinstance(fig, Figure)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")

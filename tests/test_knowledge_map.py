@@ -1,5 +1,10 @@
 """The knowledge map of chapter 2: three columns in the seed's order, every topic placed, a figure that renders."""
-from matplotlib.figure import Figure
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from mgpu_helpers import style
 from mgpu_helpers.widgets import knowledge_map as km
@@ -33,3 +38,9 @@ def test_draw_knowledge_map_renders_in_normal_and_projection_mode():
             assert any("torch.distributed" in t for t in texts)
         finally:
             style.set_projection(False)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")

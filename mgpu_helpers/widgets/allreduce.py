@@ -123,14 +123,15 @@ def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | No
     """Figure: each rank's input (left) and output (right) of collective ``name``.
 
     ``inputs``: list (per rank) of lists of numbers; ``outputs``: the same, None for a rank that receives
-    nothing. Returns a matplotlib Figure (no pyplot state is left behind).
+    nothing. Returns the matplotlib Figure (made with pyplot, so Jupyter's inline backend shows it at the end of
+    the cell; close it with ``plt.close(fig)`` when drawing many).
     """
-    from matplotlib.figure import Figure
+    import matplotlib.pyplot as plt
 
     n = len(inputs)
     width = max([len(r) for r in list(inputs) + list(outputs) if r is not None] + [1])
     w_in = max(len(r) for r in inputs)
-    fig = Figure(figsize=style.figsize(2.2 + 0.55 * (w_in + width), 0.9 + 0.45 * n), layout="constrained")
+    fig = plt.figure(figsize=style.figsize(2.2 + 0.55 * (w_in + width), 0.9 + 0.45 * n), layout="constrained")
     axes = fig.subplots(1, 2, width_ratios=[max(w_in, 3) + 1.7, max(width, 3) + 1.7])
     what = name + (f" ({op})" if name in REDUCING else "")
     _table(axes[0], [list(r) for r in inputs], "input (before)", _RANK_COLOURS)
@@ -153,8 +154,9 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     ``records[rank]`` is what :func:`mgpu_helpers.collectives.ring_all_reduce_steps` returned on that rank
     (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
     each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
+    Returns the matplotlib Figure (made with pyplot, shown by Jupyter's inline backend).
     """
-    from matplotlib.figure import Figure
+    import matplotlib.pyplot as plt
 
     n = len(records)
     steps = len(records[0]) if max_steps is None else min(max_steps, len(records[0]))
@@ -162,7 +164,7 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     st = style.current()
     # Two rows: the input then the reduce-scatter steps; the all-gather steps below them.
     cols = max(1, (steps + 1) // 2) if steps > 1 else 1
-    fig = Figure(figsize=style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n)),
+    fig = plt.figure(figsize=style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n)),
                  layout="constrained")
     grid = np.atleast_2d(fig.subplots(2 if steps > 1 else 1, cols))
     for ax in grid.flat:
@@ -228,6 +230,7 @@ def outputs_match(got, want, rtol: float = 1e-6) -> bool:
 def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum"):
     """ipywidgets: pick the collective, op, world size and input pattern; Run launches real ranks."""
     import ipywidgets as w
+    import matplotlib.pyplot as plt
     from IPython.display import display
 
     coll = w.Dropdown(options=list(COLLECTIVES), value=name, description="collective")
@@ -244,6 +247,7 @@ def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str =
             try:
                 fig, _inp, _outp, ok = run_and_draw(coll.value, ws.value, pat.value, opw.value)
                 display(fig)
+                plt.close(fig)   # shown as an image; closing keeps redraws from piling up
                 print("every rank's output matches the expected result" if ok
                       else "MISMATCH: some rank's output differs from the expected result")
             except Exception as exc:   # show the error in the widget, keep the widget usable

@@ -39,13 +39,14 @@ ARROWS = ["one process per GPU;\nNCCL moves\ndevice memory", "a process group\nl
 def draw_knowledge_map(highlight: int | None = None):
     """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none).
 
-    Returns a matplotlib Figure (no pyplot state is left behind).
+    Returns the matplotlib Figure (made with pyplot, so Jupyter's inline backend shows it at the end of
+    the cell; close it with ``plt.close(fig)`` when drawing many).
     """
-    from matplotlib.figure import Figure
+    import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     st = style.current()
-    fig = Figure(figsize=style.figsize(13, 6.2))
+    fig = plt.figure(figsize=style.figsize(13, 6.2))
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(0, 13)
     ax.set_ylim(0, 6.2)
