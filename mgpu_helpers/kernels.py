@@ -94,7 +94,7 @@ def whoami(block_idx, thread_idx, global_idx, warp, lane):
 
 
 # float32 constants: a bare 0.999 would be a float64 literal and turn the whole loop into float64 arithmetic.
-_MUL, _ADD, _ONE = np.float32(0.999), np.float32(0.25), np.float32(1.0)
+_MUL, _ADD, _HALF, _EIGHTH = np.float32(0.999), np.float32(0.25), np.float32(0.5), np.float32(0.125)
 
 
 @cuda.jit
@@ -103,7 +103,9 @@ def branch_work(out, iters, warp_uniform):
 
     ``warp_uniform`` false: the choice is threadIdx.x's parity, so every warp holds both kinds of thread and
     runs path A and then path B with half its lanes masked each time. True: the choice is the warp's parity, so
-    each warp runs one path only. The two paths are different instruction sequences (no merging them).
+    each warp runs one path only. The two paths are different instruction sequences (the compiler cannot merge
+    them into one). With many warps per SM the kernel is issue-bound, so the diverged launch takes about twice
+    as long. On a GPU the multiply-adds are fused (FMA), so results differ from NumPy's in the last bits.
     """
     i = cuda.grid(1)
     if i >= out.size:
@@ -115,19 +117,19 @@ def branch_work(out, iters, warp_uniform):
             x = x * _MUL + _ADD         # path A: multiply-add
     else:
         for _ in range(iters):
-            x = math.sqrt(x + _ONE)     # path B: square root
+            x = x * x * _HALF + _EIGHTH  # path B: square, then multiply-add
     out[i] = x
 
 
 def branch_reference(x0: np.ndarray, iters: int, warp_uniform: bool, block: int) -> np.ndarray:
-    """What :data:`branch_work` computes, in NumPy (float32, same order of operations)."""
+    """What :data:`branch_work` computes, in NumPy (float32; unfused multiply-adds, see branch_work)."""
     t = np.arange(x0.size) % block
     key = t // WARP_SIZE if warp_uniform else t
     x = x0.astype(np.float32).copy()
     a, b = key % 2 == 0, key % 2 == 1
     for _ in range(iters):
         x[a] = x[a] * _MUL + _ADD
-        x[b] = np.sqrt(x[b] + _ONE)
+        x[b] = x[b] * x[b] * _HALF + _EIGHTH
     return x
 
 
@@ -437,6 +439,8 @@ def fast_grid(kernel_regs: int | None, block: int = 256, limits: SmLimits | None
 def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
     """Launch :data:`vec_add_fast` over device arrays with a one-wave grid; returns the grid used."""
     n = d_c.size
+    if not d_a.size == d_b.size == n:
+        raise ValueError(f"arrays differ in length: {d_a.size}, {d_b.size}, {n}")
     if grid is None:
         if numba_regs_per_thread(vec_add_fast) is None and not SIMULATOR:
             vec_add_fast[1, block](d_a, d_b, d_c, 0)  # compile once so the register count is known

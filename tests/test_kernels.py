@@ -182,3 +182,55 @@ def test_bench_without_gpu_prints_reference_and_exits_zero(tmp_path):
     data = json.loads((tmp_path / "k.json").read_text())
     assert data["n"] == 500 and set(data["GBps"]) == {"numba_bs128", "numba_bs256", "numba_bs512",
                                                       "numba_bs1024", "numba_fast"}
+
+
+def test_whoami_kernel_agrees_with_the_thread_index_arithmetic():
+    from mgpu_helpers.widgets import thread_index as ti
+    grid, block = 3, 40
+    ids = [cuda.device_array(grid * block, dtype=np.int32) for _ in range(5)]
+    K.whoami[grid, block](*ids)
+    block_idx, thread_idx, global_idx, warp, lane = (d.copy_to_host() for d in ids)
+    tm = ti.thread_map(grid, block, n=100)
+    np.testing.assert_array_equal(global_idx, tm.global_idx)
+    np.testing.assert_array_equal(block_idx, tm.block_idx)
+    np.testing.assert_array_equal(thread_idx, tm.thread_idx)
+    np.testing.assert_array_equal(warp, tm.warp_in_block)
+    np.testing.assert_array_equal(lane, tm.thread_idx % 32)
+
+
+@pytest.mark.parametrize("uniform", [False, True])
+def test_branch_kernel_matches_its_numpy_reference(uniform):
+    n, block, iters = 300, 64, 5
+    x0 = np.linspace(0, 1, n, dtype=np.float32)
+    d = cuda.to_device(x0)
+    K.branch_work[K.launch_config(n, block)](d, iters, uniform)
+    want = K.branch_reference(x0, iters, uniform, block)
+    np.testing.assert_allclose(d.copy_to_host(), want, rtol=1e-5)
+    # the two groupings really send different threads down different paths
+    assert not np.allclose(want, K.branch_reference(x0, iters, not uniform, block))
+
+
+def test_launch_checked_refuses_1025_threads_on_every_machine():
+    d = cuda.to_device(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="1..1024"):
+        K.launch_checked(K.vec_add, 1, 1025, d, d, d, 4)
+    with pytest.raises(ValueError, match="at least one block"):
+        K.check_launch(0, 32)
+    K.launch_checked(K.vec_add, 1, 32, d, d, d, 4)  # a good launch passes
+
+
+def test_fast_launch_rejects_arrays_of_different_lengths():
+    with pytest.raises(ValueError, match="differ"):
+        K.vec_add_fast_launch(cuda.to_device(np.zeros(4, np.float32)), cuda.to_device(np.zeros(5, np.float32)),
+                              cuda.device_array(4, np.float32))
+
+
+def test_bandwidth_figure_has_one_bar_per_kernel_and_a_line_per_ceiling():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = bench.draw_bandwidth({"a": 1000.0, "b fast": 4000.0}, {"copy": 4200.0, "add": 4300.0})
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2 and [p.get_width() for p in ax.patches] == [1000.0, 4000.0]
+    assert len(ax.lines) == 2
+    plt.close(fig)

@@ -150,6 +150,44 @@ def measure(n: int, repeats: int) -> dict:
     return out
 
 
+SWEEP_BLOCKS = (32, 64, 128, 256, 512, 1024)
+
+
+def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
+    """On the GPU: the seed's kernel (CuPy RawKernel and Numba) and the ElementwiseKernel at each block size,
+    plus CuPy's device-to-device copy as the ceiling. Returns {"copy": GB/s, "raw": {block: GB/s},
+    "numba": {block: GB/s}, "elementwise": {block: GB/s}}; every result is checked against a + b."""
+    import cupy as cp
+    import numpy as np
+    from numba import cuda
+
+    from .. import kernels as K
+
+    a = cp.random.random(n, dtype=cp.float32)
+    b = cp.random.random(n, dtype=cp.float32)
+    c = cp.empty_like(a)
+    want = a + b
+    nbytes = K.vec_add_bytes(n)
+    out = {"copy": _median_gbps(K.time_gpu(lambda: cp.copyto(c, a), repeats, library="cupy"), 2 * n * 4),
+           "raw": {}, "numba": {}, "elementwise": {}}
+    ew = K.cupy_kernels().elementwise
+    da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
+    for bs in blocks:
+        runs = {
+            "raw": lambda: K.vec_add_cupy_raw(a, b, c, block=bs),
+            "elementwise": lambda: ew(a, b, c, block_size=bs),
+            "numba": lambda: K.vec_add[K.launch_config(n, bs)](da, db, dc, n),
+        }
+        for name, fn in runs.items():
+            c.fill(0)
+            fn()
+            cp.cuda.Device().synchronize()
+            assert bool(cp.array_equal(c, want)), f"{name} at block {bs} gave a wrong result"
+            lib = "numba" if name == "numba" else "cupy"
+            out[name][bs] = _median_gbps(K.time_gpu(fn, repeats, library=lib), nbytes)
+    return out
+
+
 def smoke(n: int) -> dict:
     """The Numba kernels in the simulator at a small n: results checked against NumPy; returns {row: GB/s}
     (simulator wall-clock: meaningless as a GPU figure)."""
@@ -220,3 +258,30 @@ def _dump(path, n, measured, device) -> None:
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"n": n, "device": device, "GBps": measured}, f, indent=1)
         print(f"wrote {path}")
+
+
+def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
+    """Horizontal bars of GB/s (``{label: GB/s}``) with dashed vertical lines for ``ceilings`` (``{label: GB/s}``,
+    e.g. the device's copy bandwidth). Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    from .. import style
+
+    labels = list(bars)
+    fig, ax = plt.subplots(figsize=style.figsize(7.5, 0.9 + 0.38 * len(labels)))
+    colours = [style.PALETTE["orange"] if "fast" in lab.lower() else style.PALETTE["blue"] for lab in labels]
+    ax.barh(range(len(labels)), [bars[k] for k in labels], color=colours)
+    for k, lab in enumerate(labels):
+        ax.text(bars[lab], k, f" {bars[lab]:,.0f}", va="center", fontsize=style.current().font_size * 0.8)
+    lines = [style.PALETTE["vermillion"], style.PALETTE["green"], style.PALETTE["black"]]
+    for (name, value), colour in zip((ceilings or {}).items(), lines):
+        ax.axvline(value, ls="--", color=colour, lw=style.current().line_width, label=f"{name}: {value:,.0f} GB/s")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("effective bandwidth, GB/s (bytes read + written / time)")
+    ax.set_xlim(0, 1.15 * max([*bars.values(), *(ceilings or {}).values()]))
+    if ceilings:
+        ax.legend(loc="lower right", fontsize=style.current().font_size * 0.8)
+    ax.set_title(title, fontsize=style.current().font_size)
+    fig.tight_layout()
+    return fig
