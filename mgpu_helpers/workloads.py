@@ -37,6 +37,10 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     (fractional units round to whole matmuls). The matrix is scaled so values stay bounded.
     """
     import torch
+    if device.type == "cpu":
+        # One thread per rank: a CPU rank stands in for one device, and its cost must not depend on how
+        # many threads the launcher gave it (several threads per rank on a busy machine spin and thrash).
+        torch.set_num_threads(1)
     sizes = unit_sizes(device)
     m = m or sizes["m"]
     per_unit = per_unit or sizes["per_unit"]
@@ -106,11 +110,12 @@ def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = 
     return out
 
 
-def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5) -> list[float]:
-    """Median seconds of ``dist.all_reduce`` of float32 buffers of each size in ``sizes_bytes``.
+def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, iters: int = 10) -> list[float]:
+    """Seconds per ``dist.all_reduce`` of a float32 buffer, for each size in ``sizes_bytes``.
 
-    Each timed call is preceded by a barrier so ranks start together; on a GPU the time includes the
-    kernel (synchronised). Returns one median per size, this rank's view.
+    Each measurement times ``iters`` back-to-back calls (so that the ranks' start skew and the timer
+    are spread over many calls) after a barrier; returns, per size, the median over ``repeats`` of the
+    time per call, as seen by this rank. On a GPU the time includes the kernels (synchronised).
     """
     import statistics
 
@@ -131,10 +136,11 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5) ->
             dist.barrier()
             _sync(device)
             t0 = time.monotonic()
-            with trace.span("communicate", f"all_reduce {int(nbytes)} B"):
-                dist.all_reduce(x)
+            with trace.span("communicate", f"all_reduce {int(nbytes)} B x {iters}"):
+                for _ in range(iters):
+                    dist.all_reduce(x)
                 _sync(device)
-            times.append(time.monotonic() - t0)
+            times.append((time.monotonic() - t0) / iters)
         medians.append(statistics.median(times))
     return medians
 
