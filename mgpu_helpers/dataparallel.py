@@ -78,7 +78,7 @@ def shard(dataset, rank: int, world_size: int):
     Repeatable (the same call gives the same slice), without overlap, and balanced (sizes differ by at
     most one row). Together the shards of ranks 0..world_size-1 are the whole dataset, in order.
     """
-    if isinstance(dataset, (tuple, list)):
+    if isinstance(dataset, tuple):
         n = len(dataset[0])
         r = shard_range(n, rank, world_size)
         return tuple(t[r.start:r.stop] for t in dataset)
@@ -168,7 +168,7 @@ def train_data_parallel(rank: int, world_size: int, config: TrainConfig = TrainC
             allreduce_gradients(params, world_size, comm_stream)   # 3. all-reduce (+ stream edges)
         with (trace.span("other", "optimizer.step") if trace_steps else _null()):
             opt.step()                                       # 4. every rank applies the same update
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     r = shard_range(config.n_samples, rank, world_size)
     return {"rank": rank, "device": str(device), "shard": (r.start, r.stop), "params": flat_params(model),
             "losses": losses}
@@ -207,6 +207,76 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -
         _loss(ddp, x, y).backward()      # DDP all-reduces (averages) the gradients during backward
         opt.step()
     return {"rank": rank, "device": str(device), "params": flat_params(model)}
+
+
+def train_both(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -> dict:
+    """Rank function: :func:`train_data_parallel` then :func:`train_ddp` in the same rank processes
+    (one launch instead of two). Returns ``{"ours": ..., "ddp": ...}``."""
+    return {"ours": train_data_parallel(rank, world_size, config), "ddp": train_ddp(rank, world_size, config)}
+
+
+def local_gradient(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -> dict:
+    """Rank function: step 2 alone. The gradient of the mean loss over this rank's shard, at the initial
+    weights, with no communication. Returns ``{"rank", "device", "rows", "loss", "grad"}`` (grad flat, CPU)."""
+    import torch
+
+    from .ranks import rank_device
+
+    device = rank_device()
+    x, y = shard(make_dataset(config), rank, world_size)
+    model = make_model(config, device)
+    loss = _loss(model, x.to(device), y.to(device))
+    loss.backward()
+    grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return {"rank": rank, "device": str(device), "rows": len(x), "loss": float(loss.detach()), "grad": grad}
+
+
+def full_gradient(config: TrainConfig = TrainConfig()):
+    """The gradient of the mean loss over the whole batch at the initial weights (one process, CPU)."""
+    import torch
+
+    x, y = make_dataset(config)
+    model = make_model(config)
+    _loss(model, x, y).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def stream_edge_demo(rank: int, world_size: int, numel: int = 1 << 22, with_edge: bool = True) -> float:
+    """Rank function: all-reduce a buffer asynchronously, then read it at once (as the optimizer would).
+
+    Every rank fills the buffer with ``rank + 1``; the all-reduced value is ``1 + 2 + ... + world_size``.
+    With ``with_edge`` the reader waits for the collective first (GPU: the compute stream waits on an event
+    recorded on the communication stream; CPU: ``work.wait()``); without it, it reads whatever is in the
+    buffer at that moment. Returns the fraction of elements that already held the final sum (1.0 = all).
+    """
+    import torch
+    import torch.distributed as dist
+
+    from .ranks import rank_device
+
+    device = rank_device()
+    buf = torch.full((numel,), float(rank + 1), device=device)
+    expected = world_size * (world_size + 1) / 2
+    if device.type == "cuda":
+        compute = torch.cuda.current_stream(device)
+        comm = torch.cuda.Stream(device)
+        comm.wait_stream(compute)
+        with torch.cuda.stream(comm):
+            work = dist.all_reduce(buf, async_op=True)
+            work.wait()
+            done = torch.cuda.Event()
+            done.record(comm)
+        if with_edge:
+            compute.wait_event(done)
+        snapshot = buf.clone()                 # the reader, on the compute stream
+        torch.cuda.synchronize(device)
+    else:
+        work = dist.all_reduce(buf, async_op=True)
+        if with_edge:
+            work.wait()
+        snapshot = buf.clone()                 # the reader
+        work.wait()                            # (never leave a collective unfinished)
+    return float((snapshot == expected).double().mean())
 
 
 def max_difference(a, b) -> float:

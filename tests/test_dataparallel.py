@@ -31,17 +31,16 @@ def test_shard_rejects_a_rank_outside_the_world():
 def test_data_parallel_equals_single_process_and_ddp(world_size):
     cfg = dp.TrainConfig()
     reference = dp.train_single_process(cfg)
-    ours = mh.run_ranks(dp.train_data_parallel, world_size, args=(cfg,), backend="gloo", timeout=60,
-                        stream=False, quiet=True)
-    ddp = mh.run_ranks(dp.train_ddp, world_size, args=(cfg,), backend="gloo", timeout=60,
+    res = mh.run_ranks(dp.train_both, world_size, args=(cfg,), backend="gloo", timeout=90,
                        stream=False, quiet=True)
+    ours = [v["ours"] for v in res.values]
     for r in range(world_size):
-        assert torch.allclose(ours.values[r]["params"], reference, rtol=1e-10, atol=1e-12)
-        assert torch.allclose(ddp.values[r]["params"], reference, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(ours[r]["params"], reference, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(res.values[r]["ddp"]["params"], reference, rtol=1e-10, atol=1e-12)
     # the model really moved, so the equality is not the trivial one of untrained weights
     start = dp.flat_params(dp.make_model(cfg))
     assert dp.max_difference(reference, start) > 1e-3
-    assert [v["shard"] for v in ours.values] == [(r * 48 // world_size, (r + 1) * 48 // world_size)
+    assert [v["shard"] for v in ours] == [(r * 48 // world_size, (r + 1) * 48 // world_size)
                                                 for r in range(world_size)]
 
 
@@ -59,3 +58,22 @@ def test_without_the_gradient_all_reduce_ranks_drift_apart():
 
     res = mh.run_ranks(no_allreduce, 2, args=(dp.TrainConfig(),), backend="gloo", stream=False, quiet=True)
     assert dp.max_difference(res.values[0], res.values[1]) > 1e-3
+
+
+def test_reading_the_buffer_after_the_dependency_edge_sees_the_finished_sum():
+    res = mh.run_ranks(dp.stream_edge_demo, 2, args=(1 << 16, True), backend="gloo", stream=False, quiet=True)
+    assert res.values == [1.0, 1.0]
+
+
+def test_mean_of_local_gradients_is_the_whole_batch_gradient():
+    cfg = dp.TrainConfig()
+    res = mh.run_ranks(dp.local_gradient, 4, args=(cfg,), backend="gloo", stream=False, quiet=True)
+    grads = torch.stack([v["grad"] for v in res.values])
+    assert torch.allclose(grads.mean(0), dp.full_gradient(cfg), rtol=1e-10, atol=1e-12)
+    assert [v["rows"] for v in res.values] == [12, 12, 12, 12]
+
+
+def test_uneven_shards_break_the_mean_of_means():
+    cfg = dp.TrainConfig(n_samples=50)
+    res = mh.run_ranks(dp.train_data_parallel, 4, args=(cfg,), backend="gloo", stream=False, quiet=True)
+    assert not torch.allclose(res.values[0]["params"], dp.train_single_process(cfg), rtol=1e-10, atol=1e-12)
