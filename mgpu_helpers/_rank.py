@@ -44,6 +44,12 @@ def _error_message(exc: BaseException, where: str) -> tuple:
     return ("error", where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
 
 
+def _store_barrier(store, name: str, rank: int, world_size: int) -> None:
+    """Wait until every rank has reached ``name``, through the rendezvous store (not a collective)."""
+    store.set(f"{name}/{rank}", b"1")
+    store.wait([f"{name}/{r}" for r in range(world_size)])
+
+
 def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
     """Run rank ``rank`` of ``job`` and exit (never returns)."""
     os.dup2(out_fd, 1)
@@ -77,9 +83,14 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
         dist.set_debug_level_from_env()
         t0 = time.perf_counter()
         where = "joining the process group"
+        store = None
         if job["init"]:
             ranks.init_process_group(rank, world_size, job["backend"], job["init_method"],
                                      timeout_s=job["pg_timeout"])
+            store = dist.distributed_c10d._get_default_store()
+            # gloo's init can return on one rank while a peer is still connecting to it: line up first,
+            # so a rank whose fn is instant cannot tear its sockets down under a peer still in init.
+            _store_barrier(store, "mgpu/started", rank, world_size)
         t1 = time.perf_counter()
         where = "unpickling the function"
         fn, args = cloudpickle.loads(job["payload"])
@@ -91,6 +102,9 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
         where = "sending the result"
         _send(res_fd, ("ok", _to_cpu(value), t1 - t0, t3 - t2, trace.collect()))
         where = "leaving the process group"
+        if store is not None:
+            # Wait for every rank to finish fn before closing connections a slower peer may still read from.
+            _store_barrier(store, "mgpu/finished", rank, world_size)
         if dist.is_initialized():
             dist.destroy_process_group()
     except BaseException as exc:   # noqa: BLE001 - every failure must reach the notebook

@@ -322,11 +322,6 @@ def test_ranks_die_with_the_kernel(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- hygiene
 
-def _job_dirs() -> set[str]:
-    tmp = tempfile.gettempdir()
-    return {d for d in os.listdir(tmp) if d.startswith("mgpu-job-")}
-
-
 def _our_tree_listening() -> list:
     procs = [psutil.Process()] + psutil.Process().children(recursive=True)
     found = []
@@ -346,10 +341,11 @@ def _fail_or_exit(rank, world_size, how):
     return rank
 
 
-def test_many_launches_leave_no_process_fd_tempfile_or_port():
+def test_many_launches_leave_no_process_fd_tempfile_or_port(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # a temp folder of our own to watch
     mh.run_ranks(_allreduce_rank, 2, quiet=True)          # server up before the baseline
     me = psutil.Process()
-    fds_before, dirs_before = me.num_fds(), _job_dirs()
+    fds_before = me.num_fds()
     server_children = lambda: [c for c in me.children(recursive=True) if c.pid != launch._server.proc.pid]  # noqa: E731
     for i in range(100):
         how = ("ok", "ok", "ok", "ok", "raise", "exit")[i % 6]
@@ -363,7 +359,7 @@ def test_many_launches_leave_no_process_fd_tempfile_or_port():
         time.sleep(0.05)
     assert server_children() == []                          # no orphan, no zombie
     assert me.num_fds() == fds_before
-    assert _job_dirs() == dirs_before
+    assert os.listdir(tmp_path) == []
     assert _our_tree_listening() == []
 
 
