@@ -24,8 +24,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m mgpu_helpers.doctor
 	touch $@
 
+# Jupyter refuses to run as root unless told; a container's root user is common enough to allow it.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: install
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) --notebook-dir=. notebooks/00_setup.ipynb
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. notebooks/00_setup.ipynb
 
 test: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
