@@ -322,8 +322,11 @@ class SmLimits:
     max_threads_per_block: int = 1024
     max_regs_per_thread: int = 255
     reg_alloc_unit: int = 256          # registers are handed out per warp in units of 256
+    sub_partitions: int = 4            # an SM is 4 partitions, each with its own quarter of the register file
+    regs_per_block: int = 65536
     smem_per_sm: int = 228 * 1024
     smem_alloc_unit: int = 128
+    smem_reserved_per_block: int = 1024  # set aside by the system for every block (compute capability >= 8.0)
     warp_size: int = 32
     sm_count: int = 132                # H200 SXM
 
@@ -358,7 +361,8 @@ class Occupancy:
 
 
 def occupancy(block: int, regs_per_thread: int, smem_per_block: int = 0, limits: SmLimits = HOPPER) -> Occupancy:
-    """Resident blocks and warps per SM for a kernel, as the CUDA occupancy calculator computes them.
+    """Resident blocks and warps per SM for a kernel, as the CUDA occupancy calculator (cuda_occupancy.h)
+    computes them: the smallest of the limits set by threads, blocks, registers and shared memory per SM.
 
     ``block``: threads per block; ``regs_per_thread``: from ``get_regs_per_thread()`` / ``attributes['num_regs']``;
     ``smem_per_block``: static + dynamic shared memory in bytes. A block that cannot run at all (more than
@@ -378,10 +382,17 @@ def occupancy(block: int, regs_per_thread: int, smem_per_block: int = 0, limits:
     }
     if regs_per_thread > 0:
         regs_per_warp = math.ceil(regs_per_thread * lim.warp_size / lim.reg_alloc_unit) * lim.reg_alloc_unit
-        warps_by_regs = lim.regs_per_sm // regs_per_warp
-        candidates["registers"] = warps_by_regs // warps_per_block
+        # The launch check assumes a block's warps spread over all sub-partitions (rounded up to 4 warps).
+        parts = lim.sub_partitions
+        assumed = regs_per_warp * (math.ceil(warps_per_block / parts) * parts)
+        if assumed > lim.regs_per_block or regs_per_warp * warps_per_block > lim.regs_per_block:
+            candidates["registers"] = 0
+        else:
+            # Registers live in the sub-partitions: whole warps per quarter, times four.
+            warps_by_regs = (lim.regs_per_sm // parts // regs_per_warp) * parts
+            candidates["registers"] = warps_by_regs // warps_per_block
     if smem_per_block > 0:
-        smem = math.ceil(smem_per_block / lim.smem_alloc_unit) * lim.smem_alloc_unit
+        smem = math.ceil(smem_per_block / lim.smem_alloc_unit) * lim.smem_alloc_unit + lim.smem_reserved_per_block
         candidates["shared memory"] = lim.smem_per_sm // smem
     limiter = min(candidates, key=lambda k: (candidates[k], list(candidates).index(k)))
     blocks = candidates[limiter]
@@ -403,6 +414,7 @@ def device_limits() -> SmLimits:
     dev = cuda.get_current_device()
     return SmLimits(
         regs_per_sm=dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
+        regs_per_block=dev.MAX_REGISTERS_PER_BLOCK,
         max_threads_per_sm=dev.MAX_THREADS_PER_MULTIPROCESSOR,
         max_blocks_per_sm=dev.MAX_BLOCKS_PER_MULTIPROCESSOR,
         max_threads_per_block=dev.MAX_THREADS_PER_BLOCK,
@@ -535,14 +547,24 @@ def cupy_kernels() -> SimpleNamespace:
 def cupy_limits() -> SmLimits:
     """The current GPU's limits read through CuPy."""
     import cupy as cp
-    at = cp.cuda.Device().attributes
+    dev = cp.cuda.Device()
+    return _cupy_limits(dev.id)
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_limits(device_id: int) -> SmLimits:
+    import cupy as cp
+    at = cp.cuda.Device(device_id).attributes
+    h = HOPPER
     return SmLimits(
-        regs_per_sm=at["MaxRegistersPerMultiprocessor"],
-        max_threads_per_sm=at["MaxThreadsPerMultiProcessor"],
-        max_blocks_per_sm=at["MaxBlocksPerMultiprocessor"],
-        max_threads_per_block=at["MaxThreadsPerBlock"],
-        smem_per_sm=at["MaxSharedMemoryPerMultiprocessor"],
-        warp_size=at["WarpSize"],
+        regs_per_sm=at.get("MaxRegistersPerMultiprocessor", h.regs_per_sm),
+        regs_per_block=at.get("MaxRegistersPerBlock", h.regs_per_block),
+        max_threads_per_sm=at.get("MaxThreadsPerMultiProcessor", h.max_threads_per_sm),
+        max_blocks_per_sm=at.get("MaxBlocksPerMultiprocessor", h.max_blocks_per_sm),
+        max_threads_per_block=at.get("MaxThreadsPerBlock", h.max_threads_per_block),
+        smem_per_sm=at.get("MaxSharedMemoryPerMultiprocessor", h.smem_per_sm),
+        smem_reserved_per_block=at.get("ReservedSharedMemoryPerBlock", h.smem_reserved_per_block),
+        warp_size=at.get("WarpSize", h.warp_size),
         sm_count=at["MultiProcessorCount"],
     )
 
@@ -578,11 +600,18 @@ def vec_add_cupy_fast(a, b, c=None, block: int = 256, grid: int | None = None):
     _check_f32(a, b, c)
     if any(x.data.ptr % 16 for x in (a, b, c)):
         return vec_add_cupy_raw(a, b, c, block)
-    k = cupy_kernels().fast
     if grid is None:
-        grid = max(1, cupy_driver_blocks_per_sm(k, block)) * cupy_limits().sm_count
-    k((grid,), (block,), (a, b, c, np.int64(a.size)))
+        grid = _cupy_fast_grid(cp.cuda.Device().id, block)
+    cupy_kernels().fast((grid,), (block,), (a, b, c, np.int64(a.size)))
     return c
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_fast_grid(device_id: int, block: int) -> int:
+    """One wave of the fast kernel on this device: SMs x resident blocks per SM (cached: the driver query and
+    the attribute reads would otherwise cost tens of microseconds on every launch)."""
+    per_sm = cupy_driver_blocks_per_sm(cupy_kernels().fast, block)
+    return max(1, per_sm) * _cupy_limits(device_id).sm_count
 
 
 def _check_f32(*arrays) -> None:

@@ -90,8 +90,12 @@ def test_occupancy_matches_the_cuda_occupancy_calculator_on_hopper():
     # 32 registers, 256 threads: 8 blocks fill all 64 warps.
     o = K.occupancy(256, 32)
     assert (o.blocks_per_sm, o.active_warps, o.fraction, o.limiter) == (8, 64, 1.0, "threads")
-    # 33 registers round up to 40 per thread (1280 per warp): 51 warps fit, so 12 blocks of 4 warps.
+    # 33 registers round up to 40 per thread (1280 per warp); each quarter of the register file (16384) holds
+    # 12 such warps, so 48 warps per SM: 12 blocks of 4 warps, 24 blocks of 2 warps (75%, not 51/64).
     assert K.occupancy(128, 33).blocks_per_sm == 12
+    assert K.occupancy(64, 40).blocks_per_sm == 24 and K.occupancy(64, 40).fraction == 0.75
+    # 168 registers: 5376 per warp, 3 warps per quarter -> 12 warps: one block of 256 (8 warps), none of 512
+    assert K.occupancy(256, 168).blocks_per_sm == 1 and not K.occupancy(512, 168).launchable
     # 64 registers: half the warps at any block size; block 32 hits the 32-blocks-per-SM limit.
     assert K.occupancy(1024, 64).fraction == 0.5
     assert K.occupancy(32, 16).limiter == "blocks" and K.occupancy(32, 16).fraction == 0.5
@@ -103,8 +107,9 @@ def test_occupancy_matches_the_cuda_occupancy_calculator_on_hopper():
 
 
 def test_occupancy_shared_memory_limit():
-    o = K.occupancy(128, 32, smem_per_block=100 * 1024)
+    o = K.occupancy(128, 32, smem_per_block=100 * 1024)  # + 1 KB reserved per block: 2 fit in 228 KB
     assert o.blocks_per_sm == 2 and o.limiter == "shared memory"
+    assert K.occupancy(128, 32, smem_per_block=114 * 1024).blocks_per_sm == 1
 
 
 def test_spill_reservation_scales_with_resident_threads():
