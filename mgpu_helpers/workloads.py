@@ -34,7 +34,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     """Do ``units`` units of deterministic work on ``device``; returns a small tensor summarising it.
 
     One unit = ``per_unit`` matmuls of an m x m float32 matrix, so the cost is proportional to ``units``
-    (fractional units round to whole matmuls). The matrix is scaled so values stay bounded.
+    (fractional units round to whole matmuls). The values stay bounded; the result depends on ``seed``.
     """
     import torch
     if device.type == "cpu":
@@ -44,10 +44,11 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     sizes = unit_sizes(device)
     m = m or sizes["m"]
     per_unit = per_unit or sizes["per_unit"]
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    a = (torch.rand(m, m, generator=g) / m).to(device)
+    # A constant matrix made on the device: no host-side set-up cost inside the timed span. Rows sum
+    # to 0.5, so y <- a @ y + 1 stays bounded (no overflow, no denormals). ``seed`` shifts the start.
+    a = torch.full((m, m), 0.5 / m, device=device)
     b = torch.ones(m, m, device=device)
-    y = torch.zeros(m, m, device=device)
+    y = torch.full((m, m), float(seed), device=device)
     for _ in range(int(round(units * per_unit))):
         y = torch.addmm(b, a, y)   # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
     _sync(device)

@@ -55,3 +55,15 @@ def test_parse_shards_accepts_slashes_and_rejects_nonsense():
 def test_show_straggler_builds_controls():
     box = straggler.show_straggler()
     assert box.children[0].children[0].value == "12/6/4/2"
+
+
+def test_compute_units_is_deterministic_and_bounded():
+    import torch
+
+    from mgpu_helpers import workloads
+    cpu = torch.device("cpu")
+    a = workloads.compute_units(1, cpu, m=16, per_unit=50)
+    b = workloads.compute_units(1, cpu, m=16, per_unit=50)
+    assert torch.equal(a, b)
+    assert torch.allclose(a, torch.full((4,), 2.0))          # y <- 0.5 y + 1 converges to 2
+    assert torch.equal(workloads.compute_units(0, cpu, m=16, seed=3), torch.full((4,), 3.0))
