@@ -12,7 +12,7 @@ PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optim
                "activations": "activations"}
 
 
-def _draw(ax, plan, title: str | None = None) -> None:
+def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: bool = True) -> None:
     st = style.current()
     n = len(plan.ranks)
     xs = range(n)
@@ -26,24 +26,25 @@ def _draw(ax, plan, title: str | None = None) -> None:
                label=PART_LABELS[part] + ("" if part in plan.sharded else " (replicated)"), width=0.6)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.axhline(plan.capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-    ax.text(n - 0.5, plan.capacity, f" capacity {plan.capacity:g}", va="bottom", ha="right",
-            fontsize=st.font_size * 0.8)
+    ax.text(-0.45, plan.capacity, f"capacity {plan.capacity:g}", va="bottom", ha="left",
+            fontsize=st.font_size * 0.8, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
     for r, (total, ok) in enumerate(zip(plan.totals, plan.rank_fits)):
         ax.text(r, total, f"{total:g}\n{'fits' if ok else 'OVER'}", ha="center", va="bottom",
                 fontsize=st.font_size * 0.8, color=style.PALETTE["black" if ok else "vermillion"])
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
-    top = max(max(plan.totals), plan.capacity)
-    ax.set_ylim(0, top * 1.3)
+    top = top or max(max(plan.totals), plan.capacity)
+    ax.set_ylim(0, top * 1.25)
     ax.set_ylabel("memory per GPU")
     verdict = "fits" if plan.fits else "does not fit"
     ax.set_title(title or f"{plan.strategy}: {verdict}", fontsize=st.font_size)
-    ax.legend(fontsize=st.font_size * 0.7, loc="upper left", frameon=False)
+    if legend:
+        ax.legend(fontsize=st.font_size * 0.75, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
 def draw_memory_plan(plan, title: str | None = None):
     """Stacked per-rank memory bars (hatched = replicated part), the capacity line, fits/OVER labels."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=style.figsize(max(4.0, 1.2 * len(plan.ranks) + 2.5), 3.6))
+    fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
     _draw(ax, plan, title)
     fig.tight_layout()
     return fig
@@ -53,10 +54,18 @@ def draw_plans(plans: dict):
     """Several plans side by side (``{title: MemoryPlan}``), on one memory scale."""
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False,
-                             figsize=style.figsize(4.2 * len(plans), 3.6))
+                             figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8))
+    top = max(max(max(p.totals), p.capacity) for p in plans.values())
     for ax, (title, plan) in zip(axes[0], plans.items()):
-        _draw(ax, plan, title)
-    fig.tight_layout()
+        _draw(ax, plan, title, top=top, legend=False)
+    # one legend for all panels, listing every part drawn anywhere (hatched = replicated somewhere)
+    handles, labels = {}, {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(4, len(handles)),
+               frameon=False, fontsize=style.current().font_size * 0.8)
+    fig.tight_layout(rect=(0, 0, 1, 0.86))
     return fig
 
 
