@@ -77,3 +77,18 @@ def test_comm_share_speedup_of_the_30_to_10_percent_story():
     assert comm_share_speedup(0.2, 0.2) == 1.0
     with pytest.raises(ValueError):
         comm_share_speedup(1.0, 0.1)
+
+
+def test_ring_bench_parses_sizes_and_reports_both_columns():
+    from mgpu_helpers.bench import ring as ring_bench
+
+    assert ring_bench.parse_size("4K") == 4096
+    assert ring_bench.parse_size("256M") == 256 << 20
+    assert ring_bench.parse_size("1GiB") == 1 << 30
+    assert ring_bench.parse_size("1000") == 1000
+    backend, rows = ring_bench.measure(2, sizes=[4096, 10_000], iters=2, warmup=1, pieces=(1, 2), backend="gloo")
+    assert backend == "gloo" and [r[0] for r in rows] == [4096, 10_000]
+    assert all(ok for *_x, ok in rows), "ring and dist.all_reduce disagree"
+    assert all(set(t_ring) == {1, 2} and t_dist > 0 for _n, t_dist, t_ring, _ok in rows)
+    table = ring_bench.format_table(2, rows)
+    assert len(table.splitlines()) == 1 + 2 * 2 and "ring/dist" in table
