@@ -268,7 +268,7 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     from .. import style
 
     labels = list(bars)
-    fig, ax = plt.subplots(figsize=style.figsize(7.5, 0.9 + 0.38 * len(labels)))
+    fig, ax = plt.subplots(figsize=style.figsize(7.5, 1.4 + 0.38 * len(labels)))
     colours = [style.PALETTE["orange"] if "fast" in lab.lower() else style.PALETTE["blue"] for lab in labels]
     ax.barh(range(len(labels)), [bars[k] for k in labels], color=colours)
     for k, lab in enumerate(labels):
@@ -281,7 +281,8 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     ax.set_xlabel("effective bandwidth, GB/s (bytes read + written / time)")
     ax.set_xlim(0, 1.15 * max([*bars.values(), *(ceilings or {}).values()]))
     if ceilings:
-        ax.legend(loc="lower right", fontsize=style.current().font_size * 0.8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16 - 0.6 / len(labels)), ncol=len(ceilings),
+                  frameon=False, fontsize=style.current().font_size * 0.8)
     ax.set_title(title, fontsize=style.current().font_size)
     fig.tight_layout()
     return fig
