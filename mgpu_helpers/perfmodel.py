@@ -1,4 +1,25 @@
-"""Pure performance arithmetic (no I/O, no torch): bandwidth formulas, cost models, memory per rank.
+"""Pure performance arithmetic (no I/O, no torch): bandwidth formulas, cost models, memory per rank, sharding.
+
+Public API (names are stable; notebooks 06-12 call them):
+
+- Bandwidth: ``algbw(nbytes, seconds)``, ``busbw(op, nbytes, seconds, world_size)``.
+- Ring alpha-beta costs (seconds): ``ring_allreduce_seconds(nbytes, n, alpha, beta)``,
+  ``ring_reduce_scatter_seconds(...)``, ``ring_all_gather_seconds(...)``,
+  ``collective_seconds(op, nbytes, n, alpha, beta)``; fitting: ``fit_alpha_beta(op, nbytes, seconds, n,
+  relative=False) -> (alpha, beta)``.
+- Bytes: ``bytes_sent_per_rank(op, nbytes, n)``, ``result_bytes_per_rank(op, nbytes, n, rank=0, root=0)``,
+  ``collective_table(nbytes, n)``.
+- Step time and scaling: ``step_seconds(compute_seconds, n, comm_seconds=0, overhead_seconds=0)``,
+  ``straggler_step_seconds(shard_costs, seconds_per_unit, comm_seconds=0)``, ``speedup(t1, tn)``,
+  ``strong_scaling_efficiency(t1, tn, n)``, ``weak_scaling_efficiency(t1, tn)``,
+  ``strong_scaling(compute_seconds, ns, nbytes, alpha, beta)``, ``weak_scaling(compute_per_rank_seconds,
+  ns, nbytes, alpha, beta)``, ``slower_with_one_more(compute_seconds, n, nbytes, alpha, beta)``.
+- Memory: ``memory_plan(strategy, n, capacity, params=0, grads=0, optimizer=0, activations=0,
+  weights=None) -> MemoryPlan`` (strategies in ``STRATEGIES``; ``MemoryPlan.ranks`` of ``RankMemory``,
+  ``.fits``, ``.replicated``, ``.oversubscribed``, ``.imbalance``, ``.summary()``).
+- Sharding: ``shard(items, rank, world_size, costs=None, method="lpt")``, ``shard_ranges(n_items,
+  world_size)``, ``balanced_shards(costs, world_size, method="lpt"|"contiguous")``, ``shard_loads(costs,
+  shards)``.
 
 Bandwidth follows NVIDIA nccl-tests (doc/PERFORMANCE.md): ``algbw = bytes / time``, and ``busbw`` scales
 algbw by the fraction of the data each rank must move over its links, so that busbw is comparable with the
