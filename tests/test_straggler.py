@@ -1,7 +1,7 @@
 import matplotlib
 
 matplotlib.use("Agg")
-
+import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from mgpu_helpers.trace import Span  # noqa: E402
@@ -67,3 +67,9 @@ def test_compute_units_is_deterministic_and_bounded():
     assert torch.equal(a, b)
     assert torch.allclose(a, torch.full((4,), 2.0))          # y <- 0.5 y + 1 converges to 2
     assert torch.equal(workloads.compute_units(0, cpu, m=16, seed=3), torch.full((4,), 3.0))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
