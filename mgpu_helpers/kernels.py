@@ -121,9 +121,13 @@ def branch_work(out, iters, warp_uniform):
     out[i] = x
 
 
-def branch_reference(x0: np.ndarray, iters: int, warp_uniform: bool, block: int) -> np.ndarray:
-    """What :data:`branch_work` computes, in NumPy (float32; unfused multiply-adds, see branch_work)."""
-    t = np.arange(x0.size) % block
+def branch_reference(x0: np.ndarray, iters: int, warp_uniform: bool, block: int,
+                     index: np.ndarray | None = None) -> np.ndarray:
+    """What :data:`branch_work` computes, in NumPy (float32; unfused multiply-adds, see branch_work).
+
+    ``x0``: the starting values; ``index``: their global thread indices (default 0..len-1), so a sample of a
+    large launch can be checked without simulating all of it."""
+    t = (np.arange(x0.size) if index is None else np.asarray(index)) % block
     key = t // WARP_SIZE if warp_uniform else t
     x = x0.astype(np.float32).copy()
     a, b = key % 2 == 0, key % 2 == 1

@@ -239,3 +239,10 @@ def test_bandwidth_figure_has_one_bar_per_kernel_and_a_line_per_ceiling():
     assert len(ax.patches) == 2 and [p.get_width() for p in ax.patches] == [1000.0, 4000.0]
     assert len(ax.lines) == 2
     plt.close(fig)
+
+
+def test_branch_reference_of_a_sample_equals_the_full_reference():
+    x0 = np.linspace(0, 1, 600, dtype=np.float32)
+    full = K.branch_reference(x0, 6, False, 128)
+    idx = np.array([0, 1, 127, 128, 129, 599])
+    np.testing.assert_array_equal(K.branch_reference(x0[idx], 6, False, 128, index=idx), full[idx])
