@@ -439,17 +439,24 @@ def numba_regs_per_thread(kernel) -> int | None:
     return int(regs)
 
 
-def fast_grid(kernel_regs: int | None, block: int = 256, limits: SmLimits | None = None) -> int:
+def fast_grid(kernel=None, block: int = 256) -> int:
     """Blocks for a grid-stride kernel: exactly one wave, SMs x resident blocks per SM.
 
     More blocks than fit at once would leave a second, partial wave in which every late block still walks its
-    full share of the array; fewer would leave SM slots empty. Registers unknown (simulator): 4 blocks.
+    full share of the array; fewer would leave SM slots empty. The resident count comes from the driver's
+    occupancy query for the compiled kernel (the same answer as :func:`occupancy` with its register count).
+    ``kernel``: a Numba kernel already compiled once (default :data:`vec_add_fast`). Simulator: 4 blocks.
     """
-    if kernel_regs is None:
+    kernel = vec_add_fast if kernel is None else kernel
+    if SIMULATOR:
         return 4
-    limits = limits or device_limits()
-    occ = occupancy(block, kernel_regs, limits=limits)
-    return max(1, occ.blocks_per_sm) * limits.sm_count
+    compiled = next(iter(kernel.overloads.values()))
+    try:
+        return max(1, compiled.max_cooperative_grid_blocks(block))  # = blocks per SM x SM count
+    except Exception:  # an older Numba without the query: the same arithmetic by hand
+        limits = device_limits()
+        occ = occupancy(block, compiled.regs_per_thread, limits=limits)
+        return max(1, occ.blocks_per_sm) * limits.sm_count
 
 
 def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
@@ -460,7 +467,7 @@ def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None
     if grid is None:
         if numba_regs_per_thread(vec_add_fast) is None and not SIMULATOR:
             vec_add_fast[1, block](d_a, d_b, d_c, 0)  # compile once so the register count is known
-        grid = fast_grid(numba_regs_per_thread(vec_add_fast), block)
+        grid = fast_grid(vec_add_fast, block)
     vec_add_fast[grid, block](d_a, d_b, d_c, n)
     return grid
 
