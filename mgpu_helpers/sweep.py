@@ -307,7 +307,7 @@ def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
     sizes = list(sizes) if sizes is not None else default_sizes(gpu)
-    n = compute_n or (4096 if gpu else 128)
+    n = compute_n or (4096 if gpu else 256)
     res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank), backend=chosen,
                     timeout=timeout, stream=False, quiet=True)
     return combine_steps(res.values), res
@@ -393,3 +393,66 @@ def format_table(rows, reference: bool = True) -> str:
             line += f"{ref:>12.2f}{d['ratio']:>8.2f}" if ref else f"{'-':>12}{'-':>8}"
         lines.append(line)
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------
+# All-reduce against reduce-scatter + all-gather: same result? how much memory?
+
+def buffer_bytes(nbytes: int, world_size: int) -> dict:
+    """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``:
+
+    - ``all_reduce``: in place, the gradient buffer itself (every rank keeps the full sum);
+    - ``rs_ag``: the gradient buffer, plus the 1/n shard reduce-scatter writes (the all-gather writes back
+      into the gradient buffer);
+    - ``reduce_scatter_only``: what a rank must keep when it only needs its own part of the sum (sharded
+      optimizer states): the 1/n shard.
+    """
+    n = _elements(nbytes, world_size) * 4
+    return {"all_reduce": n, "rs_ag": n + n // world_size, "reduce_scatter_only": n // world_size}
+
+
+def compare_rank(rank: int, world_size: int, nbytes: int) -> dict:
+    """Rank function: all-reduce and reduce-scatter + all-gather of the same random float32 gradient.
+
+    Returns ``{"same": bool (the two results agree on this rank), "max_diff", "buffers": buffer_bytes(...),
+    "peak_bytes": {approach: CUDA peak allocated during it} (GPU only, else None)}``.
+    """
+    import torch
+
+    from .ranks import rank_device
+
+    device = rank_device()
+    n = _elements(int(nbytes), world_size)
+    g = torch.Generator().manual_seed(1234 + rank)
+    grad = torch.randn(n, generator=g).to(device)
+    peaks = {} if device.type == "cuda" else None
+
+    def measured(name, fn):
+        if peaks is None:
+            return fn()
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        out = fn()
+        torch.cuda.synchronize(device)
+        peaks[name] = torch.cuda.max_memory_allocated(device) - base
+        return out
+
+    def all_reduce():
+        import torch.distributed as dist
+        buf = grad.clone()
+        dist.all_reduce(buf)
+        return buf
+
+    def rs_ag():
+        buf = grad.clone()
+        part = torch.empty(n // world_size, device=device)
+        reduce_scatter_flat(part, buf)     # this rank's slice of the sum
+        all_gather_flat(buf, part)         # every slice, back into the full buffer
+        return buf
+
+    a = measured("all_reduce", all_reduce)
+    b = measured("rs_ag", rs_ag)
+    diff = float((a - b).abs().max())
+    return {"same": bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6)), "max_diff": diff,
+            "buffers": buffer_bytes(n * 4, world_size), "peak_bytes": peaks}

@@ -26,7 +26,7 @@ def draw_rank_distribution(per_phase: dict, title: str = "per-rank time per step
                    medianprops={"color": "black", "linewidth": st.line_width})
         for r, d in enumerate(data):
             x = r + rng.uniform(-0.12, 0.12, size=len(d))
-            ax.scatter(x, d, s=14, color=colour, alpha=0.8, zorder=3,
+            ax.scatter(x, d, s=14 * st.line_width / 1.5, color=colour, alpha=0.8, zorder=3,
                        edgecolor="black" if r == highlight else "none")
         everything = np.concatenate(data) if data else np.zeros(1)
         ax.axhline(everything.mean(), color=style.PALETTE["grey"], linestyle="--",

@@ -59,8 +59,8 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
             cls = link_class(word)
             if cls not in used:
                 used.append(cls)
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=colours[cls], edgecolor="white", linewidth=2,
-                                   alpha=0.85 if cls != "self (X)" else 0.35))
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=colours[cls], edgecolor="white",
+                                   linewidth=st.line_width * 1.3, alpha=0.85 if cls != "self (X)" else 0.35))
             ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=st.font_size,
                     color="black", fontweight="bold")
     ax.set_xlim(0, n)
