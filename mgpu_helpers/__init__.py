@@ -14,6 +14,7 @@ from __future__ import annotations
 from .course import CourseEnv, setup
 from .errors import LaunchError, RankError, RankTimeout
 from .launch import RankResults, run_ranks, shutdown_server
+from .projection import projection_mode
 from .ranks import rank_device, torchrun_main
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "RankError",
     "RankResults",
     "RankTimeout",
+    "projection_mode",
     "rank_device",
     "run_ranks",
     "setup",

@@ -25,6 +25,7 @@ class CourseEnv:
     numba_simulator: bool
     cupy: bool
     machine: hardware.Machine
+    projection: bool = False
 
     def summary(self) -> str:
         lines = [f"mode:     {self.mode}"]
@@ -42,6 +43,8 @@ class CourseEnv:
                                       else "Numba on the GPU"))
         lines.append("CuPy:     " + ("on the GPU" if self.cupy else "needs a GPU: CuPy cells explain and skip"))
         lines.append(f"CPUs:     {self.machine.cpu_count}")
+        if self.projection:
+            lines.append("display:  projection mode (large fonts, thick lines, bigger widgets)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:  # shown when a cell ends with `env`
@@ -64,13 +67,16 @@ def _switch_numba_simulator(on: bool) -> bool:
     return on
 
 
-def setup(show: bool = True, prewarm: bool = True) -> CourseEnv:
+def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> CourseEnv:
     """Detect the machine, choose CPU or GPU mode, and get the notebook ready.
 
     - GPUs: count, names, memory and links, read through NVML (no CUDA initialisation);
     - CPU mode: switches on Numba's CUDA simulator (before numba is imported) so kernels still run;
     - keeps CuPy's kernel cache out of the home folder;
     - starts the rank server in the background so the first ``run_ranks`` is quick (``prewarm``);
+    - ``projection=True`` (or the environment variable ``MGPU_PROJECTION=1``) switches on projection mode:
+      large fonts, thick lines, high-contrast colours and bigger widget controls, for a classroom projector
+      (see :mod:`mgpu_helpers.projection`);
     - prints a short summary when ``show`` is true.
 
     Returns a :class:`CourseEnv`.
@@ -81,8 +87,12 @@ def setup(show: bool = True, prewarm: bool = True) -> CourseEnv:
     os.environ.setdefault(
         "CUPY_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"mgpu-course-{os.getuid()}", "cupy"))
     backend, _ = hardware.choose_backend(max(1, m.gpu_count), "auto", m.gpu_count)
+    from . import projection as _projection
+    projection = bool(projection) or _projection.requested_by_environment()
+    if projection:
+        _projection.projection_mode(on=True)
     env = CourseEnv(mode=m.mode, gpus=m.gpus, backend=backend, numba_simulator=sim,
-                    cupy=gpu_mode, machine=m)
+                    cupy=gpu_mode, machine=m, projection=projection)
     if prewarm:
         from .launch import prewarm as _prewarm
         _prewarm()

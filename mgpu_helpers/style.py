@@ -38,20 +38,71 @@ def current() -> Style:
     return _current
 
 
+def _rc(st: Style) -> dict:
+    """The matplotlib rcParams of a style: text, lines, markers and axes scale with it."""
+    scale = st.line_width / _NORMAL.line_width
+    rc = {"font.size": st.font_size, "lines.linewidth": st.line_width,
+          "lines.markersize": 6.0 * scale ** 0.5, "axes.linewidth": st.line_width / 1.5,
+          "patch.linewidth": max(1.0, st.line_width / 1.5), "grid.linewidth": 0.8 * scale ** 0.5,
+          "xtick.major.width": 0.8 * scale ** 0.5, "ytick.major.width": 0.8 * scale ** 0.5,
+          "xtick.major.size": 3.5 * scale ** 0.5, "ytick.major.size": 3.5 * scale ** 0.5,
+          # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
+          "axes.prop_cycle": [PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky",
+                                                   "purple", "black")]}
+    if st.projection:
+        rc.update({"axes.edgecolor": PALETTE["black"], "text.color": PALETTE["black"],
+                   "axes.labelcolor": PALETTE["black"], "xtick.color": PALETTE["black"],
+                   "ytick.color": PALETTE["black"], "axes.titleweight": "bold"})
+    else:
+        rc.update({"axes.edgecolor": "black", "text.color": "black", "axes.labelcolor": "black",
+                   "xtick.color": "black", "ytick.color": "black", "axes.titleweight": "normal"})
+    return rc
+
+
 def set_projection(on: bool = True) -> Style:
-    """Switch projection mode (large fonts, thick lines) for every figure drawn from now on."""
+    """Switch projection mode (large fonts, thick lines, high-contrast colours) for every figure drawn from
+    now on: the drawing functions read :func:`current`, and plain matplotlib plots follow the rcParams set
+    here. ``on=False`` goes back to the normal look. Returns the style now in force."""
     global _current
     _current = _PROJECTION if on else _NORMAL
     try:
         import matplotlib as mpl
-        mpl.rcParams.update({"font.size": _current.font_size, "lines.linewidth": _current.line_width,
-                             "axes.linewidth": _current.line_width / 1.5,
-                             "axes.prop_cycle": mpl.cycler(color=[PALETTE[k] for k in
-                                                                  ("blue", "orange", "green", "vermillion",
-                                                                   "sky", "purple", "black")])})
     except ImportError:
-        pass
+        return _current
+    rc = _rc(_current)
+    rc["axes.prop_cycle"] = mpl.cycler(color=rc["axes.prop_cycle"])
+    mpl.rcParams.update(rc)
     return _current
+
+
+# ipywidgets 8 sizes its controls through these CSS variables; larger values make sliders, buttons, labels and
+# drop-downs readable from the back of a room. Output areas (printed text) grow with them.
+PROJECTION_CSS = """
+:root, .jupyter-widgets {
+  --jp-widgets-font-size: 20px !important;
+  --jp-widgets-inline-height: 40px !important;
+  --jp-widgets-inline-label-width: 180px !important;
+  --jp-widgets-inline-width: 420px !important;
+  --jp-widgets-inline-width-short: 220px !important;
+  --jp-widgets-inline-width-tiny: 120px !important;
+  --jp-widgets-slider-handle-size: 22px !important;
+  --jp-widgets-slider-track-thickness: 8px !important;
+}
+.jupyter-widgets, .jupyter-widgets label, .jupyter-widgets button, .jupyter-widgets select,
+.jupyter-widgets input, .widget-label, .widget-readout, .widget-html-content, .widget-radio-box label {
+  font-size: 20px !important;
+  line-height: 1.4 !important;
+}
+.jupyter-widgets .widget-radio-box input, .jupyter-widgets .widget-checkbox input {
+  width: 20px; height: 20px;
+}
+.jp-OutputArea-output pre, .jp-RenderedText pre { font-size: 18px !important; line-height: 1.35 !important; }
+"""
+
+
+def projection_css() -> str:
+    """A ``<style>`` element with :data:`PROJECTION_CSS`, to display once in a notebook (projection mode)."""
+    return f"<style id=\"mgpu-projection\">{PROJECTION_CSS}</style>"
 
 
 def figsize(width: float, height: float) -> tuple[float, float]:

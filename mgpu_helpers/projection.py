@@ -1,0 +1,45 @@
+"""Projection mode: every figure and widget readable on a 1280x720 projector from the back of a room.
+
+    env = mh.setup(projection=True)     # or set MGPU_PROJECTION=1 before starting Jupyter
+    mh.projection_mode(on=True)         # switch later, from any cell
+
+What changes: the drawing style (:func:`mgpu_helpers.style.set_projection`: large fonts, thick lines, larger
+figures, the Okabe-Ito colours without the pale yellow, black axes and text) and, inside a notebook, the size of
+every ipywidgets control (a ``<style>`` element shown in the cell's output, see
+:data:`mgpu_helpers.style.PROJECTION_CSS`).
+"""
+from __future__ import annotations
+
+import os
+
+from . import style
+
+ENV_VAR = "MGPU_PROJECTION"
+
+
+def requested_by_environment() -> bool:
+    """True when ``MGPU_PROJECTION`` is set to 1/true/yes/on (e.g. for every kernel of a classroom server)."""
+    return os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and hasattr(ip, "kernel")
+
+
+def projection_mode(on: bool = True) -> style.Style:
+    """Switch projection mode on (or off with ``on=False``) for every figure drawn from now on.
+
+    In a notebook, switching on also displays a ``<style>`` element that enlarges the widget controls; it acts
+    while that output is on the page (clear the output or restart the kernel to drop it). Returns the
+    :class:`~mgpu_helpers.style.Style` now in force.
+    """
+    st = style.set_projection(on)
+    if on and _in_kernel():
+        from IPython.display import HTML, display
+        display(HTML(style.projection_css()))
+    return st
