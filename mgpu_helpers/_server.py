@@ -110,7 +110,11 @@ def serve(sock: socket.socket, parent_pid: int) -> None:
         except OSError:
             pass
         _close_fds(fds)
-        send_msg(sock, pickle.dumps(("started", pid)))
+        try:
+            send_msg(sock, pickle.dumps(("started", pid)))
+        except OSError:
+            os.killpg(pid, signal.SIGKILL)   # nobody is left to supervise this job
+            return
 
 
 def main() -> None:
@@ -130,7 +134,10 @@ def main() -> None:
     from . import _rank  # noqa: F401
     sock = socket.socket(fileno=fd)
     from .wire import send_msg
-    send_msg(sock, pickle.dumps(("ready", os.getpid(), time.perf_counter() - t0)))
+    try:
+        send_msg(sock, pickle.dumps(("ready", os.getpid(), time.perf_counter() - t0)))
+    except OSError:
+        return   # the notebook went away while we were importing torch: nothing to serve
     serve(sock, parent_pid)
 
 
