@@ -354,11 +354,19 @@ def load_reference(op: str) -> list[dict]:
         return parse_nccl_tests(f.read())
 
 
-def reference_busbw(op: str, nbytes: int) -> float | None:
-    """The best nccl-tests busbw (GB/s, out-of-place or in-place) recorded for ``op`` at exactly ``nbytes``."""
+# Which nccl-tests column matches how this module runs each op: all_reduce works in place on one buffer;
+# reduce_scatter and all_gather read one buffer and write another (out of place).
+REFERENCE_INPLACE = {"all_reduce": True, "reduce_scatter": False, "all_gather": False, "sendrecv": False}
+
+
+def reference_busbw(op: str, nbytes: int, inplace: bool | None = None) -> float | None:
+    """nccl-tests busbw (GB/s) recorded for ``op`` at exactly ``nbytes``: the in-place or out-of-place
+    column (default: the one that matches how :func:`make_op` runs ``op``); None if not recorded."""
+    if inplace is None:
+        inplace = REFERENCE_INPLACE.get(op, False)
     for r in load_reference(op):
         if r["nbytes"] == nbytes:
-            return max(r["busbw"], r["inplace_busbw"])
+            return r["inplace_busbw"] if inplace else r["busbw"]
     return None
 
 

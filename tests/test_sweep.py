@@ -51,8 +51,11 @@ def test_reference_parser_reads_every_recorded_nccl_tests_file():
     big = sweep.load_reference("all_reduce")[-1]
     assert (big["time_us"], big["algbw"], big["busbw"]) == (3281.55, 327.21, 327.21)
     assert big["inplace_busbw"] == 329.58
-    assert sweep.reference_busbw("all_gather", 1 << 30) == 289.32
-    assert sweep.reference_busbw("reduce_scatter", 1 << 30) == 280.39
+    # like for like: all_reduce runs in place, reduce_scatter / all_gather out of place
+    assert sweep.reference_busbw("all_reduce", 1 << 30) == 329.58
+    assert sweep.reference_busbw("all_gather", 1 << 30) == 270.71
+    assert sweep.reference_busbw("reduce_scatter", 1 << 30) == 278.80
+    assert sweep.reference_busbw("all_gather", 1 << 30, inplace=True) == 289.32
     assert sweep.reference_busbw("all_reduce", 1000) is None
 
 
