@@ -175,13 +175,13 @@ ROOT = 0
 def all_reduce_avg(tensor):
     """Average ``tensor`` (floating point) over all ranks in place and return it.
 
-    ``ReduceOp.AVG`` under NCCL. Elsewhere SUM, then divide by the world size: gloo rejects AVG in older
-    torch versions and handles it for floating-point tensors only in recent ones, so the portable way is
-    the one that works on every version.
+    ``ReduceOp.AVG`` for a CUDA tensor (NCCL carries it). A CPU tensor goes through gloo: SUM, then divide
+    by the world size, because gloo rejects AVG in older torch versions and handles it for floating-point
+    tensors only in recent ones, so the portable way is the one that works on every version.
     """
     import torch.distributed as dist
 
-    if dist.get_backend() == "nccl":
+    if tensor.is_cuda:
         dist.all_reduce(tensor, op=dist.ReduceOp.AVG)
     else:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
@@ -197,7 +197,7 @@ def run_collective(name: str, x, op: str = "sum"):
     the root is rank 0; ``scatter`` splits the root's input into ``world_size`` equal pieces and
     ``reduce_scatter`` reduces, then gives rank r piece r (length must divide by the world size);
     ``all_gather`` and ``gather`` concatenate the inputs in rank order. ``op`` applies to reduce,
-    all_reduce and reduce_scatter ("avg" on gloo is SUM then divide, see :func:`all_reduce_avg`).
+    all_reduce and reduce_scatter ("avg" on CPU tensors is SUM then divide, see :func:`all_reduce_avg`).
     """
     import torch
     import torch.distributed as dist
@@ -207,7 +207,8 @@ def run_collective(name: str, x, op: str = "sum"):
            "prod": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}
     if op not in ops:
         raise ValueError(f"op must be one of {tuple(ops)}, not {op!r}")
-    emulate_avg = op == "avg" and dist.get_backend() != "nccl"
+    # CUDA tensors go through NCCL, which has AVG; CPU tensors through gloo: SUM, then divide.
+    emulate_avg = op == "avg" and not x.is_cuda
     rop = dist.ReduceOp.SUM if emulate_avg else ops[op]
 
     def finish(t):
