@@ -113,3 +113,15 @@ def test_real_ranks_give_the_expected_outputs(name):
 def _close_figures():
     yield
     plt.close("all")
+
+
+def test_show_allreduce_run_button_runs_real_ranks_and_reenables(capsys):
+    import ipywidgets
+
+    box = ar.show_allreduce(world_size=2, name="all_reduce", pattern="rank+1", op="sum")
+    assert isinstance(box, ipywidgets.VBox)
+    buttons = [w for row in box.children[:2] for w in row.children if isinstance(w, ipywidgets.Button)]
+    assert len(buttons) == 1
+    buttons[0].click()
+    assert not buttons[0].disabled
+    assert "matches the expected result" in capsys.readouterr().out

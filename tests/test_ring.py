@@ -92,3 +92,15 @@ def test_ring_bench_parses_sizes_and_reports_both_columns():
     assert all(set(t_ring) == {1, 2} and t_dist > 0 for _n, t_dist, t_ring, _ok in rows)
     table = ring_bench.format_table(2, rows)
     assert len(table.splitlines()) == 1 + 2 * 2 and "ring/dist" in table
+
+
+def _avg_rank(rank, world_size):
+    import torch
+
+    from mgpu_helpers.collectives import all_reduce_avg
+    return all_reduce_avg(torch.tensor([float(rank), 2.0 * rank]))
+
+
+def test_all_reduce_avg_on_cpu_tensors_is_sum_then_divide():
+    res = mh.run_ranks(_avg_rank, 4, backend="gloo", stream=False, quiet=True)
+    assert [t.tolist() for t in res.values] == [[1.5, 3.0]] * 4
