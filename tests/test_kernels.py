@@ -96,6 +96,8 @@ def test_occupancy_matches_the_cuda_occupancy_calculator_on_hopper():
     assert K.occupancy(64, 40).blocks_per_sm == 24 and K.occupancy(64, 40).fraction == 0.75
     # 168 registers: 5376 per warp, 3 warps per quarter -> 12 warps: one block of 256 (8 warps), none of 512
     assert K.occupancy(256, 168).blocks_per_sm == 1 and not K.occupancy(512, 168).launchable
+    # manyRegs on sm_90 (167 registers): 3 warps per quarter, so at most 12 warps = 384 threads per block.
+    assert K.occupancy(384, 167).launchable and not K.occupancy(416, 167).launchable
     # 64 registers: half the warps at any block size; block 32 hits the 32-blocks-per-SM limit.
     assert K.occupancy(1024, 64).fraction == 0.5
     assert K.occupancy(32, 16).limiter == "blocks" and K.occupancy(32, 16).fraction == 0.5
