@@ -130,6 +130,12 @@ def main() -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
+    try:
+        # torch.optim and DDP import torch._dynamo on first use: seconds per rank per launch if not
+        # paid here, once. It starts no threads, so forking after it is safe.
+        import torch._dynamo  # noqa: F401
+    except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
+        pass
 
     from . import _rank  # noqa: F401
     sock = socket.socket(fileno=fd)
