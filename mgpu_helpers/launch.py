@@ -249,6 +249,9 @@ def _waiting_in(stack: str) -> str | None:
                     where = f" (called from {func}, line {line})"
                     break
             return f"dist.{calls[0]}{where}"
+        if re.search(r'torch/cuda/[^"]*", line \d+ in synchronize', block):
+            # NCCL queues collectives on a CUDA stream: the host then blocks where it waits for the GPU.
+            return "torch.cuda.synchronize (waiting for GPU work queued earlier, such as an NCCL collective)"
     return None
 
 
