@@ -1,0 +1,385 @@
+"""Exercises generated from solutions, checked both ways (nbgrader's validate and validate --invert).
+
+- the generator turns solution regions into stubs that say how much to write, and tags the cells that use them;
+- the committed exercises are exactly what regenerating writes;
+- every checker passes the solution function (taken from the solution notebook's own cells) and fails the
+  generated stub with the "not done yet" message;
+- a subtly wrong answer is named precisely (which rank, which element).
+"""
+import ast
+import glob
+import os
+import re
+import shutil
+import textwrap
+
+import nbformat
+import pytest
+
+import mgpu_helpers as mh
+
+ENV = mh.setup(show=False, prewarm=False)   # before numba is imported: the CUDA simulator in CPU mode
+
+from mgpu_helpers import checks, exercises  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECK_CALL = re.compile(r"checks\.(check_\w+)\((\w+)")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading the solution notebooks: which function each checker is given, and the cells that define it.
+
+
+def _is_setup_cell(source: str) -> bool:
+    """Imports, or ``env = mh.setup()``: what a definition cell needs before it runs."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign) and "mh.setup(" in ast.unparse(node.value):
+            continue
+        return False
+    return bool(tree.body)
+
+
+def _exercise_pairs():
+    """(notebook, checker name, function name) for every check cell of every solution notebook."""
+    pairs = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "solutions", "*.ipynb"))):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                for checker, fn in CHECK_CALL.findall(cell.source):
+                    pairs.append((os.path.basename(path), checker, fn))
+    return pairs
+
+
+def _namespace(notebook: str, stub: bool) -> dict:
+    """Run a solution notebook's set-up and definition cells (stubbed when ``stub``) in a fresh namespace.
+
+    The namespace's module name is not importable, so the functions travel to the ranks by value, as
+    they do from a notebook's ``__main__``.
+    """
+    nb = nbformat.read(os.path.join(ROOT, "solutions", notebook), as_version=4)
+    ns = {"__name__": f"exercise_{'stub' if stub else 'solution'}_{notebook[:4]}"}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        src = cell.source
+        if exercises.BEGIN in src:
+            if stub:
+                src, _ = exercises.stub_source(src)
+        elif not _is_setup_cell(src):
+            continue
+        src = src.replace("env = mh.setup()", "env = mh.setup(show=False, prewarm=False)")
+        exec(compile(src, f"<{notebook}>", "exec"), ns)
+    return ns
+
+
+_NAMESPACES: dict = {}
+
+
+def _function(notebook: str, name: str, stub: bool):
+    key = (notebook, stub)
+    if key not in _NAMESPACES:
+        _NAMESPACES[key] = _namespace(notebook, stub)
+    return _NAMESPACES[key][name]
+
+
+PAIRS = _exercise_pairs()
+
+
+def _by_value(source: str, name: str):
+    """A function defined from source text, travelling to ranks by value (like one defined in a cell)."""
+    ns = {"__name__": "exercise_wrong_answer"}
+    exec(textwrap.dedent(source), ns)
+    return ns[name]
+
+
+# --------------------------------------------------------------------------------------------------------
+# The generator.
+
+
+def test_solution_region_becomes_a_stub_that_says_how_many_lines_to_write():
+    src = textwrap.dedent('''\
+        def f(x, n):
+            """Docstring stays."""
+            import torch
+            ### BEGIN SOLUTION
+            y = x + 1
+
+            # a comment does not count
+            for _ in range(n):
+                y = y * 2
+            return y
+            ### END SOLUTION
+        ''')
+    out, names = exercises.stub_source(src)
+    assert names == ["f"]
+    assert out == textwrap.dedent('''\
+        def f(x, n):
+            """Docstring stays."""
+            import torch
+            raise NotImplementedError("练习：补全这里（约 4 行）")
+        ''')
+
+
+def test_stub_keeps_the_indentation_of_a_region_inside_a_kernel_branch():
+    src = "@cuda.jit\ndef k(a, n):\n    i = 0\n    if i < n:\n        ### BEGIN SOLUTION\n        a[i] = 1\n        ### END SOLUTION\n"
+    out, names = exercises.stub_source(src)
+    assert names == ["k"]
+    assert '        raise NotImplementedError("练习：补全这里（约 1 行）")' in out.splitlines()
+
+
+@pytest.mark.parametrize("src", [
+    "def f():\n    ### BEGIN SOLUTION\n    return 1\n",                              # no END
+    "def f():\n    return 1\n    ### END SOLUTION\n",                               # END without BEGIN
+    "x = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION\n",                         # not inside a function
+])
+def test_unpaired_or_stray_markers_are_refused(src):
+    with pytest.raises(exercises.MarkerError):
+        exercises.stub_source(src)
+
+
+def _tiny_solution():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell("# Title"),
+        new_code_cell("def shard(costs):\n    ### BEGIN SOLUTION\n    return sorted(costs)\n    ### END SOLUTION"),
+        new_code_cell("print(shard([3, 1]))", outputs=[nbformat.v4.new_output("stream", text="[1, 3]\n")]),
+        new_code_cell("# EXERCISE_CHECK\nassert True"),
+        new_code_cell("print('unrelated')"),
+        new_markdown_cell("Spec.\n<!-- BEGIN SOLUTION -->\nthe answer\n<!-- END SOLUTION -->\nMore."),
+    ]
+    for k, c in enumerate(nb.cells):
+        c["id"] = f"c{k}"
+    return nb
+
+
+def test_cells_that_use_a_stub_or_are_marked_as_checks_are_tagged_raises_exception():
+    ex, stubbed = exercises.make_exercise(_tiny_solution(), "ex00_tiny.ipynb")
+    tags = [c.metadata.get("tags", []) for c in ex.cells]
+    assert stubbed == ["shard"]
+    assert tags[1] == [] and tags[4] == []                 # the definition and the unrelated cell
+    assert tags[2] == ["raises-exception"] and tags[3] == ["raises-exception"]
+    assert "NotImplementedError" in ex.cells[1].source and "sorted" not in ex.cells[1].source
+
+
+def test_markdown_solutions_are_dropped_and_exercises_carry_no_outputs():
+    ex, _ = exercises.make_exercise(_tiny_solution(), "ex00_tiny.ipynb")
+    assert "the answer" not in ex.cells[5].source and ex.cells[5].source.startswith("Spec.")
+    assert "solutions/ex00_tiny.ipynb" in ex.cells[0].source
+    assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
+               for c in ex.cells if c.cell_type == "code")
+
+
+def test_committed_exercises_are_what_regenerating_writes():
+    assert exercises.out_of_sync() == []
+
+
+def test_check_command_fails_when_an_exercise_was_edited_by_hand(tmp_path, monkeypatch, capsys):
+    copy = tmp_path / "exercises"
+    shutil.copytree(exercises.EXERCISES_DIR, copy)
+    target = sorted(copy.glob("*.ipynb"))[0]
+    target.write_text(target.read_text(encoding="utf-8").replace("练习", "Exercise", 1), encoding="utf-8")
+    monkeypatch.setattr(exercises, "EXERCISES_DIR", str(copy))
+    assert exercises.main(["check"]) == 1
+    assert target.name in capsys.readouterr().out
+    assert exercises.main(["generate"]) == 0 and exercises.main(["check"]) == 0
+
+
+def test_globs_find_at_least_15_exercises_in_several_notebooks():
+    notebooks = {nb for nb, _, _ in PAIRS}
+    assert len(PAIRS) >= 15, f"only {len(PAIRS)} exercises found"
+    assert len(notebooks) >= 6
+    assert {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "exercises", "*.ipynb"))} == notebooks
+
+
+def test_every_exercise_function_is_stubbed_in_its_exercise_notebook():
+    for nb_name in {nb for nb, _, _ in PAIRS}:
+        ex = nbformat.read(os.path.join(ROOT, "exercises", nb_name), as_version=4)
+        text = "\n".join(c.source for c in ex.cells)
+        assert exercises.BEGIN not in text and "练习：补全这里" in text
+        for nb, checker, fn in PAIRS:
+            if nb == nb_name:
+                cell = next(c for c in ex.cells if c.cell_type == "code" and f"checks.{checker}({fn}" in c.source)
+                assert "raises-exception" in cell.metadata.get("tags", []), (nb, checker)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Both ways: the solution passes, the untouched stub fails with the "not done" message.
+
+
+@pytest.mark.parametrize("notebook,checker,fn", PAIRS, ids=[f"{c}" for _, c, _ in PAIRS])
+def test_solution_passes_its_checker(notebook, checker, fn, capsys):
+    getattr(checks, checker)(_function(notebook, fn, stub=False))
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+@pytest.mark.parametrize("notebook,checker,fn", PAIRS, ids=[f"{c}" for _, c, _ in PAIRS])
+def test_untouched_stub_fails_its_checker_saying_it_is_not_done(notebook, checker, fn):
+    with pytest.raises(checks.CheckFailed) as info:
+        getattr(checks, checker)(_function(notebook, fn, stub=True))
+    assert str(info.value).startswith(checks.NOT_DONE), str(info.value)
+    assert fn in str(info.value)
+
+
+def test_check_failed_is_an_assertion_error():
+    assert issubclass(checks.CheckFailed, AssertionError)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Subtly wrong answers are named: which rank, which element, expected vs got.
+
+
+def test_off_by_one_bounds_check_names_the_element_past_the_end():
+    # Kernels defined at module level of their namespace: the simulator swaps the global `cuda` while they run.
+    off_by_one = _by_value('''
+        from numba import cuda
+
+        @cuda.jit
+        def off_by_one(a, b, c, n):
+            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+            if i <= n:
+                c[i] = a[i] + b[i]
+        ''', "off_by_one")
+
+    with pytest.raises(checks.CheckFailed, match=r"下标 (\d+) 已经超出 n.*i < n"):
+        checks.check_vec_add(off_by_one)
+
+
+def test_swapped_rows_and_columns_in_the_2d_kernel_are_found():
+    swapped = _by_value('''
+        from numba import cuda
+
+        @cuda.jit
+        def swapped(a, b, c, rows, cols):
+            row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+            col = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+            if row < rows and col < cols:
+                c[row, col] = a[row, col] + b[row, col]
+        ''', "swapped")
+
+    with pytest.raises(checks.CheckFailed, match=r"矩阵 \d+ 行 x \d+ 列.*第 \[\d+, \d+\] 个元素应当是"):
+        checks.check_matrix_add(swapped)
+
+
+def test_floor_division_in_launch_shape_is_explained():
+    with pytest.raises(checks.CheckFailed, match="向上取整"):
+        checks.check_launch_shape(lambda n, block: (n // block, 0))
+
+
+def test_wrong_direction_in_the_ring_names_the_rank_and_whose_data_arrived():
+    wrong = _by_value('''
+        def pass_left(rank, world_size, x):
+            import torch, torch.distributed as dist
+            got = torch.empty_like(x)
+            ops = [dist.P2POp(dist.isend, x, (rank - 1) % world_size),
+                   dist.P2POp(dist.irecv, got, (rank + 1) % world_size)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            return got
+        ''', "pass_left")
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_pass_right(wrong, world_sizes=(3,))
+    msg = str(info.value)
+    assert re.search(r"world_size = 3，rank 0 应当收到左边 rank 2 的数据：第 \d+ 个元素应当是", msg), msg
+    assert "那正是 rank 1 的输入" in msg
+
+
+def test_send_first_on_every_rank_is_reported_as_a_deadlock():
+    wrong = _by_value('''
+        def send_first(rank, world_size, x):
+            import torch, torch.distributed as dist
+            got = torch.empty_like(x)
+            dist.send(x, (rank + 1) % world_size)
+            dist.recv(got, (rank - 1) % world_size)
+            return got
+        ''', "send_first")
+    with pytest.raises(checks.CheckFailed, match=r"死锁.*rank 0 卡在 dist.send"):
+        checks.check_pass_right(wrong, world_sizes=(2,), timeout=4)
+
+
+def test_all_gather_in_arrival_order_names_the_misplaced_piece():
+    wrong = _by_value('''
+        def arrival_order(rank, world_size, x):
+            import torch, torch.distributed as dist
+            parts, token = [x.clone()], x.clone()
+            for _ in range(world_size - 1):
+                incoming = torch.empty_like(x)
+                ops = [dist.P2POp(dist.isend, token, (rank + 1) % world_size),
+                       dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size)]
+                for req in dist.batch_isend_irecv(ops):
+                    req.wait()
+                parts.append(incoming)
+                token = incoming
+            return torch.cat(parts)
+        ''', "arrival_order")
+    with pytest.raises(checks.CheckFailed, match=r"rank \d+：结果里第 \d+ 段.*应当是 rank \d+ 的数据.*按 rank 顺序放"):
+        checks.check_all_gather(wrong, world_sizes=(3,))
+
+
+def test_calling_the_collective_itself_is_refused_in_a_point_to_point_exercise():
+    cheat = _by_value('''
+        def cheat(rank, world_size, x):
+            import torch.distributed as dist
+            dist.all_reduce(x)
+            return x
+        ''', "cheat")
+    with pytest.raises(checks.CheckFailed, match="不能直接调用 dist.all_reduce"):
+        checks.check_ring_all_reduce(cheat, world_sizes=(2,))
+
+
+def test_gradients_summed_but_not_averaged_name_the_rank_and_parameter():
+    wrong = _by_value('''
+        def no_average(model, optimizer, x, y, world_size):
+            import torch.distributed as dist
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            optimizer.step()
+            return float(loss)
+        ''', "no_average")
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2.*rank 0 的参数.*第 \d+ 个元素应当是.*除以 world_size"):
+        checks.check_data_parallel_step(wrong, world_sizes=(2,))
+
+
+def test_shard_that_balances_by_count_fails_the_cost_bound_with_the_example():
+    def by_count(costs, rank, world_size):
+        return list(range(len(costs)))[rank::world_size]
+
+    with pytest.raises(checks.CheckFailed, match=r"costs = \[.*\]，world_size = \d+：rank \d+ 的总成本 .* 超过了"):
+        checks.check_shard_by_cost(by_count)
+
+
+def test_shard_that_gives_everything_to_everyone_names_the_duplicated_index():
+    with pytest.raises(checks.CheckFailed, match=r"下标 \d+ 同时分给了 rank 0 和 rank 1"):
+        checks.check_shard_by_cost(lambda costs, rank, world_size: list(range(len(costs))))
+
+
+def test_answering_with_a_majority_rank_explains_the_evidence():
+    def first_rank(evidence):
+        return (0, 0, "all_reduce")
+
+    with pytest.raises(checks.CheckFailed, match=r"\d 个 Rank 的证据：rank .*应当回答 \(\d, \d, .*你的回答是 \(0, 0, 'all_reduce'\)"):
+        checks.check_find_mismatch(first_rank)
+
+
+def test_unchanged_shards_are_not_a_rebalance():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 预计要 .*最好的整数分法 \[6, 6, 6, 6\]"):
+        checks.check_rebalance(lambda shards, seconds: list(shards))
+
+
+def test_hang_evidence_reads_like_the_launchers():
+    from mgpu_helpers import diagnose as dg
+
+    ev = checks.make_hang_evidence(4, 5, 1, "late", "all_reduce")
+    assert isinstance(ev, mh.RankTimeout)
+    assert [dg.pending(ev.outputs[r]) for r in range(4)] == [(4, "all_reduce"), None, (4, "all_reduce"), (4, "all_reduce")]
+    assert dg.last_completed(ev.outputs[1]) == (3, "broadcast") and 1 not in ev.waiting_in
