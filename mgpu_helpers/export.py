@@ -1,0 +1,297 @@
+"""Static export of the whole course: HTML pages that read without a kernel or a network, plus slides.
+
+    python -m mgpu_helpers.export [--out build/site] [--execute] [--slides] [notebooks ...]
+
+- every notebook (default: notebooks/*.ipynb, in course order) becomes ``OUT/NN_name.html`` (nbconvert's lab
+  template, images embedded); with ``--execute`` it is run first (nbclient), so every figure is in the page;
+- a widget has no kernel behind it in a static page: each displayed widget is replaced by what it showed
+  (the figures and text of its Output areas, its HTML, and its controls' values written out), so its static
+  drawing appears in the HTML and no widget JavaScript is fetched from a CDN;
+- ``--slides`` also writes ``OUT/slides/NN_name.slides.html`` (reveal.js, from the slide metadata that
+  ``nbtools clean`` puts on every cell);
+- ``OUT/index.html`` lists the notebooks in course order, titled by each notebook's first heading;
+- reveal.js, MathJax, require.js and jQuery are served from ``OUT/vendor/`` (fetched once with ``npm pack`` into
+  ``build/vendor/``, never committed), so pages and slides work offline.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import glob
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+# Pinned front-end packages (npm), unpacked into the vendor folder. nbconvert's reveal template is written
+# for reveal.js 4; its MathJax configuration for MathJax 2.
+VENDOR_PACKAGES = {"reveal.js": "4.6.0", "mathjax": "2.7.9", "requirejs": "2.3.7", "jquery": "2.2.4"}
+JQUERY_KEEP = ("dist/jquery.min.js",)
+# Of MathJax only what the TeX-AMS_CHTML-full configuration loads (the full package is 73 MB).
+MATHJAX_KEEP = ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX",
+                "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en")
+MATHJAX_CONFIG = "mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
+# nbconvert's templates import Mermaid from a CDN (the reveal template always does); the course draws no
+# Mermaid diagrams, so the pages import this local stand-in instead.
+MERMAID_STUB = "mermaid-none.mjs"
+MERMAID_STUB_JS = ("// The course has no Mermaid diagrams: a stand-in so that no page fetches Mermaid from a CDN.\n"
+                   "export default { initialize() {}, run() {}, registerLayoutLoaders() {} };\n")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def course_notebooks(root: str = ".") -> list[str]:
+    """notebooks/*.ipynb under ``root`` in course order (the NN_ prefix)."""
+    return sorted(glob.glob(os.path.join(root, "notebooks", "*.ipynb")))
+
+
+def title_of(nb, fallback: str = "") -> str:
+    """The text of the notebook's first Markdown heading (any level), without Markdown markup."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        for line in "".join(cell.get("source", "")).splitlines():
+            m = re.match(r"\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                text = re.sub(r"[*_`]", "", m.group(1))
+                return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).strip()
+    return fallback
+
+
+# ---------------------------------------------------------------------------------------------- vendor assets
+
+def vendor_dir() -> str:
+    return os.environ.get("MGPU_VENDOR_DIR", os.path.join(os.getcwd(), "build", "vendor"))
+
+
+def _unpack(tgz: str, dest: str, keep=None) -> None:
+    with tarfile.open(tgz) as tar:
+        members = []
+        for m in tar.getmembers():
+            rel = m.name.split("/", 1)[1] if "/" in m.name else ""
+            if not rel or (keep and not any(rel == k or rel.startswith(k + "/") for k in keep)):
+                continue
+            if not (m.isfile() or m.isdir()):
+                continue
+            m.name = rel
+            members.append(m)
+        tar.extractall(dest, members=members, filter="data")
+
+
+def ensure_vendor(where: str | None = None) -> str:
+    """The folder holding reveal.js/, mathjax/ and requirejs/, fetched with ``npm pack`` when missing.
+
+    Raises RuntimeError (saying what to install) when a package is missing and npm is not there.
+    """
+    where = where or vendor_dir()
+    missing = {name: ver for name, ver in VENDOR_PACKAGES.items()
+               if not os.path.exists(os.path.join(where, name, ".version-" + ver))}
+    if not missing:
+        return where
+    if shutil.which("npm") is None:
+        raise RuntimeError(f"the offline copies of {', '.join(missing)} are not in {where} and npm is not "
+                           "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)")
+    os.makedirs(where, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = [f"{n}@{v}" for n, v in missing.items()]
+        subprocess.run(["npm", "pack", "--silent", *specs], cwd=tmp, check=True, capture_output=True, timeout=600)
+        for name, ver in missing.items():
+            tgz = os.path.join(tmp, f"{name}-{ver}.tgz")
+            dest = os.path.join(where, name)
+            shutil.rmtree(dest, ignore_errors=True)
+            _unpack(tgz, dest, {"mathjax": MATHJAX_KEEP, "jquery": JQUERY_KEEP}.get(name))
+            if name == "reveal.js":
+                _drop_web_fonts(os.path.join(dest, "dist", "theme"))
+            open(os.path.join(dest, ".version-" + ver), "w").close()
+    return where
+
+
+def _drop_web_fonts(theme_dir: str) -> None:
+    """reveal.js themes @import Google web fonts; offline the browser falls back to local fonts anyway."""
+    for css in glob.glob(os.path.join(theme_dir, "*.css")):
+        with open(css, encoding="utf-8") as f:
+            text = f.read()
+        text = re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text)
+        with open(css, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def copy_vendor(out: str, where: str | None = None) -> str:
+    """Copy the vendored front-end files into ``out/vendor`` (what the pages link to); returns that path."""
+    src = ensure_vendor(where)
+    dest = os.path.join(out, "vendor")
+    for name in VENDOR_PACKAGES:
+        shutil.copytree(os.path.join(src, name), os.path.join(dest, name), dirs_exist_ok=True)
+    with open(os.path.join(dest, MERMAID_STUB), "w") as f:
+        f.write(MERMAID_STUB_JS)
+    return dest
+
+
+# ---------------------------------------------------------------------------------------------- widgets
+
+def _state(nb) -> dict:
+    return nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+
+def _ref(value):
+    return value[len("IPY_MODEL_"):] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None
+
+
+def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) -> None:
+    """Collect, depth first, the controls (as text) and the Output areas' outputs of one widget tree."""
+    if model_id in seen or model_id not in state:
+        return
+    seen.add(model_id)
+    model = state[model_id]
+    name, s = model.get("model_name", ""), model.get("state", {})
+    if name == "OutputModel":
+        outputs.extend(s.get("outputs", []))
+    elif name in ("HTMLModel", "HTMLMathModel", "LabelModel"):
+        if s.get("value"):
+            outputs.append({"output_type": "display_data", "metadata": {},
+                            "data": {"text/html": s["value"] if name != "LabelModel" else html.escape(s["value"])}})
+    elif "value" in s or "description" in s:
+        label = s.get("description") or name.replace("Model", "")
+        value = s.get("value")
+        if "options" in s and isinstance(value, int) and "_options_labels" in s:
+            value = s["_options_labels"][value] if 0 <= value < len(s["_options_labels"]) else value
+        elif "index" in s and s.get("_options_labels") and isinstance(s["index"], int):
+            value = s["_options_labels"][s["index"]]
+        controls.append(f"{label} = {value}" if value not in (None, "") else label)
+    for child in s.get("children", []):
+        if _ref(child):
+            _walk(_ref(child), state, controls, outputs, seen)
+
+
+def flatten_widgets(nb):
+    """A copy of ``nb`` in which every displayed widget is replaced by what it showed, and the widget state
+    dropped: the page then needs no widget JavaScript. A widget whose state was not stored (the notebook
+    was not executed here) becomes a one-line note."""
+    nb = copy.deepcopy(nb)
+    state = _state(nb)
+    for cell in nb.get("cells", []):
+        new = []
+        for out in cell.get("outputs", []):
+            view = out.get("data", {}).get(WIDGET_VIEW)
+            if not view:
+                new.append(out)
+                continue
+            controls, inner = [], []
+            _walk(view.get("model_id", ""), state, controls, inner, set())
+            note = "interactive widget (needs a running kernel)"
+            if controls:
+                note += ": " + "; ".join(html.escape(str(c)) for c in controls)
+            new.append({"output_type": "display_data", "metadata": {},
+                        "data": {"text/html": f"<div class='mgpu-widget-static'><em>{note}</em></div>",
+                                 "text/plain": note}})
+            new.extend(inner)
+        if "outputs" in cell:
+            cell["outputs"] = new
+    nb.get("metadata", {}).pop("widgets", None)
+    import nbformat
+    return nbformat.from_dict(nb)
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+def execute(path: str, timeout: int = 600):
+    """Run the notebook in its own folder (nbclient), keeping the widgets' state; returns the run notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                   resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
+    return nb
+
+
+def to_html(nb, vendor_rel: str = "vendor") -> str:
+    """One notebook as a standalone HTML page (lab template, images embedded, MathJax from ``vendor_rel``)."""
+    from nbconvert import HTMLExporter
+    exporter = HTMLExporter(template_name="lab", embed_images=True,
+                            mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
+                            require_js_url=f"{vendor_rel}/requirejs/require.js",
+                            mermaid_js_url=f"./{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
+    body, _ = exporter.from_notebook_node(flatten_widgets(nb))
+    return body
+
+
+def to_slides(nb, vendor_rel: str = "../vendor") -> str:
+    """One notebook as reveal.js slides, every script and style sheet served from ``vendor_rel``."""
+    from nbconvert import SlidesExporter
+    exporter = SlidesExporter(reveal_url_prefix=f"{vendor_rel}/reveal.js", reveal_scroll=True,
+                              reveal_transition="none",
+                              reveal_width="1280", reveal_height="720", embed_images=True,
+                              mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
+                              require_js_url=f"{vendor_rel}/requirejs/require.js", font_awesome_url="",
+                              jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
+                              mermaid_js_url=f"{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
+    body, _ = exporter.from_notebook_node(flatten_widgets(nb))
+    return body
+
+
+def _index(entries, slides: bool) -> str:
+    items = []
+    for page, title, stem in entries:
+        extra = f" · <a href='slides/{stem}.slides.html'>slides</a>" if slides else ""
+        items.append(f"<li><a href='{html.escape(page)}'>{html.escape(title)}</a>{extra}</li>")
+    return ("<!DOCTYPE html>\n<html lang='zh-CN'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            "<title>mgpu-course · 单机多卡编程</title>"
+            "<style>body{font-family:sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;line-height:1.6}"
+            "li{margin:.4rem 0}</style></head><body>"
+            "<h1>mgpu-course · 单机多卡编程</h1><p>按顺序学习：</p><ol>\n" + "\n".join(items)
+            + "\n</ol></body></html>\n")
+
+
+def build_site(out: str, notebooks=None, run: bool = False, slides: bool = False, timeout: int = 600,
+               log=print) -> list[tuple[str, str, str]]:
+    """Export ``notebooks`` (default: the course) into ``out``; returns ``[(page, title, stem), ...]`` in
+    course order (the index page lists the same)."""
+    import nbformat
+    notebooks = list(notebooks) if notebooks is not None else course_notebooks()
+    if not notebooks:
+        raise FileNotFoundError("no notebooks to export (notebooks/*.ipynb matched nothing)")
+    os.makedirs(out, exist_ok=True)
+    copy_vendor(out)
+    if slides:
+        os.makedirs(os.path.join(out, "slides"), exist_ok=True)
+    entries = []
+    for path in sorted(notebooks, key=os.path.basename):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        nb = execute(path, timeout) if run else nbformat.read(path, as_version=4)
+        page = f"{stem}.html"
+        with open(os.path.join(out, page), "w", encoding="utf-8") as f:
+            f.write(to_html(nb))
+        if slides:
+            with open(os.path.join(out, "slides", f"{stem}.slides.html"), "w", encoding="utf-8") as f:
+                f.write(to_slides(nb))
+        entries.append((page, title_of(nb, stem), stem))
+        log(f"exported {path} -> {os.path.join(out, page)}")
+    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as f:
+        f.write(_index(entries, slides))
+    return entries
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.export", description=__doc__.split("\n\n")[0])
+    p.add_argument("notebooks", nargs="*", help="notebooks to export (default: notebooks/*.ipynb)")
+    p.add_argument("--out", default=os.path.join("build", "site"), help="output folder (default build/site)")
+    p.add_argument("--execute", action="store_true", help="run each notebook first, so every output is there")
+    p.add_argument("--slides", action="store_true", help="also write reveal.js slides to OUT/slides/")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per cell with --execute")
+    a = p.parse_args(argv)
+    try:
+        build_site(a.out, a.notebooks or None, run=a.execute, slides=a.slides, timeout=a.timeout)
+    except (RuntimeError, FileNotFoundError) as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 1
+    print(f"open {os.path.join(a.out, 'index.html')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
