@@ -2,6 +2,11 @@
 #   make lab    install (once) and open the course in JupyterLab on 127.0.0.1
 #   make test   install (once) and run the whole test suite (unit tests + every notebook under nbval)
 # Everything lives in ./.venv; nothing is installed outside it.
+# For a classroom:
+#   make classroom      JupyterLab with projection mode on for every notebook (large fonts, thick lines)
+#   make export         the whole course, run, as static HTML + slides in build/site (reads without a kernel)
+#   make slides         slides only (reveal.js, offline), from the notebooks as committed, in build/site/slides
+#   make test-browser   every notebook in a real JupyterLab + headless Chromium (slow; CI runs it after make test)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,7 +19,7 @@ TORCH_FLAGS ?=
 PORT        ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: install lab test bench clean
+.PHONY: install lab classroom test test-browser export slides bench clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -30,9 +35,24 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: install
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. notebooks/00_setup.ipynb
 
+classroom: install
+	MGPU_PROJECTION=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. \
+	    notebooks/00_setup.ipynb
+
 test: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
-	    --nbval-cell-timeout=600 -p no:randomly $(PYTEST_ARGS)
+	    --nbval-cell-timeout=600 -p no:randomly -m "not browser" $(PYTEST_ARGS)
+
+# Needs Debian's chromium at /usr/bin/chromium (apt-get install chromium); Playwright only drives it.
+test-browser: install
+	$(PY) -m pytest tests/test_browser.py -m browser -p no:randomly -rA $(PYTEST_ARGS)
+
+# reveal.js, MathJax, require.js and jQuery are fetched once with npm into build/vendor (not committed).
+export: install
+	$(PY) -m mgpu_helpers.export --out build/site --execute --slides
+
+slides: install
+	$(PY) -m mgpu_helpers.export --out build/site --slides
 
 bench: install
 	$(PY) -m mgpu_helpers.bench launch

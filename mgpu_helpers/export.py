@@ -223,7 +223,7 @@ def to_slides(nb, vendor_rel: str = "../vendor") -> str:
     """One notebook as reveal.js slides, every script and style sheet served from ``vendor_rel``."""
     from nbconvert import SlidesExporter
     exporter = SlidesExporter(reveal_url_prefix=f"{vendor_rel}/reveal.js", reveal_scroll=True,
-                              reveal_transition="none",
+                              reveal_transition="none", reveal_theme="white",
                               reveal_width="1280", reveal_height="720", embed_images=True,
                               mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
                               require_js_url=f"{vendor_rel}/requirejs/require.js", font_awesome_url="",

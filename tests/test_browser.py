@@ -277,3 +277,27 @@ def test_notebook_runs_in_jupyterlab_with_widgets_rendered(lab, path):
             _shutdown_kernels(base, token)
         finally:
             page.close()
+
+
+def test_rise_presents_a_notebook_as_a_slideshow_in_jupyterlab(lab):
+    """RISE (jupyterlab-rise) opens a notebook as reveal.js slides from the same server, offline."""
+    base, token, context = lab
+    name = os.path.basename(NOTEBOOKS[0])
+    page = context.new_page()
+    requested = []
+    page.on("request", lambda r: requested.append(r.url) if not r.url.startswith(base) and
+            r.url.startswith("http") else None)
+    try:
+        page.goto(f"{base}/rise/notebooks/{name}?token={token}", wait_until="domcontentloaded")
+        page.wait_for_selector(".reveal .slides section", timeout=300_000)
+        page.wait_for_timeout(1500)
+        sections = page.locator(".reveal .slides section").count()
+        os.makedirs(SHOTS, exist_ok=True)
+        page.screenshot(path=os.path.join(SHOTS, "rise-" + name.replace(".ipynb", ".png")))
+        assert sections > 1, f"RISE showed {sections} slides"
+        assert not requested, f"RISE asked the network for {requested}"
+    finally:
+        try:
+            _shutdown_kernels(base, token)
+        finally:
+            page.close()
