@@ -81,8 +81,8 @@ PROJECTION_CSS = """
 :root, .jupyter-widgets {
   --jp-widgets-font-size: 20px !important;
   --jp-widgets-inline-height: 40px !important;
-  --jp-widgets-inline-label-width: 180px !important;
-  --jp-widgets-inline-width: 420px !important;
+  --jp-widgets-inline-label-width: 160px !important;
+  --jp-widgets-inline-width: 400px !important;
   --jp-widgets-inline-width-short: 220px !important;
   --jp-widgets-inline-width-tiny: 120px !important;
   --jp-widgets-slider-handle-size: 22px !important;
@@ -93,6 +93,8 @@ PROJECTION_CSS = """
   font-size: 20px !important;
   line-height: 1.4 !important;
 }
+.jupyter-widgets.widget-hbox { flex-wrap: wrap !important; }
+.jupyter-widgets.widget-inline-hbox { flex-shrink: 0 !important; }
 .jupyter-widgets .widget-radio-box input, .jupyter-widgets .widget-checkbox input {
   width: 20px; height: 20px;
 }
