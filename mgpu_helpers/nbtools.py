@@ -7,6 +7,9 @@
 A clean notebook has no execution counts, no outputs except in cells that start with
 ``# NBVAL_CHECK_OUTPUT`` (their expected output, which nbval compares), and no machine-specific metadata.
 Exercise notebooks keep no outputs at all.
+
+Every cell also gets slide metadata (``slideshow.slide_type``, see :func:`slide_types`), so each notebook can be
+presented as it is: RISE in JupyterLab, or ``python -m mgpu_helpers.export --slides`` (reveal.js, offline).
 """
 from __future__ import annotations
 
@@ -22,6 +25,48 @@ def is_checked(cell) -> bool:
     return cell.get("cell_type") == "code" and "".join(cell.get("source", "")).lstrip().startswith(CHECK_MARK)
 
 
+# Lines of source one slide holds before the next cell starts a sub-slide (a 1280x720 projector, large fonts);
+# a code cell counts extra lines for its output.
+SLIDE_LINES = 18
+CODE_OUTPUT_LINES = 6
+RISE_SETTINGS = {"scroll": True, "width": 1280, "height": 720, "theme": "white", "transition": "none"}
+
+
+def _first_line(cell) -> str:
+    for line in "".join(cell.get("source", "")).splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def slide_types(cells) -> list[str]:
+    """The slide type of each cell, by a fixed rule (no hand-set metadata to drift):
+
+    - the first cell, and a Markdown cell starting with ``# `` or ``## ``: "slide" (a new section);
+    - a Markdown cell starting with ``### ``: "subslide";
+    - any other cell: "-" (same slide), unless the slide so far would pass :data:`SLIDE_LINES` lines with it,
+      then "subslide" (code cells count :data:`CODE_OUTPUT_LINES` more for their output).
+    """
+    kinds, used = [], 0
+    for i, cell in enumerate(cells):
+        first = _first_line(cell)
+        md = cell.get("cell_type") == "markdown"
+        lines = max(1, len("".join(cell.get("source", "")).strip().splitlines()))
+        if cell.get("cell_type") == "code":
+            lines += CODE_OUTPUT_LINES
+        if i == 0 or (md and (first.startswith("# ") or first.startswith("## "))):
+            kind = "slide"
+        elif md and first.startswith("### "):
+            kind = "subslide"
+        elif used and used + lines > SLIDE_LINES:
+            kind = "subslide"
+        else:
+            kind = "-"
+        used = lines if kind != "-" else used + lines
+        kinds.append(kind)
+    return kinds
+
+
 def clean(nb, keep_checked_outputs: bool = True):
     """Return a cleaned copy of a notebook (an nbformat NotebookNode or plain dict)."""
     nb = copy.deepcopy(nb)
@@ -31,8 +76,10 @@ def clean(nb, keep_checked_outputs: bool = True):
         nb["metadata"]["language_info"] = {"name": "python"}
     nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
                                     "name": "python3"}
-    for cell in nb.get("cells", []):
+    nb["metadata"]["rise"] = dict(RISE_SETTINGS)
+    for cell, kind in zip(nb.get("cells", []), slide_types(nb.get("cells", []))):
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA}
+        cell["metadata"]["slideshow"] = {"slide_type": kind}
         if cell.get("cell_type") != "code":
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
