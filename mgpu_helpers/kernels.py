@@ -6,9 +6,11 @@ lazily by :func:`cupy_kernels` (compiling needs a GPU).
 
 Contents
 - Numba kernels: :data:`vec_add` (the seed's kernel), :data:`vec_add_unchecked` (the same without the bounds
-  check), :data:`vec_add_fast` (grid-stride loop, four independent elements per thread per trip);
+  check), :data:`vec_add_fast` (four elements per thread in a block tile, full grid: the fast one),
+  :data:`vec_add_grid_stride` (grid-stride loop over a one-wave grid, four elements per thread per trip);
 - CuPy kernels (:func:`cupy_kernels`): the seed's C source as a ``RawKernel``, an ``ElementwiseKernel``, a
-  float4 grid-stride ``RawKernel``, and a register-hungry kernel for the register-spill story;
+  float4 ``RawKernel`` over a full grid (the fast one), a float4 grid-stride ``RawKernel`` for comparison, and
+  a register-hungry kernel for the register-spill story;
 - host-side helpers: launch configuration, explicit-copy vecAdd with per-step timings, timing with CUDA events,
   occupancy arithmetic (a pure function, unit-tested), reading registers per thread.
 """
@@ -53,12 +55,47 @@ def vec_add_unchecked(a, b, c):
 
 @cuda.jit
 def vec_add_fast(a, b, c, n):
-    """Grid-stride vecAdd: a grid of about one wave of resident blocks walks the whole array.
+    """Block-tile vecAdd: each thread adds four elements, the grid covers the whole array (no loop).
+
+    Block ``k`` owns the tile of ``4 * blockDim`` elements starting at ``4 * blockDim * k``; thread ``t`` takes
+    elements i, i + bd, i + 2bd, i + 3bd of it (i = tile start + t, bd = blockDim), so every access of a warp is
+    still 32 consecutive floats. All eight loads are issued before the first store: four independent pairs of
+    loads in flight per thread instead of one. The last, partial tile takes the checked path.
+    """
+    bd = cuda.blockDim.x
+    i = cuda.blockIdx.x * bd * 4 + cuda.threadIdx.x
+    if i + 3 * bd < n:
+        a0 = a[i]
+        a1 = a[i + bd]
+        a2 = a[i + 2 * bd]
+        a3 = a[i + 3 * bd]
+        b0 = b[i]
+        b1 = b[i + bd]
+        b2 = b[i + 2 * bd]
+        b3 = b[i + 3 * bd]
+        c[i] = a0 + b0
+        c[i + bd] = a1 + b1
+        c[i + 2 * bd] = a2 + b2
+        c[i + 3 * bd] = a3 + b3
+    else:
+        for k in range(4):
+            j = i + k * bd
+            if j < n:
+                c[j] = a[j] + b[j]
+
+
+ELEMENTS_PER_THREAD = 4
+"""Elements each thread of :data:`vec_add_fast` adds."""
+
+
+@cuda.jit
+def vec_add_grid_stride(a, b, c, n):
+    """Grid-stride vecAdd: a grid of any size (the course uses one wave of resident blocks) walks the array.
 
     Each trip a thread issues four independent loads from a and four from b (elements i, i+s, i+2s, i+3s with
-    s = the grid's thread count, so a warp still reads 32 consecutive floats per access) before its first store:
-    more bytes in flight per thread is what a memory-bound kernel needs to cover DRAM latency. The tail that
-    does not fill four strides is finished one element per trip.
+    s = the grid's thread count, so a warp still reads 32 consecutive floats per access) before its first store.
+    The tail that does not fill four strides is finished one element per trip. Correct for every grid size;
+    on an H200 with a one-wave grid it reaches about 85% of torch.add, where :data:`vec_add_fast` reaches 98%.
     """
     stride = cuda.gridsize(1)
     i = cuda.grid(1)
@@ -439,15 +476,15 @@ def numba_regs_per_thread(kernel) -> int | None:
     return int(regs)
 
 
-def fast_grid(kernel=None, block: int = 256) -> int:
+def one_wave_grid(kernel=None, block: int = 256) -> int:
     """Blocks for a grid-stride kernel: exactly one wave, SMs x resident blocks per SM.
 
     More blocks than fit at once would leave a second, partial wave in which every late block still walks its
     full share of the array; fewer would leave SM slots empty. The resident count comes from the driver's
     occupancy query for the compiled kernel (the same answer as :func:`occupancy` with its register count).
-    ``kernel``: a Numba kernel already compiled once (default :data:`vec_add_fast`). Simulator: 4 blocks.
+    ``kernel``: a Numba kernel already compiled once (default :data:`vec_add_grid_stride`). Simulator: 4 blocks.
     """
-    kernel = vec_add_fast if kernel is None else kernel
+    kernel = vec_add_grid_stride if kernel is None else kernel
     if SIMULATOR:
         return 4
     compiled = next(iter(kernel.overloads.values()))
@@ -459,16 +496,49 @@ def fast_grid(kernel=None, block: int = 256) -> int:
         return max(1, occ.blocks_per_sm) * limits.sm_count
 
 
-def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
-    """Launch :data:`vec_add_fast` over device arrays with a one-wave grid; returns the grid used."""
+def _check_lengths(d_a, d_b, d_c) -> int:
     n = d_c.size
     if not d_a.size == d_b.size == n:
         raise ValueError(f"arrays differ in length: {d_a.size}, {d_b.size}, {n}")
+    return n
+
+
+def fast_launch_grid(n: int, block: int = 256) -> int:
+    """The full grid of :data:`vec_add_fast`: ceil(n / (4 * block)) blocks (at least one), so that every
+    element has a thread and every block a full tile except perhaps the last."""
+    if block < 1:
+        raise ValueError(f"block must be >= 1, not {block}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    per_block = ELEMENTS_PER_THREAD * block
+    return max(1, (n + per_block - 1) // per_block)
+
+
+def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
+    """Launch :data:`vec_add_fast` over device arrays with the full grid; returns the grid used.
+
+    ``grid`` defaults to :func:`fast_launch_grid`; a smaller one would leave elements unwritten (the kernel has
+    no loop), so it is refused."""
+    n = _check_lengths(d_a, d_b, d_c)
+    full = fast_launch_grid(n, block)
     if grid is None:
-        if numba_regs_per_thread(vec_add_fast) is None and not SIMULATOR:
-            vec_add_fast[1, block](d_a, d_b, d_c, 0)  # compile once so the register count is known
-        grid = fast_grid(vec_add_fast, block)
+        grid = full
+    elif grid < full:
+        raise ValueError(f"grid of {grid} blocks covers {grid * ELEMENTS_PER_THREAD * block} elements, not {n}: "
+                         f"vec_add_fast needs {full} blocks of {block}")
     vec_add_fast[grid, block](d_a, d_b, d_c, n)
+    return grid
+
+
+def vec_add_grid_stride_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
+    """Launch :data:`vec_add_grid_stride` over device arrays, by default with a one-wave grid
+    (:func:`one_wave_grid`); any ``grid`` >= 1 covers the whole array. Returns the grid used."""
+    n = _check_lengths(d_a, d_b, d_c)
+    if grid is None:
+        if numba_regs_per_thread(vec_add_grid_stride) is None and not SIMULATOR:
+            vec_add_grid_stride[1, block](d_a, d_b, d_c, 0)  # compile once so the register count is known
+        grid = one_wave_grid(vec_add_grid_stride, block)
+    vec_add_grid_stride[grid, block](d_a, d_b, d_c, n)
     return grid
 
 
@@ -487,10 +557,31 @@ extern "C" __global__ void vecAdd(float* A, float* B, float* C, int N) {
 """The seed's CUDA C kernel, unchanged."""
 
 FAST_VEC_ADD_SRC = r'''
-// Grid-stride vecAdd with 16-byte loads: each trip a thread loads two float4 of A and two of B
-// (32 bytes in flight per array), adds, and stores two float4. The grid is about one wave of resident blocks.
+// vecAdd with 16-byte loads: thread i loads one float4 of A and one of B (elements 4i..4i+3), adds, stores one
+// float4. The grid has a thread for every group of four: ceil(ceil(N / 4) / blockDim) blocks, no loop.
 extern "C" __global__ void vecAddFast(const float* __restrict__ A, const float* __restrict__ B,
                                       float* __restrict__ C, long long N) {
+    long long n4 = N / 4;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) {
+        float4 a = reinterpret_cast<const float4*>(A)[i];
+        float4 b = reinterpret_cast<const float4*>(B)[i];
+        reinterpret_cast<float4*>(C)[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    } else if (4 * i < N) {
+        // Thread n4 adds the last N % 4 elements one by one.
+        for (long long j = 4 * i; j < N; ++j) {
+            C[j] = A[j] + B[j];
+        }
+    }
+}
+'''
+"""The course's fast CuPy kernel: one float4 per thread, full grid (float4 needs 16-byte aligned arrays)."""
+
+GRID_STRIDE_VEC_ADD_SRC = r'''
+// Grid-stride vecAdd with 16-byte loads: each trip a thread loads two float4 of A and two of B
+// (32 bytes in flight per array), adds, and stores two float4. The grid is about one wave of resident blocks.
+extern "C" __global__ void vecAddGridStride(const float* __restrict__ A, const float* __restrict__ B,
+                                            float* __restrict__ C, long long N) {
     const float4* A4 = reinterpret_cast<const float4*>(A);
     const float4* B4 = reinterpret_cast<const float4*>(B);
     float4* C4 = reinterpret_cast<float4*>(C);
@@ -514,6 +605,7 @@ extern "C" __global__ void vecAddFast(const float* __restrict__ A, const float* 
     }
 }
 '''
+"""The float4 grid-stride kernel, kept for comparison with :data:`FAST_VEC_ADD_SRC` (slower on an H200)."""
 
 MANY_REGS_SRC = r'''
 // Keeps K loaded values alive at once (the second loop needs the sum of all of them first), so the compiler
@@ -542,7 +634,8 @@ def cupy_kernels() -> SimpleNamespace:
     """The CuPy kernels, compiled on first call (needs a GPU).
 
     ``raw``: the seed's C kernel (``vecAdd``); ``elementwise``: ``c = a + b`` as an ``ElementwiseKernel``;
-    ``fast``: the float4 grid-stride kernel; ``many_regs`` / ``many_regs_bounded``: the register-hungry kernel
+    ``fast``: one float4 per thread over a full grid; ``grid_stride``: the float4 grid-stride kernel (for comparison);
+    ``many_regs`` / ``many_regs_bounded``: the register-hungry kernel
     without / with ``__launch_bounds__(1024)``.
     """
     import cupy as cp
@@ -550,6 +643,7 @@ def cupy_kernels() -> SimpleNamespace:
         raw=cp.RawKernel(SEED_VEC_ADD_SRC, "vecAdd"),
         elementwise=cp.ElementwiseKernel("float32 a, float32 b", "float32 c", "c = a + b", "vec_add_ew"),
         fast=cp.RawKernel(FAST_VEC_ADD_SRC, "vecAddFast"),
+        grid_stride=cp.RawKernel(GRID_STRIDE_VEC_ADD_SRC, "vecAddGridStride"),
         many_regs=cp.RawKernel(MANY_REGS_SRC.replace("BOUNDS", ""), "manyRegs"),
         many_regs_bounded=cp.RawKernel(MANY_REGS_SRC.replace("BOUNDS", "__launch_bounds__(1024)"), "manyRegs"),
     )
@@ -601,27 +695,49 @@ def vec_add_cupy_elementwise(a, b, c=None):
     return cupy_kernels().elementwise(a, b, c) if c is not None else cupy_kernels().elementwise(a, b)
 
 
-def vec_add_cupy_fast(a, b, c=None, block: int = 256, grid: int | None = None):
-    """The float4 grid-stride kernel with a one-wave grid (from the driver's occupancy); returns c.
+def _aligned(*arrays) -> bool:
+    return not any(x.data.ptr % 16 for x in arrays)
+
+
+def cupy_fast_grid(n: int, block: int = 256) -> int:
+    """The full grid of the float4 kernel: one thread per group of four elements (the last group may be
+    shorter), ceil(ceil(n / 4) / block) blocks, at least one."""
+    return launch_config((n + 3) // 4, block)[0]
+
+
+def vec_add_cupy_fast(a, b, c=None, block: int = 256):
+    """The float4 kernel, one float4 per thread over the full grid (:func:`cupy_fast_grid`); returns c.
 
     float4 loads need 16-byte aligned arrays: CuPy's own allocations are; a view that starts elsewhere falls back
     to the seed's kernel rather than fault."""
     import cupy as cp
     c = cp.empty_like(a) if c is None else c
     _check_f32(a, b, c)
-    if any(x.data.ptr % 16 for x in (a, b, c)):
+    if not _aligned(a, b, c):
+        return vec_add_cupy_raw(a, b, c, block)
+    cupy_kernels().fast((cupy_fast_grid(a.size, block),), (block,), (a, b, c, np.int64(a.size)))
+    return c
+
+
+def vec_add_cupy_grid_stride(a, b, c=None, block: int = 256, grid: int | None = None):
+    """The float4 grid-stride kernel, by default with a one-wave grid (from the driver's occupancy); returns c.
+    Same 16-byte alignment fallback as :func:`vec_add_cupy_fast`."""
+    import cupy as cp
+    c = cp.empty_like(a) if c is None else c
+    _check_f32(a, b, c)
+    if not _aligned(a, b, c):
         return vec_add_cupy_raw(a, b, c, block)
     if grid is None:
-        grid = _cupy_fast_grid(cp.cuda.Device().id, block)
-    cupy_kernels().fast((grid,), (block,), (a, b, c, np.int64(a.size)))
+        grid = _cupy_one_wave_grid(cp.cuda.Device().id, block)
+    cupy_kernels().grid_stride((grid,), (block,), (a, b, c, np.int64(a.size)))
     return c
 
 
 @functools.lru_cache(maxsize=None)
-def _cupy_fast_grid(device_id: int, block: int) -> int:
-    """One wave of the fast kernel on this device: SMs x resident blocks per SM (cached: the driver query and
-    the attribute reads would otherwise cost tens of microseconds on every launch)."""
-    per_sm = cupy_driver_blocks_per_sm(cupy_kernels().fast, block)
+def _cupy_one_wave_grid(device_id: int, block: int) -> int:
+    """One wave of the grid-stride kernel on this device: SMs x resident blocks per SM (cached: the driver
+    query and the attribute reads would otherwise cost tens of microseconds on every launch)."""
+    per_sm = cupy_driver_blocks_per_sm(cupy_kernels().grid_stride, block)
     return max(1, per_sm) * _cupy_limits(device_id).sm_count
 
 

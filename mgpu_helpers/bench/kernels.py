@@ -3,8 +3,10 @@
 Effective bandwidth = bytes read + written / time (CUDA events, median of ``--repeats`` runs) at N float32
 elements (default 2**28) for: the seed's vecAdd in Numba at block 128/256/512/1024, the same C kernel as a CuPy
 ``RawKernel``, CuPy's ``ElementwiseKernel``, the course's fast Numba and CuPy kernels, and torch copy and
-``torch.add`` as the ceilings. One table, with each row as a % of torch.add measured in the same run, beside the
-figures recorded on an H200 (mgpu_helpers/data/kernels_h200x2.json).
+``torch.add`` as the ceilings, and the grid-stride (one-wave) versions the fast kernels replaced. One table, with
+each row as a % of torch.add measured in the same run, beside the figures recorded on an H200
+(mgpu_helpers/data/kernels_h200x2.json); the fast and grid-stride kernels' recorded figures come from a later run
+with its own torch.add (mgpu_helpers/data/kernels_h200_fast.json) and are printed below the table.
 
 Without a GPU it says so, prints the recorded table and exits 0; ``--smoke`` then runs the Numba kernels in the
 CUDA simulator at a small N and checks their results (times from the simulator say nothing about a GPU).
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 REFERENCE_FILE = "kernels_h200x2.json"
+FAST_REFERENCE_FILE = "kernels_h200_fast.json"
 BLOCKS = (128, 256, 512, 1024)
 
 # (row key, label, bytes moved per element (float32), key in the reference file)
@@ -27,8 +30,10 @@ ROWS = [
     *[(f"numba_bs{b}", f"Numba vecAdd, block {b}", 12, f"numba_vecadd_bs{b}_GBps") for b in BLOCKS],
     ("cupy_raw", "CuPy RawKernel (seed C), block 256", 12, "cupy_raw_vecadd_bs256_GBps"),
     ("cupy_elementwise", "CuPy ElementwiseKernel", 12, "cupy_elementwise_vecadd_GBps"),
-    ("numba_fast", "Numba fast (grid-stride, 4/thread/trip)", 12, None),
-    ("cupy_fast", "CuPy fast (float4, grid-stride)", 12, None),
+    ("numba_grid_stride", "Numba grid-stride (4 per trip, one wave)", 12, None),
+    ("cupy_grid_stride", "CuPy grid-stride (float4, one wave)", 12, None),
+    ("numba_fast", "Numba fast (4 per thread, full grid)", 12, None),
+    ("cupy_fast", "CuPy fast (float4, full grid)", 12, None),
 ]
 LABELS = {key: label for key, label, _, _ in ROWS}
 FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
@@ -39,6 +44,27 @@ def reference() -> dict:
     raw = json.loads(resources.files("mgpu_helpers").joinpath("data", REFERENCE_FILE).read_text(encoding="utf-8"))
     gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
+
+
+def fast_reference() -> dict:
+    """The recorded H200 figures of the fast and grid-stride kernels (a later run than :func:`reference`, with its
+    own torch.add): ``{"source": str, "torch_add": GB/s, "gbps": {row key: GB/s}, "pct": {row key: % of that
+    run's torch.add, as recorded}, "raw": the file's dict}``."""
+    raw = json.loads(resources.files("mgpu_helpers").joinpath("data", FAST_REFERENCE_FILE)
+                     .read_text(encoding="utf-8"))
+    rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
+    return {"source": raw["_source"], "torch_add": raw["torch_add_GBps"],
+            "gbps": {k: v[0] for k, v in rows.items()}, "pct": {k: v[1] for k, v in rows.items()}, "raw": raw}
+
+
+def format_fast_reference(ref: dict | None = None) -> str:
+    """The recorded fast / grid-stride figures as text, one line per row, each against its own run's torch.add."""
+    ref = fast_reference() if ref is None else ref
+    width = max(len(LABELS[k]) for k in ref["gbps"])
+    lines = [f"recorded on one H200, N = 2**28 float32, torch.add {ref['torch_add']:.0f} GB/s in the same run:"]
+    for key in ref["gbps"]:
+        lines.append(f"  {LABELS[key]:{width}s} | {ref['gbps'][key]:7.0f} GB/s | {ref['pct'][key]:5.1f}% of torch.add")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -121,6 +147,7 @@ def measure(n: int, repeats: int) -> dict:
     cupy_rows = {
         "cupy_raw": lambda: K.vec_add_cupy_raw(ca, cb, cc, block=256),
         "cupy_elementwise": lambda: K.vec_add_cupy_elementwise(ca, cb, cc),
+        "cupy_grid_stride": lambda: K.vec_add_cupy_grid_stride(ca, cb, cc),
         "cupy_fast": lambda: K.vec_add_cupy_fast(ca, cb, cc),
     }
     for key, fn in cupy_rows.items():
@@ -137,9 +164,11 @@ def measure(n: int, repeats: int) -> dict:
     da.copy_to_device(cuda.as_cuda_array(ca, sync=False))
     db.copy_to_device(cuda.as_cuda_array(cb, sync=False))
     numba_rows = {f"numba_bs{b}": (lambda b=b: K.vec_add[K.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
-    K.vec_add_fast_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
-    grid = K.fast_grid(K.vec_add_fast)
-    numba_rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc, grid=grid)
+    K.vec_add_grid_stride_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
+    wave = K.one_wave_grid(K.vec_add_grid_stride)
+    numba_rows["numba_grid_stride"] = lambda: K.vec_add_grid_stride_launch(da, db, dc, grid=wave)
+    full = K.fast_launch_grid(n)
+    numba_rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc, grid=full)
     for key, fn in numba_rows.items():
         cp.asarray(dc).fill(0)
         cuda.synchronize()
@@ -202,6 +231,7 @@ def smoke(n: int) -> dict:
     da, db = cuda.to_device(a), cuda.to_device(b)
     dc = cuda.device_array(n, dtype=np.float32)
     rows = {f"numba_bs{bs}": (lambda bs=bs: K.vec_add[K.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
+    rows["numba_grid_stride"] = lambda: K.vec_add_grid_stride_launch(da, db, dc)
     rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc)
     out = {}
     for key, fn in rows.items():
@@ -230,6 +260,8 @@ def main(argv: list[str]) -> int:
         print("\nbench kernels needs an NVIDIA GPU; none found here "
               f"({env.machine.note or 'no GPU'}). Recorded figures:\n")
         print(format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")))
+        print()
+        print(format_fast_reference())
         if not args.smoke:
             print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
             return 0
@@ -246,6 +278,8 @@ def main(argv: list[str]) -> int:
     print(f"measuring on GPU 0 ({gpu}), N = {n} float32, median of {args.repeats} runs, CUDA events\n")
     measured = measure(n, args.repeats)
     print(format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")))
+    print()
+    print(format_fast_reference())
     print()
     for line in fast_verdict(measured):
         print(line)
