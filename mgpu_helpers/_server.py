@@ -14,8 +14,10 @@ The server is also a child subreaper, so ranks orphaned by a killed leader are r
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import pickle
+import select
 import signal
 import socket
 import sys
@@ -82,11 +84,33 @@ def run_leader(job: dict, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
+# Imported while the server is idle, after it has said it is ready: torch.optim and DDP import
+# torch._dynamo on first use, which would otherwise cost seconds in every rank of every launch. Doing it
+# before "ready" would make the first launch wait for it (several seconds on some machines). It starts no
+# threads, so forking after it is safe.
+IDLE_PRELOADS = ["torch._dynamo"]
+
+
+def _preload_when_idle(sock: socket.socket, pending: list[str]) -> bool:
+    """Import the next pending module unless a request arrives within a moment; True if one is waiting."""
+    ready, _, _ = select.select([sock], [], [], 0.2)
+    if ready:
+        return True
+    try:
+        importlib.import_module(pending.pop(0))
+    except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
+        pass
+    return False
+
+
 def serve(sock: socket.socket, parent_pid: int) -> None:
     from .wire import recv_msg, send_msg
 
     server_pid = os.getpid()
+    pending = list(IDLE_PRELOADS)
     while True:
+        if pending and not _preload_when_idle(sock, pending):
+            continue
         try:
             data, fds = recv_msg(sock, maxfds=253)
         except (EOFError, ConnectionError):
@@ -130,12 +154,6 @@ def main() -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
-    try:
-        # torch.optim and DDP import torch._dynamo on first use: seconds per rank per launch if not
-        # paid here, once. It starts no threads, so forking after it is safe.
-        import torch._dynamo  # noqa: F401
-    except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
-        pass
 
     from . import _rank  # noqa: F401
     sock = socket.socket(fileno=fd)

@@ -460,3 +460,16 @@ def test_server_restarts_after_being_killed():
     launch._server.proc.kill()
     launch._server.proc.wait()
     assert mh.run_ranks(_allreduce_rank, 2, quiet=True).values == [1, 1]
+
+
+def test_idle_server_preloads_dynamo_so_optimizers_do_not_pay_it_per_rank():
+    def has_dynamo(rank, world_size):
+        import sys
+        return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
+
+    deadline = time.monotonic() + 60
+    seen = mh.run_ranks(has_dynamo, 1, quiet=True).values[0]
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.5)                          # the server imports it while idle
+        seen = mh.run_ranks(has_dynamo, 1, quiet=True).values[0]
+    assert seen
