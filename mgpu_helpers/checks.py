@@ -455,6 +455,9 @@ def check_shard_by_cost(fn, examples: int = 150) -> None:
     ``max load <= total / world_size + max(costs)``. Property-tested on random inputs (hypothesis)."""
     what = "shard_by_cost 要把每个下标恰好分给一个 Rank，并按成本均衡"
     _call(fn, what, [3.0, 1.0, 2.0], 0, 2)     # a stub fails here, before the random search
+    # Skewed cases first: sharding by count (round robin) passes many random inputs but none of these.
+    for costs, ws in (([20, 0] * 3, 2), ([20, 1, 1, 1] * 3, 4), ([9, 9, 9, 1, 1, 1], 3)):
+        _shard_property(fn, costs, ws)
     try:
         from hypothesis import HealthCheck, given, settings
         from hypothesis import strategies as st
