@@ -1,12 +1,13 @@
 # The two commands a fresh machine needs:
 #   make lab    install (once) and open the course in JupyterLab on 127.0.0.1
-#   make test   install (once) and run the whole test suite (unit tests + every notebook under nbval)
+#   make test   install (once) and run the whole test suite (unit tests, every notebook under nbval,
+#               the real-browser test)
 # Everything lives in ./.venv; nothing is installed outside it.
 # For a classroom:
 #   make classroom      JupyterLab with projection mode on for every notebook (large fonts, thick lines)
 #   make export         the whole course, run, as static HTML + slides in build/site (reads without a kernel)
 #   make slides         slides only (reveal.js, offline), from the notebooks as committed, in build/site/slides
-#   make test-browser   every notebook in a real JupyterLab + headless Chromium (slow; CI runs it after make test)
+#   make test-browser   only the real-browser test: every notebook in JupyterLab + headless Chromium
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -19,7 +20,7 @@ TORCH_FLAGS ?=
 PORT        ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: install lab classroom test test-browser export slides bench clean
+.PHONY: install lab classroom test test-main test-browser export slides bench clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -39,7 +40,11 @@ classroom: install
 	MGPU_PROJECTION=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. \
 	    notebooks/00_setup.ipynb
 
-test: install
+# The whole suite: unit tests and every notebook under nbval, then the real-browser test (a second pytest
+# run, so the first one's result stands alone; it skips, saying why, where chromium is missing).
+test: test-main test-browser
+
+test-main: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
 	    --nbval-cell-timeout=600 -p no:randomly -m "not browser" $(PYTEST_ARGS)
 
