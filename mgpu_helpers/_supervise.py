@@ -261,6 +261,11 @@ def _partial(job: _Job, world_size: int, backend: str, reason: str, t0: float) -
 
 
 def supervise(job: _Job, world_size, backend, reason, timeout, t0, job_dir, quiet) -> RankResults:
+    """Follow a launched job until every rank has answered; returns its :class:`RankResults`.
+
+    Raises :class:`RankError` as soon as a rank raises or dies (a death wins over the errors it causes in
+    its peers), and :class:`RankTimeout` past ``t0 + timeout``. The caller ends the ranks either way.
+    """
     deadline = t0 + timeout
     while True:
         job.pump(0.05)
