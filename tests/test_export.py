@@ -17,14 +17,6 @@ def _nb(*cells):
         "name": "python3", "display_name": "Python 3", "language": "python"}})
 
 
-@pytest.fixture(scope="module")
-def vendor():
-    try:
-        return export.ensure_vendor(os.path.join(ROOT, "build", "vendor"))
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-
-
 def test_title_is_the_first_heading_without_markup():
     nb = _nb(nbformat.v4.new_code_cell("x = 1"),
              nbformat.v4.new_markdown_cell("intro\n\n## 02 · **CuPy** `RawKernel` 与 [占用率](x.md)\nmore"))

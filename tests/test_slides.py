@@ -26,14 +26,6 @@ def _code(text):
     return nbformat.v4.new_code_cell(text)
 
 
-@pytest.fixture(scope="module")
-def vendor():
-    try:
-        return export.ensure_vendor(os.path.join(ROOT, "build", "vendor"))
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-
-
 def test_headings_start_slides_and_long_runs_split_into_subslides():
     cells = [_md("# Title\ngoals"), _code("x = 1"), _md("## Part 1"), _md("### Detail"), _code("y = 2"),
              _code("\n".join(f"a{i} = {i}" for i in range(10))), _md("text after a long cell")]
