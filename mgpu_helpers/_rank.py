@@ -5,6 +5,7 @@ cloudpickle), and its Python stack to a file when asked with SIGUSR1 (faulthandl
 """
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import signal
@@ -50,6 +51,31 @@ def _store_barrier(store, name: str, rank: int, world_size: int) -> None:
     store.wait([f"{name}/{r}" for r in range(world_size)])
 
 
+def _line_buffer_c_stdio() -> None:
+    """Make C's stdout and stderr line-buffered, as Python's are here.
+
+    C libraries write through C's own ``stdout``: NCCL's log (``NCCL_DEBUG``), CUDA's device ``printf``.
+    On a pipe C buffers it in blocks of 4 KiB, so lines would arrive late and the last block would be lost
+    at ``os._exit``. (Python only does this itself when PYTHONUNBUFFERED is set.) Linux C libraries
+    export ``stdout``/``stderr`` as variables; elsewhere this does nothing.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
+        for name in ("stdout", "stderr"):
+            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)    # 1 = _IOLBF
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _flush_c_stdio() -> None:
+    """Flush every C stream (a partial last line included) before ``os._exit``, which does not."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
     """Run rank ``rank`` of ``job`` and exit (never returns)."""
     os.dup2(out_fd, 1)
@@ -58,6 +84,7 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
     # Line-buffered streams on the pipe: output reaches the cell line by line, as it is printed.
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    _line_buffer_c_stdio()
     stack_file = open(os.path.join(job["job_dir"], f"stack-{rank}.txt"), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
 
@@ -119,5 +146,6 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
             sys.stderr.flush()
         except Exception:
             pass
+        _flush_c_stdio()
         # Skip interpreter teardown: atexit hooks of CUDA/NCCL can hang, and the work is done.
         os._exit(code)

@@ -401,6 +401,21 @@ def test_two_launches_at_once():
     assert other_notebook.communicate(timeout=60)[0].strip() == "[0, 10]"
 
 
+def test_output_of_c_libraries_is_not_lost_when_the_rank_exits():
+    # NCCL's log and CUDA's printf write through C's stdout, which is block-buffered on a pipe and not
+    # flushed by os._exit: without care the last few KiB (NCCL's transport lines) never reach the cell.
+    def rank_fn(rank, world_size):
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.printf(b"from C, first line\n")
+        time.sleep(1.0)
+        libc.printf(b"from C, rank %d\n", ctypes.c_int(rank))
+        return rank
+
+    res = mh.run_ranks(rank_fn, 2, stream=False, quiet=True)
+    assert res.outputs == [["from C, first line", "from C, rank 0"], ["from C, first line", "from C, rank 1"]]
+
+
 def test_output_is_streamed_live_with_rank_prefix():
     arrivals = []
 
