@@ -16,6 +16,7 @@ differences stay around 1e-15, far below the tolerance of the comparison, on the
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 
@@ -158,20 +159,56 @@ def train_data_parallel(rank: int, world_size: int, config: TrainConfig = TrainC
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     comm_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     params = list(model.parameters())
+    if trace_steps:
+        _warm_up(model, x, y, device)
+    phase = _traced_phase(device) if trace_steps else (lambda kind, name: nullcontext())
     losses = []
     for _ in range(config.steps):
         opt.zero_grad(set_to_none=False)
-        with (trace.span("compute", "backward") if trace_steps else _null()):
+        with phase("compute", "backward"):
             loss = _loss(model, x, y)
             loss.backward()                                  # 2. local: gradient of the local shard only
-        with (trace.span("communicate", "all_reduce") if trace_steps else _null()):
+        with phase("communicate", "all_reduce"):
             allreduce_gradients(params, world_size, comm_stream)   # 3. all-reduce (+ stream edges)
-        with (trace.span("other", "optimizer.step") if trace_steps else _null()):
+        with phase("other", "optimizer.step"):
             opt.step()                                       # 4. every rank applies the same update
         losses.append(float(loss.detach()))
     r = shard_range(config.n_samples, rank, world_size)
     return {"rank": rank, "device": str(device), "shard": (r.start, r.stop), "params": flat_params(model),
             "losses": losses}
+
+
+def _warm_up(model, x, y, device) -> None:
+    """One untimed backward and all-reduce, so that the first traced step does not carry one-time costs
+    (loading the GPU kernels, creating the NCCL communicator). The gradients it leaves are zeroed by the
+    first step's ``zero_grad``; the weights are not touched."""
+    import torch
+    import torch.distributed as dist
+
+    _loss(model, x, y).backward()
+    dist.all_reduce(torch.zeros(1, device=device))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _traced_phase(device):
+    """``phase(kind, name)``: a trace span that, on a GPU, waits for the queued work before it closes.
+
+    CUDA kernels and NCCL calls return as soon as they are queued; without the synchronisation a span
+    would measure the queueing, and the wait would land in whichever later line first reads a result.
+    Only the traced run synchronises: the untraced loop keeps the GPU's queue full.
+    """
+    import torch
+
+    from . import trace
+
+    @contextmanager
+    def phase(kind: str, name: str):
+        with trace.span(kind, name):
+            yield
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    return phase
 
 
 def train_single_process(config: TrainConfig = TrainConfig(), device="cpu"):
@@ -282,11 +319,3 @@ def stream_edge_demo(rank: int, world_size: int, numel: int = 1 << 22, with_edge
 def max_difference(a, b) -> float:
     """Largest absolute difference between two flat parameter tensors."""
     return float((a - b).abs().max())
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -252,6 +252,8 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
     a = torch.randn(compute_n, compute_n, device=device)
     b = torch.randn(compute_n, compute_n, device=device)
     repeats = compute_repeats * (slow_factor if rank == slow_rank else 1)
+    a @ b                             # warm-up: the first product loads the BLAS kernels (0.3 s on a GPU)
+    sync()
     out = []
     for nbytes in sizes:
         buf = torch.ones(_elements(int(nbytes), world_size), device=device)

@@ -77,3 +77,15 @@ def test_uneven_shards_break_the_mean_of_means():
     cfg = dp.TrainConfig(n_samples=50)
     res = mh.run_ranks(dp.train_data_parallel, 4, args=(cfg,), backend="gloo", stream=False, quiet=True)
     assert not torch.allclose(res.values[0]["params"], dp.train_single_process(cfg), rtol=1e-10, atol=1e-12)
+
+
+def test_tracing_the_steps_changes_no_weight_and_records_every_phase():
+    # the traced run adds an untimed warm-up step and synchronises inside its spans; the training must not change
+    cfg = dp.TrainConfig()
+    res = mh.run_ranks(dp.train_data_parallel, 2, args=(cfg, True), backend="gloo", timeout=90,
+                       stream=False, quiet=True)
+    reference = dp.train_single_process(cfg)
+    for spans, value in zip(res.spans, res.values):
+        assert torch.allclose(value["params"], reference, rtol=1e-10, atol=1e-12)
+        assert [s.kind for s in spans] == ["compute", "communicate", "other"] * cfg.steps
+        assert all(s.seconds >= 0 for s in spans)
