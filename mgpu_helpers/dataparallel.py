@@ -149,7 +149,6 @@ def train_data_parallel(rank: int, world_size: int, config: TrainConfig = TrainC
     """
     import torch
 
-    from . import trace
     from .ranks import rank_device
 
     device = rank_device()
@@ -185,10 +184,11 @@ def _warm_up(model, x, y, device) -> None:
     import torch
     import torch.distributed as dist
 
+    from .workloads import _sync
+
     _loss(model, x, y).backward()
     dist.all_reduce(torch.zeros(1, device=device))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    _sync(device)
 
 
 def _traced_phase(device):
@@ -198,16 +198,14 @@ def _traced_phase(device):
     would measure the queueing, and the wait would land in whichever later line first reads a result.
     Only the traced run synchronises: the untraced loop keeps the GPU's queue full.
     """
-    import torch
-
     from . import trace
+    from .workloads import _sync
 
     @contextmanager
     def phase(kind: str, name: str):
         with trace.span(kind, name):
             yield
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            _sync(device)
     return phase
 
 

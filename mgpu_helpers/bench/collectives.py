@@ -97,6 +97,6 @@ def main(argv: list[str]) -> int:
     bad = target_check(rows)
     big = [d for d in compared if d["nbytes"] >= TARGET_FROM]
     if big:
-        print(f"target: busbw within 5% of nccl-tests from 64 MiB up: "
+        print("target: busbw within 5% of nccl-tests from 64 MiB up: "
               + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad)))
     return 1 if (a.check and bad) else 0

@@ -187,7 +187,6 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     plus CuPy's device-to-device copy as the ceiling. Returns {"copy": GB/s, "raw": {block: GB/s},
     "numba": {block: GB/s}, "elementwise": {block: GB/s}}; every result is checked against a + b."""
     import cupy as cp
-    import numpy as np
     from numba import cuda
 
     from .. import kernels as K

@@ -59,7 +59,7 @@ def draw_plans(plans: dict):
     for ax, (title, plan) in zip(axes[0], plans.items()):
         _draw(ax, plan, title, top=top, legend=False)
     # one legend for all panels, listing every part drawn anywhere (hatched = replicated somewhere)
-    handles, labels = {}, {}
+    handles = {}
     for ax in axes[0]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
