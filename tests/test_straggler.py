@@ -8,28 +8,32 @@ from mgpu_helpers.trace import Span  # noqa: E402
 from mgpu_helpers.widgets import straggler  # noqa: E402
 
 
-def _max_waits(res):
-    # per step, the largest wait over ranks
-    return [max(v["wait_s"][k] for v in res.values) for k in range(len(res.values[0]["wait_s"]))]
-
-
 def test_real_traced_run_biggest_shard_waits_least_and_balanced_waits_less():
-    uneven = straggler.run_traced((12, 6, 4, 2), steps=3)
-    balanced = straggler.run_traced((6, 6, 6, 6), steps=3)
-    waits = straggler.wait_by_rank(uneven.spans)
+    uneven = straggler.run_traced((12, 6, 4, 2), steps=5)
+    balanced = straggler.run_traced((6, 6, 6, 6), steps=5)
+    waits = straggler.median_waits(uneven.values)
     # the rank with the biggest shard arrives last: it waits least; every other rank waits for it
-    assert waits.index(min(waits)) == 0
-    assert all(w > 0 for w in waits[1:])
+    assert waits.index(min(waits)) == 0, waits
+    assert all(w > 0 for w in waits[1:]), waits
     # the smallest shard waits longer than the middle one (2 units vs 6 units of compute)
-    assert waits[3] > waits[1]
+    assert waits[3] > waits[1], waits
     # spans and returned numbers agree
-    assert [sum(v["wait_s"]) for v in uneven.values] == pytest.approx(waits, abs=1e-9)
+    assert [sum(v["wait_s"]) for v in uneven.values] == pytest.approx(straggler.wait_by_rank(uneven.spans), abs=1e-9)
     # balancing the shards cuts the worst wait at the collective
-    assert sum(_max_waits(balanced)) < sum(_max_waits(uneven))
+    assert straggler.median_worst_wait(balanced.values) < straggler.median_worst_wait(uneven.values)
     # the all-reduce result is the same everywhere (1+2+3+4)
     assert {v["result"] for v in uneven.values} == {10.0}
     kinds = {s.kind for spans in uneven.spans for s in spans}
     assert {"compute", "wait", "communicate"} <= kinds
+
+
+def test_median_waits_ignore_one_stalled_step():
+    # rank 1 waits 30 ms a step for rank 0, except one step where rank 0 arrived late (stalled): a sum would
+    # call that step's 200 ms wait typical; the median does not.
+    values = [dict(wait_s=[0.0, 0.0, 0.0, 0.0, 0.0]), dict(wait_s=[0.03, 0.03, 0.2, 0.03, 0.03])]
+    assert straggler.median_waits(values) == [0.0, 0.03]
+    assert straggler.median_worst_wait(values) == 0.03
+    assert straggler.median_worst_wait([dict(wait_s=[0.05, 0.0, 0.01]), dict(wait_s=[0.0, 0.02, 0.0])]) == 0.02
 
 
 def test_draw_timeline_draws_one_bar_per_span_and_labels_waits():

@@ -7,6 +7,8 @@ Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run
 """
 from __future__ import annotations
 
+import statistics
+
 from .. import style
 
 PRESETS = {"12/6/4/2 (uneven)": (12, 6, 4, 2), "6/6/6/6 (balanced)": (6, 6, 6, 6)}
@@ -27,6 +29,21 @@ def totals_by_kind(spans_per_rank) -> list[dict]:
 def wait_by_rank(spans_per_rank) -> list[float]:
     """Seconds each rank spent waiting at collectives (its "wait" spans)."""
     return [t.get("wait", 0.0) for t in totals_by_kind(spans_per_rank)]
+
+
+def median_waits(values) -> list[float]:
+    """Per rank, the median over steps of its wait at the collective (seconds), from ``RankResults.values``.
+
+    A median, not a sum: on a busy machine another process can stall one rank for one step, which moves
+    a sum over steps but not the median of several steps.
+    """
+    return [statistics.median(v["wait_s"]) for v in values]
+
+
+def median_worst_wait(values) -> float:
+    """The median over steps of that step's largest wait (any rank): how long the earliest rank idles."""
+    steps = len(values[0]["wait_s"])
+    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(steps))
 
 
 def _origin(spans_per_rank) -> float:
@@ -90,7 +107,7 @@ def draw_comparison(runs: dict):
     return fig
 
 
-def run_traced(shards, steps: int = 2, timeout: float = 60.0):
+def run_traced(shards, steps: int = 5, timeout: float = 60.0):
     """Run :func:`mgpu_helpers.workloads.straggler_step` on ``len(shards)`` real ranks; returns RankResults."""
     from .. import launch, workloads
     return launch.run_ranks(workloads.straggler_step, len(shards), args=(tuple(shards), None, steps),
