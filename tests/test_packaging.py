@@ -37,6 +37,13 @@ def test_numpy_is_capped_below_2_5_for_numba_cuda():
     assert "<2.5" in _pyproject_requirements()["numpy"]
 
 
+def test_ipykernel_is_capped_below_7_and_the_installed_one_is():
+    # ipykernel 7 can leave a request unread on the shell socket (ipython/ipykernel#1554): a notebook hangs.
+    assert "<7" in _pyproject_requirements()["ipykernel"]
+    from importlib.metadata import version
+    assert int(version("ipykernel").split(".")[0]) < 7, "reinstall: pip install -e '.[test]' (ipykernel<7)"
+
+
 def test_makefile_installs_the_cpu_build_of_torch():
     makefile = open(os.path.join(ROOT, "Makefile")).read()
     assert re.search(r"^TORCH\s*\?=\s*torch==[\d.]+\+cpu$", makefile, re.M)
