@@ -16,6 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_same_rank_function_runs_under_run_ranks_and_torchrun(tmp_path):
     script = tmp_path / "allreduce.py"
     script.write_text(textwrap.dedent("""
+        import os
+
         import mgpu_helpers as mh
         from mgpu_helpers.bench.launch import allreduce_rank
 
@@ -23,7 +25,9 @@ def test_same_rank_function_runs_under_run_ranks_and_torchrun(tmp_path):
             return k * allreduce_rank(rank, world_size)
 
         if __name__ == "__main__":
-            print("result", mh.torchrun_main(scaled, 10), flush=True)
+            # Both ranks write to one pipe: one short os.write is atomic, while print() may split a line
+            # into several writes (unbuffered stdout) that interleave with the other rank's.
+            os.write(1, f"result {mh.torchrun_main(scaled, 10)}\\n".encode())
     """))
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = dict(os.environ, PYTHONPATH=ROOT, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
