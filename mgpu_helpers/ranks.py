@@ -23,19 +23,68 @@ def rank_device():
     return torch.device("cpu")
 
 
+def physical_cores(cpus=None) -> list[list[int]]:
+    """The logical CPUs in ``cpus`` (default: those this process may use), grouped by physical core.
+
+    Hyper-threads of one core form one group (Linux's ``/sys`` topology); where that is not readable, each
+    logical CPU is its own group.
+    """
+    if cpus is None:
+        if not hasattr(os, "sched_getaffinity"):     # not Linux
+            return [[c] for c in range(os.cpu_count() or 1)]
+        cpus = os.sched_getaffinity(0)
+    groups: dict = {}
+    for cpu in sorted(cpus):
+        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(topo + "physical_package_id") as package, open(topo + "core_id") as core:
+                key = (package.read().strip(), core.read().strip())
+        except OSError:
+            key = ("cpu", cpu)
+        groups.setdefault(key, []).append(cpu)
+    return list(groups.values())
+
+
+def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
+    """The logical CPUs that CPU rank ``local_rank`` of ``local_world_size`` on this host is pinned to.
+
+    A CPU rank stands in for a device, so its speed must follow its work, not where the scheduler happens
+    to put it: with as many physical cores as ranks, each rank gets an equal run of cores to itself; with
+    fewer, rank r shares core ``r % cores`` with the ranks congruent to it. (Left to the scheduler, four
+    ranks on two cores can end up three on one core and one on the other, and a rank with half the work
+    then finishes last.) None where the platform has no CPU affinity.
+    """
+    if not hasattr(os, "sched_setaffinity") or not 0 <= local_rank < local_world_size:
+        return None
+    cores = physical_cores()
+    per_rank = len(cores) // local_world_size
+    mine = cores[local_rank * per_rank:(local_rank + 1) * per_rank] if per_rank else [cores[local_rank % len(cores)]]
+    return [cpu for core in mine for cpu in core]
+
+
 def init_process_group(rank: int, world_size: int, backend: str, init_method: str,
                        local_rank: int | None = None, timeout_s: float = 1800.0) -> None:
     """Bind this rank to its GPU (NCCL) or size its CPU threads (gloo), then join the default group."""
     import torch
     import torch.distributed as dist
 
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if backend == "nccl":
         # One GPU per rank: rank k on a host drives cuda:k. Set before init so NCCL picks that device.
-        torch.cuda.set_device(rank if local_rank is None else local_rank)
-    elif "OMP_NUM_THREADS" not in os.environ:
-        # Several CPU ranks share the cores: without this, each takes all of them and they thrash.
+        torch.cuda.set_device(local_rank)
+    else:
         local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_ws)))
+        cpus = cpu_placement(local_rank, local_ws)
+        if cpus:
+            try:
+                os.sched_setaffinity(0, cpus)   # before gloo and torch start their threads: they inherit it
+            except OSError:
+                cpus = None                     # a container may forbid it: then the scheduler places the rank
+        if "OMP_NUM_THREADS" not in os.environ:
+            # Several CPU ranks share the cores: without this, each takes all of them and they thrash.
+            threads = len(physical_cores(cpus)) if cpus else (os.cpu_count() or 1) // max(1, local_ws)
+            torch.set_num_threads(max(1, threads))
     # Under NCCL, CPU tensors still work: they go through gloo ("cpu:gloo,cuda:nccl"), so a rank function
     # written for the CPU runs unchanged on a GPU machine, and GPU tensors take NCCL.
     pg_backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend

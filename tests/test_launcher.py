@@ -454,6 +454,22 @@ def test_kernel_environment_untouched():
     assert dict(os.environ) == before
 
 
+def test_cpu_ranks_are_pinned_to_cores_by_rank_not_left_to_the_scheduler():
+    # Left to the scheduler, four ranks on two cores can land three on one core: a rank with half the work
+    # then finishes last and the straggler lesson measures placement, not shards.
+    from mgpu_helpers.ranks import cpu_placement, physical_cores
+    cores = physical_cores()
+    for n in (1, 2, 4, 8):
+        placed = [set(cpu_placement(r, n)) for r in range(n)]
+        if len(cores) >= n:      # disjoint runs of whole cores, equal in size
+            assert all(a.isdisjoint(b) for i, a in enumerate(placed) for b in placed[i + 1:])
+            assert len({len(p) for p in placed}) == 1
+        else:                    # round robin: rank r on core r % cores
+            assert placed == [set(cores[r % len(cores)]) for r in range(n)]
+    res = mh.run_ranks(lambda r, ws: sorted(os.sched_getaffinity(0)), 4, quiet=True)
+    assert res.values == [sorted(cpu_placement(r, 4)) for r in range(4)]
+
+
 def test_repeat_launch_reuses_the_preloaded_server():
     def lineage(rank, world_size):
         import sys
