@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_FLAGS) "$(TORCH)"
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
-	$(PY) -m mgpu_helpers.doctor
+	$(PY) -m mgpu_helpers.tools.doctor
 	touch $@
 
 # Jupyter refuses to run as root unless told; a container's root user is common enough to allow it.
@@ -54,10 +54,10 @@ test-browser: install
 
 # reveal.js, MathJax, require.js and jQuery are fetched once with npm into build/vendor (not committed).
 export: install
-	$(PY) -m mgpu_helpers.export --out build/site --execute --slides
+	$(PY) -m mgpu_helpers.tools.export --out build/site --execute --slides
 
 slides: install
-	$(PY) -m mgpu_helpers.export --out build/site --slides
+	$(PY) -m mgpu_helpers.tools.export --out build/site --slides
 
 bench: install
 	$(PY) -m mgpu_helpers.bench launch

@@ -5,28 +5,29 @@ One import line in every notebook::
     import mgpu_helpers as mh
     env = mh.setup()
 
-Importing this package is cheap and imports neither numba, cupy nor torch: Numba's CUDA simulator must be
-switched on (by :func:`setup`) before numba is first imported, and the notebook kernel should not pay for
-torch until it needs it.
+Everything else is reached as ``mh.something`` (``mh.run_ranks``, ``mh.widgets.sharding``,
+``mh.models.costs``), each module imported on first use: importing this package imports neither numba, cupy
+nor torch, because Numba's CUDA simulator must be switched on (by :func:`setup`) before numba is first
+imported, and the notebook kernel should not pay for torch until it needs it. ``README.md`` beside this file
+maps the layers.
 """
-from __future__ import annotations
+from mgpu_helpers.lazy import attach
 
-from .course import CourseEnv, setup
-from .errors import LaunchError, RankError, RankTimeout
-from .launch import RankResults, run_ranks, shutdown_server
-from .projection import projection_mode
-from .ranks import rank_device, torchrun_main
-
-__all__ = [
-    "CourseEnv",
-    "LaunchError",
-    "RankError",
-    "RankResults",
-    "RankTimeout",
-    "projection_mode",
-    "rank_device",
-    "run_ranks",
-    "setup",
-    "shutdown_server",
-    "torchrun_main",
-]
+__getattr__, __dir__, __all__ = attach(
+    __name__,
+    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "tools",
+                "widgets"],
+    attributes={
+        "CourseEnv": "course",
+        "setup": "course",
+        "LaunchError": "launcher",
+        "RankError": "launcher",
+        "RankResults": "launcher",
+        "RankTimeout": "launcher",
+        "rank_device": "launcher",
+        "run_ranks": "launcher",
+        "shutdown_server": "launcher",
+        "torchrun_main": "launcher",
+        "projection_mode": "widgets.projection",
+    },
+)

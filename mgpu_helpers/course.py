@@ -7,7 +7,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 
-from . import hardware
+from mgpu_helpers import hardware
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> 
     - starts the rank server in the background so the first ``run_ranks`` is quick (``prewarm``);
     - ``projection=True`` (or the environment variable ``MGPU_PROJECTION=1``) switches on projection mode:
       large fonts, thick lines, high-contrast colours and bigger widget controls, for a classroom projector
-      (see :mod:`mgpu_helpers.projection`);
+      (see :mod:`mgpu_helpers.widgets.projection`);
     - prints a short summary when ``show`` is true.
 
     Returns a :class:`CourseEnv`.
@@ -87,14 +87,14 @@ def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> 
     os.environ.setdefault(
         "CUPY_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"mgpu-course-{os.getuid()}", "cupy"))
     backend, _ = hardware.choose_backend(max(1, m.gpu_count), "auto", m.gpu_count)
-    from . import projection as _projection
+    from mgpu_helpers.widgets import projection as _projection
     projection = bool(projection) or _projection.requested_by_environment()
     if projection:
         _projection.projection_mode(on=True)
     env = CourseEnv(mode=m.mode, gpus=m.gpus, backend=backend, numba_simulator=sim,
                     cupy=gpu_mode, machine=m, projection=projection)
     if prewarm:
-        from .launch import prewarm as _prewarm
+        from mgpu_helpers.launcher.launch import prewarm as _prewarm
         _prewarm()
     if show:
         print(env.summary())

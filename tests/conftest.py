@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def vendor():
     """reveal.js, MathJax and friends in build/vendor (fetched once with npm); skips, saying why, without npm."""
-    from mgpu_helpers import export
+    from mgpu_helpers.tools import export
     try:
         return export.ensure_vendor(os.path.join(ROOT, "build", "vendor"))
     except RuntimeError as exc:

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mgpu_helpers.collectives import COLLECTIVES, REDUCE_OPS
+from mgpu_helpers.lessons.collectives import COLLECTIVES, REDUCE_OPS
 from mgpu_helpers.widgets import allreduce as ar
 
 

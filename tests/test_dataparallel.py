@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import mgpu_helpers as mh
-from mgpu_helpers import dataparallel as dp
+from mgpu_helpers.lessons import dataparallel as dp
 
 
 def test_shards_cover_the_dataset_without_overlap_and_stay_balanced():

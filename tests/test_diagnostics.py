@@ -3,7 +3,7 @@ sequence counter tells the last collective that completed."""
 import pytest
 
 import mgpu_helpers as mh
-from mgpu_helpers import diagnose as dg
+from mgpu_helpers.measure import diagnose as dg
 
 
 def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():

@@ -20,7 +20,8 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)   # before numba is imported: the CUDA simulator in CPU mode
 
-from mgpu_helpers import checks, exercises  # noqa: E402
+from mgpu_helpers import checks
+from mgpu_helpers.tools import exercises  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECK_CALL = re.compile(r"checks\.(check_\w+)\((\w+)")
@@ -377,7 +378,7 @@ def test_unchanged_shards_are_not_a_rebalance():
 
 
 def test_hang_evidence_reads_like_the_launchers():
-    from mgpu_helpers import diagnose as dg
+    from mgpu_helpers.measure import diagnose as dg
 
     ev = checks.make_hang_evidence(4, 5, 1, "late", "all_reduce")
     assert isinstance(ev, mh.RankTimeout)

@@ -7,7 +7,7 @@ import re
 import nbformat
 import pytest
 
-from mgpu_helpers import export
+from mgpu_helpers.tools import export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,4 @@
-"""The course's vector-add kernels (mgpu_helpers.kernels) and the kernels benchmark.
+"""The course's vector-add kernels (mgpu_helpers.lessons.kernels) and the kernels benchmark.
 
 Runs the Numba kernels in the CUDA simulator on a machine without a GPU, on the GPU otherwise (same code)."""
 import json
@@ -13,7 +13,7 @@ import mgpu_helpers as mh
 ENV = mh.setup(show=False, prewarm=False)  # before numba is imported: simulator on in CPU mode
 from numba import cuda  # noqa: E402
 
-from mgpu_helpers import kernels as K  # noqa: E402
+from mgpu_helpers.lessons import kernels as K  # noqa: E402
 from mgpu_helpers.bench import kernels as bench  # noqa: E402
 
 if not (K.SIMULATOR or cuda.is_available()):

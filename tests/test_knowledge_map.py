@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mgpu_helpers import style
+from mgpu_helpers.widgets import style
 from mgpu_helpers.widgets import knowledge_map as km
 
 

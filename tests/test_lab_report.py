@@ -7,7 +7,8 @@ matplotlib.use("Agg")
 
 import pytest
 
-from mgpu_helpers import lab, sweep
+from mgpu_helpers.lessons import lab
+from mgpu_helpers.measure import sweep
 from mgpu_helpers.widgets import bandwidth, rank_distribution, topology as topo_widget
 
 

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import mgpu_helpers as mh
-from mgpu_helpers import launch
+from mgpu_helpers.launcher import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -457,7 +457,7 @@ def test_kernel_environment_untouched():
 def test_cpu_ranks_are_pinned_to_cores_by_rank_not_left_to_the_scheduler():
     # Left to the scheduler, four ranks on two cores can land three on one core: a rank with half the work
     # then finishes last and the straggler lesson measures placement, not shards.
-    from mgpu_helpers.ranks import cpu_placement, physical_cores
+    from mgpu_helpers.launcher.ranks import cpu_placement, physical_cores
     cores = physical_cores()
     for n in (1, 2, 4, 8):
         placed = [set(cpu_placement(r, n)) for r in range(n)]
@@ -482,7 +482,7 @@ def test_repeat_launch_reuses_the_preloaded_server():
     assert {v[0] for v in first + second} == {server}
     assert all(v[1] for v in first)
     cmd = " ".join(psutil.Process(server).cmdline())
-    assert "mgpu_helpers._server" in cmd     # a fresh interpreter, never a fork of this process
+    assert "mgpu_helpers.launcher.server" in cmd     # a fresh interpreter, never a fork of this process
 
 
 def test_server_restarts_after_being_killed():

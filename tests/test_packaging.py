@@ -56,7 +56,7 @@ def test_notebook_globs_find_the_course():
 
 
 def test_notebooks_are_committed_clean():
-    from mgpu_helpers import nbtools
+    from mgpu_helpers.tools import nbtools
     paths = sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")) for d in ("notebooks", "solutions", "exercises"))
     paths = [p for group in paths for p in group]
     assert paths

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgpu_helpers import perfmodel as pm
+from mgpu_helpers.models import perfmodel as pm
 
 costs_lists = st.lists(st.floats(min_value=0, max_value=1e3, allow_nan=False), min_size=0, max_size=60)
 world_sizes = st.integers(min_value=1, max_value=9)

@@ -1,6 +1,6 @@
 import pytest
 
-from mgpu_helpers import perfmodel
+from mgpu_helpers.models import perfmodel
 
 
 def test_busbw_matches_nccl_tests_reference_row():

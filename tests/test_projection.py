@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mgpu_helpers import style
+from mgpu_helpers.widgets import style
 
 ROOT = __file__.rsplit("/tests/", 1)[0]
 
@@ -21,10 +21,9 @@ def normal_style():
 
 def _figures():
     """One figure from every widget module's drawing function, drawn in the style now in force."""
-    from mgpu_helpers import perfmodel
-    from mgpu_helpers.trace import Span
-    from mgpu_helpers.widgets import (allreduce, bandwidth, knowledge_map, rank_distribution, sharding,
-                                      straggler, thread_index, topology)
+    from mgpu_helpers.models import perfmodel
+    from mgpu_helpers.measure.trace import Span
+    from mgpu_helpers.widgets import allreduce, bandwidth, knowledge_map, rank_distribution, sharding, straggler, thread_index, topology
     spans = [[Span("compute", "c", 0.0, 0.01 * (r + 1)), Span("wait", "w", 0.01 * (r + 1), 0.04),
               Span("communicate", "ar", 0.04, 0.05)] for r in range(4)]
     inputs = allreduce.make_inputs("rank", 4)
@@ -101,7 +100,7 @@ def _run(code: str, **env) -> str:
 
 
 def test_setup_projection_true_switches_the_style_and_says_so():
-    out = _run("import mgpu_helpers as mh\nfrom mgpu_helpers import style\n"
+    out = _run("import mgpu_helpers as mh\nfrom mgpu_helpers.widgets import style\n"
                "env = mh.setup(prewarm=False, projection=True)\n"
                "import matplotlib as mpl\n"
                "print('STATE', env.projection, style.current().projection, mpl.rcParams['font.size'])")
@@ -110,14 +109,14 @@ def test_setup_projection_true_switches_the_style_and_says_so():
 
 
 def test_setup_honours_mgpu_projection_for_a_classroom_server():
-    out = _run("import mgpu_helpers as mh\nfrom mgpu_helpers import style\n"
+    out = _run("import mgpu_helpers as mh\nfrom mgpu_helpers.widgets import style\n"
                "env = mh.setup(show=False, prewarm=False)\nprint(env.projection, style.current().projection)",
                MGPU_PROJECTION="1")
     assert out.split() == ["True", "True"]
 
 
 def test_setup_without_projection_keeps_the_normal_look():
-    out = _run("import mgpu_helpers as mh\nfrom mgpu_helpers import style\n"
+    out = _run("import mgpu_helpers as mh\nfrom mgpu_helpers.widgets import style\n"
                "env = mh.setup(prewarm=False)\nprint('STATE', env.projection, style.current().projection)")
     assert "projection mode" not in out and out.split("STATE")[1].split() == ["False", "False"]
 
@@ -127,7 +126,7 @@ def test_projection_mode_shows_the_widget_css_inside_a_kernel():
 
     import mgpu_helpers as mh
     shown = []
-    with mock.patch("mgpu_helpers.projection._in_kernel", return_value=True), \
+    with mock.patch("mgpu_helpers.widgets.projection._in_kernel", return_value=True), \
             mock.patch("IPython.display.display", side_effect=shown.append):
         try:
             st = mh.projection_mode(on=True)

@@ -4,14 +4,14 @@ import random
 import pytest
 
 import mgpu_helpers as mh
-from mgpu_helpers.collectives import chunk_bounds, comm_share_speedup, ring_schedule
+from mgpu_helpers.lessons.collectives import chunk_bounds, comm_share_speedup, ring_schedule
 
 
 def _ring_vs_dist(rank, world_size, lengths, seed):
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.collectives import ring_all_reduce, ring_all_reduce_steps
+    from mgpu_helpers.lessons.collectives import ring_all_reduce, ring_all_reduce_steps
 
     from mgpu_helpers import rank_device
 
@@ -101,7 +101,7 @@ def test_ring_bench_parses_sizes_and_reports_both_columns():
 def _avg_rank(rank, world_size):
     import torch
 
-    from mgpu_helpers.collectives import all_reduce_avg
+    from mgpu_helpers.lessons.collectives import all_reduce_avg
     return all_reduce_avg(torch.tensor([float(rank), 2.0 * rank]))
 
 

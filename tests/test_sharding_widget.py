@@ -4,7 +4,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from mgpu_helpers import perfmodel  # noqa: E402
+from mgpu_helpers.models import perfmodel  # noqa: E402
 from mgpu_helpers.widgets import sharding  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import sys
 import nbformat
 import pytest
 
-from mgpu_helpers import export, nbtools
+from mgpu_helpers.tools import export, nbtools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
@@ -53,7 +53,7 @@ def test_the_slide_tests_find_the_notebooks():
 def test_every_committed_cell_carries_slide_metadata(path):
     nb = nbformat.read(path, as_version=4)
     kinds = [c.metadata.get("slideshow", {}).get("slide_type") for c in nb.cells]
-    assert kinds == nbtools.slide_types(nb.cells), f"run: python -m mgpu_helpers.nbtools clean {path}"
+    assert kinds == nbtools.slide_types(nb.cells), f"run: python -m mgpu_helpers.tools.nbtools clean {path}"
     assert "rise" in nb.metadata
 
 

@@ -4,7 +4,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from mgpu_helpers.trace import Span  # noqa: E402
+from mgpu_helpers.measure.trace import Span  # noqa: E402
 from mgpu_helpers.widgets import straggler  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def test_show_straggler_builds_controls():
 def test_compute_units_is_deterministic_and_bounded():
     import torch
 
-    from mgpu_helpers import workloads
+    from mgpu_helpers.measure import workloads
     cpu = torch.device("cpu")
     a = workloads.compute_units(1, cpu, m=16, per_unit=50)
     b = workloads.compute_units(1, cpu, m=16, per_unit=50)

@@ -1,7 +1,8 @@
 """The collective sweep: complete rows on 2 gloo ranks, nccl-tests formulas, the recorded reference tables."""
 import pytest
 
-from mgpu_helpers import perfmodel, sweep
+from mgpu_helpers.models import perfmodel
+from mgpu_helpers.measure import sweep
 from mgpu_helpers.bench import collectives as bench
 
 SIZES = [1024, 8192, 65536]

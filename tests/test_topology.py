@@ -1,6 +1,6 @@
 import pytest
 
-from mgpu_helpers import topology
+from mgpu_helpers.models import topology
 
 RAW_WITH_ANSI = (
     "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"

@@ -1,6 +1,6 @@
 """``python -m mgpu_helpers.bench collectives``: collective bandwidth over message sizes, next to nccl-tests.
 
-Runs :func:`mgpu_helpers.sweep.run_sweep` (all_reduce, reduce_scatter, all_gather and rs_ag = reduce-scatter
+Runs :func:`mgpu_helpers.measure.sweep.run_sweep` (all_reduce, reduce_scatter, all_gather and rs_ag = reduce-scatter
 then all-gather) and prints time, algbw and busbw per size, with the nccl-tests busbw recorded on
 2 x H200 where the sizes match (NCCL, 2 ranks). On GPUs the default sweep is 1 KiB .. 1 GiB; on the CPU
 (gloo) small sizes only.
@@ -30,7 +30,7 @@ def parse_size(text: str) -> int:
 
 def target_check(rows) -> list[str]:
     """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
-    from mgpu_helpers import sweep
+    from mgpu_helpers.measure import sweep
     bad = []
     for d in sweep.compare_with_reference(rows):
         if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO:
@@ -41,7 +41,7 @@ def target_check(rows) -> list[str]:
 
 def record_nccl_debug(path: str, world_size: int) -> int:
     """Run one all-reduce with NCCL_DEBUG=INFO and write the ranks' NCCL lines to ``path``."""
-    from mgpu_helpers import diagnose
+    from mgpu_helpers.measure import diagnose
     lines = diagnose.nccl_debug_lines(world_size)
     if not lines:
         print("no NCCL lines: this needs NCCL ranks (one GPU per rank).")
@@ -55,7 +55,8 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from mgpu_helpers import hardware, sweep
+    from mgpu_helpers import hardware
+    from mgpu_helpers.measure import sweep
 
     gpus = hardware.machine().gpu_count
     p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench collectives", description=__doc__,

@@ -113,7 +113,7 @@ def fast_verdict(measured: dict) -> list[str]:
 
 
 def _median_gbps(times_ms: list[float], nbytes: int) -> float:
-    from .. import kernels as K
+    from mgpu_helpers.lessons import kernels as K
     return K.bandwidth_gbps(nbytes, statistics.median(times_ms))
 
 
@@ -124,7 +124,7 @@ def measure(n: int, repeats: int) -> dict:
     import torch
     from numba import cuda
 
-    from .. import kernels as K
+    from mgpu_helpers.lessons import kernels as K
 
     out = {}
     f32 = 4
@@ -189,7 +189,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     import cupy as cp
     from numba import cuda
 
-    from .. import kernels as K
+    from mgpu_helpers.lessons import kernels as K
 
     a = cp.random.random(n, dtype=cp.float32)
     b = cp.random.random(n, dtype=cp.float32)
@@ -222,7 +222,7 @@ def smoke(n: int) -> dict:
     import numpy as np
     from numba import cuda
 
-    from .. import kernels as K
+    from mgpu_helpers.lessons import kernels as K
 
     rng = np.random.default_rng(0)
     a = rng.random(n, dtype=np.float32)
@@ -250,7 +250,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the measured GB/s to PATH")
     args = p.parse_args(argv)
 
-    from .. import course
+    from mgpu_helpers import course
     env = course.setup(show=False, prewarm=False)  # simulator on before numba is imported when there is no GPU
     ref = reference()
     print(f"reference: {ref['source']}")
@@ -298,7 +298,7 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     e.g. the device's copy bandwidth). Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
-    from .. import style
+    from mgpu_helpers.widgets import style
 
     labels = list(bars)
     fig, ax = plt.subplots(figsize=style.figsize(7.5, 1.4 + 0.38 * len(labels)))

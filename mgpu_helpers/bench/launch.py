@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 
-from .. import launch
-from ..launch import _loopback_env, _free_loopback_port
+from mgpu_helpers.launcher import launch
+from mgpu_helpers.launcher.launch import _loopback_env, _free_loopback_port
 
 
 def allreduce_rank(rank: int, world_size: int) -> int:

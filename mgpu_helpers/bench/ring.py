@@ -4,7 +4,7 @@
     python -m mgpu_helpers.bench ring --world-size 4 --sizes 1K,64K,4M --iters 10 --pieces 1,2
 
 On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers; on the CPU
-(gloo) they stay small. busbw follows nccl-tests (``mgpu_helpers.perfmodel.busbw``), so the two columns
+(gloo) they stay small. busbw follows nccl-tests (``mgpu_helpers.models.perfmodel.busbw``), so the two columns
 compare directly; the slowest rank's time is the one reported. Every size is also checked: the ring's
 result must equal ``dist.all_reduce``'s.
 """
@@ -30,8 +30,8 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.collectives import ring_all_reduce
-    from mgpu_helpers.ranks import rank_device
+    from mgpu_helpers.lessons.collectives import ring_all_reduce
+    from mgpu_helpers.launcher.ranks import rank_device
 
     dev = rank_device()
     cuda = dev.type == "cuda"
@@ -86,7 +86,7 @@ def measure(world_size: int = 2, sizes=None, iters: int | None = None, warmup: i
     """Run the comparison on ``world_size`` ranks. Returns ``(backend, rows)`` with rows
     ``(nbytes, seconds_dist, {pieces: seconds_ring}, ring_equals_dist)``."""
     from mgpu_helpers import hardware
-    from mgpu_helpers.launch import run_ranks
+    from mgpu_helpers.launcher.launch import run_ranks
 
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
@@ -99,7 +99,7 @@ def measure(world_size: int = 2, sizes=None, iters: int | None = None, warmup: i
 
 def format_table(world_size: int, rows) -> str:
     """Text table: size, dist.all_reduce time and busbw, then for each ``pieces`` the ring's and its share."""
-    from mgpu_helpers.perfmodel import busbw
+    from mgpu_helpers.models.perfmodel import busbw
 
     lines = [f"{'bytes':>12} {'all_reduce us':>14} {'busbw GB/s':>11} {'pieces':>6} {'ring us':>10} "
              f"{'busbw GB/s':>11} {'ring/dist':>9} {'same result':>11}"]

@@ -1,3 +1,10 @@
 """The course's widgets. Each module has a pure drawing function (matplotlib, works in static HTML and in
 tests) and a thin ipywidgets wrapper around it. Import the module you need; nothing here imports ipywidgets
 until a widget is built."""
+from mgpu_helpers.lazy import attach
+
+__getattr__, __dir__, __all__ = attach(
+    __name__,
+    submodules=["allreduce", "bandwidth", "knowledge_map", "projection", "quiz", "rank_distribution", "sharding",
+                "straggler", "style", "thread_index", "topology"],
+)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import style
-from ..collectives import COLLECTIVES, REDUCE_OPS, ROOT
+from mgpu_helpers.widgets import style
+from mgpu_helpers.lessons.collectives import COLLECTIVES, REDUCE_OPS, ROOT
 
 PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")
@@ -63,7 +63,7 @@ def _reduce(a: np.ndarray, op: str) -> np.ndarray:
 def expected_outputs(name: str, inputs, op: str = "sum") -> list:
     """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing).
 
-    Same conventions as :func:`mgpu_helpers.collectives.run_collective`: root = rank 0, pieces in rank order.
+    Same conventions as :func:`mgpu_helpers.lessons.collectives.run_collective`: root = rank 0, pieces in rank order.
     """
     a = np.asarray(inputs, dtype=float)
     n, length = a.shape
@@ -151,7 +151,7 @@ def _label(value: float, world_size: int, as_ranks: bool) -> str:
 def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None):
     """Figure: what each rank holds after every step of the ring all-reduce.
 
-    ``records[rank]`` is what :func:`mgpu_helpers.collectives.ring_all_reduce_steps` returned on that rank
+    ``records[rank]`` is what :func:`mgpu_helpers.lessons.collectives.ring_all_reduce_steps` returned on that rank
     (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
     each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
     Returns the matplotlib Figure (made with pyplot, shown by Jupyter's inline backend).
@@ -171,7 +171,7 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
         ax.axis("off")
     from matplotlib.patches import Rectangle
 
-    from ..collectives import chunk_bounds
+    from mgpu_helpers.lessons.collectives import chunk_bounds
     bounds = chunk_bounds(length, n)
     chunk_of = [next(c for c, (lo, hi) in enumerate(bounds) if lo <= i < hi) for i in range(length)]
     for k in range(steps):
@@ -201,8 +201,8 @@ def run_and_draw(name: str = "all_reduce", world_size: int = 4, pattern: str = "
     Returns ``(figure, inputs, outputs, ok)`` where ``ok`` says whether every rank's output equals
     :func:`expected_outputs` (to float tolerance).
     """
-    from ..collectives import collective_rank_fn
-    from ..launch import run_ranks
+    from mgpu_helpers.lessons.collectives import collective_rank_fn
+    from mgpu_helpers.launcher.launch import run_ranks
 
     length = default_length(name, world_size) if length is None else length
     inputs = make_inputs(pattern, world_size, length)

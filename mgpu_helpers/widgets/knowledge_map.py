@@ -6,7 +6,7 @@ Labels are English (the course's terms), so the figure renders with matplotlib's
 """
 from __future__ import annotations
 
-from .. import style
+from mgpu_helpers.widgets import style
 
 # (column title, colour key, [(topic, notebook), ...])
 KNOWLEDGE_MAP = [

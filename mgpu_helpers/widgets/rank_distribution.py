@@ -1,12 +1,12 @@
 """Per-rank time distributions: one box (and its points) per rank and phase, not one global mean.
 
 :func:`draw_rank_distribution` takes ``{"compute": [[s, ...] per rank], "wait": [...], ...}`` (seconds per
-step, e.g. from :func:`mgpu_helpers.diagnose.per_rank_phase_times`) and returns a Figure with one panel
+step, e.g. from :func:`mgpu_helpers.measure.diagnose.per_rank_phase_times`) and returns a Figure with one panel
 per phase; the global mean of each phase is drawn as a dashed line, to show what it hides.
 """
 from __future__ import annotations
 
-from .. import style
+from mgpu_helpers.widgets import style
 
 
 def draw_rank_distribution(per_phase: dict, title: str = "per-rank time per step", highlight=None):

@@ -1,12 +1,13 @@
 """Sharding widget: memory each rank needs under a strategy, stacked by part, against the GPU's capacity.
 
-The numbers come from :func:`mgpu_helpers.perfmodel.memory_plan`; this module only draws them.
+The numbers come from :func:`mgpu_helpers.models.perfmodel.memory_plan`; this module only draws them.
 :func:`draw_memory_plan` / :func:`draw_plans` return a matplotlib Figure (static HTML, tests);
 :func:`show_sharding` wraps them in ipywidgets sliders.
 """
 from __future__ import annotations
 
-from .. import perfmodel, style
+from mgpu_helpers.models import perfmodel
+from mgpu_helpers.widgets import style
 
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
                "activations": "activations"}

@@ -1,15 +1,15 @@
 """Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
 
 Pure drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
-take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.trace.Span`) and return a matplotlib
+take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.measure.trace.Span`) and return a matplotlib
 Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run
-:func:`mgpu_helpers.workloads.straggler_step` on real ranks, see the timeline.
+:func:`mgpu_helpers.measure.workloads.straggler_step` on real ranks, see the timeline.
 """
 from __future__ import annotations
 
 import statistics
 
-from .. import style
+from mgpu_helpers.widgets import style
 
 PRESETS = {"12/6/4/2 (uneven)": (12, 6, 4, 2), "6/6/6/6 (balanced)": (6, 6, 6, 6)}
 DRAWN_KINDS = ("compute", "wait", "communicate")
@@ -108,8 +108,9 @@ def draw_comparison(runs: dict):
 
 
 def run_traced(shards, steps: int = 5, timeout: float = 60.0):
-    """Run :func:`mgpu_helpers.workloads.straggler_step` on ``len(shards)`` real ranks; returns RankResults."""
-    from .. import launch, workloads
+    """Run :func:`mgpu_helpers.measure.workloads.straggler_step` on ``len(shards)`` real ranks; returns RankResults."""
+    from mgpu_helpers.launcher import launch
+    from mgpu_helpers.measure import workloads
     return launch.run_ranks(workloads.straggler_step, len(shards), args=(tuple(shards), None, steps),
                             timeout=timeout, stream=False, quiet=True)
 

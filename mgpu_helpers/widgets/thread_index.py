@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import style
+from mgpu_helpers.widgets import style
 
 MAX_THREADS_PER_BLOCK = 1024
 

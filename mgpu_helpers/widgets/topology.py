@@ -1,14 +1,14 @@
 """Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path.
 
 :func:`draw_link_matrix` takes a square matrix of ``nvidia-smi topo -m`` words (``env.machine.links`` read
-through NVML on a GPU machine, or :func:`mgpu_helpers.topology.recorded_topology` elsewhere) and returns a
+through NVML on a GPU machine, or :func:`mgpu_helpers.models.topology.recorded_topology` elsewhere) and returns a
 Figure; :func:`show_topology` wraps it with a choice between this machine and the recorded 2 x H200 copy.
 """
 from __future__ import annotations
 
 import re
 
-from .. import style
+from mgpu_helpers.widgets import style
 
 # Path classes, fastest first, with the colour each is drawn in.
 CLASSES = (
@@ -85,7 +85,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
 def machine_or_recorded(env):
     """``(TopoMatrix, note)``: this machine's links from NVML when it has 2 or more GPUs, else the matrix
     recorded on 2 x H200 (the note says which)."""
-    from .. import topology
+    from mgpu_helpers.models import topology
     if env is not None and len(env.gpus) >= 2:
         return topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
     topo = topology.recorded_topology()
@@ -99,7 +99,7 @@ def show_topology(env=None):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    from .. import topology
+    from mgpu_helpers.models import topology
     options = ["recorded 2 x H200"]
     if env is not None and len(env.gpus) >= 2:
         options.insert(0, "this machine (NVML)")

@@ -1,15 +1,15 @@
 """Keep the course's notebooks clean: run them, keep only the outputs nbval checks, strip the rest.
 
-    python -m mgpu_helpers.nbtools refresh notebooks/00_setup.ipynb ...   # execute, then clean
-    python -m mgpu_helpers.nbtools clean  notebooks/*.ipynb                # strip without running
-    python -m mgpu_helpers.nbtools check  notebooks/*.ipynb                # exit 1 if one is not clean
+    python -m mgpu_helpers.tools.nbtools refresh notebooks/00_setup.ipynb ...   # execute, then clean
+    python -m mgpu_helpers.tools.nbtools clean  notebooks/*.ipynb                # strip without running
+    python -m mgpu_helpers.tools.nbtools check  notebooks/*.ipynb                # exit 1 if one is not clean
 
 A clean notebook has no execution counts, no outputs except in cells that start with
 ``# NBVAL_CHECK_OUTPUT`` (their expected output, which nbval compares), and no machine-specific metadata.
 Exercise notebooks keep no outputs at all.
 
 Every cell also gets slide metadata (``slideshow.slide_type``, see :func:`slide_types`), so each notebook can be
-presented as it is: RISE in JupyterLab, or ``python -m mgpu_helpers.export --slides`` (reveal.js, offline).
+presented as it is: RISE in JupyterLab, or ``python -m mgpu_helpers.tools.export --slides`` (reveal.js, offline).
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def problems(path: str) -> list[str]:
     keep = not os.path.normpath(path).split(os.sep)[-2:-1] == ["exercises"]
     want = clean(nb, keep_checked_outputs=keep)
     if nbformat.writes(nb) != nbformat.writes(want):
-        return [f"{path}: not clean; run `python -m mgpu_helpers.nbtools clean {path}`"]
+        return [f"{path}: not clean; run `python -m mgpu_helpers.tools.nbtools clean {path}`"]
     return []
 
 

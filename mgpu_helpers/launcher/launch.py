@@ -1,7 +1,7 @@
 """Run a function on N ranks from a notebook cell, and bring back values, output, spans and failures.
 
 ``run_ranks(fn, world_size)`` sends ``fn`` by value (cloudpickle, so cell-defined functions, closures and
-lambdas work) to a long-lived *rank server* (:mod:`mgpu_helpers._server`): a process started with a clean
+lambdas work) to a long-lived *rank server* (:mod:`mgpu_helpers.launcher.server`): a process started with a clean
 environment, which has imported torch once and never touches CUDA. Ranks are forked from it, so a repeat
 launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
 
@@ -24,10 +24,11 @@ import tempfile
 import threading
 import time
 
-from . import hardware
-from ._supervise import RankResults, _Job, supervise
-from .errors import LaunchError
-from .wire import recv_msg, send_msg
+from mgpu_helpers import hardware
+from mgpu_helpers.launcher.results import RankResults
+from mgpu_helpers.launcher.supervise import _Job, supervise
+from mgpu_helpers.launcher.errors import LaunchError
+from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
 __all__ = ["RankResults", "prewarm", "run_ranks", "shutdown_server"]
 MAX_WORLD_SIZE = 64
@@ -54,10 +55,10 @@ class _Server:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         # The server must stay CUDA-free and quiet; PYTHONPATH lets it import this very package.
-        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mgpu_helpers._server", str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
             # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
             start_new_session=True, close_fds=True,

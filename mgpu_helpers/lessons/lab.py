@@ -110,14 +110,14 @@ def ownership_check(rank: int, world_size: int, n: int = 16) -> dict:
     The global input is ``0, 1, ..., n-1`` (float64); rank r owns its contiguous shard, computes the local
     result ``sum(x**2)`` over it, and all-reduces it. On a GPU the all-reduce runs on a side stream and the
     compute stream waits on its event before reading the buffer (see
-    :func:`mgpu_helpers.dataparallel.allreduce_gradients`); on the CPU ``work.wait()`` blocks.
+    :func:`mgpu_helpers.lessons.dataparallel.allreduce_gradients`); on the CPU ``work.wait()`` blocks.
     Returns ``{rank, device, shard: (start, stop), input: list, local, result, expected, ok}``.
     """
     import torch
     import torch.distributed as dist
 
-    from .dataparallel import shard, shard_range
-    from .ranks import rank_device
+    from mgpu_helpers.lessons.dataparallel import shard, shard_range
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     data = torch.arange(n, dtype=torch.float64)
@@ -177,11 +177,11 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     """The lab report from the lab's results (all plain data, so tests can build one without ranks).
 
     ``rank_rows``: :func:`ownership_check` results; ``sweep_rows``: SweepRows; ``step_rows``:
-    :func:`mgpu_helpers.sweep.combine_steps` rows; ``compare``: ``{"rows": [...], "note": str}`` for
+    :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``compare``: ``{"rows": [...], "note": str}`` for
     all-reduce vs reduce-scatter + all-gather; ``conclusions``: sentences; ``figures``: ``{name: (caption,
     Figure)}``, saved as PNG next to the report.
     """
-    from .sweep import compare_with_reference, format_bytes
+    from mgpu_helpers.measure.sweep import compare_with_reference, format_bytes
 
     report = LabReport(title)
     report.add_text("环境", setup)
@@ -208,8 +208,8 @@ def conclude(step_rows, sweep_rows, world_size: int) -> list[str]:
     """Sentences (Chinese, for the report) on what limits scaling efficiency, read from the measurements:
     the weak-scaling efficiency per size, where the all-reduce overtakes the compute, how much is waiting,
     the alpha-beta fit of the all-reduce, and all-reduce against reduce-scatter + all-gather."""
-    from . import perfmodel
-    from .sweep import format_bytes
+    from mgpu_helpers.models import perfmodel
+    from mgpu_helpers.measure.sweep import format_bytes
 
     out = []
     effs = [(r["nbytes"], perfmodel.weak_scaling_efficiency(r["compute_us"], r["step_us"])) for r in step_rows]

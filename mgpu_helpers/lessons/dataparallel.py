@@ -149,7 +149,7 @@ def train_data_parallel(rank: int, world_size: int, config: TrainConfig = TrainC
     """
     import torch
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     x, y = shard(make_dataset(config), rank, world_size)     # 1. shard: only this rank's rows
@@ -184,7 +184,7 @@ def _warm_up(model, x, y, device) -> None:
     import torch
     import torch.distributed as dist
 
-    from .workloads import _sync
+    from mgpu_helpers.measure.workloads import _sync
 
     _loss(model, x, y).backward()
     dist.all_reduce(torch.zeros(1, device=device))
@@ -198,8 +198,8 @@ def _traced_phase(device):
     would measure the queueing, and the wait would land in whichever later line first reads a result.
     Only the traced run synchronises: the untraced loop keeps the GPU's queue full.
     """
-    from . import trace
-    from .workloads import _sync
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.measure.workloads import _sync
 
     @contextmanager
     def phase(kind: str, name: str):
@@ -229,7 +229,7 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     x, y = shard(make_dataset(config), rank, world_size)
@@ -255,7 +255,7 @@ def local_gradient(rank: int, world_size: int, config: TrainConfig = TrainConfig
     weights, with no communication. Returns ``{"rank", "device", "rows", "loss", "grad"}`` (grad flat, CPU)."""
     import torch
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     x, y = shard(make_dataset(config), rank, world_size)
@@ -287,7 +287,7 @@ def stream_edge_demo(rank: int, world_size: int, numel: int = 1 << 22, with_edge
     import torch
     import torch.distributed as dist
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     buf = torch.full((numel,), float(rank + 1), device=device)

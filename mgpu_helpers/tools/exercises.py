@@ -1,7 +1,7 @@
 """Exercise notebooks generated from the worked solutions: one hand-edited copy of every exercise.
 
-    python -m mgpu_helpers.exercises generate   # write exercises/*.ipynb from solutions/*.ipynb
-    python -m mgpu_helpers.exercises check      # exit 1 if regenerating would change a committed file
+    python -m mgpu_helpers.tools.exercises generate   # write exercises/*.ipynb from solutions/*.ipynb
+    python -m mgpu_helpers.tools.exercises check      # exit 1 if regenerating would change a committed file
 
 In a solution notebook (nbgrader's markers):
 
@@ -16,7 +16,7 @@ In a solution notebook (nbgrader's markers):
   notebook then runs top to bottom ("Run All", nbval) and stops nowhere, while every such cell still ends
   in the stub's error (or the checker's "这个练习还没有完成").
 
-Exercise notebooks carry no outputs (:func:`mgpu_helpers.nbtools.clean` with ``keep_checked_outputs=False``).
+Exercise notebooks carry no outputs (:func:`mgpu_helpers.tools.nbtools.clean` with ``keep_checked_outputs=False``).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOLUTIONS_DIR = os.path.join(ROOT, "solutions")
 EXERCISES_DIR = os.path.join(ROOT, "exercises")
 
@@ -37,7 +37,7 @@ STUB_TEXT = "练习：补全这里（约 {n} 行）"
 MD_POINTER = "*（参考答案见 `solutions/` 里的同名 Notebook。）*"
 BANNER = ("\n\n> **练习版**：在 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")` 的位置写你的代码，"
           "再运行下面的 `check` 单元格。参考答案：`solutions/{name}`。本文件由 "
-          "`python -m mgpu_helpers.exercises generate` 从参考答案生成。")
+          "`python -m mgpu_helpers.tools.exercises generate` 从参考答案生成。")
 
 _DEF = re.compile(r"^(\s*)def\s+(\w+)\s*\(")
 
@@ -120,7 +120,7 @@ def make_exercise(nb, name: str = ""):
     """
     import copy
 
-    from . import nbtools
+    from mgpu_helpers.tools import nbtools
 
     ex = copy.deepcopy(nb)
     stubbed: list[str] = []
@@ -211,7 +211,7 @@ def main(argv: list[str]) -> int:
     for p in problems:
         print(p)
     if problems:
-        print("exercises/ is not in sync with solutions/: run `python -m mgpu_helpers.exercises generate`")
+        print("exercises/ is not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises generate`")
         return 1
     print(f"exercises/ in sync with {len(solution_paths())} solution notebook(s)")
     return 0

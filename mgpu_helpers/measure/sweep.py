@@ -13,7 +13,7 @@
 
 Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
 input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
-busbw from :func:`mgpu_helpers.perfmodel.busbw`. rs_ag is counted as an all-reduce.
+busbw from :func:`mgpu_helpers.models.perfmodel.busbw`. rs_ag is counted as an all-reduce.
 """
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from . import perfmodel
+from mgpu_helpers.models import perfmodel
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
 # Which nccl-tests formula each measured operation uses.
 BUSBW_AS = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
             "rs_ag": "all_reduce"}
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
@@ -169,7 +169,7 @@ def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: i
     """Rank function: time every (op, size) on this rank. Returns ``[{op, nbytes, seconds, iters}]``."""
     import torch
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     gpu = device.type == "cuda"
@@ -207,8 +207,8 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
     ``progress(done, total)``, when given, is called after each size; the sizes then run in one launch each
     (so the bar moves); without it every size runs in a single launch.
     """
-    from . import hardware
-    from .launch import run_ranks
+    from mgpu_helpers import hardware
+    from mgpu_helpers.launcher.launch import run_ranks
 
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
@@ -243,8 +243,8 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
     import torch
     import torch.distributed as dist
 
-    from . import trace
-    from .ranks import rank_device
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     gpu = device.type == "cuda"
@@ -302,9 +302,9 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
 def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_n=None, backend: str = "auto",
                        timeout: float = 300.0, slow_rank=None):
     """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
-    (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launch.RankResults` (with spans)."""
-    from . import hardware
-    from .launch import run_ranks
+    (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.launch.RankResults` (with spans)."""
+    from mgpu_helpers import hardware
+    from mgpu_helpers.launcher.launch import run_ranks
 
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
@@ -429,7 +429,7 @@ def compare_rank(rank: int, world_size: int, nbytes: int) -> dict:
     """
     import torch
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     n = _elements(int(nbytes), world_size)

@@ -1,4 +1,4 @@
-"""``python -m mgpu_helpers.doctor``: check that the course's packages import, and say what this machine is."""
+"""``python -m mgpu_helpers.tools.doctor``: check that the course's packages import, and say what this machine is."""
 from __future__ import annotations
 
 import importlib
@@ -23,7 +23,7 @@ def main() -> int:
     if tuple(int(x) for x in numpy.__version__.split(".")[:2]) >= (2, 5):
         bad += 1
         print("  FAIL  numpy >= 2.5: numba-cuda 0.30.4 does not import under it; install numpy<2.5")
-    from . import hardware
+    from mgpu_helpers import hardware
     m = hardware.detect()
     print(f"  mode  {m.mode} ({m.gpu_count} GPU(s){'; ' + m.note if m.note else ''})")
     return 1 if bad else 0

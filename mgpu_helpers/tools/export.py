@@ -1,6 +1,6 @@
 """Static export of the whole course: HTML pages that read without a kernel or a network, plus slides.
 
-    python -m mgpu_helpers.export [--out build/site] [--execute] [--slides] [notebooks ...]
+    python -m mgpu_helpers.tools.export [--out build/site] [--execute] [--slides] [notebooks ...]
 
 - every notebook (default: notebooks/*.ipynb, in course order) becomes ``OUT/NN_name.html`` (nbconvert's lab
   template, images embedded); with ``--execute`` it is run first (nbclient), so every figure is in the page;
@@ -277,7 +277,7 @@ def build_site(out: str, notebooks=None, run: bool = False, slides: bool = False
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.export", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.tools.export", description=__doc__.split("\n\n")[0])
     p.add_argument("notebooks", nargs="*", help="notebooks to export (default: notebooks/*.ipynb)")
     p.add_argument("--out", default=os.path.join("build", "site"), help="output folder (default build/site)")
     p.add_argument("--execute", action="store_true", help="run each notebook first, so every output is there")

@@ -3,16 +3,16 @@
     env = mh.setup(projection=True)     # or set MGPU_PROJECTION=1 before starting Jupyter
     mh.projection_mode(on=True)         # switch later, from any cell
 
-What changes: the drawing style (:func:`mgpu_helpers.style.set_projection`: large fonts, thick lines, larger
+What changes: the drawing style (:func:`mgpu_helpers.widgets.style.set_projection`: large fonts, thick lines, larger
 figures, the Okabe-Ito colours without the pale yellow, black axes and text) and, inside a notebook, the size of
 every ipywidgets control (a ``<style>`` element shown in the cell's output, see
-:data:`mgpu_helpers.style.PROJECTION_CSS`).
+:data:`mgpu_helpers.widgets.style.PROJECTION_CSS`).
 """
 from __future__ import annotations
 
 import os
 
-from . import style
+from mgpu_helpers.widgets import style
 
 ENV_VAR = "MGPU_PROJECTION"
 
@@ -36,7 +36,7 @@ def projection_mode(on: bool = True) -> style.Style:
 
     In a notebook, switching on also displays a ``<style>`` element that enlarges the widget controls; it acts
     while that output is on the page (clear the output or restart the kernel to drop it). Returns the
-    :class:`~mgpu_helpers.style.Style` now in force.
+    :class:`~mgpu_helpers.widgets.style.Style` now in force.
     """
     st = style.set_projection(on)
     if on and _in_kernel():

@@ -1,6 +1,6 @@
 """Supervising one launch from the notebook side: reading the ranks' pipes, noticing failures, explaining them.
 
-:func:`mgpu_helpers.launch.run_ranks` hands each job here once its ranks are forked. Everything that turns
+:func:`mgpu_helpers.launcher.run_ranks` hands each job here once its ranks are forked. Everything that turns
 what the ranks sent (lines, result frames, exit codes, stacks) into a :class:`RankResults` or a clear
 :class:`~mgpu_helpers.RankError` lives in this module.
 """
@@ -13,37 +13,12 @@ import selectors
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 
-from .errors import RankError, RankTimeout
-from .wire import FrameReader, LineReader
+from mgpu_helpers.launcher.errors import RankError, RankTimeout
+from mgpu_helpers.launcher.results import RankResults
+from mgpu_helpers.launcher.wire import FrameReader, LineReader
 
 OUTPUT_LINES_KEPT = 2000
-
-
-@dataclass
-class RankResults:
-    """What a launch brought back, everything indexed by rank.
-
-    ``values``: what ``fn`` returned on each rank (tensors moved to the CPU); ``seconds``: wall time of
-    ``fn`` on each rank; ``init_seconds``: time to join the process group; ``outputs``: each rank's output
-    lines; ``spans``: each rank's :mod:`~mgpu_helpers.trace` spans; ``backend`` and ``reason``: which
-    backend ran and why; ``launch_seconds``: the whole launch as seen from the cell.
-    """
-
-    world_size: int
-    backend: str
-    reason: str
-    values: list = field(default_factory=list)
-    seconds: list = field(default_factory=list)
-    init_seconds: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)
-    spans: list = field(default_factory=list)
-    launch_seconds: float = 0.0
-
-    def __repr__(self) -> str:
-        return (f"RankResults(world_size={self.world_size}, backend={self.backend!r}, "
-                f"values={self.values!r})")
 
 
 _C10D_CALL = re.compile(r'File "[^"]*torch/distributed/[^"]*", line \d+ in (\w+)')
@@ -53,13 +28,13 @@ _USER_FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
 def _waiting_in(stack: str) -> str | None:
     """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
-        if "_rank.py" not in block:
+        if "mgpu_helpers/launcher/rank.py" not in block:
             continue                      # only the rank's main thread runs our entry point
         calls = [c for c in _C10D_CALL.findall(block) if not c.startswith("_") and c != "wrapper"]
         if calls:
             where = ""
             for path, line, func in _USER_FRAME.findall(block):
-                if "torch/" not in path and "mgpu_helpers/_rank.py" not in path:
+                if "torch/" not in path and "mgpu_helpers/launcher/rank.py" not in path:
                     where = f" (called from {func}, line {line})"
                     break
             return f"dist.{calls[0]}{where}"

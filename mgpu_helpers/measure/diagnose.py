@@ -36,7 +36,7 @@ class CollectiveLog:
 
     def call(self, name: str, fn, *args, **kwargs):
         """Run the collective ``fn(*args, **kwargs)`` as number ``self.seq``, logged and traced."""
-        from . import trace
+        from mgpu_helpers.measure import trace
 
         k = self.seq
         if self.verbose:
@@ -60,11 +60,11 @@ class CollectiveLog:
         return self.call("broadcast", dist.broadcast, tensor, src, **kw)
 
     def all_gather_into_tensor(self, output, inp, **kw):
-        from .sweep import all_gather_flat
+        from mgpu_helpers.measure.sweep import all_gather_flat
         return self.call("all_gather_into_tensor", all_gather_flat, output, inp, **kw)
 
     def reduce_scatter_tensor(self, output, inp, **kw):
-        from .sweep import reduce_scatter_flat
+        from mgpu_helpers.measure.sweep import reduce_scatter_flat
         return self.call("reduce_scatter_tensor", reduce_scatter_flat, output, inp, **kw)
 
     def barrier(self, **kw):
@@ -95,7 +95,7 @@ def pending(lines) -> tuple[int, str] | None:
 
 
 def hang_report(exc) -> list[dict]:
-    """Per rank still running at a :class:`~mgpu_helpers.errors.RankTimeout`: where its stack was blocked
+    """Per rank still running at a :class:`~mgpu_helpers.launcher.errors.RankTimeout`: where its stack was blocked
     (``waiting_in``, call only: ``dist.all_reduce``), the last collective it finished and the one it was in,
     from its :class:`CollectiveLog` lines."""
     rows = []
@@ -159,14 +159,14 @@ def matched(rank: int, world_size: int, verbose: bool = True):
 
 def scaling_probe(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3) -> dict:
     """A strong-scaling step: ``total_units / world_size`` units of compute, then an all-reduce of
-    ``grad_numel`` float32 (see :func:`mgpu_helpers.workloads.scaling_step`); returns its medians.
+    ``grad_numel`` float32 (see :func:`mgpu_helpers.measure.workloads.scaling_step`); returns its medians.
 
     CPU ranks use one thread each, so that 1 rank and N ranks compare the same cores per rank.
     """
     import torch
 
-    from . import workloads
-    from .ranks import rank_device
+    from mgpu_helpers.measure import workloads
+    from mgpu_helpers.launcher.ranks import rank_device
 
     if rank_device().type == "cpu":
         torch.set_num_threads(1)
@@ -180,7 +180,7 @@ def comm_fraction(probe_values) -> float:
 
 
 def per_rank_phase_times(values) -> dict:
-    """From :func:`mgpu_helpers.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
+    """From :func:`mgpu_helpers.measure.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
     "wait": [...], "communicate": [...]}``, each a list per rank of that rank's per-step seconds."""
     return {"compute": [v["compute_s"] for v in values], "wait": [v["wait_s"] for v in values],
             "communicate": [v["comm_s"] for v in values]}
@@ -195,8 +195,8 @@ def medians(per_rank) -> list[float]:
 def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0) -> list[str]:
     """Run one NCCL all-reduce with ``NCCL_DEBUG=level`` and return the ranks' NCCL log lines, each
     prefixed ``[rank k]``. Empty without enough GPUs for NCCL (nothing is run then)."""
-    from . import hardware
-    from .launch import run_ranks
+    from mgpu_helpers import hardware
+    from mgpu_helpers.launcher.launch import run_ranks
 
     backend, _ = hardware.choose_backend(world_size, "auto")
     if backend != "nccl":
@@ -205,7 +205,7 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
     def one_allreduce(rank, world_size):
         import torch
         import torch.distributed as dist
-        from mgpu_helpers.ranks import rank_device
+        from mgpu_helpers.launcher.ranks import rank_device
         t = torch.ones(1024, device=rank_device())
         dist.all_reduce(t)
         torch.cuda.synchronize()

@@ -1,6 +1,6 @@
 """The rank server: a CUDA-clean process with torch imported, from which rank processes are forked.
 
-Started by :mod:`mgpu_helpers.launch` as ``python -m mgpu_helpers._server FD PARENT_PID``. It never touches
+Started by :mod:`mgpu_helpers.launcher.launch` as ``python -m mgpu_helpers.launcher.server FD PARENT_PID``. It never touches
 CUDA, so forking from it is safe even when the notebook kernel has used a GPU. Each job is handled by a
 *leader* (forked from the server, in a process group of its own) that forks the ranks and reports how
 each one exits. Process tree and who cleans up::
@@ -49,7 +49,7 @@ def _close_fds(fds) -> None:
 
 def run_leader(job: dict, fds: list[int], server_pid: int) -> None:
     """Fork the ranks of one job, tell the notebook their pids, then report each exit status."""
-    from . import _rank
+    from mgpu_helpers.launcher import rank as rank_process
 
     die_with_parent(server_pid)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)      # the server ignores it; we need waitpid
@@ -66,12 +66,12 @@ def run_leader(job: dict, fds: list[int], server_pid: int) -> None:
                 signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 _close_fds([fd for i, fd in enumerate(out_fds) if i != rank])
                 _close_fds([fd for i, fd in enumerate(res_fds) if i != rank] + [status_fd])
-                _rank.main(job, rank, out_fds[rank], res_fds[rank])
+                rank_process.main(job, rank, out_fds[rank], res_fds[rank])
             finally:
                 os._exit(70)
         pids[pid] = rank
     _close_fds(out_fds + res_fds)
-    from .wire import write_frame
+    from mgpu_helpers.launcher.wire import write_frame
     write_frame(status_fd, pickle.dumps(("pids", {r: p for p, r in pids.items()})))
     while pids:
         try:
@@ -104,7 +104,7 @@ def _preload_when_idle(sock: socket.socket, pending: list[str]) -> bool:
 
 
 def serve(sock: socket.socket, parent_pid: int) -> None:
-    from .wire import recv_msg, send_msg
+    from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
     server_pid = os.getpid()
     pending = list(IDLE_PRELOADS)
@@ -155,9 +155,9 @@ def main() -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    from . import _rank  # noqa: F401
+    from mgpu_helpers.launcher import rank as rank_process  # noqa: F401
     sock = socket.socket(fileno=fd)
-    from .wire import send_msg
+    from mgpu_helpers.launcher.wire import send_msg
     try:
         send_msg(sock, pickle.dumps(("ready", os.getpid(), time.perf_counter() - t0)))
     except OSError:

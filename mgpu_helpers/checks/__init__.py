@@ -136,7 +136,7 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype):
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
 
     for name in forbid:                     # the exercise asks for point-to-point messages only
         if hasattr(dist, name):
@@ -150,8 +150,8 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype):
 
 def _run_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=30.0):
     """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order."""
-    from .errors import RankError, RankTimeout
-    from .launch import run_ranks
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
 
     try:
         res = run_ranks(_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(forbid), dtype),
@@ -479,7 +479,7 @@ MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
 
 def check_rank_memory(fn) -> None:
     """``fn(strategy, n, params, grads, optimizer, activations) -> float``: memory of each rank (equal shares)."""
-    from . import perfmodel
+    from mgpu_helpers.models import perfmodel
 
     what = "rank_memory 要按策略算出每个 Rank 需要的显存"
     rng = random.Random()
@@ -546,7 +546,7 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -
 
 def check_ring_allreduce_seconds(fn) -> None:
     """``fn(nbytes, n, alpha, beta)``: ``2 (n - 1) alpha + 2 (n - 1) / n * nbytes * beta`` (0 for n = 1)."""
-    from . import perfmodel
+    from mgpu_helpers.models import perfmodel
 
     what = "ring_allreduce_seconds 要给出环形 All-Reduce 的 alpha-beta 代价"
     rng = random.Random()
@@ -615,8 +615,8 @@ def check_rebalance(fn) -> None:
 def _dp_rank(rank, world_size, fn, config):
     import torch
 
-    from mgpu_helpers import dataparallel as dp
-    from mgpu_helpers.ranks import rank_device
+    from mgpu_helpers.lessons import dataparallel as dp
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     x, y = dp.shard(dp.make_dataset(config), rank, world_size)
@@ -630,9 +630,9 @@ def _dp_rank(rank, world_size, fn, config):
 def check_data_parallel_step(fn, world_sizes=(2, 3), timeout: float = 60.0) -> None:
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard; after a few steps every
     rank's weights equal one process trained on the whole batch."""
-    from . import dataparallel as dp
-    from .errors import RankError, RankTimeout
-    from .launch import run_ranks
+    from mgpu_helpers.lessons import dataparallel as dp
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
 
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 取平均 → optimizer.step()"
     rng = random.Random()
@@ -669,14 +669,14 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
                        odd_op: str | None = None):
     """A :class:`mgpu_helpers.RankTimeout` as the launcher would raise it after a hang, built by hand.
 
-    Every rank's output holds :class:`mgpu_helpers.diagnose.CollectiveLog` lines (``[seq k] enter/done
+    Every rank's output holds :class:`mgpu_helpers.measure.diagnose.CollectiveLog` lines (``[seq k] enter/done
     NAME``) mixed with ordinary prints; ``stacks`` and ``waiting_in`` say where each rank was blocked.
     ``kind="mismatch"``: every rank finished collectives 0..completed-1, then ``odd_rank`` entered
     ``odd_op`` while the others entered ``majority_op`` (number ``completed``). ``kind="late"``:
     ``odd_rank`` finished only up to ``completed - 2`` and never reached collective ``completed - 1``
     (it is still computing), where the others wait in ``majority_op``.
     """
-    from .errors import RankTimeout
+    from mgpu_helpers.launcher.errors import RankTimeout
 
     finished = completed - 1 if kind == "late" else completed     # collectives every rank completed
     history = [("all_reduce", "broadcast")[k % 2] for k in range(finished)]
@@ -689,15 +689,15 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
             outputs[r] = lines + [f"step {finished}: loading a slow batch"]
             stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                          '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
-                         '  File "mgpu_helpers/_rank.py", line 88 in main')
+                         '  File "mgpu_helpers/launcher/rank.py", line 88 in main')
             continue
         op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
         outputs[r] = lines + [f"[seq {finished}] enter {op}"]
         waiting[r] = f"dist.{op} (called from call, line 45)"
         stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                      f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
-                     '  File "mgpu_helpers/diagnose.py", line 45 in call\n'
-                     '  File "train.py", line 60 in step\n  File "mgpu_helpers/_rank.py", line 88 in main')
+                     '  File "mgpu_helpers/measure/diagnose.py", line 45 in call\n'
+                     '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank.py", line 88 in main')
     msg = f"{world_size} of {world_size} rank(s) were still running after 5 s and have been ended."
     return RankTimeout(msg, stacks=stacks, waiting_in=waiting, rank=0, outputs=outputs)
 

@@ -254,7 +254,7 @@ def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = 
     as a plain list (None where the rank receives nothing)."""
     import torch
 
-    from .ranks import rank_device
+    from mgpu_helpers.launcher.ranks import rank_device
     x = torch.tensor(inputs[rank], device=rank_device())
     out = run_collective(name, x, op)
     return None if out is None else out.cpu().tolist()

@@ -32,7 +32,7 @@ def _to_cpu(value):
 def _send(res_fd: int, message: tuple) -> None:
     import cloudpickle
 
-    from .wire import write_frame
+    from mgpu_helpers.launcher.wire import write_frame
     write_frame(res_fd, cloudpickle.dumps(message))
 
 
@@ -104,7 +104,8 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
         import cloudpickle
         import torch.distributed as dist
 
-        from . import ranks, trace
+        from mgpu_helpers.launcher import ranks
+        from mgpu_helpers.measure import trace
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.
         dist.set_debug_level_from_env()

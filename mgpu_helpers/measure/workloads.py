@@ -69,7 +69,7 @@ def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = 
                    m: int | None = None, per_unit: int | None = None) -> dict:
     """One synchronous step per ``steps``: compute proportional to ``shards[rank]``, then all-reduce.
 
-    Records spans with :mod:`mgpu_helpers.trace`: "compute" (the rank's shard), "wait" (from this rank's
+    Records spans with :mod:`mgpu_helpers.measure.trace`: "compute" (the rank's shard), "wait" (from this rank's
     arrival at the collective until the last rank arrived, measured from the all-gathered arrival times)
     and "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device). Returns a dict with the
     rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s``, plus ``result`` (the
@@ -78,8 +78,8 @@ def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = 
     import torch
     import torch.distributed as dist
 
-    from . import trace
-    from .ranks import rank_device
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     units = float(shards[rank])
@@ -123,8 +123,8 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     import torch
     import torch.distributed as dist
 
-    from . import trace
-    from .ranks import rank_device
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     medians = []
@@ -156,8 +156,8 @@ def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int
     import torch
     import torch.distributed as dist
 
-    from . import trace
-    from .ranks import rank_device
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     units = total_units if weak else total_units / world_size
