@@ -1,0 +1,164 @@
+"""Export the code a notebook teaches into a generated module of the library: one hand-edited copy, in the cell.
+
+A code cell whose first line is ``#| export`` (nbdev's marker; d2l's ``#@save`` does the same) is copied into
+``mgpu_helpers/lessons/<name>.py``, where ``<name>`` comes from the notebook's metadata
+``{"mgpu": {"export": "<name>"}}``; ``#| export <name>`` on a cell sends that cell to another module. Later
+notebooks, checkers, benchmarks and tests import the generated module (``mh.lessons.<name>``), so the learner
+edits and re-runs the very code the rest of the course uses.
+
+    python -m mgpu_helpers.tools.nbexport          # write every generated module
+    python -m mgpu_helpers.tools.nbexport --check  # exit 1, naming each module that is out of date
+
+A generated module's first line says it is generated and names its notebook; ``--check`` (and
+tests/test_nbexport.py) also reports a generated module that no notebook exports any more.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOTEBOOK_GLOBS = ("notebooks/*.ipynb",)
+LESSONS_DIR = os.path.join("mgpu_helpers", "lessons")
+MARKER = re.compile(r"^#\|\s*export(?:\s+(?P<name>[A-Za-z_]\w*))?\s*$")
+HEADER = "# Generated from {notebook} by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file."
+
+
+class ExportError(ValueError):
+    """A notebook's export markers do not name a module, or name it in a way that cannot be written."""
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _title(nb) -> str:
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in _source(cell).splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
+def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
+    """Module name -> the exported cells' code (marker line removed), in notebook order."""
+    default = nb.get("metadata", {}).get("mgpu", {}).get("export")
+    modules: dict[str, list[str]] = {}
+    for k, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        lines = _source(cell).splitlines()
+        match = MARKER.match(lines[0].strip()) if lines else None
+        if not match:
+            continue
+        name = match.group("name") or default
+        if not name:
+            raise ExportError(f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module: "
+                              f'add "mgpu": {{"export": "<module>"}} to its metadata, or write `#| export <module>`')
+        modules.setdefault(name, []).append("\n".join(lines[1:]).strip("\n"))
+    return modules
+
+
+def render(notebook: str, nb, cells: list[str]) -> str:
+    """The generated module's text: header, docstring naming the lesson, then the cells in order."""
+    title = _title(nb)
+    doc = f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one ' \
+          f'`#| export` cell of that notebook, in order."""'
+    body = "\n\n\n".join(cells)
+    return f"{HEADER.format(notebook=notebook)}\n{doc}\n\n{body}\n"
+
+
+def _notebooks(root: str) -> list[str]:
+    paths = []
+    for pattern in NOTEBOOK_GLOBS:
+        paths += sorted(glob.glob(os.path.join(root, pattern)))
+    return paths
+
+
+def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
+    """Path of each generated module (relative to ``root``) -> (its notebook, the text it must have)."""
+    out: dict[str, tuple[str, str]] = {}
+    owners: dict[str, str] = {}
+    for path in _notebooks(root):
+        rel = os.path.relpath(path, root)
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
+        for name, cells in exported_cells(nb, rel).items():
+            target = os.path.join(LESSONS_DIR, f"{name}.py")
+            if target in owners:
+                raise ExportError(f"{rel} and {owners[target]} both export to {target}: one notebook per module")
+            owners[target] = rel
+            out[target] = (rel, render(rel, nb, cells))
+    return out
+
+
+def _generated_on_disk(root: str) -> list[str]:
+    found = []
+    for path in sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            if f.readline().startswith("# Generated from "):
+                found.append(os.path.relpath(path, root))
+    return found
+
+
+def out_of_sync(root: str = ROOT) -> list[str]:
+    """One line per generated module that is missing, stale, or no longer exported by any notebook."""
+    problems = []
+    expected = expected_modules(root)
+    for rel, (notebook, text) in expected.items():
+        path = os.path.join(root, rel)
+        if not os.path.exists(path):
+            problems.append(f"{rel} is missing: {notebook} exports it")
+            continue
+        with open(path, encoding="utf-8") as f:
+            if f.read() != text:
+                problems.append(f"{rel} differs from what {notebook} exports")
+    for rel in _generated_on_disk(root):
+        if rel not in expected:
+            problems.append(f"{rel} is generated but no notebook exports it any more: delete it")
+    return problems
+
+
+def write_all(root: str = ROOT) -> list[str]:
+    """Write every generated module; returns the paths written (changed ones only)."""
+    written = []
+    for rel, (_, text) in expected_modules(root).items():
+        path = os.path.join(root, rel)
+        old = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+        if old != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            written.append(rel)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mgpu_helpers.tools.nbexport", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report modules that are out of date")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = out_of_sync()
+        for p in problems:
+            print(p)
+        if problems:
+            print("run `python -m mgpu_helpers.tools.nbexport` to regenerate")
+        return 1 if problems else 0
+    for rel in write_all():
+        print(f"wrote {rel}")
+    stale = [p for p in out_of_sync() if p.endswith("delete it")]
+    for p in stale:
+        print(p)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
