@@ -1,0 +1,158 @@
+"""The checkers' shared machinery: the failure type, comparing with a reference, running code on ranks."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+NOT_DONE = "这个练习还没有完成"
+STUB_MARK = "练习：补全这里"
+WORLD_SIZES = (2, 3, 4)
+
+
+class CheckFailed(AssertionError):
+    """A checker found something wrong; the message says what, in Chinese."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Shared machinery.
+
+
+def name_of(fn) -> str:
+    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+    return getattr(inner, "__name__", repr(fn))
+
+
+def not_done(fn, what: str) -> CheckFailed:
+    return CheckFailed(f"{NOT_DONE}：{what}。`{name_of(fn)}` 里还是练习占位 raise NotImplementedError"
+                       "（\"练习：补全这里\"）；在那里写下你的代码，再运行这个检查。")
+
+
+def is_stub_error(exc: BaseException) -> bool:
+    if isinstance(exc, NotImplementedError):
+        return True
+    return getattr(exc, "exc_type", None) == "NotImplementedError"
+
+
+def has_stub(fn) -> bool:
+    """True when ``fn`` (a function or a Numba kernel) still holds the generated stub's text."""
+    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+    code = getattr(inner, "__code__", None)
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        for const in c.co_consts:
+            if isinstance(const, str) and STUB_MARK in const:
+                return True
+            if hasattr(const, "co_consts"):
+                stack.append(const)
+    return False
+
+
+def passed(text: str) -> None:
+    print(f"通过：{text}")
+
+
+def call(fn, what: str, *args):
+    """``fn(*args)``, with the stub's NotImplementedError turned into the "not done yet" failure."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise not_done(fn, what) from None
+
+
+def fmt(v) -> str:
+    v = float(v)
+    if math.isnan(v):
+        return "NaN（没有写入）"
+    return f"{v:g}"
+
+
+def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: float = 1e-5) -> None:
+    """Element by element; the first difference is named (index, expected, got)."""
+    if got is None:
+        raise CheckFailed(f"{where}：返回了 None。函数最后要 return 结果。")
+    if isinstance(got, (list, tuple)) and got and not np.isscalar(got[0]):
+        raise CheckFailed(f"{where}：返回了一个含 {len(got)} 个对象的列表；应当返回一个张量"
+                          "（列表可以用 torch.cat 拼起来）。")
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        raise CheckFailed(f"{where}：结果的形状是 {got.shape}，应当是 {want.shape}。{hint}".rstrip())
+    ok = np.isclose(got, want, atol=atol, rtol=rtol) & ~np.isnan(got)
+    if not ok.all():
+        bad = np.argwhere(~ok)
+        k = tuple(int(i) for i in bad[0])
+        idx = k[0] if len(k) == 1 else list(k)
+        raise CheckFailed(f"{where}：第 {idx} 个元素应当是 {fmt(want[k])}，实际是 {fmt(got[k])}"
+                          f"（共 {len(bad)} 个元素不对）。{hint}".rstrip())
+
+
+# -- ranks --------------------------------------------------------------------------------------------------
+
+
+def _forbidden(name: str):
+    def refuse(*args, **kwargs):
+        raise PermissionError(f"EXERCISE_FORBIDDEN dist.{name}")
+    return refuse
+
+
+def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype):
+    """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it."""
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.launcher.ranks import rank_device
+
+    for name in forbid:                     # the exercise asks for point-to-point messages only
+        if hasattr(dist, name):
+            setattr(dist, name, _forbidden(name))
+    x = torch.tensor(np.asarray(inputs[rank]), dtype=getattr(torch, dtype), device=rank_device())
+    out = fn(rank, world_size, x, *extra)
+    if isinstance(out, torch.Tensor):
+        return out.detach().cpu().numpy()
+    return out
+
+
+def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=30.0):
+    """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    try:
+        res = run_ranks(_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(forbid), dtype),
+                        timeout=timeout, stream=False, quiet=True)
+    except RankTimeout as exc:
+        where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
+        raise CheckFailed(
+            f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束，多半是死锁或者收发没有配对。"
+            f"{where or '（没有 Rank 停在 torch.distributed 调用里）'}。"
+            "检查：每个 send 在对方都有一个 recv 对应；阻塞的 send/recv 要错开顺序（或用 batch_isend_irecv）。"
+        ) from None
+    except RankError as exc:
+        if is_stub_error(exc):
+            raise not_done(fn, what) from None
+        text = str(exc).splitlines()[0]
+        if "EXERCISE_FORBIDDEN" in str(exc):
+            name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
+            raise CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}"
+                              f"（rank {exc.rank}）。") from None
+        raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}") from None
+    return res.values
+
+
+def int_values(rng, shape) -> np.ndarray:
+    """Random small whole numbers as float32: sums are exact in any order, and messages stay readable."""
+    return rng.integers(-50, 51, size=shape).astype(np.float32)
+
+
+def new_rng():
+    return np.random.default_rng()
+
+
+def which_rank(got, inputs) -> str:
+    """ ' (那是 rank k 的数据)' when ``got`` equals one rank's input, else ''."""
+    for k, inp in enumerate(inputs):
+        if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp):
+            return f"（那正是 rank {k} 的输入）"
+    return ""
