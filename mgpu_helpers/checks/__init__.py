@@ -36,7 +36,7 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["core", "kernels", "p2p", "collectives", "sharding", "stragglers", "dataparallel", "diagnostics"],
+    submodules=["core", "kernels", "p2p", "collectives", "semantics", "sharding", "stragglers", "dataparallel", "diagnostics"],
     attributes={
         "CheckFailed": "core",
         "NOT_DONE": "core",
@@ -50,8 +50,8 @@ __getattr__, __dir__, __all__ = attach(
         "check_broadcast": "collectives",
         "check_all_gather": "collectives",
         "check_ring_all_reduce": "collectives",
-        "check_all_gather_uneven": "collectives",
-        "check_all_reduce_rs_ag": "collectives",
+        "check_all_gather_uneven": "semantics",
+        "check_all_reduce_rs_ag": "semantics",
         "check_shard_by_cost": "sharding",
         "MEMORY_STRATEGIES": "sharding",
         "check_rank_memory": "sharding",
