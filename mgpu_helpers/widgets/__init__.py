@@ -5,6 +5,6 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["allreduce", "bandwidth", "knowledge_map", "projection", "quiz", "rank_distribution", "sharding",
+    submodules=["allreduce", "bandwidth", "knowledge_map", "predict", "projection", "quiz", "rank_distribution", "sharding",
                 "straggler", "style", "thread_index", "topology"],
 )

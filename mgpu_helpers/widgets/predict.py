@@ -1,0 +1,55 @@
+"""Predict, then measure: the learner's guess set beside what the machine measured, in one line.
+
+A notebook first asks for a prediction in a cell of its own (a number or a choice, with a default so that the
+notebook runs unattended), then measures, then calls :func:`compare` (numbers) or :func:`compare_choice`
+(choices). The line says how far the guess was, never whether the learner "passed": a prediction is for
+thinking, not a grade.
+"""
+from __future__ import annotations
+
+import math
+
+
+def _fmt(value: float, unit: str) -> str:
+    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return f"{text} {unit}".strip()
+
+
+def ratio_text(predicted: float, measured: float) -> str:
+    """'高估了 2.0 倍' / '低估了 1.5 倍' / '几乎正好（相差不到 10%）'; also for zero and negative values."""
+    if measured == predicted:
+        return "正好"
+    if predicted <= 0 or measured <= 0 or math.isnan(predicted) or math.isnan(measured):
+        return f"相差 {measured - predicted:+.3g}"
+    r = predicted / measured
+    if 1 / 1.1 <= r <= 1.1:
+        return "几乎正好（相差不到 10%）"
+    return f"高估了 {r:.2g} 倍" if r > 1 else f"低估了 {1 / r:.2g} 倍"
+
+
+def compare(name: str, predicted: float, measured: float, unit: str = "", show: bool = True) -> str:
+    """One line: the prediction, the measurement and their ratio; printed when ``show``, always returned.
+
+    Raises ``ValueError`` with what to write when the prediction is not a number.
+    """
+    try:
+        predicted = float(predicted)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}：预测要写成一个数（例如 0.5），现在是 {predicted!r}") from None
+    line = f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，" \
+           f"{ratio_text(predicted, float(measured))}。"
+    if show:
+        print(line)
+    return line
+
+
+def compare_choice(name: str, predicted, measured, options, show: bool = True) -> str:
+    """The same for a choice among ``options`` (any values); raises ``ValueError`` for a choice not offered."""
+    options = list(options)
+    if predicted not in options:
+        raise ValueError(f"{name}：预测要从 {options} 里选一个，现在是 {predicted!r}")
+    verdict = "和测量一致" if predicted == measured else f"测量的结果是 {measured!r}"
+    line = f"{name}：你的预测 {predicted!r}，{verdict}。"
+    if show:
+        print(line)
+    return line
