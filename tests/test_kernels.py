@@ -1,6 +1,8 @@
-"""The course's vector-add kernels (mgpu_helpers.lessons.kernels) and the kernels benchmark.
+"""The course's kernels, as exported from notebooks 01 and 02 (mgpu_helpers.lessons.cuda_model, .cupy_kernels),
+the timing helpers (mgpu_helpers.measure.timing) and the kernels benchmark.
 
-Runs the Numba kernels in the CUDA simulator on a machine without a GPU, on the GPU otherwise (same code)."""
+Runs the Numba kernels in the CUDA simulator on a machine without a GPU, on the GPU otherwise (same code). The
+occupancy arithmetic is tested without numba in test_occupancy.py."""
 import json
 import subprocess
 import sys
@@ -13,10 +15,13 @@ import mgpu_helpers as mh
 ENV = mh.setup(show=False, prewarm=False)  # before numba is imported: simulator on in CPU mode
 from numba import cuda  # noqa: E402
 
-from mgpu_helpers.lessons import kernels as K  # noqa: E402
 from mgpu_helpers.bench import kernels as bench  # noqa: E402
+from mgpu_helpers.lessons import cuda_model as CM  # noqa: E402
+from mgpu_helpers.lessons import cupy_kernels as CK  # noqa: E402
+from mgpu_helpers.measure import timing  # noqa: E402
 
-if not (K.SIMULATOR or cuda.is_available()):
+SIMULATOR = timing.simulator()
+if not (SIMULATOR or cuda.is_available()):
     pytest.skip("numba was imported before setup() without the simulator, and there is no GPU",
                 allow_module_level=True)
 
@@ -31,21 +36,27 @@ def _inputs(n, seed=0):
 @pytest.mark.parametrize("n", SIZES)
 def test_seed_vec_add_with_explicit_copies_equals_numpy(n):
     a, b = _inputs(n)
-    c, times = K.vec_add_numba(a, b)
+    c, seconds = CM.vec_add_numba(a, b)
     np.testing.assert_array_equal(c, a + b)
     assert c.dtype == np.float32
-    assert all(ms >= 0 for _, ms in times.rows())
+    assert set(seconds) == {"alloc_s", "copy_in_s", "kernel_s", "copy_out_s", "numpy_s"}
+    assert all(s >= 0 for s in seconds.values())
+
+
+def test_seed_vec_add_with_explicit_copies_refuses_arrays_of_different_shapes():
+    with pytest.raises(ValueError, match="one length"):
+        CM.vec_add_numba(np.zeros(3, np.float32), np.zeros(4, np.float32))
 
 
 @pytest.mark.parametrize("block", [32, 100, 256])
 def test_seed_vec_add_any_block_leaves_no_element_and_writes_nothing_past_n(block):
     n = 777
     a, b = _inputs(n, seed=block)
-    grid, _ = K.launch_config(n, block)
+    grid, _ = CM.launch_config(n, block)
     assert grid * block >= n > (grid - 1) * block
     # c is a view of a longer buffer: the bounds check must keep the idle threads off the padding.
     buf = cuda.to_device(np.full(grid * block, -1.0, np.float32))
-    K.vec_add[grid, block](cuda.to_device(a), cuda.to_device(b), buf[:n], n)
+    CM.vec_add[grid, block](cuda.to_device(a), cuda.to_device(b), buf[:n], n)
     out = buf.copy_to_host()
     np.testing.assert_array_equal(out[:n], a + b)
     assert (out[n:] == -1.0).all()
@@ -55,7 +66,7 @@ def test_seed_vec_add_any_block_leaves_no_element_and_writes_nothing_past_n(bloc
 def test_fast_vec_add_equals_numpy_for_n_not_a_multiple_of_the_tile(n):
     a, b = _inputs(n, seed=7)
     d_c = cuda.device_array(n, dtype=np.float32)
-    grid = K.vec_add_fast_launch(cuda.to_device(a), cuda.to_device(b), d_c)
+    grid = CK.vec_add_fast_launch(cuda.to_device(a), cuda.to_device(b), d_c)
     assert grid == -(-n // (4 * 256))
     np.testing.assert_array_equal(d_c.copy_to_host(), a + b)
 
@@ -64,29 +75,29 @@ def test_fast_vec_add_equals_numpy_for_n_not_a_multiple_of_the_tile(n):
 def test_fast_vec_add_any_block_fills_the_partial_last_tile_and_writes_nothing_past_n(block):
     n = 4 * block * 3 + block + 5  # three full tiles, then a tile with one full column and 5 more elements
     a, b = _inputs(n, seed=block)
-    grid = K.fast_launch_grid(n, block)
+    grid = CK.fast_launch_grid(n, block)
     assert grid == 4
     # c is a view of a longer buffer: the partial tile's checked path must keep off the padding.
     buf = cuda.to_device(np.full(grid * 4 * block, -1.0, np.float32))
-    assert K.vec_add_fast_launch(cuda.to_device(a), cuda.to_device(b), buf[:n], block=block) == grid
+    assert CK.vec_add_fast_launch(cuda.to_device(a), cuda.to_device(b), buf[:n], block=block) == grid
     out = buf.copy_to_host()
     np.testing.assert_array_equal(out[:n], a + b)
     assert (out[n:] == -1.0).all()
 
 
 def test_fast_launch_computes_the_full_grid_and_refuses_one_too_small():
-    assert K.fast_launch_grid(2**28) == 2**28 // 1024 == 262144
-    assert K.fast_launch_grid(2**28, 128) == 2**19
-    assert K.fast_launch_grid(1) == K.fast_launch_grid(0) == 1
-    assert K.fast_launch_grid(1024) == 1 and K.fast_launch_grid(1025) == 2
+    assert CK.fast_launch_grid(2**28) == 2**28 // 1024 == 262144
+    assert CK.fast_launch_grid(2**28, 128) == 2**19
+    assert CK.fast_launch_grid(1) == CK.fast_launch_grid(0) == 1
+    assert CK.fast_launch_grid(1024) == 1 and CK.fast_launch_grid(1025) == 2
     with pytest.raises(ValueError):
-        K.fast_launch_grid(10, 0)
+        CK.fast_launch_grid(10, 0)
     n = 1000
     a, b = _inputs(n)
     d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
     with pytest.raises(ValueError, match="needs 8 blocks"):  # 7 x 4 x 32 = 896 < 1000: elements left unwritten
-        K.vec_add_fast_launch(d_a, d_b, d_c, block=32, grid=7)
-    assert K.vec_add_fast_launch(d_a, d_b, d_c, block=32, grid=9) == 9  # a surplus block finds nothing to do
+        CK.vec_add_fast_launch(d_a, d_b, d_c, block=32, grid=7)
+    assert CK.vec_add_fast_launch(d_a, d_b, d_c, block=32, grid=9) == 9  # a surplus block finds nothing to do
     np.testing.assert_array_equal(d_c.copy_to_host(), a + b)
 
 
@@ -94,8 +105,8 @@ def test_fast_launch_computes_the_full_grid_and_refuses_one_too_small():
 def test_grid_stride_vec_add_with_its_one_wave_grid_equals_numpy(n):
     a, b = _inputs(n, seed=11)
     d_c = cuda.device_array(n, dtype=np.float32)
-    grid = K.vec_add_grid_stride_launch(cuda.to_device(a), cuda.to_device(b), d_c)
-    assert grid == K.one_wave_grid(K.vec_add_grid_stride)
+    grid = CK.vec_add_grid_stride_launch(cuda.to_device(a), cuda.to_device(b), d_c)
+    assert grid == CK.one_wave_grid(CK.vec_add_grid_stride)
     np.testing.assert_array_equal(d_c.copy_to_host(), a + b)
 
 
@@ -104,95 +115,76 @@ def test_grid_stride_vec_add_with_tiny_grid_still_covers_every_element(grid, blo
     n = 1000  # far more elements than threads: each thread walks the array in grid-sized strides
     a, b = _inputs(n, seed=3)
     d_c = cuda.device_array(n, dtype=np.float32)
-    assert K.vec_add_grid_stride_launch(cuda.to_device(a), cuda.to_device(b), d_c, block=block, grid=grid) == grid
+    assert CK.vec_add_grid_stride_launch(cuda.to_device(a), cuda.to_device(b), d_c, block=block, grid=grid) == grid
     np.testing.assert_array_equal(d_c.copy_to_host(), a + b)
 
 
 def test_cupy_fast_grid_has_a_thread_per_group_of_four_elements():
-    assert K.cupy_fast_grid(2**28) == 2**28 // 4 // 256
-    assert K.cupy_fast_grid(1024) == 1 and K.cupy_fast_grid(1025) == 2  # 257 groups, the last of one element
-    assert K.cupy_fast_grid(1027, 128) == 3 and K.cupy_fast_grid(0) == 1
+    assert CK.cupy_fast_grid(2**28) == 2**28 // 4 // 256
+    assert CK.cupy_fast_grid(1024) == 1 and CK.cupy_fast_grid(1025) == 2  # 257 groups, the last of one element
+    assert CK.cupy_fast_grid(1027, 128) == 3 and CK.cupy_fast_grid(0) == 1
 
 
-@pytest.mark.skipif(not K.SIMULATOR, reason="the simulator's own bounds checking")
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's own bounds checking")
 def test_missing_bounds_check_raises_index_error_in_simulator():
     n = 100
     a, b = _inputs(n)
     with pytest.raises(IndexError):
-        K.vec_add_unchecked[1, 128](cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32))
+        CM.vec_add_unchecked[1, 128](cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32))
 
 
 def test_launch_config_is_the_seeds_formula():
-    assert K.launch_config(1000) == (4, 256)
-    assert K.launch_config(1024) == (4, 256)
-    assert K.launch_config(1025) == (5, 256)
-    assert K.launch_config(2**28) == (2**20, 256)
-    assert K.launch_config(0) == (1, 256)
+    assert CM.launch_config(1000) == (4, 256)
+    assert CM.launch_config(1024) == (4, 256)
+    assert CM.launch_config(1025) == (5, 256)
+    assert CM.launch_config(2**28) == (2**20, 256)
+    assert CM.launch_config(0) == (1, 256)
     with pytest.raises(ValueError):
-        K.launch_config(10, 0)
-
-
-def test_occupancy_matches_the_cuda_occupancy_calculator_on_hopper():
-    # 32 registers, 256 threads: 8 blocks fill all 64 warps.
-    o = K.occupancy(256, 32)
-    assert (o.blocks_per_sm, o.active_warps, o.fraction, o.limiter) == (8, 64, 1.0, "threads")
-    # 33 registers round up to 40 per thread (1280 per warp); each quarter of the register file (16384) holds
-    # 12 such warps, so 48 warps per SM: 12 blocks of 4 warps, 24 blocks of 2 warps (75%, not 51/64).
-    assert K.occupancy(128, 33).blocks_per_sm == 12
-    assert K.occupancy(64, 40).blocks_per_sm == 24 and K.occupancy(64, 40).fraction == 0.75
-    # 168 registers: 5376 per warp, 3 warps per quarter -> 12 warps: one block of 256 (8 warps), none of 512
-    assert K.occupancy(256, 168).blocks_per_sm == 1 and not K.occupancy(512, 168).launchable
-    # manyRegs on sm_90 (167 registers): 3 warps per quarter, so at most 12 warps = 384 threads per block.
-    assert K.occupancy(384, 167).launchable and not K.occupancy(416, 167).launchable
-    # 64 registers: half the warps at any block size; block 32 hits the 32-blocks-per-SM limit.
-    assert K.occupancy(1024, 64).fraction == 0.5
-    assert K.occupancy(32, 16).limiter == "blocks" and K.occupancy(32, 16).fraction == 0.5
-    # The seed's "block too large": 65+ registers x 1024 threads do not fit in one SM's 64K registers.
-    big = K.occupancy(1024, 65)
-    assert not big.launchable and "cannot launch" in big.limiter
-    assert K.occupancy(256, 65).launchable
-    assert not K.occupancy(1025, 16).launchable
-
-
-def test_occupancy_shared_memory_limit():
-    o = K.occupancy(128, 32, smem_per_block=100 * 1024)  # + 1 KB reserved per block: 2 fit in 228 KB
-    assert o.blocks_per_sm == 2 and o.limiter == "shared memory"
-    assert K.occupancy(128, 32, smem_per_block=114 * 1024).blocks_per_sm == 1
-
-
-def test_spill_reservation_scales_with_resident_threads():
-    # 512 bytes of local memory per thread on 132 SMs x 2048 threads: about 138 MB of device memory.
-    assert K.spill_reservation_bytes(512) == 512 * 2048 * 132
+        CM.launch_config(10, 0)
 
 
 def test_bandwidth_counts_bytes_per_second():
-    assert K.vec_add_bytes(2**28) == 3 * 2**30
-    assert K.bandwidth_gbps(3 * 10**9, 1000.0) == pytest.approx(3.0)
-    with pytest.raises(ValueError):
-        K.bandwidth_gbps(1, 0)
+    assert timing.bandwidth_gbps(3 * 10**9, 1.0) == pytest.approx(3.0)
+    assert timing.bandwidth_gbps(3 * 2**28 * 4, 0.75e-3) == pytest.approx(3 * 2**30 / 0.75e-3 / 1e9)
+    with pytest.raises(ValueError, match="positive"):
+        timing.bandwidth_gbps(1, 0)
 
 
-def test_source_shows_the_seed_kernel_once():
-    assert "if i < n:" in K.source(K.vec_add)
-    assert "vecAdd<<<" not in K.SEED_VEC_ADD_SRC
-    assert "C[i] = A[i] + B[i];" in K.SEED_VEC_ADD_SRC and "if (i < N)" in K.SEED_VEC_ADD_SRC
-
-
-def test_time_gpu_returns_one_time_per_repeat():
+def test_time_gpu_returns_one_duration_in_seconds_per_repeat():
     n = 64
     a, b = _inputs(n)
     da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
-    times = K.time_gpu(lambda: K.vec_add[1, 64](da, db, dc, n), repeats=3, warmup=1)
-    assert len(times) == 3 and all(t > 0 for t in times)
-    with pytest.raises(ValueError):
-        K.time_gpu(lambda: None, repeats=1, library="opencl")
+    times_s = timing.time_gpu(lambda: CM.vec_add[1, 64](da, db, dc, n), repeats=3, warmup=1)
+    assert len(times_s) == 3 and all(0 < t < 60 for t in times_s)   # seconds, not milliseconds
+    np.testing.assert_array_equal(dc.copy_to_host(), a + b)
+    timing.synchronize()
+    with pytest.raises(ValueError, match="'numba', 'cupy', 'torch'"):
+        timing.time_gpu(lambda: None, repeats=1, library="opencl")
+    with pytest.raises(ValueError, match="repeats >= 1"):
+        timing.time_gpu(lambda: None, repeats=0)
+
+
+def test_time_gpu_in_the_simulator_times_the_call_itself():
+    if not SIMULATOR:
+        pytest.skip("the simulator's wall-clock path")
+    import time
+    times_s = timing.time_gpu(lambda: time.sleep(0.02), repeats=2, warmup=0)
+    assert all(t >= 0.02 for t in times_s)
 
 
 @pytest.mark.skipif(ENV.cupy, reason="CPU-only behaviour")
 def test_cupy_kernels_say_they_need_a_gpu_without_one():
     import cupy
-    with pytest.raises(Exception):
-        K.vec_add_cupy_raw(cupy.zeros(4, dtype=np.float32), cupy.zeros(4, dtype=np.float32))
+    from cupy_backends.cuda.api.runtime import CUDARuntimeError
+    with pytest.raises(CUDARuntimeError):
+        CK.vec_add_cupy_raw(cupy.zeros(4, dtype=np.float32), cupy.zeros(4, dtype=np.float32))
+
+
+def test_cupy_kernel_sources_keep_the_seeds_kernel_and_name_what_cupy_looks_up():
+    assert "C[i] = A[i] + B[i];" in CK.SEED_VEC_ADD_SRC and "if (i < N)" in CK.SEED_VEC_ADD_SRC
+    for src, name in [(CK.SEED_VEC_ADD_SRC, "vecAdd"), (CK.FAST_VEC_ADD_SRC, "vecAddFast"),
+                      (CK.GRID_STRIDE_VEC_ADD_SRC, "vecAddGridStride"), (CK.MANY_REGS_SRC, "manyRegs")]:
+        assert f' {name}(' in src and 'extern "C"' in src  # unmangled, so RawKernel(src, name) finds it
 
 
 @pytest.mark.skipif(not ENV.cupy, reason="needs a GPU")
@@ -201,16 +193,16 @@ def test_cupy_kernels_equal_numpy(n):
     import cupy as cp
     a, b = _inputs(n)
     ca, cb = cp.asarray(a), cp.asarray(b)
-    for fn in (K.vec_add_cupy_raw, K.vec_add_cupy_elementwise, K.vec_add_cupy_fast, K.vec_add_cupy_grid_stride):
+    for fn in (CK.vec_add_cupy_raw, CK.vec_add_cupy_elementwise, CK.vec_add_cupy_fast, CK.vec_add_cupy_grid_stride):
         np.testing.assert_array_equal(cp.asnumpy(fn(ca, cb)), a + b)
     # the N % 4 tail is written, and nothing past n
     buf = cp.full(n + 8, -1.0, dtype=cp.float32)
-    K.vec_add_cupy_fast(ca, cb, buf[:n])
+    CK.vec_add_cupy_fast(ca, cb, buf[:n])
     np.testing.assert_array_equal(cp.asnumpy(buf[:n]), a + b)
     assert bool((buf[n:] == -1.0).all())
     # a view that is not 16-byte aligned falls back instead of faulting
     if n > 2:
-        for fn in (K.vec_add_cupy_fast, K.vec_add_cupy_grid_stride):
+        for fn in (CK.vec_add_cupy_fast, CK.vec_add_cupy_grid_stride):
             np.testing.assert_array_equal(cp.asnumpy(fn(ca[1:], cb[1:])), a[1:] + b[1:])
 
 
@@ -281,7 +273,7 @@ def test_whoami_kernel_agrees_with_the_thread_index_arithmetic():
     from mgpu_helpers.widgets import thread_index as ti
     grid, block = 3, 40
     ids = [cuda.device_array(grid * block, dtype=np.int32) for _ in range(5)]
-    K.whoami[grid, block](*ids)
+    CM.whoami[grid, block](*ids)
     block_idx, thread_idx, global_idx, warp, lane = (d.copy_to_host() for d in ids)
     tm = ti.thread_map(grid, block, n=100)
     np.testing.assert_array_equal(global_idx, tm.global_idx)
@@ -296,23 +288,23 @@ def test_branch_kernel_matches_its_numpy_reference(uniform):
     n, block, iters = 300, 64, 5
     x0 = np.linspace(0, 1, n, dtype=np.float32)
     d = cuda.to_device(x0)
-    K.branch_work[K.launch_config(n, block)](d, iters, uniform)
-    want = K.branch_reference(x0, iters, uniform, block)
+    CM.branch_work[CM.launch_config(n, block)](d, iters, uniform)
+    want = CM.branch_reference(x0, iters, uniform, block)
     np.testing.assert_allclose(d.copy_to_host(), want, rtol=1e-5)
     # the two groupings really send different threads down different paths
-    assert not np.allclose(want, K.branch_reference(x0, iters, not uniform, block))
+    assert not np.allclose(want, CM.branch_reference(x0, iters, not uniform, block))
 
 
 def test_launch_checked_refuses_1025_threads_on_every_machine():
     d = cuda.to_device(np.zeros(4, np.float32))
     with pytest.raises(ValueError, match="1..1024"):
-        K.launch_checked(K.vec_add, 1, 1025, d, d, d, 4)
+        CM.launch_checked(CM.vec_add, 1, 1025, d, d, d, 4)
     with pytest.raises(ValueError, match="at least one block"):
-        K.check_launch(0, 32)
-    K.launch_checked(K.vec_add, 1, 32, d, d, d, 4)  # a good launch passes
+        CM.check_launch(0, 32)
+    CM.launch_checked(CM.vec_add, 1, 32, d, d, d, 4)  # a good launch passes
 
 
-@pytest.mark.parametrize("launch", [K.vec_add_fast_launch, K.vec_add_grid_stride_launch])
+@pytest.mark.parametrize("launch", [CK.vec_add_fast_launch, CK.vec_add_grid_stride_launch])
 def test_fast_launch_rejects_arrays_of_different_lengths(launch):
     with pytest.raises(ValueError, match="differ"):
         launch(cuda.to_device(np.zeros(4, np.float32)), cuda.to_device(np.zeros(5, np.float32)),
@@ -332,6 +324,6 @@ def test_bandwidth_figure_has_one_bar_per_kernel_and_a_line_per_ceiling():
 
 def test_branch_reference_of_a_sample_equals_the_full_reference():
     x0 = np.linspace(0, 1, 600, dtype=np.float32)
-    full = K.branch_reference(x0, 6, False, 128)
+    full = CM.branch_reference(x0, 6, False, 128)
     idx = np.array([0, 1, 127, 128, 129, 599])
-    np.testing.assert_array_equal(K.branch_reference(x0[idx], 6, False, 128, index=idx), full[idx])
+    np.testing.assert_array_equal(CM.branch_reference(x0[idx], 6, False, 128, index=idx), full[idx])

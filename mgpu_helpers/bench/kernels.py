@@ -112,9 +112,9 @@ def fast_verdict(measured: dict) -> list[str]:
     return out
 
 
-def _median_gbps(times_ms: list[float], nbytes: int) -> float:
-    from mgpu_helpers.lessons import kernels as K
-    return K.bandwidth_gbps(nbytes, statistics.median(times_ms))
+def _median_gbps(times_s: list[float], nbytes: int) -> float:
+    from mgpu_helpers.measure import timing
+    return timing.bandwidth_gbps(nbytes, statistics.median(times_s))
 
 
 def measure(n: int, repeats: int) -> dict:
@@ -124,7 +124,9 @@ def measure(n: int, repeats: int) -> dict:
     import torch
     from numba import cuda
 
-    from mgpu_helpers.lessons import kernels as K
+    from mgpu_helpers.lessons import cuda_model as CM
+    from mgpu_helpers.lessons import cupy_kernels as CK
+    from mgpu_helpers.measure.timing import time_gpu
 
     out = {}
     f32 = 4
@@ -132,8 +134,8 @@ def measure(n: int, repeats: int) -> dict:
     ta = torch.rand(n, device="cuda")
     tb = torch.rand(n, device="cuda")
     tc = torch.empty_like(ta)
-    out["torch_copy"] = _median_gbps(K.time_gpu(lambda: tc.copy_(ta), repeats, library="torch"), 2 * n * f32)
-    out["torch_add"] = _median_gbps(K.time_gpu(lambda: torch.add(ta, tb, out=tc), repeats, library="torch"),
+    out["torch_copy"] = _median_gbps(time_gpu(lambda: tc.copy_(ta), repeats, library="torch"), 2 * n * f32)
+    out["torch_add"] = _median_gbps(time_gpu(lambda: torch.add(ta, tb, out=tc), repeats, library="torch"),
                                     3 * n * f32)
     assert torch.equal(tc, ta + tb), "torch.add gave a wrong result"
     del ta, tb, tc
@@ -145,16 +147,16 @@ def measure(n: int, repeats: int) -> dict:
     cc = cp.empty_like(ca)
     want = ca + cb
     cupy_rows = {
-        "cupy_raw": lambda: K.vec_add_cupy_raw(ca, cb, cc, block=256),
-        "cupy_elementwise": lambda: K.vec_add_cupy_elementwise(ca, cb, cc),
-        "cupy_grid_stride": lambda: K.vec_add_cupy_grid_stride(ca, cb, cc),
-        "cupy_fast": lambda: K.vec_add_cupy_fast(ca, cb, cc),
+        "cupy_raw": lambda: CK.vec_add_cupy_raw(ca, cb, cc, block=256),
+        "cupy_elementwise": lambda: CK.vec_add_cupy_elementwise(ca, cb, cc),
+        "cupy_grid_stride": lambda: CK.vec_add_cupy_grid_stride(ca, cb, cc),
+        "cupy_fast": lambda: CK.vec_add_cupy_fast(ca, cb, cc),
     }
     for key, fn in cupy_rows.items():
         cc.fill(0)
         fn()
         assert bool(cp.array_equal(cc, want)), f"{key} gave a wrong result"
-        out[key] = _median_gbps(K.time_gpu(fn, repeats, library="cupy"), 3 * n * f32)
+        out[key] = _median_gbps(time_gpu(fn, repeats, library="cupy"), 3 * n * f32)
 
     # Numba: its own arrays (device-to-device copies of the CuPy inputs), checked against the same sum.
     cp.cuda.Device().synchronize()
@@ -163,19 +165,19 @@ def measure(n: int, repeats: int) -> dict:
     dc = cuda.device_array(n, dtype=np.float32)
     da.copy_to_device(cuda.as_cuda_array(ca, sync=False))
     db.copy_to_device(cuda.as_cuda_array(cb, sync=False))
-    numba_rows = {f"numba_bs{b}": (lambda b=b: K.vec_add[K.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
-    K.vec_add_grid_stride_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
-    wave = K.one_wave_grid(K.vec_add_grid_stride)
-    numba_rows["numba_grid_stride"] = lambda: K.vec_add_grid_stride_launch(da, db, dc, grid=wave)
-    full = K.fast_launch_grid(n)
-    numba_rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc, grid=full)
+    numba_rows = {f"numba_bs{b}": (lambda b=b: CM.vec_add[CM.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
+    CK.vec_add_grid_stride_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
+    wave = CK.one_wave_grid(CK.vec_add_grid_stride)
+    numba_rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc, grid=wave)
+    full = CK.fast_launch_grid(n)
+    numba_rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)
     for key, fn in numba_rows.items():
         cp.asarray(dc).fill(0)
         cuda.synchronize()
         fn()
         cuda.synchronize()
         assert bool(cp.array_equal(cp.asarray(dc), want)), f"{key} gave a wrong result"
-        out[key] = _median_gbps(K.time_gpu(fn, repeats, library="numba"), 3 * n * f32)
+        out[key] = _median_gbps(time_gpu(fn, repeats, library="numba"), 3 * n * f32)
     return out
 
 
@@ -189,22 +191,24 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     import cupy as cp
     from numba import cuda
 
-    from mgpu_helpers.lessons import kernels as K
+    from mgpu_helpers.lessons import cuda_model as CM
+    from mgpu_helpers.lessons import cupy_kernels as CK
+    from mgpu_helpers.measure.timing import time_gpu
 
     a = cp.random.random(n, dtype=cp.float32)
     b = cp.random.random(n, dtype=cp.float32)
     c = cp.empty_like(a)
     want = a + b
-    nbytes = K.vec_add_bytes(n)
-    out = {"copy": _median_gbps(K.time_gpu(lambda: cp.copyto(c, a), repeats, library="cupy"), 2 * n * 4),
+    nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
+    out = {"copy": _median_gbps(time_gpu(lambda: cp.copyto(c, a), repeats, library="cupy"), 2 * n * 4),
            "raw": {}, "numba": {}, "elementwise": {}}
-    ew = K.cupy_kernels().elementwise
+    ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
     for bs in blocks:
         runs = {
-            "raw": lambda: K.vec_add_cupy_raw(a, b, c, block=bs),
+            "raw": lambda: CK.vec_add_cupy_raw(a, b, c, block=bs),
             "elementwise": lambda: ew(a, b, c, block_size=bs),
-            "numba": lambda: K.vec_add[K.launch_config(n, bs)](da, db, dc, n),
+            "numba": lambda: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n),
         }
         for name, fn in runs.items():
             c.fill(0)
@@ -212,7 +216,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
             cp.cuda.Device().synchronize()
             assert bool(cp.array_equal(c, want)), f"{name} at block {bs} gave a wrong result"
             lib = "numba" if name == "numba" else "cupy"
-            out[name][bs] = _median_gbps(K.time_gpu(fn, repeats, library=lib), nbytes)
+            out[name][bs] = _median_gbps(time_gpu(fn, repeats, library=lib), nbytes)
     return out
 
 
@@ -222,23 +226,25 @@ def smoke(n: int) -> dict:
     import numpy as np
     from numba import cuda
 
-    from mgpu_helpers.lessons import kernels as K
+    from mgpu_helpers.lessons import cuda_model as CM
+    from mgpu_helpers.lessons import cupy_kernels as CK
+    from mgpu_helpers.measure.timing import time_gpu
 
     rng = np.random.default_rng(0)
     a = rng.random(n, dtype=np.float32)
     b = rng.random(n, dtype=np.float32)
     da, db = cuda.to_device(a), cuda.to_device(b)
     dc = cuda.device_array(n, dtype=np.float32)
-    rows = {f"numba_bs{bs}": (lambda bs=bs: K.vec_add[K.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
-    rows["numba_grid_stride"] = lambda: K.vec_add_grid_stride_launch(da, db, dc)
-    rows["numba_fast"] = lambda: K.vec_add_fast_launch(da, db, dc)
+    rows = {f"numba_bs{bs}": (lambda bs=bs: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
+    rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc)
+    rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc)
     out = {}
     for key, fn in rows.items():
         dc.copy_to_device(np.zeros(n, np.float32))
-        ms = K.time_gpu(fn, repeats=1, warmup=0)
+        times_s = time_gpu(fn, repeats=1, warmup=0)
         if not np.array_equal(dc.copy_to_host(), a + b):
             raise AssertionError(f"{key}: wrong result in the simulator")
-        out[key] = K.bandwidth_gbps(3 * n * 4, statistics.median(ms))
+        out[key] = _median_gbps(times_s, 3 * n * 4)
     return out
 
 

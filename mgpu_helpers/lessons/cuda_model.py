@@ -1,0 +1,165 @@
+# Generated from notebooks/01_cuda_model.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in notebooks/01_cuda_model.ipynb (01 CUDA 编程模型：用 Numba 写 Kernel).
+
+Each block below is one `#| export` cell of that notebook, in order."""
+
+from numba import cuda
+
+
+@cuda.jit
+def whoami(block_idx, thread_idx, global_idx, warp, lane):
+    """Each thread writes down who it is: blockIdx.x, threadIdx.x, its global index, its warp in the block and
+    its lane in the warp. No bounds check needed: the arrays have one slot per launched thread."""
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    block_idx[i] = cuda.blockIdx.x
+    thread_idx[i] = cuda.threadIdx.x
+    global_idx[i] = i
+    warp[i] = cuda.threadIdx.x // cuda.warpsize
+    lane[i] = cuda.threadIdx.x % cuda.warpsize
+
+
+def launch_config(n: int, block: int = 256) -> tuple[int, int]:
+    """The seed's launch ``<<<(N+255)/256, 256>>>`` for any block size: (blocks, threads per block).
+
+    Enough blocks that blocks * block >= n (at least one); the last block may have idle threads, which the
+    kernel's bounds check keeps away from memory past the end.
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, not {block}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    return max(1, (n + block - 1) // block), block
+
+
+import numpy as np
+from numba import cuda
+
+# float32 constants: a bare 0.999 would be a float64 literal and turn the whole loop into float64 arithmetic.
+MUL, ADD, HALF, EIGHTH = np.float32(0.999), np.float32(0.25), np.float32(0.5), np.float32(0.125)
+
+
+@cuda.jit
+def branch_work(out, iters, warp_uniform):
+    """SIMT demo: half the threads take path A, half path B, with the same work per thread either way.
+
+    ``warp_uniform`` false: the choice is threadIdx.x's parity, so every warp holds both kinds of thread and
+    runs path A and then path B with half its lanes masked each time. True: the choice is the warp's parity, so
+    each warp runs one path only. On a GPU the multiply-adds are fused (FMA), so results differ from NumPy's
+    in the last bits.
+    """
+    i = cuda.grid(1)
+    if i >= out.size:
+        return
+    key = cuda.threadIdx.x // cuda.warpsize if warp_uniform else cuda.threadIdx.x
+    x = out[i]
+    if key % 2 == 0:
+        for _ in range(iters):
+            x = x * MUL + ADD           # path A: multiply-add
+    else:
+        for _ in range(iters):
+            x = x * x * HALF + EIGHTH   # path B: square, then multiply-add
+    out[i] = x
+
+
+def branch_reference(x0, iters: int, warp_uniform: bool, block: int, index=None):
+    """What :func:`branch_work` computes, in NumPy (float32, unfused multiply-adds).
+
+    ``x0``: the starting values; ``index``: their global thread indices (default 0..len-1), so a sample of a
+    large launch can be checked without computing all of it."""
+    t = (np.arange(x0.size) if index is None else np.asarray(index)) % block
+    key = t // 32 if warp_uniform else t
+    x = x0.astype(np.float32).copy()
+    a, b = key % 2 == 0, key % 2 == 1
+    for _ in range(iters):
+        x[a] = x[a] * MUL + ADD
+        x[b] = x[b] * x[b] * HALF + EIGHTH
+    return x
+
+
+from numba import cuda
+
+
+@cuda.jit
+def vec_add(a, b, c, n):
+    """The seed's vecAdd: one thread per element, threads past the end do nothing."""
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+import time
+
+import numpy as np
+from numba import cuda
+
+
+def vec_add_numba(h_a, h_b, block: int = 256, kernel=None):
+    """The seed's ``main()`` in Numba: allocate on the device, copy in, launch, copy back.
+
+    ``h_a``, ``h_b``: 1-D host arrays of one length and dtype; ``kernel`` defaults to :func:`vec_add`.
+    Returns ``(h_c, seconds)``: the result and a dict with the seconds of each step (``alloc_s``,
+    ``copy_in_s``, ``kernel_s``, ``copy_out_s``) and of NumPy's ``a + b`` on the host (``numpy_s``).
+    """
+    if h_a.shape != h_b.shape or h_a.ndim != 1:
+        raise ValueError(f"need two 1-D arrays of one length, got {h_a.shape} and {h_b.shape}")
+    kernel = vec_add if kernel is None else kernel
+    n = h_a.size
+    grid, block = launch_config(n, block)
+    marks = [time.perf_counter()]
+
+    def mark():                                      # wait for the GPU, then note the time
+        cuda.synchronize()
+        marks.append(time.perf_counter())
+
+    d_a = cuda.device_array(n, dtype=h_a.dtype)      # cudaMalloc(&d_A, N * sizeof(float))
+    d_b = cuda.device_array(n, dtype=h_b.dtype)
+    d_c = cuda.device_array(n, dtype=h_a.dtype)
+    mark()
+    d_a.copy_to_device(h_a)                          # cudaMemcpy(d_A, h_A, ..., cudaMemcpyHostToDevice)
+    d_b.copy_to_device(h_b)
+    mark()
+    kernel[grid, block](d_a, d_b, d_c, n)            # vecAdd<<<(N+255)/256, 256>>>(d_A, d_B, d_C, N)
+    mark()
+    h_c = d_c.copy_to_host()                         # cudaMemcpy(h_C, d_C, ..., cudaMemcpyDeviceToHost)
+    mark()
+    t0 = time.perf_counter()
+    np.add(h_a, h_b)
+    numpy_s = time.perf_counter() - t0
+    steps = ("alloc_s", "copy_in_s", "kernel_s", "copy_out_s")
+    seconds = {name: marks[k + 1] - marks[k] for k, name in enumerate(steps)}
+    seconds["numpy_s"] = numpy_s
+    return h_c, seconds
+
+
+from numba import cuda
+
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def check_launch(grid: int, block: int, max_threads_per_block: int = MAX_THREADS_PER_BLOCK) -> None:
+    """Refuse a launch configuration the hardware will refuse, with a message that says why.
+
+    The same check on every machine: the CUDA simulator does not enforce the 1024-threads-per-block limit,
+    a real GPU does (the driver returns CUDA_ERROR_INVALID_VALUE, the C runtime cudaErrorInvalidConfiguration)."""
+    if not 1 <= block <= max_threads_per_block:
+        raise ValueError(f"block of {block} threads: a block holds 1..{max_threads_per_block} threads")
+    if grid < 1:
+        raise ValueError(f"grid of {grid} blocks: launch at least one block")
+
+
+def launch_checked(kernel, grid: int, block: int, *args) -> None:
+    """Check the configuration, launch, then synchronize, so that an error raised while the kernel runs
+    surfaces at this call and not at some later, unrelated one."""
+    check_launch(grid, block)
+    kernel[grid, block](*args)
+    cuda.synchronize()
+
+
+from numba import cuda
+
+
+@cuda.jit
+def vec_add_unchecked(a, b, c):
+    """vecAdd WITHOUT the bounds check: every launched thread touches a[i], b[i], c[i]. Do not copy."""
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c[i] = a[i] + b[i]

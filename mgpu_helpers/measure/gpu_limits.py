@@ -1,0 +1,81 @@
+"""What the current GPU and its compiler report: per-SM limits, a kernel's registers, the driver's occupancy.
+
+The arithmetic on these numbers is pure and lives in :mod:`mgpu_helpers.models.occupancy`; this module only
+asks the device (through Numba or CuPy). Import after ``mh.setup()``. Without a GPU the Numba queries answer
+with the Hopper defaults (:data:`~mgpu_helpers.models.occupancy.HOPPER`) or ``None``; the CuPy ones need a GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+from mgpu_helpers.models.occupancy import HOPPER, SmLimits
+
+
+def _simulator() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def device_limits() -> SmLimits:
+    """The current GPU's per-SM limits read through Numba (the Hopper defaults in the simulator)."""
+    if _simulator():
+        return HOPPER
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    return SmLimits(
+        regs_per_sm=dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
+        regs_per_block=dev.MAX_REGISTERS_PER_BLOCK,
+        max_threads_per_sm=dev.MAX_THREADS_PER_MULTIPROCESSOR,
+        max_blocks_per_sm=dev.MAX_BLOCKS_PER_MULTIPROCESSOR,
+        max_threads_per_block=dev.MAX_THREADS_PER_BLOCK,
+        smem_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+        warp_size=dev.WARP_SIZE,
+        sm_count=dev.MULTIPROCESSOR_COUNT,
+    )
+
+
+def numba_regs_per_thread(kernel) -> int | None:
+    """Registers per thread of a Numba kernel's (first) compiled version; None in the simulator or before the
+    kernel has been compiled (launch it once first)."""
+    if _simulator() or not getattr(kernel, "overloads", None):
+        return None
+    regs = kernel.get_regs_per_thread()
+    if isinstance(regs, dict):
+        regs = next(iter(regs.values()))
+    return int(regs)
+
+
+def cupy_limits() -> SmLimits:
+    """The current GPU's per-SM limits read through CuPy (needs a GPU)."""
+    import cupy as cp
+
+    return _cupy_limits(cp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_limits(device_id: int) -> SmLimits:
+    import cupy as cp
+
+    at = cp.cuda.Device(device_id).attributes
+    h = HOPPER
+    return SmLimits(
+        regs_per_sm=at.get("MaxRegistersPerMultiprocessor", h.regs_per_sm),
+        regs_per_block=at.get("MaxRegistersPerBlock", h.regs_per_block),
+        max_threads_per_sm=at.get("MaxThreadsPerMultiProcessor", h.max_threads_per_sm),
+        max_blocks_per_sm=at.get("MaxBlocksPerMultiprocessor", h.max_blocks_per_sm),
+        max_threads_per_block=at.get("MaxThreadsPerBlock", h.max_threads_per_block),
+        smem_per_sm=at.get("MaxSharedMemoryPerMultiprocessor", h.smem_per_sm),
+        smem_reserved_per_block=at.get("ReservedSharedMemoryPerBlock", h.smem_reserved_per_block),
+        warp_size=at.get("WarpSize", h.warp_size),
+        sm_count=at["MultiProcessorCount"],
+    )
+
+
+def cupy_driver_blocks_per_sm(kernel, block: int, smem_per_block: int = 0) -> int:
+    """The driver's own occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor) for a compiled CuPy
+    ``RawKernel`` at ``block`` threads per block: to check :func:`~mgpu_helpers.models.occupancy.occupancy`."""
+    from cupy_backends.cuda.api import driver
+
+    return driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, smem_per_block)

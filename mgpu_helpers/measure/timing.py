@@ -1,0 +1,82 @@
+"""Timing GPU work from Python: CUDA events around a call, in seconds, and the bandwidth it implies.
+
+Import after ``mh.setup()`` (numba is imported inside the functions, but whoever imports numba first decides
+whether the CUDA simulator is on). In the simulator there are no CUDA events: :func:`time_gpu` falls back to
+wall-clock time of the call, which measures Python running every thread, not a GPU.
+"""
+from __future__ import annotations
+
+import time
+
+LIBRARIES = ("numba", "cupy", "torch")
+
+
+def simulator() -> bool:
+    """True when Numba runs kernels in its CUDA simulator (CPU mode)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def synchronize(library: str = "numba") -> None:
+    """Wait until the GPU has finished all queued work of ``library`` (a no-op in the simulator)."""
+    _event_api(library)[1]()
+
+
+def time_gpu(fn, repeats: int = 20, warmup: int = 2, library: str = "numba") -> list[float]:
+    """Seconds of ``fn()``, one per repeat, measured with CUDA events of ``library``.
+
+    ``library`` is "numba", "cupy" or "torch": whose events bracket the call (all three use the legacy default
+    stream here). Each repeat first queues an untimed ``fn()`` and then records start, ``fn()``, stop: the
+    timed launch is queued while the untimed one still runs, so the time measures the kernel, not the
+    Python-side launch cost (tens of microseconds in Numba) that an idle GPU would otherwise wait through.
+    In the Numba simulator (no GPU), wall-clock seconds of ``fn()`` are used instead.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, not repeats={repeats}, warmup={warmup}")
+    make_event, sync, elapsed_s = _event_api(library)
+    if library == "numba" and simulator():
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return out
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeats):
+        start, stop = make_event(), make_event()
+        fn()  # keeps the GPU busy while the timed launch is queued
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        out.append(elapsed_s(start, stop))
+    return out
+
+
+def _event_api(library: str):
+    """(make an event, synchronize the device, seconds between two recorded events) for ``library``."""
+    if library == "numba":
+        from numba import cuda
+        return cuda.event, cuda.synchronize, lambda s, e: s.elapsed_time(e) * 1e-3
+    if library == "cupy":
+        import cupy
+        return (cupy.cuda.Event, lambda: cupy.cuda.Device().synchronize(),
+                lambda s, e: cupy.cuda.get_elapsed_time(s, e) * 1e-3)
+    if library == "torch":
+        import torch
+        return (lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize,
+                lambda s, e: s.elapsed_time(e) * 1e-3)
+    raise ValueError(f"library must be one of {', '.join(repr(x) for x in LIBRARIES)}, not {library!r}")
+
+
+def bandwidth_gbps(nbytes: int, time_s: float) -> float:
+    """Effective bandwidth in GB/s (1e9 bytes per second): bytes read + written over the time in seconds."""
+    if time_s <= 0:
+        raise ValueError(f"time must be positive, not {time_s} s")
+    return nbytes / time_s / 1e9
