@@ -215,10 +215,18 @@ def test_every_exercise_function_is_stubbed_in_its_exercise_notebook():
 # Both ways: the solution passes, the untouched stub fails with the "not done" message.
 
 
+# Checkers that need a GPU (CuPy cannot run without one): on a CPU they say they skipped, and still fail the stub.
+NEEDS_GPU = {"check_saxpy_cupy"}
+
+
 @pytest.mark.parametrize("notebook,checker,fn", PAIRS, ids=[f"{c}" for _, c, _ in PAIRS])
 def test_solution_passes_its_checker(notebook, checker, fn, capsys):
     getattr(checks, checker)(_function(notebook, fn, stub=False))
-    assert capsys.readouterr().out.startswith("通过：")
+    out = capsys.readouterr().out
+    if checker in NEEDS_GPU and not ENV.cupy:
+        assert out.startswith("跳过：") and "需要 GPU" in out and "还没有被检查" in out, out
+    else:
+        assert out.startswith("通过："), out
 
 
 @pytest.mark.parametrize("notebook,checker,fn", PAIRS, ids=[f"{c}" for _, c, _ in PAIRS])
@@ -267,6 +275,47 @@ def test_swapped_rows_and_columns_in_the_2d_kernel_are_found():
 
     with pytest.raises(checks.CheckFailed, match=r"矩阵 \d+ 行 x \d+ 列.*第 \[\d+, \d+\] 个元素应当是"):
         checks.check_matrix_add(swapped)
+
+
+def test_occupancy_without_rounding_registers_per_warp_names_the_case():
+    def unrounded(block, regs_per_thread, limits):
+        warps = -(-block // 32)
+        if block > limits.max_threads_per_block:
+            return 0
+        by_regs = limits.regs_per_sm // (regs_per_thread * 32) // warps
+        return min(limits.max_threads_per_sm // 32 // warps, limits.max_blocks_per_sm, by_regs)
+
+    with pytest.raises(checks.CheckFailed, match=r"block = \d+，每线程 \d+ 个寄存器：应当是 \d+ 个 Block/SM.*取整后是 \d+ 个"):
+        checks.check_blocks_per_sm(unrounded)
+
+
+def test_one_wave_given_as_the_sm_count_says_what_is_missing():
+    with pytest.raises(checks.CheckFailed, match=r"一波应当是 \d+ 个 Block.*是 SM 的个数.*还要乘上它"):
+        checks.check_one_wave_blocks(lambda sm_count, regs_per_thread, limits: sm_count)
+
+
+def test_cupy_checker_fails_the_stub_without_running_it_even_without_a_gpu():
+    stub = _by_value('''
+        def saxpy_cupy(alpha, x, y):
+            raise NotImplementedError("练习：补全这里（约 3 行）")
+        ''', "saxpy_cupy")
+    with pytest.raises(checks.CheckFailed, match="这个练习还没有完成"):
+        checks.check_saxpy_cupy(stub)
+
+
+@pytest.mark.skipif(not ENV.cupy, reason="needs a GPU: CuPy runs the kernel")
+def test_alpha_passed_as_a_python_float_is_explained():
+    wrong = _by_value('''
+        def double_alpha(alpha, x, y):
+            import cupy as cp, numpy as np
+            src = 'extern "C" __global__ void s(float a, const float* x, float* y, int n) {' \\
+                  ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }'
+            n = y.size
+            cp.RawKernel(src, "s")(((n + 255) // 256,), (256,), (alpha, x, y, np.int32(n)))
+            return y
+        ''', "double_alpha")
+    with pytest.raises(checks.CheckFailed, match="np.float32"):
+        checks.check_saxpy_cupy(wrong)
 
 
 def test_floor_division_in_launch_shape_is_explained():

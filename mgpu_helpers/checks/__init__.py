@@ -18,6 +18,9 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex01 | :func:`check_vec_add` | a Numba kernel ``(a, b, c, n)``: global index + bounds check |
 | ex01 | :func:`check_matrix_add` | a Numba kernel ``(a, b, c, rows, cols)``: 2D index + bounds check |
 | ex01 | :func:`check_grid_stride_add` | a Numba kernel ``(a, b, c, n)``: grid-stride loop |
+| ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)`` with a CuPy RawKernel (needs a GPU; says so without) |
+| ex02 | :func:`check_blocks_per_sm` | ``blocks_per_sm(block, regs_per_thread, limits)``: the occupancy arithmetic |
+| ex02 | :func:`check_one_wave_blocks` | the number of blocks in one wave on this machine (number first) |
 | ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with ordered blocking send/recv |
 | ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum by passing round the ring |
 | ex05 | :func:`check_broadcast` | ``broadcast_p2p(rank, world_size, x, src)`` from send/recv |
@@ -45,6 +48,10 @@ __getattr__, __dir__, __all__ = attach(
         "check_vec_add": "kernels",
         "check_grid_stride_add": "kernels",
         "check_matrix_add": "kernels",
+        "check_saxpy_cupy": "kernels",
+        "check_blocks_per_sm": "kernels",
+        "check_one_wave_blocks": "kernels",
+        "one_wave_facts": "kernels",
         "check_pass_right": "p2p",
         "check_ring_sum": "p2p",
         "check_broadcast": "collectives",

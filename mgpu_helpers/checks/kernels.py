@@ -125,3 +125,168 @@ def check_matrix_add(kernel) -> None:
             hint = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。"
         compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, hint)
     passed("二维 Kernel 在 " + "、".join(f"{r}x{c}" for r, c in shapes) + " 的矩阵上与 NumPy 一致，矩阵外没有被写。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex02: a CuPy RawKernel, the occupancy arithmetic, one wave of blocks on this machine.
+
+SKIPPED = "跳过"
+
+
+def skipped(text: str) -> None:
+    """Say that a check could not run here and why: it is not a pass."""
+    print(f"{SKIPPED}：{text}")
+
+
+def cupy_usable() -> bool:
+    """True when CuPy can reach a GPU (CuPy imports without one, but every allocation then fails)."""
+    try:
+        import cupy
+        from cupy_backends.cuda.api.runtime import CUDARuntimeError
+    except ImportError:
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except CUDARuntimeError:
+        return False
+
+
+def check_saxpy_cupy(fn) -> None:
+    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, returns y.
+
+    Needs a GPU: without one the stub still fails, and a written function is reported as not checked."""
+    what = "saxpy_cupy 要用 RawKernel 算出 alpha * x + y"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    if not cupy_usable():
+        skipped("这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
+                "你的 saxpy_cupy 还没有被运行过，也就还没有被检查；在有 GPU 的机器上重新运行这一格。")
+        return
+    import cupy as cp
+
+    rng = new_rng()
+    sizes = [1, int(rng.integers(2, 255)), int(rng.integers(257, 5000)), 256 * int(rng.integers(2, 9))]
+    for n in sizes:
+        alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))      # exact in float32: sums stay exact
+        x = int_values(rng, n)
+        y0 = int_values(rng, n + PAD)
+        d_x = cp.asarray(x)
+        d_buf = cp.asarray(y0)
+        where = f"n = {n}，alpha = {alpha}"
+        try:
+            got = call(fn, what, alpha, d_x, d_buf[:n])
+            cp.cuda.Device().synchronize()
+        except CheckFailed:
+            raise
+        except Exception as exc:
+            raise CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
+        buf = cp.asnumpy(d_buf)
+        if not np.array_equal(buf[n:], y0[n:]):
+            k = n + int(np.flatnonzero(buf[n:] != y0[n:])[0])
+            raise CheckFailed(f"{where}：下标 {k} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+                              "Kernel 里要有边界检查 if (i < n)。")
+        want = alpha * x + y0[:n]
+        got = cp.asnumpy(got) if got is not None else None
+        hint = ""
+        if got is not None and np.shape(got) == want.shape and np.mean(np.isclose(got, want)) < 0.5:
+            hint = ("所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
+                    "Python 的 float 会按 8 字节的 double 传过去。")
+        compare(got, want, where, hint)
+    passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上与 NumPy 一致，n 之后的元素没有被碰。")
+
+
+def _occupancy_cases(rng):
+    from mgpu_helpers.models import occupancy as occ
+
+    ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)   # compute capability 8.6
+    named = {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
+    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (100, 16), (1025, 16)]
+    cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
+    cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
+    return [(b, r, name, lim) for name, lim in named.items() for b, r in cases]
+
+
+def check_blocks_per_sm(fn) -> None:
+    """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), against the
+    occupancy model (:func:`mgpu_helpers.models.occupancy.occupancy`) for two kinds of SM."""
+    from mgpu_helpers.models import occupancy as occ
+
+    what = "blocks_per_sm 要算出每个 SM 同时驻留几个 Block"
+    cases = _occupancy_cases(new_rng())
+    for block, regs, name, lim in cases:
+        got = call(fn, what, block, regs, lim)
+        want = occ.occupancy(block, regs, limits=lim)
+        if got != want.blocks_per_sm:
+            warps = -(-block // lim.warp_size)
+            per_warp = -(-regs * lim.warp_size // lim.reg_alloc_unit) * lim.reg_alloc_unit
+            raise CheckFailed(
+                f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want.blocks_per_sm} 个 Block/SM"
+                f"（最先用完的是 {want.limiter.split(':')[0]}），你的函数返回 {got!r}。"
+                f"这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。")
+    passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
+
+
+def one_wave_facts() -> dict:
+    """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
+    registers per thread, per-SM limits, and where the numbers come from."""
+    from mgpu_helpers.measure import gpu_limits
+    from mgpu_helpers.models import occupancy as occ
+
+    limits = gpu_limits.device_limits()
+    regs = None
+    if not _simulator():
+        regs = _compiled_grid_stride_regs()
+    if regs is None:
+        return {"sm_count": limits.sm_count, "regs_per_thread": 32, "limits": occ.HOPPER,
+                "source": "没有 GPU：按 H200 的上限（132 个 SM）、每线程 32 个寄存器计算"
+                          "（寄存器在 32 个以内时答案相同：先用完的是线程数）"}
+    return {"sm_count": limits.sm_count, "regs_per_thread": regs, "limits": limits,
+            "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"}
+
+
+def _simulator() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def _compiled_grid_stride_regs() -> int:
+    from numba import cuda
+
+    from mgpu_helpers.lessons import cupy_kernels
+    from mgpu_helpers.measure import gpu_limits
+
+    d = cuda.device_array(4, dtype=np.float32)
+    cupy_kernels.vec_add_grid_stride_launch(d, d, d)      # compiles it, so its registers are known
+    cuda.synchronize()
+    return gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
+
+
+def check_one_wave_blocks(fn) -> None:
+    """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
+    grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
+    (GPU) or the occupancy model (no GPU)."""
+    from mgpu_helpers.models import occupancy as occ
+
+    what = "one_wave_blocks 要给出一波有几个 Block"
+    facts = one_wave_facts()
+    got = call(fn, what, facts["sm_count"], facts["regs_per_thread"], facts["limits"])
+    per_sm = occ.occupancy(256, facts["regs_per_thread"], limits=facts["limits"]).blocks_per_sm
+    model = per_sm * facts["sm_count"]
+    if _simulator():
+        want, by = model, "占用率模型"
+    else:
+        from mgpu_helpers.lessons import cupy_kernels
+        want, by = cupy_kernels.one_wave_grid(cupy_kernels.vec_add_grid_stride, 256), "驱动的占用率查询"
+    if got != want:
+        hint = ""
+        if got == facts["sm_count"]:
+            hint = f"{got} 是 SM 的个数；每个 SM 同时驻留 {per_sm} 个 Block，还要乘上它。"
+        elif got == per_sm:
+            hint = f"{got} 是每个 SM 驻留的 Block 数；一波要让全部 {facts['sm_count']} 个 SM 都坐满。"
+        elif isinstance(got, (int, np.integer)) and got == facts["sm_count"] * (2048 // 256):
+            hint = "只按线程数算了；再看看寄存器和 Block 数的上限。"
+        raise CheckFailed(f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），"
+                          f"你的答案是 {got!r}。{hint}".rstrip())
+    passed(f"一波是 {want} 个 Block（{facts['sm_count']} 个 SM × 每 SM {want // facts['sm_count']} 个），"
+           f"与{by}一致。")
