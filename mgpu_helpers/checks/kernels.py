@@ -230,11 +230,12 @@ def one_wave_facts() -> dict:
     """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
     registers per thread, per-SM limits, and where the numbers come from."""
     from mgpu_helpers.measure import gpu_limits
+    from mgpu_helpers.measure.timing import simulator
     from mgpu_helpers.models import occupancy as occ
 
     limits = gpu_limits.device_limits()
     regs = None
-    if not _simulator():
+    if not simulator():
         regs = _compiled_grid_stride_regs()
     if regs is None:
         return {"sm_count": limits.sm_count, "regs_per_thread": 32, "limits": occ.HOPPER,
@@ -242,12 +243,6 @@ def one_wave_facts() -> dict:
                           "（寄存器在 32 个以内时答案相同：先用完的是线程数）"}
     return {"sm_count": limits.sm_count, "regs_per_thread": regs, "limits": limits,
             "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"}
-
-
-def _simulator() -> bool:
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM)
 
 
 def _compiled_grid_stride_regs() -> int:
@@ -266,6 +261,7 @@ def check_one_wave_blocks(fn) -> None:
     """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
     grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
     (GPU) or the occupancy model (no GPU)."""
+    from mgpu_helpers.measure.timing import simulator
     from mgpu_helpers.models import occupancy as occ
 
     what = "one_wave_blocks 要给出一波有几个 Block"
@@ -273,7 +269,7 @@ def check_one_wave_blocks(fn) -> None:
     got = call(fn, what, facts["sm_count"], facts["regs_per_thread"], facts["limits"])
     per_sm = occ.occupancy(256, facts["regs_per_thread"], limits=facts["limits"]).blocks_per_sm
     model = per_sm * facts["sm_count"]
-    if _simulator():
+    if simulator():
         want, by = model, "占用率模型"
     else:
         from mgpu_helpers.lessons import cupy_kernels

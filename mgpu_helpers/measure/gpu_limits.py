@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import functools
 
+from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models.occupancy import HOPPER, SmLimits
-
-
-def _simulator() -> bool:
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM)
 
 
 def device_limits() -> SmLimits:
     """The current GPU's per-SM limits read through Numba (the Hopper defaults in the simulator)."""
-    if _simulator():
+    if simulator():
         return HOPPER
     from numba import cuda
 
@@ -39,7 +34,7 @@ def device_limits() -> SmLimits:
 def numba_regs_per_thread(kernel) -> int | None:
     """Registers per thread of a Numba kernel's (first) compiled version; None in the simulator or before the
     kernel has been compiled (launch it once first)."""
-    if _simulator() or not getattr(kernel, "overloads", None):
+    if simulator() or not getattr(kernel, "overloads", None):
         return None
     regs = kernel.get_regs_per_thread()
     if isinstance(regs, dict):
