@@ -8,7 +8,7 @@ from mgpu_helpers.measure import diagnose as dg
 
 def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
     with pytest.raises(mh.RankTimeout) as info:
-        mh.run_ranks(dg.mismatched_order, 2, timeout=8, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_order, 2, timeout=8, stream=False, quiet=True)
     exc = info.value
     assert exc.waiting_in[0].startswith("dist.all_reduce")
     assert exc.waiting_in[1].startswith("dist.broadcast")
@@ -21,7 +21,7 @@ def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
 
 def test_debug_mode_names_the_mismatched_collectives():
     with pytest.raises(mh.RankError) as info:
-        mh.run_ranks(dg.mismatched_order, 2, timeout=20, debug=True, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_order, 2, timeout=20, debug=True, stream=False, quiet=True)
     text = str(info.value)
     assert not isinstance(info.value, mh.RankTimeout)
     assert "Detected mismatch between collectives" in text
@@ -30,12 +30,12 @@ def test_debug_mode_names_the_mismatched_collectives():
 
 def test_debug_mode_names_a_count_mismatch():
     with pytest.raises(mh.RankError) as info:
-        mh.run_ranks(dg.mismatched_count, 2, timeout=20, debug=True, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_count, 2, timeout=20, debug=True, stream=False, quiet=True)
     assert "Tensor shapes: 5vs 4" in str(info.value) or "Tensor shapes: 4vs 5" in str(info.value)
 
 
 def test_matched_collectives_complete_and_are_numbered_in_the_trace():
-    res = mh.run_ranks(dg.matched, 3, stream=False, quiet=True)
+    res = mh.run_ranks(mh.lessons.diagnostics.matched, 3, stream=False, quiet=True)
     assert [v["collectives"] for v in res.values] == [3, 3, 3]
     assert [v["value"] for v in res.values] == [9.0, 9.0, 9.0]    # 1 -> 3 -> 9 -> broadcast 9
     for spans in res.spans:
