@@ -73,3 +73,23 @@ def test_nccl_debug_lines_need_nccl_ranks():
         assert dg.nccl_debug_lines(2) == []          # nothing to run: no NCCL without 2 GPUs
     else:
         assert any("NCCL INFO" in ln for ln in dg.nccl_debug_lines(2))
+
+
+def test_run_schedule_stops_where_the_schedules_part():
+    schedules = [["all_reduce", "broadcast", "all_reduce", "broadcast"],
+                 ["all_reduce", "broadcast", "broadcast", "all_reduce"],
+                 ["all_reduce", "broadcast", "broadcast", "all_reduce"]]
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(dg.run_schedule, 3, args=(schedules,), timeout=10, stream=False, quiet=True)
+    where = [dg.pending(info.value.outputs[r]) for r in range(3)]
+    assert where == [(2, "all_reduce"), (2, "broadcast"), (2, "broadcast")]
+    assert [dg.last_completed(info.value.outputs[r]) for r in range(3)] == [(1, "broadcast")] * 3
+    with pytest.raises(mh.RankError, match="unknown collective 'gather'"):
+        mh.run_ranks(dg.run_schedule, 2, args=([["gather"], ["gather"]],), stream=False, quiet=True)
+
+
+def test_the_hang_scenarios_are_the_ones_notebook_10_teaches():
+    import mgpu_helpers.lessons.diagnostics as lesson
+    with open(lesson.__file__, encoding="utf-8") as f:
+        assert f.readline().startswith("# Generated from notebooks/10_diagnostics.ipynb")
+    assert not hasattr(dg, "mismatched_order")       # one copy: the notebook's

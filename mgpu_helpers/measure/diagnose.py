@@ -6,6 +6,8 @@
   collective that finished and the one a rank was stuck in, per rank.
 - The scenarios that hang on purpose (``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are
   taught in notebooks/10_diagnostics.ipynb and exported to :mod:`mgpu_helpers.lessons.diagnostics`.
+- :func:`run_schedule`: a rank calls the collectives its schedule lists, through a :class:`CollectiveLog`
+  (to check a prediction of where a mismatched schedule hangs).
 - :func:`scaling_probe`: a strong-scaling step (compute split over the ranks + a gradient all-reduce), for
   "more GPUs, no speedup".
 - :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
@@ -105,6 +107,26 @@ def hang_report(exc) -> list[dict]:
         rows.append({"rank": r, "blocked_in": where.split(" ")[0] if where else None,
                      "last_completed": last_completed(lines), "pending": pending(lines)})
     return rows
+
+
+def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
+    """Call, in order, the collectives ``schedules[rank]`` names ("all_reduce", "broadcast", "barrier", ...) on
+    a small CPU tensor, each through a :class:`CollectiveLog`; returns how many completed. Schedules that
+    disagree between ranks hang, and the log lines then say where each rank stopped."""
+    import torch
+
+    log = CollectiveLog(verbose)
+    t = torch.ones(4)            # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
+    for name in schedules[rank]:
+        if name == "all_gather_into_tensor":
+            log.all_gather_into_tensor(torch.empty(4 * world_size), t)
+        elif name == "reduce_scatter_tensor":
+            log.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))
+        elif name in ("all_reduce", "broadcast", "barrier"):
+            getattr(log, name)(t)
+        else:
+            raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
+    return log.seq
 
 
 # --------------------------------------------------------------------------------------------------------
