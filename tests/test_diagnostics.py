@@ -84,6 +84,8 @@ def test_run_schedule_stops_where_the_schedules_part():
     where = [dg.pending(info.value.outputs[r]) for r in range(3)]
     assert where == [(2, "all_reduce"), (2, "broadcast"), (2, "broadcast")]
     assert [dg.last_completed(info.value.outputs[r]) for r in range(3)] == [(1, "broadcast")] * 3
+    every_kind = [["all_reduce", "broadcast", "barrier", "all_gather_into_tensor", "reduce_scatter_tensor"]] * 2
+    assert mh.run_ranks(dg.run_schedule, 2, args=(every_kind,), stream=False, quiet=True).values == [5, 5]
     with pytest.raises(mh.RankError, match="unknown collective 'gather'"):
         mh.run_ranks(dg.run_schedule, 2, args=([["gather"], ["gather"]],), stream=False, quiet=True)
 

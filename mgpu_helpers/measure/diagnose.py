@@ -122,8 +122,10 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
             log.all_gather_into_tensor(torch.empty(4 * world_size), t)
         elif name == "reduce_scatter_tensor":
             log.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))
-        elif name in ("all_reduce", "broadcast", "barrier"):
+        elif name in ("all_reduce", "broadcast"):
             getattr(log, name)(t)
+        elif name == "barrier":
+            log.barrier()
         else:
             raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
     return log.seq
