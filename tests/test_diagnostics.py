@@ -8,7 +8,7 @@ from mgpu_helpers.measure import diagnose as dg
 
 def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
     with pytest.raises(mh.RankTimeout) as info:
-        mh.run_ranks(dg.mismatched_order, 2, timeout=8, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_order, 2, timeout=8, stream=False, quiet=True)
     exc = info.value
     assert exc.waiting_in[0].startswith("dist.all_reduce")
     assert exc.waiting_in[1].startswith("dist.broadcast")
@@ -21,7 +21,7 @@ def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
 
 def test_debug_mode_names_the_mismatched_collectives():
     with pytest.raises(mh.RankError) as info:
-        mh.run_ranks(dg.mismatched_order, 2, timeout=20, debug=True, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_order, 2, timeout=20, debug=True, stream=False, quiet=True)
     text = str(info.value)
     assert not isinstance(info.value, mh.RankTimeout)
     assert "Detected mismatch between collectives" in text
@@ -30,12 +30,12 @@ def test_debug_mode_names_the_mismatched_collectives():
 
 def test_debug_mode_names_a_count_mismatch():
     with pytest.raises(mh.RankError) as info:
-        mh.run_ranks(dg.mismatched_count, 2, timeout=20, debug=True, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_count, 2, timeout=20, debug=True, stream=False, quiet=True)
     assert "Tensor shapes: 5vs 4" in str(info.value) or "Tensor shapes: 4vs 5" in str(info.value)
 
 
 def test_matched_collectives_complete_and_are_numbered_in_the_trace():
-    res = mh.run_ranks(dg.matched, 3, stream=False, quiet=True)
+    res = mh.run_ranks(mh.lessons.diagnostics.matched, 3, stream=False, quiet=True)
     assert [v["collectives"] for v in res.values] == [3, 3, 3]
     assert [v["value"] for v in res.values] == [9.0, 9.0, 9.0]    # 1 -> 3 -> 9 -> broadcast 9
     for spans in res.spans:
@@ -73,3 +73,25 @@ def test_nccl_debug_lines_need_nccl_ranks():
         assert dg.nccl_debug_lines(2) == []          # nothing to run: no NCCL without 2 GPUs
     else:
         assert any("NCCL INFO" in ln for ln in dg.nccl_debug_lines(2))
+
+
+def test_run_schedule_stops_where_the_schedules_part():
+    schedules = [["all_reduce", "broadcast", "all_reduce", "broadcast"],
+                 ["all_reduce", "broadcast", "broadcast", "all_reduce"],
+                 ["all_reduce", "broadcast", "broadcast", "all_reduce"]]
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(dg.run_schedule, 3, args=(schedules,), timeout=10, stream=False, quiet=True)
+    where = [dg.pending(info.value.outputs[r]) for r in range(3)]
+    assert where == [(2, "all_reduce"), (2, "broadcast"), (2, "broadcast")]
+    assert [dg.last_completed(info.value.outputs[r]) for r in range(3)] == [(1, "broadcast")] * 3
+    every_kind = [["all_reduce", "broadcast", "barrier", "all_gather_into_tensor", "reduce_scatter_tensor"]] * 2
+    assert mh.run_ranks(dg.run_schedule, 2, args=(every_kind,), stream=False, quiet=True).values == [5, 5]
+    with pytest.raises(mh.RankError, match="unknown collective 'gather'"):
+        mh.run_ranks(dg.run_schedule, 2, args=([["gather"], ["gather"]],), stream=False, quiet=True)
+
+
+def test_the_hang_scenarios_are_the_ones_notebook_10_teaches():
+    import mgpu_helpers.lessons.diagnostics as lesson
+    with open(lesson.__file__, encoding="utf-8") as f:
+        assert f.readline().startswith("# Generated from notebooks/10_diagnostics.ipynb")
+    assert not hasattr(dg, "mismatched_order")       # one copy: the notebook's

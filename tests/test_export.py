@@ -81,3 +81,26 @@ def test_export_writes_an_index_in_course_order_and_a_widgets_static_figure(vend
 def test_export_without_notebooks_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="matched nothing"):
         export.build_site(str(tmp_path / "site"), [])
+
+
+def test_review_questions_show_folded_answers_in_the_static_page():
+    from mgpu_helpers.widgets import quiz
+    q = quiz.get("review-3")
+    widget_out = nbformat.v4.new_output("display_data", data={
+        export.WIDGET_VIEW: {"model_id": "m", "version_major": 2, "version_minor": 0}, "text/plain": "VBox()"})
+    asked = nbformat.v4.new_code_cell('mh.widgets.quiz.ask("review-3")')
+    asked.outputs = [widget_out]                       # executed: the widget is replaced
+    unrun = nbformat.v4.new_code_cell('mh.widgets.quiz.ask("think-4")')   # not executed: the question appears
+    folded = export.fold_quiz_answers(_nb(asked, unrun, nbformat.v4.new_code_cell("print(1)")))
+    page = export.to_html(folded)
+    first = folded.cells[0].outputs
+    assert len(first) == 1 and export.WIDGET_VIEW not in first[0]["data"]
+    html_out = first[0]["data"]["text/html"]
+    assert "<b>3.</b>" in html_out and q.prompt in html_out
+    assert html_out.index("<details>") < html_out.index(quiz.html.escape(q.explanation))   # folded
+    assert q.explanation not in first[0]["data"]["text/plain"]
+    assert quiz.get("think-4").prompt.split("）")[1][:10] in page and folded.cells[2].outputs == []
+    # the page as a whole: every answer sits inside a <details> block
+    for explanation in (quiz.html.escape(q.explanation), quiz.html.escape(quiz.get("think-4").explanation)):
+        at = page.index(explanation)
+        assert page.rfind("<details>", 0, at) > page.rfind("</details>", 0, at)

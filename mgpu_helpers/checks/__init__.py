@@ -34,6 +34,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
+| ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
 """
 from mgpu_helpers.lazy import attach
 
@@ -69,5 +70,6 @@ __getattr__, __dir__, __all__ = attach(
         "COLLECTIVES": "diagnostics",
         "make_hang_evidence": "diagnostics",
         "check_find_mismatch": "diagnostics",
+        "check_predict_hang": "diagnostics",
     },
 )

@@ -1,6 +1,7 @@
-"""Checkers for ex10: reading the evidence of a hang."""
+"""Checkers for ex10: reading the evidence of a hang, and predicting where a hang will stop before it runs."""
 from __future__ import annotations
 
+import copy
 import random
 
 from mgpu_helpers.checks.core import CheckFailed, passed, call
@@ -78,3 +79,65 @@ def check_find_mismatch(fn) -> None:
             raise CheckFailed(f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {got}。"
                               "看每个 Rank 输出里最后的 [seq k] enter/done 行，找和多数不一样的那个。")
     passed(f"find_mismatch 在 {len(cases)} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
+
+
+def _schedule_story(schedules) -> str:
+    return "；".join(f"rank {r}: {' → '.join(ops)}" for r, ops in enumerate(schedules))
+
+
+def _measured_stop(evidence) -> tuple:
+    """(seq, rank, name) read from a real hang: the one rank whose pending collective differs from the rest."""
+    from collections import Counter
+
+    from mgpu_helpers.measure import diagnose
+
+    where = {r: diagnose.pending(lines) for r, lines in evidence.outputs.items()}
+    common, _ = Counter(where.values()).most_common(1)[0]
+    odd = [r for r in sorted(where) if where[r] != common]
+    if len(odd) != 1 or where[odd[0]] is None:
+        raise RuntimeError(f"the hang did not stop as the schedules say (each rank's pending collective: {where})")
+    return (where[odd[0]][0], odd[0], where[odd[0]][1])
+
+
+def check_predict_hang(fn, world_size: int = 3, timeout: float = 10.0) -> None:
+    """``fn(schedules) -> (seq, rank, name)``: before anything runs, from the list of collectives each rank will
+    call, the number of the collective where the ranks part, the one rank that differs, and what it calls
+    there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
+    from mgpu_helpers.launcher.errors import RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.measure import diagnose
+
+    what = "predict_hang 要在运行之前说出挂起会停在哪里"
+    rng = random.Random()
+    for _ in range(10):
+        n, length = rng.randint(3, 6), rng.randint(2, 7)
+        k, odd = rng.randrange(length), rng.randrange(n)
+        base = [rng.choice(COLLECTIVES) for _ in range(length)]
+        schedules = [list(base) for _ in range(n)]
+        schedules[odd][k] = rng.choice([c for c in COLLECTIVES if c != base[k]])
+        want = (k, odd, schedules[odd][k])
+        got = call(fn, what, copy.deepcopy(schedules))
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise CheckFailed(f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
+        if tuple(got) != want:
+            raise CheckFailed(f"{n} 个 Rank 的调用顺序（{_schedule_story(schedules)}）：前 {k} 个 Collective 大家一样，"
+                              f"第 #{k} 个上 rank {odd} 调用 {schedules[odd][k]}，别人调用 {base[k]}。应当回答 {want}，"
+                              f"你的回答是 {tuple(got)}。序号从 0 开始数。")
+    # Number first, then the ranks: a real hang, in the shape that gloo is known to block on
+    # (rank 0 all-reduces while the others broadcast).
+    k = rng.randint(1, 3)
+    prefix = [rng.choice(("all_reduce", "broadcast")) for _ in range(k)]
+    schedules = [prefix + ["broadcast", "all_reduce"] for _ in range(world_size)]
+    schedules[0] = prefix + ["all_reduce", "broadcast"]
+    predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
+    try:
+        run_ranks(diagnose.run_schedule, world_size, args=(schedules,), timeout=timeout, stream=False, quiet=True)
+    except RankTimeout as exc:
+        measured = _measured_stop(exc)
+    else:
+        raise RuntimeError("the mismatched schedules were expected to hang")
+    if predicted != measured:
+        raise CheckFailed(f"真实运行（{_schedule_story(schedules)}）停在 #{measured[0]}：rank {measured[1]} 在 "
+                          f"{measured[2]} 里，你预测的是 {predicted}。")
+    passed(f"predict_hang 在 10 组随机调用顺序上都说对了；{world_size} 个 Rank 真的运行之后，"
+           f"停在 #{measured[0]}、rank {measured[1]} 的 {measured[2]} 里，和你的预测一致。")

@@ -1,4 +1,11 @@
-"""The lessons' own code, used again by later notebooks, the exercises' checkers, benchmarks and tests."""
+"""The lessons' own code, generated from the notebooks' ``#| export`` cells (``python -m
+mgpu_helpers.tools.nbexport``) and used again by later notebooks, the exercises' checkers, benchmarks and tests.
+
+Each module here names its notebook in its first line; edit the notebook, never the module. The list of
+modules is read from this folder, so a notebook that starts exporting needs no edit here.
+"""
+import pkgutil
+
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(__name__, submodules=["collectives", "cuda_model", "cupy_kernels", "dataparallel", "lab"])
+__getattr__, __dir__, __all__ = attach(__name__, submodules=[m.name for m in pkgutil.iter_modules(__path__)])

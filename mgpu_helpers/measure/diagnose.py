@@ -4,8 +4,10 @@
   own), prints ``[seq k] enter/done op`` lines and records a trace span per collective. After a hang the
   launcher keeps each rank's last output lines, so :func:`last_completed` and :func:`pending` read the last
   collective that finished and the one a rank was stuck in, per rank.
-- The scenarios :func:`mismatched_order` and :func:`mismatched_count`: rank functions that hang (or, with
-  ``debug=True``, fail with torch's mismatch report) on purpose.
+- The scenarios that hang on purpose (``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are
+  taught in notebooks/10_diagnostics.ipynb and exported to :mod:`mgpu_helpers.lessons.diagnostics`.
+- :func:`run_schedule`: a rank calls the collectives its schedule lists, through a :class:`CollectiveLog`
+  (to check a prediction of where a mismatched schedule hangs).
 - :func:`scaling_probe`: a strong-scaling step (compute split over the ranks + a gradient all-reduce), for
   "more GPUs, no speedup".
 - :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
@@ -107,51 +109,26 @@ def hang_report(exc) -> list[dict]:
     return rows
 
 
-# --------------------------------------------------------------------------------------------------------
-# Scenarios that hang on purpose. The tensors stay on the CPU (gloo) even on a GPU machine: a blocking
-# gloo collective blocks the host, so the stack shows exactly which collective each rank is in. (NCCL
-# queues collectives on a stream and returns: there the host blocks later, at the next synchronisation.)
-
-def mismatched_order(rank: int, world_size: int, verbose: bool = True):
-    """One good all-reduce, then rank 0 calls all_reduce -> broadcast while the others call
-    broadcast -> all_reduce: the same collectives in a different order. Hangs (or, under
-    TORCH_DISTRIBUTED_DEBUG=DETAIL, raises torch's mismatch report)."""
+def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
+    """Call, in order, the collectives ``schedules[rank]`` names ("all_reduce", "broadcast", "barrier", ...) on
+    a small CPU tensor, each through a :class:`CollectiveLog`; returns how many completed. Schedules that
+    disagree between ranks hang, and the log lines then say where each rank stopped."""
     import torch
 
     log = CollectiveLog(verbose)
-    t = torch.ones(4)
-    log.all_reduce(t)                       # seq 0: every rank, same call: completes
-    if rank == 0:
-        log.all_reduce(t)                   # seq 1 on rank 0 ...
-        log.broadcast(t, src=0)
-    else:
-        log.broadcast(t, src=0)             # ... but seq 1 on the others
-        log.all_reduce(t)
-    return t
-
-
-def mismatched_count(rank: int, world_size: int, verbose: bool = True):
-    """One good all-reduce, then every rank all-reduces a buffer whose length depends on the rank
-    (4 + rank elements): the same collective with a different count."""
-    import torch
-
-    log = CollectiveLog(verbose)
-    log.all_reduce(torch.ones(4))
-    t = torch.ones(4 + rank)
-    log.all_reduce(t)
-    return t
-
-
-def matched(rank: int, world_size: int, verbose: bool = True):
-    """The fixed version: every rank calls the same collectives, in the same order, with the same count."""
-    import torch
-
-    log = CollectiveLog(verbose)
-    t = torch.ones(4)
-    log.all_reduce(t)
-    log.all_reduce(t)
-    log.broadcast(t, src=0)
-    return {"rank": rank, "collectives": log.seq, "value": float(t[0])}
+    t = torch.ones(4)            # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
+    for name in schedules[rank]:
+        if name == "all_gather_into_tensor":
+            log.all_gather_into_tensor(torch.empty(4 * world_size), t)
+        elif name == "reduce_scatter_tensor":
+            log.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))
+        elif name in ("all_reduce", "broadcast"):
+            getattr(log, name)(t)
+        elif name == "barrier":
+            log.barrier()
+        else:
+            raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
+    return log.seq
 
 
 # --------------------------------------------------------------------------------------------------------

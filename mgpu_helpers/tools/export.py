@@ -7,6 +7,9 @@
 - a widget has no kernel behind it in a static page: each displayed widget is replaced by what it showed
   (the figures and text of its Output areas, its HTML, and its controls' values written out), so its static
   drawing appears in the HTML and no widget JavaScript is fetched from a CDN;
+- a review question (a cell calling ``quiz.ask("id")``) becomes the question with its hint and answer folded
+  in ``<details>`` (:func:`fold_quiz_answers`): the answer comes from the package's data file, never from
+  the notebook, and waits until the reader opens it;
 - ``--slides`` also writes ``OUT/slides/NN_name.slides.html`` (reveal.js, from the slide metadata that
   ``nbtools clean`` puts on every cell);
 - ``OUT/index.html`` lists the notebooks in course order, titled by each notebook's first heading;
@@ -196,6 +199,28 @@ def flatten_widgets(nb):
     return nbformat.from_dict(nb)
 
 
+# ---------------------------------------------------------------------------------------------- quizzes
+
+def fold_quiz_answers(nb):
+    """A copy of ``nb`` in which every cell that asks review questions (``mh.widgets.quiz.ask("id")``) shows,
+    in place of its widget, each question with its hint and answer folded in ``<details>``: executed or not,
+    the static page has the question, and the answer waits until the reader opens it."""
+    from mgpu_helpers.widgets import quiz
+    nb = copy.deepcopy(nb)
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        ids = quiz.asked_ids("".join(cell.get("source", "")))
+        if not ids:
+            continue
+        cell["outputs"] = [{"output_type": "display_data", "metadata": {},
+                            "data": {"text/html": quiz.static_html(quiz.get(i), quiz.number_of(i)),
+                                     "text/plain": quiz.static_text(quiz.get(i), quiz.number_of(i))}}
+                           for i in ids]
+    import nbformat
+    return nbformat.from_dict(nb)
+
+
 # ---------------------------------------------------------------------------------------------- export
 
 def execute(path: str, timeout: int = 600):
@@ -215,7 +240,7 @@ def to_html(nb, vendor_rel: str = "vendor") -> str:
                             mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
                             require_js_url=f"{vendor_rel}/requirejs/require.js",
                             mermaid_js_url=f"./{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
-    body, _ = exporter.from_notebook_node(flatten_widgets(nb))
+    body, _ = exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))
     return body
 
 
@@ -229,7 +254,7 @@ def to_slides(nb, vendor_rel: str = "../vendor") -> str:
                               require_js_url=f"{vendor_rel}/requirejs/require.js", font_awesome_url="",
                               jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
                               mermaid_js_url=f"{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
-    body, _ = exporter.from_notebook_node(flatten_widgets(nb))
+    body, _ = exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))
     return body
 
 

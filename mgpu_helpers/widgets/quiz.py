@@ -1,19 +1,30 @@
-"""Review questions that check the reader's answer and give hints, with a static fallback.
+"""Review questions that wait for the learner: the answer is checked, never shown before the learner tries.
 
-- :class:`Question`: the prompt, options, the correct option(s), a hint, the explanation, and optional
-  feedback for particular wrong options.
+The questions live in a data file of the package (``data/review_questions.json``: prompt, options in the
+order shown, the correct option(s), a hint, the explanation and notes on wrong options), so a notebook's
+source holds only a question's id and its outputs hold no answer:
+
+- :func:`ask`: one notebook cell per question, ``mh.widgets.quiz.ask("review-1")``: the ipywidgets version
+  (choose, "检查", "提示"; "看答案" only after a first check);
 - :func:`check_answer`: pure; takes an option index, a letter ("B"), or several for multi-answer questions,
-  returns :class:`Feedback`.
-- :func:`static`: an object that renders as HTML (question, options, hint and answer folded in ``<details>``)
-  and as plain text: it shows without a kernel (static HTML, GitHub) and its output is deterministic.
-- :func:`show`: the ipywidgets version (choose, "检查", "提示").
+  returns :class:`Feedback`;
+- :func:`static_html` / :func:`static_text`: the question without a kernel; ``static_html`` folds the answer
+  in ``<details>`` (the static HTML export, ``python -m mgpu_helpers.tools.export``, puts it in place of the
+  widget; see :func:`asked_ids`).
 """
 from __future__ import annotations
 
+import functools
 import html
+import json
+import re
 from dataclasses import dataclass, field
+from importlib import resources
 
 LETTERS = "ABCDEFGHIJ"
+BANK_FILE = "review_questions.json"
+# How a notebook cell asks a question; the static export finds the ids the same way.
+ASK_CALL = re.compile(r"""quiz\.ask\(\s*["']([\w-]+)["']""")
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,7 @@ class Question:
     explanation: str
     hint: str = ""
     wrong: dict = field(default_factory=dict)
+    qid: str = ""
 
     def __post_init__(self):
         if len(self.options) < 2 or len(self.options) > len(LETTERS):
@@ -34,6 +46,9 @@ class Question:
         for i in self.correct:
             if not 0 <= i < len(self.options):
                 raise ValueError(f"answer index {i} is not one of the {len(self.options)} options")
+        for i in self.wrong:
+            if i in self.correct or not 0 <= i < len(self.options):
+                raise ValueError(f"the note for option {i} must be about a wrong option of this question")
 
     @property
     def correct(self) -> frozenset:
@@ -43,12 +58,54 @@ class Question:
     def multiple(self) -> bool:
         return len(self.correct) > 1
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Question":
+        """From one entry of the data file (JSON: lists for tuples, string keys for ``wrong``)."""
+        answer = d["answer"]
+        return cls(prompt=d["prompt"], options=tuple(d["options"]),
+                   answer=tuple(answer) if isinstance(answer, list) else answer,
+                   explanation=d["explanation"], hint=d.get("hint", ""),
+                   wrong={int(k): v for k, v in d.get("wrong", {}).items()}, qid=d.get("id", ""))
+
 
 @dataclass(frozen=True)
 class Feedback:
     correct: bool
     message: str
 
+
+# ---------------------------------------------------------------------------------------------- the bank
+
+@functools.lru_cache(maxsize=None)
+def bank(name: str = BANK_FILE) -> tuple:
+    """All questions of a data file in ``mgpu_helpers/data/``, in file order."""
+    text = resources.files("mgpu_helpers").joinpath("data", name).read_text(encoding="utf-8")
+    questions = tuple(Question.from_dict(d) for d in json.loads(text)["questions"])
+    ids = [q.qid for q in questions]
+    if len(set(ids)) != len(ids) or not all(ids):
+        raise ValueError(f"{name}: every question needs its own id, got {ids}")
+    return questions
+
+
+def get(qid: str, name: str = BANK_FILE) -> Question:
+    """The question with id ``qid``; an unknown id raises ``KeyError`` listing the known ones."""
+    for q in bank(name):
+        if q.qid == qid:
+            return q
+    raise KeyError(f"no question {qid!r} in {name}; known ids: {', '.join(q.qid for q in bank(name))}")
+
+
+def number_of(qid: str, name: str = BANK_FILE) -> int:
+    """1-based position of the question in its data file (the number shown beside it)."""
+    return [q.qid for q in bank(name)].index(get(qid, name).qid) + 1
+
+
+def asked_ids(source: str) -> list[str]:
+    """The question ids a cell's source asks with ``quiz.ask("id")``, in order."""
+    return ASK_CALL.findall(source)
+
+
+# ---------------------------------------------------------------------------------------------- checking
 
 def _to_index(choice, n: int) -> int:
     if isinstance(choice, str):
@@ -85,44 +142,36 @@ def check_answer(q: Question, choice) -> Feedback:
 
 
 def answer_text(q: Question) -> str:
+    """The correct letter(s), the explanation, then what is wrong with each wrong option that has a note."""
     letters = "、".join(LETTERS[i] for i in sorted(q.correct))
-    return f"{letters}。{q.explanation}"
+    notes = " ".join(f"{LETTERS[i]} 错在：{q.wrong[i]}" for i in sorted(q.wrong))
+    return f"{letters}。{q.explanation}" + (f" {notes}" if notes else "")
 
 
-def static_html(q: Question, number: int | None = None) -> str:
-    """The question as HTML that needs no kernel: options listed, hint and answer folded in <details>."""
+# ---------------------------------------------------------------------------------------------- showing
+
+def static_html(q: Question, number: int | None = None, with_answer: bool = True) -> str:
+    """The question as HTML that needs no kernel: options listed, hint and (``with_answer``) answer folded in
+    ``<details>``, so a reader of the static page tries first and opens them after."""
     e = html.escape
     title = f"<b>{number}.</b> " if number is not None else ""
     opts = "".join(f"<li>{LETTERS[i]}. {e(o)}</li>" for i, o in enumerate(q.options))
     hint = f"<details><summary>提示</summary>{e(q.hint)}</details>" if q.hint else ""
+    answer = f"<details><summary>想一想之后再展开：参考答案</summary>{e(answer_text(q))}</details>" \
+        if with_answer else ""
     return (f"<div class='mgpu-quiz'><p>{title}{e(q.prompt)}</p><ul style='list-style:none'>{opts}</ul>"
-            f"{hint}<details><summary>参考答案</summary>{e(answer_text(q))}</details></div>")
+            f"{hint}{answer}</div>")
 
 
 def static_text(q: Question, number: int | None = None) -> str:
-    """Plain-text twin of :func:`static_html` without the answer (what a terminal shows)."""
+    """Plain text of the question and its options, without the answer (what a terminal shows)."""
     head = f"{number}. " if number is not None else ""
     return "\n".join([head + q.prompt] + [f"  {LETTERS[i]}. {o}" for i, o in enumerate(q.options)])
 
 
-class _Static:
-    def __init__(self, q: Question, number: int | None):
-        self.q, self.number = q, number
-
-    def _repr_html_(self) -> str:
-        return static_html(self.q, self.number)
-
-    def __repr__(self) -> str:
-        return static_text(self.q, self.number)
-
-
-def static(q: Question, number: int | None = None) -> _Static:
-    """Display object of the question (HTML + plain text): renders without a kernel."""
-    return _Static(q, number)
-
-
 def show(q: Question, number: int | None = None):
-    """ipywidgets: the options, a "检查" button that checks the answer and a "提示" button."""
+    """ipywidgets: the options, a "检查" button that checks the answer, "提示", and "看答案", which opens only
+    after the learner has checked an answer at least once."""
     import ipywidgets as W
 
     labels = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)]
@@ -141,20 +190,33 @@ def show(q: Question, number: int | None = None):
 
     check = W.Button(description="检查", button_style="primary")
     hint = W.Button(description="提示", disabled=not q.hint)
+    reveal = W.Button(description="看答案", disabled=True, tooltip="先选一个答案并点“检查”")
     feedback = W.HTML()
     head = f"<b>{number}.</b> " if number is not None else ""
-    prompt = W.HTML(f"<p>{head}{html.escape(q.prompt)}</p>")
+    prompt = W.HTML(f"<p>{head}{html.escape(q.prompt)}{'（多选）' if q.multiple and '多选' not in q.prompt else ''}</p>")
 
     def on_check(_):
         fb = check_answer(q, current())
         colour = "#009E73" if fb.correct else "#D55E00"
         feedback.value = f"<span style='color:{colour}'>{html.escape(fb.message)}</span>"
+        if current() not in (None, []):
+            reveal.disabled = False     # tried once: the answer may be opened now
 
     def on_hint(_):
         feedback.value = f"<i>提示：{html.escape(q.hint)}</i>"
 
+    def on_reveal(_):
+        feedback.value = f"<span>参考答案：{html.escape(answer_text(q))}</span>"
+
     check.on_click(on_check)
     hint.on_click(on_hint)
-    box = W.VBox([prompt, chooser, W.HBox([check, hint]), feedback])
-    box.check = on_check   # handy for tests: box.check(None)
+    reveal.on_click(on_reveal)
+    box = W.VBox([prompt, chooser, W.HBox([check, hint, reveal]), feedback])
+    box.check, box.reveal = on_check, on_reveal   # handy for tests: box.check(None)
     return box
+
+
+def ask(qid: str, name: str = BANK_FILE):
+    """The widget of question ``qid`` from the data file, numbered by its place there: one cell per
+    question, ``mh.widgets.quiz.ask("review-1")``."""
+    return show(get(qid, name), number_of(qid, name))
