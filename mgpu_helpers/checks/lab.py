@@ -57,7 +57,10 @@ def review_ownership(values, data) -> list[str]:
         if not isinstance(row, dict) or any(k not in row for k in OWNERSHIP_KEYS):
             have = sorted(row) if isinstance(row, dict) else type(row).__name__
             return [f"rank {rank} 返回的应当是一个 dict，含 {list(OWNERSHIP_KEYS)}；实际是 {have}。"]
-        start, stop = (int(v) for v in row["shard"])
+        try:
+            start, stop = (int(v) for v in row["shard"])
+        except (TypeError, ValueError):
+            return [f"rank {rank} 的 shard 应当是 (start, stop) 两个整数，实际是 {row['shard']!r}。"]
         if not 0 <= start <= stop <= n:
             problems.append(f"rank {rank} 的 shard ({start}, {stop}) 超出了输入的范围 0..{n}。")
             continue
@@ -219,10 +222,9 @@ def _synthetic_rows(rng: random.Random):
     world_size = rng.choice([2, 4, 8])
     sizes_b = sizes.sizes_between(sizes.KiB, sizes.GiB, 4)
     chosen = sorted(rng.sample(sizes_b, rng.randint(3, 5)))
-    steps, sweep_rows, answer = [], [], {}
+    steps, sweep_rows = [], []
     for nbytes in chosen:
         top = rng.choice(SEGMENTS)
-        answer[nbytes] = top
         parts = {s: rng.uniform(10, 400) for s in SEGMENTS}
         parts[top] = max(parts.values()) * rng.uniform(2.2, 6)
         total = sum(parts.values())
@@ -237,7 +239,7 @@ def _synthetic_rows(rng: random.Random):
                                        perfmodel.busbw(kind, nbytes, t_us / 1e6, world_size) / 1e9,
                                        world_size, "nccl", 20))
     rng.shuffle(sweep_rows)
-    return steps, sweep_rows, answer
+    return steps, sweep_rows
 
 
 def check_lab_claims(fn, cases: int = 30) -> None:
@@ -246,7 +248,7 @@ def check_lab_claims(fn, cases: int = 30) -> None:
     what = "lab_claims 要从测量行里读出结论"
     rng = random.Random()
     for _ in range(cases):
-        steps, sweep_rows, _answer = _synthetic_rows(rng)
+        steps, sweep_rows = _synthetic_rows(rng)
         claims = call(fn, what, [dict(r) for r in steps], list(sweep_rows))
         try:
             verdicts = review_claims(claims, steps, sweep_rows)
