@@ -87,7 +87,7 @@ def test_lab_report_holds_the_learners_claims_their_verdicts_and_their_own_words
     path = report.write(str(tmp_path))
     text = open(path, encoding="utf-8").read()
     for heading in ("## 环境", "## 拓扑摘要", "## 逐 Rank 输出", "## 一步的时间拆分", "## 我的结论，逐条对照测量",
-                    "## 结论：扩展效率受限于哪一段"):
+                    "## 结论：一步的时间输在哪里"):
         assert heading in text
     assert "| 1 | cpu | (8, 16) | 1 | 1240 | 1240 | yes |" in text
     assert "| 1 MiB 上最大的是 compute | 与测量矛盾 |" in text          # 900 us communicate vs 500 compute

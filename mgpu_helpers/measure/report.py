@@ -113,5 +113,5 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     for name, (caption, fig) in figures.items():
         report.add_figure(caption, name, fig, caption)
     report.add_table("我的结论，逐条对照测量", [v.as_dict() for v in review], CLAIM_COLUMNS)
-    report.add_text("结论：扩展效率受限于哪一段", conclusion)
+    report.add_text("结论：一步的时间输在哪里", conclusion)
     return report
