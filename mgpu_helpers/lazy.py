@@ -7,14 +7,21 @@ package of the library names its submodules and public names here and loads each
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import pkgutil
 
 
-def attach(package: str, submodules=(), attributes: dict | None = None):
+def attach(package: str, submodules=None, attributes: dict | None = None):
     """Return ``(__getattr__, __dir__, __all__)`` for ``package``.
 
-    ``submodules``: names of modules or subpackages reached as attributes; ``attributes``: public name ->
-    the submodule (relative to ``package``) that defines it.
+    ``submodules``: names of modules or subpackages reached as attributes (default: every module in the
+    package's folder, found without importing any); ``attributes``: public name -> the submodule (relative
+    to ``package``) that defines it.
     """
+    if submodules is None:
+        spec = importlib.util.find_spec(package)
+        submodules = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)
+                      if not m.name.startswith("_")]
     submodules = set(submodules)
     attributes = dict(attributes or {})
     names = sorted(submodules | set(attributes))

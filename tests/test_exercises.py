@@ -433,3 +433,68 @@ def test_hang_evidence_reads_like_the_launchers():
     assert isinstance(ev, mh.RankTimeout)
     assert [dg.pending(ev.outputs[r]) for r in range(4)] == [(4, "all_reduce"), None, (4, "all_reduce"), (4, "all_reduce")]
     assert dg.last_completed(ev.outputs[1]) == (3, "broadcast") and 1 not in ev.waiting_in
+
+
+# -- ex12: the lab's ownership check, a number first, the conclusions as data ------------------------------
+
+
+def test_an_ownership_check_where_every_rank_claims_everything_names_the_shared_element():
+    replicated = _by_value('''
+        def replicated(rank, world_size, data):
+            import torch.distributed as dist
+            buf = (data ** 2).sum().reshape(1)
+            local = float(buf.item())
+            dist.all_reduce(buf)
+            return {"shard": (0, len(data)), "local": local, "result": float(buf.item()),
+                    "expected": float((data ** 2).sum()), "ok": True}
+        ''', "replicated")
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2，输入 \d+ 个元素：元素 0 同时归 rank 0 和 rank 1 所有"):
+        checks.check_ownership_check(replicated, world_sizes=(2,))
+
+
+def test_an_ownership_check_without_the_all_reduce_is_caught_by_the_ranks_result():
+    no_reduce = _by_value('''
+        def no_reduce(rank, world_size, data):
+            n = len(data)
+            base, extra = divmod(n, world_size)
+            start = rank * base + min(rank, extra)
+            stop = start + base + (1 if rank < extra else 0)
+            local = float((data[start:stop] ** 2).sum())
+            expected = float((data ** 2).sum())
+            return {"shard": (start, stop), "local": local, "result": local, "expected": expected,
+                    "ok": local == expected}
+        ''', "no_reduce")
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 All-Reduce 之后得到 .*这正是它自己的局部结果"):
+        checks.check_ownership_check(no_reduce, world_sizes=(3,))
+
+
+@pytest.mark.parametrize("answer,why", [
+    (0.840, "busbw 之比"),                 # RS+AG busbw / all-reduce busbw: the inverse
+    (0.19, "百分之几"),                    # "19% slower" written as a number
+    (1.0, "两次启动延迟"),                 # only the launch latency counted
+    (2.0, "每一半的时间"),                 # far off: the formula's nudge
+])
+def test_rs_ag_slowdown_names_the_usual_confusions(answer, why):
+    with pytest.raises(checks.CheckFailed, match=f"记录的是 1.191.*{why}"):
+        checks.check_rs_ag_slowdown(lambda: answer)
+
+
+def test_lab_claims_that_give_the_busbw_ratio_are_told_it_is_the_inverse():
+    def inverse(step_rows, sweep_rows):
+        from mgpu_helpers.checks import lab
+        limiting = {r["nbytes"]: max(("compute_us", "wait_us", "comm_us"), key=r.get).replace("_us", "")
+                    .replace("comm", "communicate") for r in step_rows}
+        return {"limiting": limiting, "rs_ag_over_ar": 1 / lab.measured_ratio(sweep_rows)[1]}
+
+    with pytest.raises(checks.CheckFailed, match=r"RS\+AG 的时间是 All-Reduce 的 .*与测量矛盾.*倒数"):
+        checks.check_lab_claims(inverse)
+
+
+def test_lab_claims_that_always_say_compute_are_contradicted_with_the_numbers():
+    def always_compute(step_rows, sweep_rows):
+        from mgpu_helpers.checks import lab
+        return {"limiting": {r["nbytes"]: "compute" for r in step_rows},
+                "rs_ag_over_ar": lab.measured_ratio(sweep_rows)[1]}
+
+    with pytest.raises(checks.CheckFailed, match=r"上最大的是 compute”与测量矛盾：测到 compute .* us.*最大的是 (wait|communicate)"):
+        checks.check_lab_claims(always_compute, cases=60)

@@ -7,8 +7,8 @@ matplotlib.use("Agg")
 
 import pytest
 
-from mgpu_helpers.lessons import lab
-from mgpu_helpers.measure import sweep
+from mgpu_helpers.checks import lab as lab_checks
+from mgpu_helpers.measure import nccltests, report as lab, sizes, sweep, tables
 from mgpu_helpers.widgets import bandwidth, rank_distribution, topology as topo_widget
 
 
@@ -20,11 +20,10 @@ def _rows():
 def test_report_is_written_with_its_table_and_images(tmp_path):
     rows = _rows()
     steps = [{"nbytes": r.nbytes, "compute_us": 500.0, "wait_us": 50.0, "comm_us": r.time_us,
-              "efficiency": 500 / (550 + r.time_us), "limited_by": "compute"} for r in rows]
+              "efficiency": 500 / (550 + r.time_us)} for r in rows]
     report = lab.LabReport("All-Reduce lab")
     report.add_text("Setup", "2 ranks, gloo")
-    report.add_table("Sweep", [dict(d, size=sweep.format_bytes(d["nbytes"]))
-                               for d in sweep.compare_with_reference(rows)], lab.SWEEP_COLUMNS)
+    report.add_table("Sweep", nccltests.compare_with_reference(rows), lab.SWEEP_COLUMNS)
     report.add_figure("Bandwidth", "busbw", bandwidth.draw_busbw(rows), "busbw by size")
     report.add_figure("Step", "step", bandwidth.draw_step_breakdown(steps), "phases")
     path = report.write(str(tmp_path / "r1"))
@@ -45,7 +44,7 @@ def test_default_report_dir_is_a_timestamped_folder_under_lab_reports(tmp_path):
 
 
 def test_markdown_table_escapes_pipes_and_shows_missing_values():
-    text = lab.markdown_table([{"a": "x|y", "b": None}], [("a", "A", "{}"), ("b", "B", "{:.1f}")])
+    text = tables.markdown_table([{"a": "x|y", "b": None}], [("a", "A", "{}"), ("b", "B", "{:.1f}")])
     assert text.splitlines()[-1] == "| x\\|y | - |"
 
 
@@ -71,54 +70,39 @@ def test_rank_distribution_draws_one_box_per_rank_and_phase():
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["rank 0", "rank 1 *"]
 
 
-def test_lab_report_from_the_lab_results_has_every_section(tmp_path):
+def test_lab_report_holds_the_learners_claims_their_verdicts_and_their_own_words(tmp_path):
     rows = _rows() + [sweep.SweepRow("rs_ag", n, t * 1.5, 1.0, 1.0, 2, "gloo", 5)
                       for n, t in ((1024, 100.0), (32768, 200.0), (1 << 20, 900.0))]
     steps = [{"nbytes": n, "compute_us": 500.0, "wait_us": w, "comm_us": c, "step_us": 500.0 + w + c,
-              "efficiency": 500.0 / (500.0 + w + c), "limited_by": "compute"}
+              "efficiency": 500.0 / (500.0 + w + c)}
              for n, w, c in ((1024, 10.0, 100.0), (32768, 300.0, 200.0), (1 << 20, 10.0, 900.0))]
-    owners = [{"rank": r, "device": "cpu", "shard": (8 * r, 8 * r + 8), "input": list(range(8 * r, 8 * r + 8)),
-               "local": 1.0, "result": 1240.0, "expected": 1240.0, "ok": True} for r in range(2)]
-    conclusions = lab.conclude(steps, rows, 2)
-    assert any("1 MiB" in c and "All-Reduce 比局部计算还长" in c for c in conclusions)
-    assert any("等待" in c and "32 KiB" in c for c in conclusions)
-    assert any("1.50 倍" in c for c in conclusions)
+    owners = [{"rank": r, "device": "cpu", "shard": (8 * r, 8 * r + 8), "local": 1.0, "result": 1240.0,
+               "expected": 1240.0, "ok": True} for r in range(2)]
+    claims = {"limiting": {"1 KiB": "compute", "32 KiB": "compute", "1 MiB": "compute"}, "rs_ag_over_ar": 1.5}
+    review = lab_checks.review_claims(claims, steps, rows)
     compare = {"rows": [{"approach": "all_reduce", "result": "sum", "buffer": "1 MiB", "time": "1 us"}], "note": "n"}
-    report = lab.build_report("Lab", "setup", "GPU0 GPU1", owners, rows, steps, compare, conclusions,
+    report = lab.build_report("Lab", "setup", "GPU0 GPU1", owners, nccltests.compare_with_reference(rows), steps,
+                              compare, review, "我的结论：大消息输在通信。",
                               {"busbw": ("busbw", bandwidth.draw_busbw(rows))})
     path = report.write(str(tmp_path))
     text = open(path, encoding="utf-8").read()
-    for heading in ("## 环境", "## 拓扑摘要", "## 逐 Rank 输出", "## 一步的时间拆分", "## 结论"):
+    for heading in ("## 环境", "## 拓扑摘要", "## 逐 Rank 输出", "## 一步的时间拆分", "## 我的结论，逐条对照测量",
+                    "## 结论：一步的时间输在哪里"):
         assert heading in text
-    assert "| 1 | cpu | (8, 16) | 8 9 10 11 12 13 14 15 | 1 | 1240 | yes |" in text
+    assert "| 1 | cpu | (8, 16) | 1 | 1240 | 1240 | yes |" in text
+    assert "| 1 MiB 上最大的是 compute | 与测量矛盾 |" in text          # 900 us communicate vs 500 compute
+    assert "| 1 KiB 上最大的是 compute | 支持 |" in text
+    assert "| 1 MiB 上 RS+AG 的时间是 All-Reduce 的 1.50 倍 | 支持 |" in text
+    assert text.rstrip().endswith("我的结论：大消息输在通信。")
     assert os.path.exists(tmp_path / "busbw.png")
 
 
-def test_ownership_check_gives_every_rank_the_global_result():
+def test_rs_ag_in_place_and_out_of_place_match_all_reduce_and_in_place_needs_no_extra_buffer():
     import mgpu_helpers as mh
-    res = mh.run_ranks(lab.ownership_check, 3, args=(10,), backend="gloo", stream=False, quiet=True)
-    assert [v["shard"] for v in res.values] == [(0, 4), (4, 7), (7, 10)]
-    assert all(v["ok"] and v["result"] == 285.0 for v in res.values)
-
-
-def test_rs_ag_matches_all_reduce_and_needs_a_shard_more_memory():
-    import mgpu_helpers as mh
-    res = mh.run_ranks(sweep.compare_rank, 2, args=(1 << 16,), backend="gloo", stream=False, quiet=True)
-    assert all(v["same"] for v in res.values)
-    assert sweep.buffer_bytes(1 << 20, 4) == {"all_reduce": 1 << 20, "rs_ag": (1 << 20) + (1 << 18),
-                                              "reduce_scatter_only": 1 << 18}
-
-
-def test_text_progress_bar_reaches_the_total(capsys, monkeypatch):
-    import builtins
-    real_import = builtins.__import__
-
-    def no_widgets(name, *a, **k):
-        if name == "ipywidgets":
-            raise ImportError(name)
-        return real_import(name, *a, **k)
-    monkeypatch.setattr(builtins, "__import__", no_widgets)
-    update = lab.progress_bar("x")
-    for i in range(4):
-        update(i, 3)
-    assert capsys.readouterr().out.rstrip().endswith("3/3")
+    res = mh.run_ranks(sweep.compare_rank, 3, args=(3000,), backend="gloo", stream=False, quiet=True)
+    assert all(v["same"] and v["max_diff"] < 1e-5 for v in res.values)
+    assert all(v["peak_bytes"] is None for v in res.values)            # no CUDA allocator on the CPU
+    mib = 1 << 20
+    assert sweep.buffer_bytes(mib, 4) == {"all_reduce": mib, "rs_ag_out_of_place": mib + mib // 4,
+                                          "rs_ag_in_place": mib, "reduce_scatter_only": mib // 4}
+    assert sizes.float32_elements(3000, 3) * 4 == res.values[0]["buffers"]["all_reduce"]

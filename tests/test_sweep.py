@@ -1,8 +1,9 @@
-"""The collective sweep: complete rows on 2 gloo ranks, nccl-tests formulas, the recorded reference tables."""
+"""The collective sweep: complete rows on 2 gloo ranks, nccl-tests formulas, the recorded reference tables,
+sizes read and written, the one text table."""
 import pytest
 
 from mgpu_helpers.models import perfmodel
-from mgpu_helpers.measure import sweep
+from mgpu_helpers.measure import nccltests, sizes, sweep, tables
 from mgpu_helpers.bench import collectives as bench
 
 SIZES = [1024, 8192, 65536]
@@ -32,11 +33,32 @@ def test_sweep_applies_the_nccl_tests_busbw_formulas(rows):
     assert by_op["rs_ag"].busbw == pytest.approx(by_op["rs_ag"].algbw)
 
 
-def test_progress_callback_sees_every_size():
+def test_progress_bar_moves_once_per_size_and_rows_are_the_same_as_one_launch(monkeypatch):
     seen = []
-    rows = sweep.run_sweep(2, [1024, 4096], ops=("all_reduce",), iters=1, warmup=0, backend="gloo",
-                           progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(0, 2), (1, 2), (2, 2)] and len(rows) == 2
+
+    class Bar:
+        def __init__(self, total, desc):
+            seen.append(("open", total))
+
+        def update(self, k):
+            seen.append(("update", k))
+
+        def close(self):
+            seen.append(("close",))
+
+    monkeypatch.setattr(sweep, "progress_bar", Bar)
+    rows = sweep.run_sweep(2, [1024, 4096], ops=("all_reduce",), iters=1, warmup=0, backend="gloo", progress=True)
+    assert seen == [("open", 2), ("update", 1), ("update", 1), ("close",)]
+    assert [(r.op, r.nbytes) for r in rows] == [("all_reduce", 1024), ("all_reduce", 4096)]
+
+
+def test_the_real_progress_bar_is_tqdm():
+    from tqdm.auto import tqdm
+    bar = sweep.progress_bar(3, "sizes")
+    try:
+        assert isinstance(bar, tqdm) and bar.total == 3
+    finally:
+        bar.close()
 
 
 def test_sizes_are_rounded_to_whole_float32_elements_per_rank():
@@ -46,45 +68,78 @@ def test_sizes_are_rounded_to_whole_float32_elements_per_rank():
 
 def test_reference_parser_reads_every_recorded_nccl_tests_file():
     for op in ("all_reduce", "reduce_scatter", "all_gather", "sendrecv"):
-        ref = sweep.load_reference(op)
-        assert [r["nbytes"] for r in ref] == sweep.sizes_between(1024, 1 << 30, 4)
-        assert any("nccl-tests" in line for line in sweep.reference_header(op))
-    big = sweep.load_reference("all_reduce")[-1]
+        ref = nccltests.load_reference(op)
+        assert [r["nbytes"] for r in ref] == sizes.sizes_between(1024, 1 << 30, 4)
+        assert any("nccl-tests" in line for line in nccltests.reference_header(op))
+    big = nccltests.load_reference("all_reduce")[-1]
     assert (big["time_us"], big["algbw"], big["busbw"]) == (3281.55, 327.21, 327.21)
     assert big["inplace_busbw"] == 329.58
     # like for like: all_reduce runs in place, reduce_scatter / all_gather out of place
-    assert sweep.reference_busbw("all_reduce", 1 << 30) == 329.58
-    assert sweep.reference_busbw("all_gather", 1 << 30) == 270.71
-    assert sweep.reference_busbw("reduce_scatter", 1 << 30) == 278.80
-    assert sweep.reference_busbw("all_gather", 1 << 30, inplace=True) == 289.32
-    assert sweep.reference_busbw("all_reduce", 1000) is None
+    assert nccltests.reference_busbw("all_reduce", 1 << 30) == 329.58
+    assert nccltests.reference_busbw("all_gather", 1 << 30) == 270.71
+    assert nccltests.reference_busbw("reduce_scatter", 1 << 30) == 278.80
+    assert nccltests.reference_busbw("all_gather", 1 << 30, inplace=True) == 289.32
+    assert nccltests.reference_busbw("all_reduce", 1000) is None
 
 
 def test_reference_busbw_agrees_with_its_own_time_by_the_formula():
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
-        for r in sweep.load_reference(op)[-3:]:
+        for r in nccltests.load_reference(op)[-3:]:
             assert perfmodel.busbw(op, r["nbytes"], r["time_us"] / 1e6, 2) / 1e9 == pytest.approx(r["busbw"], abs=0.01)
 
 
 def test_gloo_rows_are_not_compared_with_the_nccl_reference(rows):
-    assert all(d["ratio"] is None for d in sweep.compare_with_reference(rows))
+    assert all(d["ratio"] is None for d in nccltests.compare_with_reference(rows))
     nccl_row = sweep.SweepRow("all_reduce", 1 << 30, 3400.0, 315.8, 315.8, 2, "nccl", 20)
-    d = sweep.compare_with_reference([nccl_row])[0]
+    d = nccltests.compare_with_reference([nccl_row])[0]
     assert d["ref_busbw"] == 329.58 and d["ratio"] == pytest.approx(315.8 / 329.58)
     assert bench.target_check([nccl_row]) == []                      # 4% below: within the 5% target
     slow = sweep.SweepRow("all_reduce", 1 << 30, 3600.0, 298.3, 298.3, 2, "nccl", 20)
     assert "all_reduce 1 GiB" in bench.target_check([slow])[0]      # 9.5% below: missed
 
 
-def test_table_lists_every_row(rows):
-    text = sweep.format_table(rows)
-    assert len(text.splitlines()) == 2 + len(rows) and "busbw" in text and "32 KiB" not in text
+def test_sweep_table_lists_every_row_and_the_reference_only_for_nccl(rows):
+    text = nccltests.sweep_table(rows)
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(rows) and "busbw" in lines[0] and "nccl-tests" in lines[0]
+    assert all(line.rstrip().endswith("-") for line in lines[2:])          # gloo: no reference
+    assert "8 KiB" in text and "32 KiB" not in text
+    nccl_row = sweep.SweepRow("all_reduce", 1 << 30, 3400.0, 315.8, 315.8, 2, "nccl", 20)
+    assert nccltests.sweep_table([nccl_row]).splitlines()[2].split()[-2:] == ["329.58", "0.96"]
 
 
-def test_bench_size_options_understand_binary_units():
-    assert [bench.parse_size(s) for s in ("1K", "64M", "1G", "4096")] == [1024, 64 << 20, 1 << 30, 4096]
-    with pytest.raises(Exception, match="not a size"):
-        bench.parse_size("lots")
+def test_text_and_markdown_tables_share_one_column_description():
+    cols = [("name", "name", "{}"), ("x", "x (us)", "{:.1f}")]
+    rows = [{"name": "a|b", "x": 1.25}, {"name": "long name", "x": None}]
+    text = tables.format_table(rows, cols).splitlines()
+    assert text[0] == "name       x (us)" and set(text[1]) == {"-"}
+    assert text[2] == "a|b           1.2" and text[3] == "long name       -"
+    assert tables.markdown_table(rows, cols).splitlines()[2] == "| a\\|b | 1.2 |"
+
+
+@pytest.mark.parametrize("text,nbytes", [("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("4096", 4096),
+                                         ("1 MiB", 1 << 20), ("2kb", 2048), ("3B", 3)])
+def test_one_size_grammar_for_every_command(text, nbytes):
+    assert sizes.parse_size(text) == nbytes
+    assert sizes.parse_size(sizes.format_bytes(nbytes)) == nbytes
+
+
+@pytest.mark.parametrize("text", ["lots", "1.5M", "0", "-1K", "1T", ""])
+def test_sizes_that_cannot_be_read_say_how_to_write_one(text):
+    with pytest.raises(ValueError, match="not a size.*e.g. 4096, 1K, 64M, 1G"):
+        sizes.parse_size(text)
+
+
+def test_float32_elements_split_evenly_over_the_ranks():
+    assert sizes.float32_elements(1000, 3) == 249 and sizes.float32_elements(1, 4) == 4
+    with pytest.raises(ValueError, match="world_size"):
+        sizes.float32_elements(1024, 0)
+
+
+def test_bench_refuses_a_size_it_cannot_read(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--max-bytes", "lots"])
+    assert "not a size: 'lots'" in capsys.readouterr().err
 
 
 def test_bench_runs_a_small_gloo_sweep(capsys):
@@ -92,3 +147,25 @@ def test_bench_runs_a_small_gloo_sweep(capsys):
                        "--iters", "1", "--ops", "all_reduce"]) == 0
     out = capsys.readouterr().out
     assert "all_reduce" in out and "1 KiB" in out
+
+
+def test_recorded_split_is_computed_from_the_three_files():
+    rec = nccltests.recorded_split(1 << 30)
+    assert (rec["reduce_scatter_busbw"], rec["all_gather_busbw"], rec["all_reduce_busbw"]) == (278.80, 270.71, 327.21)
+    assert rec["rs_ag_us"] == pytest.approx(1925.64 + 1983.22)
+    assert rec["time_ratio"] == pytest.approx((1925.64 + 1983.22) / 3281.55)
+    assert rec["busbw_ratio"] == pytest.approx(1 / rec["time_ratio"], rel=2e-3)
+    # two launches' fixed cost: the smallest recorded reduce-scatter (4 KiB) and all-gather (4 KiB) times
+    assert rec["launch_us"] == pytest.approx(14.19 + 14.05)
+    assert rec["launch_us"] / (rec["rs_ag_us"] - rec["all_reduce_us"]) < 0.05
+    inplace = nccltests.recorded_split(1 << 30, inplace=True)
+    assert inplace["all_reduce_us"] == 3257.86 and inplace["rs_ag_us"] == pytest.approx(1914.72 + 1855.62)
+    with pytest.raises(ValueError, match="no recorded row at 1000 bytes"):
+        nccltests.recorded_split(1000)
+
+
+def test_all_reduce_reaches_half_its_recorded_busbw_at_16_mib():
+    assert nccltests.half_busbw_size("all_reduce") == 16 << 20
+    curves = nccltests.reference_curves()
+    assert set(curves) == {"all_reduce", "reduce_scatter", "all_gather"}
+    assert curves["all_reduce"][-1] == (1 << 30, 329.58)

@@ -12,29 +12,21 @@ then all-gather) and prints time, algbw and busbw per size, with the nccl-tests 
 from __future__ import annotations
 
 import argparse
-import re
+import sys
 
-UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-         "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+from mgpu_helpers.measure import sizes
+
 TARGET_FROM = 64 << 20     # busbw must be within 5% of nccl-tests from this size up
 TARGET_RATIO = 0.95
 
 
-def parse_size(text: str) -> int:
-    """'1K' -> 1024, '64M' -> 67108864, '1G' -> 1073741824, '4096' -> 4096 (binary units, like nccl-tests)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).upper() not in UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 1K, 64M, 1G)")
-    return int(m.group(1)) * UNITS[m.group(2).upper()]
-
-
 def target_check(rows) -> list[str]:
     """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
-    from mgpu_helpers.measure import sweep
+    from mgpu_helpers.measure import nccltests
     bad = []
-    for d in sweep.compare_with_reference(rows):
+    for d in nccltests.compare_with_reference(rows):
         if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO:
-            bad.append(f"{d['op']} {sweep.format_bytes(d['nbytes'])}: {d['busbw']:.1f} GB/s "
+            bad.append(f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s "
                        f"vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})")
     return bad
 
@@ -56,15 +48,15 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 def main(argv: list[str]) -> int:
     from mgpu_helpers import hardware
-    from mgpu_helpers.measure import sweep
+    from mgpu_helpers.measure import nccltests, sweep
 
     gpus = hardware.machine().gpu_count
     p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench collectives", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world-size", type=int, default=max(2, gpus), help="ranks (default: every GPU, at least 2)")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
-    p.add_argument("--min-bytes", type=parse_size, default=None, help="smallest message (default 1K)")
-    p.add_argument("--max-bytes", type=parse_size, default=None,
+    p.add_argument("--min-bytes", type=sizes.parse_size, default=None, help="smallest message (default 1K)")
+    p.add_argument("--max-bytes", type=sizes.parse_size, default=None,
                    help="largest message (default 1G with NCCL, 1M with gloo)")
     p.add_argument("--factor", type=int, default=None, help="size step (default 4 with NCCL, 32 with gloo)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per size (default: by size)")
@@ -83,15 +75,17 @@ def main(argv: list[str]) -> int:
         p.error(f"unknown op(s) {unknown}; choose from {sweep.OPS}")
     backend, reason = hardware.choose_backend(a.world_size, a.backend)
     gpu = backend == "nccl"
-    lo = a.min_bytes or sweep.KiB
-    hi = a.max_bytes or (sweep.GiB if gpu else sweep.MiB)
-    sizes = sweep.sizes_between(lo, hi, a.factor or (4 if gpu else 32))
-    print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(sizes)} sizes "
-          f"{sweep.format_bytes(sizes[0])} .. {sweep.format_bytes(sizes[-1])}; ops {', '.join(ops)}")
-    rows = sweep.run_sweep(a.world_size, sizes, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend,
-                           timeout=600)
-    print(sweep.format_table(rows))
-    compared = [d for d in sweep.compare_with_reference(rows) if d["ratio"] is not None]
+    lo = a.min_bytes or sizes.KiB
+    hi = a.max_bytes or (sizes.GiB if gpu else sizes.MiB)
+    if hi < lo:
+        p.error(f"--max-bytes {sizes.format_bytes(hi)} is below --min-bytes {sizes.format_bytes(lo)}")
+    chosen = sizes.sizes_between(lo, hi, a.factor or (4 if gpu else 32))
+    print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
+          f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}")
+    rows = sweep.run_sweep(a.world_size, chosen, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend,
+                           timeout=600, progress=sys.stderr.isatty())
+    print(nccltests.sweep_table(rows))
+    compared = [d for d in nccltests.compare_with_reference(rows) if d["ratio"] is not None]
     if not compared:
         print("(nccl-tests reference: recorded with NCCL on 2 x H200; compared only for NCCL on 2 ranks)")
         return 0

@@ -35,12 +35,15 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
+| ex12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
+| ex12 | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: the lab's conclusions as data |
+| ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
 """
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["core", "kernels", "p2p", "collectives", "semantics", "sharding", "stragglers", "dataparallel", "diagnostics"],
+    submodules=["core", "kernels", "p2p", "collectives", "semantics", "sharding", "stragglers", "dataparallel", "diagnostics", "lab"],
     attributes={
         "CheckFailed": "core",
         "NOT_DONE": "core",
@@ -71,5 +74,8 @@ __getattr__, __dir__, __all__ = attach(
         "make_hang_evidence": "diagnostics",
         "check_find_mismatch": "diagnostics",
         "check_predict_hang": "diagnostics",
+        "check_ownership_check": "lab",
+        "check_lab_claims": "lab",
+        "check_rs_ag_slowdown": "lab",
     },
 )

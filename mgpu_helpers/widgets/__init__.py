@@ -3,8 +3,4 @@ tests) and a thin ipywidgets wrapper around it. Import the module you need; noth
 until a widget is built."""
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(
-    __name__,
-    submodules=["allreduce", "bandwidth", "knowledge_map", "predict", "projection", "quiz", "rank_distribution", "sharding",
-                "straggler", "style", "thread_index", "topology"],
-)
+__getattr__, __dir__, __all__ = attach(__name__)

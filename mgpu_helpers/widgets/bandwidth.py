@@ -6,13 +6,13 @@ given) and :func:`draw_step_breakdown` (compute / wait / communicate per message
 """
 from __future__ import annotations
 
+from mgpu_helpers.measure.sizes import format_bytes
 from mgpu_helpers.widgets import style
 
 OP_COLOURS = {"all_reduce": "blue", "reduce_scatter": "orange", "all_gather": "green", "rs_ag": "purple"}
 
 
 def _size_ticks(ax, sizes):
-    from mgpu_helpers.measure.sweep import format_bytes
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [format_bytes(s) for s in sizes], rotation=45, ha="right")
     ax.minorticks_off()
@@ -20,7 +20,7 @@ def _size_ticks(ax, sizes):
 
 def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth by message size"):
     """busbw (GB/s) against message size, one line per op; ``reference``: ``{op: [(nbytes, busbw), ...]}``
-    drawn dashed (e.g. nccl-tests). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
+    drawn dashed (e.g. :func:`mgpu_helpers.measure.nccltests.reference_curves`). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
     import matplotlib.pyplot as plt
 
     rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in rows]
@@ -53,7 +53,6 @@ def draw_step_breakdown(step_rows, title: str = "one step: compute, wait, all-re
     (efficiency) written above each bar. ``step_rows`` from :func:`mgpu_helpers.measure.sweep.combine_steps`."""
     import matplotlib.pyplot as plt
 
-    from mgpu_helpers.measure.sweep import format_bytes
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
     xs = range(len(step_rows))

@@ -1,0 +1,150 @@
+"""The nccl-tests tables recorded on 2 x H200 (``mgpu_helpers/data/nccltests_*.txt``): read them, look a
+size up, set a sweep beside them, and take the recorded reduce-scatter + all-gather against all-reduce apart.
+
+Every file is the unchanged output of NVIDIA nccl-tests (``all_reduce_perf`` etc.); its comment lines say
+where and how it was measured (:func:`reference_header`). Bandwidths are GB/s (1e9 bytes per second).
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from mgpu_helpers.measure import sizes, tables
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+RECORDED_OPS = ("all_reduce", "reduce_scatter", "all_gather", "sendrecv")
+
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+" + r"\s+".join([r"([\d.]+)"] * 3)
+                  + r"\s+(\S+)\s+" + r"\s+".join([r"([\d.]+)"] * 3) + r"\s+(\S+)\s*$")
+
+
+def parse_nccl_tests(text: str) -> list[dict]:
+    """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop, time_us, algbw, busbw``
+    (out-of-place) and ``inplace_time_us, inplace_algbw, inplace_busbw``; comment lines are skipped."""
+    rows = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        m = _ROW.match(line)
+        if not m:
+            continue
+        g = m.groups()
+        rows.append({"nbytes": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3],
+                     "time_us": float(g[5]), "algbw": float(g[6]), "busbw": float(g[7]),
+                     "inplace_time_us": float(g[9]), "inplace_algbw": float(g[10]),
+                     "inplace_busbw": float(g[11])})
+    return rows
+
+
+def _path(op: str) -> str:
+    return os.path.join(DATA_DIR, f"nccltests_{op}.txt")
+
+
+def reference_header(op: str) -> list[str]:
+    """The comment lines of the recorded reference for ``op`` (where and how it was measured)."""
+    with open(_path(op)) as f:
+        return [ln.rstrip() for ln in f if ln.startswith("#")]
+
+
+def load_reference(op: str) -> list[dict]:
+    """nccl-tests rows recorded on 2 x H200 for ``op`` (one of :data:`RECORDED_OPS`); rs_ag has no nccl-tests
+    counterpart and gives []."""
+    if not os.path.exists(_path(op)):
+        return []
+    with open(_path(op)) as f:
+        return parse_nccl_tests(f.read())
+
+
+# Which nccl-tests column matches how mgpu_helpers.measure.sweep runs each op: all_reduce works in place on
+# one buffer; reduce_scatter and all_gather read one buffer and write another (out of place).
+REFERENCE_INPLACE = {"all_reduce": True, "reduce_scatter": False, "all_gather": False, "sendrecv": False}
+
+
+def recorded_row(op: str, nbytes: int) -> dict | None:
+    """The recorded row of ``op`` at exactly ``nbytes``, or None."""
+    return next((r for r in load_reference(op) if r["nbytes"] == nbytes), None)
+
+
+def reference_busbw(op: str, nbytes: int, inplace: bool | None = None) -> float | None:
+    """nccl-tests busbw (GB/s) recorded for ``op`` at exactly ``nbytes``: the in-place or out-of-place
+    column (default: the one that matches how the sweep runs ``op``); None if not recorded."""
+    if inplace is None:
+        inplace = REFERENCE_INPLACE.get(op, False)
+    r = recorded_row(op, nbytes)
+    if r is None:
+        return None
+    return r["inplace_busbw"] if inplace else r["busbw"]
+
+
+def reference_curves(ops=("all_reduce", "reduce_scatter", "all_gather")) -> dict:
+    """``{op: [(nbytes, busbw), ...]}`` from the recorded files, in the column the sweep matches."""
+    return {op: [(r["nbytes"], reference_busbw(op, r["nbytes"])) for r in load_reference(op)] for op in ops}
+
+
+def compare_with_reference(rows) -> list[dict]:
+    """Each sweep row as a dict plus ``ref_busbw`` (GB/s) and ``ratio`` (ours / reference) where the
+    recorded table has that size; None elsewhere. Only NCCL rows on 2 ranks are compared: the reference
+    was measured with NCCL on 2 GPUs, and gloo on the CPU is a different thing altogether."""
+    out = []
+    for r in rows:
+        d = r.as_dict() if hasattr(r, "as_dict") else dict(r)
+        ref = (reference_busbw(d["op"], d["nbytes"])
+               if d.get("world_size") == 2 and d.get("backend") == "nccl" else None)
+        d["ref_busbw"] = ref
+        d["ratio"] = d["busbw"] / ref if ref else None
+        d["size"] = sizes.format_bytes(d["nbytes"])
+        out.append(d)
+    return out
+
+
+SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("time_us", "time (us)", "{:.1f}"),
+                 ("algbw", "algbw (GB/s)", "{:.3f}"), ("busbw", "busbw (GB/s)", "{:.3f}"),
+                 ("ref_busbw", "nccl-tests busbw", "{:.2f}"), ("ratio", "ours / nccl-tests", "{:.2f}")]
+
+
+def sweep_table(rows, reference: bool = True) -> str:
+    """Sweep rows as a text table (:func:`mgpu_helpers.measure.tables.format_table`), with the recorded
+    nccl-tests busbw and our share of it when ``reference``."""
+    columns = SWEEP_COLUMNS if reference else SWEEP_COLUMNS[:5]
+    return tables.format_table(compare_with_reference(rows), columns)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The recorded reduce-scatter + all-gather against one all-reduce.
+
+
+def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:
+    """The smallest recorded size whose busbw reaches half of the largest recorded busbw of ``op``."""
+    curve = sorted((r["nbytes"], reference_busbw(op, r["nbytes"], inplace)) for r in load_reference(op))
+    top = max(bw for _, bw in curve)
+    return next(n for n, bw in curve if bw >= top / 2)
+
+
+def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
+    """Reduce-scatter then all-gather against one all-reduce of ``nbytes``, from the recorded files.
+
+    All three in the same column (out-of-place by default). Returns the times (us) of all_reduce,
+    reduce_scatter, all_gather and their sum ``rs_ag_us``; each op's busbw; ``rs_ag_busbw`` (the sum's time
+    counted as an all-reduce, 2 ranks); ``time_ratio`` = rs_ag / all_reduce time and ``busbw_ratio`` = rs_ag
+    / all_reduce busbw (its inverse); ``launch_us``: the two launches' fixed cost, the smallest recorded
+    reduce-scatter and all-gather times (their messages are too small for bandwidth to matter).
+    """
+    from mgpu_helpers.models import perfmodel
+
+    tkey, bkey = ("inplace_time_us", "inplace_busbw") if inplace else ("time_us", "busbw")
+    got = {op: recorded_row(op, nbytes) for op in ("all_reduce", "reduce_scatter", "all_gather")}
+    missing = [op for op, r in got.items() if r is None]
+    if missing:
+        raise ValueError(f"no recorded row at {nbytes} bytes for {missing}; recorded sizes: "
+                         f"{[r['nbytes'] for r in load_reference('all_reduce')]}")
+    t = {op: r[tkey] for op, r in got.items()}
+    rs_ag_us = t["reduce_scatter"] + t["all_gather"]
+    rs_ag_busbw = perfmodel.busbw("all_reduce", nbytes, rs_ag_us / 1e6, 2) / 1e9
+    launch_us = sum(min(r[tkey] for r in load_reference(op)) for op in ("reduce_scatter", "all_gather"))
+    return {"nbytes": nbytes, "inplace": inplace,
+            "all_reduce_us": t["all_reduce"], "reduce_scatter_us": t["reduce_scatter"],
+            "all_gather_us": t["all_gather"], "rs_ag_us": rs_ag_us,
+            "all_reduce_busbw": got["all_reduce"][bkey], "reduce_scatter_busbw": got["reduce_scatter"][bkey],
+            "all_gather_busbw": got["all_gather"][bkey], "rs_ag_busbw": rs_ag_busbw,
+            "time_ratio": rs_ag_us / t["all_reduce"], "busbw_ratio": rs_ag_busbw / got["all_reduce"][bkey],
+            "launch_us": launch_us}

@@ -1,0 +1,117 @@
+"""The lab report: Markdown with tables, and the figures as PNG files next to it.
+
+    report = LabReport("All-Reduce lab")
+    report.add_text("Setup", "2 ranks ...")
+    report.add_table("Sweep", rows, [("op", "op", "{}"), ("nbytes", "bytes", "{:d}")])
+    report.add_figure("Bandwidth", "busbw", fig, "busbw by message size")
+    path = report.write(out_dir)        # out_dir/report.md + out_dir/busbw.png
+
+``out_dir`` defaults to ``lab_reports/<timestamp>/`` under the current folder (lab_reports/ is ignored by
+git); tests pass a temporary folder. :func:`build_report` puts notebook 12's results together: the
+report holds what the learner measured and what the learner concluded, and writes no conclusion itself.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+
+from mgpu_helpers.measure import sizes, tables
+
+
+def default_dir(root: str | None = None) -> str:
+    """``<root>/lab_reports/<YYYYmmdd-HHMMSS>`` (root: the current folder, or the repository root when
+    run from notebooks/, solutions/ or exercises/)."""
+    if root is None:
+        here = os.getcwd()
+        inside = os.path.basename(here) in ("notebooks", "solutions", "exercises")
+        root = os.path.dirname(here) if inside else here
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join(root, "lab_reports", stamp)
+
+
+@dataclass
+class LabReport:
+    """A report built section by section, written as ``report.md`` plus one PNG per figure."""
+
+    title: str
+    sections: list = field(default_factory=list)     # (heading, markdown)
+    figures: dict = field(default_factory=dict)      # file stem -> Figure
+
+    def add_text(self, heading: str, text: str) -> None:
+        self.sections.append((heading, text.strip()))
+
+    def add_table(self, heading: str, rows, columns, note: str = "") -> None:
+        text = tables.markdown_table(rows, columns)
+        self.sections.append((heading, (note.strip() + "\n\n" if note else "") + text))
+
+    def add_code(self, heading: str, text: str) -> None:
+        self.sections.append((heading, "```\n" + text.rstrip() + "\n```"))
+
+    def add_figure(self, heading: str, name: str, fig, caption: str = "") -> None:
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"figure name must be letters, digits, - or _: {name!r}")
+        self.figures[name] = fig
+        self.sections.append((heading, f"![{caption or name}]({name}.png)" + (f"\n\n{caption}" if caption else "")))
+
+    def markdown(self) -> str:
+        stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+        parts = [f"# {self.title}", f"_written {stamp}_"]
+        for heading, text in self.sections:
+            parts.append(f"## {heading}\n\n{text}")
+        return "\n\n".join(parts) + "\n"
+
+    def write(self, out_dir: str | None = None, dpi: int = 110) -> str:
+        """Write ``report.md`` and the figures (PNG) into ``out_dir`` (created); returns the report's path."""
+        out_dir = out_dir or default_dir()
+        os.makedirs(out_dir, exist_ok=True)
+        for name, fig in self.figures.items():
+            fig.savefig(os.path.join(out_dir, f"{name}.png"), dpi=dpi, bbox_inches="tight")
+        path = os.path.join(out_dir, "report.md")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.markdown())
+        return path
+
+
+# Column sets the lab uses.
+SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("nbytes", "bytes", "{:d}"),
+                 ("time_us", "time (us)", "{:.1f}"), ("algbw", "algbw (GB/s)", "{:.3f}"),
+                 ("busbw", "busbw (GB/s)", "{:.3f}"), ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}"),
+                 ("ratio", "ours / nccl-tests", "{:.2f}")]
+STEP_COLUMNS = [("size", "all-reduce size", "{}"), ("compute_us", "compute (us)", "{:.0f}"),
+                ("wait_us", "wait (us)", "{:.0f}"), ("comm_us", "all-reduce (us)", "{:.0f}"),
+                ("efficiency", "compute share", "{:.0%}"), ("limited_by", "largest part", "{}")]
+RANK_COLUMNS = [("rank", "rank", "{}"), ("device", "device", "{}"), ("shard", "shard [start, stop)", "{}"),
+                ("local", "local result", "{:.0f}"), ("result", "all-reduce result", "{:.0f}"),
+                ("expected", "expected", "{:.0f}"), ("ok", "correct", "{}")]
+CLAIM_COLUMNS = [("claim", "结论", "{}"), ("verdict", "测量是否支持", "{}"), ("evidence", "依据", "{}")]
+
+
+def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, step_rows, compare: dict,
+                 review, conclusion: str, figures: dict) -> LabReport:
+    """The lab report from the lab's results (all plain data, so tests can build one without ranks).
+
+    ``rank_rows``: the learner's ownership check, one dict per rank; ``sweep_rows``: sweep rows as dicts
+    with the nccl-tests columns (:func:`mgpu_helpers.measure.nccltests.compare_with_reference`);
+    ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``compare``: ``{"rows": [...],
+    "note": str}`` for all-reduce vs reduce-scatter + all-gather; ``review``: the verdicts of
+    :func:`mgpu_helpers.checks.lab.review_claims` on the learner's claims; ``conclusion``: the learner's
+    own paragraph; ``figures``: ``{name: (caption, Figure)}``, saved as PNG next to the report.
+    """
+    report = LabReport(title)
+    report.add_text("环境", setup)
+    report.add_code("拓扑摘要", topology)
+    report.add_table("逐 Rank 输出", [dict(r, ok="yes" if r.get("ok") else "NO") for r in rank_rows], RANK_COLUMNS)
+    report.add_table("消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）", sweep_rows, SWEEP_COLUMNS,
+                     note="algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
+                          "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。")
+    report.add_table("一步的时间拆分：计算 / 等待 / All-Reduce",
+                     [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows], STEP_COLUMNS)
+    report.add_table("All-Reduce 与 Reduce-Scatter + All-Gather", compare["rows"],
+                     [("approach", "做法", "{}"), ("result", "每个 Rank 得到", "{}"),
+                      ("buffer", "通信 Buffer / Rank", "{}"), ("time", "时间", "{}")], note=compare.get("note", ""))
+    for name, (caption, fig) in figures.items():
+        report.add_figure(caption, name, fig, caption)
+    report.add_table("我的结论，逐条对照测量", [v.as_dict() for v in review], CLAIM_COLUMNS)
+    report.add_text("结论：一步的时间输在哪里", conclusion)
+    return report

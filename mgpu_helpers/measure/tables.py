@@ -1,0 +1,44 @@
+"""Tables of measured rows, as fixed-width text (for a terminal or a cell) and as Markdown (for a report).
+
+Both take the same column description: ``(key, header, format)`` triples, e.g.
+``("busbw", "busbw (GB/s)", "{:.2f}")``; rows are dicts (or objects with ``as_dict()``); a missing or
+None value prints as "-".
+"""
+from __future__ import annotations
+
+
+def _as_dict(row) -> dict:
+    return row.as_dict() if hasattr(row, "as_dict") else dict(row)
+
+
+def cell_text(value, fmt: str) -> str:
+    """``fmt.format(value)``; "-" for None; ``str(value)`` when the format does not fit the value."""
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def format_table(rows, columns) -> str:
+    """A fixed-width text table: a header line, a rule, one line per row; the first column left-aligned,
+    the others right-aligned, each as wide as its widest entry."""
+    cells = [[cell_text(_as_dict(r).get(k), f) for k, _, f in columns] for r in rows]
+    heads = [h for _, h, _ in columns]
+    widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(heads)]
+
+    def line(values):
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths)))
+    head = line(heads)
+    return "\n".join([head, "-" * len(head)] + [line(c) for c in cells])
+
+
+def markdown_table(rows, columns) -> str:
+    """A Markdown table (pipes and line breaks inside values are escaped)."""
+    def cell(value, fmt):
+        return cell_text(value, fmt).replace("|", "\\|").replace("\n", " ")
+    head = "| " + " | ".join(h for _, h, _ in columns) + " |"
+    sep = "| " + " | ".join("---" for _ in columns) + " |"
+    body = ["| " + " | ".join(cell(_as_dict(r).get(k), f) for k, _, f in columns) + " |" for r in rows]
+    return "\n".join([head, sep] + body)
