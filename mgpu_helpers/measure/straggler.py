@@ -99,6 +99,19 @@ def model_margin(values, seconds_per_unit) -> float:
     return worst
 
 
+def step_margin(values, seconds_per_unit) -> float:
+    """How much longer than ``max shard * s + all-reduce`` a deterministic-cost step can measure (s).
+
+    The slowest rank's step also carries the spread of start times and the latest wake-up of any rank (a
+    late wake-up that every rank shares lengthens the step without changing any wait). Largest over steps.
+    """
+    per_unit = _per_rank(seconds_per_unit, len(values))
+    steps = len(values[0]["wait_s"])
+    return max(values[0]["start_skew_s"][k] + max(v["compute_s"][k] - float(v["shard"]) * s
+                                                  for v, s in zip(values, per_unit))
+               for k in range(steps))
+
+
 def _per_rank(seconds_per_unit, world_size: int) -> list[float]:
     if seconds_per_unit is None:
         raise ValueError("model_margin needs the seconds_per_unit of a deterministic-cost run")

@@ -8,6 +8,7 @@ Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run 
 """
 from __future__ import annotations
 
+# The widget launches and labels with these; the waits' medians are importable here for the widget's users.
 from mgpu_helpers.measure.straggler import median_waits, median_worst_wait, run_traced, wait_by_rank  # noqa: F401
 from mgpu_helpers.widgets import style
 
