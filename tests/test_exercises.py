@@ -426,6 +426,11 @@ def test_unchanged_shards_are_not_a_rebalance():
         checks.check_rebalance(lambda shards, seconds: list(shards))
 
 
+def test_a_wait_predicted_from_the_own_shard_is_held_against_the_measured_wait():
+    with pytest.raises(checks.CheckFailed, match=r"rank 3 每步等 [0-9.]+ s.*你的预测是 0\.180 s"):
+        checks.check_wait_prediction(lambda: 9 * 0.020)
+
+
 def test_hang_evidence_reads_like_the_launchers():
     from mgpu_helpers.measure import diagnose as dg
 

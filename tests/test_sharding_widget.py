@@ -4,7 +4,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from mgpu_helpers.models import perfmodel  # noqa: E402
+from mgpu_helpers.models import memory  # noqa: E402
 from mgpu_helpers.widgets import sharding  # noqa: E402
 
 
@@ -13,7 +13,7 @@ def _bar_heights(ax):
 
 
 def test_replicated_24gb_on_four_16gb_gpus_draws_four_bars_over_capacity():
-    plan = perfmodel.memory_plan("replicate", 4, 16, params=24)
+    plan = memory.memory_plan("replicate", 4, 16, params=24)
     fig = sharding.draw_memory_plan(plan)
     ax = fig.axes[0]
     assert _bar_heights(ax) == [24] * 4
@@ -25,8 +25,8 @@ def test_replicated_24gb_on_four_16gb_gpus_draws_four_bars_over_capacity():
 
 
 def test_14_10_and_12_12_both_fit_under_16gb():
-    plans = {"14/10": perfmodel.memory_plan("zero3", 2, 16, params=24, weights=(14, 10)),
-             "12/12": perfmodel.memory_plan("zero3", 2, 16, params=24, weights=(12, 12))}
+    plans = {"14/10": memory.memory_plan("zero3", 2, 16, params=24, weights=(14, 10)),
+             "12/12": memory.memory_plan("zero3", 2, 16, params=24, weights=(12, 12))}
     fig = sharding.draw_plans(plans)
     assert [_bar_heights(ax) for ax in fig.axes] == [[14, 10], [12, 12]]
     assert all("OVER" not in t.get_text() for ax in fig.axes for t in ax.texts)
@@ -34,7 +34,7 @@ def test_14_10_and_12_12_both_fit_under_16gb():
 
 
 def test_describe_lists_each_rank_and_what_is_replicated():
-    plan = perfmodel.memory_plan("data_parallel", 2, 24, params=4, grads=4, optimizer=8, activations=8)
+    plan = memory.memory_plan("data_parallel", 2, 24, params=4, grads=4, optimizer=8, activations=8)
     text = sharding.describe(plan)
     assert "rank 0: 20 (params 4, grads 4, optimizer 8, activations 4)" in text
     assert "replicated: params, grads, optimizer" in text and "-> fits" in text

@@ -4,6 +4,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
+from mgpu_helpers.lessons import cost_model  # noqa: E402
+from mgpu_helpers.measure import straggler as measured  # noqa: E402
 from mgpu_helpers.measure.trace import Span  # noqa: E402
 from mgpu_helpers.widgets import straggler  # noqa: E402
 
@@ -71,6 +73,66 @@ def test_compute_units_is_deterministic_and_bounded():
     assert torch.equal(a, b)
     assert torch.allclose(a, torch.full((4,), 2.0))          # y <- 0.5 y + 1 converges to 2
     assert torch.equal(workloads.compute_units(0, cpu, m=16, seed=3), torch.full((4,), 3.0))
+
+
+def test_deterministic_run_matches_the_straggler_model_within_its_own_margin():
+    # Sleeps of 15 ms per unit: the waits follow (max - own) x 15 ms, off by at most the measured margin.
+    res = measured.run_traced((6, 3, 1), steps=3, seconds_per_unit=0.015)
+    waits = measured.median_waits(res.values)
+    predicted = cost_model.straggler_waits((6, 3, 1), 0.015)
+    margin = measured.model_margin(res.values, 0.015)
+    assert all(abs(w - p) <= margin + 1e-3 for w, p in zip(waits, predicted)), (waits, predicted, margin)
+    assert measured.contradicted_orderings(waits, predicted, margin) == []
+    assert all(len(v["start_skew_s"]) == 3 and min(v["compute_s"]) >= v["shard"] * 0.015 for v in res.values)
+    step = measured.median_step_seconds(res.values)
+    late = measured.step_margin(res.values, 0.015)
+    assert 6 * 0.015 <= step <= 6 * 0.015 + late + max(max(v["comm_s"]) for v in res.values) + 1e-3
+
+
+def test_ranks_of_different_speeds_take_one_seconds_per_unit_each():
+    res = measured.run_traced((2, 2), steps=2, seconds_per_unit=(0.01, 0.03))
+    margin = measured.model_margin(res.values, (0.01, 0.03))
+    fast, slow = (v["compute_s"] for v in res.values)
+    assert min(fast) >= 0.02 and min(slow) >= 0.06
+    # per step, the gap between the two ranks is 2 x (30 - 10) ms, off by no more than the run's margin
+    assert all(abs((s - f) - 0.04) <= margin + 1e-3 for f, s in zip(fast, slow)), (fast, slow, margin)
+
+
+def test_model_margin_is_start_skew_plus_the_spread_of_late_wake_ups():
+    values = [dict(shard=4, compute_s=[0.041, 0.040], wait_s=[0.0, 0.0], start_skew_s=[0.002, 0.001]),
+              dict(shard=2, compute_s=[0.020, 0.025], wait_s=[0.02, 0.015], start_skew_s=[0.002, 0.001])]
+    # step 0: skew 2 ms + late (1 ms, 0 ms) spread 1 ms = 3 ms; step 1: 1 ms + (0, 5 ms) spread = 6 ms
+    assert measured.model_margin(values, 0.010) == pytest.approx(0.006)
+    assert measured.model_margin(values, [0.010, 0.010]) == pytest.approx(0.006)
+    # the step can be longer still by the latest wake-up: step 0: 2 ms + 1 ms, step 1: 1 ms + 5 ms
+    assert measured.step_margin(values, 0.010) == pytest.approx(0.006)
+    with pytest.raises(ValueError, match="seconds_per_unit"):
+        measured.model_margin(values, None)
+
+
+def test_contradicted_orderings_only_judges_gaps_wider_than_twice_the_margin():
+    predicted = [0.0, 0.06, 0.08]
+    assert measured.contradicted_orderings([0.0, 0.06, 0.081], predicted, 0.005) == []
+    assert measured.contradicted_orderings([0.0, 0.09, 0.08], predicted, 0.005) == [(2, 1)]
+    assert measured.contradicted_orderings([0.0, 0.09, 0.08], predicted, 0.02) == []   # 20 ms gap < 2 x 20 ms
+
+
+def test_sleep_units_sleeps_at_least_the_units_asked_and_refuses_negative_ones():
+    import time
+
+    from mgpu_helpers.measure import workloads
+    t0 = time.monotonic()
+    workloads.sleep_units(3, 0.01)
+    assert time.monotonic() - t0 >= 0.03
+    with pytest.raises(ValueError, match=">= 0"):
+        workloads.sleep_units(-1, 0.01)
+    with pytest.raises(ValueError, match="shard size"):
+        measured.run_traced(())
+
+
+def test_noise_floor_is_the_balanced_runs_worst_wait():
+    balanced = [dict(wait_s=[0.001, 0.0, 0.004]), dict(wait_s=[0.0, 0.002, 0.0])]
+    assert measured.noise_floor(balanced) == measured.median_worst_wait(balanced) == 0.002
 
 
 @pytest.fixture(autouse=True)

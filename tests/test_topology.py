@@ -52,3 +52,18 @@ def test_from_links_wraps_nvml_words():
 def test_text_without_a_matrix_is_rejected():
     with pytest.raises(ValueError, match="header"):
         topology.parse_topo_matrix("No devices were found\n")
+
+
+def test_nv_words_are_bonded_links_through_nvswitch_not_one_cable():
+    meaning = topology.link_meaning("NV18")
+    assert meaning.startswith("a bonded set of 18 NVLinks") and "NVSwitch" in meaning and "not one cable" in meaning
+    assert "per direction" in topology.summary(topology.recorded_topology())
+    assert "per direction" not in topology.summary(topology.parse_topo_matrix(
+        "\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n"))
+
+
+def test_recorded_nvlink_speeds_add_up_to_478_gb_per_direction():
+    speeds = topology.recorded_nvlink_speeds()
+    assert sorted(speeds) == ["GPU0", "GPU1"]
+    assert len(speeds["GPU0"]) == 18 and set(speeds["GPU0"]) == {26.562}
+    assert sum(speeds["GPU1"]) == pytest.approx(478.1, abs=0.05)

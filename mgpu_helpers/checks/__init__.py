@@ -32,6 +32,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather |
 | ex08 | :func:`check_ring_allreduce_seconds` | the alpha-beta cost of a ring all-reduce |
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
+| ex08 | :func:`check_wait_prediction` | ``predicted_wait_s()``: a number first, then measured on ranks |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
@@ -69,6 +70,7 @@ __getattr__, __dir__, __all__ = attach(
         "check_ring_allreduce_seconds": "stragglers",
         "best_rebalance": "stragglers",
         "check_rebalance": "stragglers",
+        "check_wait_prediction": "stragglers",
         "check_data_parallel_step": "dataparallel",
         "COLLECTIVES": "diagnostics",
         "make_hang_evidence": "diagnostics",

@@ -68,7 +68,7 @@ MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
 
 def check_rank_memory(fn) -> None:
     """``fn(strategy, n, params, grads, optimizer, activations) -> float``: memory of each rank (equal shares)."""
-    from mgpu_helpers.models import perfmodel
+    from mgpu_helpers.models import memory
 
     what = "rank_memory 要按策略算出每个 Rank 需要的显存"
     rng = random.Random()
@@ -79,9 +79,9 @@ def check_rank_memory(fn) -> None:
         cases.append((strategy, rng.randint(2, 8), *(rng.randint(1, 40) for _ in range(4))))
     for strategy, n, p, g, o, a in cases:
         got = call(fn, what, strategy, n, p, g, o, a)
-        want = perfmodel.memory_plan(strategy, n, math.inf, p, g, o, a).ranks[0].total
+        want = memory.memory_plan(strategy, n, math.inf, p, g, o, a).ranks[0].total
         if got is None or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-9):
-            split = perfmodel.STRATEGIES[strategy]
+            split = memory.STRATEGIES[strategy]
             raise CheckFailed(f"{strategy}，n = {n}，params={p} grads={g} optimizer={o} activations={a}（GB）："
                               f"每个 Rank 应当是 {want:g} GB，实际得到 {got!r}。{strategy} 切分的部分："
                               f"{', '.join(split) or '没有（全部复制）'}，其余每个 Rank 都存一整份。")

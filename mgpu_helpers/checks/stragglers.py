@@ -8,8 +8,8 @@ from mgpu_helpers.checks.core import CheckFailed, passed, call
 
 
 def check_ring_allreduce_seconds(fn) -> None:
-    """``fn(nbytes, n, alpha, beta)``: ``2 (n - 1) alpha + 2 (n - 1) / n * nbytes * beta`` (0 for n = 1)."""
-    from mgpu_helpers.models import perfmodel
+    """``fn(nbytes, world_size, alpha, beta)``: the ring all-reduce cost of notebook 08 (0 for one rank)."""
+    from mgpu_helpers.lessons import cost_model
 
     what = "ring_allreduce_seconds 要给出环形 All-Reduce 的 alpha-beta 代价"
     rng = random.Random()
@@ -18,10 +18,10 @@ def check_ring_allreduce_seconds(fn) -> None:
               for _ in range(50)]
     for nbytes, n, alpha, beta in cases:
         got = call(fn, what, nbytes, n, alpha, beta)
-        want = perfmodel.ring_allreduce_seconds(nbytes, n, alpha, beta)
+        want = cost_model.ring_allreduce_seconds(nbytes, n, alpha, beta)
         if got is None or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
             lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
-            raise CheckFailed(f"nbytes = {nbytes}，n = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
+            raise CheckFailed(f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
                               f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。")
     passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致。")
 
@@ -69,3 +69,39 @@ def check_rebalance(fn) -> None:
                               f"最好的整数分法 {best} 让最慢的 Rank 只要 {best_max:.4g} s。"
                               "每个 Rank 每单位的时间 = 实测时间 / 原来的单位数。")
     passed(f"rebalance 在 {len(cases)} 组随机的分片和速度上，都让最慢的 Rank 和最优整数分法一样快。")
+
+
+# The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
+WAIT_SHARDS = (9, 5, 5, 3)
+WAIT_SECONDS_PER_UNIT = 0.020
+WAIT_RANK = 3
+
+
+def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float = WAIT_SECONDS_PER_UNIT,
+                          rank: int = WAIT_RANK, steps: int = 5) -> None:
+    """``fn() -> seconds``: the learner's prediction of how long ``rank`` waits at the all-reduce each step
+    with ``shard_units`` at ``seconds_per_unit``. Runs the deterministic (sleep) straggler step on
+    ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
+    (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.measure import straggler
+
+    what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
+    guess = call(fn, what)
+    if isinstance(guess, bool) or not isinstance(guess, (int, float)) or math.isnan(guess):
+        raise CheckFailed(f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
+    try:
+        res = straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
+    except (RankError, RankTimeout) as exc:
+        raise CheckFailed(f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}") from None
+    measured = straggler.median_waits(res.values)[rank]
+    margin = straggler.model_margin(res.values, seconds_per_unit)
+    tolerance = margin + 0.1 * measured + 1e-3
+    shards = "/".join(f"{u:g}" for u in shard_units)
+    if abs(float(guess) - measured) > tolerance:
+        raise CheckFailed(f"Shard {shards}、每单位 {1e3 * seconds_per_unit:g} ms：{len(shard_units)} 个 Rank 上量到 "
+                          f"rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
+                          f"你的预测是 {float(guess):.3f} s。想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
+                          f"{shard_units[rank]:g} 个单位后，要等到谁算完？")
+    passed(f"你预测 rank {rank} 等 {float(guess):.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
+           f"（误差上限 ±{tolerance:.3f} s）。")

@@ -16,7 +16,7 @@ read and written by :mod:`mgpu_helpers.measure.sizes`.
 
 Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
 input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
-busbw from :func:`mgpu_helpers.models.perfmodel.busbw`. rs_ag is counted as an all-reduce.
+busbw from :func:`mgpu_helpers.models.bandwidth.busbw`. rs_ag is counted as an all-reduce.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from mgpu_helpers.measure import sizes as sz
-from mgpu_helpers.models import perfmodel
+from mgpu_helpers.models import bandwidth
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
 # Which nccl-tests formula each measured operation uses.
@@ -168,8 +168,8 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
         seconds = max(rank_rows[i]["seconds"] for rank_rows in per_rank)
         nb = first["nbytes"]
         rows.append(SweepRow(op=first["op"], nbytes=nb, time_us=seconds * 1e6,
-                             algbw=perfmodel.algbw(nb, seconds) / 1e9,
-                             busbw=perfmodel.busbw(BUSBW_AS[first["op"]], nb, seconds, world_size) / 1e9,
+                             algbw=bandwidth.algbw(nb, seconds) / 1e9,
+                             busbw=bandwidth.busbw(BUSBW_AS[first["op"]], nb, seconds, world_size) / 1e9,
                              world_size=world_size, backend=backend, iters=first["iters"]))
     return rows
 

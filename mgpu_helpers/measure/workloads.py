@@ -5,7 +5,9 @@ Each function here is a rank function ``fn(rank, world_size, ...)`` for :func:`m
 depend on the device (small on the CPU, real on a GPU).
 
 - :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce; records compute /
-  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times.
+  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times. With
+  ``seconds_per_unit`` its compute is :func:`sleep_units` (deterministic cost: the same time whatever else
+  the machine runs), else :func:`compute_units` (real matmuls, whose time depends on the device and the load).
 - :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
 - :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
 """
@@ -55,24 +57,47 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     return y[0, :4].clone()
 
 
-def _arrivals(t: float, device, world_size: int) -> list[float]:
-    """All-gather every rank's arrival time (time.monotonic: one clock for all processes of a host)."""
+def sleep_units(units: float, seconds_per_unit: float) -> None:
+    """Deterministic-cost work: sleep ``units * seconds_per_unit`` seconds.
+
+    A sleeping rank uses no CPU, so its time does not depend on how many other processes share the cores
+    (only the wake-up can be late, by the scheduler's latency, which :func:`straggler_step` measures). Use it
+    where a lesson or a test asserts an ordering or a ratio of times; use :func:`compute_units` to see real
+    work, whose time depends on the device and the load.
+    """
+    if units < 0 or seconds_per_unit < 0:
+        raise ValueError(f"units and seconds_per_unit must be >= 0, got {units}, {seconds_per_unit}")
+    end = time.monotonic() + units * seconds_per_unit
+    while True:   # time.sleep may return early on a signal: sleep until the deadline
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
+def _gather_times(times, device, world_size: int) -> list[list[float]]:
+    """All-gather a few times of every rank (time.monotonic: one clock for all processes of a host)."""
     import torch
     import torch.distributed as dist
-    mine = torch.tensor([t], dtype=torch.float64, device=device)
-    got = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world_size)]
+    mine = torch.tensor(list(times), dtype=torch.float64, device=device)
+    got = [torch.zeros(len(times), dtype=torch.float64, device=device) for _ in range(world_size)]
     dist.all_gather(got, mine)
-    return [float(x.item()) for x in got]
+    return [[float(t) for t in x.tolist()] for x in got]
 
 
-def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = None, steps: int = 1,
-                   m: int | None = None, per_unit: int | None = None) -> dict:
-    """One synchronous step per ``steps``: compute proportional to ``shards[rank]``, then all-reduce.
+def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | None = None, steps: int = 1,
+                   m: int | None = None, per_unit: int | None = None, seconds_per_unit=None) -> dict:
+    """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
 
-    Records spans with :mod:`mgpu_helpers.measure.trace`: "compute" (the rank's shard), "wait" (from this rank's
-    arrival at the collective until the last rank arrived, measured from the all-gathered arrival times)
-    and "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device). Returns a dict with the
-    rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s``, plus ``result`` (the
+    ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
+    matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds one unit takes in the
+    deterministic-cost mode (:func:`sleep_units`); a number, or one number per rank (ranks of different
+    speeds). Records spans with :mod:`mgpu_helpers.measure.trace`: "compute", "wait" (from this rank's arrival
+    at the collective until the last rank arrived, measured from the all-gathered arrival times) and
+    "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device).
+
+    Returns a dict with the rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and
+    ``start_skew_s`` (how far apart the ranks left the barrier that starts the step), plus ``result`` (the
     all-reduced gradient's first value, identical on every rank).
     """
     import torch
@@ -82,21 +107,33 @@ def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = 
     from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
-    units = float(shards[rank])
+    units = float(shard_units[rank])
+    if seconds_per_unit is not None and not isinstance(seconds_per_unit, (int, float)):
+        seconds_per_unit = seconds_per_unit[rank]
+
+    def work(amount, seed=0):
+        if seconds_per_unit is None:
+            compute_units(amount, device, m, per_unit, seed=seed)
+        else:
+            sleep_units(amount, seconds_per_unit)
+
     if grad_numel is None:   # 16 KiB on the CPU, 64 MiB on a GPU
         grad_numel = (1 << 24) if device.type == "cuda" else (1 << 12)
     grad = torch.full((grad_numel,), float(rank + 1), device=device)
-    compute_units(0.5, device, m, per_unit)       # warm-up: first matmul pays one-off costs
+    if seconds_per_unit is None:
+        compute_units(0.5, device, m, per_unit)   # warm-up: the first matmul pays one-off costs
     dist.all_reduce(torch.zeros(1, device=device))
     _sync(device)
-    out = dict(rank=rank, device=str(device), shard=shards[rank], compute_s=[], wait_s=[], comm_s=[])
+    out = dict(rank=rank, device=str(device), shard=shard_units[rank], compute_s=[], wait_s=[], comm_s=[],
+               start_skew_s=[])
     for step in range(steps):
         dist.barrier()                            # start every rank's step together
         t0 = time.monotonic()
-        with trace.span("compute", f"shard {shards[rank]}"):
-            compute_units(units, device, m, per_unit, seed=step)
+        with trace.span("compute", f"shard {shard_units[rank]}"):
+            work(units, seed=step)
         arrived = time.monotonic()
-        last = max(_arrivals(arrived, device, world_size))
+        times = _gather_times((t0, arrived), device, world_size)
+        last = max(t[1] for t in times)
         trace.record("wait", arrived, max(arrived, last), "wait for the slowest rank")
         t_comm = time.monotonic()
         with trace.span("communicate", "all_reduce"):
@@ -107,6 +144,8 @@ def straggler_step(rank: int, world_size: int, shards, grad_numel: int | None = 
         out["compute_s"].append(arrived - t0)
         out["wait_s"].append(max(0.0, last - arrived))
         out["comm_s"].append(t_end - t_comm)
+        starts = [t[0] for t in times]
+        out["start_skew_s"].append(max(starts) - min(starts))
     out["result"] = float(g[0].item())
     return out
 

@@ -1,8 +1,14 @@
-"""The ``nvidia-smi topo -m`` matrix: parse it, explain its words, and the copy recorded on 2 x H200.
+"""The ``nvidia-smi topo -m`` matrix: parse it, explain its words, and the copies recorded on 2 x H200.
 
 On a GPU machine the course reads the links through NVML (``env.machine.links``, same words as
 nvidia-smi); on a CPU-only machine :func:`recorded_topology` gives the matrix recorded on a
-2 x NVIDIA H200 host (``data/topo_h200x2.txt``), clearly labelled as a recording.
+2 x NVIDIA H200 host (``data/topo_h200x2.txt``), clearly labelled as a recording, and
+:func:`recorded_nvlink_speeds` the speed of each NVLink recorded there (``data/nvlink_h200x2.txt``).
+
+``NV18`` means "a bonded set of 18 NVLinks" (nvidia-smi's legend), not one cable: on HGX boards each GPU's
+NVLinks go to NVSwitch chips, and GPU-to-GPU traffic crosses them. ``nvidia-smi nvlink -s`` gives each link's
+speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per direction); a datasheet's
+900 GB/s for the same GPU counts both directions together.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ _DEVICE = re.compile(r"^(GPU|NIC)\d+$")
 # What each word of the matrix means (nvidia-smi's legend), fastest path first.
 LINK_MEANINGS = {
     "X": "self",
-    "NV#": "a bonded set of # NVLinks (direct GPU-to-GPU, fastest)",
+    "NV#": "a bonded set of # NVLinks (fastest; on HGX boards through NVSwitch chips, not one cable)",
     "PIX": "PCIe, at most one PCIe bridge",
     "PXB": "PCIe, several PCIe bridges, no host bridge",
     "PHB": "PCIe through a PCIe host bridge (usually the CPU)",
@@ -88,6 +94,26 @@ def recorded_topology() -> TopoMatrix:
     return parse_topo_matrix(text)
 
 
+def recorded_nvlink_speeds() -> dict:
+    """``{"GPU0": [GB/s of each link, ...], ...}`` from ``nvidia-smi nvlink -s`` recorded on the 2 x H200 host.
+
+    The speeds are per direction; their sum is one GPU's NVLink bandwidth each way.
+    """
+    text = resources.files("mgpu_helpers").joinpath("data/nvlink_h200x2.txt").read_text(encoding="utf-8")
+    speeds, gpu = {}, None
+    for line in text.splitlines():
+        head = re.match(r"^GPU (\d+):", line)
+        link = re.match(r"^\s+Link \d+: ([0-9.]+) GB/s", line)
+        if head:
+            gpu = f"GPU{head.group(1)}"
+            speeds[gpu] = []
+        elif link and gpu is not None:
+            speeds[gpu].append(float(link.group(1)))
+    if not speeds:
+        raise ValueError("data/nvlink_h200x2.txt holds no `GPU k:` / `Link j: x GB/s` lines")
+    return speeds
+
+
 def from_links(links, source: str = "NVML") -> TopoMatrix:
     """Wrap ``env.machine.links`` (NVML, nvidia-smi words) as a :class:`TopoMatrix`."""
     names = tuple(f"GPU{i}" for i in range(len(links)))
@@ -123,4 +149,7 @@ def summary(topo: TopoMatrix) -> str:
         lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
     for a, b, word in pairs(topo):
         lines.append(f"{a}-{b}: {word} = {link_meaning(word)}")
+    if any(word.startswith("NV") for _, _, word in pairs(topo)):
+        lines.append("NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` "
+                     "are per direction")
     return "\n".join(lines)

@@ -1,12 +1,12 @@
 """Sharding widget: memory each rank needs under a strategy, stacked by part, against the GPU's capacity.
 
-The numbers come from :func:`mgpu_helpers.models.perfmodel.memory_plan`; this module only draws them.
+The numbers come from :func:`mgpu_helpers.models.memory.memory_plan`; this module only draws them.
 :func:`draw_memory_plan` / :func:`draw_plans` return a matplotlib Figure (static HTML, tests);
 :func:`show_sharding` wraps them in ipywidgets sliders.
 """
 from __future__ import annotations
 
-from mgpu_helpers.models import perfmodel
+from mgpu_helpers.models import memory
 from mgpu_helpers.widgets import style
 
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
@@ -18,7 +18,7 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
     n = len(plan.ranks)
     xs = range(n)
     bottoms = [0.0] * n
-    for part in perfmodel.PARTS:
+    for part in memory.PARTS:
         vals = [getattr(r, part) for r in plan.ranks]
         if not any(vals):
             continue
@@ -74,14 +74,14 @@ def describe(plan) -> str:
     """One line per rank plus the verdict and what is replicated (text twin of the figure)."""
     lines = []
     for r in plan.ranks:
-        parts = ", ".join(f"{p} {getattr(r, p):g}" for p in perfmodel.PARTS if getattr(r, p))
+        parts = ", ".join(f"{p} {getattr(r, p):g}" for p in memory.PARTS if getattr(r, p))
         lines.append(f"rank {r.rank}: {r.total:g} ({parts or 'nothing'})")
     lines.append(plan.summary())
     return "\n".join(lines)
 
 
 def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0.0, activations: float = 0.0,
-                  n: int = 4, capacity: float = 16.0, strategy: str = "replicate"):
+                  world_size: int = 4, capacity: float = 16.0, strategy: str = "replicate"):
     """ipywidgets: sizes (GB), number of GPUs, memory per GPU and strategy -> the per-rank memory bars."""
     import ipywidgets as W
     import matplotlib.pyplot as plt
@@ -92,16 +92,16 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
 
     controls = dict(params=slider("params GB", params, 200), grads=slider("grads GB", grads, 200),
                     optimizer=slider("optim GB", optimizer, 400), activations=slider("activ GB", activations, 200),
-                    n=W.IntSlider(value=n, min=1, max=16, description="GPUs", continuous_update=False),
+                    world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPUs", continuous_update=False),
                     capacity=slider("GB per GPU", capacity, 192),
-                    strategy=W.Dropdown(options=list(perfmodel.STRATEGIES), value=strategy, description="strategy"))
+                    strategy=W.Dropdown(options=list(memory.STRATEGIES), value=strategy, description="strategy"))
     out = W.Output()
     note = W.HTML()
 
     def redraw(_=None):
         v = {k: c.value for k, c in controls.items()}
-        plan = perfmodel.memory_plan(v["strategy"], v["n"], v["capacity"], params=v["params"], grads=v["grads"],
-                                     optimizer=v["optimizer"], activations=v["activations"])
+        plan = memory.memory_plan(v["strategy"], v["world_size"], v["capacity"], params=v["params"],
+                                  grads=v["grads"], optimizer=v["optimizer"], activations=v["activations"])
         note.value = f"<b>{plan.strategy}</b>: {plan.note}"
         with out:
             out.clear_output(wait=True)
@@ -115,4 +115,4 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
     redraw()
     c = controls
     return W.VBox([W.HBox([c["params"], c["grads"]]), W.HBox([c["optimizer"], c["activations"]]),
-                   W.HBox([c["n"], c["capacity"]]), c["strategy"], note, out])
+                   W.HBox([c["world_size"], c["capacity"]]), c["strategy"], note, out])

@@ -1,49 +1,19 @@
 """Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
 
-Pure drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
+Only drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
 take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.measure.trace.Span`) and return a matplotlib
-Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run
-:func:`mgpu_helpers.measure.workloads.straggler_step` on real ranks, see the timeline.
+Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them on real ranks with
+:func:`mgpu_helpers.measure.straggler.run_traced`, see the timeline. The waits and medians are computed in
+:mod:`mgpu_helpers.measure.straggler`.
 """
 from __future__ import annotations
 
-import statistics
-
+# The widget launches and labels with these; the waits' medians are importable here for the widget's users.
+from mgpu_helpers.measure.straggler import median_waits, median_worst_wait, run_traced, wait_by_rank  # noqa: F401
 from mgpu_helpers.widgets import style
 
 PRESETS = {"12/6/4/2 (uneven)": (12, 6, 4, 2), "6/6/6/6 (balanced)": (6, 6, 6, 6)}
 DRAWN_KINDS = ("compute", "wait", "communicate")
-
-
-def totals_by_kind(spans_per_rank) -> list[dict]:
-    """Per rank, the seconds spent in each span kind: ``[{"compute": s, "wait": s, ...}, ...]``."""
-    out = []
-    for spans in spans_per_rank:
-        t = {}
-        for s in spans:
-            t[s.kind] = t.get(s.kind, 0.0) + s.seconds
-        out.append(t)
-    return out
-
-
-def wait_by_rank(spans_per_rank) -> list[float]:
-    """Seconds each rank spent waiting at collectives (its "wait" spans)."""
-    return [t.get("wait", 0.0) for t in totals_by_kind(spans_per_rank)]
-
-
-def median_waits(values) -> list[float]:
-    """Per rank, the median over steps of its wait at the collective (seconds), from ``RankResults.values``.
-
-    A median, not a sum: on a busy machine another process can stall one rank for one step, which moves
-    a sum over steps but not the median of several steps.
-    """
-    return [statistics.median(v["wait_s"]) for v in values]
-
-
-def median_worst_wait(values) -> float:
-    """The median over steps of that step's largest wait (any rank): how long the earliest rank idles."""
-    steps = len(values[0]["wait_s"])
-    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(steps))
 
 
 def _origin(spans_per_rank) -> float:
@@ -107,14 +77,6 @@ def draw_comparison(runs: dict):
     return fig
 
 
-def run_traced(shards, steps: int = 5, timeout: float = 60.0):
-    """Run :func:`mgpu_helpers.measure.workloads.straggler_step` on ``len(shards)`` real ranks; returns RankResults."""
-    from mgpu_helpers.launcher import launch
-    from mgpu_helpers.measure import workloads
-    return launch.run_ranks(workloads.straggler_step, len(shards), args=(tuple(shards), None, steps),
-                            timeout=timeout, stream=False, quiet=True)
-
-
 def parse_shards(text: str) -> tuple:
     """"12/6/4/2" -> (12.0, 6.0, 4.0, 2.0); raises ValueError for anything else (1..8 positive numbers)."""
     parts = [p for p in text.replace(",", "/").split("/") if p.strip()]
@@ -125,7 +87,8 @@ def parse_shards(text: str) -> tuple:
 
 
 def show_straggler(default: str = "12/6/4/2", steps: int = 2):
-    """ipywidgets: a shard box ("12/6/4/2"), presets, a Run button; each run is real and traced."""
+    """ipywidgets: a shard box ("12/6/4/2"), presets, a Run button, real matmuls or deterministic sleeps;
+    each run is real and traced."""
     import ipywidgets as W
     import matplotlib.pyplot as plt
     from IPython.display import display
@@ -134,6 +97,8 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
     preset = W.Dropdown(options=["(custom)"] + list(PRESETS), value="(custom)", description="preset")
     n_steps = W.IntSlider(value=steps, min=1, max=5, description="steps")
     button = W.Button(description="Run on real ranks", button_style="primary")
+    cost = W.Dropdown(options=[("real matmuls", None), ("sleep 10 ms per unit (deterministic)", 0.010)],
+                      value=None, description="compute")
     out = W.Output()
 
     def on_preset(change):
@@ -148,7 +113,7 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
             except ValueError as exc:
                 print(exc)
                 return
-            res = run_traced(shards, n_steps.value)
+            res = run_traced(shards, n_steps.value, seconds_per_unit=cost.value)
             fig = draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks",
                                 [f"rank {r} ({shards[r]:g})" for r in range(len(shards))])
             display(fig)
@@ -156,4 +121,4 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
 
     preset.observe(on_preset, names="value")
     button.on_click(on_run)
-    return W.VBox([W.HBox([box, preset]), W.HBox([n_steps, button]), out])
+    return W.VBox([W.HBox([box, preset]), W.HBox([n_steps, button]), cost, out])

@@ -1,0 +1,131 @@
+"""Straggler runs: launch the traced straggler step on real ranks, and read waits and margins from the results.
+
+:func:`run_traced` starts :func:`mgpu_helpers.measure.workloads.straggler_step` on one rank per shard and
+returns the launcher's ``RankResults`` (``.values``: one dict per rank; ``.spans``: the traced spans per rank).
+The functions below reduce those results to the numbers notebook 08 and ex08 compare with a model.
+
+Two kinds of compute, chosen by ``seconds_per_unit``:
+
+- **deterministic cost** (``seconds_per_unit`` given): each unit of shard is a fixed sleep, so compute time is
+  proportional to the shard whatever else runs on the machine. The measured waits then differ from the model
+  ``(max shard - own shard) * seconds_per_unit`` only by how late the ranks woke up and how far apart they left
+  the starting barrier; :func:`model_margin` measures exactly that bound in the same run, so an ordering or a
+  ratio can be asserted without a quiet machine.
+- **real matmuls** (``seconds_per_unit=None``): the time of real work, which depends on the device and the
+  load. In CPU mode every rank is pinned to one core when there are enough
+  (:func:`mgpu_helpers.launcher.ranks.cpu_placement`); when ranks outnumber cores, rank r shares core
+  ``r % cores`` with others, and a rank that finishes frees the core for the rest, so compute time is not
+  strictly proportional to the shard. Two cores of one machine can also differ by 1.5x over time (virtual
+  machines especially): system noise makes stragglers too. :func:`noise_floor` (the worst wait of a balanced
+  run) is the level an uneven run's waits must clear before they say anything about the shards.
+"""
+from __future__ import annotations
+
+import statistics
+
+
+def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_unit=None, grad_numel=None):
+    """Run the straggler step on ``len(shard_units)`` real ranks for ``steps`` steps; returns RankResults.
+
+    ``seconds_per_unit``: None for real matmuls, or seconds per unit of shard (a number, or one per rank) for
+    the deterministic-cost mode.
+    """
+    from mgpu_helpers.launcher import launch
+    from mgpu_helpers.measure import workloads
+    shard_units = tuple(shard_units)
+    if not shard_units or any(u < 0 for u in shard_units):
+        raise ValueError(f"give one non-negative shard size per rank, like (12, 6, 4, 2); got {shard_units!r}")
+    return launch.run_ranks(workloads.straggler_step, len(shard_units),
+                            args=(shard_units, grad_numel, steps, None, None, seconds_per_unit),
+                            timeout=timeout, stream=False, quiet=True)
+
+
+def totals_by_kind(spans_per_rank) -> list[dict]:
+    """Per rank, the seconds spent in each span kind: ``[{"compute": s, "wait": s, ...}, ...]``."""
+    out = []
+    for spans in spans_per_rank:
+        t = {}
+        for s in spans:
+            t[s.kind] = t.get(s.kind, 0.0) + s.seconds
+        out.append(t)
+    return out
+
+
+def wait_by_rank(spans_per_rank) -> list[float]:
+    """Seconds each rank spent waiting at collectives (its "wait" spans)."""
+    return [t.get("wait", 0.0) for t in totals_by_kind(spans_per_rank)]
+
+
+def median_waits(values) -> list[float]:
+    """Per rank, the median over steps of its wait at the collective (seconds), from ``RankResults.values``.
+
+    A median, not a sum: on a busy machine another process can stall one rank for one step, which moves
+    a sum over steps but not the median of several steps.
+    """
+    return [statistics.median(v["wait_s"]) for v in values]
+
+
+def median_worst_wait(values) -> float:
+    """The median over steps of that step's largest wait (any rank): how long the earliest rank idles."""
+    steps = len(values[0]["wait_s"])
+    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(steps))
+
+
+def median_step_seconds(values) -> float:
+    """The median over steps of the step time as the slowest rank saw it: compute + wait + all-reduce."""
+    steps = len(values[0]["wait_s"])
+    return statistics.median(max(v["compute_s"][k] + v["wait_s"][k] + v["comm_s"][k] for v in values)
+                             for k in range(steps))
+
+
+def noise_floor(balanced_values) -> float:
+    """The worst wait of a run with equal shards (median over steps): what noise alone makes a rank wait."""
+    return median_worst_wait(balanced_values)
+
+
+def model_margin(values, seconds_per_unit) -> float:
+    """How far, at most, a deterministic-cost run's waits can be from the model, measured in the same run (s).
+
+    Per step, rank r's wait minus the model's ``(max shard - own shard) * s`` is bounded by the spread of the
+    ranks' start times (``start_skew_s``) plus the spread of their late wake-ups (measured compute minus
+    ``shard * s``). Returns the largest such bound over the run's steps (so it also bounds the medians).
+    """
+    per_unit = _per_rank(seconds_per_unit, len(values))
+    steps = len(values[0]["wait_s"])
+    worst = 0.0
+    for k in range(steps):
+        late = [v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
+        worst = max(worst, values[0]["start_skew_s"][k] + max(late) - min(late))
+    return worst
+
+
+def step_margin(values, seconds_per_unit) -> float:
+    """How much longer than ``max shard * s + all-reduce`` a deterministic-cost step can measure (s).
+
+    The slowest rank's step also carries the spread of start times and the latest wake-up of any rank (a
+    late wake-up that every rank shares lengthens the step without changing any wait). Largest over steps.
+    """
+    per_unit = _per_rank(seconds_per_unit, len(values))
+    steps = len(values[0]["wait_s"])
+    return max(values[0]["start_skew_s"][k] + max(v["compute_s"][k] - float(v["shard"]) * s
+                                                  for v, s in zip(values, per_unit))
+               for k in range(steps))
+
+
+def _per_rank(seconds_per_unit, world_size: int) -> list[float]:
+    if seconds_per_unit is None:
+        raise ValueError("model_margin needs the seconds_per_unit of a deterministic-cost run")
+    if isinstance(seconds_per_unit, (int, float)):
+        return [float(seconds_per_unit)] * world_size
+    return [float(s) for s in seconds_per_unit]
+
+
+def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, int]]:
+    """Pairs of ranks (a, b) whose predicted waits differ by more than twice ``margin`` but whose measured
+    waits are ordered the other way round: the orderings a run contradicts (empty when it agrees)."""
+    wrong = []
+    for a in range(len(waits)):
+        for b in range(len(waits)):
+            if predicted[a] - predicted[b] > 2 * margin and not waits[a] > waits[b]:
+                wrong.append((a, b))
+    return wrong

@@ -1,0 +1,100 @@
+"""Bandwidth by the nccl-tests formulas, and the bytes each collective moves and leaves on each rank (pure).
+
+NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw scaled by the share
+of the data each rank must move over its links, so that busbw compares with the link bandwidth whatever the
+number of ranks:
+
+=================  ========================================
+all_reduce         busbw = algbw * 2 (world_size - 1) / world_size
+reduce_scatter     busbw = algbw * (world_size - 1) / world_size
+all_gather         busbw = algbw * (world_size - 1) / world_size
+broadcast, reduce  busbw = algbw
+send/recv          busbw = algbw
+=================  ========================================
+
+For all_gather and reduce_scatter, ``nbytes`` is the size of the whole (gathered / unreduced) buffer, as
+nccl-tests counts it.
+"""
+from __future__ import annotations
+
+BUSBW_FACTORS = {
+    "all_reduce": lambda world_size: 2 * (world_size - 1) / world_size,
+    "reduce_scatter": lambda world_size: (world_size - 1) / world_size,
+    "all_gather": lambda world_size: (world_size - 1) / world_size,
+    "broadcast": lambda world_size: 1.0,
+    "reduce": lambda world_size: 1.0,
+    "sendrecv": lambda world_size: 1.0,
+}
+
+COLLECTIVE_NEEDS = {
+    "reduce": "only one root rank needs the sum",
+    "all_reduce": "every rank needs the same full sum",
+    "all_gather": "every rank needs the concatenation of everybody's different pieces",
+    "reduce_scatter": "each rank needs only its own slice of the sum",
+    "broadcast": "every rank needs one rank's data",
+}
+
+
+def _known(op: str) -> None:
+    if op not in BUSBW_FACTORS:
+        raise ValueError(f"unknown collective {op!r}; one of {sorted(BUSBW_FACTORS)}")
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in bytes per second: the message size over the time of the operation."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    return nbytes / seconds
+
+
+def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
+    """Bus bandwidth in bytes per second, by the nccl-tests formulas (see the module docstring)."""
+    _known(op)
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    return algbw(nbytes, seconds) * BUSBW_FACTORS[op](world_size)
+
+
+def bytes_sent_per_rank(op: str, nbytes: float, world_size: int) -> float:
+    """Bytes each rank sends over its links in a bandwidth-optimal algorithm (ring, or pipelined chain).
+
+    ``nbytes`` as in :func:`busbw`. This is the quantity that makes busbw comparable with the link bandwidth:
+    ``bytes_sent_per_rank / seconds == busbw``. all_reduce: 2 (w-1)/w nbytes; reduce_scatter and all_gather:
+    (w-1)/w nbytes; reduce, broadcast, sendrecv: nbytes (a pipelined chain passes every byte on).
+    """
+    _known(op)
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if world_size == 1:
+        return 0.0
+    return BUSBW_FACTORS[op](world_size) * nbytes
+
+
+def result_bytes_per_rank(op: str, nbytes: float, world_size: int, rank: int = 0, root: int = 0) -> float:
+    """Bytes of result each rank holds afterwards (the memory the output needs on that rank).
+
+    all_reduce, all_gather, broadcast: nbytes on every rank; reduce: nbytes on ``root``, 0 elsewhere;
+    reduce_scatter: nbytes / world_size on every rank.
+    """
+    if op in ("all_reduce", "all_gather", "broadcast"):
+        return float(nbytes)
+    if op == "reduce":
+        return float(nbytes) if rank == root else 0.0
+    if op == "reduce_scatter":
+        return nbytes / world_size
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def collective_table(nbytes: float, world_size: int) -> list[dict]:
+    """One row per collective: what the next step needs, bytes sent per rank, result bytes per rank.
+
+    Rows (dicts with keys op, needs, sent_per_rank, result_on_rank0, result_on_other) for reduce,
+    all_reduce, all_gather and reduce_scatter, with ``nbytes`` as in :func:`busbw`.
+    """
+    rows = []
+    other = min(1, world_size - 1)
+    for op in ("reduce", "all_reduce", "all_gather", "reduce_scatter"):
+        rows.append(dict(op=op, needs=COLLECTIVE_NEEDS[op], sent_per_rank=bytes_sent_per_rank(op, nbytes, world_size),
+                         result_on_rank0=result_bytes_per_rank(op, nbytes, world_size, rank=0),
+                         result_on_other=result_bytes_per_rank(op, nbytes, world_size, rank=other)))
+    return rows

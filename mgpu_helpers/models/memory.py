@@ -1,0 +1,126 @@
+"""Memory each rank needs under a parallel strategy, against one GPU's capacity (pure).
+
+``memory_plan("zero3", world_size=4, capacity=16, params=6, grads=6, optimizer=12, activations=8)`` says,
+rank by rank, how much of each part (parameters, gradients, optimizer state, activations) that rank holds,
+whether it fits, and what every rank holds whole (replicated). Notebook 06 and its sharding widget use it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PARTS = ("params", "grads", "optimizer", "activations")
+
+# For each strategy: which parts are split across ranks (the rest is replicated: every rank holds all of it).
+STRATEGIES = {
+    "replicate": (),
+    "data_parallel": ("activations",),
+    "tensor_parallel": ("params", "grads", "optimizer"),
+    "pipeline_parallel": ("params", "grads", "optimizer", "activations"),
+    "zero1": ("optimizer", "activations"),
+    "zero2": ("optimizer", "grads", "activations"),
+    "zero3": ("params", "grads", "optimizer", "activations"),
+    "unified_memory": (),
+}
+
+STRATEGY_NOTES = {
+    "replicate": "every rank holds a full copy of everything; adding ranks adds no capacity",
+    "data_parallel": "model, gradients and optimizer state replicated; only the batch (activations) is split",
+    "tensor_parallel": "each layer's weights split by width; activations at layer boundaries stay whole "
+                       "(simplified: counted as replicated)",
+    "pipeline_parallel": "layers split by depth; each stage keeps its layers' state and activations "
+                         "(simplified: micro-batches in flight ignored)",
+    "zero1": "data parallel, optimizer state sharded (ZeRO stage 1)",
+    "zero2": "data parallel, optimizer state and gradients sharded (ZeRO stage 2)",
+    "zero3": "data parallel, parameters, gradients and optimizer state sharded (ZeRO stage 3 / FSDP)",
+    "unified_memory": "nothing is split: pages that do not fit stay elsewhere (host memory, or a peer GPU's "
+                      "memory) and migrate or are read remotely on demand, over PCIe or NVLink: it runs, slowly",
+}
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Memory one rank needs, by part (same unit as the inputs, e.g. GB)."""
+
+    rank: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What :func:`memory_plan` found: per-rank memory, the capacity, what is replicated or sharded."""
+
+    strategy: str
+    capacity: float
+    ranks: tuple
+    replicated: tuple
+    sharded: tuple
+    note: str
+
+    @property
+    def totals(self) -> list:
+        return [r.total for r in self.ranks]
+
+    @property
+    def rank_fits(self) -> list:
+        return [t <= self.capacity * (1 + 1e-12) for t in self.totals]
+
+    @property
+    def fits(self) -> bool:
+        """Every rank fits in its own GPU's memory (the capacity is per GPU: memories are not merged)."""
+        return all(self.rank_fits)
+
+    @property
+    def oversubscribed(self) -> list:
+        """Per rank, how much exceeds the capacity (0 where it fits): what unified memory keeps elsewhere."""
+        return [max(0.0, t - self.capacity) for t in self.totals]
+
+    @property
+    def imbalance(self) -> float:
+        """max / mean of the per-rank totals (1.0 = perfectly balanced)."""
+        mean = sum(self.totals) / len(self.totals)
+        return max(self.totals) / mean if mean > 0 else 1.0
+
+    def summary(self) -> str:
+        per = ", ".join(f"{t:g}" for t in self.totals)
+        verdict = "fits" if self.fits else "does NOT fit"
+        rep = ", ".join(self.replicated) or "nothing"
+        return (f"{self.strategy} on {len(self.ranks)} rank(s): per rank [{per}] vs capacity "
+                f"{self.capacity:g} -> {verdict}; replicated: {rep}")
+
+
+def memory_plan(strategy: str, world_size: int, capacity: float, params: float = 0.0, grads: float = 0.0,
+                optimizer: float = 0.0, activations: float = 0.0, weights=None) -> MemoryPlan:
+    """Memory each of ``world_size`` ranks needs under ``strategy``, against a per-GPU ``capacity``.
+
+    ``params``, ``grads``, ``optimizer``, ``activations``: sizes of the whole job (one unit for all, e.g.
+    GB); ``strategy``: a key of :data:`STRATEGIES`. Sharded parts are split in proportion to ``weights``
+    (one number per rank; default equal shares, e.g. ``(14, 10)`` for an uneven split of two ranks);
+    replicated parts are held whole by every rank. Returns a :class:`MemoryPlan`.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    if weights is None:
+        weights = [1.0] * world_size
+    if len(weights) != world_size or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise ValueError(f"weights must be {world_size} non-negative numbers with a positive sum, got {weights!r}")
+    sizes = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
+    if any(v < 0 for v in sizes.values()):
+        raise ValueError(f"sizes must be >= 0, got {sizes}")
+    sharded = STRATEGIES[strategy]
+    total_w = float(sum(weights))
+    ranks = []
+    for r in range(world_size):
+        share = weights[r] / total_w
+        ranks.append(RankMemory(r, **{p: sizes[p] * share if p in sharded else sizes[p] for p in PARTS}))
+    replicated = tuple(p for p in PARTS if p not in sharded and sizes[p] > 0)
+    return MemoryPlan(strategy, capacity, tuple(ranks), replicated,
+                      tuple(p for p in PARTS if p in sharded and sizes[p] > 0), STRATEGY_NOTES[strategy])
