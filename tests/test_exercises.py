@@ -384,3 +384,15 @@ def test_hang_evidence_reads_like_the_launchers():
     assert isinstance(ev, mh.RankTimeout)
     assert [dg.pending(ev.outputs[r]) for r in range(4)] == [(4, "all_reduce"), None, (4, "all_reduce"), (4, "all_reduce")]
     assert dg.last_completed(ev.outputs[1]) == (3, "broadcast") and 1 not in ev.waiting_in
+
+
+def test_a_root_that_sends_in_a_reduce_is_named_with_the_counted_bytes():
+    def root_sends_too(op, nbytes, world_size, rank):
+        n = world_size
+        if op == "reduce":
+            return nbytes                      # the slip: the root passes nothing on
+        one_pass = (n - 1) * nbytes // n
+        return 2 * one_pass if op == "all_reduce" else one_pass
+
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2，S = \d+ 字节的 reduce，rank 0（Root） 数出来发了 0 字节.*只收不发"):
+        checks.check_bytes_sent(root_sends_too, world_sizes=(2,))
