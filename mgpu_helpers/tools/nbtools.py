@@ -71,7 +71,7 @@ def clean(nb, keep_checked_outputs: bool = True):
     """Return a cleaned copy of a notebook (an nbformat NotebookNode or plain dict)."""
     nb = copy.deepcopy(nb)
     meta = nb.get("metadata", {})
-    nb["metadata"] = {k: v for k, v in meta.items() if k in ("kernelspec", "language_info", "celltoolbar")}
+    nb["metadata"] = {k: v for k, v in meta.items() if k in ("kernelspec", "language_info", "celltoolbar", "mgpu")}
     if "language_info" in nb["metadata"]:
         nb["metadata"]["language_info"] = {"name": "python"}
     nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
