@@ -61,11 +61,11 @@ def ring_all_gather(mine, rank: int, world_size: int, counter: SentBytes):
     """Every rank's piece ``mine`` (equal sizes), concatenated in rank order, on every rank."""
     import torch
 
-    n = world_size
-    pieces = [torch.empty_like(mine) for _ in range(n)]
+    ws = world_size
+    pieces = [torch.empty_like(mine) for _ in range(ws)]
     pieces[rank].copy_(mine)
-    for step in range(n - 1):            # step s: pass on the piece that arrived last (first: my own)
-        counter.exchange(pieces[(rank - step) % n], (rank + 1) % n, pieces[(rank - step - 1) % n], (rank - 1) % n)
+    for step in range(ws - 1):           # pass on the piece that arrived last (at step 0: my own)
+        counter.exchange(pieces[(rank - step) % ws], (rank + 1) % ws, pieces[(rank - step - 1) % ws], (rank - 1) % ws)
     return torch.cat(pieces)
 
 
@@ -73,12 +73,12 @@ def ring_reduce_scatter(x, rank: int, world_size: int, counter: SentBytes):
     """Piece ``rank`` (of ``world_size`` equal pieces) of the sum of every rank's ``x``."""
     import torch
 
-    n = world_size
-    acc = [p.clone() for p in x.chunk(n)]
+    ws = world_size
+    acc = [p.clone() for p in x.chunk(ws)]
     incoming = torch.empty_like(acc[0])
-    for step in range(n - 1):            # after step s, the piece received has s + 2 ranks' terms
-        counter.exchange(acc[(rank - step - 1) % n], (rank + 1) % n, incoming, (rank - 1) % n)
-        acc[(rank - step - 2) % n] += incoming
+    for step in range(ws - 1):           # after step s, the piece received holds s + 2 ranks' terms
+        counter.exchange(acc[(rank - step - 1) % ws], (rank + 1) % ws, incoming, (rank - 1) % ws)
+        acc[(rank - step - 2) % ws] += incoming
     return acc[rank]
 
 
