@@ -142,7 +142,7 @@ def test_the_seed_call_maps_argument_by_argument_onto_cupys_allreduce():
         dp.nccl_arguments(torch.zeros(2, dtype=torch.int16), 0)
 
 
-@pytest.mark.skipif(GPUS < 1, reason="needs an NVIDIA GPU with NCCL (CuPy's NCCL binding)")
+@pytest.mark.skipif(GPUS < 1 or not dp.cupy_nccl_available(), reason="needs an NVIDIA GPU and CuPy with its NCCL binding")
 def test_cupys_nccl_all_reduce_equals_torchs_on_one_rank_per_gpu():
     res = mh.run_ranks(dp.cupy_nccl_all_reduce, GPUS, args=(1 << 16,), backend="nccl", timeout=120,
                        stream=False, quiet=True)

@@ -158,6 +158,15 @@ def nccl_arguments(tensor, stream_ptr: int) -> tuple:
     return (tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), NCCL_DATATYPES[dtype], NCCL_SUM, stream_ptr)
 
 
+def cupy_nccl_available() -> bool:
+    """True when CuPy is installed with its NCCL binding loaded (it needs libnccl, which GPU builds of torch bring)."""
+    try:
+        from cupy.cuda import nccl
+    except ImportError:
+        return False
+    return bool(getattr(nccl, "available", False)) and hasattr(nccl, "NcclCommunicator")
+
+
 def cupy_nccl_all_reduce(rank: int, world_size: int, count: int = 1 << 20) -> dict:
     """Rank function (one rank per GPU): the seed's ``ncclAllReduce`` through ``cupy.cuda.nccl``, checked
     element by element against ``torch.distributed.all_reduce`` of the same gradient."""
