@@ -503,3 +503,15 @@ def test_lab_claims_that_always_say_compute_are_contradicted_with_the_numbers():
 
     with pytest.raises(checks.CheckFailed, match=r"上最大的是 compute”与测量矛盾：测到 compute .* us.*最大的是 (wait|communicate)"):
         checks.check_lab_claims(always_compute, cases=60)
+
+
+def test_a_root_that_sends_in_a_reduce_is_named_with_the_counted_bytes():
+    def root_sends_too(op, nbytes, world_size, rank):
+        n = world_size
+        if op == "reduce":
+            return nbytes                      # the slip: the root passes nothing on
+        one_pass = (n - 1) * nbytes // n
+        return 2 * one_pass if op == "all_reduce" else one_pass
+
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2，S = \d+ 字节的 reduce，rank 0（Root） 数出来发了 0 字节.*只收不发"):
+        checks.check_bytes_sent(root_sends_too, world_sizes=(2,))

@@ -30,6 +30,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex06 | :func:`check_rank_memory` | ``rank_memory(strategy, n, params, grads, optimizer, activations)`` |
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
 | ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather |
+| ex07 | :func:`check_bytes_sent` | ``bytes_each_rank_sends(op, nbytes, world_size, rank)``: a number, then counted |
 | ex08 | :func:`check_ring_allreduce_seconds` | the alpha-beta cost of a ring all-reduce |
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
 | ex08 | :func:`check_wait_prediction` | ``predicted_wait_s()``: a number first, then measured on ranks |
@@ -64,6 +65,7 @@ __getattr__, __dir__, __all__ = attach(
         "check_ring_all_reduce": "collectives",
         "check_all_gather_uneven": "semantics",
         "check_all_reduce_rs_ag": "semantics",
+        "check_bytes_sent": "semantics",
         "check_shard_by_cost": "sharding",
         "MEMORY_STRATEGIES": "sharding",
         "check_rank_memory": "sharding",

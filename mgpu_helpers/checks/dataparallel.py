@@ -11,29 +11,30 @@ from mgpu_helpers.checks.core import CheckFailed, not_done, is_stub_error, passe
 def _dp_rank(rank, world_size, fn, config):
     import torch
 
-    from mgpu_helpers.lessons import dataparallel as dp
     from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.lessons.data_parallel import shard
+    from mgpu_helpers.measure import dp_reference as ref
 
     device = rank_device()
-    x, y = dp.shard(dp.make_dataset(config), rank, world_size)
-    model = dp.make_model(config, device)
+    x, y = shard(ref.make_dataset(config), rank, world_size)
+    model = ref.make_model(config, device)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     for _ in range(config.steps):
         fn(model, opt, x.to(device), y.to(device), world_size)
-    return dp.flat_params(model).numpy()
+    return ref.flat_params(model).numpy()
 
 
 def check_data_parallel_step(fn, world_sizes=(2, 3), timeout: float = 60.0) -> None:
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard; after a few steps every
     rank's weights equal one process trained on the whole batch."""
-    from mgpu_helpers.lessons import dataparallel as dp
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.measure import dp_reference as ref
 
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 取平均 → optimizer.step()"
     rng = random.Random()
     for n in world_sizes:
-        config = dp.TrainConfig(n_samples=12 * rng.randint(1, 3), steps=3, seed=rng.randint(0, 10 ** 6))
+        config = ref.TrainConfig(n_samples=12 * rng.randint(1, 3), steps=3, seed=rng.randint(0, 10 ** 6))
         try:
             res = run_ranks(_dp_rank, n, args=(fn, config), timeout=timeout, stream=False, quiet=True)
         except RankTimeout:
@@ -43,7 +44,7 @@ def check_data_parallel_step(fn, world_sizes=(2, 3), timeout: float = 60.0) -> N
             if is_stub_error(exc):
                 raise not_done(fn, what) from None
             raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}") from None
-        want = dp.train_single_process(config).numpy()
+        want = ref.train_single_process(config).numpy()
         for r, got in enumerate(res.values):
             hint = ""
             if got is not None and np.shape(got) == want.shape and not np.allclose(got, want, atol=1e-9):

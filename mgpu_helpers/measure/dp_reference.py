@@ -1,0 +1,178 @@
+"""The data-parallel lesson's test bench: the problem, the references it must match, and its timing plumbing.
+
+Notebook 09 teaches hand-written data parallelism (its cells are exported to
+:mod:`mgpu_helpers.lessons.data_parallel`: sharding, the gradient all-reduce with its stream edges, the
+training loop). What the lesson does *not* teach lives here:
+
+- the problem: :class:`TrainConfig`, :func:`make_dataset`, :func:`make_model`, :func:`mse_loss`;
+- the references the lesson's training must equal: :func:`train_single_process` (one process, the whole
+  batch, no communication), :func:`train_ddp` (``DistributedDataParallel`` does the all-reduce) and
+  :func:`full_gradient`;
+- comparing results: :func:`flat_params`, :func:`max_difference`;
+- timing the phases of a step: :func:`synchronize`, :func:`warm_up`, :func:`traced_phase`.
+
+Everything is float64: the ways of training add the same numbers in a different order, and in float64 the
+differences stay around 1e-15, far below the tolerance of the comparisons, on the CPU and on GPUs alike.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A tiny regression problem: ``n_samples`` rows of ``n_features`` inputs, an MLP, SGD with momentum."""
+
+    n_samples: int = 48
+    n_features: int = 8
+    hidden: int = 16
+    steps: int = 5
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+
+
+def make_dataset(config: TrainConfig = TrainConfig()):
+    """The whole batch ``(x, y)``: float64 CPU tensors of shape (n_samples, n_features) and (n_samples, 1).
+
+    Generated from ``config.seed``, so every rank can build it (or just its shard) without communication.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(config.seed)
+    x = torch.randn(config.n_samples, config.n_features, generator=g, dtype=torch.float64)
+    w_true = torch.randn(config.n_features, 1, generator=g, dtype=torch.float64)
+    y = torch.tanh(x @ w_true) + 0.1 * torch.randn(config.n_samples, 1, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def make_model(config: TrainConfig = TrainConfig(), device="cpu"):
+    """The MLP ``Linear(n_features, hidden) -> Tanh -> Linear(hidden, 1)`` with seeded float64 weights.
+
+    Built on the CPU from the seed, then moved: every rank (and the single process) starts from the very
+    same weights, whatever its device.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(config.seed + 1)
+    model = torch.nn.Sequential(torch.nn.Linear(config.n_features, config.hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(config.hidden, 1)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    return model.to(device)
+
+
+def mse_loss(model, x, y):
+    """The mean squared error of ``model`` on ``(x, y)``: the loss every way of training minimises."""
+    return ((model(x) - y) ** 2).mean()
+
+
+def flat_params(model):
+    """All parameters of ``model`` as one flat float64 CPU tensor (detached)."""
+    import torch
+
+    return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])
+
+
+def max_difference(a, b) -> float:
+    """Largest absolute difference between two flat parameter tensors."""
+    return float((a - b).abs().max())
+
+
+def train_single_process(config: TrainConfig = TrainConfig(), device="cpu"):
+    """The reference: one process, the whole batch, no communication. Returns the final flat parameters."""
+    import torch
+
+    x, y = make_dataset(config)
+    x, y = x.to(device), y.to(device)
+    model = make_model(config, device)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    for _ in range(config.steps):
+        opt.zero_grad()
+        mse_loss(model, x, y).backward()
+        opt.step()
+    return flat_params(model)
+
+
+def full_gradient(config: TrainConfig = TrainConfig()):
+    """The gradient of the mean loss over the whole batch at the initial weights (one process, CPU)."""
+    import torch
+
+    x, y = make_dataset(config)
+    model = make_model(config)
+    mse_loss(model, x, y).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def train_ddp(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -> dict:
+    """Rank function: the same training with ``DistributedDataParallel`` doing the gradient all-reduce.
+
+    The rows come from the lesson's own :func:`mgpu_helpers.lessons.data_parallel.shard`, so DDP and the
+    hand-written loop see the very same shards. Returns ``{"rank", "device", "params"}``.
+    """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.lessons.data_parallel import shard
+
+    device = rank_device()
+    x, y = shard(make_dataset(config), rank, world_size)
+    x, y = x.to(device), y.to(device)
+    model = make_model(config, device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=config.lr, momentum=config.momentum)
+    for _ in range(config.steps):
+        opt.zero_grad()
+        mse_loss(ddp, x, y).backward()      # DDP all-reduces (averages) the gradients during backward
+        opt.step()
+    return {"rank": rank, "device": str(device), "params": flat_params(model)}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Timing the phases of a step.
+
+
+def synchronize(device) -> None:
+    """Wait until the GPU has run everything queued on ``device`` (nothing to wait for on the CPU).
+
+    CUDA kernels and NCCL calls return as soon as they are queued: a timed span must wait for them first.
+    """
+    import torch
+
+    if getattr(device, "type", str(device).split(":")[0]) == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def warm_up(model, x, y, device) -> None:
+    """One untimed backward and all-reduce, so that the first timed step does not carry one-time costs
+    (loading the GPU kernels, creating the NCCL communicator). The gradients it leaves must be zeroed by
+    the caller's next ``zero_grad``; the weights are not touched."""
+    import torch
+    import torch.distributed as dist
+
+    mse_loss(model, x, y).backward()
+    dist.all_reduce(torch.zeros(1, device=device))
+    synchronize(device)
+
+
+def traced_phase(device, enabled: bool = True):
+    """``phase(kind, name)``: a trace span that, on a GPU, waits for the queued work before it closes.
+
+    Without the synchronisation a span would measure the queueing, and the wait would land in whichever
+    later line first reads a result. Only a traced run synchronises (``enabled=False`` gives a phase that
+    records nothing and waits for nothing), so the untraced loop keeps the GPU's queue full.
+    """
+    from mgpu_helpers.measure import trace
+
+    @contextmanager
+    def phase(kind: str, name: str):
+        if not enabled:
+            yield
+            return
+        with trace.span(kind, name):
+            yield
+            synchronize(device)
+    return phase
