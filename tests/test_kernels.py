@@ -190,7 +190,7 @@ def test_time_gpu_returns_one_time_per_repeat():
 
 @pytest.mark.skipif(ENV.cupy, reason="CPU-only behaviour")
 def test_cupy_kernels_say_they_need_a_gpu_without_one():
-    import cupy
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed here (macOS: it needs CUDA)")
     with pytest.raises(Exception):
         K.vec_add_cupy_raw(cupy.zeros(4, dtype=np.float32), cupy.zeros(4, dtype=np.float32))
 

@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(sizes)} sizes "
           f"{sweep.format_bytes(sizes[0])} .. {sweep.format_bytes(sizes[-1])}; ops {', '.join(ops)}")
     rows = sweep.run_sweep(a.world_size, sizes, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend,
-                           timeout=600)
+                           timeout=600, progress="sizes")
     print(sweep.format_table(rows))
     compared = [d for d in sweep.compare_with_reference(rows) if d["ratio"] is not None]
     if not compared:

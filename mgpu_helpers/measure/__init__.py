@@ -1,4 +1,5 @@
 """Measurements: timed sweeps of collectives, per-rank spans, workloads of known cost, diagnostics."""
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(__name__, submodules=["diagnose", "sweep", "trace", "workloads"])
+__getattr__, __dir__, __all__ = attach(__name__, submodules=["diagnose", "peer", "profile", "progress", "sweep", "trace",
+                                                              "workloads"])

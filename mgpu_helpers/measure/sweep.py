@@ -204,27 +204,32 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
     """Measure ``ops`` over ``sizes`` on ``world_size`` ranks; returns one :class:`SweepRow` per (size, op).
 
     ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB).
-    ``progress(done, total)``, when given, is called after each size; the sizes then run in one launch each
-    (so the bar moves); without it every size runs in a single launch.
+    ``progress``: ``True`` or a description (``"sizes"``) shows a ``tqdm.auto`` bar, a function
+    ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.measure.progress.callback`);
+    the sizes then run in one launch each (so the bar moves); without it every size runs in a single launch.
     """
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.measure import progress as bars
 
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
     sizes = list(sizes) if sizes is not None else default_sizes(gpu)
-    groups = [[s] for s in sizes] if progress is not None else [sizes]
+    show = progress is not None and progress is not False
+    groups = [[s] for s in sizes] if show else [sizes]
+    update, close = bars.callback(progress, "sizes")
     rows: list[SweepRow] = []
-    if progress is not None:
-        progress(0, len(sizes))
+    update(0, len(sizes))
     done = 0
-    for group in groups:
-        res = run_ranks(sweep_rank, world_size, args=(group, tuple(ops), iters, warmup), backend=chosen,
-                        timeout=timeout, stream=stream, quiet=True)
-        rows += combine(res.values, world_size, res.backend)
-        done += len(group)
-        if progress is not None:
-            progress(done, len(sizes))
+    try:
+        for group in groups:
+            res = run_ranks(sweep_rank, world_size, args=(group, tuple(ops), iters, warmup), backend=chosen,
+                            timeout=timeout, stream=stream, quiet=True)
+            rows += combine(res.values, world_size, res.backend)
+            done += len(group)
+            update(done, len(sizes))
+    finally:
+        close()
     return rows
 
 
