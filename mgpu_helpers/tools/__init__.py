@@ -1,4 +1,4 @@
 """Course tooling for maintainers and teachers: notebook cleaning, exercise generation, static export, doctor."""
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(__name__, submodules=["doctor", "exercises", "export", "nbtools"])
+__getattr__, __dir__, __all__ = attach(__name__, submodules=["doctor", "exercises", "export", "install", "nbtools"])
