@@ -1,6 +1,6 @@
-"""Measured benchmarks: ``python -m mgpu_helpers.bench {launch,kernels,collectives}``.
+"""Measured benchmarks: ``python -m mgpu_helpers.bench {launch,kernels,collectives,ring,ncu,peer}``.
 
 Each prints its figures side by side with a baseline measured in the same run."""
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(__name__, submodules=["collectives", "kernels", "launch", "ring"])
+__getattr__, __dir__, __all__ = attach(__name__, submodules=["collectives", "kernels", "launch", "ncu", "peer", "ring"])
