@@ -131,3 +131,20 @@ def test_the_torchrun_script_for_nsys_is_valid_python_naming_the_command(tmp_pat
     compile(text, str(path), "exec")
     assert cmd.startswith("nsys profile") and "torchrun --standalone --nproc-per-node 2" in cmd
     assert "mh.torchrun_main(lab_step)" in text and "nsys profile" in text
+
+
+def test_the_torchrun_script_runs_the_lab_step_under_torchrun(tmp_path):
+    """What nsys would profile: the script under torchrun, 2 CPU ranks, each printing its step rows."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "lab_step.py"
+    profile.write_torchrun_script(str(path), world_size=2, sizes=(1 << 10,), steps=2)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+               CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(path)], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("[{'nbytes': 1024")]
+    assert len(rows) == 2, out.stdout[-2000:]

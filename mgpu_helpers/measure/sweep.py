@@ -265,23 +265,25 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
         dist.all_reduce(buf)          # warm-up: connections and algorithm set up outside the timing
         sync()
         phases = {"compute": [], "wait": [], "communicate": []}
-        for _ in range(steps):
-            t0 = time.monotonic()
-            for _ in range(repeats):
-                c = a @ b
-            sync()
-            t1 = time.monotonic()
-            dist.barrier()            # how long this rank waits for the slowest one
-            sync()
-            t2 = time.monotonic()
-            dist.all_reduce(buf)
-            sync()
-            t3 = time.monotonic()
-            size = format_bytes(buf.numel() * 4)
-            trace.record("compute", t0, t1, f"compute ({size})")
-            trace.record("wait", t1, t2, f"wait ({size})")
-            trace.record("communicate", t2, t3, f"all_reduce {size}")
-            for k, s in zip(phases, (t1 - t0, t2 - t1, t3 - t2)):
+        size = format_bytes(buf.numel() * 4)
+        for _ in range(steps):        # spans, not records: under a profiler each phase is a named range
+            with trace.span("compute", f"compute ({size})"):
+                t0 = time.monotonic()
+                for _ in range(repeats):
+                    c = a @ b
+                sync()
+                t1 = time.monotonic()
+            with trace.span("wait", f"wait ({size})"):
+                t2 = time.monotonic()
+                dist.barrier()        # how long this rank waits for the slowest one
+                sync()
+                t3 = time.monotonic()
+            with trace.span("communicate", f"all_reduce {size}"):
+                t4 = time.monotonic()
+                dist.all_reduce(buf)
+                sync()
+                t5 = time.monotonic()
+            for k, s in zip(phases, (t1 - t0, t3 - t2, t5 - t4)):
                 phases[k].append(s)
         del c
         out.append({"nbytes": buf.numel() * 4, **{k: statistics.median(v) for k, v in phases.items()}})

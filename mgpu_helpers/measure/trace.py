@@ -59,15 +59,19 @@ def span(kind: str, name: str = ""):
     if kind not in KINDS:
         raise ValueError(f"span kind must be one of {KINDS}, not {kind!r}")
     hook = _range_hook
-    start = time.monotonic()
-    try:
-        if hook is None:
+    if hook is None:
+        start = time.monotonic()
+        try:
             yield
-        else:
-            with hook(range_label(kind, name)):
-                yield
-    finally:
-        _spans.append(Span(kind, name or kind, start, time.monotonic()))
+        finally:
+            _spans.append(Span(kind, name or kind, start, time.monotonic()))
+        return
+    with hook(range_label(kind, name)):      # the clock runs inside the range: its cost is not the span's
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            _spans.append(Span(kind, name or kind, start, time.monotonic()))
 
 
 def record(kind: str, start: float, end: float, name: str = "") -> None:
