@@ -28,7 +28,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m mgpu_helpers.tools.install --torch "$(TORCH)" --cpu-index "$(TORCH_INDEX)" --torch-flags "$(TORCH_FLAGS)"
+	$(PY) -m mgpu_helpers.tools.install --torch "$(TORCH)" --cpu-index "$(TORCH_INDEX)" --torch-flags="$(TORCH_FLAGS)"
 	$(PY) -m mgpu_helpers.tools.doctor
 	touch $@
 
