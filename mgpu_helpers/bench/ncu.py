@@ -160,10 +160,13 @@ def load(machine: str | None = None) -> dict:
 
 def format_table(record: dict) -> str:
     """The recorded rows as text, with where and how they were measured."""
-    head = (f"Nsight Compute {record['ncu_version']} on {record['gpu']} ({record['machine']}), "
+    version = record["ncu_version"]
+    version = version if re.match(r"\d", version) else f"({version})"
+    head = (f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), "
             f"{record['date']}, N = {record['n']} float32")
     width = max(len(r["kernel"]) for r in record["rows"])
-    lines = [head, f"{'kernel':{width}s} | regs/thread | achieved occupancy | DRAM throughput (% of peak)"]
+    lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
+    lines.append(f"{'kernel':{width}s} | regs/thread | achieved occupancy | DRAM throughput (% of peak)")
     for r in record["rows"]:
         lines.append(f"{r['kernel']:{width}s} | {r['registers_per_thread']:>11} | "
                      f"{r['achieved_occupancy_pct']:>17.1f}% | {r['dram_throughput_pct']:>6.1f}%")
