@@ -307,9 +307,13 @@ def main(argv=None) -> int:
         from mgpu_helpers.measure import sweep
         run = run_profiled(sweep.step_rank, a.world_size, a.trace, args=([1 << 10, 1 << 20], 3, 128),
                            timeout=300)
-        nccl = len(rank_events(run.trace, 0, r"(?i)nccl.*kernel|ncclDevKernel"))
-        print(f"wrote {run.trace_path} ({len(run.trace['traceEvents'])} events; backend {run.results.backend}; "
-              f"{nccl} NCCL kernel events on rank 0): open it in https://ui.perfetto.dev or chrome://tracing")
+        ops = rank_events(run.trace, 0, r"^(nccl|gloo):all_reduce")
+        kernels = [e for e in rank_events(run.trace, 0, r"(?i)nccl") if e.get("cat") == "kernel"]
+        streams = sorted({e["tid"] - GPU_TID_BASE for e in kernels})
+        print(f"wrote {run.trace_path} ({len(run.trace['traceEvents'])} events; backend {run.results.backend}); "
+              f"rank 0: {len(ops)} all_reduce ops, {len(kernels)} NCCL kernels on GPU stream(s) "
+              f"{', '.join(str(s % 1_000_000) for s in streams) or '-'}. Open it in https://ui.perfetto.dev "
+              "or chrome://tracing")
         return 0
     p.print_help()
     return 2
