@@ -12,10 +12,13 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch. pip finds it in the local wheel folder of the course machines (PIP_FIND_LINKS);
-# elsewhere add  --index-url https://download.pytorch.org/whl/cpu  via TORCH_FLAGS. Pinning the +cpu build
-# means pip fails loudly instead of silently downloading a multi-GB CUDA build.
+# torch, by machine (mgpu_helpers/tools/install.py): on Linux without an NVIDIA GPU the CPU build below,
+# looked up first where pip looks by default (the local wheel folder of PIP_FIND_LINKS, the configured
+# indexes) and only then on PyTorch's CPU index (TORCH_INDEX); PyPI's default build with an NVIDIA GPU or on
+# macOS. Pinning the +cpu build means pip fails loudly instead of silently downloading a multi-GB CUDA build.
+# TORCH=torch takes PyPI's default build anywhere; TORCH_FLAGS adds pip flags to the torch step.
 TORCH       ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_FLAGS ?=
 PORT        ?= 8888
 PYTEST_ARGS ?=
@@ -25,8 +28,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_FLAGS) "$(TORCH)"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
+	$(PY) -m mgpu_helpers.tools.install --torch "$(TORCH)" --cpu-index "$(TORCH_INDEX)" --torch-flags="$(TORCH_FLAGS)"
 	$(PY) -m mgpu_helpers.tools.doctor
 	touch $@
 

@@ -174,7 +174,7 @@ def test_time_gpu_in_the_simulator_times_the_call_itself():
 
 @pytest.mark.skipif(ENV.cupy, reason="CPU-only behaviour")
 def test_cupy_kernels_say_they_need_a_gpu_without_one():
-    import cupy
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed here (macOS: it needs CUDA)")
     from cupy_backends.cuda.api.runtime import CUDARuntimeError
     with pytest.raises(CUDARuntimeError):
         CK.vec_add_cupy_raw(cupy.zeros(4, dtype=np.float32), cupy.zeros(4, dtype=np.float32))

@@ -33,32 +33,25 @@ def test_sweep_applies_the_nccl_tests_busbw_formulas(rows):
     assert by_op["rs_ag"].busbw == pytest.approx(by_op["rs_ag"].algbw)
 
 
-def test_progress_bar_moves_once_per_size_and_rows_are_the_same_as_one_launch(monkeypatch):
+def test_progress_moves_once_per_size_and_rows_are_the_same_as_one_launch():
     seen = []
-
-    class Bar:
-        def __init__(self, total, desc):
-            seen.append(("open", total))
-
-        def update(self, k):
-            seen.append(("update", k))
-
-        def close(self):
-            seen.append(("close",))
-
-    monkeypatch.setattr(sweep, "progress_bar", Bar)
-    rows = sweep.run_sweep(2, [1024, 4096], ops=("all_reduce",), iters=1, warmup=0, backend="gloo", progress=True)
-    assert seen == [("open", 2), ("update", 1), ("update", 1), ("close",)]
+    rows = sweep.run_sweep(2, [1024, 4096], ops=("all_reduce",), iters=1, warmup=0, backend="gloo",
+                           progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(0, 2), (1, 2), (2, 2)]
     assert [(r.op, r.nbytes) for r in rows] == [("all_reduce", 1024), ("all_reduce", 4096)]
 
 
-def test_the_real_progress_bar_is_tqdm():
+def test_the_real_progress_bar_is_tqdm(capsys):
     from tqdm.auto import tqdm
-    bar = sweep.progress_bar(3, "sizes")
-    try:
+
+    from mgpu_helpers.measure import progress
+    update, close = progress.callback("sizes")
+    update(0, 3)
+    update(3, 3)
+    close()
+    assert "sizes: 100%" in capsys.readouterr().out
+    with progress.bar(3, "sizes") as bar:
         assert isinstance(bar, tqdm) and bar.total == 3
-    finally:
-        bar.close()
 
 
 def test_sizes_are_rounded_to_whole_float32_elements_per_rank():

@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
           f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}")
     rows = sweep.run_sweep(a.world_size, chosen, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend,
-                           timeout=600, progress=sys.stderr.isatty())
+                           timeout=600, progress="sizes")
     print(nccltests.sweep_table(rows))
     compared = [d for d in nccltests.compare_with_reference(rows) if d["ratio"] is not None]
     if not compared:

@@ -127,6 +127,7 @@ def measure(n: int, repeats: int) -> dict:
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.measure.timing import time_gpu
+    from mgpu_helpers.measure import progress
 
     out = {}
     f32 = 4
@@ -152,7 +153,7 @@ def measure(n: int, repeats: int) -> dict:
         "cupy_grid_stride": lambda: CK.vec_add_cupy_grid_stride(ca, cb, cc),
         "cupy_fast": lambda: CK.vec_add_cupy_fast(ca, cb, cc),
     }
-    for key, fn in cupy_rows.items():
+    for key, fn in progress.iterate(cupy_rows.items(), "CuPy kernels"):
         cc.fill(0)
         fn()
         assert bool(cp.array_equal(cc, want)), f"{key} gave a wrong result"
@@ -171,7 +172,7 @@ def measure(n: int, repeats: int) -> dict:
     numba_rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc, grid=wave)
     full = CK.fast_launch_grid(n)
     numba_rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)
-    for key, fn in numba_rows.items():
+    for key, fn in progress.iterate(numba_rows.items(), "Numba kernels"):
         cp.asarray(dc).fill(0)
         cuda.synchronize()
         fn()
@@ -194,6 +195,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.measure.timing import time_gpu
+    from mgpu_helpers.measure import progress
 
     a = cp.random.random(n, dtype=cp.float32)
     b = cp.random.random(n, dtype=cp.float32)
@@ -204,7 +206,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
            "raw": {}, "numba": {}, "elementwise": {}}
     ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
-    for bs in blocks:
+    for bs in progress.iterate(blocks, "block sizes"):
         runs = {
             "raw": lambda: CK.vec_add_cupy_raw(a, b, c, block=bs),
             "elementwise": lambda: ew(a, b, c, block_size=bs),

@@ -19,6 +19,7 @@ import time
 
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.launch import _loopback_env, _free_loopback_port
+from mgpu_helpers.measure import progress
 
 
 def allreduce_rank(rank: int, world_size: int) -> int:
@@ -95,9 +96,9 @@ def main(argv: list[str]) -> int:
 
     launch.shutdown_server()
     cold = time_run_ranks(n)                    # includes starting the server and its import torch
-    repeat = [time_run_ranks(n) for _ in range(opts.repeats)]
-    spawn = [time_mp_spawn(n) for _ in range(opts.baseline_repeats)]
-    sub = [time_subprocesses(n) for _ in range(opts.baseline_repeats)]
+    repeat = [time_run_ranks(n) for _ in progress.iterate(range(opts.repeats), "run_ranks repeats")]
+    spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
+    sub = [time_subprocesses(n) for _ in progress.iterate(range(opts.baseline_repeats), "subprocesses")]
     launch.shutdown_server()
 
     med = statistics.median

@@ -174,40 +174,37 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
     return rows
 
 
-def progress_bar(total: int, desc: str):
-    """A ``tqdm.auto`` bar (a widget in Jupyter, text in a terminal) over ``total`` message sizes."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="size", leave=True)
-
-
 def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int = 5, backend: str = "auto",
-              timeout: float = 300.0, progress: bool = False, stream: bool = False) -> list[SweepRow]:
+              timeout: float = 300.0, progress=None, stream: bool = False) -> list[SweepRow]:
     """Measure ``ops`` over ``sizes`` on ``world_size`` ranks; returns one :class:`SweepRow` per (size, op).
 
-    ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB). With
-    ``progress`` each size runs in a launch of its own under a ``tqdm`` bar that moves once per size;
-    without it every size runs in a single launch.
+    ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB).
+    ``progress``: ``True`` or a description (``"sizes"``) shows a ``tqdm.auto`` bar, a function
+    ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.measure.progress.callback`);
+    the sizes then run in one launch each (so the bar moves); without it every size runs in a single launch.
     """
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.measure import progress as bars
 
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
     sizes = list(sizes) if sizes is not None else default_sizes(gpu)
-    groups = [[s] for s in sizes] if progress else [sizes]
-    bar = progress_bar(len(sizes), f"sweep, {world_size} ranks") if progress else None
+    show = progress is not None and progress is not False
+    groups = [[s] for s in sizes] if show else [sizes]
+    update, close = bars.callback(progress, "sizes")
     rows: list[SweepRow] = []
+    update(0, len(sizes))
+    done = 0
     try:
         for group in groups:
             res = run_ranks(sweep_rank, world_size, args=(group, tuple(ops), iters, warmup), backend=chosen,
                             timeout=timeout, stream=stream, quiet=True)
             rows += combine(res.values, world_size, res.backend)
-            if bar is not None:
-                bar.update(len(group))
+            done += len(group)
+            update(done, len(sizes))
     finally:
-        if bar is not None:
-            bar.close()
+        close()
     return rows
 
 
@@ -243,23 +240,25 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
         dist.all_reduce(buf)          # warm-up: connections and algorithm set up outside the timing
         sync()
         phases = {"compute": [], "wait": [], "communicate": []}
-        for _ in range(steps):
-            t0 = time.monotonic()
-            for _ in range(repeats):
-                c = a @ b
-            sync()
-            t1 = time.monotonic()
-            dist.barrier()            # how long this rank waits for the slowest one
-            sync()
-            t2 = time.monotonic()
-            dist.all_reduce(buf)
-            sync()
-            t3 = time.monotonic()
-            size = sz.format_bytes(buf.numel() * 4)
-            trace.record("compute", t0, t1, f"compute ({size})")
-            trace.record("wait", t1, t2, f"wait ({size})")
-            trace.record("communicate", t2, t3, f"all_reduce {size}")
-            for k, s in zip(phases, (t1 - t0, t2 - t1, t3 - t2)):
+        size = sz.format_bytes(buf.numel() * 4)
+        for _ in range(steps):        # spans, not records: under a profiler each phase is a named range
+            with trace.span("compute", f"compute ({size})"):
+                t0 = time.monotonic()
+                for _ in range(repeats):
+                    c = a @ b
+                sync()
+                t1 = time.monotonic()
+            with trace.span("wait", f"wait ({size})"):
+                t2 = time.monotonic()
+                dist.barrier()        # how long this rank waits for the slowest one
+                sync()
+                t3 = time.monotonic()
+            with trace.span("communicate", f"all_reduce {size}"):
+                t4 = time.monotonic()
+                dist.all_reduce(buf)
+                sync()
+                t5 = time.monotonic()
+            for k, s in zip(phases, (t1 - t0, t3 - t2, t5 - t4)):
                 phases[k].append(s)
         del c
         out.append({"nbytes": buf.numel() * 4, **{k: statistics.median(v) for k, v in phases.items()}})

@@ -10,6 +10,10 @@ Inside a rank function::
 ``run_ranks`` brings each rank's spans back in ``RankResults.spans[rank]``. Times come from
 ``time.monotonic()``, one clock for every process of the machine, so spans of different ranks line up.
 On a GPU, call ``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous.
+
+Under a profiler, :func:`set_range_hook` makes every ``span`` also open a named range of that profiler
+(:mod:`mgpu_helpers.measure.profile` sets one: a ``torch.profiler.record_function`` range, and an NVTX range on
+a GPU, so the spans show in Perfetto and in Nsight Systems under the name ``mgpu.<kind>:<name>``).
 """
 from __future__ import annotations
 
@@ -35,6 +39,18 @@ class Span:
 
 
 _spans: list[Span] = []
+_range_hook = None      # label -> context manager, opened around every span (a profiler's named range)
+
+
+def range_label(kind: str, name: str) -> str:
+    """The name a span's profiler range carries: ``mgpu.<kind>:<name>``."""
+    return f"mgpu.{kind}:{name or kind}"
+
+
+def set_range_hook(hook) -> None:
+    """Open ``hook(label)`` (a context manager) around every later :func:`span` of this process; None: stop."""
+    global _range_hook
+    _range_hook = hook
 
 
 @contextmanager
@@ -42,11 +58,20 @@ def span(kind: str, name: str = ""):
     """Record the time spent in the ``with`` block as a span of this rank."""
     if kind not in KINDS:
         raise ValueError(f"span kind must be one of {KINDS}, not {kind!r}")
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        _spans.append(Span(kind, name or kind, start, time.monotonic()))
+    hook = _range_hook
+    if hook is None:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            _spans.append(Span(kind, name or kind, start, time.monotonic()))
+        return
+    with hook(range_label(kind, name)):      # the clock runs inside the range: its cost is not the span's
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            _spans.append(Span(kind, name or kind, start, time.monotonic()))
 
 
 def record(kind: str, start: float, end: float, name: str = "") -> None:

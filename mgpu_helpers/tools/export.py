@@ -170,6 +170,41 @@ def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) 
             _walk(_ref(child), state, controls, outputs, seen)
 
 
+PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
+
+
+def progress_line(model_id: str, state: dict) -> str | None:
+    """A progress bar widget as the line a terminal shows, or None if ``model_id`` is not one.
+
+    ``tqdm.auto`` in a notebook displays an HBox of [HTML description, FloatProgress, HTML counts], e.g.
+    ``sizes: 100%|##########| 3/3 [00:02<00:00, 1.20it/s]``; a bare IntProgress/FloatProgress gives its bar."""
+    model = state.get(model_id, {})
+    s = model.get("state", {})
+    kids = [state.get(_ref(c) or "", {}) for c in s.get("children", [])]
+    bars = [k for k in kids if k.get("model_name") in PROGRESS_MODELS]
+    if model.get("model_name") in PROGRESS_MODELS:
+        bars, kids = [model], [model]
+    if len(bars) != 1 or any(k.get("model_name") not in PROGRESS_MODELS + ("HTMLModel", "LabelModel") for k in kids):
+        return None
+    b = bars[0]["state"]
+    lo, hi, value = b.get("min", 0), b.get("max", 100), b.get("value", 0)
+    frac = (value - lo) / (hi - lo) if hi > lo else 0.0
+    filled = max(0, min(10, int(round(10 * frac))))
+    drawn = f"|{'#' * filled}{' ' * (10 - filled)}|"
+    if len(kids) == 1:                                  # a bare bar: its description and percentage
+        return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
+    texts = []
+    for k in kids:
+        if k is bars[0]:
+            texts.append(None)
+        else:
+            text = re.sub(r"<[^>]+>", "", str(k.get("state", {}).get("value", "")))
+            texts.append(html.unescape(text).replace("\u2007", " ").replace("\xa0", " ").strip())
+    at = texts.index(None)        # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
+    left, right = " ".join(t for t in texts[:at] if t), " ".join(t for t in texts[at + 1:] if t)
+    return (left + drawn + (" " + right if right else "")).strip()
+
+
 def flatten_widgets(nb):
     """A copy of ``nb`` in which every displayed widget is replaced by what it showed, and the widget state
     dropped: the page then needs no widget JavaScript. A widget whose state was not stored (the notebook
@@ -182,6 +217,12 @@ def flatten_widgets(nb):
             view = out.get("data", {}).get(WIDGET_VIEW)
             if not view:
                 new.append(out)
+                continue
+            line = progress_line(view.get("model_id", ""), state)
+            if line is not None:      # a progress bar: its last state as text, like the terminal's
+                new.append({"output_type": "display_data", "metadata": {},
+                            "data": {"text/html": f"<pre class='mgpu-progress'>{html.escape(line)}</pre>",
+                                     "text/plain": line}})
                 continue
             controls, inner = [], []
             _walk(view.get("model_id", ""), state, controls, inner, set())

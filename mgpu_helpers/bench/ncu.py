@@ -1,0 +1,223 @@
+"""Nsight Compute figures of the course's vecAdd kernels: ``python -m mgpu_helpers.bench ncu [--n N] [--machine NAME]``.
+
+Runs ``ncu`` on a small child script that launches, once each, the seed's Numba ``vec_add`` at block sizes
+128 / 256 / 512 / 1024 (the sizes notebook 02 sweeps) and the course's fast kernels (Numba ``vec_add_fast`` and
+CuPy ``vecAddFast``, block 256), with::
+
+    ncu --clock-control none --csv --print-units base --kernel-name regex:"vec_add|vecAdd" \
+        --metrics launch__registers_per_thread,launch__block_size,\
+sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        python child.py
+
+``--clock-control none`` leaves the GPU's clocks alone (ncu would otherwise lock them to base clocks, which
+the course machines do not allow). The CSV is parsed (:func:`parse_csv`) into one row per launch: registers per
+thread, achieved occupancy (warps active, % of the SM's peak) and DRAM throughput (% of peak), and written to
+``mgpu_helpers/data/ncu_<machine>.json`` with the machine, GPU, date and ncu version. :func:`load` returns a
+recorded table (what notebook 02 shows). Without ``ncu`` or without a GPU it says so and exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+METRICS = {
+    "launch__registers_per_thread": "registers_per_thread",
+    "launch__block_size": "block_size",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
+}
+BLOCKS = (128, 256, 512, 1024)
+KERNEL_FILTER = "regex:vec_add|vecAdd"
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+# The launches of the child script, in order: (label, kernel-name pattern, block size).
+PLAN = ([(f"Numba vec_add, block {b}", r"vec_add(?!_)", b) for b in BLOCKS]
+        + [("Numba vec_add_fast (4 per thread), block 256", r"vec_add_fast", 256),
+           ("CuPy vecAddFast (float4), block 256", r"vecAddFast", 256)])
+
+CHILD = '''
+import sys
+import numpy as np
+from numba import cuda
+from mgpu_helpers.lessons import kernels as K
+
+n = int(sys.argv[1])
+rng = np.random.default_rng(0)
+h_a, h_b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+da, db, dc = cuda.to_device(h_a), cuda.to_device(h_b), cuda.device_array(n, dtype=np.float32)
+for block in {blocks!r}:                      # one launch each: ncu profiles every launch it matches
+    K.vec_add[K.launch_config(n, block)](da, db, dc, n)
+    cuda.synchronize()
+    assert np.array_equal(dc.copy_to_host(), h_a + h_b), block
+K.vec_add_fast_launch(da, db, dc, block=256)
+cuda.synchronize()
+assert np.array_equal(dc.copy_to_host(), h_a + h_b), "vec_add_fast"
+try:
+    import cupy as cp
+except ImportError:
+    print("no CuPy: the CuPy kernel is left out")
+else:
+    ca, cb = cp.asarray(h_a), cp.asarray(h_b)
+    cc = K.vec_add_cupy_fast(ca, cb, block=256)
+    cp.cuda.Device().synchronize()
+    assert np.array_equal(cp.asnumpy(cc), h_a + h_b), "vecAddFast"
+'''
+
+
+def find_ncu() -> str | None:
+    """The ncu executable: on PATH, else CUDA's default location."""
+    return shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+
+
+def ncu_version(ncu: str) -> str:
+    """'2025.3.1.0' from ``ncu --version`` (the whole last line where the format differs)."""
+    out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"Version\s+([\d.]+)", out)
+    return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def command(ncu: str, script: str, n: int) -> list[str]:
+    return [ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", KERNEL_FILTER,
+            "--metrics", ",".join(METRICS), sys.executable, script, str(n)]
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "").strip())
+
+
+def parse_csv(text: str) -> list[dict]:
+    """One dict per profiled launch from ncu's ``--csv`` output (the default "details" page: one line per
+    launch and metric; columns found by name, ncu's own ``==PROF==`` lines and the script's output skipped):
+    ``{"id", "kernel", "block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct"}``,
+    in launch order. ``block_size`` is the metric, or the "Block Size" column's x·y·z where the metric is absent."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        raise ValueError("no CSV lines in ncu's output: was it run with --csv, and did it profile a kernel?")
+    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    need = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
+    if not need <= set(reader.fieldnames or ()):
+        raise ValueError(f"ncu CSV without the columns {sorted(need)}: got {reader.fieldnames}")
+    launches: dict[int, dict] = {}
+    for row in reader:
+        launch = launches.setdefault(int(row["ID"]), {"id": int(row["ID"]), "kernel": row["Kernel Name"]})
+        if row.get("Block Size") and "block_size" not in launch:
+            dims = [int(d) for d in re.findall(r"\d+", row["Block Size"])]
+            if dims:
+                launch["block_size"] = dims[0] * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
+        key = METRICS.get(row["Metric Name"])
+        if key:
+            value = _number(row["Metric Value"])
+            launch[key] = int(value) if key in ("registers_per_thread", "block_size") else value
+    return [launches[k] for k in sorted(launches)]
+
+
+def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
+    """Name each parsed launch after the child script's plan, checking kernel name and block size agree."""
+    out, queue = [], list(plan)
+    for launch in launches:
+        match = next((p for p in queue if re.search(p[1], launch["kernel"]) and p[2] == launch.get("block_size")),
+                     None)
+        if match is None:
+            raise ValueError(f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')}) "
+                             "is not one the child script makes")
+        queue.remove(match)
+        out.append({"kernel": match[0], **{k: launch.get(k) for k in ("block_size", "registers_per_thread",
+                                                                       "achieved_occupancy_pct",
+                                                                       "dram_throughput_pct")}})
+    return out
+
+
+def machine_name(gpu_name: str, gpu_count: int = 1) -> str:
+    """'NVIDIA H200' -> 'h200' (the file name's machine part)."""
+    slug = re.sub(r"[^a-z0-9]+", "_", gpu_name.lower().replace("nvidia", "")).strip("_")
+    return slug or "gpu"
+
+
+def path_for(machine: str) -> str:
+    return os.path.join(DATA_DIR, f"ncu_{machine}.json")
+
+
+def load(machine: str | None = None) -> dict:
+    """A recorded table: ``{"machine", "gpu", "date", "ncu_version", "n", "command", "rows": [...]}``.
+    ``machine`` None: the only (or first, by name) ``ncu_*.json`` in the package's data."""
+    if machine is None:
+        found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
+        if not found:
+            raise FileNotFoundError("no Nsight Compute figures recorded: run `python -m mgpu_helpers.bench ncu` "
+                                    "on a machine with an NVIDIA GPU and ncu")
+        machine = found[0][len("ncu_"):-len(".json")]
+    with open(path_for(machine), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def format_table(record: dict) -> str:
+    """The recorded rows as text, with where and how they were measured."""
+    version = record["ncu_version"]
+    version = version if re.match(r"\d", version) else f"({version})"
+    head = (f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), "
+            f"{record['date']}, N = {record['n']} float32")
+    width = max(len(r["kernel"]) for r in record["rows"])
+    lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
+    lines.append(f"{'kernel':{width}s} | regs/thread | achieved occupancy | DRAM throughput (% of peak)")
+    for r in record["rows"]:
+        lines.append(f"{r['kernel']:{width}s} | {r['registers_per_thread']:>11} | "
+                     f"{r['achieved_occupancy_pct']:>17.1f}% | {r['dram_throughput_pct']:>6.1f}%")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=1 << 24, help="elements per vector (default 2**24)")
+    p.add_argument("--machine", default=None, help="name in the file name (default: from the GPU's name)")
+    p.add_argument("--out", default=None, help="where to write the JSON (default mgpu_helpers/data/ncu_<machine>.json)")
+    p.add_argument("--show", action="store_true", help="print the recorded table(s) and exit")
+    a = p.parse_args(argv)
+    if a.show:
+        print(format_table(load(a.machine)))
+        return 0
+    ncu = find_ncu()
+    if ncu is None:
+        print("ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit "
+              "(/usr/local/cuda/bin/ncu). The recorded figures: python -m mgpu_helpers.bench ncu --show",
+              file=sys.stderr)
+        return 1
+    from mgpu_helpers import hardware
+    m = hardware.machine()
+    if not m.gpus:
+        print(f"ncu profiles GPU kernels: this machine has no NVIDIA GPU ({m.note or 'none found'}).", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="mgpu-ncu-") as tmp:
+        script = os.path.join(tmp, "vecadd_child.py")
+        with open(script, "w") as f:
+            f.write(CHILD.format(blocks=BLOCKS))
+        root = os.path.dirname(os.path.dirname(DATA_DIR))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        cmd = command(ncu, script, a.n)
+        print("+", " ".join(cmd), flush=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if out.returncode != 0:
+        print(out.stdout[-3000:], out.stderr[-3000:], sep="\n", file=sys.stderr)
+        print(f"ncu exited with {out.returncode}", file=sys.stderr)
+        return 1
+    rows = label_rows(parse_csv(out.stdout))
+    machine = a.machine or machine_name(m.gpus[0].name)
+    record = {"machine": machine, "gpu": m.gpus[0].name, "date": _dt.date.today().isoformat(),
+              "ncu_version": ncu_version(ncu), "n": a.n,
+              "command": " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)]),
+              "source": "python -m mgpu_helpers.bench ncu", "rows": rows}
+    path = a.out or path_for(machine)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    print(format_table(record))
+    print(f"written to {path}")
+    return 0

@@ -1,0 +1,180 @@
+"""Peer access and the paths between GPUs: can GPU i read GPU j's memory, how fast is a copy, what P2P is worth.
+
+- :func:`peer_matrix`: ``cudaDeviceCanAccessPeer`` for every pair (``torch.cuda.can_device_access_peer``).
+- :func:`peer_copy`: a timed copy GPU ``src`` -> GPU ``dst`` and back (CUDA events, GB/s).
+- :func:`compare_p2p`: the all-reduce busbw over 64 MiB .. 1 GiB twice, with NCCL's default transports and with
+  ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes). Two launches
+  of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``): the notebook's own
+  environment is never changed.
+- :func:`recorded`: the figures recorded on 2 x H200 (``mgpu_helpers/data/peer_h200x2.json`` and the nccl-tests
+  all-reduce table), to compare with.
+
+Every function that needs two GPUs raises :class:`NeedsGpus` with a message saying so; :func:`measure_all`
+turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from mgpu_helpers.measure import sweep
+
+DATA_FILE = os.path.join(sweep.DATA_DIR, "peer_h200x2.json")
+SIZES = (64 << 20, 256 << 20, 1 << 30)       # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
+P2P_VARIABLE = "NCCL_P2P_DISABLE"
+
+
+class NeedsGpus(RuntimeError):
+    """Raised where a measurement needs more GPUs than this machine has; the message says what it needs."""
+
+
+def gpu_count() -> int:
+    """GPUs torch sees here (0 without CUDA), without creating a CUDA context when there are none."""
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _need(count: int, what: str) -> None:
+    have = gpu_count()
+    if have < count:
+        raise NeedsGpus(f"{what} needs {count} NVIDIA GPUs; this machine has {have}. "
+                        f"The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer).")
+
+
+def peer_matrix() -> list[list[bool | None]]:
+    """``m[i][j]``: can GPU i access GPU j's memory directly (None on the diagonal). [] without GPUs."""
+    import torch
+    n = gpu_count()
+    return [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)]
+            for i in range(n)]
+
+
+def format_matrix(matrix) -> str:
+    """The matrix as ``nvidia-smi topo -p2p n`` prints it: X on the diagonal, OK / NS elsewhere."""
+    if not matrix:
+        return "(no GPUs)"
+    n = len(matrix)
+    lines = ["      " + "".join(f"GPU{j:<4}" for j in range(n))]
+    for i, row in enumerate(matrix):
+        cells = ["X" if v is None else ("OK" if v else "NS") for v in row]
+        lines.append(f"GPU{i:<3}" + "".join(f"{c:<7}" for c in cells))
+    return "\n".join(lines)
+
+
+def copy_gbps(nbytes: int, seconds: float) -> float:
+    """GB/s (1e9 bytes per second) of ``nbytes`` moved in ``seconds``."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    return nbytes / seconds / 1e9
+
+
+def _time_copy(dst, src, repeats: int) -> float:
+    """Median seconds of ``dst.copy_(src)`` between two GPUs. torch runs a device-to-device copy on the
+    source device's current stream (and syncs the destination's), so the events go on that stream."""
+    import torch
+    with torch.cuda.device(src.device):
+        dst.copy_(src)                       # warm-up: enables peer access between the pair
+        torch.cuda.synchronize(src.device)
+        times = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    torch.cuda.synchronize(dst.device)
+    return statistics.median(times)
+
+
+def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int = 10) -> dict:
+    """Copy ``nbytes`` GPU ``src`` -> GPU ``dst`` and back; ``{"src->dst": GB/s, "dst->src": GB/s, "nbytes",
+    "peer_access": bool}``, each the median of ``repeats`` timed copies, the data checked after."""
+    import torch
+    _need(max(src, dst) + 1, "a peer copy")
+    a = torch.arange(nbytes // 4, dtype=torch.float32, device=f"cuda:{src}")
+    b = torch.empty_like(a, device=f"cuda:{dst}")
+    there = _time_copy(b, a, repeats)
+    back = _time_copy(a, b, repeats)
+    assert torch.equal(a.cpu(), b.cpu()), "the peer copy changed the data"
+    return {f"{src}->{dst}": copy_gbps(a.numel() * 4, there), f"{dst}->{src}": copy_gbps(a.numel() * 4, back),
+            "nbytes": a.numel() * 4, "peer_access": bool(torch.cuda.can_device_access_peer(src, dst))}
+
+
+def rank_env(p2p: bool) -> dict:
+    """The variables one launch gives its ranks: NCCL's P2P transport on (its default) or off."""
+    return {P2P_VARIABLE: "0" if p2p else "1"}
+
+
+def allreduce_busbw(world_size: int = 2, sizes=SIZES, p2p: bool = True, backend: str = "nccl",
+                    timeout: float = 600.0) -> list:
+    """The all-reduce rows (:class:`mgpu_helpers.measure.sweep.SweepRow`) of one launch with P2P on or off."""
+    from mgpu_helpers.launcher.launch import run_ranks
+    res = run_ranks(sweep.sweep_rank, world_size, args=(list(sizes), ("all_reduce",), None, 5), backend=backend,
+                    timeout=timeout, env=rank_env(p2p), stream=False, quiet=True)
+    return sweep.combine(res.values, world_size, res.backend)
+
+
+def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout: float = 600.0) -> list[dict]:
+    """Per size: ``{"nbytes", "busbw_default", "busbw_p2p_off", "ratio"}`` (GB/s; ratio = off / default).
+
+    ``backend="gloo"`` runs the same two launches on the CPU (the variable means nothing to gloo: a test
+    of the plumbing, not a measurement); NCCL needs ``world_size`` GPUs."""
+    if backend == "nccl":
+        _need(world_size, "the all-reduce with and without NCCL P2P")
+    on = allreduce_busbw(world_size, sizes, True, backend, timeout)
+    off = allreduce_busbw(world_size, sizes, False, backend, timeout)
+    return [{"nbytes": a.nbytes, "busbw_default": a.busbw, "busbw_p2p_off": b.busbw,
+             "ratio": b.busbw / a.busbw if a.busbw else None, "backend": a.backend} for a, b in zip(on, off)]
+
+
+def recorded() -> dict:
+    """The 2 x H200 figures: the data file's dict plus ``allreduce_busbw_default_GBps`` ({nbytes: GB/s},
+    nccl-tests in place) for :data:`SIZES`."""
+    with open(DATA_FILE, encoding="utf-8") as f:
+        rec = json.load(f)
+    rec["allreduce_busbw_default_GBps"] = {n: sweep.reference_busbw("all_reduce", n) for n in SIZES}
+    rec["nvlink_GBps_per_gpu"] = rec["nvlink_links_per_gpu"] * rec["nvlink_link_GBps"]
+    return rec
+
+
+def measure_all(world_size: int = 2, copy_bytes: int = 256 << 20) -> dict:
+    """Everything this machine can measure: ``{"matrix", "copy", "busbw", "skipped": [messages]}``."""
+    out = {"matrix": peer_matrix(), "copy": None, "busbw": None, "skipped": []}
+    for key, fn in (("copy", lambda: peer_copy(0, 1, copy_bytes)), ("busbw", lambda: compare_p2p(world_size))):
+        try:
+            out[key] = fn()
+        except NeedsGpus as exc:
+            out["skipped"].append(str(exc))
+    return out
+
+
+def format_report(measured: dict, rec: dict | None = None) -> str:
+    """What was measured beside what was recorded on 2 x H200, as text."""
+    rec = recorded() if rec is None else rec
+    lines = ["peer access (measured here):", format_matrix(measured["matrix"]),
+             f"recorded on {rec['machine']}: " + format_matrix(rec["peer_access"]).replace("\n", " | "),
+             f"NVLink recorded: {rec['nvlink_links_per_gpu']} links x {rec['nvlink_link_GBps']} GB/s = "
+             f"{rec['nvlink_GBps_per_gpu']:.0f} GB/s per GPU and direction", ""]
+    if measured.get("copy"):
+        c = measured["copy"]
+        pairs = [k for k in c if "->" in k]
+        lines.append(f"peer copy ({sweep.format_bytes(c['nbytes'])}): "
+                     + ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in pairs)
+                     + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
+    else:
+        lines.append(f"peer copy: not measured here; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
+    lines.append(f"{'size':>8} {'busbw default':>14} {'P2P off':>9} {'off/default':>12} {'nccl-tests':>11} "
+                 f"{'recorded P2P off':>17}")
+    ref_off = {int(k): v for k, v in rec.get("allreduce_busbw_p2p_disabled_GBps", {}).items()}
+    for r in measured.get("busbw") or []:
+        ref = rec["allreduce_busbw_default_GBps"].get(r["nbytes"])
+        off = ref_off.get(r["nbytes"])
+        lines.append(f"{sweep.format_bytes(r['nbytes']):>8} {r['busbw_default']:>14.1f} {r['busbw_p2p_off']:>9.1f} "
+                     f"{r['ratio']:>12.2f} {ref if ref is not None else '-':>11} {off if off is not None else '-':>17}")
+    if not measured.get("busbw"):
+        lines += [f"{sweep.format_bytes(n):>8} {'-':>14} {'-':>9} {'-':>12} {v:>11}"
+                  for n, v in rec["allreduce_busbw_default_GBps"].items()]
+    lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
+    return "\n".join(lines)

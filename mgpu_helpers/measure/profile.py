@@ -1,0 +1,323 @@
+"""Real profiler traces of rank functions: ``torch.profiler`` on every rank, merged into one Perfetto file.
+
+    run = profile.run_profiled(fn, world_size=2, trace_path="allreduce.trace.json")
+    run.trace_path        # open in https://ui.perfetto.dev or chrome://tracing: one process per rank
+    run.results.values    # what fn returned on each rank (a RankResults, as from mh.run_ranks)
+
+Each rank runs ``fn`` under ``torch.profiler.profile`` (CPU activity; CUDA activity too when the rank has a
+GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgpu_helpers.measure.trace.span`
+ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each rank exports its Chrome trace;
+:func:`merge_traces` puts them into one file with one process per rank (``pid`` = rank, named "rank k"), every
+timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
+machine), and the course's spans on a track of their own ("course spans"). From that file,
+:func:`spans_from_trace` gives the per-rank Span lists that
+:func:`mgpu_helpers.widgets.straggler.draw_timeline` draws, and :func:`step_rows_from_trace` the rows that
+:func:`mgpu_helpers.widgets.bandwidth.draw_step_breakdown` draws.
+
+Nsight Systems: ``python -m mgpu_helpers.measure.profile --torchrun-script lab_step.py`` writes the lab's step
+(:func:`mgpu_helpers.measure.sweep.step_rank`: compute, wait, all-reduce per message size) as a torchrun
+script whose spans are NVTX ranges; on a machine with ``nsys``::
+
+    nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node 2 lab_step.py
+    nsys-ui lab_step.nsys-rep     # or: nsys stats lab_step.nsys-rep
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from mgpu_helpers.measure import trace
+
+SPAN_CATEGORY = "mgpu_span"
+SPAN_TID = 1                     # the "course spans" track of each rank
+GPU_TID_BASE = 1_000_000_000     # GPU streams become threads of their rank: base + device * 10**6 + stream
+ANCHOR = "mgpu:clock"
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) (B|KiB|MiB|GiB)\b")
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+@dataclass
+class ProfiledRun:
+    """What :func:`run_profiled` brings back: the launch's results (values = ``fn``'s) and the merged trace."""
+
+    results: object
+    trace_path: str
+    trace: dict
+
+
+# --------------------------------------------------------------------------------------------------------
+# Inside a rank.
+
+@contextmanager
+def _profiler_range(label: str):
+    """A torch.profiler range, and an NVTX range when CUDA is up (what Nsight Systems shows)."""
+    import torch
+    from torch.profiler import record_function
+    nvtx = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if nvtx:
+        torch.cuda.nvtx.range_push(label)
+    try:
+        with record_function(label):
+            yield
+    finally:
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
+
+
+def _anchor() -> float:
+    """Open a few empty ``mgpu:clock`` ranges and return time.monotonic() (us) at the middle of the last one:
+    :func:`clock_offset` finds that range in the trace and so maps the profiler's clock onto monotonic."""
+    from torch.profiler import record_function
+    mid = 0.0
+    for _ in range(3):            # the first range pays one-off costs; the last is short
+        t0 = time.monotonic()
+        with record_function(ANCHOR):
+            pass
+        mid = (t0 + time.monotonic()) / 2 * 1e6
+    return mid
+
+
+def profiled(fn, trace_dir: str, cuda: str = "auto"):
+    """A rank function that runs ``fn(rank, world_size, *args)`` under torch.profiler and exports this rank's
+    Chrome trace to ``trace_dir/rank<k>.json``. Returns ``{"value", "trace_file", "anchor_us", "pid"}``.
+
+    ``cuda``: "auto" (CUDA activity when this rank has a GPU), True or False."""
+    def profiled_rank(rank, world_size, *args):
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        from mgpu_helpers.launcher.ranks import rank_device
+        gpu = rank_device().type == "cuda" if cuda == "auto" else bool(cuda)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+        trace.set_range_hook(_profiler_range)
+        try:
+            with profile(activities=activities) as prof:
+                anchor_us = _anchor()
+                value = fn(rank, world_size, *args)
+                if gpu:
+                    torch.cuda.synchronize()
+        finally:
+            trace.set_range_hook(None)
+        path = os.path.join(trace_dir, f"rank{rank}.json")
+        prof.export_chrome_trace(path)
+        return {"value": value, "trace_file": path, "anchor_us": anchor_us, "pid": os.getpid()}
+    profiled_rank.__name__ = getattr(fn, "__name__", "rank_fn")
+    return profiled_rank
+
+
+# --------------------------------------------------------------------------------------------------------
+# Merging (pure: dicts in, dicts out).
+
+def clock_offset(events, anchor_us: float) -> float:
+    """Microseconds to add to this trace's timestamps to put them on time.monotonic(): from the shortest
+    ``mgpu:clock`` range, whose middle was ``anchor_us`` on the monotonic clock."""
+    anchors = [e for e in events if e.get("name") == ANCHOR and e.get("ph") == "X"]
+    if not anchors:
+        raise ValueError(f"no {ANCHOR!r} range in the trace: was it recorded by profile.profiled()?")
+    last = max(anchors, key=lambda e: float(e["ts"]))
+    return anchor_us - (float(last["ts"]) + float(last.get("dur", 0)) / 2)
+
+
+def _new_tid(event, cpu_pid) -> int | None:
+    pid, tid = event.get("pid"), event.get("tid")
+    if pid == cpu_pid:
+        return tid if isinstance(tid, int) else None
+    if isinstance(pid, int) and isinstance(tid, int):        # a GPU: pid = device, tid = stream
+        return GPU_TID_BASE + pid * 1_000_000 + tid
+    return None                                              # the profiler's own "Spans"/"Traces" rows
+
+
+def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict:
+    """One Chrome trace from each rank's: ``pid`` = rank with process_name "rank k", timestamps on
+    time.monotonic() (us), GPU streams as threads "GPU d stream s" of their rank, and ``spans_per_rank`` (the
+    course's Span lists) as complete events on the "course spans" thread (cat ``mgpu_span``)."""
+    out = []
+    for rank, (tr, anchor_us, cpu_pid) in enumerate(zip(rank_traces, anchors_us, cpu_pids)):
+        events = tr.get("traceEvents", [])
+        shift = clock_offset(events, anchor_us)
+        out += [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+                {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
+                {"ph": "M", "name": "thread_name", "pid": rank, "tid": SPAN_TID, "args": {"name": "course spans"}}]
+        named = set()
+        for e in events:
+            tid = _new_tid(e, cpu_pid)
+            if tid is None or e.get("name") in ("process_name", "process_labels", "process_sort_index"):
+                continue
+            e = dict(e, pid=rank, tid=tid)
+            if e.get("ph") == "M":
+                if e.get("name") == "thread_name" and tid >= GPU_TID_BASE:
+                    device, stream = divmod(tid - GPU_TID_BASE, 1_000_000)
+                    e["args"] = {"name": f"GPU {device} stream {stream}"}
+                if (e.get("name"), tid) in named:
+                    continue
+                named.add((e.get("name"), tid))
+                e.pop("ts", None)
+            elif "ts" in e:
+                e["ts"] = float(e["ts"]) + shift
+            out.append(e)
+        for s in (spans_per_rank[rank] if spans_per_rank else []):
+            out.append({"ph": "X", "cat": SPAN_CATEGORY, "name": s.name, "pid": rank, "tid": SPAN_TID,
+                        "ts": s.start * 1e6, "dur": max(s.seconds, 0.0) * 1e6, "args": {"kind": s.kind}})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)}}
+
+
+def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None = None) -> list[dict]:
+    """Complete events of ``rank`` whose name matches ``pattern`` (a regular expression), in time order."""
+    rx = re.compile(pattern)
+    evs = [e for e in merged["traceEvents"] if e.get("ph") == "X" and e.get("pid") == rank
+           and rx.search(str(e.get("name", ""))) and (category is None or e.get("cat") == category)]
+    return sorted(evs, key=lambda e: e["ts"])
+
+
+def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
+    """Per rank, the course's spans in the merged trace, as Span lists (seconds on time.monotonic()): what
+    :func:`mgpu_helpers.widgets.straggler.draw_timeline` takes."""
+    ranks = sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
+    return [[trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+             for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks]
+
+
+def size_of(name: str) -> int | None:
+    """Bytes of the size written in a span name ("all_reduce 64 KiB" -> 65536), or None."""
+    m = _SIZE.search(name)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
+def step_rows_from_trace(merged: dict) -> list[dict]:
+    """The lab's step breakdown read from the trace's spans (those of :func:`mgpu_helpers.measure.sweep.step_rank`,
+    whose names carry the message size): per rank and size the median compute / wait / communicate seconds,
+    combined as :func:`mgpu_helpers.measure.sweep.combine_steps` does; what ``draw_step_breakdown`` takes."""
+    from mgpu_helpers.measure.sweep import combine_steps
+    per_rank = []
+    for spans in spans_from_trace(merged):
+        by_size: dict[int, dict[str, list]] = {}
+        for s in spans:
+            nbytes = size_of(s.name)
+            if nbytes is not None and s.kind in ("compute", "wait", "communicate"):
+                by_size.setdefault(nbytes, {"compute": [], "wait": [], "communicate": []})[s.kind].append(s.seconds)
+        per_rank.append([{"nbytes": n, **{k: statistics.median(v) if v else 0.0 for k, v in d.items()}}
+                         for n, d in sorted(by_size.items())])
+    if not per_rank or not per_rank[0]:
+        raise ValueError("no step spans in this trace: profile sweep.step_rank (run_profiled(sweep.step_rank, ...))")
+    return combine_steps(per_rank)
+
+
+# --------------------------------------------------------------------------------------------------------
+# From a cell (or a script).
+
+def default_trace_path(fn) -> str:
+    """``<current folder>/<fn name>.trace.json``: beside the notebook, which Jupyter runs in its own folder."""
+    return os.path.join(os.getcwd(), f"{getattr(fn, '__name__', 'ranks')}.trace.json")
+
+
+def run_profiled(fn, world_size: int, trace_path: str | None = None, args=(), cuda: str = "auto",
+                 **run_ranks_kwargs) -> ProfiledRun:
+    """Run ``fn`` on ``world_size`` ranks (:func:`mgpu_helpers.run_ranks`) under torch.profiler; write the merged
+    trace to ``trace_path`` (default :func:`default_trace_path`) and return a :class:`ProfiledRun`.
+    ``run_ranks_kwargs`` go to run_ranks (backend, timeout, env, ...)."""
+    from mgpu_helpers.launcher.launch import run_ranks
+    trace_path = os.path.abspath(trace_path or default_trace_path(fn))
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="mgpu-profile-"))
+        run_ranks_kwargs.setdefault("stream", False)
+        res = run_ranks(profiled(fn, tmp, cuda), world_size, args=tuple(args), **run_ranks_kwargs)
+        raw = []
+        for v in res.values:
+            with open(v["trace_file"], encoding="utf-8") as f:
+                raw.append(json.load(f))
+    merged = merge_traces(raw, [v["anchor_us"] for v in res.values], [v["pid"] for v in res.values], res.spans)
+    os.makedirs(os.path.dirname(trace_path), exist_ok=True)
+    with open(trace_path, "w", encoding="utf-8") as f:
+        json.dump(merged, f)
+    res.values = [v["value"] for v in res.values]
+    return ProfiledRun(res, trace_path, merged)
+
+
+TORCHRUN_SCRIPT = '''"""The lab's step (compute, wait, all-reduce per message size) as a torchrun script, for Nsight Systems.
+
+Written by `python -m mgpu_helpers.measure.profile --torchrun-script`. Each span is an NVTX range
+(mgpu.compute / mgpu.wait / mgpu.communicate), so the timeline shows them above the CUDA and NCCL rows:
+
+    nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node {world_size} {name}
+"""
+import torch
+
+import mgpu_helpers as mh
+from mgpu_helpers.measure import profile, sweep, trace
+
+SIZES = {sizes!r}
+
+
+def lab_step(rank, world_size):
+    trace.set_range_hook(profile.nvtx_range)
+    rows = sweep.step_rank(rank, world_size, SIZES, steps={steps})
+    return rows
+
+
+if __name__ == "__main__":
+    rows = mh.torchrun_main(lab_step)
+    print(rows)
+'''
+
+
+@contextmanager
+def nvtx_range(label: str):
+    """An NVTX range when CUDA is available (Nsight Systems shows it), else nothing."""
+    import torch
+    on = torch.cuda.is_available()
+    if on:
+        torch.cuda.nvtx.range_push(label)
+    try:
+        yield
+    finally:
+        if on:
+            torch.cuda.nvtx.range_pop()
+
+
+def write_torchrun_script(path: str, world_size: int = 2, sizes=(1 << 20, 64 << 20), steps: int = 5) -> str:
+    """Write the lab-step torchrun script to ``path``; returns the nsys command that profiles it."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(TORCHRUN_SCRIPT.format(world_size=world_size, name=os.path.basename(path), sizes=list(sizes),
+                                       steps=steps))
+    return (f"nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node {world_size} "
+            f"{path}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.measure.profile", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--torchrun-script", metavar="PATH", help="write the lab step as a torchrun script")
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--trace", metavar="PATH", help="profile the lab step on --world-size ranks into PATH")
+    a = p.parse_args(argv)
+    if a.torchrun_script:
+        cmd = write_torchrun_script(a.torchrun_script, a.world_size)
+        print(f"wrote {a.torchrun_script}; on a machine with Nsight Systems:\n  {cmd}")
+        return 0
+    if a.trace:
+        from mgpu_helpers.measure import sweep
+        run = run_profiled(sweep.step_rank, a.world_size, a.trace, args=([1 << 10, 1 << 20], 3, 128),
+                           timeout=300)
+        ops = rank_events(run.trace, 0, r"^(nccl|gloo):all_reduce")
+        kernels = [e for e in rank_events(run.trace, 0, r"(?i)nccl") if e.get("cat") == "kernel"]
+        streams = sorted({e["tid"] - GPU_TID_BASE for e in kernels})
+        print(f"wrote {run.trace_path} ({len(run.trace['traceEvents'])} events; backend {run.results.backend}); "
+              f"rank 0: {len(ops)} all_reduce ops, {len(kernels)} NCCL kernels on GPU stream(s) "
+              f"{', '.join(str(s % 1_000_000) for s in streams) or '-'}. Open it in https://ui.perfetto.dev "
+              "or chrome://tracing")
+        return 0
+    p.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

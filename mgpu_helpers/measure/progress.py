@@ -1,0 +1,64 @@
+"""Progress bars for the loops a learner waits on: ``tqdm.auto``, the bar people know.
+
+``tqdm.auto`` draws an ipywidgets bar in a notebook and a text bar in a terminal; in the static export
+(:mod:`mgpu_helpers.tools.export`) the widget is replaced by the bar's last text, e.g.
+``sizes: 100%|##########| 3/3 [00:02<00:00, 1.20it/s]``.
+
+- :func:`bar`: a tqdm bar over a known ``total`` (``with bar(3, "sizes") as b: ... b.update()``).
+- :func:`iterate`: a loop wrapped in a bar (``for key, fn in iterate(rows.items(), "kernels"): ...``).
+- :func:`callback`: turn a ``progress=`` argument (None, True, a description, or a function
+  ``update(done, total)``) into ``(update, close)``; the measuring functions take any of these.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def bar(total: int, desc: str = "", **kwargs):
+    """A ``tqdm.auto`` bar of ``total`` steps; text bars go to stdout (the cell's output, the terminal)."""
+    from tqdm.auto import tqdm
+    kwargs.setdefault("file", sys.stdout)
+    kwargs.setdefault("ascii", True)      # '#' blocks: readable in every font, log file and static page
+    kwargs.setdefault("dynamic_ncols", False)
+    kwargs.setdefault("ncols", 80)
+    return tqdm(total=total, desc=desc, **kwargs)
+
+
+def iterate(items, desc: str = "", total: int | None = None, **kwargs):
+    """Yield from ``items`` while a bar counts them (``total`` defaults to ``len(items)`` where it has one)."""
+    items = list(items) if total is None and not hasattr(items, "__len__") else items
+    with bar(len(items) if total is None else total, desc, **kwargs) as b:
+        for item in items:
+            yield item
+            b.update(1)
+
+
+def callback(progress, desc: str = "progress"):
+    """``(update, close)`` for a ``progress`` argument.
+
+    ``None`` or ``False``: no bar (both do nothing). ``True`` or a string: a tqdm bar (the string is its
+    description), created on the first ``update(done, total)``. A callable: called as ``progress(done,
+    total)`` (the old callback protocol), ``close`` does nothing.
+    """
+    if progress is None or progress is False:
+        return (lambda done, total: None), (lambda: None)
+    if callable(progress):
+        return progress, (lambda: None)
+    if progress is not True and not isinstance(progress, str):
+        raise TypeError(f"progress must be None, True, a description or a function update(done, total); "
+                        f"got {type(progress).__name__}")
+    label = desc if progress is True else progress
+    state = {"bar": None}
+
+    def update(done: int, total: int) -> None:
+        if state["bar"] is None:
+            state["bar"] = bar(total, label)
+        b = state["bar"]
+        b.total = total
+        b.update(done - b.n)
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].close()
+
+    return update, close

@@ -1,0 +1,156 @@
+"""``python -m mgpu_helpers.tools.install``: install the course into the running Python (what ``make install`` runs).
+
+Which build of torch, and which CuPy, depend on the machine; everything else comes from ``pyproject.toml``:
+
+- **Linux without an NVIDIA GPU** (x86-64 or aarch64): the CPU build ``torch==2.13.0+cpu``. pip first looks
+  where it is told to look by default (a local wheel folder in ``PIP_FIND_LINKS``, the configured indexes);
+  only if that finds no CPU build does it ask PyPI's mirror of PyTorch's CPU index,
+  https://download.pytorch.org/whl/cpu. A machine that has the wheel locally therefore never waits on an
+  index it cannot reach. The ``+cpu`` pin makes pip fail, naming the wheel, rather than fall back to PyPI's
+  default Linux build, which is a CUDA build of several GB. CuPy: ``cupy-cuda12x`` (it imports without a GPU,
+  and the CuPy cells then say that they need one).
+- **Linux with an NVIDIA GPU**: PyPI's default torch (a CUDA build), then the CuPy wheel for the same CUDA
+  major as that torch (``cupy-cuda12x`` or ``cupy-cuda13x``).
+- **macOS (Apple silicon)**: PyPI's default torch (CPU and MPS; PyTorch publishes no ``+cpu`` build there).
+  numba-cuda ships Linux and Windows wheels only, so ``pyproject.toml`` gives macOS its last pure-Python wheel
+  (0.20.1), which carries the CUDA simulator the course uses without a GPU. No CuPy: it needs CUDA.
+- A torch that is already installed and new enough is kept (a GPU image's own CUDA build, a re-run).
+
+``--torch SPEC``: a ``+cpu`` requirement names the CPU build (``make``'s ``TORCH``, default ``torch==2.13.0+cpu``);
+any other requirement overrides the choice on every machine (``make lab TORCH=torch``: PyPI's default build);
+``--dry-run`` prints the pip commands instead of running them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+CPU_TORCH = "torch==2.13.0+cpu"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+MIN_TORCH = (2, 11)
+MIN_PYTHON = (3, 11)
+CUPY_EXTRA_BY_CUDA_MAJOR = {12: "cuda12", 13: "cuda13"}
+
+
+def nvidia_gpu_present() -> bool:
+    """True when the NVIDIA driver lists a GPU (``nvidia-smi -L``, else the driver's /proc entries).
+
+    The course's own check (:mod:`mgpu_helpers.hardware`) reads NVML through nvidia-ml-py, which is not
+    installed yet when this runs; the driver's command-line tool is enough to choose a build.
+    """
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+            if out.returncode == 0 and re.search(r"^GPU \d+", out.stdout, re.M):
+                return True
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    gpus = "/proc/driver/nvidia/gpus"
+    return os.path.isdir(gpus) and bool(os.listdir(gpus))
+
+
+def installed_torch() -> tuple[str, str | None] | None:
+    """(version, CUDA version or None) of the torch importable here, or None; read in a child process so
+    that this process never imports torch."""
+    code = "import torch; print(torch.__version__); print(torch.version.cuda or '')"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip(), (lines[1].strip() or None) if len(lines) > 1 else None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'2.13.0+cpu' -> (2, 13, 0)."""
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def torch_attempts(system: str, gpu: bool, torch_spec: str | None = None, cpu_index: str = CPU_INDEX,
+                   extra_flags: tuple = ()) -> list[list[str]]:
+    """The pip ``install`` argument lists to try, in order, until one succeeds (pure: tested).
+
+    ``torch_spec``: a ``+cpu`` requirement names the CPU build to use where the machine gets one (Linux
+    without a GPU); any other requirement is taken as given, on every machine. Linux without a GPU: the CPU
+    build, first through pip's default lookup, then with ``cpu_index`` added. A GPU, or macOS: PyPI's default.
+    """
+    flags = list(extra_flags)
+    if torch_spec and "+cpu" not in torch_spec:
+        return [flags + [torch_spec]]
+    if system == "Linux" and not gpu:
+        spec = torch_spec or CPU_TORCH
+        return [flags + [spec], flags + ["--extra-index-url", cpu_index, spec]]
+    # A GPU: PyPI's Linux build is the CUDA one. macOS: PyTorch builds no +cpu wheel; the default is CPU/MPS.
+    return [flags + [f"torch>={'.'.join(map(str, MIN_TORCH))}"]]
+
+
+def cupy_extra(system: str, gpu: bool, torch_cuda: str | None) -> str | None:
+    """The extra of ``pyproject.toml`` that brings the right CuPy: by the CUDA major of torch on a GPU,
+    ``cuda12`` on Linux without a GPU, none on macOS (or for a CUDA major CuPy has no wheel for)."""
+    if system != "Linux":
+        return None
+    if gpu and torch_cuda:
+        return CUPY_EXTRA_BY_CUDA_MAJOR.get(version_tuple(torch_cuda)[0])
+    return "cuda12"
+
+
+def _pip(args: list[str], dry_run: bool) -> int:
+    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q"] + args
+    print("+", " ".join(cmd), flush=True)
+    if dry_run:
+        return 0
+    return subprocess.call(cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.tools.install", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--torch", default=None, help=f"torch requirement (default: by machine; {CPU_TORCH} on a "
+                                                 "Linux machine without an NVIDIA GPU)")
+    p.add_argument("--cpu-index", default=CPU_INDEX, help="PyTorch's CPU index, asked only when needed")
+    p.add_argument("--torch-flags", default="", help="extra pip flags for the torch step")
+    p.add_argument("--dry-run", action="store_true", help="print the pip commands, run nothing")
+    a = p.parse_args(argv)
+    if sys.version_info[:2] < MIN_PYTHON:
+        print(f"the course needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
+              f"{platform.python_version()} ({sys.executable}). Try: make lab PYTHON=python3.11", file=sys.stderr)
+        return 2
+    system, gpu = platform.system(), nvidia_gpu_present()
+    print(f"install: {system} {platform.machine()}, Python {platform.python_version()}, "
+          f"{'an NVIDIA GPU' if gpu else 'no NVIDIA GPU'}", flush=True)
+    have = installed_torch()
+    override = a.torch is not None and "+cpu" not in a.torch and a.torch != "torch"
+    if have and version_tuple(have[0]) >= MIN_TORCH and not override:
+        print(f"install: keeping torch {have[0]} (already installed)")
+    else:
+        attempts = torch_attempts(system, gpu, a.torch, a.cpu_index, tuple(a.torch_flags.split()))
+        for i, args in enumerate(attempts):
+            if _pip(args, a.dry_run) == 0:
+                break
+            if i + 1 < len(attempts):
+                print("install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index",
+                      flush=True)
+        else:
+            print(f"install: could not install torch ({' / '.join(' '.join(x) for x in attempts)}). Put the "
+                  "wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build: "
+                  "make lab TORCH=torch", file=sys.stderr)
+            return 1
+        have = None if a.dry_run else installed_torch()
+    extras = ["test"] + [e for e in [cupy_extra(system, gpu, have[1] if have else None)] if e]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if _pip(["-e", f"{root}[{','.join(extras)}]"], a.dry_run) != 0:
+        print("install: pip could not install the course's packages (see above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""torch.profiler traces of rank functions, merged into one Chrome trace with one process per rank."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgpu_helpers.measure import profile, trace
+
+SIZES = (1 << 10, 1 << 12, 1 << 14)
+
+
+def three_all_reduces(rank, world_size):
+    """Rank function: three all-reduces of growing size, each in a course span, rank 1 first computes longer."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from mgpu_helpers.measure import trace as tr
+    dist.barrier()     # the profilers start at different times: line the ranks up first
+    for k, nbytes in enumerate(SIZES):
+        with tr.span("compute", f"compute {k}"):
+            time.sleep(0.02 * (1 + rank))
+        x = torch.full((nbytes // 4,), float(rank + 1))
+        with tr.span("communicate", f"all_reduce {k}"):
+            dist.all_reduce(x)
+        assert float(x[0]) == world_size * (world_size + 1) / 2
+    return rank
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "three.trace.json"
+    return profile.run_profiled(three_all_reduces, 2, str(path), backend="gloo", timeout=120)
+
+
+def test_the_merged_trace_is_written_where_asked_with_one_named_process_per_rank(two_rank_run):
+    run = two_rank_run
+    assert run.results.values == [0, 1]
+    with open(run.trace_path, encoding="utf-8") as f:
+        on_disk = json.load(f)
+    assert on_disk == json.loads(json.dumps(run.trace))
+    names = {e["pid"]: e["args"]["name"] for e in on_disk["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    assert {e["pid"] for e in on_disk["traceEvents"]} == {0, 1}
+
+
+def test_both_ranks_all_reduce_events_are_there_in_order_and_line_up_in_time(two_rank_run):
+    merged = two_rank_run.trace
+    per_rank = []
+    for rank in (0, 1):
+        ranges = profile.rank_events(merged, rank, r"^mgpu\.communicate:all_reduce \d$")
+        assert [e["name"] for e in ranges] == [f"mgpu.communicate:all_reduce {k}" for k in range(3)]
+        ops = [e for e in profile.rank_events(merged, rank, r"(?i)all_?reduce")
+               if e.get("cat") in ("cpu_op", "user_annotation") and not e["name"].startswith("mgpu.")]
+        # each all-reduce shows as the profiler's own op, inside the course's range of that step
+        for r in ranges:
+            assert any(r["ts"] <= o["ts"] <= r["ts"] + r["dur"] for o in ops), (rank, r["name"])
+        per_rank.append(ranges)
+    for k in range(3):   # a collective ends for everyone together: the k-th ranges of both ranks overlap
+        a, b = per_rank[0][k], per_rank[1][k]
+        assert a["ts"] < b["ts"] + b["dur"] and b["ts"] < a["ts"] + a["dur"], k
+    # rank 0 computes less, so it enters each all-reduce first and waits in it
+    assert all(per_rank[0][k]["ts"] < per_rank[1][k]["ts"] for k in range(3))
+
+
+def test_spans_from_the_trace_are_the_runs_spans(two_rank_run):
+    spans = profile.spans_from_trace(two_rank_run.trace)
+    run_spans = two_rank_run.results.spans
+    assert [[s.name for s in r] for r in spans] == [[s.name for s in r] for r in run_spans]
+    for got, want in zip(spans, run_spans):
+        for g, w in zip(got, want):
+            assert g.kind == w.kind and abs(g.start - w.start) < 1e-5 and abs(g.end - w.end) < 1e-5
+
+
+def test_the_straggler_timeline_draws_from_the_trace(two_rank_run):
+    import matplotlib
+    matplotlib.use("Agg")
+    from mgpu_helpers.widgets import straggler
+    fig = straggler.draw_timeline(profile.spans_from_trace(two_rank_run.trace), "from the trace")
+    assert len(fig.axes[0].patches) == 12   # 2 ranks x 3 steps x (compute + communicate)
+
+
+def test_step_rows_from_a_profiled_lab_step(tmp_path):
+    from mgpu_helpers.measure import sweep
+    run = profile.run_profiled(sweep.step_rank, 2, str(tmp_path / "step.trace.json"),
+                               args=([1 << 10, 1 << 16], 2, 32), backend="gloo", timeout=120)
+    rows = profile.step_rows_from_trace(run.trace)
+    direct = sweep.combine_steps(run.results.values)
+    assert [r["nbytes"] for r in rows] == [r["nbytes"] for r in direct] == [1 << 10, 1 << 16]
+    for got, want in zip(rows, direct):   # same phases, from the trace's spans and from the ranks' own timing
+        for key in ("compute_us", "wait_us", "comm_us"):
+            assert got[key] == pytest.approx(want[key], rel=0.05, abs=20), key
+
+
+def test_clock_offset_needs_the_anchor_and_sizes_parse():
+    with pytest.raises(ValueError, match="mgpu:clock"):
+        profile.clock_offset([{"ph": "X", "name": "x", "ts": 1.0, "dur": 1.0}], 0.0)
+    evs = [{"ph": "X", "name": profile.ANCHOR, "ts": 100.0, "dur": 10.0},
+           {"ph": "X", "name": profile.ANCHOR, "ts": 200.0, "dur": 2.0}]
+    assert profile.clock_offset(evs, 1000.0) == 1000.0 - 201.0
+    assert profile.size_of("all_reduce 64 KiB") == 65536 and profile.size_of("wait (1 MiB)") == 1 << 20
+    assert profile.size_of("compute") is None
+
+
+def test_spans_open_the_range_hook_and_the_hook_goes_away():
+    opened = []
+    from contextlib import contextmanager
+
+    @contextmanager
+    def hook(label):
+        opened.append(label)
+        yield
+    trace.set_range_hook(hook)
+    try:
+        with trace.span("wait", "barrier"):
+            pass
+    finally:
+        trace.set_range_hook(None)
+    with trace.span("compute"):
+        pass
+    trace.collect()
+    assert opened == ["mgpu.wait:barrier"]
+
+
+def test_the_torchrun_script_for_nsys_is_valid_python_naming_the_command(tmp_path):
+    path = tmp_path / "lab_step.py"
+    cmd = profile.write_torchrun_script(str(path), world_size=2)
+    text = path.read_text()
+    compile(text, str(path), "exec")
+    assert cmd.startswith("nsys profile") and "torchrun --standalone --nproc-per-node 2" in cmd
+    assert "mh.torchrun_main(lab_step)" in text and "nsys profile" in text
+
+
+def test_the_torchrun_script_runs_the_lab_step_under_torchrun(tmp_path):
+    """What nsys would profile: the script under torchrun, 2 CPU ranks, each printing its step rows."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "lab_step.py"
+    profile.write_torchrun_script(str(path), world_size=2, sizes=(1 << 10,), steps=2)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+               CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(path)], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("[{'nbytes': 1024")]
+    assert len(rows) == 2, out.stdout[-2000:]
