@@ -18,11 +18,15 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex01 | :func:`check_vec_add` | a Numba kernel ``(a, b, c, n)``: global index + bounds check |
 | ex01 | :func:`check_matrix_add` | a Numba kernel ``(a, b, c, rows, cols)``: 2D index + bounds check |
 | ex01 | :func:`check_grid_stride_add` | a Numba kernel ``(a, b, c, n)``: grid-stride loop |
+| ex03 | :func:`check_placement` | ``placement(rank, nproc_per_node, visible) -> (node, local_rank, gpu)`` |
+| ex03 | :func:`check_join_and_sum` | ``join_and_sum(rank, world_size, x)``: env:// by hand, all_reduce, leave |
 | ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with ordered blocking send/recv |
 | ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum by passing round the ring |
 | ex05 | :func:`check_broadcast` | ``broadcast_p2p(rank, world_size, x, src)`` from send/recv |
 | ex05 | :func:`check_all_gather` | ``all_gather_p2p(rank, world_size, x)`` from send/recv |
 | ex05 | :func:`check_ring_all_reduce` | ``ring_all_reduce(rank, world_size, x)``: reduce-scatter + all-gather ring |
+| ex05 | :func:`check_ring_bytes_guess` | number first: the bytes one rank sends, held against a count on ranks |
+| ex05 | :func:`check_count_sent_bytes` | ``count_sent_bytes(rank, world_size, x)``: wrap the sends, count bytes |
 | ex06 | :func:`check_shard_by_cost` | ``shard_by_cost(costs, rank, world_size)`` (property-tested) |
 | ex06 | :func:`check_rank_memory` | ``rank_memory(strategy, n, params, grads, optimizer, activations)`` |
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
@@ -36,7 +40,7 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["core", "kernels", "p2p", "collectives", "semantics", "sharding", "stragglers", "dataparallel", "diagnostics"],
+    submodules=["core", "kernels", "groups", "p2p", "collectives", "semantics", "sharding", "stragglers", "dataparallel", "diagnostics"],
     attributes={
         "CheckFailed": "core",
         "NOT_DONE": "core",
@@ -45,11 +49,17 @@ __getattr__, __dir__, __all__ = attach(
         "check_vec_add": "kernels",
         "check_grid_stride_add": "kernels",
         "check_matrix_add": "kernels",
+        "RankProblem": "core",
+        "run_problem": "core",
+        "check_placement": "groups",
+        "check_join_and_sum": "groups",
         "check_pass_right": "p2p",
         "check_ring_sum": "p2p",
         "check_broadcast": "collectives",
         "check_all_gather": "collectives",
         "check_ring_all_reduce": "collectives",
+        "check_count_sent_bytes": "collectives",
+        "check_ring_bytes_guess": "collectives",
         "check_all_gather_uneven": "semantics",
         "check_all_reduce_rs_ag": "semantics",
         "check_shard_by_cost": "sharding",

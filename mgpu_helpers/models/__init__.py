@@ -1,4 +1,4 @@
 """Pure models (no I/O, no torch): communication costs, bandwidth, memory per rank, sharding, topology."""
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(__name__, submodules=["perfmodel", "topology"])
+__getattr__, __dir__, __all__ = attach(__name__, submodules=["comm_share", "perfmodel", "topology"])
