@@ -211,7 +211,7 @@ def check_ring_bytes_guess(fn, timeout: float = 60.0) -> None:
             why = "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"
         else:
             why = "数一数：两个阶段各几步？每一步发多大的一块？"
-        raise CheckFailed(f"{what}：你的答案 {guess:g}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
+        raise CheckFailed(f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
                           f"{measured} 字节。{why}")
-    passed(f"你的答案 {guess:g} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
+    passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
            f"（S = {nbytes}，2(n-1)/n·S = {formula_bytes(nbytes, GUESS_WORLD_SIZE):g}）。")
