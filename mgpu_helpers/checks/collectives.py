@@ -9,6 +9,7 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, RankProblem, call, int_values, passed, run_on_ranks, run_problem,
                                       which_rank)
+from mgpu_helpers.models.perfmodel import bytes_sent_per_rank
 
 P2P_ONLY = ("broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
             "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter")
@@ -102,8 +103,9 @@ def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list
 
 
 def formula_bytes(nbytes: float, world_size: int) -> float:
-    """``2 (world_size - 1) / world_size * nbytes``: what each rank sends when the chunks are equal."""
-    return 2 * (world_size - 1) / world_size * nbytes
+    """``2 (world_size - 1) / world_size * nbytes``: what each rank sends when the chunks are equal
+    (the cost model's ``bytes_sent_per_rank`` for all_reduce)."""
+    return bytes_sent_per_rank("all_reduce", nbytes, world_size)
 
 
 def _bytes_case(rng, world_size):
