@@ -7,7 +7,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mgpu_helpers.lessons.collectives import COLLECTIVES, REDUCE_OPS
+from mgpu_helpers.lessons.ring import REDUCE_OPS
+from mgpu_helpers.measure.collectives import COLLECTIVES, run_and_draw, run_on_ranks
 from mgpu_helpers.widgets import allreduce as ar
 
 
@@ -103,10 +104,36 @@ def test_every_reduce_op_is_known_to_the_widget():
 def test_real_ranks_give_the_expected_outputs(name):
     ops = REDUCE_OPS if name in ar.REDUCING else ("sum",)
     for op in ops:
-        fig, inputs, outputs, ok = ar.run_and_draw(name, 4, "random" if op != "prod" else "rank+1", op,
-                                                   backend="gloo")
-        assert ok, (name, op, inputs, outputs)
-        assert isinstance(fig, Figure)
+        fig, run = run_and_draw(name, 4, "random" if op != "prod" else "rank+1", op, backend="gloo")
+        assert run.ok, (name, op, run.inputs, run.outputs)
+        assert isinstance(fig, Figure) and run.backend == "gloo"
+
+
+def test_a_wrong_collective_output_is_reported_not_ok():
+    run = run_on_ranks("all_reduce", 2, "rank+1", "sum", backend="gloo")
+    assert run.ok and run.outputs == [[3.0] * 4] * 2
+    with pytest.raises(ValueError, match="unknown collective"):
+        run_on_ranks("all_to_all", 2)
+
+
+def test_widgets_only_draw_the_launching_runner_lives_in_measure():
+    assert not hasattr(ar, "run_and_draw") and not hasattr(ar, "run_ranks")
+
+
+def test_show_allreduce_reports_a_mismatch_from_its_runner(capsys):
+    import ipywidgets
+
+    class Wrong:
+        ok = False
+
+    def runner(name, world_size, pattern, op):
+        inputs = ar.make_inputs(pattern, world_size)
+        return ar.draw_collective(name, inputs, inputs, op), Wrong()
+
+    box = ar.show_allreduce(world_size=2, runner=runner)
+    button = [w for row in box.children[:2] for w in row.children if isinstance(w, ipywidgets.Button)][0]
+    button.click()
+    assert "MISMATCH" in capsys.readouterr().out
 
 
 @pytest.fixture(autouse=True)

@@ -515,3 +515,74 @@ def test_a_root_that_sends_in_a_reduce_is_named_with_the_counted_bytes():
 
     with pytest.raises(checks.CheckFailed, match=r"world_size = 2，S = \d+ 字节的 reduce，rank 0（Root） 数出来发了 0 字节.*只收不发"):
         checks.check_bytes_sent(root_sends_too, world_sizes=(2,))
+
+# -- ex03 and ex05's byte counting: wrong answers are named ----------------------------------------------------
+
+
+def test_placement_that_uses_the_global_rank_as_local_rank_is_explained():
+    def global_as_local(rank, nproc_per_node, visible):
+        return rank // nproc_per_node, rank, visible[rank % nproc_per_node]
+
+    with pytest.raises(checks.CheckFailed, match=r"rank 5，每台机器 4 个进程.*local_rank 应当是 1，你的是 5.*不是全局的 rank"):
+        checks.check_placement(global_as_local)
+
+
+def test_placement_that_ignores_cuda_visible_devices_names_the_physical_gpu():
+    def logical_gpu(rank, nproc_per_node, visible):
+        return rank // nproc_per_node, rank % nproc_per_node, rank % nproc_per_node
+
+    with pytest.raises(checks.CheckFailed, match=r"physical_gpu 应当是 \d+，你的是 \d+.*CUDA_VISIBLE_DEVICES="):
+        checks.check_placement(logical_gpu)
+
+
+def test_joining_without_leaving_the_group_is_reported():
+    stays = _by_value('''
+        def stays(rank, world_size, x):
+            import os
+            import torch.distributed as dist
+            dist.init_process_group(backend=os.environ["MGPU_BACKEND"], init_method="env://")
+            dist.all_reduce(x)
+            return x.cpu()
+        ''', "stays")
+    with pytest.raises(checks.CheckFailed, match=r"rank \d 返回时进程组还开着.*destroy_process_group"):
+        checks.check_join_and_sum(stays, world_sizes=(2,))
+
+
+def test_joining_but_not_summing_names_the_rank_and_its_own_input():
+    lonely = _by_value('''
+        def lonely(rank, world_size, x):
+            import os
+            import torch.distributed as dist
+            dist.init_process_group(backend=os.environ["MGPU_BACKEND"], init_method="env://")
+            dist.destroy_process_group()
+            return x
+        ''', "lonely")
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2，rank 0：第 0 个元素应当是.*还要做一次 all_reduce"):
+        checks.check_join_and_sum(lonely, world_sizes=(2,))
+
+
+def test_counting_received_bytes_too_is_reported_as_twice_the_count():
+    both = _by_value('''
+        def both(rank, world_size, x):
+            import torch.distributed as dist
+            import mgpu_helpers as mh
+            seen = 0
+            original = dist.batch_isend_irecv
+            def counting(ops):
+                nonlocal seen
+                seen += sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+                return original(ops)
+            dist.batch_isend_irecv = counting
+            try:
+                mh.lessons.ring.ring_all_reduce(x)
+            finally:
+                dist.batch_isend_irecv = original
+            return seen
+        ''', "both")
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2，\d+ 个 float32.*rank 0.*两倍：把收到的.*也算进去了"):
+        checks.check_count_sent_bytes(both, world_sizes=(2,))
+
+
+def test_guessing_half_the_bytes_is_told_about_the_second_phase():
+    with pytest.raises(checks.CheckFailed, match=r"你的答案 3000000.*6000000 字节.*All-Gather 阶段也要发"):
+        checks.check_ring_bytes_guess(lambda: 3_000_000)

@@ -23,8 +23,13 @@ def test_every_topic_names_a_notebook_of_part_a():
     assert {nb for _t, _topic, nb in topics} == {"01", "02", "03", "04", "05"}
     names = " ".join(topic for _t, topic, _nb in topics)
     for term in ("Kernel", "init_process_group", "send", "All-Reduce", "All-Gather", "Reduce-Scatter",
-                 "Broadcast", "nccl", "gloo", "env://"):
+                 "Broadcast", "nccl", "gloo", "env://", "torchrun", "busbw"):
         assert term in names, term
+
+
+def test_no_column_is_taller_than_the_drawing_has_room_for():
+    # Five rows fit between the column titles and the footer line of the figure.
+    assert max(len(ts) for _t, _c, ts in km.KNOWLEDGE_MAP) <= 5
 
 
 def test_draw_knowledge_map_renders_in_normal_and_projection_mode():

@@ -4,16 +4,16 @@ import random
 import pytest
 
 import mgpu_helpers as mh
-from mgpu_helpers.lessons.collectives import chunk_bounds, comm_share_speedup, ring_schedule
+from mgpu_helpers.lessons.ring import chunk_bounds, ring_schedule
+from mgpu_helpers.models.comm_share import comm_over_compute, comm_share_speedup
 
 
 def _ring_vs_dist(rank, world_size, lengths, seed):
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.lessons.collectives import ring_all_reduce, ring_all_reduce_steps
-
     from mgpu_helpers import rank_device
+    from mgpu_helpers.lessons.ring import ring_all_reduce, ring_all_reduce_steps
 
     dev = rank_device()      # cuda:k under NCCL, so that the ring really runs through NCCL there
     report = []
@@ -79,13 +79,17 @@ def test_ring_schedule_sends_what_the_neighbour_receives():
 def test_comm_share_speedup_of_the_30_to_10_percent_story():
     assert comm_share_speedup(0.3, 0.1) == pytest.approx(0.9 / 0.7)
     assert comm_share_speedup(0.2, 0.2) == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="share of the step"):
         comm_share_speedup(1.0, 0.1)
+    assert comm_over_compute(0.3) == pytest.approx(3 / 7)
+    assert comm_over_compute(0.0) == 0.0
 
 
 def test_ring_bench_parses_sizes_and_reports_both_columns():
     from mgpu_helpers.bench import ring as ring_bench
+    from mgpu_helpers.bench.collectives import parse_size
 
+    assert ring_bench.parse_size is parse_size          # one grammar for sizes, nccl-tests' binary units
     assert ring_bench.parse_size("4K") == 4096
     assert ring_bench.parse_size("256M") == 256 << 20
     assert ring_bench.parse_size("1GiB") == 1 << 30
@@ -101,13 +105,36 @@ def test_ring_bench_parses_sizes_and_reports_both_columns():
 def _avg_rank(rank, world_size):
     import torch
 
-    from mgpu_helpers.lessons.collectives import all_reduce_avg
-    return all_reduce_avg(torch.tensor([float(rank), 2.0 * rank]))
+    from mgpu_helpers.lessons.ring import all_reduce_avg, portable_op
+    import torch.distributed as dist
+
+    floats = all_reduce_avg(torch.tensor([float(rank), 2.0 * rank]))
+    ints = all_reduce_avg(torch.tensor([rank, 3 * rank]))          # integers floor-divide, as NCCL's AVG keeps them
+    chosen = portable_op("avg", torch.zeros(1))
+    return floats, ints, (chosen[0] == dist.ReduceOp.SUM, chosen[1])
 
 
 def test_all_reduce_avg_on_cpu_tensors_is_sum_then_divide():
     res = mh.run_ranks(_avg_rank, 4, backend="gloo", stream=False, quiet=True)
-    assert [t.tolist() for t in res.values] == [[1.5, 3.0]] * 4
+    assert [f.tolist() for f, _i, _c in res.values] == [[1.5, 3.0]] * 4
+    assert [i.tolist() for _f, i, _c in res.values] == [[1, 4]] * 4      # 6 // 4, 18 // 4
+    assert all(c == (True, True) for _f, _i, c in res.values)
+
+
+def _avg_ring_rank(rank, world_size):
+    import torch
+
+    from mgpu_helpers.lessons.ring import ring_all_reduce
+    return ring_all_reduce(torch.tensor([float(rank), 1.0]), op="avg").tolist()
+
+
+def test_ring_all_reduce_avg_and_bad_input_say_what_to_do():
+    res = mh.run_ranks(_avg_ring_rank, 3, backend="gloo", stream=False, quiet=True)
+    assert res.values == [[1.0, 1.0]] * 3
+    from mgpu_helpers.lessons.ring import reduce_into
+
+    with pytest.raises(ValueError, match="op must be one of"):
+        reduce_into("mean")
 
 
 def _gpu_count() -> int:

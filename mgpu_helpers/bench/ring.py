@@ -3,68 +3,45 @@
     python -m mgpu_helpers.bench ring                    # 2 ranks; GPUs (NCCL) if there are 2, else CPU
     python -m mgpu_helpers.bench ring --world-size 4 --sizes 1K,64K,4M --iters 10 --pieces 1,2
 
-On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers; on the CPU
-(gloo) they stay small. busbw follows nccl-tests (``mgpu_helpers.models.perfmodel.busbw``), so the two columns
-compare directly; the slowest rank's time is the one reported. Every size is also checked: the ring's
-result must equal ``dist.all_reduce``'s.
+On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers (the timing
+loop of :func:`mgpu_helpers.measure.sweep.time_batch`); on the CPU (gloo) they stay small. busbw follows
+nccl-tests (``mgpu_helpers.models.perfmodel.busbw``), so the two columns compare directly; the slowest
+rank's time is the one reported. Sizes read like nccl-tests' (``mgpu_helpers.bench.collectives.parse_size``).
+Every size is also checked: the ring's result must equal ``dist.all_reduce``'s.
 """
 from __future__ import annotations
 
 import argparse
 
+from mgpu_helpers.bench.collectives import parse_size
+
 GPU_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
 
 
-def parse_size(text: str) -> int:
-    """'4K' -> 4096, '256M' -> 268435456, '1G', or plain bytes."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(float(text[:-1] if mult > 1 else text) * mult)
-
-
 def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
     """Rank function: for each size, time the ring (each ``pieces``) and dist.all_reduce; rows of results."""
-    import time
-
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.lessons.collectives import ring_all_reduce
     from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.lessons.ring import ring_all_reduce
+    from mgpu_helpers.measure.sweep import time_batch
 
     dev = rank_device()
-    cuda = dev.type == "cuda"
 
-    def timed(fn, x):
-        for _ in range(warmup):
-            fn(x)
-        if cuda:
-            torch.cuda.synchronize()
-        dist.barrier()
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn(x)
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3 / iters
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn(x)
-            seconds = (time.perf_counter() - t0) / iters
+    def slowest_rank_seconds(run, x):
+        seconds = time_batch(lambda: run(x), iters, warmup, dev)
         slowest = torch.tensor([seconds], dtype=torch.float64, device=dev)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)   # a collective ends when its slowest rank does
         return slowest.item()
 
     rows = []
     g = torch.Generator().manual_seed(1234 + rank)
     for nbytes in sizes:
-        n = max(1, nbytes // 4)
+        numel = max(1, nbytes // 4)
         # Correctness first, on random data.
-        x = torch.randn(n, generator=g).to(dev)
+        x = torch.randn(numel, generator=g).to(dev)
         ref = x.clone()
         dist.all_reduce(ref)
         ring_all_reduce(x, pieces=pieces_list[0])
@@ -72,11 +49,11 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
         del ref
         # Timing on zeros: repeated in-place sums stay finite, and the bytes moved are the same.
         x.zero_()
-        t_dist = timed(lambda t: dist.all_reduce(t), x)
-        t_ring = {p: timed(lambda t, p=p: ring_all_reduce(t, pieces=p), x) for p in pieces_list}
-        rows.append((n * 4, t_dist, t_ring, ok))
+        t_dist = slowest_rank_seconds(lambda t: dist.all_reduce(t), x)
+        t_ring = {p: slowest_rank_seconds(lambda t, p=p: ring_all_reduce(t, pieces=p), x) for p in pieces_list}
+        rows.append((numel * 4, t_dist, t_ring, ok))
         del x
-        if cuda:
+        if dev.type == "cuda":
             torch.cuda.empty_cache()
     return rows
 

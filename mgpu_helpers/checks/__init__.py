@@ -21,11 +21,15 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)`` with a CuPy RawKernel (needs a GPU; says so without) |
 | ex02 | :func:`check_blocks_per_sm` | ``blocks_per_sm(block, regs_per_thread, limits)``: the occupancy arithmetic |
 | ex02 | :func:`check_one_wave_blocks` | the number of blocks in one wave on this machine (number first) |
+| ex03 | :func:`check_placement` | ``placement(rank, nproc_per_node, visible) -> (node, local_rank, gpu)`` |
+| ex03 | :func:`check_join_and_sum` | ``join_and_sum(rank, world_size, x)``: env:// by hand, all_reduce, leave |
 | ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with ordered blocking send/recv |
 | ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum by passing round the ring |
 | ex05 | :func:`check_broadcast` | ``broadcast_p2p(rank, world_size, x, src)`` from send/recv |
 | ex05 | :func:`check_all_gather` | ``all_gather_p2p(rank, world_size, x)`` from send/recv |
 | ex05 | :func:`check_ring_all_reduce` | ``ring_all_reduce(rank, world_size, x)``: reduce-scatter + all-gather ring |
+| ex05 | :func:`check_ring_bytes_guess` | number first: the bytes one rank sends, held against a count on ranks |
+| ex05 | :func:`check_count_sent_bytes` | ``count_sent_bytes(rank, world_size, x)``: wrap the sends, count bytes |
 | ex06 | :func:`check_shard_by_cost` | ``shard_by_cost(costs, rank, world_size)`` (property-tested) |
 | ex06 | :func:`check_rank_memory` | ``rank_memory(strategy, n, params, grads, optimizer, activations)`` |
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
@@ -45,7 +49,7 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["core", "kernels", "p2p", "collectives", "semantics", "sharding", "stragglers", "dataparallel", "diagnostics", "lab"],
+    submodules=None,  # every module of this folder
     attributes={
         "CheckFailed": "core",
         "NOT_DONE": "core",
@@ -58,11 +62,17 @@ __getattr__, __dir__, __all__ = attach(
         "check_blocks_per_sm": "kernels",
         "check_one_wave_blocks": "kernels",
         "one_wave_facts": "kernels",
+        "RankProblem": "core",
+        "run_problem": "core",
+        "check_placement": "groups",
+        "check_join_and_sum": "groups",
         "check_pass_right": "p2p",
         "check_ring_sum": "p2p",
         "check_broadcast": "collectives",
         "check_all_gather": "collectives",
         "check_ring_all_reduce": "collectives",
+        "check_count_sent_bytes": "collectives",
+        "check_ring_bytes_guess": "collectives",
         "check_all_gather_uneven": "semantics",
         "check_all_reduce_rs_ag": "semantics",
         "check_bytes_sent": "semantics",

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -97,8 +99,11 @@ def _forbidden(name: str):
     return refuse
 
 
-def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype):
-    """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it."""
+def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True):
+    """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it.
+
+    ``joined=False``: the reader's ``fn`` joins the process group itself and must leave it before returning.
+    """
     import torch
     import torch.distributed as dist
 
@@ -109,19 +114,26 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype):
             setattr(dist, name, _forbidden(name))
     x = torch.tensor(np.asarray(inputs[rank]), dtype=getattr(torch, dtype), device=rank_device())
     out = fn(rank, world_size, x, *extra)
+    if not joined and dist.is_initialized():
+        raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
     if isinstance(out, torch.Tensor):
         return out.detach().cpu().numpy()
     return out
 
 
-def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=30.0):
-    """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order."""
+def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=30.0,
+                 init: bool = True):
+    """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
+
+    ``init=False``: the ranks start without a process group; ``fn`` joins it (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT and MGPU_BACKEND are set) and must leave it again.
+    """
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
     try:
-        res = run_ranks(_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(forbid), dtype),
-                        timeout=timeout, stream=False, quiet=True)
+        res = run_ranks(_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(forbid), dtype, init),
+                        timeout=timeout, stream=False, quiet=True, init=init)
     except RankTimeout as exc:
         where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
         raise CheckFailed(
@@ -133,6 +145,9 @@ def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dt
         if is_stub_error(exc):
             raise not_done(fn, what) from None
         text = str(exc).splitlines()[0]
+        if "EXERCISE_NOT_LEFT" in str(exc):
+            raise CheckFailed(f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
+                              "dist.destroy_process_group()，让这个进程离开进程组。") from None
         if "EXERCISE_FORBIDDEN" in str(exc):
             name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
             raise CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}"
@@ -156,3 +171,71 @@ def which_rank(got, inputs) -> str:
         if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp):
             return f"（那正是 rank {k} 的输入）"
     return ""
+
+
+# -- one problem shape for the checkers that launch ranks ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankCase:
+    """One drawn case of a :class:`RankProblem`: the inputs of every rank and what each rank must return."""
+    world_size: int
+    inputs: list
+    extra: tuple
+    expected: list
+
+
+@dataclass(frozen=True)
+class RankProblem:
+    """An exercise that runs the reader's ``fn(rank, world_size, x, *extra)`` on ranks (one row of a table).
+
+    - ``name``: the reader's function, as the messages call it; ``what``: what it must do (one sentence);
+    - ``make_case(rng, world_size) -> (inputs, extra)``: fresh random inputs, one per rank, and extra args;
+    - ``reference(inputs, extra, world_size) -> [expected value of each rank]``;
+    - ``explain(case, rank, got) -> str``: a hint for a wrong answer ('' for none); it may also raise
+      :class:`CheckFailed` itself for a more precise message;
+    - ``where(case, rank) -> str``: how a failure names the case (default: world size and rank);
+    - ``forbid``: ``torch.distributed`` names the reader may not call; ``init=False``: ``fn`` joins and leaves
+      the process group itself; ``world_sizes``: the sizes run by default; ``done``: the pass line, with
+      ``{sizes}`` for the world sizes run.
+    """
+    name: str
+    what: str
+    make_case: Callable
+    reference: Callable
+    done: str
+    explain: Callable | None = None
+    where: Callable | None = None
+    forbid: tuple = ()
+    init: bool = True
+    world_sizes: tuple = WORLD_SIZES
+    dtype: str = "float32"
+
+
+def default_where(case: RankCase, rank: int) -> str:
+    return f"world_size = {case.world_size}，rank {rank}"
+
+
+def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = 30.0) -> list[RankCase]:
+    """Run ``fn`` on every world size of ``problem``, compare each rank with the reference, explain a miss.
+
+    Prints the pass line and returns the cases run; raises :class:`CheckFailed` naming the world size, the
+    rank and the element at the first difference.
+    """
+    rng = new_rng()
+    sizes = tuple(world_sizes or problem.world_sizes)
+    if not sizes or any(int(w) != w or w < 1 for w in sizes):
+        raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
+    where = problem.where or default_where
+    cases = []
+    for world_size in sizes:
+        inputs, extra = problem.make_case(rng, world_size)
+        case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
+        got = run_on_ranks(fn, problem.what, world_size, inputs, case.extra, problem.forbid, problem.dtype,
+                           timeout, init=problem.init)
+        for rank in range(world_size):
+            hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
+            compare(got[rank], case.expected[rank], where(case, rank), hint)
+        cases.append(case)
+    passed(problem.done.format(sizes=", ".join(map(str, sizes))))
+    return cases

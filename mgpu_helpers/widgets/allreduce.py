@@ -4,18 +4,19 @@ Pure parts (tested, no torch): :func:`make_inputs` (an input pattern for ``world
 :func:`expected_outputs` (what each collective must give, computed with NumPy), :func:`draw_collective`
 (a matplotlib Figure from recorded inputs/outputs; renders in static HTML) and :func:`draw_ring_steps`
 (which chunk each rank holds after every step of the hand-written ring).
-Live part: :func:`run_and_draw` runs the collective on real ranks through ``run_ranks``, and
-:func:`show_allreduce` wraps it in ipywidgets (collective, op, world size, pattern, a Run button).
+Live part: :func:`show_allreduce` puts ipywidgets around a runner (collective, op, world size, pattern, a
+Run button); the runner that launches the ranks lives with the measurements,
+:func:`mgpu_helpers.measure.collectives.run_and_draw`.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from mgpu_helpers.lessons.ring import REDUCE_OPS, chunk_bounds
+from mgpu_helpers.measure.collectives import COLLECTIVES, REDUCING, ROOT
 from mgpu_helpers.widgets import style
-from mgpu_helpers.lessons.collectives import COLLECTIVES, REDUCE_OPS, ROOT
 
 PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
-REDUCING = ("reduce", "all_reduce", "reduce_scatter")
 
 
 def default_length(name: str, world_size: int) -> int:
@@ -63,7 +64,7 @@ def _reduce(a: np.ndarray, op: str) -> np.ndarray:
 def expected_outputs(name: str, inputs, op: str = "sum") -> list:
     """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing).
 
-    Same conventions as :func:`mgpu_helpers.lessons.collectives.run_collective`: root = rank 0, pieces in rank order.
+    Same conventions as :func:`mgpu_helpers.measure.collectives.run_collective`: root = rank 0, pieces in rank order.
     """
     a = np.asarray(inputs, dtype=float)
     n, length = a.shape
@@ -151,7 +152,7 @@ def _label(value: float, world_size: int, as_ranks: bool) -> str:
 def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None):
     """Figure: what each rank holds after every step of the ring all-reduce.
 
-    ``records[rank]`` is what :func:`mgpu_helpers.lessons.collectives.ring_all_reduce_steps` returned on that rank
+    ``records[rank]`` is what :func:`mgpu_helpers.lessons.ring.ring_all_reduce_steps` returned on that rank
     (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
     each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
     Returns the matplotlib Figure (made with pyplot, shown by Jupyter's inline backend).
@@ -171,7 +172,6 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
         ax.axis("off")
     from matplotlib.patches import Rectangle
 
-    from mgpu_helpers.lessons.collectives import chunk_bounds
     bounds = chunk_bounds(length, n)
     chunk_of = [next(c for c, (lo, hi) in enumerate(bounds) if lo <= i < hi) for i in range(length)]
     for k in range(steps):
@@ -194,27 +194,6 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     return fig
 
 
-def run_and_draw(name: str = "all_reduce", world_size: int = 4, pattern: str = "rank", op: str = "sum",
-                 length: int | None = None, backend: str = "auto"):
-    """Run collective ``name`` on ``world_size`` real ranks and draw it.
-
-    Returns ``(figure, inputs, outputs, ok)`` where ``ok`` says whether every rank's output equals
-    :func:`expected_outputs` (to float tolerance).
-    """
-    from mgpu_helpers.lessons.collectives import collective_rank_fn
-    from mgpu_helpers.launcher.launch import run_ranks
-
-    length = default_length(name, world_size) if length is None else length
-    inputs = make_inputs(pattern, world_size, length)
-    res = run_ranks(collective_rank_fn, world_size, args=(name, inputs, op), backend=backend,
-                    stream=False, quiet=True)
-    outputs = res.values
-    ok = outputs_match(outputs, expected_outputs(name, inputs, op))
-    fig = draw_collective(name, inputs, outputs, op,
-                          title=f"{name} on {world_size} ranks ({res.backend}), pattern '{pattern}'")
-    return fig, inputs, outputs, ok
-
-
 def outputs_match(got, want, rtol: float = 1e-6) -> bool:
     """True when every rank's output equals the expected one (None where None is expected)."""
     if len(got) != len(want):
@@ -227,8 +206,13 @@ def outputs_match(got, want, rtol: float = 1e-6) -> bool:
     return True
 
 
-def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum"):
-    """ipywidgets: pick the collective, op, world size and input pattern; Run launches real ranks."""
+def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum",
+                   runner=None):
+    """ipywidgets: pick the collective, op, world size and input pattern; Run calls ``runner``.
+
+    ``runner(name, world_size, pattern, op) -> (figure, run)`` with ``run.ok``; by default
+    :func:`mgpu_helpers.measure.collectives.run_and_draw`, which starts real ranks.
+    """
     import ipywidgets as w
     import matplotlib.pyplot as plt
     from IPython.display import display
@@ -240,15 +224,18 @@ def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str =
     run = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
 
+    if runner is None:
+        from mgpu_helpers.measure.collectives import run_and_draw as runner
+
     def on_run(_=None):
         out.clear_output(wait=True)
         with out:
             run.disabled = True
             try:
-                fig, _inp, _outp, ok = run_and_draw(coll.value, ws.value, pat.value, opw.value)
+                fig, result = runner(coll.value, ws.value, pat.value, opw.value)
                 display(fig)
                 plt.close(fig)   # shown as an image; closing keeps redraws from piling up
-                print("every rank's output matches the expected result" if ok
+                print("every rank's output matches the expected result" if result.ok
                       else "MISMATCH: some rank's output differs from the expected result")
             except Exception as exc:   # show the error in the widget, keep the widget usable
                 print(f"{type(exc).__name__}: {exc}")

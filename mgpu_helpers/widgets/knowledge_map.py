@@ -22,13 +22,14 @@ KNOWLEDGE_MAP = [
         ("backend: nccl (GPU) / gloo (CPU)", "03"),
         ("init_method: env:// tcp:// file://", "03"),
         ("rank, world_size, device", "03"),
+        ("launch: spawn / torchrun / run_ranks", "03"),
     ]),
     ("communication (the core mechanism)", "green", [
         ("point-to-point: send / recv", "04"),
         ("isend / irecv, batch_isend_irecv", "04"),
         ("Broadcast, Reduce, Gather / Scatter", "05"),
         ("All-Reduce (DDP gradients)", "05"),
-        ("All-Gather, Reduce-Scatter, ring", "05"),
+        ("All-Gather, Reduce-Scatter, ring, busbw", "05"),
     ]),
 ]
 

@@ -1,0 +1,127 @@
+"""The seven collectives of the course run by name on real ranks: what the all-reduce results widget shows.
+
+Notebook 05 calls every collective in its own cells; this module is the widget's runner, so that a learner
+can pick a collective, an op and a world size and see every rank's input and output from a real run.
+
+- :func:`run_collective` (inside a rank) calls collective ``name`` on the rank's input and returns its output;
+- :func:`collective_rank_fn` is the rank function for ``run_ranks`` (lists in, lists out);
+- :func:`run_on_ranks` launches it and compares with :func:`mgpu_helpers.widgets.allreduce.expected_outputs`;
+- :func:`run_and_draw` does that and draws the result (:func:`mgpu_helpers.widgets.allreduce.draw_collective`).
+
+"avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter")
+ROOT = 0
+#: Collectives whose result depends on the reduce op.
+REDUCING = ("reduce", "all_reduce", "reduce_scatter")
+
+
+def run_collective(name: str, x, op: str = "sum"):
+    """Run collective ``name`` with this rank's input ``x`` (a 1-D tensor on the rank's device).
+
+    Returns this rank's output as a tensor, or None where the rank receives nothing (non-root ranks of
+    reduce and gather). Conventions (shared with ``expected_outputs``): the root is rank 0; ``scatter``
+    splits the root's input into ``world_size`` equal pieces and ``reduce_scatter`` reduces, then gives rank
+    r piece r (the length must divide by the world size); ``all_gather`` and ``gather`` concatenate the
+    inputs in rank order. ``op`` applies to reduce, all_reduce and reduce_scatter.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.lessons import ring
+
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    reduce_op, divide_after = ring.portable_op(op, x)
+
+    def finish(t):
+        return ring.divide_by_world_size(t) if divide_after else t
+
+    x = x.contiguous()
+    if name == "broadcast":
+        out = x.clone()
+        dist.broadcast(out, src=ROOT)
+        return out
+    if name == "reduce":
+        out = x.clone()
+        dist.reduce(out, dst=ROOT, op=reduce_op)
+        return finish(out) if rank == ROOT else None
+    if name == "all_reduce":
+        out = x.clone()
+        dist.all_reduce(out, op=reduce_op)
+        return finish(out)
+    if name == "all_gather":
+        parts = [torch.empty_like(x) for _ in range(world_size)]
+        dist.all_gather(parts, x)   # the list form: every backend and torch version has it
+        return torch.cat(parts)
+    if name == "gather":
+        parts = [torch.empty_like(x) for _ in range(world_size)] if rank == ROOT else None
+        dist.gather(x, gather_list=parts, dst=ROOT)
+        return torch.cat(parts) if rank == ROOT else None
+    if name not in COLLECTIVES:
+        raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
+    if x.numel() % world_size:
+        raise ValueError(f"{name} needs a length divisible by world_size={world_size}, got {x.numel()}")
+    if name == "scatter":
+        out = x.new_empty(x.numel() // world_size)
+        parts = list(x.chunk(world_size)) if rank == ROOT else None
+        dist.scatter(out, scatter_list=parts, src=ROOT)
+        return out
+    out = x.new_empty(x.numel() // world_size)                  # reduce_scatter
+    dist.reduce_scatter(out, list(x.chunk(world_size)), op=reduce_op)
+    return finish(out)
+
+
+def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = "sum"):
+    """Rank function for ``run_ranks``: run ``name`` on ``inputs[rank]`` (list of lists); return the output
+    as a plain list (None where the rank receives nothing)."""
+    import torch
+
+    from mgpu_helpers.launcher.ranks import rank_device
+
+    x = torch.tensor(inputs[rank], device=rank_device())
+    out = run_collective(name, x, op)
+    return None if out is None else out.cpu().tolist()
+
+
+@dataclass(frozen=True)
+class CollectiveRun:
+    """One collective run on real ranks: each rank's input and output, and whether they are right."""
+    name: str
+    op: str
+    pattern: str
+    backend: str
+    inputs: list
+    outputs: list
+    ok: bool
+
+
+def run_on_ranks(name: str = "all_reduce", world_size: int = 4, pattern: str = "rank", op: str = "sum",
+                 length: int | None = None, backend: str = "auto") -> CollectiveRun:
+    """Run collective ``name`` on ``world_size`` ranks with inputs of ``pattern``; compare with the expected
+    outputs (to float tolerance)."""
+    from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.widgets import allreduce
+
+    if name not in COLLECTIVES:
+        raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
+    length = allreduce.default_length(name, world_size) if length is None else length
+    inputs = allreduce.make_inputs(pattern, world_size, length)
+    res = run_ranks(collective_rank_fn, world_size, args=(name, inputs, op), backend=backend,
+                    stream=False, quiet=True)
+    ok = allreduce.outputs_match(res.values, allreduce.expected_outputs(name, inputs, op))
+    return CollectiveRun(name, op, pattern, res.backend, inputs, res.values, ok)
+
+
+def run_and_draw(name: str = "all_reduce", world_size: int = 4, pattern: str = "rank", op: str = "sum",
+                 length: int | None = None, backend: str = "auto"):
+    """:func:`run_on_ranks`, then the figure of it. Returns ``(figure, run)``."""
+    from mgpu_helpers.widgets import allreduce
+
+    run = run_on_ranks(name, world_size, pattern, op, length, backend)
+    fig = allreduce.draw_collective(name, run.inputs, run.outputs, op,
+                                    title=f"{name} on {world_size} ranks ({run.backend}), pattern '{pattern}'")
+    return fig, run
