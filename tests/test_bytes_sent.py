@@ -27,7 +27,7 @@ def test_a_buffer_that_does_not_split_evenly_is_refused_with_the_size_to_use():
         mh.run_ranks(bytes_sent.count_bytes_sent, 3, args=(20,), backend="gloo", stream=False, quiet=True)
 
 
-def test_formula_for_the_reduce_root_is_zero_and_perfmodel_elsewhere():
+def test_formula_for_the_reduce_root_is_zero_and_the_bandwidth_model_elsewhere():
     assert bytes_sent.formula_bytes_sent("reduce", 100, 4, 0) == 0.0
     assert bytes_sent.formula_bytes_sent("reduce", 100, 4, 3) == 100
     assert bytes_sent.formula_bytes_sent("all_reduce", 100, 4, 0) == 150

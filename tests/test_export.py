@@ -52,7 +52,7 @@ def test_export_writes_an_index_in_course_order_and_a_widgets_static_figure(vend
     # Two small notebooks, written out of order: the index must follow the NN_ prefix.
     widget = _nb(nbformat.v4.new_markdown_cell("# 02 · 切分与显存"),
                  nbformat.v4.new_code_cell("from mgpu_helpers.widgets import sharding\n"
-                                           "sharding.show_sharding(params=24, n=4, capacity=16)"),
+                                           "sharding.show_sharding(params=24, world_size=4, capacity=16)"),
                  nbformat.v4.new_markdown_cell("公式 $a = b$"))
     first = _nb(nbformat.v4.new_markdown_cell("# 01 · 开始之前"), nbformat.v4.new_code_cell("print(6 * 7)"))
     nbformat.write(widget, str(src / "02_widget.ipynb"))

@@ -162,9 +162,9 @@ def test_the_macos_numba_cuda_wheel_runs_a_kernel_in_the_simulator(resolved, tmp
                           "numba-cuda==0.20.1"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     code = ("import numpy as np, numba.cuda as cuda, numba_cuda\n"
-            "from mgpu_helpers.lessons import kernels as K\n"
+            "from mgpu_helpers.lessons import cuda_model as CM\n"
             "a = np.arange(300, dtype=np.float32); c = np.zeros_like(a)\n"
-            "K.vec_add[3, 128](a, a, c, a.size)\n"
+            "CM.vec_add[3, 128](a, a, c, a.size)\n"
             "assert (c == 2 * a).all() and cuda.simulator_is_enabled if hasattr(cuda, 'simulator_is_enabled') "
             "else (c == 2 * a).all()\n"
             "print(numba_cuda.__version__, cuda.__file__)\n")

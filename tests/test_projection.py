@@ -21,7 +21,7 @@ def normal_style():
 
 def _figures():
     """One figure from every widget module's drawing function, drawn in the style now in force."""
-    from mgpu_helpers.models import perfmodel
+    from mgpu_helpers.models import memory
     from mgpu_helpers.measure.trace import Span
     from mgpu_helpers.widgets import allreduce, bandwidth, knowledge_map, rank_distribution, sharding, straggler, thread_index, topology
     spans = [[Span("compute", "c", 0.0, 0.01 * (r + 1)), Span("wait", "w", 0.01 * (r + 1), 0.04),
@@ -36,7 +36,7 @@ def _figures():
                                                          for k in (10, 20)]),
         "knowledge_map": knowledge_map.draw_knowledge_map(),
         "rank_distribution": rank_distribution.draw_rank_distribution({"compute": [[0.01, 0.012], [0.02, 0.021]]}),
-        "sharding": sharding.draw_memory_plan(perfmodel.memory_plan("replicate", n=4, capacity=16, params=24)),
+        "sharding": sharding.draw_memory_plan(memory.memory_plan("replicate", world_size=4, capacity=16, params=24)),
         "straggler": straggler.draw_timeline(spans),
         "thread_index": thread_index.draw_thread_map(thread_index.thread_map(3, 64, 150)),
         "topology": topology.draw_link_matrix([["X", "NV18"], ["NV18", "X"]]),

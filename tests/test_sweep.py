@@ -2,7 +2,7 @@
 sizes read and written, the one text table."""
 import pytest
 
-from mgpu_helpers.models import perfmodel
+from mgpu_helpers.models import bandwidth
 from mgpu_helpers.measure import nccltests, sizes, sweep, tables
 from mgpu_helpers.bench import collectives as bench
 
@@ -25,7 +25,7 @@ def test_sweep_applies_the_nccl_tests_busbw_formulas(rows):
     for r in rows:
         seconds = r.time_us / 1e6
         assert r.algbw == pytest.approx(r.nbytes / seconds / 1e9)
-        assert r.busbw == pytest.approx(perfmodel.busbw(sweep.BUSBW_AS[r.op], r.nbytes, seconds, 2) / 1e9)
+        assert r.busbw == pytest.approx(bandwidth.busbw(sweep.BUSBW_AS[r.op], r.nbytes, seconds, 2) / 1e9)
     by_op = {r.op: r for r in rows if r.nbytes == 1024}
     # 2 ranks: all-reduce busbw = algbw * 2 * 1/2, reduce-scatter/all-gather busbw = algbw / 2
     assert by_op["all_reduce"].busbw == pytest.approx(by_op["all_reduce"].algbw)
@@ -78,7 +78,7 @@ def test_reference_parser_reads_every_recorded_nccl_tests_file():
 def test_reference_busbw_agrees_with_its_own_time_by_the_formula():
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         for r in nccltests.load_reference(op)[-3:]:
-            assert perfmodel.busbw(op, r["nbytes"], r["time_us"] / 1e6, 2) / 1e9 == pytest.approx(r["busbw"], abs=0.01)
+            assert bandwidth.busbw(op, r["nbytes"], r["time_us"] / 1e6, 2) / 1e9 == pytest.approx(r["busbw"], abs=0.01)
 
 
 def test_gloo_rows_are_not_compared_with_the_nccl_reference(rows):

@@ -47,17 +47,17 @@ CHILD = '''
 import sys
 import numpy as np
 from numba import cuda
-from mgpu_helpers.lessons import kernels as K
+from mgpu_helpers.lessons import cuda_model as CM, cupy_kernels as CK
 
 n = int(sys.argv[1])
 rng = np.random.default_rng(0)
 h_a, h_b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
 da, db, dc = cuda.to_device(h_a), cuda.to_device(h_b), cuda.device_array(n, dtype=np.float32)
 for block in {blocks!r}:                      # one launch each: ncu profiles every launch it matches
-    K.vec_add[K.launch_config(n, block)](da, db, dc, n)
+    CM.vec_add[CM.launch_config(n, block)](da, db, dc, n)
     cuda.synchronize()
     assert np.array_equal(dc.copy_to_host(), h_a + h_b), block
-K.vec_add_fast_launch(da, db, dc, block=256)
+CK.vec_add_fast_launch(da, db, dc, block=256)
 cuda.synchronize()
 assert np.array_equal(dc.copy_to_host(), h_a + h_b), "vec_add_fast"
 try:
@@ -66,7 +66,7 @@ except ImportError:
     print("no CuPy: the CuPy kernel is left out")
 else:
     ca, cb = cp.asarray(h_a), cp.asarray(h_b)
-    cc = K.vec_add_cupy_fast(ca, cb, block=256)
+    cc = CK.vec_add_cupy_fast(ca, cb, block=256)
     cp.cuda.Device().synchronize()
     assert np.array_equal(cp.asnumpy(cc), h_a + h_b), "vecAddFast"
 '''

@@ -9,7 +9,7 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, RankProblem, call, int_values, passed, run_on_ranks, run_problem,
                                       which_rank)
-from mgpu_helpers.models.perfmodel import bytes_sent_per_rank
+from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
 
 P2P_ONLY = ("broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
             "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter")

@@ -217,7 +217,7 @@ def _synthetic_rows(rng: random.Random):
     """Step and sweep rows with a clear answer: each size's largest part at least twice the others, and
     an RS+AG / all-reduce time ratio between 1.05 and 2.5 at the largest size."""
     from mgpu_helpers.measure.sweep import SweepRow
-    from mgpu_helpers.models import perfmodel
+    from mgpu_helpers.models import bandwidth
 
     world_size = rng.choice([2, 4, 8])
     sizes_b = sizes.sizes_between(sizes.KiB, sizes.GiB, 4)
@@ -236,7 +236,7 @@ def _synthetic_rows(rng: random.Random):
                          ("all_gather", ar_us * ratio / 2)):
             kind = "all_reduce" if op == "rs_ag" else op
             sweep_rows.append(SweepRow(op, nbytes, t_us, nbytes / t_us / 1e3,
-                                       perfmodel.busbw(kind, nbytes, t_us / 1e6, world_size) / 1e9,
+                                       bandwidth.busbw(kind, nbytes, t_us / 1e6, world_size) / 1e9,
                                        world_size, "nccl", 20))
     rng.shuffle(sweep_rows)
     return steps, sweep_rows

@@ -13,7 +13,7 @@ counted schedule is a correct implementation and not a model.
   the root only receives.
 
 ``nbytes`` is the size of the full buffer (the all-gather's result, the reduce-scatter's input), as in
-:func:`mgpu_helpers.models.perfmodel.bytes_sent_per_rank`. The buffers are float32.
+:func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank`. The buffers are float32.
 """
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ ELEMENT_BYTES = 4            # float32
 
 
 def formula_bytes_sent(op: str, nbytes: int, world_size: int, rank: int, root: int = 0) -> float:
-    """What the cost model says rank ``rank`` sends: perfmodel's per-rank bytes, except that in a reduce
-    the root sends nothing (perfmodel's figure is what every other rank sends, busbw's factor 1)."""
-    from mgpu_helpers.models import perfmodel
+    """What the cost model says rank ``rank`` sends: the bandwidth model's per-rank bytes, except that in a reduce
+    the root sends nothing (the bandwidth model's figure is what every other rank sends, busbw's factor 1)."""
+    from mgpu_helpers.models import bandwidth
 
     if op == "reduce" and rank == root:
         return 0.0
-    return perfmodel.bytes_sent_per_rank(op, nbytes, world_size)
+    return bandwidth.bytes_sent_per_rank(op, nbytes, world_size)
 
 
 class SentBytes:

@@ -129,7 +129,7 @@ def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
     / all_reduce busbw (its inverse); ``launch_us``: the two launches' fixed cost, the smallest recorded
     reduce-scatter and all-gather times (their messages are too small for bandwidth to matter).
     """
-    from mgpu_helpers.models import perfmodel
+    from mgpu_helpers.models import bandwidth
 
     tkey, bkey = ("inplace_time_us", "inplace_busbw") if inplace else ("time_us", "busbw")
     got = {op: recorded_row(op, nbytes) for op in ("all_reduce", "reduce_scatter", "all_gather")}
@@ -139,7 +139,7 @@ def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
                          f"{[r['nbytes'] for r in load_reference('all_reduce')]}")
     t = {op: r[tkey] for op, r in got.items()}
     rs_ag_us = t["reduce_scatter"] + t["all_gather"]
-    rs_ag_busbw = perfmodel.busbw("all_reduce", nbytes, rs_ag_us / 1e6, 2) / 1e9
+    rs_ag_busbw = bandwidth.busbw("all_reduce", nbytes, rs_ag_us / 1e6, 2) / 1e9
     launch_us = sum(min(r[tkey] for r in load_reference(op)) for op in ("reduce_scatter", "all_gather"))
     return {"nbytes": nbytes, "inplace": inplace,
             "all_reduce_us": t["all_reduce"], "reduce_scatter_us": t["reduce_scatter"],

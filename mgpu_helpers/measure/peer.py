@@ -18,9 +18,9 @@ import json
 import os
 import statistics
 
-from mgpu_helpers.measure import sweep
+from mgpu_helpers.measure import nccltests, sizes, sweep
 
-DATA_FILE = os.path.join(sweep.DATA_DIR, "peer_h200x2.json")
+DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")
 SIZES = (64 << 20, 256 << 20, 1 << 30)       # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
 P2P_VARIABLE = "NCCL_P2P_DISABLE"
 
@@ -134,7 +134,7 @@ def recorded() -> dict:
     nccl-tests in place) for :data:`SIZES`."""
     with open(DATA_FILE, encoding="utf-8") as f:
         rec = json.load(f)
-    rec["allreduce_busbw_default_GBps"] = {n: sweep.reference_busbw("all_reduce", n) for n in SIZES}
+    rec["allreduce_busbw_default_GBps"] = {n: nccltests.reference_busbw("all_reduce", n) for n in SIZES}
     rec["nvlink_GBps_per_gpu"] = rec["nvlink_links_per_gpu"] * rec["nvlink_link_GBps"]
     return rec
 
@@ -160,7 +160,7 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
     if measured.get("copy"):
         c = measured["copy"]
         pairs = [k for k in c if "->" in k]
-        lines.append(f"peer copy ({sweep.format_bytes(c['nbytes'])}): "
+        lines.append(f"peer copy ({sizes.format_bytes(c['nbytes'])}): "
                      + ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in pairs)
                      + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
     else:
@@ -171,10 +171,10 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
     for r in measured.get("busbw") or []:
         ref = rec["allreduce_busbw_default_GBps"].get(r["nbytes"])
         off = ref_off.get(r["nbytes"])
-        lines.append(f"{sweep.format_bytes(r['nbytes']):>8} {r['busbw_default']:>14.1f} {r['busbw_p2p_off']:>9.1f} "
+        lines.append(f"{sizes.format_bytes(r['nbytes']):>8} {r['busbw_default']:>14.1f} {r['busbw_p2p_off']:>9.1f} "
                      f"{r['ratio']:>12.2f} {ref if ref is not None else '-':>11} {off if off is not None else '-':>17}")
     if not measured.get("busbw"):
-        lines += [f"{sweep.format_bytes(n):>8} {'-':>14} {'-':>9} {'-':>12} {v:>11}"
+        lines += [f"{sizes.format_bytes(n):>8} {'-':>14} {'-':>9} {'-':>12} {v:>11}"
                   for n, v in rec["allreduce_busbw_default_GBps"].items()]
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)
