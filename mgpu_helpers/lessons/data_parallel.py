@@ -11,13 +11,10 @@ def shard_range(n_items: int, rank: int, world_size: int) -> range:
 
     The first ``n_items % world_size`` ranks get one item more (as ``torch.tensor_split`` does).
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    ranges = mh.lessons.sharding_rules.contiguous_ranges(n_items, world_size)   # 06's rule, not a new one
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
-    base, extra = divmod(n_items, world_size)
-    start = rank * base + min(rank, extra)
-    return range(start, start + base + (1 if rank < extra else 0))
+    return ranges[rank]
 
 
 def shard(dataset, rank: int, world_size: int):
@@ -105,7 +102,7 @@ def allreduce_gradients(params, world_size: int, comm_stream=None) -> None:
     pending = all_reduce_on_side_stream(flat, comm_stream)
     # (work that does not touch `flat` could be queued here and overlap the all-reduce)
     pending.wait()                                            # edge 2: read flat only after NCCL wrote it
-    flat /= world_size
+    mh.lessons.ring.divide_by_world_size(flat)              # SUM -> mean, as 05 wrote it
     offset = 0
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
