@@ -16,3 +16,12 @@ def vendor():
         return export.ensure_vendor(os.path.join(ROOT, "build", "vendor"))
     except RuntimeError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close every matplotlib figure a test drew, so figures do not pile up across the suite."""
+    yield
+    import sys
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")

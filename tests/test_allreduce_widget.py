@@ -4,7 +4,6 @@ import pytest
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from mgpu_helpers.lessons.ring import REDUCE_OPS
@@ -135,11 +134,6 @@ def test_show_allreduce_reports_a_mismatch_from_its_runner(capsys):
     button.click()
     assert "MISMATCH" in capsys.readouterr().out
 
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
 
 
 def test_show_allreduce_run_button_runs_real_ranks_and_reenables(capsys):

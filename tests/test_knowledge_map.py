@@ -1,9 +1,7 @@
 """The knowledge map of chapter 2: three columns in the seed's order, every topic placed, a figure that renders."""
 import matplotlib
-import pytest
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from mgpu_helpers.widgets import style
@@ -44,8 +42,3 @@ def test_draw_knowledge_map_renders_in_normal_and_projection_mode():
         finally:
             style.set_projection(False)
 
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")

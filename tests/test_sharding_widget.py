@@ -1,8 +1,6 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
 
 from mgpu_helpers.models import memory  # noqa: E402
 from mgpu_helpers.widgets import sharding  # noqa: E402
@@ -47,8 +45,3 @@ def test_show_sharding_redraws_when_a_control_changes():
     box.children[3].value = "zero3"
     assert "zero3" in note.value
 
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")

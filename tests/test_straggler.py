@@ -1,7 +1,6 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from mgpu_helpers.lessons import cost_model  # noqa: E402
@@ -134,8 +133,3 @@ def test_noise_floor_is_the_balanced_runs_worst_wait():
     balanced = [dict(wait_s=[0.001, 0.0, 0.004]), dict(wait_s=[0.0, 0.002, 0.0])]
     assert measured.noise_floor(balanced) == measured.median_worst_wait(balanced) == 0.002
 
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")

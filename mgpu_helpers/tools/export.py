@@ -265,13 +265,9 @@ def fold_quiz_answers(nb):
 # ---------------------------------------------------------------------------------------------- export
 
 def execute(path: str, timeout: int = 600):
-    """Run the notebook in its own folder (nbclient), keeping the widgets' state; returns the run notebook."""
-    import nbformat
-    from nbclient import NotebookClient
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                   resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
-    return nb
+    """Run the notebook in its own folder, keeping the widgets' state; returns the run notebook."""
+    from mgpu_helpers.tools import nbtools
+    return nbtools.execute(path, timeout, store_widget_state=True)
 
 
 def to_html(nb, vendor_rel: str = "vendor") -> str:

@@ -115,12 +115,14 @@ def problems(path: str) -> list[str]:
     return []
 
 
-def execute(path: str, timeout: int = 600):
-    """Run a notebook top to bottom in its own folder with this Python's kernel; returns the run notebook."""
+def execute(path: str, timeout: int = 600, store_widget_state: bool = False):
+    """Run a notebook top to bottom in its own folder with this Python's kernel; returns the run notebook.
+
+    ``store_widget_state``: keep the widgets' state in the notebook (the static export draws from it)."""
     import nbformat
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=store_widget_state,
                             resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
     client.execute()
     return nb
