@@ -126,7 +126,7 @@ def stream_edge_demo(rank: int, world_size: int, numel: int = 1 << 22, with_edge
         pending.wait()
     snapshot = buf.clone()                 # the reader, on the current stream
     pending.wait()                         # never leave a collective unfinished
-    mh.measure.dp_reference.synchronize(device)
+    mh.measure.timing.synchronize_device(device)
     return float((snapshot == expected).double().mean())
 
 

@@ -9,7 +9,7 @@ training loop). What the lesson does *not* teach lives here:
   batch, no communication), :func:`train_ddp` (``DistributedDataParallel`` does the all-reduce) and
   :func:`full_gradient`;
 - comparing results: :func:`flat_params`, :func:`max_difference`;
-- timing the phases of a step: :func:`synchronize`, :func:`warm_up`, :func:`traced_phase`.
+- timing the phases of a step (with :func:`mgpu_helpers.measure.timing.synchronize_device`): :func:`warm_up`, :func:`traced_phase`.
 
 Everything is float64: the ways of training add the same numbers in a different order, and in float64 the
 differences stay around 1e-15, far below the tolerance of the comparisons, on the CPU and on GPUs alike.
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from mgpu_helpers.measure.timing import synchronize_device
 
 
 @dataclass(frozen=True)
@@ -135,15 +137,6 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -
 # Timing the phases of a step.
 
 
-def synchronize(device) -> None:
-    """Wait until the GPU has run everything queued on ``device`` (nothing to wait for on the CPU).
-
-    CUDA kernels and NCCL calls return as soon as they are queued: a timed span must wait for them first.
-    """
-    import torch
-
-    if getattr(device, "type", str(device).split(":")[0]) == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def warm_up(model, x, y, device) -> None:
@@ -155,7 +148,7 @@ def warm_up(model, x, y, device) -> None:
 
     mse_loss(model, x, y).backward()
     dist.all_reduce(torch.zeros(1, device=device))
-    synchronize(device)
+    synchronize_device(device)
 
 
 def traced_phase(device, enabled: bool = True):
@@ -174,5 +167,5 @@ def traced_phase(device, enabled: bool = True):
             return
         with trace.span(kind, name):
             yield
-            synchronize(device)
+            synchronize_device(device)
     return phase

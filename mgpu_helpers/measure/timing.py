@@ -18,6 +18,17 @@ def simulator() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def synchronize_device(device) -> None:
+    """Wait until the GPU has run everything queued on a torch ``device`` (nothing to wait for on the CPU).
+
+    CUDA kernels and NCCL calls return as soon as they are queued: a timed span must wait for them first.
+    """
+    import torch
+
+    if getattr(device, "type", str(device).split(":")[0]) == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def synchronize(library: str = "numba") -> None:
     """Wait until the GPU has finished all queued work of ``library`` (a no-op in the simulator)."""
     _event_api(library)[1]()

@@ -15,16 +15,11 @@ from __future__ import annotations
 
 import time
 
+from mgpu_helpers.measure.timing import synchronize_device
+
 # Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
 CPU_SIZES = dict(m=128, per_unit=80)
 GPU_SIZES = dict(m=4096, per_unit=4)
-
-
-def _sync(device) -> None:
-    """Wait for queued GPU work (CUDA is asynchronous: a span must not end before its kernels do)."""
-    import torch
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def unit_sizes(device) -> dict:
@@ -53,7 +48,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     y = torch.full((m, m), float(seed), device=device)
     for _ in range(int(round(units * per_unit))):
         y = torch.addmm(b, a, y)   # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
-    _sync(device)
+    synchronize_device(device)
     return y[0, :4].clone()
 
 
@@ -123,7 +118,7 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     if seconds_per_unit is None:
         compute_units(0.5, device, m, per_unit)   # warm-up: the first matmul pays one-off costs
     dist.all_reduce(torch.zeros(1, device=device))
-    _sync(device)
+    synchronize_device(device)
     out = dict(rank=rank, device=str(device), shard=shard_units[rank], compute_s=[], wait_s=[], comm_s=[],
                start_skew_s=[])
     for step in range(steps):
@@ -139,7 +134,7 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
         with trace.span("communicate", "all_reduce"):
             g = grad.clone()
             dist.all_reduce(g)
-            _sync(device)
+            synchronize_device(device)
         t_end = time.monotonic()
         out["compute_s"].append(arrived - t0)
         out["wait_s"].append(max(0.0, last - arrived))
@@ -162,25 +157,20 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import trace
     from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.measure.sweep import time_batch
 
     device = rank_device()
     medians = []
     for nbytes in sizes_bytes:
         x = torch.ones(max(1, int(nbytes) // 4), device=device)
         dist.all_reduce(x)           # warm-up (connection and buffer set-up)
-        _sync(device)
+        synchronize_device(device)
         times = []
         for _ in range(repeats):
-            dist.barrier()
-            _sync(device)
-            t0 = time.monotonic()
             with trace.span("communicate", f"all_reduce {int(nbytes)} B x {iters}"):
-                for _ in range(iters):
-                    dist.all_reduce(x)
-                _sync(device)
-            times.append((time.monotonic() - t0) / iters)
+                times.append(time_batch(lambda: dist.all_reduce(x), iters, 0, device))   # one timing loop
         medians.append(statistics.median(times))
     return medians
 
@@ -203,18 +193,18 @@ def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int
     grad = torch.ones(grad_numel, device=device)
     compute_units(0.5, device)
     dist.all_reduce(grad.clone())
-    _sync(device)
+    synchronize_device(device)
     comp, comm, step = [], [], []
     for i in range(repeats):
         dist.barrier()
-        _sync(device)
+        synchronize_device(device)
         t0 = time.monotonic()
         with trace.span("compute"):
             compute_units(units, device, seed=i)
         t1 = time.monotonic()
         with trace.span("communicate", "all_reduce"):
             dist.all_reduce(grad)
-            _sync(device)
+            synchronize_device(device)
         t2 = time.monotonic()
         comp.append(t1 - t0)
         comm.append(t2 - t1)
