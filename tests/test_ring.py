@@ -99,7 +99,7 @@ def test_ring_bench_parses_sizes_and_reports_both_columns():
     assert all(ok for *_x, ok in rows), "ring and dist.all_reduce disagree"
     assert all(set(t_ring) == {1, 2} and t_dist > 0 for _n, t_dist, t_ring, _ok in rows)
     table = ring_bench.format_table(2, rows)
-    assert len(table.splitlines()) == 1 + 2 * 2 and "ring/dist" in table
+    assert len(table.splitlines()) == 2 + 2 * 2 and "ring/dist" in table   # header, rule, a row per (size, pieces)
 
 
 def _avg_rank(rank, world_size):

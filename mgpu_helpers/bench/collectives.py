@@ -12,7 +12,7 @@ then all-gather) and prints time, algbw and busbw per size, with the nccl-tests 
 from __future__ import annotations
 
 import argparse
-import sys
+
 
 from mgpu_helpers.measure import sizes
 

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 
+from mgpu_helpers.measure.tables import format_table as format_text_table
+
 METRICS = {
     "launch__registers_per_thread": "registers_per_thread",
     "launch__block_size": "block_size",
@@ -158,18 +160,19 @@ def load(machine: str | None = None) -> dict:
         return json.load(f)
 
 
+NCU_COLUMNS = [("kernel", "kernel", "{}"), ("registers_per_thread", "regs/thread", "{}"),
+               ("achieved_occupancy_pct", "achieved occupancy (%)", "{:.1f}"),
+               ("dram_throughput_pct", "DRAM throughput (% of peak)", "{:.1f}")]
+
+
 def format_table(record: dict) -> str:
     """The recorded rows as text, with where and how they were measured."""
     version = record["ncu_version"]
     version = version if re.match(r"\d", version) else f"({version})"
     head = (f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), "
             f"{record['date']}, N = {record['n']} float32")
-    width = max(len(r["kernel"]) for r in record["rows"])
     lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
-    lines.append(f"{'kernel':{width}s} | regs/thread | achieved occupancy | DRAM throughput (% of peak)")
-    for r in record["rows"]:
-        lines.append(f"{r['kernel']:{width}s} | {r['registers_per_thread']:>11} | "
-                     f"{r['achieved_occupancy_pct']:>17.1f}% | {r['dram_throughput_pct']:>6.1f}%")
+    lines.append(format_text_table(record["rows"], NCU_COLUMNS))
     return "\n".join(lines)
 
 

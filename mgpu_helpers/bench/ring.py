@@ -74,19 +74,24 @@ def measure(world_size: int = 2, sizes=None, iters: int | None = None, warmup: i
     return res.backend, res.values[0]
 
 
+RING_COLUMNS = [("bytes", "bytes", "{}"), ("dist_us", "all_reduce us", "{:.1f}"), ("dist_busbw", "busbw GB/s", "{:.2f}"),
+                ("pieces", "pieces", "{}"), ("ring_us", "ring us", "{:.1f}"), ("ring_busbw", "busbw GB/s", "{:.2f}"),
+                ("share", "ring/dist", "{:.0%}"), ("ok", "same result", "{}")]
+
+
 def format_table(world_size: int, rows) -> str:
     """Text table: size, dist.all_reduce time and busbw, then for each ``pieces`` the ring's and its share."""
+    from mgpu_helpers.measure.tables import format_table as text_table
     from mgpu_helpers.models.bandwidth import busbw
 
-    lines = [f"{'bytes':>12} {'all_reduce us':>14} {'busbw GB/s':>11} {'pieces':>6} {'ring us':>10} "
-             f"{'busbw GB/s':>11} {'ring/dist':>9} {'same result':>11}"]
+    lines = []
     for nbytes, t_dist, t_ring, ok in rows:
         bw_dist = busbw("all_reduce", nbytes, t_dist, world_size) / 1e9
         for p, t in t_ring.items():
             bw = busbw("all_reduce", nbytes, t, world_size) / 1e9
-            lines.append(f"{nbytes:>12} {t_dist * 1e6:>14.1f} {bw_dist:>11.2f} {p:>6} {t * 1e6:>10.1f} "
-                         f"{bw:>11.2f} {bw / bw_dist:>8.0%} {str(ok):>11}")
-    return "\n".join(lines)
+            lines.append({"bytes": nbytes, "dist_us": t_dist * 1e6, "dist_busbw": bw_dist, "pieces": p,
+                          "ring_us": t * 1e6, "ring_busbw": bw, "share": bw / bw_dist, "ok": ok})
+    return text_table(lines, RING_COLUMNS)
 
 
 def main(argv: list[str]) -> int:
