@@ -94,4 +94,7 @@ def describe(summary: dict | None) -> str:
 
     def name(item):
         return "none" if item is None else f"#{item[0]} {item[1]}"
-    return f"flight recorder: last completed {name(summary['last_completed'])}, stuck in {name(summary['stuck_in'])}"
+    stuck = summary["stuck_in"]
+    # gloo records collectives but not send/recv: a rank stuck in one shows no pending entry.
+    stuck_text = name(stuck) if stuck else "none recorded (a send/recv, which gloo does not record?)"
+    return f"flight recorder: last completed {name(summary['last_completed'])}, stuck in {stuck_text}"

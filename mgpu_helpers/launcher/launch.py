@@ -152,11 +152,18 @@ class _Server:
         self.ready = True
 
     def ensure_ready(self) -> None:
-        """Start the server if it is not running and wait until it takes jobs (interruptible)."""
-        with self.lock:
+        """Start the server if it is not running and wait until it takes jobs.
+
+        The wait (a cold start imports torch) can be interrupted; taking the lock cannot: CPython may raise
+        a KeyboardInterrupt just after ``with lock`` acquired it and before the block is entered, and the
+        lock would stay taken for the rest of the kernel's life.
+        """
+        with interrupts_held() as gate, self.lock:
             if not self.alive():
                 self.start()
-            self.wait_ready()
+            if not self.ready:
+                with gate.allowed():
+                    self.wait_ready()
 
     def submit(self, request: JobRequest, fds: list[int]) -> tuple[Started, subprocess.Popen]:
         """Hand a job to the server; returns its Started reply (the leader's pid) and the server's Popen.
@@ -315,7 +322,7 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
         backend, reason = hardware.choose_backend(world_size, backend)
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
-    _server.ensure_ready()          # may wait for the server's import torch: interruptible, nothing to undo
+    _server.ensure_ready()          # may wait for the server's import torch: interruptible
     job = Job(world_size, backend, reason, float(timeout), stream, quiet)
     with interrupts_held() as gate:
         try:

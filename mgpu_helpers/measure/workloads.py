@@ -8,6 +8,8 @@ depend on the device (small on the CPU, real on a GPU).
   wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times.
 - :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
 - :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
+- :func:`sleep_straggler_step`: :func:`straggler_step` whose compute is a sleep of a fixed length per unit of
+  shard, with each step's noise measured: for claims (and checked outputs) a loaded machine cannot break.
 """
 from __future__ import annotations
 
@@ -182,3 +184,51 @@ def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int
         step.append(t2 - t0)
     med = statistics.median
     return dict(rank=rank, compute_s=med(comp), comm_s=med(comm), step_s=med(step))
+
+
+def sleep_straggler_step(rank: int, world_size: int, shards, unit_s: float = 0.02, steps: int = 3,
+                         grad_numel: int = 1024) -> dict:
+    """:func:`straggler_step` with a cost known exactly: each unit of a shard is ``unit_s`` seconds of sleep.
+
+    Sleeping ranks do not compete for cores, so a loaded machine cannot reorder them; it can only make a
+    sleep end late, or a rank leave the step's barrier late, and both are measured here. Records the same
+    compute / wait / communicate spans. Returns the rank's ``shard`` and planned ``planned_s``
+    (= shard x unit_s), and per step: ``compute_s``, ``wait_s`` (until the last rank arrived, from the
+    all-gathered arrival times), ``comm_s``, and ``late_s``: every rank's lateness that step (arrival minus
+    the earliest start minus its planned cost; the same list on every rank). So a wait can be checked
+    against the plan within that step's own noise: ``|wait - planned wait| <= max(late_s) - min(late_s)``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure import trace
+
+    device = rank_device()
+    planned = [float(s) * unit_s for s in shards]
+    grad = torch.full((grad_numel,), float(rank + 1), device=device)
+    dist.all_reduce(torch.zeros(1, device=device))     # connections up before the first timed step
+    _sync(device)
+    out = dict(rank=rank, device=str(device), shard=shards[rank], planned_s=planned[rank], compute_s=[],
+               wait_s=[], comm_s=[], late_s=[])
+    for _step in range(steps):
+        dist.barrier()
+        t0 = time.monotonic()
+        with trace.span("compute", f"shard {shards[rank]} (sleep)"):
+            time.sleep(planned[rank])
+        arrived = time.monotonic()
+        starts = _arrivals(t0, device, world_size)
+        arrivals = _arrivals(arrived, device, world_size)
+        last = max(arrivals)
+        trace.record("wait", arrived, max(arrived, last), "wait for the slowest rank")
+        t_comm = time.monotonic()
+        with trace.span("communicate", "all_reduce"):
+            g = grad.clone()
+            dist.all_reduce(g)
+            _sync(device)
+        out["compute_s"].append(arrived - t0)
+        out["wait_s"].append(max(0.0, last - arrived))
+        out["comm_s"].append(time.monotonic() - t_comm)
+        out["late_s"].append([a - min(starts) - p for a, p in zip(arrivals, planned)])
+    out["result"] = float(g[0].item())
+    return out
