@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,6 @@ import psutil
 import pytest
 
 import mgpu_helpers as mh
-from mgpu_helpers.launcher import flight, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,19 +32,40 @@ def _wait_gone(pids, seconds=10.0) -> bool:
     return all(_gone(p) for p in pids)
 
 
+def _settled_server() -> None:
+    """Wait until the idle server has preloaded torch._dynamo: a launch timed after this pays no import."""
+    def has_dynamo(rank, world_size):
+        import sys
+        return "torch._dynamo" in sys.modules
+
+    deadline = time.monotonic() + 60
+    while not mh.run_ranks(has_dynamo, 1, quiet=True, stream=False).values[0] and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("own_session", [False, True])
 def test_a_grandchild_holding_the_output_open_does_not_hold_the_launch(own_session):
     # The rank returns, but a child it started still holds the rank's stdout (the launch's output pipe).
     # In its own session it is out of the job's process group too: the leader, a child subreaper, still
-    # finds it.
+    # finds it. The launch must take about as long as one without grandchildren, timed just before.
     def rank_fn(rank, world_size):
         child = subprocess.Popen(["sleep", "300"], start_new_session=own_session)
         return child.pid
 
+    def plain(rank, world_size):
+        subprocess.run(["true"])
+        return os.getpid()
+
+    _settled_server()
+    t0 = time.monotonic()
+    mh.run_ranks(plain, 2, quiet=True, stream=False)
+    baseline = time.monotonic() - t0
     t0 = time.monotonic()
     res = mh.run_ranks(rank_fn, 2, quiet=True, stream=False)
-    assert time.monotonic() - t0 < 6
-    assert _wait_gone(res.values, 5), "the grandchildren outlived the launch"
+    elapsed = time.monotonic() - t0
+    assert _wait_gone(res.values, 2), "the grandchildren outlived the launch"
+    # Waiting for the grandchildren to let go of the output would cost seconds (it was 2.5 s).
+    assert elapsed < baseline + 2.0, (elapsed, baseline)
 
 
 def test_a_flood_of_output_does_not_stall_the_launch():
@@ -158,6 +179,7 @@ def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_fl
 
 
 def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
+    from mgpu_helpers.launcher import flight
     nccl = {"entries": [
         dict(record_id=0, pg_id=0, collective_seq_id=1, profiling_name="nccl:all_reduce", state="completed"),
         dict(record_id=1, pg_id=0, collective_seq_id=2, profiling_name="nccl:all_gather", state="started"),
@@ -198,11 +220,21 @@ def test_no_tempfile_mktemp_in_the_library():
     assert offenders == []
 
 
-def test_bench_spawn_baseline_leaves_no_store_behind(tmp_path, monkeypatch):
+def test_bench_spawn_baseline_uses_a_fresh_private_folder_and_removes_it(tmp_path, monkeypatch):
     import tempfile
+
+    import torch.multiprocessing as mp
 
     from mgpu_helpers.bench import launch as bench_launch
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    assert bench_launch.time_mp_spawn(2) > 0
+    seen = []
+
+    def fake_spawn(fn, args, nprocs, join):      # the store's folder, as the ranks would see it
+        store = args[1]
+        folder = os.path.dirname(store)
+        seen.append((os.path.isdir(folder), os.path.exists(store), stat.S_IMODE(os.stat(folder).st_mode)))
+
+    monkeypatch.setattr(mp, "spawn", fake_spawn)
+    assert bench_launch.time_mp_spawn(2) >= 0
+    assert seen == [(True, False, 0o700)]
     assert os.listdir(tmp_path) == []
-    assert launch.loopback_env()["MASTER_ADDR"] == "127.0.0.1"

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight
