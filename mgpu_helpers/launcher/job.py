@@ -182,7 +182,9 @@ class Job:
         leader = self.leader if self.leader_alive() else None
         if self.status_fd is not None:
             self.close_fd(self.status_fd)
-        if leader is not None:
+        # When every rank has exited the leader only has orphans left to end, and does so on its own; a
+        # repeat launch should not wait for that. Otherwise make sure the ranks are gone before returning.
+        if leader is not None and len(self.exits) < self.world_size:
             import psutil
             try:
                 leader.wait(2.0)
