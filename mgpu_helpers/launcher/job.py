@@ -22,6 +22,7 @@ import sys
 import time
 
 from mgpu_helpers.launcher import flight
+from mgpu_helpers.launcher.interrupts import interrupts_held
 from mgpu_helpers.launcher.messages import Failed, RankExit, RankPids, Returned, Running
 from mgpu_helpers.launcher.wire import FrameReader, LineReader
 
@@ -64,15 +65,20 @@ class Job:
         return r, w
 
     def close_fd(self, fd: int) -> None:
-        """Close ``fd`` if this job still owns it; forgotten before it is closed, so never closed twice."""
-        if fd not in self.owned:
-            return
-        self.owned.discard(fd)
-        try:
-            self.sel.unregister(fd)
-        except (KeyError, ValueError):
-            pass
-        os.close(fd)
+        """Close ``fd`` if this job still owns it, exactly once.
+
+        Called while ranks are supervised too, where an interrupt may come: held back here, so that the fd is
+        never forgotten without being closed (a leak) nor closed without being forgotten (closed twice).
+        """
+        with interrupts_held():
+            if fd not in self.owned:
+                return
+            self.owned.discard(fd)
+            try:
+                self.sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(fd)
 
     def watch(self, fd: int, kind: str, rank: int | None) -> None:
         """Read ``fd`` from now on: "out" (a rank's output lines), "res" (its results), "status" (the leader)."""

@@ -322,8 +322,9 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
     _server.ensure_ready()          # may wait for the server's import torch: interruptible
-    job = Job(world_size, backend, reason, float(timeout), stream, quiet)
     with interrupts_held() as gate:
+        # Made in here: the job holds a selector (a file descriptor) from its first moment.
+        job = Job(world_size, backend, reason, float(timeout), stream, quiet)
         try:
             _start(job, payload, init, debug, env)
             with gate.allowed():    # the only place an interrupt lands: every resource has one owner here
