@@ -232,8 +232,9 @@ def test_leader_killed_mid_job_is_reported_and_its_group_is_never_signalled_afte
 
 def test_server_started_from_a_short_lived_thread_outlives_it():
     # PR_SET_PDEATHSIG fires when the *thread* that forked the server exits: it must not be this one.
+    # The thread launches (so the server is up and has asked for PDEATHSIG by then), then ends.
     mh.shutdown_server()
-    starter = threading.Thread(target=mh.launcher.prewarm)
+    starter = threading.Thread(target=mh.run_ranks, args=(lambda r, ws: r, 1), kwargs=dict(quiet=True))
     starter.start()
     starter.join()
     server = launch._server.proc.pid
