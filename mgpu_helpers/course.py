@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass
 
@@ -67,12 +68,54 @@ def _switch_numba_simulator(on: bool) -> bool:
     return on
 
 
+def private_cache_dir(name: str = "cupy") -> str:
+    """``<user cache>/mgpu-course/<name>``, created private (0700) and checked to be this user's own.
+
+    The user's cache directory is ``$XDG_CACHE_HOME`` or ``~/.cache``. Not a fixed name in /tmp: on a shared
+    classroom server another user could create that first and plant compiled kernels in it. A folder of
+    ours that others could write to is emptied (its content cannot be trusted) and made private. Raises
+    PermissionError, saying what to do, when a folder on the way is not ours or is a link.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    path = base
+    for part in ("mgpu-course", name):
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            what = "not a folder (a link?)" if not stat.S_ISDIR(info.st_mode) else f"owned by uid {info.st_uid}"
+            raise PermissionError(
+                f"{path} is {what}, not a folder of yours: remove it, or set CUPY_CACHE_DIR to a folder of "
+                "your own before setup().")
+        if info.st_mode & 0o022:
+            for entry in os.listdir(path):
+                full = os.path.join(path, entry)
+                shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            os.chmod(path, 0o700)
+    return path
+
+
+def _use_private_cupy_cache() -> None:
+    """Point CuPy's kernel cache at :func:`private_cache_dir`, unless the user chose one already."""
+    if "CUPY_CACHE_DIR" in os.environ:
+        return
+    try:
+        os.environ["CUPY_CACHE_DIR"] = private_cache_dir("cupy")
+    except OSError as exc:
+        warnings.warn(f"CuPy's kernel cache stays where CuPy puts it: {exc}", stacklevel=3)
+
+
 def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> CourseEnv:
     """Detect the machine, choose CPU or GPU mode, and get the notebook ready.
 
     - GPUs: count, names, memory and links, read through NVML (no CUDA initialisation);
     - CPU mode: switches on Numba's CUDA simulator (before numba is imported) so kernels still run;
-    - keeps CuPy's kernel cache out of the home folder;
+    - keeps CuPy's kernel cache in a private folder of the user's cache directory (:func:`private_cache_dir`);
     - starts the rank server in the background so the first ``run_ranks`` is quick (``prewarm``);
     - ``projection=True`` (or the environment variable ``MGPU_PROJECTION=1``) switches on projection mode:
       large fonts, thick lines, high-contrast colours and bigger widget controls, for a classroom projector
@@ -84,8 +127,7 @@ def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> 
     m = hardware.machine(refresh=True)
     gpu_mode = m.mode == "gpu"
     sim = _switch_numba_simulator(not gpu_mode)
-    os.environ.setdefault(
-        "CUPY_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"mgpu-course-{os.getuid()}", "cupy"))
+    _use_private_cupy_cache()
     backend, _ = hardware.choose_backend(max(1, m.gpu_count), "auto", m.gpu_count)
     from mgpu_helpers.widgets import projection as _projection
     projection = bool(projection) or _projection.requested_by_environment()

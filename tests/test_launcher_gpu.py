@@ -88,3 +88,8 @@ def test_nccl_hung_collective_diagnosed_at_timeout():
         mh.run_ranks(rank_fn, 2, backend="nccl", timeout=10, quiet=True)
     assert set(info.value.stacks) == {0, 1}
     assert "synchronize" in info.value.stacks[0] or "all_reduce" in info.value.stacks[0]
+    # torch's flight recorder: both ranks completed all-reduce #1; rank 0 is stuck in #2, rank 1 in none.
+    fr = info.value.collectives
+    assert fr[0] == {"last_completed": (1, "all_reduce"), "stuck_in": (2, "all_reduce")}, fr
+    assert fr[1]["last_completed"] == (1, "all_reduce"), fr
+    assert "flight recorder: last completed #1 all_reduce, stuck in #2 all_reduce" in str(info.value)

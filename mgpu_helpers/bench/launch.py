@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import tempfile
 import time
 
 from mgpu_helpers.launcher import launch
-from mgpu_helpers.launcher.launch import _loopback_env, _free_loopback_port
+from mgpu_helpers.launcher.launch import free_loopback_port, loopback_env
 from mgpu_helpers.measure import progress
 
 
@@ -40,9 +41,12 @@ def _spawn_entry(rank: int, world_size: int, store: str) -> None:
 
 def time_mp_spawn(world_size: int) -> float:
     import torch.multiprocessing as mp
-    store = tempfile.mktemp(prefix="mgpu-bench-store-")
+    # The FileStore's file must not exist yet: a name inside a private new folder (never tempfile.mktemp,
+    # whose name another user could take first).
+    folder = tempfile.mkdtemp(prefix="mgpu-bench-")
+    store = os.path.join(folder, "store")
     env_backup = dict(os.environ)
-    os.environ.update(_loopback_env())
+    os.environ.update(loopback_env())
     try:
         t0 = time.perf_counter()
         mp.spawn(_spawn_entry, args=(world_size, store), nprocs=world_size, join=True)
@@ -50,8 +54,7 @@ def time_mp_spawn(world_size: int) -> float:
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
-        if os.path.exists(store):
-            os.unlink(store)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _CHILD = """
@@ -66,7 +69,7 @@ dist.destroy_process_group()
 
 def time_subprocesses(world_size: int) -> float:
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base = dict(os.environ, **_loopback_env(), MASTER_PORT=str(_free_loopback_port()),
+    base = dict(os.environ, **loopback_env(), MASTER_PORT=str(free_loopback_port()),
                 WORLD_SIZE=str(world_size), PYTHONPATH=pkg_root)
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=dict(base, RANK=str(r)))

@@ -1,15 +1,19 @@
 """The rank launcher: ``run_ranks`` runs a function on N ranks from a notebook cell.
 
 Layout: :mod:`.launch` (``run_ranks`` and the client of the rank server), :mod:`.server` (the CUDA-clean rank
-server that forks ranks), :mod:`.rank` (the life of one rank process), :mod:`.supervise` (reading the ranks'
-pipes and explaining failures), :mod:`.wire` (the frames between them), :mod:`.errors` and :mod:`.results`
-(the public types), :mod:`.ranks` (helpers called inside a rank: its device, process-group set-up, torchrun).
+server that forks ranks), :mod:`.rank` (the life of one rank process), :mod:`.job` (one launch's pipes and
+state, and how its ranks are ended), :mod:`.supervise` (noticing and explaining failures), :mod:`.flight`
+(torch's flight recorder, read on a hang), :mod:`.interrupts` (holding SIGINT back while state changes),
+:mod:`.messages` and :mod:`.wire` (the records and frames between the processes), :mod:`.errors` and
+:mod:`.results` (the public types), :mod:`.ranks` (helpers called inside a rank: its device, process-group
+set-up, torchrun).
 """
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["errors", "launch", "rank", "ranks", "results", "server", "supervise", "wire"],
+    submodules=["errors", "flight", "interrupts", "job", "launch", "messages", "rank", "ranks", "results", "server",
+                "supervise", "wire"],
     attributes={
         "LaunchError": "errors",
         "RankError": "errors",

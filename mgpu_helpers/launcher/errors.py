@@ -3,7 +3,9 @@ from __future__ import annotations
 
 
 class LaunchError(ValueError):
-    """Bad input to ``run_ranks``, caught in the cell before any rank starts (nothing was run)."""
+    """The launch itself could not go ahead: bad input to ``run_ranks``, caught in the cell before any rank
+    starts (nothing was run), or the launcher broke under it (the rank server died or could not start).
+    The message says what to do; after a dead server the next launch starts a new one."""
 
 
 class RankError(RuntimeError):
@@ -28,10 +30,13 @@ class RankTimeout(RankError):
     """Ranks were still running at the timeout: likely a deadlock or mismatched collectives.
 
     ``stacks`` maps each rank still running to its Python stack (all threads) taken just before it was ended;
-    ``waiting_in`` maps it to the torch.distributed call it was blocked in, when one is on its stack.
+    ``waiting_in`` maps it to the torch.distributed call it was blocked in, when one is on its stack;
+    ``collectives`` maps it to what torch's flight recorder says, ``{"last_completed": (seq, name),
+    "stuck_in": (seq, name)}`` (either may be None), or None when the rank gave no dump.
     """
 
-    def __init__(self, message: str, stacks=None, waiting_in=None, **kw):
+    def __init__(self, message: str, stacks=None, waiting_in=None, collectives=None, **kw):
         super().__init__(message, **kw)
         self.stacks = stacks or {}
         self.waiting_in = waiting_in or {}
+        self.collectives = collectives or {}

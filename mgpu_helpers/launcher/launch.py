@@ -6,7 +6,9 @@ environment, which has imported torch once and never touches CUDA. Ranks are for
 launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
 
 The notebook side supervises: it streams each rank's output as ``[rank k]`` lines into the cell, stops
-every rank as soon as one fails, and at the timeout takes each rank's Python stack before ending them.
+every rank as soon as one fails, and at the timeout takes each rank's Python stack and flight-recorder
+dump before ending them. An interrupt (Jupyter's SIGINT) is taken only while ranks are supervised
+(:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are never left half-done.
 Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
 launch opens no port on the network and never clashes with another launch.
 """
@@ -14,23 +16,27 @@ from __future__ import annotations
 
 import atexit
 import inspect
+import itertools
 import os
 import pickle
-import shutil
+import queue
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from mgpu_helpers import hardware
-from mgpu_helpers.launcher.results import RankResults
-from mgpu_helpers.launcher.supervise import _Job, supervise
+from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.errors import LaunchError
+from mgpu_helpers.launcher.interrupts import interrupts_held
+from mgpu_helpers.launcher.job import Job
+from mgpu_helpers.launcher.messages import JobRequest, Ready, Started
+from mgpu_helpers.launcher.results import RankResults
+from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
-__all__ = ["RankResults", "prewarm", "run_ranks", "shutdown_server"]
+__all__ = ["RankResults", "free_loopback_port", "loopback_env", "prewarm", "run_ranks", "shutdown_server"]
 MAX_WORLD_SIZE = 64
 
 
@@ -38,7 +44,49 @@ MAX_WORLD_SIZE = 64
 # The rank server: one per notebook kernel, started on first use (or by setup(), in the background).
 
 
+class _StarterThread:
+    """A thread that lives as long as the process, and the only one that starts rank servers.
+
+    The server asks Linux for SIGKILL when its parent goes (PR_SET_PDEATHSIG), and Linux sends it when the
+    *thread* that forked it exits, not the process. Forked from whichever thread launched first (a
+    short-lived worker thread, say), the server would die with that thread, in the middle of later jobs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._requests: queue.Queue = queue.Queue()
+
+    def _serve(self) -> None:
+        while True:
+            fn, reply = self._requests.get()
+            try:
+                reply.put((True, fn()))
+            except BaseException as exc:   # noqa: BLE001 - handed to the caller
+                reply.put((False, exc))
+
+    def call(self, fn):
+        """Run ``fn()`` on the starter thread and return its result (or raise its exception)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():   # none yet, or we are a forked copy
+                self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter",
+                                                daemon=True)
+                self._thread.start()
+        reply: queue.Queue = queue.Queue(maxsize=1)
+        self._requests.put((fn, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
+
+
+_starter = _StarterThread()
+_job_ids = itertools.count(1)
+
+
 class _Server:
+    """The notebook's end of the rank server. ``lock`` makes one request and its reply one step."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
@@ -51,60 +99,100 @@ class _Server:
 
     def start(self) -> None:
         """Start the server process (returns at once; it imports torch in the background)."""
+        _starter.call(self._spawn)
+
+    def _spawn(self) -> None:
+        # Runs on the starter thread: the whole swap of server happens there, so an interrupted caller
+        # cannot leave half of it done.
         self.stop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         # The server must stay CUDA-free and quiet; PYTHONPATH lets it import this very package.
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
-            # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
-            start_new_session=True, close_fds=True,
-        )
-        theirs.close()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
+                # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
+                start_new_session=True, close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         self.sock = ours
         self.ready = False
 
     def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait for the server's Ready. Interrupted half-way, the server is dropped (the next call starts one)."""
         if self.ready:
             return
         self.sock.settimeout(timeout)
         try:
             data, _ = recv_msg(self.sock)
-        except (EOFError, OSError, socket.timeout) as exc:
+            ready = pickle.loads(data)
+            if not isinstance(ready, Ready):
+                raise EOFError(f"expected Ready, got {type(ready).__name__}")
+        except (EOFError, OSError, socket.timeout, pickle.UnpicklingError) as exc:
             code = self.proc.poll()
             self.stop()
             raise LaunchError(
                 f"the rank server did not start ({type(exc).__name__}, exit code {code}). Check that "
                 f"`{sys.executable} -c 'import torch'` works in this environment.") from None
+        except BaseException:
+            self.stop()      # half a frame may have been read: this socket can no longer be trusted
+            raise
         finally:
             if self.sock is not None:
                 self.sock.settimeout(None)
-        _tag, _pid, self.import_seconds = pickle.loads(data)
+        self.import_seconds = ready.import_s
         self.ready = True
 
-    def submit(self, job: dict, fds: list[int]) -> int:
-        """Hand a job to the server; returns the pid of its leader (= the process group of its ranks)."""
+    def ensure_ready(self) -> None:
+        """Start the server if it is not running and wait until it takes jobs.
+
+        The wait (a cold start imports torch) can be interrupted; taking the lock cannot: CPython may raise
+        a KeyboardInterrupt just after ``with lock`` acquired it and before the block is entered, and the
+        lock would stay taken for the rest of the kernel's life.
+        """
+        with interrupts_held() as gate, self.lock:
+            if not self.alive():
+                self.start()
+            if not self.ready:
+                with gate.allowed():
+                    self.wait_ready()
+
+    def submit(self, request: JobRequest, fds: list[int]) -> tuple[Started, subprocess.Popen]:
+        """Hand a job to the server; returns its Started reply (the leader's pid) and the server's Popen.
+
+        Whatever goes wrong between sending the job and reading its reply (an exception of any kind), the
+        server is dropped: a server whose reply was left unread would answer the next job with this one's
+        leader. Its jobs die with it (PDEATHSIG), and the next launch starts a new one.
+        """
         with self.lock:
             if not self.alive():
                 self.start()
             self.wait_ready()
             try:
-                send_msg(self.sock, pickle.dumps(job), fds)
+                send_msg(self.sock, pickle.dumps(request), fds)
                 data, _ = recv_msg(self.sock)
-            except (OSError, EOFError):
+                reply = pickle.loads(data)
+                if not (isinstance(reply, Started) and reply.job_id == request.job_id):
+                    raise EOFError(f"the rank server answered job {request.job_id} with {reply!r}")
+                return reply, self.proc
+            except (OSError, EOFError, pickle.UnpicklingError):
                 self.stop()
                 raise LaunchError("the rank server went away; run the cell again (a new one starts).") from None
-        tag, pid = pickle.loads(data)
-        assert tag == "started", tag
-        return pid
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
         if self.sock is not None:
             try:
-                self.sock.close()   # the server reads EOF and exits
+                self.sock.close()   # the server reads EOF and exits; its jobs' leaders die with it
             except OSError:
                 pass
             self.sock = None
@@ -124,14 +212,14 @@ atexit.register(_server.stop)
 
 def prewarm() -> None:
     """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``."""
-    with _server.lock:
+    with interrupts_held(), _server.lock:
         if not _server.alive():
             _server.start()
 
 
 def shutdown_server() -> None:
     """Stop the rank server (the next launch starts a new one). No rank processes are left behind."""
-    with _server.lock:
+    with interrupts_held(), _server.lock:
         _server.stop()
 
 
@@ -168,7 +256,7 @@ def _check_request(fn, world_size, args, timeout) -> bytes:
             "generators, threads or GPU handles do not: create those inside fn instead.") from None
 
 
-def _loopback_env() -> dict:
+def loopback_env() -> dict:
     """Environment that keeps every socket of a launch on the loopback interface."""
     env = {"MASTER_ADDR": "127.0.0.1"}
     if sys.platform.startswith("linux"):
@@ -176,7 +264,7 @@ def _loopback_env() -> dict:
     return env
 
 
-def _free_loopback_port() -> int:
+def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -185,17 +273,20 @@ def _free_loopback_port() -> int:
 def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extra: dict | None) -> tuple[dict, list]:
     """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
     env = dict(os.environ)
-    env.update(_loopback_env())
-    env.update(MASTER_PORT=str(_free_loopback_port()), WORLD_SIZE=str(world_size),
+    env.update(loopback_env())
+    env.update(MASTER_PORT=str(free_loopback_port()), WORLD_SIZE=str(world_size),
                LOCAL_WORLD_SIZE=str(world_size), MGPU_BACKEND=backend,
                MGPU_INIT_METHOD=f"file://{store_path}")
     # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+    # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
+    # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
+    # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
+    env.setdefault("TORCH_FR_BUFFER_SIZE", str(flight.BUFFER_ENTRIES))
     if debug:
-        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_FR_BUFFER_SIZE="2000",
-                   NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
+        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
     per_rank = [{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)]
@@ -212,58 +303,58 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
       "nccl" or "gloo". With ``init=True`` the default process group is up when fn starts; with
       ``init=False`` fn joins it itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_INIT_METHOD
       are set, loopback only).
-    - ``timeout``: seconds for the whole launch; past it each rank's Python stack is taken, all ranks are
-      ended, and :class:`RankTimeout` is raised.
+    - ``timeout``: seconds for the whole launch; past it each rank's Python stack and torch's flight
+      recorder (the last collective it completed, the one it is stuck in) are taken, all ranks are ended,
+      and :class:`RankTimeout` is raised.
     - ``env``: extra environment variables for the ranks only (the notebook's own is never changed).
     - ``debug``: torch's own diagnosis (TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives are named).
     - ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
 
     Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input
     (before any rank starts), :class:`RankError` when a rank raises or dies (the others are ended at once),
-    :class:`RankTimeout` at the timeout. A KeyboardInterrupt ends every rank before it propagates.
+    :class:`RankTimeout` at the timeout, :class:`LaunchError` also when the rank server dies under the
+    launch (the next launch starts a new one). A KeyboardInterrupt ends every rank before it propagates;
+    one that comes while the launch sets up or cleans up is raised as soon as that step is done.
     """
     payload = _check_request(fn, world_size, args, timeout)
     try:
         backend, reason = hardware.choose_backend(world_size, backend)
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
-    t0 = time.monotonic()
-    job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
-    store_path = os.path.join(job_dir, "store")
-    shared_env, per_rank = _rank_envs(world_size, backend, store_path, debug, env)
-    job = _Job(world_size, stream)
-    pipes = []
-    try:
-        out = [os.pipe() for _ in range(world_size)]
-        res = [os.pipe() for _ in range(world_size)]
-        status = os.pipe()
-        pipes = [fd for pair in out + res + [status] for fd in pair]
-        request = dict(op="run", world_size=world_size, backend=backend, init=init,
-                       init_method=f"file://{store_path}", payload=payload, env=shared_env,
-                       rank_env=per_rank, job_dir=job_dir, sys_path=list(sys.path), cwd=os.getcwd(),
-                       # torch's own timeout stays above ours, so that ours fires first and takes stacks
-                       pg_timeout=float(timeout) + 60.0)
-        write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
-        job.pgid = _server.submit(request, write_ends)
-        for fd in write_ends:
-            os.close(fd)
-        for r, (rd, _) in enumerate(out):
-            job.watch(rd, "out", r)
-        for r, (rd, _) in enumerate(res):
-            job.watch(rd, "res", r)
-        job.watch(status[0], "status", None)
-        pipes = []   # from here on job owns the read ends
-        return supervise(job, world_size, backend, reason, timeout, t0, job_dir, quiet)
-    except BaseException:
-        job.kill()   # KeyboardInterrupt included: no rank outlives the cell
-        raise
-    finally:
-        for fd in pipes:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        job.drain(2.0)
-        job.kill()
-        job.close()
-        shutil.rmtree(job_dir, ignore_errors=True)
+    _server.ensure_ready()          # may wait for the server's import torch: interruptible
+    with interrupts_held() as gate:
+        # Made in here: the job holds a selector (a file descriptor) from its first moment.
+        job = Job(world_size, backend, reason, float(timeout), stream, quiet)
+        try:
+            _start(job, payload, init, debug, env)
+            with gate.allowed():    # the only place an interrupt lands: every resource has one owner here
+                return supervise(job)
+        finally:
+            job.finish()            # KeyboardInterrupt included: no rank, fd or folder outlives the cell
+
+
+def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None) -> None:
+    """Create the job's folder and pipes, hand it to the server, and start reading the ranks' pipes."""
+    world_size = job.world_size
+    job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
+    store_path = os.path.join(job.job_dir, "store")
+    shared_env, per_rank = _rank_envs(world_size, job.backend, store_path, debug, extra_env)
+    out = [job.pipe() for _ in range(world_size)]
+    res = [job.pipe() for _ in range(world_size)]
+    status = job.pipe()
+    request = JobRequest(
+        job_id=next(_job_ids), world_size=world_size, backend=job.backend, init=init,
+        init_method=f"file://{store_path}", payload=payload, env=shared_env, rank_env=per_rank,
+        job_dir=job.job_dir, sys_path=list(sys.path), cwd=os.getcwd(),
+        # torch's own timeout stays above ours, so that ours fires first and takes stacks
+        pg_timeout_s=job.timeout_s + 60.0)
+    write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
+    started, server_proc = _server.submit(request, write_ends)
+    job.attach_leader(started.leader_pid, server_proc)
+    for fd in write_ends:           # the leader and ranks have their own copies now
+        job.close_fd(fd)
+    for r, (rd, _) in enumerate(out):
+        job.watch(rd, "out", r)
+    for r, (rd, _) in enumerate(res):
+        job.watch(rd, "res", r)
+    job.watch(status[0], "status", None)

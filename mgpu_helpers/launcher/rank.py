@@ -1,7 +1,9 @@
 """The life of one rank process, forked by the rank server's job leader.
 
-It writes its output to a pipe (whole lines, live), its phases and result to another (frames of
-cloudpickle), and its Python stack to a file when asked with SIGUSR1 (faulthandler, all threads).
+It writes its output to a pipe (whole lines, live), its phases and result to another (frames holding the
+records of :mod:`mgpu_helpers.launcher.messages`, cloudpickled), its Python stack to a file when asked with
+SIGUSR1 (faulthandler, all threads), and torch's flight recorder to another when asked with SIGUSR2
+(:mod:`mgpu_helpers.launcher.flight`).
 """
 from __future__ import annotations
 
@@ -29,20 +31,24 @@ def _to_cpu(value):
     return value
 
 
-def _send(res_fd: int, message: tuple) -> None:
+def _send(res_fd: int, message) -> None:
     import cloudpickle
 
     from mgpu_helpers.launcher.wire import write_frame
+    # Pickled whole before anything is written: a value that cannot be pickled raises here, and the pipe
+    # never holds half a frame.
     write_frame(res_fd, cloudpickle.dumps(message))
 
 
-def _error_message(exc: BaseException, where: str) -> tuple:
+def _failure(exc: BaseException, where: str):
     import cloudpickle
+
+    from mgpu_helpers.launcher.messages import Failed
     try:
         blob = cloudpickle.dumps(exc)
     except Exception:
         blob = None   # the exception itself cannot travel; its type name and text still do
-    return ("error", where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
+    return Failed(where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
 
 
 def _store_barrier(store, name: str, rank: int, world_size: int) -> None:
@@ -76,7 +82,7 @@ def _flush_c_stdio() -> None:
         pass
 
 
-def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
+def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     """Run rank ``rank`` of ``job`` and exit (never returns)."""
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
@@ -85,16 +91,18 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     _line_buffer_c_stdio()
-    stack_file = open(os.path.join(job["job_dir"], f"stack-{rank}.txt"), "w")
+    stack_file = open(os.path.join(job.job_dir, f"stack-{rank}.txt"), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    from mgpu_helpers.launcher import flight
+    flight.start_dumper(job.job_dir, rank)      # first thread of the rank: the mask it sets is inherited
 
-    world_size = job["world_size"]
+    world_size = job.world_size
     os.environ.clear()
-    os.environ.update(job["env"])
-    os.environ.update(job["rank_env"][rank])
-    sys.path[:] = job["sys_path"]
+    os.environ.update(job.env)
+    os.environ.update(job.rank_env[rank])
+    sys.path[:] = job.sys_path
     try:
-        os.chdir(job["cwd"])
+        os.chdir(job.cwd)
     except OSError:
         pass
 
@@ -105,6 +113,7 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
         import torch.distributed as dist
 
         from mgpu_helpers.launcher import ranks
+        from mgpu_helpers.launcher.messages import Returned, Running
         from mgpu_helpers.measure import trace
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.
@@ -112,23 +121,23 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
         t0 = time.perf_counter()
         where = "joining the process group"
         store = None
-        if job["init"]:
-            ranks.init_process_group(rank, world_size, job["backend"], job["init_method"],
-                                     timeout_s=job["pg_timeout"])
+        if job.init:
+            ranks.init_process_group(rank, world_size, job.backend, job.init_method,
+                                     timeout_s=job.pg_timeout_s)
             store = dist.distributed_c10d._get_default_store()
             # gloo's init can return on one rank while a peer is still connecting to it: line up first,
             # so a rank whose fn is instant cannot tear its sockets down under a peer still in init.
             _store_barrier(store, "mgpu/started", rank, world_size)
         t1 = time.perf_counter()
         where = "unpickling the function"
-        fn, args = cloudpickle.loads(job["payload"])
-        _send(res_fd, ("running", t1 - t0))
+        fn, args = cloudpickle.loads(job.payload)
+        _send(res_fd, Running(t1 - t0))
         where = "running the function"
         t2 = time.perf_counter()
         value = fn(rank, world_size, *args)
         t3 = time.perf_counter()
-        where = "sending the result"
-        _send(res_fd, ("ok", _to_cpu(value), t1 - t0, t3 - t2, trace.collect()))
+        where = f"sending the result (a {type(value).__module__}.{type(value).__qualname__})"
+        _send(res_fd, Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect()))
         where = "leaving the process group"
         if store is not None:
             # Wait for every rank to finish fn before closing connections a slower peer may still read from.
@@ -138,7 +147,7 @@ def main(job: dict, rank: int, out_fd: int, res_fd: int) -> None:
     except BaseException as exc:   # noqa: BLE001 - every failure must reach the notebook
         code = 1
         try:
-            _send(res_fd, _error_message(exc, where))
+            _send(res_fd, _failure(exc, where))
         except Exception:
             traceback.print_exc()
     finally:

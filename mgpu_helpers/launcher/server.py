@@ -1,15 +1,20 @@
 """The rank server: a CUDA-clean process with torch imported, from which rank processes are forked.
 
-Started by :mod:`mgpu_helpers.launcher.launch` as ``python -m mgpu_helpers.launcher.server FD PARENT_PID``. It never touches
-CUDA, so forking from it is safe even when the notebook kernel has used a GPU. Each job is handled by a
-*leader* (forked from the server, in a process group of its own) that forks the ranks and reports how
-each one exits. Process tree and who cleans up::
+Started by :mod:`mgpu_helpers.launcher.launch` as ``python -m mgpu_helpers.launcher.server FD PARENT_PID``. It
+never touches CUDA, so forking from it is safe even when the notebook kernel has used a GPU. Each job is
+handled by a *leader* (forked from the server, in a process group of its own) that forks the ranks and
+reports how each one exits. Process tree and who cleans up::
 
-    notebook kernel ──(Unix socket)── server (own session; dies with the kernel: PR_SET_PDEATHSIG)
+    notebook kernel ──(Unix socket)── server (own session; dies with the kernel: PR_SET_PDEATHSIG, and
+                                         │     exits when the socket closes)
                                          └─ leader of job k (pgid = its pid; dies with the server)
                                               └─ rank 0..n-1 (die with the leader)
 
-The server is also a child subreaper, so ranks orphaned by a killed leader are reaped, never left as zombies.
+The leader lives until the notebook closes the job's status pipe (or the server goes), even after its
+ranks have exited. So while the notebook holds that pipe, the leader's pid, which is the process group of
+the job, cannot be reused, and a ``killpg`` from the notebook always reaches this job. When the pipe
+closes the leader ends its whole group, and every process that was orphaned under it: it is a child
+subreaper, so a rank's child left behind (holding the rank's output open, say) is its child, not init's.
 """
 from __future__ import annotations
 
@@ -47,14 +52,44 @@ def _close_fds(fds) -> None:
             pass
 
 
-def run_leader(job: dict, fds: list[int], server_pid: int) -> None:
+def _my_children() -> list[int]:
+    """Pids of this process's children: Linux lists them per thread; psutil (a scan of /proc) elsewhere."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        import psutil
+        return [c.pid for c in psutil.Process().children()]
+
+
+def _end_everything_under_me() -> None:
+    """Kill what is left of the job: processes orphaned under this subreaper, then the process group.
+
+    An orphan (a rank's child whose rank has exited) is a direct child of ours, in whatever session or
+    group it put itself; its pid cannot be reused before we reap it, so killing it by pid is safe.
+    """
+    for pid in _my_children():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.killpg(0, signal.SIGKILL)   # ourselves included: everything has been reported
+
+
+def run_leader(job, fds: list[int], server_pid: int) -> None:
     """Fork the ranks of one job, tell the notebook their pids, then report each exit status."""
     from mgpu_helpers.launcher import rank as rank_process
+    from mgpu_helpers.launcher.messages import RankExit, RankPids
+    from mgpu_helpers.launcher.wire import write_frame
 
     die_with_parent(server_pid)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)      # the server ignores it; we need waitpid
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)      # stack dumps are for the ranks, not for us
-    n = job["world_size"]
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    # The server ignores SIGCHLD (the kernel reaps for it); here exits must stay zombies until waitpid
+    # reads them, and the ranks must inherit the default (subprocess.wait in a rank needs it).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)      # stack and flight-recorder dumps are for the ranks
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    n = job.world_size
     out_fds, res_fds, status_fd = fds[:n], fds[n:2 * n], fds[2 * n]
     leader_pid = os.getpid()
     pids = {}
@@ -64,6 +99,7 @@ def run_leader(job: dict, fds: list[int], server_pid: int) -> None:
             try:
                 die_with_parent(leader_pid)
                 signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+                signal.signal(signal.SIGUSR2, signal.SIG_DFL)
                 _close_fds([fd for i, fd in enumerate(out_fds) if i != rank])
                 _close_fds([fd for i, fd in enumerate(res_fds) if i != rank] + [status_fd])
                 rank_process.main(job, rank, out_fds[rank], res_fds[rank])
@@ -71,16 +107,35 @@ def run_leader(job: dict, fds: list[int], server_pid: int) -> None:
                 os._exit(70)
         pids[pid] = rank
     _close_fds(out_fds + res_fds)
-    from mgpu_helpers.launcher.wire import write_frame
-    write_frame(status_fd, pickle.dumps(("pids", {r: p for p, r in pids.items()})))
-    while pids:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        rank = pids.pop(pid, None)
-        if rank is not None:
-            write_frame(status_fd, pickle.dumps(("exit", rank, os.waitstatus_to_exitcode(status))))
+    # SIGCHLD wakes the poll below through this pipe, so an exit is reported the moment it happens. (A rank
+    # that exited before this handler was set is a zombie already, read by the first waitpid below.)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    poller = select.poll()
+    poller.register(status_fd, 0)          # POLLERR / POLLHUP: the notebook closed its end
+    poller.register(wake_r, select.POLLIN)
+    try:
+        write_frame(status_fd, pickle.dumps(RankPids({r: p for p, r in pids.items()})))
+        while True:
+            while True:                    # reap every child that has exited (ranks and orphans alike)
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if pid in pids:
+                    write_frame(status_fd, pickle.dumps(RankExit(pids.pop(pid), os.waitstatus_to_exitcode(status))))
+            events = dict(poller.poll())
+            if events.get(status_fd, 0) & (select.POLLERR | select.POLLHUP):
+                break
+            if wake_r in events:
+                os.read(wake_r, 4096)
+    except OSError:
+        pass                               # EPIPE: the notebook is gone
+    _end_everything_under_me()
     os._exit(0)
 
 
@@ -103,7 +158,8 @@ def _preload_when_idle(sock: socket.socket, pending: list[str]) -> bool:
     return False
 
 
-def serve(sock: socket.socket, parent_pid: int) -> None:
+def serve(sock: socket.socket) -> None:
+    from mgpu_helpers.launcher.messages import Ping, Pong, Started
     from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
     server_pid = os.getpid()
@@ -114,10 +170,10 @@ def serve(sock: socket.socket, parent_pid: int) -> None:
         try:
             data, fds = recv_msg(sock, maxfds=253)
         except (EOFError, ConnectionError):
-            return  # the notebook kernel closed its end: we are done
+            return  # the notebook kernel closed its end (or is gone): we are done
         job = pickle.loads(data)
-        if job.get("op") == "ping":
-            send_msg(sock, pickle.dumps(("pong", server_pid)))
+        if isinstance(job, Ping):
+            send_msg(sock, pickle.dumps(Pong(server_pid)))
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -135,9 +191,9 @@ def serve(sock: socket.socket, parent_pid: int) -> None:
             pass
         _close_fds(fds)
         try:
-            send_msg(sock, pickle.dumps(("started", pid)))
+            send_msg(sock, pickle.dumps(Started(job.job_id, pid)))
         except OSError:
-            os.killpg(pid, signal.SIGKILL)   # nobody is left to supervise this job
+            os.killpg(pid, signal.SIGKILL)   # nobody is left to supervise this job (the leader waits: safe)
             return
 
 
@@ -152,17 +208,19 @@ def main() -> None:
     # The whole point of this process: pay for these imports once, then fork ranks that have them.
     import cloudpickle  # noqa: F401
     import numpy  # noqa: F401
+    import psutil  # noqa: F401
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    from mgpu_helpers.launcher import rank as rank_process  # noqa: F401
-    sock = socket.socket(fileno=fd)
+    from mgpu_helpers.launcher import flight, rank as rank_process  # noqa: F401
+    from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
+    sock = socket.socket(fileno=fd)
     try:
-        send_msg(sock, pickle.dumps(("ready", os.getpid(), time.perf_counter() - t0)))
+        send_msg(sock, pickle.dumps(Ready(os.getpid(), time.perf_counter() - t0)))
     except OSError:
         return   # the notebook went away while we were importing torch: nothing to serve
-    serve(sock, parent_pid)
+    serve(sock)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,12 @@ _HEADER = struct.Struct("!Q")
 
 def write_frame(fd: int, data: bytes) -> None:
     """Write one frame (8-byte big-endian length, then the bytes) to a blocking file descriptor."""
-    view = memoryview(_HEADER.pack(len(data)) + data)
+    _write_all(fd, _HEADER.pack(len(data)))
+    _write_all(fd, data)     # not header + data: that would copy a result of hundreds of MB once more
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
     while view:
         n = os.write(fd, view)
         view = view[n:]
@@ -28,7 +33,8 @@ class FrameReader:
             (size,) = _HEADER.unpack_from(self._buf)
             if len(self._buf) < _HEADER.size + size:
                 break
-            frames.append(bytes(self._buf[_HEADER.size:_HEADER.size + size]))
+            with memoryview(self._buf) as view:      # one copy of a large frame, not two
+                frames.append(bytes(view[_HEADER.size:_HEADER.size + size]))
             del self._buf[:_HEADER.size + size]
         return frames
 

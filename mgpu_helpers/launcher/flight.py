@@ -1,0 +1,100 @@
+"""torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one
+it is stuck in.
+
+torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
+entries; NCCL's older name ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is deprecated in torch 2.13), each with its sequence number and whether it
+completed. It is on in every launch: both NCCL and gloo record into it in torch 2.13. A rank that is stuck
+has its main thread blocked inside the collective, so the buffer is dumped by a small thread of the rank
+that waits for SIGUSR2 (:func:`start_dumper`); the notebook sends that signal at the timeout, beside the
+SIGUSR1 that dumps the Python stacks, and reads the dumps with :func:`read_dump` and :func:`summarise`.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+
+BUFFER_ENTRIES = 2000
+DUMP_SIGNAL = signal.SIGUSR2
+
+
+def dump_path(job_dir: str, rank: int) -> str:
+    return os.path.join(job_dir, f"flight-{rank}.pkl")
+
+
+def start_dumper(job_dir: str, rank: int) -> None:
+    """In a rank, before any other thread exists: dump the flight recorder to a file on each SIGUSR2.
+
+    The signal is blocked in the main thread (and so in every thread started after this), and taken by
+    ``sigwait`` in a thread of its own: Python's signal handlers run in the main thread only, which is the
+    one stuck in the collective. The dump calls into torch, which the stuck collective does not block (it
+    waits with the GIL released).
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
+    path = dump_path(job_dir, rank)
+
+    def serve() -> None:
+        while True:
+            signal.sigwait({DUMP_SIGNAL})
+            try:
+                import torch._C._distributed_c10d as c10d
+                data = c10d._dump_fr_trace(includeStackTraces=False)
+            except Exception as exc:   # noqa: BLE001 - a missing dump is reported, never fatal
+                data = pickle.dumps({"error": f"{type(exc).__name__}: {exc}"})
+            # Written whole, then renamed: the notebook never reads half a dump.
+            with open(path + ".part", "wb") as f:
+                f.write(data)
+            os.replace(path + ".part", path)
+
+    threading.Thread(target=serve, name="mgpu-flight-recorder", daemon=True).start()
+
+
+def read_dump(path: str) -> dict | None:
+    """The unpickled dump at ``path``, or None when there is none (the rank never answered)."""
+    try:
+        with open(path, "rb") as f:
+            return pickle.loads(f.read())
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
+
+
+def _completed(entry: dict) -> bool:
+    # NCCL marks an entry "completed"; gloo leaves it "scheduled" and only sets "retired" once it finished.
+    return entry.get("state") == "completed" or bool(entry.get("retired"))
+
+
+def _label(entry: dict) -> tuple[int, str]:
+    name = str(entry.get("profiling_name", "?")).split(":", 1)[-1]
+    if entry.get("is_p2p"):
+        return int(entry.get("p2p_seq_id", 0)), f"p2p {name}"
+    return int(entry.get("collective_seq_id", 0)), name
+
+
+def summarise(dump: dict | None) -> dict | None:
+    """``{"last_completed": (seq, name) | None, "stuck_in": (seq, name) | None}`` of the default group.
+
+    ``seq`` is torch's sequence number of the collective in that group (p2p calls have their own counter and
+    are named "p2p send" / "p2p recv"). None when the dump is missing or torch could not produce one.
+    """
+    if not dump or "entries" not in dump:
+        return None
+    entries = [e for e in dump["entries"] if e.get("pg_id", 0) == 0] or list(dump["entries"])
+    entries.sort(key=lambda e: e.get("record_id", 0))
+    done = [e for e in entries if _completed(e)]
+    pending = [e for e in entries if not _completed(e)]
+    return {"last_completed": _label(done[-1]) if done else None,
+            "stuck_in": _label(pending[0]) if pending else None}
+
+
+def describe(summary: dict | None) -> str:
+    """One line for the RankTimeout message."""
+    if summary is None:
+        return "flight recorder: no dump"
+
+    def name(item):
+        return "none" if item is None else f"#{item[0]} {item[1]}"
+    stuck = summary["stuck_in"]
+    # gloo records collectives but not send/recv: a rank stuck in one shows no pending entry.
+    stuck_text = name(stuck) if stuck else "none recorded (a send/recv, which gloo does not record?)"
+    return f"flight recorder: last completed {name(summary['last_completed'])}, stuck in {stuck_text}"

@@ -1,0 +1,245 @@
+"""One launch as the notebook sees it: the pipes it owns, what the ranks sent, and how to end them.
+
+:class:`Job` holds the whole state of a launch, so that supervision (:mod:`mgpu_helpers.launcher.supervise`)
+reads it by name. Ownership rules, because an interrupt or a second thread may come at any moment:
+
+- every file descriptor of the launch is recorded in ``Job.owned`` the moment it exists (the caller holds
+  interrupts back while it creates them) and is closed only through :meth:`Job.close_fd`, which forgets it
+  first: a descriptor is never closed twice, so never closed after another thread got the same number;
+- the ranks are ended by closing the job's status pipe: the job's leader (:mod:`mgpu_helpers.launcher.server`)
+  waits for exactly that, then kills its process group and whatever was orphaned under it. The notebook
+  signals the group itself (stack dumps) only while it holds that pipe and has not seen it close, that is
+  while the leader is alive, so the group's number cannot have been reused by another process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import selectors
+import shutil
+import signal
+import sys
+import time
+
+from mgpu_helpers.launcher import flight
+from mgpu_helpers.launcher.interrupts import interrupts_held
+from mgpu_helpers.launcher.messages import Failed, RankExit, RankPids, Returned, Running
+from mgpu_helpers.launcher.wire import FrameReader, LineReader
+
+OUTPUT_LINES_KEPT = 2000
+READ_CHUNK = 1 << 20     # large results (hundreds of MB) arrive in few reads
+
+
+class Job:
+    """The notebook's view of one launch: its settings, pipes, the ranks' results and fate."""
+
+    def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool,
+                 quiet: bool):
+        self.world_size = world_size
+        self.backend = backend
+        self.reason = reason
+        self.timeout_s = timeout_s
+        self.stream = stream
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+        self.job_dir: str | None = None
+        self.outputs: list[list[str]] = [[] for _ in range(world_size)]
+        self.results: dict[int, Returned | Failed] = {}
+        self.exits: dict[int, int] = {}
+        self.pids: dict[int, int] = {}
+        self.running_since: dict[int, float] = {}
+        self.first_error: tuple[int, Failed] | None = None
+        self.pgid: int | None = None
+        self.leader = None                   # psutil.Process of the leader, checked to be the server's child
+        self.server_proc = None              # the rank server's Popen, to tell its death from the leader's
+        self.status_fd: int | None = None
+        self.leader_gone = False             # the status pipe closed under us: the leader died
+        self.owned: set[int] = set()
+        self.sel = selectors.DefaultSelector()
+
+    # -- file descriptors ---------------------------------------------------------------------------
+    def pipe(self) -> tuple[int, int]:
+        """A new pipe owned by this job (call with interrupts held, so that it cannot leak)."""
+        r, w = os.pipe()
+        self.owned.update((r, w))
+        return r, w
+
+    def close_fd(self, fd: int) -> None:
+        """Close ``fd`` if this job still owns it, exactly once.
+
+        Called while ranks are supervised too, where an interrupt may come: held back here, so that the fd is
+        never forgotten without being closed (a leak) nor closed without being forgotten (closed twice).
+        """
+        with interrupts_held():
+            if fd not in self.owned:
+                return
+            self.owned.discard(fd)
+            try:
+                self.sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(fd)
+
+    def watch(self, fd: int, kind: str, rank: int | None) -> None:
+        """Read ``fd`` from now on: "out" (a rank's output lines), "res" (its results), "status" (the leader)."""
+        os.set_blocking(fd, False)
+        reader = LineReader() if kind == "out" else FrameReader()
+        self.sel.register(fd, selectors.EVENT_READ, (kind, rank, reader))
+        if kind == "status":
+            self.status_fd = fd
+
+    def attach_leader(self, leader_pid: int, server_proc) -> None:
+        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it."""
+        import psutil
+        self.pgid = leader_pid
+        self.server_proc = server_proc
+        try:
+            leader = psutil.Process(leader_pid)
+            # The leader waits for us before it exits, so this is it, unless something killed it already
+            # and its pid went to another process: then that process is not the server's child.
+            if leader.ppid() == server_proc.pid:
+                self.leader = leader
+        except psutil.Error:
+            pass
+
+    # -- reading what the ranks send ----------------------------------------------------------------
+    def _emit(self, rank: int, lines: list[str]) -> None:
+        kept = self.outputs[rank]
+        kept.extend(lines)
+        if len(kept) > OUTPUT_LINES_KEPT:
+            del kept[: len(kept) - OUTPUT_LINES_KEPT]
+        if self.stream and lines:
+            sys.stdout.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
+            sys.stdout.flush()
+
+    def _handle(self, kind: str, rank, frame: bytes) -> None:
+        if kind == "status":
+            msg = pickle.loads(frame)
+            if isinstance(msg, RankPids):
+                self.pids = dict(msg.pids)
+            elif isinstance(msg, RankExit):
+                self.exits[msg.rank] = msg.code
+            return
+        import cloudpickle
+        msg = cloudpickle.loads(frame)
+        if isinstance(msg, Running):
+            self.running_since[rank] = time.monotonic()
+            return
+        self.results[rank] = msg
+        if isinstance(msg, Failed) and self.first_error is None:
+            self.first_error = (rank, msg)
+
+    def pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for anything from the ranks and take it in."""
+        for key, _ in self.sel.select(timeout):
+            fd = key.fd
+            kind, rank, reader = key.data
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                if kind == "out":
+                    self._emit(rank, reader.flush())
+                if kind == "status":
+                    self.leader_gone = True
+                self.close_fd(fd)
+                continue
+            if kind == "out":
+                self._emit(rank, reader.feed(chunk))
+            else:
+                for frame in reader.feed(chunk):
+                    self._handle(kind, rank, frame)
+
+    def drain(self, seconds: float) -> None:
+        """Read until every pipe we read is closed (ranks gone) or ``seconds`` pass."""
+        end = time.monotonic() + seconds
+        while self.sel.get_map() and time.monotonic() < end:
+            self.pump(max(0.0, min(0.05, end - time.monotonic())))
+
+    # -- state ----------------------------------------------------------------------------------------
+    def finished(self, rank: int) -> bool:
+        return rank in self.results or rank in self.exits
+
+    def returned(self, rank: int) -> bool:
+        return isinstance(self.results.get(rank), Returned)
+
+    def all_exited(self) -> bool:
+        return len(self.exits) == self.world_size or not self.sel.get_map()
+
+    def died_without_result(self) -> list[int]:
+        return sorted(r for r in self.exits if r not in self.results)
+
+    def leader_alive(self) -> bool:
+        """True while the group ``pgid`` is certainly this job's: we hold the status pipe, it has not closed."""
+        return self.leader is not None and self.status_fd in self.owned and not self.leader_gone
+
+    # -- ending -----------------------------------------------------------------------------------
+    def signal_ranks(self, signum: int) -> None:
+        """Send ``signum`` to the job's process group (the leader ignores the dump signals)."""
+        if self.leader_alive():
+            try:
+                os.killpg(self.pgid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self) -> None:
+        """End every process of the job: close the status pipe, which the leader takes as its cue."""
+        leader = self.leader if self.leader_alive() else None
+        if self.status_fd is not None:
+            self.close_fd(self.status_fd)
+        # When every rank has exited the leader only has orphans left to end, and does so on its own; a
+        # repeat launch should not wait for that. Otherwise make sure the ranks are gone before returning.
+        if leader is not None and len(self.exits) < self.world_size:
+            import psutil
+            try:
+                leader.wait(2.0)
+            except psutil.TimeoutExpired:
+                # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
+                # psutil checks the process is still the same one, so no other process can be hit.
+                try:
+                    leader.kill()
+                except psutil.Error:
+                    pass
+            except psutil.Error:
+                pass
+
+    def finish(self) -> None:
+        """Kill, read what is left, close every descriptor and remove the job's folder. Never raises."""
+        self.kill()
+        try:
+            self.drain(2.0)
+        except Exception:   # noqa: BLE001 - a broken frame must not keep the fds and folder
+            pass
+        for fd in list(self.owned):
+            try:
+                self.close_fd(fd)
+            except OSError:
+                pass
+        self.sel.close()
+        if self.job_dir is not None:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+
+    def take_dumps(self, ranks: list[int]) -> tuple[dict[int, str], dict[int, dict | None]]:
+        """Python stacks (SIGUSR1, faulthandler) and flight-recorder dumps (SIGUSR2) of ``ranks``."""
+        self.signal_ranks(signal.SIGUSR1)
+        self.signal_ranks(flight.DUMP_SIGNAL)
+        stack_paths = {r: os.path.join(self.job_dir, f"stack-{r}.txt") for r in ranks}
+        fr_paths = {r: flight.dump_path(self.job_dir, r) for r in ranks}
+        sizes = {r: -1 for r in ranks}
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            self.pump(0.1)   # keep the pipes flowing while the dumps are written
+            now = {r: os.path.getsize(p) if os.path.exists(p) else 0 for r, p in stack_paths.items()}
+            stacks_done = all(now[r] > 0 and now[r] == sizes[r] for r in ranks)
+            if stacks_done and all(os.path.exists(p) for p in fr_paths.values()):
+                break
+            sizes = now
+        stacks = {}
+        for r, p in stack_paths.items():
+            try:
+                with open(p) as f:
+                    stacks[r] = f.read().strip()
+            except OSError:
+                stacks[r] = ""
+        return stacks, {r: flight.summarise(flight.read_dump(p)) for r, p in fr_paths.items()}

@@ -1,0 +1,100 @@
+"""The messages of a launch, as named records: what the notebook, the rank server, a job's leader and the
+ranks say to each other.
+
+Every message is one frame (:mod:`mgpu_helpers.launcher.wire`) holding one pickled record below, so each side
+reads fields by name (``msg.leader_pid``), never by position, and a message of the wrong kind is caught by
+its type. Who sends what::
+
+    notebook -> server   JobRequest (with the job's pipes attached), Ping
+    server -> notebook   Ready (torch imported), Started (a leader was forked for the job), Pong
+    leader -> notebook   RankPids, RankExit            (on the job's status pipe)
+    rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One launch, as the server needs it: everything a rank must set up before it calls ``fn``."""
+
+    job_id: int
+    world_size: int
+    backend: str
+    init: bool
+    init_method: str
+    payload: bytes                 # cloudpickle of (fn, args)
+    env: dict                      # environment shared by the ranks
+    rank_env: list                 # per rank: RANK, LOCAL_RANK, ...
+    job_dir: str                   # private folder: rendezvous store, stack and flight-recorder dumps
+    sys_path: list
+    cwd: str
+    pg_timeout_s: float
+
+
+@dataclass(frozen=True)
+class Ping:
+    """Asks the server whether it is alive (answered with :class:`Pong`)."""
+
+
+@dataclass(frozen=True)
+class Pong:
+    server_pid: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The server has imported torch and takes jobs."""
+
+    server_pid: int
+    import_s: float
+
+
+@dataclass(frozen=True)
+class Started:
+    """The server forked the leader of job ``job_id``; its pid is also the process group of the ranks."""
+
+    job_id: int
+    leader_pid: int
+
+
+@dataclass(frozen=True)
+class RankPids:
+    pids: dict = field(default_factory=dict)     # rank -> pid
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """How rank ``rank`` ended: exit code, or minus the signal number that killed it."""
+
+    rank: int
+    code: int
+
+
+@dataclass(frozen=True)
+class Running:
+    """The rank joined the process group (in ``init_s`` seconds) and is calling ``fn``."""
+
+    init_s: float
+
+
+@dataclass(frozen=True)
+class Returned:
+    """``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds."""
+
+    value: object
+    init_s: float
+    fn_s: float
+    spans: list
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Something raised in the rank while ``where`` (e.g. "running the function", "sending the result")."""
+
+    where: str
+    exc_type: str
+    text: str
+    traceback: str
+    exception_blob: bytes | None   # the exception itself, cloudpickled, when it could be
