@@ -214,11 +214,23 @@ def test_leader_killed_mid_job_is_reported_and_its_group_is_never_signalled_afte
         time.sleep(60)
 
     def kill_leader():
-        leaders = psutil.Process(launch._server.proc.pid).children()
+        # Wait for the job's leader (a cold server start imports torch first: seconds on some machines),
+        # then give its ranks a moment to be inside rank_fn.
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline:
+            server = getattr(launch._server, "proc", None)
+            try:
+                leaders = psutil.Process(server.pid).children() if server else []
+            except psutil.NoSuchProcess:
+                leaders = []
+            if leaders and len(leaders[0].children()) == 2:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
         killed.append((time.monotonic(), leaders[0].pid))
         leaders[0].kill()
 
-    threading.Timer(1.5, kill_leader).start()
+    threading.Thread(target=kill_leader, daemon=True).start()
     with pytest.raises(mh.LaunchError, match="leader process of this launch"):
         mh.run_ranks(rank_fn, 2, timeout=30, quiet=True, stream=False)
     when, leader = killed[0]

@@ -249,6 +249,8 @@ Written by `python -m mgpu_helpers.measure.profile --torchrun-script`. Each span
 
     nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node {world_size} {name}
 """
+import os
+
 import torch
 
 import mgpu_helpers as mh
@@ -265,7 +267,7 @@ def lab_step(rank, world_size):
 
 if __name__ == "__main__":
     rows = mh.torchrun_main(lab_step)
-    print(rows)
+    os.write(1, (repr(rows) + "\\n").encode())   # one write per rank: the ranks share stdout, lines must not mix
 '''
 
 
