@@ -142,18 +142,24 @@ def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dt
             "检查：每个 send 在对方都有一个 recv 对应；阻塞的 send/recv 要错开顺序（或用 batch_isend_irecv）。"
         ) from None
     except RankError as exc:
-        if is_stub_error(exc):
-            raise not_done(fn, what) from None
-        text = str(exc).splitlines()[0]
-        if "EXERCISE_NOT_LEFT" in str(exc):
-            raise CheckFailed(f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
-                              "dist.destroy_process_group()，让这个进程离开进程组。") from None
-        if "EXERCISE_FORBIDDEN" in str(exc):
-            name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
-            raise CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}"
-                              f"（rank {exc.rank}）。") from None
-        raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}") from None
+        raise rank_failure(exc, fn, what) from None
     return res.values
+
+
+def rank_failure(exc, fn, what: str) -> CheckFailed:
+    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` raised by the learner's ``fn``:
+    "not done yet" for the stub, the exercise's own rules (forbidden calls, a group left open), else the
+    rank, the exception type and its first line."""
+    if is_stub_error(exc):
+        return not_done(fn, what)
+    text = str(exc).splitlines()[0]
+    if "EXERCISE_NOT_LEFT" in str(exc):
+        return CheckFailed(f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
+                           "dist.destroy_process_group()，让这个进程离开进程组。")
+    if "EXERCISE_FORBIDDEN" in str(exc):
+        name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
+        return CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}（rank {exc.rank}）。")
+    return CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}")
 
 
 def int_values(rng, shape) -> np.ndarray:

@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, not_done, is_stub_error, passed, compare
+from mgpu_helpers.checks.core import CheckFailed, compare, passed, rank_failure
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -41,9 +41,7 @@ def check_data_parallel_step(fn, world_sizes=(2, 3), timeout: float = 60.0) -> N
             raise CheckFailed(f"{what}：{n} 个 Rank 过了 {timeout:g} 秒还没结束；是不是有的 Rank 少调了一次 "
                               "All-Reduce？每个 Rank 每一步都要调用同样的 Collective。") from None
         except RankError as exc:
-            if is_stub_error(exc):
-                raise not_done(fn, what) from None
-            raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}") from None
+            raise rank_failure(exc, fn, what) from None
         want = ref.train_single_process(config).numpy()
         for r, got in enumerate(res.values):
             hint = ""
