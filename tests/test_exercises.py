@@ -11,6 +11,7 @@ import glob
 import os
 import re
 import shutil
+import statistics
 import textwrap
 
 import nbformat
@@ -193,10 +194,12 @@ def test_check_command_fails_when_an_exercise_was_edited_by_hand(tmp_path, monke
     assert exercises.main(["generate"]) == 0 and exercises.main(["check"]) == 0
 
 
-def test_globs_find_at_least_15_exercises_in_several_notebooks():
+def test_every_lesson_from_01_to_12_has_exercises_and_there_are_at_least_24():
     notebooks = {nb for nb, _, _ in PAIRS}
-    assert len(PAIRS) >= 15, f"only {len(PAIRS)} exercises found"
-    assert len(notebooks) >= 6
+    assert len(PAIRS) >= 24, f"only {len(PAIRS)} exercises found"
+    lessons = {os.path.basename(p)[:2] for p in glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb"))} - {"00"}
+    assert lessons == {f"{k:02d}" for k in range(1, 13)}
+    assert {nb[2:4] for nb in notebooks} == lessons, sorted(lessons - {nb[2:4] for nb in notebooks})
     assert {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "exercises", "*.ipynb"))} == notebooks
 
 
@@ -586,3 +589,56 @@ def test_counting_received_bytes_too_is_reported_as_twice_the_count():
 def test_guessing_half_the_bytes_is_told_about_the_second_phase():
     with pytest.raises(checks.CheckFailed, match=r"你的答案 3000000.*6000000 字节.*All-Gather 阶段也要发"):
         checks.check_ring_bytes_guess(lambda: 3_000_000)
+
+
+# -- ex11: the review's numbers ------------------------------------------------------------------------------
+
+
+def test_a_speedup_upside_down_is_told_which_way_round():
+    with pytest.raises(checks.CheckFailed, match=r"加速比应当是 1\.6.*倒过来了"):
+        checks.check_speedup_efficiency(lambda t1, tn, n: (tn / t1, tn / t1 / n))
+
+
+def test_an_efficiency_that_is_the_speedup_is_told_to_divide_by_the_ranks():
+    with pytest.raises(checks.CheckFailed, match=r"效率应当是 0\.8.*你给的是 1\.6.*除以卡数"):
+        checks.check_speedup_efficiency(lambda t1, tn, n: (t1 / tn, t1 / tn))
+
+
+def test_four_ranks_predicted_four_times_faster_is_held_against_the_uneven_run():
+    with pytest.raises(checks.CheckFailed, match=r"Shard 12/6/4/2.*量到加速比 [0-9.]+×.*你的预测是 4\.00×。四个 Rank 不会自动快四倍"):
+        checks.check_speedup_prediction(lambda: (4.0, 4.0))
+
+
+def test_the_rank_that_waits_longest_is_not_the_straggler():
+    def most_waiting(values):
+        waits = [statistics.median(v["wait_s"]) for v in values]
+        return max(range(len(values)), key=lambda r: waits[r]), 0.0
+
+    with pytest.raises(checks.CheckFailed, match=r"Straggler 是 rank \d，你给的是 rank \d。rank \d 等得最久"):
+        checks.check_find_straggler(most_waiting)
+
+
+def test_a_straggler_found_by_summing_steps_is_told_about_the_stalled_step():
+    from mgpu_helpers.checks import review
+
+    def by_sum(values):
+        rank = max(range(len(values)), key=lambda r: sum(values[r]["compute_s"]))
+        return rank, review.reference_straggler(values)[1]
+
+    with pytest.raises(checks.CheckFailed, match=r"计算总和最大，是因为它有一步被卡住了"):
+        checks.check_find_straggler(by_sum)
+
+
+def test_the_synthetic_straggler_records_fool_a_sum_but_not_a_median():
+    import random
+
+    from mgpu_helpers.checks import review
+
+    rng = random.Random(7)
+    for _ in range(50):
+        values = review._synthetic_values(rng)
+        rank, _ = review.reference_straggler(values)
+        sums = [sum(v["compute_s"]) for v in values]
+        assert max(range(len(values)), key=lambda r: sums[r]) != rank
+        assert all(abs(v["wait_s"][k] + v["compute_s"][k] - max(w["compute_s"][k] for w in values)) < 1e-12
+                   for v in values for k in range(5))

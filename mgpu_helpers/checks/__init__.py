@@ -41,6 +41,9 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
+| ex11 | :func:`check_speedup_efficiency` | ``speedup_and_efficiency(t1_s, tn_s, world_size) -> (speedup, efficiency)`` |
+| ex11 | :func:`check_speedup_prediction` | ``predicted_speedups() -> (uneven, balanced)``: a number first, measured on ranks |
+| ex11 | :func:`check_find_straggler` | ``find_straggler(values) -> (rank, lost_s)`` from per-rank records |
 | ex12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
 | ex12 | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: the lab's conclusions as data |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
@@ -88,6 +91,9 @@ __getattr__, __dir__, __all__ = attach(
         "make_hang_evidence": "diagnostics",
         "check_find_mismatch": "diagnostics",
         "check_predict_hang": "diagnostics",
+        "check_speedup_efficiency": "review",
+        "check_speedup_prediction": "review",
+        "check_find_straggler": "review",
         "check_ownership_check": "lab",
         "check_lab_claims": "lab",
         "check_rs_ag_slowdown": "lab",
