@@ -216,19 +216,25 @@ def test_leader_killed_mid_job_is_reported_and_its_group_is_never_signalled_afte
     def kill_leader():
         # Wait for the job's leader (a cold server start imports torch first: seconds on some machines),
         # then give its ranks a moment to be inside rank_fn.
+        # The server may still be reaping an earlier job's leader: a child can vanish between two calls.
         deadline = time.monotonic() + 25
-        while time.monotonic() < deadline:
+        leader = None
+        while leader is None and time.monotonic() < deadline:
             server = getattr(launch._server, "proc", None)
             try:
-                leaders = psutil.Process(server.pid).children() if server else []
+                children = psutil.Process(server.pid).children() if server else []
             except psutil.NoSuchProcess:
-                leaders = []
-            if leaders and len(leaders[0].children()) == 2:
-                break
+                children = []
+            for child in children:
+                try:
+                    if len(child.children()) == 2:
+                        leader = child
+                except psutil.NoSuchProcess:
+                    continue
             time.sleep(0.05)
         time.sleep(0.5)
-        killed.append((time.monotonic(), leaders[0].pid))
-        leaders[0].kill()
+        killed.append((time.monotonic(), leader.pid))
+        leader.kill()
 
     threading.Thread(target=kill_leader, daemon=True).start()
     with pytest.raises(mh.LaunchError, match="leader process of this launch"):

@@ -174,3 +174,19 @@ def test_ring_reaches_80_percent_of_nccl_busbw_at_256_mib_on_2_gpus():
     noise = (max(t_dist) - min(t_dist)) / statistics.median(t_dist)
     share = statistics.median(t_dist) / statistics.median(t_ring)
     assert share >= 0.8 - noise, f"ring busbw is {share:.0%} of dist.all_reduce's at 256 MiB (noise {noise:.0%})"
+
+
+def _avg_cuda_under_gloo(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.lessons.ring import all_reduce_avg, portable_op
+    chosen = portable_op("avg", torch.zeros(1, device="cuda:0"))
+    ints = all_reduce_avg(torch.tensor([rank + 3], device="cuda:0"))   # gloo refuses AVG on integers
+    return chosen[0] == dist.ReduceOp.SUM and chosen[1], ints.tolist()
+
+
+@pytest.mark.skipif(_gpu_count() < 1, reason="needs a GPU (CUDA tensors in a gloo group)")
+def test_avg_of_cuda_tensors_in_a_gloo_group_is_sum_then_divide():
+    res = mh.run_ranks(_avg_cuda_under_gloo, 2, backend="gloo", stream=False, quiet=True)
+    assert res.values == [(True, [3]), (True, [3])]         # (3 + 4) // 2

@@ -54,9 +54,10 @@ def test_text_without_a_matrix_is_rejected():
         topology.parse_topo_matrix("No devices were found\n")
 
 
-def test_nv_words_are_bonded_links_through_nvswitch_not_one_cable():
+def test_nv_words_are_bonded_links_through_nvswitch_on_8_gpu_boards_or_direct():
     meaning = topology.link_meaning("NV18")
-    assert meaning.startswith("a bonded set of 18 NVLinks") and "NVSwitch" in meaning and "not one cable" in meaning
+    assert meaning.startswith("a bonded set of 18 NVLinks")
+    assert "NVSwitch chips on 8-GPU HGX boards" in meaning and "direct on 4-GPU boards" in meaning
     assert "per direction" in topology.summary(topology.recorded_topology())
     assert "per direction" not in topology.summary(topology.parse_topo_matrix(
         "\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n"))

@@ -140,7 +140,8 @@ def check_launch(grid: int, block: int, max_threads_per_block: int = MAX_THREADS
     """Refuse a launch configuration the hardware will refuse, with a message that says why.
 
     The same check on every machine: the CUDA simulator does not enforce the 1024-threads-per-block limit,
-    a real GPU does (the driver returns CUDA_ERROR_INVALID_VALUE, the C runtime cudaErrorInvalidConfiguration)."""
+    a real GPU does (the driver returns CUDA_ERROR_INVALID_VALUE; the C runtime's cudaGetLastError() says
+    cudaErrorInvalidValue on CUDA 13.0, cudaErrorInvalidConfiguration on older versions)."""
     if not 1 <= block <= max_threads_per_block:
         raise ValueError(f"block of {block} threads: a block holds 1..{max_threads_per_block} threads")
     if grid < 1:

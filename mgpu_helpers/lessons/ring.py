@@ -9,10 +9,10 @@ REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 def portable_op(op: str, tensor):
     """The ``ReduceOp`` to call for ``op`` on ``tensor``, and whether the result must still be divided.
 
-    "avg" on a CUDA tensor is NCCL's own ``AVG``; on a CPU tensor (gloo) it becomes ``SUM``, and the caller
-    divides by the world size afterwards (:func:`divide_by_world_size`): gloo refuses ``AVG`` in older torch
-    versions and takes it for floating-point tensors only in newer ones, while SUM works everywhere.
-    Returns ``(reduce_op, divide_after)``.
+    "avg" on a CUDA tensor of a group whose CUDA backend is NCCL is NCCL's own ``AVG``; anywhere else (gloo,
+    for CPU tensors or CUDA ones) it becomes ``SUM``, and the caller divides by the world size afterwards
+    (:func:`divide_by_world_size`): gloo refuses ``AVG`` in older torch versions and takes it for
+    floating-point tensors only in newer ones, while SUM works everywhere. Returns ``(reduce_op, divide_after)``.
     """
     import torch.distributed as dist
 
@@ -20,7 +20,7 @@ def portable_op(op: str, tensor):
            "min": dist.ReduceOp.MIN, "prod": dist.ReduceOp.PRODUCT}
     if op not in ops:
         raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
-    if op == "avg" and not tensor.is_cuda:
+    if op == "avg" and not (tensor.is_cuda and "nccl" in str(dist.get_backend())):
         return dist.ReduceOp.SUM, True
     return ops[op], False
 

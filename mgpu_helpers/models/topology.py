@@ -5,8 +5,9 @@ nvidia-smi); on a CPU-only machine :func:`recorded_topology` gives the matrix re
 2 x NVIDIA H200 host (``data/topo_h200x2.txt``), clearly labelled as a recording, and
 :func:`recorded_nvlink_speeds` the speed of each NVLink recorded there (``data/nvlink_h200x2.txt``).
 
-``NV18`` means "a bonded set of 18 NVLinks" (nvidia-smi's legend), not one cable: on HGX boards each GPU's
-NVLinks go to NVSwitch chips, and GPU-to-GPU traffic crosses them. ``nvidia-smi nvlink -s`` gives each link's
+``NV18`` means "a bonded set of 18 NVLinks" (nvidia-smi's legend), a count of links, not one cable: on 8-GPU
+HGX boards each GPU's NVLinks go to NVSwitch chips, and GPU-to-GPU traffic crosses them (4-GPU boards and
+NVLink bridges link the GPUs directly). ``nvidia-smi nvlink -s`` gives each link's
 speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per direction); a datasheet's
 900 GB/s for the same GPU counts both directions together.
 """
@@ -22,7 +23,7 @@ _DEVICE = re.compile(r"^(GPU|NIC)\d+$")
 # What each word of the matrix means (nvidia-smi's legend), fastest path first.
 LINK_MEANINGS = {
     "X": "self",
-    "NV#": "a bonded set of # NVLinks (fastest; on HGX boards through NVSwitch chips, not one cable)",
+    "NV#": "a bonded set of # NVLinks (fastest; through NVSwitch chips on 8-GPU HGX boards, direct on 4-GPU boards and bridges)",
     "PIX": "PCIe, at most one PCIe bridge",
     "PXB": "PCIe, several PCIe bridges, no host bridge",
     "PHB": "PCIe through a PCIe host bridge (usually the CPU)",
