@@ -74,3 +74,15 @@ def test_spill_reservation_scales_with_resident_threads():
 def test_bad_input_is_refused_with_what_is_allowed(args):
     with pytest.raises(ValueError, match="block must be >= 1"):
         occ.occupancy(*args)
+
+
+def test_recorded_registers_of_02s_kernels_give_the_lessons_occupancy_story():
+    from mgpu_helpers.measure import gpu_limits
+
+    regs = gpu_limits.recorded_registers()
+    free = regs["manyRegs"]["registers"]
+    bounded = regs["manyRegs_launch_bounds_1024"]
+    assert regs["manyRegs"]["local_bytes"] == 0 and bounded["local_bytes"] > 0      # the bound forces a spill
+    assert not occ.occupancy(1024, free).launchable                          # unbounded: no 1024 block
+    assert occ.occupancy(1024, bounded["registers"]).launchable and bounded["registers"] <= 64
+    assert 0 < regs["seed_vecAdd_cupy"]["registers"] < free and regs["numba_vec_add"]["registers"] > 0

@@ -1,11 +1,12 @@
-"""Measured collective sweeps over message sizes, the way NVIDIA nccl-tests measures them.
+"""Measured collective sweeps over message sizes, after NVIDIA nccl-tests' method.
 
 - :func:`run_sweep`: all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
   all-reduce in two halves) on ``world_size`` ranks over a list of message sizes. Each rank pre-allocates
-  its buffers, runs warm-up iterations, then times a batch of back-to-back operations: between two CUDA
-  events on a GPU (no synchronisation per operation, like nccl-tests), with ``perf_counter`` around the
-  batch on the CPU. The slowest rank's time is the time of the operation (the collective ends for
-  everybody when it ends for the last rank).
+  its buffers, runs warm-up iterations, then times a batch of back-to-back operations with no
+  synchronisation per operation, as nccl-tests does. Two differences from nccl-tests (which wraps the batch in
+  a host timer and by default averages over ranks): on a GPU the batch sits between two CUDA events
+  (``perf_counter`` around it on the CPU), and the slowest rank's time is the time of the operation (the
+  collective ends for everybody when it ends for the last rank).
 - :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
   slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
 - :func:`compare_rank`: all-reduce against reduce-scatter + all-gather (in place and out of place) on the
