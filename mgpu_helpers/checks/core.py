@@ -63,6 +63,11 @@ def call(fn, what: str, *args):
         raise not_done(fn, what) from None
 
 
+def is_number(v) -> bool:
+    """A real number the learner returned: int or float, not a bool, not NaN."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+
+
 def fmt(v) -> str:
     v = float(v)
     if math.isnan(v):

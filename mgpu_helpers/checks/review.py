@@ -11,7 +11,8 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, passed
+from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
+from mgpu_helpers.checks.stragglers import traced_run
 
 # The number-first exercise: one rank does all 24 units; four ranks split them 12/6/4/2, then 6/6/6/6.
 SPEEDUP_TOTAL = 24
@@ -21,10 +22,6 @@ SPEEDUP_SECONDS_PER_UNIT = 0.010
 # The measured case of find_straggler: rank 1 holds the largest shard.
 STRAGGLER_SHARDS = (4, 9, 6)
 STRAGGLER_SECONDS_PER_UNIT = 0.010
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -43,7 +40,7 @@ def check_speedup_efficiency(fn) -> None:
         got = call(fn, what, t1, tn, n)
         want = (scaling.speedup(t1, tn), scaling.strong_scaling_efficiency(t1, tn, n))
         where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(_is_number(v) for v in got):
+        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(v) for v in got):
             raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
         s, e = (float(v) for v in got)
         if not math.isclose(s, want[0], rel_tol=1e-9):
@@ -63,16 +60,6 @@ def check_speedup_efficiency(fn) -> None:
 # Exercise 2: a number first, then ranks measure it.
 
 
-def _run(shards, steps: int, seconds_per_unit: float, what: str):
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.measure import straggler
-
-    try:
-        return straggler.run_traced(shards, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
-    except (RankError, RankTimeout) as exc:
-        raise CheckFailed(f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}") from None
-
-
 def measured_speedup(shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT,
                      steps: int = 5, single=None) -> dict:
     """Measure the speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units.
@@ -85,8 +72,8 @@ def measured_speedup(shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float
     from mgpu_helpers.measure import straggler
 
     what = "测量加速比"
-    runs = [single if single is not None else _run((total,), steps, seconds_per_unit, what),
-            _run(tuple(shards), steps, seconds_per_unit, what)]
+    runs = [single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
+            traced_run(tuple(shards), steps, seconds_per_unit, what)]
     ideal = [total * seconds_per_unit, max(shards) * seconds_per_unit]
     step = [straggler.median_step_seconds(r.values) for r in runs]
     slack = [straggler.step_margin(r.values, seconds_per_unit)
@@ -102,7 +89,7 @@ def check_speedup_prediction(fn) -> None:
     with the measured speed-up, within the range this run's own spread allows plus 10%."""
     what = "predicted_speedups 要给出两个数：12/6/4/2 和 6/6/6/6 在四个 Rank 上各比一个 Rank 快几倍"
     guess = call(fn, what)
-    if not isinstance(guess, (tuple, list)) or len(guess) != 2 or not all(_is_number(v) for v in guess):
+    if not isinstance(guess, (tuple, list)) or len(guess) != 2 or not all(is_number(v) for v in guess):
         raise CheckFailed(f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。")
     ms = 1e3 * SPEEDUP_SECONDS_PER_UNIT
     single = None
@@ -171,7 +158,7 @@ def check_find_straggler(fn) -> None:
         got = call(fn, what, values)
         medians = [round(1e3 * statistics.median(v["compute_s"]), 1) for v in values]
         where = f"{len(values)} 个 Rank，每个 Rank 计算时间的中位数 {medians} ms"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not _is_number(got[1]):
+        if not isinstance(got, (tuple, list)) or len(got) != 2 or not is_number(got[1]):
             raise CheckFailed(f"{where}：应当返回 (rank, 秒数)，实际得到 {got!r}。")
         rank, lost = got
         if rank != want[0]:
@@ -187,13 +174,13 @@ def check_find_straggler(fn) -> None:
                               f"应当是 {1e3 * want[1]:.2f} ms，你给的是 {1e3 * float(lost):.2f} ms。"
                               "如果一步都按最慢的 Rank 走、而工作能均分，每步能省下多少？")
     s = STRAGGLER_SECONDS_PER_UNIT
-    run = _run(STRAGGLER_SHARDS, 5, s, what)
+    run = traced_run(STRAGGLER_SHARDS, 5, s, what)
     got = call(fn, what, run.values)
     model_rank = max(range(len(STRAGGLER_SHARDS)), key=lambda r: STRAGGLER_SHARDS[r])
     model_lost = (max(STRAGGLER_SHARDS) - statistics.fmean(STRAGGLER_SHARDS)) * s
     margin = straggler.model_margin(run.values, s) + 0.1 * model_lost
     label = "/".join(str(u) for u in STRAGGLER_SHARDS)
-    if (not isinstance(got, (tuple, list)) or len(got) != 2 or not _is_number(got[1])
+    if (not isinstance(got, (tuple, list)) or len(got) != 2 or not is_number(got[1])
             or got[0] != model_rank or abs(float(got[1]) - model_lost) > margin):
         raise CheckFailed(f"真实的 {len(STRAGGLER_SHARDS)} 个 Rank（Shard {label}，每单位 {1e3 * s:g} ms）：应当是 "
                           f"rank {model_rank}、约 {1e3 * model_lost:.0f} ms（误差上限 ±{1e3 * margin:.0f} ms），"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import random
 
-from mgpu_helpers.checks.core import CheckFailed, passed, call
+from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -71,6 +71,18 @@ def check_rebalance(fn) -> None:
     passed(f"rebalance 在 {len(cases)} 组随机的分片和速度上，都让最慢的 Rank 和最优整数分法一样快。")
 
 
+def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
+    """The deterministic-cost straggler step on real ranks (RankResults), for a checker that measures; a rank
+    that fails or hangs becomes a CheckFailed that says so."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.measure import straggler
+
+    try:
+        return straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
+    except (RankError, RankTimeout) as exc:
+        raise CheckFailed(f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}") from None
+
+
 # The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
 WAIT_SHARDS = (9, 5, 5, 3)
 WAIT_SECONDS_PER_UNIT = 0.020
@@ -83,17 +95,13 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
     with ``shard_units`` at ``seconds_per_unit``. Runs the deterministic (sleep) straggler step on
     ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
     (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.measure import straggler
 
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = call(fn, what)
-    if isinstance(guess, bool) or not isinstance(guess, (int, float)) or math.isnan(guess):
+    if not is_number(guess):
         raise CheckFailed(f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
-    try:
-        res = straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
-    except (RankError, RankTimeout) as exc:
-        raise CheckFailed(f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}") from None
+    res = traced_run(shard_units, steps, seconds_per_unit, what)
     measured = straggler.median_waits(res.values)[rank]
     margin = straggler.model_margin(res.values, seconds_per_unit)
     tolerance = margin + 0.1 * measured + 1e-3
