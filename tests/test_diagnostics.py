@@ -103,5 +103,5 @@ def test_run_schedule_stops_where_the_schedules_part():
 def test_the_hang_scenarios_are_the_ones_notebook_10_teaches():
     import mgpu_helpers.lessons.diagnostics as lesson
     with open(lesson.__file__, encoding="utf-8") as f:
-        assert f.readline().startswith("# Generated from notebooks/10_diagnostics.ipynb")
+        assert f.readline().startswith("# Generated from solutions/10_diagnostics.ipynb")
     assert not hasattr(dg, "mismatched_order")       # one copy: the notebook's

@@ -50,7 +50,7 @@ def _is_setup_cell(source: str) -> bool:
 def _exercise_pairs():
     """(notebook, checker name, function name) for every check cell of every solution notebook."""
     pairs = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "solutions", "*.ipynb"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "solutions", "ex*.ipynb"))):
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
             if cell.cell_type == "code":
@@ -139,7 +139,7 @@ def test_stub_keeps_the_indentation_of_a_region_inside_a_kernel_branch():
 @pytest.mark.parametrize("src", [
     "def f():\n    ### BEGIN SOLUTION\n    return 1\n",                              # no END
     "def f():\n    return 1\n    ### END SOLUTION\n",                               # END without BEGIN
-    "x = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION\n",                         # not inside a function
+    "x = 1\n### BEGIN SOLUTION\nprint(2)\n### END SOLUTION\n",                      # outside a function, not a name
 ])
 def test_unpaired_or_stray_markers_are_refused(src):
     with pytest.raises(exercises.MarkerError):
@@ -642,3 +642,107 @@ def test_the_synthetic_straggler_records_fool_a_sum_but_not_a_median():
         assert max(range(len(values)), key=lambda r: sums[r]) != rank
         assert all(abs(v["wait_s"][k] + v["compute_s"][k] - max(w["compute_s"][k] for w in values)) < 1e-12
                    for v in values for k in range(5))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Lessons: the learner's notebook from the worked one.
+
+
+def test_a_region_outside_a_function_keeps_only_names_set_to_none_and_their_comments():
+    src = textwrap.dedent('''\
+        import math
+        ### BEGIN SOLUTION
+        # ✎ the ratio of the two copies to the kernel
+        my_ratio = 12.5   # 拷贝 / Kernel
+        my_claims = {
+            "winner": "ring",
+        }
+        ### END SOLUTION
+        print(my_ratio)
+        ''')
+    out, names = exercises.stub_source(src)
+    assert names == []
+    assert out == textwrap.dedent('''\
+        import math
+        # ✎ the ratio of the two copies to the kernel
+        my_ratio = None  # 拷贝 / Kernel
+        my_claims = None
+        print(my_ratio)
+        ''')
+
+
+def test_a_region_outside_a_function_that_is_not_assignments_is_refused():
+    with pytest.raises(exercises.MarkerError, match="only assignments"):
+        exercises.stub_source("### BEGIN SOLUTION\nfor i in range(3):\n    print(i)\n### END SOLUTION\n")
+
+
+def test_hint_comments_of_a_function_region_stay_in_the_stub():
+    src = "def f(x):\n    ### BEGIN SOLUTION\n    # ✎ one line: double it\n    return 2 * x\n    ### END SOLUTION\n"
+    out, _ = exercises.stub_source(src)
+    assert out.splitlines()[1:3] == ["    # ✎ one line: double it",
+                                     '    raise NotImplementedError("练习：补全这里（约 1 行）")']
+
+
+def _tiny_lesson():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell("# 99 A lesson"),
+        new_code_cell("#| export\ndef double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+        new_code_cell("double = mh.checks.fill_in(double, check, reference, 'double')"),
+        new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(double(2))", outputs=[nbformat.v4.new_output("stream", text="4\n")]),
+        new_markdown_cell("Why?\n<!-- BEGIN SOLUTION -->\nbecause\n<!-- END SOLUTION -->"),
+    ]
+    for k, c in enumerate(nb.cells):
+        c["id"] = f"c{k}"
+    return nb
+
+
+def test_a_lesson_keeps_checked_outputs_drops_the_export_line_and_tags_nothing():
+    les, stubbed = exercises.make_lesson(_tiny_lesson(), "99_lesson.ipynb")
+    assert stubbed == ["double"]
+    assert les.cells[1].source.startswith("def double(x):") and "2 * x" not in les.cells[1].source
+    assert all("raises-exception" not in c.metadata.get("tags", []) for c in les.cells)
+    assert les.cells[3].outputs and les.cells[3].outputs[0]["text"] == "4\n"
+    assert "because" not in les.cells[4].source
+    assert "solutions/99_lesson.ipynb" in les.cells[0].source
+
+
+def test_a_checked_cell_may_not_hold_a_fill_in():
+    nb = _tiny_lesson()
+    nb.cells[3].source = "# NBVAL_CHECK_OUTPUT\n### BEGIN SOLUTION\nx = 1\n### END SOLUTION\nprint(x)"
+    with pytest.raises(exercises.MarkerError, match="checked by nbval"):
+        exercises.make_lesson(nb, "99_lesson.ipynb")
+
+
+def test_lessons_go_to_notebooks_and_exercises_to_exercises():
+    assert exercises.learner_path("/x/solutions/05_collectives.ipynb") == os.path.join(exercises.NOTEBOOKS_DIR,
+                                                                                        "05_collectives.ipynb")
+    assert exercises.learner_path("/x/solutions/ex05_collectives.ipynb").startswith(exercises.EXERCISES_DIR)
+
+
+def test_fill_in_gives_the_reference_for_a_stub_and_the_learners_function_once_it_passes(capsys):
+    def reference(x):
+        return 2 * x
+
+    def check(fn):
+        if fn(3) != 6:
+            raise checks.CheckFailed(f"double(3) 应当是 6，实际是 {fn(3)}")
+        print("通过：double")
+
+    stub = _by_value('def double(x):\n    raise NotImplementedError("练习：补全这里（约 1 行）")\n', "double")
+    assert checks.fill_in(stub, check, reference, "double") is reference
+    assert "还没写" in capsys.readouterr().out
+    assert checks.fill_in(None, check, reference, "double") is reference
+    good = _by_value("def double(x):\n    return x + x\n", "double")
+    assert checks.fill_in(good, check, reference, "double") is good
+    assert capsys.readouterr().out.startswith("还没写") is False
+    wrong = _by_value("def double(x):\n    return x * x\n", "double")
+    with pytest.raises(checks.CheckFailed, match="应当是 6"):
+        checks.fill_in(wrong, check, reference, "double")
+
+
+def test_a_prediction_left_none_gets_the_measurement_and_a_reminder():
+    line = mh.widgets.predict.compare("拷贝 / Kernel", None, 12.0, show=False)
+    assert "12" in line and "还没写预测" in line
+    assert "还没写预测" in mh.widgets.predict.compare_choice("哪一个更快", None, "ring", ["ring", "tree"], show=False)

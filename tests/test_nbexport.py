@@ -18,14 +18,14 @@ def test_every_generated_module_names_its_notebook_in_its_first_line():
 
 
 def _course(tmp_path, cells, metadata=None):
-    """A tiny course tree: one notebook with the given code cells, and an empty lessons folder."""
-    (tmp_path / "notebooks").mkdir()
+    """A tiny course tree: one worked lesson with the given code cells, and an empty lessons folder."""
+    (tmp_path / "solutions").mkdir()
     (tmp_path / "mgpu_helpers" / "lessons").mkdir(parents=True)
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# 99 · A lesson"}]
           + [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
              for c in cells],
           "metadata": metadata or {}, "nbformat": 4, "nbformat_minor": 5}
-    (tmp_path / "notebooks" / "99_lesson.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    (tmp_path / "solutions" / "99_lesson.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     return tmp_path
 
 
@@ -36,7 +36,7 @@ def test_marked_cells_go_to_the_module_the_metadata_names_and_others_stay(tmp_pa
     assert sorted(nbexport.write_all(str(root))) == [os.path.join("mgpu_helpers", "lessons", "lesson99.py"),
                                                      os.path.join("mgpu_helpers", "lessons", "other.py")]
     text = (root / "mgpu_helpers" / "lessons" / "lesson99.py").read_text(encoding="utf-8")
-    assert text.startswith("# Generated from notebooks/99_lesson.ipynb")
+    assert text.startswith("# Generated from solutions/99_lesson.ipynb")
     assert "def f()" in text and "def g()" in text and "x = f()" not in text
     assert not any(line.startswith("#|") for line in text.splitlines())
     namespace = {}
@@ -53,7 +53,7 @@ def test_a_module_edited_by_hand_or_left_behind_is_reported(tmp_path):
     (root / "mgpu_helpers" / "lessons" / "gone.py").write_text("# Generated from notebooks/00_x.ipynb\n")
     (root / "mgpu_helpers" / "lessons" / "hand.py").write_text('"""Hand-written: not ours to judge."""\n')
     problems = nbexport.out_of_sync(str(root))
-    assert any("lesson99.py differs from what notebooks/99_lesson.ipynb exports" in p for p in problems)
+    assert any("lesson99.py differs from what solutions/99_lesson.ipynb exports" in p for p in problems)
     assert any("gone.py is generated but no notebook exports it" in p for p in problems)
     assert not any("hand.py" in p for p in problems)
 

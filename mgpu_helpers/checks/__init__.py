@@ -55,6 +55,7 @@ __getattr__, __dir__, __all__ = attach(
     submodules=None,  # every module of this folder
     attributes={
         "CheckFailed": "core",
+        "fill_in": "core",
         "NOT_DONE": "core",
         "check_launch_shape": "kernels",
         "PAD": "kernels",

@@ -51,6 +51,27 @@ def has_stub(fn) -> bool:
     return False
 
 
+def fill_in(fn, check, reference, what: str):
+    """A lesson's fill-in, checked at once: what the cells after it should use.
+
+    ``check(fn)`` runs the area's checker (it prints ``通过：...`` or raises :class:`CheckFailed` naming the
+    mistake). While ``fn`` is still the generated stub (or ``None``), nothing is checked: this says so and
+    returns ``reference``, the course's own version, so the rest of the notebook runs either way. A wrong
+    ``fn`` raises: the cell stops at the mistake, and the cells after it keep the last good value.
+    """
+    if fn is None or has_stub(fn):
+        print(f"「{what}」还没写：下面的单元格先用课程的参考实现。写好之后再运行这一格，它会立刻检查你的版本。")
+        return reference
+    try:
+        check(fn)
+    except CheckFailed as exc:
+        if str(exc).startswith(NOT_DONE):       # the stub was reached deeper down (a helper still unwritten)
+            print(f"「{what}」还没写完：{str(exc)[len(NOT_DONE) + 1:]} 下面的单元格先用课程的参考实现。")
+            return reference
+        raise
+    return fn
+
+
 def passed(text: str) -> None:
     print(f"通过：{text}")
 

@@ -1,5 +1,5 @@
-# Generated from notebooks/08_stragglers_scaling.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/08_stragglers_scaling.ipynb (08 Straggler、拓扑与扩展效率：最慢的路径决定速度).
+# Generated from solutions/08_stragglers_scaling.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/08_stragglers_scaling.ipynb (08 Straggler、拓扑与扩展效率：最慢的路径决定速度).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

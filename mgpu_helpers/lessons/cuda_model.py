@@ -1,5 +1,5 @@
-# Generated from notebooks/01_cuda_model.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/01_cuda_model.ipynb (01 CUDA 编程模型：用 Numba 写 Kernel).
+# Generated from solutions/01_cuda_model.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/01_cuda_model.ipynb (01 CUDA 编程模型：用 Numba 写 Kernel).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

@@ -1,5 +1,5 @@
-# Generated from notebooks/02_cupy_kernels.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/02_cupy_kernels.ipynb (02 用 CuPy 写 Kernel：寄存器、占用率与带宽).
+# Generated from solutions/02_cupy_kernels.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/02_cupy_kernels.ipynb (02 用 CuPy 写 Kernel：寄存器、占用率与带宽).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

@@ -1,5 +1,5 @@
-# Generated from notebooks/09_code_walkthrough.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/09_code_walkthrough.ipynb (09 代码推演：把"四行代码"真正跑起来).
+# Generated from solutions/09_code_walkthrough.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/09_code_walkthrough.ipynb (09 代码推演：把"四行代码"真正跑起来).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

@@ -1,5 +1,5 @@
-# Generated from notebooks/10_diagnostics.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/10_diagnostics.ipynb (10 诊断手册：从症状到证据).
+# Generated from solutions/10_diagnostics.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/10_diagnostics.ipynb (10 诊断手册：从症状到证据).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

@@ -1,5 +1,5 @@
-# Generated from notebooks/04_point_to_point.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/04_point_to_point.ipynb (04 点对点通信：send / recv，以及真的会发生的死锁).
+# Generated from solutions/04_point_to_point.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/04_point_to_point.ipynb (04 点对点通信：send / recv，以及真的会发生的死锁).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

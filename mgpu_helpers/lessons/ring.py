@@ -1,5 +1,5 @@
-# Generated from notebooks/05_collectives.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/05_collectives.ipynb (05 集合通信：所有进程一起干活).
+# Generated from solutions/05_collectives.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/05_collectives.ipynb (05 集合通信：所有进程一起干活).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

@@ -1,5 +1,5 @@
-# Generated from notebooks/06_ownership_capacity.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in notebooks/06_ownership_capacity.ipynb (06 所有权与容量：多 GPU 扩展从“谁拥有什么”开始).
+# Generated from solutions/06_ownership_capacity.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/06_ownership_capacity.ipynb (06 所有权与容量：多 GPU 扩展从“谁拥有什么”开始).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 

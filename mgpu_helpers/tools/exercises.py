@@ -1,25 +1,40 @@
-"""Exercise notebooks generated from the worked solutions: one hand-edited copy of every exercise.
+"""The learner's notebooks generated from the worked ones: one hand-edited copy of every lesson and exercise.
 
-    python -m mgpu_helpers.tools.exercises generate   # write exercises/*.ipynb from solutions/*.ipynb
+    python -m mgpu_helpers.tools.exercises generate   # write notebooks/ and exercises/ from solutions/
     python -m mgpu_helpers.tools.exercises check      # exit 1 if regenerating would change a committed file
 
-In a solution notebook (nbgrader's markers):
+``solutions/`` holds the worked version of everything a learner opens:
 
-- code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes, in the exercise, one line at the
+- ``solutions/NN_name.ipynb`` (a lesson, worked) -> ``notebooks/NN_name.ipynb`` (the lesson the learner opens);
+- ``solutions/exNN_name.ipynb`` (an exercise, solved) -> ``exercises/exNN_name.ipynb``.
+
+In a worked notebook (nbgrader's markers):
+
+- code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` inside a function becomes one line at the
   marker's indentation: ``raise NotImplementedError("练习：补全这里（约 N 行）")``, N being the number of code
   lines removed (blank lines and comment-only lines not counted). The ``def`` line and docstring above the
-  marker stay, so the reader sees the signature and the spec;
+  marker stay, so the reader sees the signature and the spec; comment lines of the region that start with
+  ``# ✎`` stay too (a hint of what to write);
+- a region outside any function may hold assignments only (a prediction, a number the learner works out):
+  each ``name = value`` becomes ``name = None``, keeping the comment of its first line;
 - markdown between ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` is dropped (a one-line
-  pointer to the solution notebook takes its place);
-- a code cell that uses a function whose body was stubbed (its name appears in the cell), or whose first
-  line is ``# EXERCISE_CHECK``, gets the cell tag ``raises-exception`` in the exercise: an untouched exercise
-  notebook then runs top to bottom ("Run All", nbval) and stops nowhere, while every such cell still ends
-  in the stub's error (or the checker's "这个练习还没有完成").
+  pointer to the worked notebook takes its place).
 
-Exercise notebooks carry no outputs (:func:`mgpu_helpers.tools.nbtools.clean` with ``keep_checked_outputs=False``).
+The two kinds differ in what happens after a stub:
+
+- an **exercise**: a code cell that uses a function whose body was stubbed (its name appears in the cell), or
+  whose first line is ``# EXERCISE_CHECK``, gets the cell tag ``raises-exception``: an untouched exercise
+  notebook then runs top to bottom ("Run All", nbval) and stops nowhere, while every such cell still ends
+  in the stub's error (or the checker's "这个练习还没有完成"). Exercise notebooks carry no outputs;
+- a **lesson**: no tags. The cell right after a fill-in passes the learner's function to its checker
+  (``f = mh.checks.<area>.try_f(f)``), which gives back the reference while ``f`` is still the stub, saying so,
+  so the cells that build on it run either way. The ``#| export`` line (a maintainer's marker, see
+  :mod:`mgpu_helpers.tools.nbexport`) is dropped, and the checked outputs (``# NBVAL_CHECK_OUTPUT``) are kept:
+  nbval checks that the learner's version prints the same there. A checked cell may not hold a fill-in.
 """
 from __future__ import annotations
 
+import ast
 import glob
 import os
 import re
@@ -28,6 +43,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOLUTIONS_DIR = os.path.join(ROOT, "solutions")
 EXERCISES_DIR = os.path.join(ROOT, "exercises")
+NOTEBOOKS_DIR = os.path.join(ROOT, "notebooks")
+LESSON_NAME = re.compile(r"^\d\d_\w+\.ipynb$")
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
@@ -35,6 +52,11 @@ CHECK_MARK = "# EXERCISE_CHECK"
 RAISES_TAG = "raises-exception"
 STUB_TEXT = "练习：补全这里（约 {n} 行）"
 MD_POINTER = "*（参考答案见 `solutions/` 里的同名 Notebook。）*"
+HINT_MARK = "# ✎"
+EXPORT_LINE = re.compile(r"^#\|\s*export\b")
+LESSON_BANNER = ("\n\n> **学习版**：标着 ✎ 的地方等你来写——函数里是 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")`，"
+                 "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
+                 "并且会告诉你。讲解版（含答案）：`solutions/{name}`，自己试过再看。")
 BANNER = ("\n\n> **练习版**：在 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")` 的位置写你的代码，"
           "再运行下面的 `check` 单元格。参考答案：`solutions/{name}`。本文件由 "
           "`python -m mgpu_helpers.tools.exercises generate` 从参考答案生成。")
@@ -52,11 +74,11 @@ def _code_lines(lines: list[str]) -> int:
 
 
 def stub_source(source: str) -> tuple[str, list[str]]:
-    """Replace each solution region of a code cell by a ``raise NotImplementedError`` stub.
+    """Replace each solution region of a code cell by its stub (see the module's docstring).
 
     Returns ``(new_source, names)``: ``names`` are the top-level functions whose bodies were stubbed, in
-    order of appearance (no repeats). Raises :class:`MarkerError` for an unpaired marker or a region that is
-    not inside a function.
+    order of appearance (no repeats). Raises :class:`MarkerError` for an unpaired marker, or a region outside
+    a function that holds more than assignments.
     """
     lines = source.split("\n")
     out: list[str] = []
@@ -78,15 +100,51 @@ def stub_source(source: str) -> tuple[str, list[str]]:
             j += 1
         if j == len(lines):
             raise MarkerError(f"{BEGIN!r} at line {i + 1} has no {END!r}")
-        owner = _top_level_function(lines[:i])
+        region = lines[i + 1:j]
+        owner = _top_level_function(lines[:i]) if indent else None
         if owner is None:
-            raise MarkerError(f"the solution region at line {i + 1} is not inside a function")
-        if owner not in names:
-            names.append(owner)
-        n = max(1, _code_lines(lines[i + 1:j]))
-        out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
+            out += _stub_assignments(region, i + 1)
+        else:
+            if owner not in names:
+                names.append(owner)
+            out += [r for r in region if r.strip().startswith(HINT_MARK)]
+            n = max(1, _code_lines(region))
+            out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
         i = j + 1
     return "\n".join(out), names
+
+
+def _stub_assignments(region: list[str], line_no: int) -> list[str]:
+    """A region outside any function: every ``name = value`` becomes ``name = None`` (first-line comment kept)."""
+    text = "\n".join(region)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise MarkerError(f"the solution region at line {line_no} does not parse: {exc}") from None
+    out = [r for r in region if r.strip().startswith(HINT_MARK)]
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if not targets or not all(isinstance(t, ast.Name) for t in targets):
+            raise MarkerError(f"the solution region at line {line_no} is not inside a function: outside a function "
+                              "a region may hold only assignments to names (a prediction, a number)")
+        first = region[node.lineno - 1]
+        start = _comment_start(first)
+        comment = first[start:] if start is not None else ""
+        out.append(" = ".join(t.id for t in targets) + " = None" + (f"  {comment}" if comment else ""))
+    return out
+
+
+def _comment_start(line: str) -> int | None:
+    """Where the line's ``#`` comment starts (None when it has none), ignoring a ``#`` inside a string."""
+    import io
+    import tokenize
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
+            if tok.type == tokenize.COMMENT:
+                return tok.start[1]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return None
 
 
 def _top_level_function(lines_above: list[str]) -> str | None:
@@ -146,31 +204,85 @@ def make_exercise(nb, name: str = ""):
     return nbtools.clean(ex, keep_checked_outputs=False), stubbed
 
 
+def make_lesson(nb, name: str = ""):
+    """The learner's version of a worked lesson (a new notebook; ``nb`` is left as it is).
+
+    Returns ``(lesson_nb, stubbed_names)``. Raises :class:`MarkerError` when a checked cell holds a fill-in.
+    """
+    import copy
+
+    from mgpu_helpers.tools import nbtools
+
+    les = copy.deepcopy(nb)
+    stubbed: list[str] = []
+    for k, cell in enumerate(les.cells):
+        if cell.cell_type == "code":
+            if BEGIN in cell.source:
+                if nbtools.is_checked(cell):
+                    raise MarkerError(f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
+                                      "its output would differ between the worked and the learner's version")
+                cell.source, names = stub_source(cell.source)
+                stubbed += [n for n in names if n not in stubbed]
+            lines = cell.source.split("\n")
+            if lines and EXPORT_LINE.match(lines[0].strip()):
+                cell.source = "\n".join(lines[1:])
+        elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
+            cell.source = strip_markdown(cell.source)
+    first_md = next((c for c in les.cells if c.cell_type == "markdown"), None)
+    if first_md is not None and name and stubbed_or_filled(nb):
+        first_md.source = first_md.source.rstrip() + LESSON_BANNER.format(name=name)
+    return nbtools.clean(les, keep_checked_outputs=True), stubbed
+
+
+def stubbed_or_filled(nb) -> bool:
+    """True when a worked notebook has a fill-in (a code region) for the learner."""
+    return any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells)
+
+
+def is_lesson(path: str) -> bool:
+    return bool(LESSON_NAME.match(os.path.basename(path)))
+
+
 def solution_paths() -> list[str]:
+    """Every worked notebook: the lessons ``NN_name`` and the exercises ``exNN_name``."""
     return sorted(glob.glob(os.path.join(SOLUTIONS_DIR, "*.ipynb")))
 
 
+def exercise_solution_paths() -> list[str]:
+    return [p for p in solution_paths() if not is_lesson(p)]
+
+
+def lesson_solution_paths() -> list[str]:
+    return [p for p in solution_paths() if is_lesson(p)]
+
+
 def render(solution_path: str) -> str:
-    """The exercise notebook for ``solution_path``, as the exact text that is committed."""
+    """The learner's notebook for ``solution_path``, as the exact text that is committed."""
     import nbformat
 
     nb = nbformat.read(solution_path, as_version=4)
-    ex, _ = make_exercise(nb, os.path.basename(solution_path))
-    nbformat.validate(ex)
-    text = nbformat.writes(ex)
+    make = make_lesson if is_lesson(solution_path) else make_exercise
+    out, _ = make(nb, os.path.basename(solution_path))
+    nbformat.validate(out)
+    text = nbformat.writes(out)
     return text if text.endswith("\n") else text + "\n"   # as nbformat.write (and nbtools) save it
 
 
-def exercise_path(solution_path: str) -> str:
-    return os.path.join(EXERCISES_DIR, os.path.basename(solution_path))
+def learner_path(solution_path: str) -> str:
+    """Where the learner's version of a worked notebook goes: notebooks/ for a lesson, exercises/ otherwise."""
+    folder = NOTEBOOKS_DIR if is_lesson(solution_path) else EXERCISES_DIR
+    return os.path.join(folder, os.path.basename(solution_path))
+
+
+exercise_path = learner_path
 
 
 def generate() -> list[str]:
-    """Write every exercise notebook; returns the paths written (only those whose text changed)."""
-    os.makedirs(EXERCISES_DIR, exist_ok=True)
+    """Write every learner's notebook; returns the paths written (only those whose text changed)."""
     written = []
     for sol in solution_paths():
-        text, path = render(sol), exercise_path(sol)
+        text, path = render(sol), learner_path(sol)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
         if old != text:
             with open(path, "w", encoding="utf-8") as f:
@@ -180,22 +292,23 @@ def generate() -> list[str]:
 
 
 def out_of_sync() -> list[str]:
-    """Why the committed exercises differ from what ``generate`` would write (empty when in sync)."""
+    """Why the committed learner's notebooks differ from what ``generate`` would write (empty when in sync)."""
     sols = solution_paths()
-    if not sols:
+    if not exercise_solution_paths():
         return [f"no solution notebooks found in {SOLUTIONS_DIR}"]
     problems = []
     for sol in sols:
-        path = exercise_path(sol)
+        path = learner_path(sol)
         rel = os.path.relpath(path, ROOT)
         if not os.path.exists(path):
             problems.append(f"{rel} is missing")
         elif open(path, encoding="utf-8").read() != render(sol):
             problems.append(f"{rel} is not what {os.path.relpath(sol, ROOT)} generates")
-    wanted = {os.path.basename(s) for s in sols}
-    for extra in sorted(glob.glob(os.path.join(EXERCISES_DIR, "*.ipynb"))):
-        if os.path.basename(extra) not in wanted:
-            problems.append(f"{os.path.relpath(extra, ROOT)} has no solution notebook")
+    for folder, wanted in ((EXERCISES_DIR, exercise_solution_paths()), (NOTEBOOKS_DIR, lesson_solution_paths())):
+        names = {os.path.basename(s) for s in wanted}
+        for extra in sorted(glob.glob(os.path.join(folder, "*.ipynb"))):
+            if os.path.basename(extra) not in names:
+                problems.append(f"{os.path.relpath(extra, ROOT)} has no worked notebook in solutions/")
     return problems
 
 
@@ -211,9 +324,10 @@ def main(argv: list[str]) -> int:
     for p in problems:
         print(p)
     if problems:
-        print("exercises/ is not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises generate`")
+        print("notebooks/ and exercises/ are not in sync with solutions/: "
+              "run `python -m mgpu_helpers.tools.exercises generate`")
         return 1
-    print(f"exercises/ in sync with {len(solution_paths())} solution notebook(s)")
+    print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")
     return 0
 
 

@@ -22,7 +22,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOTEBOOK_GLOBS = ("notebooks/*.ipynb",)
+NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)   # the worked lessons (notebooks/ is generated from them)
 LESSONS_DIR = os.path.join("mgpu_helpers", "lessons")
 MARKER = re.compile(r"^#\|\s*export(?:\s+(?P<name>[A-Za-z_]\w*))?\s*$")
 HEADER = "# Generated from {notebook} by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file."

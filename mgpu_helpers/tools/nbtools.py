@@ -18,7 +18,7 @@ import os
 import sys
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
-KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable")
+KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable", "jupyter")   # jupyter: source_hidden
 
 
 def is_checked(cell) -> bool:

@@ -1,9 +1,10 @@
 """Predict, then measure: the learner's guess set beside what the machine measured, in one line.
 
-A notebook first asks for a prediction in a cell of its own (a number or a choice, with a default so that the
-notebook runs unattended), then measures, then calls :func:`compare` (numbers) or :func:`compare_choice`
-(choices). The line says how far the guess was, never whether the learner "passed": a prediction is for
-thinking, not a grade.
+A notebook first asks for a prediction in a cell of its own (a number or a choice; ``None`` until the learner
+writes it, so that the notebook still runs unattended), then measures, then calls :func:`compare` (numbers) or
+:func:`compare_choice` (choices). The line says how far the guess was, never whether the learner "passed": a
+prediction is for thinking, not a grade. A prediction still ``None`` gets the measurement and a reminder that
+the point was to guess first.
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def ratio_text(predicted: float, measured: float) -> str:
 def compare(name: str, predicted: float, measured: float, unit: str = "", show: bool = True) -> str:
     """One line: the prediction, the measurement and their ratio; printed when ``show``, always returned.
 
-    Raises ``ValueError`` with what to write when the prediction is not a number.
+    Raises ``ValueError`` with what to write when the prediction is not a number (``None``: not written yet).
     """
+    if predicted is None:
+        return _unwritten(name, _fmt(float(measured), unit), show)
     try:
         predicted = float(predicted)
     except (TypeError, ValueError):
@@ -46,10 +49,20 @@ def compare(name: str, predicted: float, measured: float, unit: str = "", show: 
 def compare_choice(name: str, predicted, measured, options, show: bool = True) -> str:
     """The same for a choice among ``options`` (any values); raises ``ValueError`` for a choice not offered."""
     options = list(options)
+    if predicted is None:
+        return _unwritten(name, repr(measured), show)
     if predicted not in options:
         raise ValueError(f"{name}：预测要从 {options} 里选一个，现在是 {predicted!r}")
     verdict = "和测量一致" if predicted == measured else f"测量的结果是 {measured!r}"
     line = f"{name}：你的预测 {predicted!r}，{verdict}。"
+    if show:
+        print(line)
+    return line
+
+
+def _unwritten(name: str, measured: str, show: bool) -> str:
+    line = (f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
+            "对照着看才知道自己的直觉差在哪里。")
     if show:
         print(line)
     return line
