@@ -5,7 +5,7 @@
   launcher keeps each rank's last output lines, so :func:`last_completed` and :func:`pending` read the last
   collective that finished and the one a rank was stuck in, per rank.
 - The scenarios that hang on purpose (``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are
-  taught in notebooks/10_diagnostics.ipynb and exported to :mod:`mgpu_helpers.lessons.diagnostics`.
+  taught in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to :mod:`mgpu_helpers.lessons.diagnostics`.
 - :func:`run_schedule`: a rank calls the collectives its schedule lists, through a :class:`CollectiveLog`
   (to check a prediction of where a mismatched schedule hangs).
 - :func:`scaling_probe`: a strong-scaling step (compute split over the ranks + a gradient all-reduce), for

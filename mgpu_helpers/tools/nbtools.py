@@ -1,8 +1,11 @@
 """Keep the course's notebooks clean: run them, keep only the outputs nbval checks, strip the rest.
 
-    python -m mgpu_helpers.tools.nbtools refresh notebooks/00_setup.ipynb ...   # execute, then clean
-    python -m mgpu_helpers.tools.nbtools clean  notebooks/*.ipynb                # strip without running
+    python -m mgpu_helpers.tools.nbtools refresh solutions/00_setup.ipynb ...   # execute, then clean
+    python -m mgpu_helpers.tools.nbtools clean  solutions/*.ipynb                # strip without running
     python -m mgpu_helpers.tools.nbtools check  notebooks/*.ipynb                # exit 1 if one is not clean
+
+(The worked lessons and solutions in solutions/ are the ones edited and refreshed; notebooks/ and exercises/ are
+generated from them by ``python -m mgpu_helpers.tools.exercises generate``.)
 
 A clean notebook has no execution counts, no outputs except in cells that start with
 ``# NBVAL_CHECK_OUTPUT`` (their expected output, which nbval compares), and no machine-specific metadata.
