@@ -47,6 +47,10 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
 | ex12 | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: the lab's conclusions as data |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
+| ex13 | :func:`check_accumulate_dp` | ``AccumulateDP``: gradient accumulation, no communication inside ``no_sync()`` |
+| ex13 | :func:`check_step_seconds` | ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends |
+
+Notebook 13's own fill-ins are checked by ``mh.checks.overlap.try_*`` (:mod:`mgpu_helpers.checks.overlap`).
 """
 from mgpu_helpers.lazy import attach
 
@@ -56,6 +60,8 @@ __getattr__, __dir__, __all__ = attach(
     attributes={
         "CheckFailed": "core",
         "fill_in": "core",
+        "check_accumulate_dp": "overlap",
+        "check_step_seconds": "overlap",
         "NOT_DONE": "core",
         "check_launch_shape": "kernels",
         "PAD": "kernels",

@@ -81,6 +81,11 @@ def record(kind: str, start: float, end: float, name: str = "") -> None:
     _spans.append(Span(kind, name or kind, start, end))
 
 
+def snapshot() -> list[Span]:
+    """This process's spans so far, in order, without forgetting them (``collect`` still returns them)."""
+    return list(_spans)
+
+
 def collect() -> list[Span]:
     """Return and forget this process's spans."""
     out = list(_spans)

@@ -10,7 +10,7 @@
 
 In a worked notebook (nbgrader's markers):
 
-- code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` inside a function becomes one line at the
+- code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` inside a function (or a method) becomes one line at the
   marker's indentation: ``raise NotImplementedError("练习：补全这里（约 N 行）")``, N being the number of code
   lines removed (blank lines and comment-only lines not counted). The ``def`` line and docstring above the
   marker stay, so the reader sees the signature and the spec; comment lines of the region that start with
@@ -54,14 +54,14 @@ STUB_TEXT = "练习：补全这里（约 {n} 行）"
 MD_POINTER = "*（参考答案见 `solutions/` 里的同名 Notebook。）*"
 HINT_MARK = "# ✎"
 EXPORT_LINE = re.compile(r"^#\|\s*export\b")
-LESSON_BANNER = ("\n\n> **学习版**：标着 ✎ 的地方等你来写——函数里是 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")`，"
+LESSON_BANNER = ("\n\n> **学习版**：有些地方等你来写——函数里是 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")`，"
                  "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
                  "并且会告诉你。讲解版（含答案）：`solutions/{name}`，自己试过再看。")
 BANNER = ("\n\n> **练习版**：在 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")` 的位置写你的代码，"
           "再运行下面的 `check` 单元格。参考答案：`solutions/{name}`。本文件由 "
           "`python -m mgpu_helpers.tools.exercises generate` 从参考答案生成。")
 
-_DEF = re.compile(r"^(\s*)def\s+(\w+)\s*\(")
+_DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")
 
 
 class MarkerError(ValueError):
@@ -148,7 +148,8 @@ def _comment_start(line: str) -> int | None:
 
 
 def _top_level_function(lines_above: list[str]) -> str | None:
-    """Name of the unindented ``def`` the next line belongs to (None if the last top-level line is not a def)."""
+    """Name of the unindented ``def`` or ``class`` the next line belongs to (None when the last top-level line
+    is neither: the region is at the top level of the cell)."""
     for ln in reversed(lines_above):
         m = _DEF.match(ln)
         if m and m.group(1) == "":

@@ -1,0 +1,546 @@
+"""Checkers of notebook 13 and ex13: data parallelism that overlaps, buckets, the overlap proof, ZeRO-1.
+
+The classes the learner writes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks
+(gloo on the CPU, NCCL on GPUs), on a small MLP with parameters of uneven sizes. Each rank watches what the
+learner's code does, not only what it computes:
+
+- every collective of ``torch.distributed`` is logged (which op, how many elements, async or not, whether
+  it was issued while ``backward()`` was still running), under any name it is reached by (the module
+  attributes are replaced in the rank, so ``dist.all_reduce`` and ``distributed_c10d.all_reduce`` are the
+  same logged function);
+- the Work handles of async collectives come back wrapped, so the check knows whether each was waited on
+  before ``optimizer.step()`` ran (a step that reads a gradient still in flight is named);
+- the final parameters are compared with one process training on the whole batch (and, when they differ,
+  with the same run without the division by the world size, to name that mistake).
+
+Using the course's own implementation (``mh.lessons.overlap``) instead of writing the code counts as not
+written: it is refused by name, whatever alias it was imported under.
+"""
+from __future__ import annotations
+
+import inspect
+import random
+import types
+
+from mgpu_helpers.checks.core import CheckFailed, fill_in, has_stub, not_done, passed, run_on_ranks  # noqa: F401
+
+WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
+STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
+COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "all_gather", "reduce_scatter",
+               "broadcast", "reduce", "all_to_all_single")
+WORLD_SIZES = (2, 3)
+
+
+def _lessons():
+    import mgpu_helpers as mh
+    return mh.lessons.overlap
+
+
+# --------------------------------------------------------------------------------------------------------
+# Using the course's implementation is not writing the code.
+
+def _reaches_course_code(fn) -> str | None:
+    """The name under which ``fn``'s code reaches mgpu_helpers.lessons / .checks, or None."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    globs = getattr(fn, "__globals__", {})
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        for name in c.co_names:
+            obj = globs.get(name)
+            mod = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "") or ""
+            if mod.startswith(("mgpu_helpers.lessons", "mgpu_helpers.checks")):
+                return name
+            if obj is not None and name in ("mh", "mgpu_helpers") and isinstance(obj, types.ModuleType):
+                if any(n in ("lessons", "checks") for n in c.co_names):
+                    return f"{name}.lessons"
+        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
+    return None
+
+
+def _refuse_course_code(obj, methods, what: str) -> None:
+    lesson = _lessons()
+    course = {getattr(lesson, n, None) for n in ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets",
+                                                   "overlap_fraction")} - {None}
+    if obj in course or (isinstance(obj, type) and any(b in course for b in obj.__mro__[1:])):
+        raise CheckFailed(f"{what}：这是课程自己的实现（mh.lessons.overlap），不是你写的。把它的方法补全在你的单元格里。")
+    for m in methods:
+        fn = getattr(obj, m, None) if isinstance(obj, type) else obj
+        name = _reaches_course_code(fn)
+        if name:
+            raise CheckFailed(f"{what}：`{m}` 通过 `{name}` 调用了课程自己的实现；这一格要你自己写出来。")
+
+
+def _stubbed(obj, methods) -> bool:
+    if isinstance(obj, type):
+        return any(has_stub(getattr(obj, m)) for m in methods if hasattr(obj, m))
+    return has_stub(obj)
+
+
+# --------------------------------------------------------------------------------------------------------
+# What runs on each rank.
+
+class _WorkProxy:
+    """A Work handle that remembers whether anybody waited on it."""
+
+    def __init__(self, work, index, seen):
+        self._work, self._index, self._seen = work, index, seen
+
+    def wait(self, *args, **kwargs):
+        self._seen["waited"].add(self._index)
+        return self._work.wait(*args, **kwargs)
+
+    def get_future(self):
+        self._seen["waited"].add(self._index)
+        return self._work.get_future()
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _numel(x) -> int:
+    if isinstance(x, (list, tuple)):
+        return sum(_numel(t) for t in x)
+    return int(x.numel()) if hasattr(x, "numel") else 0
+
+
+def _watch():
+    """Replace this rank's collectives, ``Tensor.backward`` and the optimizers' ``step`` by watched versions.
+
+    Returns what they see: ``calls`` (op, elements, async, issued during backward, step index), ``order``
+    (collectives and optimizer steps in sequence), ``unwaited_at_step`` (async collectives not yet waited on
+    when a step ran), and ``no_sync`` (set by the caller while a micro-batch should not communicate)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    seen = {"calls": [], "waited": set(), "async": set(), "in_backward": False, "step": 0,
+            "unwaited_at_step": 0, "order": []}
+
+    def watch(op, original):
+        def collective(first, *args, async_op=False, **kwargs):
+            index = len(seen["calls"])
+            big = args[0] if op in ("all_gather_into_tensor", "reduce_scatter_tensor") and args else first
+            seen["calls"].append((op, _numel(big), bool(async_op), seen["in_backward"], seen["step"]))
+            seen["order"].append(op)
+            work = original(first, *args, async_op=async_op, **kwargs)
+            if async_op and work is not None:
+                seen["async"].add(index)
+                return _WorkProxy(work, index, seen)
+            return work
+        return collective
+
+    for op in COLLECTIVES:
+        original = getattr(dist, op, None)
+        if original is not None:
+            wrapped = watch(op, original)
+            setattr(dist, op, wrapped)
+            if getattr(c10d, op, None) is original:
+                setattr(c10d, op, wrapped)
+
+    backward = torch.Tensor.backward
+
+    def watched_backward(self, *args, **kwargs):
+        seen["in_backward"] = True
+        try:
+            return backward(self, *args, **kwargs)
+        finally:
+            seen["in_backward"] = False
+    torch.Tensor.backward = watched_backward
+
+    for opt_cls in (torch.optim.SGD, torch.optim.Adam):
+        def watched_step(self, *args, _step=opt_cls.step, **kwargs):
+            seen["unwaited_at_step"] += len(seen["async"] - seen["waited"])
+            seen["order"].append("optimizer.step")
+            seen["step"] += 1
+            return _step(self, *args, **kwargs)
+        opt_cls.step = watched_step
+    return seen
+
+
+def watched_train(rank, world_size, cls, train_kwargs):
+    """Rank function: :func:`~mgpu_helpers.lessons.overlap.train_rank` with the learner's ``cls``, watched
+    (:func:`_watch`). Returns the final parameters, the optimizer state's bytes and what was seen."""
+    seen = _watch()
+    out = _lessons().train_rank(rank, world_size, cls, record=False, **train_kwargs)
+    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"], "calls": seen["calls"],
+            "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
+
+
+def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
+    """Rank function: training with gradient accumulation, watched. Each step's rows of this rank are cut into
+    ``micro_batches`` equal micro-batches; every one but the last runs its backward inside ``sync.no_sync()``;
+    each micro-batch's loss is divided by ``micro_batches`` (so the sum is the step's mean loss)."""
+    import torch
+
+    lesson = _lessons()
+    seen = _watch()
+    widths, rows = train_kwargs["widths"], train_kwargs["rows_per_rank"]
+    model = lesson.make_model(widths)
+    sync = cls(model, world_size, torch.optim.SGD(model.parameters(), lr=train_kwargs["lr"]))
+    no_sync_calls = 0
+    for step in range(train_kwargs["steps"]):
+        x, y = lesson.make_batch(widths, rows * world_size, step)
+        x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+        for p in model.parameters():
+            p.grad = None
+        for k, (xm, ym) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches))):
+            loss = torch.nn.functional.mse_loss(model(xm), ym) / micro_batches
+            if k < micro_batches - 1:
+                before = len(seen["calls"])
+                with sync.no_sync():
+                    loss.backward()
+                no_sync_calls += len(seen["calls"]) - before
+            else:
+                loss.backward()
+        sync.step()
+    return {"params": lesson.flat_params(model).numpy(), "calls": seen["calls"], "no_sync_calls": no_sync_calls,
+            "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
+
+
+def _run(cls, world_size, what, **train_kwargs):
+    kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR)
+    kwargs.update(train_kwargs)
+    values = _ranks(watched_train, world_size, (cls, kwargs), what)
+    return values, kwargs
+
+
+def _ranks(fn, world_size, args, what, timeout=45.0):
+    """``fn(rank, world_size, *args)`` on ranks; a hang or an error becomes a CheckFailed that says what."""
+    from mgpu_helpers.checks.core import rank_failure
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+    try:
+        return run_ranks(fn, world_size, args=args, timeout=timeout, stream=False, quiet=True).values
+    except RankTimeout as exc:
+        where = "; ".join(f"rank {r} 停在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
+        raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没结束（{where or '没有停在通信调用里'}）。"
+                          "常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。") from None
+    except RankError as exc:
+        raise rank_failure(exc, fn, what) from None
+
+
+def _reference(world_size, kwargs, divide=True):
+    import numpy as np
+    lesson = _lessons()
+    lr = kwargs["lr"] if divide else kwargs["lr"] * world_size
+    return np.asarray(lesson.single_process_params(kwargs["steps"], kwargs["widths"],
+                                                   kwargs["rows_per_rank"] * world_size, lr,
+                                                   kwargs.get("optimizer", "sgd")))
+
+
+def _compare_params(values, world_size, kwargs, what, sgd=True):
+    import numpy as np
+    want = _reference(world_size, kwargs)
+    for rank, v in enumerate(values):
+        got = v["params"]
+        if np.allclose(got, want, atol=1e-5):
+            continue
+        if sgd and np.allclose(got, _reference(world_size, kwargs, divide=False), atol=1e-5):
+            raise CheckFailed(f"{what}：world_size = {world_size} 时，参数和「梯度求和、没有平均」的结果一样："
+                              f"All-Reduce 得到的是 {world_size} 个 Rank 的和，还要除以 world_size。")
+        k = int(np.argmax(np.abs(got - want)))
+        raise CheckFailed(f"{what}：world_size = {world_size}，rank {rank} 训练 {kwargs['steps']} 步后的参数和单进程"
+                          f"整批训练的不同（第 {k} 个参数元素应当是 {want[k]:.6g}，实际是 {got[k]:.6g}）。")
+
+
+def _numels(widths=WIDTHS):
+    out = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        out += [a * b, b]
+    return out
+
+
+def _common_rules(values, world_size, what):
+    calls = values[0]["calls"]
+    if not calls:
+        raise CheckFailed(f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。")
+    if any(v["unwaited_at_step"] for v in values):
+        raise CheckFailed(f"{what}：optimizer.step() 运行时，还有异步 All-Reduce 没有 wait()：优化器可能读到还没"
+                          "加完的梯度。step() 里先对每个句柄 wait()。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The checkers.
+
+def check_overlap_dp(cls) -> None:
+    """``OverlapDP``: one async all-reduce per gradient from its hook, waited before the step, averaged."""
+    what = "OverlapDP"
+    if _stubbed(cls, ("on_grad_ready", "step")):
+        raise not_done(cls, what)
+    _refuse_course_code(cls, ("on_grad_ready", "step"), what)
+    n_params = len(_numels())
+    for world_size in WORLD_SIZES:
+        values, kwargs = _run(cls, world_size, what)
+        _common_rules(values, world_size, what)
+        calls = [c for c in values[0]["calls"] if c[4] == 0]          # the first step's collectives
+        reduces = [c for c in calls if c[0] == "all_reduce"]
+        if not any(c[3] for c in calls):
+            raise CheckFailed(f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，没有重叠。"
+                              "在 on_grad_ready 里发出 All-Reduce。")
+        if any(c[3] and not c[2] for c in calls):
+            raise CheckFailed(f"{what}：backward 里发出的 All-Reduce 是阻塞的（没有 async_op=True）："
+                              "backward 会停下来等每一次通信，重叠就没有了。")
+        if len(reduces) != n_params:
+            raise CheckFailed(f"{what}：这个模型有 {n_params} 个参数，每步应当各做一次 All-Reduce，"
+                              f"实际第一步做了 {len(reduces)} 次。")
+        _compare_params(values, world_size, kwargs, what)
+    passed(f"{what}：每个梯度一好就异步 All-Reduce、step 前等齐并取平均；2 和 3 个 Rank 上 {STEPS} 步后的参数"
+           "与单进程整批训练一致。")
+
+
+def check_plan_buckets(fn) -> None:
+    """``plan_buckets(numels, bucket_numel)``: reverse order, close at >= size, keep the last bucket."""
+    what = "plan_buckets"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    _refuse_course_code(fn, ("plan_buckets",), what)
+    reference = _plan_reference
+    rng = random.Random()
+    cases = [(_numels(), 30), (_numels(), 1), (_numels(), 10 ** 6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50),
+             ([], 8), ([7], 100)]
+    cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
+    for numels, size in cases:
+        got = fn(list(numels), size)
+        want = reference(numels, size)
+        if got == want:
+            continue
+        where = f"numels = {numels}，bucket_numel = {size}"
+        if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in got):
+            raise CheckFailed(f"{what}（{where}）：要返回桶的列表，每个桶是参数下标的列表；实际是 {got!r}。")
+        flat = [i for b in got for i in b]
+        if sorted(flat) != list(range(len(numels))):
+            missing = sorted(set(range(len(numels))) - set(flat))
+            extra = sorted({i for i in flat if flat.count(i) > 1})
+            raise CheckFailed(f"{what}（{where}）：每个参数正好进一个桶；"
+                              + (f"参数 {missing} 没有进任何桶（最后没装满的桶也要交出去？）" if missing else "")
+                              + (f"参数 {extra} 出现了不止一次" if extra else "") + f"。得到 {got!r}。")
+        if flat == list(range(len(numels))) and len(numels) > 1:
+            raise CheckFailed(f"{what}（{where}）：桶是按参数的正序装的；backward 先算出最后一个参数的梯度，"
+                              f"所以要从最后一个参数装起。应当是 {want!r}，得到 {got!r}。")
+        raise CheckFailed(f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
+                          "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。")
+    passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
+
+
+def _plan_reference(numels, bucket_numel):
+    buckets, current, size = [], [], 0
+    for i in reversed(range(len(numels))):
+        current.append(i)
+        size += numels[i]
+        if size >= bucket_numel:
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def check_bucket_dp(cls) -> None:
+    """``BucketDP``: one async all-reduce per full bucket, in plan order, waited, averaged, copied back."""
+    what = "BucketDP"
+    if _stubbed(cls, ("on_grad_ready", "step")):
+        raise not_done(cls, what)
+    _refuse_course_code(cls, ("on_grad_ready", "step"), what)
+    for world_size, bucket in zip(WORLD_SIZES, (30, 70)):        # 84 elements: one parameter outgrows each
+        plan = _plan_reference(_numels(), bucket)
+        sizes = [sum(_numels()[i] for i in b) for b in plan]
+        values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": _plan_reference})
+        _common_rules(values, world_size, what)
+        calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
+        got = [c[1] for c in calls]
+        if not any(c[3] for c in calls):
+            raise CheckFailed(f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。")
+        if any(c[3] and not c[2] for c in calls):
+            raise CheckFailed(f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。")
+        if len(got) > len(sizes) and sum(got) >= sum(sizes):
+            raise CheckFailed(f"{what}：bucket_numel = {bucket} 时计划有 {len(sizes)} 个桶，第一步却发了 {len(got)} 次 "
+                              f"All-Reduce（大小 {got}）：桶还没满就发了，或者每个梯度单独发。")
+        if got != sizes:
+            raise CheckFailed(f"{what}：bucket_numel = {bucket} 时每个桶应当正好发一次、按计划的顺序，大小依次是 {sizes}"
+                              f" 个元素；实际发的是 {got}。")
+        _compare_params(values, world_size, kwargs, what)
+    passed(f"{what}：每个桶满了才发、一桶一次、顺序与计划一致；含一个比桶还大的参数；2 和 3 个 Rank 上的参数与"
+           "单进程整批训练一致。")
+
+
+def check_overlap_fraction(fn) -> None:
+    """``overlap_fraction(spans)``: the share of communication time inside backward spans."""
+    from mgpu_helpers.measure.trace import Span
+    what = "overlap_fraction"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    _refuse_course_code(fn, ("overlap_fraction",), what)
+
+    def bw(a, b, k=0):
+        return Span("compute", f"backward {k}", a, b)
+
+    def comm(a, b):
+        return Span("communicate", "all_reduce 4096", a, b)
+
+    cases = [
+        ("通信全在 backward 之后", [bw(0, 1), comm(1.5, 2.0)], 0.0),
+        ("通信全在 backward 之内", [bw(0, 1), comm(0.2, 0.6)], 1.0),
+        ("一段通信一半在内、一半在外", [bw(0, 1), comm(0.5, 1.5)], 0.5),
+        ("两步的 backward，通信跨过一步的结尾", [bw(0, 1, 0), bw(2, 3, 1), comm(0.8, 1.2), comm(2.5, 3.5)], 0.5),
+        ("还有一段 forward（不是 backward）", [Span("compute", "forward 0", 0, 1), bw(1, 2), comm(0.5, 1.5)], 0.5),
+        ("没有通信", [bw(0, 1)], 0.0),
+        ("两段通信长短不同", [bw(0, 1), comm(0.0, 0.9), comm(1.0, 1.1)], 0.9 / 1.0),
+    ]
+    rng = random.Random()
+    for _ in range(10):
+        spans, inside, total, t = [], 0.0, 0.0, 0.0
+        for k in range(rng.randint(1, 3)):
+            b0, b1 = t, t + rng.uniform(0.5, 2)
+            spans.append(bw(b0, b1, k))
+            c0 = rng.uniform(b0, b1)
+            c1 = c0 + rng.uniform(0.1, 2)
+            spans.append(comm(c0, c1))
+            inside += min(c1, b1) - c0
+            total += c1 - c0
+            t = max(b1, c1) + rng.uniform(0.1, 1)      # one rank's backward spans never overlap
+        cases.append(("随机时间线", spans, inside / total))
+    for name, spans, want in cases:
+        got = fn(list(spans))
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise CheckFailed(f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
+        if abs(got - want) > 1e-9:
+            hint = ""
+            if got > want and want < 1:
+                hint = "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
+            if name.startswith("还有一段 forward"):
+                hint = "只算名字以 backward 开头的 compute 段。"
+            raise CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
+    passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
+
+
+def check_zero1(cls) -> None:
+    """``Zero1``: reduce-scatter the gradients, step the shard, all-gather the parameters, 1/n of the state."""
+    what = "Zero1"
+    if _stubbed(cls, ("step",)):
+        raise not_done(cls, what)
+    _refuse_course_code(cls, ("step",), what)
+    numel = sum(_numels())
+    for world_size in WORLD_SIZES:
+        values, kwargs = _run(cls, world_size, what, optimizer="adam")
+        order = [o for o in values[0]["order"]]
+        first = order[:order.index("optimizer.step") + 2] if "optimizer.step" in order else order
+        if "all_reduce" in values[0]["order"]:
+            raise CheckFailed(f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 reduce_scatter_tensor，"
+                              "更新后再 all_gather_into_tensor。")
+        if "reduce_scatter_tensor" not in order and "reduce_scatter" not in order:
+            raise CheckFailed(f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。")
+        if "all_gather_into_tensor" not in order and "all_gather" not in order:
+            raise CheckFailed(f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。")
+        gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
+        steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
+        if gathers and steps and gathers[0] < steps[0]:
+            raise CheckFailed(f"{what}：All-Gather 发生在 optimizer.step() 之前：拼回去的是更新前的参数。"
+                              "先 step 本 Rank 的那一段，再 All-Gather。")
+        _compare_params(values, world_size, kwargs, what, sgd=False)
+        shard = -(-numel // world_size)
+        want_bytes = 2 * shard * 4
+        if values[0]["state_bytes"] > want_bytes:
+            raise CheckFailed(f"{what}：每个 Rank 的 Adam 状态有 {values[0]['state_bytes']} 字节，ZeRO-1 应当只有自己那一段的 "
+                              f"{want_bytes} 字节：优化器要只管 self.local。")
+    passed(f"{what}：Reduce-Scatter → 本段 Adam → All-Gather；2 和 3 个 Rank 上参数与单进程 Adam 一致，"
+           "每个 Rank 的 Adam 状态只有 1/n。")
+
+
+def check_accumulate_dp(cls) -> None:
+    """ex13 ``AccumulateDP``: micro-batches inside ``no_sync()`` do not communicate; one all-reduce per
+    gradient per step, from the hooks of the last micro-batch; waited, averaged."""
+    what = "AccumulateDP"
+    methods = ("no_sync", "on_grad_ready", "step")
+    if _stubbed(cls, methods):
+        raise not_done(cls, what)
+    _refuse_course_code(cls, methods, what)
+    n_params = len(_numels())
+    for world_size, micro in ((2, 2), (3, 4)):
+        kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=4, lr=LR)
+        values = _ranks(watched_accumulate, world_size, (cls, micro, kwargs), what)
+        _common_rules(values, world_size, what)
+        v = values[0]
+        reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
+        if v["no_sync_calls"]:
+            raise CheckFailed(f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
+                              "梯度累积的意义就是这几次不通信，只在最后一个 micro-batch 之后交换一次。")
+        if len(reduces) != n_params:
+            raise CheckFailed(f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次（共 {n_params} 次），"
+                              f"实际第一步做了 {len(reduces)} 次。")
+        if not any(c[3] for c in reduces):
+            raise CheckFailed(f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。")
+        _compare_params(values, world_size, dict(kwargs, rows_per_rank=4), what)
+    passed(f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
+           "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。")
+
+
+def _step_seconds_reference(ready_s, comm_s):
+    t = 0.0
+    for ready, comm in zip(ready_s, comm_s):
+        t = max(t, ready) + comm
+    return t
+
+
+def check_step_seconds(fn) -> None:
+    """ex13 ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends, with one channel."""
+    what = "step_seconds"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    cases = [
+        ("通信比计算短，每个桶都赶得上", [0.02, 0.04, 0.06], [0.005, 0.005, 0.005]),
+        ("通信比计算长，桶要排队", [0.01, 0.02, 0.03], [0.03, 0.03, 0.03]),
+        ("只有一个桶", [0.05], [0.02]),
+        ("前面的桶排队、最后一个桶来得很晚", [0.0, 0.001, 0.2], [0.05, 0.05, 0.01]),
+        ("通信为零", [0.01, 0.03], [0.0, 0.0]),
+    ]
+    rng = random.Random()
+    for _ in range(15):
+        n = rng.randint(2, 8)
+        ready = sorted(rng.uniform(0, 0.1) for _ in range(n))
+        cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
+    for name, ready, comm in cases:
+        want = _step_seconds_reference(ready, comm)
+        got = fn(list(ready), list(comm))
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise CheckFailed(f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
+        if abs(got - want) <= 1e-9:
+            continue
+        hint = "一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。"
+        if abs(got - (ready[-1] + sum(comm))) <= 1e-9:
+            hint = "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"
+        elif abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9:
+            hint = "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。"
+        raise CheckFailed(f"{what}（{name}：ready_s = {[round(r, 4) for r in ready]}，comm_s = "
+                          f"{[round(c, 4) for c in comm]}）：应当是 {want:.4g} 秒，实际是 {got:.4g}。{hint}")
+    passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
+
+def try_overlap_dp(cls):
+    return fill_in(cls if not _stubbed(cls, ("on_grad_ready", "step")) else None, check_overlap_dp,
+                   _lessons().OverlapDP, "OverlapDP")
+
+
+def try_plan_buckets(fn):
+    return fill_in(fn, check_plan_buckets, _lessons().plan_buckets, "plan_buckets")
+
+
+def try_bucket_dp(cls):
+    return fill_in(cls if not _stubbed(cls, ("on_grad_ready", "step")) else None, check_bucket_dp,
+                   _lessons().BucketDP, "BucketDP")
+
+
+def try_overlap_fraction(fn):
+    return fill_in(fn, check_overlap_fraction, _lessons().overlap_fraction, "overlap_fraction")
+
+
+def try_zero1(cls):
+    return fill_in(cls if not _stubbed(cls, ("step",)) else None, check_zero1, _lessons().Zero1, "Zero1")
+
+
+__all__ = [n for n, v in dict(globals()).items() if n.startswith(("check_", "try_")) and inspect.isfunction(v)]

@@ -1,0 +1,293 @@
+# Generated from solutions/13_overlap_ddp.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
+"""The code taught in solutions/13_overlap_ddp.ipynb (13 综合项目：让 All-Reduce 藏进 Backward).
+
+Each block below is one `#| export` cell of that notebook, in order."""
+
+import contextlib
+import time
+
+import torch
+
+import mgpu_helpers as mh
+
+
+class SlowBackward(torch.autograd.Function):
+    """Identity on the way forward; on the way back it waits ``seconds`` before passing the gradient on.
+
+    It stands in for the backward of a large layer: a cost known in advance, the same on a busy laptop and a
+    GPU host (a sleeping process leaves the cores to the communication threads), so timings compare."""
+
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.seconds > 0:
+            mh.measure.workloads.sleep_units(1, ctx.seconds)
+        return grad, None
+
+
+class SlowLayer(torch.nn.Module):
+    """A layer that costs ``seconds`` in backward and computes nothing."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        return SlowBackward.apply(x, self.seconds)
+
+
+def make_model(widths=(7, 12, 5, 3), seconds_per_layer: float = 0.0, seed: int = 0, device="cpu"):
+    """An MLP ``widths[0] -> ... -> widths[-1]``, each Linear followed by a :class:`SlowLayer`.
+
+    The same ``seed`` gives the same weights on every rank and in a single process."""
+    torch.manual_seed(seed)
+    layers = []
+    for k, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers += [torch.nn.Linear(a, b), SlowLayer(seconds_per_layer)]
+        if k < len(widths) - 2:
+            layers.append(torch.nn.Tanh())
+    return torch.nn.Sequential(*layers).to(device)
+
+
+def make_batch(widths, rows: int, step: int, seed: int = 1):
+    """Step ``step``'s global batch ``(inputs, targets)``: the same on every rank and in one process."""
+    g = torch.Generator().manual_seed(seed * 1000 + step)
+    return torch.randn(rows, widths[0], generator=g), torch.randn(rows, widths[-1], generator=g)
+
+
+import torch.distributed as dist
+
+
+def flat_params(model) -> "torch.Tensor":
+    """Every parameter of ``model``, flattened into one CPU tensor (what two runs are compared by)."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """Bytes of the tensors an optimizer keeps per parameter (Adam: its two moments; SGD: none)."""
+    return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
+               if torch.is_tensor(v) and v.dim() > 0)
+
+
+def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2,
+               seconds_per_layer=0.0, lr=0.05, optimizer="sgd", options=None,
+               record=True):
+    """Rank function: ``steps`` training steps on this rank's rows of each global batch, synchronised by
+    ``strategy(model, world_size, optimizer, **options)``, whose ``.step()`` runs after ``loss.backward()``.
+    ``record``: record each collective's issue-to-completion span (:mod:`mgpu_helpers.measure.comm_spans`).
+
+    Returns ``params`` (flat, after the last step), ``step_s`` (seconds of each step), ``spans`` (this run's
+    backward and collective spans) and ``state_bytes`` (the optimizer state this rank keeps)."""
+    device = mh.rank_device()
+    model = make_model(widths, seconds_per_layer, device=device)
+    make_opt = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam
+    sync = strategy(model, world_size, make_opt(model.parameters(), lr=lr), **(options or {}))
+    first = len(mh.measure.trace.snapshot())
+    step_s = []
+    with mh.measure.comm_spans.recording() if record else contextlib.nullcontext():
+        for step in range(steps):
+            x, y = make_batch(widths, rows_per_rank * world_size, step)
+            x, y = (t[rank * rows_per_rank:(rank + 1) * rows_per_rank].to(device) for t in (x, y))
+            start = time.monotonic()
+            for p in model.parameters():
+                p.grad = None
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            with mh.measure.trace.span("compute", f"backward {step}"):
+                loss.backward()
+                mh.measure.timing.synchronize_device(device)
+            sync.step()
+            mh.measure.timing.synchronize_device(device)
+            step_s.append(time.monotonic() - start)
+    return {"params": flat_params(model), "step_s": step_s, "spans": mh.measure.trace.snapshot()[first:],
+            "state_bytes": optimizer_state_bytes(sync.optimizer)}
+
+
+def single_process_params(steps=3, widths=(7, 12, 5, 3), rows=4, lr=0.05, optimizer="sgd"):
+    """The reference: the same steps in one process on the whole global batch of ``rows`` rows."""
+    model = make_model(widths)
+    make_opt = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam
+    opt = make_opt(model.parameters(), lr=lr)
+    for step in range(steps):
+        x, y = make_batch(widths, rows, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return flat_params(model)
+
+
+def ddp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, lr=0.05):
+    """Rank function: the same training under torch's own DistributedDataParallel; returns the parameters."""
+    device = mh.rank_device()
+    model = make_model(widths, device=device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    for step in range(steps):
+        x, y = make_batch(widths, rows_per_rank * world_size, step)
+        x, y = (t[rank * rows_per_rank:(rank + 1) * rows_per_rank].to(device) for t in (x, y))
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    return flat_params(model)
+
+
+class NaiveDP:
+    """Data parallelism done after the fact: backward first, then one blocking all-reduce per gradient."""
+
+    def __init__(self, model, world_size: int, optimizer):
+        self.params = list(model.parameters())
+        self.world_size = world_size
+        self.optimizer = optimizer
+
+    def step(self):
+        for p in self.params:
+            dist.all_reduce(p.grad)           # blocking: nothing else happens meanwhile
+            p.grad /= self.world_size         # sum -> mean
+        self.optimizer.step()
+
+
+class OverlapDP:
+    """Each gradient's all-reduce starts the moment backward has finished accumulating it."""
+
+    def __init__(self, model, world_size: int, optimizer):
+        self.params = list(model.parameters())
+        self.world_size = world_size
+        self.optimizer = optimizer
+        self.pending = []                        # Work handles of the all-reduces in flight
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self.on_grad_ready)
+
+    def on_grad_ready(self, p):
+        """Called by autograd with the parameter whose ``p.grad`` was just accumulated."""
+        ### BEGIN SOLUTION
+        self.pending.append(dist.all_reduce(p.grad, async_op=True))
+        ### END SOLUTION
+
+    def step(self):
+        """After ``loss.backward()``: wait for every all-reduce, turn sums into means, step the optimizer."""
+        ### BEGIN SOLUTION
+        for work in self.pending:
+            work.wait()
+        self.pending.clear()
+        for p in self.params:
+            p.grad /= self.world_size
+        self.optimizer.step()
+        ### END SOLUTION
+
+
+def plan_buckets(numels, bucket_numel: int) -> list:
+    """Parameter indices grouped into buckets, in the order backward produces them (last parameter first).
+
+    A bucket closes as soon as it holds ``bucket_numel`` elements or more; a parameter larger than that
+    closes the bucket it lands in (as DDP's buckets do); the last, partly filled bucket is kept.
+    ``numels``: the number of elements of each parameter."""
+    ### BEGIN SOLUTION
+    buckets, current, size = [], [], 0
+    for i in reversed(range(len(numels))):
+        current.append(i)
+        size += numels[i]
+        if size >= bucket_numel:
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+    ### END SOLUTION
+
+
+class BucketDP:
+    """Gradients reduced bucket by bucket: a bucket's all-reduce starts when its last gradient is ready."""
+
+    def __init__(self, model, world_size: int, optimizer, bucket_numel: int = 1 << 18, plan=None):
+        self.params = list(model.parameters())
+        self.world_size = world_size
+        self.optimizer = optimizer
+        self.buckets = (plan or plan_buckets)([p.numel() for p in self.params], bucket_numel)
+        self.bucket_of = {i: b for b, members in enumerate(self.buckets) for i in members}
+        self.ready = [0] * len(self.buckets)   # gradients ready so far in each bucket, this step
+        self.pending = []                      # (work, flat buffer, bucket index) of the buckets in flight
+        for i, p in enumerate(self.params):
+            p.register_post_accumulate_grad_hook(lambda p, i=i: self.on_grad_ready(i))
+
+    def on_grad_ready(self, i: int):
+        """Parameter ``i``'s gradient is ready; if it completes its bucket, start that bucket's all-reduce."""
+        ### BEGIN SOLUTION
+        b = self.bucket_of[i]
+        self.ready[b] += 1
+        if self.ready[b] == len(self.buckets[b]):
+            flat = torch.cat([self.params[j].grad.reshape(-1) for j in self.buckets[b]])
+            self.pending.append((dist.all_reduce(flat, async_op=True), flat, b))
+        ### END SOLUTION
+
+    def step(self):
+        """Wait for every bucket, copy the averaged values back into each ``p.grad``, step the optimizer."""
+        ### BEGIN SOLUTION
+        for work, flat, b in self.pending:
+            work.wait()
+            flat /= self.world_size
+            offset = 0
+            for j in self.buckets[b]:
+                g = self.params[j].grad
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        self.pending.clear()
+        self.ready = [0] * len(self.buckets)
+        self.optimizer.step()
+        ### END SOLUTION
+
+
+def overlap_fraction(spans) -> float:
+    """Of the time the collectives ran (``communicate`` spans), the fraction inside a backward span
+    (``compute`` spans named ``backward ...``); 0.0 when there was no communication."""
+    ### BEGIN SOLUTION
+    backward = [(s.start, s.end) for s in spans if s.kind == "compute" and s.name.startswith("backward")]
+    comm = [(s.start, s.end) for s in spans if s.kind == "communicate"]
+    total = sum(end - start for start, end in comm)
+    if total <= 0:
+        return 0.0
+    inside = sum(max(0.0, min(end, b_end) - max(start, b_start))
+                 for start, end in comm for b_start, b_end in backward)
+    return inside / total
+    ### END SOLUTION
+
+
+class Zero1:
+    """ZeRO stage 1: gradients reduce-scattered, each rank steps Adam on its shard, parameters all-gathered."""
+
+    def __init__(self, model, world_size: int, optimizer, lr: float = 0.05):
+        self.params = list(model.parameters())
+        self.world_size = world_size
+        self.rank = dist.get_rank()
+        numel = sum(p.numel() for p in self.params)
+        self.shard = -(-numel // world_size)                     # ceil: the last shard is padded
+        flat = torch.zeros(self.shard * world_size, device=self.params[0].device)
+        flat[:numel] = torch.cat([p.detach().reshape(-1) for p in self.params])
+        self.local = flat[self.rank * self.shard:(self.rank + 1) * self.shard].clone().requires_grad_(True)
+        self.optimizer = torch.optim.Adam([self.local], lr=lr)   # state for this shard only
+        del optimizer                                            # the full-model optimizer is not used
+
+    def flat_grads(self):
+        """All gradients in one tensor, zero-padded to ``shard * world_size`` elements."""
+        flat = torch.zeros(self.shard * self.world_size, device=self.local.device)
+        numel = sum(p.numel() for p in self.params)
+        flat[:numel] = torch.cat([p.grad.reshape(-1) for p in self.params])
+        return flat
+
+    def step(self):
+        """Reduce-scatter the gradients, step this rank's shard, all-gather the parameters back."""
+        ### BEGIN SOLUTION
+        grad_shard = torch.empty(self.shard, device=self.local.device)
+        dist.reduce_scatter_tensor(grad_shard, self.flat_grads())
+        self.local.grad = grad_shard / self.world_size
+        self.optimizer.step()
+        full = torch.empty(self.shard * self.world_size, device=self.local.device)
+        dist.all_gather_into_tensor(full, self.local.detach())
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(full[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        ### END SOLUTION

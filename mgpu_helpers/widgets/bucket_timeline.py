@@ -1,0 +1,78 @@
+"""Bucket timeline: per rank, the backward on one lane and each collective, from issue to completion, on another.
+
+Only drawing. :func:`draw_bucket_timelines` takes ``{title: spans_per_rank}`` (what
+:func:`mgpu_helpers.measure.profile.spans_from_trace` reads from a merged trace, or ``RankResults.spans``): the
+``compute`` spans named ``backward ...`` and the ``communicate`` spans recorded by
+:mod:`mgpu_helpers.measure.comm_spans`. The part of each collective that lies after the backward ended is drawn
+darker: that is the time the step waits for communication it could not hide.
+"""
+from __future__ import annotations
+
+from mgpu_helpers.widgets import style
+
+
+def _lanes(ax, spans_per_rank, t0: float) -> float:
+    """Draw one run; returns the last end time (ms from ``t0``)."""
+    end_ms = 0.0
+    for r, spans in enumerate(spans_per_rank):
+        backward = [s for s in spans if s.kind == "compute" and s.name.startswith("backward")]
+        comm = [s for s in spans if s.kind == "communicate"]
+        y_bw, y_comm = 2 * r, 2 * r + 0.8
+        for s in backward:
+            ax.barh(y_bw, s.seconds * 1e3, left=(s.start - t0) * 1e3, height=0.7,
+                    color=style.KIND_COLOURS["compute"], edgecolor="white", linewidth=0.5)
+        for s in comm:
+            last_bw_end = max((b.end for b in backward if b.start <= s.start), default=s.start)
+            hidden_end = min(s.end, last_bw_end)
+            if hidden_end > s.start:
+                ax.barh(y_comm, (hidden_end - s.start) * 1e3, left=(s.start - t0) * 1e3, height=0.55,
+                        color=style.KIND_COLOURS["communicate"], edgecolor="white", linewidth=0.5)
+            start = max(s.start, hidden_end)
+            if s.end > start:
+                ax.barh(y_comm, (s.end - start) * 1e3, left=(start - t0) * 1e3, height=0.55,
+                        color=style.KIND_COLOURS["wait"], edgecolor="white", linewidth=0.5)
+        end_ms = max([end_ms] + [(s.end - t0) * 1e3 for s in spans if s.kind in ("compute", "communicate")])
+    ticks = [y for r in range(len(spans_per_rank)) for y in (2 * r, 2 * r + 0.8)]
+    names = [n for r in range(len(spans_per_rank)) for n in (f"rank {r} backward", f"rank {r} comm")]
+    ax.set_yticks(ticks, names)
+    ax.invert_yaxis()
+    return end_ms
+
+
+def draw_bucket_timelines(runs: dict, steps: int | None = None):
+    """Several runs (``{title: spans_per_rank}``) stacked on one time axis, each from its own first span.
+
+    ``steps``: draw only the first ``steps`` backward spans of each rank and the collectives that start
+    before the next one (default: everything)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    st = style.current()
+    rows = sum(len(v) for v in runs.values())
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
+                             figsize=style.figsize(8, 0.75 * rows + 1.1 * len(runs)))
+    right = 0.0
+    for ax, (title, spans_per_rank) in zip(axes[:, 0], runs.items()):
+        if steps is not None:
+            spans_per_rank = [_first_steps(spans, steps) for spans in spans_per_rank]
+        starts = [s.start for spans in spans_per_rank for s in spans]
+        right = max(right, _lanes(ax, spans_per_rank, min(starts) if starts else 0.0))
+        ax.set_title(title, fontsize=st.font_size)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_xlim(0, right * 1.02 if right else 1)
+    axes[-1, 0].set_xlabel("time (ms)")
+    handles = [Patch(color=style.KIND_COLOURS["compute"], label="backward"),
+               Patch(color=style.KIND_COLOURS["communicate"], label="all-reduce during backward"),
+               Patch(color=style.KIND_COLOURS["wait"], label="all-reduce after backward (waited for)")]
+    fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False, fontsize=st.font_size * 0.8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
+
+
+def _first_steps(spans, steps: int):
+    backward = sorted((s for s in spans if s.kind == "compute" and s.name.startswith("backward")),
+                      key=lambda s: s.start)
+    if len(backward) <= steps:
+        return list(spans)
+    cut = backward[steps].start
+    return [s for s in spans if s.start < cut]
