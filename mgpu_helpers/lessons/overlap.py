@@ -162,20 +162,16 @@ class OverlapDP:
 
     def on_grad_ready(self, p):
         """Called by autograd with the parameter whose ``p.grad`` was just accumulated."""
-        ### BEGIN SOLUTION
         self.pending.append(dist.all_reduce(p.grad, async_op=True))
-        ### END SOLUTION
 
     def step(self):
         """After ``loss.backward()``: wait for every all-reduce, turn sums into means, step the optimizer."""
-        ### BEGIN SOLUTION
         for work in self.pending:
             work.wait()
         self.pending.clear()
         for p in self.params:
             p.grad /= self.world_size
         self.optimizer.step()
-        ### END SOLUTION
 
 
 def plan_buckets(numels, bucket_numel: int) -> list:
@@ -184,7 +180,6 @@ def plan_buckets(numels, bucket_numel: int) -> list:
     A bucket closes as soon as it holds ``bucket_numel`` elements or more; a parameter larger than that
     closes the bucket it lands in (as DDP's buckets do); the last, partly filled bucket is kept.
     ``numels``: the number of elements of each parameter."""
-    ### BEGIN SOLUTION
     buckets, current, size = [], [], 0
     for i in reversed(range(len(numels))):
         current.append(i)
@@ -195,7 +190,6 @@ def plan_buckets(numels, bucket_numel: int) -> list:
     if current:
         buckets.append(current)
     return buckets
-    ### END SOLUTION
 
 
 class BucketDP:
@@ -214,17 +208,14 @@ class BucketDP:
 
     def on_grad_ready(self, i: int):
         """Parameter ``i``'s gradient is ready; if it completes its bucket, start that bucket's all-reduce."""
-        ### BEGIN SOLUTION
         b = self.bucket_of[i]
         self.ready[b] += 1
         if self.ready[b] == len(self.buckets[b]):
             flat = torch.cat([self.params[j].grad.reshape(-1) for j in self.buckets[b]])
             self.pending.append((dist.all_reduce(flat, async_op=True), flat, b))
-        ### END SOLUTION
 
     def step(self):
         """Wait for every bucket, copy the averaged values back into each ``p.grad``, step the optimizer."""
-        ### BEGIN SOLUTION
         for work, flat, b in self.pending:
             work.wait()
             flat /= self.world_size
@@ -236,13 +227,11 @@ class BucketDP:
         self.pending.clear()
         self.ready = [0] * len(self.buckets)
         self.optimizer.step()
-        ### END SOLUTION
 
 
 def overlap_fraction(spans) -> float:
     """Of the time the collectives ran (``communicate`` spans), the fraction inside a backward span
     (``compute`` spans named ``backward ...``); 0.0 when there was no communication."""
-    ### BEGIN SOLUTION
     backward = [(s.start, s.end) for s in spans if s.kind == "compute" and s.name.startswith("backward")]
     comm = [(s.start, s.end) for s in spans if s.kind == "communicate"]
     total = sum(end - start for start, end in comm)
@@ -251,7 +240,6 @@ def overlap_fraction(spans) -> float:
     inside = sum(max(0.0, min(end, b_end) - max(start, b_start))
                  for start, end in comm for b_start, b_end in backward)
     return inside / total
-    ### END SOLUTION
 
 
 class Zero1:
@@ -278,7 +266,6 @@ class Zero1:
 
     def step(self):
         """Reduce-scatter the gradients, step this rank's shard, all-gather the parameters back."""
-        ### BEGIN SOLUTION
         grad_shard = torch.empty(self.shard, device=self.local.device)
         dist.reduce_scatter_tensor(grad_shard, self.flat_grads())
         self.local.grad = grad_shard / self.world_size
@@ -290,4 +277,3 @@ class Zero1:
             for p in self.params:
                 p.copy_(full[offset:offset + p.numel()].view_as(p))
                 offset += p.numel()
-        ### END SOLUTION

@@ -24,6 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)   # the worked lessons (notebooks/ is generated from them)
 LESSONS_DIR = os.path.join("mgpu_helpers", "lessons")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 MARKER = re.compile(r"^#\|\s*export(?:\s+(?P<name>[A-Za-z_]\w*))?\s*$")
 HEADER = "# Generated from {notebook} by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file."
 
@@ -61,7 +62,9 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
         if not name:
             raise ExportError(f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module: "
                               f'add "mgpu": {{"export": "<module>"}} to its metadata, or write `#| export <module>`')
-        modules.setdefault(name, []).append("\n".join(lines[1:]).strip("\n"))
+        # nbgrader's solution markers are for the learner's version (tools/exercises.py), not the library.
+        code = [ln for ln in lines[1:] if ln.strip() not in SOLUTION_MARKERS]
+        modules.setdefault(name, []).append("\n".join(code).strip("\n"))
     return modules
 
 
