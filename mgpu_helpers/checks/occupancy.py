@@ -12,6 +12,7 @@ own version in ``mh.lessons``) instead of writing the arithmetic is refused.
 """
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -95,7 +96,9 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
     big = block > lim.max_threads_per_block
     return {
         "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）":
-            0 if big else min(by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // (regs * lim.warp_size) // warps),
+            0 if big else min(by_threads, lim.max_blocks_per_sm,
+                              (lim.regs_per_sm // lim.sub_partitions // (regs * lim.warp_size)) * lim.sub_partitions
+                              // warps),
         "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）":
             0 if big else min(by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps),
         "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）":
@@ -257,7 +260,7 @@ def check_vec_add_two(kernel) -> None:
             if twice.size:
                 k = int(twice[0])
                 who = sorted({(w[0], w[1]) for w in writes if w[3] == k})
-                if len({t for _, t in who}) == 1 and len(who) > 1:
+                if max(w[3] for w in writes) < 2 * bs:     # every block wrote the first tile only
                     hint = "几个 Block 的同号线程写了同一个元素：下标里要有 blockIdx.x，每个 Block 负责自己的分片。"
                 else:
                     hint = (f"每个 Block 的分片有 2 × blockDim = {2 * bs} 个元素：分片的起点是 "
@@ -346,7 +349,8 @@ def check_saxpy_structure(fn) -> None:
         if 'extern "C"' not in src:
             raise CheckFailed(f"{what}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
                               "RawKernel 按名字就找不到这个 Kernel。")
-        if "if" not in src and "?" not in src:
+        bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
+        if "<" not in bare and ">" not in bare:          # a bounds check needs a comparison, whatever its form
             raise CheckFailed(f"{what}：CUDA 源码里没有边界检查：最后一个 Block 多出来的线程会写到 y 的末尾之外。")
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
     if fresh:
