@@ -124,16 +124,15 @@ def vec_add_two(a, b, c, n):
     ### BEGIN SOLUTION
     bd = cuda.blockDim.x
     i = cuda.blockIdx.x * 2 * bd + cuda.threadIdx.x
-    j = i + bd
-    if i < n:
+    if i + bd < n:                     # both elements inside: the four loads first, then the two stores
         a0 = a[i]
+        a1 = a[i + bd]
         b0 = b[i]
-    if j < n:
-        a1 = a[j]
-        b1 = b[j]
-        c[j] = a1 + b1
-    if i < n:
+        b1 = b[i + bd]
         c[i] = a0 + b0
+        c[i + bd] = a1 + b1
+    elif i < n:                        # the last, partial tile: only the first element is inside
+        c[i] = a[i] + b[i]
     ### END SOLUTION
 
 
