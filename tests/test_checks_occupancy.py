@@ -410,3 +410,17 @@ def test_one_wave_facts_without_a_gpu_come_from_a_recorded_file():
     if ENV.numba_simulator:
         assert facts["sm_count"] == 132 and "ncu_h200.json" in facts["source"]
         assert facts["regs_per_thread"] == 32
+
+
+@pytest.mark.parametrize("checker", ["check_blocks_per_sm", "check_max_regs", "check_one_wave_blocks"])
+def test_an_answer_that_never_ends_is_stopped_within_seconds(checker):
+    def endless(a, b, c):
+        r = 0
+        while r < 10:        # the increment is forgotten
+            pass
+        return r
+    t0 = time.monotonic()
+    with pytest.raises(checks.CheckFailed, match="循环没有结束"):
+        getattr(checks, checker)(endless)
+    assert time.monotonic() - t0 < 30
+    assert checks.check_blocks_per_sm(_blocks()) is None      # and the session is still usable

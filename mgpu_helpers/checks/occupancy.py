@@ -12,7 +12,9 @@ own version in ``mh.lessons``) instead of writing the arithmetic is refused.
 """
 from __future__ import annotations
 
+import contextlib
 import re
+import signal
 import threading
 
 import numpy as np
@@ -29,6 +31,28 @@ COURSE_NAMES = {"occupancy", "one_wave_blocks", "reference_blocks_per_sm", "refe
 def skipped(text: str) -> None:
     """Say that a check could not run here and why: it is not a pass."""
     print(f"{SKIPPED}：{text}")
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str):
+    """Stop the learner's Python code after ``seconds`` with a failure that says it never ended (an endless
+    loop), so the cell returns and the kernel session stays usable. Works in the main thread (a notebook's
+    cells); elsewhere it only runs the code."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CheckFailed(f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
+                          "（循环变量忘了改，或者条件永远成立）。")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _names_used(fn) -> set[str]:
@@ -119,8 +143,9 @@ def check_blocks_per_sm(fn) -> None:
         raise not_done(fn, what)
     _refuse_course_code(fn, what)
     cases = _occupancy_cases(new_rng())
-    for block, regs, name, lim in cases:
-        got = call(fn, what, block, regs, lim)
+    with deadline(5, what):
+        answers = [call(fn, what, block, regs, lim) for block, regs, _, lim in cases]
+    for (block, regs, name, lim), got in zip(cases, answers):
         want = reference_blocks_per_sm(block, regs, lim)
         if isinstance(got, (float, np.floating)) and float(got).is_integer():
             got = int(got)
@@ -462,8 +487,9 @@ def check_max_regs(fn) -> None:
     drawn = [(int(rng.integers(1, 1025)), int(rng.integers(1, 9))) for _ in range(30)]
     drawn += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 17))) for _ in range(30)]
     cases = [(b, k, name, lim) for name, lim in named.items() for b, k in fixed + drawn]
-    for block, k, name, lim in cases:
-        got = call(fn, what, block, k, lim)
+    with deadline(5, what):
+        answers = [call(fn, what, block, k, lim) for block, k, _, lim in cases]
+    for (block, k, name, lim), got in zip(cases, answers):
         want = reference_max_regs(block, k, lim)
         if isinstance(got, (float, np.floating)) and float(got).is_integer():
             got = int(got)
@@ -523,7 +549,8 @@ def check_one_wave_blocks(fn) -> None:
     _refuse_course_code(fn, what)
     facts = one_wave_facts()
     sm, lim = facts["sm_count"], facts["limits"]
-    got = call(fn, what, sm, facts["regs_per_thread"], lim)
+    with deadline(5, what):
+        got = call(fn, what, sm, facts["regs_per_thread"], lim)
     per_sm = reference_blocks_per_sm(256, facts["regs_per_thread"], lim)
     if simulator():
         want, by = per_sm * sm, "占用率模型"
