@@ -518,7 +518,9 @@ def one_wave_facts() -> dict:
             return {"sm_count": gpu_limits.device_limits().sm_count, "regs_per_thread": regs,
                     "limits": gpu_limits.device_limits(),
                     "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"}
-    ncu_rows = {r["kernel"]: r for r in __import__("mgpu_helpers.bench.ncu", fromlist=["load"]).load("h200")["rows"]}
+    from mgpu_helpers.bench import ncu
+
+    ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}      # data/ncu_h200.json
     regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
     return {"sm_count": occ.HOPPER.sm_count, "regs_per_thread": regs, "limits": occ.HOPPER,
             "source": f"没有 GPU：按 H200 的上限（{occ.HOPPER.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
