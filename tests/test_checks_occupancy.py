@@ -424,3 +424,27 @@ def test_an_answer_that_never_ends_is_stopped_within_seconds(checker):
         getattr(checks, checker)(endless)
     assert time.monotonic() - t0 < 30
     assert checks.check_blocks_per_sm(_blocks()) is None      # and the session is still usable
+
+
+def test_a_helper_of_the_learners_own_named_occupancy_is_not_mistaken_for_the_course(capsys):
+    learner = by_value('''
+        def occupancy(block, regs, lim):            # the learner's own helper, whatever its name
+            warps = -(-block // 32)
+            per_warp = -(-regs * 32 // 256) * 256
+            return min(lim.max_threads_per_sm // 32 // warps, lim.max_blocks_per_sm,
+                       (lim.regs_per_sm // 4 // per_warp) * 4 // warps)
+
+        def blocks_per_sm(block, regs_per_thread, limits):
+            return 0 if block > limits.max_threads_per_block else occupancy(block, regs_per_thread, limits)
+        ''', "blocks_per_sm")
+    checks.check_blocks_per_sm(learner)
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+def test_the_course_function_imported_under_another_name_is_refused():
+    ns = {"__name__": "learner_cell"}
+    exec("from mgpu_helpers.models.occupancy import occupancy as mine\n"
+         "def blocks_per_sm(block, regs, limits):\n"
+         "    return mine(block, regs, limits=limits).blocks_per_sm\n", ns)
+    with pytest.raises(checks.CheckFailed, match="课程自己的实现（mine）"):
+        checks.check_blocks_per_sm(ns["blocks_per_sm"])

@@ -16,6 +16,7 @@ import contextlib
 import re
 import signal
 import threading
+import types
 
 import numpy as np
 
@@ -24,8 +25,6 @@ from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, has_st
 
 PAD = 7                       # extra elements after the data: a missing bounds check writes into them
 SKIPPED = "跳过"
-COURSE_NAMES = {"occupancy", "one_wave_blocks", "reference_blocks_per_sm", "reference_max_regs", "lessons",
-                "cupy_kernels", "models"}
 
 
 def skipped(text: str) -> None:
@@ -67,6 +66,25 @@ def _names_used(fn) -> set[str]:
     return names
 
 
+def _course_code_used(fn) -> list[str]:
+    """The globals ``fn`` refers to that are the course's own code: a module of mgpu_helpers (``mh``, ``occ``) or
+    a function defined there, under whatever name it was imported. Data such as ``HOPPER`` is not counted."""
+    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+    scope = getattr(inner, "__globals__", {})
+    found = []
+    for name in sorted(_names_used(fn)):
+        obj = scope.get(name)
+        if isinstance(obj, types.ModuleType):
+            where = obj.__name__
+        elif callable(obj):
+            where = getattr(obj, "__module__", "") or ""
+        else:
+            continue
+        if where == "mgpu_helpers" or where.startswith("mgpu_helpers."):
+            found.append(name)
+    return found
+
+
 def _refuse_course_code(fn, what: str) -> None:
     """The learner's function may not hand the work to the model or to the course's own version."""
     from mgpu_helpers.lessons import cupy_kernels
@@ -74,9 +92,9 @@ def _refuse_course_code(fn, what: str) -> None:
 
     ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks,
             reference_blocks_per_sm, reference_max_regs}
-    used = _names_used(fn) & COURSE_NAMES
+    used = _course_code_used(fn)
     if fn in ours or used:
-        raise CheckFailed(f"{what}：你的函数调用了课程自己的实现（{', '.join(sorted(used)) or '同一个函数'}）。"
+        raise CheckFailed(f"{what}：你的函数调用了课程自己的实现（{', '.join(used) or '同一个函数'}）。"
                           "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。")
 
 
