@@ -86,3 +86,15 @@ def test_recorded_registers_of_02s_kernels_give_the_lessons_occupancy_story():
     assert not occ.occupancy(1024, free).launchable                          # unbounded: no 1024 block
     assert occ.occupancy(1024, bounded["registers"]).launchable and bounded["registers"] <= 64
     assert 0 < regs["seed_vecAdd_cupy"]["registers"] < free and regs["numba_vec_add"]["registers"] > 0
+
+
+def test_the_lessons_blocks_per_sm_agrees_with_the_model_everywhere():
+    # 02's worked fill-in (exported to mh.lessons.cupy_kernels) is the same arithmetic as the model, for every
+    # block size and register count on two kinds of SM: the checker's random draws can never fail it by chance.
+    from mgpu_helpers.lessons import cupy_kernels
+
+    ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)
+    for lim in (occ.HOPPER, ampere):
+        for block in range(1, 1026, 3):
+            for regs in range(1, 256, 2):
+                assert cupy_kernels.blocks_per_sm(block, regs, lim) == occ.occupancy(block, regs, limits=lim).blocks_per_sm

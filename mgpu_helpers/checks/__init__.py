@@ -18,8 +18,10 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex01 | :func:`check_vec_add` | a Numba kernel ``(a, b, c, n)``: global index + bounds check |
 | ex01 | :func:`check_matrix_add` | a Numba kernel ``(a, b, c, rows, cols)``: 2D index + bounds check |
 | ex01 | :func:`check_grid_stride_add` | a Numba kernel ``(a, b, c, n)``: grid-stride loop |
-| ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)`` with a CuPy RawKernel (needs a GPU; says so without) |
-| ex02 | :func:`check_blocks_per_sm` | ``blocks_per_sm(block, regs_per_thread, limits)``: the occupancy arithmetic |
+| 02 | :func:`check_blocks_per_sm` | ``blocks_per_sm(block, regs_per_thread, limits)``: the occupancy arithmetic |
+| 02 | :func:`check_vec_add_two` | a Numba kernel ``(a, b, c, n)``: two elements per thread, coalesced, each once |
+| ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)``: a CuPy RawKernel, y in place (runs on a GPU; structure everywhere) |
+| ex02 | :func:`check_max_regs` | ``max_regs_per_thread(block, min_blocks, limits)``: the register budget for k blocks |
 | ex02 | :func:`check_one_wave_blocks` | the number of blocks in one wave on this machine (number first) |
 | ex03 | :func:`check_placement` | ``placement(rank, nproc_per_node, visible) -> (node, local_rank, gpu)`` |
 | ex03 | :func:`check_join_and_sum` | ``join_and_sum(rank, world_size, x)``: env:// by hand, all_reduce, leave |
@@ -68,10 +70,12 @@ __getattr__, __dir__, __all__ = attach(
         "check_vec_add": "kernels",
         "check_grid_stride_add": "kernels",
         "check_matrix_add": "kernels",
-        "check_saxpy_cupy": "kernels",
-        "check_blocks_per_sm": "kernels",
-        "check_one_wave_blocks": "kernels",
-        "one_wave_facts": "kernels",
+        "check_saxpy_cupy": "occupancy",
+        "check_blocks_per_sm": "occupancy",
+        "check_vec_add_two": "occupancy",
+        "check_max_regs": "occupancy",
+        "check_one_wave_blocks": "occupancy",
+        "one_wave_facts": "occupancy",
         "RankProblem": "core",
         "run_problem": "core",
         "check_placement": "groups",

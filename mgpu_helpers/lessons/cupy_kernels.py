@@ -1,5 +1,5 @@
 # Generated from solutions/02_cupy_kernels.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in solutions/02_cupy_kernels.ipynb (02 用 CuPy 写 Kernel：寄存器、占用率与带宽).
+"""The code taught in solutions/02_cupy_kernels.ipynb (02 用 CuPy 写 Kernel：寄存器、占用率与 Block 大小).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 
@@ -67,6 +67,21 @@ def vec_add_cupy_elementwise(a, b, c=None):
     return kernel(a, b) if c is None else kernel(a, b, c)
 
 
+def blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
+    """Resident blocks per SM of a kernel with no shared memory: the smallest of the limits set by threads,
+    blocks and registers per SM (0 when one block cannot launch)."""
+    ### BEGIN SOLUTION
+    if block > limits.max_threads_per_block:
+        return 0
+    warps = -(-block // limits.warp_size)                       # whole warps, rounded up
+    by_threads = limits.max_threads_per_sm // limits.warp_size // warps
+    unit = limits.reg_alloc_unit
+    regs_per_warp = -(-regs_per_thread * limits.warp_size // unit) * unit
+    warps_by_regs = (limits.regs_per_sm // limits.sub_partitions // regs_per_warp) * limits.sub_partitions
+    return min(by_threads, limits.max_blocks_per_sm, warps_by_regs // warps)
+    ### END SOLUTION
+
+
 import functools
 
 MANY_REGS_SRC = r'''
@@ -96,6 +111,29 @@ def many_regs_kernels():
     """(unbounded, bounded): ``manyRegs`` as compiled freely, and with ``__launch_bounds__(1024)`` (needs a GPU)."""
     return (raw_kernel(MANY_REGS_SRC.replace("BOUNDS", ""), "manyRegs"),
             raw_kernel(MANY_REGS_SRC.replace("BOUNDS", "__launch_bounds__(1024)"), "manyRegs"))
+
+
+from numba import cuda
+
+
+@cuda.jit
+def vec_add_two(a, b, c, n):
+    """c = a + b with two elements per thread: block k owns the tile of 2 * blockDim elements starting at
+    2 * blockDim * k; thread t adds elements i and i + blockDim of it (i = tile start + t), so each access of
+    a warp is 32 consecutive floats. Launch with ceil(n / (2 * block)) blocks; each element is bounds-checked."""
+    ### BEGIN SOLUTION
+    bd = cuda.blockDim.x
+    i = cuda.blockIdx.x * 2 * bd + cuda.threadIdx.x
+    if i + bd < n:                     # both elements inside: the four loads first, then the two stores
+        a0 = a[i]
+        a1 = a[i + bd]
+        b0 = b[i]
+        b1 = b[i + bd]
+        c[i] = a0 + b0
+        c[i + bd] = a1 + b1
+    elif i < n:                        # the last, partial tile: only the first element is inside
+        c[i] = a[i] + b[i]
+    ### END SOLUTION
 
 
 import numpy as np

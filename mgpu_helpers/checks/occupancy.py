@@ -1,0 +1,593 @@
+"""Checkers for notebook 02 and ex02: occupancy arithmetic, a two-elements-per-thread kernel, a CuPy RawKernel.
+
+- 02 (lesson fill-ins, through :func:`try_blocks_per_sm` and :func:`try_vec_add_two`): ``blocks_per_sm`` (threads,
+  blocks and registers per SM) and the Numba kernel ``vec_add_two`` (two elements per thread in a block tile);
+- ex02: ``saxpy_cupy`` (a RawKernel updating y in place; needs a GPU, its structure is checked everywhere),
+  ``max_regs_per_thread`` (the inverse question: what register budget still lets k blocks reside, as
+  ``__launch_bounds__(block, k)`` asks the compiler), and one wave of blocks on this machine (number first).
+
+Every checker compares with the occupancy model :func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA
+occupancy calculator's algorithm) and names the typical mistake it recognises. Calling the model (or the course's
+own version in ``mh.lessons``) instead of writing the arithmetic is refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+import types
+
+import numpy as np
+
+from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, has_stub, int_values, new_rng, \
+    not_done, passed
+
+PAD = 7                       # extra elements after the data: a missing bounds check writes into them
+SKIPPED = "跳过"
+
+
+def skipped(text: str) -> None:
+    """Say that a check could not run here and why: it is not a pass."""
+    print(f"{SKIPPED}：{text}")
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str):
+    """Stop the learner's Python code after ``seconds`` with a failure that says it never ended (an endless
+    loop), so the cell returns and the kernel session stays usable. Works in the main thread (a notebook's
+    cells); elsewhere it only runs the code."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CheckFailed(f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
+                          "（循环变量忘了改，或者条件永远成立）。")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _names_used(fn) -> set[str]:
+    """Every global and attribute name the function's code (and nested code) refers to."""
+    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+    code = getattr(inner, "__code__", None)
+    names, stack = set(), [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return names
+
+
+def _course_code_used(fn) -> list[str]:
+    """The globals ``fn`` refers to that are the course's own code: a module of mgpu_helpers (``mh``, ``occ``) or
+    a function defined there, under whatever name it was imported. Data such as ``HOPPER`` is not counted."""
+    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+    scope = getattr(inner, "__globals__", {})
+    found = []
+    for name in sorted(_names_used(fn)):
+        obj = scope.get(name)
+        if isinstance(obj, types.ModuleType):
+            where = obj.__name__
+        elif callable(obj):
+            where = getattr(obj, "__module__", "") or ""
+        else:
+            continue
+        if where == "mgpu_helpers" or where.startswith("mgpu_helpers."):
+            found.append(name)
+    return found
+
+
+def _refuse_course_code(fn, what: str) -> None:
+    """The learner's function may not hand the work to the model or to the course's own version."""
+    from mgpu_helpers.lessons import cupy_kernels
+    from mgpu_helpers.models import occupancy as occ
+
+    ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks,
+            reference_blocks_per_sm, reference_max_regs}
+    used = _course_code_used(fn)
+    if fn in ours or used:
+        raise CheckFailed(f"{what}：你的函数调用了课程自己的实现（{', '.join(used) or '同一个函数'}）。"
+                          "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# 02 fill-in 1: blocks per SM from threads, blocks and registers.
+
+
+def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
+    """The checker's answer: resident blocks per SM without shared memory (the occupancy model's)."""
+    from mgpu_helpers.models import occupancy as occ
+
+    return occ.occupancy(block, regs_per_thread, limits=limits).blocks_per_sm
+
+
+def _ampere():
+    from mgpu_helpers.models import occupancy as occ
+
+    return occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)   # compute capability 8.6
+
+
+def _occupancy_cases(rng):
+    from mgpu_helpers.models import occupancy as occ
+
+    named = {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": _ampere()}
+    # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
+    # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
+    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16),
+             (1025, 16), (96, 72), (160, 48)]
+    cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
+    cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
+    return [(b, r, name, lim) for name, lim in named.items() for b, r in cases]
+
+
+def _blocks_variants(block, regs, lim) -> dict[str, int]:
+    """What the typical wrong versions of the arithmetic give, named by their mistake."""
+    warps = -(-block // lim.warp_size)
+    unit = lim.reg_alloc_unit
+    per_warp = -(-regs * lim.warp_size // unit) * unit
+    by_threads = lim.max_warps_per_sm // warps
+    by_regs = (lim.regs_per_sm // lim.sub_partitions // per_warp) * lim.sub_partitions // warps
+    big = block > lim.max_threads_per_block
+    return {
+        "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）":
+            0 if big else min(by_threads, lim.max_blocks_per_sm,
+                              (lim.regs_per_sm // lim.sub_partitions // (regs * lim.warp_size)) * lim.sub_partitions
+                              // warps),
+        "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）":
+            0 if big else min(by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps),
+        "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）":
+            0 if big else min(by_threads, by_regs),
+        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）":
+            0 if big else min(lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs),
+        f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0":
+            min(by_threads, lim.max_blocks_per_sm, by_regs),
+        "只看了线程数（寄存器也可能先用完）": 0 if big else min(by_threads, lim.max_blocks_per_sm),
+    }
+
+
+def check_blocks_per_sm(fn) -> None:
+    """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), against the
+    occupancy model for two kinds of SM, on fixed edge cases and fresh random ones."""
+    what = "blocks_per_sm 要算出每个 SM 同时驻留几个 Block"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    _refuse_course_code(fn, what)
+    cases = _occupancy_cases(new_rng())
+    with deadline(5, what):
+        answers = [call(fn, what, block, regs, lim) for block, regs, _, lim in cases]
+    for (block, regs, name, lim), got in zip(cases, answers):
+        want = reference_blocks_per_sm(block, regs, lim)
+        if isinstance(got, (float, np.floating)) and float(got).is_integer():
+            got = int(got)
+        if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
+            raise CheckFailed(f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
+                              f"你的函数返回 {got!r}。整除用 //。")
+        if got != want:
+            mistake = next((m for m, v in _blocks_variants(block, regs, lim).items() if v == got), "")
+            warps = -(-block // lim.warp_size)
+            per_warp = -(-regs * lim.warp_size // lim.reg_alloc_unit) * lim.reg_alloc_unit
+            raise CheckFailed(
+                f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want} 个 Block/SM，你的函数返回 {got!r}。"
+                + (f"看起来是{mistake}。" if mistake else "")
+                + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）")
+    passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
+
+
+def try_blocks_per_sm(fn):
+    """02's fill-in: the learner's ``blocks_per_sm`` once checked, the reference while it is unwritten."""
+    return fill_in(fn, check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
+
+
+# --------------------------------------------------------------------------------------------------------
+# 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator.
+
+
+class _Traced:
+    """A 1-D array handed to a kernel in the simulator that records who touches which element.
+
+    Each access is (blockIdx.x, threadIdx.x, k-th access of that thread, index). It refuses indices outside
+    the buffer and stops a thread that makes far more accesses than the work needs (an endless loop)."""
+
+    def __init__(self, values: np.ndarray, budget: int):
+        self.values = values
+        self.writes: list[tuple[int, int, int, int]] = []
+        self._count: dict = {}
+        self._budget = budget
+        self.shape, self.size, self.ndim, self.dtype = values.shape, values.size, 1, values.dtype
+
+    def __len__(self):
+        return self.size
+
+    def _who(self, idx):
+        t = threading.current_thread()
+        key = (int(t.blockIdx.x), int(t.threadIdx.x))
+        k = self._count.get(key, 0)
+        if k > self._budget:
+            raise RuntimeError(f"ENDLESS thread {key[1]} of block {key[0]} made more than {self._budget} accesses")
+        self._count[key] = k + 1
+        if not isinstance(idx, (int, np.integer)) or not 0 <= int(idx) < self.size:
+            raise IndexError(f"OUTSIDE index {idx!r} outside 0..{self.size - 1}")
+        return key + (k, int(idx))
+
+    def __getitem__(self, idx):
+        self._who(idx)
+        return self.values[idx]
+
+    def __setitem__(self, idx, value):
+        self.writes.append(self._who(idx))
+        self.values[idx] = value
+
+
+def reference_vec_add_two():
+    """The course's ``vec_add_two`` (notebook 02, exported to mh.lessons.cupy_kernels)."""
+    from mgpu_helpers.lessons import cupy_kernels
+
+    return cupy_kernels.vec_add_two
+
+
+def two_grid(n: int, block: int) -> int:
+    """The full grid of a two-per-thread kernel: ceil(n / (2 * block)) blocks, at least one."""
+    return max(1, -(-n // (2 * block)))
+
+
+def _run_two(kernel, what, n, block, grid):
+    """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
+    from numba import cuda
+
+    from mgpu_helpers.measure.timing import simulator
+
+    rng = new_rng()
+    a, b = int_values(rng, n + PAD), int_values(rng, n + PAD)
+    c = np.full(n + PAD, np.nan, dtype=np.float32)
+    where = f"n = {n}，启动 [{grid}, {block}]"
+    try:
+        if simulator():
+            ta, tb, tc = _Traced(a, 8), _Traced(b, 8), _Traced(c, 8)
+            kernel[grid, block](ta, tb, tc, np.int32(n))
+            writes = tc.writes
+        else:
+            d_c = cuda.to_device(c)
+            kernel[grid, block](cuda.to_device(a), cuda.to_device(b), d_c, np.int32(n))
+            cuda.synchronize()
+            c, writes = d_c.copy_to_host(), None
+    except NotImplementedError:
+        raise not_done(kernel, what) from None
+    except Exception as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "ENDLESS" in text:
+            raise CheckFailed(f"{where}：有线程访问数组的次数远超它该做的 2 个元素（{text.split('ENDLESS ')[1]}），"
+                              "多半是循环没有结束（下标忘了增加）。这个 Kernel 不需要循环。") from None
+        if "OUTSIDE" in text:
+            raise CheckFailed(f"{where}：访问了缓冲区之外的下标（{text.split('OUTSIDE ')[1]}）。"
+                              "每个元素都要先检查下标 < n 再读写。") from None
+        raise CheckFailed(f"{where}：Kernel 运行出错（{type(exc).__name__}：{text}）。") from None
+    return c, writes, a + b, where
+
+
+def check_vec_add_two(kernel) -> None:
+    """``kernel(a, b, c, n)``: each thread adds two elements of its block's tile of ``2 * blockDim`` elements,
+    ``i`` and ``i + blockDim`` (``i`` = tile start + threadIdx), launched with ceil(n / (2 * block)) blocks.
+
+    Checked on sizes that fill no tile, end inside the first or second half of the last tile, and on random
+    ones; in the simulator it also counts the writes of every element (exactly once) and checks that each
+    warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
+    from mgpu_helpers.measure.timing import simulator
+
+    what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
+    if has_stub(kernel):
+        raise not_done(kernel, what)
+    if kernel is reference_vec_add_two():
+        raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
+    rng = new_rng()
+    block = 32
+    cases = [(1, block), (block - 3, block), (block + 5, block), (2 * block, block), (3 * block + 1, block),
+             (int(rng.integers(2 * block + 1, 9 * block)), block), (int(rng.integers(65, 300)), 64)]
+    for n, bs in cases:
+        grid = two_grid(n, bs)
+        c, writes, want, where = _run_two(kernel, what, n, bs, grid)
+        past = np.flatnonzero(~np.isnan(c[n:]))
+        if past.size:
+            raise CheckFailed(f"{where}：下标 {n + int(past[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+                              "两个元素都要各自检查下标 < n。")
+        if writes is not None:
+            counts = np.bincount(np.asarray([w[3] for w in writes], dtype=np.int64), minlength=n + PAD)[:n]
+            twice = np.flatnonzero(counts > 1)
+            if twice.size:
+                k = int(twice[0])
+                who = sorted({(w[0], w[1]) for w in writes if w[3] == k})
+                if max(w[3] for w in writes) < 2 * bs:     # every block wrote the first tile only
+                    hint = "几个 Block 的同号线程写了同一个元素：下标里要有 blockIdx.x，每个 Block 负责自己的分片。"
+                else:
+                    hint = (f"每个 Block 的分片有 2 × blockDim = {2 * bs} 个元素：分片的起点是 "
+                            "blockIdx.x × 2 × blockDim.x，不是 blockIdx.x × blockDim.x。")
+                raise CheckFailed(f"{where}：元素 {k} 被写了 {counts[k]} 次（(Block, 线程) = {who[:3]}）。{hint}")
+        missing = np.flatnonzero(np.isnan(c[:n]))
+        if missing.size:
+            k = int(missing[0])
+            hint = ""
+            if k % (2 * bs) >= bs:
+                hint = f"每个线程的第二个元素是 i + blockDim.x（这里是 i + {bs}），它没被写。"
+            raise CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
+        compare(c[:n], want[:n], where)
+        if writes is not None:
+            _check_layout(writes, where, n, bs)
+    layout = "，每个元素恰好写一次，同一个 Warp 的每次写都是连续的元素（合并访问）" if simulator() else \
+        "（在 GPU 上只能看结果；每个元素写几次、访问是否连续，在模拟器里才数得出来）"
+    passed(f"vec_add_two 在 n = {', '.join(str(n) for n, _ in cases)} 上与 NumPy 一致{layout}。")
+
+
+def _check_layout(writes, where: str, n: int, block: int) -> None:
+    """Thread t of block k writes exactly elements i and i + block of its tile (i = 2 * block * k + t) below n:
+    then every access of a warp is 32 consecutive floats (coalesced)."""
+    done: dict = {}
+    for blk, thread, _, idx in writes:
+        done.setdefault((blk, thread), set()).add(idx)
+    for (blk, thread), got in sorted(done.items()):
+        i = 2 * block * blk + thread
+        want = {j for j in (i, i + block) if j < n}
+        if got != want:
+            base = 2 * block * blk
+            pair = {base + 2 * thread, base + 2 * thread + 1}
+            hint = ("这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
+                    "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。") if got <= pair else \
+                "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
+            raise CheckFailed(f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}")
+
+
+def try_vec_add_two(kernel):
+    """02's fill-in: the learner's kernel once checked, the course's while it is unwritten."""
+    return fill_in(kernel, check_vec_add_two, reference_vec_add_two(), "vec_add_two：每线程两个元素")
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex02-1: SAXPY as a CuPy RawKernel, y updated in place.
+
+
+def cupy_usable() -> bool:
+    """True when CuPy can reach a GPU (CuPy imports without one, but every allocation then fails)."""
+    try:
+        import cupy
+        from cupy_backends.cuda.api.runtime import CUDARuntimeError
+    except ImportError:
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except CUDARuntimeError:
+        return False
+
+
+def _cuda_sources(fn) -> list[str]:
+    """The string constants of ``fn`` (and its nested code) that hold a CUDA kernel."""
+    inner = getattr(fn, "__code__", None)
+    found, stack = [], [inner] if inner is not None else []
+    while stack:
+        c = stack.pop()
+        for k in c.co_consts:
+            if isinstance(k, str) and "__global__" in k:
+                found.append(k)
+            elif hasattr(k, "co_consts"):
+                stack.append(k)
+    return found
+
+
+def check_saxpy_structure(fn) -> None:
+    """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
+    check, and no new array is allocated for the result (y is updated in place)."""
+    what = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
+    names = _names_used(fn)
+    if "RawKernel" not in names and "RawModule" not in names:
+        raise CheckFailed(f"{what}：函数里没有用到 cp.RawKernel。这个练习要你自己写 CUDA C 的 Kernel，"
+                          "不是用 CuPy 的数组运算（y += alpha * x）。")
+    sources = _cuda_sources(fn)
+    if sources:
+        src = sources[0]
+        if 'extern "C"' not in src:
+            raise CheckFailed(f"{what}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
+                              "RawKernel 按名字就找不到这个 Kernel。")
+        bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
+        if "<" not in bare and ">" not in bare:          # a bounds check needs a comparison, whatever its form
+            raise CheckFailed(f"{what}：CUDA 源码里没有边界检查：最后一个 Block 多出来的线程会写到 y 的末尾之外。")
+    fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
+    if fresh:
+        raise CheckFailed(f"{what}：函数里新建了数组（{', '.join(fresh)}）。练习要求原地更新 y："
+                          "Kernel 直接读写 y，最后 return y，不要把结果写进一块新的显存。")
+
+
+def check_saxpy_cupy(fn) -> None:
+    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
+    returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
+    what = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    check_saxpy_structure(fn)
+    if not cupy_usable():
+        skipped("这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
+                "只看了代码的结构（用了 RawKernel、extern \"C\"、边界检查、没有新建数组）；"
+                "你的 saxpy_cupy 还没有被运行过，结果也就还没有被检查。在有 GPU 的机器上重新运行这一格。")
+        return
+    import cupy as cp
+
+    rng = new_rng()
+    # 1 element, one under a block, a multiple of the block, and random sizes that are not.
+    sizes = [1, 255, 256 * int(rng.integers(2, 9)), int(rng.integers(2, 255)), int(rng.integers(257, 5000))]
+    for n in sizes:
+        alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))      # exact in float32: sums stay exact
+        x = int_values(rng, n)
+        x[0] = 0.0                                             # a zero in the data
+        y0 = int_values(rng, n + PAD)
+        d_x = cp.asarray(x)
+        d_buf = cp.asarray(y0)
+        d_y = d_buf[:n]
+        where = f"n = {n}，alpha = {alpha}"
+        try:
+            got = call(fn, what, alpha, d_x, d_y)
+            cp.cuda.Device().synchronize()
+        except CheckFailed:
+            raise
+        except Exception as exc:
+            raise CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
+        buf = cp.asnumpy(d_buf)
+        if not np.array_equal(buf[n:], y0[n:]):
+            k = n + int(np.flatnonzero(buf[n:] != y0[n:])[0])
+            raise CheckFailed(f"{where}：下标 {k} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+                              "Kernel 里要有边界检查 if (i < n)。")
+        want = alpha * x + y0[:n]
+        if got is None:
+            raise CheckFailed(f"{where}：返回了 None。最后要 return y。")
+        if not (isinstance(got, cp.ndarray) and got.data.ptr == d_y.data.ptr and got.size == n):
+            hint = "（y 本身没有变）" if np.array_equal(buf[:n], y0[:n]) else ""
+            raise CheckFailed(f"{where}：返回的不是传进来的 y{hint}。练习要求原地更新：Kernel 把结果写进 y，"
+                              "然后 return y，不要新建数组。")
+        hint = ""
+        if np.mean(np.isclose(buf[:n], want)) < 0.5:
+            hint = ("所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
+                    "Python 的 float 会按 8 字节的 double 传过去。")
+        compare(buf[:n], want, where, hint)
+    passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex02-2: the inverse question, what register budget keeps k blocks resident.
+
+
+def reference_max_regs(block: int, min_blocks: int, limits) -> int:
+    """The most registers per thread (<= limits.max_regs_per_thread) with which ``min_blocks`` blocks of
+    ``block`` threads still reside on one SM at once; 0 if no register count allows it."""
+    from mgpu_helpers.models import occupancy as occ
+
+    best = 0
+    for regs in range(1, limits.max_regs_per_thread + 1):
+        if occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks:
+            best = regs
+        else:
+            break          # more registers never let more blocks reside
+    return best
+
+
+def _max_regs_variants(block, k, lim) -> dict[str, int]:
+    """What the typical wrong versions of the inverse arithmetic give, named by their mistake."""
+    warps = -(-block // lim.warp_size)
+    per_part = -(-(warps * k) // lim.sub_partitions)
+    unit, cap = lim.reg_alloc_unit, lim.max_regs_per_thread
+    fits = warps * k <= lim.max_warps_per_sm and k <= lim.max_blocks_per_sm and block <= lim.max_threads_per_block
+    right_uncapped = (lim.regs_per_sm // lim.sub_partitions // per_part) // unit * unit // lim.warp_size
+    return {
+        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））":
+            min(cap, lim.regs_per_sm // (block * k)) if fits else 0,
+        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）":
+            min(cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size) if fits else 0,
+        f"忘了每线程最多 {cap} 个寄存器": right_uncapped if fits else 0,
+        "没有检查线程数、Block 数的上限（放不下时应当返回 0）": min(cap, right_uncapped),
+    }
+
+
+def check_max_regs(fn) -> None:
+    """``fn(block, min_blocks, limits) -> int``: the register budget per thread that still lets ``min_blocks``
+    blocks of ``block`` threads reside on one SM (what ``__launch_bounds__(block, min_blocks)`` tells the
+    compiler), against a search over the occupancy model, on edge cases and random draws, for two SMs."""
+    what = "max_regs_per_thread 要算出每线程最多能用几个寄存器"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    _refuse_course_code(fn, what)
+    from mgpu_helpers.models import occupancy as occ
+
+    rng = new_rng()
+    named = {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": _ampere()}
+    fixed = [(1024, 1), (1024, 2), (256, 1), (256, 4), (128, 8), (100, 3), (32, 32), (32, 33), (512, 5), (96, 7)]
+    drawn = [(int(rng.integers(1, 1025)), int(rng.integers(1, 9))) for _ in range(30)]
+    drawn += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 17))) for _ in range(30)]
+    cases = [(b, k, name, lim) for name, lim in named.items() for b, k in fixed + drawn]
+    with deadline(5, what):
+        answers = [call(fn, what, block, k, lim) for block, k, _, lim in cases]
+    for (block, k, name, lim), got in zip(cases, answers):
+        want = reference_max_regs(block, k, lim)
+        if isinstance(got, (float, np.floating)) and float(got).is_integer():
+            got = int(got)
+        if got != want:
+            mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
+            raise CheckFailed(f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
+                              + (f"看起来是{mistake}。" if mistake else
+                                 "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"))
+    passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex02-3: one wave of the grid-stride kernel on this machine (number first).
+
+
+def one_wave_facts() -> dict:
+    """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
+    registers per thread, per-SM limits, and where the numbers come from."""
+    from mgpu_helpers.measure import gpu_limits
+    from mgpu_helpers.measure.timing import simulator
+    from mgpu_helpers.models import occupancy as occ
+
+    if not simulator():
+        regs = _compiled_grid_stride_regs()
+        if regs is not None:
+            return {"sm_count": gpu_limits.device_limits().sm_count, "regs_per_thread": regs,
+                    "limits": gpu_limits.device_limits(),
+                    "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"}
+    from mgpu_helpers.bench import ncu
+
+    ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}      # data/ncu_h200.json
+    regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
+    return {"sm_count": occ.HOPPER.sm_count, "regs_per_thread": regs, "limits": occ.HOPPER,
+            "source": f"没有 GPU：按 H200 的上限（{occ.HOPPER.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
+                      "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）"}
+
+
+def _compiled_grid_stride_regs() -> int | None:
+    from numba import cuda
+
+    from mgpu_helpers.lessons import cupy_kernels
+    from mgpu_helpers.measure import gpu_limits
+
+    d = cuda.device_array(4, dtype=np.float32)
+    cupy_kernels.vec_add_grid_stride_launch(d, d, d)      # compiles it, so its registers are known
+    cuda.synchronize()
+    return gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
+
+
+def check_one_wave_blocks(fn) -> None:
+    """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
+    grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
+    (GPU) or the occupancy model (no GPU). The usual slips are named."""
+    from mgpu_helpers.measure.timing import simulator
+
+    what = "one_wave_blocks 要给出一波有几个 Block"
+    if has_stub(fn):
+        raise not_done(fn, what)
+    _refuse_course_code(fn, what)
+    facts = one_wave_facts()
+    sm, lim = facts["sm_count"], facts["limits"]
+    with deadline(5, what):
+        got = call(fn, what, sm, facts["regs_per_thread"], lim)
+    per_sm = reference_blocks_per_sm(256, facts["regs_per_thread"], lim)
+    if simulator():
+        want, by = per_sm * sm, "占用率模型"
+    else:
+        from mgpu_helpers.lessons import cupy_kernels
+        want, by = cupy_kernels.one_wave_grid(cupy_kernels.vec_add_grid_stride, 256), "驱动的占用率查询"
+    if got != want:
+        slips = {
+            sm: f"{sm} 是 SM 的个数；每个 SM 同时驻留 {per_sm} 个 Block，还要乘上它。",
+            per_sm: f"{per_sm} 是每个 SM 驻留的 Block 数；一波要让全部 {sm} 个 SM 都坐满。",
+            sm * lim.max_blocks_per_sm: f"这是 SM 数 × 每 SM 最多 {lim.max_blocks_per_sm} 个 Block；"
+                                        "256 线程的 Block 先碰到的是线程数（或寄存器）的上限。",
+            sm * lim.max_threads_per_sm: "这是所有 SM 上同时驻留的线程数，不是 Block 数：还要除以每 Block 的线程数。",
+            sm * (lim.max_threads_per_sm // 256) if sm * (lim.max_threads_per_sm // 256) != want else -1:
+                "只按线程数算了；再看看寄存器和 Block 数的上限。",
+        }
+        hint = slips.get(got, "") if isinstance(got, (int, np.integer)) else ""
+        raise CheckFailed(f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），"
+                          f"你的答案是 {got!r}。{hint}".rstrip())
+    passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")
