@@ -70,7 +70,6 @@ def vec_add_cupy_elementwise(a, b, c=None):
 def blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
     """Resident blocks per SM of a kernel with no shared memory: the smallest of the limits set by threads,
     blocks and registers per SM (0 when one block cannot launch)."""
-    ### BEGIN SOLUTION
     if block > limits.max_threads_per_block:
         return 0
     warps = -(-block // limits.warp_size)                       # whole warps, rounded up
@@ -79,7 +78,6 @@ def blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
     regs_per_warp = -(-regs_per_thread * limits.warp_size // unit) * unit
     warps_by_regs = (limits.regs_per_sm // limits.sub_partitions // regs_per_warp) * limits.sub_partitions
     return min(by_threads, limits.max_blocks_per_sm, warps_by_regs // warps)
-    ### END SOLUTION
 
 
 import functools
@@ -121,7 +119,6 @@ def vec_add_two(a, b, c, n):
     """c = a + b with two elements per thread: block k owns the tile of 2 * blockDim elements starting at
     2 * blockDim * k; thread t adds elements i and i + blockDim of it (i = tile start + t), so each access of
     a warp is 32 consecutive floats. Launch with ceil(n / (2 * block)) blocks; each element is bounds-checked."""
-    ### BEGIN SOLUTION
     bd = cuda.blockDim.x
     i = cuda.blockIdx.x * 2 * bd + cuda.threadIdx.x
     if i + bd < n:                     # both elements inside: the four loads first, then the two stores
@@ -133,7 +130,6 @@ def vec_add_two(a, b, c, n):
         c[i + bd] = a1 + b1
     elif i < n:                        # the last, partial tile: only the first element is inside
         c[i] = a[i] + b[i]
-    ### END SOLUTION
 
 
 import numpy as np
