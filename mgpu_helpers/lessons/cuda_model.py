@@ -183,9 +183,9 @@ def check_launch(grid: int, block: int, max_threads_per_block: int = MAX_THREADS
     a real GPU does (the driver returns CUDA_ERROR_INVALID_VALUE; the C runtime's cudaGetLastError() says
     cudaErrorInvalidValue on CUDA 13.0, cudaErrorInvalidConfiguration on older versions)."""
     if not 1 <= block <= max_threads_per_block:
-        raise ValueError(f"block of {block} threads: a block holds 1..{max_threads_per_block} threads")
+        raise ValueError(f"每个 Block {block} 个线程：一个 Block 只能有 1..{max_threads_per_block} 个线程")
     if grid < 1:
-        raise ValueError(f"grid of {grid} blocks: launch at least one block")
+        raise ValueError(f"Grid 有 {grid} 个 Block：至少要启动 1 个 Block")
 
 
 def launch_checked(kernel, grid: int, block: int, *args) -> None:
