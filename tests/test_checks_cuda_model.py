@@ -431,3 +431,45 @@ def test_old_grid_stride_checker_counts_visits(kernel):
 def test_old_grid_stride_checker_passes_a_for_range(capsys):
     K.check_grid_stride_add(add_for_range)
     assert "通过" in capsys.readouterr().out
+
+
+# The older 1-D vecAdd checker (its launches now go through the same run_kernel).
+
+@cuda.jit
+def add_no_bounds_check(a, b, c, n):
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c[i] = a[i] + b[i]
+
+
+@cuda.jit
+def add_thread_only(a, b, c, n):
+    i = cuda.threadIdx.x
+    if i < n:
+        c[i] = a[i] + b[i]
+
+
+@cuda.jit
+def add_subtracts(a, b, c, n):
+    i = cuda.grid(1)
+    if i < n:
+        c[i] = a[i] - b[i]
+
+
+@cuda.jit
+def add_early_return(a, b, c, n):
+    i = cuda.grid(1)
+    if i >= n:
+        return
+    c[i] = b[i] + a[i]
+
+
+@pytest.mark.parametrize("kernel,words", [
+    (add_no_bounds_check, ("边界检查",)), (add_thread_only, ("应当是",)), (add_subtracts, ("应当是",)),
+], ids=["no-bounds-check", "thread-only-index", "subtracts"])
+def test_vec_add_wrong_kernels_are_rejected(kernel, words):
+    _fails(K.check_vec_add, kernel, *words)
+
+
+def test_vec_add_with_an_early_return_passes(capsys):
+    K.check_vec_add(add_early_return)
+    assert "通过" in capsys.readouterr().out
