@@ -473,3 +473,33 @@ def test_vec_add_wrong_kernels_are_rejected(kernel, words):
 def test_vec_add_with_an_early_return_passes(capsys):
     K.check_vec_add(add_early_return)
     assert "通过" in capsys.readouterr().out
+
+
+# -- the learner's notebooks 00 and 01 show no scaffolding and leave the prediction empty ---------------------
+
+
+@pytest.mark.parametrize("name", ["00_setup", "01_cuda_model", "ex01_cuda_kernels"])
+def test_no_visible_cell_carries_an_assert_or_an_nbval_marker(name):
+    import os
+
+    import nbformat
+    folder = "exercises" if name.startswith("ex") else "notebooks"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    nb = nbformat.read(os.path.join(root, folder, f"{name}.ipynb"), as_version=4)
+    visible = [k for k, c in enumerate(nb.cells) if c.cell_type == "code"
+               and ("assert" in c.source or "NBVAL" in c.source)
+               and not c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert not visible, f"{name}: cells {visible} show an assert or an nbval marker"
+    assert not [k for k, c in enumerate(nb.cells) if c.cell_type == "markdown" and "测试" in c.source]
+
+
+def test_the_learner_s_01_leaves_the_prediction_and_the_fill_ins_to_the_learner():
+    import os
+
+    import nbformat
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = "\n".join(c.source for c in nbformat.read(os.path.join(root, "notebooks", "01_cuda_model.ipynb"),
+                                                     as_version=4).cells)
+    assert "my_prediction = None" in text and "copy_over_kernel > 5" in text
+    assert text.index("mh.widgets.predict.compare") < text.index("copy_over_kernel > 5")
+    assert text.count('raise NotImplementedError("练习：补全这里') == 4
