@@ -299,7 +299,7 @@ def test_launch_checked_refuses_1025_threads_on_every_machine():
     d = cuda.to_device(np.zeros(4, np.float32))
     with pytest.raises(ValueError, match="1..1024"):
         CM.launch_checked(CM.vec_add, 1, 1025, d, d, d, 4)
-    with pytest.raises(ValueError, match="at least one block"):
+    with pytest.raises(ValueError, match="至少要启动 1 个 Block"):
         CM.check_launch(0, 32)
     CM.launch_checked(CM.vec_add, 1, 32, d, d, d, 4)  # a good launch passes
 

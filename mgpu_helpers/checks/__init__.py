@@ -14,6 +14,10 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 
 | notebook | checker | the reader writes |
 | --- | --- | --- |
+| 01 | :func:`cuda_model.try_thread_ids` (and ``try_work_and_idle``, ``try_launch_config``, ``try_vec_mul``) | notebook 01's fill-ins: the thread map, the idle count, the launch arithmetic, a kernel |
+| ex01 | :func:`check_grid_2d` | ``grid_2d(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x along columns |
+| ex01 | :func:`check_reverse_copy` | a Numba kernel ``(a, out, n)`` on int32: ``out[i] = a[n - 1 - i]`` |
+| ex01 | :func:`check_add_into_grid_stride` | a Numba kernel ``(x, y, n)``: in-place grid-stride ``y += x``, each element once |
 | ex01 | :func:`check_launch_shape` | ``launch_shape(n, block) -> (blocks, idle)`` |
 | ex01 | :func:`check_vec_add` | a Numba kernel ``(a, b, c, n)``: global index + bounds check |
 | ex01 | :func:`check_matrix_add` | a Numba kernel ``(a, b, c, rows, cols)``: 2D index + bounds check |
@@ -65,6 +69,9 @@ __getattr__, __dir__, __all__ = attach(
         "check_accumulate_dp": "overlap",
         "check_step_seconds": "overlap",
         "NOT_DONE": "core",
+        "check_grid_2d": "cuda_model",
+        "check_reverse_copy": "cuda_model",
+        "check_add_into_grid_stride": "cuda_model",
         "check_launch_shape": "kernels",
         "PAD": "kernels",
         "check_vec_add": "kernels",

@@ -1,4 +1,5 @@
-"""Checkers for ex01: CUDA kernels in Numba (the simulator on a CPU, the GPU otherwise)."""
+"""Checkers for CUDA kernels in Numba (the simulator on a CPU, the GPU otherwise): ex01's matrix add and the
+earlier 1-D ones, then ex02's. Notebook 01's fill-ins and ex01's newer exercises are in checks.cuda_model."""
 from __future__ import annotations
 
 import random
@@ -38,15 +39,10 @@ def _kernel_stub(kernel, what):
 
 
 def _launch(kernel, what, grid, block, *args):
-    from numba import cuda
+    """Launch and wait: a loop that never ends is refused or stopped within seconds (see checks.cuda_model)."""
+    from mgpu_helpers.checks.cuda_model import run_kernel
 
-    try:
-        kernel[grid, block](*args)
-        cuda.synchronize()
-    except NotImplementedError:
-        raise not_done(kernel, what) from None
-    except Exception as exc:
-        raise CheckFailed(f"{what}：Kernel 运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
+    run_kernel(kernel, what, grid, block, *args)
 
 
 def _check_1d(kernel, what, n, block, grid, hint_stride=False):
@@ -72,6 +68,22 @@ def _check_1d(kernel, what, n, block, grid, hint_stride=False):
     compare(got[:n], a[:n] + b[:n], where, hint)
 
 
+def _check_once(kernel, what, n, block, grid):
+    """c is a itself here: an element added twice comes out as a + 2b, so every element must be done once."""
+    from numba import cuda
+
+    rng = new_rng()
+    a = int_values(rng, n + PAD)
+    b = rng.integers(1, 10, n + PAD).astype(np.float32)
+    d_a = cuda.to_device(a)
+    _launch(kernel, what, grid, block, d_a, cuda.to_device(b), d_a, np.int32(n))
+    times = np.rint((d_a.copy_to_host()[:n] - a[:n]) / b[:n]).astype(np.int64)
+    if (times != 1).any():
+        k = int(np.flatnonzero(times != 1)[0])
+        raise CheckFailed(f"n = {n}，启动 [{grid}, {block}]：元素 {k} 被计算了 {int(times[k])} 次，应当恰好 1 次。"
+                          "起点要是 cuda.grid(1)，步长要是整个 Grid 的线程数 cuda.gridsize(1)。")
+
+
 def check_vec_add(kernel) -> None:
     """The seed's vecAdd: ``kernel(a, b, c, n)`` with one thread per element and ``if i < n``."""
     what = "vecAdd Kernel 要算出全局下标并做边界检查"
@@ -91,6 +103,7 @@ def check_grid_stride_add(kernel) -> None:
     cases = [(rng.randint(150, 400), 32, 2), (rng.randint(5, 40), 32, 2), (rng.randint(100, 300), 64, 1)]
     for n, block, grid in cases:
         _check_1d(kernel, what, n, block, grid, hint_stride=True)
+        _check_once(kernel, what, n, block, grid)
     passed("grid-stride vecAdd 在比线程数多和少的 n 上都与 NumPy 一致："
             + ", ".join(f"n = {n} 用 {g}x{b} 个线程" for n, b, g in cases) + "。")
 
@@ -102,18 +115,22 @@ def check_matrix_add(kernel) -> None:
     what = "二维 Kernel 要从 (x, y) 算出 (row, col) 并对两个方向做边界检查"
     _kernel_stub(kernel, what)
     rng = new_rng()
-    shapes = [(int(rng.integers(3, 14)), int(rng.integers(15, 26))), (int(rng.integers(15, 24)), int(rng.integers(2, 9)))]
+    def not_mult8(lo, hi):                  # a side that leaves idle threads in its last block, every run
+        return int(rng.choice([v for v in range(lo, hi) if v % 8]))
+
+    shapes = [(not_mult8(3, 14), not_mult8(15, 26)), (not_mult8(15, 24), not_mult8(2, 8)), (5, 13)]
     for rows, cols in shapes:
         block = (8, 8)
         grid = ((cols + 7) // 8, (rows + 7) // 8)     # x covers the columns, y the rows
-        a = int_values(rng, (rows + 2, cols + 3))
-        b = int_values(rng, (rows + 2, cols + 3))
-        c = np.full((rows + 2, cols + 3), np.nan, dtype=np.float32)
+        shape = (grid[1] * 8 + 2, grid[0] * 8 + 3)    # every launched thread's (row, col) lies inside
+        a = int_values(rng, shape)
+        b = int_values(rng, shape)
+        c = np.full(shape, np.nan, dtype=np.float32)
         d_c = cuda.to_device(c)
         _launch(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(rows), np.int32(cols))
         got = d_c.copy_to_host()
         where = f"矩阵 {rows} 行 x {cols} 列，grid {grid}，block {block}"
-        inside = (np.arange(rows + 2)[:, None] < rows) & (np.arange(cols + 3)[None, :] < cols)
+        inside = (np.arange(shape[0])[:, None] < rows) & (np.arange(shape[1])[None, :] < cols)
         outside = np.argwhere(~np.isnan(got) & ~inside)
         if outside.size:
             r, cc = (int(v) for v in outside[0])

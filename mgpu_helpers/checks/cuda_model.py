@@ -1,0 +1,421 @@
+"""Checkers for notebook 01's fill-ins and for ex01: the thread map, the launch arithmetic, Numba kernels.
+
+Every kernel checker launches the reader's kernel on fresh random inputs, with the edge cases in every run
+(n = 1, n smaller than a block, n not a multiple of the block, n an exact multiple), into arrays longer than
+the data and pre-filled with a sentinel, so that a write past the end is seen (a GPU would not say a word).
+
+An answer that never ends is reported within seconds:
+
+- before launching, :func:`stuck_loop` reads the kernel's source and refuses a ``while`` loop whose body
+  assigns none of the names its condition reads (the grid-stride loop that forgets ``i += stride``);
+- in the simulator every launch also runs under :func:`watchdog`: each simulated thread checks a deadline
+  on every line of the kernel and stops with :class:`KernelTimeout`, naming the line and the thread's local
+  values, so the cell ends and the kernel session stays usable. On a GPU no such watchdog exists: a kernel
+  that loops for ever keeps the GPU busy until the Jupyter kernel is restarted (an interrupt does not stop
+  it), which is why the source check runs first on every machine.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import random
+import textwrap
+import threading
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, has_stub, new_rng, not_done, passed
+
+PAD = 5              # sentinel elements after every launched thread's slot
+WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is stopped
+
+
+# --------------------------------------------------------------------------------------------------------
+# Running the reader's kernel: stub, the course's own code, a loop that never ends, errors.
+
+
+class KernelTimeout(Exception):
+    """A simulated kernel ran past the watchdog's deadline."""
+
+
+def _inner(fn):
+    return getattr(fn, "py_func", None) or fn
+
+
+def refuse_reference(fn, what: str, *references) -> None:
+    """Calling (or handing in) the course's own implementation does not count as writing it."""
+    inner = _inner(fn)
+    for ref in references:
+        if ref is not None and (fn is ref or inner is _inner(ref)):
+            raise CheckFailed(f"{what}：交上来的是课程自己的实现 `{getattr(_inner(ref), '__name__', ref)}`，"
+                              "不是你写的代码。在练习格里自己写出函数体。")
+
+
+def stuck_loop(kernel) -> str | None:
+    """A ``while`` loop of the kernel whose body assigns none of the names its condition reads, as text
+    ('第 N 行 `while i < n:`'), or None. Reads the source (a notebook cell's source is kept by IPython);
+    None when the source cannot be read."""
+    try:
+        src = textwrap.dedent(inspect.getsource(_inner(kernel)))
+        first = _inner(kernel).__code__.co_firstlineno
+    except (OSError, TypeError):
+        return None
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.While):
+            continue
+        reads = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+        written = set()
+        for stmt in node.body:
+            for n in ast.walk(stmt):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    written.add(n.id)
+                if isinstance(n, (ast.Break, ast.Return)):
+                    written |= reads          # the loop has a way out
+        if reads and not reads & written:
+            line = src.splitlines()[node.lineno - 1].strip()
+            return f"第 {first + node.lineno - 1} 行 `{line}`"
+    return None
+
+
+@contextmanager
+def watchdog(kernel, seconds: float | None = None):
+    """While active, every simulator thread started runs ``kernel``'s lines under a deadline: past it the
+    thread raises :class:`KernelTimeout` with the line and its local values (the simulator then re-raises it
+    at the launch). Only the kernel's own frames are traced, so other code runs at full speed."""
+    code = _inner(kernel).__code__
+    seconds = WATCHDOG_S if seconds is None else seconds
+    deadline = time.monotonic() + seconds
+
+    def local(frame, event, arg):
+        if event == "line" and time.monotonic() > deadline:
+            values = {k: v for k, v in frame.f_locals.items() if isinstance(v, (int, np.integer))}
+            shown = "，".join(f"{k} = {int(v)}" for k, v in sorted(values.items()))
+            raise KernelTimeout(f"过了 {seconds:g} 秒还在第 {frame.f_lineno} 行（{shown or '没有整数局部变量'}）")
+        return local
+
+    def start(frame, event, arg):
+        return local if frame.f_code is code else None
+
+    threading.settrace(start)
+    try:
+        yield
+    finally:
+        threading.settrace(None)
+
+
+def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> None:
+    """Launch the reader's kernel and wait for it; every way it can go wrong becomes a :class:`CheckFailed`."""
+    from numba import cuda
+
+    from mgpu_helpers.measure.timing import simulator
+
+    if has_stub(kernel):
+        raise not_done(kernel, what)
+    loop = stuck_loop(kernel)
+    if loop:
+        raise CheckFailed(f"{what}：{loop} 的循环体没有改变条件里的任何变量，这个循环永远不会结束"
+                          f"（在 GPU 上整个 Kernel 会一直占着 GPU）。{stream_hint or '每一轮末尾要让下标前进。'}")
+    try:
+        if simulator():
+            with watchdog(kernel):
+                kernel[grid, block](*args)
+        else:
+            kernel[grid, block](*args)
+        cuda.synchronize()
+    except NotImplementedError:
+        raise not_done(kernel, what) from None
+    except KernelTimeout as exc:
+        text = str(exc).split(": ", 1)[-1]
+        raise CheckFailed(f"{what}：Kernel 停不下来，{text}。多半是循环的下标没有前进。"
+                          f"{stream_hint}".rstrip()) from None
+    except IndexError as exc:
+        raise CheckFailed(f"{what}：有线程越界访问了数组（模拟器报 IndexError：{str(exc).splitlines()[0]}）。"
+                          "边界检查要挡住所有多出来的线程。") from None
+    except Exception as exc:
+        raise CheckFailed(f"{what}：Kernel 运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
+
+
+def _blocks(n: int, block: int) -> int:
+    return max(1, (n + block - 1) // block)
+
+
+def _sizes(rng, block: int) -> list[int]:
+    """The edge cases first, then random draws: 1, below a block, a remainder, an exact multiple."""
+    return [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
+            block * 2, int(rng.integers(1, 5 * block))]
+
+
+def _past_end(got, n: int, sentinel, where: str) -> None:
+    bad = np.flatnonzero(got[n:] != sentinel) if not np.isnan(sentinel) else np.flatnonzero(~np.isnan(got[n:]))
+    if bad.size:
+        raise CheckFailed(f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+                          "边界检查应当是 i < n（不是 i <= n，也不能省）。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# 01: the thread map as a pure function.
+
+def _reference(name: str):
+    from mgpu_helpers.lessons import cuda_model
+    return getattr(cuda_model, name)
+
+
+def _thread_ids_want(grid: int, block: int, warp_size: int = 32):
+    block_idx = np.repeat(np.arange(grid), block)
+    thread_idx = np.tile(np.arange(block), grid)
+    return block_idx, thread_idx, block_idx * block + thread_idx, thread_idx // warp_size, thread_idx % warp_size
+
+
+THREAD_FIELDS = ("block_idx", "thread_idx", "global_idx", "warp", "lane")
+
+
+def check_thread_ids(fn) -> None:
+    """``fn(grid, block) -> (block_idx, thread_idx, global_idx, warp, lane)``: one entry per launched thread,
+    in launch order; ``warp`` is the warp's number inside its block, ``lane`` the place inside the warp."""
+    what = "thread_ids 要算出每个线程的 Block 号、块内编号、全局下标、Warp 和 lane"
+    refuse_reference(fn, what, _reference("thread_ids"))
+    rng = random.Random()
+    cases = [(1, 1), (3, 64), (2, 100), (4, 33), (1, 32), (5, 7)]
+    cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
+    for grid, block in cases:
+        got = call(fn, what, grid, block)
+        where = f"grid = {grid}, block = {block}"
+        if not isinstance(got, (tuple, list)) or len(got) != 5:
+            raise CheckFailed(f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
+                              f"实际返回 {type(got).__name__}。")
+        want = _thread_ids_want(grid, block)
+        for name, g, w in zip(THREAD_FIELDS, got, want):
+            g = np.asarray(g)
+            if g.shape != w.shape:
+                raise CheckFailed(f"{where}：{name} 应当有 grid * block = {w.size} 个元素（每个线程一个），"
+                                  f"实际形状是 {g.shape}。")
+            if np.array_equal(g, w):
+                continue
+            k = int(np.flatnonzero(g != w)[0])
+            hint = ""
+            b_idx, t_idx = want[0], want[1]
+            if name == "global_idx" and np.array_equal(g, b_idx * grid + t_idx):
+                hint = "乘的是 Block 的个数 grid：要乘每个 Block 的线程数 blockDim.x（这里是 block）。"
+            elif name == "warp" and np.array_equal(g, want[2] // 32):
+                hint = "Warp 是按全局下标分的：Warp 从不跨 Block，要用块内编号 threadIdx.x // 32。"
+            elif name == "lane" and np.array_equal(g, want[2] % 32):
+                hint = "lane 用了全局下标：block 不是 32 的倍数时，要用块内编号 threadIdx.x % 32。"
+            elif name == "block_idx" and np.array_equal(g, np.arange(grid * block) // max(grid, 1)):
+                hint = "Block 号是全局下标除以每个 Block 的线程数 block，不是除以 grid。"
+            raise CheckFailed(f"{where}：第 {k} 个线程的 {name} 应当是 {int(w[k])}，实际是 {g[k]!r}。{hint}".rstrip())
+    passed(f"thread_ids 在 {len(cases)} 种 (grid, block) 上都对，包括 block = 1、33、100 这种不是 32 倍数的情形。")
+
+
+def try_thread_ids(fn):
+    return fill_in(fn, check_thread_ids, _reference("thread_ids"), "thread_ids")
+
+
+def check_work_and_idle(fn) -> None:
+    """``fn(grid, block, n) -> (work, idle, no_thread)``: threads that pass ``i < n``, threads the bounds
+    check stops, and elements no thread reaches (the grid is too small)."""
+    what = "work_and_idle 要数出干活的线程、闲置的线程和没有线程的元素"
+    refuse_reference(fn, what, _reference("work_and_idle"))
+    rng = random.Random()
+    cases = [(4, 256, 1000), (3, 64, 150), (2, 256, 1000), (1, 256, 1), (4, 32, 128), (1, 1, 0), (3, 100, 300)]
+    cases += [(rng.randint(1, 8), rng.randint(1, 512), rng.randint(0, 3000)) for _ in range(30)]
+    for grid, block, n in cases:
+        got = call(fn, what, grid, block, n)
+        total = grid * block
+        want = (min(n, total), max(0, total - n), max(0, n - total))
+        where = f"grid = {grid}, block = {block}, N = {n}"
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise CheckFailed(f"{where}：应当返回 (work, idle, no_thread) 三个整数，实际返回 {got!r}。")
+        if tuple(int(v) for v in got) != want:
+            hint = ""
+            if got[1] == total - n and n > total:
+                hint = "线程比元素少时没有线程闲置：闲置数不会是负数。"
+            elif got[0] == n and n > total:
+                hint = f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"
+            elif got[2] != want[2]:
+                hint = "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"
+            raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
+    passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
+
+
+def try_work_and_idle(fn):
+    return fill_in(fn, check_work_and_idle, _reference("work_and_idle"), "work_and_idle")
+
+
+def check_launch_config(fn) -> None:
+    """``fn(n, block=256) -> (blocks, block)``: the fewest blocks that cover n, at least one."""
+    what = "launch_config 要向上取整算出 Block 数"
+    refuse_reference(fn, what, _reference("launch_config"))
+    rng = random.Random()
+    cases = [(1, 256), (255, 256), (256, 256), (257, 256), (1000, 256), (150, 64), (0, 128), (7, 1), (33, 32)]
+    cases += [(rng.randint(1, 10 ** 7), rng.choice([32, 64, 100, 128, 256, 512, 1024])) for _ in range(40)]
+    for n, block in cases:
+        got = call(fn, what, n, block)
+        want = (_blocks(n, block), block)
+        where = f"n = {n}, block = {block}"
+        if not isinstance(got, tuple) or len(got) != 2:
+            raise CheckFailed(f"{where}：应当返回 (blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的，"
+                              f"实际返回 {got!r}。")
+        if tuple(int(v) for v in got) != want:
+            hint = ""
+            if got[0] == n // block and n % block:
+                hint = f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"
+            elif got[0] == n // block + 1 and n % block == 0 and n:
+                hint = " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。"
+            elif n == 0 and got[0] == 0:
+                hint = " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。"
+            elif got[1] != block:
+                hint = " 第二个数是调用者给的 block，不要换成别的。"
+            raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
+    try:
+        default = fn(1000)
+    except TypeError:
+        raise CheckFailed(f"{what}：launch_config(1000) 出错了：block 要有默认值 256。") from None
+    if tuple(default) != (4, 256):
+        raise CheckFailed(f"{what}：launch_config(1000) 应当是 (4, 256)（block 默认 256），实际是 {default!r}。")
+    passed(f"launch_config 在 {len(cases)} 组 (n, block) 上都对，包括 n = 0、1、正好整除和多 1 个元素。")
+
+
+def try_launch_config(fn):
+    return fill_in(fn, check_launch_config, _reference("launch_config"), "launch_config")
+
+
+def check_vec_mul(kernel, block: int = 32) -> None:
+    """``kernel(a, b, c, n)``: ``c[i] = a[i] * b[i]`` for i < n, one thread per element, launched with
+    ``(n + block - 1) // block`` blocks into arrays longer than n."""
+    from numba import cuda
+
+    what = "vec_mul Kernel 要算出全局下标、做边界检查，再写 c[i] = a[i] * b[i]"
+    refuse_reference(kernel, what, _reference("vec_mul"))
+    rng = new_rng()
+    sizes = _sizes(rng, block)
+    for n in sizes:
+        grid = _blocks(n, block)
+        length = grid * block + PAD
+        a = rng.integers(-9, 10, length).astype(np.float32)
+        b = rng.integers(-9, 10, length).astype(np.float32)
+        a[:n][a[:n] == 0] = 3.0           # no zeros: a * b and a + b must differ
+        b[:n][b[:n] == 2] = 5.0           # 2 * 2 == 2 + 2
+        d_c = cuda.to_device(np.full(length, np.nan, np.float32))
+        run_kernel(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(n))
+        got = d_c.copy_to_host()
+        where = f"n = {n}，启动 [{grid}, {block}]"
+        _past_end(got, n, np.nan, where)
+        hint = ""
+        if n > block and np.isnan(got[block:n]).all() and not np.isnan(got[:block]).any():
+            hint = "只有第一个 Block 的元素被写了：下标里少了 blockIdx.x * blockDim.x。"
+        elif np.allclose(got[:n], a[:n] + b[:n]):
+            hint = "算成了加法：这里要的是乘法 a[i] * b[i]。"
+        elif n > block and np.isnan(got[:n]).any():
+            hint = "有元素没被写：全局下标是 blockIdx.x * blockDim.x + threadIdx.x（乘的是每块的线程数）。"
+        compare(got[:n], a[:n] * b[:n], where, hint)
+    passed(f"vec_mul 在 n = {', '.join(map(str, sizes))}（block = {block}）上与 NumPy 一致，n 之后的元素没有被碰。")
+
+
+def try_vec_mul(kernel):
+    return fill_in(kernel, check_vec_mul, _reference("vec_mul"), "vec_mul")
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex01: a 2D launch, a reversed copy (int32), the matrix add, an in-place grid-stride loop.
+
+
+def check_grid_2d(fn) -> None:
+    """``fn(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x runs along the columns, y along the rows,
+    each the fewest blocks that cover its side."""
+    what = "grid_2d 要按 x 对应列、y 对应行，两个方向分别向上取整"
+    rng = random.Random()
+    cases = [(3, 5, 8, 8), (16, 16, 8, 8), (17, 9, 8, 8), (1, 1, 16, 16), (100, 30, 32, 8), (7, 200, 16, 4)]
+    cases += [(rng.randint(1, 5000), rng.randint(1, 5000), rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 4, 8, 16]))
+              for _ in range(40)]
+    for rows, cols, bx, by in cases:
+        got = call(fn, what, rows, cols, bx, by)
+        want = (_blocks(cols, bx), _blocks(rows, by))
+        where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
+        if not isinstance(got, tuple) or len(got) != 2:
+            raise CheckFailed(f"{where}：应当返回 (grid_x, grid_y) 两个整数，实际返回 {got!r}。")
+        if tuple(int(v) for v in got) != want:
+            hint = ""
+            if tuple(got) == (_blocks(rows, bx), _blocks(cols, by)) or tuple(got) == (want[1], want[0]):
+                hint = "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"
+            elif tuple(got) == (cols // bx, rows // by):
+                hint = "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"
+            raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
+    passed(f"grid_2d 在 {len(cases)} 种矩阵和 Block 形状上都对。")
+
+
+REVERSE_SENTINEL = -(2 ** 31)
+
+
+def check_reverse_copy(kernel, block: int = 32) -> None:
+    """``kernel(a, out, n)`` on int32 arrays: ``out[i] = a[n - 1 - i]`` for i < n; ``a`` and ``out`` are
+    longer than n (the length of the array is not n)."""
+    from numba import cuda
+
+    what = "reverse_copy Kernel 要把 a 的前 n 个元素倒着写进 out"
+    rng = new_rng()
+    sizes = _sizes(rng, block)
+    for n in sizes:
+        grid = _blocks(n, block)
+        length = grid * block + PAD
+        a = rng.integers(-2 ** 30, 2 ** 30, length).astype(np.int32)   # beyond float32's exact integers
+        d_out = cuda.to_device(np.full(length, REVERSE_SENTINEL, np.int32))
+        run_kernel(kernel, what, grid, block, cuda.to_device(a), d_out, np.int32(n))
+        got = d_out.copy_to_host()
+        where = f"n = {n}（数组长 {length}），启动 [{grid}, {block}]"
+        _past_end(got, n, REVERSE_SENTINEL, where)
+        want = a[:n][::-1]
+        if got.dtype != np.int32 or np.array_equal(got[:n], want):
+            continue
+        hint = ""
+        if np.array_equal(got[:n], a[1:n + 1][::-1]):
+            hint = "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。"
+        elif np.array_equal(got[:n], a[::-1][:n]):
+            hint = "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"
+        elif np.array_equal(got[:n], a[:n]):
+            hint = "原样拷贝了，没有倒过来。"
+        compare(got[:n].astype(np.float64), want.astype(np.float64), where, hint, atol=0, rtol=0)
+    passed(f"reverse_copy 在 n = {', '.join(map(str, sizes))}（int32，block = {block}）上都对，n 之后的元素没有被碰。")
+
+
+def check_add_into_grid_stride(kernel) -> None:
+    """``kernel(x, y, n)``: ``y[i] += x[i]`` for every i < n exactly once, whatever the grid (grid-stride).
+
+    ``x`` holds no zeros, so an element visited twice shows ``y + 2x``: the check counts the visits."""
+    from numba import cuda
+
+    what = "grid-stride Kernel 要让每个元素恰好加一次"
+    rng = new_rng()
+    cases = [(1, 32, 2), (int(rng.integers(2, 64)), 32, 2), (int(rng.integers(150, 400)), 32, 2),
+             (64 * 3, 32, 2), (int(rng.integers(100, 300)), 64, 1), (int(rng.integers(300, 500)), 16, 3)]
+    for n, block, grid in cases:
+        x = rng.integers(1, 10, n + PAD).astype(np.float64) * rng.choice([-1.0, 1.0], n + PAD)
+        y0 = rng.integers(-50, 51, n + PAD).astype(np.float64)
+        d_y = cuda.to_device(y0)
+        run_kernel(kernel, what, grid, block, cuda.to_device(x), d_y, np.int32(n),
+                   stream_hint="每一轮末尾要 i += cuda.gridsize(1)。")
+        got = d_y.copy_to_host()
+        where = f"n = {n}，只有 {grid} x {block} = {grid * block} 个线程"
+        if not np.array_equal(got[n:], y0[n:]):
+            k = n + int(np.flatnonzero(got[n:] != y0[n:])[0])
+            raise CheckFailed(f"{where}：下标 {k} 已经超出 n，却被加了。循环条件应当是 i < n。")
+        visits = np.rint((got[:n] - y0[:n]) / x[:n]).astype(np.int64)
+        if (visits == 1).all() and np.array_equal(got[:n], y0[:n] + x[:n]):
+            continue
+        k = int(np.flatnonzero(visits != 1)[0]) if (visits != 1).any() else 0
+        if (visits > 1).any():
+            hint = ("有元素被加了不止一次：几个线程走到了同一个下标。起点要是全局下标 cuda.grid(1)，"
+                    "步长要是整个 Grid 的线程数 cuda.gridsize(1)（不是 blockDim.x、gridDim.x 或 1）。")
+        elif (visits == 0).any():
+            hint = "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。"
+        else:
+            hint = ""
+        raise CheckFailed(f"{where}：y[{k}] 应当恰好加一次 x[{k}]，实际加了 {int(visits[k])} 次"
+                          f"（{int((visits != 1).sum())} 个元素不是恰好一次）。{hint}".rstrip())
+    passed("grid-stride Kernel 让每个元素恰好加了一次："
+           + "，".join(f"n = {n} 用 {g}x{b} 个线程" for n, b, g in cases) + "。")
