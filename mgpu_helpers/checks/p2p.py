@@ -34,7 +34,9 @@ COLLECTIVE_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gath
                     "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
                     "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
-CHECK_TIMEOUT_S = 10.0   # a warm launch takes well under a second; a cold one on a busy machine a few
+SENDS = ("dist.send", "dist.isend", "batch:isend")      # how the recorded calls name a message out ...
+RECVS = ("dist.recv", "dist.irecv", "batch:irecv")      # ... and in
+CHECK_TIMEOUT_S = 20.0   # a warm launch takes well under a second; on a busy machine that compiles every module anew, many
 
 
 # -- inside a rank: watch the calls ---------------------------------------------------------------------------
@@ -54,14 +56,24 @@ def _watch(calls: list, lessons: bool):
     import torch.distributed.distributed_c10d as c10d
 
     swapped = {}
+    depth = [0]          # torch's own send calls isend: only the outermost call is the reader's
 
     def recording(name, orig, label):
         def watched(*args, **kwargs):
-            tensor = args[0] if args else kwargs.get("tensor")
-            numel = tensor.numel() if hasattr(tensor, "numel") else None
-            peer = _peer(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
-            calls.append((label, peer, numel))
-            return orig(*args, **kwargs)
+            if depth[0] == 0:
+                tensor = args[0] if args else kwargs.get("tensor")
+                numel = tensor.numel() if hasattr(tensor, "numel") else None
+                peer = _peer(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
+                calls.append((label, peer, numel))
+                if name == "batch_isend_irecv":
+                    for op in (args[0] if args else kwargs.get("p2p_op_list", [])):
+                        kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
+                        calls.append((f"batch:{kind}", op.peer, op.tensor.numel()))
+            depth[0] += 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                depth[0] -= 1
         watched.__name__ = watched.__qualname__ = name
         watched._watching = True          # a wrapper: never rebound itself
         return watched
@@ -283,7 +295,7 @@ def _explain_exchange_round(world_size, rnd, rank, result, calls) -> None:
     if not result["waitable"]:
         raise CheckFailed(f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
                           "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。")
-    empty = [c for c in calls if c[0] in ("dist.send", "dist.recv", "dist.isend", "dist.irecv") and c[2] == 0]
+    empty = [c for c in calls if c[0] in SENDS + RECVS and c[2] == 0]
     if empty:
         raise CheckFailed(f"{case}：发出了一个空张量的 {empty[0][0]}。长度为 0 的缓冲区要跳过，不发也不收"
                           "（下一节切块时块可能是空的，空消息只会白白多一次等待）。")
@@ -495,7 +507,7 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> No
             steps = world_size // 2
             for rank, rank_calls in enumerate(calls):
                 for peer in ((rank + 1) % world_size, (rank - 1) % world_size):
-                    n = sum(1 for name, p, _ in rank_calls if name in ("dist.send", "dist.isend") and p == peer)
+                    n = sum(1 for name, p, _ in rank_calls if name in SENDS and p == peer)
                     if n > steps:
                         raise CheckFailed(
                             f"{what}：world_size = {world_size} 时 rank {rank} 给 rank {peer} 发了 {n} 条消息，"
