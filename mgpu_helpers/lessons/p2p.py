@@ -12,6 +12,7 @@ def exchange(send_buf, dst: int, recv_buf, src: int, group=None):
     """
     import torch.distributed as dist
     ### BEGIN SOLUTION
+    # ✎ 长度为 0 的缓冲区跳过；返回调用方要 wait() 的请求列表（用阻塞调用做完了就返回 []）
     # Posted together with batch_isend_irecv: under NCCL the two calls form one group, so neither waits
     # for the other, and the order of the calls does not matter.
     ops = []
@@ -37,6 +38,7 @@ def ring_pass(token, steps: int | None = None) -> list:
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     steps = world_size - 1 if steps is None else steps
     ### BEGIN SOLUTION
+    # ✎ 每一步：一块新的接收缓冲区 -> exchange(往右发, 从左收) -> 等请求 -> 记下收到的 -> 它就是下一步要发的
     arrived = []
     for _ in range(steps):
         incoming = torch.empty_like(token)   # a fresh buffer: `token` may still be on its way to the right
