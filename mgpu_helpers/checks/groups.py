@@ -1,4 +1,5 @@
-"""Checkers for notebook 03 and ex03: process groups (the environment of a rank, joining a group by hand, where a rank runs)."""
+"""Checkers for notebook 03 and ex03: process groups (a rank's environment, joining a group by hand, where a
+rank runs)."""
 from __future__ import annotations
 
 import numpy as np

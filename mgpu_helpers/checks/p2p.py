@@ -25,8 +25,8 @@ import types
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, NOT_DONE, compare, fill_in, int_values, is_stub_error,
-                                      new_rng, not_done, passed, which_rank)
+from mgpu_helpers.checks.core import (CheckFailed, compare, fill_in, int_values, is_stub_error, new_rng, not_done,
+                                      passed, which_rank)
 
 P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
@@ -36,7 +36,8 @@ COLLECTIVE_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gath
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
 SENDS = ("dist.send", "dist.isend", "batch:isend")      # how the recorded calls name a message out ...
 RECVS = ("dist.recv", "dist.irecv", "batch:irecv")      # ... and in
-CHECK_TIMEOUT_S = 20.0   # a warm launch takes well under a second; on a busy machine that compiles every module anew, many
+# A warm launch takes well under a second; on a busy machine that compiles every module anew, many.
+CHECK_TIMEOUT_S = 20.0
 
 
 # -- inside a rank: watch the calls ---------------------------------------------------------------------------
