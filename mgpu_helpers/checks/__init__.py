@@ -27,10 +27,14 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)``: a CuPy RawKernel, y in place (runs on a GPU; structure everywhere) |
 | ex02 | :func:`check_max_regs` | ``max_regs_per_thread(block, min_blocks, limits)``: the register budget for k blocks |
 | ex02 | :func:`check_one_wave_blocks` | the number of blocks in one wave on this machine (number first) |
+| 03 | :func:`check_env_for` | ``env_for(rank, world_size, master_port) -> dict`` of the six variables |
+| 03 | :func:`check_init_for` | ``init_for(rank, world_size, method)``: the env:// and tcp:// init calls |
+| 04 | :func:`check_exchange` | ``exchange(send_buf, dst, recv_buf, src)``: one ring step, no deadlock |
+| 04 | :func:`check_ring_pass` | ``ring_pass(token, steps=None)``: the ring built from exchange |
 | ex03 | :func:`check_placement` | ``placement(rank, nproc_per_node, visible) -> (node, local_rank, gpu)`` |
-| ex03 | :func:`check_join_and_sum` | ``join_and_sum(rank, world_size, x)``: env:// by hand, all_reduce, leave |
-| ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with ordered blocking send/recv |
-| ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum by passing round the ring |
+| ex03 | :func:`check_join_and_sum` | ``join_and_sum(rank, world_size, x)``: a FileStore by hand, all_reduce, leave |
+| ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with ordered blocking send/recv only |
+| ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum on a two-way ring, world_size // 2 steps |
 | ex05 | :func:`check_broadcast` | ``broadcast_p2p(rank, world_size, x, src)`` from send/recv |
 | ex05 | :func:`check_all_gather` | ``all_gather_p2p(rank, world_size, x)`` from send/recv |
 | ex05 | :func:`check_ring_all_reduce` | ``ring_all_reduce(rank, world_size, x)``: reduce-scatter + all-gather ring |
@@ -85,6 +89,10 @@ __getattr__, __dir__, __all__ = attach(
         "one_wave_facts": "occupancy",
         "RankProblem": "core",
         "run_problem": "core",
+        "check_env_for": "groups",
+        "check_init_for": "groups",
+        "check_exchange": "p2p",
+        "check_ring_pass": "p2p",
         "check_placement": "groups",
         "check_join_and_sum": "groups",
         "check_pass_right": "p2p",

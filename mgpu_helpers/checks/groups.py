@@ -1,9 +1,11 @@
-"""Checkers for ex03: process groups (where a rank runs, and joining a group by hand)."""
+"""Checkers for notebook 03 and ex03: process groups (a rank's environment, joining a group by hand, where a
+rank runs)."""
 from __future__ import annotations
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, RankProblem, call, int_values, new_rng, passed, run_problem
+from mgpu_helpers.checks.core import (CheckFailed, call, compare, int_values, is_stub_error, new_rng, not_done,
+                                      passed)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -54,29 +56,228 @@ def check_placement(fn) -> None:
     passed("placement 在几十种 (rank, nproc_per_node, CUDA_VISIBLE_DEVICES) 组合上都对。")
 
 
-# -- joining a process group by hand (env://), as a script does ---------------------------------------------
+# -- ex03: joining a process group through a store made by hand ----------------------------------------------
 
 
-def _join_case(rng, world_size):
-    length = int(rng.integers(1, 5))
-    return [int_values(rng, length) for _ in range(world_size)], ()
-
-
-def _explain_join(case, rank, got):
-    if got is not None and np.shape(got) == np.shape(case.inputs[rank]) and np.allclose(got, case.inputs[rank]):
+def _explain_join(inputs, rank, got):
+    if got is not None and np.shape(got) == np.shape(inputs[rank]) and np.allclose(got, inputs[rank]):
         return "这是这个 Rank 自己的 x：加入进程组之后还要做一次 all_reduce。"
     return ""
 
 
-JOIN_AND_SUM = RankProblem(
-    name="join_and_sum", what="join_and_sum 要自己用 env:// 加入进程组，all_reduce 之后离开",
-    make_case=_join_case,
-    reference=lambda inputs, extra, world_size: [np.sum(inputs, axis=0)] * world_size,
-    explain=_explain_join, init=False,
-    done="join_and_sum 在 world_size = {sizes} 上自己加入、求和、离开了进程组。")
+def _join_sum_main(rank, world_size, fn, inputs):
+    """Rank function of :func:`check_join_and_sum`: record the init call, run ``fn``, see if it left."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from mgpu_helpers.checks.p2p import _rebind
+
+    inits = []
+    orig = c10d.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        inits.append(sorted(kwargs) + ["<positional>"] * len(args))
+        return orig(*args, **kwargs)
+    init_process_group._watching = True
+    dist.init_process_group = c10d.init_process_group = init_process_group
+    _rebind(fn, {orig: init_process_group})
+    out = fn(rank, world_size, torch.tensor(inputs[rank]))
+    left_open = dist.is_initialized()
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu().numpy()
+    return out, inits, left_open
 
 
 def check_join_and_sum(fn, world_sizes=None, timeout: float = 60.0) -> None:
-    """``fn(rank, world_size, x)`` joins the default group itself (env://, backend from MGPU_BACKEND), sums
-    x over all ranks, leaves the group and returns the sum."""
-    run_problem(JOIN_AND_SUM, fn, world_sizes, timeout)
+    """``fn(rank, world_size, x)`` joins the default group itself through a ``dist.FileStore`` it makes
+    (``store=``), sums x over all ranks, leaves the group and returns the sum (on the CPU)."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    what = "join_and_sum 要自己建 FileStore 加入进程组，all_reduce 之后离开"
+    sizes = tuple(world_sizes or (2, 3, 4))
+    rng = new_rng()
+    for world_size in sizes:
+        length = int(rng.integers(1, 5))
+        inputs = [int_values(rng, length) for _ in range(world_size)]
+        try:
+            res = run_ranks(_join_sum_main, world_size, args=(fn, inputs), init=False, timeout=timeout,
+                            stream=False, quiet=True)
+        except RankTimeout:
+            raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束。多半是各 Rank 没在同一个 "
+                              "store 里碰头：FileStore 的路径、world_size 要和大家一致。") from None
+        except RankError as exc:
+            if is_stub_error(exc):
+                raise not_done(fn, what) from None
+            raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}") from None
+        for rank, (got, inits, left_open) in enumerate(res.values):
+            if left_open:
+                raise CheckFailed(f"{what}：rank {rank} 返回时进程组还开着。最后要调用 "
+                                  "dist.destroy_process_group()，让这个进程离开进程组。")
+        total = np.sum(inputs, axis=0)
+        for rank, (got, inits, _left) in enumerate(res.values):
+            compare(got, total, f"world_size = {world_size}，rank {rank}", _explain_join(inputs, rank, got))
+        for rank, (_got, inits, _left) in enumerate(res.values):
+            if len(inits) != 1 or "store" not in inits[0] or "init_method" in inits[0]:
+                raise CheckFailed(f"{what}：rank {rank} 调用 init_process_group 时给的参数是 {inits}。这一题要自己建 "
+                                  "dist.FileStore(路径, world_size)，用 store= 传进去（再传 rank 和 world_size），"
+                                  "不用 init_method。")
+    passed(f"join_and_sum 在 world_size = {', '.join(map(str, sizes))} 上用自己建的 FileStore 加入、求和、离开了进程组。")
+
+
+# -- notebook 03: the environment a launcher sets, and joining a group by hand ----------------------------------
+
+ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def reference_env_for(rank: int, world_size: int, master_port: int) -> dict:
+    """The variables ``torchrun --standalone`` (or ``run_ranks``) sets for ``rank`` of ``world_size`` on one
+    machine, meeting at ``127.0.0.1:master_port``: every value a string, as in ``os.environ``."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)}
+
+
+def _env_cases(rng, count: int = 30):
+    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234)]           # one rank alone; the last rank; another port
+    for _ in range(count):
+        world_size = int(rng.integers(1, 9))
+        cases.append((int(rng.integers(0, world_size)), world_size, int(rng.integers(20000, 65000))))
+    return cases
+
+
+def check_env_for(fn) -> None:
+    """``fn(rank, world_size, master_port) -> dict``: the six variables, strings, one machine."""
+    what = "env_for 要给出一个 rank 的六个环境变量"
+    for rank, world_size, port in _env_cases(new_rng()):
+        got = call(fn, what, rank, world_size, port)
+        case = f"rank {rank}，world_size = {world_size}，MASTER_PORT = {port}"
+        if not isinstance(got, dict):
+            raise CheckFailed(f"{case}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")
+        missing = [k for k in ENV_KEYS if k not in got]
+        if missing:
+            raise CheckFailed(f"{case}：少了 {', '.join(missing)}。")
+        odd = [k for k in got if k not in ENV_KEYS]
+        if odd:
+            raise CheckFailed(f"{case}：多了 {', '.join(map(str, odd))}；只要这六个：{', '.join(ENV_KEYS)}。")
+        not_str = [k for k in ENV_KEYS if not isinstance(got[k], str)]
+        if not_str:
+            raise CheckFailed(f"{case}：{not_str[0]} 的值是 {type(got[not_str[0]]).__name__}（{got[not_str[0]]!r}）。"
+                              "环境变量的值都是字符串：os.environ 只收字符串，用 str(...)。")
+        want = reference_env_for(rank, world_size, port)
+        if got["MASTER_ADDR"] not in LOOPBACK:
+            raise CheckFailed(f"{case}：MASTER_ADDR 是 {got['MASTER_ADDR']!r}。单机上大家在回环地址 127.0.0.1 碰头。")
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+            if got[key] != want[key]:
+                why = {"RANK": "rank 从 0 数起，就是这个进程的编号。",
+                       "WORLD_SIZE": "WORLD_SIZE 是进程的总数。",
+                       "LOCAL_RANK": "单机时本机编号就是 rank。",
+                       "LOCAL_WORLD_SIZE": "单机时本机的进程数就是 world_size。",
+                       "MASTER_PORT": "所有 rank 要在同一个端口碰头：MASTER_PORT 对每个 rank 都一样，就是给定的端口。"}[key]
+                raise CheckFailed(f"{case}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。{why}")
+    passed("env_for 在几十种 (rank, world_size, MASTER_PORT) 上都给出了单机 torchrun 会设的六个变量。")
+
+
+def try_env_for(fn):
+    """Notebook 03's fill-in: check the reader's ``env_for``; the course's while it is unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    return fill_in(fn, check_env_for, reference_env_for, "env_for")
+
+
+def reference_init_for(rank: int, world_size: int, method: str) -> None:
+    """Join the default process group through ``method`` ("env://", "tcp://" or "file://") as a script does,
+    with the backend the course chose (``MGPU_BACKEND``); nccl binds the process to ``cuda:rank`` first."""
+    import os
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    backend = os.environ["MGPU_BACKEND"]
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    timeout = timedelta(seconds=30)
+    if method == "file://":
+        dist.init_process_group(backend=backend, init_method=os.environ["MGPU_INIT_METHOD"], world_size=world_size,
+                                rank=rank, timeout=timeout)
+    elif method == "env://":
+        dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
+    else:
+        url = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank, timeout=timeout)
+
+
+def _init_main(rank, world_size, fn, method):
+    """Rank function of :func:`check_init_for`: record the reader's init_process_group call, run ``fn``,
+    all-reduce the rank in the group it joined, leave; returns (what the group says, the init calls)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from mgpu_helpers.checks.p2p import _rebind
+    from mgpu_helpers.launcher.ranks import rank_device
+
+    inits = []
+    orig = c10d.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        inits.append({k: (v if isinstance(v, (str, int, type(None))) else repr(v)) for k, v in kwargs.items()}
+                     | {"_args": [a if isinstance(a, (str, int)) else repr(a) for a in args]})
+        return orig(*args, **kwargs)
+    init_process_group._watching = True
+    dist.init_process_group = c10d.init_process_group = init_process_group
+    _rebind(fn, {orig: init_process_group})
+    fn(rank, world_size, method)
+    if not dist.is_initialized():
+        return None, inits
+    x = torch.tensor([rank], device=rank_device())
+    dist.all_reduce(x)
+    seen = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), total=int(x.item()))
+    dist.destroy_process_group()
+    return seen, inits
+
+
+def check_init_for(fn, timeout: float = 20.0) -> None:
+    """``fn(rank, world_size, method)`` joins the default group through ``method`` (env:// on 3 ranks, tcp://
+    on 2); the init call itself is recorded and held against the method, then the group is used."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    what = "init_for 要按 method 自己调用 init_process_group"
+    for method, world_size in (("env://", 3), ("tcp://", 2)):
+        case = f"method = {method!r}，{world_size} 个 rank"
+        try:
+            res = run_ranks(_init_main, world_size, args=(fn, method), init=False, timeout=timeout,
+                            stream=False, quiet=True)
+        except RankTimeout:
+            raise CheckFailed(f"{case}：{timeout:g} 秒后还没有连上。多半是碰头的地址不对：每个 rank 要去同一个 "
+                              "MASTER_ADDR:MASTER_PORT（tcp:// 要把这两个写进 URL：tcp://地址:端口）。") from None
+        except RankError as exc:
+            if is_stub_error(exc):
+                raise not_done(fn, what) from None
+            hint = ""
+            if method == "tcp://" and ("world_size" in str(exc) or "rank" in str(exc).lower()):
+                hint = "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。"
+            raise CheckFailed(f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}{hint}") from None
+        for rank, (seen, inits) in enumerate(res.values):
+            if len(inits) != 1:
+                raise CheckFailed(f"{case}：rank {rank} 调用了 {len(inits)} 次 init_process_group，应当正好一次。")
+            init = inits[0]
+            url = init.get("init_method")
+            if url is None and len(init["_args"]) > 1:
+                url = init["_args"][1]
+            if method == "env://" and url not in (None, "env://"):
+                raise CheckFailed(f"{case}：rank {rank} 用的 init_method 是 {url!r}。env:// 分支要写 "
+                                  "init_method=\"env://\"：地址、端口、rank 和 world_size 都从环境变量里读。")
+            if method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")):
+                raise CheckFailed(f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。")
+            if seen is None or seen["rank"] != rank or seen["world_size"] != world_size:
+                raise CheckFailed(f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。")
+    passed("init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对。")
+
+
+def try_init_for(fn):
+    """Notebook 03's fill-in: check the reader's ``init_for``; the course's while it is unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    return fill_in(fn, check_init_for, reference_init_for, "init_for")

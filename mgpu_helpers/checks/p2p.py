@@ -1,66 +1,517 @@
-"""Checkers for ex04: point-to-point messages (one :class:`~mgpu_helpers.checks.core.RankProblem` per exercise)."""
+"""Checkers for notebook 04 and ex04: point-to-point messages, watched call by call on the ranks.
+
+Every check runs the reader's code on ranks (gloo on a CPU, NCCL with a GPU per rank) with fresh random
+tensors and the edge cases in every run: an odd world size (3), tensors of length 0, zeros in the data,
+float and integer dtypes, both directions round the ring. Inside each rank the ``torch.distributed``
+calls are watched before the reader's code runs: every send, receive and collective is recorded (on
+``torch.distributed`` and ``torch.distributed.distributed_c10d``, and where the reader's function holds a
+function under another name, that reference too), so a rule an exercise states ("blocking send/recv
+only", "no collective", "an empty buffer is not sent") is checked against the calls really made. The
+course's own implementation (:mod:`mgpu_helpers.lessons.p2p`) is watched the same way: calling it does
+not count as writing the code. A deadlock ends after a few seconds with the rank and the call it was
+stuck in.
+
+| where | checker | the reader writes |
+| --- | --- | --- |
+| 04 | :func:`try_exchange` | ``exchange(send_buf, dst, recv_buf, src, group=None) -> requests`` |
+| 04 | :func:`try_ring_pass` | ``ring_pass(token, steps=None) -> [tensor from the left, each step]`` |
+| ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with blocking send/recv only |
+| ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum on a two-way ring |
+"""
 from __future__ import annotations
+
+import re
+import types
 
 import numpy as np
 
-from mgpu_helpers.checks.core import RankProblem, int_values, run_problem, which_rank
+from mgpu_helpers.checks.core import (CheckFailed, compare, fill_in, int_values, is_stub_error, new_rng, not_done,
+                                      passed, which_rank)
 
-COLLECTIVE_CALLS = ("all_reduce", "reduce", "all_gather")
-
-
-def _one_row_each(rng, world_size, longest=5):
-    length = int(rng.integers(1, longest + 1))
-    return [int_values(rng, length) for _ in range(world_size)], ()
-
-
-def _from_the_left(inputs, _extra, world_size):
-    return [inputs[(r - 1) % world_size] for r in range(world_size)]
-
-
-def _explain_direction(case, rank, got):
-    hint = which_rank(got, case.inputs)
-    if hint and not np.allclose(got, case.expected[rank]):
-        return hint + "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
-    return ""
+P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
+COLLECTIVE_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "gather",
+                    "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+                    "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
+SENDS = ("dist.send", "dist.isend", "batch:isend")      # how the recorded calls name a message out ...
+RECVS = ("dist.recv", "dist.irecv", "batch:irecv")      # ... and in
+# A warm launch takes well under a second; on a busy machine that compiles every module anew, many.
+CHECK_TIMEOUT_S = 20.0
 
 
-def _where_left(case, rank):
-    left = (rank - 1) % case.world_size
-    return f"world_size = {case.world_size}，rank {rank} 应当收到左边 rank {left} 的数据"
+# -- inside a rank: watch the calls ---------------------------------------------------------------------------
 
 
-def _sum_of_all(inputs, _extra, world_size):
-    return [np.sum(inputs, axis=0)] * world_size
+def _peer(name, args, kwargs):
+    key = "dst" if "send" in name else "src"
+    if len(args) > 1:
+        return args[1]
+    return kwargs.get(key, kwargs.get(f"group_{key}"))
 
 
-def _explain_partial_sum(case, rank, got):
-    world_size = case.world_size
-    if got is None or np.shape(got) != np.shape(case.expected[rank]):
-        return ""
-    for k in range(1, world_size):
-        partial = np.sum([case.inputs[(rank - j) % world_size] for j in range(k)], axis=0)
-        if np.allclose(got, partial):
-            return f"只加了 {k} 个 Rank 的值：要传 world_size - 1 = {world_size - 1} 步，每一步把收到的加上。"
-    return ""
+def _watch(calls: list, lessons: bool):
+    """Replace the torch.distributed functions (and, with ``lessons``, mgpu_helpers.lessons.p2p's) by
+    recording wrappers that then call the original; returns {original: wrapper}."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    swapped = {}
+    depth = [0]          # torch's own send calls isend: only the outermost call is the reader's
+
+    def recording(name, orig, label):
+        def watched(*args, **kwargs):
+            if depth[0] == 0:
+                tensor = args[0] if args else kwargs.get("tensor")
+                numel = tensor.numel() if hasattr(tensor, "numel") else None
+                peer = _peer(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
+                calls.append((label, peer, numel))
+                if name == "batch_isend_irecv":
+                    for op in (args[0] if args else kwargs.get("p2p_op_list", [])):
+                        kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
+                        calls.append((f"batch:{kind}", op.peer, op.tensor.numel()))
+            depth[0] += 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        watched.__name__ = watched.__qualname__ = name
+        watched._watching = True          # a wrapper: never rebound itself
+        return watched
+
+    for name in P2P_CALLS + COLLECTIVE_CALLS:
+        orig = getattr(c10d, name, None)
+        if orig is None:
+            continue
+        wrapper = recording(name, orig, f"dist.{name}")
+        swapped[orig] = wrapper
+        for module in (dist, c10d):
+            if getattr(module, name, None) is orig:
+                setattr(module, name, wrapper)
+    if lessons:
+        from mgpu_helpers.lessons import p2p as lesson
+        for name in LESSON_CODE:
+            orig = getattr(lesson, name)
+            wrapper = recording(name, orig, f"mh.lessons.p2p.{name}")
+            swapped[orig] = wrapper
+            setattr(lesson, name, wrapper)
+    return swapped
 
 
-PASS_RIGHT = RankProblem(
-    name="pass_right", what="pass_right 要把 x 交给右边的 Rank，并返回从左边收到的张量",
-    make_case=_one_row_each, reference=_from_the_left, explain=_explain_direction, where=_where_left,
-    done="pass_right 在 world_size = {sizes} 上都把数据交给了右边，没有死锁。")
-
-RING_SUM = RankProblem(
-    name="ring_sum", what="ring_sum 要沿环传递 world_size - 1 步，得到所有 Rank 的 x 之和",
-    make_case=lambda rng, world_size: _one_row_each(rng, world_size, longest=4), reference=_sum_of_all,
-    explain=_explain_partial_sum, forbid=COLLECTIVE_CALLS,
-    done="ring_sum 在 world_size = {sizes} 上每个 Rank 都得到了总和。")
+def _code_names(code) -> set:
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
 
 
-def check_pass_right(fn, world_sizes=None, timeout: float = 30.0) -> None:
-    """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent (a ring shift)."""
-    run_problem(PASS_RIGHT, fn, world_sizes, timeout)
+def _rebind(fn, swapped: dict, seen=None) -> None:
+    """Point the names ``fn`` (and the functions it calls) holds for a watched function at the wrapper:
+    ``from torch.distributed import isend as post`` is then watched too."""
+    seen = set() if seen is None else seen
+    if not isinstance(fn, types.FunctionType) or id(fn) in seen:
+        return
+    seen.add(id(fn))
+    module = getattr(fn, "__module__", "") or ""
+    if getattr(fn, "_watching", False) or module.startswith(("torch", "mgpu_helpers.launcher", "numpy")):
+        return
+    g = fn.__globals__
+    for name in _code_names(fn.__code__):
+        value = g.get(name)
+        try:
+            if value in swapped:
+                g[name] = swapped[value]
+                continue
+        except TypeError:                 # unhashable
+            continue
+        _rebind(value, swapped, seen)
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:                # empty cell
+            continue
+        try:
+            if value in swapped:
+                cell.cell_contents = swapped[value]
+                continue
+        except TypeError:
+            continue
+        _rebind(value, swapped, seen)
 
 
-def check_ring_sum(fn, world_sizes=None, timeout: float = 30.0) -> None:
-    """``fn(rank, world_size, x)`` returns the element-wise sum of every rank's x, passed round the ring."""
-    run_problem(RING_SUM, fn, world_sizes, timeout)
+def _watched_main(rank, world_size, body, fn, payload, lessons):
+    """Rank function of these checkers: watch the calls, run ``body(rank, world_size, fn, payload, calls)``;
+    returns ``(what body returned, the calls made)``."""
+    calls: list = []
+    swapped = _watch(calls, lessons)
+    _rebind(fn, swapped)
+    out = body(rank, world_size, fn, payload, calls)
+    return out, calls
+
+
+def _as_numpy(t):
+    import torch
+    if isinstance(t, torch.Tensor):
+        return t.detach().cpu().numpy()
+    return t
+
+
+def _make(values, dtype):
+    import torch
+
+    from mgpu_helpers.launcher.ranks import rank_device
+    return torch.tensor(np.asarray(values), dtype=getattr(torch, dtype), device=rank_device())
+
+
+# -- on the notebook side: run, and explain a deadlock or a failure ------------------------------------------
+
+
+def _stuck_where(exc) -> str:
+    """'rank 0 卡在 dist.send（你的 exchange 第 12 行）；rank 1 ...' from a RankTimeout's stacks."""
+    parts = []
+    for rank in sorted(set(exc.stacks) | set(exc.waiting_in)):
+        stack = exc.stacks.get(rank, "")
+        call = (exc.waiting_in.get(rank) or "").split(" ")[0]
+        where = ""
+        for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
+            if "mgpu_helpers/launcher/rank.py" not in block:
+                continue
+            if not call:
+                found = re.findall(r'torch/distributed/[^"]*", line \d+ in ([a-z]\w*)', block)
+                call = f"dist.{found[0]}" if found else ""
+            for path, line, func in re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block):
+                if "torch/" not in path and "mgpu_helpers/" not in path:
+                    where = f"（{func} 的第 {line} 行）"
+                    break
+        parts.append(f"rank {rank} 卡在 {call or '（不在 torch.distributed 调用里）'}{where}")
+    return "；".join(parts)
+
+
+def run_watched(body, fn, what: str, world_size: int, payload, lessons: bool = False,
+                timeout: float = CHECK_TIMEOUT_S, backend: str = "auto"):
+    """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched; returns, in rank order,
+    ``(value, calls)`` where ``calls`` lists ``(name, peer, numel)`` of every watched call made.
+
+    A deadlock becomes a :class:`CheckFailed` naming each rank and the call it was stuck in; the stub
+    becomes the "not done yet" failure; another exception names the rank and its first line.
+    """
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    try:
+        res = run_ranks(_watched_main, world_size, args=(body, fn, payload, lessons), backend=backend,
+                        timeout=timeout, stream=False, quiet=True)
+    except RankTimeout as exc:
+        raise CheckFailed(
+            f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束——死锁了（或者收发没有配对）。"
+            f"{_stuck_where(exc)}。检查：每个 send 在对方都有一个 recv 正在等它；"
+            "如果每个 Rank 都先做同一件事（都先 send，或者都先 recv），等待就会连成一个圈。") from None
+    except RankError as exc:
+        if is_stub_error(exc):
+            raise not_done(fn, what) from None
+        text = str(exc).splitlines()[0]
+        raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}") from None
+    return res.values
+
+
+def _used(calls_by_rank, names) -> tuple[int, str] | None:
+    for rank, calls in enumerate(calls_by_rank):
+        for name, _peer_rank, _numel in calls:
+            if name.split(".")[-1] in names:
+                return rank, name
+    return None
+
+
+def refuse_lesson_code(calls_by_rank, what: str, names=LESSON_CODE) -> None:
+    """Calling the course's own implementation (mh.lessons.p2p) does not count as writing the code."""
+    hit = next(((r, n) for r, calls in enumerate(calls_by_rank) for n, _, _ in calls
+                if n.startswith("mh.lessons.") and n.split(".")[-1] in names), None)
+    if hit:
+        raise CheckFailed(f"{what}：rank {hit[0]} 调用了课程自己的 {hit[1]}。这一题要你自己写出来："
+                          "调用课程的实现不算。")
+
+
+def refuse(calls_by_rank, names, what: str, why: str) -> None:
+    hit = _used(calls_by_rank, names)
+    if hit:
+        raise CheckFailed(f"{what}：rank {hit[0]} 调用了 {hit[1]}。{why}")
+
+
+# -- 04: exchange, one step of the ring -----------------------------------------------------------------------
+
+
+def _exchange_rounds(rng, world_size):
+    """The rounds one launch runs: (direction, dtype, lengths sent by each rank, data of each rank).
+
+    Lengths differ from rank to rank (what rank r receives is what its neighbour sends) and include 0;
+    the data hold zeros. Both directions, a float and an integer dtype, in every run.
+    """
+    rounds = []
+    for direction, dtype in (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32")):
+        lengths = [int(n) for n in rng.integers(1, 6, size=world_size)]
+        lengths[int(rng.integers(0, world_size))] = 0            # one rank sends nothing this round
+        data = []
+        for n in lengths:
+            v = int_values(rng, n)
+            if n > 1:
+                v[int(rng.integers(0, n))] = 0                   # zeros in the data
+            data.append(v)
+        rounds.append((direction, dtype, lengths, data))
+    return rounds
+
+
+SENTINEL = -7777
+
+
+def _exchange_body(rank, world_size, fn, rounds, calls):
+    """Each round: every rank calls ``fn`` once (send to one neighbour, receive from the other), waits on
+    what it returned; reports what arrived, whether send_buf changed and the calls of that round."""
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    out = []
+    for direction, dtype, lengths, data in rounds:
+        dst, src = (right, left) if direction == "right" else (left, right)
+        send_buf = _make(data[rank], dtype)
+        before = send_buf.clone()
+        recv_buf = _make(np.full(lengths[src], SENTINEL), dtype)
+        first = len(calls)
+        requests = fn(send_buf, dst, recv_buf, src)
+        kind = type(requests).__name__
+        waitable = isinstance(requests, (list, tuple)) and all(hasattr(r, "wait") for r in requests)
+        if waitable:
+            for request in requests:
+                request.wait()
+        out.append(dict(kind=kind, waitable=waitable, got=_as_numpy(recv_buf), calls=calls[first:],
+                        kept=bool((send_buf == before).all()) if send_buf.numel() else True))
+    return out
+
+
+def _explain_exchange_round(world_size, rnd, rank, result, calls) -> None:
+    direction, dtype, lengths, data = rnd
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    dst, src = (right, left) if direction == "right" else (left, right)
+    case = (f"world_size = {world_size}，rank {rank} 调用 exchange(send_buf, dst={dst}, recv_buf, src={src})"
+            f"（{dtype}，send_buf 长 {lengths[rank]}，recv_buf 长 {lengths[src]}）")
+    if not result["waitable"]:
+        raise CheckFailed(f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
+                          "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。")
+    empty = [c for c in calls if c[0] in SENDS + RECVS and c[2] == 0]
+    if empty:
+        raise CheckFailed(f"{case}：发出了一个空张量的 {empty[0][0]}。长度为 0 的缓冲区要跳过，不发也不收"
+                          "（下一节切块时块可能是空的，空消息只会白白多一次等待）。")
+    if not result["kept"]:
+        raise CheckFailed(f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。")
+    got, want = result["got"], np.asarray(data[src])
+    if lengths[src] and np.all(got == SENTINEL):
+        raise CheckFailed(f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去"
+                          "（或者用阻塞的 recv 收完）。")
+    for k, inp in enumerate(data):
+        if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp):
+            raise CheckFailed(f"{case}：收到的是 rank {k} 的数据，应当是 src = rank {src} 的。"
+                              "dst 是发给谁，src 是从谁收：两个参数别用反。")
+    compare(got, want, case)
+
+
+def check_exchange(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) -> None:
+    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring (to the right and to the
+    left), on uneven lengths with zeros, float32 and int64: no deadlock, the right data, empty buffers
+    skipped, ``send_buf`` untouched, a list of requests returned."""
+    what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
+    rng = new_rng()
+    for world_size in world_sizes:
+        rounds = _exchange_rounds(rng, world_size)
+        values = run_watched(_exchange_body, fn, what, world_size, rounds, lessons=True, timeout=timeout)
+        refuse_lesson_code([c for _, c in values], what)
+        for rank, (out, _calls) in enumerate(values):
+            for rnd, result in zip(rounds, out):
+                _explain_exchange_round(world_size, rnd, rank, result, result["calls"])
+    passed(f"exchange 在 world_size = {', '.join(map(str, world_sizes))} 上往右、往左都交换对了"
+           "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。")
+
+
+def try_exchange(fn):
+    """Notebook 04's fill-in: check the reader's ``exchange``; the course's while it is unwritten."""
+    from mgpu_helpers.lessons import p2p as lesson
+    return fill_in(fn, check_exchange, lesson.exchange, "exchange")
+
+
+# -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
+
+
+def _ring_pass_body(rank, world_size, fn, cases, calls):
+    out = []
+    for length, steps, dtype, data in cases:
+        token = _make(data[rank], dtype)
+        before = token.clone()
+        arrived = fn(token, steps) if steps is not None else fn(token)
+        kept = bool((token == before).all()) if token.numel() else True
+        if isinstance(arrived, (list, tuple)):
+            arrived = [_as_numpy(t) for t in arrived]
+        else:
+            arrived = type(arrived).__name__
+        out.append(dict(arrived=arrived, kept=kept))
+    return out
+
+
+def _ring_cases(rng, world_size):
+    cases = []
+    for length, steps, dtype in ((int(rng.integers(1, 5)), None, "float32"), (0, None, "float32"),
+                                 (int(rng.integers(2, 5)), world_size + 1, "int64")):
+        data = [int_values(rng, length) for _ in range(world_size)]
+        if length:
+            data[0][0] = 0
+        cases.append((length, steps, dtype, data))
+    return cases
+
+
+def _explain_ring(world_size, case, rank, result):
+    length, steps, dtype, data = case
+    n_steps = world_size - 1 if steps is None else steps
+    call = "ring_pass(token)" if steps is None else f"ring_pass(token, steps={steps})"
+    where = f"world_size = {world_size}，rank {rank}，{call}（token 长 {length}，{dtype}）"
+    arrived = result["arrived"]
+    if not isinstance(arrived, list):
+        raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
+    if len(arrived) != n_steps:
+        raise CheckFailed(f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
+                          + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。"
+                             if steps is None else ""))
+    if not result["kept"]:
+        raise CheckFailed(f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。")
+    for step, got in enumerate(arrived):
+        origin = (rank - step - 1) % world_size
+        want = np.asarray(data[origin])
+        if np.shape(got) != np.shape(want):
+            compare(got, want, f"{where}，第 {step + 1} 步")
+        if not np.array_equal(got, want):
+            hint = ""
+            for k, inp in enumerate(data):
+                if len(inp) and np.array_equal(got, inp):
+                    if step and k == (rank - 1) % world_size:
+                        hint = (f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。"
+                                "收到的东西要继续往右传。")
+                    elif step and k == (rank - n_steps) % world_size:
+                        hint = "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"
+                    else:
+                        hint = f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。"
+                    break
+            compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
+
+
+def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) -> None:
+    """``fn(token, steps=None)`` inside a process group: the list of tokens that arrived from the left."""
+    what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
+    rng = new_rng()
+    for world_size in world_sizes:
+        cases = _ring_cases(rng, world_size)
+        values = run_watched(_ring_pass_body, fn, what, world_size, cases, lessons=True, timeout=timeout)
+        refuse_lesson_code([c for _, c in values], what, names=("ring_pass",))
+        for rank, (out, _calls) in enumerate(values):
+            for case, result in zip(cases, out):
+                _explain_ring(world_size, case, rank, result)
+    passed(f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
+           "（也走过不止一圈，也传过空张量和 int64）。")
+
+
+def try_ring_pass(fn):
+    """Notebook 04's fill-in: check the reader's ``ring_pass``; the course's while it is unwritten."""
+    from mgpu_helpers.lessons import p2p as lesson
+    return fill_in(fn, check_ring_pass, lesson.ring_pass, "ring_pass")
+
+
+# -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
+
+
+def _rank_fn_body(rank, world_size, fn, case, calls):
+    inputs, dtype = case
+    return _as_numpy(fn(rank, world_size, _make(inputs[rank], dtype)))
+
+
+def _where_left(world_size, rank):
+    left = (rank - 1) % world_size
+    return f"world_size = {world_size}，rank {rank} 应当收到左边 rank {left} 的数据"
+
+
+def _pass_right_cases(rng, world_sizes):
+    """(world_size, dtype, inputs): one length per case (at least 1), float32 and int64 by turns."""
+    out = []
+    for i, world_size in enumerate(world_sizes):
+        length = int(rng.integers(1, 6))
+        inputs = [int_values(rng, length) for _ in range(world_size)]
+        if length > 1:
+            inputs[0][int(rng.integers(0, length))] = 0
+        out.append((world_size, ("float32", "int64")[i % 2], inputs))
+    return out
+
+
+def check_pass_right(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> None:
+    """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, with blocking
+    ``dist.send`` / ``dist.recv`` only: isend/irecv, batch_isend_irecv, collectives and the course's
+    :mod:`mgpu_helpers.lessons.p2p` are refused, under whatever name they are reached."""
+    what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
+    sizes = tuple(world_sizes or (2, 3, 4, 5))
+    for world_size, dtype, inputs in _pass_right_cases(new_rng(), sizes):
+        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), lessons=True, timeout=timeout)
+        for rank, (got, _calls) in enumerate(values):
+            want = inputs[(rank - 1) % world_size]
+            hint = which_rank(got, inputs)
+            if hint and not np.array_equal(got, want):
+                hint += "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
+            compare(got, want, _where_left(world_size, rank), hint if hint else "")
+        calls = [c for _, c in values]
+        refuse_lesson_code(calls, what)
+        refuse(calls, NONBLOCKING, what, "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；"
+               "非阻塞和成组提交留到练习 2。")
+        refuse(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
+        for rank, rank_calls in enumerate(calls):
+            sends = [c for c in rank_calls if c[0] == "dist.send"]
+            if len(sends) != 1 or sends[0][1] != (rank + 1) % world_size:
+                raise CheckFailed(f"{what}：world_size = {world_size} 时 rank {rank} 发了 {len(sends)} 条消息"
+                                  f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank "
+                                  f"{(rank + 1) % world_size}。")
+    passed(f"pass_right 在 world_size = {', '.join(map(str, sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
+           "没有死锁（奇数个 Rank 也一样）。")
+
+
+def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> None:
+    """``fn(rank, world_size, x)``: the element-wise sum of every rank's x on a two-way ring, in at most
+    ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
+    what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
+    sizes = tuple(world_sizes or (2, 3, 4, 5))
+    rng = new_rng()
+    for world_size in sizes:
+        length = int(rng.integers(1, 5))
+        inputs = [int_values(rng, length) for _ in range(world_size)]
+        dtype = "int64" if world_size % 2 else "float32"
+        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), lessons=True, timeout=timeout)
+        total = np.sum(inputs, axis=0)
+        for rank, (got, _calls) in enumerate(values):
+            where = f"world_size = {world_size}，rank {rank}"
+            hint = ""
+            if got is not None and np.shape(got) == np.shape(total) and not np.allclose(got, total):
+                far = (rank + world_size // 2) % world_size
+                if world_size % 2 == 0 and np.allclose(got, total + inputs[far]):
+                    hint = (f"rank {far} 的值加了两次：world_size 为偶数时，最后一步从左右两边来的是同一个 Rank 的值，"
+                            "只能加一次。")
+                else:
+                    for k in range(1, world_size):
+                        part = sum(inputs[(rank - j) % world_size] for j in range(k + 1))
+                        if np.allclose(got, part):
+                            hint = f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。"
+                            break
+            compare(got, total, where, hint)
+        calls = [c for _, c in values]
+        refuse_lesson_code(calls, what)
+        refuse(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
+        if world_size > 2:
+            steps = world_size // 2
+            for rank, rank_calls in enumerate(calls):
+                for peer in ((rank + 1) % world_size, (rank - 1) % world_size):
+                    n = sum(1 for name, p, _ in rank_calls if name in SENDS and p == peer)
+                    if n > steps:
+                        raise CheckFailed(
+                            f"{what}：world_size = {world_size} 时 rank {rank} 给 rank {peer} 发了 {n} 条消息，"
+                            f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。")
+    passed(f"ring_sum 在 world_size = {', '.join(map(str, sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
+           "（偶数个 Rank 时对面那个 Rank 也只加了一次）。")

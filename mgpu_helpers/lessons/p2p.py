@@ -1,23 +1,27 @@
 # Generated from solutions/04_point_to_point.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in solutions/04_point_to_point.ipynb (04 点对点通信：send / recv，以及真的会发生的死锁).
+"""The code taught in solutions/04_point_to_point.ipynb (04 点对点通信：send / recv，以及一个经典的坑).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 
 def exchange(send_buf, dst: int, recv_buf, src: int, group=None):
     """One step of a ring: a send of ``send_buf`` to ``dst`` and a receive into ``recv_buf`` from ``src``,
-    posted together with ``batch_isend_irecv``; returns the requests to ``wait()`` on.
+    posted so that every rank of a ring can call it at once; returns the requests to ``wait()`` on.
 
     An empty (or None) buffer is left out, so a chunk that comes out empty costs nothing; with nothing to
-    move the list is empty. Under NCCL the two calls form one group, so neither waits for the other.
+    move the list is empty.
     """
     import torch.distributed as dist
-
+    ### BEGIN SOLUTION
+    # ✎ 长度为 0 的缓冲区跳过；返回调用方要 wait() 的请求列表（用阻塞调用做完了就返回 []）
+    # Posted together with batch_isend_irecv: under NCCL the two calls form one group, so neither waits
+    # for the other, and the order of the calls does not matter.
     ops = []
     if send_buf is not None and send_buf.numel() > 0:
         ops.append(dist.P2POp(dist.isend, send_buf, dst, group))
     if recv_buf is not None and recv_buf.numel() > 0:
         ops.append(dist.P2POp(dist.irecv, recv_buf, src, group))
     return dist.batch_isend_irecv(ops) if ops else []
+    ### END SOLUTION
 
 
 def ring_pass(token, steps: int | None = None) -> list:
@@ -33,6 +37,8 @@ def ring_pass(token, steps: int | None = None) -> list:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     steps = world_size - 1 if steps is None else steps
+    ### BEGIN SOLUTION
+    # ✎ 每一步：一块新的接收缓冲区 -> exchange(往右发, 从左收) -> 等请求 -> 记下收到的 -> 它就是下一步要发的
     arrived = []
     for _ in range(steps):
         incoming = torch.empty_like(token)   # a fresh buffer: `token` may still be on its way to the right
@@ -41,3 +47,4 @@ def ring_pass(token, steps: int | None = None) -> list:
         arrived.append(incoming)
         token = incoming                     # what came from the left travels on to the right
     return arrived
+    ### END SOLUTION
