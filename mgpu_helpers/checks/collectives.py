@@ -258,7 +258,9 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                              if (a, b) == _bounds(length, world_size)[(rank + direction) % world_size]):
                         hint = "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"
                     else:
-                        hint = "对照 ring_schedule：每一步发哪块、收哪块；Reduce-Scatter 要加，All-Gather 直接覆盖。"
+                        hint = ("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
+                                "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
+                        hint += "；Reduce-Scatter 要加，All-Gather 直接覆盖。"
                 compare(got, want, where, hint)
                 if style == "tensor" and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
