@@ -87,10 +87,22 @@ def half(tensor):
     return tensor
 '''
 
-# Correct, and unlike the course's: tensor_split, explicit chunk arithmetic, plain P2POp lists.
+COLLECTIVE_IMPORTED_AT_THE_TOP = '''
+from torch.distributed import all_reduce as add_up_everywhere
+
+def aliased(tensor):
+    add_up_everywhere(tensor)
+    return tensor
+'''
+
+# Correct, and unlike the course's: tensor_split, explicit chunk arithmetic, plain P2POp lists, and names
+# imported at the top of the cell (they travel by reference, yet every send is still counted).
 RIGHT_WRITTEN_OTHERWISE = '''
+import torch
+import torch.distributed as dist
+from torch.distributed import isend as send_async
+
 def mine(tensor):
-    import torch, torch.distributed as dist
     n, r = dist.get_world_size(), dist.get_rank()
     chunks = list(torch.tensor_split(tensor, n))
     buf = torch.empty_like(chunks[0])
@@ -98,7 +110,7 @@ def mine(tensor):
         out, inn = (r - s) % n, (r - s - 1) % n
         target = buf[:chunks[inn].numel()] if s < n - 1 else chunks[inn]
         ops = [dist.P2POp(op, t, peer) for op, t, peer in
-               ((dist.isend, chunks[out], (r + 1) % n), (dist.irecv, target, (r - 1) % n)) if t.numel()]
+               ((send_async, chunks[out], (r + 1) % n), (dist.irecv, target, (r - 1) % n)) if t.numel()]
         for q in (dist.batch_isend_irecv(ops) if ops else []):
             q.wait()
         if s < n - 1:
@@ -127,6 +139,11 @@ def test_the_course_ring_under_another_name_is_refused():
 def test_a_collective_reached_through_distributed_c10d_is_refused():
     with pytest.raises(CheckFailed, match="不能直接调用 dist.all_reduce"):
         collectives.check_ring_all_reduce_right(_by_value(COLLECTIVE_VIA_C10D, "hidden"), world_sizes=(2,))
+
+
+def test_a_collective_imported_under_another_name_at_the_top_is_refused():
+    with pytest.raises(CheckFailed, match="不能直接调用 dist.all_reduce"):
+        collectives.check_ring_all_reduce_right(_by_value(COLLECTIVE_IMPORTED_AT_THE_TOP, "aliased"), world_sizes=(2,))
 
 
 def test_reduce_scatter_without_all_gather_is_told_what_is_missing():

@@ -91,12 +91,48 @@ def _resolve(dotted: str):
         return None
 
 
-def _refusal(label: str):
-    """A function whose code raises the forbidden-call error for ``label`` (its ``__code__`` is swapped into
-    the forbidden function, so every name and import path that reaches that function object is refused)."""
+def _code_with(freevars: tuple, body: str):
+    """A code object ``f(*args, **kwargs)`` running ``body`` (one line), with exactly ``freevars`` as free
+    variables, so that it can replace the code of any function with that closure (decorated ones too)."""
+    names = ", ".join(freevars)
+    touch = f"        ({names},)\n" if freevars else ""
     ns: dict = {}
-    exec(f"def refuse(*args, **kwargs):\n    raise PermissionError('EXERCISE_FORBIDDEN {label}')\n", ns)
-    return ns["refuse"]
+    exec(f"def outer({names}):\n    def f(*args, **kwargs):\n{touch}        {body}\n    return f\n", ns)
+    return ns["outer"](*([None] * len(freevars))).__code__
+
+
+class _Swapped:
+    """Replace the code of functions in place (every name, alias and import path that reaches the function
+    object runs the new code), and put them back."""
+
+    def __init__(self):
+        self._saved = []
+
+    def refuse(self, target, label: str) -> None:
+        self._swap(target, f"raise PermissionError('EXERCISE_FORBIDDEN {label}')")
+
+    def hook(self, target, name: str, hook) -> None:
+        """``target(*args, **kwargs)`` becomes ``hook(original_copy, args, kwargs)``."""
+        import types
+
+        original = types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
+                                      target.__closure__)
+        original.__kwdefaults__ = target.__kwdefaults__
+        key = f"_MGPU_HOOK_{name}"
+        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
+        self._swap(target, f"return {key}(args, kwargs)")
+
+    def _swap(self, target, body: str) -> None:
+        code = getattr(target, "__code__", None)
+        if code is None:
+            return
+        self._saved.append((target, code))
+        target.__code__ = _code_with(code.co_freevars, body)
+
+    def restore(self) -> None:
+        for target, code in reversed(self._saved):
+            target.__code__ = code
+        self._saved.clear()
 
 
 def _peer(args, kwargs):
@@ -111,35 +147,37 @@ def _peer(args, kwargs):
 def _instrumented_ring_rank(rank, world_size, fn, cases, style):
     """Rank function: run the reader's ring on every case, every send logged, collectives refused."""
     import torch
-    import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
     from mgpu_helpers.launcher.ranks import rank_device
 
     log: list = []
-    saved = []
+    inside_send = [0]
 
-    def counting(original):
-        def send_like(*args, **kwargs):
-            tensor = args[0] if args else kwargs.get("tensor")
-            log.append((_peer(args, kwargs), int(tensor.numel() * tensor.element_size())))
+    def logging_send(original, args, kwargs):       # dist.send calls isend itself: count the message once
+        inside_send[0] += 1
+        try:
+            log.append((_peer(args, kwargs), int(args[0].numel() * args[0].element_size())))
             return original(*args, **kwargs)
-        return send_like
+        finally:
+            inside_send[0] -= 1
 
-    for module in (dist, c10d):
-        for name in P2P_ONLY + ("all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list"):
-            if hasattr(module, name):
-                saved.append((module, name, getattr(module, name)))
-                setattr(module, name, _forbidden_call(f"dist.{name}"))
-    senders = {name: counting(getattr(c10d, name)) for name in ("send", "isend")}
-    for module in (dist, c10d):
-        for name, wrapper in senders.items():
-            saved.append((module, name, getattr(module, name)))
-            setattr(module, name, wrapper)
+    def logging_isend(original, args, kwargs):
+        if not inside_send[0]:
+            tensor = args[0] if args else kwargs["tensor"]
+            log.append((_peer(args, kwargs), int(tensor.numel() * tensor.element_size())))
+        return original(*args, **kwargs)
+
+    swapped = _Swapped()
+    for name in P2P_ONLY + ("all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list"):
+        if hasattr(c10d, name):
+            swapped.refuse(getattr(c10d, name), f"dist.{name}")
+    swapped.hook(c10d.send, "send", logging_send)
+    swapped.hook(c10d.isend, "isend", logging_isend)
     for dotted in RING_FORBIDDEN_LIB:
         target = _resolve(dotted)
-        if target is not None and getattr(target, "__closure__", None) is None:
-            target.__code__ = _refusal(dotted.replace("mgpu_helpers.", "mh.")).__code__
+        if target is not None:
+            swapped.refuse(target, dotted.replace("mgpu_helpers.", "mh."))
     results = []
     try:
         for inputs in cases:
@@ -150,15 +188,8 @@ def _instrumented_ring_rank(rank, world_size, fn, cases, style):
             values = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
             results.append((values, log[start:], bool(out is x) if isinstance(out, torch.Tensor) else False))
     finally:
-        for module, name, original in reversed(saved):
-            setattr(module, name, original)
+        swapped.restore()
     return results
-
-
-def _forbidden_call(label: str):
-    def refuse(*args, **kwargs):
-        raise PermissionError(f"EXERCISE_FORBIDDEN {label}")
-    return refuse
 
 
 def _course_codes() -> set:
