@@ -159,3 +159,71 @@ def test_review_notebook_source_and_outputs_hold_no_answer():
             shown = [w for w in windows(secret) if w in text]
             assert not shown, (q.qid, shown[:1])          # not even a part of an answer or a note
     assert "answer=" not in text and "answer " not in text
+
+
+# --------------------------------------------------------------------------------------------------------
+# 11's part 3: the learner's numbers held against a run (a recorded-shape run here: no ranks needed).
+
+from mgpu_helpers.checks import review  # noqa: E402
+from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
+
+RUN = review.ReviewRun(backend="gloo", shards=(3, 6, 1), compute_ms=(15.2, 30.4, 5.1), allreduce_ms=(16.0, 0.9, 26.1),
+                       step_ms=(31.2, 31.3, 31.2), solo_ms=50.3, sweep=((1 << 20, 0.00958), (4 << 20, 0.0172)))
+
+
+def _right(**change):
+    answers = review.review_answers(RUN)
+    answers.update(change)
+    return answers
+
+
+def _rejected(capsys, match, **change):
+    with pytest.raises(CheckFailed, match="1 个答案不对"):
+        review.check_review_answers(RUN, **_right(**change))
+    out = capsys.readouterr().out
+    assert "不对" in out and match in out, out
+
+
+def test_the_right_numbers_pass_and_unwritten_ones_say_so(capsys):
+    review.check_review_answers(RUN, **_right())
+    assert capsys.readouterr().out.count("通过") == 4
+    review.check_review_answers(RUN)                            # all None: says what is missing, does not fail
+    assert capsys.readouterr().out.count("还没写") == 4
+
+
+def test_numbers_copied_from_the_print_with_rounding_pass(capsys):
+    nbytes, seconds = RUN.sweep[-1]
+    review.check_review_answers(RUN, straggler=1, comm_ms=0.9, busbw_gbps=round(nbytes / seconds / 1e9 * 4 / 3, 3),
+                                speedup=round(50.3 / 31.3, 2))
+    assert capsys.readouterr().out.count("通过") == 4
+
+
+def test_the_rank_that_waits_inside_the_all_reduce_is_not_the_straggler(capsys):
+    _rejected(capsys, "等待被算成了“通信”", straggler=2)
+
+
+def test_communication_read_from_the_longest_or_average_all_reduce_is_rejected(capsys):
+    _rejected(capsys, "里面大部分是等待", comm_ms=26.1)
+    _rejected(capsys, "平均值把等待也摊了进来", comm_ms=sum(RUN.allreduce_ms) / 3)
+
+
+def test_busbw_mistakes_are_named(capsys):
+    nbytes, seconds = RUN.sweep[-1]
+    alg = nbytes / seconds / 1e9
+    _rejected(capsys, "这是 algbw", busbw_gbps=alg)
+    _rejected(capsys, "单方向发出的速率", busbw_gbps=2 * alg * 4 / 3)
+    _rejected(capsys, "(n-1)/n 是 Reduce-Scatter", busbw_gbps=alg * 2 / 3)
+    _rejected(capsys, "不是 2^30", busbw_gbps=alg * 4 / 3 * 1e9 / 2**30)
+
+
+def test_speedup_mistakes_are_named(capsys):
+    _rejected(capsys, "倒过来了", speedup=31.3 / 50.3)
+    _rejected(capsys, "不会自动快 3 倍", speedup=3.0)
+    _rejected(capsys, "模型值", speedup=10 / 6)
+
+
+def test_a_learner_copying_the_recorded_answers_of_06_08_fails_the_measured_questions(capsys):
+    # Without reading this run: the biggest shard's position in 08's 12/6/4/2 (rank 0), 08's 50 ms of
+    # communication, the recorded H200 busbw, and 12/6/4/2 on four ranks (2x).
+    with pytest.raises(CheckFailed, match="4 个答案不对"):
+        review.check_review_answers(RUN, straggler=0, comm_ms=50.0, busbw_gbps=329.6, speedup=2.0)

@@ -37,9 +37,13 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum on a two-way ring, world_size // 2 steps |
 | ex05 | :func:`check_broadcast` | ``broadcast_p2p(rank, world_size, x, src)`` from send/recv |
 | ex05 | :func:`check_all_gather` | ``all_gather_p2p(rank, world_size, x)`` from send/recv |
-| ex05 | :func:`check_ring_all_reduce` | ``ring_all_reduce(rank, world_size, x)``: reduce-scatter + all-gather ring |
+| ex05 | :func:`check_ring_all_reduce` | ``ring_all_reduce_left(rank, world_size, x)``: the ring turned round (sends counted) |
 | ex05 | :func:`check_ring_bytes_guess` | number first: the bytes one rank sends, held against a count on ranks |
 | ex05 | :func:`check_count_sent_bytes` | ``count_sent_bytes(rank, world_size, x)``: wrap the sends, count bytes |
+| 05 | :func:`~mgpu_helpers.checks.collectives.try_ring_all_reduce` | the ring all-reduce ``fn(tensor)`` (sends counted) |
+| 05 | :func:`~mgpu_helpers.checks.collectives.try_expected_outputs` | each rank's result of all_reduce, all_gather, reduce_scatter |
+| 05 | :func:`~mgpu_helpers.checks.collectives.try_all_reduce_busbw` | ``all_reduce_busbw(nbytes, seconds, world_size)`` |
+| 05 | :func:`~mgpu_helpers.checks.collectives.try_comm_share_speedup` | ``comm_share_speedup(before, after)`` |
 | ex06 | :func:`check_shard_by_cost` | ``shard_by_cost(costs, rank, world_size)`` (property-tested) |
 | ex06 | :func:`check_rank_memory` | ``rank_memory(strategy, n, params, grads, optimizer, activations)`` |
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
@@ -102,6 +106,14 @@ __getattr__, __dir__, __all__ = attach(
         "check_ring_all_reduce": "collectives",
         "check_count_sent_bytes": "collectives",
         "check_ring_bytes_guess": "collectives",
+        "check_ring_all_reduce_right": "collectives",
+        "try_ring_all_reduce": "collectives",
+        "check_expected_outputs": "collectives",
+        "try_expected_outputs": "collectives",
+        "check_all_reduce_busbw": "collectives",
+        "try_all_reduce_busbw": "collectives",
+        "check_comm_share_speedup": "collectives",
+        "try_comm_share_speedup": "collectives",
         "check_all_gather_uneven": "semantics",
         "check_all_reduce_rs_ag": "semantics",
         "check_bytes_sent": "semantics",

@@ -5,10 +5,12 @@ The rank-launching checkers are rows of one table (:class:`~mgpu_helpers.checks.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, RankProblem, call, int_values, passed, run_on_ranks, run_problem,
-                                      which_rank)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, RankProblem, call, compare, fill_in, has_stub, int_values, is_number,
+                                      new_rng, passed, rank_failure, run_on_ranks, run_problem, which_rank)
 from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
 
 P2P_ONLY = ("broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -67,22 +69,287 @@ ALL_GATHER = RankProblem(
     done="all_gather_p2p 在 world_size = {sizes} 上按 rank 顺序拼齐了。")
 
 
-# -- ring all-reduce ------------------------------------------------------------------------------------------
+# -- ring all-reduce: the result, and the bytes and neighbours of every send ------------------------------
+#
+# A sum computed some other way gives the same numbers (ex04's whole-tensor ring pass; gather to rank 0 and
+# send back; the collective itself), so the values alone prove nothing. The ranks run the reader's function
+# with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
+# by a refusal, wherever the reader's code reaches them from.
+
+RING_FORBIDDEN_LIB = ("mgpu_helpers.lessons.ring.ring_all_reduce", "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
+                      "mgpu_helpers.checks.collectives.reference_ring_all_reduce_left",
+                      "mgpu_helpers.lessons.p2p.ring_pass")
 
 
-def _ring_case(rng, world_size):
-    length = int(rng.integers(world_size, 3 * world_size + 5))     # chunks of uneven length, none empty
-    return [int_values(rng, length) for _ in range(world_size)], ()
+def _resolve(dotted: str):
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
 
 
-RING_ALL_REDUCE = RankProblem(
-    name="ring_all_reduce", what="ring_all_reduce 要先做 Reduce-Scatter 再做 All-Gather，得到所有 Rank 的和",
-    make_case=_ring_case,
-    reference=lambda inputs, extra, world_size: [np.sum(inputs, axis=0)] * world_size,
-    explain=lambda case, rank, got: ("提示：对照 mh.lessons.ring.ring_schedule(world_size)，"
-                                     "看每一步每个 Rank 应当发哪一块、收哪一块。"),
-    where=lambda case, rank: f"world_size = {case.world_size}，长度 {len(case.inputs[0])}，rank {rank}",
-    forbid=P2P_ONLY, done="ring_all_reduce 在 world_size = {sizes}、长度不能整除的张量上都等于总和。")
+def _code_with(freevars: tuple, body: str):
+    """A code object ``f(*args, **kwargs)`` running ``body`` (one line), with exactly ``freevars`` as free
+    variables, so that it can replace the code of any function with that closure (decorated ones too)."""
+    names = ", ".join(freevars)
+    touch = f"        ({names},)\n" if freevars else ""
+    ns: dict = {}
+    exec(f"def outer({names}):\n    def f(*args, **kwargs):\n{touch}        {body}\n    return f\n", ns)
+    return ns["outer"](*([None] * len(freevars))).__code__
+
+
+class _Swapped:
+    """Replace the code of functions in place (every name, alias and import path that reaches the function
+    object runs the new code), and put them back."""
+
+    def __init__(self):
+        self._saved = []
+
+    def refuse(self, target, label: str) -> None:
+        self._swap(target, f"raise PermissionError('EXERCISE_FORBIDDEN {label}')")
+
+    def hook(self, target, name: str, hook) -> None:
+        """``target(*args, **kwargs)`` becomes ``hook(original_copy, args, kwargs)``."""
+        import types
+
+        original = types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
+                                      target.__closure__)
+        original.__kwdefaults__ = target.__kwdefaults__
+        key = f"_MGPU_HOOK_{name}"
+        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
+        self._swap(target, f"return {key}(args, kwargs)")
+
+    def _swap(self, target, body: str) -> None:
+        code = getattr(target, "__code__", None)
+        if code is None:
+            return
+        self._saved.append((target, code))
+        target.__code__ = _code_with(code.co_freevars, body)
+
+    def restore(self) -> None:
+        for target, code in reversed(self._saved):
+            target.__code__ = code
+        self._saved.clear()
+
+
+def _peer(args, kwargs):
+    if len(args) >= 2 and args[1] is not None:
+        return int(args[1])
+    for key in ("dst", "group_dst"):
+        if kwargs.get(key) is not None:
+            return int(kwargs[key])
+    return -1
+
+
+def _instrumented_ring_rank(rank, world_size, fn, cases, style):
+    """Rank function: run the reader's ring on every case, every send logged, collectives refused."""
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+
+    from mgpu_helpers.launcher.ranks import rank_device
+
+    log: list = []
+    inside_send = [0]
+
+    def logging_send(original, args, kwargs):       # dist.send calls isend itself: count the message once
+        inside_send[0] += 1
+        try:
+            log.append((_peer(args, kwargs), int(args[0].numel() * args[0].element_size())))
+            return original(*args, **kwargs)
+        finally:
+            inside_send[0] -= 1
+
+    def logging_isend(original, args, kwargs):
+        if not inside_send[0]:
+            tensor = args[0] if args else kwargs["tensor"]
+            log.append((_peer(args, kwargs), int(tensor.numel() * tensor.element_size())))
+        return original(*args, **kwargs)
+
+    swapped = _Swapped()
+    for name in P2P_ONLY + ("all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list"):
+        if hasattr(c10d, name):
+            swapped.refuse(getattr(c10d, name), f"dist.{name}")
+    swapped.hook(c10d.send, "send", logging_send)
+    swapped.hook(c10d.isend, "isend", logging_isend)
+    for dotted in RING_FORBIDDEN_LIB:
+        target = _resolve(dotted)
+        if target is not None:
+            swapped.refuse(target, dotted.replace("mgpu_helpers.", "mh."))
+    results = []
+    try:
+        for inputs in cases:
+            x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
+            start = len(log)
+            out = fn(x) if style == "tensor" else fn(rank, world_size, x)
+            out = x if out is None and style == "tensor" else out
+            values = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
+            results.append((values, log[start:], bool(out is x) if isinstance(out, torch.Tensor) else False))
+    finally:
+        swapped.restore()
+    return results
+
+
+def _course_codes() -> set:
+    codes = set()
+    for dotted in RING_FORBIDDEN_LIB:
+        target = _resolve(dotted)
+        if getattr(target, "__code__", None) is not None:
+            codes.add(target.__code__.co_code)
+    return codes
+
+
+def _ring_cases(rng, world_size: int, short: bool) -> list:
+    """Lengths that do not divide (3n + 1, then a random one), zeros in one rank's input; ``short`` adds a
+    length below the world size (empty chunks) where the reader's tools allow it."""
+    lengths = [3 * world_size + 1, int(rng.integers(world_size, 6 * world_size + 5))]
+    if lengths[1] % world_size == 0:
+        lengths[1] += 1
+    if short and world_size > 2:
+        lengths.append(world_size - 1)
+    cases = []
+    for k, length in enumerate(lengths):
+        inputs = [int_values(rng, length) for _ in range(world_size)]
+        if k == 0:
+            inputs[-1][:] = 0.0            # a rank of zeros: a product or a copy instead of a sum shows
+        cases.append(inputs)
+    return cases
+
+
+def check_ring_sends(name: str, world_size: int, length: int, logs: list, direction: int) -> None:
+    """The ring's rules, from the sends logged on each rank: to the neighbour only, one chunk per message,
+    2(n - 1) chunks in all per rank. Raises :class:`CheckFailed` naming the rank and the rule."""
+    n, itemsize = world_size, 4
+    nbytes = length * itemsize
+    chunk = -(-length // n) * itemsize                       # the longest chunk, in bytes
+    side = "右边 (rank + 1) % world_size " if direction == 1 else "左边 (rank - 1) % world_size "
+    where = f"world_size = {n}，长度 {length}（S = {nbytes} 字节）"
+    sent = [sum(b for _d, b in log) for log in logs]
+    peers = [{d for d, _b in log} for log in logs]
+    if n >= 3 and all(peers[r] == {0} for r in range(1, n)):
+        raise CheckFailed(f"{name}，{where}：rank 1..{n - 1} 都只给 rank 0 发。先把数据收到 rank 0、加好再发回去，"
+                          f"结果是对的，但那是 Gather + Broadcast：rank 0 一个人发出 {sent[0]} 字节，别人都在等它。"
+                          f"环上每个 Rank 只给{side}发，每次一块。")
+    for rank, log in enumerate(logs):
+        wrong_peer = sorted(peers[rank] - {(rank + direction) % n})
+        if wrong_peer:
+            raise CheckFailed(f"{name}，{where}：rank {rank} 给 rank {wrong_peer} 发了消息；"
+                              f"环上每个 Rank 只给{side}发（方向反了吗？）。")
+        biggest = max((b for _d, b in log), default=0)
+        if biggest > chunk:
+            whole = "，正好是整个张量：那是练习 04 的整张量沿环传递" if biggest == nbytes else ""
+            raise CheckFailed(f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
+                              f"每一步只发一块（最长的一块 {chunk} 字节），这样每个 Rank 一共只发 2(n-1)/n·S。")
+    formula = 2 * (n - 1) * nbytes / n
+    total = sum(sent)
+    if total != 2 * (n - 1) * nbytes or max(sent) > 2 * (n - 1) * chunk:
+        rank = max(range(n), key=lambda r: abs(sent[r] - formula))
+        why = ("少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。" if total < 2 * (n - 1) * nbytes
+               else "多了：每个块在每个阶段只沿环走 world_size - 1 步。")
+        raise CheckFailed(f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} 和 "
+                          f"2(n-1)/n·S = {formula:g} 差得太远，{why}")
+
+
+def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> list:
+    """Run the reader's ring on ``world_sizes``; check values (in place), then the sends. Returns the cases."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
+    code = getattr(getattr(fn, "__code__", None), "co_code", None)
+    if code is not None and code in _course_codes():
+        raise CheckFailed(f"{what}：这就是课程自己的实现，不算你写的。自己写出两个阶段的循环。")
+    rng = new_rng()
+    done = []
+    for world_size in world_sizes:
+        cases = _ring_cases(rng, world_size, short)
+        try:
+            res = run_ranks(_instrumented_ring_rank, world_size, args=(fn, cases, style), timeout=timeout,
+                            stream=False, quiet=True)
+        except RankTimeout as exc:
+            where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
+            where = where or "没有 Rank 停在 torch.distributed 调用里，像是死循环"
+            raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束（{where}）。每一步的发送和"
+                              "接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。") from None
+        except RankError as exc:
+            raise rank_failure(exc, fn, what) from None
+        for k, inputs in enumerate(cases):
+            length = len(inputs[0])
+            want = np.sum(inputs, axis=0)
+            for rank in range(world_size):
+                got, _log, same = res.values[rank][k]
+                where = f"world_size = {world_size}，长度 {length}，rank {rank}"
+                hint = ""
+                if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
+                    if np.allclose(got, inputs[rank]):
+                        hint = "结果还是这个 Rank 自己的输入：收到的块加上了吗？"
+                    elif all(np.allclose(got[a:b], want[a:b]) for a, b in _bounds(length, world_size)
+                             if (a, b) == _bounds(length, world_size)[(rank + direction) % world_size]):
+                        hint = "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"
+                    else:
+                        hint = ("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
+                                "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
+                        hint += "；Reduce-Scatter 要加，All-Gather 直接覆盖。"
+                compare(got, want, where, hint)
+                if style == "tensor" and not same:
+                    raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
+            check_ring_sends(name, world_size, length, [res.values[r][k][1] for r in range(world_size)], direction)
+        done.append(world_size)
+    return done
+
+
+def _bounds(length: int, world_size: int) -> list:
+    from mgpu_helpers.lessons.ring import chunk_bounds
+
+    return chunk_bounds(length, world_size)
+
+
+def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = 20.0) -> None:
+    """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
+    (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
+    sizes = run_ring("ring_all_reduce", fn, "tensor", 1, tuple(world_sizes or WORLD_SIZES), timeout, short=True)
+    passed(f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
+           "时都等于总和；每个 Rank 只给右边发，每条消息一块，一共 2(n-1)/n·S 字节。")
+
+
+def try_ring_all_reduce(fn):
+    """05's fill-in cell: the reader's ring if it passes, else (while unwritten) the course's."""
+    from mgpu_helpers.lessons.ring import ring_all_reduce
+
+    return fill_in(fn, check_ring_all_reduce_right, ring_all_reduce, "Ring All-Reduce")
+
+
+def reference_ring_all_reduce_left(rank, world_size, x):
+    """ex05-3's reference: the ring turned round (send to rank - 1, receive from rank + 1)."""
+    import torch.distributed as dist
+
+    from mgpu_helpers.lessons.ring import chunk_bounds
+
+    n = world_size
+    left, right = (rank - 1) % n, (rank + 1) % n
+    bounds = chunk_bounds(x.numel(), n)
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            send, recv = ((rank + s) % n, (rank + s + 1) % n) if phase == "reduce-scatter" else \
+                ((rank - 1 + s) % n, (rank + s) % n)
+            (a, b), (c, d) = bounds[send], bounds[recv]
+            incoming = x.new_empty(d - c) if phase == "reduce-scatter" else x[c:d]
+            ops = [dist.P2POp(dist.isend, x[a:b], left), dist.P2POp(dist.irecv, incoming, right)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            if phase == "reduce-scatter":
+                x[c:d] += incoming
+    return x
+
+
+def check_ring_all_reduce(fn, world_sizes=None, timeout: float = 20.0) -> None:
+    """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
+    rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
+    sizes = run_ring("ring_all_reduce_left", fn, "args", -1, tuple(world_sizes or WORLD_SIZES), timeout, short=False)
+    passed(f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
+           "总和；每个 Rank 只给左边发，每条消息一块，一共 2(n-1)/n·S 字节。")
 
 
 # -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------
@@ -151,11 +418,6 @@ def check_all_gather(fn, world_sizes=None, timeout: float = 30.0) -> None:
     run_problem(ALL_GATHER, fn, world_sizes, timeout)
 
 
-def check_ring_all_reduce(fn, world_sizes=None, timeout: float = 30.0) -> None:
-    """``fn(rank, world_size, x)``: the ring all-reduce (sum) with isend/irecv; lengths need not divide."""
-    run_problem(RING_ALL_REDUCE, fn, world_sizes, timeout)
-
-
 def check_count_sent_bytes(fn, world_sizes=None, timeout: float = 30.0) -> None:
     """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this
     rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
@@ -217,3 +479,158 @@ def check_ring_bytes_guess(fn, timeout: float = 60.0) -> None:
                           f"{measured} 字节。{why}")
     passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
            f"（S = {nbytes}，2(n-1)/n·S = {formula_bytes(nbytes, GUESS_WORLD_SIZE):g}）。")
+
+
+# -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
+
+
+def reference_expected(name: str, inputs) -> list:
+    """Each rank's output of ``name`` (sum) for ``inputs[rank]``: all_reduce, all_gather (one flat list in
+    rank order), reduce_scatter (rank r: piece r of the sum; the length divides by the world size)."""
+    rows = np.asarray(inputs, dtype=np.float64)
+    n = len(rows)
+    if name == "all_reduce":
+        return [rows.sum(axis=0).tolist() for _ in range(n)]
+    if name == "all_gather":
+        return [rows.reshape(-1).tolist() for _ in range(n)]
+    if name == "reduce_scatter":
+        return [piece.tolist() for piece in np.split(rows.sum(axis=0), n)]
+    raise ValueError(f"name must be all_reduce, all_gather or reduce_scatter, not {name!r}")
+
+
+EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def _expected_cases(rng, name: str) -> list:
+    """World sizes 2, 3, 4; lengths that do not divide (all_reduce, all_gather), a zero row, random rows."""
+    cases = []
+    for n in WORLD_SIZES:
+        length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
+        rows = [int_values(rng, length).tolist() for _ in range(n)]
+        rows[0] = [0.0] * length
+        cases.append(rows)
+    return cases
+
+
+def _explain_expected(name: str, inputs, rank: int, got) -> str:
+    rows = np.asarray(inputs, dtype=np.float64)
+    n = len(rows)
+    g = np.asarray(got, dtype=np.float64) if got is not None else None
+    if g is None:
+        return ""
+    same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
+    if same(rows[rank]):
+        return "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"
+    if same(rows.mean(axis=0)):
+        return "这是平均值：op=SUM 是求和，不除以 world_size。"
+    if name == "all_reduce" and same(rows.sum(axis=1)):
+        return "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"
+    if name == "all_gather" and same(rows[::-1].reshape(-1)):
+        return "顺序反了：第 k 段是 rank k 的数据。"
+    if name == "reduce_scatter":
+        if same(rows.sum(axis=0)):
+            return "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"
+        if same(np.split(rows[rank], n)[rank]):
+            return "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"
+        for k in range(n):
+            if k != rank and same(np.split(rows.sum(axis=0), n)[k]):
+                return f"这是第 {k} 段的和；rank {rank} 拿的是第 {rank} 段。"
+    return ""
+
+
+def check_expected_outputs(fns: dict) -> None:
+    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for all_reduce, all_gather, reduce_scatter
+    (inputs: one list of numbers per rank); fresh inputs on 2, 3, 4 ranks, a zero row, uneven lengths."""
+    rng = new_rng()
+    for name in EXPECTED_NAMES:
+        fn = fns[name]
+        what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
+        for inputs in _expected_cases(rng, name):
+            got = call(fn, what, [list(r) for r in inputs])
+            want = reference_expected(name, inputs)
+            where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
+            if not isinstance(got, (list, tuple)) or len(got) != len(inputs):
+                raise CheckFailed(f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。")
+            for rank in range(len(inputs)):
+                compare(got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank]))
+    passed("三个集合通信的结果你都算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。")
+
+
+def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_reduce_scatter) -> dict:
+    """05's fill-in: the reader's three predictions if they pass, else the course's; ``{name: fn}``."""
+    given = dict(zip(EXPECTED_NAMES, (expected_all_reduce, expected_all_gather, expected_reduce_scatter)))
+    reference = {name: (lambda inputs, name=name: reference_expected(name, inputs)) for name in EXPECTED_NAMES}
+    unwritten = [name for name, fn in given.items() if fn is None or has_stub(fn)]
+    if unwritten:
+        print(f"「{'、'.join('expected_' + u for u in unwritten)}」还没写：下面先用课程的参考答案。"
+              "写好之后再运行这一格，它会立刻检查。")
+        return reference
+    check_expected_outputs(given)
+    return given
+
+
+def check_all_reduce_busbw(fn) -> None:
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth, nccl-tests' definition."""
+    from mgpu_helpers.models.bandwidth import algbw, busbw
+
+    what = "all_reduce_busbw 要算出 All-Reduce 的 busbw（字节/秒）"
+    rng = new_rng()
+    cases = [(1e9, 1.0, 2), (1e9, 1.0, 8), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]
+    cases += [(float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 9))) for _ in range(20)]
+    for nbytes, seconds, n in cases:
+        got = call(fn, what, nbytes, seconds, n)
+        want = busbw("all_reduce", nbytes, seconds, n)
+        where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
+        if not is_number(got):
+            raise CheckFailed(f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
+        if math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        alg = algbw(nbytes, seconds)
+        guesses = {alg: "这是 algbw = S/t，还没乘修正系数 2(n-1)/n。",
+                   alg * (n - 1) / n: "系数 (n-1)/n 是 Reduce-Scatter 和 All-Gather 的；All-Reduce 两个阶段都要发，是 2(n-1)/n。",
+                   alg * 2 * (n - 1): "2(n-1) 还要除以 n：每一步只发 S/n 的一块。",
+                   seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
+                   alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。"}
+        why = next((text for value, text in guesses.items() if math.isclose(float(got), value, rel_tol=1e-6)), "")
+        if n == 1 and not why:
+            why = "一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。"
+        raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {float(got):.6g}。{why}")
+    passed(f"all_reduce_busbw 在 {len(cases)} 组（含 n = 1、2、8）上都对。")
+
+
+def try_all_reduce_busbw(fn):
+    from mgpu_helpers.models.bandwidth import busbw
+
+    return fill_in(fn, check_all_reduce_busbw, lambda nbytes, seconds, n: busbw("all_reduce", nbytes, seconds, n),
+                   "All-Reduce 的 busbw")
+
+
+def check_comm_share_speedup(fn) -> None:
+    """``fn(share_before, share_after) -> speed-up``: compute fixed, communication's share of the step drops."""
+    from mgpu_helpers.models.comm_share import comm_share_speedup
+
+    what = "comm_share_speedup 要算出通信占比从 before 降到 after 时每步快几倍"
+    rng = new_rng()
+    cases = [(0.3, 0.1), (0.5, 0.5), (0.0, 0.0), (0.2, 0.0), (0.9, 0.3)]
+    cases += [tuple(sorted(rng.uniform(0, 0.95, 2), reverse=True)) for _ in range(20)]
+    for before, after in cases:
+        got = call(fn, what, float(before), float(after))
+        want = comm_share_speedup(before, after)
+        where = f"通信占一步 {before:.0%} → {after:.0%}"
+        if not is_number(got):
+            raise CheckFailed(f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
+        if math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-12):
+            continue
+        guesses = [((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
+                   (before / after if after > 0 else None, "占比之比不是步时之比：一步是 C/(1-s)，计算 C 不变。"),
+                   (1 + before - after, "占比相减不是步时之比：先把两次的一步写成 C/(1-s)。"),
+                   (1 / (1 - before + after), "先把两次的一步分别写成 C/(1-s)，再相除。")]
+        why = next((t for v, t in guesses if v is not None and math.isclose(float(got), v, rel_tol=1e-9)), "")
+        raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {float(got):.4g}。{why}")
+    passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
+
+
+def try_comm_share_speedup(fn):
+    from mgpu_helpers.models.comm_share import comm_share_speedup
+
+    return fill_in(fn, check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")

@@ -8,6 +8,7 @@ which :mod:`mgpu_helpers.measure.straggler` measures in the same run.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 import random
 import statistics
 
@@ -187,3 +188,189 @@ def check_find_straggler(fn) -> None:
                           f"你的函数给出 {got!r}。")
     passed(f"find_straggler 在 30 组带一次意外卡顿的随机记录上都对；真实的 Shard {label} 上找出 rank {got[0]}，"
            f"每步多花 {1e3 * float(got[1]):.0f} ms（模型 {1e3 * model_lost:.0f} ms）。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 11, part 3: numbers the learner reads off a run made on this machine, in 11 itself.
+#
+# One launch of three ranks does two things: the straggler step of 08 (each rank sleeps shard * unit, then
+# all-reduces a small gradient, timed on each rank WITHOUT a barrier before it, so the early ranks' time
+# inside the all-reduce holds their wait, as in a real trace), and an all-reduce of two sizes, timed. The
+# shards are shuffled for every run: the straggler's rank, and every number, come from this run only.
+
+REVIEW_WORLD_SIZE = 3
+REVIEW_SHARDS = (1, 3, 6)
+REVIEW_SECONDS_PER_UNIT = 0.005
+REVIEW_STEPS = 5
+
+
+@dataclass(frozen=True)
+class ReviewRun:
+    """What :func:`review_run` measured (milliseconds unless named): per rank the median compute, time
+    inside the all-reduce and whole step; one rank's step doing every unit alone; the all-reduce sizes."""
+    backend: str
+    shards: tuple
+    compute_ms: tuple
+    allreduce_ms: tuple
+    step_ms: tuple
+    solo_ms: float
+    sweep: tuple            # ((nbytes, median seconds), ...)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.shards)
+
+    @property
+    def straggler(self) -> int:
+        return max(range(self.world_size), key=lambda r: self.compute_ms[r])
+
+
+def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.launcher.ranks import rank_device
+
+    dev = rank_device()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    clock = time.perf_counter
+    solo = []
+    if rank == 0:                                  # one rank doing every unit alone: the baseline
+        for _ in range(steps):
+            t = clock()
+            time.sleep(sum(shards) * seconds_per_unit)
+            solo.append(clock() - t)
+    grad = torch.ones(4096, device=dev)
+    compute, inside = [], []
+    for step in range(steps + 1):                  # step 0 warms up
+        dist.barrier()                             # every rank starts the step together
+        t0 = clock()
+        time.sleep(shards[rank] * seconds_per_unit)
+        t1 = clock()
+        dist.all_reduce(grad)                      # no barrier before it: an early rank waits in here
+        sync()
+        t2 = clock()
+        if step:
+            compute.append(t1 - t0)
+            inside.append(t2 - t1)
+    sweep = []
+    for nbytes in sizes:
+        x = torch.ones(nbytes // 4, device=dev)
+        dist.all_reduce(x)
+        sync()
+        times = []
+        for _ in range(iters):
+            dist.barrier()
+            t = clock()
+            dist.all_reduce(x)
+            sync()
+            times.append(clock() - t)
+        sweep.append((nbytes, statistics.median(times)))
+    return dict(solo=solo, compute=compute, inside=inside, sweep=sweep)
+
+
+def review_run(seed=None, show: bool = True) -> ReviewRun:
+    """Run 11's measurements (one launch of three ranks) and print them, rounded as the questions use them."""
+    from mgpu_helpers import hardware
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    rng = random.Random(seed)
+    shards = list(REVIEW_SHARDS)
+    rng.shuffle(shards)
+    backend, _ = hardware.choose_backend(REVIEW_WORLD_SIZE, "auto")
+    sizes = (64 << 20, 256 << 20) if backend == "nccl" else (1 << 20, 4 << 20)
+    res = run_ranks(_review_rank, REVIEW_WORLD_SIZE, args=(tuple(shards), REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5),
+                    timeout=120, stream=False, quiet=True)
+    v = res.values
+    ms = lambda xs: round(1e3 * statistics.median(xs), 2)
+    compute = tuple(ms(r["compute"]) for r in v)
+    inside = tuple(ms(r["inside"]) for r in v)
+    step = tuple(ms([c + a for c, a in zip(r["compute"], r["inside"])]) for r in v)
+    sweep = tuple((nbytes, float(f"{max(r['sweep'][k][1] for r in v):.3g}")) for k, (nbytes, _t) in enumerate(v[0]["sweep"]))
+    run = ReviewRun(res.backend, tuple(shards), compute, inside, step, ms(v[0]["solo"]), sweep)
+    if show:
+        print_review_run(run)
+    return run
+
+
+def print_review_run(run: ReviewRun) -> None:
+    unit = 1e3 * REVIEW_SECONDS_PER_UNIT
+    print(f"后端 {run.backend}，{run.world_size} 个 Rank；每个工作单位 {unit:g} ms，共 {sum(run.shards)} 个单位。")
+    print(f"一个 Rank 独自做完全部 {sum(run.shards)} 个单位：一步 {run.solo_ms:.2f} ms")
+    print(f"{run.world_size} 个 Rank 一起做（每步先各算自己的 Shard，再 All-Reduce 一个 16 KiB 的梯度；各步中位数）：")
+    for r in range(run.world_size):
+        print(f"  rank {r}：计算 {run.compute_ms[r]:6.2f} ms，All-Reduce 里 {run.allreduce_ms[r]:6.2f} ms，"
+              f"一步 {run.step_ms[r]:6.2f} ms")
+    print("单独量的 All-Reduce（每次之前先对齐所有 Rank，取最慢 Rank 的中位数）：")
+    for nbytes, seconds in run.sweep:
+        print(f"  S = {nbytes} 字节（{nbytes / 2**20:g} MiB）：t = {seconds * 1e3:.3g} ms")
+
+
+def _near(got, want, rel: float) -> bool:
+    return is_number(got) and math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-9)
+
+
+def review_answers(run: ReviewRun) -> dict:
+    """The answers 11's part 3 expects from ``run`` (what its worked version computes)."""
+    s = run.straggler
+    nbytes, seconds = run.sweep[-1]
+    n = run.world_size
+    return dict(straggler=s, comm_ms=run.allreduce_ms[s], busbw_gbps=nbytes / seconds * 2 * (n - 1) / n / 1e9,
+                speedup=run.solo_ms / max(run.step_ms))
+
+
+def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbps=None, speedup=None) -> None:
+    """11's part 3: each answer held against ``run``; prints one line per answer (passed, not written yet, or
+    what the wrong number is), then raises :class:`CheckFailed` if any was wrong."""
+    want = review_answers(run)
+    n, s = run.world_size, run.straggler
+    nbytes, seconds = run.sweep[-1]
+    alg = nbytes / seconds / 1e9
+    lines, wrong = [], 0
+
+    def judge(label, got, ok, mistakes, done):
+        nonlocal wrong
+        if got is None:
+            lines.append(f"{label}：还没写（上面那格还是 None）。")
+        elif ok(got):
+            lines.append(f"通过：{label}：{done}")
+        else:
+            wrong += 1
+            why = next((text for test, text in mistakes if test(got)), "对照上面打印的数，再算一遍。")
+            lines.append(f"不对：{label}：你的答案 {got!r}。{why}")
+
+    longest = max(range(n), key=lambda r: run.allreduce_ms[r])
+    judge("1. Straggler 是哪个 Rank", straggler, lambda g: g == s,
+          [(lambda g: g == longest, f"rank {longest} 在 All-Reduce 里待得最久，是因为它到得早、在里面等别人："
+                                    "等待被算成了“通信”。Straggler 是别人都在等的那个 Rank。"),
+           (lambda g: not isinstance(g, int) or not 0 <= g < n, f"要写一个 Rank 编号（0 到 {n - 1}）。")],
+          f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。")
+    judge("2. 一次 All-Reduce 真正花在通信上的大约多少 ms", comm_ms,
+          lambda g: _near(g, want["comm_ms"], 0.05) or (is_number(g) and abs(float(g) - want["comm_ms"]) <= 0.05),
+          [(lambda g: _near(g, max(run.allreduce_ms), 0.05), "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。"),
+           (lambda g: _near(g, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
+           (lambda g: _near(g, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。")],
+          f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。")
+    factor = 2 * (n - 1) / n
+    judge(f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）", busbw_gbps, lambda g: _near(g, want["busbw_gbps"], 0.02),
+          [(lambda g: _near(g, alg, 0.02), f"这是 algbw = S/t；busbw 还要乘 2(n-1)/n = {factor:.3g}。"),
+           (lambda g: _near(g, alg * (n - 1) / n, 0.02), "(n-1)/n 是 Reduce-Scatter 和 All-Gather 的系数；All-Reduce 是 2(n-1)/n。"),
+           (lambda g: _near(g, 2 * want["busbw_gbps"], 0.02), "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。"),
+           (lambda g: _near(g, want["busbw_gbps"] * 1e9 / 2**30, 0.02), "GB/s 用 10^9 字节，不是 2^30。"),
+           (lambda g: _near(g, want["busbw_gbps"] * 1e3, 0.02) or _near(g, want["busbw_gbps"] / 1e3, 0.02),
+            "数量级不对：t 打印的单位是 ms。")],
+          f"约 {want['busbw_gbps']:.3g} GB/s（algbw {alg:.3g} GB/s × {factor:.3g}）。")
+    judge(f"4. {n} 个 Rank 比一个 Rank 快几倍", speedup, lambda g: _near(g, want["speedup"], 0.02),
+          [(lambda g: _near(g, 1 / want["speedup"], 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
+           (lambda g: _near(g, run.solo_ms / statistics.fmean(run.step_ms), 0.02),
+            "一步要等最慢的 Rank：用最长的那一步，不是平均。"),
+           (lambda g: _near(g, float(n), 0.02), f"{n} 个 Rank 不会自动快 {n} 倍：Shard 不一样大。"),
+           (lambda g: _near(g, sum(run.shards) / max(run.shards), 0.005),
+            "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。")],
+          f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。")
+    for line in lines:
+        print(line)
+    if wrong:
+        raise CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")
