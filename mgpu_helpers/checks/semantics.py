@@ -322,9 +322,10 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30
             hint = ""
             if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:
                 hint = "长度是最长的那一段：填充的部分要按 sizes[rank] 截掉。"
-            elif value is not None and np.size(value) == sizes[r] and sizes[r] and r * sizes[r] != offsets[r] \
-                    and np.allclose(value, whole[r * sizes[r]:(r + 1) * sizes[r]]):
-                hint = "取的是第 r 个等长块；各段长度不同，rank r 的起点是它前面各段长度之和。"
+            elif value is not None and np.size(value) == sizes[r] and sizes[r] and r * sizes[r] != offsets[r]:
+                equal_block = whole[r * sizes[r]:(r + 1) * sizes[r]]
+                if equal_block.shape == np.shape(value) and np.allclose(value, equal_block):
+                    hint = "取的是第 r 个等长块；各段长度不同，rank r 的起点是它前面各段长度之和。"
             compare(value, want, f"world_size = {n}，sizes = {sizes}，rank {r}", hint)
     passed(f"reduce_scatter_uneven 在 world_size = {', '.join(map(str, world_sizes))}、长度不同（含 0）的各段上，"
            "每个 Rank 都只拿到了自己那一段的总和。")

@@ -31,7 +31,7 @@ def _code_names(fn) -> set:
 
 def refuse_course_code(fn, what: str, references, names) -> None:
     """A :class:`CheckFailed` when ``fn`` is, or calls, the course's own implementation of the fill-in."""
-    if any(fn is r for r in references) or getattr(fn, "__module__", "").startswith("mgpu_helpers."):
+    if any(fn is r for r in references) or (getattr(fn, "__module__", None) or "").startswith("mgpu_helpers."):
         raise CheckFailed(f"{what}：交上来的是课程自己的实现，不是你写的代码。在练习的单元格里自己写出来。")
     used = sorted(_code_names(fn) & set(names))
     if used:
