@@ -282,7 +282,9 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
     what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
     from mgpu_helpers.lessons import sharding_rules
-    refuse_course_code(fn, what, (sharding_rules.assign_by_cost,), ())
+    from mgpu_helpers.models import sharding as sharding_model
+    refuse_course_code(fn, what, (sharding_rules.assign_by_cost, sharding_model.assign_contiguous_by_cost),
+                       ("assign_contiguous_by_cost",))
     call(fn, what, [3.0, 1.0, 2.0], 2)      # a stub fails here
     # Skewed cases first: a split by count passes many random inputs, none of these. Zeros, fewer items than
     # ranks, a single rank and all-zero costs are in every run.

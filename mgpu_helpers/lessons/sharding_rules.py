@@ -9,6 +9,8 @@ def contiguous_ranges(n_items, world_size):
     Sizes differ by at most one (the first n_items % world_size ranges get one item more); no index is
     left out or given twice, and every rank computes the same split from the same two numbers.
     """
+    if world_size < 1 or n_items < 0:
+        raise ValueError(f"need world_size >= 1 and n_items >= 0, got world_size={world_size}, n_items={n_items}")
     ### BEGIN SOLUTION
     # ✎ 先算每段的基本长度和余数（divmod），再从 0 开始一段接一段地排
     base, extra = divmod(n_items, world_size)
