@@ -89,3 +89,37 @@ def test_show_sharding_states_the_goal_and_answers_only_after_the_guess(capsys):
     assert "rank 0：" in capsys.readouterr().out
     box.children[3].children[2].value = "3, 1"
     assert "要有 4 个" in note.value
+
+
+def _median_font_and_area(fig):
+    import statistics
+    from matplotlib.text import Text
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip()]
+    w, h = fig.get_size_inches()
+    return statistics.median(sizes), w, h
+
+
+@pytest.mark.parametrize("draw", ["strategies", "allreduce_steps", "allreduce_step"])
+def test_task_figures_grow_in_projection_mode(draw):
+    import matplotlib.pyplot as plt
+    from mgpu_helpers.models import collective_steps
+    from mgpu_helpers.widgets import allreduce, style
+
+    def figure():
+        if draw == "strategies":
+            return sharding.draw_strategies(memory.compare_strategies(4, 16, params=4, grads=4, optimizer=16,
+                                                                      activations=12))
+        steps = collective_steps.ring_all_reduce_steps(4)
+        return allreduce.draw_rs_ag_vs_all_reduce(steps) if draw == "allreduce_steps" else allreduce.draw_step(steps, 3)
+
+    try:
+        style.set_projection(False)
+        f0, w0, h0 = _median_font_and_area(figure())
+        style.set_projection(True)
+        f1, w1, h1 = _median_font_and_area(figure())
+    finally:
+        style.set_projection(False)
+        plt.close("all")
+    assert f1 >= 1.5 * f0 and w1 * h1 > w0 * h0
+    # still larger once a browser fits the figure into a 1280 px wide notebook (about 11.5 in at 100 dpi)
+    assert f1 * min(1.0, 11.5 / w1) >= 1.25 * f0 * min(1.0, 11.5 / w0)
