@@ -200,3 +200,17 @@ def test_fewest_by_search_passes(capsys):
 def test_wrong_fewest_gpus_are_named(wrong, message):
     with pytest.raises(CheckFailed, match=message):
         sharding.check_rank_memory_fewest_gpus(wrong)
+
+
+def test_an_answer_that_never_returns_is_reported_within_seconds():
+    def forever(strategy, capacity, params, grads, optimizer, activations):
+        n = 1
+        while (params + grads) + (optimizer + activations) / n > capacity:   # never stops when it cannot fit
+            n += 1
+        return n
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(CheckFailed, match="过了 2 秒还没有返回，停在第 \\d+ 行"):
+        sharding.check_rank_memory_fewest_gpus(forever)
+    assert time.perf_counter() - t0 < 10
+    sharding.check_rank_memory_fewest_gpus(fewest_by_search)       # the session is still usable

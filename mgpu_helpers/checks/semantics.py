@@ -15,6 +15,7 @@ import random
 
 import numpy as np
 
+from mgpu_helpers.checks.sharding import call_limited
 from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, compare, fill_in, int_values, new_rng, passed,
                                       rank_failure, run_on_ranks)
 
@@ -162,7 +163,7 @@ def check_bytes_each_rank_sends(fn) -> None:
         for op in LESSON_OPS:
             for rank in range(world_size):
                 n_cases += 1
-                got = call(fn, what, op, nbytes, world_size, rank)
+                got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
                 try:
                     ok = got is not None and not isinstance(got, bool) and math.isclose(float(got), want, abs_tol=1e-6)
@@ -207,12 +208,12 @@ def reference_all_gather_uneven(rank, world_size, x):
     return torch.cat([b[:k] for b, k in zip(bufs, sizes)])
 
 
-def try_all_gather_uneven(fn, world_sizes=(3, 4)):
+def try_all_gather_uneven(fn, world_sizes=(3, 4), timeout: float = 15.0):
     """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
     def check(f):
         if f is reference_all_gather_uneven:
             raise CheckFailed("all_gather_uneven：交上来的是检查用的参考答案，不是你写的代码。")
-        check_all_gather_uneven(f, world_sizes=world_sizes)
+        check_all_gather_uneven(f, world_sizes=world_sizes, timeout=timeout)
     return fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
 
 

@@ -15,6 +15,44 @@ import numpy as np
 from mgpu_helpers.checks.core import CheckFailed, call, fill_in, passed
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
+CALL_LIMIT_S = 2.0
+
+
+class _TooLong(Exception):
+    pass
+
+
+def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
+    """:func:`~mgpu_helpers.checks.core.call` with a time limit: an answer that never returns (a loop that does
+    not stop) fails within ``seconds``, naming the call and the line it was on; the kernel stays usable.
+
+    The limit is a SIGALRM timer, so it applies in the main thread (a notebook's cells); elsewhere the call runs
+    without one.
+    """
+    import signal
+    import threading
+    import traceback
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return call(fn, what, *args)
+
+    def ring(signum, frame):
+        raise _TooLong()
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return call(fn, what, *args)
+    except _TooLong as exc:
+        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
+        where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
+        shown = ", ".join(repr(a) for a in args)
+        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} 秒还没有返回"
+                          f"{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _code_names(fn) -> set:
@@ -63,7 +101,7 @@ def check_contiguous_ranges(fn) -> None:
     cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]    # remainders, fewer items than ranks
     cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
     for n, ws in cases:
-        got = call(fn, what, n, ws)
+        got = call_limited(fn, what, n, ws)
         where = f"n_items = {n}，world_size = {ws}"
         want = _reference_ranges(n, ws)
         if not isinstance(got, (list, tuple)) or len(got) != ws:
@@ -140,7 +178,7 @@ def check_per_rank_memory(fn) -> None:
     n = 0
     for strategy, sizes, weights in _memory_cases(rng):
         n += 1
-        got = call(fn, what, strategy, dict(sizes), list(weights))
+        got = call_limited(fn, what, strategy, dict(sizes), list(weights))
         want = reference_per_rank_memory(strategy, sizes, weights)
         where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
         if not isinstance(got, (list, tuple)) or len(got) != len(weights):
@@ -256,8 +294,8 @@ def check_rank_memory(fn) -> None:
 
 def _contiguous_property(fn, costs, world_size, what) -> None:
     where = f"costs = {costs}，world_size = {world_size}"
-    got = call(fn, what, list(costs), world_size)
-    again = call(fn, what, list(costs), world_size)
+    got = call_limited(fn, what, list(costs), world_size)
+    again = call_limited(fn, what, list(costs), world_size)
     if not isinstance(got, (list, tuple)) or len(got) != world_size:
         raise CheckFailed(f"{where}：应当返回 {world_size} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
     if list(got) != list(again):
@@ -337,7 +375,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         cases.append((rng.choice(LESSON_STRATEGIES), rng.choice((8, 16, 24, 40, 80)),
                       *(rng.choice((0, rng.randint(1, 30), rng.randint(1, 300))) for _ in range(4))))
     for case in cases:
-        got = call(fn, what, *case)
+        got = call_limited(fn, what, *case)
         want = reference_fewest_gpus(*case)
         strategy, cap, p, g, o, a = case
         where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"
