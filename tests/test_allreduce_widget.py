@@ -146,3 +146,62 @@ def test_show_allreduce_run_button_runs_real_ranks_and_reenables(capsys):
     buttons[0].click()
     assert not buttons[0].disabled
     assert "matches the expected result" in capsys.readouterr().out
+
+
+# -- step by step: RS + AG against one all-reduce ---------------------------------------------------------------
+
+from mgpu_helpers.models import collective_steps  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_ring_steps_end_with_every_chunk_summing_every_rank(n):
+    steps = collective_steps.ring_all_reduce_steps(n)
+    assert len(steps.frames) == 1 + 2 * (n - 1)
+    full = frozenset(range(n))
+    assert all(c == full for row in steps.frames[-1].holds for c in row)
+    assert steps.frames[-1].sent[0] == pytest.approx(2 * (n - 1) / n)      # the all-reduce's bytes, as S
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+def test_after_the_reduce_scatter_half_each_rank_owns_exactly_its_chunk(n):
+    steps = collective_steps.ring_all_reduce_steps(n)
+    frame = steps.frames[steps.rs_done]
+    full = frozenset(range(n))
+    for r in range(n):
+        assert [c for c, s in enumerate(frame.holds[r]) if s == full] == [r]
+    assert frame.sent[0] == pytest.approx((n - 1) / n)
+
+
+def test_ring_steps_match_the_counted_ring_schedule():
+    # at reduce-scatter step s, rank r receives chunk (r - s - 2) % n from rank r - 1 (measure.bytes_sent's ring)
+    steps = collective_steps.ring_all_reduce_steps(4)
+    assert steps.frames[1].received == tuple((r - 2) % 4 for r in range(4))
+    assert steps.frames[1].holds[1][3] == frozenset({0, 1})
+
+
+def test_ring_steps_refuse_a_bad_world_size():
+    with pytest.raises(ValueError):
+        collective_steps.ring_all_reduce_steps(0)
+
+
+def test_step_figures_render_and_the_split_view_keeps_only_the_own_chunk():
+    steps = collective_steps.ring_all_reduce_steps(4)
+    fig = ar.draw_step(steps, steps.rs_done)
+    one, two = fig.axes
+    assert sum(t.get_text() == "—" for t in two.texts) == 4 * 3
+    assert sum(t.get_text() == "—" for t in one.texts) == 0
+    fig.canvas.draw()
+    big = ar.draw_rs_ag_vs_all_reduce(steps)
+    assert len(big.axes) == 6
+    big.canvas.draw()
+    with pytest.raises(ValueError):
+        ar.draw_step(steps, 99)
+
+
+def test_step_captions_are_chinese_and_show_steps_moves_with_its_slider(capsys):
+    steps = collective_steps.ring_all_reduce_steps(3)
+    assert "Reduce-Scatter 到此结束" in ar.step_caption(steps, steps.rs_done)
+    assert "1.33 × S" in ar.step_caption(steps, len(steps.frames) - 1)
+    box = ar.show_steps(steps)
+    box.children[0].value = 4
+    assert "All-Reduce 完成" in capsys.readouterr().out

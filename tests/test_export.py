@@ -68,7 +68,7 @@ def test_export_writes_an_index_in_course_order_and_a_widgets_static_figure(vend
     # The widget's own figure (drawn into its Output area) is in the page as an embedded image.
     at = page.index("mgpu-widget-static")
     assert re.search(r'<img[^>]+src="data:image/png;base64,', page[at:])
-    assert "GPUs = 4" in page and "42" in (out / "01_first.html").read_text(encoding="utf-8")
+    assert "GPU 数 = 4" in page and "42" in (out / "01_first.html").read_text(encoding="utf-8")
     for html_page in [out / "01_first.html", out / "02_widget.html", out / "slides" / "02_widget.slides.html"]:
         text = html_page.read_text(encoding="utf-8")
         refs = re.findall(r'<script[^>]*\ssrc="([^"]*)"', text) + re.findall(r'<link[^>]*\shref="([^"]*)"', text)

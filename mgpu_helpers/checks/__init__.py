@@ -44,10 +44,17 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | 05 | :func:`~mgpu_helpers.checks.collectives.try_expected_outputs` | each rank's result of all_reduce, all_gather, reduce_scatter |
 | 05 | :func:`~mgpu_helpers.checks.collectives.try_all_reduce_busbw` | ``all_reduce_busbw(nbytes, seconds, world_size)`` |
 | 05 | :func:`~mgpu_helpers.checks.collectives.try_comm_share_speedup` | ``comm_share_speedup(before, after)`` |
+| 06 | :func:`~mgpu_helpers.checks.sharding.try_contiguous_ranges` | ``contiguous_ranges(n_items, world_size)``: the split by count, uneven sizes |
+| 06 | :func:`~mgpu_helpers.checks.sharding.try_per_rank_memory` | ``per_rank_memory(strategy, sizes, weights)``: each rank's memory by part |
+| 07 | :func:`~mgpu_helpers.checks.semantics.try_bytes_each_rank_sends` | ``bytes_each_rank_sends(op, nbytes, world_size, rank)``, broadcast too |
+| 07 | :func:`~mgpu_helpers.checks.semantics.try_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)`` on ranks |
+| ex06 | :func:`check_shard_contiguous_by_cost` | ``shard_contiguous_by_cost(costs, world_size)``: order kept, balanced by cost |
+| ex06 | :func:`check_rank_memory_fewest_gpus` | ``fewest_gpus(strategy, capacity, ...)``: the fewest GPUs, or None |
+| ex07 | :func:`check_reduce_scatter_uneven` | ``reduce_scatter_uneven(rank, world_size, x, sizes)``: each rank keeps its part |
 | ex06 | :func:`check_shard_by_cost` | ``shard_by_cost(costs, rank, world_size)`` (property-tested) |
 | ex06 | :func:`check_rank_memory` | ``rank_memory(strategy, n, params, grads, optimizer, activations)`` |
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
-| ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather |
+| ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather, calls traced |
 | ex07 | :func:`check_bytes_sent` | ``bytes_each_rank_sends(op, nbytes, world_size, rank)``: a number, then counted |
 | ex08 | :func:`check_ring_allreduce_seconds` | the alpha-beta cost of a ring all-reduce |
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
@@ -120,6 +127,12 @@ __getattr__, __dir__, __all__ = attach(
         "check_shard_by_cost": "sharding",
         "MEMORY_STRATEGIES": "sharding",
         "check_rank_memory": "sharding",
+        "check_shard_contiguous_by_cost": "sharding",
+        "check_rank_memory_fewest_gpus": "sharding",
+        "check_contiguous_ranges": "sharding",
+        "check_per_rank_memory": "sharding",
+        "check_reduce_scatter_uneven": "semantics",
+        "check_bytes_each_rank_sends": "semantics",
         "check_ring_allreduce_seconds": "stragglers",
         "best_rebalance": "stragglers",
         "check_rebalance": "stragglers",

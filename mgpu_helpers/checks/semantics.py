@@ -1,9 +1,23 @@
-"""Checkers for ex07: collective semantics (uneven all-gather, all-reduce as reduce-scatter + all-gather, bytes sent per rank)."""
+"""Checkers of notebook 07 and ex07: collective semantics.
+
+Lesson fill-ins (``try_*``, see :func:`~mgpu_helpers.checks.core.fill_in`): :func:`try_bytes_each_rank_sends`
+(the bytes each rank sends in reduce, broadcast, all-reduce, all-gather, reduce-scatter; pure arithmetic) and
+:func:`try_all_gather_uneven` (pieces of different lengths, on ranks). Exercises:
+:func:`check_reduce_scatter_uneven` (each rank keeps a part of its own length), :func:`check_all_reduce_rs_ag`
+(all-reduce from a reduce-scatter and an all-gather: the calls made and the elements they move are traced in
+each rank, every other collective refused under any name) and :func:`check_bytes_sent` (numbers held against a
+count on ranks).
+"""
 from __future__ import annotations
+
+import math
+import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import WORLD_SIZES, CheckFailed, call, compare, int_values, new_rng, passed, run_on_ranks
+from mgpu_helpers.checks.sharding import call_limited
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, compare, fill_in, int_values, new_rng, passed,
+                                      rank_failure, run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -> None:
@@ -26,21 +40,44 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) 
     passed(f"all_gather_uneven 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 长度不同的片段上都拼对了。")
 
 
+RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
+AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
+
+
 def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -> None:
-    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; len(x) % world_size == 0."""
+    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; len(x) % world_size == 0.
+
+    Traced in each rank: only the reduce-scatter and all-gather families may be called (all_reduce, reduce,
+    send/recv ... are refused under any name); a reduce-scatter must be called, and the all-gathers together
+    may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that).
+    """
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
     rng = new_rng()
     for n in world_sizes:
         length = n * int(rng.integers(1, 4))
         inputs = [int_values(rng, length) for _ in range(n)]
+        inputs[-1][:] = 0.0                     # zeros in the data
         want = np.sum(inputs, axis=0)
-        got = run_on_ranks(fn, what, n, inputs, forbid=("all_reduce",), timeout=timeout)
+        got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout,
+                         rule="dist.reduce_scatter 和 dist.all_gather")
         for r in range(n):
+            value, calls = got[r]
+            names = [c for c, _ in calls]
+            gathered = sum(k for c, k in calls if c in AG_NAMES)
+            if not any(c in RS_NAMES for c in names):
+                why = ("All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
+                       if gathered >= n * length else "")
+                raise CheckFailed(f"{what}：world_size = {n}，rank {r} 没有调用 dist.reduce_scatter"
+                                  f"（调用了 {names or '无'}）。{why}")
+            if gathered > length:
+                raise CheckFailed(f"{what}：world_size = {n}，rank {r} 的 All-Gather 一共收了 {gathered} 个元素，"
+                                  f"而完整结果只有 {length} 个：只需 All-Gather 每个 Rank 归约好的那一段（{length // n} 个）。")
             hint = ""
-            if got[r] is not None and np.size(got[r]) == length // n:
+            if value is not None and np.size(value) == length // n:
                 hint = "这只是自己那一段（Reduce-Scatter 的结果）：再 All-Gather 一次拼回完整向量。"
-            compare(got[r], want, f"world_size = {n}，长度 {length}，rank {r}", hint)
-    passed(f"all_reduce_rs_ag 在 world_size = {', '.join(map(str, world_sizes))} 上与 All-Reduce 的结果相同。")
+            compare(value, want, f"world_size = {n}，长度 {length}，rank {r}", hint)
+    passed(f"all_reduce_rs_ag 在 world_size = {', '.join(map(str, world_sizes))} 上与 All-Reduce 的结果相同，"
+           "只用了 Reduce-Scatter 和 All-Gather，All-Gather 只搬了每个 Rank 的那一段。")
 
 
 BYTES_HINTS = {
@@ -78,3 +115,218 @@ def check_bytes_sent(fn, world_sizes=WORLD_SIZES, timeout: float = 60.0) -> None
                                       f"数出来发了 {want} 字节，你的答案是 {got}。{BYTES_HINTS[op]}")
     passed(f"bytes_each_rank_sends 在 world_size = {', '.join(map(str, world_sizes))}、四种 Collective、"
            "每个 Rank 上都和运行时数出的字节一致。")
+
+
+# -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
+
+LESSON_OPS = ("reduce", "broadcast", "all_reduce", "all_gather", "reduce_scatter")
+
+
+def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
+    """The checker's reference: bytes rank ``rank`` sends in ``op`` (ring for all-gather / reduce-scatter, both
+    for all-reduce; a chain ``n-1 -> ... -> 0`` for reduce and ``0 -> 1 -> ... -> n-1`` for broadcast, root 0)."""
+    n = world_size
+    if op == "reduce":
+        return 0 if rank == 0 else nbytes
+    if op == "broadcast":
+        return 0 if rank == n - 1 else nbytes
+    one_pass = (n - 1) * nbytes // n
+    if op == "all_reduce":
+        return 2 * one_pass
+    if op in ("all_gather", "reduce_scatter"):
+        return one_pass
+    raise ValueError(f"unknown collective {op!r}; one of {LESSON_OPS}")
+
+
+BYTES_WHY = {
+    "reduce": "Reduce 沿链 n-1 → … → 1 → 0 传部分和：除 Root 外每个 Rank 把整块往下传一次，Root 只收不发。",
+    "broadcast": "Broadcast 沿链 0 → 1 → … → n-1 往下传：除了链尾，每个 Rank 把整块往下传一次；链尾只收不发。",
+    "all_gather": "环上走 n - 1 步（自己那一块不用发给自己），每一步每个 Rank 只发一块 S / n。",
+    "reduce_scatter": "和 All-Gather 一样走 n - 1 步、每步一块 S / n，只是收到后相加。",
+    "all_reduce": "All-Reduce = Reduce-Scatter + All-Gather：两段各 (n-1)/n · S，加起来。",
+}
+
+
+def check_bytes_each_rank_sends(fn) -> None:
+    """``fn(op, nbytes, world_size, rank) -> bytes``: the bytes ``rank`` sends in ``op`` (root 0), as arithmetic.
+
+    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top.
+    """
+    what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
+    if fn is reference_bytes_each_rank_sends:
+        raise CheckFailed(f"{what}：交上来的是检查用的参考答案，不是你写的代码。")
+    rng = random.Random()
+    sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
+    sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
+    n_cases = 0
+    for world_size, nbytes in sizes:
+        for op in LESSON_OPS:
+            for rank in range(world_size):
+                n_cases += 1
+                got = call_limited(fn, what, op, nbytes, world_size, rank)
+                want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
+                try:
+                    ok = got is not None and not isinstance(got, bool) and math.isclose(float(got), want, abs_tol=1e-6)
+                except (TypeError, ValueError):
+                    raise CheckFailed(f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。") from None
+                if ok:
+                    continue
+                role = {("reduce", 0): "（Root）", ("broadcast", 0): "（Root）",
+                        ("broadcast", world_size - 1): "（链尾）"}.get((op, rank), "")
+                extra = ""
+                if world_size == 1 and got:
+                    extra = "只有一个 Rank 时没有别人可发：0 字节。"
+                elif op in ("all_gather", "reduce_scatter", "all_reduce") and math.isclose(float(got), want * world_size / (world_size - 1)):
+                    extra = "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"
+                raise CheckFailed(f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
+                                  f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}")
+    passed(f"bytes_each_rank_sends 在 {len(sizes)} 组（1 个 Rank、奇数个 Rank、Root 与链尾、随机大小）、"
+           f"五种 Collective 的 {n_cases} 个 Rank 上都对。")
+
+
+def try_bytes_each_rank_sends(fn):
+    """07's fill-in: the learner's ``bytes_each_rank_sends`` checked, or the reference while unwritten."""
+    return fill_in(fn, check_bytes_each_rank_sends, reference_bytes_each_rank_sends, "每个 Rank 发出的字节")
+
+
+# -- 07: the uneven all-gather, as a fill-in ------------------------------------------------------------------
+
+
+def reference_all_gather_uneven(rank, world_size, x):
+    """The checker's reference: every rank's ``x`` (lengths differ) in rank order, sizes first, padding trimmed."""
+    import torch
+    import torch.distributed as dist
+
+    n = torch.tensor([x.numel()], device=x.device)
+    sizes = [torch.zeros_like(n) for _ in range(world_size)]
+    dist.all_gather(sizes, n)
+    sizes = [int(s.item()) for s in sizes]
+    padded = torch.zeros(max(sizes), dtype=x.dtype, device=x.device)
+    padded[: x.numel()] = x
+    bufs = [torch.empty_like(padded) for _ in range(world_size)]
+    dist.all_gather(bufs, padded)
+    return torch.cat([b[:k] for b, k in zip(bufs, sizes)])
+
+
+def try_all_gather_uneven(fn, world_sizes=(3, 4), timeout: float = 15.0):
+    """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
+    def check(f):
+        if f is reference_all_gather_uneven:
+            raise CheckFailed("all_gather_uneven：交上来的是检查用的参考答案，不是你写的代码。")
+        check_all_gather_uneven(f, world_sizes=world_sizes, timeout=timeout)
+    return fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
+
+
+# -- tracing the collectives a rank calls -----------------------------------------------------------------------
+
+TRACED = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+          "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+          "gather", "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
+          "broadcast_object_list", "all_reduce_coalesced", "all_gather_coalesced")
+
+
+def _numel(obj) -> int:
+    if isinstance(obj, (list, tuple)):
+        return sum(_numel(o) for o in obj)
+    return int(getattr(obj, "numel", lambda: 0)())
+
+
+def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
+    """Rank side: every collective of ``torch.distributed`` wrapped (under both its module paths, and any name
+    the learner's function bound it to); the ones not in ``allowed`` refused, the others recorded as
+    ``(name, elements of its output)``. Returns ``(fn's result as NumPy, calls)``."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from mgpu_helpers.launcher.ranks import rank_device
+
+    calls = []
+    originals = {}
+    for name in TRACED:
+        orig = getattr(c10d, name, None) or getattr(dist, name, None)
+        if orig is None:
+            continue
+        originals[id(orig)] = name
+
+        def wrapper(*args, _name=name, _orig=orig, **kwargs):
+            if _name not in allowed:
+                raise PermissionError(f"EXERCISE_FORBIDDEN dist.{_name}")
+            out = args[0] if args else kwargs.get("output_tensor_list", kwargs.get("output"))
+            calls.append((_name, _numel(out)))
+            return _orig(*args, **kwargs)
+
+        for mod in (dist, c10d):
+            if getattr(mod, name, None) is orig:
+                setattr(mod, name, wrapper)
+        originals[name] = wrapper
+    g = getattr(fn, "__globals__", {})
+    for key, value in list(g.items()):           # `from torch.distributed import all_reduce as ar` in a cell
+        if callable(value) and id(value) in originals and isinstance(originals[id(value)], str):
+            g[key] = originals[originals[id(value)]]
+    x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
+    out = fn(rank, world_size, x, *extra)
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu().numpy()
+    return out, calls
+
+
+def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = 30.0, rule: str = ""):
+    """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
+
+    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits.
+    """
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    try:
+        res = run_ranks(_traced_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(allowed)),
+                        timeout=timeout, stream=False, quiet=True)
+    except RankTimeout as exc:
+        where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
+        raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束，多半是各 Rank 调用的 "
+                          f"Collective 次序或大小对不上。{where or ''}").rstrip() from None
+    except RankError as exc:
+        if "EXERCISE_FORBIDDEN" in str(exc):
+            name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
+            raise CheckFailed(f"{what}：这个练习只许用 {rule or ', '.join(allowed)}，"
+                              f"rank {exc.rank} 调用了 {name}（换个名字或从别处 import 也算）。") from None
+        raise rank_failure(exc, fn, what) from None
+    return res.values
+
+
+# -- ex07: reduce-scatter of uneven parts --------------------------------------------------------------------
+
+
+def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -> None:
+    """``fn(rank, world_size, x, sizes) -> tensor``: x (length ``sum(sizes)``) on every rank; rank r returns
+    its part ``sizes[r]`` of the sum over ranks (its offset is the sum of the sizes before it). No all-reduce,
+    no all-gather: nobody may receive the whole sum."""
+    what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
+    rng = new_rng()
+    allowed = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "reduce")
+    for n in world_sizes:
+        sizes = [int(v) for v in rng.integers(1, 5, size=n)]
+        sizes[-1] = 0 if n > 2 else sizes[-1]          # a rank with an empty part, every run
+        if len(set(sizes)) == 1:
+            sizes[0] += 1
+        total = sum(sizes)
+        inputs = [int_values(rng, total) for _ in range(n)]
+        inputs[0][:] = 0.0 if n > 2 else inputs[0]     # zeros in the data
+        whole = np.sum(inputs, axis=0)
+        offsets = np.cumsum([0] + sizes)
+        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout,
+                         rule="dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather")
+        for r in range(n):
+            value, _calls = got[r]
+            want = whole[offsets[r]:offsets[r + 1]]
+            hint = ""
+            if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:
+                hint = "长度是最长的那一段：填充的部分要按 sizes[rank] 截掉。"
+            elif value is not None and np.size(value) == sizes[r] and sizes[r] and r * sizes[r] != offsets[r]:
+                equal_block = whole[r * sizes[r]:(r + 1) * sizes[r]]
+                if equal_block.shape == np.shape(value) and np.allclose(value, equal_block):
+                    hint = "取的是第 r 个等长块；各段长度不同，rank r 的起点是它前面各段长度之和。"
+            compare(value, want, f"world_size = {n}，sizes = {sizes}，rank {r}", hint)
+    passed(f"reduce_scatter_uneven 在 world_size = {', '.join(map(str, world_sizes))}、长度不同（含 0）的各段上，"
+           "每个 Rank 都只拿到了自己那一段的总和。")

@@ -1,4 +1,10 @@
-"""Checkers for ex06: sharding and memory per rank."""
+"""Checkers of notebook 06 and ex06: split rules (who owns which items) and memory per rank.
+
+Lesson fill-ins (``try_*``: the reference while the fill-in is unwritten, see :func:`~mgpu_helpers.checks.core.fill_in`):
+:func:`try_contiguous_ranges` (the split by count, uneven sizes) and :func:`try_per_rank_memory` (each rank's
+memory by part, per strategy, uneven weights). Exercises: :func:`check_shard_contiguous_by_cost` (an
+order-keeping split by cost) and :func:`check_rank_memory_fewest_gpus` (the fewest GPUs that hold a job).
+"""
 from __future__ import annotations
 
 import math
@@ -6,7 +12,202 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, passed, call
+from mgpu_helpers.checks.core import CheckFailed, call, fill_in, passed
+
+PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
+CALL_LIMIT_S = 2.0
+
+
+class _TooLong(Exception):
+    pass
+
+
+def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
+    """:func:`~mgpu_helpers.checks.core.call` with a time limit: an answer that never returns (a loop that does
+    not stop) fails within ``seconds``, naming the call and the line it was on; the kernel stays usable.
+
+    The limit is a SIGALRM timer, so it applies in the main thread (a notebook's cells); elsewhere the call runs
+    without one.
+    """
+    import signal
+    import threading
+    import traceback
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return call(fn, what, *args)
+
+    def ring(signum, frame):
+        raise _TooLong()
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return call(fn, what, *args)
+    except _TooLong as exc:
+        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
+        where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
+        shown = ", ".join(repr(a) for a in args)
+        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} 秒还没有返回"
+                          f"{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _code_names(fn) -> set:
+    """Every global or attribute name the code of ``fn`` (and the functions defined inside it) refers to."""
+    inner = getattr(fn, "__wrapped__", fn)
+    code = getattr(inner, "__code__", None)
+    names, stack = set(), [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
+    return names
+
+
+def refuse_course_code(fn, what: str, references, names) -> None:
+    """A :class:`CheckFailed` when ``fn`` is, or calls, the course's own implementation of the fill-in."""
+    if any(fn is r for r in references) or (getattr(fn, "__module__", None) or "").startswith("mgpu_helpers."):
+        raise CheckFailed(f"{what}：交上来的是课程自己的实现，不是你写的代码。在练习的单元格里自己写出来。")
+    used = sorted(_code_names(fn) & set(names))
+    if used:
+        raise CheckFailed(f"{what}：代码里调用了课程自己的实现（{', '.join(used)}），这等于没有写。"
+                          "用加减乘除和循环自己算出来。")
+
+
+# -- 06: contiguous ranges by count -----------------------------------------------------------------------
+
+
+def _reference_ranges(n_items, world_size):
+    base, extra = divmod(n_items, world_size)
+    out, start = [], 0
+    for r in range(world_size):
+        stop = start + base + (1 if r < extra else 0)
+        out.append(range(start, stop))
+        start = stop
+    return out
+
+
+def check_contiguous_ranges(fn) -> None:
+    """``fn(n_items, world_size) -> [range, ...]``: one contiguous range per rank, in rank order, covering
+    0..n_items-1 exactly once, sizes differing by at most one, the first ``n_items % world_size`` one longer."""
+    what = "contiguous_ranges 要把 0..n_items-1 切成 world_size 段连续区间"
+    from mgpu_helpers.lessons import ring, sharding_rules
+    refuse_course_code(fn, what, (sharding_rules.contiguous_ranges, ring.chunk_bounds),
+                       ("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split"))
+    rng = random.Random()
+    cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]    # remainders, fewer items than ranks
+    cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
+    for n, ws in cases:
+        got = call_limited(fn, what, n, ws)
+        where = f"n_items = {n}，world_size = {ws}"
+        want = _reference_ranges(n, ws)
+        if not isinstance(got, (list, tuple)) or len(got) != ws:
+            raise CheckFailed(f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），"
+                              f"实际得到 {got!r}。")
+        if not all(isinstance(r, range) and r.step == 1 for r in got):
+            raise CheckFailed(f"{where}：每一段要是步长为 1 的 range(start, stop)，实际得到 {list(got)!r}。")
+        covered = sorted(i for r in got for i in r)
+        if covered != list(range(n)):
+            dup = sorted({i for i in covered if covered.count(i) > 1})
+            miss = sorted(set(range(n)) - set(covered))
+            raise CheckFailed(f"{where}：得到 {list(got)}，" + (f"下标 {dup[0]} 分给了两个 Rank" if dup else
+                              f"下标 {miss[0]} 没有分给任何 Rank" if miss else "有下标超出了 0..n_items-1")
+                              + "；每个下标恰好属于一个 Rank（注意 range 的 stop 不包含在内）。")
+        if any(a.stop != b.start for a, b in zip(got, got[1:])):
+            raise CheckFailed(f"{where}：得到 {list(got)}，各段没有按 rank 顺序首尾相接。")
+        sizes = [len(r) for r in got]
+        if max(sizes) - min(sizes) > 1:
+            raise CheckFailed(f"{where}：各段长度 {sizes} 相差不止 1：余下的 {n % ws} 个要一个一个分给不同的 Rank，"
+                              "而不是全堆在一个 Rank 上（或者每段都取上取整）。")
+        if list(got) != want:
+            raise CheckFailed(f"{where}：得到 {list(got)}，长度 {sizes}；约定是前 n_items % world_size 个 Rank "
+                              f"各多拿一个（和 05 节环的分块一样），应当是 {want}。")
+    passed(f"contiguous_ranges 在 {len(cases)} 组（含有余数、元素比 Rank 少、0 个元素）上都切对了。")
+
+
+def try_contiguous_ranges(fn):
+    """06's fill-in: the learner's ``contiguous_ranges`` checked, or the course's while unwritten."""
+    from mgpu_helpers.lessons import sharding_rules
+    return fill_in(fn, check_contiguous_ranges, sharding_rules.contiguous_ranges, "按个数连续切分 contiguous_ranges")
+
+
+# -- 06: memory of each rank, by part ----------------------------------------------------------------------
+
+LESSON_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
+
+
+def reference_per_rank_memory(strategy, sizes, weights):
+    """The checker's reference: one dict (part -> size) per rank, sharded parts split by ``weights``."""
+    from mgpu_helpers.models import memory
+    plan = memory.memory_plan(strategy, len(weights), math.inf, weights=list(weights), **sizes)
+    return [{p: getattr(r, p) for p in memory.PARTS} for r in plan.ranks]
+
+
+def _memory_cases(rng):
+    """The seed's cases first (24 GB replicated on 4; 14/10 and 12/12 on 2), zeros, one rank, then random."""
+    yield "replicate", dict(params=24, grads=0, optimizer=0, activations=0), (1, 1, 1, 1)
+    yield "zero3", dict(params=24, grads=0, optimizer=0, activations=0), (14, 10)
+    yield "zero3", dict(params=24, grads=0, optimizer=0, activations=0), (12, 12)
+    for s in LESSON_STRATEGIES:           # 06's job on 4 GPUs, every strategy
+        yield s, dict(params=6, grads=6, optimizer=12, activations=8), (1, 1, 1, 1)
+    for s in LESSON_STRATEGIES:           # distinct sizes per part, uneven weights, one rank with none
+        yield s, dict(params=3, grads=5, optimizer=11, activations=7), (3, 1, 0, 2)
+    yield "data_parallel", dict(params=5, grads=5, optimizer=10, activations=9), (1,)
+    for _ in range(40):
+        ws = rng.randint(1, 8)
+        weights = tuple([1] * ws) if rng.random() < 0.5 else tuple(rng.randint(0, 5) or 1 for _ in range(ws))
+        yield (rng.choice(LESSON_STRATEGIES), {p: rng.randint(0, 40) for p in PART_ZH}, weights)
+
+
+SPLIT_ZH = {"replicate": "什么都不切", "data_parallel": "只切激活", "zero1": "切优化器状态和激活",
+            "zero2": "切优化器状态、梯度和激活", "zero3": "四部分都切"}
+
+
+def check_per_rank_memory(fn) -> None:
+    """``fn(strategy, sizes, weights) -> [dict part -> GB, one per rank]``: sharded parts split in proportion
+    to ``weights`` (one per rank), replicated parts held whole by every rank. Strategies: replicate,
+    data_parallel, zero1, zero2, zero3."""
+    what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
+    from mgpu_helpers.models import memory
+    refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory),
+                       ("memory_plan", "compare_strategies", "reference_per_rank_memory"))
+    rng = random.Random()
+    n = 0
+    for strategy, sizes, weights in _memory_cases(rng):
+        n += 1
+        got = call_limited(fn, what, strategy, dict(sizes), list(weights))
+        want = reference_per_rank_memory(strategy, sizes, weights)
+        where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
+        if not isinstance(got, (list, tuple)) or len(got) != len(weights):
+            raise CheckFailed(f"{where}：应当返回 {len(weights)} 个字典（每个 Rank 一个），实际得到 {got!r}。")
+        for r, (g, w) in enumerate(zip(got, want)):
+            if not isinstance(g, dict) or set(g) != set(w):
+                raise CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
+            for part in memory.PARTS:
+                ok = isinstance(g[part], (int, float)) and math.isclose(float(g[part]), w[part], rel_tol=1e-9,
+                                                                           abs_tol=1e-9)
+                if ok:
+                    continue
+                split = part in memory.STRATEGIES[strategy]
+                if split and float(g[part]) == sizes[part]:
+                    why = f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。"
+                elif not split and len(weights) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]):
+                    why = f"{strategy} {SPLIT_ZH[strategy]}，{PART_ZH[part]}是每个 Rank 各存一整份的，不能除以 Rank 数。"
+                elif split and len(set(weights)) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]):
+                    why = "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。"
+                else:
+                    why = f"{strategy} {SPLIT_ZH[strategy]}；切分的部分按 权重 / 权重之和 分，其余每个 Rank 一整份。"
+                raise CheckFailed(f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，"
+                                  f"实际是 {g[part]!r}。{why}")
+    passed(f"per_rank_memory 在 {n} 组（关卡的 24 GB 模型、14/10 与 12/12、权重不等、单个 Rank、随机大小）上都对。")
+
+
+def try_per_rank_memory(fn):
+    """06's fill-in: the learner's ``per_rank_memory`` checked, or the course's while unwritten."""
+    return fill_in(fn, check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory")
 
 
 def _shard_property(fn, costs, world_size) -> None:
@@ -86,3 +287,107 @@ def check_rank_memory(fn) -> None:
                               f"每个 Rank 应当是 {want:g} GB，实际得到 {got!r}。{strategy} 切分的部分："
                               f"{', '.join(split) or '没有（全部复制）'}，其余每个 Rank 都存一整份。")
     passed(f"rank_memory 在 {len(cases)} 组（策略、GPU 数、各部分大小）上都对。")
+
+
+# -- ex06: an order-keeping split by cost -----------------------------------------------------------------
+
+
+def _contiguous_property(fn, costs, world_size, what) -> None:
+    where = f"costs = {costs}，world_size = {world_size}"
+    got = call_limited(fn, what, list(costs), world_size)
+    again = call_limited(fn, what, list(costs), world_size)
+    if not isinstance(got, (list, tuple)) or len(got) != world_size:
+        raise CheckFailed(f"{where}：应当返回 {world_size} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
+    if list(got) != list(again):
+        raise CheckFailed(f"{where}：两次调用得到不同的结果 {list(got)} 和 {list(again)}；切分必须可重复。")
+    if not all(isinstance(r, range) and r.step == 1 for r in got):
+        raise CheckFailed(f"{where}：得到 {list(got)!r}；每个 Rank 要拿一段连续的 range(start, stop)，"
+                          "样本的先后顺序不能打乱（LPT 那样挑着分就不连续了）。")
+    if got[0].start != 0 or got[-1].stop != len(costs) or any(a.stop != b.start for a, b in zip(got, got[1:])):
+        raise CheckFailed(f"{where}：得到 {list(got)}；各段要按 rank 顺序首尾相接，从 0 开始、到 "
+                          f"{len(costs)} 结束，每个下标恰好一次。")
+    if costs:
+        loads = [sum(costs[i] for i in r) for r in got]
+        bound = sum(costs) / world_size + max(costs)
+        worst = max(range(world_size), key=lambda r: loads[r])
+        if loads[worst] > bound + 1e-9:
+            raise CheckFailed(f"{where}：rank {worst} 的总成本 {loads[worst]:g} 超过了 平均 + 最大单项 = {bound:g}"
+                              f"（各 Rank 的负载 {loads}）。按个数切不看成本；切点要由累计成本决定。")
+
+
+def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
+    """``fn(costs, world_size) -> [range, ...]``: contiguous ranges in rank order (the items keep their order),
+    each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
+    what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
+    from mgpu_helpers.lessons import sharding_rules
+    from mgpu_helpers.models import sharding as sharding_model
+    refuse_course_code(fn, what, (sharding_rules.assign_by_cost, sharding_model.assign_contiguous_by_cost),
+                       ("assign_contiguous_by_cost",))
+    call(fn, what, [3.0, 1.0, 2.0], 2)      # a stub fails here
+    # Skewed cases first: a split by count passes many random inputs, none of these. Zeros, fewer items than
+    # ranks, a single rank and all-zero costs are in every run.
+    fixed = [([10] * 4 + [0] * 12, 4), ([0] * 9 + [30, 30, 30], 3), ([9, 8, 7, 1, 1, 1, 1, 2], 4), ([5, 0, 5], 5),
+             ([0, 0, 0, 0], 3), ([7], 1), ([], 2), ([1] * 10, 4), ([50, 1, 1, 1, 1, 1, 1, 50], 2)]
+    rng = random.Random()
+    cases = fixed + [([rng.choice((0, rng.randint(0, 20), rng.randint(0, 200))) for _ in range(rng.randint(0, 30))],
+                      rng.randint(1, 7)) for _ in range(examples)]
+    for costs, ws in cases:
+        _contiguous_property(fn, costs, ws, what)
+    passed(f"shard_contiguous_by_cost 在 {len(cases)} 组成本上（含偏斜、0 成本、样本比 Rank 少）：连续、保持顺序、"
+           "每个下标恰好一次、最大负载 ≤ 平均 + 最大单项。")
+
+
+# -- ex06: the fewest GPUs that hold a job ----------------------------------------------------------------
+
+
+def reference_fewest_gpus(strategy, capacity, params, grads, optimizer, activations):
+    """The fewest equal-share GPUs of ``capacity`` on which every rank fits, or None when no number does."""
+    from mgpu_helpers.models import memory
+    sizes = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
+    split = sum(v for p, v in sizes.items() if p in memory.STRATEGIES[strategy])
+    whole = sum(v for p, v in sizes.items() if p not in memory.STRATEGIES[strategy])
+    if whole > capacity or (split > 0 and whole == capacity):
+        return None
+    if split == 0:
+        return 1
+    n = max(1, math.ceil(split / (capacity - whole)))
+    while n > 1 and split / (n - 1) + whole <= capacity:    # guard against a ceil one too high in floats
+        n -= 1
+    return n
+
+
+def check_rank_memory_fewest_gpus(fn) -> None:
+    """``fn(strategy, capacity, params, grads, optimizer, activations) -> int or None``: the fewest GPUs
+    (equal shares) on which every rank fits; None when adding GPUs never makes it fit."""
+    what = "fewest_gpus 要给出装得下所需的最少 GPU 数（永远装不下时返回 None）"
+    refuse_course_code(fn, what, (reference_fewest_gpus,), ("memory_plan", "compare_strategies",
+                                                            "reference_fewest_gpus"))
+    rng = random.Random()
+    cases = [("replicate", 16, 24, 0, 0, 0),          # the seed: 24 GB replicated never fits in 16 GB
+             ("zero3", 16, 24, 0, 0, 0),              # ... sharded, 2 GPUs
+             ("data_parallel", 16, 6, 6, 12, 8),      # 06's job: model state alone is 24 GB
+             ("zero1", 16, 6, 6, 12, 8), ("zero2", 16, 6, 6, 12, 8), ("zero3", 16, 6, 6, 12, 8),
+             ("zero2", 16, 8, 8, 0, 0),               # exactly full on 1 GPU: <= fits
+             ("zero1", 12, 6, 6, 3, 3),               # replicated parts exactly the capacity, something split
+             ("data_parallel", 10, 2, 2, 2, 0),       # nothing split and it fits: 1
+             ("zero3", 5, 0, 0, 0, 0)]                 # an empty job
+    for _ in range(60):
+        cases.append((rng.choice(LESSON_STRATEGIES), rng.choice((8, 16, 24, 40, 80)),
+                      *(rng.choice((0, rng.randint(1, 30), rng.randint(1, 300))) for _ in range(4))))
+    for case in cases:
+        got = call_limited(fn, what, *case)
+        want = reference_fewest_gpus(*case)
+        strategy, cap, p, g, o, a = case
+        where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"
+        if got == want and (got is None or (isinstance(got, (int, np.integer)) and not isinstance(got, bool))):
+            continue
+        if want is None:
+            raise CheckFailed(f"{where}：无论加多少张卡都装不下（每个 Rank 各存一整份的部分已经 ≥ 单卡容量），"
+                              f"应当返回 None，实际得到 {got!r}。")
+        if got is None:
+            raise CheckFailed(f"{where}：{want} 张卡就装得下，应当返回 {want}，实际得到 None。")
+        if isinstance(got, (int, float)) and not isinstance(got, bool) and got == want + 1:
+            raise CheckFailed(f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。")
+        raise CheckFailed(f"{where}：应当是 {want} 张，实际得到 {got!r}。复制的部分不随卡数变小："
+                          "先看它本身装不装得下，剩下的容量再去装切分的部分。")
+    passed(f"fewest_gpus 在 {len(cases)} 组（关卡的 24 GB 模型、刚好装满、永远装不下、随机大小）上都对。")

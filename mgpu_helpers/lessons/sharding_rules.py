@@ -3,17 +3,24 @@
 
 Each block below is one `#| export` cell of that notebook, in order."""
 
-import mgpu_helpers as mh
-
-
 def contiguous_ranges(n_items, world_size):
     """Split the indices 0..n_items-1 into world_size contiguous ranges, one per rank.
 
-    Sizes differ by at most one (the first n_items % world_size ranks get one item more); no index is
+    Sizes differ by at most one (the first n_items % world_size ranges get one item more); no index is
     left out or given twice, and every rank computes the same split from the same two numbers.
     """
-    # The same split as the ring's chunks in 05: one rule for "who owns which consecutive items".
-    return [range(start, stop) for start, stop in mh.lessons.ring.chunk_bounds(n_items, world_size)]
+    if world_size < 1 or n_items < 0:
+        raise ValueError(f"need world_size >= 1 and n_items >= 0, got world_size={world_size}, n_items={n_items}")
+    ### BEGIN SOLUTION
+    # ✎ 先算每段的基本长度和余数（divmod），再从 0 开始一段接一段地排
+    base, extra = divmod(n_items, world_size)
+    ranges, start = [], 0
+    for rank in range(world_size):
+        stop = start + base + (1 if rank < extra else 0)     # the first `extra` ranks take one more
+        ranges.append(range(start, stop))
+        start = stop
+    return ranges
+    ### END SOLUTION
 
 
 def shard(items, rank, world_size):

@@ -124,3 +124,69 @@ def memory_plan(strategy: str, world_size: int, capacity: float, params: float =
     replicated = tuple(p for p in PARTS if p not in sharded and sizes[p] > 0)
     return MemoryPlan(strategy, capacity, tuple(ranks), replicated,
                       tuple(p for p in PARTS if p in sharded and sizes[p] > 0), STRATEGY_NOTES[strategy])
+
+
+# -- communication per training step ------------------------------------------------------------------------
+
+# The collectives each strategy runs in one training step, as (collective, part it moves). A ring moves
+# (n - 1) / n of the buffer per rank for an all-gather or a reduce-scatter, twice that for an all-reduce.
+STEP_COLLECTIVES = {
+    "replicate": (),
+    "data_parallel": (("all_reduce", "grads"),),
+    # ZeRO-1/2: the gradient all-reduce split in its two halves, the all-gather moved after the update
+    "zero1": (("reduce_scatter", "grads"), ("all_gather", "params")),
+    "zero2": (("reduce_scatter", "grads"), ("all_gather", "params")),
+    # ZeRO-3: the parameters are gathered layer by layer twice (forward and backward), gradients scattered
+    "zero3": (("all_gather", "params"), ("all_gather", "params"), ("reduce_scatter", "grads")),
+}
+# Strategies whose traffic is activations or pages, which these four sizes cannot tell.
+STEP_NOT_MODELLED = {
+    "tensor_parallel": "activations all-reduced inside every layer: depends on the layer shapes and the batch",
+    "pipeline_parallel": "activations sent from stage to stage: depends on the micro-batches",
+    "unified_memory": "pages migrate on demand: depends on the access pattern",
+}
+_RING_SHARE = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+               "reduce_scatter": lambda n: (n - 1) / n}
+
+
+def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: float = 0.0):
+    """What each rank sends in one training step under ``strategy`` (ring collectives), in the unit of the sizes.
+
+    Returns ``None`` for the strategies whose traffic these sizes cannot tell (:data:`STEP_NOT_MODELLED`).
+    With ``grads == params``: data parallel, ZeRO-1 and ZeRO-2 send ``2 (n-1)/n`` of it, ZeRO-3 ``3 (n-1)/n``
+    (1.5 times as much); replicate sends nothing (every rank works alone).
+    """
+    if strategy in STEP_NOT_MODELLED:
+        return None
+    if strategy not in STEP_COLLECTIVES:
+        raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    sizes = dict(params=params, grads=grads)
+    return float(sum(_RING_SHARE[op](world_size) * sizes[part] for op, part in STEP_COLLECTIVES[strategy]))
+
+
+@dataclass(frozen=True)
+class StrategyRow:
+    """One strategy of :func:`compare_strategies`: its plan, the largest rank's memory and the bytes per step."""
+
+    strategy: str
+    plan: MemoryPlan
+    peak: float
+    fits: bool
+    step_bytes: float | None
+
+
+def compare_strategies(world_size: int, capacity: float, params: float = 0.0, grads: float = 0.0,
+                       optimizer: float = 0.0, activations: float = 0.0, weights=None,
+                       strategies=tuple(STRATEGIES)) -> list:
+    """Every strategy on one job: per-rank memory (the largest rank), whether it fits, bytes sent per step.
+
+    ``weights`` split the sharded parts unevenly, as in :func:`memory_plan`. Returns one :class:`StrategyRow`
+    per strategy, in the order given. The sharding widget draws this table.
+    """
+    rows = []
+    for s in strategies:
+        plan = memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights)
+        rows.append(StrategyRow(s, plan, max(plan.totals), plan.fits, step_bytes_sent(s, world_size, params, grads)))
+    return rows

@@ -4,6 +4,10 @@ Pure parts (tested, no torch): :func:`make_inputs` (an input pattern for ``world
 :func:`expected_outputs` (what each collective must give, computed with NumPy), :func:`draw_collective`
 (a matplotlib Figure from recorded inputs/outputs; renders in static HTML) and :func:`draw_ring_steps`
 (which chunk each rank holds after every step of the hand-written ring).
+Step by step (pure drawing, data in, figure out): :func:`draw_step` draws one frame of
+:func:`mgpu_helpers.models.collective_steps.ring_all_reduce_steps` for one all-reduce and for a reduce-scatter
+followed by an all-gather; :func:`draw_rs_ag_vs_all_reduce` puts the key frames in one static figure;
+:func:`show_steps` adds a step slider.
 Live part: :func:`show_allreduce` puts ipywidgets around a runner (collective, op, world size, pattern, a
 Run button); the runner that launches the ranks lives with the measurements,
 :func:`mgpu_helpers.measure.collectives.run_and_draw`.
@@ -244,3 +248,139 @@ def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str =
 
     run.on_click(on_run)
     return w.VBox([w.HBox([coll, opw]), w.HBox([ws, pat, run]), out])
+
+
+# -- step by step: one all-reduce against a reduce-scatter then an all-gather ------------------------------------
+
+def _zh(zh: str, en: str) -> str:
+    """Chinese where matplotlib has a Chinese font (see :func:`mgpu_helpers.widgets.sharding.cjk_font`), else English."""
+    from mgpu_helpers.widgets.sharding import cjk_font
+    return zh if cjk_font() else en
+
+
+# chunk colours without green: green marks a chunk that sums every rank
+_CHUNK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "sky", "purple", "yellow", "vermillion", "grey")]
+
+
+def _ranks_label(ranks, world_size: int) -> str:
+    return "all" if len(ranks) == world_size else "+".join(str(r) for r in sorted(ranks))
+
+
+def step_caption(steps, k: int) -> str:
+    """Chinese line for frame ``k``: which phase and step, and what each rank has sent so far."""
+    f = steps.frames[k]
+    n = steps.world_size
+    if f.phase == "input":
+        return f"输入：每个 Rank 的每一片只含自己的数据（{n} 个 Rank，每片 S/{n}）。"
+    name = "Reduce-Scatter" if f.phase == "reduce_scatter" else "All-Gather"
+    line = f"第 {k} 步（{name} 的第 {f.step + 1} 步）：每个 Rank 到现在一共发出 {f.sent[0]:.3g} × S。"
+    if k == steps.rs_done:
+        line += "Reduce-Scatter 到此结束：每个 Rank 恰好有一片是全部 Rank 的总和（自己那一片）。"
+    if k == len(steps.frames) - 1:
+        line += f"All-Reduce 完成：两种做法都发出了 2(n-1)/n × S = {f.sent[0]:.3g} × S。"
+    return line
+
+
+def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
+    """One frame on ``ax``: ranks as rows, chunks as columns. ``split``: the reduce-scatter + all-gather view,
+    in which, between the two calls, a rank keeps only its own chunk (the others are not part of the result)."""
+    from matplotlib.patches import Rectangle
+
+    st = style.current()
+    f = steps.frames[k]
+    n = steps.world_size
+    for r in range(n):
+        ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.8)
+        for c in range(n):
+            kept = not (split and f.phase == "reduce_scatter" and k == steps.rs_done and c != steps.owned_after_rs(r))
+            full = len(f.holds[r][c]) == n
+            colour = style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)]
+            if kept:
+                ax.add_patch(_box(c, r, colour))
+                ax.text(c, r, _ranks_label(f.holds[r][c], n), ha="center", va="center",
+                        fontsize=st.font_size * (0.75 if n <= 4 else 0.55))
+            else:
+                ax.text(c, r, "—", ha="center", va="center", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8)
+            if f.received[r] == c and kept:
+                ax.add_patch(Rectangle((c - 0.46, r - 0.4), 0.92, 0.8, fill=False, edgecolor=style.PALETTE["black"],
+                                       linewidth=st.line_width))
+    ax.set_xlim(-1.9, n - 0.4)
+    ax.set_ylim(n - 0.4, -0.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title, fontsize=st.font_size * 0.9)
+
+
+def _view_titles(steps, k: int):
+    f = steps.frames[k]
+    if f.phase == "input":
+        where = _zh("输入", "input")
+    else:
+        where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{steps.world_size - 1}"
+    one = _zh(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
+    if f.phase == "reduce_scatter" and k == steps.rs_done:
+        two = _zh("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
+    else:
+        call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
+        two = _zh(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
+    return one, two
+
+
+def draw_step(steps, k: int):
+    """Figure of frame ``k`` of ``steps`` (:class:`~mgpu_helpers.models.collective_steps.RingSteps`): the one-call
+    all-reduce on the left, reduce-scatter + all-gather on the right. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    from mgpu_helpers.widgets.sharding import _fonts
+
+    if not 0 <= k < len(steps.frames):
+        raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
+    n = steps.world_size
+    with _fonts():
+        fig, axes = plt.subplots(1, 2, figsize=style.figsize(2 * (0.75 * n + 1.6), 0.55 * n + 1.0))
+        one, two = _view_titles(steps, k)
+        _draw_frame(axes[0], steps, k, False, one)
+        _draw_frame(axes[1], steps, k, True, two)
+        fig.tight_layout()
+    return fig
+
+
+def draw_rs_ag_vs_all_reduce(steps):
+    """Static figure: the input, the end of the reduce-scatter half and the end, for both ways (rows), with
+    the bytes each rank has sent at each moment. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    from mgpu_helpers.widgets.sharding import _fonts
+
+    n = steps.world_size
+    keys = (0, steps.rs_done, len(steps.frames) - 1)
+    with _fonts():
+        fig, axes = plt.subplots(2, 3, figsize=style.figsize(3 * (0.75 * n + 1.6), 2 * (0.55 * n + 1.0)))
+        for col, k in enumerate(keys):
+            one, two = _view_titles(steps, k)
+            sent = f"  [{steps.frames[k].sent[0]:.3g} S]"
+            _draw_frame(axes[0, col], steps, k, False, one + sent)
+            _draw_frame(axes[1, col], steps, k, True, two + sent)
+        fig.tight_layout()
+    return fig
+
+
+def show_steps(steps):
+    """ipywidgets: a step slider over the frames of ``steps``; each move redraws :func:`draw_step` and prints
+    :func:`step_caption`. Takes the data, computes nothing itself."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    slider = w.IntSlider(value=0, min=0, max=len(steps.frames) - 1, description="第几步", continuous_update=False)
+    out = w.Output()
+
+    def redraw(_=None):
+        with out:
+            out.clear_output(wait=True)
+            fig = draw_step(steps, slider.value)
+            display(fig)
+            plt.close(fig)
+            print(step_caption(steps, slider.value))
+
+    slider.observe(redraw, names="value")
+    redraw()
+    return w.VBox([slider, out])

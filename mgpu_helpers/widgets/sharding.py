@@ -1,8 +1,13 @@
-"""Sharding widget: memory each rank needs under a strategy, stacked by part, against the GPU's capacity.
+"""Sharding widget: memory each rank needs under a strategy, stacked by part, and the bytes each step sends.
 
-The numbers come from :func:`mgpu_helpers.models.memory.memory_plan`; this module only draws them.
-:func:`draw_memory_plan` / :func:`draw_plans` return a matplotlib Figure (static HTML, tests);
-:func:`show_sharding` wraps them in ipywidgets sliders.
+The numbers come from :mod:`mgpu_helpers.models.memory` (:func:`~mgpu_helpers.models.memory.memory_plan`,
+:func:`~mgpu_helpers.models.memory.compare_strategies`); this module only draws them.
+:func:`draw_memory_plan` / :func:`draw_plans` / :func:`draw_strategies` return a matplotlib Figure (static
+HTML, tests); :func:`show_sharding` wraps them in ipywidgets: a goal, the learner's choice of the strategies
+that fit, then the answer (memory and communication per strategy, uneven weights allowed).
+
+Labels are Chinese where matplotlib finds a Chinese font, otherwise English (a figure without the font would
+show empty boxes); the text printed under each figure is always Chinese.
 """
 from __future__ import annotations
 
@@ -11,6 +16,31 @@ from mgpu_helpers.widgets import style
 
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
                "activations": "activations"}
+PART_LABELS_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
+STRATEGY_ZH = {"replicate": "整份复制", "data_parallel": "Data Parallel", "tensor_parallel": "Tensor Parallel",
+               "pipeline_parallel": "Pipeline Parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+               "unified_memory": "Unified Memory"}
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+             "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
+
+
+def cjk_font() -> str | None:
+    """The name of an installed font that has Chinese glyphs (None when matplotlib knows none)."""
+    from matplotlib import font_manager
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    return next((n for n in CJK_FONTS if n in names), None)
+
+
+def _t(zh: str, en: str) -> str:
+    """A figure label: Chinese where a Chinese font is installed, else English."""
+    return zh if cjk_font() else en
+
+
+def _fonts():
+    """rcParams that put the Chinese font first (a no-op context without one)."""
+    import matplotlib as mpl
+    font = cjk_font()
+    return mpl.rc_context({"font.family": [font, "DejaVu Sans"]} if font else {})
 
 
 def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: bool = True) -> None:
@@ -24,20 +54,21 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
             continue
         hatch = None if part in plan.sharded else "//"
         ax.bar(xs, vals, bottom=bottoms, color=style.KIND_COLOURS[part], edgecolor="white", hatch=hatch,
-               label=PART_LABELS[part] + ("" if part in plan.sharded else " (replicated)"), width=0.6)
+               label=_t(PART_LABELS_ZH[part], PART_LABELS[part])
+               + ("" if part in plan.sharded else _t("（复制）", " (replicated)")), width=0.6)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.axhline(plan.capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-    ax.text(-0.45, plan.capacity, f"capacity {plan.capacity:g}", va="bottom", ha="left",
+    ax.text(-0.45, plan.capacity, _t(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"), va="bottom", ha="left",
             fontsize=st.font_size * 0.8, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
     for r, (total, ok) in enumerate(zip(plan.totals, plan.rank_fits)):
-        ax.text(r, total, f"{total:g}\n{'fits' if ok else 'OVER'}", ha="center", va="bottom",
+        ax.text(r, total, f"{total:g}\n{_t('装得下', 'fits') if ok else _t('溢出', 'OVER')}", ha="center", va="bottom",
                 fontsize=st.font_size * 0.8, color=style.PALETTE["black" if ok else "vermillion"])
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
     top = top or max(max(plan.totals), plan.capacity)
     ax.set_ylim(0, top * 1.25)
-    ax.set_ylabel("memory per GPU")
-    verdict = "fits" if plan.fits else "does not fit"
-    ax.set_title(title or f"{plan.strategy}: {verdict}", fontsize=st.font_size)
+    ax.set_ylabel(_t("每张卡的显存 (GB)", "memory per GPU (GB)"))
+    verdict = _t("装得下", "fits") if plan.fits else _t("装不下", "does not fit")
+    ax.set_title(title or f"{_t(STRATEGY_ZH[plan.strategy], plan.strategy)}: {verdict}", fontsize=st.font_size)
     if legend:
         ax.legend(fontsize=st.font_size * 0.75, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
@@ -45,44 +76,122 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
 def draw_memory_plan(plan, title: str | None = None):
     """Stacked per-rank memory bars (hatched = replicated part), the capacity line, fits/OVER labels."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
-    _draw(ax, plan, title)
-    fig.tight_layout()
+    with _fonts():
+        fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
+        _draw(ax, plan, title)
+        fig.tight_layout()
     return fig
 
 
 def draw_plans(plans: dict):
     """Several plans side by side (``{title: MemoryPlan}``), on one memory scale."""
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False,
-                             figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8))
-    top = max(max(max(p.totals), p.capacity) for p in plans.values())
-    for ax, (title, plan) in zip(axes[0], plans.items()):
-        _draw(ax, plan, title, top=top, legend=False)
-    # one legend for all panels, listing every part drawn anywhere (hatched = replicated somewhere)
-    handles = {}
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(4, len(handles)),
-               frameon=False, fontsize=style.current().font_size * 0.8)
-    fig.tight_layout(rect=(0, 0, 1, 0.86))
+    with _fonts():
+        fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False,
+                                 figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8))
+        top = max(max(max(p.totals), p.capacity) for p in plans.values())
+        for ax, (title, plan) in zip(axes[0], plans.items()):
+            _draw(ax, plan, title, top=top, legend=False)
+        # one legend for all panels, listing every part drawn anywhere (hatched = replicated somewhere)
+        handles = {}
+        for ax in axes[0]:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(lab, h)
+        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(4, len(handles)),
+                   frameon=False, fontsize=style.current().font_size * 0.8)
+        fig.tight_layout(rect=(0, 0, 1, 0.86))
+    return fig
+
+
+def draw_strategies(rows, title: str | None = None):
+    """Every strategy of one job (rows of :func:`mgpu_helpers.models.memory.compare_strategies`), two panels:
+    the largest rank's memory against one GPU's capacity, and the bytes each rank sends per step.
+
+    A strategy whose traffic the model cannot tell is written "n/a" in the second panel.
+    """
+    import matplotlib.pyplot as plt
+
+    st = style.current()
+    names = [_t(STRATEGY_ZH[r.strategy], r.strategy) for r in rows]
+    ys = list(range(len(rows)))
+    capacity = rows[0].plan.capacity
+    with _fonts():
+        fig, (ax_m, ax_b) = plt.subplots(1, 2, sharey=True, figsize=style.figsize(10.5, 0.55 * len(rows) + 1.8))
+        colours = [style.PALETTE["green"] if r.fits else style.PALETTE["vermillion"] for r in rows]
+        ax_m.barh(ys, [r.peak for r in rows], color=colours, height=0.6)
+        ax_m.axvline(capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
+        top = max(max(r.peak for r in rows), capacity) * 1.35
+        for y, r in zip(ys, rows):
+            ax_m.text(r.peak, y, f" {r.peak:g} {_t('装得下', 'fits') if r.fits else _t('溢出', 'OVER')}",
+                      va="center", fontsize=st.font_size * 0.8)
+        ax_m.set_xlim(0, top)
+        ax_m.set_yticks(ys, names)
+        ax_m.invert_yaxis()
+        ax_m.set_xlabel(_t(f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
+                           f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU"))
+        sent = [r.step_bytes for r in rows]
+        known = [b for b in sent if b is not None] or [1.0]
+        ax_b.barh(ys, [b or 0 for b in sent], color=style.KIND_COLOURS["communicate"], height=0.6)
+        for y, b in zip(ys, sent):
+            ax_b.text(b or 0, y, " n/a" if b is None else f" {b:.3g}", va="center", fontsize=st.font_size * 0.8,
+                      color=style.PALETTE["grey" if b is None else "black"])
+        ax_b.set_xlim(0, max(max(known), 1e-9) * 1.35)
+        ax_b.set_xlabel(_t("每步每个 Rank 发出的 GB（环）", "GB each rank sends per step (ring)"))
+        if title:
+            fig.suptitle(title, fontsize=st.font_size * 1.1)
+        fig.tight_layout()
     return fig
 
 
 def describe(plan) -> str:
-    """One line per rank plus the verdict and what is replicated (text twin of the figure)."""
+    """One line per rank plus the verdict and what is replicated (Chinese text twin of the figure)."""
     lines = []
     for r in plan.ranks:
-        parts = ", ".join(f"{p} {getattr(r, p):g}" for p in memory.PARTS if getattr(r, p))
-        lines.append(f"rank {r.rank}: {r.total:g} ({parts or 'nothing'})")
-    lines.append(plan.summary())
+        parts = "，".join(f"{PART_LABELS_ZH[p]} {getattr(r, p):g}" for p in memory.PARTS if getattr(r, p))
+        lines.append(f"rank {r.rank}：{r.total:g} GB（{parts or '无'}）")
+    per = ", ".join(f"{t:g}" for t in plan.totals)
+    rep = "、".join(PART_LABELS_ZH[p] for p in plan.replicated) or "无"
+    lines.append(f"{STRATEGY_ZH[plan.strategy]}，{len(plan.ranks)} 个 Rank：每个 Rank [{per}] GB，单卡容量 "
+                 f"{plan.capacity:g} GB -> {'装得下' if plan.fits else '装不下'}；每个 Rank 各存一整份的：{rep}")
     return "\n".join(lines)
 
 
+def describe_strategies(rows) -> str:
+    """The table of :func:`draw_strategies` as Chinese text: memory, verdict and bytes per step, per strategy."""
+    dp = next((r.step_bytes for r in rows if r.strategy == "data_parallel"), None)
+    lines = [f"{'策略':<18}{'最大 Rank (GB)':>14}  装得下  每步发出 (GB)  相对 Data Parallel"]
+    for r in rows:
+        if r.step_bytes is None:
+            sent, rel = "不在模型内", ""
+        else:
+            sent = f"{r.step_bytes:.3g}"
+            rel = f"{r.step_bytes / dp:.2g} 倍" if dp else ""
+        lines.append(f"{STRATEGY_ZH[r.strategy]:<18}{r.peak:>14g}  {'是' if r.fits else '否':<6}{sent:>12}  {rel:>10}")
+    return "\n".join(lines)
+
+
+def _weights(text: str, world_size: int):
+    """'14, 10' -> (14.0, 10.0); '' -> None (equal shares). Raises ValueError saying what to write."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        values = tuple(float(v) for v in text.replace("，", ",").split(","))
+    except ValueError:
+        raise ValueError(f"权重要写成用逗号分开的 {world_size} 个数，例如 14, 10；现在是 {text!r}") from None
+    if len(values) != world_size:
+        raise ValueError(f"权重要有 {world_size} 个（每个 GPU 一个），现在有 {len(values)} 个：{text!r}")
+    return values
+
+
 def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0.0, activations: float = 0.0,
-                  world_size: int = 4, capacity: float = 16.0, strategy: str = "replicate"):
-    """ipywidgets: sizes (GB), number of GPUs, memory per GPU and strategy -> the per-rank memory bars."""
+                  world_size: int = 4, capacity: float = 16.0, strategy: str = "replicate", weights: str = ""):
+    """ipywidgets with a task: sizes (GB), GPUs, memory per GPU, uneven weights and a strategy.
+
+    The top line states the goal; the learner ticks the strategies they think fit and presses the button;
+    only then the answer appears: every strategy's largest rank against the capacity and the bytes it sends
+    per step, drawn and printed. The chosen strategy's per-rank bars are drawn all along.
+    """
     import ipywidgets as W
     import matplotlib.pyplot as plt
     from IPython.display import display
@@ -90,29 +199,77 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
     def slider(desc, value, hi):
         return W.FloatSlider(value=value, min=0, max=hi, step=0.5, description=desc, continuous_update=False)
 
-    controls = dict(params=slider("params GB", params, 200), grads=slider("grads GB", grads, 200),
-                    optimizer=slider("optim GB", optimizer, 400), activations=slider("activ GB", activations, 200),
-                    world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPUs", continuous_update=False),
-                    capacity=slider("GB per GPU", capacity, 192),
-                    strategy=W.Dropdown(options=list(memory.STRATEGIES), value=strategy, description="strategy"))
-    out = W.Output()
+    controls = dict(params=slider("参数 GB", params, 200), grads=slider("梯度 GB", grads, 200),
+                    optimizer=slider("优化器 GB", optimizer, 400), activations=slider("激活 GB", activations, 200),
+                    world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPU 数",
+                                           continuous_update=False),
+                    capacity=slider("单卡 GB", capacity, 192),
+                    strategy=W.Dropdown(options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], value=strategy,
+                                        description="策略"),
+                    weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10",
+                                   continuous_update=False))
+    goal = W.HTML()
     note = W.HTML()
+    guess = W.SelectMultiple(options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], rows=len(memory.STRATEGIES),
+                             description="我的预测")
+    reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
+    out = W.Output()
+    answer = W.Output()
+    state = {"revealed": False}
+
+    def current():
+        v = {k: c.value for k, c in controls.items()}
+        w = _weights(v["weights"], v["world_size"])
+        sizes = dict(params=v["params"], grads=v["grads"], optimizer=v["optimizer"], activations=v["activations"])
+        return v, w, sizes
+
+    def draw_answer():
+        v, w, sizes = current()
+        rows = memory.compare_strategies(v["world_size"], v["capacity"], weights=w, **sizes)
+        picked = set(guess.value)
+        right = {r.strategy for r in rows if r.fits}
+        with answer:
+            answer.clear_output(wait=True)
+            fig = draw_strategies(rows)
+            display(fig)
+            plt.close(fig)
+            print(describe_strategies(rows))
+            if picked == right:
+                print("你的预测和答案一致。")
+            else:
+                missed = "、".join(STRATEGY_ZH[s] for s in memory.STRATEGIES if s in right - picked) or "无"
+                extra = "、".join(STRATEGY_ZH[s] for s in memory.STRATEGIES if s in picked - right) or "无"
+                print(f"漏选的（其实装得下）：{missed}；多选的（其实装不下）：{extra}。")
 
     def redraw(_=None):
-        v = {k: c.value for k, c in controls.items()}
-        plan = memory.memory_plan(v["strategy"], v["world_size"], v["capacity"], params=v["params"],
-                                  grads=v["grads"], optimizer=v["optimizer"], activations=v["activations"])
-        note.value = f"<b>{plan.strategy}</b>: {plan.note}"
+        try:
+            v, w, sizes = current()
+            plan = memory.memory_plan(v["strategy"], v["world_size"], v["capacity"], weights=w, **sizes)
+        except ValueError as exc:
+            note.value = f"<b>{exc}</b>"
+            return
+        goal.value = (f"<b>目标</b>：把这个模型（参数 {v['params']:g} + 梯度 {v['grads']:g} + 优化器状态 "
+                      f"{v['optimizer']:g} + 激活 {v['activations']:g} GB）放进 {v['world_size']} 张 "
+                      f"{v['capacity']:g} GB 的卡：哪些策略装得下，每一步要付多少通信？")
+        note.value = f"<b>{STRATEGY_ZH[plan.strategy]}</b>：{plan.note}"
         with out:
             out.clear_output(wait=True)
             fig = draw_memory_plan(plan)
             display(fig)
             plt.close(fig)
             print(describe(plan))
+        if state["revealed"]:
+            draw_answer()
+
+    def on_reveal(_=None):
+        state["revealed"] = True
+        draw_answer()
 
     for c in controls.values():
         c.observe(redraw, names="value")
+    reveal.on_click(on_reveal)
     redraw()
     c = controls
-    return W.VBox([W.HBox([c["params"], c["grads"]]), W.HBox([c["optimizer"], c["activations"]]),
-                   W.HBox([c["world_size"], c["capacity"]]), c["strategy"], note, out])
+    return W.VBox([goal, W.HBox([c["params"], c["grads"]]), W.HBox([c["optimizer"], c["activations"]]),
+                   W.HBox([c["world_size"], c["capacity"], c["weights"]]), c["strategy"], note, out,
+                   W.HBox([guess, reveal]), answer])

@@ -1,0 +1,70 @@
+"""What every rank holds after each step of a ring all-reduce: the reduce-scatter half, then the all-gather half.
+
+:func:`ring_all_reduce_steps` follows the ring schedule of :mod:`mgpu_helpers.measure.bytes_sent` (at
+reduce-scatter step ``s`` rank ``r`` sends chunk ``(r - s - 1) % n`` to rank ``r + 1``; at all-gather step ``s``
+it passes on chunk ``(r - s) % n``), without running anything: each chunk of each rank is recorded as the set
+of ranks whose data it already sums. The all-reduce widget (:func:`mgpu_helpers.widgets.allreduce.show_steps`)
+draws these frames; notebook 07 uses them to set one all-reduce against a reduce-scatter followed by an
+all-gather, and notebook 12 can reuse them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The ring after one step. ``holds[rank][chunk]``: the ranks whose data that chunk sums;
+    ``received[rank]``: the chunk that rank has just received (None at the input);
+    ``sent[rank]``: what it has sent so far, as a fraction of the whole buffer S."""
+
+    phase: str             # "input", "reduce_scatter" or "all_gather"
+    step: int              # 0-based within the phase (-1 for the input)
+    holds: tuple
+    received: tuple
+    sent: tuple
+
+
+@dataclass(frozen=True)
+class RingSteps:
+    """All frames of a ring all-reduce of ``world_size`` ranks: the input, n - 1 reduce-scatter steps, n - 1
+    all-gather steps. ``rs_done`` is the index of the frame where the reduce-scatter half ends."""
+
+    world_size: int
+    frames: tuple
+
+    @property
+    def rs_done(self) -> int:
+        return self.world_size - 1
+
+    def owned_after_rs(self, rank: int) -> int:
+        """The chunk a rank holds fully reduced when the reduce-scatter ends: its own (chunk ``rank``)."""
+        full = frozenset(range(self.world_size))
+        done = [c for c, s in enumerate(self.frames[self.rs_done].holds[rank]) if s == full]
+        return done[0] if done else rank
+
+
+def ring_all_reduce_steps(world_size: int) -> RingSteps:
+    """Every step of a ring all-reduce over ``world_size`` ranks, one chunk per rank (see the module docstring)."""
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    n = int(world_size)
+    holds = [[frozenset([r]) for _ in range(n)] for r in range(n)]
+    frames = [Frame("input", -1, tuple(tuple(h) for h in holds), (None,) * n, (0.0,) * n)]
+    sent = 0.0
+    for phase in ("reduce_scatter", "all_gather"):
+        for s in range(n - 1):
+            prev = [list(h) for h in holds]
+            got = []
+            for r in range(n):
+                left = (r - 1) % n
+                if phase == "reduce_scatter":
+                    c = (r - s - 2) % n              # the chunk rank r - 1 sent: (r - 1 - s - 1) % n
+                    holds[r][c] = prev[r][c] | prev[left][c]
+                else:
+                    c = (r - s - 1) % n              # the chunk rank r - 1 passed on: (r - 1 - s) % n
+                    holds[r][c] = prev[left][c]
+                got.append(c)
+            sent += 1.0 / n
+            frames.append(Frame(phase, s, tuple(tuple(h) for h in holds), tuple(got), (sent,) * n))
+    return RingSteps(n, tuple(frames))
