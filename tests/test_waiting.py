@@ -66,3 +66,48 @@ def test_the_barrier_run_keeps_its_wait_span_and_a_short_collective():
     margin = straggler.collective_margin(res.values, UNIT_S)
     # With the timestamp barrier the waiting is spent before the all-reduce: rank 0's collective is short.
     assert statistics.median(res.values[0]["comm_s"]) < 3 * UNIT_S - margin
+
+
+# -- the dials timeline (08): waiting drawn inside the early ranks' collective ----------------------------------
+
+
+def test_the_model_run_puts_the_waiting_inside_every_collective_but_the_slow_ranks():
+    from mgpu_helpers.widgets import straggler as widget
+
+    spans, waits = widget.model_run(world_size=3, compute_ms=100, comm_ms=20, late_ms=50, slow_rank=1, steps=2)
+    for r in range(3):
+        comms = [s for s in spans[r] if s.kind == "communicate"]
+        assert [round(1e3 * s.seconds) for s in comms] == ([20, 20] if r == 1 else [70, 70])
+        assert [round(1e3 * w) for w in waits[r]] == ([0, 0] if r == 1 else [50, 50])
+    assert {s.kind for sp in spans for s in sp} == {"compute", "communicate"}
+    with pytest.raises(ValueError, match="slow_rank"):
+        widget.model_run(world_size=2, slow_rank=2)
+
+
+def test_the_dials_figure_hatches_the_waiting_and_labels_each_rank():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mgpu_helpers.widgets import straggler as widget, style
+
+    for projection in (False, True):
+        style.set_projection(projection)
+        fig = widget.draw_dials(world_size=4, compute_ms=100, comm_ratio=0.5, late_ms=80, slow_rank=2)
+        ax = fig.axes[0]
+        hatched = [p for p in ax.patches if p.get_hatch()]
+        assert len(hatched) == 3 * 2                          # three early ranks, two steps
+        texts = [t.get_text() for t in ax.texts]
+        assert texts == ["in all-reduce 130 ms", "in all-reduce 130 ms", "in all-reduce 50 ms", "in all-reduce 130 ms"]
+        plt.close(fig)
+    style.set_projection(False)
+    assert "等待 80 ms" in widget.dial_caption(4, 100, 50, 80)
+
+
+def test_the_dials_widget_builds_without_drawing():
+    from mgpu_helpers.widgets import straggler as widget
+
+    box = widget.show_dials()
+    sliders = box.children[0].children
+    assert [s.description for s in sliders] == ["通信 / 计算", "慢的 Rank 晚到 (ms)", "慢的是 rank"]
+    assert "拖动旋钮" in box.children[1].value

@@ -175,7 +175,8 @@ def cupy_nccl_all_reduce(rank: int, world_size: int, count: int = 1 << 20) -> di
     import torch.distributed as dist
     from cupy.cuda import nccl
 
-    assert NCCL_DATATYPES["float32"] == nccl.NCCL_FLOAT32 and NCCL_SUM == nccl.NCCL_SUM
+    if (NCCL_DATATYPES["float32"], NCCL_SUM) != (nccl.NCCL_FLOAT32, nccl.NCCL_SUM):
+        raise RuntimeError("this CuPy's NCCL enums differ from nccl.h's: update NCCL_DATATYPES / NCCL_SUM")
     device = mh.rank_device()
     cupy.cuda.Device(device.index).use()
     uid = [nccl.get_unique_id() if rank == 0 else None]       # rank 0 makes the id ...

@@ -18,7 +18,7 @@ from __future__ import annotations
 from mgpu_helpers.measure.straggler import median_waits, median_worst_wait, run_traced, wait_by_rank  # noqa: F401
 from mgpu_helpers.widgets import style
 
-PRESETS = {"12/6/4/2 (uneven)": (12, 6, 4, 2), "6/6/6/6 (balanced)": (6, 6, 6, 6)}
+PRESETS = {"12/6/4/2（不均衡）": (12, 6, 4, 2), "6/6/6/6（均衡）": (6, 6, 6, 6)}
 DRAWN_KINDS = ("compute", "wait", "communicate")
 
 
@@ -88,7 +88,7 @@ def parse_shards(text: str) -> tuple:
     parts = [p for p in text.replace(",", "/").split("/") if p.strip()]
     vals = tuple(float(p) for p in parts)
     if not 1 <= len(vals) <= 8 or any(v <= 0 for v in vals):
-        raise ValueError(f"give 1 to 8 positive shard sizes like 12/6/4/2, got {text!r}")
+        raise ValueError(f"请输入 1 到 8 个正数的 Shard 大小，例如 12/6/4/2；现在是 {text!r}")
     return vals
 
 
@@ -99,12 +99,12 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    box = W.Text(value=default, description="shards")
-    preset = W.Dropdown(options=["(custom)"] + list(PRESETS), value="(custom)", description="preset")
-    n_steps = W.IntSlider(value=steps, min=1, max=5, description="steps")
-    button = W.Button(description="Run on real ranks", button_style="primary")
-    cost = W.Dropdown(options=[("real matmuls", None), ("sleep 10 ms per unit (deterministic)", 0.010)],
-                      value=None, description="compute")
+    box = W.Text(value=default, description="Shard")
+    preset = W.Dropdown(options=["(自己输入)"] + list(PRESETS), value="(自己输入)", description="预设")
+    n_steps = W.IntSlider(value=steps, min=1, max=5, description="步数")
+    button = W.Button(description="在真实的 Rank 上运行", button_style="primary")
+    cost = W.Dropdown(options=[("真实的矩阵乘法", None), ("每单位睡 10 ms（确定成本）", 0.010)],
+                      value=None, description="计算")
     out = W.Output()
 
     def on_preset(change):
@@ -202,7 +202,7 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
                Patch(color=style.KIND_COLOURS["communicate"], label="all-reduce"),
                Patch(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH,
                      edgecolor=style.KIND_COLOURS["wait"], label="waiting, inside the all-reduce")]
-    fig.legend(handles=handles, loc="upper right", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
+    fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
     fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 
