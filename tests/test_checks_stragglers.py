@@ -156,3 +156,14 @@ def test_a_crossover_solved_numerically_passes(capsys):
 
     sc.check_allreduce_crossover_bytes(bisect)
     assert "通过：" in capsys.readouterr().out
+
+
+def test_a_helper_that_borrows_the_course_reduce_scatter_is_refused():
+    # As in notebook 08: the learner's all-reduce adds their own reduce-scatter and all-gather, and the
+    # reduce-scatter was taken from the course under another name.
+    from mgpu_helpers.lessons.cost_model import ring_reduce_scatter_seconds as course_rs
+    ns = {"course_rs": course_rs}
+    exec("def rs(N, n, a, b):\n    return course_rs(N, n, a, b)\n"
+         "def allreduce(N, n, a, b):\n    return 2 * rs(N, n, a, b)\n", ns)
+    with pytest.raises(CheckFailed, match="课程自己的 ring_reduce_scatter_seconds"):
+        sc.try_ring_allreduce_seconds(ns["allreduce"])

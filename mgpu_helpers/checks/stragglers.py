@@ -16,6 +16,31 @@ import sys
 from mgpu_helpers.checks.core import CheckFailed, call, fill_in, is_number, passed
 
 
+def _reachable(fn, depth: int = 3) -> list:
+    """The globals and closure values ``fn`` names, and, for the learner's own helper functions among them
+    (defined next to ``fn``), what those name in turn (a few levels deep)."""
+    out, todo, done = [], [(fn, 0)], set()
+    while todo:
+        f, d = todo.pop()
+        if id(f) in done:
+            continue
+        done.add(id(f))
+        code = getattr(f, "__code__", None)
+        names, stack = set(), [code] if code is not None else []
+        while stack:
+            c = stack.pop()
+            names.update(c.co_names)
+            stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+        glob = getattr(f, "__globals__", {})
+        values = [glob[n] for n in names if n in glob]
+        values += [c.cell_contents for c in (getattr(f, "__closure__", None) or ()) if _filled(c)]
+        out.extend(values)
+        if d < depth:
+            todo.extend((v, d + 1) for v in values
+                        if callable(v) and getattr(v, "__globals__", None) is getattr(fn, "__globals__", 0))
+    return out
+
+
 def _filled(cell) -> bool:
     try:
         cell.cell_contents
@@ -30,15 +55,7 @@ def refuse_reference(fn, what: str, targets):
     not be used. A global of ``fn`` that *is* one of them is refused at once; a call through the module
     (``mh.lessons.cost_model.x(...)``) meets a stand-in that raises :class:`CheckFailed`."""
     originals = [(mod, name, getattr(mod, name)) for mod, name in targets]
-    code = getattr(fn, "__code__", None)
-    names, stack = set(), [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-    glob = getattr(fn, "__globals__", {})
-    seen = [glob[n] for n in names if n in glob]
-    seen += [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    seen = _reachable(fn)
     for mod, name, orig in originals:
         for value in seen:
             if value is orig and fn is not orig:
@@ -106,7 +123,8 @@ def try_ring_allreduce_seconds(fn):
     from mgpu_helpers.lessons import cost_model
 
     what = "ring_allreduce_seconds"
-    targets = [(cost_model, "ring_allreduce_seconds")]
+    targets = [(cost_model, n) for n in ("ring_allreduce_seconds", "ring_reduce_scatter_seconds",
+                                          "ring_all_gather_seconds")]
 
     def check(f):
         with refuse_reference(f, what, targets):
