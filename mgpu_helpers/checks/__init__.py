@@ -56,10 +56,15 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
 | ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather, calls traced |
 | ex07 | :func:`check_bytes_sent` | ``bytes_each_rank_sends(op, nbytes, world_size, rank)``: a number, then counted |
-| ex08 | :func:`check_ring_allreduce_seconds` | the alpha-beta cost of a ring all-reduce |
+| ex08 | :func:`check_allreduce_crossover_bytes` | ``allreduce_crossover_bytes(n, alpha, beta)``: latency term = bandwidth term |
+| 08 | ``stragglers.try_ring_allreduce_seconds`` | notebook 08's fill-in: the ring all-reduce's alpha-beta cost |
+| 08 | ``stragglers.try_speedup_and_efficiency`` | notebook 08's fill-in: ``(speedup, efficiency)`` from two step times |
+| 08 | ``stragglers.try_straggler_from_collective`` | notebook 08's fill-in: the straggler from per-rank times inside the collective |
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
 | ex08 | :func:`check_wait_prediction` | ``predicted_wait_s()``: a number first, then measured on ranks |
-| ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
+| ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` on uneven shards |
+| 09 | ``dataparallel.try_local_gradient`` | notebook 09's fill-in: step 2 on this rank's shard |
+| 09 | ``dataparallel.try_weighted_average`` | notebook 09's fill-in: the whole-batch mean over uneven shards |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
 | ex11 | :func:`check_speedup_efficiency` | ``speedup_and_efficiency(t1_s, tn_s, world_size) -> (speedup, efficiency)`` |
@@ -137,6 +142,8 @@ __getattr__, __dir__, __all__ = attach(
         "best_rebalance": "stragglers",
         "check_rebalance": "stragglers",
         "check_wait_prediction": "stragglers",
+        "check_allreduce_crossover_bytes": "stragglers",
+        "check_straggler_from_collective": "stragglers",
         "check_data_parallel_step": "dataparallel",
         "COLLECTIVES": "diagnostics",
         "make_hang_evidence": "diagnostics",

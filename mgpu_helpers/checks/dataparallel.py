@@ -1,11 +1,21 @@
-"""Checkers for ex09: a data-parallel training step."""
+"""Checkers for notebook 09 and ex09: a data-parallel training step, uneven shards included.
+
+- :func:`check_data_parallel_step` (ex09): ``fn(model, optimizer, x, y, world_size)`` is one step on this rank's
+  shard; the shards are *uneven* in every run (50 rows on 4 ranks = 13/13/12/12, and rows that do not divide
+  the world size on 2 and 3 ranks), so an unweighted average of the local gradients is caught. A wrong result
+  is compared with the usual mistakes, trained in this process, to name the one made.
+- :func:`check_weighted_average` (notebook 09's fill-in): ``fn(local_grads, rows) -> tensor``, the whole-batch
+  mean gradient from per-rank mean gradients over shards of ``rows[r]`` rows.
+- :func:`check_local_gradient` (notebook 09's fill-in): the rank function of step 2 (shard, forward, backward),
+  called in this process for ranks other than 0 and uneven shards.
+"""
 from __future__ import annotations
 
 import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, compare, passed, rank_failure
+from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, passed, rank_failure
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -24,17 +34,52 @@ def _dp_rank(rank, world_size, fn, config):
     return ref.flat_params(model).numpy()
 
 
-def check_data_parallel_step(fn, world_sizes=(2, 3), timeout: float = 60.0) -> None:
-    """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard; after a few steps every
-    rank's weights equal one process trained on the whole batch."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
+def simulated_training(config, world_size: int, combine: str):
+    """Data parallelism simulated in one process: each step, every shard's mean-loss gradient, combined by
+    ``combine``: "weighted" (right: rows_r / N), "mean" (unweighted: 1 / world_size), "sum" (no division).
+    Returns the final flat parameters (numpy)."""
+    import torch
+
+    from mgpu_helpers.lessons.data_parallel import shard
     from mgpu_helpers.measure import dp_reference as ref
 
-    what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 取平均 → optimizer.step()"
+    data = ref.make_dataset(config)
+    shards = [shard(data, r, world_size) for r in range(world_size)]
+    model = ref.make_model(config)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    params = list(model.parameters())
+    for _ in range(config.steps):
+        total = [torch.zeros_like(p) for p in params]
+        for x, y in shards:
+            if len(x) == 0:
+                continue
+            grads = torch.autograd.grad(ref.mse_loss(model, x, y), params)
+            w = {"weighted": len(x) / config.n_samples, "mean": 1 / world_size, "sum": 1.0}[combine]
+            for t, g in zip(total, grads):
+                t += w * g
+        for p, t in zip(params, total):
+            p.grad = t
+        opt.step()
+    return ref.flat_params(model).numpy()
+
+
+UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}   # rows that never divide the world size
+
+
+def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = 60.0) -> None:
+    """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
+    ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.lessons.data_parallel import shard_range
+    from mgpu_helpers.measure import dp_reference as ref
+
+    what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
     rng = random.Random()
     for n in world_sizes:
-        config = ref.TrainConfig(n_samples=12 * rng.randint(1, 3), steps=3, seed=rng.randint(0, 10 ** 6))
+        rows = rng.choice(UNEVEN_CASES.get(n, (4 * n + 1,)))
+        config = ref.TrainConfig(n_samples=rows, steps=3, seed=rng.randint(0, 10 ** 6))
+        sizes = "/".join(str(len(shard_range(rows, r, n))) for r in range(n))
         try:
             res = run_ranks(_dp_rank, n, args=(fn, config), timeout=timeout, stream=False, quiet=True)
         except RankTimeout:
@@ -45,10 +90,136 @@ def check_data_parallel_step(fn, world_sizes=(2, 3), timeout: float = 60.0) -> N
         want = ref.train_single_process(config).numpy()
         for r, got in enumerate(res.values):
             hint = ""
-            if got is not None and np.shape(got) == want.shape and not np.allclose(got, want, atol=1e-9):
-                hint = ("提示：All-Reduce 的 SUM 之后要除以 world_size（平均）；zero_grad 要在 backward 之前；"
-                        "optimizer.step() 要在 All-Reduce 之后。")
-            compare(got, want, f"world_size = {n}，训练 {config.steps} 步后 rank {r} 的参数与单进程整批训练不同",
-                     hint, atol=1e-9, rtol=1e-9)
-    passed(f"data_parallel_step 在 world_size = {', '.join(map(str, world_sizes))} 上训练几步后，"
-            "每个 Rank 的参数都等于单进程整批训练。")
+            if got is not None and np.shape(got) == want.shape and not np.allclose(got, want, atol=1e-9, rtol=1e-9):
+                hint = _which_mistake(got, config, n, sizes)
+            compare(got, want, f"world_size = {n}，Shard {sizes} 行，训练 {config.steps} 步后 rank {r} 的参数"
+                    "与单进程整批训练不同", hint, atol=1e-9, rtol=1e-9)
+    passed(f"data_parallel_step 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 行数不同的 Shard 上"
+           "训练几步后，每个 Rank 的参数都等于单进程整批训练。")
+
+
+def _which_mistake(got, config, n, sizes) -> str:
+    for combine, why in (
+            ("mean", f"这正是“各 Rank 的局部梯度求和后除以 world_size”的结果：Shard 是 {sizes} 行，不一样大，"
+                     "简单平均给小 Shard 里的样本更大的权重。每个 Rank 的梯度要按它的行数加权：乘以 本地行数 / 总行数"
+                     "（总行数也可以用一次 All-Reduce 求出来），求和之后就不要再除以 world_size 了。"),
+            ("sum", "这是只求和、没有平均的结果：梯度大了约 world_size 倍，相当于学习率放大了。"
+                    "按行数加权：乘以 本地行数 / 总行数 再求和（不是简单地除以 world_size）。")):
+        if np.allclose(got, simulated_training(config, n, combine), atol=1e-9, rtol=1e-9):
+            return "提示：" + why
+    return ("提示：zero_grad 要在 backward 之前；optimizer.step() 要在 All-Reduce 之后；每个 Rank 的梯度按"
+            "本地行数 / 总行数加权后求和（不是简单地除以 world_size）。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 09's fill-ins.
+
+
+def _grad_cases(rng):
+    """(local mean gradients, rows per rank, what the case is): fixed edge cases, then random draws."""
+    def grads(n, d=6):
+        return [rng.integers(-9, 10, size=d).astype(np.float64) for _ in range(n)]
+    cases = [(grads(4), [13, 13, 12, 12], "50 行分给 4 个 Rank"),
+             (grads(2), [24, 24], "两片一样大"),
+             (grads(4), [1, 1, 1, 0], "3 行分给 4 个 Rank：rank 3 一行也没有"),
+             (grads(3), [7, 1, 2], "很不均匀的三片")]
+    for _ in range(15):
+        n = int(rng.integers(2, 9))
+        rows = [int(v) for v in rng.integers(0, 30, size=n)]
+        rows[int(rng.integers(n))] += 1                      # at least one row in all
+        cases.append((grads(n, int(rng.integers(1, 9))), rows, f"{n} 个 Rank，随机的行数"))
+    return cases
+
+
+def reference_weighted_average(local_grads, rows):
+    """The whole-batch mean gradient from per-shard mean gradients: ``sum(rows[r] * g[r]) / sum(rows)``
+    (a shard with no rows has no gradient to add: its entry is ignored)."""
+    import torch
+
+    total = sum(rows)
+    out = torch.zeros_like(torch.as_tensor(local_grads[0], dtype=torch.float64))
+    for g, k in zip(local_grads, rows):
+        if k:
+            out = out + k * torch.as_tensor(g, dtype=torch.float64)
+    return out / total
+
+
+def check_weighted_average(fn) -> None:
+    """``fn(local_grads, rows) -> tensor``: per rank a mean-loss gradient over ``rows[r]`` rows (a list of
+    float64 tensors; a rank with 0 rows holds NaN, there is nothing to average), the whole-batch mean."""
+    import torch
+
+    what = "weighted_average 要从各 Rank 的局部平均梯度算出整批的平均梯度"
+    rng = np.random.default_rng()
+    for grads, rows, desc in _grad_cases(rng):
+        local = [torch.tensor(g) if k else torch.full(g.shape, float("nan"), dtype=torch.float64)
+                 for g, k in zip(grads, rows)]
+        got = call(fn, what, [g.clone() for g in local], list(rows))
+        want = reference_weighted_average([torch.tensor(g) for g in grads], rows).numpy()
+        hint = ""
+        g = np.asarray(grads)
+        if got is not None and np.shape(got) == want.shape:
+            gv = np.asarray(torch.as_tensor(got), dtype=np.float64)
+            if np.allclose(gv, g.mean(0)):
+                hint = "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"
+            elif np.allclose(gv, g.sum(0)):
+                hint = "这是和，不是平均。"
+            elif np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)):
+                hint = "加权之后要除以总行数，不是 Rank 数。"
+            elif np.isnan(gv).any():
+                hint = "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"
+        compare(got, want, f"{desc}（rows = {rows}）", hint, atol=1e-9, rtol=1e-9)
+    passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
+
+
+def try_weighted_average(fn):
+    """Notebook 09's fill-in; the checker's reference while it is unwritten."""
+    return fill_in(fn, check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
+
+
+def check_local_gradient(fn) -> None:
+    """``fn(rank, world_size, config) -> {"rows", "loss", "grad", ...}`` (step 2 alone, no communication),
+    called in this process for ranks other than 0, uneven shards and a shard of one row."""
+    import torch
+
+    from mgpu_helpers.lessons.data_parallel import shard
+    from mgpu_helpers.measure import dp_reference as ref
+
+    what = "local_gradient 要在本 Rank 的那片数据上做一次 forward + backward"
+    rng = random.Random()
+    cases = [(1, 4, 50), (3, 4, 50), (2, 3, 7), (0, 2, 48), (4, 5, 5)]
+    cases += [(lambda w: (rng.randrange(w), w, rng.randint(w, 60)))(rng.randint(2, 8)) for _ in range(3)]
+    for rank, ws, n in cases:
+        config = ref.TrainConfig(n_samples=n, seed=rng.randint(0, 10 ** 6))
+        x, y = shard(ref.make_dataset(config), rank, ws)
+        model = ref.make_model(config)
+        loss = ref.mse_loss(model, x, y)
+        loss.backward()
+        want = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        got = call(fn, what, rank, ws, config)
+        where = f"rank {rank}，world_size = {ws}，{n} 行"
+        if not isinstance(got, dict) or "grad" not in got or "rows" not in got:
+            raise CheckFailed(f"{where}：应当返回一个含 \"rows\"、\"loss\" 和 \"grad\" 的 dict，实际得到 {type(got).__name__}。")
+        if got["rows"] != len(x):
+            hint = "用的是整批数据，没有切片。" if got["rows"] == n else "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
+            raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
+        g = torch.as_tensor(got["grad"]).reshape(-1)
+        hint = ""
+        if g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12):
+            hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
+        compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
+        if abs(float(got["loss"]) - float(loss)) > 1e-10:
+            raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")
+    passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
+
+
+def try_local_gradient(fn):
+    """Notebook 09's fill-in; the course's version (``mh.lessons.data_parallel.local_gradient``) while unwritten."""
+    from mgpu_helpers.checks.stragglers import refuse_reference
+    from mgpu_helpers.lessons import data_parallel
+
+    def check(f):
+        with refuse_reference(f, "local_gradient", [(data_parallel, "local_gradient")]):
+            check_local_gradient(f)
+
+    return fill_in(fn, check, data_parallel.local_gradient, "本地的 forward + backward")

@@ -1,10 +1,83 @@
-"""Checkers for ex08: the performance model and stragglers."""
+"""Checkers for notebook 08 and ex08: the performance model and stragglers.
+
+Notebook 08's fill-ins go through ``try_<name>(fn)`` (:func:`mgpu_helpers.checks.core.fill_in`: while ``fn`` is
+the stub it returns the course's version); the exercises call ``check_<name>(fn)``. A fill-in that calls the
+course's own implementation (``mh.lessons.cost_model``, ``mh.models.scaling``, ``mh.measure.straggler``) is
+refused: :func:`refuse_reference` looks for it among the function's globals and replaces it while checking.
+"""
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+import statistics
+import sys
 
-from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
+from mgpu_helpers.checks.core import CheckFailed, call, fill_in, is_number, passed
+
+
+def _reachable(fn, depth: int = 3) -> list:
+    """The globals and closure values ``fn`` names, and, for the learner's own helper functions among them
+    (defined next to ``fn``), what those name in turn (a few levels deep)."""
+    out, todo, done = [], [(fn, 0)], set()
+    while todo:
+        f, d = todo.pop()
+        if id(f) in done:
+            continue
+        done.add(id(f))
+        code = getattr(f, "__code__", None)
+        names, stack = set(), [code] if code is not None else []
+        while stack:
+            c = stack.pop()
+            names.update(c.co_names)
+            stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+        glob = getattr(f, "__globals__", {})
+        values = [glob[n] for n in names if n in glob]
+        values += [c.cell_contents for c in (getattr(f, "__closure__", None) or ()) if _filled(c)]
+        out.extend(values)
+        if d < depth:
+            todo.extend((v, d + 1) for v in values
+                        if callable(v) and getattr(v, "__globals__", None) is getattr(fn, "__globals__", 0))
+    return out
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def refuse_reference(fn, what: str, targets):
+    """While checking ``fn``: ``targets`` (``[(module, attribute name), ...]``, the course's own versions) may
+    not be used. A global of ``fn`` that *is* one of them is refused at once; a call through the module
+    (``mh.lessons.cost_model.x(...)``) meets a stand-in that raises :class:`CheckFailed`."""
+    originals = [(mod, name, getattr(mod, name)) for mod, name in targets]
+    seen = _reachable(fn)
+    for mod, name, orig in originals:
+        for value in seen:
+            if value is orig and fn is not orig:
+                raise CheckFailed(f"{what}：`{getattr(fn, '__name__', fn)}` 直接用了课程自己的 {name}"
+                                  f"（{mod.__name__}.{name}）；这一格要你自己写出它的计算。")
+
+    def stand_in(name, orig):
+        def refuse(*args, **kwargs):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.startswith("mgpu_helpers."):       # the checker's own reference: let it through
+                return orig(*args, **kwargs)
+            raise CheckFailed(f"{what}：调用了课程自己的 {name}；这一格要你自己写出它的计算。")
+        return refuse
+
+    for mod, name, orig in originals:
+        if orig is not fn:
+            setattr(mod, name, stand_in(name, orig))
+    try:
+        yield
+    finally:
+        for mod, name, orig in originals:
+            setattr(mod, name, orig)
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -19,11 +92,45 @@ def check_ring_allreduce_seconds(fn) -> None:
     for nbytes, n, alpha, beta in cases:
         got = call(fn, what, nbytes, n, alpha, beta)
         want = cost_model.ring_allreduce_seconds(nbytes, n, alpha, beta)
-        if got is None or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
+        if not is_number(got) or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
             lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
             raise CheckFailed(f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
-                              f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。")
-    passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致。")
+                              f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。"
+                              f"{_ring_hint(got, nbytes, n, alpha, beta)}")
+    passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致（含 1 个 Rank）。")
+
+
+def _ring_hint(got, nbytes, n, alpha, beta) -> str:
+    """Name the usual slip when ``got`` is one of the usual wrong formulas."""
+    if not is_number(got):
+        return " 要返回一个数（秒）。"
+    got = float(got)
+    slips = [((n - 1) * alpha + (n - 1) / n * nbytes * beta, "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，"
+              "两个阶段各走 world_size − 1 步。"),
+             (2 * (n - 1) * alpha + 2 * (n - 1) * nbytes * beta, "每一步每个 Rank 只发一块，nbytes / world_size 字节，"
+              "不是整个 Buffer。"),
+             (2 * n * alpha + 2 * (n - 1) / n * nbytes * beta, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
+             (2 * (n - 1) * alpha + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。")]
+    for value, why in slips:
+        if math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-15):
+            return " " + why
+    return ""
+
+
+def try_ring_allreduce_seconds(fn):
+    """Notebook 08's fill-in: the learner's ring all-reduce cost, checked (not the course's own); the course's
+    version while it is unwritten."""
+    from mgpu_helpers.lessons import cost_model
+
+    what = "ring_allreduce_seconds"
+    targets = [(cost_model, n) for n in ("ring_allreduce_seconds", "ring_reduce_scatter_seconds",
+                                          "ring_all_gather_seconds")]
+
+    def check(f):
+        with refuse_reference(f, what, targets):
+            check_ring_allreduce_seconds(f)
+
+    return fill_in(fn, check, cost_model.ring_allreduce_seconds, "环形 All-Reduce 的 alpha-beta 代价")
 
 
 def best_rebalance(shards, seconds) -> list[int]:
@@ -113,3 +220,172 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
                           f"{shard_units[rank]:g} 个单位后，要等到谁算完？")
     passed(f"你预测 rank {rank} 等 {float(guess):.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
            f"（误差上限 ±{tolerance:.3f} s）。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 08: speed-up and strong-scaling efficiency from two step times.
+
+
+def check_speedup_and_efficiency(fn) -> None:
+    """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)`` for strong scaling (the same job on world_size
+    ranks). Edge cases in every run: one rank, a slow-down (tn > t1), the 400 ms / 250 ms example."""
+    what = "speedup_and_efficiency 要返回 (加速比, 强扩展效率)"
+    rng = random.Random()
+    cases = [(0.400, 0.250, 2), (0.100, 0.100, 1), (0.0006, 0.000274, 4), (0.200, 0.260, 8)]
+    cases += [(rng.uniform(0.001, 5), rng.uniform(0.0005, 5), rng.randint(1, 16)) for _ in range(30)]
+    for t1, tn, n in cases:
+        got = call(fn, what, t1, tn, n)
+        s_want, e_want = t1 / tn, t1 / (n * tn)
+        where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
+        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(v) for v in got):
+            raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
+        s, e = (float(v) for v in got)
+        if not math.isclose(s, s_want, rel_tol=1e-9):
+            why = ""
+            if math.isclose(s, tn / t1, rel_tol=1e-9):
+                why = "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"
+            elif math.isclose(s, t1 / tn * n, rel_tol=1e-9):
+                why = "加速比只比较两个步时，不再乘卡数。"
+            raise CheckFailed(f"{where}：加速比应当是 {s_want:.4g}，你给的是 {s:.4g}。{why}")
+        if not math.isclose(e, e_want, rel_tol=1e-9):
+            why = ""
+            if math.isclose(e, s_want, rel_tol=1e-9):
+                why = f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"
+            elif math.isclose(e, n / s_want, rel_tol=1e-9):
+                why = "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。"
+            raise CheckFailed(f"{where}：强扩展效率应当是 {e_want:.4g}，你给的是 {e:.4g}。{why}")
+    passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（含 1 张卡和多卡反而变慢的情形）。")
+
+
+def try_speedup_and_efficiency(fn):
+    """Notebook 08's fill-in; the course's version (from ``mh.models.scaling``) while it is unwritten."""
+    from mgpu_helpers.models import scaling
+
+    def reference(t1_s, tn_s, world_size):
+        return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
+
+    targets = [(scaling, "speedup"), (scaling, "strong_scaling_efficiency"), (scaling, "weak_scaling_efficiency")]
+
+    def check(f):
+        with refuse_reference(f, "speedup_and_efficiency", targets):
+            check_speedup_and_efficiency(f)
+
+    return fill_in(fn, check, reference, "加速比和扩展效率")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 08: which rank is the straggler, read from the time each rank spent inside the collective.
+
+
+def _collective_case(rng, world_size, straggler, late_s, base_s=0.002, stalled=None, steps=5):
+    """Per-rank lists of per-step times inside the all-reduce when ``straggler`` arrives ``late_s`` after
+    the others: they wait inside the collective, it does not. ``stalled=(rank, step, s)``: in that one step
+    another rank was held up ``s`` seconds (then it arrives last and everyone else waits for it)."""
+    out = [[0.0] * steps for _ in range(world_size)]
+    for k in range(steps):
+        arrive = [0.0] * world_size
+        arrive[straggler] = late_s
+        if stalled is not None and stalled[1] == k:
+            arrive[stalled[0]] += stalled[2]
+        last = max(arrive)
+        for r in range(world_size):
+            out[r][k] = last - arrive[r] + base_s * rng.uniform(0.8, 1.3)
+    return out
+
+
+def collective_cases(rng=None) -> list[tuple[list, int, str]]:
+    """``(collective_s per rank per step, straggler rank, what the case is)``: the fixed edge cases first,
+    then random draws."""
+    rng = rng or random.Random()
+    cases = [
+        (_collective_case(rng, 2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
+        (_collective_case(rng, 4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
+        (_collective_case(rng, 4, 2, 0.100, stalled=(1, 0, 0.5)), 2,
+         "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s"),
+        (_collective_case(rng, 8, 5, 0.060, stalled=(0, 2, 0.4)), 5,
+         "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s"),
+    ]
+    for _ in range(20):
+        n = rng.randint(2, 8)
+        strag = rng.randrange(n)
+        stalled = None
+        if rng.random() < 0.5:
+            other = rng.choice([r for r in range(n) if r != strag])
+            stalled = (other, rng.randrange(5), rng.uniform(0.3, 0.8))
+        cases.append((_collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled), strag,
+                      f"{n} 个 Rank，随机的一组"))
+    return cases
+
+
+def check_straggler_from_collective(fn, cases=None) -> None:
+    """``fn(collective_s) -> rank``: ``collective_s[r]`` is the list of rank r's times inside the all-reduce,
+    one per step. The straggler is the rank whose collective is SHORT (the others waited in it for it);
+    one stalled step of another rank must not change the answer (a median per rank, not a sum or one step)."""
+    what = "straggler_from_collective 要从每个 Rank 在 Collective 里的时间找出 Straggler"
+    for collective_s, strag, desc in cases or collective_cases():
+        got = call(fn, what, [list(c) for c in collective_s])
+        med = [statistics.median(c) for c in collective_s]
+        table = "，".join(f"rank {r} {1e3 * m:.0f} ms" for r, m in enumerate(med))
+        where = f"{desc}（每个 Rank 在 Collective 里的时间，各步中位数：{table}）"
+        if isinstance(got, bool) or not isinstance(got, int) and not (is_number(got) and float(got).is_integer()):
+            raise CheckFailed(f"{where}：应当返回一个 Rank 号（整数），实际得到 {got!r}。")
+        got = int(got)
+        if got == strag:
+            continue
+        why = ""
+        if got == max(range(len(med)), key=lambda r: med[r]):
+            why = ("你选了 Collective 最长的 Rank。长的 Collective 里装的是等待：早到的 Rank 在里面等最后一个。"
+                   "最后到的那个不用等，它的 Collective 最短。")
+        elif got == strag + 1:
+            why = "Rank 号从 0 开始数。"
+        elif got == min(range(len(med)), key=lambda r: collective_s[r][0]):
+            why = "你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。看每个 Rank 各步的中位数。"
+        elif got == min(range(len(med)), key=lambda r: sum(collective_s[r])):
+            why = "你把各步加了起来；一步里 0.5 s 的耽搁会盖过好几步的规律。看每个 Rank 各步的中位数。"
+        raise CheckFailed(f"{where}：Straggler 是 rank {strag}，你的答案是 rank {got}。{why}")
+    passed("straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。")
+
+
+def try_straggler_from_collective(fn):
+    """Notebook 08's fill-in; the course's version (``mh.measure.straggler.straggler_by_collective``) while it is
+    unwritten."""
+    from mgpu_helpers.measure import straggler
+
+    def check(f):
+        with refuse_reference(f, "straggler_from_collective", [(straggler, "straggler_by_collective")]):
+            check_straggler_from_collective(f)
+
+    return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex08, exercise 1: where latency and bandwidth cost the same.
+
+
+def check_allreduce_crossover_bytes(fn) -> None:
+    """``fn(world_size, alpha, beta) -> bytes``: the message size at which a ring all-reduce's bandwidth term
+    equals its latency term (``2(n-1) alpha = 2(n-1)/n N beta``, so ``N = n alpha / beta``)."""
+    what = "allreduce_crossover_bytes 要给出带宽项等于延迟项时的消息大小（字节）"
+    rng = random.Random()
+    cases = [(2, 8.6e-6, 1 / 295e9), (8, 20e-6, 1 / 100e9), (3, 5e-6, 1e-10)]
+    cases += [(rng.randint(2, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9)) for _ in range(30)]
+    for n, alpha, beta in cases:
+        got = call(fn, what, n, alpha, beta)
+        want = n * alpha / beta
+        where = f"world_size = {n}，alpha = {alpha:.3g} s，1/beta = {1 / beta / 1e9:.3g} GB/s"
+        if not is_number(got):
+            raise CheckFailed(f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
+        got = float(got)
+        if math.isclose(got, want, rel_tol=1e-9):
+            continue
+        why = ""
+        if math.isclose(got, alpha / beta, rel_tol=1e-9):
+            why = "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，n 要乘回来。"
+        elif math.isclose(got, (n - 1) * alpha / beta, rel_tol=1e-9) or math.isclose(got, 2 * (n - 1) * alpha / beta, rel_tol=1e-9):
+            why = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。"
+        elif math.isclose(got, alpha / beta / n, rel_tol=1e-9):
+            why = "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"
+        elif math.isclose(got, want / 1e9, rel_tol=1e-9) or math.isclose(got, want / 2**30, rel_tol=1e-9):
+            why = "要的是字节，不是 GB。"
+        raise CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
+    passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")

@@ -34,10 +34,13 @@ def local_gradient(rank: int, world_size: int, config=None) -> dict:
     ref = mh.measure.dp_reference
     config = config or ref.TrainConfig()
     device = mh.rank_device()
+    ### BEGIN SOLUTION
+    # ✎ x, y = 本 Rank 的那片；model = 同一组初始权重；loss = 局部平均 loss；再 backward
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
     loss = ref.mse_loss(model, x.to(device), y.to(device))
     loss.backward()                                  # local: this rank's rows and this rank's replica only
+    ### END SOLUTION
     grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).cpu()
     return {"rank": rank, "device": str(device), "rows": len(x), "loss": float(loss.detach()), "grad": grad}
 
@@ -172,7 +175,8 @@ def cupy_nccl_all_reduce(rank: int, world_size: int, count: int = 1 << 20) -> di
     import torch.distributed as dist
     from cupy.cuda import nccl
 
-    assert NCCL_DATATYPES["float32"] == nccl.NCCL_FLOAT32 and NCCL_SUM == nccl.NCCL_SUM
+    if (NCCL_DATATYPES["float32"], NCCL_SUM) != (nccl.NCCL_FLOAT32, nccl.NCCL_SUM):
+        raise RuntimeError("this CuPy's NCCL enums differ from nccl.h's: update NCCL_DATATYPES / NCCL_SUM")
     device = mh.rank_device()
     cupy.cuda.Device(device.index).use()
     uid = [nccl.get_unique_id() if rank == 0 else None]       # rank 0 makes the id ...

@@ -24,11 +24,13 @@ from __future__ import annotations
 import statistics
 
 
-def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_unit=None, grad_numel=None):
+def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_unit=None, grad_numel=None,
+               timestamp_barrier: bool = True):
     """Run the straggler step on ``len(shard_units)`` real ranks for ``steps`` steps; returns RankResults.
 
     ``seconds_per_unit``: None for real matmuls, or seconds per unit of shard (a number, or one per rank) for
-    the deterministic-cost mode.
+    the deterministic-cost mode. ``timestamp_barrier=False``: no wait span; the early ranks wait inside the
+    all-reduce (see :func:`run_waiting_inside`).
     """
     from mgpu_helpers.launcher import launch
     from mgpu_helpers.measure import workloads
@@ -36,7 +38,8 @@ def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_u
     if not shard_units or any(u < 0 for u in shard_units):
         raise ValueError(f"give one non-negative shard size per rank, like (12, 6, 4, 2); got {shard_units!r}")
     return launch.run_ranks(workloads.straggler_step, len(shard_units),
-                            args=(shard_units, grad_numel, steps, None, None, seconds_per_unit),
+                            args=(shard_units, grad_numel, steps, None, None, seconds_per_unit,
+                                  timestamp_barrier),
                             timeout=timeout, stream=False, quiet=True)
 
 
@@ -129,3 +132,41 @@ def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, i
             if predicted[a] - predicted[b] > 2 * margin and not waits[a] > waits[b]:
                 wrong.append((a, b))
     return wrong
+
+
+# -- waiting inside the collective (no timestamp barrier) ------------------------------------------------------
+
+
+def run_waiting_inside(shard_units, steps: int = 5, seconds_per_unit=0.020, grad_numel=None,
+                       timeout: float = 60.0):
+    """The deterministic-cost straggler step with no timestamp barrier: each rank enters the all-reduce as soon
+    as its compute is done, so the early ranks wait *inside* it. Returns RankResults: ``.spans`` hold only
+    compute and communicate spans (as a profiler trace would), ``.values[r]["comm_s"]`` the time inside the
+    collective per step and ``.values[r]["wait_s"]`` the part of it that was waiting (known afterwards from the
+    all-gathered arrival times). ``seconds_per_unit`` None runs real matmuls instead (not deterministic)."""
+    return run_traced(shard_units, steps=steps, timeout=timeout, seconds_per_unit=seconds_per_unit,
+                      grad_numel=grad_numel, timestamp_barrier=False)
+
+
+def median_collective(values) -> list[float]:
+    """Per rank, the median over steps of the time inside the all-reduce (seconds)."""
+    return [statistics.median(v["comm_s"]) for v in values]
+
+
+def straggler_by_collective(collective_s) -> int:
+    """The straggler from the time each rank spent inside the collective (``collective_s[r]``: a number, or
+    a list of per-step times whose median is used): the rank whose collective is the SHORTEST. Every other
+    rank arrived earlier and waited for it inside the collective; the straggler arrived last and only paid
+    for the collective itself."""
+    per_rank = [statistics.median(t) if isinstance(t, (list, tuple)) else float(t) for t in collective_s]
+    if not per_rank:
+        raise ValueError("give one collective time (or list of per-step times) per rank")
+    return min(range(len(per_rank)), key=lambda r: per_rank[r])
+
+
+def collective_margin(values, seconds_per_unit) -> float:
+    """This run's bound (s) on how far a rank's median time inside the collective can be from the model
+    ``(max shard - own shard) * s + (the all-reduce itself)``: :func:`model_margin` (start skew and late
+    wake-ups) plus the largest time the all-reduce itself took on any rank and step (``comm_s - wait_s``)."""
+    itself = max(c - w for v in values for c, w in zip(v["comm_s"], v["wait_s"]))
+    return model_margin(values, seconds_per_unit) + max(0.0, itself)

@@ -5,7 +5,8 @@ Each function here is a rank function ``fn(rank, world_size, ...)`` for :func:`m
 depend on the device (small on the CPU, real on a GPU).
 
 - :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce; records compute /
-  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times. With
+  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times
+  (``timestamp_barrier=False``: no separate wait, the early ranks wait inside the all-reduce, as in a trace). With
   ``seconds_per_unit`` its compute is :func:`sleep_units` (deterministic cost: the same time whatever else
   the machine runs), else :func:`compute_units` (real matmuls, whose time depends on the device and the load).
 - :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
@@ -81,7 +82,8 @@ def _gather_times(times, device, world_size: int) -> list[list[float]]:
 
 
 def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | None = None, steps: int = 1,
-                   m: int | None = None, per_unit: int | None = None, seconds_per_unit=None) -> dict:
+                   m: int | None = None, per_unit: int | None = None, seconds_per_unit=None,
+                   timestamp_barrier: bool = True) -> dict:
     """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
 
     ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
@@ -91,9 +93,15 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     at the collective until the last rank arrived, measured from the all-gathered arrival times) and
     "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device).
 
+    ``timestamp_barrier=False`` leaves out the all-gather of arrival times before the all-reduce, as in a real
+    training step: each rank enters the all-reduce as soon as its compute is done, so the early ranks wait
+    *inside* the collective and their "communicate" span holds that waiting (what a profiler trace shows).
+    The arrival times are then all-gathered *after* the all-reduce, so ``wait_s`` (last arrival minus own
+    arrival) is still known, but it is no span of its own: ``comm_s >= wait_s`` on every rank and step.
+
     Returns a dict with the rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and
     ``start_skew_s`` (how far apart the ranks left the barrier that starts the step), plus ``result`` (the
-    all-reduced gradient's first value, identical on every rank).
+    all-reduced gradient's first value, identical on every rank) and ``timestamp_barrier``.
     """
     import torch
     import torch.distributed as dist
@@ -120,22 +128,26 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     dist.all_reduce(torch.zeros(1, device=device))
     synchronize_device(device)
     out = dict(rank=rank, device=str(device), shard=shard_units[rank], compute_s=[], wait_s=[], comm_s=[],
-               start_skew_s=[])
+               start_skew_s=[], timestamp_barrier=bool(timestamp_barrier))
     for step in range(steps):
         dist.barrier()                            # start every rank's step together
         t0 = time.monotonic()
         with trace.span("compute", f"shard {shard_units[rank]}"):
             work(units, seed=step)
         arrived = time.monotonic()
-        times = _gather_times((t0, arrived), device, world_size)
-        last = max(t[1] for t in times)
-        trace.record("wait", arrived, max(arrived, last), "wait for the slowest rank")
+        if timestamp_barrier:                     # waiting measured before the collective, as its own span
+            times = _gather_times((t0, arrived), device, world_size)
+            last = max(t[1] for t in times)
+            trace.record("wait", arrived, max(arrived, last), "wait for the slowest rank")
         t_comm = time.monotonic()
         with trace.span("communicate", "all_reduce"):
             g = grad.clone()
-            dist.all_reduce(g)
+            dist.all_reduce(g)                    # without the timestamp barrier, early ranks wait in here
             synchronize_device(device)
         t_end = time.monotonic()
+        if not timestamp_barrier:                 # after the collective: nothing it measures is changed
+            times = _gather_times((t0, arrived), device, world_size)
+            last = max(t[1] for t in times)
         out["compute_s"].append(arrived - t0)
         out["wait_s"].append(max(0.0, last - arrived))
         out["comm_s"].append(t_end - t_comm)

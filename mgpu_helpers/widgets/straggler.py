@@ -5,6 +5,12 @@ take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.measure.trac
 Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them on real ranks with
 :func:`mgpu_helpers.measure.straggler.run_traced`, see the timeline. The waits and medians are computed in
 :mod:`mgpu_helpers.measure.straggler`.
+
+Waiting inside the collective: :func:`draw_inside` draws a run without the timestamp barrier (or the model's
+:func:`model_run`) with the waiting hatched *inside* each early rank's all-reduce bar, as a profiler trace
+would hold it. :func:`show_dials` gives two dials, communication against compute and how late the slow rank
+is, and redraws the model at once (no ranks are launched, so it stays quick and works in a static export
+through :func:`draw_dials`).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from __future__ import annotations
 from mgpu_helpers.measure.straggler import median_waits, median_worst_wait, run_traced, wait_by_rank  # noqa: F401
 from mgpu_helpers.widgets import style
 
-PRESETS = {"12/6/4/2 (uneven)": (12, 6, 4, 2), "6/6/6/6 (balanced)": (6, 6, 6, 6)}
+PRESETS = {"12/6/4/2（不均衡）": (12, 6, 4, 2), "6/6/6/6（均衡）": (6, 6, 6, 6)}
 DRAWN_KINDS = ("compute", "wait", "communicate")
 
 
@@ -82,7 +88,7 @@ def parse_shards(text: str) -> tuple:
     parts = [p for p in text.replace(",", "/").split("/") if p.strip()]
     vals = tuple(float(p) for p in parts)
     if not 1 <= len(vals) <= 8 or any(v <= 0 for v in vals):
-        raise ValueError(f"give 1 to 8 positive shard sizes like 12/6/4/2, got {text!r}")
+        raise ValueError(f"请输入 1 到 8 个正数的 Shard 大小，例如 12/6/4/2；现在是 {text!r}")
     return vals
 
 
@@ -93,12 +99,12 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    box = W.Text(value=default, description="shards")
-    preset = W.Dropdown(options=["(custom)"] + list(PRESETS), value="(custom)", description="preset")
-    n_steps = W.IntSlider(value=steps, min=1, max=5, description="steps")
-    button = W.Button(description="Run on real ranks", button_style="primary")
-    cost = W.Dropdown(options=[("real matmuls", None), ("sleep 10 ms per unit (deterministic)", 0.010)],
-                      value=None, description="compute")
+    box = W.Text(value=default, description="Shard")
+    preset = W.Dropdown(options=["(自己输入)"] + list(PRESETS), value="(自己输入)", description="预设")
+    n_steps = W.IntSlider(value=steps, min=1, max=5, description="步数")
+    button = W.Button(description="在真实的 Rank 上运行", button_style="primary")
+    cost = W.Dropdown(options=[("真实的矩阵乘法", None), ("每单位睡 10 ms（确定成本）", 0.010)],
+                      value=None, description="计算")
     out = W.Output()
 
     def on_preset(change):
@@ -122,3 +128,132 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
     preset.observe(on_preset, names="value")
     button.on_click(on_run)
     return W.VBox([W.HBox([box, preset]), W.HBox([n_steps, button]), cost, out])
+
+
+# -- waiting inside the collective: a measured run without the timestamp barrier, or the model -----------------
+
+WAIT_HATCH = "////"
+
+
+def model_run(world_size: int = 4, compute_ms: float = 100.0, comm_ms: float = 30.0, late_ms: float = 60.0,
+              slow_rank: int = 1, steps: int = 2):
+    """A modelled synchronous run: every rank computes ``compute_ms`` (the slow rank ``late_ms`` longer), then
+    enters the all-reduce at once; the all-reduce ends ``comm_ms`` after the last rank arrived. Returns
+    ``(spans_per_rank, waits)`` like a run without the timestamp barrier: ``waits[r][k]`` is the part of rank
+    r's collective in step k that was waiting."""
+    from mgpu_helpers.measure.trace import Span
+
+    if not 0 <= slow_rank < world_size:
+        raise ValueError(f"slow_rank must be in 0..{world_size - 1}, got {slow_rank}")
+    if min(compute_ms, comm_ms, late_ms) < 0:
+        raise ValueError("compute_ms, comm_ms and late_ms must be >= 0")
+    spans = [[] for _ in range(world_size)]
+    waits = [[] for _ in range(world_size)]
+    t = 0.0
+    for _ in range(steps):
+        arrive = [t + (compute_ms + (late_ms if r == slow_rank else 0.0)) / 1e3 for r in range(world_size)]
+        end = max(arrive) + comm_ms / 1e3
+        for r in range(world_size):
+            spans[r].append(Span("compute", "compute", t, arrive[r]))
+            spans[r].append(Span("communicate", "all_reduce", arrive[r], end))
+            waits[r].append(max(arrive) - arrive[r])
+        t = end
+    return spans, waits
+
+
+def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-reduce", labels=None):
+    """Compute and all-reduce bars per rank; the first ``waits[r][k]`` seconds of rank r's k-th all-reduce are
+    hatched: waiting for the last rank, inside the collective. Each row ends with the median time inside the
+    collective. Returns the Figure."""
+    import statistics
+
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    st = style.current()
+    n = len(spans_per_rank)
+    fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * n + 1.6))
+    t0 = _origin(spans_per_rank)
+    inside = []
+    for r, spans in enumerate(spans_per_rank):
+        comms = [s for s in spans if s.kind == "communicate"]
+        inside.append(statistics.median(s.seconds for s in comms) if comms else 0.0)
+        for s in spans:
+            if s.kind not in ("compute", "communicate") or s.seconds <= 0:
+                continue
+            ax.barh(r, s.seconds * 1e3, left=(s.start - t0) * 1e3, height=0.6,
+                    color=style.KIND_COLOURS[s.kind], edgecolor="white", linewidth=0.5)
+        for s, w in zip(comms, waits[r]):
+            w = min(max(0.0, w), s.seconds)
+            if w > 0:
+                ax.barh(r, w * 1e3, left=(s.start - t0) * 1e3, height=0.6, color=style.KIND_COLOURS["communicate"],
+                        hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"], linewidth=0.0)
+    x_end = max((s.end for spans in spans_per_rank for s in spans), default=t0)
+    x_end = (x_end - t0) * 1e3 or 1.0
+    for r in range(n):
+        ax.text(x_end * 1.01, r, f"in all-reduce {inside[r] * 1e3:.0f} ms", va="center", fontsize=st.font_size * 0.8)
+    ax.set_yticks(range(n), labels or [f"rank {r}" for r in range(n)])
+    ax.invert_yaxis()
+    ax.set_xlim(0, x_end * 1.32)
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title, fontsize=st.font_size)
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color=style.KIND_COLOURS["compute"], label="compute"),
+               Patch(color=style.KIND_COLOURS["communicate"], label="all-reduce"),
+               Patch(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH,
+                     edgecolor=style.KIND_COLOURS["wait"], label="waiting, inside the all-reduce")]
+    fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    return fig
+
+
+def dial_caption(world_size: int, compute_ms: float, comm_ms: float, late_ms: float) -> str:
+    """What the dials' setting means, in numbers (Chinese): the step, the early ranks' collective, idle share."""
+    step = compute_ms + late_ms + comm_ms
+    early = late_ms + comm_ms
+    idle = (world_size - 1) * late_ms / (world_size * step) if step else 0.0
+    return (f"一步 {step:.0f} ms；早到的 Rank 在 All-Reduce 里 {early:.0f} ms（其中等待 {late_ms:.0f} ms），"
+            f"慢的 Rank 只有 {comm_ms:.0f} ms；所有 GPU 合起来有 {100 * idle:.0f}% 的时间在等。")
+
+
+def draw_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0,
+               slow_rank: int = 1):
+    """The dials' picture for one setting (for a static page): ``comm_ratio`` = communication / compute."""
+    comm_ms = comm_ratio * compute_ms
+    spans, waits = model_run(world_size, compute_ms, comm_ms, late_ms, slow_rank)
+    title = f"model: compute {compute_ms:.0f} ms, all-reduce {comm_ms:.0f} ms, rank {slow_rank} {late_ms:.0f} ms late"
+    fig = draw_inside(spans, waits, title)
+    return fig
+
+
+def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0):
+    """ipywidgets: a dial for communication against compute and one for how late the slow rank is; the model
+    timeline is redrawn at once with the waiting hatched inside the early ranks' all-reduce."""
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    ratio = W.FloatSlider(value=comm_ratio, min=0.0, max=2.0, step=0.05, description="通信 / 计算",
+                          continuous_update=False, style={"description_width": "initial"})
+    late = W.FloatSlider(value=late_ms, min=0.0, max=200.0, step=5.0, description="慢的 Rank 晚到 (ms)",
+                         continuous_update=False, style={"description_width": "initial"})
+    slow = W.IntSlider(value=1, min=0, max=world_size - 1, description="慢的是 rank",
+                       continuous_update=False, style={"description_width": "initial"})
+    caption = W.HTML()
+    out = W.Output()
+
+    def redraw(_=None):
+        comm_ms = ratio.value * compute_ms
+        caption.value = dial_caption(world_size, compute_ms, comm_ms, late.value)
+        with out:
+            out.clear_output(wait=True)
+            fig = draw_dials(world_size, compute_ms, ratio.value, late.value, slow.value)
+            display(fig)
+            plt.close(fig)
+
+    for w in (ratio, late, slow):
+        w.observe(redraw, names="value")
+    # The first picture is drawn only when a dial moves: drawing into an Output while the cell still runs
+    # breaks headless execution (nbclient); the cell shows the same setting with draw_dials beside it.
+    caption.value = dial_caption(world_size, compute_ms, comm_ratio * compute_ms, late_ms) + "（拖动旋钮，图会重画）"
+    return W.VBox([W.HBox([ratio, late, slow]), caption, out])
