@@ -39,6 +39,9 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
 | ex08 | :func:`check_wait_prediction` | ``predicted_wait_s()``: a number first, then measured on ranks |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
+| 10 | :func:`check_stuck_in` | ``stuck_in(lines) -> (seq, name) or None``: the collective a rank entered, not finished |
+| 10 | :func:`check_measured_speedup` | ``measured_speedup(one_rank_s, per_rank_step_s)``: the slowest rank sets the step |
+| 10 | :func:`check_least_waiting` | ``least_waiting(collective_s) -> rank``: the shortest collective, by the median |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
 | ex11 | :func:`check_speedup_efficiency` | ``speedup_and_efficiency(t1_s, tn_s, world_size) -> (speedup, efficiency)`` |
@@ -92,6 +95,9 @@ __getattr__, __dir__, __all__ = attach(
         "make_hang_evidence": "diagnostics",
         "check_find_mismatch": "diagnostics",
         "check_predict_hang": "diagnostics",
+        "check_stuck_in": "diagnostics",
+        "check_measured_speedup": "diagnostics",
+        "check_least_waiting": "diagnostics",
         "check_speedup_efficiency": "review",
         "check_speedup_prediction": "review",
         "check_find_straggler": "review",
