@@ -47,6 +47,10 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex11 | :func:`check_speedup_efficiency` | ``speedup_and_efficiency(t1_s, tn_s, world_size) -> (speedup, efficiency)`` |
 | ex11 | :func:`check_speedup_prediction` | ``predicted_speedups() -> (uneven, balanced)``: a number first, measured on ranks |
 | ex11 | :func:`check_find_straggler` | ``find_straggler(values) -> (rank, lost_s)`` from per-rank records |
+| 12 | :func:`check_bus_bandwidth` | ``bus_bandwidth(op, nbytes, seconds, world_size) -> (algbw, busbw)`` (nccl-tests) |
+| 12 | :func:`check_conclusions` | the lab's conclusions from the learner's own run, with that run's margin |
+| ex12 | :func:`check_ownership_cyclic` | ``ownership_cyclic(rank, world_size, data)``: round-robin ownership |
+| ex12 | :func:`check_crossover_size` | ``crossover_size(compute_us, table)``: read from the recorded 2 x H200 table |
 | ex12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
 | ex12 | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: the lab's conclusions as data |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
@@ -104,5 +108,9 @@ __getattr__, __dir__, __all__ = attach(
         "check_ownership_check": "lab",
         "check_lab_claims": "lab",
         "check_rs_ag_slowdown": "lab",
+        "check_bus_bandwidth": "lab",
+        "check_conclusions": "lab",
+        "check_ownership_cyclic": "lab",
+        "check_crossover_size": "lab",
     },
 )

@@ -101,7 +101,7 @@ def _measured_stop(evidence) -> tuple:
     return (where[odd[0]][0], odd[0], where[odd[0]][1])
 
 
-def check_predict_hang(fn, world_size: int = 3, timeout: float = 10.0) -> None:
+def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) -> None:
     """``fn(schedules) -> (seq, rank, name)``: before anything runs, from the list of collectives each rank will
     call, the number of the collective where the ranks part, the one rank that differs, and what it calls
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
@@ -110,6 +110,9 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 10.0) -> None:
     from mgpu_helpers.measure import diagnose
 
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
+    if timeout is None:                 # the ranks use CPU tensors (gloo): 5 s; a GPU machine sets up CUDA first
+        from mgpu_helpers.measure.peer import gpu_count
+        timeout = 5.0 if gpu_count() == 0 else 10.0
     rng = random.Random()
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)

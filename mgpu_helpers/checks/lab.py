@@ -572,25 +572,22 @@ EXPLANATION = """\
 
 - 通信压过计算的那一档：计算量不随消息变，All-Reduce 的时间却是 α + 字节数 / β。小消息几乎只剩固定延迟 α，
   大到一定程度 β 那一项开始主导，通信就追上并超过了计算。这一档在哪，取决于计算有多少、链路多快，换一台机器要重测。
-- RS+AG 比一次 All-Reduce 慢：两次调用多出来的启动开销只有几十微秒（用最小消息的时间估），在大消息上解释不了差距。
-  2 × H200 的 nccl-tests 记录里，1 GiB 上 Reduce-Scatter {rs:.0f} us 加 All-Gather {ag:.0f} us 是 All-Reduce {ar:.0f} us 的
-  {ratio:.2f} 倍，单独跑的两半 busbw（{rsb:.0f}、{agb:.0f} GB/s）都低于融合的 All-Reduce（{arb:.0f} GB/s）：差在每一半自己的效率，
-  不是多了一次启动。一个可能的原因（这里没有测量去证实）：融合的调用让两个阶段的分块首尾相接地流水，拆开后第二次调用要重新填满流水线。
-  按时间说“慢 {slow:.0%}”，按 busbw 说“低 {low:.0%}”：两个比互为倒数，别混。CPU 上的 gloo 是另一套实现，比值不能拿去推断 GPU。
+- RS+AG 比一次 All-Reduce 慢：两次调用多出来的启动开销，用最小消息的时间来估只有几十微秒，在大消息上解释不了差距。
+  差在每一半自己的效率：单独跑的 Reduce-Scatter 和 All-Gather，busbw 都低于一次融合的 All-Reduce（2 × H200 的记录里
+  也是这样：ex12 让你从记录的 busbw 算出慢多少）。一个可能的原因（这里没有测量去证实）：融合的调用让两个阶段的分块
+  首尾相接地流水，拆开后第二次调用要重新填满流水线。按时间说"慢百分之几"和按 busbw 说"低百分之几"不是同一个数：
+  两个比互为倒数。你这次的误差范围有多宽，说明一次测量能分辨多小的差别；CPU 上的 gloo 是另一套实现，比值不能拿去推断 GPU。
 - busbw 离峰值还差的那一截：busbw 已经按算法把每条链路实际搬的字节折算进去了；剩下的差距来自协议开销、同步，
-  以及消息还不够大（记录里 1 GiB 时 All-Reduce 到了 {arb:.0f} GB/s，每方向的 NVLink 标称约 {nv:.0f} GB/s）。
+  以及消息还不够大（busbw 随消息变大而爬升，你在步骤 4 里看到了它在哪里过半）。
 - 等待的那个 Rank：它不是慢的那个。慢的 Rank 最后到达 Barrier，几乎不用等；其它 Rank 早到，等的时间差不多就是两边计算之差。
+  换成没有 Barrier 的真实训练，这段等待会出现在早到的 Rank 的 All-Reduce 里（10 节）。
 """
 
 
 def explanation() -> str:
-    """The lab's explanation, opened once the learner's conclusions hold (recorded figures included)."""
-    from mgpu_helpers.measure import nccltests, peer
-    rec = nccltests.recorded_split(sizes.GiB)
-    nv = peer.recorded()["nvlink_GBps_per_gpu"]
-    return EXPLANATION.format(rs=rec["reduce_scatter_us"], ag=rec["all_gather_us"], ar=rec["all_reduce_us"],
-                              ratio=rec["time_ratio"], rsb=rec["reduce_scatter_busbw"], agb=rec["all_gather_busbw"],
-                              arb=rec["all_reduce_busbw"], slow=rec["time_ratio"] - 1, low=1 - rec["busbw_ratio"], nv=nv)
+    """The lab's explanation, opened once the learner's conclusions hold. It states no recorded ratio:
+    ex12 asks the learner to compute it."""
+    return EXPLANATION
 
 
 def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
@@ -607,3 +604,106 @@ def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
         print(f"\n通过：每条结论都和这次运行一致，my_conclusion 引用了测到的数（{', '.join(cited_numbers(conclusion, run))}）。\n")
         print(explanation())
     return verdicts
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex12: what the lab did not answer. Ownership in another layout (round robin), and the crossover read from
+# the recorded 2 x H200 table for a compute time the lab did not measure.
+
+
+def review_cyclic(values, data) -> list[str]:
+    """Problems in the rows of a round-robin ownership check: rank r must own indices r, r + n, r + 2n, ...
+    (``owned``, in increasing order), with ``local``, ``result``, ``expected`` and ``ok`` as in the lab."""
+    data = np.asarray(data, dtype=np.float64)
+    world_size, n = len(values), len(data)
+    want_total = float((data ** 2).sum())
+    problems = []
+    for rank, row in enumerate(values):
+        if not isinstance(row, dict) or any(k not in row for k in ("owned", "local", "result", "expected", "ok")):
+            have = sorted(row) if isinstance(row, dict) else type(row).__name__
+            return [f"rank {rank} 返回的应当是一个 dict，含 owned、local、result、expected、ok；实际是 {have}。"]
+        owned = [int(i) for i in row["owned"]]
+        want = list(range(rank, n, world_size))
+        if owned != want:
+            if sorted(owned) == want:
+                why = "元素对了，顺序要从小到大。"
+            elif owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1:
+                why = "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"
+            elif owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)):
+                why = "起点不对：rank r 的第一个元素是 r。"
+            else:
+                why = f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……"
+            problems.append(f"rank {rank} 拥有的下标是 {owned[:8]}{'……' if len(owned) > 8 else ''}，"
+                            f"应当是 {want[:8]}{'……' if len(want) > 8 else ''}：{why}")
+            continue
+        want_local = float((data[want] ** 2).sum())
+        if not _close(row["local"], want_local):
+            problems.append(f"rank {rank}：它那些元素的平方和应当是 {want_local:g}，局部结果却是 {float(row['local']):g}。")
+        if not _close(row["expected"], want_total):
+            problems.append(f"rank {rank} 的 expected = {float(row['expected']):g}，整段的平方和是 {want_total:g}。")
+        if not _close(row["result"], want_total):
+            problems.append(f"rank {rank} All-Reduce 之后得到 {float(row['result']):g}，应当是 {want_total:g}。")
+        if bool(row["ok"]) != _close(row["result"], want_total):
+            problems.append(f"rank {rank} 的 ok = {bool(row['ok'])} 和它的结果对不上：检查要比较结果和期望值。")
+    return problems
+
+
+def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
+    """``fn(rank, world_size, data) -> dict``: round-robin ownership (rank r owns r, r + n, ...), sum of squares,
+    all-reduce, honest ``ok``; on each world size with a fresh input whose length leaves a remainder (and, on
+    the first world size, an input shorter than the world size times two)."""
+    what = "ownership_cyclic 要轮流认领元素、算局部平方和、All-Reduce，并如实核对"
+    if _is_course_version(fn, "ownership_check"):
+        raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
+    rng = new_rng()
+    for k, world_size in enumerate(world_sizes):
+        n = world_size + 1 if k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
+        data = int_values(rng, n)
+        data[0] = 0.0                                   # a zero in the data: a missing element must still show
+        values = run_on_ranks(fn, what, world_size, [data] * world_size)
+        problems = review_cyclic(values, data)
+        if problems:
+            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：" + problems[0]
+                              + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""))
+    passed(f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
+           "结果正确并如实报告。")
+
+
+def _reference_crossover(compute_us, table):
+    over = [r["nbytes"] for r in sorted(table, key=lambda r: r["nbytes"]) if r["time_us"] > compute_us]
+    return over[0] if over else None
+
+
+def check_crossover_size(fn) -> None:
+    """``fn(compute_us, table) -> nbytes | None``: the smallest message size of a recorded all-reduce table
+    (rows with ``nbytes``, ``time_us``: the out-of-place time) whose time exceeds ``compute_us``; None when
+    none does. Checked on the recorded 2 x H200 table, shuffled, and on edge cases."""
+    from mgpu_helpers.measure import nccltests
+
+    what = "crossover_size 要在记录的表里找出 All-Reduce 时间第一次超过计算时间的消息规模"
+    table = [{"nbytes": r["nbytes"], "time_us": r["time_us"], "busbw": r["busbw"],
+              "inplace_time_us": r["inplace_time_us"]} for r in nccltests.load_reference("all_reduce")]
+    times = sorted(r["time_us"] for r in table)
+    rng = random.Random()
+    cases = [1.0, times[-1] + 1, times[-1], 30.0, 250.74, 80.0]        # below all, above all, equal, near ties
+    cases += [rng.uniform(times[0], times[-1]) for _ in range(8)]
+    for compute_us in cases:
+        shuffled = [dict(r) for r in table]
+        rng.shuffle(shuffled)
+        got = call(fn, what, compute_us, shuffled)
+        want = _reference_crossover(compute_us, table)
+        if got == want:
+            continue
+        name = "None" if want is None else f"{want}（{sizes.format_bytes(want)}）"
+        if want is not None and got == _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table]):
+            why = "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"
+        elif got is not None and want is not None and got < want:
+            why = "你给的规模上，All-Reduce 还没有比计算长。"
+        elif compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us):
+            why = "时间正好相等时还没有“超过”：要严格大于。"
+        elif want is None:
+            why = "表里没有哪一档比这个计算时间长：应当返回 None。"
+        else:
+            why = "表的行不保证按规模排好；要的是满足条件的最小规模。"
+        raise CheckFailed(f"{what}：计算时间 {compute_us:.2f} us 时应当是 {name}，你的函数给出 {got!r}。{why}")
+    passed(f"crossover_size 在 {len(cases)} 个计算时间上（比表里都短、都长、正好相等、打乱的行）都对。")

@@ -173,6 +173,8 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     device = rank_device()
     if device.type == "cpu":
         torch.set_num_threads(1)
+    workloads.compute_units(1.0, device)        # warm-up: the first products load the kernels and caches
+    synchronize_device(device)
     out = {}
     for name, (total_units, grad_numel) in configs.items():
         alone = []
