@@ -51,8 +51,8 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | 12 | :func:`check_conclusions` | the lab's conclusions from the learner's own run, with that run's margin |
 | ex12 | :func:`check_ownership_cyclic` | ``ownership_cyclic(rank, world_size, data)``: round-robin ownership |
 | ex12 | :func:`check_crossover_size` | ``crossover_size(compute_us, table)``: read from the recorded 2 x H200 table |
-| ex12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
-| ex12 | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: the lab's conclusions as data |
+| 12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
+| - | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: reading step and sweep rows (no notebook uses it now) |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
 """
 from mgpu_helpers.lazy import attach

@@ -1,15 +1,18 @@
-"""Checkers of the lab (notebook 12, ex12): the learner's ownership check and the learner's conclusions.
+"""Checkers of the lab (notebook 12) and of ex12.
 
-Notebook 12 asks the learner to write two things. This module holds them against what was measured:
-
-- :func:`review_ownership`: the rows the learner's ownership check returned on every rank (which shard,
-  local result, all-reduced result, expected, ok) against the input itself: problems, named by rank.
-- :func:`review_claims`: the learner's conclusions, written as data
-  ``{"limiting": {size: "compute" | "wait" | "communicate"}, "rs_ag_over_ar": float}``, against the measured
-  step rows and sweep rows; one :class:`Verdict` per claim, saying which claim the numbers contradict.
-
-Both only report (a notebook with a first guess still runs); the ``check_*`` functions of ex12 raise
-:class:`~mgpu_helpers.checks.core.CheckFailed` on the first problem instead.
+- Notebook 12's fill-ins, checked at once (``try_*`` fall back to the course's version while unwritten):
+  :func:`try_ownership_check` (the ownership check on ranks, rows reviewed by :func:`review_ownership`) and
+  :func:`try_bus_bandwidth` (algbw / busbw from a measured time, :func:`check_bus_bandwidth`).
+- Notebook 12's conclusions, from the learner's own run: :func:`lab_run` gathers what the run measured,
+  :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
+  rounds, the range of per-size waits, parts closer than 25%), :func:`conclusion_problem` refuses a missing or
+  placeholder text or one citing fewer than two of the run's numbers, :func:`missing` lists what still
+  stands between the lab and its report, :func:`check_conclusions` prints the verdicts and opens the
+  explanation only when everything holds.
+- ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
+  first, held against the recorded times), :func:`check_crossover_size` (read the recorded table).
+- :func:`review_claims` / :func:`check_lab_claims`: the earlier reading of step and sweep rows as claims
+  (kept for its tests; no notebook uses it now).
 """
 from __future__ import annotations
 
