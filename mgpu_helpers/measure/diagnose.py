@@ -175,7 +175,7 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
         torch.set_num_threads(1)
     workloads.compute_units(1.0, device)        # warm-up: the first products load the kernels and caches
     synchronize_device(device)
-    out = {}
+    out, kept = {}, []
     for name, (total_units, grad_numel) in configs.items():
         alone = []
         for i in range(repeats):
@@ -187,10 +187,10 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
             alone.append(time.monotonic() - t0)
         trace.collect()                          # keep only the shared steps' spans (below)
         shared = workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
-        spans = trace.collect()
-        for sp in spans:
-            trace.record(sp.kind, sp.start, sp.end, f"{name} {sp.name}")
+        kept += [(sp, name) for sp in trace.collect()]
         out[name] = {"alone_s": statistics.median(alone), **shared}
+    for sp, name in kept:                        # recorded again, named by their configuration
+        trace.record(sp.kind, sp.start, sp.end, f"{name} {sp.name}")
     return out
 
 
