@@ -74,3 +74,12 @@ def test_the_bench_entry_prints_the_report(capsys):
     assert bench_peer.main([]) == 0
     out = capsys.readouterr().out
     assert "peer access" in out and "skipped:" in out and "394.4" in out
+
+
+def test_host_copy_is_measured_and_p2p_effect_says_it_needs_two_gpus():
+    import pytest as _pytest
+    from mgpu_helpers.measure import peer as _peer
+    assert _peer.host_copy_GBps(1 << 20, repeats=2) > 0
+    if _peer.gpu_count() < 2:
+        with _pytest.raises(_peer.NeedsGpus, match="needs 2 NVIDIA GPUs"):
+            _peer.p2p_effect(2, 1 << 20)

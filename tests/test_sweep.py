@@ -162,3 +162,16 @@ def test_all_reduce_reaches_half_its_recorded_busbw_at_16_mib():
     curves = nccltests.reference_curves()
     assert set(curves) == {"all_reduce", "reduce_scatter", "all_gather"}
     assert curves["all_reduce"][-1] == (1 << 30, 329.58)
+
+
+def test_repeated_rounds_time_both_operations_in_one_launch():
+    from mgpu_helpers.measure import sweep as sw
+    rounds = sw.run_repeats(2, 1 << 12, repeats=3, backend="gloo", iters=2)
+    assert len(rounds) == 3 and all(set(r) == {"all_reduce", "rs_ag"} and min(r.values()) > 0 for r in rounds)
+
+
+def test_per_rank_wait_is_read_in_microseconds_per_size():
+    from mgpu_helpers.measure import sweep as sw
+    per_rank = [[{"nbytes": 4, "compute": 1.0, "wait": 0.002, "communicate": 0.1}],
+                [{"nbytes": 4, "compute": 1.0, "wait": 0.0005, "communicate": 0.1}]]
+    assert sw.per_rank_wait_us(per_rank) == [[2000.0], [500.0]]

@@ -65,13 +65,21 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` on uneven shards |
 | 09 | ``dataparallel.try_local_gradient`` | notebook 09's fill-in: step 2 on this rank's shard |
 | 09 | ``dataparallel.try_weighted_average`` | notebook 09's fill-in: the whole-batch mean over uneven shards |
+| ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
+| 10 | :func:`check_stuck_in` | ``stuck_in(lines) -> (seq, name) or None``: the collective a rank entered, not finished |
+| 10 | :func:`check_measured_speedup` | ``measured_speedup(one_rank_s, per_rank_step_s)``: the slowest rank sets the step |
+| 10 | :func:`check_least_waiting` | ``least_waiting(collective_s) -> rank``: the shortest collective, by the median |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
 | ex11 | :func:`check_speedup_efficiency` | ``speedup_and_efficiency(t1_s, tn_s, world_size) -> (speedup, efficiency)`` |
 | ex11 | :func:`check_speedup_prediction` | ``predicted_speedups() -> (uneven, balanced)``: a number first, measured on ranks |
 | ex11 | :func:`check_find_straggler` | ``find_straggler(values) -> (rank, lost_s)`` from per-rank records |
-| ex12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
-| ex12 | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: the lab's conclusions as data |
+| 12 | :func:`check_bus_bandwidth` | ``bus_bandwidth(op, nbytes, seconds, world_size) -> (algbw, busbw)`` (nccl-tests) |
+| 12 | :func:`check_conclusions` | the lab's conclusions from the learner's own run, with that run's margin |
+| ex12 | :func:`check_ownership_cyclic` | ``ownership_cyclic(rank, world_size, data)``: round-robin ownership |
+| ex12 | :func:`check_crossover_size` | ``crossover_size(compute_us, table)``: read from the recorded 2 x H200 table |
+| 12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
+| - | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: reading step and sweep rows (no notebook uses it now) |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
 | ex13 | :func:`check_accumulate_dp` | ``AccumulateDP``: gradient accumulation, no communication inside ``no_sync()`` |
 | ex13 | :func:`check_step_seconds` | ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends |
@@ -149,11 +157,18 @@ __getattr__, __dir__, __all__ = attach(
         "make_hang_evidence": "diagnostics",
         "check_find_mismatch": "diagnostics",
         "check_predict_hang": "diagnostics",
+        "check_stuck_in": "diagnostics",
+        "check_measured_speedup": "diagnostics",
+        "check_least_waiting": "diagnostics",
         "check_speedup_efficiency": "review",
         "check_speedup_prediction": "review",
         "check_find_straggler": "review",
         "check_ownership_check": "lab",
         "check_lab_claims": "lab",
         "check_rs_ag_slowdown": "lab",
+        "check_bus_bandwidth": "lab",
+        "check_conclusions": "lab",
+        "check_ownership_cyclic": "lab",
+        "check_crossover_size": "lab",
     },
 )

@@ -1,4 +1,6 @@
-"""Checkers for ex10: reading the evidence of a hang, and predicting where a hang will stop before it runs."""
+"""Checkers of the diagnostics (notebook 10 and ex10): reading one rank's log, the speed-up from measured times,
+the rank that waits least inside an all-reduce (notebook 10's fill-ins, ``try_*``); reading the evidence of a
+hang and predicting where a hang will stop before it runs (ex10)."""
 from __future__ import annotations
 
 import copy
@@ -99,7 +101,7 @@ def _measured_stop(evidence) -> tuple:
     return (where[odd[0]][0], odd[0], where[odd[0]][1])
 
 
-def check_predict_hang(fn, world_size: int = 3, timeout: float = 10.0) -> None:
+def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) -> None:
     """``fn(schedules) -> (seq, rank, name)``: before anything runs, from the list of collectives each rank will
     call, the number of the collective where the ranks part, the one rank that differs, and what it calls
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
@@ -108,6 +110,9 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 10.0) -> None:
     from mgpu_helpers.measure import diagnose
 
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
+    if timeout is None:                 # the ranks use CPU tensors (gloo): 5 s; a GPU machine sets up CUDA first
+        from mgpu_helpers.measure.peer import gpu_count
+        timeout = 5.0 if gpu_count() == 0 else 10.0
     rng = random.Random()
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)
@@ -141,3 +146,201 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 10.0) -> None:
                           f"{measured[2]} 里，你预测的是 {predicted}。")
     passed(f"predict_hang 在 10 组随机调用顺序上都说对了；{world_size} 个 Rank 真的运行之后，"
            f"停在 #{measured[0]}、rank {measured[1]} 的 {measured[2]} 里，和你的预测一致。")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The fill-ins of notebook 10: read one rank's log, the speed-up from measured times, the rank that waits least.
+
+
+def _uses(fn, forbidden, names) -> bool:
+    """True when ``fn`` is one of ``forbidden`` or its code names one of ``names`` (the course's own version)."""
+    code = getattr(fn, "__code__", None)
+    return fn in forbidden or (code is not None and bool(set(code.co_names) & set(names)))
+
+
+def _random_log(rng: random.Random, done: int, pending_op: str | None, noise: bool = True) -> list[str]:
+    """A rank's output lines: ``done`` collectives entered and finished, then maybe one entered only."""
+    lines = ["rank ready"]
+    for k in range(done):
+        op = rng.choice(COLLECTIVES)
+        lines.append(f"[seq {k}] enter {op}")
+        if noise and rng.random() < 0.5:
+            lines.append(f"step {k}: loss {rng.random():.4f}")
+        lines.append(f"[seq {k}] done {op}")
+    if pending_op is not None:
+        lines.append(f"[seq {done}] enter {pending_op}")
+        if noise and rng.random() < 0.5:
+            lines.append("still computing the next batch")
+    return lines
+
+
+def check_stuck_in(fn) -> None:
+    """``fn(lines) -> (seq, name) | None``: the collective one rank entered and never finished, read from its
+    :class:`~mgpu_helpers.measure.diagnose.CollectiveLog` lines (None when every one it entered finished)."""
+    from mgpu_helpers.measure import diagnose
+
+    what = "stuck_in 要从一个 Rank 的输出行里读出它进入了、却没有做完的 Collective"
+    if _uses(fn, (diagnose.pending, diagnose.hang_report), ("pending", "hang_report")):
+        raise CheckFailed(f"{what}：直接调用了课程自己的 mh.measure.diagnose.pending / hang_report，"
+                          "这等于没有写：自己读那些 [seq k] enter/done 行。")
+    rng = random.Random()
+    # Edge cases first: nothing pending, pending at 0, two-digit numbers, the pending op equal to the last done.
+    cases = [(_random_log(rng, 3, None), None),
+             (["rank ready", "[seq 0] enter broadcast"], (0, "broadcast")),
+             (_random_log(rng, 12, "all_reduce"), (12, "all_reduce")),
+             (["[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter all_reduce"], (1, "all_reduce")),
+             (["rank ready", "loading data"], None)]
+    for _ in range(10):
+        done = rng.randint(0, 14)
+        op = rng.choice((None,) + COLLECTIVES)
+        cases.append((_random_log(rng, done, op), None if op is None else (done, op)))
+    for lines, want in cases:
+        got = call(fn, what, list(lines))
+        if got is not None:
+            if not isinstance(got, (tuple, list)) or len(got) != 2:
+                raise CheckFailed(f"{what}：应当返回 (seq, name) 或 None，实际得到 {got!r}。")
+            got = tuple(got)
+            if isinstance(got[0], str) and got[0].isdigit():
+                raise CheckFailed(f"{what}：序号 {got[0]!r} 是字符串；写成整数 int(...)，才能和别的 Rank 的序号比较。")
+        if got != want:
+            story = "\n  ".join(lines[-4:])
+            if want is None:
+                why = "这个 Rank 进入的每个 Collective 都有 done 行：它不在任何 Collective 里，应当返回 None。"
+            elif got is not None and f"[seq {got[0]}] done {got[1]}" in lines:
+                why = f"#{got[0]} {got[1]} 已经有 done 行了，它做完了；要找的是只有 enter、没有 done 的那一个。"
+            else:
+                why = f"只有 enter、没有 done 的是 #{want[0]} {want[1]}。"
+            raise CheckFailed(f"{what}：输出的最后几行是\n  {story}\n应当得到 {want}，你的函数给出 {got!r}。{why}")
+    passed(f"stuck_in 在 {len(cases)} 份输出上（没有挂起的、挂在 #0 的、两位数序号的、夹着普通输出的）都读对了。")
+
+
+def try_stuck_in(fn):
+    """Notebook 10's fill-in: the learner's ``stuck_in`` once it passes, the course's reader while unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    from mgpu_helpers.measure import diagnose
+    return fill_in(fn, check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
+
+
+def _reference_speedup(one_rank_s, per_rank_step_s):
+    return one_rank_s / max(per_rank_step_s)
+
+
+def check_measured_speedup(fn) -> None:
+    """``fn(one_rank_s, per_rank_step_s) -> float``: the speed-up of a step on N ranks over one rank, from
+    measured seconds; the N-rank step lasts as long as its slowest rank."""
+    from mgpu_helpers.models import scaling
+
+    what = "measured_speedup 要从测到的秒数算出加速比"
+    if _uses(fn, (scaling.speedup, _reference_speedup), ("speedup",)):
+        raise CheckFailed(f"{what}：调用了课程自己的 speedup；自己用两个时间算出来。")
+    rng = random.Random()
+    cases = [(0.40, [0.10, 0.30, 0.12]),          # the slowest rank is neither the first nor the last
+             (0.25, [0.05, 0.05, 0.05, 0.09]),    # the slowest is the last
+             (0.12, [0.20, 0.08]),               # slower on 2 ranks than on one: a speed-up below 1
+             (0.30, [0.30])]                     # one rank: 1
+    for _ in range(8):
+        n = rng.randint(2, 8)
+        per = [rng.uniform(0.01, 0.2) for _ in range(n)]
+        cases.append((rng.uniform(0.05, 0.8), per))
+    for one, per in cases:
+        got = call(fn, what, one, list(per))
+        want = _reference_speedup(one, per)
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise CheckFailed(f"{what}：应当返回一个数，实际得到 {got!r}。")
+        if abs(got - want) <= 1e-9 * max(1.0, want):
+            continue
+        story = f"1 个 Rank {one * 1e3:.0f} ms，{len(per)} 个 Rank 各自 {[round(t * 1e3) for t in per]} ms"
+        if abs(got - max(per) / one) < 1e-9:
+            why = "你算的是倒数：加速比 = 1 个 Rank 的时间 / N 个 Rank 的时间，变快时大于 1。"
+        elif abs(got - one / (sum(per) / len(per))) < 1e-9:
+            why = "你用了各 Rank 的平均；可这一步要等最慢的 Rank 做完才结束，N 个 Rank 的步时是最慢的那一个。"
+        elif abs(got - one / per[0]) < 1e-9 or abs(got - one / min(per)) < 1e-9:
+            why = "你只看了一个 Rank（rank 0 或最快的）；这一步要等最慢的 Rank 做完才结束。"
+        elif abs(got - one / sum(per)) < 1e-9:
+            why = "你把各 Rank 的时间加起来了；它们是同时在跑的，这一步只持续最慢那个 Rank 的时间。"
+        else:
+            why = "N 个 Rank 的步时是最慢那个 Rank 的时间。"
+        raise CheckFailed(f"{what}：{story}，加速比应当是 {want:.3g}，你的函数给出 {got:.3g}。{why}")
+    passed(f"measured_speedup 在 {len(cases)} 组测量上（最慢的不是 rank 0、比 1 个 Rank 还慢、只有 1 个 Rank）都对。")
+
+
+def try_measured_speedup(fn):
+    """Notebook 10's fill-in ``measured_speedup``, checked; the reference while unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    return fill_in(fn, check_measured_speedup, _reference_speedup, "measured_speedup：从测到的时间算加速比")
+
+
+def _median(xs):
+    import statistics
+    return statistics.median(xs)
+
+
+def _reference_least_waiting(collective_s):
+    return min(range(len(collective_s)), key=lambda r: _median(collective_s[r]))
+
+
+def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
+                  factors=None):
+    """Per-rank lists of seconds inside an all-reduce: the late rank only transfers, the others wait too.
+
+    ``hiccup``: the late rank's last step stalls (a slow link, a page fault), enough to lift its mean above
+    the others'. ``warmup``: its first step is long (connections set up), longer than the others' first.
+    ``factors``: how long each early rank waits, relative to the others (default: random near 1)."""
+    transfer = rng.uniform(0.001, 0.004)
+    late_by = rng.uniform(0.02, 0.06)
+    early = iter(factors or [rng.uniform(0.8, 1.2) for _ in range(n)])
+    out = []
+    for r in range(n):
+        base = transfer if r == late else transfer + late_by * next(early)
+        out.append([base * rng.uniform(0.99, 1.01) for _ in range(steps)])
+    if hiccup:
+        out[late][-1] = late_by * 2 * steps
+    if warmup:
+        out[late][0] = late_by * 1.5
+    return out
+
+
+def check_least_waiting(fn) -> None:
+    """``fn(collective_s) -> rank``: ``collective_s[r]`` is rank r's per-step seconds inside the all-reduce
+    (waiting included: no barrier before it); the rank that spends least time in it, by its median, is the
+    one that arrived last."""
+    from mgpu_helpers.measure import diagnose
+
+    what = "least_waiting 要找出在 All-Reduce 里待得最短的 Rank（按中位数）"
+    if _uses(fn, (diagnose.medians, _reference_least_waiting), ("medians",)):
+        raise CheckFailed(f"{what}：调用了课程自己的 mh.measure.diagnose.medians；中位数自己求（statistics.median）。")
+    rng = random.Random()
+    cases = [_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]),   # a stall: the mean misleads
+             _waiting_case(rng, 3, 1, 6, warmup=True, factors=[1.2, 0.8]),       # a long first step
+             _waiting_case(rng, 2, 0, 6),                                         # the late rank is rank 0
+             _waiting_case(rng, 5, 2, 1)]                                         # one step only
+    for _ in range(8):
+        n = rng.randint(2, 8)
+        cases.append(_waiting_case(rng, n, rng.randrange(n), rng.randint(5, 10), rng.random() < 0.5, rng.random() < 0.5))
+    for per in cases:
+        got = call(fn, what, [list(v) for v in per])
+        want = _reference_least_waiting(per)
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise CheckFailed(f"{what}：应当返回 Rank 的编号（一个整数），实际得到 {got!r}。")
+        if got == want:
+            continue
+        med = [round(_median(v) * 1e3, 1) for v in per]
+        mean = [round(sum(v) / len(v) * 1e3, 1) for v in per]
+        if got == max(range(len(per)), key=lambda r: _median(per[r])):
+            why = ("你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
+                   "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。")
+        elif got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])):
+            why = f"你按平均值选的（各 Rank 平均 {mean} ms）；有一步卡顿的话，平均值会被那一步拉高，中位数不会。"
+        elif got == min(range(len(per)), key=lambda r: per[r][0]):
+            why = "你只看了第一步；要看每个 Rank 所有步的中位数。"
+        else:
+            why = ""
+        raise CheckFailed(f"{what}：各 Rank 在 All-Reduce 里的中位数是 {med} ms，应当是 rank {want}，"
+                          f"你的函数给出 {got!r}。{why}")
+    passed(f"least_waiting 在 {len(cases)} 组测量上（有卡顿的一步、只有一步、最晚到的是 rank 0）都找对了。")
+
+
+def try_least_waiting(fn):
+    """Notebook 10's fill-in ``least_waiting``, checked; the reference while unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    return fill_in(fn, check_least_waiting, _reference_least_waiting, "least_waiting：在 All-Reduce 里待得最短的 Rank")

@@ -1,15 +1,18 @@
-"""Checkers of the lab (notebook 12, ex12): the learner's ownership check and the learner's conclusions.
+"""Checkers of the lab (notebook 12) and of ex12.
 
-Notebook 12 asks the learner to write two things. This module holds them against what was measured:
-
-- :func:`review_ownership`: the rows the learner's ownership check returned on every rank (which shard,
-  local result, all-reduced result, expected, ok) against the input itself: problems, named by rank.
-- :func:`review_claims`: the learner's conclusions, written as data
-  ``{"limiting": {size: "compute" | "wait" | "communicate"}, "rs_ag_over_ar": float}``, against the measured
-  step rows and sweep rows; one :class:`Verdict` per claim, saying which claim the numbers contradict.
-
-Both only report (a notebook with a first guess still runs); the ``check_*`` functions of ex12 raise
-:class:`~mgpu_helpers.checks.core.CheckFailed` on the first problem instead.
+- Notebook 12's fill-ins, checked at once (``try_*`` fall back to the course's version while unwritten):
+  :func:`try_ownership_check` (the ownership check on ranks, rows reviewed by :func:`review_ownership`) and
+  :func:`try_bus_bandwidth` (algbw / busbw from a measured time, :func:`check_bus_bandwidth`).
+- Notebook 12's conclusions, from the learner's own run: :func:`lab_run` gathers what the run measured,
+  :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
+  rounds, the range of per-size waits, parts closer than 25%), :func:`conclusion_problem` refuses a missing or
+  placeholder text or one citing fewer than two of the run's numbers, :func:`missing` lists what still
+  stands between the lab and its report, :func:`check_conclusions` prints the verdicts and opens the
+  explanation only when everything holds.
+- ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
+  first, held against the recorded times), :func:`check_crossover_size` (read the recorded table).
+- :func:`review_claims` / :func:`check_lab_claims`: the earlier reading of step and sweep rows as claims
+  (kept for its tests; no notebook uses it now).
 """
 from __future__ import annotations
 
@@ -294,3 +297,417 @@ def check_rs_ag_slowdown(fn) -> None:
         why = "每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。"
     raise CheckFailed(f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
                       f"你的是 {got:.3f}。{why}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 12's fill-ins: the ownership check (on ranks), algbw / busbw from a measured time.
+
+
+def _is_course_version(fn, name: str) -> bool:
+    """True when ``fn`` is the course's own ``mh.lessons.lab.<name>`` (or calls it by that path)."""
+    try:
+        from mgpu_helpers.lessons import lab as lesson
+    except ImportError:
+        return False
+    ours = getattr(lesson, name, None)
+    code = getattr(fn, "__code__", None)
+    return fn is ours or (code is not None and ours is not None and code.co_code == ours.__code__.co_code
+                          and code.co_consts == ours.__code__.co_consts and fn.__module__ == ours.__module__)
+
+
+def try_ownership_check(fn):
+    """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch);
+    the course's version while unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    from mgpu_helpers.lessons import lab as lesson
+
+    def check(f):
+        if _is_course_version(f, "ownership_check"):
+            raise CheckFailed("ownership_check：这是课程自己的 mh.lessons.lab.ownership_check，等于没有写；写你自己的版本。")
+        check_ownership_check(f, world_sizes=(3,))
+    return fill_in(fn, check, lesson.ownership_check, "ownership_check：所有权检查")
+
+
+FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+           "all_gather": lambda n: (n - 1) / n}
+
+
+def _reference_bandwidth(op, nbytes, seconds, world_size):
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * FACTORS[op](world_size)
+
+
+def check_bus_bandwidth(fn) -> None:
+    """``fn(op, nbytes, seconds, world_size) -> (algbw, busbw)`` in GB/s (1e9 bytes per second), by nccl-tests'
+    definitions: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all_reduce) or x (n-1)/n (reduce_scatter,
+    all_gather)."""
+    what = "bus_bandwidth 要按 nccl-tests 的定义，从字节数和时间算出 (algbw, busbw)，单位 GB/s"
+    if _is_course_version(fn, "bus_bandwidth"):
+        raise CheckFailed(f"{what}：这是课程自己的 mh.lessons.lab.bus_bandwidth，等于没有写；写你自己的版本。")
+    code = getattr(fn, "__code__", None)
+    if code is not None and {"busbw", "algbw"} & set(code.co_names):
+        raise CheckFailed(f"{what}：调用了课程的 mh.models.bandwidth；两行公式自己写。")
+    rng = random.Random()
+    cases = [("all_gather", 3 * (1 << 20), 0.8e-3, 3),       # 3 ranks first: a factor of 1 or 2 shows at once
+             ("all_reduce", 1 << 30, 3281.55e-6, 2), ("reduce_scatter", 1 << 30, 1925.64e-6, 2),
+             ("all_reduce", 1000, 5e-6, 8),
+             ("all_reduce", 1 << 20, 1e-3, 1)]                  # one rank: nothing crosses a link, busbw 0
+    for _ in range(10):
+        cases.append((rng.choice(tuple(FACTORS)), rng.choice([1 << 10, 1 << 20, 12345678]),
+                      rng.uniform(1e-5, 1e-2), rng.randint(2, 8)))
+    for op, nbytes, seconds, n in cases:
+        got = call(fn, what, op, nbytes, seconds, n)
+        want = _reference_bandwidth(op, nbytes, seconds, n)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise CheckFailed(f"{what}：应当返回 (algbw, busbw) 两个数，实际得到 {got!r}。")
+        a, b = (float(x) for x in got)
+        if math.isclose(a, want[0], rel_tol=1e-6) and math.isclose(b, want[1], rel_tol=1e-6, abs_tol=1e-12):
+            continue
+        story = f"{op}，{nbytes} 字节，{seconds * 1e6:.1f} us，{n} 个 Rank"
+        if math.isclose(a, want[0] * 1e9 / 2 ** 30, rel_tol=1e-6):
+            why = "你除的是 2**30（GiB/s）；nccl-tests 的 GB/s 是 1e9 字节每秒。"
+        elif math.isclose(a, want[0] * 1e6, rel_tol=1e-6) or math.isclose(a, want[0] / 1e6, rel_tol=1e-6):
+            why = "单位差了 1e6：seconds 已经是秒，结果要的是 GB/s（1e9 字节每秒）。"
+        elif not math.isclose(a, want[0], rel_tol=1e-6):
+            why = "algbw = 字节数 / 时间。"
+        elif op == "all_reduce" and math.isclose(b, a * (n - 1) / n, rel_tol=1e-6):
+            why = "All-Reduce 的系数是 2(n-1)/n：它先 Reduce-Scatter 再 All-Gather，每个字节要过两次链路。"
+        elif op != "all_reduce" and math.isclose(b, a * 2 * (n - 1) / n, rel_tol=1e-6):
+            why = f"{op} 的系数是 (n-1)/n；2(n-1)/n 是 All-Reduce 的。"
+        elif math.isclose(b, a, rel_tol=1e-6):
+            why = "busbw 不等于 algbw：要乘上按操作和 Rank 数定的系数。"
+        elif math.isclose(b, a * 2, rel_tol=1e-6) or math.isclose(b, a * n, rel_tol=1e-6):
+            why = "系数和 Rank 数有关：2(n-1)/n 或 (n-1)/n，不是常数，也不是 n。"
+        else:
+            why = "busbw = algbw × 系数：All-Reduce 2(n-1)/n，Reduce-Scatter 和 All-Gather (n-1)/n。"
+        raise CheckFailed(f"{what}：{story} 时应当是 algbw {want[0]:.4g}、busbw {want[1]:.4g} GB/s，"
+                          f"你的函数给出 ({a:.4g}, {b:.4g})。{why}")
+    passed(f"bus_bandwidth 在 {len(cases)} 组（三种操作、1 到 8 个 Rank、含 nccl-tests 记录里的两行）上都对。")
+
+
+def try_bus_bandwidth(fn):
+    """Notebook 12's fill-in ``bus_bandwidth``, checked; the course's version while unwritten."""
+    from mgpu_helpers.checks.core import fill_in
+    from mgpu_helpers.lessons import lab as lesson
+    return fill_in(fn, check_bus_bandwidth, lesson.bus_bandwidth, "bus_bandwidth：algbw 与 busbw")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 12's conclusions, from the learner's own run, checked with that run's margin.
+
+CONCLUSION_PLACEHOLDER = "✎"
+CLAIM_NAMES = {"crossover": "通信开始压过计算的消息规模", "rs_ag_over_ar": "RS+AG / All-Reduce 的时间之比",
+               "busbw_fraction": "busbw 达到链路峰值的几成", "waiting_rank": "哪个 Rank 在等",
+               "wait_us": "它每步等多久（us）"}
+
+
+def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) -> dict:
+    """Everything one run of the lab measured that its conclusions are checked against, as plain data.
+
+    ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``wait_us[rank][i]``: each rank's
+    median wait at size i (:func:`mgpu_helpers.measure.sweep.per_rank_wait_us`); ``rounds``: the repeated
+    ``{op: time_us}`` of :func:`mgpu_helpers.measure.sweep.run_repeats`; ``sweep_rows``: the sweep's rows;
+    ``peak_GBps``: the link's peak one way (None when unknown)."""
+    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in sweep_rows]
+    return {"step_rows": [dict(r) for r in step_rows], "wait_us": [list(w) for w in wait_us],
+            "rounds": [dict(r) for r in rounds], "sweep_rows": rows, "peak_GBps": peak_GBps,
+            "world_size": world_size}
+
+
+def _busbw_top(run) -> tuple[int, float]:
+    from mgpu_helpers.models import bandwidth
+    best = max((r for r in run["sweep_rows"] if r["op"] == "all_reduce"), key=lambda r: r["nbytes"] / r["time_us"])
+    return best["nbytes"], bandwidth.busbw("all_reduce", best["nbytes"], best["time_us"] / 1e6, run["world_size"]) / 1e9
+
+
+def facts(run) -> dict:
+    """What the run says, derived the way the lab asks the learner to derive it (with the spread where the
+    run has one): the checker's side of the comparison."""
+    import statistics
+    steps = sorted(run["step_rows"], key=lambda r: r["nbytes"])
+    ratios = [r["rs_ag"] / r["all_reduce"] for r in run["rounds"]]
+    waits = [statistics.median(w) for w in run["wait_us"]]
+    waiting = max(range(len(waits)), key=waits.__getitem__)
+    top_bytes, top = _busbw_top(run)
+    return {"steps": steps, "ratios": ratios, "ratio": statistics.median(ratios),
+            "waits": waits, "waiting_rank": waiting, "wait_range": (min(run["wait_us"][waiting]), max(run["wait_us"][waiting])),
+            "busbw_top": top, "busbw_top_bytes": top_bytes,
+            "fraction": top / run["peak_GBps"] if run.get("peak_GBps") else None}
+
+
+def _crossover_verdict(claim, f) -> Verdict:
+    steps = f["steps"]
+    text = "通信开始压过计算的规模：" + ("测过的规模里没有" if claim == "none" else sizes.format_bytes(claim))
+    table = "，".join(f"{sizes.format_bytes(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us"
+                     for r in steps)
+    clearly_over = [r["comm_us"] * TOO_CLOSE > r["compute_us"] for r in steps]
+    clearly_under = [r["comm_us"] < r["compute_us"] * TOO_CLOSE for r in steps]
+    if claim == "none":
+        ok = not any(clearly_over)
+        return Verdict(text, ok, f"测到：{table}。" + ("" if ok else "有规模上通信明显比计算长。"))
+    idx = next((i for i, r in enumerate(steps) if r["nbytes"] == claim), None)
+    if idx is None:
+        return Verdict(text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。")
+    ok = not clearly_under[idx] and not any(clearly_over[:idx])
+    why = ""
+    if clearly_under[idx]:
+        why = "在这个规模上通信还明显比计算短。"
+    elif any(clearly_over[:idx]):
+        why = "更小的规模上通信已经明显比计算长了。"
+    return Verdict(text, ok, f"测到：{table}（相差不到 {1 - TOO_CLOSE:.0%} 的算分不出）。{why}")
+
+
+def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
+    """The learner's claims about their own run, one :class:`Verdict` each (None: not written yet).
+
+    ``claims``: ``crossover`` (bytes, a size string, or "none"), ``rs_ag_over_ar`` (the median of the
+    repeated ratios), ``busbw_fraction`` (the best all-reduce busbw / the link's peak), ``waiting_rank``
+    and ``wait_us``. Margins come from the run: the ratio must lie within the repeats' range, the wait within
+    the range of that rank's per-size waits; parts closer than 25% cannot be told apart."""
+    f = facts(run)
+    out = []
+    for key, name in CLAIM_NAMES.items():
+        value = claims.get(key)
+        if key == "busbw_fraction" and f["fraction"] is None:
+            out.append(Verdict(name, None, "这台机器的链路峰值未知，这一条判断不了。"))
+            continue
+        if value is None:
+            out.append(Verdict(name, None, "还没写（还是 None）。"))
+            continue
+        if key == "crossover":
+            try:
+                claim = "none" if str(value).lower() == "none" else _size_key(value)
+            except ValueError as exc:
+                out.append(Verdict(name, False, str(exc)))
+                continue
+            out.append(_crossover_verdict(claim, f))
+        elif key == "rs_ag_over_ar":
+            lo, hi = min(f["ratios"]), max(f["ratios"])
+            v = float(value)
+            ok = lo * 0.98 <= v <= hi * 1.02
+            hint = ""
+            if not ok and lo * 0.98 <= 1 / v <= hi * 1.02:
+                hint = "你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
+            out.append(Verdict(f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 "
+                                                     f"{hi:.2f} 之间。{hint}"))
+        elif key == "busbw_fraction":
+            v = float(value)
+            if v > 1.5:                     # written as a percentage
+                v /= 100
+            ok = math.isclose(v, f["fraction"], rel_tol=0.10, abs_tol=0.005)
+            out.append(Verdict(f"{name} {v:.1%}", ok, f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
+                                                     f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。"
+                                                     + ("" if ok else "（容差是 10%）")))
+        elif key == "waiting_rank":
+            w = f["waits"]
+            close = min(w) >= TOO_CLOSE * max(w)
+            ok = int(value) == f["waiting_rank"] or close
+            out.append(Verdict(f"{name}：rank {value}", ok, "各 Rank 等待的中位数 "
+                               + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w)) + "。"
+                               + ("相差不到 25%，一次运行分不出谁在等。" if close else "")))
+        elif key == "wait_us":
+            lo, hi = f["wait_range"]
+            v = float(value)
+            ok = lo * 0.75 <= v <= hi * 1.25
+            out.append(Verdict(f"{name} {v:.0f}", ok, f"rank {f['waiting_rank']} 在各个规模上的等待是 {lo:.0f} 到 "
+                                                     f"{hi:.0f} us。"))
+    return out
+
+
+def _run_numbers(run) -> list[float]:
+    """Every number the run measured or the lab derives from it, in the units a learner would quote."""
+    f = facts(run)
+    nums = []
+    for r in f["steps"]:
+        for k in ("compute_us", "wait_us", "comm_us"):
+            nums += [r[k], r[k] / 1e3]
+        nums.append(r["efficiency"] * 100)
+    for rd in run["rounds"]:
+        nums += [t for t in rd.values()] + [t / 1e3 for t in rd.values()]
+    nums += f["ratios"] + [f["ratio"], (f["ratio"] - 1) * 100, f["busbw_top"]] + f["waits"] + list(f["wait_range"])
+    for r in run["sweep_rows"]:
+        nums += [r["time_us"], r["time_us"] / 1e3, r["busbw"], r["algbw"]]
+    if f["fraction"] is not None:
+        nums += [f["fraction"], f["fraction"] * 100, run["peak_GBps"]]
+    return [n for n in nums if n and n > 0]
+
+
+SIZE_NUMBERS = {1, 4, 16, 32, 64, 256, 1024}
+
+
+def cited_numbers(text: str, run) -> list[str]:
+    """The numbers in ``text`` that match something the run measured (within 10%); bare message-size
+    numbers ("1 MiB", "32 KiB") do not count."""
+    import re
+    found = []
+    known = _run_numbers(run)
+    for m in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])", text):
+        v = float(m.group(1))
+        if "." not in m.group(1) and int(v) in SIZE_NUMBERS:
+            continue
+        if any(math.isclose(v, k, rel_tol=0.10) for k in known):
+            found.append(m.group(1))
+    return found
+
+
+def conclusion_problem(conclusion, run) -> str | None:
+    """Why the free-text conclusion cannot go into the report yet, or None when it can."""
+    if conclusion is None or not str(conclusion).strip():
+        return "my_conclusion 还没写（是 None）。"
+    if CONCLUSION_PLACEHOLDER in str(conclusion):
+        return "my_conclusion 还是占位的提示（带 ✎）：换成你自己的话。"
+    cited = cited_numbers(str(conclusion), run)
+    if len(set(cited)) < 2:
+        return (f"my_conclusion 里能在这次运行中找到的数只有 {len(set(cited))} 个（{', '.join(cited) or '无'}）："
+                "至少引用两个你测到的数（时间、比值、busbw、等待），让结论可以被检验。")
+    return None
+
+
+def missing(verdicts, conclusion, run) -> list[str]:
+    """What still stands between the lab and its report: claims not written or contradicted, the text."""
+    out = [f"{v.claim}：{v.evidence if v.holds is None else v.as_dict()['verdict'] + '（' + v.evidence + '）'}"
+           for v in verdicts if v.holds is not True and not (v.holds is None and "链路峰值未知" in v.evidence)]
+    problem = conclusion_problem(conclusion, run)
+    return out + ([problem] if problem else [])
+
+
+EXPLANATION = """\
+为什么是这样（你的结论都站住了，现在可以看了）：
+
+- 通信压过计算的那一档：计算量不随消息变，All-Reduce 的时间却是 α + 字节数 / β。小消息几乎只剩固定延迟 α，
+  大到一定程度 β 那一项开始主导，通信就追上并超过了计算。这一档在哪，取决于计算有多少、链路多快，换一台机器要重测。
+- RS+AG 比一次 All-Reduce 慢：两次调用多出来的启动开销，用最小消息的时间来估只有几十微秒，在大消息上解释不了差距。
+  差在每一半自己的效率：单独跑的 Reduce-Scatter 和 All-Gather，busbw 都低于一次融合的 All-Reduce（2 × H200 的记录里
+  也是这样：ex12 让你从记录的 busbw 算出慢多少）。一个可能的原因（这里没有测量去证实）：融合的调用让两个阶段的分块
+  首尾相接地流水，拆开后第二次调用要重新填满流水线。按时间说"慢百分之几"和按 busbw 说"低百分之几"不是同一个数：
+  两个比互为倒数。你这次的误差范围有多宽，说明一次测量能分辨多小的差别；CPU 上的 gloo 是另一套实现，比值不能拿去推断 GPU。
+- busbw 离峰值还差的那一截：busbw 已经按算法把每条链路实际搬的字节折算进去了；剩下的差距来自协议开销、同步，
+  以及消息还不够大（busbw 随消息变大而爬升，你在步骤 4 里看到了它在哪里过半）。
+- 等待的那个 Rank：它不是慢的那个。慢的 Rank 最后到达 Barrier，几乎不用等；其它 Rank 早到，等的时间差不多就是两边计算之差。
+  换成没有 Barrier 的真实训练，这段等待会出现在早到的 Rank 的 All-Reduce 里（10 节）。
+"""
+
+
+def explanation() -> str:
+    """The lab's explanation, opened once the learner's conclusions hold. It states no recorded ratio:
+    ex12 asks the learner to compute it."""
+    return EXPLANATION
+
+
+def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
+    """Notebook 12's check of the learner's conclusions: one line per claim, then either what is still
+    missing or the explanation (it opens only when every claim holds and the text cites the run)."""
+    verdicts = review_conclusions(claims, run)
+    print_review(verdicts)
+    left = missing(verdicts, conclusion, run)
+    if left:
+        print("\n还差这些，解释先不打开：")
+        for item in left:
+            print(" -", item)
+    else:
+        print(f"\n通过：每条结论都和这次运行一致，my_conclusion 引用了测到的数（{', '.join(cited_numbers(conclusion, run))}）。\n")
+        print(explanation())
+    return verdicts
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex12: what the lab did not answer. Ownership in another layout (round robin), and the crossover read from
+# the recorded 2 x H200 table for a compute time the lab did not measure.
+
+
+def review_cyclic(values, data) -> list[str]:
+    """Problems in the rows of a round-robin ownership check: rank r must own indices r, r + n, r + 2n, ...
+    (``owned``, in increasing order), with ``local``, ``result``, ``expected`` and ``ok`` as in the lab."""
+    data = np.asarray(data, dtype=np.float64)
+    world_size, n = len(values), len(data)
+    want_total = float((data ** 2).sum())
+    problems = []
+    for rank, row in enumerate(values):
+        if not isinstance(row, dict) or any(k not in row for k in ("owned", "local", "result", "expected", "ok")):
+            have = sorted(row) if isinstance(row, dict) else type(row).__name__
+            return [f"rank {rank} 返回的应当是一个 dict，含 owned、local、result、expected、ok；实际是 {have}。"]
+        owned = [int(i) for i in row["owned"]]
+        want = list(range(rank, n, world_size))
+        if owned != want:
+            if sorted(owned) == want:
+                why = "元素对了，顺序要从小到大。"
+            elif owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1:
+                why = "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"
+            elif owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)):
+                why = "起点不对：rank r 的第一个元素是 r。"
+            else:
+                why = f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……"
+            problems.append(f"rank {rank} 拥有的下标是 {owned[:8]}{'……' if len(owned) > 8 else ''}，"
+                            f"应当是 {want[:8]}{'……' if len(want) > 8 else ''}：{why}")
+            continue
+        want_local = float((data[want] ** 2).sum())
+        if not _close(row["local"], want_local):
+            problems.append(f"rank {rank}：它那些元素的平方和应当是 {want_local:g}，局部结果却是 {float(row['local']):g}。")
+        if not _close(row["expected"], want_total):
+            problems.append(f"rank {rank} 的 expected = {float(row['expected']):g}，整段的平方和是 {want_total:g}。")
+        if not _close(row["result"], want_total):
+            problems.append(f"rank {rank} All-Reduce 之后得到 {float(row['result']):g}，应当是 {want_total:g}。")
+        if bool(row["ok"]) != _close(row["result"], want_total):
+            problems.append(f"rank {rank} 的 ok = {bool(row['ok'])} 和它的结果对不上：检查要比较结果和期望值。")
+    return problems
+
+
+def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
+    """``fn(rank, world_size, data) -> dict``: round-robin ownership (rank r owns r, r + n, ...), sum of squares,
+    all-reduce, honest ``ok``; on each world size with a fresh input whose length leaves a remainder (and, on
+    the first world size, an input shorter than the world size times two)."""
+    what = "ownership_cyclic 要轮流认领元素、算局部平方和、All-Reduce，并如实核对"
+    if _is_course_version(fn, "ownership_check"):
+        raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
+    rng = new_rng()
+    for k, world_size in enumerate(world_sizes):
+        n = world_size + 1 if k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
+        data = int_values(rng, n)
+        data[0] = 0.0                                   # a zero in the data: a missing element must still show
+        values = run_on_ranks(fn, what, world_size, [data] * world_size)
+        problems = review_cyclic(values, data)
+        if problems:
+            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：" + problems[0]
+                              + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""))
+    passed(f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
+           "结果正确并如实报告。")
+
+
+def _reference_crossover(compute_us, table):
+    over = [r["nbytes"] for r in sorted(table, key=lambda r: r["nbytes"]) if r["time_us"] > compute_us]
+    return over[0] if over else None
+
+
+def check_crossover_size(fn) -> None:
+    """``fn(compute_us, table) -> nbytes | None``: the smallest message size of a recorded all-reduce table
+    (rows with ``nbytes``, ``time_us``: the out-of-place time) whose time exceeds ``compute_us``; None when
+    none does. Checked on the recorded 2 x H200 table, shuffled, and on edge cases."""
+    from mgpu_helpers.measure import nccltests
+
+    what = "crossover_size 要在记录的表里找出 All-Reduce 时间第一次超过计算时间的消息规模"
+    table = [{"nbytes": r["nbytes"], "time_us": r["time_us"], "busbw": r["busbw"],
+              "inplace_time_us": r["inplace_time_us"]} for r in nccltests.load_reference("all_reduce")]
+    times = sorted(r["time_us"] for r in table)
+    rng = random.Random()
+    cases = [1.0, times[-1] + 1, times[-1], 30.0, 250.74, 80.0]        # below all, above all, equal, near ties
+    cases += [rng.uniform(times[0], times[-1]) for _ in range(8)]
+    for compute_us in cases:
+        shuffled = [dict(r) for r in table]
+        rng.shuffle(shuffled)
+        got = call(fn, what, compute_us, shuffled)
+        want = _reference_crossover(compute_us, table)
+        if got == want:
+            continue
+        name = "None" if want is None else f"{want}（{sizes.format_bytes(want)}）"
+        if want is not None and got == _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table]):
+            why = "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"
+        elif got is not None and want is not None and got < want:
+            why = "你给的规模上，All-Reduce 还没有比计算长。"
+        elif compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us):
+            why = "时间正好相等时还没有“超过”：要严格大于。"
+        elif want is None:
+            why = "表里没有哪一档比这个计算时间长：应当返回 None。"
+        else:
+            why = "表的行不保证按规模排好；要的是满足条件的最小规模。"
+        raise CheckFailed(f"{what}：计算时间 {compute_us:.2f} us 时应当是 {name}，你的函数给出 {got!r}。{why}")
+    passed(f"crossover_size 在 {len(cases)} 个计算时间上（比表里都短、都长、正好相等、打乱的行）都对。")

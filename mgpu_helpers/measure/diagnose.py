@@ -9,7 +9,10 @@
 - :func:`run_schedule`: a rank calls the collectives its schedule lists, through a :class:`CollectiveLog`
   (to check a prediction of where a mismatched schedule hangs).
 - :func:`scaling_probe`: a strong-scaling step (compute split over the ranks + a gradient all-reduce), for
-  "more GPUs, no speedup".
+  "more GPUs, no speedup"; :func:`scaling_probes` measures several configurations, alone and shared, in one
+  launch.
+- :func:`straggler_inside`: steps with one slow rank and no barrier before the all-reduce, so that the
+  early ranks wait *inside* the collective, as a profiler trace of a real data-parallel run shows it.
 - :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
   for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
 - :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
@@ -150,6 +153,83 @@ def scaling_probe(rank: int, world_size: int, total_units: float, grad_numel: in
     return workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
 
 
+def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:
+    """For each ``name: (total_units, grad_numel)`` of ``configs``: ``{"alone": step_s, "shared": {...}}``.
+
+    ``alone`` is the whole job on this rank with no all-reduce (one rank by itself has no one to reduce
+    with): the one-rank step. ``shared`` is :func:`mgpu_helpers.measure.workloads.scaling_step`'s medians
+    with the job split over the ranks. One launch for all configurations; the shared steps are traced,
+    their span names start with the configuration's name.
+    """
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure import trace, workloads
+    from mgpu_helpers.measure.timing import synchronize_device
+
+    device = rank_device()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    workloads.compute_units(1.0, device)        # warm-up: the first products load the kernels and caches
+    synchronize_device(device)
+    out, kept = {}, []
+    for name, (total_units, grad_numel) in configs.items():
+        alone = []
+        for i in range(repeats):
+            dist.barrier()
+            synchronize_device(device)
+            t0 = time.monotonic()
+            workloads.compute_units(total_units, device, seed=i)
+            synchronize_device(device)
+            alone.append(time.monotonic() - t0)
+        trace.collect()                          # keep only the shared steps' spans (below)
+        shared = workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
+        kept += [(sp, name) for sp in trace.collect()]
+        out[name] = {"alone_s": statistics.median(alone), **shared}
+    for sp, name in kept:                        # recorded again, named by their configuration
+        trace.record(sp.kind, sp.start, sp.end, f"{name} {sp.name}")
+    return out
+
+
+def straggler_inside(rank: int, world_size: int, shards, steps: int = 6, unit_s: float = 0.02,
+                     grad_numel: int = 1 << 12) -> dict:
+    """Steps of ``shards[rank] * unit_s`` seconds of fixed work (a sleep: the same on any machine and load),
+    then at once an all-reduce of ``grad_numel`` float32, with no barrier in between.
+
+    An early rank enters the all-reduce and waits there until the last rank arrives, so the time it spends
+    *inside* the collective holds its waiting: a profiler trace of real data parallelism shows the same.
+    Returns this rank's per-step ``compute_s`` and ``collective_s`` lists; the steps are traced.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure import trace
+    from mgpu_helpers.measure.timing import synchronize_device
+
+    device = rank_device()
+    grad = torch.ones(grad_numel, device=device)
+    dist.all_reduce(grad)                        # warm-up: the connection is set up before timing
+    dist.barrier()
+    synchronize_device(device)
+    compute, collective = [], []
+    for _ in range(steps):
+        t0 = time.monotonic()
+        with trace.span("compute"):
+            time.sleep(shards[rank] * unit_s)
+        t1 = time.monotonic()
+        with trace.span("communicate", "all_reduce"):
+            dist.all_reduce(grad)
+            synchronize_device(device)
+        t2 = time.monotonic()
+        compute.append(t1 - t0)
+        collective.append(t2 - t1)
+    return {"rank": rank, "compute_s": compute, "collective_s": collective}
+
+
 def comm_fraction(probe_values) -> float:
     """Share of the step spent in the all-reduce, on the slowest rank of a :func:`scaling_probe` run."""
     slowest = max(probe_values, key=lambda v: v["step_s"])
@@ -163,15 +243,29 @@ def per_rank_phase_times(values) -> dict:
             "communicate": [v["comm_s"] for v in values]}
 
 
+def transports(lines) -> list[str]:
+    """The transports NCCL names in its ``NCCL_DEBUG=INFO`` channel lines (``... via P2P/CUMEM/read``,
+    ``via SHM/direct/direct``, ``via NET/...``): the word after ``via``, each once, in order of appearance."""
+    found = []
+    for ln in lines:
+        m = re.search(r"\bvia (\S+)", ln)
+        if m:
+            name = m.group(1).split("/")[0]
+            if name not in found:
+                found.append(name)
+    return found
+
+
 def medians(per_rank) -> list[float]:
     """Median of each rank's list."""
     import statistics
     return [statistics.median(v) for v in per_rank]
 
 
-def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0) -> list[str]:
-    """Run one NCCL all-reduce with ``NCCL_DEBUG=level`` and return the ranks' NCCL log lines, each
-    prefixed ``[rank k]``. Empty without enough GPUs for NCCL (nothing is run then)."""
+def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0, env=None) -> list[str]:
+    """Run one NCCL all-reduce with ``NCCL_DEBUG=level`` (plus the variables of ``env``, for the ranks only)
+    and return the ranks' NCCL log lines, each prefixed ``[rank k]``. Empty without enough GPUs for NCCL
+    (nothing is run then)."""
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 
@@ -189,5 +283,5 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
         return float(t[0])
 
     res = run_ranks(one_allreduce, world_size, backend="nccl", timeout=timeout, stream=False, quiet=True,
-                    env={"NCCL_DEBUG": level})
+                    env={"NCCL_DEBUG": level, **(env or {})})
     return [f"[rank {r}] {ln}" for r, lines in enumerate(res.outputs) for ln in lines if "NCCL" in ln]

@@ -6,6 +6,8 @@
   ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes). Two launches
   of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``): the notebook's own
   environment is never changed.
+- :func:`p2p_effect`: the same two launches at one size, each with ``NCCL_DEBUG=INFO``: the busbw and the
+  transports NCCL's channel lines name (``via P2P/...`` by default, ``via SHM/...`` with P2P off).
 - :func:`recorded`: the figures recorded on 2 x H200 (``mgpu_helpers/data/peer_h200x2.json`` and the nccl-tests
   all-reduce table), to compare with.
 
@@ -69,6 +71,22 @@ def copy_gbps(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9
 
 
+def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+    """GB/s of a copy within this machine's memory (CPU tensors, each byte counted once, best of ``repeats``):
+    the "link" between gloo ranks on one machine, whose messages go through shared memory."""
+    import time
+
+    import torch
+    src = torch.ones(nbytes // 4)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return copy_gbps(src.numel() * 4, best)
+
+
 def _time_copy(dst, src, repeats: int) -> float:
     """Median seconds of ``dst.copy_(src)`` between two GPUs. torch runs a device-to-device copy on the
     source device's current stream (and syncs the destination's), so the events go on that stream."""
@@ -127,6 +145,25 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
     off = allreduce_busbw(world_size, sizes, False, backend, timeout)
     return [{"nbytes": a.nbytes, "busbw_default": a.busbw, "busbw_p2p_off": b.busbw,
              "ratio": b.busbw / a.busbw if a.busbw else None, "backend": a.backend} for a, b in zip(on, off)]
+
+
+def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.0) -> dict:
+    """``{"on": {...}, "off": {...}}``, each ``{"busbw": GB/s, "transports": [...], "lines": [...]}``: one NCCL
+    all-reduce sweep at ``nbytes`` with NCCL's default transports and one with ``NCCL_P2P_DISABLE=1``, both
+    with ``NCCL_DEBUG=INFO`` set for the ranks only. Needs ``world_size`` GPUs (:class:`NeedsGpus`)."""
+    from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.measure import diagnose
+
+    _need(world_size, "the all-reduce with and without NCCL P2P")
+    out = {}
+    for key, p2p in (("on", True), ("off", False)):
+        res = run_ranks(sweep.sweep_rank, world_size, args=([int(nbytes)], ("all_reduce",), None, 5), backend="nccl",
+                        timeout=timeout, env={**rank_env(p2p), "NCCL_DEBUG": "INFO"}, stream=False, quiet=True)
+        row = sweep.combine(res.values, world_size, res.backend)[0]
+        lines = [f"[rank {r}] {ln}" for r, rank_lines in enumerate(res.outputs) for ln in rank_lines if "NCCL" in ln]
+        out[key] = {"busbw": row.busbw, "transports": diagnose.transports(lines),
+                    "lines": [ln for ln in lines if " via " in ln]}
+    return out
 
 
 def recorded() -> dict:

@@ -73,6 +73,9 @@ class LabReport:
         return path
 
 
+# The mark of the lab's placeholder text: a conclusion that still holds it is not the learner's.
+PLACEHOLDER = "✎"
+
 # Column sets the lab uses.
 SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("nbytes", "bytes", "{:d}"),
                  ("time_us", "time (us)", "{:.1f}"), ("algbw", "algbw (GB/s)", "{:.3f}"),
@@ -98,6 +101,9 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     :func:`mgpu_helpers.checks.lab.review_claims` on the learner's claims; ``conclusion``: the learner's
     own paragraph; ``figures``: ``{name: (caption, Figure)}``, saved as PNG next to the report.
     """
+    if conclusion is None or not str(conclusion).strip() or PLACEHOLDER in str(conclusion):
+        raise ValueError("the report needs the learner's own conclusion: my_conclusion is still None or the "
+                         f"placeholder (it holds {PLACEHOLDER!r}); write it in your own words first")
     report = LabReport(title)
     report.add_text("环境", setup)
     report.add_code("拓扑摘要", topology)

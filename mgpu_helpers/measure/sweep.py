@@ -7,6 +7,8 @@
   a host timer and by default averages over ranks): on a GPU the batch sits between two CUDA events
   (``perf_counter`` around it on the CPU), and the slowest rank's time is the time of the operation (the
   collective ends for everybody when it ends for the last rank).
+- :func:`run_repeats`: the same batch timed several times in one launch (all_reduce and rs_ag at one size),
+  so that a ratio of the two comes with the run's own spread.
 - :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
   slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
 - :func:`compare_rank`: all-reduce against reduce-scatter + all-gather (in place and out of place) on the
@@ -209,6 +211,28 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
     return rows
 
 
+def repeats_rank(rank: int, world_size: int, nbytes: int, ops, repeats: int, iters=None, warmup: int = 5) -> list:
+    """Rank function: ``repeats`` rounds of :func:`sweep_rank` at one size; per round ``[{op, nbytes, seconds}]``."""
+    return [sweep_rank(rank, world_size, [nbytes], ops, iters, warmup if r == 0 else 1) for r in range(repeats)]
+
+
+def run_repeats(world_size: int = 2, nbytes: int = MiB, ops=("all_reduce", "rs_ag"), repeats: int = 5,
+                backend: str = "auto", iters=None, timeout: float = 300.0) -> list[dict]:
+    """Time ``ops`` at ``nbytes`` ``repeats`` times in one launch; returns one ``{op: time_us}`` per round
+    (each the slowest rank's, as in :func:`combine`), so that a comparison comes with its own spread."""
+    from mgpu_helpers import hardware
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    chosen, _ = hardware.choose_backend(world_size, backend)
+    res = run_ranks(repeats_rank, world_size, args=(int(nbytes), tuple(ops), repeats, iters), backend=chosen,
+                    timeout=timeout, stream=False, quiet=True)
+    rounds = []
+    for r in range(repeats):
+        rows = combine([v[r] for v in res.values], world_size, res.backend)
+        rounds.append({row.op: row.time_us for row in rows})
+    return rounds
+
+
 # --------------------------------------------------------------------------------------------------------
 # A training-like step per size: compute, wait, communicate.
 
@@ -266,6 +290,11 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
     return out
 
 
+def per_rank_wait_us(per_rank: list[list[dict]]) -> list[list[float]]:
+    """``[rank][size index]``: each rank's median wait at the barrier (us), from :func:`step_rank` results."""
+    return [[row["wait"] * 1e6 for row in rows] for rows in per_rank]
+
+
 def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
     """Per size: compute = slowest rank's, wait = the longest wait, communicate = median over ranks (us);
     ``efficiency`` = compute / (compute + wait + communicate), the share of the step spent computing.
@@ -282,7 +311,7 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
 
 
 def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_n=None, backend: str = "auto",
-                       timeout: float = 300.0, slow_rank=None):
+                       timeout: float = 300.0, slow_rank=None, slow_factor: int = 3):
     """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
     (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.results.RankResults` (with spans)."""
     from mgpu_helpers import hardware
@@ -292,7 +321,7 @@ def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_
     gpu = chosen == "nccl"
     sizes = list(sizes) if sizes is not None else default_sizes(gpu)
     n = compute_n or (4096 if gpu else 256)
-    res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank), backend=chosen,
+    res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank, slow_factor), backend=chosen,
                     timeout=timeout, stream=False, quiet=True)
     return combine_steps(res.values), res
 

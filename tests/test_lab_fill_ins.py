@@ -1,0 +1,192 @@
+"""Notebook 12's fill-ins and conclusions, ex12's new checkers: typical wrong answers are named, a correct answer
+written differently passes, and the conclusions are held against one run with that run's margin."""
+import textwrap
+
+import pytest
+
+from mgpu_helpers import checks
+from mgpu_helpers.checks import lab
+from mgpu_helpers.measure import report as report_mod
+from mgpu_helpers.measure.sweep import SweepRow
+
+
+def _by_value(source: str, name: str):
+    """A function defined from source text, travelling to ranks by value (like one defined in a cell)."""
+    ns = {"__name__": "exercise_wrong_answer"}
+    exec(textwrap.dedent(source), ns)
+    return ns[name]
+
+
+# -- bus_bandwidth ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("wrong, why", [
+    (lambda op, b, s, n: (b / s / 1e9, b / s / 1e9), "busbw 不等于 algbw"),
+    (lambda op, b, s, n: (b / s / 1e9, b / s / 1e9 * (n - 1) / n), "All-Reduce 的系数是 2\\(n-1\\)/n"),
+    (lambda op, b, s, n: (b / s / 2 ** 30, b / s / 2 ** 30 * (2 if op == "all_reduce" else 1) * (n - 1) / n), "2\\*\\*30"),
+    (lambda op, b, s, n: (b / s / 1e9, b / s / 1e9 * 2 * (n - 1) / n), "的系数是 \\(n-1\\)/n"),
+])
+def test_bus_bandwidth_rejects_typical_mistakes(wrong, why):
+    with pytest.raises(checks.CheckFailed, match=why):
+        lab.check_bus_bandwidth(wrong)
+
+
+def test_bus_bandwidth_refuses_the_course_formula():
+    def via_library(op, nbytes, seconds, world_size):
+        from mgpu_helpers.models import bandwidth
+        return bandwidth.algbw(nbytes, seconds) / 1e9, bandwidth.busbw(op, nbytes, seconds, world_size) / 1e9
+    with pytest.raises(checks.CheckFailed, match="mh.models.bandwidth"):
+        lab.check_bus_bandwidth(via_library)
+
+
+def test_bus_bandwidth_accepts_an_answer_written_differently(capsys):
+    def by_bytes_on_the_link(op, nbytes, seconds, world_size):
+        share = (world_size - 1) / world_size
+        on_link = nbytes * share * (2 if op == "all_reduce" else 1)
+        return nbytes / (seconds * 1e9), on_link / (seconds * 1e9)
+    lab.check_bus_bandwidth(by_bytes_on_the_link)
+    assert "通过" in capsys.readouterr().out
+
+
+# -- the conclusions ---------------------------------------------------------------------------------------
+
+def _run():
+    steps = [{"nbytes": 1024, "compute_us": 1000.0, "wait_us": 700.0, "comm_us": 100.0},
+             {"nbytes": 32768, "compute_us": 1000.0, "wait_us": 650.0, "comm_us": 400.0},
+             {"nbytes": 1 << 20, "compute_us": 1000.0, "wait_us": 720.0, "comm_us": 2500.0}]
+    for r in steps:
+        r["step_us"] = r["compute_us"] + r["wait_us"] + r["comm_us"]
+        r["efficiency"] = r["compute_us"] / r["step_us"]
+    wait = [[700.0, 650.0, 720.0], [60.0, 50.0, 40.0]]
+    rounds = [{"all_reduce": 2000.0, "rs_ag": 2600.0}, {"all_reduce": 2100.0, "rs_ag": 2900.0},
+              {"all_reduce": 1900.0, "rs_ag": 2500.0}]
+    rows = [SweepRow("all_reduce", n, t, n / t / 1e3, n / t / 1e3, 2, "gloo", 5)
+            for n, t in ((1024, 90.0), (32768, 300.0), (1 << 20, 2000.0))]
+    return lab.lab_run(steps, wait, rounds, rows, 2.0, 2)
+
+
+GOOD = {"crossover": "1 MiB", "rs_ag_over_ar": 1.35, "busbw_fraction": (1 << 20) / 2000.0 / 1e3 / 2.0,
+        "waiting_rank": 0, "wait_us": 700}
+
+
+def test_claims_derived_from_the_run_hold_and_the_explanation_opens(capsys):
+    text = "1 MiB 起 All-Reduce 比计算长；RS+AG 约是 All-Reduce 的 1.35 倍；rank 0 每步等约 700 us。"
+    verdicts = lab.check_conclusions(GOOD, text, _run())
+    out = capsys.readouterr().out
+    assert all(v.holds for v in verdicts) and "为什么是这样" in out and "通过" in out
+    assert lab.missing(verdicts, text, _run()) == []
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("crossover", "32 KiB", "通信还明显比计算短"),            # picked the size where comm grew, not where it overtook
+    ("rs_ag_over_ar", 1 / 1.35, "倒数"),                     # the busbw ratio
+    ("waiting_rank", 1, "与测量矛盾"),                        # the slow rank named as the one that waits
+    ("wait_us", 50, "与测量矛盾"),                            # the slow rank's own wait
+    ("busbw_fraction", 0.9, "容差"),                          # the link rate mistaken for what was reached
+])
+def test_claims_the_run_contradicts_are_named(key, value, why):
+    verdicts = lab.review_conclusions(dict(GOOD, **{key: value}), _run())
+    bad = [v for v in verdicts if v.holds is not True]
+    assert len(bad) == 1 and (why in bad[0].evidence or why in bad[0].as_dict()["verdict"])
+
+
+def test_unwritten_claims_and_placeholder_text_keep_the_explanation_closed(capsys):
+    verdicts = lab.check_conclusions({k: None for k in GOOD}, "✎ 用自己的话写", _run())
+    out = capsys.readouterr().out
+    assert "为什么是这样" not in out and "还没写" in out and "占位" in out
+    assert len(lab.missing(verdicts, None, _run())) == len(GOOD) + 1
+
+
+def test_a_conclusion_must_cite_two_numbers_of_the_run():
+    run = _run()
+    assert "至少引用两个" in lab.conclusion_problem("通信在大消息上更慢，RS+AG 也更慢。", run)
+    assert "至少引用两个" in lab.conclusion_problem("在 1 MiB 和 32 KiB 上 RS+AG 慢了 7.5 倍。", run)   # sizes do not count
+    assert lab.conclusion_problem("All-Reduce 用了 2000 us，rank 0 等了 700 us。", run) is None
+
+
+def test_the_report_refuses_a_missing_or_placeholder_conclusion():
+    for text in (None, "", "✎ 用自己的话写三到五句"):
+        with pytest.raises(ValueError, match="my_conclusion"):
+            report_mod.build_report("t", "s", "topo", [], [], [], {"rows": []}, [], text, {})
+
+
+# -- ex12: round-robin ownership, the crossover read from the record ------------------------------------
+
+CONTIGUOUS = '''
+def contiguous(rank, world_size, data):
+    import torch.distributed as dist
+    n = len(data)
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    stop = start + base + (1 if rank < extra else 0)
+    buf = (data[start:stop] ** 2).sum().reshape(1)
+    local = float(buf.item())
+    dist.all_reduce(buf)
+    return {"owned": list(range(start, stop)), "local": local, "result": float(buf.item()),
+            "expected": float((data ** 2).sum()), "ok": float(buf.item()) == float((data ** 2).sum())}
+'''
+OFF_BY_ONE = '''
+def off_by_one(rank, world_size, data):
+    import torch.distributed as dist
+    owned = list(range(rank + 1, len(data), world_size))
+    buf = (data[owned] ** 2).sum().reshape(1)
+    local = float(buf.item())
+    dist.all_reduce(buf)
+    return {"owned": owned, "local": local, "result": float(buf.item()), "expected": float((data ** 2).sum()),
+            "ok": True}
+'''
+ALWAYS_OK = '''
+def always_ok(rank, world_size, data):
+    owned = list(range(rank, len(data), world_size))
+    local = float((data[owned] ** 2).sum())
+    return {"owned": owned, "local": local, "result": local, "expected": float((data ** 2).sum()), "ok": True}
+'''
+CORRECT = '''
+def by_mask(rank, world_size, data):
+    import torch
+    import torch.distributed as dist
+    idx = torch.arange(len(data))
+    mask = idx % world_size == rank
+    buf = (data[mask] ** 2).sum().reshape(1)
+    local = float(buf.item())
+    dist.all_reduce(buf)
+    total = float((data ** 2).sum())
+    return {"owned": idx[mask].tolist(), "local": local, "result": float(buf.item()), "expected": total,
+            "ok": abs(float(buf.item()) - total) < 1e-6}
+'''
+
+
+@pytest.mark.parametrize("source, name, why", [
+    (CONTIGUOUS, "contiguous", "连续的一段"),
+    (OFF_BY_ONE, "off_by_one", "起点不对"),
+    (ALWAYS_OK, "always_ok", "All-Reduce 之后得到"),
+])
+def test_round_robin_ownership_rejects_typical_mistakes(source, name, why):
+    with pytest.raises(checks.CheckFailed, match=why):
+        lab.check_ownership_cyclic(_by_value(source, name), world_sizes=(2,))
+
+
+def test_round_robin_ownership_accepts_an_answer_written_differently(capsys):
+    lab.check_ownership_cyclic(_by_value(CORRECT, "by_mask"), world_sizes=(3,))
+    assert "通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, why", [
+    (lambda c, t: next((r["nbytes"] for r in t if r["time_us"] > c), None), "打乱|最小"),
+    (lambda c, t: next((r["nbytes"] for r in sorted(t, key=lambda r: r["nbytes"]) if r["time_us"] >= c), None), "严格大于"),
+    (lambda c, t: next((r["nbytes"] for r in sorted(t, key=lambda r: r["nbytes"]) if r["inplace_time_us"] > c), None), "in-place"),
+    (lambda c, t: max(r["nbytes"] for r in t), "最小|应当返回 None"),
+])
+def test_crossover_size_rejects_typical_mistakes(wrong, why):
+    with pytest.raises(checks.CheckFailed, match=why):
+        lab.check_crossover_size(wrong)
+
+
+def test_crossover_size_accepts_an_answer_written_differently(capsys):
+    def scan_sorted(compute_us, table):
+        best = None
+        for row in table:
+            if row["time_us"] > compute_us and (best is None or row["nbytes"] < best):
+                best = row["nbytes"]
+        return best
+    lab.check_crossover_size(scan_sorted)
+    assert "通过" in capsys.readouterr().out
