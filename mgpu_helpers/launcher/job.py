@@ -23,7 +23,7 @@ import time
 
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.interrupts import interrupts_held
-from mgpu_helpers.launcher.messages import Failed, RankExit, RankPids, Returned, Running
+from mgpu_helpers.launcher.messages import Failed, RankExit, Returned, Running
 from mgpu_helpers.launcher.wire import FrameReader, LineReader
 
 OUTPUT_LINES_KEPT = 2000
@@ -46,7 +46,6 @@ class Job:
         self.outputs: list[list[str]] = [[] for _ in range(world_size)]
         self.results: dict[int, Returned | Failed] = {}
         self.exits: dict[int, int] = {}
-        self.pids: dict[int, int] = {}
         self.running_since: dict[int, float] = {}
         self.first_error: tuple[int, Failed] | None = None
         self.pgid: int | None = None
@@ -115,9 +114,7 @@ class Job:
     def _handle(self, kind: str, rank, frame: bytes) -> None:
         if kind == "status":
             msg = pickle.loads(frame)
-            if isinstance(msg, RankPids):
-                self.pids = dict(msg.pids)
-            elif isinstance(msg, RankExit):
+            if isinstance(msg, RankExit):
                 self.exits[msg.rank] = msg.code
             return
         import cloudpickle
@@ -205,20 +202,26 @@ class Job:
                 pass
 
     def finish(self) -> None:
-        """Kill, read what is left, close every descriptor and remove the job's folder. Never raises."""
-        self.kill()
+        """Kill, read what is left, close every descriptor and remove the job's folder.
+
+        Call with interrupts held. Whatever the first two steps raise (a broken frame, a failing write to the
+        cell), the descriptors are closed and the folder removed; only an exception that is not an error of
+        ours (KeyboardInterrupt, SystemExit) is raised again, after that.
+        """
         try:
+            self.kill()
             self.drain(2.0)
-        except Exception:   # noqa: BLE001 - a broken frame must not keep the fds and folder
+        except Exception:   # noqa: BLE001 - nothing the launch could still do about it
             pass
-        for fd in list(self.owned):
-            try:
-                self.close_fd(fd)
-            except OSError:
-                pass
-        self.sel.close()
-        if self.job_dir is not None:
-            shutil.rmtree(self.job_dir, ignore_errors=True)
+        finally:
+            for fd in list(self.owned):
+                try:
+                    self.close_fd(fd)
+                except OSError:
+                    pass
+            self.sel.close()
+            if self.job_dir is not None:
+                shutil.rmtree(self.job_dir, ignore_errors=True)
 
     def take_dumps(self, ranks: list[int]) -> tuple[dict[int, str], dict[int, dict | None]]:
         """Python stacks (SIGUSR1, faulthandler) and flight-recorder dumps (SIGUSR2) of ``ranks``."""

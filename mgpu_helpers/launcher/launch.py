@@ -20,11 +20,13 @@ import itertools
 import os
 import pickle
 import queue
+import select
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight
@@ -82,36 +84,80 @@ class _StarterThread:
 
 _starter = _StarterThread()
 _job_ids = itertools.count(1)
+START_TIMEOUT_S = 120.0        # a cold start imports torch: seconds, more on a busy machine
+REPLY_TIMEOUT_S = 60.0         # the server answers a job at once (one fork); past this it is stuck
+
+
+class _Conn:
+    """One rank server process and the notebook's end of its socket. ``ready``: its Ready has been read.
+
+    The socket is closed only by :meth:`end`, and only after the connection was detached from
+    :class:`_Server`: a connection that the server holds always has an open socket.
+    """
+
+    __slots__ = ("proc", "sock", "ready")
+
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket) -> None:
+        self.proc = proc
+        self.sock = sock
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def end(self) -> bool:
+        """Close the socket and kill the process; True once it is reaped. Every step may be repeated."""
+        self.sock.close()
+        if self.proc.poll() is None:
+            # Killed, not asked to leave: a server still importing torch would only notice a closed socket
+            # seconds later. Its jobs' leaders get SIGKILL from Linux as it dies (PR_SET_PDEATHSIG), their
+            # ranks in turn, so nothing of its jobs outlives it.
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
 
 class _Server:
-    """The notebook's end of the rank server. ``lock`` makes one request and its reply one step."""
+    """The notebook's end of the rank server.
+
+    Every change of state is one assignment of ``conn`` (or of its ``ready``), made with interrupts held, so
+    whatever exception lands at whatever moment the state is one of: no server; a server starting; a ready
+    server. A detached connection waits in ``retired`` until its process has been ended and reaped, so
+    an exception in the middle of ending it leaves it there to finish, never a half-closed one in use.
+    ``lock`` makes one request and its reply one step; it is held only for steps that do not wait long.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.proc: subprocess.Popen | None = None
-        self.sock: socket.socket | None = None
-        self.ready = False
-        self.import_seconds = None
+        self.conn: _Conn | None = None
+        self.retired: list[_Conn] = []
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        conn = self.conn
+        return conn is not None and conn.alive()
 
     def start(self) -> None:
-        """Start the server process (returns at once; it imports torch in the background)."""
+        """Start a server process if there is no live one (returns at once; it imports torch meanwhile)."""
+        if self.alive():
+            return
+        self.stop()
         _starter.call(self._spawn)
 
     def _spawn(self) -> None:
-        # Runs on the starter thread: the whole swap of server happens there, so an interrupted caller
-        # cannot leave half of it done.
-        self.stop()
+        # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         # The server must stay CUDA-free and quiet; PYTHONPATH lets it import this very package.
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         try:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
                 # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
@@ -122,99 +168,111 @@ class _Server:
             raise
         finally:
             theirs.close()
-        self.sock = ours
-        self.ready = False
+        self.conn = _Conn(proc, ours)
 
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        """Wait for the server's Ready. Interrupted half-way, the server is dropped (the next call starts one)."""
-        if self.ready:
-            return
-        self.sock.settimeout(timeout)
+    def stop(self) -> None:
+        """Detach the server, then end it (and any detached earlier that did not finish ending)."""
+        conn = self.conn
+        if conn is not None:
+            self.retired.append(conn)
+            self.conn = None
+        for old in list(self.retired):
+            if old.end():
+                self.retired.remove(old)
+
+    def _read_ready(self, conn: _Conn) -> None:
+        """Read the server's Ready (it is in the socket, or the server died): called under the lock."""
         try:
-            data, _ = recv_msg(self.sock)
-            ready = pickle.loads(data)
-            if not isinstance(ready, Ready):
-                raise EOFError(f"expected Ready, got {type(ready).__name__}")
-        except (EOFError, OSError, socket.timeout, pickle.UnpicklingError) as exc:
-            code = self.proc.poll()
-            self.stop()
-            raise LaunchError(
-                f"the rank server did not start ({type(exc).__name__}, exit code {code}). Check that "
-                f"`{sys.executable} -c 'import torch'` works in this environment.") from None
-        except BaseException:
-            self.stop()      # half a frame may have been read: this socket can no longer be trusted
+            conn.sock.settimeout(REPLY_TIMEOUT_S)
+            data, _ = recv_msg(conn.sock)
+            if not isinstance(pickle.loads(data), Ready):
+                raise EOFError("expected Ready")
+            conn.ready = True
+        except BaseException as exc:
+            code = conn.proc.poll()
+            self.stop()          # a frame half read, or none: this socket can no longer be trusted
+            if isinstance(exc, (EOFError, OSError, pickle.UnpicklingError)):
+                raise LaunchError(
+                    f"the rank server did not start ({type(exc).__name__}, exit code {code}). Check that "
+                    f"`{sys.executable} -c 'import torch'` works in this environment.") from None
             raise
-        finally:
-            if self.sock is not None:
-                self.sock.settimeout(None)
-        self.import_seconds = ready.import_s
-        self.ready = True
 
-    def ensure_ready(self) -> None:
-        """Start the server if it is not running and wait until it takes jobs.
+    def acquire_ready(self, gate) -> _Conn:
+        """Take ``lock`` with a ready server (started if need be), and return it; the caller releases the lock.
 
-        The wait (a cold start imports torch) can be interrupted; taking the lock cannot: CPython may raise
-        a KeyboardInterrupt just after ``with lock`` acquired it and before the block is entered, and the
-        lock would stay taken for the rest of the kernel's life.
+        Call with interrupts held. The wait for a cold start's ``import torch`` happens without the lock and
+        with interrupts let through (``gate``): an interrupt ends it at once and leaves the starting server
+        in place, so the next launch goes on waiting for the same one.
         """
-        with interrupts_held() as gate, self.lock:
-            if not self.alive():
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            self.lock.acquire()   # interrupts are held: it cannot be taken and then left taken
+            try:
                 self.start()
-            if not self.ready:
-                with gate.allowed():
-                    self.wait_ready()
+                conn = self.conn
+                if not conn.ready and select.select([conn.sock], [], [], 0)[0]:
+                    self._read_ready(conn)
+                if conn.ready:
+                    return conn
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise LaunchError(
+                        f"the rank server did not start within {START_TIMEOUT_S:g} s (is `import torch` this "
+                        "slow here?). Run the cell again to wait once more.")
+            except BaseException:
+                self.lock.release()
+                raise
+            self.lock.release()
+            with gate.allowed():   # the only wait: for Ready (or the server's death), at most a second a look
+                try:
+                    select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
+                except (OSError, ValueError):
+                    pass           # another thread closed it meanwhile: look again under the lock
 
-    def submit(self, request: JobRequest, fds: list[int]) -> tuple[Started, subprocess.Popen]:
-        """Hand a job to the server; returns its Started reply (the leader's pid) and the server's Popen.
+    def submit(self, request: JobRequest, fds: list[int], gate) -> tuple[Started, subprocess.Popen]:
+        """Hand a job to a ready server; returns its Started reply (the leader's pid) and the server's Popen.
 
-        Whatever goes wrong between sending the job and reading its reply (an exception of any kind), the
+        Call with interrupts held. Whatever goes wrong between sending the job and reading its reply, the
         server is dropped: a server whose reply was left unread would answer the next job with this one's
         leader. Its jobs die with it (PDEATHSIG), and the next launch starts a new one.
         """
-        with self.lock:
-            if not self.alive():
-                self.start()
-            self.wait_ready()
-            try:
-                send_msg(self.sock, pickle.dumps(request), fds)
-                data, _ = recv_msg(self.sock)
-                reply = pickle.loads(data)
-                if not (isinstance(reply, Started) and reply.job_id == request.job_id):
-                    raise EOFError(f"the rank server answered job {request.job_id} with {reply!r}")
-                return reply, self.proc
-            except (OSError, EOFError, pickle.UnpicklingError):
-                self.stop()
-                raise LaunchError("the rank server went away; run the cell again (a new one starts).") from None
-            except BaseException:
-                self.stop()
-                raise
-
-    def stop(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()   # the server reads EOF and exits; its jobs' leaders die with it
-            except OSError:
-                pass
-            self.sock = None
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-        self.ready = False
+        conn = self.acquire_ready(gate)
+        try:
+            conn.sock.settimeout(None)       # the job may carry large arguments
+            send_msg(conn.sock, pickle.dumps(request), fds)
+            conn.sock.settimeout(REPLY_TIMEOUT_S)
+            data, _ = recv_msg(conn.sock)
+            reply = pickle.loads(data)
+            if not (isinstance(reply, Started) and reply.job_id == request.job_id):
+                raise EOFError(f"the rank server answered job {request.job_id} with {reply!r}")
+            return reply, conn.proc
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self.stop()
+            raise LaunchError("the rank server went away; run the cell again (a new one starts).") from None
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            self.lock.release()
 
 
 _server = _Server()
 atexit.register(_server.stop)
 
 
-def prewarm() -> None:
-    """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``."""
-    with interrupts_held(), _server.lock:
-        if not _server.alive():
-            _server.start()
+def prewarm(wait: bool = False) -> None:
+    """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``.
+
+    Returns at once; with ``wait=True`` it returns once the server takes jobs (the wait can be interrupted,
+    and the server then goes on starting).
+    """
+    with interrupts_held() as gate:
+        if wait:
+            _server.acquire_ready(gate)
+            _server.lock.release()
+        else:
+            with _server.lock:
+                _server.start()
 
 
 def shutdown_server() -> None:
@@ -321,19 +379,21 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
         backend, reason = hardware.choose_backend(world_size, backend)
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
-    _server.ensure_ready()          # may wait for the server's import torch: interruptible
     with interrupts_held() as gate:
+        # A cold start's import torch is waited for here (interruptibly), so the timeout counts the ranks only.
+        _server.acquire_ready(gate)
+        _server.lock.release()
         # Made in here: the job holds a selector (a file descriptor) from its first moment.
         job = Job(world_size, backend, reason, float(timeout), stream, quiet)
         try:
-            _start(job, payload, init, debug, env)
+            _start(job, payload, init, debug, env, gate)
             with gate.allowed():    # the only place an interrupt lands: every resource has one owner here
                 return supervise(job)
         finally:
             job.finish()            # KeyboardInterrupt included: no rank, fd or folder outlives the cell
 
 
-def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None) -> None:
+def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None, gate) -> None:
     """Create the job's folder and pipes, hand it to the server, and start reading the ranks' pipes."""
     world_size = job.world_size
     job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
@@ -349,7 +409,7 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
         # torch's own timeout stays above ours, so that ours fires first and takes stacks
         pg_timeout_s=job.timeout_s + 60.0)
     write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
-    started, server_proc = _server.submit(request, write_ends)
+    started, server_proc = _server.submit(request, write_ends, gate)
     job.attach_leader(started.leader_pid, server_proc)
     for fd in write_ends:           # the leader and ranks have their own copies now
         job.close_fd(fd)

@@ -5,14 +5,14 @@ Every message is one frame (:mod:`mgpu_helpers.launcher.wire`) holding one pickl
 reads fields by name (``msg.leader_pid``), never by position, and a message of the wrong kind is caught by
 its type. Who sends what::
 
-    notebook -> server   JobRequest (with the job's pipes attached), Ping
-    server -> notebook   Ready (torch imported), Started (a leader was forked for the job), Pong
-    leader -> notebook   RankPids, RankExit            (on the job's status pipe)
+    notebook -> server   JobRequest (with the job's pipes attached)
+    server -> notebook   Ready (torch imported), Started (a leader was forked for the job)
+    leader -> notebook   RankExit                      (on the job's status pipe)
     rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -34,21 +34,10 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
-class Ping:
-    """Asks the server whether it is alive (answered with :class:`Pong`)."""
-
-
-@dataclass(frozen=True)
-class Pong:
-    server_pid: int
-
-
-@dataclass(frozen=True)
 class Ready:
     """The server has imported torch and takes jobs."""
 
     server_pid: int
-    import_s: float
 
 
 @dataclass(frozen=True)
@@ -57,11 +46,6 @@ class Started:
 
     job_id: int
     leader_pid: int
-
-
-@dataclass(frozen=True)
-class RankPids:
-    pids: dict = field(default_factory=dict)     # rank -> pid
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ import select
 import signal
 import socket
 import sys
-import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -77,9 +76,9 @@ def _end_everything_under_me() -> None:
 
 
 def run_leader(job, fds: list[int], server_pid: int) -> None:
-    """Fork the ranks of one job, tell the notebook their pids, then report each exit status."""
+    """Fork the ranks of one job, then report each exit status to the notebook."""
     from mgpu_helpers.launcher import rank as rank_process
-    from mgpu_helpers.launcher.messages import RankExit, RankPids
+    from mgpu_helpers.launcher.messages import RankExit
     from mgpu_helpers.launcher.wire import write_frame
 
     die_with_parent(server_pid)
@@ -117,7 +116,6 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     poller.register(status_fd, 0)          # POLLERR / POLLHUP: the notebook closed its end
     poller.register(wake_r, select.POLLIN)
     try:
-        write_frame(status_fd, pickle.dumps(RankPids({r: p for p, r in pids.items()})))
         while True:
             while True:                    # reap every child that has exited (ranks and orphans alike)
                 try:
@@ -159,7 +157,7 @@ def _preload_when_idle(sock: socket.socket, pending: list[str]) -> bool:
 
 
 def serve(sock: socket.socket) -> None:
-    from mgpu_helpers.launcher.messages import Ping, Pong, Started
+    from mgpu_helpers.launcher.messages import Started
     from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
     server_pid = os.getpid()
@@ -172,9 +170,6 @@ def serve(sock: socket.socket) -> None:
         except (EOFError, ConnectionError):
             return  # the notebook kernel closed its end (or is gone): we are done
         job = pickle.loads(data)
-        if isinstance(job, Ping):
-            send_msg(sock, pickle.dumps(Pong(server_pid)))
-            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -204,7 +199,6 @@ def main() -> None:
     # Children of ours that exit are reaped by the kernel: no zombies, no bookkeeping.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    t0 = time.perf_counter()
     # The whole point of this process: pay for these imports once, then fork ranks that have them.
     import cloudpickle  # noqa: F401
     import numpy  # noqa: F401
@@ -217,7 +211,7 @@ def main() -> None:
     from mgpu_helpers.launcher.wire import send_msg
     sock = socket.socket(fileno=fd)
     try:
-        send_msg(sock, pickle.dumps(Ready(os.getpid(), time.perf_counter() - t0)))
+        send_msg(sock, pickle.dumps(Ready(os.getpid())))
     except OSError:
         return   # the notebook went away while we were importing torch: nothing to serve
     serve(sock)

@@ -161,8 +161,10 @@ def _raise_launcher_died(job: Job):
     job.drain(0.5)                        # the ranks die with the leader (PDEATHSIG); take their last lines
     code = None
     if job.server_proc is not None:
+        # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe
+        # has closed and been read, a dead server is (nearly always) reaped already: a short look is enough.
         try:
-            code = job.server_proc.wait(1.0)    # the leader dies first when the server is killed
+            code = job.server_proc.wait(0.25)
         except Exception:   # noqa: BLE001 - subprocess.TimeoutExpired: the server lives
             code = None
     answered = sorted(job.results)
