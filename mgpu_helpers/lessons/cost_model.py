@@ -26,11 +26,9 @@ def check_ring(nbytes, world_size, alpha, beta):
 def ring_reduce_scatter_seconds(nbytes, world_size, alpha, beta):
     """Ring reduce-scatter of an nbytes buffer: each step costs alpha plus the bytes one rank sends times beta."""
     check_ring(nbytes, world_size, alpha, beta)
-    ### BEGIN SOLUTION
     # ✎ 几步？每步每个 Rank 发一块，一块多少字节？
     steps = world_size - 1
     return steps * alpha + steps * (nbytes / world_size) * beta
-    ### END SOLUTION
 
 
 def ring_all_gather_seconds(nbytes, world_size, alpha, beta):

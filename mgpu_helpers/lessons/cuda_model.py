@@ -25,22 +25,18 @@ def thread_ids(grid: int, block: int, warp_size: int = 32):
     """What :func:`whoami` writes, computed on the host for all ``grid * block`` threads in launch order:
     ``(block_idx, thread_idx, global_idx, warp, lane)`` as NumPy integer arrays; ``warp`` is the warp's
     number inside its block, ``lane`` the thread's place in its warp."""
-    ### BEGIN SOLUTION
     # ✎ np.repeat(np.arange(3), 2) -> [0 0 1 1 2 2]; np.tile(np.arange(2), 3) -> [0 1 0 1 0 1]
     block_idx = np.repeat(np.arange(grid), block)
     thread_idx = np.tile(np.arange(block), grid)
     global_idx = block_idx * block + thread_idx
     return block_idx, thread_idx, global_idx, thread_idx // warp_size, thread_idx % warp_size
-    ### END SOLUTION
 
 
 def work_and_idle(grid: int, block: int, n: int) -> tuple[int, int, int]:
     """For ``kernel[grid, block]`` over ``n`` elements: ``(work, idle, no_thread)``: threads that pass
     ``if i < n``, threads the check stops, and elements that no thread reaches (the grid is too small)."""
-    ### BEGIN SOLUTION
     total = grid * block
     return min(n, total), max(0, total - n), max(0, n - total)
-    ### END SOLUTION
 
 
 def launch_config(n: int, block: int = 256) -> tuple[int, int]:
@@ -53,9 +49,7 @@ def launch_config(n: int, block: int = 256) -> tuple[int, int]:
         raise ValueError(f"block must be >= 1, not {block}")
     if n < 0:
         raise ValueError(f"n must be >= 0, not {n}")
-    ### BEGIN SOLUTION
     return max(1, (n + block - 1) // block), block
-    ### END SOLUTION
 
 
 import numpy as np
@@ -164,11 +158,9 @@ from numba import cuda
 @cuda.jit
 def vec_mul(a, b, c, n):
     """c[i] = a[i] * b[i] for every i < n: one thread per element, threads past the end do nothing."""
-    ### BEGIN SOLUTION
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if i < n:
         c[i] = a[i] * b[i]
-    ### END SOLUTION
 
 
 from numba import cuda

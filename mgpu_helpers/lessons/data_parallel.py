@@ -34,13 +34,11 @@ def local_gradient(rank: int, world_size: int, config=None) -> dict:
     ref = mh.measure.dp_reference
     config = config or ref.TrainConfig()
     device = mh.rank_device()
-    ### BEGIN SOLUTION
     # ✎ x, y = 本 Rank 的那片；model = 同一组初始权重；loss = 局部平均 loss；再 backward
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
     loss = ref.mse_loss(model, x.to(device), y.to(device))
     loss.backward()                                  # local: this rank's rows and this rank's replica only
-    ### END SOLUTION
     grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).cpu()
     return {"rank": rank, "device": str(device), "rows": len(x), "loss": float(loss.detach()), "grad": grad}
 

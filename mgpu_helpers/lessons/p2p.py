@@ -11,7 +11,6 @@ def exchange(send_buf, dst: int, recv_buf, src: int, group=None):
     move the list is empty.
     """
     import torch.distributed as dist
-    ### BEGIN SOLUTION
     # ✎ 长度为 0 的缓冲区跳过；返回调用方要 wait() 的请求列表（用阻塞调用做完了就返回 []）
     # Posted together with batch_isend_irecv: under NCCL the two calls form one group, so neither waits
     # for the other, and the order of the calls does not matter.
@@ -21,7 +20,6 @@ def exchange(send_buf, dst: int, recv_buf, src: int, group=None):
     if recv_buf is not None and recv_buf.numel() > 0:
         ops.append(dist.P2POp(dist.irecv, recv_buf, src, group))
     return dist.batch_isend_irecv(ops) if ops else []
-    ### END SOLUTION
 
 
 def ring_pass(token, steps: int | None = None) -> list:
@@ -37,7 +35,6 @@ def ring_pass(token, steps: int | None = None) -> list:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     steps = world_size - 1 if steps is None else steps
-    ### BEGIN SOLUTION
     # ✎ 每一步：一块新的接收缓冲区 -> exchange(往右发, 从左收) -> 等请求 -> 记下收到的 -> 它就是下一步要发的
     arrived = []
     for _ in range(steps):
@@ -47,4 +44,3 @@ def ring_pass(token, steps: int | None = None) -> list:
         arrived.append(incoming)
         token = incoming                     # what came from the left travels on to the right
     return arrived
-    ### END SOLUTION

@@ -11,7 +11,6 @@ def contiguous_ranges(n_items, world_size):
     """
     if world_size < 1 or n_items < 0:
         raise ValueError(f"need world_size >= 1 and n_items >= 0, got world_size={world_size}, n_items={n_items}")
-    ### BEGIN SOLUTION
     # ✎ 先算每段的基本长度和余数（divmod），再从 0 开始一段接一段地排
     base, extra = divmod(n_items, world_size)
     ranges, start = [], 0
@@ -20,7 +19,6 @@ def contiguous_ranges(n_items, world_size):
         ranges.append(range(start, stop))
         start = stop
     return ranges
-    ### END SOLUTION
 
 
 def shard(items, rank, world_size):
