@@ -118,10 +118,12 @@ def problems(path: str) -> list[str]:
     return []
 
 
-def execute(path: str, timeout: int = 600, store_widget_state: bool = False):
+def execute(path: str, timeout: int = 600, store_widget_state: bool = True):
     """Run a notebook top to bottom in its own folder with this Python's kernel; returns the run notebook.
 
-    ``store_widget_state``: keep the widgets' state in the notebook (the static export draws from it)."""
+    ``store_widget_state``: keep the widgets' state in the notebook (the static export draws from it). On by
+    default: with it off, nbclient 0.11 raises a KeyError when an ``ipywidgets.Output`` widget prints (its
+    output hook writes into the widget state it did not record); :func:`clean` drops that state anyway."""
     import nbformat
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
