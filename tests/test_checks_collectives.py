@@ -314,3 +314,15 @@ def test_speedup_written_differently_passes(capsys):
         return (compute / (1 - before)) / (compute / (1 - after))
     collectives.check_comm_share_speedup(speedup)
     assert "通过" in capsys.readouterr().out
+
+
+def test_a_ring_that_never_ends_is_reported_with_where_the_ranks_wait():
+    only_sends = _by_value('''
+        def only_sends(tensor):
+            import torch.distributed as dist
+            r, n = dist.get_rank(), dist.get_world_size()
+            dist.recv(tensor.clone(), (r - 1) % n)      # every rank waits for a message nobody sends first
+            return tensor
+        ''', "only_sends")
+    with pytest.raises(CheckFailed, match="还没有结束.*rank 0 卡在"):
+        collectives.check_ring_all_reduce_right(only_sends, world_sizes=(2,), timeout=5)
