@@ -15,7 +15,7 @@ from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def warm_ranks():
-    """One launch first: the deadlock tests' short timeouts then measure the reader's code, not a cold start."""
+    """One launch first, so that the rank server is up before the deadlock tests start their clocks."""
     mh.run_ranks(lambda rank, world_size: rank, 3, backend="gloo", timeout=120, stream=False, quiet=True)
 
 
@@ -56,7 +56,7 @@ def test_exchange_that_sends_first_everywhere_is_a_deadlock_naming_the_rank_and_
             return []
         ''', "exchange")
     with pytest.raises(CheckFailed, match=r"死锁.*rank 0 卡在 dist\.send（exchange 的第 \d+ 行）"):
-        p2p.check_exchange(send_first, world_sizes=(3,), timeout=8)
+        p2p.check_exchange(send_first, world_sizes=(3,), timeout=15)
 
 
 def test_exchange_that_sends_empty_buffers_is_told_to_skip_them():
@@ -90,8 +90,9 @@ def test_exchange_with_dst_and_src_swapped_is_rejected_on_three_ranks():
             ops += [dist.P2POp(dist.irecv, recv_buf, dst)] if recv_buf.numel() else []
             return dist.batch_isend_irecv(ops) if ops else []
         ''', "exchange")
-    with pytest.raises(CheckFailed, match=r"rank \d"):
-        p2p.check_exchange(swapped, world_sizes=(3,), timeout=8)
+    # the lengths no longer match the sends: gloo waits for bytes that never come (or refuses them)
+    with pytest.raises(CheckFailed, match=r"卡在 request\.wait\(\)|收到的是 rank \d|rank \d 出错了"):
+        p2p.check_exchange(swapped, world_sizes=(3,), timeout=15)
 
 
 def test_exchange_that_calls_the_course_implementation_does_not_count():

@@ -181,10 +181,16 @@ def _stuck_where(exc) -> str:
             if not call:
                 found = re.findall(r'torch/distributed/[^"]*", line \d+ in ([a-z]\w*)', block)
                 call = f"dist.{found[0]}" if found else ""
-            for path, line, func in re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block):
-                if "torch/" not in path and "mgpu_helpers/" not in path:
-                    where = f"（{func} 的第 {line} 行）"
-                    break
+            frames = [(path, line, func) for path, line, func in re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block)
+                      if "torch/" not in path and not path.startswith("<frozen") and "runpy" not in path]
+            for path, line, func in frames:
+                if "mgpu_helpers/" in path:
+                    if not call and "mgpu_helpers/checks/" in path:
+                        # Blocked in a request's wait(): a C++ call, so no torch.distributed frame on the stack.
+                        call = "request.wait()（等返回的请求完成）"
+                    continue
+                where = f"（{func} 的第 {line} 行）"
+                break
         parts.append(f"rank {rank} 卡在 {call or '（不在 torch.distributed 调用里）'}{where}")
     return "；".join(parts)
 
@@ -206,7 +212,7 @@ def run_watched(body, fn, what: str, world_size: int, payload, lessons: bool = F
     except RankTimeout as exc:
         raise CheckFailed(
             f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束——死锁了（或者收发没有配对）。"
-            f"{_stuck_where(exc)}。检查：每个 send 在对方都有一个 recv 正在等它；"
+            f"{_stuck_where(exc)}。检查：每个 send 在对方都有一个 recv 正在等它（对方是不是那个 rank，长度是否一样）；"
             "如果每个 Rank 都先做同一件事（都先 send，或者都先 recv），等待就会连成一个圈。") from None
     except RankError as exc:
         if is_stub_error(exc):
