@@ -208,7 +208,7 @@ def reference_all_gather_uneven(rank, world_size, x):
     return torch.cat([b[:k] for b, k in zip(bufs, sizes)])
 
 
-def try_all_gather_uneven(fn, world_sizes=(3, 4), timeout: float = 15.0):
+def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = 15.0):
     """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
     def check(f):
         if f is reference_all_gather_uneven:

@@ -295,8 +295,9 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
             kept = not (split and f.phase == "reduce_scatter" and k == steps.rs_done and c != steps.owned_after_rs(r))
             full = len(f.holds[r][c]) == n
             colour = style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)]
-            if kept:
-                ax.add_patch(_box(c, r, colour))
+            if kept:     # plain rectangles: a frame has n * n of them, and rounded boxes draw slowly
+                ax.add_patch(Rectangle((c - 0.42, r - 0.36), 0.84, 0.72, facecolor=colour, alpha=0.35,
+                                       edgecolor=colour, linewidth=st.line_width / 2))
                 ax.text(c, r, _ranks_label(f.holds[r][c], n), ha="center", va="center",
                         fontsize=st.font_size * (0.75 if n <= 4 else 0.55))
             else:
@@ -308,7 +309,7 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
     ax.set_ylim(n - 0.4, -0.9)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(title, fontsize=st.font_size * 0.9)
+    ax.set_title(title, fontsize=st.font_size * 0.9, y=1.0)   # a fixed y skips matplotlib's costly title placement
 
 
 def _view_titles(steps, k: int):
@@ -340,7 +341,7 @@ def draw_step(steps, k: int):
         one, two = _view_titles(steps, k)
         _draw_frame(axes[0], steps, k, False, one)
         _draw_frame(axes[1], steps, k, True, two)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.88, wspace=0.1)
     return fig
 
 
@@ -359,7 +360,7 @@ def draw_rs_ag_vs_all_reduce(steps):
             sent = f"  [{steps.frames[k].sent[0]:.3g} S]"
             _draw_frame(axes[0, col], steps, k, False, one + sent)
             _draw_frame(axes[1, col], steps, k, True, two + sent)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.92, wspace=0.1, hspace=0.25)
     return fig
 
 
