@@ -746,3 +746,19 @@ def test_a_prediction_left_none_gets_the_measurement_and_a_reminder():
     line = mh.widgets.predict.compare("拷贝 / Kernel", None, 12.0, show=False)
     assert "12" in line and "还没写预测" in line
     assert "还没写预测" in mh.widgets.predict.compare_choice("哪一个更快", None, "ring", ["ring", "tree"], show=False)
+
+
+def test_a_worked_only_cell_becomes_an_import_of_what_it_defines():
+    nb = _tiny_lesson()
+    nb.metadata["mgpu"] = {"export": "lesson99"}
+    nb.cells.insert(2, nbformat.v4.new_code_cell("#| export\ndef full(x, y=2):\n    return x * y\n\n\nSCALE = 3",
+                                                  metadata={"tags": ["worked-only"], "jupyter": {"source_hidden": True}}))
+    nb.cells[2]["id"] = "worked"
+    les, _ = exercises.make_lesson(nb, "99_lesson.ipynb")
+    cell = les.cells[2]
+    assert "return x * y" not in cell.source
+    assert cell.source.splitlines()[-1] == "from mgpu_helpers.lessons.lesson99 import full, SCALE"
+    assert "tags" not in cell.metadata and "jupyter" not in cell.metadata
+    nb.cells[2].source = nb.cells[2].source.replace("#| export\n", "")
+    with pytest.raises(exercises.MarkerError, match="not an `#| export` cell"):
+        exercises.make_lesson(nb, "99_lesson.ipynb")

@@ -18,7 +18,10 @@ In a worked notebook (nbgrader's markers):
 - a region outside any function may hold assignments only (a prediction, a number the learner works out):
   each ``name = value`` becomes ``name = None``, keeping the comment of its first line;
 - markdown between ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` is dropped (a one-line
-  pointer to the worked notebook takes its place).
+  pointer to the worked notebook takes its place);
+- in a lesson, an ``#| export`` code cell tagged ``worked-only`` (the course's full version of what a fill-in
+  asks for) becomes one line that imports the names it defines from the generated module, so the cells after
+  it run in the learner's version without its source being there.
 
 The two kinds differ in what happens after a stub:
 
@@ -53,6 +56,8 @@ RAISES_TAG = "raises-exception"
 STUB_TEXT = "练习：补全这里（约 {n} 行）"
 MD_POINTER = "*（参考答案见 `solutions/` 里的同名 Notebook。）*"
 HINT_MARK = "# ✎"
+WORKED_ONLY_TAG = "worked-only"
+WORKED_ONLY_TEXT = "# 课程的完整实现在这里只载入、不展示（讲解版 solutions/{name} 里有源码）。\nfrom mgpu_helpers.lessons.{module} import {names}"
 EXPORT_LINE = re.compile(r"^#\|\s*export\b")
 LESSON_BANNER = ("\n\n> **学习版**：有些地方等你来写——函数里是 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")`，"
                  "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
@@ -217,6 +222,13 @@ def make_lesson(nb, name: str = ""):
     les = copy.deepcopy(nb)
     stubbed: list[str] = []
     for k, cell in enumerate(les.cells):
+        if cell.cell_type == "code" and WORKED_ONLY_TAG in cell.metadata.get("tags", []):
+            cell.source = _import_instead(cell, nb.metadata.get("mgpu", {}).get("export"), name, k)
+            cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != WORKED_ONLY_TAG]
+            if not cell.metadata["tags"]:
+                del cell.metadata["tags"]
+            cell.metadata.pop("jupyter", None)
+            continue
         if cell.cell_type == "code":
             if BEGIN in cell.source:
                 if nbtools.is_checked(cell):
@@ -233,6 +245,24 @@ def make_lesson(nb, name: str = ""):
     if first_md is not None and name and stubbed_or_filled(nb):
         first_md.source = first_md.source.rstrip() + LESSON_BANNER.format(name=name)
     return nbtools.clean(les, keep_checked_outputs=True), stubbed
+
+
+def _import_instead(cell, default_module, name: str, k: int) -> str:
+    """The learner's line for a ``worked-only`` cell: import what the cell defines from its generated module."""
+    lines = cell.source.split("\n")
+    words = lines[0].split() if lines and EXPORT_LINE.match(lines[0].strip()) else []
+    module = (words[2] if len(words) > 2 else default_module) if words else None    # `#| export [NAME]`
+    if not module:
+        raise MarkerError(f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: "
+                          "the learner's version could not load what it defines")
+    names = []
+    for node in ast.parse("\n".join(lines[1:])).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return WORKED_ONLY_TEXT.format(name=name, module=module, names=", ".join(dict.fromkeys(names)))
 
 
 def stubbed_or_filled(nb) -> bool:
