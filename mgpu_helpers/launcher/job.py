@@ -54,6 +54,7 @@ class Job:
         self.status_fd: int | None = None
         self.leader_gone = False             # the status pipe closed under us: the leader died
         self.ended = False                   # every process of the job is known to be dead or killed
+        self.leader_fd: int | None = None    # a pidfd of the leader, where Linux has them
         self.owned: set[int] = set()
         self.sel = selectors.DefaultSelector()
 
@@ -99,6 +100,15 @@ class Job:
             # and its pid went to another process: then that process is not the server's child.
             if leader.ppid() == server_proc.pid:
                 self.leader = leader
+                # A descriptor that becomes readable the moment the leader exits, so the clean-up waits for
+                # exactly that (the leader is alive until we close its status pipe: this is its pid).
+                if hasattr(os, "pidfd_open"):
+                    try:
+                        fd = os.pidfd_open(leader_pid)
+                        self.owned.add(fd)
+                        self.leader_fd = fd
+                    except OSError:
+                        pass
         except psutil.Error:
             pass
 
@@ -196,7 +206,7 @@ class Job:
         elif leader is not None:
             import psutil
             try:
-                leader.wait(2.0)             # it kills the job's process group, itself included
+                self._wait_leader(2.0)       # it kills the job's process group, itself included
                 self.ended = True
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
@@ -207,6 +217,16 @@ class Job:
                     pass
             except psutil.Error:
                 pass
+
+    def _wait_leader(self, seconds: float) -> None:
+        """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
+        import psutil
+        if self.leader_fd in self.owned:
+            import select
+            if not select.select([self.leader_fd], [], [], seconds)[0]:
+                raise psutil.TimeoutExpired(seconds, self.leader.pid)
+            return
+        self.leader.wait(seconds)
 
     def finish(self) -> None:
         """Kill, read what is left, close every descriptor and remove the job's folder.
