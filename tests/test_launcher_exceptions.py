@@ -32,7 +32,7 @@ import pytest
 
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import job as job_module
-from mgpu_helpers.launcher import launch, wire
+from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.messages import Ready
 
 LAUNCHER_DIR = os.path.dirname(os.path.abspath(launch.__file__))
