@@ -32,7 +32,7 @@ import pytest
 
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import job as job_module
-from mgpu_helpers.launcher import launch, wire
+from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.messages import Ready
 
 LAUNCHER_DIR = os.path.dirname(os.path.abspath(launch.__file__))
@@ -98,7 +98,7 @@ def _assert_state_whole() -> None:
     srv = launch._server
     if srv.alive():
         assert srv.conn.sock.fileno() != -1, "the server is alive but its socket is closed"
-        assert _servers() == [srv.conn.proc.pid]
+        assert set(_servers()) <= {srv.conn.proc.pid}, "a server is running that the launcher does not hold"
     assert _wait_until(lambda: len(_servers()) <= (1 if srv.alive() else 0), 5), _servers()
 
 

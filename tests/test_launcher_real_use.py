@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -57,15 +58,18 @@ def test_a_grandchild_holding_the_output_open_does_not_hold_the_launch(own_sessi
         return os.getpid()
 
     _settled_server()
-    t0 = time.monotonic()
-    mh.run_ranks(plain, 2, quiet=True, stream=False)
-    baseline = time.monotonic() - t0
-    t0 = time.monotonic()
-    res = mh.run_ranks(rank_fn, 2, quiet=True, stream=False)
-    elapsed = time.monotonic() - t0
-    assert _wait_gone(res.values, 2), "the grandchildren outlived the launch"
-    # Waiting for the grandchildren to let go of the output would cost seconds (it was 2.5 s).
-    assert elapsed < baseline + 2.0, (elapsed, baseline)
+    plain_s, with_grandchild_s = [], []
+    for _ in range(3):                  # interleaved, so both kinds meet the same load
+        t0 = time.monotonic()
+        mh.run_ranks(plain, 2, quiet=True, stream=False)
+        plain_s.append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        res = mh.run_ranks(rank_fn, 2, quiet=True, stream=False)
+        with_grandchild_s.append(time.monotonic() - t0)
+        assert _wait_gone(res.values, 5), "the grandchildren outlived the launch"
+    # Waiting for the grandchildren to let go of the output would cost every such launch at least the
+    # launcher's 2 s limit on reading what is left; the margin is half of that, against launches of the same run.
+    assert statistics.median(with_grandchild_s) < statistics.median(plain_s) + 1.0, (with_grandchild_s, plain_s)
 
 
 def test_a_flood_of_output_does_not_stall_the_launch():
@@ -195,29 +199,20 @@ def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
     assert flight.describe(None) == "flight recorder: no dump"
 
 
-def test_messages_are_named_records_and_supervision_reads_one_job():
-    import dataclasses
-    import inspect
+def test_each_launch_has_a_fresh_private_folder_that_goes_with_it():
+    # The rendezvous store and the stack dumps live in the job's folder: made fresh for each launch (mode 0700,
+    # ours, empty when the ranks start), removed when it ends.
+    def rank_fn(rank, world_size):
+        folder = os.path.dirname(os.environ["MGPU_INIT_METHOD"][len("file://"):])
+        st = os.stat(folder)
+        return folder, stat.S_IMODE(st.st_mode), st.st_uid
 
-    from mgpu_helpers.launcher import messages, supervise
-    for name in ("JobRequest", "Started", "Ready", "RankPids", "RankExit", "Running", "Returned", "Failed"):
-        assert dataclasses.is_dataclass(getattr(messages, name)), name
-    assert list(inspect.signature(supervise.supervise).parameters) == ["job"]
-    res = mh.run_ranks(lambda r, ws: r, 2, quiet=True, stream=False)
-    assert res.values == [0, 1] and all(s is not None and s >= 0 for s in res.seconds)
-
-
-def test_no_tempfile_mktemp_in_the_library():
-    pkg = os.path.join(ROOT, "mgpu_helpers")
-    offenders = []
-    for folder, _dirs, files in os.walk(pkg):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                with open(path, encoding="utf-8") as f:
-                    if "mktemp(" in f.read():
-                        offenders.append(os.path.relpath(path, ROOT))
-    assert offenders == []
+    first = mh.run_ranks(rank_fn, 2, quiet=True, stream=False).values
+    second = mh.run_ranks(rank_fn, 2, quiet=True, stream=False).values
+    assert first[0] == first[1] and second[0] == second[1]
+    assert first[0][0] != second[0][0]
+    assert all(v[1:] == (0o700, os.getuid()) for v in first + second)
+    assert not os.path.exists(first[0][0]) and not os.path.exists(second[0][0])
 
 
 def test_bench_spawn_baseline_uses_a_fresh_private_folder_and_removes_it(tmp_path, monkeypatch):

@@ -11,18 +11,28 @@ SIZES = (1 << 10, 1 << 12, 1 << 14)
 
 
 def three_all_reduces(rank, world_size):
-    """Rank function: three all-reduces of growing size, each in a course span, rank 1 first computes longer."""
+    """Rank function: three all-reduces of growing size, each in a course span; rank 0 always enters first.
+
+    Rank 0 says through the store that it is inside its k-th all-reduce range; only then does rank 1 finish
+    its compute (20 ms more), so rank 0's range starts first whatever the load.
+    """
     import time
 
     import torch
     import torch.distributed as dist
     from mgpu_helpers.measure import trace as tr
+    store = dist.distributed_c10d._get_default_store()
     dist.barrier()     # the profilers start at different times: line the ranks up first
     for k, nbytes in enumerate(SIZES):
         with tr.span("compute", f"compute {k}"):
-            time.sleep(0.02 * (1 + rank))
+            time.sleep(0.02)
+            if rank > 0:
+                store.wait([f"entered {k}"])
+                time.sleep(0.02)
         x = torch.full((nbytes // 4,), float(rank + 1))
         with tr.span("communicate", f"all_reduce {k}"):
+            if rank == 0:
+                store.set(f"entered {k}", "1")
             dist.all_reduce(x)
         assert float(x[0]) == world_size * (world_size + 1) / 2
     return rank
@@ -61,7 +71,7 @@ def test_both_ranks_all_reduce_events_are_there_in_order_and_line_up_in_time(two
     for k in range(3):   # a collective ends for everyone together: the k-th ranges of both ranks overlap
         a, b = per_rank[0][k], per_rank[1][k]
         assert a["ts"] < b["ts"] + b["dur"] and b["ts"] < a["ts"] + a["dur"], k
-    # rank 0 computes less, so it enters each all-reduce first and waits in it
+    # rank 1 finishes its compute only once rank 0 is inside its all-reduce: rank 0 enters first and waits
     assert all(per_rank[0][k]["ts"] < per_rank[1][k]["ts"] for k in range(3))
 
 

@@ -53,6 +53,8 @@ class Job:
         self.server_proc = None              # the rank server's Popen, to tell its death from the leader's
         self.status_fd: int | None = None
         self.leader_gone = False             # the status pipe closed under us: the leader died
+        self.ended = False                   # every process of the job is known to be dead or killed
+        self.leader_fd: int | None = None    # a pidfd of the leader, where Linux has them
         self.owned: set[int] = set()
         self.sel = selectors.DefaultSelector()
 
@@ -98,6 +100,15 @@ class Job:
             # and its pid went to another process: then that process is not the server's child.
             if leader.ppid() == server_proc.pid:
                 self.leader = leader
+                # A descriptor that becomes readable the moment the leader exits, so the clean-up waits for
+                # exactly that (the leader is alive until we close its status pipe: this is its pid).
+                if hasattr(os, "pidfd_open"):
+                    try:
+                        fd = os.pidfd_open(leader_pid)
+                        self.owned.add(fd)
+                        self.leader_fd = fd
+                    except OSError:
+                        pass
         except psutil.Error:
             pass
 
@@ -126,9 +137,10 @@ class Job:
         if isinstance(msg, Failed) and self.first_error is None:
             self.first_error = (rank, msg)
 
-    def pump(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s for anything from the ranks and take it in."""
-        for key, _ in self.sel.select(timeout):
+    def pump(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for anything from the ranks and take it in; returns how many pipes spoke."""
+        events = self.sel.select(timeout)
+        for key, _ in events:
             fd = key.fd
             kind, rank, reader = key.data
             try:
@@ -147,12 +159,17 @@ class Job:
             else:
                 for frame in reader.feed(chunk):
                     self._handle(kind, rank, frame)
+        return len(events)
 
     def drain(self, seconds: float) -> None:
-        """Read until every pipe we read is closed (ranks gone) or ``seconds`` pass."""
+        """Read until every pipe we read is closed (ranks gone) or ``seconds`` pass, then what is left in them."""
         end = time.monotonic() + seconds
-        while self.sel.get_map() and time.monotonic() < end:
-            self.pump(max(0.0, min(0.05, end - time.monotonic())))
+        while self.sel.get_map():
+            left = end - time.monotonic()
+            if left > 0:
+                self.pump(min(0.05, left))
+            elif not self.pump(0):
+                break
 
     # -- state ----------------------------------------------------------------------------------------
     def finished(self, rank: int) -> bool:
@@ -160,9 +177,6 @@ class Job:
 
     def returned(self, rank: int) -> bool:
         return isinstance(self.results.get(rank), Returned)
-
-    def all_exited(self) -> bool:
-        return len(self.exits) == self.world_size or not self.sel.get_map()
 
     def died_without_result(self) -> list[int]:
         return sorted(r for r in self.exits if r not in self.results)
@@ -187,10 +201,13 @@ class Job:
             self.close_fd(self.status_fd)
         # When every rank has exited the leader only has orphans left to end, and does so on its own; a
         # repeat launch should not wait for that. Otherwise make sure the ranks are gone before returning.
-        if leader is not None and len(self.exits) < self.world_size:
+        if len(self.exits) == self.world_size:
+            self.ended = True
+        elif leader is not None:
             import psutil
             try:
-                leader.wait(2.0)
+                self._wait_leader(2.0)       # it kills the job's process group, itself included
+                self.ended = True
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
                 # psutil checks the process is still the same one, so no other process can be hit.
@@ -201,6 +218,16 @@ class Job:
             except psutil.Error:
                 pass
 
+    def _wait_leader(self, seconds: float) -> None:
+        """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
+        import psutil
+        if self.leader_fd in self.owned:
+            import select
+            if not select.select([self.leader_fd], [], [], seconds)[0]:
+                raise psutil.TimeoutExpired(seconds, self.leader.pid)
+            return
+        self.leader.wait(seconds)
+
     def finish(self) -> None:
         """Kill, read what is left, close every descriptor and remove the job's folder.
 
@@ -210,7 +237,9 @@ class Job:
         """
         try:
             self.kill()
-            self.drain(2.0)
+            # Once the job's processes are killed, what they wrote is in the pipes: read it, and do not wait for
+            # them to finish dying (that is their exit's work, not the launch's).
+            self.drain(0.0 if self.ended else 2.0)
         except Exception:   # noqa: BLE001 - nothing the launch could still do about it
             pass
         finally:
@@ -222,6 +251,8 @@ class Job:
             self.sel.close()
             if self.job_dir is not None:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
+                if os.path.exists(self.job_dir):   # a rank killed in the middle of writing a file there
+                    shutil.rmtree(self.job_dir, ignore_errors=True)
 
     def take_dumps(self, ranks: list[int]) -> tuple[dict[int, str], dict[int, dict | None]]:
         """Python stacks (SIGUSR1, faulthandler) and flight-recorder dumps (SIGUSR2) of ``ranks``."""

@@ -7,8 +7,9 @@ launch costs a fork, not an ``import torch`` per rank, and a notebook that has u
 
 The notebook side supervises: it streams each rank's output as ``[rank k]`` lines into the cell, stops
 every rank as soon as one fails, and at the timeout takes each rank's Python stack and flight-recorder
-dump before ending them. An interrupt (Jupyter's SIGINT) is taken only while ranks are supervised
-(:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are never left half-done.
+dump before ending them. An interrupt (Jupyter's SIGINT), or any signal whose Python handler raises (a cell's
+time limit), is taken only in the launcher's waits: for a cold start's ``import torch`` and while ranks are
+supervised (:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are never left half-done.
 Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
 launch opens no port on the network and never clashes with another launch.
 """
@@ -371,8 +372,9 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
     Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input
     (before any rank starts), :class:`RankError` when a rank raises or dies (the others are ended at once),
     :class:`RankTimeout` at the timeout, :class:`LaunchError` also when the rank server dies under the
-    launch (the next launch starts a new one). A KeyboardInterrupt ends every rank before it propagates;
-    one that comes while the launch sets up or cleans up is raised as soon as that step is done.
+    launch (the next launch starts a new one). A KeyboardInterrupt (or a time limit's exception from a
+    signal handler) ends every rank before it propagates; one that comes while the launch sets up or cleans
+    up is raised as soon as that step is done. An interrupt during a cold start leaves the server starting.
     """
     payload = _check_request(fn, world_size, args, timeout)
     try:
@@ -387,7 +389,7 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
         job = Job(world_size, backend, reason, float(timeout), stream, quiet)
         try:
             _start(job, payload, init, debug, env, gate)
-            with gate.allowed():    # the only place an interrupt lands: every resource has one owner here
+            with gate.allowed():    # where interrupts land (and in the cold-start wait): one owner per resource
                 return supervise(job)
         finally:
             job.finish()            # KeyboardInterrupt included: no rank, fd or folder outlives the cell

@@ -137,7 +137,13 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         value = fn(rank, world_size, *args)
         t3 = time.perf_counter()
         where = f"sending the result (a {type(value).__module__}.{type(value).__qualname__})"
-        _send(res_fd, Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect()))
+        message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect())
+        # Output first, then the result: once every rank's result is in, the notebook ends the ranks (they
+        # are only leaving the group), and what they printed must already be in their output pipes.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _flush_c_stdio()
+        _send(res_fd, message)
         where = "leaving the process group"
         if store is not None:
             # Wait for every rank to finish fn before closing connections a slower peer may still read from.

@@ -61,12 +61,23 @@ def _my_children() -> list[int]:
         return [c.pid for c in psutil.Process().children()]
 
 
-def _end_everything_under_me() -> None:
-    """Kill what is left of the job: processes orphaned under this subreaper, then the process group.
+def _end_everything_under_me(rank_pids) -> None:
+    """Kill what is left of the job: the ranks, then what was orphaned under this subreaper, then the group.
 
-    An orphan (a rank's child whose rank has exited) is a direct child of ours, in whatever session or
-    group it put itself; its pid cannot be reused before we reap it, so killing it by pid is safe.
+    The ranks go first and are reaped: a process a rank started (in a session of its own, even) becomes our
+    child as that rank dies, and is then found below. An orphan is a direct child of ours, in whatever session
+    or group it put itself; its pid cannot be reused before we reap it, so killing it by pid is safe.
     """
+    for pid in rank_pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in rank_pids:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
     for pid in _my_children():
         try:
             os.kill(pid, signal.SIGKILL)
@@ -133,7 +144,7 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
                 os.read(wake_r, 4096)
     except OSError:
         pass                               # EPIPE: the notebook is gone
-    _end_everything_under_me()
+    _end_everything_under_me(list(pids))
     os._exit(0)
 
 
@@ -206,7 +217,9 @@ def main() -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    from mgpu_helpers.launcher import flight, rank as rank_process  # noqa: F401
+    # and what every rank imports (compiled once here, not in each rank of each launch)
+    from mgpu_helpers.launcher import flight, rank as rank_process, ranks  # noqa: F401
+    from mgpu_helpers.measure import trace  # noqa: F401
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
     sock = socket.socket(fileno=fd)
