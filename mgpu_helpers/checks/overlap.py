@@ -297,7 +297,7 @@ def check_plan_buckets(fn) -> None:
     if has_stub(fn):
         raise not_done(fn, what)
     _refuse_course_code(fn, ("plan_buckets",), what)
-    reference = _plan_reference
+    reference = _lessons().plan_buckets
     rng = random.Random()
     cases = [(_numels(), 30), (_numels(), 1), (_numels(), 10 ** 6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50),
              ([], 8), ([7], 100)]
@@ -325,19 +325,6 @@ def check_plan_buckets(fn) -> None:
     passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
 
 
-def _plan_reference(numels, bucket_numel):
-    buckets, current, size = [], [], 0
-    for i in reversed(range(len(numels))):
-        current.append(i)
-        size += numels[i]
-        if size >= bucket_numel:
-            buckets.append(current)
-            current, size = [], 0
-    if current:
-        buckets.append(current)
-    return buckets
-
-
 def check_bucket_dp(cls) -> None:
     """``BucketDP``: one async all-reduce per full bucket, in plan order, waited, averaged, copied back."""
     what = "BucketDP"
@@ -345,9 +332,9 @@ def check_bucket_dp(cls) -> None:
         raise not_done(cls, what)
     _refuse_course_code(cls, ("on_grad_ready", "step"), what)
     for world_size, bucket in zip(WORLD_SIZES, (30, 70)):        # 84 elements: one parameter outgrows each
-        plan = _plan_reference(_numels(), bucket)
-        sizes = [sum(_numels()[i] for i in b) for b in plan]
-        values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": _plan_reference})
+        reference_plan = _lessons().plan_buckets              # the learner's plan is checked on its own
+        sizes = [sum(_numels()[i] for i in b) for b in reference_plan(_numels(), bucket)]
+        values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": reference_plan})
         _common_rules(values, world_size, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
