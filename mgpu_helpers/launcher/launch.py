@@ -362,9 +362,10 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
       "nccl" or "gloo". With ``init=True`` the default process group is up when fn starts; with
       ``init=False`` fn joins it itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_INIT_METHOD
       are set, loopback only).
-    - ``timeout``: seconds for the whole launch; past it each rank's Python stack and torch's flight
-      recorder (the last collective it completed, the one it is stuck in) are taken, all ranks are ended,
-      and :class:`RankTimeout` is raised.
+    - ``timeout``: seconds for ``fn``, counted from the moment the last rank has joined the process group
+      (forking and joining, slow on a loaded machine, get ``supervise.JOIN_GRACE_S`` more); past it each
+      rank's Python stack and torch's flight recorder (the last collective it completed, the one it is stuck
+      in) are taken, all ranks are ended, and :class:`RankTimeout` is raised.
     - ``env``: extra environment variables for the ranks only (the notebook's own is never changed).
     - ``debug``: torch's own diagnosis (TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives are named).
     - ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.

@@ -20,6 +20,9 @@ _C10D_CALL = re.compile(r'File "[^"]*torch/distributed/[^"]*", line \d+ in (\w+)
 _USER_FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
 
 
+# Seconds that forking the ranks and joining the process group may take on top of ``timeout``.
+JOIN_GRACE_S = 60.0
+
 def _waiting_in(stack: str) -> str | None:
     """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
@@ -117,7 +120,6 @@ def supervise(job: Job) -> RankResults:
     its peers), :class:`LaunchError` when the rank server (or the job's leader) died under the job, and
     :class:`RankTimeout` past the timeout. The caller ends the ranks either way.
     """
-    deadline = job.t0 + job.timeout_s
     while True:
         job.pump(0.05)
         if job.first_error is not None:
@@ -145,13 +147,24 @@ def supervise(job: Job) -> RankResults:
             break
         if job.leader_gone:
             _raise_launcher_died(job)
-        if time.monotonic() > deadline:
+        if time.monotonic() > _deadline(job):
             _raise_timeout(job)
     result = partial_results(job)
     if not job.quiet:
         print(f"[run_ranks] {job.world_size} rank(s), backend {job.backend} ({job.reason}), "
               f"{result.launch_seconds:.2f} s")
     return result
+
+
+def _deadline(job: Job) -> float:
+    """When the job times out: ``timeout_s`` after the last rank joined the process group and began ``fn``.
+
+    Forking the ranks and joining the group is not the learner's code, and on a loaded machine it can take
+    seconds: the clock of ``timeout`` starts once every rank runs ``fn``, so that a hang's time limit can be a
+    few seconds. Joining has a limit of its own, :data:`JOIN_GRACE_S` beyond ``timeout_s`` from the launch."""
+    if len(job.running_since) == job.world_size:
+        return max(job.running_since.values()) + job.timeout_s
+    return job.t0 + job.timeout_s + JOIN_GRACE_S
 
 
 def _raise_launcher_died(job: Job):
@@ -201,8 +214,12 @@ def _raise_timeout(job: Job):
     waiting = {r: w for r in stuck if (w := _waiting_in(stacks.get(r, "")))}
     collectives = {r: recorded.get(r) for r in stuck}
     done = sorted(r for r in range(world_size) if job.finished(r))
-    lines = [f"{len(stuck)} of {world_size} rank(s) were still running after {job.timeout_s:g} s and have "
-             "been ended."]
+    if len(job.running_since) == world_size:
+        lines = [f"{len(stuck)} of {world_size} rank(s) were still running {job.timeout_s:g} s after every rank "
+                 "had joined the process group, and have been ended."]
+    else:
+        lines = [f"{world_size - len(job.running_since)} of {world_size} rank(s) had not joined the process group "
+                 f"{job.timeout_s + JOIN_GRACE_S:g} s after the launch; every rank has been ended."]
     for r in stuck:
         phase = "in fn" if r in job.running_since else "joining the process group"
         lines.append(f"  rank {r}: {waiting.get(r, phase)}; {flight.describe(collectives[r])}")
