@@ -18,10 +18,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex01 | :func:`check_grid_2d` | ``grid_2d(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x along columns |
 | ex01 | :func:`check_reverse_copy` | a Numba kernel ``(a, out, n)`` on int32: ``out[i] = a[n - 1 - i]`` |
 | ex01 | :func:`check_add_into_grid_stride` | a Numba kernel ``(x, y, n)``: in-place grid-stride ``y += x``, each element once |
-| ex01 | :func:`check_launch_shape` | ``launch_shape(n, block) -> (blocks, idle)`` |
-| ex01 | :func:`check_vec_add` | a Numba kernel ``(a, b, c, n)``: global index + bounds check |
 | ex01 | :func:`check_matrix_add` | a Numba kernel ``(a, b, c, rows, cols)``: 2D index + bounds check |
-| ex01 | :func:`check_grid_stride_add` | a Numba kernel ``(a, b, c, n)``: grid-stride loop |
 | 02 | :func:`check_blocks_per_sm` | ``blocks_per_sm(block, regs_per_thread, limits)``: the occupancy arithmetic |
 | 02 | :func:`check_vec_add_two` | a Numba kernel ``(a, b, c, n)``: two elements per thread, coalesced, each once |
 | ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)``: a CuPy RawKernel, y in place (runs on a GPU; structure everywhere) |
@@ -100,10 +97,7 @@ __getattr__, __dir__, __all__ = attach(
         "check_grid_2d": "cuda_model",
         "check_reverse_copy": "cuda_model",
         "check_add_into_grid_stride": "cuda_model",
-        "check_launch_shape": "kernels",
         "PAD": "kernels",
-        "check_vec_add": "kernels",
-        "check_grid_stride_add": "kernels",
         "check_matrix_add": "kernels",
         "check_saxpy_cupy": "occupancy",
         "check_blocks_per_sm": "occupancy",
