@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, call, compare, int_values, is_stub_error, new_rng, not_done,
-                                      passed)
+                                      passed, rank_failure)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -108,9 +108,7 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = 60.0) -> None:
             raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束。多半是各 Rank 没在同一个 "
                               "store 里碰头：FileStore 的路径、world_size 要和大家一致。") from None
         except RankError as exc:
-            if is_stub_error(exc):
-                raise not_done(fn, what) from None
-            raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}") from None
+            raise rank_failure(exc, fn, what) from None     # the stub, or rank, exception type and first line
         for rank, (got, inits, left_open) in enumerate(res.values):
             if left_open:
                 raise CheckFailed(f"{what}：rank {rank} 返回时进程组还开着。最后要调用 "
