@@ -88,6 +88,7 @@ def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_p
     sync = strategy(model, world_size, make_opt(model.parameters(), lr=lr), **(options or {}))
     first = len(mh.measure.trace.snapshot())
     step_s = []
+    dist.barrier()          # start the first step together: a rank that starts late is not communication
     with mh.measure.comm_spans.recording() if record else contextlib.nullcontext():
         for step in range(steps):
             x, y = make_batch(widths, rows_per_rank * world_size, step)
@@ -98,7 +99,8 @@ def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_p
             loss = torch.nn.functional.mse_loss(model(x), y)
             with mh.measure.trace.span("compute", f"backward {step}"):
                 loss.backward()
-                mh.measure.timing.synchronize_device(device)
+                if device.type == "cuda":             # the backward's kernels, not NCCL's own stream
+                    torch.cuda.current_stream(device).synchronize()
             sync.step()
             mh.measure.timing.synchronize_device(device)
             step_s.append(time.monotonic() - start)
