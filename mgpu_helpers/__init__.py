@@ -28,6 +28,7 @@ __getattr__, __dir__, __all__ = attach(
         "run_ranks": "launcher",
         "shutdown_server": "launcher",
         "torchrun_main": "launcher",
+        "trace": "launcher",
         "projection_mode": "widgets.projection",
     },
 )

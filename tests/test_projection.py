@@ -22,7 +22,7 @@ def normal_style():
 def _figures():
     """One figure from every widget module's drawing function, drawn in the style now in force."""
     from mgpu_helpers.models import memory
-    from mgpu_helpers.measure.trace import Span
+    from mgpu_helpers.launcher.trace import Span
     from mgpu_helpers.widgets import allreduce, bandwidth, knowledge_map, rank_distribution, sharding, straggler, thread_index, topology
     spans = [[Span("compute", "c", 0.0, 0.01 * (r + 1)), Span("wait", "w", 0.01 * (r + 1), 0.04),
               Span("communicate", "ar", 0.04, 0.05)] for r in range(4)]

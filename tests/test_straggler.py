@@ -5,7 +5,7 @@ import pytest  # noqa: E402
 
 from mgpu_helpers.lessons import cost_model  # noqa: E402
 from mgpu_helpers.measure import straggler as measured  # noqa: E402
-from mgpu_helpers.measure.trace import Span  # noqa: E402
+from mgpu_helpers.launcher.trace import Span  # noqa: E402
 from mgpu_helpers.widgets import straggler  # noqa: E402
 
 

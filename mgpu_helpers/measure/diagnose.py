@@ -41,7 +41,7 @@ class CollectiveLog:
 
     def call(self, name: str, fn, *args, **kwargs):
         """Run the collective ``fn(*args, **kwargs)`` as number ``self.seq``, logged and traced."""
-        from mgpu_helpers.measure import trace
+        from mgpu_helpers.launcher import trace
 
         k = self.seq
         if self.verbose:
@@ -167,7 +167,8 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure import trace, workloads
+    from mgpu_helpers.launcher import trace
+    from mgpu_helpers.measure import workloads
     from mgpu_helpers.measure.timing import synchronize_device
 
     device = rank_device()
@@ -207,7 +208,7 @@ def straggler_inside(rank: int, world_size: int, shards, steps: int = 6, unit_s:
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure.timing import synchronize_device
 
     device = rank_device()

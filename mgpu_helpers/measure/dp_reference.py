@@ -158,7 +158,7 @@ def traced_phase(device, enabled: bool = True):
     later line first reads a result. Only a traced run synchronises (``enabled=False`` gives a phase that
     records nothing and waits for nothing), so the untraced loop keeps the GPU's queue full.
     """
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
 
     @contextmanager
     def phase(kind: str, name: str):

@@ -5,7 +5,7 @@
     run.results.values    # what fn returned on each rank (a RankResults, as from mh.run_ranks)
 
 Each rank runs ``fn`` under ``torch.profiler.profile`` (CPU activity; CUDA activity too when the rank has a
-GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgpu_helpers.measure.trace.span`
+GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgpu_helpers.launcher.trace.span`
 ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each rank exports its Chrome trace;
 :func:`merge_traces` puts them into one file with one process per rank (``pid`` = rank, named "rank k"), every
 timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
@@ -34,7 +34,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from mgpu_helpers.measure import trace
+from mgpu_helpers.launcher import trace
 
 SPAN_CATEGORY = "mgpu_span"
 SPAN_TID = 1                     # the "course spans" track of each rank
@@ -254,7 +254,8 @@ import os
 import torch
 
 import mgpu_helpers as mh
-from mgpu_helpers.measure import profile, sweep, trace
+from mgpu_helpers.launcher import trace
+from mgpu_helpers.measure import profile, sweep
 
 SIZES = {sizes!r}
 

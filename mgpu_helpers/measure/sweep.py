@@ -248,7 +248,7 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()

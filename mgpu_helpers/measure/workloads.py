@@ -89,7 +89,7 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
     matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds one unit takes in the
     deterministic-cost mode (:func:`sleep_units`); a number, or one number per rank (ranks of different
-    speeds). Records spans with :mod:`mgpu_helpers.measure.trace`: "compute", "wait" (from this rank's arrival
+    speeds). Records spans with :mod:`mgpu_helpers.launcher.trace`: "compute", "wait" (from this rank's arrival
     at the collective until the last rank arrived, measured from the all-gathered arrival times) and
     "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device).
 
@@ -106,7 +106,7 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
@@ -170,7 +170,7 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure.sweep import time_batch
 
     device = rank_device()
@@ -197,7 +197,7 @@ def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()

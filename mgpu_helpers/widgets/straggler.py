@@ -1,7 +1,7 @@
 """Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
 
 Only drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
-take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.measure.trace.Span`) and return a matplotlib
+take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`) and return a matplotlib
 Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them on real ranks with
 :func:`mgpu_helpers.measure.straggler.run_traced`, see the timeline. The waits and medians are computed in
 :mod:`mgpu_helpers.measure.straggler`.
@@ -141,7 +141,7 @@ def model_run(world_size: int = 4, compute_ms: float = 100.0, comm_ms: float = 3
     enters the all-reduce at once; the all-reduce ends ``comm_ms`` after the last rank arrived. Returns
     ``(spans_per_rank, waits)`` like a run without the timestamp barrier: ``waits[r][k]`` is the part of rank
     r's collective in step k that was waiting."""
-    from mgpu_helpers.measure.trace import Span
+    from mgpu_helpers.launcher.trace import Span
 
     if not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be in 0..{world_size - 1}, got {slow_rank}")
