@@ -16,7 +16,7 @@ def ownership_check(rank, world_size, data):
     base, extra = divmod(n, world_size)
     start = rank * base + min(rank, extra)
     stop = start + base + (1 if rank < extra else 0)
-    mine = data[start:stop].to(mh.launcher.ranks.rank_device())
+    mine = data[start:stop].to(mh.rank_device())
     local = (mine ** 2).sum().reshape(1)
     buf = local.clone()                     # the all-reduce works in place: keep local as it was
     dist.all_reduce(buf)
