@@ -179,8 +179,8 @@ def test_after_the_reduce_scatter_half_each_rank_owns_exactly_its_chunk(n):
     assert frame.sent[0] == pytest.approx((n - 1) / n)
 
 
-def test_ring_steps_match_the_counted_ring_schedule():
-    # at reduce-scatter step s, rank r receives chunk (r - s - 2) % n from rank r - 1 (measure.bytes_sent's ring)
+def test_ring_steps_follow_the_bandwidth_optimal_schedule():
+    # at reduce-scatter step s, rank r receives chunk (r - s - 2) % n from rank r - 1
     steps = collective_steps.ring_all_reduce_steps(4)
     assert steps.frames[1].received == tuple((r - 2) % 4 for r in range(4))
     assert steps.frames[1].holds[1][3] == frozenset({0, 1})
