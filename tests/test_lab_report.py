@@ -10,6 +10,7 @@ import pytest
 from mgpu_helpers.checks import lab as lab_checks
 from mgpu_helpers.measure import nccltests, report as lab, sizes, sweep, tables
 from mgpu_helpers.widgets import bandwidth, rank_distribution, topology as topo_widget
+from mgpu_helpers.models import topology
 
 
 def _rows():
@@ -56,9 +57,9 @@ def test_figure_names_must_be_safe_file_names():
 def test_topology_matrix_draws_nvml_words_and_rejects_others():
     fig = topo_widget.draw_link_matrix([["X", "NV18"], ["NV18", "X"]], note="recorded")
     assert fig.axes[0].get_title() == "GPU topology"
-    assert topo_widget.link_class("NV4") == "NVLink" and topo_widget.link_class("SYS").startswith("across")
+    assert topology.link_class("NV4") == "NVLink" and topology.link_class("SYS").startswith("across")
     with pytest.raises(ValueError, match="link word"):
-        topo_widget.link_class("FAST")
+        topology.link_class("FAST")
     with pytest.raises(ValueError, match="square"):
         topo_widget.draw_link_matrix([["X", "NV1"]])
 

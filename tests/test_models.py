@@ -163,10 +163,10 @@ def test_bytes_sent_per_rank_matches_busbw_definition():
 
 
 def test_reduce_scatter_leaves_one_nth_of_the_result_per_rank():
-    rows = {r["op"]: r for r in bandwidth.collective_table(4096, 4)}
-    assert rows["reduce_scatter"]["result_on_rank0"] == 1024
-    assert rows["all_reduce"]["result_on_other"] == 4096
-    assert rows["reduce"]["result_on_other"] == 0 and rows["reduce"]["result_on_rank0"] == 4096
+    assert bandwidth.result_bytes_per_rank("reduce_scatter", 4096, 4, rank=0) == 1024
+    assert bandwidth.result_bytes_per_rank("all_reduce", 4096, 4, rank=1) == 4096
+    assert bandwidth.result_bytes_per_rank("reduce", 4096, 4, rank=1) == 0
+    assert bandwidth.result_bytes_per_rank("reduce", 4096, 4, rank=0) == 4096
 
 
 def test_seed_example_two_gpus_200ms_compute_50ms_comm_is_1_6x():
