@@ -123,24 +123,21 @@ def time_batch(run, iters: int, warmup: int, device) -> float:
     import torch
     import torch.distributed as dist
 
+    from mgpu_helpers.measure.timing import elapsed_s
+
     for _ in range(warmup):
         run()
-    if device.type == "cuda":
+    gpu = device.type == "cuda"
+    if gpu:
         torch.cuda.synchronize(device)
-        dist.barrier()
+    dist.barrier()
+    if gpu:
         torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+
+    def batch():
         for _ in range(iters):
             run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        run()
-    return (time.perf_counter() - t0) / iters
+    return elapsed_s(batch, "torch" if gpu else None) / iters
 
 
 def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: int = 5) -> list[dict]:
