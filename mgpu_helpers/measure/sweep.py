@@ -237,52 +237,45 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
               compute_repeats: int = 4, slow_rank=None, slow_factor: int = 3) -> list[dict]:
     """Rank function: for each size, ``steps`` times: compute, wait at a barrier, all-reduce ``nbytes``.
 
-    The compute is ``compute_repeats`` matrix products of ``compute_n`` x ``compute_n`` (the same for
-    every size: a model whose backward does not change while its gradient bucket grows); ``slow_rank``
-    does ``slow_factor`` times as much. Each phase is synchronised and traced (compute / wait /
-    communicate spans). Returns per size the median seconds of each phase on this rank.
+    The compute is ``compute_repeats`` matrix products of ``compute_n`` x ``compute_n``
+    (:func:`mgpu_helpers.measure.workloads.compute_units`, the same for every size: a model whose backward
+    does not change while its gradient bucket grows); ``slow_rank`` does ``slow_factor`` times as much. Each
+    phase is synchronised and traced (compute / wait / communicate spans). Returns per size the median
+    seconds of each phase on this rank.
     """
     import torch
     import torch.distributed as dist
 
     from mgpu_helpers.launcher import trace
     from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure.timing import synchronize_device
+    from mgpu_helpers.measure.workloads import compute_units
 
     device = rank_device()
-    gpu = device.type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
-    a = torch.randn(compute_n, compute_n, device=device)
-    b = torch.randn(compute_n, compute_n, device=device)
-    repeats = compute_repeats * (slow_factor if rank == slow_rank else 1)
-    a @ b                             # warm-up: the first product loads the BLAS kernels (0.3 s on a GPU)
-    sync()
+    units = slow_factor if rank == slow_rank else 1
+
+    def compute():
+        compute_units(units, device, m=compute_n, per_unit=compute_repeats)    # synchronises the device
+
+    def timed(kind, name, fn):
+        with trace.span(kind, name):  # spans, not records: under a profiler each phase is a named range
+            t0 = time.monotonic()
+            fn()
+            synchronize_device(device)
+            return time.monotonic() - t0
+
+    compute()                         # warm-up: the first product loads the BLAS kernels (0.3 s on a GPU)
     out = []
     for nbytes in sizes:
         buf = torch.ones(sz.float32_elements(int(nbytes), world_size), device=device)
         dist.all_reduce(buf)          # warm-up: connections and algorithm set up outside the timing
-        sync()
+        synchronize_device(device)
         phases = {"compute": [], "wait": [], "communicate": []}
         size = sz.format_bytes(buf.numel() * 4)
-        for _ in range(steps):        # spans, not records: under a profiler each phase is a named range
-            with trace.span("compute", f"compute ({size})"):
-                t0 = time.monotonic()
-                for _ in range(repeats):
-                    c = a @ b
-                sync()
-                t1 = time.monotonic()
-            with trace.span("wait", f"wait ({size})"):
-                t2 = time.monotonic()
-                dist.barrier()        # how long this rank waits for the slowest one
-                sync()
-                t3 = time.monotonic()
-            with trace.span("communicate", f"all_reduce {size}"):
-                t4 = time.monotonic()
-                dist.all_reduce(buf)
-                sync()
-                t5 = time.monotonic()
-            for k, s in zip(phases, (t1 - t0, t3 - t2, t5 - t4)):
-                phases[k].append(s)
-        del c
+        for _ in range(steps):
+            phases["compute"].append(timed("compute", f"compute ({size})", compute))
+            phases["wait"].append(timed("wait", f"wait ({size})", dist.barrier))   # waiting for the slowest
+            phases["communicate"].append(timed("communicate", f"all_reduce {size}", lambda: dist.all_reduce(buf)))
         out.append({"nbytes": buf.numel() * 4, **{k: statistics.median(v) for k, v in phases.items()}})
     return out
 
