@@ -61,15 +61,8 @@ def _profiler_range(label: str):
     """A torch.profiler range, and an NVTX range when CUDA is up (what Nsight Systems shows)."""
     import torch
     from torch.profiler import record_function
-    nvtx = torch.cuda.is_available() and torch.cuda.is_initialized()
-    if nvtx:
-        torch.cuda.nvtx.range_push(label)
-    try:
-        with record_function(label):
-            yield
-    finally:
-        if nvtx:
-            torch.cuda.nvtx.range_pop()
+    with nvtx_range(label, torch.cuda.is_available() and torch.cuda.is_initialized()), record_function(label):
+        yield
 
 
 def _anchor() -> float:
@@ -273,10 +266,10 @@ if __name__ == "__main__":
 
 
 @contextmanager
-def nvtx_range(label: str):
-    """An NVTX range when CUDA is available (Nsight Systems shows it), else nothing."""
+def nvtx_range(label: str, on: bool | None = None):
+    """An NVTX range (Nsight Systems shows it) when ``on``, by default when CUDA is available; else nothing."""
     import torch
-    on = torch.cuda.is_available()
+    on = torch.cuda.is_available() if on is None else on
     if on:
         torch.cuda.nvtx.range_push(label)
     try:
