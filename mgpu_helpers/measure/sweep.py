@@ -11,8 +11,8 @@
   so that a ratio of the two comes with the run's own spread.
 - :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
   slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
-- :func:`compare_rank`: all-reduce against reduce-scatter + all-gather (in place and out of place) on the
-  same gradient: same result? how much memory?
+- :func:`buffer_bytes`: the communication buffers of all-reduce and of reduce-scatter + all-gather (the lab
+  compares their results in its own ``compare_rank``).
 
 The recorded nccl-tests tables to compare with are read by :mod:`mgpu_helpers.measure.nccltests`; sizes are
 read and written by :mod:`mgpu_helpers.measure.sizes`.
@@ -317,7 +317,8 @@ def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_
 
 
 # --------------------------------------------------------------------------------------------------------
-# All-reduce against reduce-scatter + all-gather: same result? how much memory?
+# All-reduce against reduce-scatter + all-gather: how much buffer memory? (The lab runs the comparison:
+# mh.lessons.lab.compare_rank.)
 
 def buffer_bytes(nbytes: int, world_size: int) -> dict:
     """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``:
@@ -333,56 +334,3 @@ def buffer_bytes(nbytes: int, world_size: int) -> dict:
     n = sz.float32_elements(nbytes, world_size) * 4
     return {"all_reduce": n, "rs_ag_out_of_place": n + n // world_size, "rs_ag_in_place": n,
             "reduce_scatter_only": n // world_size}
-
-
-def compare_rank(rank: int, world_size: int, nbytes: int) -> dict:
-    """Rank function: all-reduce, out-of-place and in-place reduce-scatter + all-gather of the same random
-    float32 gradient.
-
-    Returns ``{"same": bool (all three agree on this rank), "max_diff", "buffers": buffer_bytes(...),
-    "peak_bytes": {approach: CUDA bytes allocated beyond the gradient during it} (GPU only, else None)}``.
-    """
-    import torch
-    import torch.distributed as dist
-
-    from mgpu_helpers.launcher.ranks import rank_device
-
-    device = rank_device()
-    n = sz.float32_elements(int(nbytes), world_size)
-    piece = n // world_size
-    g = torch.Generator().manual_seed(1234 + rank)
-    grad = torch.randn(n, generator=g).to(device)
-    peaks = {} if device.type == "cuda" else None
-
-    def measured(name, fn):
-        buf = grad.clone()                  # allocated before the peak is reset: only the extra counts
-        if peaks is None:
-            fn(buf)
-            return buf
-        torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        fn(buf)
-        torch.cuda.synchronize(device)
-        peaks[name] = torch.cuda.max_memory_allocated(device) - base
-        return buf
-
-    def all_reduce(buf):
-        dist.all_reduce(buf)
-
-    def rs_ag_out_of_place(buf):
-        part = torch.empty(piece, device=device)
-        reduce_scatter_flat(part, buf)     # this rank's slice of the sum, in a buffer of its own
-        all_gather_flat(buf, part)         # every slice, back into the full buffer
-
-    def rs_ag_in_place(buf):
-        mine = buf[rank * piece:(rank + 1) * piece]   # a view: no new memory
-        reduce_scatter_flat(mine, buf)     # in place: the summed slice lands where this rank's slice was
-        all_gather_flat(buf, mine)         # in place: sends from that slice, fills the others
-
-    a = measured("all_reduce", all_reduce)
-    b = measured("rs_ag_out_of_place", rs_ag_out_of_place)
-    c = measured("rs_ag_in_place", rs_ag_in_place)
-    diff = float(max((a - b).abs().max(), (a - c).abs().max()))
-    same = bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6) and torch.allclose(a, c, rtol=1e-5, atol=1e-6))
-    return {"same": same, "max_diff": diff, "buffers": buffer_bytes(n * 4, world_size), "peak_bytes": peaks}
