@@ -54,14 +54,12 @@ def peer_matrix() -> list[list[bool | None]]:
 
 def format_matrix(matrix) -> str:
     """The matrix as ``nvidia-smi topo -p2p n`` prints it: X on the diagonal, OK / NS elsewhere."""
+    from mgpu_helpers.models.topology import format_matrix as text_matrix
+
     if not matrix:
         return "(no GPUs)"
-    n = len(matrix)
-    lines = ["      " + "".join(f"GPU{j:<4}" for j in range(n))]
-    for i, row in enumerate(matrix):
-        cells = ["X" if v is None else ("OK" if v else "NS") for v in row]
-        lines.append(f"GPU{i:<3}" + "".join(f"{c:<7}" for c in cells))
-    return "\n".join(lines)
+    return text_matrix([f"GPU{i}" for i in range(len(matrix))],
+                       [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix])
 
 
 def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:

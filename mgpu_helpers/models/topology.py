@@ -161,12 +161,18 @@ def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
     return sorted(out, key=speed)
 
 
+def format_matrix(names, rows) -> str:
+    """A square matrix of words as text, labelled by ``names`` on both sides, in equal-width columns."""
+    w = max([len(n) for n in names] + [4]) + 2
+    lines = [" " * w + "".join(n.ljust(w) for n in names)]
+    for n, row in zip(names, rows):
+        lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
+    return "\n".join(lines)
+
+
 def summary(topo: TopoMatrix) -> str:
     """A few lines: the matrix, then each GPU pair with what its link means."""
-    w = max([len(n) for n in topo.names] + [4]) + 2
-    lines = [" " * w + "".join(n.ljust(w) for n in topo.names)]
-    for n, row in zip(topo.names, topo.links):
-        lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
+    lines = [format_matrix(topo.names, topo.links)]
     for a, b, word in pairs(topo):
         lines.append(f"{a}-{b}: {word} = {link_meaning(word)}")
     if any(word.startswith("NV") for _, _, word in pairs(topo)):
