@@ -15,8 +15,8 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "tools",
-                "widgets"],
+    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "runs",
+                "tools", "widgets"],
     attributes={
         "CourseEnv": "course",
         "setup": "course",
@@ -28,6 +28,7 @@ __getattr__, __dir__, __all__ = attach(
         "run_ranks": "launcher",
         "shutdown_server": "launcher",
         "torchrun_main": "launcher",
+        "trace": "launcher",
         "projection_mode": "widgets.projection",
     },
 )

@@ -6,9 +6,11 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from mgpu_helpers.lessons.ring import REDUCE_OPS
-from mgpu_helpers.measure.collectives import COLLECTIVES, run_and_draw, run_on_ranks
-from mgpu_helpers.widgets import allreduce as ar
+from mgpu_helpers.lessons import ring
+from mgpu_helpers.models import collectives as ar
+from mgpu_helpers.models.collectives import COLLECTIVES, REDUCE_OPS
+from mgpu_helpers.runs.collectives import run_and_draw, run_on_ranks
+from mgpu_helpers.widgets import allreduce as widget
 
 
 def test_seed_example_all_reduce_of_ranks_gives_six_on_every_rank():
@@ -42,7 +44,7 @@ def test_gather_all_gather_scatter_reduce_scatter_shapes_and_values():
 def test_powers_of_two_sum_names_every_rank():
     out = ar.expected_outputs("all_reduce", ar.make_inputs("powers of two", 5, 1))
     assert out[0] == [31.0]
-    assert ar._label(31.0, 5, True) == "all" and ar._label(6.0, 5, True) == "1+2"
+    assert widget._label(31.0, 5, True) == "all" and widget._label(6.0, 5, True) == "1+2"
 
 
 def test_one_hot_pattern_has_one_owner_per_element():
@@ -75,7 +77,7 @@ def test_outputs_match_tells_a_wrong_rank_apart():
 def test_draw_collective_returns_a_figure_for_every_collective(name):
     n = 4
     inputs = ar.make_inputs("random", n, ar.default_length(name, n))
-    fig = ar.draw_collective(name, inputs, ar.expected_outputs(name, inputs, "sum"), "sum", title="t")
+    fig = widget.draw_collective(name, inputs, ar.expected_outputs(name, inputs, "sum"), "sum", title="t")
     assert isinstance(fig, Figure) and len(fig.axes) == 2
     fig.canvas.draw()   # renders without a display
 
@@ -88,9 +90,13 @@ def test_draw_ring_steps_from_a_recorded_ring():
         steps = [("input", -1, None, None, x.copy())]
         steps.append(("reduce-scatter", 0, r, (r - 1) % n, x.copy()))
         records.append(steps)
-    fig = ar.draw_ring_steps(records)
+    fig = widget.draw_ring_steps(records)
     assert isinstance(fig, Figure) and len(fig.axes) == 2
     fig.canvas.draw()
+
+
+def test_the_reference_knows_the_reduce_ops_of_notebook_05():
+    assert REDUCE_OPS == ring.REDUCE_OPS
 
 
 def test_every_reduce_op_is_known_to_the_widget():
@@ -115,8 +121,9 @@ def test_a_wrong_collective_output_is_reported_not_ok():
         run_on_ranks("all_to_all", 2)
 
 
-def test_widgets_only_draw_the_launching_runner_lives_in_measure():
-    assert not hasattr(ar, "run_and_draw") and not hasattr(ar, "run_ranks")
+def test_widgets_only_draw_the_launching_runner_lives_in_runs():
+    assert not hasattr(widget, "run_and_draw") and not hasattr(widget, "run_ranks")
+    assert not hasattr(widget, "expected_outputs")
 
 
 def test_show_allreduce_reports_a_mismatch_from_its_runner(capsys):
@@ -127,9 +134,9 @@ def test_show_allreduce_reports_a_mismatch_from_its_runner(capsys):
 
     def runner(name, world_size, pattern, op):
         inputs = ar.make_inputs(pattern, world_size)
-        return ar.draw_collective(name, inputs, inputs, op), Wrong()
+        return widget.draw_collective(name, inputs, inputs, op), Wrong()
 
-    box = ar.show_allreduce(world_size=2, runner=runner)
+    box = widget.show_allreduce(runner, world_size=2)
     button = [w for row in box.children[:2] for w in row.children if isinstance(w, ipywidgets.Button)][0]
     button.click()
     assert "MISMATCH" in capsys.readouterr().out
@@ -139,7 +146,7 @@ def test_show_allreduce_reports_a_mismatch_from_its_runner(capsys):
 def test_show_allreduce_run_button_runs_real_ranks_and_reenables(capsys):
     import ipywidgets
 
-    box = ar.show_allreduce(world_size=2, name="all_reduce", pattern="rank+1", op="sum")
+    box = widget.show_allreduce(run_and_draw, world_size=2, name="all_reduce", pattern="rank+1", op="sum")
     assert isinstance(box, ipywidgets.VBox)
     buttons = [w for row in box.children[:2] for w in row.children if isinstance(w, ipywidgets.Button)]
     assert len(buttons) == 1
@@ -172,8 +179,8 @@ def test_after_the_reduce_scatter_half_each_rank_owns_exactly_its_chunk(n):
     assert frame.sent[0] == pytest.approx((n - 1) / n)
 
 
-def test_ring_steps_match_the_counted_ring_schedule():
-    # at reduce-scatter step s, rank r receives chunk (r - s - 2) % n from rank r - 1 (measure.bytes_sent's ring)
+def test_ring_steps_follow_the_bandwidth_optimal_schedule():
+    # at reduce-scatter step s, rank r receives chunk (r - s - 2) % n from rank r - 1
     steps = collective_steps.ring_all_reduce_steps(4)
     assert steps.frames[1].received == tuple((r - 2) % 4 for r in range(4))
     assert steps.frames[1].holds[1][3] == frozenset({0, 1})
@@ -186,22 +193,22 @@ def test_ring_steps_refuse_a_bad_world_size():
 
 def test_step_figures_render_and_the_split_view_keeps_only_the_own_chunk():
     steps = collective_steps.ring_all_reduce_steps(4)
-    fig = ar.draw_step(steps, steps.rs_done)
+    fig = widget.draw_step(steps, steps.rs_done)
     one, two = fig.axes
     assert sum(t.get_text() == "—" for t in two.texts) == 4 * 3
     assert sum(t.get_text() == "—" for t in one.texts) == 0
     fig.canvas.draw()
-    big = ar.draw_rs_ag_vs_all_reduce(steps)
+    big = widget.draw_rs_ag_vs_all_reduce(steps)
     assert len(big.axes) == 6
     big.canvas.draw()
     with pytest.raises(ValueError):
-        ar.draw_step(steps, 99)
+        widget.draw_step(steps, 99)
 
 
 def test_step_captions_are_chinese_and_show_steps_moves_with_its_slider(capsys):
     steps = collective_steps.ring_all_reduce_steps(3)
-    assert "Reduce-Scatter 到此结束" in ar.step_caption(steps, steps.rs_done)
-    assert "1.33 × S" in ar.step_caption(steps, len(steps.frames) - 1)
-    box = ar.show_steps(steps)
+    assert "Reduce-Scatter 到此结束" in widget.step_caption(steps, steps.rs_done)
+    assert "1.33 × S" in widget.step_caption(steps, len(steps.frames) - 1)
+    box = widget.show_steps(steps)
     box.children[0].value = 4
     assert "All-Reduce 完成" in capsys.readouterr().out

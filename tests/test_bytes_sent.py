@@ -2,7 +2,8 @@
 import pytest
 
 import mgpu_helpers as mh
-from mgpu_helpers.measure import bytes_sent
+from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
+from mgpu_helpers.runs import bytes_sent
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -13,7 +14,8 @@ def test_counted_bytes_match_the_formulas_and_the_root_of_a_reduce_sends_nothing
     for rank, sent in enumerate(res.values):
         assert set(sent) == set(bytes_sent.OPS)
         for op, counted in sent.items():
-            assert counted == bytes_sent.formula_bytes_sent(op, nbytes, world_size, rank), (op, rank)
+            want = 0 if op == "reduce" and rank == 0 else bytes_sent_per_rank(op, nbytes, world_size)
+            assert counted == want, (op, rank)
     assert res.values[0]["reduce"] == 0
     if world_size > 1:
         n = world_size
@@ -27,7 +29,9 @@ def test_a_buffer_that_does_not_split_evenly_is_refused_with_the_size_to_use():
         mh.run_ranks(bytes_sent.count_bytes_sent, 3, args=(20,), backend="gloo", stream=False, quiet=True)
 
 
-def test_formula_for_the_reduce_root_is_zero_and_the_bandwidth_model_elsewhere():
-    assert bytes_sent.formula_bytes_sent("reduce", 100, 4, 0) == 0.0
-    assert bytes_sent.formula_bytes_sent("reduce", 100, 4, 3) == 100
-    assert bytes_sent.formula_bytes_sent("all_reduce", 100, 4, 0) == 150
+def test_the_count_goes_through_the_lessons_ring_and_leaves_it_as_it_was():
+    from mgpu_helpers.lessons import p2p
+    before = p2p.exchange
+    res = mh.run_ranks(bytes_sent.count_bytes_sent, 2, args=(16, ("all_gather",)), backend="gloo",
+                       stream=False, quiet=True)
+    assert res.values == [{"all_gather": 8}, {"all_gather": 8}] and p2p.exchange is before

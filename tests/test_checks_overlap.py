@@ -10,7 +10,7 @@ import mgpu_helpers as mh
 ENV = mh.setup(show=False, prewarm=False)
 
 from mgpu_helpers import checks  # noqa: E402
-from mgpu_helpers.measure.trace import Span  # noqa: E402
+from mgpu_helpers.launcher.trace import Span  # noqa: E402
 
 OV = checks.overlap
 
@@ -455,7 +455,7 @@ def test_comm_spans_record_an_async_all_reduce_until_it_completes():
                 mh.measure.workloads.sleep_units(1, 0.2)        # rank 1 arrives 0.2 s late
             work = dist.all_reduce(torch.ones(1000), async_op=True)
             work.wait()
-        return [s for s in mh.measure.trace.snapshot() if s.kind == "communicate"]
+        return [s for s in mh.trace.snapshot() if s.kind == "communicate"]
     spans = mh.run_ranks(rank_fn, world_size=2, quiet=True, stream=False).values
     assert len(spans[0]) == 1 and len(spans[1]) == 1
     # Rank 0's all-reduce was issued at once and could only complete once rank 1 joined.

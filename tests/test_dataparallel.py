@@ -40,7 +40,7 @@ def test_shard_rejects_a_rank_outside_the_world_and_an_empty_world():
 
 
 def _ours_and_ddp(rank, world_size, config):
-    return {"ours": dp.train_data_parallel(rank, world_size, config), "ddp": ref.train_ddp(rank, world_size, config)}
+    return {"ours": dp.train_data_parallel(rank, world_size, config), "ddp": ref.train_ddp(rank, world_size, config, dp.shard)}
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -64,7 +64,8 @@ def test_comm_bound_probe_spends_most_of_its_step_in_the_all_reduce():
     # No compute at all (0 units: not a single matmul) against an 8 MiB all-reduce: the step is the
     # all-reduce by construction, on any machine. The margin is measured in the same run: whatever the
     # empty compute phase took (a stall of a loaded machine included) stays below the all-reduce.
-    res = mh.run_ranks(dg.scaling_probe, 2, args=(0, 1 << 21, 5), backend="gloo", stream=False, quiet=True)
+    from mgpu_helpers.measure import workloads
+    res = mh.run_ranks(workloads.scaling_step, 2, args=(0, 1 << 21, 5), backend="gloo", stream=False, quiet=True)
     slowest = max(res.values, key=lambda v: v["step_s"])
     assert slowest["comm_s"] > slowest["compute_s"], res.values
     assert dg.comm_fraction(res.values) > 0.5

@@ -3,13 +3,13 @@ measure every configuration alone and shared in one launch, NCCL's transports ar
 import statistics
 
 import mgpu_helpers as mh
-from mgpu_helpers.measure import diagnose
+from mgpu_helpers.measure import diagnose, straggler
 
 
 def test_without_a_barrier_the_early_ranks_wait_inside_the_all_reduce():
     shards = (1.0, 3.0, 1.0)
-    res = mh.run_ranks(diagnose.straggler_inside, 3, args=(shards, 4, 0.02), stream=False, quiet=True)
-    coll = [statistics.median(v["collective_s"]) for v in res.values]
+    res = straggler.run_waiting_inside(shards, steps=4, seconds_per_unit=0.02, grad_numel=1 << 12)
+    coll = [statistics.median(v["comm_s"]) for v in res.values]
     comp = [statistics.median(v["compute_s"]) for v in res.values]
     assert min(range(3), key=coll.__getitem__) == 1          # the late rank's collective is the short one
     for r in (0, 2):                                          # the others waited about the compute difference

@@ -61,7 +61,7 @@ def _run():
               {"all_reduce": 1900.0, "rs_ag": 2500.0}]
     rows = [SweepRow("all_reduce", n, t, n / t / 1e3, n / t / 1e3, 2, "gloo", 5)
             for n, t in ((1024, 90.0), (32768, 300.0), (1 << 20, 2000.0))]
-    return lab.lab_run(steps, wait, rounds, rows, 2.0, 2)
+    return report_mod.lab_run(steps, wait, rounds, rows, 2.0, 2)
 
 
 GOOD = {"crossover": "1 MiB", "rs_ag_over_ar": 1.35, "busbw_fraction": (1 << 20) / 2000.0 / 1e3 / 2.0,
@@ -74,6 +74,7 @@ def test_claims_derived_from_the_run_hold_and_the_explanation_opens(capsys):
     out = capsys.readouterr().out
     assert all(v.holds for v in verdicts) and "为什么是这样" in out and "通过" in out
     assert lab.missing(verdicts, text, _run()) == []
+    assert lab.try_conclusions(GOOD, text, _run())[1] == []
 
 
 @pytest.mark.parametrize("key, value, why", [

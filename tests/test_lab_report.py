@@ -10,6 +10,7 @@ import pytest
 from mgpu_helpers.checks import lab as lab_checks
 from mgpu_helpers.measure import nccltests, report as lab, sizes, sweep, tables
 from mgpu_helpers.widgets import bandwidth, rank_distribution, topology as topo_widget
+from mgpu_helpers.models import topology
 
 
 def _rows():
@@ -56,9 +57,9 @@ def test_figure_names_must_be_safe_file_names():
 def test_topology_matrix_draws_nvml_words_and_rejects_others():
     fig = topo_widget.draw_link_matrix([["X", "NV18"], ["NV18", "X"]], note="recorded")
     assert fig.axes[0].get_title() == "GPU topology"
-    assert topo_widget.link_class("NV4") == "NVLink" and topo_widget.link_class("SYS").startswith("across")
+    assert topology.link_class("NV4") == "NVLink" and topology.link_class("SYS").startswith("across")
     with pytest.raises(ValueError, match="link word"):
-        topo_widget.link_class("FAST")
+        topology.link_class("FAST")
     with pytest.raises(ValueError, match="square"):
         topo_widget.draw_link_matrix([["X", "NV1"]])
 
@@ -99,10 +100,9 @@ def test_lab_report_holds_the_learners_claims_their_verdicts_and_their_own_words
 
 def test_rs_ag_in_place_and_out_of_place_match_all_reduce_and_in_place_needs_no_extra_buffer():
     import mgpu_helpers as mh
-    res = mh.run_ranks(sweep.compare_rank, 3, args=(3000,), backend="gloo", stream=False, quiet=True)
+    res = mh.run_ranks(mh.lessons.lab.compare_rank, 3, args=(3000,), backend="gloo", stream=False, quiet=True)
     assert all(v["same"] and v["max_diff"] < 1e-5 for v in res.values)
     assert all(v["peak_bytes"] is None for v in res.values)            # no CUDA allocator on the CPU
     mib = 1 << 20
     assert sweep.buffer_bytes(mib, 4) == {"all_reduce": mib, "rs_ag_out_of_place": mib + mib // 4,
                                           "rs_ag_in_place": mib, "reduce_scatter_only": mib // 4}
-    assert sizes.float32_elements(3000, 3) * 4 == res.values[0]["buffers"]["all_reduce"]

@@ -22,10 +22,13 @@ def test_the_matrix_has_one_row_per_gpu_and_none_on_the_diagonal():
     assert len(m) == GPUS and all(len(row) == GPUS and row[i] is None for i, row in enumerate(m))
 
 
-def test_copy_bandwidth_is_bytes_over_seconds():
-    assert peer.copy_gbps(2 * 10**9, 0.5) == 4.0
-    with pytest.raises(ValueError):
-        peer.copy_gbps(1, 0)
+def test_cpu_work_is_timed_by_the_wall_clock_and_copies_in_gbps():
+    import time
+
+    from mgpu_helpers.measure import timing
+    assert timing.elapsed_s(lambda: time.sleep(0.01), None) >= 0.01
+    assert timing.bandwidth_gbps(2 * 10**9, 0.5) == 4.0
+    assert peer.host_copy_GBps(1 << 20, repeats=2) > 0
 
 
 @pytest.mark.skipif(GPUS >= 2, reason="the below-2-GPUs path")

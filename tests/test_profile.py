@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from mgpu_helpers.measure import profile, trace
+from mgpu_helpers.launcher import trace
+from mgpu_helpers.measure import profile
 
 SIZES = (1 << 10, 1 << 12, 1 << 14)
 
@@ -20,7 +21,7 @@ def three_all_reduces(rank, world_size):
 
     import torch
     import torch.distributed as dist
-    from mgpu_helpers.measure import trace as tr
+    from mgpu_helpers.launcher import trace as tr
     store = dist.distributed_c10d._get_default_store()
     dist.barrier()     # the profilers start at different times: line the ranks up first
     for k, nbytes in enumerate(SIZES):

@@ -22,13 +22,14 @@ def normal_style():
 def _figures():
     """One figure from every widget module's drawing function, drawn in the style now in force."""
     from mgpu_helpers.models import memory
-    from mgpu_helpers.measure.trace import Span
+    from mgpu_helpers.launcher.trace import Span
     from mgpu_helpers.widgets import allreduce, bandwidth, knowledge_map, rank_distribution, sharding, straggler, thread_index, topology
+    from mgpu_helpers.models import collectives as mh_collectives
     spans = [[Span("compute", "c", 0.0, 0.01 * (r + 1)), Span("wait", "w", 0.01 * (r + 1), 0.04),
               Span("communicate", "ar", 0.04, 0.05)] for r in range(4)]
-    inputs = allreduce.make_inputs("rank", 4)
+    inputs = mh_collectives.make_inputs("rank", 4)
     return {
-        "allreduce": allreduce.draw_collective("all_reduce", inputs, allreduce.expected_outputs("all_reduce", inputs)),
+        "allreduce": allreduce.draw_collective("all_reduce", inputs, mh_collectives.expected_outputs("all_reduce", inputs)),
         "bandwidth": bandwidth.draw_busbw([{"op": "all_reduce", "nbytes": 2 ** k, "busbw": float(k)}
                                            for k in range(10, 20, 3)]),
         "step_breakdown": bandwidth.draw_step_breakdown([{"nbytes": 2 ** k, "compute_us": 50.0, "wait_us": 5.0,

@@ -5,7 +5,7 @@ import pytest  # noqa: E402
 
 from mgpu_helpers.lessons import cost_model  # noqa: E402
 from mgpu_helpers.measure import straggler as measured  # noqa: E402
-from mgpu_helpers.measure.trace import Span  # noqa: E402
+from mgpu_helpers.launcher.trace import Span  # noqa: E402
 from mgpu_helpers.widgets import straggler  # noqa: E402
 
 
@@ -72,10 +72,10 @@ def test_balanced_shards_cut_the_worst_wait_by_the_planned_amount():
 def test_real_traced_run_records_consistent_spans_and_results():
     # Real compute (matmuls): how long it takes depends on the machine's load, so only what does not
     # depend on timing is asserted here; the ordering claims are checked on the sleep workload above.
-    uneven = straggler.run_traced((12, 6, 4, 2), steps=2)
+    uneven = measured.run_traced((12, 6, 4, 2), steps=2)
     assert [v["shard"] for v in uneven.values] == [12, 6, 4, 2]
     assert all(w >= 0 for v in uneven.values for w in v["wait_s"])
-    assert [sum(v["wait_s"]) for v in uneven.values] == pytest.approx(straggler.wait_by_rank(uneven.spans), abs=1e-9)
+    assert [sum(v["wait_s"]) for v in uneven.values] == pytest.approx(measured.wait_by_rank(uneven.spans), abs=1e-9)
     assert all(min(v["wait_s"][i] for v in uneven.values) == 0.0 for i in range(2))   # the last to arrive
     assert {v["result"] for v in uneven.values} == {10.0}
     kinds = {s.kind for spans in uneven.spans for s in spans}
@@ -86,9 +86,9 @@ def test_median_waits_ignore_one_stalled_step():
     # rank 1 waits 30 ms a step for rank 0, except one step where rank 0 arrived late (stalled): a sum would
     # call that step's 200 ms wait typical; the median does not.
     values = [dict(wait_s=[0.0, 0.0, 0.0, 0.0, 0.0]), dict(wait_s=[0.03, 0.03, 0.2, 0.03, 0.03])]
-    assert straggler.median_waits(values) == [0.0, 0.03]
-    assert straggler.median_worst_wait(values) == 0.03
-    assert straggler.median_worst_wait([dict(wait_s=[0.05, 0.0, 0.01]), dict(wait_s=[0.0, 0.02, 0.0])]) == 0.02
+    assert measured.median_waits(values) == [0.0, 0.03]
+    assert measured.median_worst_wait(values) == 0.03
+    assert measured.median_worst_wait([dict(wait_s=[0.05, 0.0, 0.01]), dict(wait_s=[0.0, 0.02, 0.0])]) == 0.02
 
 
 def test_draw_timeline_draws_one_bar_per_span_and_labels_waits():
@@ -112,7 +112,7 @@ def test_parse_shards_accepts_slashes_and_rejects_nonsense():
 
 
 def test_show_straggler_builds_controls():
-    box = straggler.show_straggler()
+    box = straggler.show_straggler(measured.run_traced)
     assert box.children[0].children[0].value == "12/6/4/2"
 
 

@@ -68,3 +68,10 @@ def test_recorded_nvlink_speeds_add_up_to_478_gb_per_direction():
     assert sorted(speeds) == ["GPU0", "GPU1"]
     assert len(speeds["GPU0"]) == 18 and set(speeds["GPU0"]) == {26.562}
     assert sum(speeds["GPU1"]) == pytest.approx(478.1, abs=0.05)
+
+
+def test_every_legend_word_has_one_kind_of_path_and_pairs_sort_fastest_first():
+    for word in ("X", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS"):
+        assert topology.link_class(word) in topology.LINK_CLASSES
+    t = topology.from_links([["X", "SYS", "NV4"], ["SYS", "X", "PIX"], ["NV4", "PIX", "X"]])
+    assert [w for _, _, w in topology.pairs(t)] == ["NV4", "PIX", "SYS"]

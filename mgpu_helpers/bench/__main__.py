@@ -10,6 +10,7 @@ BENCHES = {
     "collectives": "all-reduce / reduce-scatter / all-gather over message sizes: algbw and busbw",
     "ring": "hand-written ring all-reduce (isend/irecv) against dist.all_reduce: time and busbw",
     "ncu": "Nsight Compute: registers, achieved occupancy, DRAM throughput of the vecAdd kernels per block size",
+    "registers": "registers per thread of notebook 02's kernels (--record PATH writes the recorded file)",
     "peer": "peer access matrix, GPU0<->GPU1 copy bandwidth, all-reduce busbw with and without NCCL P2P",
 }
 

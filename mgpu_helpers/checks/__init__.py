@@ -73,6 +73,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex11 | :func:`check_find_straggler` | ``find_straggler(values) -> (rank, lost_s)`` from per-rank records |
 | 12 | :func:`check_bus_bandwidth` | ``bus_bandwidth(op, nbytes, seconds, world_size) -> (algbw, busbw)`` (nccl-tests) |
 | 12 | :func:`check_conclusions` | the lab's conclusions from the learner's own run, with that run's margin |
+| 12 | :func:`try_conclusions` | the same, returning ``(verdicts, what is still missing before the report)`` |
 | ex12 | :func:`check_ownership_cyclic` | ``ownership_cyclic(rank, world_size, data)``: round-robin ownership |
 | ex12 | :func:`check_crossover_size` | ``crossover_size(compute_us, table)``: read from the recorded 2 x H200 table |
 | 12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
@@ -162,6 +163,7 @@ __getattr__, __dir__, __all__ = attach(
         "check_rs_ag_slowdown": "lab",
         "check_bus_bandwidth": "lab",
         "check_conclusions": "lab",
+        "try_conclusions": "lab",
         "check_ownership_cyclic": "lab",
         "check_crossover_size": "lab",
     },

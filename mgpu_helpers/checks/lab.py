@@ -3,8 +3,9 @@
 - Notebook 12's fill-ins, checked at once (``try_*`` fall back to the course's version while unwritten):
   :func:`try_ownership_check` (the ownership check on ranks, rows reviewed by :func:`review_ownership`) and
   :func:`try_bus_bandwidth` (algbw / busbw from a measured time, :func:`check_bus_bandwidth`).
-- Notebook 12's conclusions, from the learner's own run: :func:`lab_run` gathers what the run measured,
-  :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
+- Notebook 12's conclusions, from the learner's own run (gathered by
+  :func:`mgpu_helpers.measure.report.lab_run`): :func:`try_conclusions` prints the review and returns what
+  still stands between the lab and its report; :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
   rounds, the range of per-size waits, parts closer than 25%), :func:`conclusion_problem` refuses a missing or
   placeholder text or one citing fewer than two of the run's numbers, :func:`missing` lists what still
   stands between the lab and its report, :func:`check_conclusions` prints the verdicts and opens the
@@ -401,19 +402,6 @@ CLAIM_NAMES = {"crossover": "通信开始压过计算的消息规模", "rs_ag_ov
                "wait_us": "它每步等多久（us）"}
 
 
-def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) -> dict:
-    """Everything one run of the lab measured that its conclusions are checked against, as plain data.
-
-    ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``wait_us[rank][i]``: each rank's
-    median wait at size i (:func:`mgpu_helpers.measure.sweep.per_rank_wait_us`); ``rounds``: the repeated
-    ``{op: time_us}`` of :func:`mgpu_helpers.measure.sweep.run_repeats`; ``sweep_rows``: the sweep's rows;
-    ``peak_GBps``: the link's peak one way (None when unknown)."""
-    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in sweep_rows]
-    return {"step_rows": [dict(r) for r in step_rows], "wait_us": [list(w) for w in wait_us],
-            "rounds": [dict(r) for r in rounds], "sweep_rows": rows, "peak_GBps": peak_GBps,
-            "world_size": world_size}
-
-
 def _busbw_top(run) -> tuple[int, float]:
     from mgpu_helpers.models import bandwidth
     best = max((r for r in run["sweep_rows"] if r["op"] == "all_reduce"), key=lambda r: r["nbytes"] / r["time_us"])
@@ -608,6 +596,13 @@ def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
         print(f"\n通过：每条结论都和这次运行一致，my_conclusion 引用了测到的数（{', '.join(cited_numbers(conclusion, run))}）。\n")
         print(explanation())
     return verdicts
+
+
+def try_conclusions(claims: dict, conclusion, run: dict) -> tuple[list[Verdict], list[str]]:
+    """Notebook 12's check of its conclusions: :func:`check_conclusions`, then ``(verdicts, missing)``, the
+    list of what must still be done before the report is written (empty once everything holds)."""
+    verdicts = check_conclusions(claims, conclusion, run)
+    return verdicts, missing(verdicts, conclusion, run)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -355,7 +355,7 @@ def check_bucket_dp(cls) -> None:
 
 def check_overlap_fraction(fn) -> None:
     """``overlap_fraction(spans)``: the share of communication time inside backward spans."""
-    from mgpu_helpers.measure.trace import Span
+    from mgpu_helpers.launcher.trace import Span
     what = "overlap_fraction"
     if has_stub(fn):
         raise not_done(fn, what)

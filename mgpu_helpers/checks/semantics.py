@@ -91,9 +91,9 @@ BYTES_HINTS = {
 def check_bytes_sent(fn, world_sizes=WORLD_SIZES, timeout: float = 60.0) -> None:
     """``fn(op, nbytes, world_size, rank) -> bytes``: the reader's number for the bytes rank ``rank`` sends in
     ``op`` (reduce to rank 0, all_reduce, all_gather, reduce_scatter) on a buffer of ``nbytes``. Compared
-    with the bytes the ranks count as they run the collective (:mod:`mgpu_helpers.measure.bytes_sent`)."""
+    with the bytes the ranks count as they run the collective (:mod:`mgpu_helpers.runs.bytes_sent`)."""
     from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.measure import bytes_sent
+    from mgpu_helpers.runs import bytes_sent
 
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
     rng = new_rng()

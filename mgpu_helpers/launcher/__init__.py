@@ -6,14 +6,14 @@ state, and how its ranks are ended), :mod:`.supervise` (noticing and explaining 
 (torch's flight recorder, read on a hang), :mod:`.interrupts` (holding SIGINT back while state changes),
 :mod:`.messages` and :mod:`.wire` (the records and frames between the processes), :mod:`.errors` and
 :mod:`.results` (the public types), :mod:`.ranks` (helpers called inside a rank: its device, process-group
-set-up, torchrun).
+set-up, torchrun), :mod:`.trace` (the spans each rank records and sends back).
 """
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
     submodules=["errors", "flight", "interrupts", "job", "launch", "messages", "rank", "ranks", "results", "server",
-                "supervise", "wire"],
+                "supervise", "trace", "wire"],
     attributes={
         "LaunchError": "errors",
         "RankError": "errors",

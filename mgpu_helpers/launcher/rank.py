@@ -114,7 +114,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
 
         from mgpu_helpers.launcher import ranks
         from mgpu_helpers.launcher.messages import Returned, Running
-        from mgpu_helpers.measure import trace
+        from mgpu_helpers.launcher import trace
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.
         dist.set_debug_level_from_env()

@@ -219,7 +219,7 @@ def main() -> None:
 
     # and what every rank imports (compiled once here, not in each rank of each launch)
     from mgpu_helpers.launcher import flight, rank as rank_process, ranks  # noqa: F401
-    from mgpu_helpers.measure import trace  # noqa: F401
+    from mgpu_helpers.launcher import trace  # noqa: F401
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
     sock = socket.socket(fileno=fd)

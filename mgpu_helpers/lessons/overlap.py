@@ -86,7 +86,7 @@ def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_p
     model = make_model(widths, seconds_per_layer, device=device)
     make_opt = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam
     sync = strategy(model, world_size, make_opt(model.parameters(), lr=lr), **(options or {}))
-    first = len(mh.measure.trace.snapshot())
+    first = len(mh.trace.snapshot())
     step_s = []
     dist.barrier()          # start the first step together: a rank that starts late is not communication
     with mh.measure.comm_spans.recording() if record else contextlib.nullcontext():
@@ -97,14 +97,14 @@ def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_p
             for p in model.parameters():
                 p.grad = None
             loss = torch.nn.functional.mse_loss(model(x), y)
-            with mh.measure.trace.span("compute", f"backward {step}"):
+            with mh.trace.span("compute", f"backward {step}"):
                 loss.backward()
                 if device.type == "cuda":             # the backward's kernels, not NCCL's own stream
                     torch.cuda.current_stream(device).synchronize()
             sync.step()
             mh.measure.timing.synchronize_device(device)
             step_s.append(time.monotonic() - start)
-    return {"params": flat_params(model), "step_s": step_s, "spans": mh.measure.trace.snapshot()[first:],
+    return {"params": flat_params(model), "step_s": step_s, "spans": mh.trace.snapshot()[first:],
             "state_bytes": optimizer_state_bytes(sync.optimizer)}
 
 

@@ -3,7 +3,7 @@
 A blocking ``dist.all_reduce`` is easy to time: the call returns when it is done. An async one
 (``async_op=True``) returns at once, and its real end is what overlap is about. Inside :func:`recording`,
 the collectives of ``torch.distributed`` named in :data:`COLLECTIVES` are wrapped so that each records a
-``communicate`` span (:func:`mgpu_helpers.measure.trace.record`) named ``"<op> <bytes>"`` from issue to
+``communicate`` span (:func:`mgpu_helpers.launcher.trace.record`) named ``"<op> <bytes>"`` from issue to
 completion, whatever the caller does with its handle:
 
 - on CPU tensors (gloo), by a callback on the work's future, which gloo's own thread runs when the
@@ -23,7 +23,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from mgpu_helpers.measure import trace
+from mgpu_helpers.launcher import trace
 
 COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast")
 POLL_S = 2e-4

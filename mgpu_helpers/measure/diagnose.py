@@ -8,11 +8,9 @@
   taught in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to :mod:`mgpu_helpers.lessons.diagnostics`.
 - :func:`run_schedule`: a rank calls the collectives its schedule lists, through a :class:`CollectiveLog`
   (to check a prediction of where a mismatched schedule hangs).
-- :func:`scaling_probe`: a strong-scaling step (compute split over the ranks + a gradient all-reduce), for
-  "more GPUs, no speedup"; :func:`scaling_probes` measures several configurations, alone and shared, in one
-  launch.
-- :func:`straggler_inside`: steps with one slow rank and no barrier before the all-reduce, so that the
-  early ranks wait *inside* the collective, as a profiler trace of a real data-parallel run shows it.
+- :func:`scaling_probes`: for "more GPUs, no speedup", several configurations of the strong-scaling step
+  (:func:`mgpu_helpers.measure.workloads.scaling_step`), each alone and shared, in one launch. (One slow rank
+  waiting *inside* the all-reduce is :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.)
 - :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
   for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
 - :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
@@ -41,7 +39,7 @@ class CollectiveLog:
 
     def call(self, name: str, fn, *args, **kwargs):
         """Run the collective ``fn(*args, **kwargs)`` as number ``self.seq``, logged and traced."""
-        from mgpu_helpers.measure import trace
+        from mgpu_helpers.launcher import trace
 
         k = self.seq
         if self.verbose:
@@ -137,22 +135,6 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
 # --------------------------------------------------------------------------------------------------------
 # "More ranks, no speedup" and "always waiting on one rank".
 
-def scaling_probe(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3) -> dict:
-    """A strong-scaling step: ``total_units / world_size`` units of compute, then an all-reduce of
-    ``grad_numel`` float32 (see :func:`mgpu_helpers.measure.workloads.scaling_step`); returns its medians.
-
-    CPU ranks use one thread each, so that 1 rank and N ranks compare the same cores per rank.
-    """
-    import torch
-
-    from mgpu_helpers.measure import workloads
-    from mgpu_helpers.launcher.ranks import rank_device
-
-    if rank_device().type == "cpu":
-        torch.set_num_threads(1)
-    return workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
-
-
 def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:
     """For each ``name: (total_units, grad_numel)`` of ``configs``: ``{"alone": step_s, "shared": {...}}``.
 
@@ -167,7 +149,8 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure import trace, workloads
+    from mgpu_helpers.launcher import trace
+    from mgpu_helpers.measure import workloads
     from mgpu_helpers.measure.timing import synchronize_device
 
     device = rank_device()
@@ -194,44 +177,9 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     return out
 
 
-def straggler_inside(rank: int, world_size: int, shards, steps: int = 6, unit_s: float = 0.02,
-                     grad_numel: int = 1 << 12) -> dict:
-    """Steps of ``shards[rank] * unit_s`` seconds of fixed work (a sleep: the same on any machine and load),
-    then at once an all-reduce of ``grad_numel`` float32, with no barrier in between.
-
-    An early rank enters the all-reduce and waits there until the last rank arrives, so the time it spends
-    *inside* the collective holds its waiting: a profiler trace of real data parallelism shows the same.
-    Returns this rank's per-step ``compute_s`` and ``collective_s`` lists; the steps are traced.
-    """
-    import torch
-    import torch.distributed as dist
-
-    from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure import trace
-    from mgpu_helpers.measure.timing import synchronize_device
-
-    device = rank_device()
-    grad = torch.ones(grad_numel, device=device)
-    dist.all_reduce(grad)                        # warm-up: the connection is set up before timing
-    dist.barrier()
-    synchronize_device(device)
-    compute, collective = [], []
-    for _ in range(steps):
-        t0 = time.monotonic()
-        with trace.span("compute"):
-            time.sleep(shards[rank] * unit_s)
-        t1 = time.monotonic()
-        with trace.span("communicate", "all_reduce"):
-            dist.all_reduce(grad)
-            synchronize_device(device)
-        t2 = time.monotonic()
-        compute.append(t1 - t0)
-        collective.append(t2 - t1)
-    return {"rank": rank, "compute_s": compute, "collective_s": collective}
-
-
 def comm_fraction(probe_values) -> float:
-    """Share of the step spent in the all-reduce, on the slowest rank of a :func:`scaling_probe` run."""
+    """Share of the step spent in the all-reduce, on the slowest rank: ``probe_values`` are the per-rank
+    medians of :func:`mgpu_helpers.measure.workloads.scaling_step` (or the ``shared`` part of :func:`scaling_probes`)."""
     slowest = max(probe_values, key=lambda v: v["step_s"])
     return slowest["comm_s"] / slowest["step_s"]
 

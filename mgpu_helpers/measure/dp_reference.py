@@ -108,17 +108,16 @@ def full_gradient(config: TrainConfig = TrainConfig()):
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def train_ddp(rank: int, world_size: int, config: TrainConfig = TrainConfig()) -> dict:
+def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
     """Rank function: the same training with ``DistributedDataParallel`` doing the gradient all-reduce.
 
-    The rows come from the lesson's own :func:`mgpu_helpers.lessons.data_parallel.shard`, so DDP and the
-    hand-written loop see the very same shards. Returns ``{"rank", "device", "params"}``.
+    ``shard(dataset, rank, world_size)`` picks this rank's rows: pass the lesson's own (notebook 09's
+    ``shard``), so DDP and the hand-written loop see the very same shards. Returns ``{"rank", "device", "params"}``.
     """
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.lessons.data_parallel import shard
 
     device = rank_device()
     x, y = shard(make_dataset(config), rank, world_size)
@@ -158,7 +157,7 @@ def traced_phase(device, enabled: bool = True):
     later line first reads a result. Only a traced run synchronises (``enabled=False`` gives a phase that
     records nothing and waits for nothing), so the untraced loop keeps the GPU's queue full.
     """
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
 
     @contextmanager
     def phase(kind: str, name: str):

@@ -20,7 +20,7 @@ import json
 import os
 import statistics
 
-from mgpu_helpers.measure import nccltests, sizes, sweep
+from mgpu_helpers.measure import nccltests, sizes, sweep, timing
 
 DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")
 SIZES = (64 << 20, 256 << 20, 1 << 30)       # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
@@ -54,21 +54,12 @@ def peer_matrix() -> list[list[bool | None]]:
 
 def format_matrix(matrix) -> str:
     """The matrix as ``nvidia-smi topo -p2p n`` prints it: X on the diagonal, OK / NS elsewhere."""
+    from mgpu_helpers.models.topology import format_matrix as text_matrix
+
     if not matrix:
         return "(no GPUs)"
-    n = len(matrix)
-    lines = ["      " + "".join(f"GPU{j:<4}" for j in range(n))]
-    for i, row in enumerate(matrix):
-        cells = ["X" if v is None else ("OK" if v else "NS") for v in row]
-        lines.append(f"GPU{i:<3}" + "".join(f"{c:<7}" for c in cells))
-    return "\n".join(lines)
-
-
-def copy_gbps(nbytes: int, seconds: float) -> float:
-    """GB/s (1e9 bytes per second) of ``nbytes`` moved in ``seconds``."""
-    if seconds <= 0:
-        raise ValueError(f"seconds must be > 0, got {seconds}")
-    return nbytes / seconds / 1e9
+    return text_matrix([f"GPU{i}" for i in range(len(matrix))],
+                       [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix])
 
 
 def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
@@ -84,24 +75,16 @@ def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
         t0 = time.perf_counter()
         dst.copy_(src)
         best = min(best, time.perf_counter() - t0)
-    return copy_gbps(src.numel() * 4, best)
+    return timing.bandwidth_gbps(src.numel() * 4, best)
 
 
 def _time_copy(dst, src, repeats: int) -> float:
     """Median seconds of ``dst.copy_(src)`` between two GPUs. torch runs a device-to-device copy on the
     source device's current stream (and syncs the destination's), so the events go on that stream."""
     import torch
-    with torch.cuda.device(src.device):
-        dst.copy_(src)                       # warm-up: enables peer access between the pair
-        torch.cuda.synchronize(src.device)
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            dst.copy_(src)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+
+    with torch.cuda.device(src.device):     # the warm-up copy enables peer access between the pair
+        times = timing.time_gpu(lambda: dst.copy_(src), repeats, warmup=1, library="torch")
     torch.cuda.synchronize(dst.device)
     return statistics.median(times)
 
@@ -116,7 +99,8 @@ def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int 
     there = _time_copy(b, a, repeats)
     back = _time_copy(a, b, repeats)
     assert torch.equal(a.cpu(), b.cpu()), "the peer copy changed the data"
-    return {f"{src}->{dst}": copy_gbps(a.numel() * 4, there), f"{dst}->{src}": copy_gbps(a.numel() * 4, back),
+    gbps = timing.bandwidth_gbps
+    return {f"{src}->{dst}": gbps(a.numel() * 4, there), f"{dst}->{src}": gbps(a.numel() * 4, back),
             "nbytes": a.numel() * 4, "peer_access": bool(torch.cuda.can_device_access_peer(src, dst))}
 
 

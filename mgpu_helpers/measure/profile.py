@@ -5,7 +5,7 @@
     run.results.values    # what fn returned on each rank (a RankResults, as from mh.run_ranks)
 
 Each rank runs ``fn`` under ``torch.profiler.profile`` (CPU activity; CUDA activity too when the rank has a
-GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgpu_helpers.measure.trace.span`
+GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgpu_helpers.launcher.trace.span`
 ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each rank exports its Chrome trace;
 :func:`merge_traces` puts them into one file with one process per rank (``pid`` = rank, named "rank k"), every
 timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
@@ -34,7 +34,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from mgpu_helpers.measure import trace
+from mgpu_helpers.launcher import trace
 
 SPAN_CATEGORY = "mgpu_span"
 SPAN_TID = 1                     # the "course spans" track of each rank
@@ -61,15 +61,8 @@ def _profiler_range(label: str):
     """A torch.profiler range, and an NVTX range when CUDA is up (what Nsight Systems shows)."""
     import torch
     from torch.profiler import record_function
-    nvtx = torch.cuda.is_available() and torch.cuda.is_initialized()
-    if nvtx:
-        torch.cuda.nvtx.range_push(label)
-    try:
-        with record_function(label):
-            yield
-    finally:
-        if nvtx:
-            torch.cuda.nvtx.range_pop()
+    with nvtx_range(label, torch.cuda.is_available() and torch.cuda.is_initialized()), record_function(label):
+        yield
 
 
 def _anchor() -> float:
@@ -254,7 +247,8 @@ import os
 import torch
 
 import mgpu_helpers as mh
-from mgpu_helpers.measure import profile, sweep, trace
+from mgpu_helpers.launcher import trace
+from mgpu_helpers.measure import profile, sweep
 
 SIZES = {sizes!r}
 
@@ -272,10 +266,10 @@ if __name__ == "__main__":
 
 
 @contextmanager
-def nvtx_range(label: str):
-    """An NVTX range when CUDA is available (Nsight Systems shows it), else nothing."""
+def nvtx_range(label: str, on: bool | None = None):
+    """An NVTX range (Nsight Systems shows it) when ``on``, by default when CUDA is available; else nothing."""
     import torch
-    on = torch.cuda.is_available()
+    on = torch.cuda.is_available() if on is None else on
     if on:
         torch.cuda.nvtx.range_push(label)
     try:

@@ -6,8 +6,8 @@
 
 - :func:`bar`: a tqdm bar over a known ``total`` (``with bar(3, "sizes") as b: ... b.update()``).
 - :func:`iterate`: a loop wrapped in a bar (``for key, fn in iterate(rows.items(), "kernels"): ...``).
-- :func:`callback`: turn a ``progress=`` argument (None, True, a description, or a function
-  ``update(done, total)``) into ``(update, close)``; the measuring functions take any of these.
+- :func:`callback`: turn a ``progress=`` argument (None, True or a description) into ``(update, close)``;
+  the measuring functions take any of these.
 """
 from __future__ import annotations
 
@@ -37,16 +37,12 @@ def callback(progress, desc: str = "progress"):
     """``(update, close)`` for a ``progress`` argument.
 
     ``None`` or ``False``: no bar (both do nothing). ``True`` or a string: a tqdm bar (the string is its
-    description), created on the first ``update(done, total)``. A callable: called as ``progress(done,
-    total)`` (the old callback protocol), ``close`` does nothing.
+    description), created on the first ``update(done, total)``.
     """
     if progress is None or progress is False:
         return (lambda done, total: None), (lambda: None)
-    if callable(progress):
-        return progress, (lambda: None)
     if progress is not True and not isinstance(progress, str):
-        raise TypeError(f"progress must be None, True, a description or a function update(done, total); "
-                        f"got {type(progress).__name__}")
+        raise TypeError(f"progress must be None, True or a description; got {type(progress).__name__}")
     label = desc if progress is True else progress
     state = {"bar": None}
 

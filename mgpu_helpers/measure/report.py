@@ -121,3 +121,16 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     report.add_table("我的结论，逐条对照测量", [v.as_dict() for v in review], CLAIM_COLUMNS)
     report.add_text("结论：一步的时间输在哪里", conclusion)
     return report
+
+
+def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) -> dict:
+    """Everything one run of the lab measured that its conclusions are checked against, as plain data.
+
+    ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``wait_us[rank][i]``: each rank's
+    median wait at size i (:func:`mgpu_helpers.measure.sweep.per_rank_wait_us`); ``rounds``: the repeated
+    ``{op: time_us}`` of :func:`mgpu_helpers.measure.sweep.run_repeats`; ``sweep_rows``: the sweep's rows;
+    ``peak_GBps``: the link's peak one way (None when unknown)."""
+    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in sweep_rows]
+    return {"step_rows": [dict(r) for r in step_rows], "wait_us": [list(w) for w in wait_us],
+            "rounds": [dict(r) for r in rounds], "sweep_rows": rows, "peak_GBps": peak_GBps,
+            "world_size": world_size}

@@ -11,8 +11,8 @@
   so that a ratio of the two comes with the run's own spread.
 - :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
   slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
-- :func:`compare_rank`: all-reduce against reduce-scatter + all-gather (in place and out of place) on the
-  same gradient: same result? how much memory?
+- :func:`buffer_bytes`: the communication buffers of all-reduce and of reduce-scatter + all-gather (the lab
+  compares their results in its own ``compare_rank``).
 
 The recorded nccl-tests tables to compare with are read by :mod:`mgpu_helpers.measure.nccltests`; sizes are
 read and written by :mod:`mgpu_helpers.measure.sizes`.
@@ -123,24 +123,21 @@ def time_batch(run, iters: int, warmup: int, device) -> float:
     import torch
     import torch.distributed as dist
 
+    from mgpu_helpers.measure.timing import elapsed_s
+
     for _ in range(warmup):
         run()
-    if device.type == "cuda":
+    gpu = device.type == "cuda"
+    if gpu:
         torch.cuda.synchronize(device)
-        dist.barrier()
+    dist.barrier()
+    if gpu:
         torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+
+    def batch():
         for _ in range(iters):
             run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        run()
-    return (time.perf_counter() - t0) / iters
+    return elapsed_s(batch, "torch" if gpu else None) / iters
 
 
 def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: int = 5) -> list[dict]:
@@ -240,52 +237,45 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
               compute_repeats: int = 4, slow_rank=None, slow_factor: int = 3) -> list[dict]:
     """Rank function: for each size, ``steps`` times: compute, wait at a barrier, all-reduce ``nbytes``.
 
-    The compute is ``compute_repeats`` matrix products of ``compute_n`` x ``compute_n`` (the same for
-    every size: a model whose backward does not change while its gradient bucket grows); ``slow_rank``
-    does ``slow_factor`` times as much. Each phase is synchronised and traced (compute / wait /
-    communicate spans). Returns per size the median seconds of each phase on this rank.
+    The compute is ``compute_repeats`` matrix products of ``compute_n`` x ``compute_n``
+    (:func:`mgpu_helpers.measure.workloads.compute_units`, the same for every size: a model whose backward
+    does not change while its gradient bucket grows); ``slow_rank`` does ``slow_factor`` times as much. Each
+    phase is synchronised and traced (compute / wait / communicate spans). Returns per size the median
+    seconds of each phase on this rank.
     """
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure.timing import synchronize_device
+    from mgpu_helpers.measure.workloads import compute_units
 
     device = rank_device()
-    gpu = device.type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
-    a = torch.randn(compute_n, compute_n, device=device)
-    b = torch.randn(compute_n, compute_n, device=device)
-    repeats = compute_repeats * (slow_factor if rank == slow_rank else 1)
-    a @ b                             # warm-up: the first product loads the BLAS kernels (0.3 s on a GPU)
-    sync()
+    units = slow_factor if rank == slow_rank else 1
+
+    def compute():
+        compute_units(units, device, m=compute_n, per_unit=compute_repeats)    # synchronises the device
+
+    def timed(kind, name, fn):
+        with trace.span(kind, name):  # spans, not records: under a profiler each phase is a named range
+            t0 = time.monotonic()
+            fn()
+            synchronize_device(device)
+            return time.monotonic() - t0
+
+    compute()                         # warm-up: the first product loads the BLAS kernels (0.3 s on a GPU)
     out = []
     for nbytes in sizes:
         buf = torch.ones(sz.float32_elements(int(nbytes), world_size), device=device)
         dist.all_reduce(buf)          # warm-up: connections and algorithm set up outside the timing
-        sync()
+        synchronize_device(device)
         phases = {"compute": [], "wait": [], "communicate": []}
         size = sz.format_bytes(buf.numel() * 4)
-        for _ in range(steps):        # spans, not records: under a profiler each phase is a named range
-            with trace.span("compute", f"compute ({size})"):
-                t0 = time.monotonic()
-                for _ in range(repeats):
-                    c = a @ b
-                sync()
-                t1 = time.monotonic()
-            with trace.span("wait", f"wait ({size})"):
-                t2 = time.monotonic()
-                dist.barrier()        # how long this rank waits for the slowest one
-                sync()
-                t3 = time.monotonic()
-            with trace.span("communicate", f"all_reduce {size}"):
-                t4 = time.monotonic()
-                dist.all_reduce(buf)
-                sync()
-                t5 = time.monotonic()
-            for k, s in zip(phases, (t1 - t0, t3 - t2, t5 - t4)):
-                phases[k].append(s)
-        del c
+        for _ in range(steps):
+            phases["compute"].append(timed("compute", f"compute ({size})", compute))
+            phases["wait"].append(timed("wait", f"wait ({size})", dist.barrier))   # waiting for the slowest
+            phases["communicate"].append(timed("communicate", f"all_reduce {size}", lambda: dist.all_reduce(buf)))
         out.append({"nbytes": buf.numel() * 4, **{k: statistics.median(v) for k, v in phases.items()}})
     return out
 
@@ -327,7 +317,8 @@ def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_
 
 
 # --------------------------------------------------------------------------------------------------------
-# All-reduce against reduce-scatter + all-gather: same result? how much memory?
+# All-reduce against reduce-scatter + all-gather: how much buffer memory? (The lab runs the comparison:
+# mh.lessons.lab.compare_rank.)
 
 def buffer_bytes(nbytes: int, world_size: int) -> dict:
     """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``:
@@ -343,56 +334,3 @@ def buffer_bytes(nbytes: int, world_size: int) -> dict:
     n = sz.float32_elements(nbytes, world_size) * 4
     return {"all_reduce": n, "rs_ag_out_of_place": n + n // world_size, "rs_ag_in_place": n,
             "reduce_scatter_only": n // world_size}
-
-
-def compare_rank(rank: int, world_size: int, nbytes: int) -> dict:
-    """Rank function: all-reduce, out-of-place and in-place reduce-scatter + all-gather of the same random
-    float32 gradient.
-
-    Returns ``{"same": bool (all three agree on this rank), "max_diff", "buffers": buffer_bytes(...),
-    "peak_bytes": {approach: CUDA bytes allocated beyond the gradient during it} (GPU only, else None)}``.
-    """
-    import torch
-    import torch.distributed as dist
-
-    from mgpu_helpers.launcher.ranks import rank_device
-
-    device = rank_device()
-    n = sz.float32_elements(int(nbytes), world_size)
-    piece = n // world_size
-    g = torch.Generator().manual_seed(1234 + rank)
-    grad = torch.randn(n, generator=g).to(device)
-    peaks = {} if device.type == "cuda" else None
-
-    def measured(name, fn):
-        buf = grad.clone()                  # allocated before the peak is reset: only the extra counts
-        if peaks is None:
-            fn(buf)
-            return buf
-        torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        fn(buf)
-        torch.cuda.synchronize(device)
-        peaks[name] = torch.cuda.max_memory_allocated(device) - base
-        return buf
-
-    def all_reduce(buf):
-        dist.all_reduce(buf)
-
-    def rs_ag_out_of_place(buf):
-        part = torch.empty(piece, device=device)
-        reduce_scatter_flat(part, buf)     # this rank's slice of the sum, in a buffer of its own
-        all_gather_flat(buf, part)         # every slice, back into the full buffer
-
-    def rs_ag_in_place(buf):
-        mine = buf[rank * piece:(rank + 1) * piece]   # a view: no new memory
-        reduce_scatter_flat(mine, buf)     # in place: the summed slice lands where this rank's slice was
-        all_gather_flat(buf, mine)         # in place: sends from that slice, fills the others
-
-    a = measured("all_reduce", all_reduce)
-    b = measured("rs_ag_out_of_place", rs_ag_out_of_place)
-    c = measured("rs_ag_in_place", rs_ag_in_place)
-    diff = float(max((a - b).abs().max(), (a - c).abs().max()))
-    same = bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6) and torch.allclose(a, c, rtol=1e-5, atol=1e-6))
-    return {"same": same, "max_diff": diff, "buffers": buffer_bytes(n * 4, world_size), "peak_bytes": peaks}

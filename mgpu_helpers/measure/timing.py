@@ -45,29 +45,34 @@ def time_gpu(fn, repeats: int = 20, warmup: int = 2, library: str = "numba") -> 
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, not repeats={repeats}, warmup={warmup}")
-    make_event, sync, elapsed_s = _event_api(library)
-    if library == "numba" and simulator():
-        for _ in range(warmup):
-            fn()
-        out = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-        return out
+    sync = _event_api(library)[1]
+    on_gpu = not (library == "numba" and simulator())
     for _ in range(warmup):
         fn()
-    sync()
+    if on_gpu:
+        sync()
     out = []
     for _ in range(repeats):
-        start, stop = make_event(), make_event()
-        fn()  # keeps the GPU busy while the timed launch is queued
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        out.append(elapsed_s(start, stop))
+        if on_gpu:
+            fn()  # keeps the GPU busy while the timed launch is queued
+        out.append(elapsed_s(fn, library))
     return out
+
+
+def elapsed_s(fn, library: str | None = "numba") -> float:
+    """Seconds of one ``fn()``: between two CUDA events of ``library`` recorded on the current stream, or by
+    the wall clock when ``library`` is None (CPU work) or Numba runs in its simulator."""
+    if library is None or (library == "numba" and simulator()):
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    make_event, _, seconds = _event_api(library)
+    start, stop = make_event(), make_event()
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return seconds(start, stop)
 
 
 def _event_api(library: str):
@@ -87,7 +92,7 @@ def _event_api(library: str):
 
 
 def bandwidth_gbps(nbytes: int, time_s: float) -> float:
-    """Effective bandwidth in GB/s (1e9 bytes per second): bytes read + written over the time in seconds."""
+    """GB/s (1e9 bytes per second) of ``nbytes`` moved (read + written, or copied) in ``time_s`` seconds."""
     if time_s <= 0:
         raise ValueError(f"time must be positive, not {time_s} s")
     return nbytes / time_s / 1e9

@@ -89,7 +89,7 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
     matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds one unit takes in the
     deterministic-cost mode (:func:`sleep_units`); a number, or one number per rank (ranks of different
-    speeds). Records spans with :mod:`mgpu_helpers.measure.trace`: "compute", "wait" (from this rank's arrival
+    speeds). Records spans with :mod:`mgpu_helpers.launcher.trace`: "compute", "wait" (from this rank's arrival
     at the collective until the last rank arrived, measured from the all-gathered arrival times) and
     "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device).
 
@@ -106,7 +106,7 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
@@ -170,7 +170,7 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure import trace
+    from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure.sweep import time_batch
 
     device = rank_device()
@@ -190,36 +190,12 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
 def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3,
                  weak: bool = False) -> dict:
     """Strong (or weak) scaling step: ``total_units / world_size`` units of compute (``total_units`` per
-    rank when ``weak``), then an all-reduce of ``grad_numel`` float32. Returns medians of compute, comm
-    and step seconds on this rank."""
+    rank when ``weak``), then an all-reduce of ``grad_numel`` float32: :func:`straggler_step` with equal
+    shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
     import statistics
 
-    import torch
-    import torch.distributed as dist
-
-    from mgpu_helpers.measure import trace
-    from mgpu_helpers.launcher.ranks import rank_device
-
-    device = rank_device()
     units = total_units if weak else total_units / world_size
-    grad = torch.ones(grad_numel, device=device)
-    compute_units(0.5, device)
-    dist.all_reduce(grad.clone())
-    synchronize_device(device)
-    comp, comm, step = [], [], []
-    for i in range(repeats):
-        dist.barrier()
-        synchronize_device(device)
-        t0 = time.monotonic()
-        with trace.span("compute"):
-            compute_units(units, device, seed=i)
-        t1 = time.monotonic()
-        with trace.span("communicate", "all_reduce"):
-            dist.all_reduce(grad)
-            synchronize_device(device)
-        t2 = time.monotonic()
-        comp.append(t1 - t0)
-        comm.append(t2 - t1)
-        step.append(t2 - t0)
+    run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
     med = statistics.median
-    return dict(rank=rank, compute_s=med(comp), comm_s=med(comm), step_s=med(step))
+    return dict(rank=rank, compute_s=med(run["compute_s"]), comm_s=med(run["comm_s"]),
+                step_s=med([c + a for c, a in zip(run["compute_s"], run["comm_s"])]))

@@ -26,14 +26,6 @@ BUSBW_FACTORS = {
     "sendrecv": lambda world_size: 1.0,
 }
 
-COLLECTIVE_NEEDS = {
-    "reduce": "only one root rank needs the sum",
-    "all_reduce": "every rank needs the same full sum",
-    "all_gather": "every rank needs the concatenation of everybody's different pieces",
-    "reduce_scatter": "each rank needs only its own slice of the sum",
-    "broadcast": "every rank needs one rank's data",
-}
-
 
 def _known(op: str) -> None:
     if op not in BUSBW_FACTORS:
@@ -83,18 +75,3 @@ def result_bytes_per_rank(op: str, nbytes: float, world_size: int, rank: int = 0
     if op == "reduce_scatter":
         return nbytes / world_size
     raise ValueError(f"unknown collective {op!r}")
-
-
-def collective_table(nbytes: float, world_size: int) -> list[dict]:
-    """One row per collective: what the next step needs, bytes sent per rank, result bytes per rank.
-
-    Rows (dicts with keys op, needs, sent_per_rank, result_on_rank0, result_on_other) for reduce,
-    all_reduce, all_gather and reduce_scatter, with ``nbytes`` as in :func:`busbw`.
-    """
-    rows = []
-    other = min(1, world_size - 1)
-    for op in ("reduce", "all_reduce", "all_gather", "reduce_scatter"):
-        rows.append(dict(op=op, needs=COLLECTIVE_NEEDS[op], sent_per_rank=bytes_sent_per_rank(op, nbytes, world_size),
-                         result_on_rank0=result_bytes_per_rank(op, nbytes, world_size, rank=0),
-                         result_on_other=result_bytes_per_rank(op, nbytes, world_size, rank=other)))
-    return rows

@@ -1,6 +1,6 @@
 """What every rank holds after each step of a ring all-reduce: the reduce-scatter half, then the all-gather half.
 
-:func:`ring_all_reduce_steps` follows the ring schedule of :mod:`mgpu_helpers.measure.bytes_sent` (at
+:func:`ring_all_reduce_steps` follows a bandwidth-optimal ring schedule (at
 reduce-scatter step ``s`` rank ``r`` sends chunk ``(r - s - 1) % n`` to rank ``r + 1``; at all-gather step ``s``
 it passes on chunk ``(r - s) % n``), without running anything: each chunk of each rank is recorded as the set
 of ranks whose data it already sums. The all-reduce widget (:func:`mgpu_helpers.widgets.allreduce.show_steps`)

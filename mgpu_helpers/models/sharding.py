@@ -10,14 +10,14 @@ every rank's item indices; a rank's **load** is the summed cost of its items.
 """
 from __future__ import annotations
 
-from mgpu_helpers.lessons import sharding_rules
+import numpy as np
 
 
 def assign_contiguous_by_cost(costs, world_size: int) -> list[list[int]]:
     """Consecutive runs of item indices, one run per rank, cut where the running cost crosses
     ``k * total / world_size``. Keeps the items' order; ``max load <= total / world_size + max(costs)``.
 
-    With all costs 0 it splits by count (:func:`mgpu_helpers.lessons.sharding_rules.contiguous_ranges`).
+    With all costs 0 it splits by count, the first ``len(costs) % world_size`` runs one item longer.
     """
     costs = [float(c) for c in costs]
     if world_size < 1:
@@ -26,7 +26,7 @@ def assign_contiguous_by_cost(costs, world_size: int) -> list[list[int]]:
         raise ValueError("costs must be >= 0")
     total = sum(costs)
     if total == 0:   # nothing to balance: split by count
-        return [list(r) for r in sharding_rules.contiguous_ranges(len(costs), world_size)]
+        return [part.tolist() for part in np.array_split(np.arange(len(costs)), world_size)]
     assignment = [[] for _ in range(world_size)]
     running, rank = 0.0, 0
     for i, c in enumerate(costs):

@@ -30,8 +30,9 @@ LINK_MEANINGS = {
     "NODE": "PCIe and the interconnect between host bridges of one NUMA node",
     "SYS": "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI), slowest",
 }
-# Rough order from fast to slow, for sorting pairs by path quality.
-LINK_RANK = {"NV": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+# The kinds of path the words name, fastest first (a figure colours the matrix by these).
+LINK_CLASSES = {"NVLink": ("NV#",), "PCIe switch (PIX/PXB)": ("PIX", "PXB"), "host bridge (PHB/NODE)": ("PHB", "NODE"),
+                "across CPU sockets (SYS)": ("SYS",), "self (X)": ("X",)}
 
 
 class TopoMatrix(NamedTuple):
@@ -121,12 +122,27 @@ def from_links(links, source: str = "NVML") -> TopoMatrix:
     return TopoMatrix(names, tuple(tuple(r) for r in links), {n: {} for n in names}, source)
 
 
+def _legend_word(word: str) -> str:
+    """The legend's key of a matrix word: "NV18" -> "NV#", "pxb" -> "PXB"."""
+    w = word.strip().upper()
+    return "NV#" if re.fullmatch(r"NV\d+", w) else w
+
+
 def link_meaning(word: str) -> str:
     """Plain-English meaning of one matrix word ("NV18" -> "a bonded set of 18 NVLinks ...")."""
-    m = re.match(r"^NV(\d+)$", word)
-    if m:
-        return LINK_MEANINGS["NV#"].replace("#", m.group(1))
-    return LINK_MEANINGS.get(word, f"unknown link type {word!r}")
+    key = _legend_word(word)
+    if key == "NV#":
+        return LINK_MEANINGS["NV#"].replace("#", word.strip()[2:])
+    return LINK_MEANINGS.get(key, f"unknown link type {word!r}")
+
+
+def link_class(word: str) -> str:
+    """The kind of path of one matrix word: "NV18" -> "NVLink", "PXB" -> "PCIe switch (PIX/PXB)" ..."""
+    key = _legend_word(word)
+    for name, words in LINK_CLASSES.items():
+        if key in words:
+            return name
+    raise ValueError(f"not an nvidia-smi topo -m link word: {word!r}")
 
 
 def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
@@ -136,18 +152,27 @@ def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
         for j in range(i + 1, len(topo.names)):
             out.append((a, topo.names[j], topo.links[i][j]))
 
+    order = list(LINK_MEANINGS)              # the legend lists the words fastest first
+
     def speed(p):
-        word = p[2]
-        return (LINK_RANK["NV"], -int(word[2:])) if word.startswith("NV") else (LINK_RANK.get(word, 9), 0)
+        key = _legend_word(p[2])
+        rank = order.index(key) if key in order else len(order)
+        return (rank, -int(p[2].strip()[2:])) if key == "NV#" else (rank, 0)
     return sorted(out, key=speed)
+
+
+def format_matrix(names, rows) -> str:
+    """A square matrix of words as text, labelled by ``names`` on both sides, in equal-width columns."""
+    w = max([len(n) for n in names] + [4]) + 2
+    lines = [" " * w + "".join(n.ljust(w) for n in names)]
+    for n, row in zip(names, rows):
+        lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
+    return "\n".join(lines)
 
 
 def summary(topo: TopoMatrix) -> str:
     """A few lines: the matrix, then each GPU pair with what its link means."""
-    w = max([len(n) for n in topo.names] + [4]) + 2
-    lines = [" " * w + "".join(n.ljust(w) for n in topo.names)]
-    for n, row in zip(topo.names, topo.links):
-        lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
+    lines = [format_matrix(topo.names, topo.links)]
     for a, b, word in pairs(topo):
         lines.append(f"{a}-{b}: {word} = {link_meaning(word)}")
     if any(word.startswith("NV") for _, _, word in pairs(topo)):

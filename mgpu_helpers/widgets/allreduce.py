@@ -1,94 +1,22 @@
 """The all-reduce results widget: each rank's input and output, side by side, from a real run.
 
-Pure parts (tested, no torch): :func:`make_inputs` (an input pattern for ``world_size`` ranks),
-:func:`expected_outputs` (what each collective must give, computed with NumPy), :func:`draw_collective`
-(a matplotlib Figure from recorded inputs/outputs; renders in static HTML) and :func:`draw_ring_steps`
+Pure drawings (tested, no torch; the inputs and the expected outputs come from
+:mod:`mgpu_helpers.models.collectives`): :func:`draw_collective` (a matplotlib Figure from recorded inputs/outputs; renders in static HTML) and :func:`draw_ring_steps`
 (which chunk each rank holds after every step of the hand-written ring).
 Step by step (pure drawing, data in, figure out): :func:`draw_step` draws one frame of
 :func:`mgpu_helpers.models.collective_steps.ring_all_reduce_steps` for one all-reduce and for a reduce-scatter
 followed by an all-gather; :func:`draw_rs_ag_vs_all_reduce` puts the key frames in one static figure;
 :func:`show_steps` adds a step slider.
 Live part: :func:`show_allreduce` puts ipywidgets around a runner (collective, op, world size, pattern, a
-Run button); the runner that launches the ranks lives with the measurements,
-:func:`mgpu_helpers.measure.collectives.run_and_draw`.
+Run button); the caller passes the runner that launches the ranks,
+:func:`mgpu_helpers.runs.collectives.run_and_draw`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from mgpu_helpers.lessons.ring import REDUCE_OPS, chunk_bounds
-from mgpu_helpers.measure.collectives import COLLECTIVES, REDUCING, ROOT
+from mgpu_helpers.models.collectives import COLLECTIVES, PATTERNS, REDUCE_OPS, REDUCING
 from mgpu_helpers.widgets import style
-
-PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
-
-
-def default_length(name: str, world_size: int) -> int:
-    """Elements per rank: 2 per rank for scatter/reduce_scatter (they split the input), else 4."""
-    return 2 * world_size if name in ("scatter", "reduce_scatter") else 4
-
-
-def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -> list[list[float]]:
-    """Each rank's input as a list of floats: ``inputs[rank][i]``.
-
-    Patterns: "rank" (every element = rank, the seed's example: all-reduce gives 0+1+...), "rank+1",
-    "one-hot" (element ``i`` is 1 where ``i % world_size == rank``), "powers of two" (every element =
-    2**rank, so a sum shows which ranks it contains), "random" (small whole numbers from ``seed``).
-    """
-    if world_size < 1 or length < 1:
-        raise ValueError(f"world_size and length must be >= 1, got {world_size}, {length}")
-    if pattern == "rank":
-        return [[float(r)] * length for r in range(world_size)]
-    if pattern == "rank+1":
-        return [[float(r + 1)] * length for r in range(world_size)]
-    if pattern == "one-hot":
-        return [[1.0 if i % world_size == r else 0.0 for i in range(length)] for r in range(world_size)]
-    if pattern == "powers of two":
-        return [[float(2 ** r)] * length for r in range(world_size)]
-    if pattern == "random":
-        rng = np.random.default_rng(seed)
-        return rng.integers(0, 10, size=(world_size, length)).astype(float).tolist()
-    raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
-
-
-def _reduce(a: np.ndarray, op: str) -> np.ndarray:
-    if op == "sum":
-        return a.sum(axis=0)
-    if op == "avg":
-        return a.sum(axis=0) / a.shape[0]
-    if op == "max":
-        return a.max(axis=0)
-    if op == "min":
-        return a.min(axis=0)
-    if op == "prod":
-        return a.prod(axis=0)
-    raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
-
-
-def expected_outputs(name: str, inputs, op: str = "sum") -> list:
-    """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing).
-
-    Same conventions as :func:`mgpu_helpers.measure.collectives.run_collective`: root = rank 0, pieces in rank order.
-    """
-    a = np.asarray(inputs, dtype=float)
-    n, length = a.shape
-    if name == "broadcast":
-        return [a[ROOT].tolist() for _ in range(n)]
-    if name == "reduce":
-        return [_reduce(a, op).tolist() if r == ROOT else None for r in range(n)]
-    if name == "all_reduce":
-        return [_reduce(a, op).tolist() for _ in range(n)]
-    if name == "all_gather":
-        return [a.reshape(-1).tolist() for _ in range(n)]
-    if name == "gather":
-        return [a.reshape(-1).tolist() if r == ROOT else None for r in range(n)]
-    if name in ("scatter", "reduce_scatter"):
-        if length % n:
-            raise ValueError(f"{name} needs a length divisible by world_size={n}, got {length}")
-        whole = a[ROOT] if name == "scatter" else _reduce(a, op)
-        return [p.tolist() for p in np.split(whole, n)]
-    raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
-
 
 def _fmt(v: float) -> str:
     return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
@@ -176,8 +104,8 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
         ax.axis("off")
     from matplotlib.patches import Rectangle
 
-    bounds = chunk_bounds(length, n)
-    chunk_of = [next(c for c, (lo, hi) in enumerate(bounds) if lo <= i < hi) for i in range(length)]
+    # The ring's chunks: contiguous, the first length % n one element longer (as torch.tensor_split cuts them).
+    chunk_of = np.concatenate([[c] * len(part) for c, part in enumerate(np.array_split(np.arange(length), n))])
     for k in range(steps):
         ax = grid.flat[k] if k < cols else grid[1, (k - cols) % cols] if grid.shape[0] > 1 else grid.flat[k]
         phase, step, _sent, _recv = records[0][k][:4]
@@ -198,24 +126,11 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     return fig
 
 
-def outputs_match(got, want, rtol: float = 1e-6) -> bool:
-    """True when every rank's output equals the expected one (None where None is expected)."""
-    if len(got) != len(want):
-        return False
-    for g, w in zip(got, want):
-        if (g is None) != (w is None):
-            return False
-        if g is not None and (len(g) != len(w) or not np.allclose(g, w, rtol=rtol, atol=1e-9)):
-            return False
-    return True
-
-
-def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum",
-                   runner=None):
+def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum"):
     """ipywidgets: pick the collective, op, world size and input pattern; Run calls ``runner``.
 
-    ``runner(name, world_size, pattern, op) -> (figure, run)`` with ``run.ok``; by default
-    :func:`mgpu_helpers.measure.collectives.run_and_draw`, which starts real ranks.
+    ``runner(name, world_size, pattern, op) -> (figure, run)`` with ``run.ok``, e.g.
+    :func:`mgpu_helpers.runs.collectives.run_and_draw`, which starts real ranks.
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
@@ -227,9 +142,6 @@ def show_allreduce(world_size: int = 4, name: str = "all_reduce", pattern: str =
     pat = w.Dropdown(options=list(PATTERNS), value=pattern, description="inputs")
     run = w.Button(description="Run", button_style="primary", icon="play")
     out = w.Output()
-
-    if runner is None:
-        from mgpu_helpers.measure.collectives import run_and_draw as runner
 
     def on_run(_=None):
         out.clear_output(wait=True)

@@ -1,10 +1,10 @@
 """Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
 
 Only drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
-take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.measure.trace.Span`) and return a matplotlib
-Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them on real ranks with
-:func:`mgpu_helpers.measure.straggler.run_traced`, see the timeline. The waits and medians are computed in
-:mod:`mgpu_helpers.measure.straggler`.
+take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`) and return a matplotlib
+Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them with the runner it is
+given (:func:`mgpu_helpers.measure.straggler.run_traced` launches real ranks), see the timeline. The waits
+and medians are computed in :mod:`mgpu_helpers.measure.straggler`.
 
 Waiting inside the collective: :func:`draw_inside` draws a run without the timestamp barrier (or the model's
 :func:`model_run`) with the waiting hatched *inside* each early rank's all-reduce bar, as a profiler trace
@@ -14,8 +14,7 @@ through :func:`draw_dials`).
 """
 from __future__ import annotations
 
-# The widget launches and labels with these; the waits' medians are importable here for the widget's users.
-from mgpu_helpers.measure.straggler import median_waits, median_worst_wait, run_traced, wait_by_rank  # noqa: F401
+from mgpu_helpers.measure.straggler import wait_by_rank   # the label beside each bar
 from mgpu_helpers.widgets import style
 
 PRESETS = {"12/6/4/2（不均衡）": (12, 6, 4, 2), "6/6/6/6（均衡）": (6, 6, 6, 6)}
@@ -92,9 +91,11 @@ def parse_shards(text: str) -> tuple:
     return vals
 
 
-def show_straggler(default: str = "12/6/4/2", steps: int = 2):
-    """ipywidgets: a shard box ("12/6/4/2"), presets, a Run button, real matmuls or deterministic sleeps;
-    each run is real and traced."""
+def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
+    """ipywidgets: a shard box ("12/6/4/2"), presets, a Run button, real matmuls or deterministic sleeps.
+
+    ``runner(shards, steps, seconds_per_unit=...)`` returns the traced run (a ``RankResults``), e.g.
+    :func:`mgpu_helpers.measure.straggler.run_traced`."""
     import ipywidgets as W
     import matplotlib.pyplot as plt
     from IPython.display import display
@@ -119,7 +120,7 @@ def show_straggler(default: str = "12/6/4/2", steps: int = 2):
             except ValueError as exc:
                 print(exc)
                 return
-            res = run_traced(shards, n_steps.value, seconds_per_unit=cost.value)
+            res = runner(shards, n_steps.value, seconds_per_unit=cost.value)
             fig = draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks",
                                 [f"rank {r} ({shards[r]:g})" for r in range(len(shards))])
             display(fig)
@@ -141,7 +142,7 @@ def model_run(world_size: int = 4, compute_ms: float = 100.0, comm_ms: float = 3
     enters the all-reduce at once; the all-reduce ends ``comm_ms`` after the last rank arrived. Returns
     ``(spans_per_rank, waits)`` like a run without the timestamp barrier: ``waits[r][k]`` is the part of rank
     r's collective in step k that was waiting."""
-    from mgpu_helpers.measure.trace import Span
+    from mgpu_helpers.launcher.trace import Span
 
     if not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be in 0..{world_size - 1}, got {slow_rank}")

@@ -2,38 +2,15 @@
 
 :func:`draw_link_matrix` takes a square matrix of ``nvidia-smi topo -m`` words (``env.machine.links`` read
 through NVML on a GPU machine, or :func:`mgpu_helpers.models.topology.recorded_topology` elsewhere) and returns a
-Figure; :func:`show_topology` wraps it with a choice between this machine and the recorded 2 x H200 copy.
+Figure; :func:`machine_or_recorded` picks this machine's matrix or the recorded 2 x H200 copy.
 """
 from __future__ import annotations
 
-import re
-
+from mgpu_helpers.models.topology import LINK_CLASSES, link_class
 from mgpu_helpers.widgets import style
 
-# Path classes, fastest first, with the colour each is drawn in.
-CLASSES = (
-    ("NVLink", "green"),
-    ("PCIe switch (PIX/PXB)", "sky"),
-    ("host bridge (PHB/NODE)", "orange"),
-    ("across CPU sockets (SYS)", "vermillion"),
-    ("self (X)", "grey"),
-)
-
-
-def link_class(word: str) -> str:
-    """The path class of one matrix word: "NV18" -> "NVLink", "PXB" -> "PCIe switch (PIX/PXB)" ..."""
-    w = word.strip().upper()
-    if re.fullmatch(r"NV\d+", w):
-        return "NVLink"
-    if w in ("PIX", "PXB"):
-        return "PCIe switch (PIX/PXB)"
-    if w in ("PHB", "NODE"):
-        return "host bridge (PHB/NODE)"
-    if w == "SYS":
-        return "across CPU sockets (SYS)"
-    if w == "X":
-        return "self (X)"
-    raise ValueError(f"not an nvidia-smi topo -m link word: {word!r}")
+# The colour of each kind of path (:data:`mgpu_helpers.models.topology.LINK_CLASSES`, fastest first).
+COLOURS = dict(zip(LINK_CLASSES, ("green", "sky", "orange", "vermillion", "grey")))
 
 
 def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str = ""):
@@ -49,7 +26,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     if n == 0 or any(len(row) != n for row in links):
         raise ValueError("links must be a non-empty square matrix")
     names = list(names) if names is not None else [f"GPU{i}" for i in range(n)]
-    colours = {name: style.PALETTE[c] for name, c in CLASSES}
+    colours = {name: style.PALETTE[c] for name, c in COLOURS.items()}
     st = style.current()
     side = max(2.6, 0.75 * n + 1.4)
     fig, ax = plt.subplots(figsize=style.figsize(side + 2.6, side))
@@ -73,7 +50,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     for s in ax.spines.values():
         s.set_visible(False)
     ax.set_title(title, fontsize=st.font_size * 1.1, pad=24)
-    order = [name for name, _ in CLASSES if name in used]
+    order = [name for name in LINK_CLASSES if name in used]
     ax.legend(handles=[Patch(color=colours[c], label=c) for c in order], loc="center left",
               bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=st.font_size * 0.85)
     if note:
@@ -90,34 +67,3 @@ def machine_or_recorded(env):
         return topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
     topo = topology.recorded_topology()
     return topo, "recorded on 2 x NVIDIA H200 (nvidia-smi topo -m), not this machine"
-
-
-def show_topology(env=None):
-    """ipywidgets: choose this machine (when it has GPUs) or the recorded 2 x H200 copy; see the matrix
-    and what each link means."""
-    import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    from mgpu_helpers.models import topology
-    options = ["recorded 2 x H200"]
-    if env is not None and len(env.gpus) >= 2:
-        options.insert(0, "this machine (NVML)")
-    pick = W.Dropdown(options=options, value=options[0], description="source")
-    out = W.Output()
-
-    def redraw(_=None):
-        with out:
-            out.clear_output(wait=True)
-            if pick.value.startswith("this"):
-                topo, note = topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
-            else:
-                topo, note = topology.recorded_topology(), "recorded on 2 x NVIDIA H200, not this machine"
-            fig = draw_link_matrix(topo.links, topo.names, note=note)
-            display(fig)
-            plt.close(fig)
-            print(topology.summary(topo))
-
-    pick.observe(redraw, names="value")
-    redraw()
-    return W.VBox([pick, out])

@@ -5,7 +5,7 @@ can pick a collective, an op and a world size and see every rank's input and out
 
 - :func:`run_collective` (inside a rank) calls collective ``name`` on the rank's input and returns its output;
 - :func:`collective_rank_fn` is the rank function for ``run_ranks`` (lists in, lists out);
-- :func:`run_on_ranks` launches it and compares with :func:`mgpu_helpers.widgets.allreduce.expected_outputs`;
+- :func:`run_on_ranks` launches it and compares with :func:`mgpu_helpers.models.collectives.expected_outputs`;
 - :func:`run_and_draw` does that and draws the result (:func:`mgpu_helpers.widgets.allreduce.draw_collective`).
 
 "avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
@@ -14,20 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter")
-ROOT = 0
-#: Collectives whose result depends on the reduce op.
-REDUCING = ("reduce", "all_reduce", "reduce_scatter")
+from mgpu_helpers.models.collectives import COLLECTIVES, ROOT
 
 
 def run_collective(name: str, x, op: str = "sum"):
     """Run collective ``name`` with this rank's input ``x`` (a 1-D tensor on the rank's device).
 
     Returns this rank's output as a tensor, or None where the rank receives nothing (non-root ranks of
-    reduce and gather). Conventions (shared with ``expected_outputs``): the root is rank 0; ``scatter``
-    splits the root's input into ``world_size`` equal pieces and ``reduce_scatter`` reduces, then gives rank
-    r piece r (the length must divide by the world size); ``all_gather`` and ``gather`` concatenate the
-    inputs in rank order. ``op`` applies to reduce, all_reduce and reduce_scatter.
+    reduce and gather); the conventions are :mod:`mgpu_helpers.models.collectives`' (the length of scatter
+    and reduce_scatter must divide by the world size). ``op`` applies to reduce, all_reduce and reduce_scatter.
     """
     import torch
     import torch.distributed as dist
@@ -104,15 +99,15 @@ def run_on_ranks(name: str = "all_reduce", world_size: int = 4, pattern: str = "
     """Run collective ``name`` on ``world_size`` ranks with inputs of ``pattern``; compare with the expected
     outputs (to float tolerance)."""
     from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.widgets import allreduce
+    from mgpu_helpers.models import collectives as reference
 
     if name not in COLLECTIVES:
         raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
-    length = allreduce.default_length(name, world_size) if length is None else length
-    inputs = allreduce.make_inputs(pattern, world_size, length)
+    length = reference.default_length(name, world_size) if length is None else length
+    inputs = reference.make_inputs(pattern, world_size, length)
     res = run_ranks(collective_rank_fn, world_size, args=(name, inputs, op), backend=backend,
                     stream=False, quiet=True)
-    ok = allreduce.outputs_match(res.values, allreduce.expected_outputs(name, inputs, op))
+    ok = reference.outputs_match(res.values, reference.expected_outputs(name, inputs, op))
     return CollectiveRun(name, op, pattern, res.backend, inputs, res.values, ok)
 
 

@@ -1,0 +1,57 @@
+"""Registers per thread of notebook 02's kernels on this GPU, recorded for machines without one.
+
+``python -m mgpu_helpers.bench registers --record PATH`` writes what :func:`kernel_registers` finds; the file
+the course reads (``data/kernel_registers_h200.json``, through
+:func:`mgpu_helpers.measure.gpu_limits.recorded_registers`) was written this way on an H200.
+"""
+from __future__ import annotations
+
+from mgpu_helpers.measure import gpu_limits
+
+
+def kernel_registers(n: int = 1 << 20) -> dict:
+    """Registers (and local bytes) per thread of notebook 02's kernels on this GPU: the seed's C vecAdd as a CuPy
+    RawKernel, ``manyRegs`` free and under ``__launch_bounds__(1024)``, and Numba's ``vec_add`` (launched once
+    on ``n`` elements so that it is compiled). Needs a GPU."""
+    import cupy as cp
+    from numba import cuda
+
+    from mgpu_helpers.lessons import cuda_model, cupy_kernels
+
+    seed = cupy_kernels.raw_kernel(cupy_kernels.SEED_VEC_ADD_SRC, "vecAdd").attributes
+    free, bounded = (k.attributes for k in cupy_kernels.many_regs_kernels())
+    a = cp.ones(n, cp.float32)
+    c = cp.empty_like(a)
+    cuda_model.vec_add[(n + 255) // 256, 256](cuda.as_cuda_array(a), cuda.as_cuda_array(a), cuda.as_cuda_array(c), n)
+    cuda.synchronize()
+    return {
+        "seed_vecAdd_cupy": {"registers": seed["num_regs"], "local_bytes": seed["local_size_bytes"]},
+        "manyRegs": {"registers": free["num_regs"], "local_bytes": free["local_size_bytes"]},
+        "manyRegs_launch_bounds_1024": {"registers": bounded["num_regs"], "local_bytes": bounded["local_size_bytes"]},
+        "numba_vec_add": {"registers": gpu_limits.numba_regs_per_thread(cuda_model.vec_add)},
+    }
+
+
+def main(argv: list[str]) -> int:
+    """``python -m mgpu_helpers.bench registers --record PATH``: write :func:`kernel_registers` as JSON."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench registers", description=main.__doc__)
+    p.add_argument("--record", metavar="PATH", required=True, help="where to write the registers JSON")
+    args = p.parse_args(argv)
+    from mgpu_helpers import course
+    env = course.setup(show=False, prewarm=False)
+    if env.mode != "gpu":
+        print("needs an NVIDIA GPU: registers per thread come from the compiled kernels")
+        return 1
+    import cupy as cp
+    import numba
+
+    out = {"_source": f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}",
+           "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__, "numba": numba.__version__,
+           **kernel_registers()}
+    with open(args.record, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps(out, indent=1))
+    return 0

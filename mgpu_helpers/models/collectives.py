@@ -1,0 +1,97 @@
+"""The seven collectives of the course by name, and what each must give every rank, computed with NumPy (pure).
+
+Conventions (shared with the runner :mod:`mgpu_helpers.runs.collectives` and the widget
+:mod:`mgpu_helpers.widgets.allreduce`): the root is rank 0; ``scatter`` splits the root's input into
+``world_size`` equal pieces and ``reduce_scatter`` reduces, then gives rank r piece r; ``all_gather`` and
+``gather`` concatenate the inputs in rank order. Notebook 05 checks its runs against :func:`expected_outputs`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter")
+ROOT = 0
+#: Collectives whose result depends on the reduce op.
+REDUCING = ("reduce", "all_reduce", "reduce_scatter")
+#: The reduce ops by the names notebook 05 gives them (``mh.lessons.ring.REDUCE_OPS``).
+REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
+
+
+def default_length(name: str, world_size: int) -> int:
+    """Elements per rank: 2 per rank for scatter/reduce_scatter (they split the input), else 4."""
+    return 2 * world_size if name in ("scatter", "reduce_scatter") else 4
+
+
+def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -> list[list[float]]:
+    """Each rank's input as a list of floats: ``inputs[rank][i]``.
+
+    Patterns: "rank" (every element = rank, the seed's example: all-reduce gives 0+1+...), "rank+1",
+    "one-hot" (element ``i`` is 1 where ``i % world_size == rank``), "powers of two" (every element =
+    2**rank, so a sum shows which ranks it contains), "random" (small whole numbers from ``seed``).
+    """
+    if world_size < 1 or length < 1:
+        raise ValueError(f"world_size and length must be >= 1, got {world_size}, {length}")
+    if pattern == "rank":
+        return [[float(r)] * length for r in range(world_size)]
+    if pattern == "rank+1":
+        return [[float(r + 1)] * length for r in range(world_size)]
+    if pattern == "one-hot":
+        return [[1.0 if i % world_size == r else 0.0 for i in range(length)] for r in range(world_size)]
+    if pattern == "powers of two":
+        return [[float(2 ** r)] * length for r in range(world_size)]
+    if pattern == "random":
+        rng = np.random.default_rng(seed)
+        return rng.integers(0, 10, size=(world_size, length)).astype(float).tolist()
+    raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
+
+
+def _reduce(a: np.ndarray, op: str) -> np.ndarray:
+    if op == "sum":
+        return a.sum(axis=0)
+    if op == "avg":
+        return a.sum(axis=0) / a.shape[0]
+    if op == "max":
+        return a.max(axis=0)
+    if op == "min":
+        return a.min(axis=0)
+    if op == "prod":
+        return a.prod(axis=0)
+    raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
+
+
+def expected_outputs(name: str, inputs, op: str = "sum") -> list:
+    """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing).
+
+    Conventions: see the module's docstring.
+    """
+    a = np.asarray(inputs, dtype=float)
+    n, length = a.shape
+    if name == "broadcast":
+        return [a[ROOT].tolist() for _ in range(n)]
+    if name == "reduce":
+        return [_reduce(a, op).tolist() if r == ROOT else None for r in range(n)]
+    if name == "all_reduce":
+        return [_reduce(a, op).tolist() for _ in range(n)]
+    if name == "all_gather":
+        return [a.reshape(-1).tolist() for _ in range(n)]
+    if name == "gather":
+        return [a.reshape(-1).tolist() if r == ROOT else None for r in range(n)]
+    if name in ("scatter", "reduce_scatter"):
+        if length % n:
+            raise ValueError(f"{name} needs a length divisible by world_size={n}, got {length}")
+        whole = a[ROOT] if name == "scatter" else _reduce(a, op)
+        return [p.tolist() for p in np.split(whole, n)]
+    raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
+
+
+def outputs_match(got, want, rtol: float = 1e-6) -> bool:
+    """True when every rank's output equals the expected one (None where None is expected)."""
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if (g is None) != (w is None):
+            return False
+        if g is not None and (len(g) != len(w) or not np.allclose(g, w, rtol=rtol, atol=1e-9)):
+            return False
+    return True
