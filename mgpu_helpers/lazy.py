@@ -1,18 +1,20 @@
 """Lazy attributes for the course's packages: ``mh.widgets.sharding`` imports that module on first use.
 
 Importing :mod:`mgpu_helpers` must stay cheap and must not import numba: Numba's CUDA simulator is switched on
-by ``mh.setup()`` through an environment variable that numba reads once, when it is first imported. So every
-package of the library names its submodules and public names here and loads each one only when it is used.
+by ``mh.setup()`` through an environment variable that numba reads once, when it is first imported. The loading
+itself is scientific-python's ``lazy_loader.attach``; this module only finds a package's modules (so a new module
+needs no registering) and lets a package name its public attributes by the module that defines them.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import pkgutil
 
+import lazy_loader
+
 
 def attach(package: str, submodules=None, attributes: dict | None = None):
-    """Return ``(__getattr__, __dir__, __all__)`` for ``package``.
+    """Return ``(__getattr__, __dir__, __all__)`` for ``package``, as ``lazy_loader.attach`` does.
 
     ``submodules``: names of modules or subpackages reached as attributes (default: every module in the
     package's folder, found without importing any); ``attributes``: public name -> the submodule (relative
@@ -22,19 +24,7 @@ def attach(package: str, submodules=None, attributes: dict | None = None):
         spec = importlib.util.find_spec(package)
         submodules = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)
                       if not m.name.startswith("_")]
-    submodules = set(submodules)
-    attributes = dict(attributes or {})
-    names = sorted(submodules | set(attributes))
-
-    def __getattr__(name: str):
-        if name in submodules:
-            return importlib.import_module(f"{package}.{name}")
-        if name in attributes:
-            module = importlib.import_module(f"{package}.{attributes[name]}")
-            return getattr(module, name)
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-
-    def __dir__():
-        return names
-
-    return __getattr__, __dir__, names
+    by_module: dict[str, list[str]] = {}
+    for name, module in (attributes or {}).items():
+        by_module.setdefault(module, []).append(name)
+    return lazy_loader.attach(package, submodules=submodules, submod_attrs=by_module)
