@@ -193,8 +193,13 @@ def _names_reached(fn):
         c = stack.pop()
         stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
         chain, obj, base = None, None, None      # the a.b.c being read; the module of an import
+        imported, local = None, {}               # what an import just gave; locals bound to imports
         for ins in dis.get_instructions(c):
             op = ins.opname
+            if op in ("STORE_FAST", "STORE_DEREF") and imported is not None:
+                local[ins.argval] = imported
+            if op not in ("IMPORT_FROM", "IMPORT_NAME", "SWAP", "POP_TOP"):
+                imported = None
             if op in ("LOAD_ATTR", "LOAD_METHOD") and obj is not None:
                 if not isinstance(obj, (_types.ModuleType, type)):
                     chain, obj = None, None
@@ -217,6 +222,8 @@ def _names_reached(fn):
             if op in ("LOAD_GLOBAL", "LOAD_NAME"):
                 name = ins.argval
                 chain, obj = name, scope.get(name, getattr(builtins, name, None))
+            elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in local:
+                chain, obj = ins.argval, local[ins.argval]
             elif op == "LOAD_DEREF" and ins.argval in cells:
                 try:
                     chain, obj = ins.argval, cells[ins.argval].cell_contents
@@ -228,6 +235,7 @@ def _names_reached(fn):
                 except Exception:               # a module the machine lacks: the run will say so
                     base = None
                 if base is not None:
+                    imported = base
                     yield ins.argval, base
             elif op == "IMPORT_FROM" and base is not None:
                 try:
@@ -237,6 +245,7 @@ def _names_reached(fn):
                         value = importlib.import_module(f"{base.__name__}.{ins.argval}")
                     except Exception:
                         continue
+                imported = value
                 yield f"{base.__name__}.{ins.argval}", value
         if obj is not None:
             yield chain, obj
@@ -680,8 +689,9 @@ def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dt
     ranks start without a process group; ``fn`` joins it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
     MGPU_BACKEND are set) and must leave it again.
     """
-    return launch(_rank_main, world_size, (fn, inputs, tuple(extra), tuple(forbid), dtype, init,
-                                           resolve_course(course)),
+    course = course if all(isinstance(c, tuple) for c in course) else resolve_course(course)
+    refuse_course_code(fn, what, [obj for obj, _label in course])
+    return launch(_rank_main, world_size, (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course),
                   what, fn, timeout, init=init)
 
 
@@ -698,8 +708,8 @@ def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
                            "dist.destroy_process_group()，让这个进程离开进程组。")
     if "EXERCISE_COURSE_CODE" in str(exc):
         name = str(exc).split("EXERCISE_COURSE_CODE ")[1].split()[0].rstrip("'\".,")
-        return CheckFailed(f"{what}：rank {exc.rank} 调用了课程自己的实现 {name}。这一题要你自己写出来："
-                           "调用课程的实现或检查用的参考答案都不算（换个名字或从别处 import 也一样）。")
+        return CheckFailed(f"{what}：rank {exc.rank} 调用了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
+                           "不算你写的代码（换个名字或从别处 import 也一样）。在你的单元格里自己写出来。")
     if "EXERCISE_FORBIDDEN" in str(exc):
         name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
         if rule:
@@ -784,7 +794,6 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HAN
         raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
     where = problem.where or default_where
     course = resolve_course(problem.course)
-    refuse_course_code(fn, problem.what, [obj for obj, _label in course])
     cases = []
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
