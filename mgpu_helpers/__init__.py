@@ -15,8 +15,8 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "tools",
-                "widgets"],
+    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "own_code",
+                "tools", "widgets"],
     attributes={
         "CourseEnv": "course",
         "setup": "course",
@@ -29,5 +29,6 @@ __getattr__, __dir__, __all__ = attach(
         "shutdown_server": "launcher",
         "torchrun_main": "launcher",
         "projection_mode": "widgets.projection",
+        "mine": "own_code",
     },
 )

@@ -241,7 +241,7 @@ DEADLOCKS = {
             if dist.get_rank() == 1:
                 while True:                             # never ends
                     pass
-            ''', {"world_sizes": (2,)}, r"rank 1 卡在 （不在 torch\.distributed 调用里，像是死循环）（answer 的第 5 行）"),
+            ''', {"world_sizes": (2,)}, r"rank 1 卡在 （不在 torch\.distributed 调用里，像是死循环）（answer 的第 \d 行）"),
 }
 
 

@@ -65,13 +65,16 @@ def has_stub(fn) -> bool:
     return False
 
 
-def fill_in(fn, check, reference, what: str):
+def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
     """A lesson's fill-in, checked at once: what the cells after it should use.
 
     ``check(fn)`` runs the area's checker (it prints ``通过：...`` or raises :class:`CheckFailed` naming the
     mistake). While ``fn`` is still the generated stub (or ``None``), nothing is checked: this says so and
     returns ``reference``, the course's own version, so the rest of the notebook runs either way. A wrong
     ``fn`` raises: the cell stops at the mistake, and the cells after it keep the last good value.
+
+    ``keep``: a later notebook builds on this function: once it passes, its source is stored under that name
+    (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
     """
     if fn is None or has_stub(fn):
         print(f"「{what}」还没写：下面的单元格先用课程的参考实现。写好之后再运行这一格，它会立刻检查你的版本。")
@@ -83,6 +86,11 @@ def fill_in(fn, check, reference, what: str):
             print(f"「{what}」还没写完：{str(exc)[len(NOT_DONE) + 1:]} 下面的单元格先用课程的参考实现。")
             return reference
         raise
+    if keep:
+        from mgpu_helpers import own_code
+
+        if own_code.save(keep, fn, lesson, check) is not None:
+            print(f"你的 {keep} 已经存下：后面的笔记本会用它。")
     return fn
 
 

@@ -230,7 +230,7 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
             if method == "tcp://" and ("world_size" in str(exc) or "rank" in str(exc).lower()):
                 hint = "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。"
             raise CheckFailed(f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}{hint}") from None
-        for rank, (seen, inits) in enumerate(values):
+        for rank, (seen, inits) in enumerate(res.values):
             if len(inits) != 1:
                 raise CheckFailed(f"{case}：rank {rank} 调用了 {len(inits)} 次 init_process_group，应当正好一次。")
             init = inits[0]
