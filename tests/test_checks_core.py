@@ -18,8 +18,10 @@ from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def warm_ranks():
-    """One launch first, so that the rank server is up before the clocks start."""
+    """One launch first, so that the rank server is up before the clocks start, then a few idle seconds in
+    which it imports torch._dynamo (the optimizers need it), as it does between a notebook's cells."""
     mh.run_ranks(lambda rank, world_size: rank, 3, backend="gloo", timeout=120, stream=False, quiet=True)
+    time.sleep(5)
 
 
 def _by_value(source: str, name: str):

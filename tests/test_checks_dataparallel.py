@@ -26,6 +26,17 @@ STEP_HEAD = '''
         loss.backward()
 '''
 
+@pytest.fixture(autouse=True, scope="module")
+def warm_ranks():
+    """One launch, then a few idle seconds: the rank server imports torch._dynamo (which the optimizers need)
+    while idle, as it does in a notebook between cells, so the first training check does not pay for it."""
+    import time
+
+    import mgpu_helpers as mh
+    mh.run_ranks(lambda rank, world_size: rank, 2, backend="gloo", timeout=120, stream=False, quiet=True)
+    time.sleep(5)
+
+
 # -- ex09: data_parallel_step on uneven shards ----------------------------------------------------------------
 
 WRONG_STEPS = {
