@@ -259,13 +259,6 @@ def _names_reached(fn):
             yield chain, obj
 
 
-def _same_code(a, b) -> bool:
-    """The same function body (a copy of the course's code defined again in a cell counts as the course's)."""
-    ca, cb = getattr(_inner(a), "__code__", None), getattr(_inner(b), "__code__", None)
-    return ca is not None and cb is not None and len(ca.co_code) > 24 and ca.co_code == cb.co_code \
-        and ca.co_names == cb.co_names
-
-
 def code_names(fn) -> set[str]:
     """Every global and attribute name the code of ``fn`` (a function, a Numba kernel, a wrapper) and the
     functions defined inside it refer to."""
@@ -284,7 +277,8 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
     """The name under which ``fn`` is, or reaches, the course's own code; ``None`` when it does not.
 
     Counted as the course's: ``references`` (the course's implementation of this fill-in, the checker's
-    reference: by identity, or the same bytecode defined again), and any module, function or class defined in
+    reference: by identity; a worked lesson's own cell is the source of mh.lessons, so the same code defined
+    again in a cell is not refused), and any module, function or class defined in
     ``packages`` (e.g. :data:`COURSE_PACKAGES`). Followed: every name in ``fn``'s code (globals, ``a.b.c``
     chains, imports inside it, closures, defaults), and, ``depth`` levels deep, the learner's own helper
     functions and classes it reaches (their methods too), so a helper that calls the course's code, or an
@@ -299,7 +293,7 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
                 return True
         except Exception:
             return False
-        return _from(obj, packages) or any(_same_code(obj, r) for r in references)
+        return _from(obj, packages)
 
     def label(name, obj) -> str:
         name = name.replace("mgpu_helpers", "mh", 1) if name else name
