@@ -268,3 +268,60 @@ def test_joining_checkers_report_a_wrong_meeting_point_within_seconds():
     with pytest.raises(CheckFailed, match=r"过了 [\d.]+ 秒还没有结束.*rank \d 卡在.*init_for 的第 4 行"):
         groups.check_init_for(never)
     assert time.monotonic() - start < 15
+
+
+# -- edge cases are in every run, not left to chance ----------------------------------------------------------
+
+def test_every_broadcast_run_has_a_source_other_than_rank_0_and_a_zero():
+    rng = core.new_rng()
+    for _ in range(20):
+        for world_size in (2, 3):
+            inputs, (src,) = collectives._broadcast_case(rng, world_size)
+            assert src != 0 and (inputs[src] == 0).any()
+
+
+def test_a_broadcast_that_always_sends_from_rank_0_is_rejected_every_time():
+    from_zero = _by_value('''
+        def answer(rank, world_size, x, src):
+            import torch.distributed as dist
+            if rank == 0:
+                for r in range(1, world_size):
+                    dist.send(x, r)
+            else:
+                dist.recv(x, 0)
+            return x''', "answer")
+    with pytest.raises(CheckFailed, match=r"src = [12]，rank \d"):
+        collectives.check_broadcast(from_zero, world_sizes=(2, 3))
+
+
+def test_every_point_to_point_run_has_zeros_in_the_data():
+    rng = core.new_rng()
+    for _ in range(20):
+        for _world_size, _dtype, inputs in p2p._pass_right_cases(rng, (2, 3, 4)):
+            assert (inputs[0] == 0).any()
+
+
+def test_every_uneven_all_gather_run_has_an_empty_piece():
+    refuses_empty = _by_value('''
+        def answer(rank, world_size, x):
+            if x.numel() == 0:
+                raise ValueError("empty piece")
+            return x''', "answer")
+    with pytest.raises(CheckFailed, match=r"rank \d 出错了（ValueError）：.*empty piece"):
+        semantics.check_all_gather_uneven(refuses_empty, world_sizes=(3,))
+
+
+def _nested_main(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    x = torch.ones(3)
+    with core.WatchedCalls() as outer:
+        with core.WatchedCalls(refuse=("broadcast",)) as inner:
+            dist.all_reduce(x)
+        dist.all_reduce(x)
+    return [c.name for c in outer.calls], [c.name for c in inner.calls], float(x[0])
+
+
+def test_watchers_nest():
+    values = mh.run_ranks(_nested_main, 2, timeout=core.HANG_S, stream=False, quiet=True).values
+    assert values[0] == (["dist.all_reduce", "dist.all_reduce"], ["dist.all_reduce"], 4.0)

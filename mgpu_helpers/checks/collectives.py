@@ -26,8 +26,13 @@ GUESS_ELEMENTS = 1_000_000          # float32: S = 4,000,000 bytes
 
 
 def _broadcast_case(rng, world_size):
+    """A source other than rank 0 in every run (world size 2: src 1; 3: the last rank; larger: random, rank 0
+    included), and a zero in the data that is sent."""
     length = int(rng.integers(1, 6))
-    return [int_values(rng, length) for _ in range(world_size)], (int(rng.integers(0, world_size)),)
+    inputs = [int_values(rng, length) for _ in range(world_size)]
+    src = {1: 0, 2: 1, 3: 2}.get(world_size, int(rng.integers(0, world_size)))
+    inputs[src][int(rng.integers(0, length))] = 0.0           # zeros in the data that is sent
+    return inputs, (src,)
 
 
 BROADCAST = RankProblem(
@@ -43,8 +48,11 @@ BROADCAST = RankProblem(
 
 
 def _gather_case(rng, world_size):
+    """Equal lengths (all-gather's rule), a zero in the last rank's data."""
     length = int(rng.integers(1, 4))
-    return [int_values(rng, length) for _ in range(world_size)], ()
+    inputs = [int_values(rng, length) for _ in range(world_size)]
+    inputs[-1][int(rng.integers(0, length))] = 0.0
+    return inputs, ()
 
 
 def _explain_gather_order(case, rank, got):

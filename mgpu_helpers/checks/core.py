@@ -14,6 +14,7 @@ Every checker uses one copy of each rule this module enforces:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -398,14 +399,17 @@ def _code_with(freevars: tuple, body: str):
 
 class SwappedCode:
     """Replace the code of function objects in place (every alias and import path of the object runs the new
-    code), and put the old code back with :meth:`restore`."""
+    code), and put the old code back with :meth:`restore`. Swaps nest (a watcher inside a watcher): each
+    keeps the code it found, under a key of its own."""
+
+    _count = itertools.count()
 
     def __init__(self):
         self._saved = []
 
     def refuse(self, target, message: str) -> None:
         """Calling ``target`` raises ``PermissionError(message)``."""
-        key = f"_MGPU_REFUSED_{id(target)}"
+        key = f"_MGPU_REFUSED_{next(self._count)}"
         target.__globals__[key] = message
         self._swap(target, f"raise PermissionError({key})")
 
@@ -416,7 +420,7 @@ class SwappedCode:
         original = _types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
                                        target.__closure__)
         original.__kwdefaults__ = target.__kwdefaults__
-        key = f"_MGPU_HOOK_{id(target)}"
+        key = f"_MGPU_HOOK_{next(self._count)}"
         target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
         self._swap(target, f"return {key}(args, kwargs)")
 
@@ -431,6 +435,7 @@ class SwappedCode:
         for target, code in reversed(self._saved):
             target.__code__ = code
         self._saved.clear()
+        # (the keys stay in the module's globals: a copy of the old code may still be running, and each is small)
 
 
 def _numel(x):

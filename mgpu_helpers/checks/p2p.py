@@ -284,8 +284,7 @@ def _pass_right_cases(rng, world_sizes):
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, 6))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        if length > 1:
-            inputs[0][int(rng.integers(0, length))] = 0
+        inputs[0][int(rng.integers(0, length))] = 0           # zeros in the data, every run
         out.append((world_size, ("float32", "int64")[i % 2], inputs))
     return out
 
@@ -327,7 +326,8 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> No
     for world_size in sizes:
         length = int(rng.integers(1, 5))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        dtype = "int64" if world_size % 2 else "float32"
+        inputs[0][int(rng.integers(0, length))] = 0           # a zero (one element: a whole rank of zeros
+        dtype = "int64" if world_size % 2 else "float32"       # would hide a value added twice)
         values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
         total = np.sum(inputs, axis=0)
         for rank, (got, _calls) in enumerate(values):

@@ -30,7 +30,11 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S
         lengths = [int(v) for v in rng.integers(1, 6, size=n)]
         if len(set(lengths)) == 1:
             lengths[0] += 1
+        if n > 2:
+            lengths[int(rng.integers(1, n))] = 0              # a rank with nothing to add, every run
         inputs = [int_values(rng, k) for k in lengths]
+        longest = int(np.argmax(lengths))
+        inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0     # zeros in the data
         want = np.concatenate(inputs)
         got = run_on_ranks(fn, what, n, inputs, timeout=timeout,
                            course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",))
