@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import math
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -585,6 +586,30 @@ def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
 # on a loaded 2-core machine (measured: tests/test_checks_core.py), so a few seconds are a margin of several
 # times it, and an answer that never ends is reported within seconds.
 HANG_S = 4.0
+
+
+# Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
+TRAIN_HANG_S = 2 * HANG_S
+_preload_given = False
+
+
+def let_rank_server_preload() -> None:
+    """Before the first check in a session whose ranks train a model: start the rank server if needed and
+    leave it a moment of idle time, in which it imports the modules an optimizer's first step needs (see
+    ``launcher/server.IDLE_PRELOADS``). A launch that arrives while it imports waits until it is done, before
+    the ranks start, so that import is not counted against the hang limit. Once per session."""
+    global _preload_given
+    if _preload_given:
+        return
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    run_ranks(_nothing, 1, timeout=60, stream=False, quiet=True, init=False)
+    time.sleep(0.5)
+    _preload_given = True
+
+
+def _nothing(rank, world_size):
+    return None
 
 
 def where_ranks_wait(exc) -> str:

@@ -15,7 +15,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import HANG_S, CheckFailed, call, compare, fill_in, launch, passed
+from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, launch,
+                                      let_rank_server_preload, passed)
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -66,17 +67,13 @@ def simulated_training(config, world_size: int, combine: str):
 UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}   # rows that never divide the world size
 
 
-# Training steps on up to 4 ranks: the heaviest rank work of the checkers (torch's autograd warms up in each
-# fresh rank), so twice the usual limit.
-DP_HANG_S = 2 * HANG_S
-
-
-def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = DP_HANG_S) -> None:
+def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_HANG_S) -> None:
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
     ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
     from mgpu_helpers.lessons.data_parallel import shard_range
     from mgpu_helpers.measure import dp_reference as ref
 
+    let_rank_server_preload()
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
     rng = random.Random()
     for n in world_sizes:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import inspect
 import random
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, HANG_S, CheckFailed, WatchedCalls, fill_in, has_stub,  # noqa: F401
-                                      launch, not_done, passed, refuse_course_code, run_on_ranks)
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fill_in, has_stub,  # noqa: F401
+                                      launch, let_rank_server_preload, not_done, passed, refuse_course_code,
+                                      run_on_ranks)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
@@ -181,8 +182,9 @@ def _run(cls, world_size, what, **train_kwargs):
     return values, kwargs
 
 
-def _ranks(fn, world_size, args, what, timeout=HANG_S):
+def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
     """``fn(rank, world_size, *args)`` on ranks; a hang or an error becomes a CheckFailed that says what."""
+    let_rank_server_preload()
     return launch(fn, world_size, args, what, args[0], timeout,
                   advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
 
