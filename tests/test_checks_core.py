@@ -12,7 +12,7 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
-from mgpu_helpers.checks import collectives, core, dataparallel, groups, p2p, semantics  # noqa: E402
+from mgpu_helpers.checks import collectives, core, dataparallel, groups, overlap, p2p, semantics  # noqa: E402
 from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
 
@@ -245,6 +245,35 @@ DEADLOCKS = {
                     pass
             ''', {"world_sizes": (2,)}, r"rank 1 卡在 （不在 torch\.distributed 调用里，像是死循环）（answer 的第 \d 行）"),
 }
+
+
+DEADLOCKS["overlap.check_overlap_dp"] = (overlap.check_overlap_dp, '''
+    import torch.distributed as dist
+    class answer:
+        def __init__(self, model, world_size, optimizer):
+            self.params, self.world_size, self.optimizer, self.pending = list(model.parameters()), world_size, optimizer, []
+            for p in self.params:
+                p.register_post_accumulate_grad_hook(self.on_grad_ready)
+        def on_grad_ready(self, p):
+            if dist.get_rank() == 0:           # only rank 0 reduces: rank 1 never joins
+                self.pending.append(dist.all_reduce(p.grad, async_op=True))
+        def step(self):
+            for work in self.pending:
+                work.wait()
+            self.pending.clear()
+            dist.barrier()
+            self.optimizer.step()
+    ''', {}, r"rank \d 卡在")
+DEADLOCKS["groups.check_join_and_sum"] = (groups.check_join_and_sum, '''
+    def answer(rank, world_size, x):
+        import os, tempfile
+        import torch.distributed as dist
+        path = os.path.join(tempfile.gettempdir(), f"mine-{os.getpid()}")   # a different file on every rank
+        dist.init_process_group("gloo", store=dist.FileStore(path, world_size), rank=rank, world_size=world_size)
+        dist.all_reduce(x)
+        dist.destroy_process_group()
+        return x
+    ''', {"world_sizes": (2,)}, r"rank \d 卡在.*answer 的第 \d 行")
 
 
 @pytest.mark.parametrize("name", list(DEADLOCKS))
