@@ -15,8 +15,8 @@ from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "runs",
-                "tools", "widgets"],
+    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "own_code",
+                "runs", "tools", "widgets"],
     attributes={
         "CourseEnv": "course",
         "setup": "course",
@@ -30,5 +30,6 @@ __getattr__, __dir__, __all__ = attach(
         "torchrun_main": "launcher",
         "trace": "launcher",
         "projection_mode": "widgets.projection",
+        "mine": "own_code",
     },
 )

@@ -446,5 +446,5 @@ def test_the_course_function_imported_under_another_name_is_refused():
     exec("from mgpu_helpers.models.occupancy import occupancy as mine\n"
          "def blocks_per_sm(block, regs, limits):\n"
          "    return mine(block, regs, limits=limits).blocks_per_sm\n", ns)
-    with pytest.raises(checks.CheckFailed, match="课程自己的实现（mine）"):
+    with pytest.raises(checks.CheckFailed, match="课程自己的 mh.models.occupancy.occupancy（你的代码里叫 mine）"):
         checks.check_blocks_per_sm(ns["blocks_per_sm"])

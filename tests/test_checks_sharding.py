@@ -139,7 +139,9 @@ def test_contiguous_by_filling_passes(capsys):
 
 @pytest.mark.parametrize("wrong, message", [
     (lambda costs, w: mh.lessons.sharding_rules.contiguous_ranges(len(costs), w), "超过了 平均 \\+ 最大单项"),
-    (lambda costs, w: mh.lessons.sharding_rules.assign_by_cost(costs, w), "连续的 range|range"),
+    # the course's LPT assignment: refused as the course's own code (through the module path) before its
+    # order is even looked at
+    (lambda costs, w: mh.lessons.sharding_rules.assign_by_cost(costs, w), "课程自己的 mh.lessons.sharding_rules.assign_by_cost"),
     (lambda costs, w: [range(r.start, max(r.start, r.stop - 1)) for r in contiguous_by_filling(costs, w)],
      "首尾相接"),
     (lambda costs, w: contiguous_by_filling(costs, w)[:-1] if w > 1 else [], "应当返回"),

@@ -9,12 +9,13 @@ import math
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, RankProblem, call, compare, fill_in, has_stub, int_values, is_number,
-                                      new_rng, passed, rank_failure, run_on_ranks, run_problem, which_rank)
+from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
+                                      WatchedCalls, call, compare, fill_in, has_stub, int_values, is_number, launch,
+                                      new_rng, passed, refuse_course_code, resolve_course, run_on_ranks, run_problem,
+                                      which_rank)
 from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
 
-P2P_ONLY = ("broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
-            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter")
+P2P_ONLY = COLLECTIVE_CALLS        # the collectives: these exercises build them from send / recv
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
@@ -25,8 +26,13 @@ GUESS_ELEMENTS = 1_000_000          # float32: S = 4,000,000 bytes
 
 
 def _broadcast_case(rng, world_size):
+    """A source other than rank 0 in every run (world size 2: src 1; 3: the last rank; larger: random, rank 0
+    included), and a zero in the data that is sent."""
     length = int(rng.integers(1, 6))
-    return [int_values(rng, length) for _ in range(world_size)], (int(rng.integers(0, world_size)),)
+    inputs = [int_values(rng, length) for _ in range(world_size)]
+    src = {1: 0, 2: 1, 3: 2}.get(world_size, int(rng.integers(0, world_size)))
+    inputs[src][int(rng.integers(0, length))] = 0.0           # zeros in the data that is sent
+    return inputs, (src,)
 
 
 BROADCAST = RankProblem(
@@ -42,8 +48,11 @@ BROADCAST = RankProblem(
 
 
 def _gather_case(rng, world_size):
+    """Equal lengths (all-gather's rule), a zero in the last rank's data."""
     length = int(rng.integers(1, 4))
-    return [int_values(rng, length) for _ in range(world_size)], ()
+    inputs = [int_values(rng, length) for _ in range(world_size)]
+    inputs[-1][int(rng.integers(0, length))] = 0.0
+    return inputs, ()
 
 
 def _explain_gather_order(case, rank, got):
@@ -76,129 +85,31 @@ ALL_GATHER = RankProblem(
 # with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
 # by a refusal, wherever the reader's code reaches them from.
 
+RING_REFUSED = tuple(c for c in COLLECTIVE_CALLS)     # every collective: the ring is built from messages
 RING_FORBIDDEN_LIB = ("mgpu_helpers.lessons.ring.ring_all_reduce", "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
                       "mgpu_helpers.checks.collectives.reference_ring_all_reduce_left",
                       "mgpu_helpers.lessons.p2p.ring_pass")
 
 
-def _resolve(dotted: str):
-    import importlib
-
-    module, _, name = dotted.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
-def _code_with(freevars: tuple, body: str):
-    """A code object ``f(*args, **kwargs)`` running ``body`` (one line), with exactly ``freevars`` as free
-    variables, so that it can replace the code of any function with that closure (decorated ones too)."""
-    names = ", ".join(freevars)
-    touch = f"        ({names},)\n" if freevars else ""
-    ns: dict = {}
-    exec(f"def outer({names}):\n    def f(*args, **kwargs):\n{touch}        {body}\n    return f\n", ns)
-    return ns["outer"](*([None] * len(freevars))).__code__
-
-
-class _Swapped:
-    """Replace the code of functions in place (every name, alias and import path that reaches the function
-    object runs the new code), and put them back."""
-
-    def __init__(self):
-        self._saved = []
-
-    def refuse(self, target, label: str) -> None:
-        self._swap(target, f"raise PermissionError('EXERCISE_FORBIDDEN {label}')")
-
-    def hook(self, target, name: str, hook) -> None:
-        """``target(*args, **kwargs)`` becomes ``hook(original_copy, args, kwargs)``."""
-        import types
-
-        original = types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
-                                      target.__closure__)
-        original.__kwdefaults__ = target.__kwdefaults__
-        key = f"_MGPU_HOOK_{name}"
-        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
-        self._swap(target, f"return {key}(args, kwargs)")
-
-    def _swap(self, target, body: str) -> None:
-        code = getattr(target, "__code__", None)
-        if code is None:
-            return
-        self._saved.append((target, code))
-        target.__code__ = _code_with(code.co_freevars, body)
-
-    def restore(self) -> None:
-        for target, code in reversed(self._saved):
-            target.__code__ = code
-        self._saved.clear()
-
-
-def _peer(args, kwargs):
-    if len(args) >= 2 and args[1] is not None:
-        return int(args[1])
-    for key in ("dst", "group_dst"):
-        if kwargs.get(key) is not None:
-            return int(kwargs[key])
-    return -1
-
-
-def _instrumented_ring_rank(rank, world_size, fn, cases, style):
-    """Rank function: run the reader's ring on every case, every send logged, collectives refused."""
+def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
+    """Rank function: run the reader's ring on every case, every send logged (core.WatchedCalls: under any
+    name or import path), the collectives and the course's ring refused."""
     import torch
-    from torch.distributed import distributed_c10d as c10d
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    log: list = []
-    inside_send = [0]
-
-    def logging_send(original, args, kwargs):       # dist.send calls isend itself: count the message once
-        inside_send[0] += 1
-        try:
-            log.append((_peer(args, kwargs), int(args[0].numel() * args[0].element_size())))
-            return original(*args, **kwargs)
-        finally:
-            inside_send[0] -= 1
-
-    def logging_isend(original, args, kwargs):
-        if not inside_send[0]:
-            tensor = args[0] if args else kwargs["tensor"]
-            log.append((_peer(args, kwargs), int(tensor.numel() * tensor.element_size())))
-        return original(*args, **kwargs)
-
-    swapped = _Swapped()
-    for name in P2P_ONLY + ("all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list"):
-        if hasattr(c10d, name):
-            swapped.refuse(getattr(c10d, name), f"dist.{name}")
-    swapped.hook(c10d.send, "send", logging_send)
-    swapped.hook(c10d.isend, "isend", logging_isend)
-    for dotted in RING_FORBIDDEN_LIB:
-        target = _resolve(dotted)
-        if target is not None:
-            swapped.refuse(target, dotted.replace("mgpu_helpers.", "mh."))
     results = []
-    try:
+    with WatchedCalls(refuse=RING_REFUSED, course=course) as watched:
         for inputs in cases:
             x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
-            start = len(log)
+            start = len(watched.calls)
             out = fn(x) if style == "tensor" else fn(rank, world_size, x)
             out = x if out is None and style == "tensor" else out
             values = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
-            results.append((values, log[start:], bool(out is x) if isinstance(out, torch.Tensor) else False))
-    finally:
-        swapped.restore()
+            sends = [(int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:]
+                     if c.name in SENDS]
+            results.append((values, sends, bool(out is x) if isinstance(out, torch.Tensor) else False))
     return results
-
-
-def _course_codes() -> set:
-    codes = set()
-    for dotted in RING_FORBIDDEN_LIB:
-        target = _resolve(dotted)
-        if getattr(target, "__code__", None) is not None:
-            codes.add(target.__code__.co_code)
-    return codes
 
 
 def _ring_cases(rng, world_size: int, short: bool) -> list:
@@ -242,11 +153,11 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
             whole = "，正好是整个张量：那是练习 04 的整张量沿环传递" if biggest == nbytes else ""
             raise CheckFailed(f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
                               f"每一步只发一块（最长的一块 {chunk} 字节），这样每个 Rank 一共只发 2(n-1)/n·S。")
-    formula = 2 * (n - 1) * nbytes / n
+    formula = bytes_sent_per_rank("all_reduce", nbytes, n)
     total = sum(sent)
-    if total != 2 * (n - 1) * nbytes or max(sent) > 2 * (n - 1) * chunk:
+    if total != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
         rank = max(range(n), key=lambda r: abs(sent[r] - formula))
-        why = ("少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。" if total < 2 * (n - 1) * nbytes
+        why = ("少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。" if total < round(n * formula)
                else "多了：每个块在每个阶段只沿环走 world_size - 1 步。")
         raise CheckFailed(f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} 和 "
                           f"2(n-1)/n·S = {formula:g} 差得太远，{why}")
@@ -254,32 +165,21 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
 
 def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> list:
     """Run the reader's ring on ``world_sizes``; check values (in place), then the sends. Returns the cases."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
-    code = getattr(getattr(fn, "__code__", None), "co_code", None)
-    if code is not None and code in _course_codes():
-        raise CheckFailed(f"{what}：这就是课程自己的实现，不算你写的。自己写出两个阶段的循环。")
+    course = resolve_course(RING_FORBIDDEN_LIB)
+    refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
     rng = new_rng()
     done = []
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short)
-        try:
-            res = run_ranks(_instrumented_ring_rank, world_size, args=(fn, cases, style), timeout=timeout,
-                            stream=False, quiet=True)
-        except RankTimeout as exc:
-            where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
-            where = where or "没有 Rank 停在 torch.distributed 调用里，像是死循环"
-            raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束（{where}）。每一步的发送和"
-                              "接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。") from None
-        except RankError as exc:
-            raise rank_failure(exc, fn, what) from None
+        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, style, course), what, fn, timeout,
+                            advice="每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），"
+                                   "循环走完 world_size - 1 步就停。")
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
             for rank in range(world_size):
-                got, _log, same = res.values[rank][k]
+                got, _log, same = res_values[rank][k]
                 where = f"world_size = {world_size}，长度 {length}，rank {rank}"
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
@@ -295,7 +195,7 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                 compare(got, want, where, hint)
                 if style == "tensor" and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
-            check_ring_sends(name, world_size, length, [res.values[r][k][1] for r in range(world_size)], direction)
+            check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
         done.append(world_size)
     return done
 
@@ -306,7 +206,7 @@ def _bounds(length: int, world_size: int) -> list:
     return chunk_bounds(length, world_size)
 
 
-def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = 20.0) -> None:
+def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
     sizes = run_ring("ring_all_reduce", fn, "tensor", 1, tuple(world_sizes or WORLD_SIZES), timeout, short=True)
@@ -344,7 +244,7 @@ def reference_ring_all_reduce_left(rank, world_size, x):
     return x
 
 
-def check_ring_all_reduce(fn, world_sizes=None, timeout: float = 20.0) -> None:
+def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
     sizes = run_ring("ring_all_reduce_left", fn, "args", -1, tuple(world_sizes or WORLD_SIZES), timeout, short=False)
@@ -402,23 +302,23 @@ RING_BYTES = RankProblem(
     name="count_sent_bytes", what="count_sent_bytes 要数出这个 Rank 在 ring_all_reduce 里一共发出了多少字节",
     make_case=_bytes_case,
     reference=lambda inputs, extra, world_size: ring_bytes_per_rank(len(inputs[0]), world_size),
-    explain=_explain_bytes,
+    explain=_explain_bytes, course=("mgpu_helpers.checks.collectives.reference_count_sent_bytes",),
     where=lambda case, rank: (f"world_size = {case.world_size}，{len(case.inputs[0])} 个 float32"
                               f"（S = {4 * len(case.inputs[0])} 字节），rank {rank}"),
     done="count_sent_bytes 在 world_size = {sizes} 上数出的字节数和 Ring 的调度表一致。")
 
 
-def check_broadcast(fn, world_sizes=None, timeout: float = 30.0) -> None:
+def check_broadcast(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x, src)`` returns rank ``src``'s x on every rank (send/recv only)."""
     run_problem(BROADCAST, fn, world_sizes, timeout)
 
 
-def check_all_gather(fn, world_sizes=None, timeout: float = 30.0) -> None:
+def check_all_gather(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)`` returns every rank's x concatenated in rank order (send/recv only)."""
     run_problem(ALL_GATHER, fn, world_sizes, timeout)
 
 
-def check_count_sent_bytes(fn, world_sizes=None, timeout: float = 30.0) -> None:
+def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this
     rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
     cases = run_problem(RING_BYTES, fn, world_sizes, timeout)
@@ -429,28 +329,16 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = 30.0) -> None:
 
 
 def reference_count_sent_bytes(rank, world_size, x):
-    """The checker's own count: wrap batch_isend_irecv, run the course's ring, return the bytes sent."""
-    import torch.distributed as dist
-
+    """The checker's own count: run the course's ring with every send watched (core.WatchedCalls), return
+    the bytes this rank sent."""
     from mgpu_helpers.lessons.ring import ring_all_reduce
 
-    sent = 0
-    original = dist.batch_isend_irecv
-
-    def counting(ops):
-        nonlocal sent
-        sent += sum(op.tensor.numel() * op.tensor.element_size() for op in ops if op.op is dist.isend)
-        return original(ops)
-
-    dist.batch_isend_irecv = counting
-    try:
+    with WatchedCalls() as watched:
         ring_all_reduce(x)
-    finally:
-        dist.batch_isend_irecv = original
-    return sent
+    return sum(c.nbytes for c in watched.calls if c.name in SENDS)
 
 
-def check_ring_bytes_guess(fn, timeout: float = 60.0) -> None:
+def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
     """Number first: ``fn()`` returns the reader's number of bytes one rank sends in a ring all-reduce of
     :data:`GUESS_ELEMENTS` float32 on :data:`GUESS_WORLD_SIZE` ranks; the bytes are then counted on running
     ranks and the guess is held against the count (within 1%)."""

@@ -1,7 +1,23 @@
-"""The checkers' shared machinery: the failure type, comparing with a reference, running code on ranks."""
+"""The checkers' shared machinery: the failure type, comparing with a reference, running code on ranks.
+
+Every checker uses one copy of each rule this module enforces:
+
+- the fill-in protocol (:func:`fill_in`): a stub falls back to the course's version, a wrong answer stops;
+- the course's own code is not the learner's: :func:`course_code_reached` / :func:`refuse_course_code` read
+  the learner's function (any alias, import path or helper of its own) on the notebook side, and
+  :class:`WatchedCalls` makes the same objects refuse to run inside the ranks;
+- which ``torch.distributed`` calls the learner's code made, under any name (:class:`WatchedCalls`: the
+  functions' code is replaced in the rank), forbidden ones refused, sends and bytes counted;
+- launching on ranks (:func:`launch`, :func:`run_on_ranks`, :func:`run_problem`): a hang is reported after
+  :data:`HANG_S` seconds with the call and line each rank waits in; an error names the rank and the mistake.
+"""
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
+import sys
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,13 +67,16 @@ def has_stub(fn) -> bool:
     return False
 
 
-def fill_in(fn, check, reference, what: str):
+def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
     """A lesson's fill-in, checked at once: what the cells after it should use.
 
     ``check(fn)`` runs the area's checker (it prints ``通过：...`` or raises :class:`CheckFailed` naming the
     mistake). While ``fn`` is still the generated stub (or ``None``), nothing is checked: this says so and
     returns ``reference``, the course's own version, so the rest of the notebook runs either way. A wrong
     ``fn`` raises: the cell stops at the mistake, and the cells after it keep the last good value.
+
+    ``keep``: a later notebook builds on this function: once it passes, its source is stored under that name
+    (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
     """
     if fn is None or has_stub(fn):
         print(f"「{what}」还没写：下面的单元格先用课程的参考实现。写好之后再运行这一格，它会立刻检查你的版本。")
@@ -69,6 +88,11 @@ def fill_in(fn, check, reference, what: str):
             print(f"「{what}」还没写完：{str(exc)[len(NOT_DONE) + 1:]} 下面的单元格先用课程的参考实现。")
             return reference
         raise
+    if keep:
+        from mgpu_helpers import own_code
+
+        if own_code.save(keep, fn, lesson, check) is not None:
+            print(f"你的 {keep} 已经存下：后面的笔记本会用它。")
     return fn
 
 
@@ -116,17 +140,562 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
                           f"（共 {len(bad)} 个元素不对）。{hint}".rstrip())
 
 
+# -- the course's own code is not the learner's -----------------------------------------------------------
+#
+# One question, asked in two places. On the notebook side, before anything runs: does the learner's function
+# *reach* the course's implementation (or the checker's reference) by any name, import or helper of its own?
+# :func:`course_code_reached` reads the function's bytecode for that. Inside the ranks the same objects are
+# also made to refuse when called (:class:`WatchedCalls`), so a path the bytecode does not show (getattr with
+# a computed name, a copy stored in a list) is caught when it runs.
+
+COURSE_PACKAGES = ("mgpu_helpers.lessons", "mgpu_helpers.checks")
+_NOT_LEARNER = ("mgpu_helpers", "torch", "numpy", "numba", "cupy", "builtins", "math", "functools", "itertools")
+
+
+def _inner(fn):
+    """The Python function behind a Numba kernel / dispatcher / ``functools.wraps`` wrapper, else ``fn``."""
+    return getattr(fn, "py_func", None) or getattr(fn, "fn", None) or getattr(fn, "__wrapped__", None) or fn
+
+
+def _from(obj, packages) -> bool:
+    """True when ``obj`` (a module, function or class) is defined in one of ``packages``."""
+    import types as _types
+
+    if isinstance(obj, _types.ModuleType):
+        where = obj.__name__
+    elif callable(obj):
+        where = getattr(obj, "__module__", "") or ""
+    else:
+        return False
+    return any(where == p or where.startswith(p + ".") for p in packages)
+
+
+def _is_learners(obj) -> bool:
+    """A function or class the learner wrote (not the course's, not a library's): its names are followed too."""
+    module = getattr(obj, "__module__", "") or ""
+    return not any(module == p or module.startswith(p + ".") for p in _NOT_LEARNER)
+
+
+def _names_reached(fn):
+    """``(dotted name, object)`` for everything ``fn``'s code reaches by name: globals and builtins, with
+    attribute chains resolved through modules and classes (``mh.lessons.p2p.exchange``), imports inside the
+    function (``from torch.distributed import all_reduce as ar``), closure cells and default values."""
+    import builtins
+    import dis
+    import importlib
+    import types as _types
+
+    inner = _inner(fn)
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return
+    scope = getattr(inner, "__globals__", {})
+    cells = dict(zip(code.co_freevars, (c for c in (inner.__closure__ or ()))))
+    for cell_name, cell in cells.items():
+        try:
+            yield cell_name, cell.cell_contents
+        except ValueError:                       # an empty cell
+            pass
+    for value in (getattr(inner, "__defaults__", None) or ()) + tuple((getattr(inner, "__kwdefaults__", None) or {}).values()):
+        yield "默认参数", value
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
+        chain, obj, base = None, None, None      # the a.b.c being read; the module of an import
+        imported, local = None, {}               # what an import just gave; locals bound to imports
+        for ins in dis.get_instructions(c):
+            op = ins.opname
+            if op in ("STORE_FAST", "STORE_DEREF") and imported is not None:
+                local[ins.argval] = imported
+            if op not in ("IMPORT_FROM", "IMPORT_NAME", "SWAP", "POP_TOP"):
+                imported = None
+            if op in ("LOAD_ATTR", "LOAD_METHOD") and obj is not None:
+                if not isinstance(obj, (_types.ModuleType, type)):
+                    chain, obj = None, None
+                    continue
+                try:
+                    obj = getattr(obj, ins.argval)
+                except AttributeError:
+                    try:                          # a submodule not imported yet
+                        obj = importlib.import_module(f"{obj.__name__}.{ins.argval}")
+                    except Exception:
+                        chain, obj = None, None
+                        continue
+                chain = f"{chain}.{ins.argval}"
+                continue
+            if op in ("PRECALL", "CACHE", "EXTENDED_ARG", "PUSH_NULL"):
+                continue
+            if obj is not None:                   # the chain ends here: what it names is what is used
+                yield chain, obj
+            chain, obj = None, None
+            if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+                name = ins.argval
+                chain, obj = name, scope.get(name, getattr(builtins, name, None))
+            elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in local:
+                chain, obj = ins.argval, local[ins.argval]
+            elif op == "LOAD_DEREF" and ins.argval in cells:
+                try:
+                    chain, obj = ins.argval, cells[ins.argval].cell_contents
+                except ValueError:
+                    pass
+            elif op == "IMPORT_NAME":
+                try:
+                    base = importlib.import_module(ins.argval)
+                except Exception:               # a module the machine lacks: the run will say so
+                    base = None
+                if base is not None:
+                    imported = base
+                    yield ins.argval, base
+            elif op == "IMPORT_FROM" and base is not None:
+                try:
+                    value = getattr(base, ins.argval)
+                except AttributeError:
+                    try:
+                        value = importlib.import_module(f"{base.__name__}.{ins.argval}")
+                    except Exception:
+                        continue
+                imported = value
+                yield f"{base.__name__}.{ins.argval}", value
+        if obj is not None:
+            yield chain, obj
+
+
+def code_names(fn) -> set[str]:
+    """Every global and attribute name the code of ``fn`` (a function, a Numba kernel, a wrapper) and the
+    functions defined inside it refer to."""
+    import types as _types
+
+    code = getattr(_inner(fn), "__code__", None)
+    names, stack = set(), [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
+    return names
+
+
+def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4) -> str | None:
+    """The name under which ``fn`` is, or reaches, the course's own code; ``None`` when it does not.
+
+    Counted as the course's: ``references`` (the course's implementation of this fill-in, the checker's
+    reference: by identity; a worked lesson's own cell is the source of mh.lessons, so the same code defined
+    again in a cell is not refused), and any module, function or class defined in
+    ``packages`` (e.g. :data:`COURSE_PACKAGES`). Followed: every name in ``fn``'s code (globals, ``a.b.c``
+    chains, imports inside it, closures, defaults), and, ``depth`` levels deep, the learner's own helper
+    functions and classes it reaches (their methods too), so a helper that calls the course's code, or an
+    alias of it, is found as well. ``names``: names that count as the course's wherever they appear in the
+    code (for a course function reached through an object, e.g. ``model.memory_plan(...)``).
+    """
+    references = tuple(r for r in references if r is not None)
+
+    def ours(obj) -> bool:
+        try:
+            if any(obj is r or _inner(obj) is _inner(r) for r in references):
+                return True
+        except Exception:
+            return False
+        return _from(obj, packages)
+
+    def label(name, obj) -> str:
+        name = name.replace("mgpu_helpers", "mh", 1) if name else name
+        module = getattr(obj, "__name__", "") if isinstance(obj, type(sys)) else getattr(obj, "__module__", "")
+        qual = getattr(obj, "__qualname__", None)
+        full = (f"{module}.{qual}" if qual and module else module or name).replace("mgpu_helpers", "mh", 1)
+        return full if name in (None, full, qual) or full.endswith("." + name) else f"{full}（你的代码里叫 {name}）"
+
+    if ours(fn):
+        return label(None, fn)
+    todo, seen = [(fn, 0)], set()
+    while todo:
+        f, d = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        members = [f]
+        if isinstance(f, type):                  # a class the learner wrote: its bases and its methods
+            for base in f.__mro__[1:]:
+                if base is not object and ours(base):
+                    return f"{label(None, base)}（{f.__name__} 的基类）"
+            members = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else getattr(v, "fget", v)
+                       for v in vars(f).values()]
+        for member in members:
+            hit = sorted(code_names(member) & set(names))
+            if hit:
+                return hit[0]
+            for name, obj in _names_reached(member):
+                if ours(obj):
+                    return label(name, obj)
+                if d < depth and _is_learners(obj) and (callable(obj) or isinstance(obj, type)):
+                    todo.append((obj, d + 1))
+    return None
+
+
+def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = "", names=()) -> None:
+    """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`)."""
+    name = course_code_reached(fn, references, packages, names)
+    if name:
+        raise CheckFailed(f"{what}：`{name_of(fn)}` 用到了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
+                          f"不算你写的代码。{advice or '在你的单元格里自己写出来。'}")
+
+
+@contextlib.contextmanager
+def refusing_course_code(fn, what: str, targets):
+    """While checking ``fn`` in the notebook's own process: ``targets`` (the course's functions, ``[(module,
+    attribute name)]`` or function objects) may not be used. Reached by name (:func:`refuse_course_code`) it is
+    refused at once; reached some other way, the function's code is replaced (every alias runs it) by one that
+    raises :class:`CheckFailed` when the caller is not the course's own code (the checker's reference may
+    still use it). The code is put back afterwards."""
+    objs = [getattr(t[0], t[1]) if isinstance(t, tuple) else t for t in targets]
+    refuse_course_code(fn, what, objs, advice="这一格要你自己写出它的计算。")
+    swapped = SwappedCode()
+
+    def guard(label):
+        def hook(original, args, kwargs):
+            caller = sys._getframe(3).f_globals.get("__name__", "")   # hook <- lambda <- swapped code <- caller
+            if caller.startswith("mgpu_helpers."):       # the checker's own reference: let it through
+                return original(*args, **kwargs)
+            raise CheckFailed(f"{what}：调用了课程自己的 {label}；这一格要你自己写出它的计算。")
+        return hook
+
+    try:
+        for obj in objs:
+            inner = _inner(obj)
+            if getattr(inner, "__code__", None) is not None and inner is not _inner(fn):
+                swapped.hook(inner, guard(getattr(inner, "__name__", "函数")))
+        yield
+    finally:
+        swapped.restore()
+
+
+# -- inside a rank: every torch.distributed call watched, by replacing the functions' code ------------------
+#
+# Replacing ``dist.all_reduce`` on the module is not enough: a function imported by name (``from
+# torch.distributed import all_reduce``, at the top of a cell, arrives in the rank as a reference to the same
+# function object), an alias, ``torch.distributed.distributed_c10d.all_reduce`` and torch's own internals all
+# hold the function object itself. So the object's ``__code__`` is replaced in place: every name and import
+# path that reaches it runs the watcher, and the original body is kept in a copy that the watcher calls.
+
+P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+COLLECTIVE_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+                    "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+                    "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list",
+                    "gather_object", "scatter_object_list", "all_reduce_coalesced", "all_gather_coalesced")
+DIST_CALLS = P2P_CALLS + COLLECTIVE_CALLS
+SENDS = ("dist.send", "dist.isend", "batch:isend")      # how the recorded calls name a message out ...
+RECVS = ("dist.recv", "dist.irecv", "batch:irecv")      # ... and in
+
+
+def _code_with(freevars: tuple, body: str):
+    """A code object ``f(*args, **kwargs)`` running ``body`` (one line), with exactly ``freevars`` as free
+    variables, so that it can replace the code of any function with that closure (decorated ones too)."""
+    names = ", ".join(freevars)
+    touch = f"        ({names},)\n" if freevars else ""
+    ns: dict = {}
+    source = f"def outer({names}):\n    def f(*args, **kwargs):\n{touch}        {body}\n    return f\n"
+    # A file name under mgpu_helpers/checks/: a stack through the watcher reads as the course's frames.
+    exec(compile(source, "mgpu_helpers/checks/core.py (watcher)", "exec"), ns)
+    return ns["outer"](*([None] * len(freevars))).__code__
+
+
+class SwappedCode:
+    """Replace the code of function objects in place (every alias and import path of the object runs the new
+    code), and put the old code back with :meth:`restore`. Swaps nest (a watcher inside a watcher): each
+    keeps the code it found, under a key of its own."""
+
+    _count = itertools.count()
+
+    def __init__(self):
+        self._saved = []
+
+    def refuse(self, target, message: str) -> None:
+        """Calling ``target`` raises ``PermissionError(message)``."""
+        key = f"_MGPU_REFUSED_{next(self._count)}"
+        target.__globals__[key] = message
+        self._swap(target, f"raise PermissionError({key})")
+
+    def hook(self, target, hook) -> None:
+        """``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``; ``original`` runs the old code."""
+        import types as _types
+
+        original = _types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
+                                       target.__closure__)
+        original.__kwdefaults__ = target.__kwdefaults__
+        key = f"_MGPU_HOOK_{next(self._count)}"
+        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
+        self._swap(target, f"return {key}(args, kwargs)")
+
+    def _swap(self, target, body: str) -> None:
+        code = getattr(target, "__code__", None)
+        if code is None:
+            raise TypeError(f"{target!r} is not a Python function: its code cannot be replaced")
+        self._saved.append((target, code))
+        target.__code__ = _code_with(code.co_freevars, body)
+
+    def restore(self) -> None:
+        for target, code in reversed(self._saved):
+            target.__code__ = code
+        self._saved.clear()
+        # (the keys stay in the module's globals: a copy of the old code may still be running, and each is small)
+
+
+def _numel(x):
+    if isinstance(x, (list, tuple)):
+        parts = [_numel(t) for t in x]
+        return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    return int(x.numel()) if hasattr(x, "numel") else None
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(t) for t in x)
+    return int(x.numel() * x.element_size()) if hasattr(x, "element_size") else 0
+
+
+class DistCall(tuple):
+    """One call the learner's code made: ``(name, peer, numel)`` as a tuple, plus ``.nbytes`` (of the first
+    tensor argument), ``.numels`` (elements of each positional argument, None where not a tensor),
+    ``.async_op``. ``name`` is ``dist.<function>``, or ``batch:isend`` / ``batch:irecv`` for each operation of a
+    ``batch_isend_irecv``; ``peer`` is the dst / src of point-to-point calls, else None."""
+
+    def __new__(cls, name, peer, numel, nbytes=0, numels=(), async_op=False):
+        self = super().__new__(cls, (name, peer, numel))
+        self.nbytes, self.numels, self.async_op = nbytes, tuple(numels), bool(async_op)
+        return self
+
+    def __reduce__(self):
+        return DistCall, (self[0], self[1], self[2], self.nbytes, self.numels, self.async_op)
+
+    @property
+    def name(self):
+        return self[0]
+
+    @property
+    def peer(self):
+        return self[1]
+
+    @property
+    def numel(self):
+        return self[2]
+
+
+def _peer_of(name, args, kwargs):
+    key = "dst" if "send" in name else "src"
+    if len(args) > 1:
+        return args[1]
+    return kwargs.get(key, kwargs.get(f"group_{key}"))
+
+
+class WatchedCalls:
+    """Inside a rank, around the learner's code: the ``torch.distributed`` functions watched, some refused.
+
+    - every function of :data:`DIST_CALLS` (and ``init_process_group`` with ``watch_init``) has its code
+      replaced (:class:`SwappedCode`), so it is watched under any name or import path it is reached by;
+    - ``calls`` lists a :class:`DistCall` for each call the learner's code made (torch's own nested calls,
+      such as ``send`` using ``isend``, are not counted twice; a ``batch_isend_irecv`` adds one entry per
+      operation); ``inits`` the keyword names and positional values of each ``init_process_group``;
+    - ``refuse``: function names whose call raises ``PermissionError("EXERCISE_FORBIDDEN dist.<name>")``;
+      ``course``: ``[(function object, label)]`` of the course's own code or the checker's reference, which
+      raise ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`rank_failure` names both);
+    - ``on_call(call, result) -> result``: called after each counted call (e.g. to wrap a Work handle).
+
+    Use as a context manager (``with WatchedCalls(...) as watched:``); leaving it puts the code back.
+    """
+
+    def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
+        self.refuse, self.course, self.on_call, self.watch_init = set(refuse), list(course), on_call, watch_init
+        self.calls: list = []
+        self.inits: list = []
+        self._depth = 0
+        self._swapped = SwappedCode()
+
+    def __enter__(self):
+        import torch.distributed.distributed_c10d as c10d
+
+        for name in DIST_CALLS:
+            target = getattr(c10d, name, None)
+            if getattr(target, "__code__", None) is not None:
+                self._swapped.hook(target, self._watcher(name))
+        if self.watch_init:
+            self._swapped.hook(c10d.init_process_group, self._init_watcher)
+        for target, label in self.course:
+            target = _inner(target)
+            if getattr(target, "__code__", None) is not None:
+                self._swapped.refuse(target, f"EXERCISE_COURSE_CODE {label}")
+        return self
+
+    def __exit__(self, *exc):
+        self._swapped.restore()
+        return False
+
+    def _watcher(self, name):
+        def watcher(original, args, kwargs):
+            outer = self._depth == 0
+            if outer:
+                if name in self.refuse:
+                    raise PermissionError(f"EXERCISE_FORBIDDEN dist.{name}")
+                self._record(name, args, kwargs)
+            self._depth += 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+            if outer and self.on_call is not None:
+                result = self.on_call(self.calls[-1], result)
+            return result
+        return watcher
+
+    def _record(self, name, args, kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        peer = _peer_of(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
+        self.calls.append(DistCall(f"dist.{name}", peer, _numel(first), _nbytes(first),
+                                   [_numel(a) for a in args], kwargs.get("async_op", False)))
+        if name == "batch_isend_irecv":
+            for op in (args[0] if args else kwargs.get("p2p_op_list", [])):
+                kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
+                self.calls.append(DistCall(f"batch:{kind}", op.peer, _numel(op.tensor), _nbytes(op.tensor),
+                                           [_numel(op.tensor)], True))
+
+    def _init_watcher(self, original, args, kwargs):
+        plain = (str, int, float, type(None))
+        self.inits.append({k: (v if isinstance(v, plain) else repr(v)) for k, v in kwargs.items()}
+                          | {"_args": [a if isinstance(a, plain) else repr(a) for a in args]})
+        return original(*args, **kwargs)
+
+
+def used(calls_by_rank, names) -> tuple[int, str] | None:
+    """``(rank, call name)`` of the first recorded call whose function is one of ``names``, or None."""
+    for rank, calls in enumerate(calls_by_rank):
+        for call_ in calls:
+            if call_[0].split(".")[-1].split(":")[-1] in names:
+                return rank, call_[0]
+    return None
+
+
+def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
+    """Raise :class:`CheckFailed` when a rank called one of ``names`` (an exercise's rule, checked on the calls)."""
+    hit = used(calls_by_rank, names)
+    if hit:
+        raise CheckFailed(f"{what}：rank {hit[0]} 调用了 {hit[1]}。{why}")
+
+
+# -- launching the learner's code on ranks: a hang or an error, told in the learner's terms ---------------
+
+# How long the checked work may run once every rank has joined the process group (start-up is not counted:
+# ``run_ranks`` starts the clock when the last rank is in). Measured on the 2-core course machine shared with
+# other work: a whole checker launch (forking, joining, the checked work, the result back) takes 0.7-1.0 s
+# for the point-to-point, collective and semantics checks on 2-4 ranks, so the checked work itself is well
+# under a second; 4 s is a margin of several times it, and an answer that never ends is reported within
+# seconds (tests/test_checks_core.py holds every rank-launching checker to that).
+HANG_S = 4.0
+
+
+# Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
+TRAIN_HANG_S = 2 * HANG_S
+_preload_given = False
+
+
+def let_rank_server_preload() -> None:
+    """Before the first check in a session whose ranks train a model: start the rank server if needed and
+    leave it a moment of idle time, in which it imports the modules an optimizer's first step needs (see
+    ``launcher/server.IDLE_PRELOADS``). A launch that arrives while it imports waits until it is done, before
+    the ranks start, so that import is not counted against the hang limit. Once per session."""
+    global _preload_given
+    if _preload_given:
+        return
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    run_ranks(_nothing, 1, timeout=60, stream=False, quiet=True, init=False)
+    time.sleep(0.5)
+    _preload_given = True
+
+
+def _nothing(rank, world_size):
+    return None
+
+
+def where_ranks_wait(exc) -> str:
+    """'rank 0 卡在 dist.send（exchange 的第 12 行）；rank 1 ...' from a :class:`RankTimeout`'s stacks: per rank,
+    the torch.distributed call it is blocked in and the line of the learner's code that made it."""
+    import re
+
+    parts = []
+    for rank in sorted(set(exc.stacks) | set(exc.waiting_in)):
+        stack = exc.stacks.get(rank, "")
+        call_ = (exc.waiting_in.get(rank) or "").split(" ")[0]
+        where = ""
+        for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
+            if "mgpu_helpers/launcher/rank.py" not in block:
+                continue
+            if not call_:
+                found = re.findall(r'torch/distributed/[^"]*", line \d+ in ([a-z]\w*)', block)
+                call_ = f"dist.{found[0]}" if found else ""
+            frames = [(path, line, func) for path, line, func in
+                      re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block)
+                      if "torch/" not in path and not path.startswith("<frozen") and "runpy" not in path]
+            for path, line, func in frames:
+                if "mgpu_helpers/" in path:
+                    if not call_ and "mgpu_helpers/checks/" in path:
+                        # Blocked in a request's wait(): a C++ call, so no torch.distributed frame on the stack.
+                        call_ = "request.wait()（等返回的请求完成）"
+                    continue
+                where = f"（{func} 的第 {line} 行）"
+                break
+        parts.append(f"rank {rank} 卡在 {call_ or '（不在 torch.distributed 调用里，像是死循环）'}{where}")
+    return "；".join(parts)
+
+
+def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = "") -> CheckFailed:
+    """The learner-facing failure for a :class:`RankTimeout`: how long, where each rank waits, what to check."""
+    advice = advice or ("检查：每个 send 在对方都有一个 recv 对应（对方是不是那个 rank，长度是否一样）；"
+                        "如果每个 Rank 都先做同一件事（都先 send，或者都先 recv），等待就会连成一个圈。")
+    return CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束——死锁了，或者收发没有配对。"
+                       f"{where_ranks_wait(exc) or '没有 Rank 停在 torch.distributed 调用里'}。{advice}")
+
+
+def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice: str = "",
+           init: bool = True, backend: str = "auto", rule: str = "", **kwargs):
+    """``run_ranks(rank_fn, world_size, args)`` for a checker: the values in rank order. A hang becomes
+    :func:`hang_failure` (``advice``: what to check), an error in the learner's ``fn`` :func:`rank_failure`
+    (``rule``: what the exercise allows); both are :class:`CheckFailed`."""
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    try:
+        return run_ranks(rank_fn, world_size, args=tuple(args), timeout=timeout, stream=False, quiet=True,
+                         init=init, backend=backend, **kwargs).values
+    except RankTimeout as exc:
+        raise hang_failure(exc, what, world_size, timeout, advice) from None
+    except RankError as exc:
+        raise rank_failure(exc, fn, what, rule) from None
+
+
 # -- ranks --------------------------------------------------------------------------------------------------
 
 
-def _forbidden(name: str):
-    def refuse(*args, **kwargs):
-        raise PermissionError(f"EXERCISE_FORBIDDEN dist.{name}")
-    return refuse
+def resolve_course(course) -> list:
+    """``[(function object, label)]`` for ``course``: function objects, or dotted names resolved now
+    (``"mgpu_helpers.lessons.p2p.exchange"``); names that do not resolve are left out."""
+    import importlib
+
+    out = []
+    for item in course:
+        if isinstance(item, str):
+            module, _, attr = item.rpartition(".")
+            try:
+                obj = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError):
+                continue
+            out.append((obj, item.replace("mgpu_helpers.", "mh.")))
+        elif item is not None:
+            label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
+            out.append((item, label.replace("mgpu_helpers.", "mh.")))
+    return out
 
 
-def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True):
-    """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it.
+def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
+    """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it, watched
+    (:class:`WatchedCalls`: ``forbid`` and the ``course`` code refuse to run, under any name).
 
     ``joined=False``: the reader's ``fn`` joins the process group itself and must leave it before returning.
     """
@@ -135,11 +704,9 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True):
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    for name in forbid:                     # the exercise asks for point-to-point messages only
-        if hasattr(dist, name):
-            setattr(dist, name, _forbidden(name))
     x = torch.tensor(np.asarray(inputs[rank]), dtype=getattr(torch, dtype), device=rank_device())
-    out = fn(rank, world_size, x, *extra)
+    with WatchedCalls(refuse=forbid, course=course):
+        out = fn(rank, world_size, x, *extra)
     if not joined and dist.is_initialized():
         raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
     if isinstance(out, torch.Tensor):
@@ -147,44 +714,43 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True):
     return out
 
 
-def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=30.0,
-                 init: bool = True):
+def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S,
+                 init: bool = True, course=()):
     """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
 
-    ``init=False``: the ranks start without a process group; ``fn`` joins it (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT and MGPU_BACKEND are set) and must leave it again.
+    ``forbid``: ``torch.distributed`` function names ``fn`` may not call; ``course``: the course's code and
+    the checker's reference (objects or dotted names), which may not be called either. ``init=False``: the
+    ranks start without a process group; ``fn`` joins it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+    MGPU_BACKEND are set) and must leave it again.
     """
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
-    try:
-        res = run_ranks(_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(forbid), dtype, init),
-                        timeout=timeout, stream=False, quiet=True, init=init)
-    except RankTimeout as exc:
-        where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
-        raise CheckFailed(
-            f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束，多半是死锁或者收发没有配对。"
-            f"{where or '（没有 Rank 停在 torch.distributed 调用里）'}。"
-            "检查：每个 send 在对方都有一个 recv 对应；阻塞的 send/recv 要错开顺序（或用 batch_isend_irecv）。"
-        ) from None
-    except RankError as exc:
-        raise rank_failure(exc, fn, what) from None
-    return res.values
+    course = course if all(isinstance(c, tuple) for c in course) else resolve_course(course)
+    refuse_course_code(fn, what, [obj for obj, _label in course])
+    return launch(_rank_main, world_size, (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course),
+                  what, fn, timeout, init=init)
 
 
-def rank_failure(exc, fn, what: str) -> CheckFailed:
+def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
     """The learner-facing failure for a :class:`~mgpu_helpers.RankError` raised by the learner's ``fn``:
-    "not done yet" for the stub, the exercise's own rules (forbidden calls, a group left open), else the
-    rank, the exception type and its first line."""
+    "not done yet" for the stub, the exercise's own rules (forbidden calls, the course's code, a group left
+    open), else the rank, the exception type and its first line. ``rule``: what the exercise allows, for the
+    message of a forbidden call."""
     if is_stub_error(exc):
         return not_done(fn, what)
     text = str(exc).splitlines()[0]
     if "EXERCISE_NOT_LEFT" in str(exc):
         return CheckFailed(f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
                            "dist.destroy_process_group()，让这个进程离开进程组。")
+    if "EXERCISE_COURSE_CODE" in str(exc):
+        name = str(exc).split("EXERCISE_COURSE_CODE ")[1].split()[0].rstrip("'\".,")
+        return CheckFailed(f"{what}：rank {exc.rank} 调用了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
+                           "不算你写的代码（换个名字或从别处 import 也一样）。在你的单元格里自己写出来。")
     if "EXERCISE_FORBIDDEN" in str(exc):
         name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
-        return CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}（rank {exc.rank}）。")
+        if rule:
+            return CheckFailed(f"{what}：这个练习只许用 {rule}，rank {exc.rank} 调用了 {name}"
+                               "（换个名字或从别处 import 也算）。")
+        return CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}（rank {exc.rank}；"
+                           "换个名字或从别处 import 也算）。")
     return CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}")
 
 
@@ -227,7 +793,8 @@ class RankProblem:
     - ``explain(case, rank, got) -> str``: a hint for a wrong answer ('' for none); it may also raise
       :class:`CheckFailed` itself for a more precise message;
     - ``where(case, rank) -> str``: how a failure names the case (default: world size and rank);
-    - ``forbid``: ``torch.distributed`` names the reader may not call; ``init=False``: ``fn`` joins and leaves
+    - ``forbid``: ``torch.distributed`` names the reader may not call; ``course``: the course's code and the
+      checker's reference (objects or dotted names), refused by name before the run and in the ranks; ``init=False``: ``fn`` joins and leaves
       the process group itself; ``world_sizes``: the sizes run by default; ``done``: the pass line, with
       ``{sizes}`` for the world sizes run.
     """
@@ -239,6 +806,7 @@ class RankProblem:
     explain: Callable | None = None
     where: Callable | None = None
     forbid: tuple = ()
+    course: tuple = ()
     init: bool = True
     world_sizes: tuple = WORLD_SIZES
     dtype: str = "float32"
@@ -248,7 +816,7 @@ def default_where(case: RankCase, rank: int) -> str:
     return f"world_size = {case.world_size}，rank {rank}"
 
 
-def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = 30.0) -> list[RankCase]:
+def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
     """Run ``fn`` on every world size of ``problem``, compare each rank with the reference, explain a miss.
 
     Prints the pass line and returns the cases run; raises :class:`CheckFailed` naming the world size, the
@@ -259,12 +827,13 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = 30.
     if not sizes or any(int(w) != w or w < 1 for w in sizes):
         raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
     where = problem.where or default_where
+    course = resolve_course(problem.course)
     cases = []
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
         case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
         got = run_on_ranks(fn, problem.what, world_size, inputs, case.extra, problem.forbid, problem.dtype,
-                           timeout, init=problem.init)
+                           timeout, init=problem.init, course=course)
         for rank in range(world_size):
             hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
             compare(got[rank], case.expected[rank], where(case, rank), hint)

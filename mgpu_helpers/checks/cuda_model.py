@@ -26,7 +26,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, has_stub, new_rng, not_done, passed
+from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, has_stub, new_rng, not_done, passed,
+                                      refuse_course_code)
 
 PAD = 5              # sentinel elements after every launched thread's slot
 WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is stopped
@@ -42,15 +43,6 @@ class KernelTimeout(Exception):
 
 def _inner(fn):
     return getattr(fn, "py_func", None) or fn
-
-
-def refuse_reference(fn, what: str, *references) -> None:
-    """Calling (or handing in) the course's own implementation does not count as writing it."""
-    inner = _inner(fn)
-    for ref in references:
-        if ref is not None and (fn is ref or inner is _inner(ref)):
-            raise CheckFailed(f"{what}：交上来的是课程自己的实现 `{getattr(_inner(ref), '__name__', ref)}`，"
-                              "不是你写的代码。在练习格里自己写出函数体。")
 
 
 def stuck_loop(kernel) -> str | None:
@@ -179,7 +171,7 @@ def check_thread_ids(fn) -> None:
     """``fn(grid, block) -> (block_idx, thread_idx, global_idx, warp, lane)``: one entry per launched thread,
     in launch order; ``warp`` is the warp's number inside its block, ``lane`` the place inside the warp."""
     what = "thread_ids 要算出每个线程的 Block 号、块内编号、全局下标、Warp 和 lane"
-    refuse_reference(fn, what, _reference("thread_ids"))
+    refuse_course_code(fn, what, [_reference("thread_ids")], advice="在练习格里自己写出函数体。")
     rng = random.Random()
     cases = [(1, 1), (3, 64), (2, 100), (4, 33), (1, 32), (5, 7)]
     cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
@@ -220,7 +212,7 @@ def check_work_and_idle(fn) -> None:
     """``fn(grid, block, n) -> (work, idle, no_thread)``: threads that pass ``i < n``, threads the bounds
     check stops, and elements no thread reaches (the grid is too small)."""
     what = "work_and_idle 要数出干活的线程、闲置的线程和没有线程的元素"
-    refuse_reference(fn, what, _reference("work_and_idle"))
+    refuse_course_code(fn, what, [_reference("work_and_idle")], advice="在练习格里自己写出函数体。")
     rng = random.Random()
     cases = [(4, 256, 1000), (3, 64, 150), (2, 256, 1000), (1, 256, 1), (4, 32, 128), (1, 1, 0), (3, 100, 300)]
     cases += [(rng.randint(1, 8), rng.randint(1, 512), rng.randint(0, 3000)) for _ in range(30)]
@@ -250,7 +242,7 @@ def try_work_and_idle(fn):
 def check_launch_config(fn) -> None:
     """``fn(n, block=256) -> (blocks, block)``: the fewest blocks that cover n, at least one."""
     what = "launch_config 要向上取整算出 Block 数"
-    refuse_reference(fn, what, _reference("launch_config"))
+    refuse_course_code(fn, what, [_reference("launch_config")], advice="在练习格里自己写出函数体。")
     rng = random.Random()
     cases = [(1, 256), (255, 256), (256, 256), (257, 256), (1000, 256), (150, 64), (0, 128), (7, 1), (33, 32)]
     cases += [(rng.randint(1, 10 ** 7), rng.choice([32, 64, 100, 128, 256, 512, 1024])) for _ in range(40)]
@@ -291,7 +283,7 @@ def check_vec_mul(kernel, block: int = 32) -> None:
     from numba import cuda
 
     what = "vec_mul Kernel 要算出全局下标、做边界检查，再写 c[i] = a[i] * b[i]"
-    refuse_reference(kernel, what, _reference("vec_mul"))
+    refuse_course_code(kernel, what, [_reference("vec_mul")], advice="在练习格里自己写出函数体。")
     rng = new_rng()
     sizes = _sizes(rng, block)
     for n in sizes:

@@ -15,7 +15,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, passed, rank_failure
+from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, launch,
+                                      let_rank_server_preload, passed)
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -66,29 +67,23 @@ def simulated_training(config, world_size: int, combine: str):
 UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}   # rows that never divide the world size
 
 
-def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = 60.0) -> None:
+def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_HANG_S) -> None:
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
     ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
     from mgpu_helpers.lessons.data_parallel import shard_range
     from mgpu_helpers.measure import dp_reference as ref
 
+    let_rank_server_preload()
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
     rng = random.Random()
     for n in world_sizes:
         rows = rng.choice(UNEVEN_CASES.get(n, (4 * n + 1,)))
         config = ref.TrainConfig(n_samples=rows, steps=3, seed=rng.randint(0, 10 ** 6))
         sizes = "/".join(str(len(shard_range(rows, r, n))) for r in range(n))
-        try:
-            res = run_ranks(_dp_rank, n, args=(fn, config), timeout=timeout, stream=False, quiet=True)
-        except RankTimeout:
-            raise CheckFailed(f"{what}：{n} 个 Rank 过了 {timeout:g} 秒还没结束；是不是有的 Rank 少调了一次 "
-                              "All-Reduce？每个 Rank 每一步都要调用同样的 Collective。") from None
-        except RankError as exc:
-            raise rank_failure(exc, fn, what) from None
+        values = launch(_dp_rank, n, (fn, config), what, fn, timeout,
+                        advice="是不是有的 Rank 少调了一次 All-Reduce？每个 Rank 每一步都要调用同样的 Collective。")
         want = ref.train_single_process(config).numpy()
-        for r, got in enumerate(res.values):
+        for r, got in enumerate(values):
             hint = ""
             if got is not None and np.shape(got) == want.shape and not np.allclose(got, want, atol=1e-9, rtol=1e-9):
                 hint = _which_mistake(got, config, n, sizes)
@@ -215,11 +210,11 @@ def check_local_gradient(fn) -> None:
 
 def try_local_gradient(fn):
     """Notebook 09's fill-in; the course's version (``mh.lessons.data_parallel.local_gradient``) while unwritten."""
-    from mgpu_helpers.checks.stragglers import refuse_reference
+    from mgpu_helpers.checks.core import refusing_course_code
     from mgpu_helpers.lessons import data_parallel
 
     def check(f):
-        with refuse_reference(f, "local_gradient", [(data_parallel, "local_gradient")]):
+        with refusing_course_code(f, "local_gradient", [(data_parallel, "local_gradient")]):
             check_local_gradient(f)
 
     return fill_in(fn, check, data_parallel.local_gradient, "本地的 forward + backward")

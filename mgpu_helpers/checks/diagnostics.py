@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import random
 
-from mgpu_helpers.checks.core import CheckFailed, passed, call
+from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, passed
 
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier")
@@ -153,9 +153,9 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
 
 
 def _uses(fn, forbidden, names) -> bool:
-    """True when ``fn`` is one of ``forbidden`` or its code names one of ``names`` (the course's own version)."""
-    code = getattr(fn, "__code__", None)
-    return fn in forbidden or (code is not None and bool(set(code.co_names) & set(names)))
+    """True when ``fn`` is, or reaches (any alias, a helper of its own), one of ``forbidden`` or names one of
+    ``names`` (the course's own version): core.course_code_reached."""
+    return course_code_reached(fn, forbidden, names=names) is not None
 
 
 def _random_log(rng: random.Random, done: int, pending_op: str | None, noise: bool = True) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, call, compare, int_values, is_stub_error, new_rng, not_done,
-                                      passed, rank_failure)
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, hang_failure, int_values,
+                                      is_stub_error, launch, new_rng, not_done, passed)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -69,54 +69,35 @@ def _join_sum_main(rank, world_size, fn, inputs):
     """Rank function of :func:`check_join_and_sum`: record the init call, run ``fn``, see if it left."""
     import torch
     import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
-    from mgpu_helpers.checks.p2p import _rebind
-
-    inits = []
-    orig = c10d.init_process_group
-
-    def init_process_group(*args, **kwargs):
-        inits.append(sorted(kwargs) + ["<positional>"] * len(args))
-        return orig(*args, **kwargs)
-    init_process_group._watching = True
-    dist.init_process_group = c10d.init_process_group = init_process_group
-    _rebind(fn, {orig: init_process_group})
-    out = fn(rank, world_size, torch.tensor(inputs[rank]))
+    with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
+        out = fn(rank, world_size, torch.tensor(inputs[rank]))
+    inits = [sorted(k for k in init if k != "_args") + ["<positional>"] * len(init["_args"]) for init in watched.inits]
     left_open = dist.is_initialized()
     if isinstance(out, torch.Tensor):
         out = out.detach().cpu().numpy()
     return out, inits, left_open
 
 
-def check_join_and_sum(fn, world_sizes=None, timeout: float = 60.0) -> None:
+def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)`` joins the default group itself through a ``dist.FileStore`` it makes
     (``store=``), sums x over all ranks, leaves the group and returns the sum (on the CPU)."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
     what = "join_and_sum 要自己建 FileStore 加入进程组，all_reduce 之后离开"
     sizes = tuple(world_sizes or (2, 3, 4))
     rng = new_rng()
     for world_size in sizes:
         length = int(rng.integers(1, 5))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        try:
-            res = run_ranks(_join_sum_main, world_size, args=(fn, inputs), init=False, timeout=timeout,
-                            stream=False, quiet=True)
-        except RankTimeout:
-            raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束。多半是各 Rank 没在同一个 "
-                              "store 里碰头：FileStore 的路径、world_size 要和大家一致。") from None
-        except RankError as exc:
-            raise rank_failure(exc, fn, what) from None     # the stub, or rank, exception type and first line
-        for rank, (got, inits, left_open) in enumerate(res.values):
+        values = launch(_join_sum_main, world_size, (fn, inputs), what, fn, timeout, init=False,
+                        advice="多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。")
+        for rank, (got, inits, left_open) in enumerate(values):
             if left_open:
                 raise CheckFailed(f"{what}：rank {rank} 返回时进程组还开着。最后要调用 "
                                   "dist.destroy_process_group()，让这个进程离开进程组。")
         total = np.sum(inputs, axis=0)
-        for rank, (got, inits, _left) in enumerate(res.values):
+        for rank, (got, inits, _left) in enumerate(values):
             compare(got, total, f"world_size = {world_size}，rank {rank}", _explain_join(inputs, rank, got))
-        for rank, (_got, inits, _left) in enumerate(res.values):
+        for rank, (_got, inits, _left) in enumerate(values):
             if len(inits) != 1 or "store" not in inits[0] or "init_method" in inits[0]:
                 raise CheckFailed(f"{what}：rank {rank} 调用 init_process_group 时给的参数是 {inits}。这一题要自己建 "
                                   "dist.FileStore(路径, world_size)，用 store= 传进去（再传 rank 和 world_size），"
@@ -211,22 +192,12 @@ def _init_main(rank, world_size, fn, method):
     all-reduce the rank in the group it joined, leave; returns (what the group says, the init calls)."""
     import torch
     import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
-    from mgpu_helpers.checks.p2p import _rebind
     from mgpu_helpers.launcher.ranks import rank_device
 
-    inits = []
-    orig = c10d.init_process_group
-
-    def init_process_group(*args, **kwargs):
-        inits.append({k: (v if isinstance(v, (str, int, type(None))) else repr(v)) for k, v in kwargs.items()}
-                     | {"_args": [a if isinstance(a, (str, int)) else repr(a) for a in args]})
-        return orig(*args, **kwargs)
-    init_process_group._watching = True
-    dist.init_process_group = c10d.init_process_group = init_process_group
-    _rebind(fn, {orig: init_process_group})
-    fn(rank, world_size, method)
+    with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
+        fn(rank, world_size, method)
+    inits = watched.inits
     if not dist.is_initialized():
         return None, inits
     x = torch.tensor([rank], device=rank_device())
@@ -236,7 +207,7 @@ def _init_main(rank, world_size, fn, method):
     return seen, inits
 
 
-def check_init_for(fn, timeout: float = 20.0) -> None:
+def check_init_for(fn, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, method)`` joins the default group through ``method`` (env:// on 3 ranks, tcp://
     on 2); the init call itself is recorded and held against the method, then the group is used."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
@@ -248,9 +219,10 @@ def check_init_for(fn, timeout: float = 20.0) -> None:
         try:
             res = run_ranks(_init_main, world_size, args=(fn, method), init=False, timeout=timeout,
                             stream=False, quiet=True)
-        except RankTimeout:
-            raise CheckFailed(f"{case}：{timeout:g} 秒后还没有连上。多半是碰头的地址不对：每个 rank 要去同一个 "
-                              "MASTER_ADDR:MASTER_PORT（tcp:// 要把这两个写进 URL：tcp://地址:端口）。") from None
+        except RankTimeout as exc:
+            raise hang_failure(exc, case, world_size, timeout,
+                               "多半是碰头的地址不对：每个 rank 要去同一个 MASTER_ADDR:MASTER_PORT"
+                               "（tcp:// 要把这两个写进 URL：tcp://地址:端口）。") from None
         except RankError as exc:
             if is_stub_error(exc):
                 raise not_done(fn, what) from None

@@ -16,12 +16,11 @@ import contextlib
 import re
 import signal
 import threading
-import types
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, compare, fill_in, has_stub, int_values, new_rng, \
-    not_done, passed
+from mgpu_helpers.checks.core import CheckFailed, call, code_names, compare, fill_in, has_stub, int_values, new_rng, \
+    not_done, passed, refuse_course_code
 
 PAD = 7                       # extra elements after the data: a missing bounds check writes into them
 SKIPPED = "跳过"
@@ -54,37 +53,6 @@ def deadline(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _names_used(fn) -> set[str]:
-    """Every global and attribute name the function's code (and nested code) refers to."""
-    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
-    code = getattr(inner, "__code__", None)
-    names, stack = set(), [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-    return names
-
-
-def _course_code_used(fn) -> list[str]:
-    """The globals ``fn`` refers to that are the course's own code: a module of mgpu_helpers (``mh``, ``occ``) or
-    a function defined there, under whatever name it was imported. Data such as ``HOPPER`` is not counted."""
-    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
-    scope = getattr(inner, "__globals__", {})
-    found = []
-    for name in sorted(_names_used(fn)):
-        obj = scope.get(name)
-        if isinstance(obj, types.ModuleType):
-            where = obj.__name__
-        elif callable(obj):
-            where = getattr(obj, "__module__", "") or ""
-        else:
-            continue
-        if where == "mgpu_helpers" or where.startswith("mgpu_helpers."):
-            found.append(name)
-    return found
-
-
 def _refuse_course_code(fn, what: str) -> None:
     """The learner's function may not hand the work to the model or to the course's own version."""
     from mgpu_helpers.lessons import cupy_kernels
@@ -92,10 +60,8 @@ def _refuse_course_code(fn, what: str) -> None:
 
     ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks,
             reference_blocks_per_sm, reference_max_regs}
-    used = _course_code_used(fn)
-    if fn in ours or used:
-        raise CheckFailed(f"{what}：你的函数调用了课程自己的实现（{', '.join(used) or '同一个函数'}）。"
-                          "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。")
+    refuse_course_code(fn, what, ours, packages=("mgpu_helpers",),
+                       advice="这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -382,7 +348,7 @@ def check_saxpy_structure(fn) -> None:
     """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
     check, and no new array is allocated for the result (y is updated in place)."""
     what = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
-    names = _names_used(fn)
+    names = code_names(fn)
     if "RawKernel" not in names and "RawModule" not in names:
         raise CheckFailed(f"{what}：函数里没有用到 cp.RawKernel。这个练习要你自己写 CUDA C 的 Kernel，"
                           "不是用 CuPy 的数组运算（y += alpha * x）。")

@@ -5,24 +5,25 @@ The classes the learner writes run inside :func:`mgpu_helpers.lessons.overlap.tr
 learner's code does, not only what it computes:
 
 - every collective of ``torch.distributed`` is logged (which op, how many elements, async or not, whether
-  it was issued while ``backward()`` was still running), under any name it is reached by (the module
-  attributes are replaced in the rank, so ``dist.all_reduce`` and ``distributed_c10d.all_reduce`` are the
-  same logged function);
+  it was issued while ``backward()`` was still running), under any name it is reached by
+  (:class:`~mgpu_helpers.checks.core.WatchedCalls` replaces the functions' code in the rank);
 - the Work handles of async collectives come back wrapped, so the check knows whether each was waited on
   before ``optimizer.step()`` ran (a step that reads a gradient still in flight is named);
 - the final parameters are compared with one process training on the whole batch (and, when they differ,
   with the same run without the division by the world size, to name that mistake).
 
 Using the course's own implementation (``mh.lessons.overlap``) instead of writing the code counts as not
-written: it is refused by name, whatever alias it was imported under.
+written: it is refused (:func:`~mgpu_helpers.checks.core.refuse_course_code`), whatever alias it was imported
+under, also as a base class or from a helper of the learner's.
 """
 from __future__ import annotations
 
 import inspect
 import random
-import types
 
-from mgpu_helpers.checks.core import CheckFailed, fill_in, has_stub, not_done, passed, run_on_ranks  # noqa: F401
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fill_in, has_stub,  # noqa: F401
+                                      launch, let_rank_server_preload, not_done, passed, refuse_course_code,
+                                      run_on_ranks)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
@@ -39,38 +40,16 @@ def _lessons():
 # --------------------------------------------------------------------------------------------------------
 # Using the course's implementation is not writing the code.
 
-def _reaches_course_code(fn) -> str | None:
-    """The name under which ``fn``'s code reaches mgpu_helpers.lessons / .checks, or None."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return None
-    globs = getattr(fn, "__globals__", {})
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        for name in c.co_names:
-            obj = globs.get(name)
-            mod = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "") or ""
-            if mod.startswith(("mgpu_helpers.lessons", "mgpu_helpers.checks")):
-                return name
-            if obj is not None and name in ("mh", "mgpu_helpers") and isinstance(obj, types.ModuleType):
-                if any(n in ("lessons", "checks") for n in c.co_names):
-                    return f"{name}.lessons"
-        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
-    return None
+COURSE_NAMES = ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets", "overlap_fraction")
 
 
 def _refuse_course_code(obj, methods, what: str) -> None:
+    """The course's classes (also as a base class) and anything of mh.lessons / mh.checks reached from the
+    learner's code (core.refuse_course_code) are not the learner's code. ``methods``: what the cell asks for."""
     lesson = _lessons()
-    course = {getattr(lesson, n, None) for n in ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets",
-                                                   "overlap_fraction")} - {None}
-    if obj in course or (isinstance(obj, type) and any(b in course for b in obj.__mro__[1:])):
-        raise CheckFailed(f"{what}：这是课程自己的实现（mh.lessons.overlap），不是你写的。把它的方法补全在你的单元格里。")
-    for m in methods:
-        fn = getattr(obj, m, None) if isinstance(obj, type) else obj
-        name = _reaches_course_code(fn)
-        if name:
-            raise CheckFailed(f"{what}：`{m}` 通过 `{name}` 调用了课程自己的实现；这一格要你自己写出来。")
+    course = [getattr(lesson, n, None) for n in COURSE_NAMES]
+    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES,
+                       advice=f"把 {', '.join(methods)} 补全在你的单元格里。")
 
 
 def _stubbed(obj, methods) -> bool:
@@ -113,32 +92,28 @@ def _watch():
     (collectives and optimizer steps in sequence), ``unwaited_at_step`` (async collectives not yet waited on
     when a step ran), and ``no_sync`` (set by the caller while a micro-batch should not communicate)."""
     import torch
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
     seen = {"calls": [], "waited": set(), "async": set(), "in_backward": False, "step": 0,
             "unwaited_at_step": 0, "order": []}
 
-    def watch(op, original):
-        def collective(first, *args, async_op=False, **kwargs):
-            index = len(seen["calls"])
-            big = args[0] if op in ("all_gather_into_tensor", "reduce_scatter_tensor") and args else first
-            seen["calls"].append((op, _numel(big), bool(async_op), seen["in_backward"], seen["step"]))
-            seen["order"].append(op)
-            work = original(first, *args, async_op=async_op, **kwargs)
-            if async_op and work is not None:
-                seen["async"].add(index)
-                return _WorkProxy(work, index, seen)
+    def seen_call(call, work):
+        """Each collective the learner's code issues (core.WatchedCalls: under any name): op, elements,
+        async or not, issued during backward, at which step; an async Work handle comes back wrapped."""
+        op = call.name.split(".")[-1]
+        if op not in COLLECTIVES:
             return work
-        return collective
+        index = len(seen["calls"])
+        numels = call.numels
+        big = numels[1] if op in ("all_gather_into_tensor", "reduce_scatter_tensor") and len(numels) > 1 else numels[0]
+        seen["calls"].append((op, big or 0, call.async_op, seen["in_backward"], seen["step"]))
+        seen["order"].append(op)
+        if call.async_op and work is not None:
+            seen["async"].add(index)
+            return _WorkProxy(work, index, seen)
+        return work
 
-    for op in COLLECTIVES:
-        original = getattr(dist, op, None)
-        if original is not None:
-            wrapped = watch(op, original)
-            setattr(dist, op, wrapped)
-            if getattr(c10d, op, None) is original:
-                setattr(c10d, op, wrapped)
+    watched = WatchedCalls(on_call=seen_call).__enter__()     # left in place: the rank ends after the run
+    seen["watched"] = watched
 
     backward = torch.Tensor.backward
 
@@ -207,19 +182,11 @@ def _run(cls, world_size, what, **train_kwargs):
     return values, kwargs
 
 
-def _ranks(fn, world_size, args, what, timeout=45.0):
+def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
     """``fn(rank, world_size, *args)`` on ranks; a hang or an error becomes a CheckFailed that says what."""
-    from mgpu_helpers.checks.core import rank_failure
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-    try:
-        return run_ranks(fn, world_size, args=args, timeout=timeout, stream=False, quiet=True).values
-    except RankTimeout as exc:
-        where = "; ".join(f"rank {r} 停在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
-        raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没结束（{where or '没有停在通信调用里'}）。"
-                          "常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。") from None
-    except RankError as exc:
-        raise rank_failure(exc, fn, what) from None
+    let_rank_server_preload()
+    return launch(fn, world_size, args, what, args[0], timeout,
+                  advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
 
 
 def _reference(world_size, kwargs, divide=True):

@@ -3,12 +3,12 @@
 Every check runs the reader's code on ranks (gloo on a CPU, NCCL with a GPU per rank) with fresh random
 tensors and the edge cases in every run: an odd world size (3), tensors of length 0, zeros in the data,
 float and integer dtypes, both directions round the ring. Inside each rank the ``torch.distributed``
-calls are watched before the reader's code runs: every send, receive and collective is recorded (on
-``torch.distributed`` and ``torch.distributed.distributed_c10d``, and where the reader's function holds a
-function under another name, that reference too), so a rule an exercise states ("blocking send/recv
-only", "no collective", "an empty buffer is not sent") is checked against the calls really made. The
-course's own implementation (:mod:`mgpu_helpers.lessons.p2p`) is watched the same way: calling it does
-not count as writing the code. A deadlock ends after a few seconds with the rank and the call it was
+calls are watched before the reader's code runs (:class:`~mgpu_helpers.checks.core.WatchedCalls`: every
+send, receive and collective is recorded under any name or import path it is reached by), so a rule an
+exercise states ("blocking send/recv only", "no collective", "an empty buffer is not sent") is checked
+against the calls really made. The course's own implementation (:mod:`mgpu_helpers.lessons.p2p`) is
+refused the same way (:func:`~mgpu_helpers.checks.core.refuse_course_code` before the run, and in the
+ranks): calling it does not count as writing the code. A deadlock ends after a few seconds with the rank and the call it was
 stuck in.
 
 | where | checker | the reader writes |
@@ -20,135 +20,32 @@ stuck in.
 """
 from __future__ import annotations
 
-import re
-import types
-
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, compare, fill_in, int_values, is_stub_error, new_rng, not_done,
-                                      passed, which_rank)
+from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls,
+                                      compare, fill_in, int_values, launch, new_rng, passed, refuse_calls,
+                                      refuse_course_code, resolve_course, which_rank)
 
-P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
-COLLECTIVE_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "gather",
-                    "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-                    "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
-SENDS = ("dist.send", "dist.isend", "batch:isend")      # how the recorded calls name a message out ...
-RECVS = ("dist.recv", "dist.irecv", "batch:irecv")      # ... and in
-# A warm launch takes well under a second; on a busy machine that compiles every module anew, many.
-CHECK_TIMEOUT_S = 20.0
+# Measured: the work of one check runs in well under a second once the ranks are in (core.HANG_S).
+CHECK_TIMEOUT_S = HANG_S
 
 
 # -- inside a rank: watch the calls ---------------------------------------------------------------------------
 
 
-def _peer(name, args, kwargs):
-    key = "dst" if "send" in name else "src"
-    if len(args) > 1:
-        return args[1]
-    return kwargs.get(key, kwargs.get(f"group_{key}"))
+def _lesson_code(names):
+    """The course's own versions of ``names`` (mh.lessons.p2p), for :class:`~mgpu_helpers.checks.core.WatchedCalls`."""
+    return resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in names)
 
 
-def _watch(calls: list, lessons: bool):
-    """Replace the torch.distributed functions (and, with ``lessons``, mgpu_helpers.lessons.p2p's) by
-    recording wrappers that then call the original; returns {original: wrapper}."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    swapped = {}
-    depth = [0]          # torch's own send calls isend: only the outermost call is the reader's
-
-    def recording(name, orig, label):
-        def watched(*args, **kwargs):
-            if depth[0] == 0:
-                tensor = args[0] if args else kwargs.get("tensor")
-                numel = tensor.numel() if hasattr(tensor, "numel") else None
-                peer = _peer(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
-                calls.append((label, peer, numel))
-                if name == "batch_isend_irecv":
-                    for op in (args[0] if args else kwargs.get("p2p_op_list", [])):
-                        kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
-                        calls.append((f"batch:{kind}", op.peer, op.tensor.numel()))
-            depth[0] += 1
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-        watched.__name__ = watched.__qualname__ = name
-        watched._watching = True          # a wrapper: never rebound itself
-        return watched
-
-    for name in P2P_CALLS + COLLECTIVE_CALLS:
-        orig = getattr(c10d, name, None)
-        if orig is None:
-            continue
-        wrapper = recording(name, orig, f"dist.{name}")
-        swapped[orig] = wrapper
-        for module in (dist, c10d):
-            if getattr(module, name, None) is orig:
-                setattr(module, name, wrapper)
-    if lessons:
-        from mgpu_helpers.lessons import p2p as lesson
-        for name in LESSON_CODE:
-            orig = getattr(lesson, name)
-            wrapper = recording(name, orig, f"mh.lessons.p2p.{name}")
-            swapped[orig] = wrapper
-            setattr(lesson, name, wrapper)
-    return swapped
-
-
-def _code_names(code) -> set:
-    names, stack = set(), [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return names
-
-
-def _rebind(fn, swapped: dict, seen=None) -> None:
-    """Point the names ``fn`` (and the functions it calls) holds for a watched function at the wrapper:
-    ``from torch.distributed import isend as post`` is then watched too."""
-    seen = set() if seen is None else seen
-    if not isinstance(fn, types.FunctionType) or id(fn) in seen:
-        return
-    seen.add(id(fn))
-    module = getattr(fn, "__module__", "") or ""
-    if getattr(fn, "_watching", False) or module.startswith(("torch", "mgpu_helpers.launcher", "numpy")):
-        return
-    g = fn.__globals__
-    for name in _code_names(fn.__code__):
-        value = g.get(name)
-        try:
-            if value in swapped:
-                g[name] = swapped[value]
-                continue
-        except TypeError:                 # unhashable
-            continue
-        _rebind(value, swapped, seen)
-    for cell in fn.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:                # empty cell
-            continue
-        try:
-            if value in swapped:
-                cell.cell_contents = swapped[value]
-                continue
-        except TypeError:
-            continue
-        _rebind(value, swapped, seen)
-
-
-def _watched_main(rank, world_size, body, fn, payload, lessons):
-    """Rank function of these checkers: watch the calls, run ``body(rank, world_size, fn, payload, calls)``;
-    returns ``(what body returned, the calls made)``."""
-    calls: list = []
-    swapped = _watch(calls, lessons)
-    _rebind(fn, swapped)
-    out = body(rank, world_size, fn, payload, calls)
-    return out, calls
+def _watched_main(rank, world_size, body, fn, payload, course):
+    """Rank function of these checkers: watch the calls (the course's ``course`` code refused), run
+    ``body(rank, world_size, fn, payload, calls)``; returns ``(what body returned, the calls made)``."""
+    with WatchedCalls(course=course) as watched:
+        out = body(rank, world_size, fn, payload, watched.calls)
+    return out, list(watched.calls)
 
 
 def _as_numpy(t):
@@ -168,81 +65,24 @@ def _make(values, dtype):
 # -- on the notebook side: run, and explain a deadlock or a failure ------------------------------------------
 
 
-def _stuck_where(exc) -> str:
-    """'rank 0 卡在 dist.send（你的 exchange 第 12 行）；rank 1 ...' from a RankTimeout's stacks."""
-    parts = []
-    for rank in sorted(set(exc.stacks) | set(exc.waiting_in)):
-        stack = exc.stacks.get(rank, "")
-        call = (exc.waiting_in.get(rank) or "").split(" ")[0]
-        where = ""
-        for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
-            if "mgpu_helpers/launcher/rank.py" not in block:
-                continue
-            if not call:
-                found = re.findall(r'torch/distributed/[^"]*", line \d+ in ([a-z]\w*)', block)
-                call = f"dist.{found[0]}" if found else ""
-            frames = [(path, line, func) for path, line, func in re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block)
-                      if "torch/" not in path and not path.startswith("<frozen") and "runpy" not in path]
-            for path, line, func in frames:
-                if "mgpu_helpers/" in path:
-                    if not call and "mgpu_helpers/checks/" in path:
-                        # Blocked in a request's wait(): a C++ call, so no torch.distributed frame on the stack.
-                        call = "request.wait()（等返回的请求完成）"
-                    continue
-                where = f"（{func} 的第 {line} 行）"
-                break
-        parts.append(f"rank {rank} 卡在 {call or '（不在 torch.distributed 调用里）'}{where}")
-    return "；".join(parts)
-
-
-def run_watched(body, fn, what: str, world_size: int, payload, lessons: bool = False,
+def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE,
                 timeout: float = CHECK_TIMEOUT_S, backend: str = "auto"):
     """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched; returns, in rank order,
-    ``(value, calls)`` where ``calls`` lists ``(name, peer, numel)`` of every watched call made.
+    ``(value, calls)`` where ``calls`` lists a :class:`~mgpu_helpers.checks.core.DistCall` (``(name, peer,
+    numel)``) for every call made. ``lessons``: the names in mh.lessons.p2p that ``fn`` may not use (refused
+    before the run, by name, and in the ranks, however reached).
 
     A deadlock becomes a :class:`CheckFailed` naming each rank and the call it was stuck in; the stub
     becomes the "not done yet" failure; another exception names the rank and its first line.
     """
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
-    try:
-        res = run_ranks(_watched_main, world_size, args=(body, fn, payload, lessons), backend=backend,
-                        timeout=timeout, stream=False, quiet=True)
-    except RankTimeout as exc:
-        raise CheckFailed(
-            f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束——死锁了（或者收发没有配对）。"
-            f"{_stuck_where(exc)}。检查：每个 send 在对方都有一个 recv 正在等它（对方是不是那个 rank，长度是否一样）；"
-            "如果每个 Rank 都先做同一件事（都先 send，或者都先 recv），等待就会连成一个圈。") from None
-    except RankError as exc:
-        if is_stub_error(exc):
-            raise not_done(fn, what) from None
-        text = str(exc).splitlines()[0]
-        raise CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}") from None
-    return res.values
-
-
-def _used(calls_by_rank, names) -> tuple[int, str] | None:
-    for rank, calls in enumerate(calls_by_rank):
-        for name, _peer_rank, _numel in calls:
-            if name.split(".")[-1] in names:
-                return rank, name
-    return None
-
-
-def refuse_lesson_code(calls_by_rank, what: str, names=LESSON_CODE) -> None:
-    """Calling the course's own implementation (mh.lessons.p2p) does not count as writing the code."""
-    hit = next(((r, n) for r, calls in enumerate(calls_by_rank) for n, _, _ in calls
-                if n.startswith("mh.lessons.") and n.split(".")[-1] in names), None)
-    if hit:
-        raise CheckFailed(f"{what}：rank {hit[0]} 调用了课程自己的 {hit[1]}。这一题要你自己写出来："
-                          "调用课程的实现不算。")
+    course = _lesson_code(lessons or ())
+    refuse_course_code(fn, what, [obj for obj, _ in course],
+                       advice="这一题要你自己写出来：调用课程的实现不算。")
+    return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout, backend=backend)
 
 
 def refuse(calls_by_rank, names, what: str, why: str) -> None:
-    hit = _used(calls_by_rank, names)
-    if hit:
-        raise CheckFailed(f"{what}：rank {hit[0]} 调用了 {hit[1]}。{why}")
+    refuse_calls(calls_by_rank, names, what, why)
 
 
 # -- 04: exchange, one step of the ring -----------------------------------------------------------------------
@@ -327,8 +167,7 @@ def check_exchange(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) -> 
     rng = new_rng()
     for world_size in world_sizes:
         rounds = _exchange_rounds(rng, world_size)
-        values = run_watched(_exchange_body, fn, what, world_size, rounds, lessons=True, timeout=timeout)
-        refuse_lesson_code([c for _, c in values], what)
+        values = run_watched(_exchange_body, fn, what, world_size, rounds, timeout=timeout)
         for rank, (out, _calls) in enumerate(values):
             for rnd, result in zip(rounds, out):
                 _explain_exchange_round(world_size, rnd, rank, result, result["calls"])
@@ -339,7 +178,7 @@ def check_exchange(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) -> 
 def try_exchange(fn):
     """Notebook 04's fill-in: check the reader's ``exchange``; the course's while it is unwritten."""
     from mgpu_helpers.lessons import p2p as lesson
-    return fill_in(fn, check_exchange, lesson.exchange, "exchange")
+    return fill_in(fn, check_exchange, lesson.exchange, "exchange", keep="exchange", lesson="04")
 
 
 # -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
@@ -411,8 +250,8 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) ->
     rng = new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size)
-        values = run_watched(_ring_pass_body, fn, what, world_size, cases, lessons=True, timeout=timeout)
-        refuse_lesson_code([c for _, c in values], what, names=("ring_pass",))
+        # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
+        values = run_watched(_ring_pass_body, fn, what, world_size, cases, lessons=("ring_pass",), timeout=timeout)
         for rank, (out, _calls) in enumerate(values):
             for case, result in zip(cases, out):
                 _explain_ring(world_size, case, rank, result)
@@ -445,8 +284,7 @@ def _pass_right_cases(rng, world_sizes):
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, 6))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        if length > 1:
-            inputs[0][int(rng.integers(0, length))] = 0
+        inputs[0][int(rng.integers(0, length))] = 0           # zeros in the data, every run
         out.append((world_size, ("float32", "int64")[i % 2], inputs))
     return out
 
@@ -458,7 +296,7 @@ def check_pass_right(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> 
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
     for world_size, dtype, inputs in _pass_right_cases(new_rng(), sizes):
-        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), lessons=True, timeout=timeout)
+        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
         for rank, (got, _calls) in enumerate(values):
             want = inputs[(rank - 1) % world_size]
             hint = which_rank(got, inputs)
@@ -466,7 +304,6 @@ def check_pass_right(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> 
                 hint += "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
             compare(got, want, _where_left(world_size, rank), hint if hint else "")
         calls = [c for _, c in values]
-        refuse_lesson_code(calls, what)
         refuse(calls, NONBLOCKING, what, "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；"
                "非阻塞和成组提交留到练习 2。")
         refuse(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
@@ -489,8 +326,9 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> No
     for world_size in sizes:
         length = int(rng.integers(1, 5))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        dtype = "int64" if world_size % 2 else "float32"
-        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), lessons=True, timeout=timeout)
+        inputs[0][int(rng.integers(0, length))] = 0           # a zero (one element: a whole rank of zeros
+        dtype = "int64" if world_size % 2 else "float32"       # would hide a value added twice)
+        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
         total = np.sum(inputs, axis=0)
         for rank, (got, _calls) in enumerate(values):
             where = f"world_size = {world_size}，rank {rank}"
@@ -508,7 +346,6 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> No
                             break
             compare(got, total, where, hint)
         calls = [c for _, c in values]
-        refuse_lesson_code(calls, what)
         refuse(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
         if world_size > 2:
             steps = world_size // 2

@@ -16,11 +16,12 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.sharding import call_limited
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, compare, fill_in, int_values, new_rng, passed,
-                                      rank_failure, run_on_ranks)
+from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, call, compare,
+                                      fill_in, int_values, launch, new_rng, passed, refuse_course_code, resolve_course,
+                                      run_on_ranks)
 
 
-def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -> None:
+def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)``: x has a different length on each rank; return the concatenation in
     rank order on every rank."""
     what = "all_gather_uneven 要先交换长度、再收齐各 Rank 长度不同的片段，按 rank 顺序拼接"
@@ -29,9 +30,14 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) 
         lengths = [int(v) for v in rng.integers(1, 6, size=n)]
         if len(set(lengths)) == 1:
             lengths[0] += 1
+        if n > 2:
+            lengths[int(rng.integers(1, n))] = 0              # a rank with nothing to add, every run
         inputs = [int_values(rng, k) for k in lengths]
+        longest = int(np.argmax(lengths))
+        inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0     # zeros in the data
         want = np.concatenate(inputs)
-        got = run_on_ranks(fn, what, n, inputs, timeout=timeout)
+        got = run_on_ranks(fn, what, n, inputs, timeout=timeout,
+                           course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",))
         for r in range(n):
             hint = ""
             if got[r] is not None and np.size(got[r]) == n * max(lengths):
@@ -44,7 +50,7 @@ RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
 
 
-def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -> None:
+def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; len(x) % world_size == 0.
 
     Traced in each rank: only the reduce-scatter and all-gather families may be called (all_reduce, reduce,
@@ -153,8 +159,7 @@ def check_bytes_each_rank_sends(fn) -> None:
     Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top.
     """
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
-    if fn is reference_bytes_each_rank_sends:
-        raise CheckFailed(f"{what}：交上来的是检查用的参考答案，不是你写的代码。")
+    refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth"))
     rng = random.Random()
     sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
     sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
@@ -208,97 +213,50 @@ def reference_all_gather_uneven(rank, world_size, x):
     return torch.cat([b[:k] for b, k in zip(bufs, sizes)])
 
 
-def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = 15.0):
+def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = HANG_S):
     """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
     def check(f):
-        if f is reference_all_gather_uneven:
-            raise CheckFailed("all_gather_uneven：交上来的是检查用的参考答案，不是你写的代码。")
         check_all_gather_uneven(f, world_sizes=world_sizes, timeout=timeout)
     return fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
 
 
 # -- tracing the collectives a rank calls -----------------------------------------------------------------------
 
-TRACED = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
-          "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
-          "gather", "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
-          "broadcast_object_list", "all_reduce_coalesced", "all_gather_coalesced")
 
-
-def _numel(obj) -> int:
-    if isinstance(obj, (list, tuple)):
-        return sum(_numel(o) for o in obj)
-    return int(getattr(obj, "numel", lambda: 0)())
-
-
-def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
-    """Rank side: every collective of ``torch.distributed`` wrapped (under both its module paths, and any name
-    the learner's function bound it to); the ones not in ``allowed`` refused, the others recorded as
-    ``(name, elements of its output)``. Returns ``(fn's result as NumPy, calls)``."""
+def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed, course):
+    """Rank side: every ``torch.distributed`` call watched (core.WatchedCalls: under any name or import path);
+    the ones not in ``allowed`` refused, the others recorded as ``(name, elements of its first argument,
+    the output)``. Returns ``(fn's result as NumPy, calls)``."""
     import torch
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    calls = []
-    originals = {}
-    for name in TRACED:
-        orig = getattr(c10d, name, None) or getattr(dist, name, None)
-        if orig is None:
-            continue
-        originals[id(orig)] = name
-
-        def wrapper(*args, _name=name, _orig=orig, **kwargs):
-            if _name not in allowed:
-                raise PermissionError(f"EXERCISE_FORBIDDEN dist.{_name}")
-            out = args[0] if args else kwargs.get("output_tensor_list", kwargs.get("output"))
-            calls.append((_name, _numel(out)))
-            return _orig(*args, **kwargs)
-
-        for mod in (dist, c10d):
-            if getattr(mod, name, None) is orig:
-                setattr(mod, name, wrapper)
-        originals[name] = wrapper
-    g = getattr(fn, "__globals__", {})
-    for key, value in list(g.items()):           # `from torch.distributed import all_reduce as ar` in a cell
-        if callable(value) and id(value) in originals and isinstance(originals[id(value)], str):
-            g[key] = originals[originals[id(value)]]
     x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
-    out = fn(rank, world_size, x, *extra)
+    with WatchedCalls(refuse=set(DIST_CALLS) - set(allowed), course=course) as watched:
+        out = fn(rank, world_size, x, *extra)
     if isinstance(out, torch.Tensor):
         out = out.detach().cpu().numpy()
-    return out, calls
+    return out, [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
 
 
-def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = 30.0, rule: str = ""):
+def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = "",
+               course=()):
     """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
 
-    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits.
+    A call outside ``allowed`` fails the check, naming it; so does the course's code or the checker's
+    reference (``course``); a hang is reported with where each rank waits.
     """
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
-    try:
-        res = run_ranks(_traced_rank_main, world_size, args=(fn, inputs, tuple(extra), tuple(allowed)),
-                        timeout=timeout, stream=False, quiet=True)
-    except RankTimeout as exc:
-        where = "; ".join(f"rank {r} 卡在 {w.split(' ')[0]}" for r, w in sorted(exc.waiting_in.items()))
-        raise CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束，多半是各 Rank 调用的 "
-                          f"Collective 次序或大小对不上。{where or ''}").rstrip() from None
-    except RankError as exc:
-        if "EXERCISE_FORBIDDEN" in str(exc):
-            name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
-            raise CheckFailed(f"{what}：这个练习只许用 {rule or ', '.join(allowed)}，"
-                              f"rank {exc.rank} 调用了 {name}（换个名字或从别处 import 也算）。") from None
-        raise rank_failure(exc, fn, what) from None
-    return res.values
+    course = resolve_course(course)
+    refuse_course_code(fn, what, [obj for obj, _ in course])
+    return launch(_traced_rank_main, world_size, (fn, inputs, tuple(extra), tuple(allowed), course), what, fn,
+                  timeout, advice="多半是各 Rank 调用的 Collective 次序或大小对不上。",
+                  rule=rule or ", ".join(allowed))
 
 
 # -- ex07: reduce-scatter of uneven parts --------------------------------------------------------------------
 
 
-def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = 30.0) -> None:
+def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x, sizes) -> tensor``: x (length ``sum(sizes)``) on every rank; rank r returns
     its part ``sizes[r]`` of the sum over ranks (its offset is the sum of the sizes before it). No all-reduce,
     no all-gather: nobody may receive the whole sum."""

@@ -13,6 +13,7 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.core import CheckFailed, call, fill_in, passed
+from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 CALL_LIMIT_S = 2.0
@@ -55,26 +56,11 @@ def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         signal.signal(signal.SIGALRM, old)
 
 
-def _code_names(fn) -> set:
-    """Every global or attribute name the code of ``fn`` (and the functions defined inside it) refers to."""
-    inner = getattr(fn, "__wrapped__", fn)
-    code = getattr(inner, "__code__", None)
-    names, stack = set(), [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
-    return names
-
-
 def refuse_course_code(fn, what: str, references, names) -> None:
-    """A :class:`CheckFailed` when ``fn`` is, or calls, the course's own implementation of the fill-in."""
-    if any(fn is r for r in references) or (getattr(fn, "__module__", None) or "").startswith("mgpu_helpers."):
-        raise CheckFailed(f"{what}：交上来的是课程自己的实现，不是你写的代码。在练习的单元格里自己写出来。")
-    used = sorted(_code_names(fn) & set(names))
-    if used:
-        raise CheckFailed(f"{what}：代码里调用了课程自己的实现（{', '.join(used)}），这等于没有写。"
-                          "用加减乘除和循环自己算出来。")
+    """A :class:`CheckFailed` when ``fn`` is, or calls, the course's own implementation of the fill-in
+    (core.refuse_course_code: by any alias or helper, or any of ``names`` in its code)."""
+    core_refuse(fn, what, references, names=names,
+                advice="用加减乘除和循环自己算出来。")
 
 
 # -- 06: contiguous ranges by count -----------------------------------------------------------------------

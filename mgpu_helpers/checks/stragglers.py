@@ -3,81 +3,15 @@
 Notebook 08's fill-ins go through ``try_<name>(fn)`` (:func:`mgpu_helpers.checks.core.fill_in`: while ``fn`` is
 the stub it returns the course's version); the exercises call ``check_<name>(fn)``. A fill-in that calls the
 course's own implementation (``mh.lessons.cost_model``, ``mh.models.scaling``, ``mh.measure.straggler``) is
-refused: :func:`refuse_reference` looks for it among the function's globals and replaces it while checking.
+refused: :func:`~mgpu_helpers.checks.core.refusing_course_code` looks for it by name and makes it refuse while checking.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 import statistics
-import sys
 
-from mgpu_helpers.checks.core import CheckFailed, call, fill_in, is_number, passed
-
-
-def _reachable(fn, depth: int = 3) -> list:
-    """The globals and closure values ``fn`` names, and, for the learner's own helper functions among them
-    (defined next to ``fn``), what those name in turn (a few levels deep)."""
-    out, todo, done = [], [(fn, 0)], set()
-    while todo:
-        f, d = todo.pop()
-        if id(f) in done:
-            continue
-        done.add(id(f))
-        code = getattr(f, "__code__", None)
-        names, stack = set(), [code] if code is not None else []
-        while stack:
-            c = stack.pop()
-            names.update(c.co_names)
-            stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-        glob = getattr(f, "__globals__", {})
-        values = [glob[n] for n in names if n in glob]
-        values += [c.cell_contents for c in (getattr(f, "__closure__", None) or ()) if _filled(c)]
-        out.extend(values)
-        if d < depth:
-            todo.extend((v, d + 1) for v in values
-                        if callable(v) and getattr(v, "__globals__", None) is getattr(fn, "__globals__", 0))
-    return out
-
-
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def refuse_reference(fn, what: str, targets):
-    """While checking ``fn``: ``targets`` (``[(module, attribute name), ...]``, the course's own versions) may
-    not be used. A global of ``fn`` that *is* one of them is refused at once; a call through the module
-    (``mh.lessons.cost_model.x(...)``) meets a stand-in that raises :class:`CheckFailed`."""
-    originals = [(mod, name, getattr(mod, name)) for mod, name in targets]
-    seen = _reachable(fn)
-    for mod, name, orig in originals:
-        for value in seen:
-            if value is orig and fn is not orig:
-                raise CheckFailed(f"{what}：`{getattr(fn, '__name__', fn)}` 直接用了课程自己的 {name}"
-                                  f"（{mod.__name__}.{name}）；这一格要你自己写出它的计算。")
-
-    def stand_in(name, orig):
-        def refuse(*args, **kwargs):
-            caller = sys._getframe(1).f_globals.get("__name__", "")
-            if caller.startswith("mgpu_helpers."):       # the checker's own reference: let it through
-                return orig(*args, **kwargs)
-            raise CheckFailed(f"{what}：调用了课程自己的 {name}；这一格要你自己写出它的计算。")
-        return refuse
-
-    for mod, name, orig in originals:
-        if orig is not fn:
-            setattr(mod, name, stand_in(name, orig))
-    try:
-        yield
-    finally:
-        for mod, name, orig in originals:
-            setattr(mod, name, orig)
+from mgpu_helpers.checks.core import CheckFailed, call, fill_in, is_number, passed, refusing_course_code
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -127,7 +61,7 @@ def try_ring_allreduce_seconds(fn):
                                           "ring_all_gather_seconds")]
 
     def check(f):
-        with refuse_reference(f, what, targets):
+        with refusing_course_code(f, what, targets):
             check_ring_allreduce_seconds(f)
 
     return fill_in(fn, check, cost_model.ring_allreduce_seconds, "环形 All-Reduce 的 alpha-beta 代价")
@@ -267,7 +201,7 @@ def try_speedup_and_efficiency(fn):
     targets = [(scaling, "speedup"), (scaling, "strong_scaling_efficiency"), (scaling, "weak_scaling_efficiency")]
 
     def check(f):
-        with refuse_reference(f, "speedup_and_efficiency", targets):
+        with refusing_course_code(f, "speedup_and_efficiency", targets):
             check_speedup_and_efficiency(f)
 
     return fill_in(fn, check, reference, "加速比和扩展效率")
@@ -356,7 +290,7 @@ def try_straggler_from_collective(fn):
     from mgpu_helpers.measure import straggler
 
     def check(f):
-        with refuse_reference(f, "straggler_from_collective", [(straggler, "straggler_by_collective")]):
+        with refusing_course_code(f, "straggler_from_collective", [(straggler, "straggler_by_collective")]):
             check_straggler_from_collective(f)
 
     return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")
