@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import pytest
 
 from mgpu_helpers.checks import lab as lab_checks
-from mgpu_helpers.measure import nccltests, report as lab, sizes, sweep, tables
+from mgpu_helpers.measure import nccltests, report as lab, sweep, tables
 from mgpu_helpers.widgets import bandwidth, rank_distribution, topology as topo_widget
 from mgpu_helpers.models import topology
 
@@ -79,8 +79,9 @@ def test_lab_report_holds_the_learners_claims_their_verdicts_and_their_own_words
              for n, w, c in ((1024, 10.0, 100.0), (32768, 300.0, 200.0), (1 << 20, 10.0, 900.0))]
     owners = [{"rank": r, "device": "cpu", "shard": (8 * r, 8 * r + 8), "local": 1.0, "result": 1240.0,
                "expected": 1240.0, "ok": True} for r in range(2)]
-    claims = {"limiting": {"1 KiB": "compute", "32 KiB": "compute", "1 MiB": "compute"}, "rs_ag_over_ar": 1.5}
-    review = lab_checks.review_claims(claims, steps, rows)
+    review = [lab_checks.Verdict("1 KiB 上最大的是 compute", True, "测到 compute 500 us。"),
+              lab_checks.Verdict("1 MiB 上最大的是 compute", False, "测到 communicate 900 us：最大的是 communicate。"),
+              lab_checks.Verdict("1 MiB 上 RS+AG 的时间是 All-Reduce 的 1.50 倍", True, "测到 1.50 倍。")]
     compare = {"rows": [{"approach": "all_reduce", "result": "sum", "buffer": "1 MiB", "time": "1 us"}], "note": "n"}
     report = lab.build_report("Lab", "setup", "GPU0 GPU1", owners, nccltests.compare_with_reference(rows), steps,
                               compare, review, "我的结论：大消息输在通信。",

@@ -77,7 +77,6 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex12 | :func:`check_ownership_cyclic` | ``ownership_cyclic(rank, world_size, data)``: round-robin ownership |
 | ex12 | :func:`check_crossover_size` | ``crossover_size(compute_us, table)``: read from the recorded 2 x H200 table |
 | 12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
-| - | :func:`check_lab_claims` | ``lab_claims(step_rows, sweep_rows) -> claims``: reading step and sweep rows (no notebook uses it now) |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
 | ex13 | :func:`check_accumulate_dp` | ``AccumulateDP``: gradient accumulation, no communication inside ``no_sync()`` |
 | ex13 | :func:`check_step_seconds` | ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends |
@@ -159,7 +158,6 @@ __getattr__, __dir__, __all__ = attach(
         "check_speedup_prediction": "review",
         "check_find_straggler": "review",
         "check_ownership_check": "lab",
-        "check_lab_claims": "lab",
         "check_rs_ag_slowdown": "lab",
         "check_bus_bandwidth": "lab",
         "check_conclusions": "lab",

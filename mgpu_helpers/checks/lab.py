@@ -12,8 +12,6 @@
   explanation only when everything holds.
 - ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
   first, held against the recorded times), :func:`check_crossover_size` (read the recorded table).
-- :func:`review_claims` / :func:`check_lab_claims`: the earlier reading of step and sweep rows as claims
-  (kept for its tests; no notebook uses it now).
 """
 from __future__ import annotations
 
@@ -26,13 +24,9 @@ import numpy as np
 from mgpu_helpers.checks.core import CheckFailed, WORLD_SIZES, call, int_values, new_rng, passed, run_on_ranks
 from mgpu_helpers.measure import sizes
 
-SEGMENTS = ("compute", "wait", "communicate")
-STEP_KEYS = {"compute": "compute_us", "wait": "wait_us", "communicate": "comm_us"}
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
 # run cannot tell them apart.
 TOO_CLOSE = 0.75
-# The RS+AG / all-reduce time ratio claimed must lie within this factor of the measured one.
-RATIO_TOLERANCE = 1.15
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -146,124 +140,6 @@ def _size_key(key) -> int:
         return int(key) if isinstance(key, (int, np.integer)) else sizes.parse_size(key)
     except (ValueError, TypeError):
         raise ValueError(f"结论里的规模 {key!r} 读不懂：写成字节数（1048576）或带单位（'1 MiB'、'1M'）") from None
-
-
-def measured_ratio(sweep_rows) -> tuple[int, float]:
-    """``(nbytes, rs_ag time / all_reduce time)`` at the largest size where both were measured."""
-    times: dict = {}
-    for r in sweep_rows:
-        d = r.as_dict() if hasattr(r, "as_dict") else dict(r)
-        times.setdefault(d["nbytes"], {})[d["op"]] = d["time_us"]
-    both = sorted(n for n, t in times.items() if "rs_ag" in t and "all_reduce" in t)
-    if not both:
-        raise ValueError("the sweep rows hold no size with both all_reduce and rs_ag")
-    n = both[-1]
-    return n, times[n]["rs_ag"] / times[n]["all_reduce"]
-
-
-def review_claims(claims: dict, step_rows, sweep_rows) -> list[Verdict]:
-    """The learner's claims against the measured rows: one :class:`Verdict` per claim (and per size
-    measured but not claimed). Raises ``ValueError`` saying how to write them when they are malformed."""
-    if not isinstance(claims, dict) or "limiting" not in claims or "rs_ag_over_ar" not in claims:
-        raise ValueError('结论要写成 {"limiting": {规模: "compute"/"wait"/"communicate", ...}, '
-                         f'"rs_ag_over_ar": 一个数}}；现在是 {claims!r}')
-    steps = {r["nbytes"]: r for r in step_rows}
-    claimed = {_size_key(k): v for k, v in dict(claims["limiting"]).items()}
-    out = []
-    for nbytes, segment in sorted(claimed.items()):
-        size = sizes.format_bytes(nbytes)
-        text = f"{size} 上最大的是 {segment}"
-        if segment not in SEGMENTS:
-            out.append(Verdict(text, False, f"只能是 {SEGMENTS} 之一。"))
-            continue
-        row = steps.get(nbytes)
-        if row is None:
-            measured = ", ".join(sizes.format_bytes(n) for n in sorted(steps))
-            out.append(Verdict(text, None, f"这个规模没有测（测过的是 {measured}）。"))
-            continue
-        parts = {s: row[STEP_KEYS[s]] for s in SEGMENTS}
-        largest = max(parts, key=parts.get)
-        numbers = "，".join(f"{s} {parts[s]:.0f} us" for s in SEGMENTS)
-        if segment == largest:
-            out.append(Verdict(text, True, f"测到 {numbers}。"))
-        elif parts[segment] >= TOO_CLOSE * parts[largest]:
-            out.append(Verdict(text, True, f"测到 {numbers}：{segment} 和最大的 {largest} 相差不到 "
-                                           f"{1 - TOO_CLOSE:.0%}，一次运行分不出谁大。"))
-        else:
-            out.append(Verdict(text, False, f"测到 {numbers}：最大的是 {largest}，"
-                                            f"是 {segment} 的 {parts[largest] / max(parts[segment], 1e-9):.1f} 倍。"))
-    for nbytes in sorted(set(steps) - set(claimed)):
-        out.append(Verdict(f"{sizes.format_bytes(nbytes)} 上最大的是哪一段", None, "这个规模测了，结论里还没有写。"))
-    try:
-        ratio = float(claims["rs_ag_over_ar"])
-    except (TypeError, ValueError):
-        raise ValueError(f'"rs_ag_over_ar" 要写成一个数（RS+AG 的时间是 All-Reduce 的几倍），现在是 '
-                         f'{claims["rs_ag_over_ar"]!r}') from None
-    nbytes, got = measured_ratio(sweep_rows)
-    text = f"{sizes.format_bytes(nbytes)} 上 RS+AG 的时间是 All-Reduce 的 {ratio:.2f} 倍"
-    if 1 / RATIO_TOLERANCE <= ratio / got <= RATIO_TOLERANCE:
-        out.append(Verdict(text, True, f"测到 {got:.2f} 倍。"))
-    else:
-        hint = ""
-        if ratio > 0 and abs(1 / ratio - got) <= (RATIO_TOLERANCE - 1) * got:
-            hint = "你写的像是倒数（All-Reduce / RS+AG，也就是 busbw 之比）；这里问的是时间之比。"
-        out.append(Verdict(text, False, f"测到 {got:.2f} 倍。{hint}"))
-    return out
-
-
-def print_review(verdicts) -> None:
-    """One line per verdict (✓ supported, ✗ contradicted, ? cannot say)."""
-    for v in verdicts:
-        print(v.line())
-
-
-def _synthetic_rows(rng: random.Random):
-    """Step and sweep rows with a clear answer: each size's largest part at least twice the others, and
-    an RS+AG / all-reduce time ratio between 1.05 and 2.5 at the largest size."""
-    from mgpu_helpers.measure.sweep import SweepRow
-    from mgpu_helpers.models import bandwidth
-
-    world_size = rng.choice([2, 4, 8])
-    sizes_b = sizes.sizes_between(sizes.KiB, sizes.GiB, 4)
-    chosen = sorted(rng.sample(sizes_b, rng.randint(3, 5)))
-    steps, sweep_rows = [], []
-    for nbytes in chosen:
-        top = rng.choice(SEGMENTS)
-        parts = {s: rng.uniform(10, 400) for s in SEGMENTS}
-        parts[top] = max(parts.values()) * rng.uniform(2.2, 6)
-        total = sum(parts.values())
-        steps.append({"nbytes": nbytes, "compute_us": parts["compute"], "wait_us": parts["wait"],
-                      "comm_us": parts["communicate"], "step_us": total, "efficiency": parts["compute"] / total})
-        ar_us = rng.uniform(20, 5000)
-        ratio = rng.uniform(1.05, 2.5)
-        for op, t_us in (("all_reduce", ar_us), ("rs_ag", ar_us * ratio), ("reduce_scatter", ar_us * ratio / 2),
-                         ("all_gather", ar_us * ratio / 2)):
-            kind = "all_reduce" if op == "rs_ag" else op
-            sweep_rows.append(SweepRow(op, nbytes, t_us, nbytes / t_us / 1e3,
-                                       bandwidth.busbw(kind, nbytes, t_us / 1e6, world_size) / 1e9,
-                                       world_size, "nccl", 20))
-    rng.shuffle(sweep_rows)
-    return steps, sweep_rows
-
-
-def check_lab_claims(fn, cases: int = 30) -> None:
-    """``fn(step_rows, sweep_rows) -> claims``: the lab's conclusions read from the rows, on random rows
-    whose answer is clear; the first claim the rows contradict is named."""
-    what = "lab_claims 要从测量行里读出结论"
-    rng = random.Random()
-    for _ in range(cases):
-        steps, sweep_rows = _synthetic_rows(rng)
-        claims = call(fn, what, [dict(r) for r in steps], list(sweep_rows))
-        try:
-            verdicts = review_claims(claims, steps, sweep_rows)
-        except ValueError as exc:
-            raise CheckFailed(f"{what}：{exc}") from None
-        bad = next((v for v in verdicts if v.holds is not True), None)
-        if bad is not None:
-            table = "；".join(f"{sizes.format_bytes(r['nbytes'])}: compute {r['compute_us']:.0f} / wait "
-                             f"{r['wait_us']:.0f} / communicate {r['comm_us']:.0f} us" for r in steps)
-            raise CheckFailed(f"这组测量（{table}）下，你的结论“{bad.claim}”{bad.as_dict()['verdict']}：{bad.evidence}")
-    passed(f"lab_claims 在 {cases} 组随机的测量上，每条结论都与测量一致。")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -574,6 +450,12 @@ EXPLANATION = """\
 - 等待的那个 Rank：它不是慢的那个。慢的 Rank 最后到达 Barrier，几乎不用等；其它 Rank 早到，等的时间差不多就是两边计算之差。
   换成没有 Barrier 的真实训练，这段等待会出现在早到的 Rank 的 All-Reduce 里（10 节）。
 """
+
+
+def print_review(verdicts) -> None:
+    """One line per verdict (✓ supported, ✗ contradicted, ? cannot say)."""
+    for v in verdicts:
+        print(v.line())
 
 
 def explanation() -> str:

@@ -98,7 +98,7 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     with the nccl-tests columns (:func:`mgpu_helpers.measure.nccltests.compare_with_reference`);
     ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``compare``: ``{"rows": [...],
     "note": str}`` for all-reduce vs reduce-scatter + all-gather; ``review``: the verdicts of
-    :func:`mgpu_helpers.checks.lab.review_claims` on the learner's claims; ``conclusion``: the learner's
+    :func:`mgpu_helpers.checks.lab.review_conclusions` on the learner's claims; ``conclusion``: the learner's
     own paragraph; ``figures``: ``{name: (caption, Figure)}``, saved as PNG next to the report.
     """
     if conclusion is None or not str(conclusion).strip() or PLACEHOLDER in str(conclusion):
