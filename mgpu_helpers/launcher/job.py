@@ -35,7 +35,8 @@ _ending: list = []
 
 
 def settle_ended(wait: bool) -> None:
-    """Check the leaders of finished jobs: forget those gone, kill those past their grace (or now, ``wait``).
+    """Wait for the leaders of finished jobs to exit, each until its grace is over, then kill it; forget those
+    gone. With ``wait=False`` only those past their grace are waited for (killed).
 
     A leader ends its ranks within milliseconds of being told; one that does not (stopped, say) is killed
     here, at the next launch or when the server stops, and its ranks die with it (PR_SET_PDEATHSIG). psutil
@@ -49,13 +50,36 @@ def settle_ended(wait: bool) -> None:
                 left = deadline - time.monotonic()
                 if not wait and left > 0:
                     continue
-                try:
-                    leader.wait(max(0.0, left))
-                except psutil.TimeoutExpired:
+                if not _exited_within(leader, max(0.0, left)):
                     leader.kill()
         except psutil.Error:
             pass
         _ending.remove(entry)
+
+
+def _exited_within(process, seconds: float) -> bool:
+    """Whether ``process`` (a psutil.Process, not our child) exits within ``seconds``: on a pidfd where Linux
+    has them (woken the moment it exits), else psutil's polling wait."""
+    import psutil
+    import select
+    fd = None
+    with interrupts_held():
+        try:
+            fd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):
+            fd = None
+    try:
+        if fd is not None and process.is_running():     # still the same process: the pidfd is its
+            return bool(select.select([fd], [], [], seconds)[0])
+        if fd is not None:
+            return True
+        process.wait(seconds)
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 class Job:
@@ -230,8 +254,8 @@ class Job:
         # When every rank has exited the leader only has orphans left to end, and does so on its own; a
         # repeat launch should not wait for that. When every rank returned, the leader is alive and answering
         # (it sent each rank its job), and the ranks are only waiting to be ended: the cell gets its result
-        # now, and the leader's exit is checked later (see settle_ended). Otherwise make sure the ranks are
-        # gone before returning.
+        # now, and the leader's exit is waited for at the next launch (see settle_ended), by when it is
+        # usually long over. Otherwise make sure the ranks are gone before returning.
         if len(self.exits) == self.world_size:
             self.ended = True
         elif leader is not None and all(self.returned(r) for r in range(self.world_size)):

@@ -10,9 +10,8 @@ every rank as soon as one fails, and at the timeout takes each rank's Python sta
 dump before ending them. An interrupt (Jupyter's SIGINT), or any signal whose Python handler raises (a cell's
 time limit), is taken only in the launcher's waits: for a cold start's ``import torch`` and while ranks are
 supervised (:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are never left half-done.
-Rendezvous is a TCPStore on a loopback port that the job's leader binds before it forks the ranks (rank 0
-serves it), and every socket is bound to the loopback interface, so a launch opens no port on the network
-and never clashes with another launch.
+Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
+launch opens no port on the network and never clashes with another launch.
 """
 from __future__ import annotations
 
@@ -392,7 +391,9 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
     with interrupts_held() as gate:
-        settle_ended(wait=False)    # earlier jobs' leaders: gone by now, or killed once past their grace
+        # Earlier jobs' leaders are gone by now, unless this launch comes right behind one: then wait for them
+        # (killed past their grace), since forking new ranks while the old ones exit slows both down.
+        settle_ended(wait=True)
         # A cold start's import torch is waited for here (interruptibly), so the timeout counts the ranks only.
         _server.acquire_ready(gate)
         _server.lock.release()
@@ -417,7 +418,7 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
     status = job.pipe()
     request = JobRequest(
         job_id=next(_job_ids), world_size=world_size, backend=job.backend, init=init,
-        payload=payload, env=shared_env, rank_env=per_rank,
+        init_method=f"file://{store_path}", payload=payload, env=shared_env, rank_env=per_rank,
         job_dir=job.job_dir, sys_path=list(sys.path), cwd=os.getcwd(),
         # torch's own timeout stays above ours, so that ours fires first and takes stacks
         pg_timeout_s=job.timeout_s + 60.0)

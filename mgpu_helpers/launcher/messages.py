@@ -22,11 +22,12 @@ class JobRequest:
     job_id: int
     world_size: int
     backend: str
-    init: bool                     # join the default group (through a TCPStore) before fn
+    init: bool
+    init_method: str
     payload: bytes                 # cloudpickle of (fn, args)
     env: dict                      # environment shared by the ranks
     rank_env: list                 # per rank: RANK, LOCAL_RANK, ...
-    job_dir: str                   # private folder: FileStore of init=False, stack and flight-recorder dumps
+    job_dir: str                   # private folder: rendezvous store, stack and flight-recorder dumps
     sys_path: list
     cwd: str
     pg_timeout_s: float

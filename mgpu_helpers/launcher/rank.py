@@ -76,18 +76,6 @@ def _flush_c_stdio() -> None:
         pass
 
 
-def _rendezvous_store(rank: int, world_size: int, port: int, listening, timeout_s: float):
-    """The job's TCPStore: served by rank 0 on the socket its leader bound (``listening``), a client elsewhere."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-    timeout = timedelta(seconds=timeout_s)
-    if listening is not None:
-        return dist.TCPStore("127.0.0.1", port, world_size, True, timeout, wait_for_workers=False,
-                             master_listen_fd=listening.fileno())
-    return dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
-
-
 def _wait_to_be_ended() -> None:
     """Sleep until the leader kills this rank (its result is in; the notebook ends every rank at once).
 
@@ -98,11 +86,8 @@ def _wait_to_be_ended() -> None:
         time.sleep(3600)
 
 
-def main(job, rank: int, out_fd: int, res_fd: int, store_port: int | None = None, listening=None) -> None:
-    """Run rank ``rank`` of ``job`` and exit (never returns).
-
-    With ``job.init`` the rank joins the default group through the TCPStore on ``store_port`` (rank 0
-    serves it on ``listening``, the socket its leader bound)."""
+def main(job, rank: int, out_fd: int, res_fd: int) -> None:
+    """Run rank ``rank`` of ``job`` and exit (never returns)."""
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     os.close(out_fd)
@@ -142,8 +127,8 @@ def main(job, rank: int, out_fd: int, res_fd: int, store_port: int | None = None
         if job.init:
             # No line-up after it: a rank whose fn returns at once does not leave the group (it waits to be
             # ended), so it cannot tear its sockets down under a peer still connecting to it.
-            store = _rendezvous_store(rank, world_size, store_port, listening, job.pg_timeout_s)
-            ranks.init_process_group(rank, world_size, job.backend, store=store, timeout_s=job.pg_timeout_s)
+            ranks.init_process_group(rank, world_size, job.backend, job.init_method,
+                                     timeout_s=job.pg_timeout_s)
         t1 = time.perf_counter()
         where = "unpickling the function"
         fn, args = cloudpickle.loads(job.payload)

@@ -62,11 +62,9 @@ def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
     return [cpu for core in mine for cpu in core]
 
 
-def init_process_group(rank: int, world_size: int, backend: str, init_method: str | None = None,
-                       local_rank: int | None = None, timeout_s: float = 1800.0, store=None) -> None:
-    """Bind this rank to its GPU (NCCL) or size its CPU threads (gloo), then join the default group.
-
-    The group meets through ``init_method`` (a URL such as ``env://``) or an existing ``store``."""
+def init_process_group(rank: int, world_size: int, backend: str, init_method: str,
+                       local_rank: int | None = None, timeout_s: float = 1800.0) -> None:
+    """Bind this rank to its GPU (NCCL) or size its CPU threads (gloo), then join the default group."""
     import torch
     import torch.distributed as dist
 
@@ -90,8 +88,8 @@ def init_process_group(rank: int, world_size: int, backend: str, init_method: st
     # Under NCCL, CPU tensors still work: they go through gloo ("cpu:gloo,cuda:nccl"), so a rank function
     # written for the CPU runs unchanged on a GPU machine, and GPU tensors take NCCL.
     pg_backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
-    dist.init_process_group(backend=pg_backend, init_method=None if store is not None else init_method,
-                            store=store, world_size=world_size, rank=rank, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend=pg_backend, init_method=init_method, world_size=world_size, rank=rank,
+                            timeout=timedelta(seconds=timeout_s))
 
 
 def default_backend(local_world_size: int) -> str:

@@ -86,19 +86,6 @@ def _end_everything_under_me(rank_pids) -> None:
     os.killpg(0, signal.SIGKILL)   # ourselves included: everything has been reported
 
 
-def _store_socket() -> socket.socket:
-    """A listening TCP socket on the loopback interface, for the job's rendezvous store (a TCPStore).
-
-    Bound here, before the ranks are forked, so its port is known to every rank and nobody can take it
-    between choosing and binding it; rank 0 serves the store on it and the others connect. A TCPStore answers
-    every wait the moment the key arrives (a FileStore polls its file every 10 ms, several times per join).
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock
-
-
 def run_leader(job, fds: list[int], server_pid: int) -> None:
     """Fork the ranks of one job, then report each exit status to the notebook."""
     from mgpu_helpers.launcher import rank as rank_process
@@ -115,8 +102,6 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     n = job.world_size
     out_fds, res_fds, status_fd = fds[:n], fds[n:2 * n], fds[2 * n]
     leader_pid = os.getpid()
-    store_sock = _store_socket() if job.init else None
-    store_port = store_sock.getsockname()[1] if store_sock is not None else None
     pids = {}
     for rank in range(n):
         pid = os.fork()
@@ -127,15 +112,10 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
                 signal.signal(signal.SIGUSR2, signal.SIG_DFL)
                 _close_fds([fd for i, fd in enumerate(out_fds) if i != rank])
                 _close_fds([fd for i, fd in enumerate(res_fds) if i != rank] + [status_fd])
-                if store_sock is not None and rank != 0:
-                    store_sock.close()                  # rank 0 hosts the store on it; the others connect
-                    store_sock = None
-                rank_process.main(job, rank, out_fds[rank], res_fds[rank], store_port, store_sock)
+                rank_process.main(job, rank, out_fds[rank], res_fds[rank])
             finally:
                 os._exit(70)
         pids[pid] = rank
-    if store_sock is not None:
-        store_sock.close()
     _close_fds(out_fds + res_fds)
     # SIGCHLD wakes the poll below through this pipe, so an exit is reported the moment it happens. (A rank
     # that exited before this handler was set is a zombie already, read by the first waitpid below.)
