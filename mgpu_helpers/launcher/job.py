@@ -54,7 +54,10 @@ def settle_ended(wait: bool) -> None:
                     leader.kill()
         except psutil.Error:
             pass
-        _ending.remove(entry)
+        try:
+            _ending.remove(entry)
+        except ValueError:
+            pass                 # another thread's launch settled it meanwhile
 
 
 def _exited_within(process, seconds: float) -> bool:
