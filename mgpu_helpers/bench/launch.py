@@ -101,7 +101,8 @@ def time_run_ranks(world_size: int) -> float:
 
 
 PHASES = [
-    ("request", "check fn, pickle it, job folder and pipes (notebook)"),
+    ("request", "wait for the last launch's leader to end its ranks (right behind it only), check and "
+                "pickle fn, job folder and pipes (notebook)"),
     ("hand-over", "send the job; the server forks the job's leader, which answers"),
     ("rank start", "the leader forks the ranks, one after another; each sets up its pipes and signals"),
     ("join group", "init_process_group (gloo): the ranks meet at the job's FileStore and connect"),
@@ -225,7 +226,7 @@ def main(argv: list[str]) -> int:
         ms = med(r[key] for r in runs) * 1000
         print(f"  {key:13s} {ms:7.1f} ms  {100 * ms / (repeat * 1000):4.0f} %  {what}")
     print(f"  after the result: the leader ends and reaps the ranks, then exits, in {med(ending) * 1000:.1f} ms "
-          "(median of 5; checked at the next launch, not waited for)")
+          "(median of 5; after the cell has its result: a launch right behind waits for it under request)")
     target = 0.08
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")
