@@ -107,11 +107,28 @@ def test_every_reduce_op_is_known_to_the_widget():
 
 @pytest.mark.parametrize("name", COLLECTIVES)
 def test_real_ranks_give_the_expected_outputs(name):
-    ops = REDUCE_OPS if name in ar.REDUCING else ("sum",)
-    for op in ops:
-        fig, run = run_and_draw(name, 4, "random" if op != "prod" else "rank+1", op, backend="gloo")
-        assert run.ok, (name, op, run.inputs, run.outputs)
-        assert isinstance(fig, Figure) and run.backend == "gloo"
+    fig, run = run_and_draw(name, 4, "random", "sum", backend="gloo")
+    assert run.ok, (name, run.inputs, run.outputs)
+    assert isinstance(fig, Figure) and run.backend == "gloo"
+
+
+def _every_case(rank, world_size, cases):
+    """Rank function: each ``(name, inputs, op)`` of ``cases`` in turn, in one launch."""
+    from mgpu_helpers.measure.collectives import collective_rank_fn
+    return [collective_rank_fn(rank, world_size, name, inputs, op) for name, inputs, op in cases]
+
+
+def test_real_ranks_give_the_expected_outputs_for_every_reduce_op():
+    """Every op of every reducing collective, on 4 real ranks: one launch for all of them."""
+    from mgpu_helpers.launcher.launch import run_ranks
+    from mgpu_helpers.measure.collectives import REDUCING
+
+    cases = [(name, ar.make_inputs("random" if op != "prod" else "rank+1", 4, ar.default_length(name, 4)), op)
+             for name in REDUCING for op in REDUCE_OPS]
+    res = run_ranks(_every_case, 4, args=(cases,), backend="gloo", stream=False, quiet=True)
+    for k, (name, inputs, op) in enumerate(cases):
+        got = [per_rank[k] for per_rank in res.values]
+        assert ar.outputs_match(got, ar.expected_outputs(name, inputs, op)), (name, op, inputs, got)
 
 
 def test_a_wrong_collective_output_is_reported_not_ok():

@@ -2,14 +2,17 @@
 
 One JupyterLab server (127.0.0.1, a free port, a token, no network) serves a copy of notebooks/ (the server
 autosaves, the committed notebooks stay untouched) with projection mode on for its kernels (MGPU_PROJECTION=1).
-Headless Chromium (Debian's ``chromium``, driven by Playwright's driver; no browser download) opens every
-notebook at 1280x720, runs all cells (JupyterLab's ``runmenu:run-all`` command), waits for the kernel, and checks:
+Headless Chromium (Debian's ``chromium``, driven by Playwright's driver; no browser download) loads JupyterLab
+once, at 1280x720, and opens every notebook in it in turn, each exactly once, with a kernel of its own. Each
+notebook runs top to bottom once (JupyterLab's ``runmenu:run-all``): its widgets need a live kernel to render,
+and nothing is run a second time. The test checks:
 
 - every code cell ran, and error outputs appear only in cells tagged ``raises-exception``;
 - every widget the notebook displays is rendered as DOM (ipywidgets views with their controls, not just a
   model), and a "Run" button really runs ranks through the kernel and draws its figure;
 - screenshots of each notebook (at its first widget or figure, and at its end) go to build/screenshots/.
 
+What the cells print is nbval's job (``make test-main``); here only what a browser adds is checked.
 Slow (every notebook, in CPU mode): marked ``browser`` and run by ``make test-browser`` (CI runs it after
 ``make test``). Skipped, saying why, when Chromium or Playwright is missing.
 """
@@ -23,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -116,6 +120,8 @@ def lab(tmp_path_factory):
             browser.close()
             pw.stop()
     finally:
+        for ending in _ENDING:
+            ending.join(timeout=60)
         server.terminate()
         try:
             server.wait(timeout=30)
@@ -125,13 +131,28 @@ def lab(tmp_path_factory):
         log.close()
 
 
-def _shutdown_kernels(base: str, token: str) -> None:
-    """End every kernel the server started (and with it the notebook's rank server)."""
+_ENDING: list[threading.Thread] = []     # kernel shutdowns still under way (joined before the server stops)
+
+
+def _shutdown_kernels(base: str, token: str, wait: bool = True) -> None:
+    """End every kernel the server started (and with it the notebook's rank server).
+
+    ``wait=False`` ends them in a background thread: the sessions to end are read now, so the next
+    notebook's kernel, started meanwhile, is not among them.
+    """
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
         sessions = json.load(r)
-    for s in sessions:
-        req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
-        urllib.request.urlopen(req, timeout=30).close()
+
+    def end():
+        for s in sessions:
+            req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+
+    if wait:
+        end()
+    else:
+        _ENDING.append(threading.Thread(target=end, daemon=True))
+        _ENDING[-1].start()
 
 
 STATE_JS = """() => {
@@ -176,6 +197,7 @@ def _run_all(page, name: str) -> dict:
         " return w && w.content && w.sessionContext && w.sessionContext.session &&"
         " w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle'; }",
         timeout=300_000)   # a kernel start on a busy 2-core machine
+    started = time.monotonic()
     page.evaluate("""() => {
       window.__mgpuRunAll = null;
       window.jupyterapp.commands.execute('runmenu:run-all')
@@ -185,10 +207,11 @@ def _run_all(page, name: str) -> dict:
     deadline = time.monotonic() + NOTEBOOK_TIMEOUT
     quiet = 0
     while True:
-        time.sleep(1.0)
+        time.sleep(0.2)
         state = page.evaluate(STATE_JS)
         quiet = quiet + 1 if (state["status"] == "idle" and state["running"] == 0 and state["done"]) else 0
-        if quiet >= 3:
+        if quiet >= 3:      # idle, nothing running, run-all resolved: three looks in a row (0.6 s)
+            state["run_s"] = time.monotonic() - started
             return state
         if time.monotonic() > deadline:
             pytest.fail(f"{name}: still running after {NOTEBOOK_TIMEOUT:.0f} s: {state}")
@@ -225,28 +248,64 @@ def _screenshot(page, stem: str) -> list[str]:
         target = page.locator(".jp-OutputArea-output img").first
     if target.count():
         target.scroll_into_view_if_needed()
-        page.wait_for_timeout(300)
+        page.wait_for_timeout(100)
         paths.append(os.path.join(SHOTS, f"{stem}.png"))
         page.screenshot(path=paths[-1])
     last = page.locator(".jp-Notebook .jp-Cell").last
     last.scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(100)
     paths.append(os.path.join(SHOTS, f"{stem}-end.png"))
     page.screenshot(path=paths[-1])
     return paths
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
-def test_notebook_runs_in_jupyterlab_with_widgets_rendered(lab, path):
+@pytest.fixture(scope="module")
+def lab_page(lab):
+    """``(page, page_errors)``: one JupyterLab page, loaded once; each test opens its notebook in it.
+
+    Loading JupyterLab is the browser's costliest step (seconds of JavaScript on a busy 2-core machine): done
+    once, not once per notebook. ``page_errors`` collects the page's uncaught errors; each test clears it.
+    """
     base, token, context = lab
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/lab?reset&token={token}", wait_until="domcontentloaded")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell && "
+                           "window.jupyterapp.commands.hasCommand('docmanager:open')", timeout=300_000)
+    page.evaluate("() => window.jupyterapp.restored")
+    try:
+        yield page, errors
+    finally:
+        page.close()
+
+
+OPEN_JS = """async (path) => {
+  const app = window.jupyterapp;
+  const nb = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+  await nb.context.ready;
+  app.shell.activateById(nb.id);
+  return nb.id;
+}"""
+
+# Close the notebook without JupyterLab's "save your changes?" dialog (the run changed it; the copy is scratch).
+CLOSE_JS = """() => {
+  for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) { w.dispose(); }
+}"""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
+def test_notebook_runs_in_jupyterlab_with_widgets_rendered(lab, lab_page, path):
+    base, token, _ = lab
+    page, console = lab_page
+    console.clear()
     name = os.path.basename(path)
     stem = name.rsplit(".", 1)[0]
-    page = context.new_page()
-    console = []
-    page.on("pageerror", lambda exc: console.append(str(exc)))
+    t0 = time.monotonic()
     try:
-        page.goto(f"{base}/lab/tree/notebooks/{name}?reset&token={token}", wait_until="domcontentloaded")
+        page.evaluate(OPEN_JS, f"notebooks/{name}")
         state = _run_all(page, name)
+        t_run = time.monotonic() - t0
         # What a teacher does before projecting: hide the file browser, JupyterLab's presentation mode.
         page.evaluate("() => { window.jupyterapp.shell.collapseLeft(); window.jupyterapp.shell.collapseRight();"
                       " return window.jupyterapp.commands.execute('application:toggle-presentation-mode'); }")
@@ -266,17 +325,20 @@ def test_notebook_runs_in_jupyterlab_with_widgets_rendered(lab, path):
         shots = _screenshot(page, stem)
         print(f"{name}: {state['cells']} code cells, {rendered} widget views "
               f"({expected} displayed), {clicked} Run buttons clicked, "
-              f"{sum(c['images'] for c in cells)} figures; screenshots {shots}")
+              f"{sum(c['images'] for c in cells)} figures; screenshots {shots}; "
+              f"open + kernel start {t_run - state['run_s']:.1f} s, run all {state['run_s']:.1f} s, "
+              f"in all {time.monotonic() - t0:.1f} s")
         if expected:
             assert rendered > 0
-        # Projection mode reached the kernel: the classroom server's setup() injected the widget CSS.
-        assert page.locator("style#mgpu-projection").count() >= 1, f"{name}: projection CSS missing"
+        # Projection mode reached the kernel: the classroom server's setup() injected the widget CSS (into this
+        # notebook's outputs: the notebooks opened before it are closed).
+        assert page.locator(".jp-Notebook style#mgpu-projection").count() >= 1, f"{name}: projection CSS missing"
         assert not [e for e in console if "widget" in e.lower()], f"{name}: page errors: {console}"
     finally:
         try:
-            _shutdown_kernels(base, token)
+            page.evaluate(CLOSE_JS)
         finally:
-            page.close()
+            _shutdown_kernels(base, token, wait=False)
 
 
 def test_rise_presents_a_notebook_as_a_slideshow_in_jupyterlab(lab):

@@ -8,7 +8,7 @@ from mgpu_helpers.measure import diagnose as dg
 
 def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
     with pytest.raises(mh.RankTimeout) as info:
-        mh.run_ranks(mh.lessons.diagnostics.mismatched_order, 2, timeout=8, stream=False, quiet=True)
+        mh.run_ranks(mh.lessons.diagnostics.mismatched_order, 2, timeout=3, stream=False, quiet=True)
     exc = info.value
     assert exc.waiting_in[0].startswith("dist.all_reduce")
     assert exc.waiting_in[1].startswith("dist.broadcast")
@@ -91,7 +91,7 @@ def test_run_schedule_stops_where_the_schedules_part():
                  ["all_reduce", "broadcast", "broadcast", "all_reduce"],
                  ["all_reduce", "broadcast", "broadcast", "all_reduce"]]
     with pytest.raises(mh.RankTimeout) as info:
-        mh.run_ranks(dg.run_schedule, 3, args=(schedules,), timeout=10, stream=False, quiet=True)
+        mh.run_ranks(dg.run_schedule, 3, args=(schedules,), timeout=3, stream=False, quiet=True)
     where = [dg.pending(info.value.outputs[r]) for r in range(3)]
     assert where == [(2, "all_reduce"), (2, "broadcast"), (2, "broadcast")]
     assert [dg.last_completed(info.value.outputs[r]) for r in range(3)] == [(1, "broadcast")] * 3

@@ -25,12 +25,18 @@ def _sleep_step(rank, world_size, shards):
     return workloads.straggler_step(rank, world_size, shards, grad_numel=1024, steps=STEPS, seconds_per_unit=UNIT_S)
 
 
-def test_waits_follow_the_planned_shards_within_the_margin_measured_in_the_same_run():
+@pytest.fixture(scope="module")
+def uneven_run():
+    """One 12/6/4/2 run, shared by the tests that read it (each reads its own aspect)."""
+    return _sleep_run((12, 6, 4, 2))
+
+
+def test_waits_follow_the_planned_shards_within_the_margin_measured_in_the_same_run(uneven_run):
     # Each unit of shard is a fixed sleep, so the plan says who waits how long: the rank with the biggest
     # shard waits 0, the others (12 - shard) units. A loaded machine only adds lateness (late wake-ups,
     # ranks leaving the barrier apart), and the run measures that bound itself (model_margin).
     shards = (12, 6, 4, 2)
-    res = _sleep_run(shards)
+    res = uneven_run
     values = res.values
     planned_wait = [(max(shards) - s) * UNIT_S for s in shards]
     margin = measured.model_margin(values, UNIT_S)
@@ -59,8 +65,8 @@ def test_waits_follow_the_planned_shards_within_the_margin_measured_in_the_same_
     assert {"compute", "wait", "communicate"} <= {s.kind for spans in res.spans for s in spans}
 
 
-def test_balanced_shards_cut_the_worst_wait_by_the_planned_amount():
-    uneven, balanced = _sleep_run((12, 6, 4, 2)), _sleep_run((6, 6, 6, 6))
+def test_balanced_shards_cut_the_worst_wait_by_the_planned_amount(uneven_run):
+    uneven, balanced = uneven_run, _sleep_run((6, 6, 6, 6))
     worst_uneven = measured.median_worst_wait(uneven.values)
     worst_balanced = measured.median_worst_wait(balanced.values)
     margin_uneven = measured.model_margin(uneven.values, UNIT_S)
