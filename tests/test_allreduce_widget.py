@@ -114,14 +114,14 @@ def test_real_ranks_give_the_expected_outputs(name):
 
 def _every_case(rank, world_size, cases):
     """Rank function: each ``(name, inputs, op)`` of ``cases`` in turn, in one launch."""
-    from mgpu_helpers.measure.collectives import collective_rank_fn
+    from mgpu_helpers.runs.collectives import collective_rank_fn
     return [collective_rank_fn(rank, world_size, name, inputs, op) for name, inputs, op in cases]
 
 
 def test_real_ranks_give_the_expected_outputs_for_every_reduce_op():
     """Every op of every reducing collective, on 4 real ranks: one launch for all of them."""
     from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.measure.collectives import REDUCING
+    from mgpu_helpers.models.collectives import REDUCING
 
     cases = [(name, ar.make_inputs("random" if op != "prod" else "rank+1", 4, ar.default_length(name, 4)), op)
              for name in REDUCING for op in REDUCE_OPS]
