@@ -26,9 +26,11 @@ PYTEST_ARGS ?=
 .PHONY: install lab classroom test test-main test-browser export slides bench clean
 install: $(VENV)/.installed
 
+# The installer runs as a file, not as mgpu_helpers.tools.install: the package's __init__ needs its dependencies
+# (lazy_loader), which this very step installs.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m mgpu_helpers.tools.install --torch "$(TORCH)" --cpu-index "$(TORCH_INDEX)" --torch-flags="$(TORCH_FLAGS)"
+	$(PY) mgpu_helpers/tools/install.py --torch "$(TORCH)" --cpu-index "$(TORCH_INDEX)" --torch-flags="$(TORCH_FLAGS)"
 	$(PY) -m mgpu_helpers.tools.doctor
 	touch $@
 

@@ -253,8 +253,22 @@ def test_cupy_follows_torchs_cuda_major_and_is_left_out_on_macos():
 def test_the_makefile_hands_its_torch_choice_to_the_installer():
     makefile = open(os.path.join(ROOT, "Makefile")).read()
     assert re.search(r"^TORCH\s*\?=\s*torch==[\d.]+\+cpu$", makefile, re.M)
-    assert "mgpu_helpers.tools.install" in makefile and '--torch "$(TORCH)"' in makefile
+    assert "mgpu_helpers/tools/install.py" in makefile and '--torch "$(TORCH)"' in makefile
     assert re.search(r"^TORCH_INDEX\s*\?=\s*https://download\.pytorch\.org/whl/cpu$", makefile, re.M)
+
+
+def test_the_installer_runs_in_a_bare_python_before_any_dependency_is_installed():
+    """make install runs the installer by its path in a new venv: it must need nothing but the standard library
+    (the package's own __init__ needs lazy_loader, which the installer installs)."""
+    import ast
+    path = os.path.join(ROOT, "mgpu_helpers", "tools", "install.py")
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+    done = subprocess.run([sys.executable, "-I", path, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--torch" in done.stdout, done.stderr
 
 
 def test_this_machines_default_lookup_finds_the_cpu_build_when_it_has_a_wheel_folder():

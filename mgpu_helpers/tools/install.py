@@ -1,4 +1,4 @@
-"""``python -m mgpu_helpers.tools.install``: install the course into the running Python (what ``make install`` runs).
+"""``python mgpu_helpers/tools/install.py``: install the course into the running Python (what ``make install`` runs).
 
 Which build of torch, and which CuPy, depend on the machine; everything else comes from ``pyproject.toml``:
 
@@ -111,7 +111,7 @@ def _pip(args: list[str], dry_run: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.tools.install", description=__doc__,
+    p = argparse.ArgumentParser(prog="python mgpu_helpers/tools/install.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--torch", default=None, help=f"torch requirement (default: by machine; {CPU_TORCH} on a "
                                                  "Linux machine without an NVIDIA GPU)")
