@@ -280,32 +280,3 @@ def test_threads_starting_launches_at_once_each_get_their_own_answer(watched):
     assert errors == []
     assert results == {(k, i): [(k, i, 0), (k, i, 1)] for k in range(6) for i in range(3)}
     _assert_nothing_left(watched)
-
-
-# ------------------------------------------------------------------------------ after every rank returned
-
-def _stop_my_leader_then_return(rank, world_size):
-    """Rank 0 stops the job's leader (SIGSTOP) once every rank is in fn, then every rank returns its pid."""
-    import torch.distributed as dist
-    dist.barrier()
-    if rank == 0:
-        os.kill(os.getppid(), signal.SIGSTOP)
-    dist.barrier()                     # the leader is stopped before anyone returns
-    return os.getpid(), os.getppid()
-
-
-def test_a_launch_returns_once_every_rank_returned_and_the_next_one_ends_a_leader_that_did_not_end_its_ranks(
-        watched):
-    # Once every rank has returned, the cell gets the values at once; the job's leader ends the ranks after
-    # that. A leader that does not (here: stopped) is waited for at the next launch, for its grace only, then
-    # killed, and its ranks die with it.
-    res = mh.run_ranks(_stop_my_leader_then_return, 2, quiet=True, stream=False)
-    ranks = [pid for pid, _ in res.values]
-    leader = res.values[0][1]
-    assert res.values[1][1] == leader
-    assert _wait_until(lambda: psutil.Process(leader).status() == psutil.STATUS_STOPPED, 5)
-    assert not any(_gone(p) for p in ranks)          # the values came back; the ranks still wait to be ended
-    assert mh.run_ranks(lambda r, ws: r, 2, quiet=True, stream=False).values == [0, 1]
-    assert _wait_until(lambda: _gone(leader), 5), "the next launch left the stopped leader alive"
-    assert _wait_until(lambda: all(_gone(p) for p in ranks), 5), "the stopped leader's ranks outlived it"
-    _assert_nothing_left(watched)

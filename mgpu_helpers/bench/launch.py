@@ -101,14 +101,13 @@ def time_run_ranks(world_size: int) -> float:
 
 
 PHASES = [
-    ("request", "wait for the last launch's leader to end its ranks (right behind it only), check and "
-                "pickle fn, job folder and pipes (notebook)"),
-    ("hand-over", "send the job; the server forks the job's leader, which answers"),
-    ("rank start", "the leader forks the ranks, one after another; each sets up its pipes and signals"),
-    ("join group", "init_process_group (gloo): the ranks meet at the job's FileStore and connect"),
+    ("request", "check fn, pickle it, job folder and pipes (notebook)"),
+    ("hand-over", "send the job; the server forks its leader and answers"),
+    ("rank start", "the leader forks the ranks; each sets up and unpickles fn"),
+    ("join group", "init_process_group (gloo) and a line-up of the ranks"),
     ("fn", "the all-reduce itself"),
     ("results back", "the last result reaches the notebook"),
-    ("clean-up", "tell the leader to end the ranks, read their last output, close, remove the folder"),
+    ("clean-up", "end the ranks, read their last output, close, remove the folder"),
 ]
 
 
@@ -144,17 +143,6 @@ def _timed_launch(world_size: int) -> dict:
             "rank start": init_begin - marks["started"], "join group": max(res.init_seconds),
             "fn": max(e - s for s, e in zip(starts, ends)), "results back": marks["results"] - max(ends),
             "clean-up": end - marks["results"]}
-
-
-def _ending_after_result(world_size: int) -> float:
-    """Seconds from a launch's return to its leader's exit (the ranks killed and reaped before it): the
-    work a launch leaves to happen after the cell has its result (a back-to-back launch overlaps it)."""
-    from mgpu_helpers.launcher import job as job_module
-    launch.run_ranks(_cell_function(), world_size, backend="gloo", quiet=True, stream=False)
-    t0 = time.monotonic()
-    leader = job_module._ending[-1][0]
-    leader.wait(10)
-    return time.monotonic() - t0
 
 
 def _accelerate_entry(world_size: int) -> None:
@@ -199,7 +187,6 @@ def main(argv: list[str]) -> int:
     time.sleep(opts.settle)                     # the idle server preloads torch._dynamo
     time_run_ranks(n)
     runs = [_timed_launch(n) for _ in progress.iterate(range(opts.repeats), "run_ranks repeats")]
-    ending = [_ending_after_result(n) for _ in range(5)]
     accel = [time_notebook_launcher(n) for _ in progress.iterate(range(opts.baseline_repeats), "notebook_launcher")]
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
     sub = [time_subprocesses(n) for _ in progress.iterate(range(opts.baseline_repeats), "subprocesses")]
@@ -218,15 +205,12 @@ def main(argv: list[str]) -> int:
     for name, secs, runs_text in rows:
         print(f"{name:34s} {secs:8.3f} {secs / repeat:9.1f}x  {runs_text}")
     if accel[0] is None:
-        print("accelerate notebook_launcher: not measured (accelerate is not installed here; e.g. `pip install "
-              "--target /tmp/acc accelerate safetensors huggingface_hub --no-deps` and PYTHONPATH=/tmp/acc)")
+        print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
     print(f"(the first launch after a cold start, before torch._dynamo is preloaded: {cold_launch:.3f} s)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
     for key, what in PHASES:
         ms = med(r[key] for r in runs) * 1000
         print(f"  {key:13s} {ms:7.1f} ms  {100 * ms / (repeat * 1000):4.0f} %  {what}")
-    print(f"  after the result: the leader ends and reaps the ranks, then exits, in {med(ending) * 1000:.1f} ms "
-          "(median of 5; after the cell has its result: a launch right behind waits for it under request)")
     target = 0.08
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")

@@ -28,61 +28,6 @@ from mgpu_helpers.launcher.wire import FrameReader, LineReader
 
 OUTPUT_LINES_KEPT = 2000
 READ_CHUNK = 1 << 20     # large results (hundreds of MB) arrive in few reads
-LEADER_GRACE_S = 2.0     # how long a leader may take to end its job once told to, before it is killed
-
-# Leaders of jobs that returned, told to end their ranks and not yet seen gone: (psutil.Process, deadline).
-_ending: list = []
-
-
-def settle_ended(wait: bool) -> None:
-    """Wait for the leaders of finished jobs to exit, each until its grace is over, then kill it; forget those
-    gone. With ``wait=False`` only those past their grace are waited for (killed).
-
-    A leader ends its ranks within milliseconds of being told; one that does not (stopped, say) is killed
-    here, at the next launch or when the server stops, and its ranks die with it (PR_SET_PDEATHSIG). psutil
-    checks that a pid is still the same process, so nothing else can be hit. Call with interrupts held.
-    """
-    import psutil
-    for entry in list(_ending):
-        leader, deadline = entry
-        try:
-            if leader.is_running():
-                left = deadline - time.monotonic()
-                if not wait and left > 0:
-                    continue
-                if not _exited_within(leader, max(0.0, left)):
-                    leader.kill()
-        except psutil.Error:
-            pass
-        try:
-            _ending.remove(entry)
-        except ValueError:
-            pass                 # another thread's launch settled it meanwhile
-
-
-def _exited_within(process, seconds: float) -> bool:
-    """Whether ``process`` (a psutil.Process, not our child) exits within ``seconds``: on a pidfd where Linux
-    has them (woken the moment it exits), else psutil's polling wait."""
-    import psutil
-    import select
-    fd = None
-    with interrupts_held():
-        try:
-            fd = os.pidfd_open(process.pid)
-        except (AttributeError, OSError):
-            fd = None
-    try:
-        if fd is not None and process.is_running():     # still the same process: the pidfd is its
-            return bool(select.select([fd], [], [], seconds)[0])
-        if fd is not None:
-            return True
-        process.wait(seconds)
-        return True
-    except psutil.TimeoutExpired:
-        return False
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 class Job:
@@ -255,19 +200,13 @@ class Job:
         if self.status_fd is not None:
             self.close_fd(self.status_fd)
         # When every rank has exited the leader only has orphans left to end, and does so on its own; a
-        # repeat launch should not wait for that. When every rank returned, the leader is alive and answering
-        # (it sent each rank its job), and the ranks are only waiting to be ended: the cell gets its result
-        # now, and the leader's exit is waited for at the next launch (see settle_ended), by when it is
-        # usually long over. Otherwise make sure the ranks are gone before returning.
+        # repeat launch should not wait for that. Otherwise make sure the ranks are gone before returning.
         if len(self.exits) == self.world_size:
-            self.ended = True
-        elif leader is not None and all(self.returned(r) for r in range(self.world_size)):
-            _ending.append((leader, time.monotonic() + LEADER_GRACE_S))
             self.ended = True
         elif leader is not None:
             import psutil
             try:
-                self._wait_leader(LEADER_GRACE_S)   # it kills the job's process group, itself included
+                self._wait_leader(2.0)       # it kills the job's process group, itself included
                 self.ended = True
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).

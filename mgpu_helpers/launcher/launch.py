@@ -33,7 +33,7 @@ from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.errors import LaunchError
 from mgpu_helpers.launcher.interrupts import interrupts_held
-from mgpu_helpers.launcher.job import Job, settle_ended
+from mgpu_helpers.launcher.job import Job
 from mgpu_helpers.launcher.messages import JobRequest, Ready, Started
 from mgpu_helpers.launcher.results import RankResults
 from mgpu_helpers.launcher.supervise import supervise
@@ -258,6 +258,7 @@ class _Server:
 
 
 _server = _Server()
+atexit.register(_server.stop)
 
 
 def prewarm(wait: bool = False) -> None:
@@ -278,16 +279,7 @@ def prewarm(wait: bool = False) -> None:
 def shutdown_server() -> None:
     """Stop the rank server (the next launch starts a new one). No rank processes are left behind."""
     with interrupts_held(), _server.lock:
-        settle_ended(wait=True)
         _server.stop()
-
-
-def _at_exit() -> None:
-    settle_ended(wait=True)
-    _server.stop()
-
-
-atexit.register(_at_exit)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -391,9 +383,6 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
     with interrupts_held() as gate:
-        # Earlier jobs' leaders are gone by now, unless this launch comes right behind one: then wait for them
-        # (killed past their grace), since forking new ranks while the old ones exit slows both down.
-        settle_ended(wait=True)
         # A cold start's import torch is waited for here (interruptibly), so the timeout counts the ranks only.
         _server.acquire_ready(gate)
         _server.lock.release()

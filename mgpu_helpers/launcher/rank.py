@@ -51,6 +51,12 @@ def _failure(exc: BaseException, where: str):
     return Failed(where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
 
 
+def _store_barrier(store, name: str, rank: int, world_size: int) -> None:
+    """Wait until every rank has reached ``name``, through the rendezvous store (not a collective)."""
+    store.set(f"{name}/{rank}", b"1")
+    store.wait([f"{name}/{r}" for r in range(world_size)])
+
+
 def _line_buffer_c_stdio() -> None:
     """Make C's stdout and stderr line-buffered, as Python's are here.
 
@@ -74,16 +80,6 @@ def _flush_c_stdio() -> None:
         ctypes.CDLL(None).fflush(None)
     except (OSError, AttributeError):
         pass
-
-
-def _wait_to_be_ended() -> None:
-    """Sleep until the leader kills this rank (its result is in; the notebook ends every rank at once).
-
-    Not leaving the group on its own: a rank that closed its connections could break a slower peer still
-    reading from them, and tearing gloo down costs time the notebook would wait for. The leader ends the
-    ranks as soon as the notebook has every result (or dies, and they with it: PR_SET_PDEATHSIG)."""
-    while True:
-        time.sleep(3600)
 
 
 def main(job, rank: int, out_fd: int, res_fd: int) -> None:
@@ -124,11 +120,14 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         dist.set_debug_level_from_env()
         t0 = time.perf_counter()
         where = "joining the process group"
+        store = None
         if job.init:
-            # No line-up after it: a rank whose fn returns at once does not leave the group (it waits to be
-            # ended), so it cannot tear its sockets down under a peer still connecting to it.
             ranks.init_process_group(rank, world_size, job.backend, job.init_method,
                                      timeout_s=job.pg_timeout_s)
+            store = dist.distributed_c10d._get_default_store()
+            # gloo's init can return on one rank while a peer is still connecting to it: line up first,
+            # so a rank whose fn is instant cannot tear its sockets down under a peer still in init.
+            _store_barrier(store, "mgpu/started", rank, world_size)
         t1 = time.perf_counter()
         where = "unpickling the function"
         fn, args = cloudpickle.loads(job.payload)
@@ -145,7 +144,12 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         sys.stderr.flush()
         _flush_c_stdio()
         _send(res_fd, message)
-        _wait_to_be_ended()
+        where = "leaving the process group"
+        if store is not None:
+            # Wait for every rank to finish fn before closing connections a slower peer may still read from.
+            _store_barrier(store, "mgpu/finished", rank, world_size)
+        if dist.is_initialized():
+            dist.destroy_process_group()
     except BaseException as exc:   # noqa: BLE001 - every failure must reach the notebook
         code = 1
         try:
