@@ -25,14 +25,3 @@ def _close_figures():
     import sys
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
-
-
-def pytest_collection_finish(session):
-    """Start early what only waits on the network: test_platforms' pip resolutions run in the background
-    while the rest of the suite runs, and its tests collect them (the same assertions, no added wait)."""
-    for item in session.items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] == "test_platforms" and \
-                "resolved" in getattr(item, "fixturenames", ()):
-            module.start_resolving_in_background()
-            return

@@ -8,17 +8,14 @@ platform's. Needs PyPI: skips, saying so, where it cannot be reached.
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import tomllib
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from packaging.markers import default_environment
@@ -95,8 +92,8 @@ def _pypi_reachable() -> bool:
         return False
 
 
-def start_resolve(name: str, tmp_dir: str) -> tuple:
-    """Start pip's dry-run install for platform ``name`` in the background; ``finish_resolve`` reads it."""
+def resolve(name: str, tmp_dir: str) -> dict:
+    """pip's report of a dry-run install for platform ``name``: ``{"rc", "stderr", "install": {name: version}}``."""
     marker_env, tags, extras = PLATFORMS[name]
     reqs = os.path.join(tmp_dir, f"{name}.txt")
     with open(reqs, "w") as f:
@@ -108,66 +105,24 @@ def start_resolve(name: str, tmp_dir: str) -> tuple:
            "--target", os.path.join(tmp_dir, f"{name}-target"), "--report", report, "-r", reqs]
     for tag in tags:
         cmd += ["--platform", tag]
-    stderr = open(os.path.join(tmp_dir, f"{name}.stderr"), "w+")
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True), report, stderr
-
-
-def finish_resolve(started: tuple, timeout: float = 900) -> dict:
-    """pip's report of a started resolution: ``{"rc", "stderr", "install": {name: version}}``."""
-    proc, report, stderr = started
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
-    stderr.seek(0)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     installed = {}
-    if rc == 0:
+    if out.returncode == 0:
         with open(report) as f:
             for item in json.load(f)["install"]:
                 installed[item["metadata"]["name"].lower().replace("_", "-")] = item["metadata"]["version"]
-    return {"rc": rc, "stderr": stderr.read()[-4000:], "install": installed}
-
-
-# The resolutions wait on the network, not the CPU: tests/conftest.py starts them when the suite's collection
-# is done (start_resolving), so they run while the other tests do; the fixture below only collects them.
-_RESOLVING: dict = {}          # "reachable": bool, then name -> started resolution
-_RESOLVING_LOCK = threading.Lock()
-
-
-def _stop_resolving() -> None:
-    for started in list(_RESOLVING.values()):
-        if isinstance(started, tuple) and started[0].poll() is None:
-            started[0].kill()
-
-
-def start_resolving() -> None:
-    """Start every platform's resolution now, in the background (once; a no-op where PyPI is out of reach)."""
-    with _RESOLVING_LOCK:
-        if _RESOLVING:
-            return
-        _RESOLVING["reachable"] = _pypi_reachable()
-        if not _RESOLVING["reachable"]:
-            return
-        tmp = tempfile.mkdtemp(prefix="mgpu-platforms-")
-        atexit.register(shutil.rmtree, tmp, True)
-        atexit.register(_stop_resolving)
-        for name in PLATFORMS:
-            _RESOLVING[name] = start_resolve(name, tmp)
-
-
-def start_resolving_in_background() -> None:
-    """:func:`start_resolving` in a daemon thread (its reachability check may wait up to 15 s)."""
-    threading.Thread(target=start_resolving, daemon=True).start()
+    return {"rc": out.returncode, "stderr": out.stderr[-4000:], "install": installed}
 
 
 @pytest.fixture(scope="module")
-def resolved():
-    start_resolving()              # at once, unless conftest.py started it at the end of the collection
-    if not _RESOLVING["reachable"]:
+def resolved(tmp_path_factory):
+    if not _pypi_reachable():
         pytest.skip(f"PyPI ({PYPI}) cannot be reached: the platform resolution needs it (CI and the course "
                     "machines reach it)")
-    return {name: finish_resolve(_RESOLVING[name]) for name in PLATFORMS}
+    tmp = str(tmp_path_factory.mktemp("platforms"))
+    with ThreadPoolExecutor(len(PLATFORMS)) as pool:
+        futures = {name: pool.submit(resolve, name, tmp) for name in PLATFORMS}
+        return {name: f.result() for name, f in futures.items()}
 
 
 @pytest.mark.parametrize("name", sorted(PLATFORMS))

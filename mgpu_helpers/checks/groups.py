@@ -88,8 +88,17 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     for world_size in sizes:
         length = int(rng.integers(1, 5))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        values = launch(_join_sum_main, world_size, (fn, inputs), what, fn, timeout, init=False,
-                        advice="多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。")
+        try:
+            values = launch(_join_sum_main, world_size, (fn, inputs), what, fn, timeout, init=False,
+                            advice="多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。")
+        except CheckFailed as exc:
+            # A rank that leaves right after joining can close its connections while a peer is still making
+            # them (gloo: "Connection closed by peer"): the usual cause is a missing collective.
+            if "Connection closed by peer" not in str(exc) and "connectFullMesh" not in str(exc):
+                raise
+            raise CheckFailed(f"{what}：world_size = {world_size} 时，有的 Rank 还在和大家建立连接，另一个 Rank 已经"
+                              "离开了进程组（gloo 报 Connection closed by peer）。加入之后还要做一次 all_reduce 把各 "
+                              "Rank 的 x 加起来（它也让每个 Rank 等到大家到齐），再 destroy_process_group()。") from None
         for rank, (got, inits, left_open) in enumerate(values):
             if left_open:
                 raise CheckFailed(f"{what}：rank {rank} 返回时进程组还开着。最后要调用 "
