@@ -18,10 +18,12 @@ from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def warm_ranks():
-    """One launch first, so that the rank server is up before the clocks start, then a few idle seconds in
-    which it imports torch._dynamo (the optimizers need it), as it does between a notebook's cells."""
-    mh.run_ranks(lambda rank, world_size: rank, 3, backend="gloo", timeout=120, stream=False, quiet=True)
-    time.sleep(5)
+    """The rank server up, with what the optimizers need (torch._dynamo) imported, before the clocks start:
+    as in a notebook after its first training launch, so the first training check does not pay for it."""
+    from mgpu_helpers.launcher import launch, rank
+
+    launch.prewarm(wait=True, modules=rank.PRELOADABLE)
+    launch.run_ranks(lambda r, world_size: r, 3, backend="gloo", timeout=120, stream=False, quiet=True)
 
 
 def _by_value(source: str, name: str):

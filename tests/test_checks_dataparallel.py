@@ -28,13 +28,12 @@ STEP_HEAD = '''
 
 @pytest.fixture(autouse=True, scope="module")
 def warm_ranks():
-    """One launch, then a few idle seconds: the rank server imports torch._dynamo (which the optimizers need)
-    while idle, as it does in a notebook between cells, so the first training check does not pay for it."""
-    import time
+    """The rank server up, with what the optimizers need (torch._dynamo) imported, before the clocks start:
+    as in a notebook after its first training launch, so the first training check does not pay for it."""
+    from mgpu_helpers.launcher import launch, rank
 
-    import mgpu_helpers as mh
-    mh.run_ranks(lambda rank, world_size: rank, 2, backend="gloo", timeout=120, stream=False, quiet=True)
-    time.sleep(5)
+    launch.prewarm(wait=True, modules=rank.PRELOADABLE)
+    launch.run_ranks(lambda r, world_size: r, 2, backend="gloo", timeout=120, stream=False, quiet=True)
 
 
 # -- ex09: data_parallel_step on uneven shards ----------------------------------------------------------------

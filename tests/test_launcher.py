@@ -490,14 +490,32 @@ def test_server_restarts_after_being_killed():
     assert mh.run_ranks(_allreduce_rank, 2, quiet=True).values == [1, 1]
 
 
-def test_idle_server_preloads_dynamo_so_optimizers_do_not_pay_it_per_rank():
+def test_the_server_imports_dynamo_once_a_rank_needed_it_and_never_before():
     def has_dynamo(rank, world_size):
         import sys
         return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
 
-    deadline = time.monotonic() + 60
-    seen = mh.run_ranks(has_dynamo, 1, quiet=True).values[0]
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.5)                          # the server imports it while idle
-        seen = mh.run_ranks(has_dynamo, 1, quiet=True).values[0]
-    assert seen
+    def trains(rank, world_size):
+        import torch
+        had = has_dynamo(rank, world_size)
+        torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)    # imports torch._dynamo
+        return had
+
+    launch.shutdown_server()
+    launch._server.preloads.clear()              # what this kernel's earlier launches taught it is forgotten
+    assert mh.run_ranks(has_dynamo, 2, quiet=True).values == [False, False]
+    time.sleep(1)                                # idle time: a server that preloaded anyway would do it now
+    assert mh.run_ranks(has_dynamo, 2, quiet=True).values == [False, False]
+    assert mh.run_ranks(trains, 2, quiet=True).values == [False, False]
+    # The launch after waits for the server's own import (sent with the results): its ranks have it.
+    assert mh.run_ranks(trains, 2, quiet=True).values == [True, True]
+    launch.shutdown_server()                     # a new server of this kernel imports it as soon as it is up
+    assert mh.run_ranks(has_dynamo, 1, quiet=True).values == [True]
+
+
+def test_prewarm_can_ask_for_the_preload_before_any_launch():
+    launch.shutdown_server()
+    launch._server.preloads.clear()
+    launch.prewarm(modules=("torch._dynamo", "not.a.preloadable.module"))
+    assert launch._server.preloads == {"torch._dynamo"}      # only names the ranks' list allows
+    assert mh.run_ranks(lambda r, w: "torch._dynamo" in __import__("sys").modules, 1, quiet=True).values == [True]

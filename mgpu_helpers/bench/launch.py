@@ -173,7 +173,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")
-    ap.add_argument("--settle", type=float, default=5.0, help="seconds the idle server gets to preload torch._dynamo")
     opts = ap.parse_args(argv)
     n = opts.world_size
 
@@ -181,11 +180,9 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     launch.prewarm(wait=True)
     server_start = time.perf_counter() - t0
-    cold_launch = time_run_ranks(n)             # the first launch: torch._dynamo is still to be preloaded
+    first_launch = time_run_ranks(n)            # the first launch of a ready server
     launch.shutdown_server()
     cold = time_run_ranks(n)                    # includes starting the server and its import torch
-    time.sleep(opts.settle)                     # the idle server preloads torch._dynamo
-    time_run_ranks(n)
     runs = [_timed_launch(n) for _ in progress.iterate(range(opts.repeats), "run_ranks repeats")]
     accel = [time_notebook_launcher(n) for _ in progress.iterate(range(opts.baseline_repeats), "notebook_launcher")]
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
@@ -206,7 +203,7 @@ def main(argv: list[str]) -> int:
         print(f"{name:34s} {secs:8.3f} {secs / repeat:9.1f}x  {runs_text}")
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
-    print(f"(the first launch after a cold start, before torch._dynamo is preloaded: {cold_launch:.3f} s)")
+    print(f"(the first launch of a server that is already up: {first_launch:.3f} s)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
     for key, what in PHASES:
         ms = med(r[key] for r in runs) * 1000

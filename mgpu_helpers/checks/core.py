@@ -17,7 +17,6 @@ import contextlib
 import itertools
 import math
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -592,26 +591,14 @@ HANG_S = 4.0
 
 # Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
 TRAIN_HANG_S = 2 * HANG_S
-_preload_given = False
-
-
 def let_rank_server_preload() -> None:
-    """Before the first check in a session whose ranks train a model: start the rank server if needed and
-    leave it a moment of idle time, in which it imports the modules an optimizer's first step needs (see
-    ``launcher/server.IDLE_PRELOADS``). A launch that arrives while it imports waits until it is done, before
-    the ranks start, so that import is not counted against the hang limit. Once per session."""
-    global _preload_given
-    if _preload_given:
-        return
-    from mgpu_helpers.launcher.launch import run_ranks
+    """Before a check whose ranks train a model: have the rank server import what an optimizer's first step
+    needs (``launcher/rank.PRELOADABLE``). The check's launch then waits for that import before its ranks
+    start, so the import is not counted against the hang limit, and each rank does not pay it again."""
+    from mgpu_helpers.launcher.launch import prewarm
+    from mgpu_helpers.launcher.rank import PRELOADABLE
 
-    run_ranks(_nothing, 1, timeout=60, stream=False, quiet=True, init=False)
-    time.sleep(0.5)
-    _preload_given = True
-
-
-def _nothing(rank, world_size):
-    return None
+    prewarm(modules=PRELOADABLE)
 
 
 def where_ranks_wait(exc) -> str:

@@ -34,7 +34,8 @@ from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.errors import LaunchError
 from mgpu_helpers.launcher.interrupts import interrupts_held
 from mgpu_helpers.launcher.job import Job
-from mgpu_helpers.launcher.messages import JobRequest, Ready, Started
+from mgpu_helpers.launcher.messages import JobRequest, Preload, Ready, Returned, Started
+from mgpu_helpers.launcher.rank import PRELOADABLE
 from mgpu_helpers.launcher.results import RankResults
 from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
@@ -138,6 +139,7 @@ class _Server:
         self.lock = threading.Lock()
         self.conn: _Conn | None = None
         self.retired: list[_Conn] = []
+        self.preloads: set[str] = set()     # modules ranks needed: every server of this kernel imports them
 
     def alive(self) -> bool:
         conn = self.conn
@@ -189,6 +191,8 @@ class _Server:
             if not isinstance(pickle.loads(data), Ready):
                 raise EOFError("expected Ready")
             conn.ready = True
+            if self.preloads:
+                send_msg(conn.sock, pickle.dumps(Preload(tuple(sorted(self.preloads)))))
         except BaseException as exc:
             code = conn.proc.poll()
             self.stop()          # a frame half read, or none: this socket can no longer be trusted
@@ -230,6 +234,22 @@ class _Server:
                 except (OSError, ValueError):
                     pass           # another thread closed it meanwhile: look again under the lock
 
+    def preload(self, modules) -> None:
+        """Have the server import ``modules`` (of ``rank.PRELOADABLE``) now, and every later server too.
+
+        Call with interrupts held and the lock taken. The server imports them before it reads its next
+        request, so a launch sent meanwhile waits for that import instead of paying it in each rank."""
+        new = set(modules) & set(PRELOADABLE) - self.preloads
+        if not new:
+            return
+        self.preloads |= new
+        conn = self.conn
+        if conn is not None and conn.ready:      # otherwise they go with the Ready (see _read_ready)
+            try:
+                send_msg(conn.sock, pickle.dumps(Preload(tuple(sorted(new)))))
+            except OSError:
+                self.stop()                      # gone or stuck: the next launch starts a new one
+
     def submit(self, request: JobRequest, fds: list[int], gate) -> tuple[Started, subprocess.Popen]:
         """Hand a job to a ready server; returns its Started reply (the leader's pid) and the server's Popen.
 
@@ -261,11 +281,12 @@ _server = _Server()
 atexit.register(_server.stop)
 
 
-def prewarm(wait: bool = False) -> None:
+def prewarm(wait: bool = False, modules=()) -> None:
     """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``.
 
     Returns at once; with ``wait=True`` it returns once the server takes jobs (the wait can be interrupted,
-    and the server then goes on starting).
+    and the server then goes on starting). ``modules``: names from ``rank.PRELOADABLE`` for the server to
+    import as soon as it is up (it would otherwise do so after the first launch whose ranks needed them).
     """
     with interrupts_held() as gate:
         if wait:
@@ -274,6 +295,9 @@ def prewarm(wait: bool = False) -> None:
         else:
             with _server.lock:
                 _server.start()
+        if modules:
+            with _server.lock:
+                _server.preload(modules)
 
 
 def shutdown_server() -> None:
@@ -391,9 +415,14 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
         try:
             _start(job, payload, init, debug, env, gate)
             with gate.allowed():    # where interrupts land (and in the cold-start wait): one owner per resource
-                return supervise(job)
+                results = supervise(job)
         finally:
             job.finish()            # KeyboardInterrupt included: no rank, fd or folder outlives the cell
+        needed = {m for got in job.results.values() if isinstance(got, Returned) for m in got.imported}
+        if needed:
+            with _server.lock:
+                _server.preload(needed)
+        return results
 
 
 def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None, gate) -> None:

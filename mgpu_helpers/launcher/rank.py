@@ -16,6 +16,13 @@ import time
 import traceback
 
 
+# Slow imports that ranks may need and the rank server can do once for all later ranks. torch.optim and DDP
+# import torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop.
+# The server imports one of these only once a rank has needed it (or a caller asks, ``prewarm``): a
+# notebook that never trains never pays for it. It starts no threads, so forking after it is safe.
+PRELOADABLE = ("torch._dynamo",)
+
+
 def _to_cpu(value):
     """Move tensors in a (nested) result to the CPU, so the notebook can unpickle them without a GPU."""
     try:
@@ -97,6 +104,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     flight.start_dumper(job.job_dir, rank)      # first thread of the rank: the mask it sets is inherited
 
     world_size = job.world_size
+    had = {m for m in PRELOADABLE if m in sys.modules}     # what the server had imported before the fork
     os.environ.clear()
     os.environ.update(job.env)
     os.environ.update(job.rank_env[rank])
@@ -137,7 +145,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         value = fn(rank, world_size, *args)
         t3 = time.perf_counter()
         where = f"sending the result (a {type(value).__module__}.{type(value).__qualname__})"
-        message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect())
+        imported = tuple(m for m in PRELOADABLE if m in sys.modules and m not in had)
+        message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect(), imported)
         # Output first, then the result: once every rank's result is in, the notebook ends the ranks (they
         # are only leaving the group), and what they printed must already be in their output pipes.
         sys.stdout.flush()

@@ -148,39 +148,28 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
-# Imported while the server is idle, after it has said it is ready: torch.optim and DDP import
-# torch._dynamo on first use, which would otherwise cost seconds in every rank of every launch. Doing it
-# before "ready" would make the first launch wait for it (several seconds on some machines). It starts no
-# threads, so forking after it is safe.
-IDLE_PRELOADS = ["torch._dynamo"]
-
-
-def _preload_when_idle(sock: socket.socket, pending: list[str]) -> bool:
-    """Import the next pending module unless a request arrives within a moment; True if one is waiting."""
-    ready, _, _ = select.select([sock], [], [], 0.2)
-    if ready:
-        return True
-    try:
-        importlib.import_module(pending.pop(0))
-    except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
-        pass
-    return False
-
-
 def serve(sock: socket.socket) -> None:
-    from mgpu_helpers.launcher.messages import Started
+    from mgpu_helpers.launcher.messages import Preload, Started
+    from mgpu_helpers.launcher.rank import PRELOADABLE
     from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
     server_pid = os.getpid()
-    pending = list(IDLE_PRELOADS)
     while True:
-        if pending and not _preload_when_idle(sock, pending):
-            continue
         try:
             data, fds = recv_msg(sock, maxfds=253)
         except (EOFError, ConnectionError):
             return  # the notebook kernel closed its end (or is gone): we are done
         job = pickle.loads(data)
+        if isinstance(job, Preload):
+            # Done at once, before the next request is read: a launch sent meanwhile waits for it rather
+            # than importing the same module in each of its ranks.
+            for name in job.modules:
+                if name in PRELOADABLE:     # never an arbitrary module: an import may start threads
+                    try:
+                        importlib.import_module(name)
+                    except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
+                        pass
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
