@@ -490,7 +490,13 @@ def test_server_restarts_after_being_killed():
     assert mh.run_ranks(_allreduce_rank, 2, quiet=True).values == [1, 1]
 
 
-def test_the_server_imports_dynamo_once_a_rank_needed_it_and_never_before():
+def _has_dynamo(rank, world_size):
+    import sys
+    return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
+
+
+def test_the_server_imports_dynamo_once_a_rank_needed_it(monkeypatch):
+    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")   # no idle preload in this test's servers
     def has_dynamo(rank, world_size):
         import sys
         return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
@@ -511,11 +517,25 @@ def test_the_server_imports_dynamo_once_a_rank_needed_it_and_never_before():
     assert mh.run_ranks(trains, 2, quiet=True).values == [True, True]
     launch.shutdown_server()                     # a new server of this kernel imports it as soon as it is up
     assert mh.run_ranks(has_dynamo, 1, quiet=True).values == [True]
+    launch.shutdown_server()
 
 
-def test_prewarm_can_ask_for_the_preload_before_any_launch():
+def test_an_idle_server_imports_dynamo_on_its_own(monkeypatch):
+    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "0.2")
+    launch.shutdown_server()
+    launch._server.preloads.clear()
+    deadline = time.monotonic() + 60
+    while not mh.run_ranks(_has_dynamo, 1, quiet=True).values[0]:
+        assert time.monotonic() < deadline, "the idle server never imported torch._dynamo"
+        time.sleep(0.5)
+    launch.shutdown_server()
+
+
+def test_prewarm_can_ask_for_the_preload_before_any_launch(monkeypatch):
+    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")
     launch.shutdown_server()
     launch._server.preloads.clear()
     launch.prewarm(modules=("torch._dynamo", "not.a.preloadable.module"))
     assert launch._server.preloads == {"torch._dynamo"}      # only names the ranks' list allows
-    assert mh.run_ranks(lambda r, w: "torch._dynamo" in __import__("sys").modules, 1, quiet=True).values == [True]
+    assert mh.run_ranks(_has_dynamo, 1, quiet=True).values == [True]
+    launch.shutdown_server()

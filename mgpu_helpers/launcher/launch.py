@@ -409,7 +409,12 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
     with interrupts_held() as gate:
         # A cold start's import torch is waited for here (interruptibly), so the timeout counts the ranks only.
         _server.acquire_ready(gate)
-        _server.lock.release()
+        try:
+            # A kernel that has built an optimizer itself is training: its ranks will too, so the server
+            # imports what they need once now, instead of each rank of this launch.
+            _server.preload([m for m in PRELOADABLE if m in sys.modules])
+        finally:
+            _server.lock.release()
         # Made in here: the job holds a selector (a file descriptor) from its first moment.
         job = Job(world_size, backend, reason, float(timeout), stream, quiet)
         try:

@@ -18,8 +18,8 @@ import traceback
 
 # Slow imports that ranks may need and the rank server can do once for all later ranks. torch.optim and DDP
 # import torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop.
-# The server imports one of these only once a rank has needed it (or a caller asks, ``prewarm``): a
-# notebook that never trains never pays for it. It starts no threads, so forking after it is safe.
+# The server imports them after a rank has needed them, when a caller asks (``prewarm``), or when it has
+# been idle a while (``server.IDLE_PRELOAD_S``). They start no threads, so forking after them is safe.
 PRELOADABLE = ("torch._dynamo",)
 
 

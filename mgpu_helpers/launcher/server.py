@@ -148,6 +148,22 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
+# Seconds without a request after which the server imports ``rank.PRELOADABLE`` on its own: a learner who
+# reads between cells leaves it that long, so a later training launch finds the import done; a notebook run
+# cell after cell (nbval) rarely does, so its launches do not queue behind an import that they may not need.
+IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "1.5"))
+
+
+def _import_preloadable(names) -> None:
+    from mgpu_helpers.launcher.rank import PRELOADABLE
+    for name in names:
+        if name in PRELOADABLE and name not in sys.modules:   # never an arbitrary module: it may start threads
+            try:
+                importlib.import_module(name)
+            except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
+                pass
+
+
 def serve(sock: socket.socket) -> None:
     from mgpu_helpers.launcher.messages import Preload, Started
     from mgpu_helpers.launcher.rank import PRELOADABLE
@@ -155,6 +171,9 @@ def serve(sock: socket.socket) -> None:
 
     server_pid = os.getpid()
     while True:
+        if any(m not in sys.modules for m in PRELOADABLE) and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
+            _import_preloadable(PRELOADABLE)
+            continue
         try:
             data, fds = recv_msg(sock, maxfds=253)
         except (EOFError, ConnectionError):
@@ -163,12 +182,7 @@ def serve(sock: socket.socket) -> None:
         if isinstance(job, Preload):
             # Done at once, before the next request is read: a launch sent meanwhile waits for it rather
             # than importing the same module in each of its ranks.
-            for name in job.modules:
-                if name in PRELOADABLE:     # never an arbitrary module: an import may start threads
-                    try:
-                        importlib.import_module(name)
-                    except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
-                        pass
+            _import_preloadable(job.modules)
             continue
         sys.stdout.flush()
         sys.stderr.flush()
