@@ -591,6 +591,8 @@ HANG_S = 4.0
 
 # Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
 TRAIN_HANG_S = 2 * HANG_S
+
+
 def let_rank_server_preload() -> None:
     """Before a check whose ranks train a model: have the rank server import what an optimizer's first step
     needs (``launcher/rank.PRELOADABLE``). The check's launch then waits for that import before its ranks
