@@ -497,6 +497,7 @@ def _has_dynamo(rank, world_size):
 
 def test_the_server_imports_dynamo_once_a_rank_needed_it(monkeypatch):
     monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")   # no idle preload in this test's servers
+    monkeypatch.setattr(launch, "_imported_here", lambda: [])   # as a kernel that has not trained itself
     def has_dynamo(rank, world_size):
         import sys
         return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
@@ -528,6 +529,15 @@ def test_an_idle_server_imports_dynamo_on_its_own(monkeypatch):
     while not mh.run_ranks(_has_dynamo, 1, quiet=True).values[0]:
         assert time.monotonic() < deadline, "the idle server never imported torch._dynamo"
         time.sleep(0.5)
+    launch.shutdown_server()
+
+
+def test_a_kernel_that_trained_itself_gets_ranks_with_dynamo_from_the_first_launch(monkeypatch):
+    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")
+    monkeypatch.setattr(launch, "_imported_here", lambda: ["torch._dynamo"])
+    launch.shutdown_server()
+    launch._server.preloads.clear()
+    assert mh.run_ranks(_has_dynamo, 2, quiet=True).values == [True, True]
     launch.shutdown_server()
 
 

@@ -281,6 +281,11 @@ _server = _Server()
 atexit.register(_server.stop)
 
 
+def _imported_here() -> list[str]:
+    """The modules of ``rank.PRELOADABLE`` that this kernel has imported (it built an optimizer, say)."""
+    return [m for m in PRELOADABLE if m in sys.modules]
+
+
 def prewarm(wait: bool = False, modules=()) -> None:
     """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``.
 
@@ -412,7 +417,7 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
         try:
             # A kernel that has built an optimizer itself is training: its ranks will too, so the server
             # imports what they need once now, instead of each rank of this launch.
-            _server.preload([m for m in PRELOADABLE if m in sys.modules])
+            _server.preload(_imported_here())
         finally:
             _server.lock.release()
         # Made in here: the job holds a selector (a file descriptor) from its first moment.
