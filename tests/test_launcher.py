@@ -498,9 +498,7 @@ def _has_dynamo(rank, world_size):
 def test_the_server_imports_dynamo_once_a_rank_needed_it(monkeypatch):
     monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")   # no idle preload in this test's servers
     monkeypatch.setattr(launch, "_imported_here", lambda: [])   # as a kernel that has not trained itself
-    def has_dynamo(rank, world_size):
-        import sys
-        return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
+    has_dynamo = _has_dynamo
 
     def trains(rank, world_size):
         import torch
