@@ -100,9 +100,9 @@ def test_step_rows_from_a_profiled_lab_step(tmp_path):
     rows = profile.step_rows_from_trace(run.trace)
     direct = sweep.combine_steps(run.results.values)
     assert [r["nbytes"] for r in rows] == [r["nbytes"] for r in direct] == [1 << 10, 1 << 16]
-    for got, want in zip(rows, direct):   # same phases, from the trace's spans and from the ranks' own timing
+    for got, want in zip(rows, direct):   # the ranks time each phase by its span: the trace shows the same times
         for key in ("compute_us", "wait_us", "comm_us"):
-            assert got[key] == pytest.approx(want[key], rel=0.05, abs=20), key
+            assert got[key] == pytest.approx(want[key], abs=1.0), key
 
 
 def test_clock_offset_needs_the_anchor_and_sizes_parse():

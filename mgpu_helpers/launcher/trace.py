@@ -74,6 +74,11 @@ def record(kind: str, start: float, end: float, name: str = "") -> None:
     _spans.append(Span(kind, name or kind, start, end))
 
 
+def latest() -> Span:
+    """The span this process recorded last (what a ``with span(...)`` block just measured)."""
+    return _spans[-1]
+
+
 def snapshot() -> list[Span]:
     """This process's spans so far, in order, without forgetting them (``collect`` still returns them)."""
     return list(_spans)
