@@ -338,6 +338,21 @@ def _fail_or_exit(rank, world_size, how):
     return rank
 
 
+def test_a_launch_whose_ranks_all_returned_does_not_wait_for_them_to_exit_and_they_still_go(monkeypatch):
+    from mgpu_helpers.launcher.job import Job
+    mh.run_ranks(_allreduce_rank, 2, quiet=True)          # server up
+    waited = []
+    real_wait = Job._wait_leader
+    monkeypatch.setattr(Job, "_wait_leader", lambda self, s: (waited.append(s), real_wait(self, s)))
+    res = mh.run_ranks(lambda rank, ws: (rank, os.getpid()), 2, quiet=True, stream=False)
+    assert [v[0] for v in res.values] == [0, 1]
+    assert waited == []                 # every rank had answered: the leader ends them, the cell goes on
+    assert _wait_gone([pid for _, pid in res.values], 5)
+    with pytest.raises(mh.RankError):   # a rank that fails: its peers are ended before the error is raised
+        mh.run_ranks(_fail_or_exit, 2, args=("raise",), quiet=True, stream=False)
+    assert waited
+
+
 def test_many_launches_leave_no_process_fd_tempfile_or_port(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # a temp folder of our own to watch
     mh.run_ranks(_allreduce_rank, 2, quiet=True)          # server up before the baseline

@@ -104,10 +104,10 @@ PHASES = [
     ("request", "check fn, pickle it, job folder and pipes (notebook)"),
     ("hand-over", "send the job; the server forks its leader and answers"),
     ("rank start", "the leader forks the ranks; each sets up and unpickles fn"),
-    ("join group", "init_process_group (gloo) and a line-up of the ranks"),
+    ("join group", "init_process_group (gloo), through a file store in the job folder"),
     ("fn", "the all-reduce itself"),
     ("results back", "the last result reaches the notebook"),
-    ("clean-up", "end the ranks, read their last output, close, remove the folder"),
+    ("clean-up", "close the job's pipes (the leader then ends the ranks), remove the folder"),
 ]
 
 

@@ -132,10 +132,10 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         if job.init:
             ranks.init_process_group(rank, world_size, job.backend, job.init_method,
                                      timeout_s=job.pg_timeout_s)
+            # gloo's init can return on one rank while a peer is still connecting to it. No line-up here:
+            # a rank that returns waits at "mgpu/finished" below, its sockets open, until every peer has
+            # returned too (a line-up costs a poll of the file store, 10 ms).
             store = dist.distributed_c10d._get_default_store()
-            # gloo's init can return on one rank while a peer is still connecting to it: line up first,
-            # so a rank whose fn is instant cannot tear its sockets down under a peer still in init.
-            _store_barrier(store, "mgpu/started", rank, world_size)
         t1 = time.perf_counter()
         where = "unpickling the function"
         fn, args = cloudpickle.loads(job.payload)
