@@ -229,6 +229,28 @@ def test_deadlock_diagnosed_at_timeout_with_each_rank_stack():
     assert "deadlock" in str(err)
 
 
+def test_each_stuck_ranks_stack_comes_whole_from_its_dump_thread():
+    # The signal-handler dump (faulthandler on SIGUSR1) is written a line at a time and was once read half
+    # written on a loaded host. Here it cannot happen at all: the stacks must still come, whole.
+    def ignore_usr1_then_deadlock(rank, world_size):
+        import signal
+
+        import torch
+        import torch.distributed as dist
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        t = torch.arange(3.0)
+        dist.send(t, dst=1 - rank)
+        dist.recv(t, src=1 - rank)
+
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(ignore_usr1_then_deadlock, 2, timeout=3, quiet=True)
+    err = info.value
+    assert set(err.stacks) == {0, 1}
+    for stack in err.stacks.values():
+        assert "in ignore_usr1_then_deadlock" in stack and "mgpu_helpers/launcher/rank.py" in stack
+    assert all(w.startswith("dist.send") for w in err.waiting_in.values())
+
+
 def test_mismatched_collectives_diagnosed_at_timeout():
     def rank_fn(rank, world_size):
         import torch

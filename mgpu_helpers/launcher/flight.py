@@ -7,9 +7,15 @@ completed. It is on in every launch: both NCCL and gloo record into it in torch 
 has its main thread blocked inside the collective, so the buffer is dumped by a small thread of the rank
 that waits for SIGUSR2 (:func:`start_dumper`); the notebook sends that signal at the timeout, beside the
 SIGUSR1 that dumps the Python stacks, and reads the dumps with :func:`read_dump` and :func:`summarise`.
+
+The same thread writes the rank's Python stacks (every thread's) to :func:`stack_path`, whole and then
+renamed, so the notebook never reads a stack cut short. ``faulthandler`` on SIGUSR1 writes them too, to
+:func:`partial_stack_path`: from a signal handler, a line at a time, so on a loaded machine the notebook may
+find it half written; it is read only for a rank whose thread could not run (its main thread holding the GIL).
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import signal
@@ -21,6 +27,21 @@ DUMP_SIGNAL = signal.SIGUSR2
 
 def dump_path(job_dir: str, rank: int) -> str:
     return os.path.join(job_dir, f"flight-{rank}.pkl")
+
+
+def stack_path(job_dir: str, rank: int) -> str:
+    return os.path.join(job_dir, f"stack-{rank}.txt")
+
+
+def partial_stack_path(job_dir: str, rank: int) -> str:
+    return os.path.join(job_dir, f"stack-{rank}.partial.txt")
+
+
+def _write_whole(path: str, write) -> None:
+    """``write(f)`` into ``path + ".part"``, then rename it to ``path``: a reader sees all of it or none."""
+    with open(path + ".part", "wb") as f:
+        write(f)
+    os.replace(path + ".part", path)
 
 
 def start_dumper(job_dir: str, rank: int) -> None:
@@ -37,15 +58,13 @@ def start_dumper(job_dir: str, rank: int) -> None:
     def serve() -> None:
         while True:
             signal.sigwait({DUMP_SIGNAL})
+            _write_whole(stack_path(job_dir, rank), lambda f: faulthandler.dump_traceback(f, all_threads=True))
             try:
                 import torch._C._distributed_c10d as c10d
                 data = c10d._dump_fr_trace(includeStackTraces=False)
             except Exception as exc:   # noqa: BLE001 - a missing dump is reported, never fatal
                 data = pickle.dumps({"error": f"{type(exc).__name__}: {exc}"})
-            # Written whole, then renamed: the notebook never reads half a dump.
-            with open(path + ".part", "wb") as f:
-                f.write(data)
-            os.replace(path + ".part", path)
+            _write_whole(path, lambda f: f.write(data))
 
     threading.Thread(target=serve, name="mgpu-flight-recorder", daemon=True).start()
 

@@ -264,22 +264,22 @@ class Job:
         """Python stacks (SIGUSR1, faulthandler) and flight-recorder dumps (SIGUSR2) of ``ranks``."""
         self.signal_ranks(signal.SIGUSR1)
         self.signal_ranks(flight.DUMP_SIGNAL)
-        stack_paths = {r: os.path.join(self.job_dir, f"stack-{r}.txt") for r in ranks}
+        # Each rank's dump thread writes its stacks, then its flight recorder, each whole and then renamed:
+        # once both files exist they are complete.
+        whole = {r: flight.stack_path(self.job_dir, r) for r in ranks}
         fr_paths = {r: flight.dump_path(self.job_dir, r) for r in ranks}
-        sizes = {r: -1 for r in ranks}
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
-            self.pump(0.1)   # keep the pipes flowing while the dumps are written
-            now = {r: os.path.getsize(p) if os.path.exists(p) else 0 for r, p in stack_paths.items()}
-            stacks_done = all(now[r] > 0 and now[r] == sizes[r] for r in ranks)
-            if stacks_done and all(os.path.exists(p) for p in fr_paths.values()):
+            self.pump(0.05)   # keep the pipes flowing while the dumps are written
+            if all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks):
                 break
-            sizes = now
         stacks = {}
-        for r, p in stack_paths.items():
-            try:
-                with open(p) as f:
-                    stacks[r] = f.read().strip()
-            except OSError:
-                stacks[r] = ""
+        for r in ranks:
+            for path in (whole[r], flight.partial_stack_path(self.job_dir, r)):   # the fallback: maybe cut short
+                try:
+                    with open(path) as f:
+                        stacks[r] = f.read().strip()
+                    break
+                except OSError:
+                    stacks[r] = ""
         return stacks, {r: flight.summarise(flight.read_dump(p)) for r, p in fr_paths.items()}
