@@ -5,13 +5,13 @@ torch.distributed keeps a ring buffer of the collectives each process group issu
 entries; NCCL's older name ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is deprecated in torch 2.13), each with its sequence number and whether it
 completed. It is on in every launch: both NCCL and gloo record into it in torch 2.13. A rank that is stuck
 has its main thread blocked inside the collective, so the buffer is dumped by a small thread of the rank
-that waits for SIGUSR2 (:func:`start_dumper`); the notebook sends that signal at the timeout, beside the
-SIGUSR1 that dumps the Python stacks, and reads the dumps with :func:`read_dump` and :func:`summarise`.
+that waits for SIGUSR2 (:func:`start_dumper`); the notebook sends that signal at the timeout and reads the
+dumps with :func:`read_dump` and :func:`summarise`.
 
 The same thread writes the rank's Python stacks (every thread's) to :func:`stack_path`, whole and then
-renamed, so the notebook never reads a stack cut short. ``faulthandler`` on SIGUSR1 writes them too, to
-:func:`partial_stack_path`: from a signal handler, a line at a time, so on a loaded machine the notebook may
-find it half written; it is read only for a rank whose thread could not run (its main thread holding the GIL).
+renamed, so the notebook never reads a stack cut short. Only for a rank whose thread could not run (its main
+thread holding the GIL) does the notebook then send SIGUSR1, on which ``faulthandler`` writes the stacks to
+:func:`partial_stack_path` from a signal handler, a line at a time.
 """
 from __future__ import annotations
 

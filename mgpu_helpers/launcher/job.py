@@ -260,19 +260,25 @@ class Job:
                 if os.path.exists(self.job_dir):   # a rank killed in the middle of writing a file there
                     shutil.rmtree(self.job_dir, ignore_errors=True)
 
+    def _pump_until(self, done, seconds: float) -> None:
+        """Keep the pipes flowing (ranks may be printing) until ``done()`` or ``seconds`` pass."""
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
+            self.pump(0.05)
+
     def take_dumps(self, ranks: list[int]) -> tuple[dict[int, str], dict[int, dict | None]]:
-        """Python stacks (SIGUSR1, faulthandler) and flight-recorder dumps (SIGUSR2) of ``ranks``."""
-        self.signal_ranks(signal.SIGUSR1)
-        self.signal_ranks(flight.DUMP_SIGNAL)
+        """Python stacks and flight-recorder dumps of ``ranks`` (SIGUSR2; SIGUSR1 only as the stacks' fallback)."""
         # Each rank's dump thread writes its stacks, then its flight recorder, each whole and then renamed:
         # once both files exist they are complete.
         whole = {r: flight.stack_path(self.job_dir, r) for r in ranks}
         fr_paths = {r: flight.dump_path(self.job_dir, r) for r in ranks}
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            self.pump(0.05)   # keep the pipes flowing while the dumps are written
-            if all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks):
-                break
+        self.signal_ranks(flight.DUMP_SIGNAL)
+        self._pump_until(lambda: all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks), 2.0)
+        if not all(os.path.exists(whole[r]) for r in ranks):
+            # A dump thread that could not run (its main thread holds the GIL): faulthandler's own dump, from a
+            # signal handler. Only now: sent together with the first, it was seen to stop half way.
+            self.signal_ranks(signal.SIGUSR1)
+            self._pump_until(lambda: False, 0.5)
         stacks = {}
         for r in ranks:
             for path in (whole[r], flight.partial_stack_path(self.job_dir, r)):   # the fallback: maybe cut short

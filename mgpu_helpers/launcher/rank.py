@@ -1,9 +1,9 @@
 """The life of one rank process, forked by the rank server's job leader.
 
 It writes its output to a pipe (whole lines, live), its phases and result to another (frames holding the
-records of :mod:`mgpu_helpers.launcher.messages`, cloudpickled), its Python stack to a file when asked with
-SIGUSR1 (faulthandler, all threads), and torch's flight recorder to another when asked with SIGUSR2
-(:mod:`mgpu_helpers.launcher.flight`).
+records of :mod:`mgpu_helpers.launcher.messages`, cloudpickled), and, when asked with SIGUSR2, its Python
+stacks and torch's flight recorder to files (:mod:`mgpu_helpers.launcher.flight`; SIGUSR1 is faulthandler's
+fallback for the stacks).
 """
 from __future__ import annotations
 
