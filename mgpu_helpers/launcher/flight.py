@@ -45,7 +45,7 @@ def _write_whole(path: str, write) -> None:
 
 
 def start_dumper(job_dir: str, rank: int) -> None:
-    """In a rank, before any other thread exists: dump the flight recorder to a file on each SIGUSR2.
+    """In a rank, before any other thread exists: dump the Python stacks and the flight recorder on each SIGUSR2.
 
     The signal is blocked in the main thread (and so in every thread started after this), and taken by
     ``sigwait`` in a thread of its own: Python's signal handlers run in the main thread only, which is the
