@@ -279,13 +279,15 @@ class Job:
             # signal handler. Only now: sent together with the first, it was seen to stop half way.
             self.signal_ranks(signal.SIGUSR1)
             self._pump_until(lambda: False, 0.5)
-        stacks = {}
-        for r in ranks:
-            for path in (whole[r], flight.partial_stack_path(self.job_dir, r)):   # the fallback: maybe cut short
-                try:
-                    with open(path) as f:
-                        stacks[r] = f.read().strip()
-                    break
-                except OSError:
-                    stacks[r] = ""
+        # The whole dump, else the fallback (which may be cut short), else nothing.
+        stacks = {r: _text_of(whole[r]) or _text_of(flight.partial_stack_path(self.job_dir, r)) for r in ranks}
         return stacks, {r: flight.summarise(flight.read_dump(p)) for r, p in fr_paths.items()}
+
+
+def _text_of(path: str) -> str:
+    """The stripped text of ``path``; "" when it cannot be read (not written yet, or the folder is gone)."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
