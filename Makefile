@@ -22,6 +22,10 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_FLAGS ?=
 PORT        ?= 8888
 PYTEST_ARGS ?=
+# test-main runs on this many pytest-xdist workers, each test file (each notebook) kept on one worker
+# (--dist loadfile: a notebook's cells share one kernel). 3 on a 2-core machine: the platform-resolution
+# tests wait on PyPI, not the CPU. PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 3
 
 .PHONY: install lab classroom test test-main test-browser export slides bench clean
 install: $(VENV)/.installed
@@ -50,7 +54,8 @@ test: test-main test-browser
 
 test-main: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
-	    --nbval-cell-timeout=600 -p no:randomly -m "not browser" $(PYTEST_ARGS)
+	    --nbval-cell-timeout=600 -p no:randomly -m "not browser" -n $(PYTEST_WORKERS) --dist loadfile \
+	    $(PYTEST_ARGS)
 
 # Needs Debian's chromium at /usr/bin/chromium (apt-get install chromium); Playwright only drives it.
 test-browser: install

@@ -11,6 +11,7 @@ BENCHES = {
     "ring": "hand-written ring all-reduce (isend/irecv) against dist.all_reduce: time and busbw",
     "ncu": "Nsight Compute: registers, achieved occupancy, DRAM throughput of the vecAdd kernels per block size",
     "registers": "registers per thread of notebook 02's kernels (--record PATH writes the recorded file)",
+    "notebooks": "every notebook under nbval, one process each: seconds and slowest cells, beside a two-cell notebook",
     "peer": "peer access matrix, GPU0<->GPU1 copy bandwidth, all-reduce busbw with and without NCCL P2P",
 }
 

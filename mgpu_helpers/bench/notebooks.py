@@ -1,0 +1,87 @@
+"""How long a learner waits: every notebook run top to bottom under nbval, one process each, as ``make test`` does.
+
+``python -m mgpu_helpers.bench notebooks`` runs each lesson in ``notebooks/`` (``--dirs`` adds ``solutions``
+and ``exercises``) in its own pytest process, one after the other, and prints per notebook the seconds it took
+and its slowest cells, then the total against the course's targets (12 s a lesson, 90 s the course on a 2-core
+machine). The baseline, from the same run: a notebook of two cells (``mh.setup()`` and one 2-rank launch), the
+fixed cost every notebook pays for its kernel, its imports and the rank server's cold start.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+
+import nbformat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LESSON_TARGET_S = 12.0
+COURSE_TARGET_S = 90.0
+DURATION = re.compile(r"^\s*([\d.]+)s (call|setup|teardown)\s+\S+::Cell (\d+)\s*$", re.M)
+
+FLOOR_CELLS = [
+    "import mgpu_helpers as mh\nenv = mh.setup()",
+    "def hello(rank, world_size):\n    return rank\n\n"
+    "assert mh.run_ranks(hello, 2, quiet=True).values == [0, 1]",
+]
+
+
+def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
+    """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run of ``path``."""
+    cmd = [sys.executable, "-m", "pytest", path, "--nbval-lax", "--nbval-current-env", "-p", "no:randomly",
+           "-p", "no:xdist", "-q", "--durations=0", "--durations-min=0.2"]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - start
+    cells: dict[int, float] = {}
+    for seconds, _phase, index in DURATION.findall(out.stdout):
+        cells[int(index)] = cells.get(int(index), 0.0) + float(seconds)
+    slowest = sorted(((s, i) for i, s in cells.items()), reverse=True)
+    return wall, slowest, out.returncode == 0
+
+
+def floor_notebook() -> str:
+    """Write the two-cell baseline notebook under build/ and return its path."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in FLOOR_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = os.path.join(ROOT, "build", "bench", "floor.ipynb")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dirs", nargs="+", default=["notebooks"], help="folders of notebooks (default: notebooks)")
+    p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
+    p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
+    args = p.parse_args(argv)
+
+    paths = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))
+             if not args.names or any(n in os.path.basename(path) for n in args.names)]
+    floor_s, _, floor_ok = run_notebook(floor_notebook())
+    print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
+    print(f"{'notebook':<40} {'s':>6}  slowest cells (code cell index: s)")
+    total, failed, over = 0.0, [], []
+    for path in paths:
+        wall, slowest, ok = run_notebook(path)
+        total += wall
+        name = os.path.relpath(path, ROOT)
+        failed += [] if ok else [name]
+        lesson = name.startswith("notebooks" + os.sep)
+        over += [name] if lesson and wall > LESSON_TARGET_S else []
+        cells = ", ".join(f"{i}: {s:.1f}" for s, i in slowest[:args.top])
+        print(f"{name:<40} {wall:6.1f}  {cells}{'' if ok else '  FAILED'}")
+    print(f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
+          f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
+          f"{COURSE_TARGET_S:.0f} s")
+    if over:
+        print("over the lesson target: " + ", ".join(over))
+    if failed:
+        print("FAILED: " + ", ".join(failed))
+    return 1 if failed or not floor_ok else 0
