@@ -48,11 +48,8 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex06 | :func:`check_shard_contiguous_by_cost` | ``shard_contiguous_by_cost(costs, world_size)``: order kept, balanced by cost |
 | ex06 | :func:`check_rank_memory_fewest_gpus` | ``fewest_gpus(strategy, capacity, ...)``: the fewest GPUs, or None |
 | ex07 | :func:`check_reduce_scatter_uneven` | ``reduce_scatter_uneven(rank, world_size, x, sizes)``: each rank keeps its part |
-| ex06 | :func:`check_shard_by_cost` | ``shard_by_cost(costs, rank, world_size)`` (property-tested) |
-| ex06 | :func:`check_rank_memory` | ``rank_memory(strategy, n, params, grads, optimizer, activations)`` |
 | ex07 | :func:`check_all_gather_uneven` | ``all_gather_uneven(rank, world_size, x)``: pieces of any length |
 | ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather, calls traced |
-| ex07 | :func:`check_bytes_sent` | ``bytes_each_rank_sends(op, nbytes, world_size, rank)``: a number, then counted |
 | ex08 | :func:`check_allreduce_crossover_bytes` | ``allreduce_crossover_bytes(n, alpha, beta)``: latency term = bandwidth term |
 | 08 | ``stragglers.try_ring_allreduce_seconds`` | notebook 08's fill-in: the ring all-reduce's alpha-beta cost |
 | 08 | ``stragglers.try_speedup_and_efficiency`` | notebook 08's fill-in: ``(speedup, efficiency)`` from two step times |
@@ -130,10 +127,7 @@ __getattr__, __dir__, __all__ = attach(
         "try_comm_share_speedup": "collectives",
         "check_all_gather_uneven": "semantics",
         "check_all_reduce_rs_ag": "semantics",
-        "check_bytes_sent": "semantics",
-        "check_shard_by_cost": "sharding",
         "MEMORY_STRATEGIES": "sharding",
-        "check_rank_memory": "sharding",
         "check_shard_contiguous_by_cost": "sharding",
         "check_rank_memory_fewest_gpus": "sharding",
         "check_contiguous_ranges": "sharding",

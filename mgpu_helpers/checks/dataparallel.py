@@ -84,16 +84,16 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_H
                         advice="是不是有的 Rank 少调了一次 All-Reduce？每个 Rank 每一步都要调用同样的 Collective。")
         want = ref.train_single_process(config).numpy()
         for r, got in enumerate(values):
-            hint = ""
-            if got is not None and np.shape(got) == want.shape and not np.allclose(got, want, atol=1e-9, rtol=1e-9):
-                hint = _which_mistake(got, config, n, sizes)
             compare(got, want, f"world_size = {n}，Shard {sizes} 行，训练 {config.steps} 步后 rank {r} 的参数"
-                    "与单进程整批训练不同", hint, atol=1e-9, rtol=1e-9)
+                    "与单进程整批训练不同", _which_mistake(got, want, config, n, sizes), atol=1e-9, rtol=1e-9)
     passed(f"data_parallel_step 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 行数不同的 Shard 上"
            "训练几步后，每个 Rank 的参数都等于单进程整批训练。")
 
 
-def _which_mistake(got, config, n, sizes) -> str:
+def _which_mistake(got, want, config, n, sizes) -> str:
+    """A hint for parameters ``got`` that differ from ``want``: the usual mistake it matches, trained here."""
+    if got is None or np.shape(got) != want.shape or np.allclose(got, want, atol=1e-9, rtol=1e-9):
+        return ""
     for combine, why in (
             ("mean", f"这正是“各 Rank 的局部梯度求和后除以 world_size”的结果：Shard 是 {sizes} 行，不一样大，"
                      "简单平均给小 Shard 里的样本更大的权重。每个 Rank 的梯度要按它的行数加权：乘以 本地行数 / 总行数"
@@ -131,12 +131,11 @@ def reference_weighted_average(local_grads, rows):
     (a shard with no rows has no gradient to add: its entry is ignored)."""
     import torch
 
-    total = sum(rows)
     out = torch.zeros_like(torch.as_tensor(local_grads[0], dtype=torch.float64))
     for g, k in zip(local_grads, rows):
         if k:
             out = out + k * torch.as_tensor(g, dtype=torch.float64)
-    return out / total
+    return out / sum(rows)
 
 
 def check_weighted_average(fn) -> None:
@@ -199,9 +198,8 @@ def check_local_gradient(fn) -> None:
             hint = "用的是整批数据，没有切片。" if got["rows"] == n else "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
             raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
         g = torch.as_tensor(got["grad"]).reshape(-1)
-        hint = ""
-        if g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12):
-            hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
+        summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
+        hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。" if summed else ""
         compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
         if abs(float(got["loss"]) - float(loss)) > 1e-10:
             raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")

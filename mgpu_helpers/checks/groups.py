@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, hang_failure, int_values,
-                                      is_stub_error, launch, new_rng, not_done, passed)
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fill_in, hang_failure,
+                                      int_values, is_stub_error, launch, new_rng, not_done, passed)
+from mgpu_helpers.checks.p2p import as_numpy
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -59,12 +60,6 @@ def check_placement(fn) -> None:
 # -- ex03: joining a process group through a store made by hand ----------------------------------------------
 
 
-def _explain_join(inputs, rank, got):
-    if got is not None and np.shape(got) == np.shape(inputs[rank]) and np.allclose(got, inputs[rank]):
-        return "这是这个 Rank 自己的 x：加入进程组之后还要做一次 all_reduce。"
-    return ""
-
-
 def _join_sum_main(rank, world_size, fn, inputs):
     """Rank function of :func:`check_join_and_sum`: record the init call, run ``fn``, see if it left."""
     import torch
@@ -73,10 +68,7 @@ def _join_sum_main(rank, world_size, fn, inputs):
     with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
         out = fn(rank, world_size, torch.tensor(inputs[rank]))
     inits = [sorted(k for k in init if k != "_args") + ["<positional>"] * len(init["_args"]) for init in watched.inits]
-    left_open = dist.is_initialized()
-    if isinstance(out, torch.Tensor):
-        out = out.detach().cpu().numpy()
-    return out, inits, left_open
+    return as_numpy(out), inits, dist.is_initialized()     # the last: whether the group was left open
 
 
 def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -105,7 +97,9 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
                                   "dist.destroy_process_group()，让这个进程离开进程组。")
         total = np.sum(inputs, axis=0)
         for rank, (got, inits, _left) in enumerate(values):
-            compare(got, total, f"world_size = {world_size}，rank {rank}", _explain_join(inputs, rank, got))
+            own = got is not None and np.shape(got) == np.shape(inputs[rank]) and np.allclose(got, inputs[rank])
+            hint = "这是这个 Rank 自己的 x：加入进程组之后还要做一次 all_reduce。" if own else ""
+            compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
         for rank, (_got, inits, _left) in enumerate(values):
             if len(inits) != 1 or "store" not in inits[0] or "init_method" in inits[0]:
                 raise CheckFailed(f"{what}：rank {rank} 调用 init_process_group 时给的参数是 {inits}。这一题要自己建 "
@@ -143,14 +137,11 @@ def check_env_for(fn) -> None:
         case = f"rank {rank}，world_size = {world_size}，MASTER_PORT = {port}"
         if not isinstance(got, dict):
             raise CheckFailed(f"{case}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")
-        missing = [k for k in ENV_KEYS if k not in got]
-        if missing:
+        if missing := [k for k in ENV_KEYS if k not in got]:
             raise CheckFailed(f"{case}：少了 {', '.join(missing)}。")
-        odd = [k for k in got if k not in ENV_KEYS]
-        if odd:
+        if odd := [k for k in got if k not in ENV_KEYS]:
             raise CheckFailed(f"{case}：多了 {', '.join(map(str, odd))}；只要这六个：{', '.join(ENV_KEYS)}。")
-        not_str = [k for k in ENV_KEYS if not isinstance(got[k], str)]
-        if not_str:
+        if not_str := [k for k in ENV_KEYS if not isinstance(got[k], str)]:
             raise CheckFailed(f"{case}：{not_str[0]} 的值是 {type(got[not_str[0]]).__name__}（{got[not_str[0]]!r}）。"
                               "环境变量的值都是字符串：os.environ 只收字符串，用 str(...)。")
         want = reference_env_for(rank, world_size, port)
@@ -169,7 +160,6 @@ def check_env_for(fn) -> None:
 
 def try_env_for(fn):
     """Notebook 03's fill-in: check the reader's ``env_for``; the course's while it is unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     return fill_in(fn, check_env_for, reference_env_for, "env_for")
 
 
@@ -186,14 +176,12 @@ def reference_init_for(rank: int, world_size: int, method: str) -> None:
     if backend == "nccl":
         torch.cuda.set_device(rank)
     timeout = timedelta(seconds=30)
-    if method == "file://":
-        dist.init_process_group(backend=backend, init_method=os.environ["MGPU_INIT_METHOD"], world_size=world_size,
-                                rank=rank, timeout=timeout)
-    elif method == "env://":
+    if method == "env://":          # address, port, rank and world size all from the environment
         dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
-    else:
-        url = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-        dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank, timeout=timeout)
+        return
+    url = (os.environ["MGPU_INIT_METHOD"] if method == "file://"
+           else f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank, timeout=timeout)
 
 
 def _init_main(rank, world_size, fn, method):
@@ -206,14 +194,13 @@ def _init_main(rank, world_size, fn, method):
 
     with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
         fn(rank, world_size, method)
-    inits = watched.inits
     if not dist.is_initialized():
-        return None, inits
+        return None, watched.inits
     x = torch.tensor([rank], device=rank_device())
     dist.all_reduce(x)
     seen = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), total=int(x.item()))
     dist.destroy_process_group()
-    return seen, inits
+    return seen, watched.inits
 
 
 def check_init_for(fn, timeout: float = HANG_S) -> None:
@@ -235,9 +222,8 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
         except RankError as exc:
             if is_stub_error(exc):
                 raise not_done(fn, what) from None
-            hint = ""
-            if method == "tcp://" and ("world_size" in str(exc) or "rank" in str(exc).lower()):
-                hint = "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。"
+            about_rank = method == "tcp://" and ("world_size" in str(exc) or "rank" in str(exc).lower())
+            hint = "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。" if about_rank else ""
             raise CheckFailed(f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}{hint}") from None
         for rank, (seen, inits) in enumerate(res.values):
             if len(inits) != 1:
@@ -258,5 +244,4 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
 
 def try_init_for(fn):
     """Notebook 03's fill-in: check the reader's ``init_for``; the course's while it is unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     return fill_in(fn, check_init_for, reference_init_for, "init_for")

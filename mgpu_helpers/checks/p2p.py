@@ -28,16 +28,9 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, Ch
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
-# Measured: the work of one check runs in well under a second once the ranks are in (core.HANG_S).
-CHECK_TIMEOUT_S = HANG_S
 
 
 # -- inside a rank: watch the calls ---------------------------------------------------------------------------
-
-
-def _lesson_code(names):
-    """The course's own versions of ``names`` (mh.lessons.p2p), for :class:`~mgpu_helpers.checks.core.WatchedCalls`."""
-    return resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in names)
 
 
 def _watched_main(rank, world_size, body, fn, payload, course):
@@ -48,14 +41,14 @@ def _watched_main(rank, world_size, body, fn, payload, course):
     return out, list(watched.calls)
 
 
-def _as_numpy(t):
+def as_numpy(t):
+    """A tensor a rank's code returned, as NumPy (on the CPU); anything else as it is."""
     import torch
-    if isinstance(t, torch.Tensor):
-        return t.detach().cpu().numpy()
-    return t
+    return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
 
 
-def _make(values, dtype):
+def rank_tensor(values, dtype):
+    """``values`` as a tensor of ``dtype`` (a torch dtype's name) on this rank's device."""
     import torch
 
     from mgpu_helpers.launcher.ranks import rank_device
@@ -65,8 +58,7 @@ def _make(values, dtype):
 # -- on the notebook side: run, and explain a deadlock or a failure ------------------------------------------
 
 
-def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE,
-                timeout: float = CHECK_TIMEOUT_S, backend: str = "auto"):
+def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = HANG_S):
     """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched; returns, in rank order,
     ``(value, calls)`` where ``calls`` lists a :class:`~mgpu_helpers.checks.core.DistCall` (``(name, peer,
     numel)``) for every call made. ``lessons``: the names in mh.lessons.p2p that ``fn`` may not use (refused
@@ -75,14 +67,10 @@ def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CO
     A deadlock becomes a :class:`CheckFailed` naming each rank and the call it was stuck in; the stub
     becomes the "not done yet" failure; another exception names the rank and its first line.
     """
-    course = _lesson_code(lessons or ())
+    course = resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
     refuse_course_code(fn, what, [obj for obj, _ in course],
                        advice="这一题要你自己写出来：调用课程的实现不算。")
-    return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout, backend=backend)
-
-
-def refuse(calls_by_rank, names, what: str, why: str) -> None:
-    refuse_calls(calls_by_rank, names, what, why)
+    return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
 
 
 # -- 04: exchange, one step of the ring -----------------------------------------------------------------------
@@ -111,39 +99,41 @@ def _exchange_rounds(rng, world_size):
 SENTINEL = -7777
 
 
+def _peers(rank, world_size, direction):
+    """``(dst, src)`` of ``rank`` in a round to the ``direction`` ("right": send to rank + 1, receive from rank - 1)."""
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    return (right, left) if direction == "right" else (left, right)
+
+
 def _exchange_body(rank, world_size, fn, rounds, calls):
     """Each round: every rank calls ``fn`` once (send to one neighbour, receive from the other), waits on
     what it returned; reports what arrived, whether send_buf changed and the calls of that round."""
-    right, left = (rank + 1) % world_size, (rank - 1) % world_size
     out = []
     for direction, dtype, lengths, data in rounds:
-        dst, src = (right, left) if direction == "right" else (left, right)
-        send_buf = _make(data[rank], dtype)
+        dst, src = _peers(rank, world_size, direction)
+        send_buf = rank_tensor(data[rank], dtype)
         before = send_buf.clone()
-        recv_buf = _make(np.full(lengths[src], SENTINEL), dtype)
+        recv_buf = rank_tensor(np.full(lengths[src], SENTINEL), dtype)
         first = len(calls)
         requests = fn(send_buf, dst, recv_buf, src)
-        kind = type(requests).__name__
         waitable = isinstance(requests, (list, tuple)) and all(hasattr(r, "wait") for r in requests)
         if waitable:
             for request in requests:
                 request.wait()
-        out.append(dict(kind=kind, waitable=waitable, got=_as_numpy(recv_buf), calls=calls[first:],
-                        kept=bool((send_buf == before).all()) if send_buf.numel() else True))
+        out.append(dict(kind=type(requests).__name__, waitable=waitable, got=as_numpy(recv_buf),
+                        calls=calls[first:], kept=bool((send_buf == before).all()) if send_buf.numel() else True))
     return out
 
 
-def _explain_exchange_round(world_size, rnd, rank, result, calls) -> None:
+def _explain_exchange_round(world_size, rnd, rank, result) -> None:
     direction, dtype, lengths, data = rnd
-    right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    dst, src = (right, left) if direction == "right" else (left, right)
+    dst, src = _peers(rank, world_size, direction)
     case = (f"world_size = {world_size}，rank {rank} 调用 exchange(send_buf, dst={dst}, recv_buf, src={src})"
             f"（{dtype}，send_buf 长 {lengths[rank]}，recv_buf 长 {lengths[src]}）")
     if not result["waitable"]:
         raise CheckFailed(f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
                           "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。")
-    empty = [c for c in calls if c[0] in SENDS + RECVS and c[2] == 0]
-    if empty:
+    if empty := [c for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0]:
         raise CheckFailed(f"{case}：发出了一个空张量的 {empty[0][0]}。长度为 0 的缓冲区要跳过，不发也不收"
                           "（下一节切块时块可能是空的，空消息只会白白多一次等待）。")
     if not result["kept"]:
@@ -159,18 +149,24 @@ def _explain_exchange_round(world_size, rnd, rank, result, calls) -> None:
     compare(got, want, case)
 
 
-def check_exchange(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) -> None:
+def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
+    """Per world size: ``make_rounds(rng, world_size)``, run ``body`` on the ranks (:func:`run_watched`), then
+    ``explain(world_size, round, rank, result)`` for every rank's result of every round (it raises on a mistake)."""
+    rng = new_rng()
+    for world_size in world_sizes:
+        rounds = make_rounds(rng, world_size)
+        values = run_watched(body, fn, what, world_size, rounds, lessons=lessons, timeout=timeout)
+        for rank, (out, _calls) in enumerate(values):
+            for rnd, result in zip(rounds, out):
+                explain(world_size, rnd, rank, result)
+
+
+def check_exchange(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
     """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring (to the right and to the
     left), on uneven lengths with zeros, float32 and int64: no deadlock, the right data, empty buffers
     skipped, ``send_buf`` untouched, a list of requests returned."""
     what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
-    rng = new_rng()
-    for world_size in world_sizes:
-        rounds = _exchange_rounds(rng, world_size)
-        values = run_watched(_exchange_body, fn, what, world_size, rounds, timeout=timeout)
-        for rank, (out, _calls) in enumerate(values):
-            for rnd, result in zip(rounds, out):
-                _explain_exchange_round(world_size, rnd, rank, result, result["calls"])
+    _check_rounds(fn, what, world_sizes, timeout, _exchange_rounds, _exchange_body, _explain_exchange_round)
     passed(f"exchange 在 world_size = {', '.join(map(str, world_sizes))} 上往右、往左都交换对了"
            "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。")
 
@@ -187,14 +183,11 @@ def try_exchange(fn):
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
     for length, steps, dtype, data in cases:
-        token = _make(data[rank], dtype)
+        token = rank_tensor(data[rank], dtype)
         before = token.clone()
         arrived = fn(token, steps) if steps is not None else fn(token)
         kept = bool((token == before).all()) if token.numel() else True
-        if isinstance(arrived, (list, tuple)):
-            arrived = [_as_numpy(t) for t in arrived]
-        else:
-            arrived = type(arrived).__name__
+        arrived = [as_numpy(t) for t in arrived] if isinstance(arrived, (list, tuple)) else type(arrived).__name__
         out.append(dict(arrived=arrived, kept=kept))
     return out
 
@@ -230,31 +223,24 @@ def _explain_ring(world_size, case, rank, result):
         if np.shape(got) != np.shape(want):
             compare(got, want, f"{where}，第 {step + 1} 步")
         if not np.array_equal(got, want):
-            hint = ""
-            for k, inp in enumerate(data):
-                if len(inp) and np.array_equal(got, inp):
-                    if step and k == (rank - 1) % world_size:
-                        hint = (f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。"
-                                "收到的东西要继续往右传。")
-                    elif step and k == (rank - n_steps) % world_size:
-                        hint = "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"
-                    else:
-                        hint = f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。"
-                    break
+            k = next((k for k, inp in enumerate(data) if len(inp) and np.array_equal(got, inp)), None)
+            if k is None:
+                hint = ""
+            elif step and k == (rank - 1) % world_size:
+                hint = (f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。"
+                        "收到的东西要继续往右传。")
+            elif step and k == (rank - n_steps) % world_size:
+                hint = "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"
+            else:
+                hint = f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。"
             compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
 
 
-def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = CHECK_TIMEOUT_S) -> None:
+def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
     """``fn(token, steps=None)`` inside a process group: the list of tokens that arrived from the left."""
     what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
-    rng = new_rng()
-    for world_size in world_sizes:
-        cases = _ring_cases(rng, world_size)
-        # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
-        values = run_watched(_ring_pass_body, fn, what, world_size, cases, lessons=("ring_pass",), timeout=timeout)
-        for rank, (out, _calls) in enumerate(values):
-            for case, result in zip(cases, out):
-                _explain_ring(world_size, case, rank, result)
+    # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
+    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=("ring_pass",))
     passed(f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
            "（也走过不止一圈，也传过空张量和 int64）。")
 
@@ -270,12 +256,7 @@ def try_ring_pass(fn):
 
 def _rank_fn_body(rank, world_size, fn, case, calls):
     inputs, dtype = case
-    return _as_numpy(fn(rank, world_size, _make(inputs[rank], dtype)))
-
-
-def _where_left(world_size, rank):
-    left = (rank - 1) % world_size
-    return f"world_size = {world_size}，rank {rank} 应当收到左边 rank {left} 的数据"
+    return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype)))
 
 
 def _pass_right_cases(rng, world_sizes):
@@ -289,7 +270,7 @@ def _pass_right_cases(rng, world_sizes):
     return out
 
 
-def check_pass_right(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> None:
+def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, with blocking
     ``dist.send`` / ``dist.recv`` only: isend/irecv, batch_isend_irecv, collectives and the course's
     :mod:`mgpu_helpers.lessons.p2p` are refused, under whatever name they are reached."""
@@ -302,11 +283,12 @@ def check_pass_right(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> 
             hint = which_rank(got, inputs)
             if hint and not np.array_equal(got, want):
                 hint += "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
-            compare(got, want, _where_left(world_size, rank), hint if hint else "")
+            where = f"world_size = {world_size}，rank {rank} 应当收到左边 rank {(rank - 1) % world_size} 的数据"
+            compare(got, want, where, hint)
         calls = [c for _, c in values]
-        refuse(calls, NONBLOCKING, what, "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；"
-               "非阻塞和成组提交留到练习 2。")
-        refuse(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
+        refuse_calls(calls, NONBLOCKING, what, "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；"
+                     "非阻塞和成组提交留到练习 2。")
+        refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
         for rank, rank_calls in enumerate(calls):
             sends = [c for c in rank_calls if c[0] == "dist.send"]
             if len(sends) != 1 or sends[0][1] != (rank + 1) % world_size:
@@ -317,7 +299,7 @@ def check_pass_right(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> 
            "没有死锁（奇数个 Rank 也一样）。")
 
 
-def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> None:
+def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)``: the element-wise sum of every rank's x on a two-way ring, in at most
     ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
@@ -331,22 +313,19 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = CHECK_TIMEOUT_S) -> No
         values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
         total = np.sum(inputs, axis=0)
         for rank, (got, _calls) in enumerate(values):
-            where = f"world_size = {world_size}，rank {rank}"
             hint = ""
             if got is not None and np.shape(got) == np.shape(total) and not np.allclose(got, total):
                 far = (rank + world_size // 2) % world_size
                 if world_size % 2 == 0 and np.allclose(got, total + inputs[far]):
                     hint = (f"rank {far} 的值加了两次：world_size 为偶数时，最后一步从左右两边来的是同一个 Rank 的值，"
                             "只能加一次。")
-                else:
-                    for k in range(1, world_size):
-                        part = sum(inputs[(rank - j) % world_size] for j in range(k + 1))
-                        if np.allclose(got, part):
-                            hint = f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。"
-                            break
-            compare(got, total, where, hint)
+                else:       # the sum of the k + 1 ranks on the left only (k >= 1)
+                    k = next((k for k in range(1, world_size)
+                              if np.allclose(got, sum(inputs[(rank - j) % world_size] for j in range(k + 1)))), None)
+                    hint = f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
+            compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
         calls = [c for _, c in values]
-        refuse(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
+        refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
         if world_size > 2:
             steps = world_size // 2
             for rank, rank_calls in enumerate(calls):

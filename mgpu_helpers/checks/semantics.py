@@ -5,20 +5,20 @@ Lesson fill-ins (``try_*``, see :func:`~mgpu_helpers.checks.core.fill_in`): :fun
 :func:`try_all_gather_uneven` (pieces of different lengths, on ranks). Exercises:
 :func:`check_reduce_scatter_uneven` (each rank keeps a part of its own length), :func:`check_all_reduce_rs_ag`
 (all-reduce from a reduce-scatter and an all-gather: the calls made and the elements they move are traced in
-each rank, every other collective refused under any name) and :func:`check_bytes_sent` (numbers held against a
-count on ranks).
+each rank, every other collective refused under any name).
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
 
 import numpy as np
 
+from mgpu_helpers.checks.p2p import as_numpy, rank_tensor
 from mgpu_helpers.checks.sharding import call_limited
-from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, call, compare,
-                                      fill_in, int_values, launch, new_rng, passed, refuse_course_code, resolve_course,
-                                      run_on_ranks)
+from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, compare,
+                                      fill_in, int_values, launch, new_rng, passed, refuse_course_code, run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -39,9 +39,8 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S
         got = run_on_ranks(fn, what, n, inputs, timeout=timeout,
                            course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",))
         for r in range(n):
-            hint = ""
-            if got[r] is not None and np.size(got[r]) == n * max(lengths):
-                hint = "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。"
+            padded = got[r] is not None and np.size(got[r]) == n * max(lengths)
+            hint = "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。" if padded else ""
             compare(got[r], want, f"world_size = {n}，各 Rank 长度 {lengths}，rank {r}", hint)
     passed(f"all_gather_uneven 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 长度不同的片段上都拼对了。")
 
@@ -78,49 +77,19 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
             if gathered > length:
                 raise CheckFailed(f"{what}：world_size = {n}，rank {r} 的 All-Gather 一共收了 {gathered} 个元素，"
                                   f"而完整结果只有 {length} 个：只需 All-Gather 每个 Rank 归约好的那一段（{length // n} 个）。")
-            hint = ""
-            if value is not None and np.size(value) == length // n:
-                hint = "这只是自己那一段（Reduce-Scatter 的结果）：再 All-Gather 一次拼回完整向量。"
+            own_part = value is not None and np.size(value) == length // n
+            hint = "这只是自己那一段（Reduce-Scatter 的结果）：再 All-Gather 一次拼回完整向量。" if own_part else ""
             compare(value, want, f"world_size = {n}，长度 {length}，rank {r}", hint)
     passed(f"all_reduce_rs_ag 在 world_size = {', '.join(map(str, world_sizes))} 上与 All-Reduce 的结果相同，"
            "只用了 Reduce-Scatter 和 All-Gather，All-Gather 只搬了每个 Rank 的那一段。")
 
 
-BYTES_HINTS = {
-    "reduce": "Reduce 沿一条链把部分和传到 Root：除 Root 外每个 Rank 把整块 S 往下传一次，Root 只收不发。",
-    "all_gather": "环上走 world_size - 1 步，每一步每个 Rank 只发一块 S / world_size。",
-    "reduce_scatter": "和 All-Gather 一样走 world_size - 1 步、每步一块 S / world_size，只是收到后相加。",
-    "all_reduce": "All-Reduce = Reduce-Scatter + All-Gather：两段的发送量加起来。",
-}
-
-
-def check_bytes_sent(fn, world_sizes=WORLD_SIZES, timeout: float = 60.0) -> None:
-    """``fn(op, nbytes, world_size, rank) -> bytes``: the reader's number for the bytes rank ``rank`` sends in
-    ``op`` (reduce to rank 0, all_reduce, all_gather, reduce_scatter) on a buffer of ``nbytes``. Compared
-    with the bytes the ranks count as they run the collective (:mod:`mgpu_helpers.runs.bytes_sent`)."""
-    from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.runs import bytes_sent
-
-    what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
-    rng = new_rng()
-    for n in world_sizes:
-        nbytes = bytes_sent.ELEMENT_BYTES * n * int(rng.integers(2, 40))
-        answers = {(op, r): call(fn, what, op, nbytes, n, r) for op in bytes_sent.OPS for r in range(n)}
-        counted = run_ranks(bytes_sent.count_bytes_sent, n, args=(nbytes,), timeout=timeout,
-                            stream=False, quiet=True).values
-        for op in bytes_sent.OPS:
-            for r in range(n):
-                got, want = answers[(op, r)], counted[r][op]
-                try:
-                    ok = got is not None and abs(float(got) - want) <= 1e-6 * max(1.0, want)
-                except (TypeError, ValueError):
-                    raise CheckFailed(f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。") from None
-                if not ok:
-                    role = "（Root）" if op == "reduce" and r == 0 else ""
-                    raise CheckFailed(f"{what}：world_size = {n}，S = {nbytes} 字节的 {op}，rank {r}{role} "
-                                      f"数出来发了 {want} 字节，你的答案是 {got}。{BYTES_HINTS[op]}")
-    passed(f"bytes_each_rank_sends 在 world_size = {', '.join(map(str, world_sizes))}、四种 Collective、"
-           "每个 Rank 上都和运行时数出的字节一致。")
+def _as_bytes(got, what: str, op: str):
+    """The reader's answer as a float (None stays None); a :class:`CheckFailed` when it is not a number."""
+    try:
+        return None if got is None else float(got)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。") from None
 
 
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
@@ -163,18 +132,13 @@ def check_bytes_each_rank_sends(fn) -> None:
     rng = random.Random()
     sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
     sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
-    n_cases = 0
     for world_size, nbytes in sizes:
         for op in LESSON_OPS:
             for rank in range(world_size):
-                n_cases += 1
                 got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                try:
-                    ok = got is not None and not isinstance(got, bool) and math.isclose(float(got), want, abs_tol=1e-6)
-                except (TypeError, ValueError):
-                    raise CheckFailed(f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。") from None
-                if ok:
+                value = _as_bytes(got, what, op)
+                if value is not None and not isinstance(got, bool) and math.isclose(value, want, abs_tol=1e-6):
                     continue
                 role = {("reduce", 0): "（Root）", ("broadcast", 0): "（Root）",
                         ("broadcast", world_size - 1): "（链尾）"}.get((op, rank), "")
@@ -185,6 +149,7 @@ def check_bytes_each_rank_sends(fn) -> None:
                     extra = "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"
                 raise CheckFailed(f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
                                   f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}")
+    n_cases = len(LESSON_OPS) * sum(world_size for world_size, _ in sizes)
     passed(f"bytes_each_rank_sends 在 {len(sizes)} 组（1 个 Rank、奇数个 Rank、Root 与链尾、随机大小）、"
            f"五种 Collective 的 {n_cases} 个 Rank 上都对。")
 
@@ -215,40 +180,29 @@ def reference_all_gather_uneven(rank, world_size, x):
 
 def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = HANG_S):
     """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
-    def check(f):
-        check_all_gather_uneven(f, world_sizes=world_sizes, timeout=timeout)
+    check = functools.partial(check_all_gather_uneven, world_sizes=world_sizes, timeout=timeout)
     return fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
 
 
 # -- tracing the collectives a rank calls -----------------------------------------------------------------------
 
 
-def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed, course):
+def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
     """Rank side: every ``torch.distributed`` call watched (core.WatchedCalls: under any name or import path);
     the ones not in ``allowed`` refused, the others recorded as ``(name, elements of its first argument,
     the output)``. Returns ``(fn's result as NumPy, calls)``."""
-    import torch
-
-    from mgpu_helpers.launcher.ranks import rank_device
-
-    x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
-    with WatchedCalls(refuse=set(DIST_CALLS) - set(allowed), course=course) as watched:
+    x = rank_tensor(inputs[rank], "float32")
+    with WatchedCalls(refuse=set(DIST_CALLS) - set(allowed)) as watched:
         out = fn(rank, world_size, x, *extra)
-    if isinstance(out, torch.Tensor):
-        out = out.detach().cpu().numpy()
-    return out, [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
+    return as_numpy(out), [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
 
 
-def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = "",
-               course=()):
+def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = ""):
     """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
 
-    A call outside ``allowed`` fails the check, naming it; so does the course's code or the checker's
-    reference (``course``); a hang is reported with where each rank waits.
+    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits.
     """
-    course = resolve_course(course)
-    refuse_course_code(fn, what, [obj for obj, _ in course])
-    return launch(_traced_rank_main, world_size, (fn, inputs, tuple(extra), tuple(allowed), course), what, fn,
+    return launch(_traced_rank_main, world_size, (fn, inputs, tuple(extra), tuple(allowed)), what, fn,
                   timeout, advice="多半是各 Rank 调用的 Collective 次序或大小对不上。",
                   rule=rule or ", ".join(allowed))
 
@@ -262,7 +216,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
     no all-gather: nobody may receive the whole sum."""
     what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
     rng = new_rng()
-    allowed = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "reduce")
+    allowed = RS_NAMES + ("reduce",)
     for n in world_sizes:
         sizes = [int(v) for v in rng.integers(1, 5, size=n)]
         sizes[-1] = 0 if n > 2 else sizes[-1]          # a rank with an empty part, every run

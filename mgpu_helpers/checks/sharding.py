@@ -17,6 +17,9 @@ from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 CALL_LIMIT_S = 2.0
+MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
+SPLIT_ZH = {"replicate": "什么都不切", "data_parallel": "只切激活", "zero1": "切优化器状态和激活",
+            "zero2": "切优化器状态、梯度和激活", "zero3": "四部分都切"}
 
 
 class _TooLong(Exception):
@@ -59,21 +62,10 @@ def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
 def refuse_course_code(fn, what: str, references, names) -> None:
     """A :class:`CheckFailed` when ``fn`` is, or calls, the course's own implementation of the fill-in
     (core.refuse_course_code: by any alias or helper, or any of ``names`` in its code)."""
-    core_refuse(fn, what, references, names=names,
-                advice="用加减乘除和循环自己算出来。")
+    core_refuse(fn, what, references, names=names, advice="用加减乘除和循环自己算出来。")
 
 
 # -- 06: contiguous ranges by count -----------------------------------------------------------------------
-
-
-def _reference_ranges(n_items, world_size):
-    base, extra = divmod(n_items, world_size)
-    out, start = [], 0
-    for r in range(world_size):
-        stop = start + base + (1 if r < extra else 0)
-        out.append(range(start, stop))
-        start = stop
-    return out
 
 
 def check_contiguous_ranges(fn) -> None:
@@ -89,7 +81,7 @@ def check_contiguous_ranges(fn) -> None:
     for n, ws in cases:
         got = call_limited(fn, what, n, ws)
         where = f"n_items = {n}，world_size = {ws}"
-        want = _reference_ranges(n, ws)
+        want = sharding_rules.contiguous_ranges(n, ws)      # the course's split is the reference
         if not isinstance(got, (list, tuple)) or len(got) != ws:
             raise CheckFailed(f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），"
                               f"实际得到 {got!r}。")
@@ -122,9 +114,6 @@ def try_contiguous_ranges(fn):
 
 # -- 06: memory of each rank, by part ----------------------------------------------------------------------
 
-LESSON_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
-
-
 def reference_per_rank_memory(strategy, sizes, weights):
     """The checker's reference: one dict (part -> size) per rank, sharded parts split by ``weights``."""
     from mgpu_helpers.models import memory
@@ -134,22 +123,19 @@ def reference_per_rank_memory(strategy, sizes, weights):
 
 def _memory_cases(rng):
     """The seed's cases first (24 GB replicated on 4; 14/10 and 12/12 on 2), zeros, one rank, then random."""
-    yield "replicate", dict(params=24, grads=0, optimizer=0, activations=0), (1, 1, 1, 1)
-    yield "zero3", dict(params=24, grads=0, optimizer=0, activations=0), (14, 10)
-    yield "zero3", dict(params=24, grads=0, optimizer=0, activations=0), (12, 12)
-    for s in LESSON_STRATEGIES:           # 06's job on 4 GPUs, every strategy
-        yield s, dict(params=6, grads=6, optimizer=12, activations=8), (1, 1, 1, 1)
-    for s in LESSON_STRATEGIES:           # distinct sizes per part, uneven weights, one rank with none
-        yield s, dict(params=3, grads=5, optimizer=11, activations=7), (3, 1, 0, 2)
+    seed = dict(params=24, grads=0, optimizer=0, activations=0)
+    for strategy, weights in (("replicate", (1, 1, 1, 1)), ("zero3", (14, 10)), ("zero3", (12, 12))):
+        yield strategy, seed, weights
+    # 06's job on 4 GPUs, every strategy; then distinct sizes per part, uneven weights, one rank with none
+    for sizes, weights in ((dict(params=6, grads=6, optimizer=12, activations=8), (1, 1, 1, 1)),
+                           (dict(params=3, grads=5, optimizer=11, activations=7), (3, 1, 0, 2))):
+        for strategy in MEMORY_STRATEGIES:
+            yield strategy, sizes, weights
     yield "data_parallel", dict(params=5, grads=5, optimizer=10, activations=9), (1,)
     for _ in range(40):
         ws = rng.randint(1, 8)
         weights = tuple([1] * ws) if rng.random() < 0.5 else tuple(rng.randint(0, 5) or 1 for _ in range(ws))
-        yield (rng.choice(LESSON_STRATEGIES), {p: rng.randint(0, 40) for p in PART_ZH}, weights)
-
-
-SPLIT_ZH = {"replicate": "什么都不切", "data_parallel": "只切激活", "zero1": "切优化器状态和激活",
-            "zero2": "切优化器状态、梯度和激活", "zero3": "四部分都切"}
+        yield (rng.choice(MEMORY_STRATEGIES), {p: rng.randint(0, 40) for p in PART_ZH}, weights)
 
 
 def check_per_rank_memory(fn) -> None:
@@ -160,10 +146,7 @@ def check_per_rank_memory(fn) -> None:
     from mgpu_helpers.models import memory
     refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory),
                        ("memory_plan", "compare_strategies", "reference_per_rank_memory"))
-    rng = random.Random()
-    n = 0
-    for strategy, sizes, weights in _memory_cases(rng):
-        n += 1
+    for n, (strategy, sizes, weights) in enumerate(_memory_cases(random.Random()), 1):
         got = call_limited(fn, what, strategy, dict(sizes), list(weights))
         want = reference_per_rank_memory(strategy, sizes, weights)
         where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
@@ -173,9 +156,8 @@ def check_per_rank_memory(fn) -> None:
             if not isinstance(g, dict) or set(g) != set(w):
                 raise CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
             for part in memory.PARTS:
-                ok = isinstance(g[part], (int, float)) and math.isclose(float(g[part]), w[part], rel_tol=1e-9,
-                                                                           abs_tol=1e-9)
-                if ok:
+                if isinstance(g[part], (int, float)) and math.isclose(float(g[part]), w[part], rel_tol=1e-9,
+                                                                      abs_tol=1e-9):
                     continue
                 split = part in memory.STRATEGIES[strategy]
                 if split and float(g[part]) == sizes[part]:
@@ -194,85 +176,6 @@ def check_per_rank_memory(fn) -> None:
 def try_per_rank_memory(fn):
     """06's fill-in: the learner's ``per_rank_memory`` checked, or the course's while unwritten."""
     return fill_in(fn, check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory")
-
-
-def _shard_property(fn, costs, world_size) -> None:
-    what = "shard_by_cost 要把每个下标恰好分给一个 Rank，并按成本均衡"
-    where = f"costs = {costs}，world_size = {world_size}"
-    owners: dict[int, int] = {}
-    loads = []
-    for rank in range(world_size):
-        mine = call(fn, what, list(costs), rank, world_size)
-        again = call(fn, what, list(costs), rank, world_size)
-        if list(mine) != list(again):
-            raise CheckFailed(f"{where}：rank {rank} 两次调用得到不同的结果 {list(mine)} 和 {list(again)}；"
-                              "分片必须可重复（不要用随机数或进程私有的状态）。")
-        for i in mine:
-            if not (isinstance(i, (int, np.integer)) and 0 <= i < len(costs)):
-                raise CheckFailed(f"{where}：rank {rank} 拿到了 {i!r}，它不是 0..{len(costs) - 1} 之间的下标。")
-            if int(i) in owners:
-                raise CheckFailed(f"{where}：下标 {int(i)} 同时分给了 rank {owners[int(i)]} 和 rank {rank}；"
-                                  "每个下标只能属于一个 Rank。")
-            owners[int(i)] = rank
-        loads.append(sum(costs[int(i)] for i in mine))
-    missing = sorted(set(range(len(costs))) - set(owners))
-    if missing:
-        raise CheckFailed(f"{where}：下标 {missing[0]} 没有分给任何 Rank（共漏掉 {len(missing)} 个）。")
-    if costs:
-        bound = sum(costs) / world_size + max(costs)
-        worst = max(range(world_size), key=lambda r: loads[r])
-        if loads[worst] > bound + 1e-9:
-            raise CheckFailed(f"{where}：rank {worst} 的总成本 {loads[worst]:g} 超过了 平均 + 最大单项 = "
-                              f"{bound:g}；各 Rank 的负载是 {loads}。试试：按成本从大到小，每次分给当前最轻的 Rank。")
-
-
-def check_shard_by_cost(fn, examples: int = 150) -> None:
-    """``fn(costs, rank, world_size) -> list of item indices``: reproducible, each index exactly once,
-    ``max load <= total / world_size + max(costs)``. Property-tested on random inputs (hypothesis)."""
-    what = "shard_by_cost 要把每个下标恰好分给一个 Rank，并按成本均衡"
-    call(fn, what, [3.0, 1.0, 2.0], 0, 2)     # a stub fails here, before the random search
-    # Skewed cases first: sharding by count (round robin) passes many random inputs but none of these.
-    for costs, ws in (([20, 0] * 3, 2), ([20, 1, 1, 1] * 3, 4), ([9, 9, 9, 1, 1, 1], 3)):
-        _shard_property(fn, costs, ws)
-    try:
-        from hypothesis import HealthCheck, given, settings
-        from hypothesis import strategies as st
-    except ImportError:   # hypothesis is a test extra: fall back to plain random examples
-        rng = random.Random()
-        for _ in range(examples):
-            costs = [rng.randint(0, 20) for _ in range(rng.randint(0, 25))]
-            _shard_property(fn, costs, rng.randint(1, 6))
-    else:
-        prop = given(st.lists(st.integers(0, 20), max_size=25), st.integers(1, 6))(
-            lambda costs, ws: _shard_property(fn, costs, ws))
-        settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                 suppress_health_check=list(HealthCheck), print_blob=False)(prop)()
-    passed(f"shard_by_cost 在 {examples} 组随机成本上：可重复、每个下标恰好一次、最大负载 ≤ 平均 + 最大单项。")
-
-
-MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
-
-
-def check_rank_memory(fn) -> None:
-    """``fn(strategy, n, params, grads, optimizer, activations) -> float``: memory of each rank (equal shares)."""
-    from mgpu_helpers.models import memory
-
-    what = "rank_memory 要按策略算出每个 Rank 需要的显存"
-    rng = random.Random()
-    cases = [("replicate", 4, 6, 6, 12, 0)]       # the seed's 24 GB model on 4 GPUs: 24 GB on each
-    cases += [(rng.choice(MEMORY_STRATEGIES), rng.randint(1, 8), *(rng.randint(0, 40) for _ in range(4)))
-              for _ in range(60)]
-    for strategy in MEMORY_STRATEGIES:
-        cases.append((strategy, rng.randint(2, 8), *(rng.randint(1, 40) for _ in range(4))))
-    for strategy, n, p, g, o, a in cases:
-        got = call(fn, what, strategy, n, p, g, o, a)
-        want = memory.memory_plan(strategy, n, math.inf, p, g, o, a).ranks[0].total
-        if got is None or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-9):
-            split = memory.STRATEGIES[strategy]
-            raise CheckFailed(f"{strategy}，n = {n}，params={p} grads={g} optimizer={o} activations={a}（GB）："
-                              f"每个 Rank 应当是 {want:g} GB，实际得到 {got!r}。{strategy} 切分的部分："
-                              f"{', '.join(split) or '没有（全部复制）'}，其余每个 Rank 都存一整份。")
-    passed(f"rank_memory 在 {len(cases)} 组（策略、GPU 数、各部分大小）上都对。")
 
 
 # -- ex06: an order-keeping split by cost -----------------------------------------------------------------
@@ -357,9 +260,8 @@ def check_rank_memory_fewest_gpus(fn) -> None:
              ("zero1", 12, 6, 6, 3, 3),               # replicated parts exactly the capacity, something split
              ("data_parallel", 10, 2, 2, 2, 0),       # nothing split and it fits: 1
              ("zero3", 5, 0, 0, 0, 0)]                 # an empty job
-    for _ in range(60):
-        cases.append((rng.choice(LESSON_STRATEGIES), rng.choice((8, 16, 24, 40, 80)),
-                      *(rng.choice((0, rng.randint(1, 30), rng.randint(1, 300))) for _ in range(4))))
+    cases += [(rng.choice(MEMORY_STRATEGIES), rng.choice((8, 16, 24, 40, 80)),
+               *(rng.choice((0, rng.randint(1, 30), rng.randint(1, 300))) for _ in range(4))) for _ in range(60)]
     for case in cases:
         got = call_limited(fn, what, *case)
         want = reference_fewest_gpus(*case)

@@ -14,6 +14,21 @@ import statistics
 from mgpu_helpers.checks.core import CheckFailed, call, fill_in, is_number, passed, refusing_course_code
 
 
+def _refusing(check, what: str, targets):
+    """``check``, run while ``targets`` (the course's own functions, :func:`refusing_course_code`) refuse to
+    serve the function checked: what a fill-in's checker is when the course's version sits in a module."""
+    def checked(fn):
+        with refusing_course_code(fn, what, targets):
+            check(fn)
+    return checked
+
+
+def _slip(got: float, slips, **tolerance) -> str:
+    """The explanation of the first ``(value, why)`` in ``slips`` whose value ``got`` equals (math.isclose
+    with ``tolerance``), else ''."""
+    return next((why for value, why in slips if math.isclose(got, value, **tolerance)), "")
+
+
 def check_ring_allreduce_seconds(fn) -> None:
     """``fn(nbytes, world_size, alpha, beta)``: the ring all-reduce cost of notebook 08 (0 for one rank)."""
     from mgpu_helpers.lessons import cost_model
@@ -38,17 +53,14 @@ def _ring_hint(got, nbytes, n, alpha, beta) -> str:
     """Name the usual slip when ``got`` is one of the usual wrong formulas."""
     if not is_number(got):
         return " 要返回一个数（秒）。"
-    got = float(got)
     slips = [((n - 1) * alpha + (n - 1) / n * nbytes * beta, "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，"
               "两个阶段各走 world_size − 1 步。"),
              (2 * (n - 1) * alpha + 2 * (n - 1) * nbytes * beta, "每一步每个 Rank 只发一块，nbytes / world_size 字节，"
               "不是整个 Buffer。"),
              (2 * n * alpha + 2 * (n - 1) / n * nbytes * beta, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
              (2 * (n - 1) * alpha + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。")]
-    for value, why in slips:
-        if math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-15):
-            return " " + why
-    return ""
+    why = _slip(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
+    return " " + why if why else ""
 
 
 def try_ring_allreduce_seconds(fn):
@@ -56,14 +68,9 @@ def try_ring_allreduce_seconds(fn):
     version while it is unwritten."""
     from mgpu_helpers.lessons import cost_model
 
-    what = "ring_allreduce_seconds"
     targets = [(cost_model, n) for n in ("ring_allreduce_seconds", "ring_reduce_scatter_seconds",
                                           "ring_all_gather_seconds")]
-
-    def check(f):
-        with refusing_course_code(f, what, targets):
-            check_ring_allreduce_seconds(f)
-
+    check = _refusing(check_ring_allreduce_seconds, "ring_allreduce_seconds", targets)
     return fill_in(fn, check, cost_model.ring_allreduce_seconds, "环形 All-Reduce 的 alpha-beta 代价")
 
 
@@ -144,8 +151,7 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
         raise CheckFailed(f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
     res = traced_run(shard_units, steps, seconds_per_unit, what)
     measured = straggler.median_waits(res.values)[rank]
-    margin = straggler.model_margin(res.values, seconds_per_unit)
-    tolerance = margin + 0.1 * measured + 1e-3
+    tolerance = straggler.model_margin(res.values, seconds_per_unit) + 0.1 * measured + 1e-3
     shards = "/".join(f"{u:g}" for u in shard_units)
     if abs(float(guess) - measured) > tolerance:
         raise CheckFailed(f"Shard {shards}、每单位 {1e3 * seconds_per_unit:g} ms：{len(shard_units)} 个 Rank 上量到 "
@@ -175,18 +181,12 @@ def check_speedup_and_efficiency(fn) -> None:
             raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
         s, e = (float(v) for v in got)
         if not math.isclose(s, s_want, rel_tol=1e-9):
-            why = ""
-            if math.isclose(s, tn / t1, rel_tol=1e-9):
-                why = "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"
-            elif math.isclose(s, t1 / tn * n, rel_tol=1e-9):
-                why = "加速比只比较两个步时，不再乘卡数。"
+            why = _slip(s, [(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"),
+                            (t1 / tn * n, "加速比只比较两个步时，不再乘卡数。")], rel_tol=1e-9)
             raise CheckFailed(f"{where}：加速比应当是 {s_want:.4g}，你给的是 {s:.4g}。{why}")
         if not math.isclose(e, e_want, rel_tol=1e-9):
-            why = ""
-            if math.isclose(e, s_want, rel_tol=1e-9):
-                why = f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"
-            elif math.isclose(e, n / s_want, rel_tol=1e-9):
-                why = "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。"
+            why = _slip(e, [(s_want, f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"),
+                            (n / s_want, "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。")], rel_tol=1e-9)
             raise CheckFailed(f"{where}：强扩展效率应当是 {e_want:.4g}，你给的是 {e:.4g}。{why}")
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（含 1 张卡和多卡反而变慢的情形）。")
 
@@ -199,11 +199,7 @@ def try_speedup_and_efficiency(fn):
         return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
 
     targets = [(scaling, "speedup"), (scaling, "strong_scaling_efficiency"), (scaling, "weak_scaling_efficiency")]
-
-    def check(f):
-        with refusing_course_code(f, "speedup_and_efficiency", targets):
-            check_speedup_and_efficiency(f)
-
+    check = _refusing(check_speedup_and_efficiency, "speedup_and_efficiency", targets)
     return fill_in(fn, check, reference, "加速比和扩展效率")
 
 
@@ -243,9 +239,8 @@ def collective_cases(rng=None) -> list[tuple[list, int, str]]:
         n = rng.randint(2, 8)
         strag = rng.randrange(n)
         stalled = None
-        if rng.random() < 0.5:
-            other = rng.choice([r for r in range(n) if r != strag])
-            stalled = (other, rng.randrange(5), rng.uniform(0.3, 0.8))
+        if rng.random() < 0.5:      # another rank held up in one step
+            stalled = (rng.choice([r for r in range(n) if r != strag]), rng.randrange(5), rng.uniform(0.3, 0.8))
         cases.append((_collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled), strag,
                       f"{n} 个 Rank，随机的一组"))
     return cases
@@ -280,8 +275,7 @@ def check_straggler_from_collective(fn, cases=None) -> None:
             whys.append("看每个 Rank 各步的中位数。")
         if not whys and got == strag + 1:
             whys.append("Rank 号从 0 开始数。")
-        why = "".join(whys)
-        raise CheckFailed(f"{where}：Straggler 是 rank {strag}，你的答案是 rank {got}。{why}")
+        raise CheckFailed(f"{where}：Straggler 是 rank {strag}，你的答案是 rank {got}。{''.join(whys)}")
     passed("straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。")
 
 
@@ -290,10 +284,8 @@ def try_straggler_from_collective(fn):
     unwritten."""
     from mgpu_helpers.measure import straggler
 
-    def check(f):
-        with refusing_course_code(f, "straggler_from_collective", [(straggler, "straggler_by_collective")]):
-            check_straggler_from_collective(f)
-
+    check = _refusing(check_straggler_from_collective, "straggler_from_collective",
+                      [(straggler, "straggler_by_collective")])
     return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")
 
 
@@ -317,14 +309,11 @@ def check_allreduce_crossover_bytes(fn) -> None:
         got = float(got)
         if math.isclose(got, want, rel_tol=1e-9):
             continue
-        why = ""
-        if math.isclose(got, alpha / beta, rel_tol=1e-9):
-            why = "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，n 要乘回来。"
-        elif math.isclose(got, (n - 1) * alpha / beta, rel_tol=1e-9) or math.isclose(got, 2 * (n - 1) * alpha / beta, rel_tol=1e-9):
-            why = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。"
-        elif math.isclose(got, alpha / beta / n, rel_tol=1e-9):
-            why = "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"
-        elif math.isclose(got, want / 1e9, rel_tol=1e-9) or math.isclose(got, want / 2**30, rel_tol=1e-9):
-            why = "要的是字节，不是 GB。"
+        cancel = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。"
+        why = _slip(got, [(alpha / beta, "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，"
+                           "n 要乘回来。"),
+                          ((n - 1) * alpha / beta, cancel), (2 * (n - 1) * alpha / beta, cancel),
+                          (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
+                          (want / 1e9, "要的是字节，不是 GB。"), (want / 2**30, "要的是字节，不是 GB。")], rel_tol=1e-9)
         raise CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
     passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")
