@@ -14,9 +14,12 @@ Every checker uses one copy of each rule this module enforces:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import math
+import operator
 import sys
+import types
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,9 +38,13 @@ class CheckFailed(AssertionError):
 # Shared machinery.
 
 
+def _python_fn(fn):
+    """The Python function behind a Numba kernel / dispatcher, else ``fn``."""
+    return getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+
+
 def name_of(fn) -> str:
-    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
-    return getattr(inner, "__name__", repr(fn))
+    return getattr(_python_fn(fn), "__name__", repr(fn))
 
 
 def not_done(fn, what: str) -> CheckFailed:
@@ -46,24 +53,22 @@ def not_done(fn, what: str) -> CheckFailed:
 
 
 def is_stub_error(exc: BaseException) -> bool:
-    if isinstance(exc, NotImplementedError):
-        return True
-    return getattr(exc, "exc_type", None) == "NotImplementedError"
+    return isinstance(exc, NotImplementedError) or getattr(exc, "exc_type", None) == "NotImplementedError"
+
+
+def _code_objects(code):
+    """``code`` (may be None) and every code object nested in it: the functions defined inside, comprehensions."""
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        yield c
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
 
 
 def has_stub(fn) -> bool:
     """True when ``fn`` (a function or a Numba kernel) still holds the generated stub's text."""
-    inner = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
-    code = getattr(inner, "__code__", None)
-    stack = [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        for const in c.co_consts:
-            if isinstance(const, str) and STUB_MARK in const:
-                return True
-            if hasattr(const, "co_consts"):
-                stack.append(const)
-    return False
+    return any(isinstance(const, str) and STUB_MARK in const
+               for c in _code_objects(getattr(_python_fn(fn), "__code__", None)) for const in c.co_consts)
 
 
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
@@ -114,9 +119,7 @@ def is_number(v) -> bool:
 
 def fmt(v) -> str:
     v = float(v)
-    if math.isnan(v):
-        return "NaN（没有写入）"
-    return f"{v:g}"
+    return "NaN（没有写入）" if math.isnan(v) else f"{v:g}"
 
 
 def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: float = 1e-5) -> None:
@@ -156,23 +159,37 @@ def _inner(fn):
     return getattr(fn, "py_func", None) or getattr(fn, "fn", None) or getattr(fn, "__wrapped__", None) or fn
 
 
+def _in_packages(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
 def _from(obj, packages) -> bool:
     """True when ``obj`` (a module, function or class) is defined in one of ``packages``."""
-    import types as _types
-
-    if isinstance(obj, _types.ModuleType):
-        where = obj.__name__
-    elif callable(obj):
-        where = getattr(obj, "__module__", "") or ""
-    else:
-        return False
-    return any(where == p or where.startswith(p + ".") for p in packages)
+    if isinstance(obj, types.ModuleType):
+        return _in_packages(obj.__name__, packages)
+    return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
 
 
 def _is_learners(obj) -> bool:
     """A function or class the learner wrote (not the course's, not a library's): its names are followed too."""
-    module = getattr(obj, "__module__", "") or ""
-    return not any(module == p or module.startswith(p + ".") for p in _NOT_LEARNER)
+    return not _in_packages(getattr(obj, "__module__", "") or "", _NOT_LEARNER)
+
+
+def _import(name: str):
+    """The module ``name``, or None when it cannot be imported (a module the machine lacks: the run will say so)."""
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _attribute(obj, name: str, default=None):
+    """``obj.name``, else the submodule ``obj.name`` not imported yet, else ``default``."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        module = _import(f"{obj.__name__}.{name}")
+        return default if module is None else module
 
 
 def _names_reached(fn):
@@ -181,26 +198,21 @@ def _names_reached(fn):
     function (``from torch.distributed import all_reduce as ar``), closure cells and default values."""
     import builtins
     import dis
-    import importlib
-    import types as _types
 
     inner = _inner(fn)
     code = getattr(inner, "__code__", None)
     if code is None:
         return
     scope = getattr(inner, "__globals__", {})
-    cells = dict(zip(code.co_freevars, (c for c in (inner.__closure__ or ()))))
-    for cell_name, cell in cells.items():
-        try:
-            yield cell_name, cell.cell_contents
-        except ValueError:                       # an empty cell
-            pass
+    cells = {}                                   # the closure's filled cells
+    for cell_name, cell in zip(code.co_freevars, inner.__closure__ or ()):
+        with contextlib.suppress(ValueError):    # an empty cell
+            cells[cell_name] = cell.cell_contents
+    yield from cells.items()
     for value in (getattr(inner, "__defaults__", None) or ()) + tuple((getattr(inner, "__kwdefaults__", None) or {}).values()):
         yield "默认参数", value
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
+    missing = object()
+    for c in _code_objects(code):
         chain, obj, base = None, None, None      # the a.b.c being read; the module of an import
         imported, local = None, {}               # what an import just gave; locals bound to imports
         for ins in dis.get_instructions(c):
@@ -210,17 +222,9 @@ def _names_reached(fn):
             if op not in ("IMPORT_FROM", "IMPORT_NAME", "SWAP", "POP_TOP"):
                 imported = None
             if op in ("LOAD_ATTR", "LOAD_METHOD") and obj is not None:
-                if not isinstance(obj, (_types.ModuleType, type)):
-                    chain, obj = None, None
-                    continue
-                try:
-                    obj = getattr(obj, ins.argval)
-                except AttributeError:
-                    try:                          # a submodule not imported yet
-                        obj = importlib.import_module(f"{obj.__name__}.{ins.argval}")
-                    except Exception:
-                        chain, obj = None, None
-                        continue
+                # (a chain that reaches None, or an attribute of an instance, ends here: only modules and
+                # classes are read further)
+                obj = _attribute(obj, ins.argval) if isinstance(obj, (types.ModuleType, type)) else None
                 chain = f"{chain}.{ins.argval}"
                 continue
             if op in ("PRECALL", "CACHE", "EXTENDED_ARG", "PUSH_NULL"):
@@ -234,28 +238,17 @@ def _names_reached(fn):
             elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in local:
                 chain, obj = ins.argval, local[ins.argval]
             elif op == "LOAD_DEREF" and ins.argval in cells:
-                try:
-                    chain, obj = ins.argval, cells[ins.argval].cell_contents
-                except ValueError:
-                    pass
+                chain, obj = ins.argval, cells[ins.argval]
             elif op == "IMPORT_NAME":
-                try:
-                    base = importlib.import_module(ins.argval)
-                except Exception:               # a module the machine lacks: the run will say so
-                    base = None
+                base = _import(ins.argval)
                 if base is not None:
                     imported = base
                     yield ins.argval, base
             elif op == "IMPORT_FROM" and base is not None:
-                try:
-                    value = getattr(base, ins.argval)
-                except AttributeError:
-                    try:
-                        value = importlib.import_module(f"{base.__name__}.{ins.argval}")
-                    except Exception:
-                        continue
-                imported = value
-                yield f"{base.__name__}.{ins.argval}", value
+                value = _attribute(base, ins.argval, missing)
+                if value is not missing:
+                    imported = value
+                    yield f"{base.__name__}.{ins.argval}", value
         if obj is not None:
             yield chain, obj
 
@@ -263,15 +256,7 @@ def _names_reached(fn):
 def code_names(fn) -> set[str]:
     """Every global and attribute name the code of ``fn`` (a function, a Numba kernel, a wrapper) and the
     functions defined inside it refer to."""
-    import types as _types
-
-    code = getattr(_inner(fn), "__code__", None)
-    names, stack = set(), [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if isinstance(k, _types.CodeType))
-    return names
+    return {name for c in _code_objects(getattr(_inner(fn), "__code__", None)) for name in c.co_names}
 
 
 def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4) -> str | None:
@@ -298,7 +283,7 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
 
     def label(name, obj) -> str:
         name = name.replace("mgpu_helpers", "mh", 1) if name else name
-        module = getattr(obj, "__name__", "") if isinstance(obj, type(sys)) else getattr(obj, "__module__", "")
+        module = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
         qual = getattr(obj, "__qualname__", None)
         full = (f"{module}.{qual}" if qual and module else module or name).replace("mgpu_helpers", "mh", 1)
         return full if name in (None, full, qual) or full.endswith("." + name) else f"{full}（你的代码里叫 {name}）"
@@ -415,9 +400,7 @@ class SwappedCode:
 
     def hook(self, target, hook) -> None:
         """``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``; ``original`` runs the old code."""
-        import types as _types
-
-        original = _types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
+        original = types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
                                        target.__closure__)
         original.__kwdefaults__ = target.__kwdefaults__
         key = f"_MGPU_HOOK_{next(self._count)}"
@@ -465,24 +448,14 @@ class DistCall(tuple):
     def __reduce__(self):
         return DistCall, (self[0], self[1], self[2], self.nbytes, self.numels, self.async_op)
 
-    @property
-    def name(self):
-        return self[0]
-
-    @property
-    def peer(self):
-        return self[1]
-
-    @property
-    def numel(self):
-        return self[2]
+    name = property(operator.itemgetter(0))
+    peer = property(operator.itemgetter(1))
+    numel = property(operator.itemgetter(2))
 
 
 def _peer_of(name, args, kwargs):
     key = "dst" if "send" in name else "src"
-    if len(args) > 1:
-        return args[1]
-    return kwargs.get(key, kwargs.get(f"group_{key}"))
+    return args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
 
 
 class WatchedCalls:
@@ -562,20 +535,13 @@ class WatchedCalls:
         return original(*args, **kwargs)
 
 
-def used(calls_by_rank, names) -> tuple[int, str] | None:
-    """``(rank, call name)`` of the first recorded call whose function is one of ``names``, or None."""
+def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
+    """Raise :class:`CheckFailed` when a rank called one of ``names`` (an exercise's rule, checked on the calls):
+    the first recorded call whose function is one of them."""
     for rank, calls in enumerate(calls_by_rank):
         for call_ in calls:
             if call_[0].split(".")[-1].split(":")[-1] in names:
-                return rank, call_[0]
-    return None
-
-
-def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
-    """Raise :class:`CheckFailed` when a rank called one of ``names`` (an exercise's rule, checked on the calls)."""
-    hit = used(calls_by_rank, names)
-    if hit:
-        raise CheckFailed(f"{what}：rank {hit[0]} 调用了 {hit[1]}。{why}")
+                raise CheckFailed(f"{what}：rank {rank} 调用了 {call_[0]}。{why}")
 
 
 # -- launching the learner's code on ranks: a hang or an error, told in the learner's terms ---------------
@@ -610,19 +576,17 @@ def where_ranks_wait(exc) -> str:
 
     parts = []
     for rank in sorted(set(exc.stacks) | set(exc.waiting_in)):
-        stack = exc.stacks.get(rank, "")
         call_ = (exc.waiting_in.get(rank) or "").split(" ")[0]
         where = ""
-        for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
+        for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", exc.stacks.get(rank, "")):
             if "mgpu_helpers/launcher/rank.py" not in block:
                 continue
             if not call_:
                 found = re.findall(r'torch/distributed/[^"]*", line \d+ in ([a-z]\w*)', block)
                 call_ = f"dist.{found[0]}" if found else ""
-            frames = [(path, line, func) for path, line, func in
-                      re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block)
-                      if "torch/" not in path and not path.startswith("<frozen") and "runpy" not in path]
-            for path, line, func in frames:
+            for path, line, func in re.findall(r'File "([^"]*)", line (\d+) in (\w+)', block):
+                if "torch/" in path or path.startswith("<frozen") or "runpy" in path:
+                    continue
                 if "mgpu_helpers/" in path:
                     if not call_ and "mgpu_helpers/checks/" in path:
                         # Blocked in a request's wait(): a C++ call, so no torch.distributed frame on the stack.
@@ -665,8 +629,6 @@ def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_
 def resolve_course(course) -> list:
     """``[(function object, label)]`` for ``course``: function objects, or dotted names resolved now
     (``"mgpu_helpers.lessons.p2p.exchange"``); names that do not resolve are left out."""
-    import importlib
-
     out = []
     for item in course:
         if isinstance(item, str):
@@ -698,9 +660,7 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, 
         out = fn(rank, world_size, x, *extra)
     if not joined and dist.is_initialized():
         raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
-    if isinstance(out, torch.Tensor):
-        return out.detach().cpu().numpy()
-    return out
+    return out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
 
 
 def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S,
@@ -725,22 +685,25 @@ def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
     message of a forbidden call."""
     if is_stub_error(exc):
         return not_done(fn, what)
-    text = str(exc).splitlines()[0]
-    if "EXERCISE_NOT_LEFT" in str(exc):
+    text = str(exc)
+
+    def named(tag: str) -> str:          # the name after the watcher's tag in the message
+        return text.split(f"{tag} ")[1].split()[0].rstrip("'\".,")
+
+    if "EXERCISE_NOT_LEFT" in text:
         return CheckFailed(f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
                            "dist.destroy_process_group()，让这个进程离开进程组。")
-    if "EXERCISE_COURSE_CODE" in str(exc):
-        name = str(exc).split("EXERCISE_COURSE_CODE ")[1].split()[0].rstrip("'\".,")
-        return CheckFailed(f"{what}：rank {exc.rank} 调用了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
-                           "不算你写的代码（换个名字或从别处 import 也一样）。在你的单元格里自己写出来。")
-    if "EXERCISE_FORBIDDEN" in str(exc):
-        name = str(exc).split("EXERCISE_FORBIDDEN ")[1].split()[0].rstrip("'\".,")
+    if "EXERCISE_COURSE_CODE" in text:
+        return CheckFailed(f"{what}：rank {exc.rank} 调用了课程自己的 {named('EXERCISE_COURSE_CODE')}——这是课程自己的实现"
+                           "（或检查用的参考答案），不算你写的代码（换个名字或从别处 import 也一样）。在你的单元格里自己写出来。")
+    if "EXERCISE_FORBIDDEN" in text:
+        name = named("EXERCISE_FORBIDDEN")
         if rule:
             return CheckFailed(f"{what}：这个练习只许用 {rule}，rank {exc.rank} 调用了 {name}"
                                "（换个名字或从别处 import 也算）。")
         return CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}（rank {exc.rank}；"
                            "换个名字或从别处 import 也算）。")
-    return CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text}")
+    return CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text.splitlines()[0]}")
 
 
 def int_values(rng, shape) -> np.ndarray:

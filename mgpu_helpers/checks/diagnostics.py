@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import random
+import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, passed
+from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in, passed
 
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier")
@@ -54,33 +55,28 @@ def check_find_mismatch(fn) -> None:
     the collective where it parted from the others, and the collective it is in (None when in none)."""
     what = "find_mismatch 要从挂起的证据里找出和别人不一样的 Rank"
     rng = random.Random()
-    cases = []
-    for _ in range(12):
+    rounds = 12
+    for _ in range(rounds):
         n = rng.randint(3, 6)
         kind = rng.choice(["mismatch", "late"])
         completed = rng.randint(2, 9)
         odd = rng.randrange(n)
         major = rng.choice(COLLECTIVES[:4])
         other = rng.choice([c for c in COLLECTIVES[:4] if c != major])
-        cases.append((n, completed, odd, kind, major, other))
-    for n, completed, odd, kind, major, other in cases:
-        ev = make_hang_evidence(n, completed, odd, kind, major, other)
-        got = call(fn, what, ev)
+        got = call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
         want = (odd, completed, other) if kind == "mismatch" else (odd, completed - 1, None)
         if got is None or len(tuple(got)) != 3:
             raise CheckFailed(f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
-        got = tuple(got)
-        if got != want:
-            others = [r for r in range(n) if r != odd]
+        if tuple(got) != want:
+            others = ", ".join(str(r) for r in range(n) if r != odd)
             if kind == "mismatch":
-                story = (f"rank {', '.join(map(str, others))} 都停在 #{completed} {major}，"
-                         f"只有 rank {odd} 停在 #{completed} {other}")
+                story = f"rank {others} 都停在 #{completed} {major}，只有 rank {odd} 停在 #{completed} {other}"
             else:
-                story = (f"rank {', '.join(map(str, others))} 都停在 #{completed - 1} {major}，"
-                         f"rank {odd} 最后完成的是 #{completed - 2}，根本没有进入 #{completed - 1}（它不在任何 Collective 里）")
-            raise CheckFailed(f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {got}。"
+                story = (f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
+                         f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）")
+            raise CheckFailed(f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
                               "看每个 Rank 输出里最后的 [seq k] enter/done 行，找和多数不一样的那个。")
-    passed(f"find_mismatch 在 {len(cases)} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
+    passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
 
 
 def _schedule_story(schedules) -> str:
@@ -152,12 +148,6 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
 # The fill-ins of notebook 10: read one rank's log, the speed-up from measured times, the rank that waits least.
 
 
-def _uses(fn, forbidden, names) -> bool:
-    """True when ``fn`` is, or reaches (any alias, a helper of its own), one of ``forbidden`` or names one of
-    ``names`` (the course's own version): core.course_code_reached."""
-    return course_code_reached(fn, forbidden, names=names) is not None
-
-
 def _random_log(rng: random.Random, done: int, pending_op: str | None, noise: bool = True) -> list[str]:
     """A rank's output lines: ``done`` collectives entered and finished, then maybe one entered only."""
     lines = ["rank ready"]
@@ -180,7 +170,7 @@ def check_stuck_in(fn) -> None:
     from mgpu_helpers.measure import diagnose
 
     what = "stuck_in 要从一个 Rank 的输出行里读出它进入了、却没有做完的 Collective"
-    if _uses(fn, (diagnose.pending, diagnose.hang_report), ("pending", "hang_report")):
+    if course_code_reached(fn, (diagnose.pending, diagnose.hang_report), names=("pending", "hang_report")) is not None:
         raise CheckFailed(f"{what}：直接调用了课程自己的 mh.measure.diagnose.pending / hang_report，"
                           "这等于没有写：自己读那些 [seq k] enter/done 行。")
     rng = random.Random()
@@ -216,7 +206,6 @@ def check_stuck_in(fn) -> None:
 
 def try_stuck_in(fn):
     """Notebook 10's fill-in: the learner's ``stuck_in`` once it passes, the course's reader while unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     from mgpu_helpers.measure import diagnose
     return fill_in(fn, check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
 
@@ -231,7 +220,7 @@ def check_measured_speedup(fn) -> None:
     from mgpu_helpers.models import scaling
 
     what = "measured_speedup 要从测到的秒数算出加速比"
-    if _uses(fn, (scaling.speedup, _reference_speedup), ("speedup",)):
+    if course_code_reached(fn, (scaling.speedup, _reference_speedup), names=("speedup",)) is not None:
         raise CheckFailed(f"{what}：调用了课程自己的 speedup；自己用两个时间算出来。")
     rng = random.Random()
     cases = [(0.40, [0.10, 0.30, 0.12]),          # the slowest rank is neither the first nor the last
@@ -250,33 +239,24 @@ def check_measured_speedup(fn) -> None:
         if abs(got - want) <= 1e-9 * max(1.0, want):
             continue
         story = f"1 个 Rank {one * 1e3:.0f} ms，{len(per)} 个 Rank 各自 {[round(t * 1e3) for t in per]} ms"
-        if abs(got - max(per) / one) < 1e-9:
-            why = "你算的是倒数：加速比 = 1 个 Rank 的时间 / N 个 Rank 的时间，变快时大于 1。"
-        elif abs(got - one / (sum(per) / len(per))) < 1e-9:
-            why = "你用了各 Rank 的平均；可这一步要等最慢的 Rank 做完才结束，N 个 Rank 的步时是最慢的那一个。"
-        elif abs(got - one / per[0]) < 1e-9 or abs(got - one / min(per)) < 1e-9:
-            why = "你只看了一个 Rank（rank 0 或最快的）；这一步要等最慢的 Rank 做完才结束。"
-        elif abs(got - one / sum(per)) < 1e-9:
-            why = "你把各 Rank 的时间加起来了；它们是同时在跑的，这一步只持续最慢那个 Rank 的时间。"
-        else:
-            why = "N 个 Rank 的步时是最慢那个 Rank 的时间。"
+        mistakes = [((max(per) / one,), "你算的是倒数：加速比 = 1 个 Rank 的时间 / N 个 Rank 的时间，变快时大于 1。"),
+                    ((one / (sum(per) / len(per)),),
+                     "你用了各 Rank 的平均；可这一步要等最慢的 Rank 做完才结束，N 个 Rank 的步时是最慢的那一个。"),
+                    ((one / per[0], one / min(per)), "你只看了一个 Rank（rank 0 或最快的）；这一步要等最慢的 Rank 做完才结束。"),
+                    ((one / sum(per),), "你把各 Rank 的时间加起来了；它们是同时在跑的，这一步只持续最慢那个 Rank 的时间。")]
+        why = next((text for values, text in mistakes if any(abs(got - v) < 1e-9 for v in values)),
+                   "N 个 Rank 的步时是最慢那个 Rank 的时间。")
         raise CheckFailed(f"{what}：{story}，加速比应当是 {want:.3g}，你的函数给出 {got:.3g}。{why}")
     passed(f"measured_speedup 在 {len(cases)} 组测量上（最慢的不是 rank 0、比 1 个 Rank 还慢、只有 1 个 Rank）都对。")
 
 
 def try_measured_speedup(fn):
     """Notebook 10's fill-in ``measured_speedup``, checked; the reference while unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     return fill_in(fn, check_measured_speedup, _reference_speedup, "measured_speedup：从测到的时间算加速比")
 
 
-def _median(xs):
-    import statistics
-    return statistics.median(xs)
-
-
 def _reference_least_waiting(collective_s):
-    return min(range(len(collective_s)), key=lambda r: _median(collective_s[r]))
+    return min(range(len(collective_s)), key=lambda r: statistics.median(collective_s[r]))
 
 
 def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
@@ -307,7 +287,7 @@ def check_least_waiting(fn) -> None:
     from mgpu_helpers.measure import diagnose
 
     what = "least_waiting 要找出在 All-Reduce 里待得最短的 Rank（按中位数）"
-    if _uses(fn, (diagnose.medians, _reference_least_waiting), ("medians",)):
+    if course_code_reached(fn, (diagnose.medians, _reference_least_waiting), names=("medians",)) is not None:
         raise CheckFailed(f"{what}：调用了课程自己的 mh.measure.diagnose.medians；中位数自己求（statistics.median）。")
     rng = random.Random()
     cases = [_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]),   # a stall: the mean misleads
@@ -324,9 +304,9 @@ def check_least_waiting(fn) -> None:
             raise CheckFailed(f"{what}：应当返回 Rank 的编号（一个整数），实际得到 {got!r}。")
         if got == want:
             continue
-        med = [round(_median(v) * 1e3, 1) for v in per]
+        med = [round(statistics.median(v) * 1e3, 1) for v in per]
         mean = [round(sum(v) / len(v) * 1e3, 1) for v in per]
-        if got == max(range(len(per)), key=lambda r: _median(per[r])):
+        if got == max(range(len(per)), key=lambda r: statistics.median(per[r])):
             why = ("你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
                    "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。")
         elif got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])):
@@ -342,5 +322,4 @@ def check_least_waiting(fn) -> None:
 
 def try_least_waiting(fn):
     """Notebook 10's fill-in ``least_waiting``, checked; the reference while unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     return fill_in(fn, check_least_waiting, _reference_least_waiting, "least_waiting：在 All-Reduce 里待得最短的 Rank")

@@ -4,30 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, compare, has_stub, int_values, new_rng, not_done, passed
+from mgpu_helpers.checks.core import CheckFailed, compare, int_values, new_rng, passed
 
 
 PAD = 7   # extra elements after the data: a missing or off-by-one bounds check writes into them
 
 
-def _kernel_stub(kernel, what):
-    if has_stub(kernel):
-        raise not_done(kernel, what)
-
-
-def _launch(kernel, what, grid, block, *args):
-    """Launch and wait: a loop that never ends is refused or stopped within seconds (see checks.cuda_model)."""
-    from mgpu_helpers.checks.cuda_model import run_kernel
-
-    run_kernel(kernel, what, grid, block, *args)
-
-
 def check_matrix_add(kernel) -> None:
-    """2D vecAdd: ``kernel(a, b, c, rows, cols)`` launched on a 2D grid, x along columns, y along rows."""
+    """2D vecAdd: ``kernel(a, b, c, rows, cols)`` launched on a 2D grid, x along columns, y along rows.
+
+    Each launch goes through :func:`mgpu_helpers.checks.cuda_model.run_kernel`: the stub is "not done yet", and
+    a loop that never ends is refused or stopped within seconds."""
     from numba import cuda
 
+    from mgpu_helpers.checks.cuda_model import run_kernel
+
     what = "二维 Kernel 要从 (x, y) 算出 (row, col) 并对两个方向做边界检查"
-    _kernel_stub(kernel, what)
     rng = new_rng()
     def not_mult8(lo, hi):                  # a side that leaves idle threads in its last block, every run
         return int(rng.choice([v for v in range(lo, hi) if v % 8]))
@@ -37,11 +29,9 @@ def check_matrix_add(kernel) -> None:
         block = (8, 8)
         grid = ((cols + 7) // 8, (rows + 7) // 8)     # x covers the columns, y the rows
         shape = (grid[1] * 8 + 2, grid[0] * 8 + 3)    # every launched thread's (row, col) lies inside
-        a = int_values(rng, shape)
-        b = int_values(rng, shape)
-        c = np.full(shape, np.nan, dtype=np.float32)
-        d_c = cuda.to_device(c)
-        _launch(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(rows), np.int32(cols))
+        a, b = int_values(rng, shape), int_values(rng, shape)
+        d_c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+        run_kernel(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(rows), np.int32(cols))
         got = d_c.copy_to_host()
         where = f"矩阵 {rows} 行 x {cols} 列，grid {grid}，block {block}"
         inside = (np.arange(shape[0])[:, None] < rows) & (np.arange(shape[1])[None, :] < cols)
@@ -50,9 +40,7 @@ def check_matrix_add(kernel) -> None:
             r, cc = (int(v) for v in outside[0])
             raise CheckFailed(f"{where}：元素 [{r}, {cc}] 在矩阵之外（合法范围 row < {rows}、col < {cols}），却被写了。"
                               "两个方向都要检查：row < rows 并且 col < cols。")
-        missing = np.argwhere(np.isnan(got[:rows, :cols]))
-        hint = ""
-        if missing.size and rows != cols:
-            hint = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。"
+        swapped = np.isnan(got[:rows, :cols]).any() and rows != cols      # an element not written: x and y swapped?
+        hint = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。" if swapped else ""
         compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, hint)
     passed("二维 Kernel 在 " + "、".join(f"{r}x{c}" for r, c in shapes) + " 的矩阵上与 NumPy 一致，矩阵外没有被写。")

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 import random
+import re
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, WORLD_SIZES, call, int_values, new_rng, passed, run_on_ranks
+from mgpu_helpers.checks.core import CheckFailed, WORLD_SIZES, call, fill_in, int_values, new_rng, passed, run_on_ranks
 from mgpu_helpers.measure import sizes
 
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
@@ -96,20 +98,29 @@ def review_ownership(values, data) -> list[str]:
     return problems
 
 
+def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> None:
+    """Run an ownership check ``fn`` on each world size with a fresh random input of odd length (the shards
+    cannot all be equal); the first problem ``review(values, data)`` finds is the failure. ``cyclic`` (ex12):
+    the first input is just longer than the world size, and every input starts with a zero (a missing
+    element must still show)."""
+    rng = new_rng()
+    for k, world_size in enumerate(world_sizes):
+        n = world_size + 1 if cyclic and k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
+        data = int_values(rng, n)
+        if cyclic:
+            data[0] = 0.0
+        problems = review(run_on_ranks(fn, what, world_size, [data] * world_size), data)
+        if problems:
+            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：" + problems[0]
+                              + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""))
+
+
 def check_ownership_check(fn, world_sizes=WORLD_SIZES) -> None:
     """``fn(rank, world_size, data) -> dict``: own a contiguous shard of ``data``, sum its squares, all-reduce,
     compare with the whole input's sum of squares; run on each world size with a fresh random input whose
     length is usually not a multiple of the world size."""
-    what = "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较"
-    rng = new_rng()
-    for world_size in world_sizes:
-        n = int(rng.integers(2 * world_size, 6 * world_size)) | 1     # odd: shards cannot all be equal
-        data = int_values(rng, n)
-        values = run_on_ranks(fn, what, world_size, [data] * world_size)
-        problems = review_ownership(values, data)
-        if problems:
-            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：" + problems[0]
-                              + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""))
+    _run_ownership(fn, "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较", world_sizes,
+                   review_ownership)
     passed(f"ownership_check 在 world_size = {list(world_sizes)}、长度不整除的随机输入上：shard 不重不漏、"
            "局部结果正确，每个 rank 都得到整段的结果并如实报告。")
 
@@ -195,7 +206,6 @@ def _is_course_version(fn, name: str) -> bool:
 def try_ownership_check(fn):
     """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch);
     the course's version while unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     from mgpu_helpers.lessons import lab as lesson
 
     def check(f):
@@ -207,11 +217,6 @@ def try_ownership_check(fn):
 
 FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
            "all_gather": lambda n: (n - 1) / n}
-
-
-def _reference_bandwidth(op, nbytes, seconds, world_size):
-    algbw = nbytes / seconds / 1e9
-    return algbw, algbw * FACTORS[op](world_size)
 
 
 def check_bus_bandwidth(fn) -> None:
@@ -232,39 +237,36 @@ def check_bus_bandwidth(fn) -> None:
     for _ in range(10):
         cases.append((rng.choice(tuple(FACTORS)), rng.choice([1 << 10, 1 << 20, 12345678]),
                       rng.uniform(1e-5, 1e-2), rng.randint(2, 8)))
+    def near(x, y) -> bool:
+        return math.isclose(x, y, rel_tol=1e-6)
+
     for op, nbytes, seconds, n in cases:
         got = call(fn, what, op, nbytes, seconds, n)
-        want = _reference_bandwidth(op, nbytes, seconds, n)
+        algbw = nbytes / seconds / 1e9
+        busbw = algbw * FACTORS[op](n)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise CheckFailed(f"{what}：应当返回 (algbw, busbw) 两个数，实际得到 {got!r}。")
         a, b = (float(x) for x in got)
-        if math.isclose(a, want[0], rel_tol=1e-6) and math.isclose(b, want[1], rel_tol=1e-6, abs_tol=1e-12):
+        if near(a, algbw) and math.isclose(b, busbw, rel_tol=1e-6, abs_tol=1e-12):
             continue
         story = f"{op}，{nbytes} 字节，{seconds * 1e6:.1f} us，{n} 个 Rank"
-        if math.isclose(a, want[0] * 1e9 / 2 ** 30, rel_tol=1e-6):
-            why = "你除的是 2**30（GiB/s）；nccl-tests 的 GB/s 是 1e9 字节每秒。"
-        elif math.isclose(a, want[0] * 1e6, rel_tol=1e-6) or math.isclose(a, want[0] / 1e6, rel_tol=1e-6):
-            why = "单位差了 1e6：seconds 已经是秒，结果要的是 GB/s（1e9 字节每秒）。"
-        elif not math.isclose(a, want[0], rel_tol=1e-6):
-            why = "algbw = 字节数 / 时间。"
-        elif op == "all_reduce" and math.isclose(b, a * (n - 1) / n, rel_tol=1e-6):
-            why = "All-Reduce 的系数是 2(n-1)/n：它先 Reduce-Scatter 再 All-Gather，每个字节要过两次链路。"
-        elif op != "all_reduce" and math.isclose(b, a * 2 * (n - 1) / n, rel_tol=1e-6):
-            why = f"{op} 的系数是 (n-1)/n；2(n-1)/n 是 All-Reduce 的。"
-        elif math.isclose(b, a, rel_tol=1e-6):
-            why = "busbw 不等于 algbw：要乘上按操作和 Rank 数定的系数。"
-        elif math.isclose(b, a * 2, rel_tol=1e-6) or math.isclose(b, a * n, rel_tol=1e-6):
-            why = "系数和 Rank 数有关：2(n-1)/n 或 (n-1)/n，不是常数，也不是 n。"
-        else:
-            why = "busbw = algbw × 系数：All-Reduce 2(n-1)/n，Reduce-Scatter 和 All-Gather (n-1)/n。"
-        raise CheckFailed(f"{what}：{story} 时应当是 algbw {want[0]:.4g}、busbw {want[1]:.4g} GB/s，"
+        mistakes = [(near(a, algbw * 1e9 / 2 ** 30), "你除的是 2**30（GiB/s）；nccl-tests 的 GB/s 是 1e9 字节每秒。"),
+                    (near(a, algbw * 1e6) or near(a, algbw / 1e6), "单位差了 1e6：seconds 已经是秒，结果要的是 GB/s（1e9 字节每秒）。"),
+                    (not near(a, algbw), "algbw = 字节数 / 时间。"),
+                    (op == "all_reduce" and near(b, a * (n - 1) / n),
+                     "All-Reduce 的系数是 2(n-1)/n：它先 Reduce-Scatter 再 All-Gather，每个字节要过两次链路。"),
+                    (op != "all_reduce" and near(b, a * 2 * (n - 1) / n), f"{op} 的系数是 (n-1)/n；2(n-1)/n 是 All-Reduce 的。"),
+                    (near(b, a), "busbw 不等于 algbw：要乘上按操作和 Rank 数定的系数。"),
+                    (near(b, a * 2) or near(b, a * n), "系数和 Rank 数有关：2(n-1)/n 或 (n-1)/n，不是常数，也不是 n。")]
+        why = next((text for hit, text in mistakes if hit),
+                   "busbw = algbw × 系数：All-Reduce 2(n-1)/n，Reduce-Scatter 和 All-Gather (n-1)/n。")
+        raise CheckFailed(f"{what}：{story} 时应当是 algbw {algbw:.4g}、busbw {busbw:.4g} GB/s，"
                           f"你的函数给出 ({a:.4g}, {b:.4g})。{why}")
     passed(f"bus_bandwidth 在 {len(cases)} 组（三种操作、1 到 8 个 Rank、含 nccl-tests 记录里的两行）上都对。")
 
 
 def try_bus_bandwidth(fn):
     """Notebook 12's fill-in ``bus_bandwidth``, checked; the course's version while unwritten."""
-    from mgpu_helpers.checks.core import fill_in
     from mgpu_helpers.lessons import lab as lesson
     return fill_in(fn, check_bus_bandwidth, lesson.bus_bandwidth, "bus_bandwidth：algbw 与 busbw")
 
@@ -287,7 +289,6 @@ def _busbw_top(run) -> tuple[int, float]:
 def facts(run) -> dict:
     """What the run says, derived the way the lab asks the learner to derive it (with the spread where the
     run has one): the checker's side of the comparison."""
-    import statistics
     steps = sorted(run["step_rows"], key=lambda r: r["nbytes"])
     ratios = [r["rs_ag"] / r["all_reduce"] for r in run["rounds"]]
     waits = [statistics.median(w) for w in run["wait_us"]]
@@ -321,6 +322,47 @@ def _crossover_verdict(claim, f) -> Verdict:
     return Verdict(text, ok, f"测到：{table}（相差不到 {1 - TOO_CLOSE:.0%} 的算分不出）。{why}")
 
 
+def _claim_verdict(key: str, name: str, value, f: dict, run: dict) -> Verdict:
+    """The :class:`Verdict` on one claim (``key`` of :data:`CLAIM_NAMES`), held against the run's ``facts``."""
+    if key == "busbw_fraction" and f["fraction"] is None:
+        return Verdict(name, None, "这台机器的链路峰值未知，这一条判断不了。")
+    if value is None:
+        return Verdict(name, None, "还没写（还是 None）。")
+    if key == "crossover":
+        try:
+            claim = "none" if str(value).lower() == "none" else _size_key(value)
+        except ValueError as exc:
+            return Verdict(name, False, str(exc))
+        return _crossover_verdict(claim, f)
+    if key == "rs_ag_over_ar":
+        lo, hi = min(f["ratios"]), max(f["ratios"])
+        v = float(value)
+        ok = lo * 0.98 <= v <= hi * 1.02
+        hint = ""
+        if not ok and lo * 0.98 <= 1 / v <= hi * 1.02:
+            hint = "你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
+        return Verdict(f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 "
+                                             f"{hi:.2f} 之间。{hint}")
+    if key == "busbw_fraction":
+        v = float(value)
+        if v > 1.5:                     # written as a percentage
+            v /= 100
+        ok = math.isclose(v, f["fraction"], rel_tol=0.10, abs_tol=0.005)
+        return Verdict(f"{name} {v:.1%}", ok, f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
+                                             f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。"
+                                             + ("" if ok else "（容差是 10%）"))
+    if key == "waiting_rank":
+        w = f["waits"]
+        close = min(w) >= TOO_CLOSE * max(w)
+        return Verdict(f"{name}：rank {value}", int(value) == f["waiting_rank"] or close, "各 Rank 等待的中位数 "
+                       + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w)) + "。"
+                       + ("相差不到 25%，一次运行分不出谁在等。" if close else ""))
+    lo, hi = f["wait_range"]            # wait_us
+    v = float(value)
+    return Verdict(f"{name} {v:.0f}", lo * 0.75 <= v <= hi * 1.25,
+                   f"rank {f['waiting_rank']} 在各个规模上的等待是 {lo:.0f} 到 {hi:.0f} us。")
+
+
 def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
     """The learner's claims about their own run, one :class:`Verdict` each (None: not written yet).
 
@@ -329,68 +371,17 @@ def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
     and ``wait_us``. Margins come from the run: the ratio must lie within the repeats' range, the wait within
     the range of that rank's per-size waits; parts closer than 25% cannot be told apart."""
     f = facts(run)
-    out = []
-    for key, name in CLAIM_NAMES.items():
-        value = claims.get(key)
-        if key == "busbw_fraction" and f["fraction"] is None:
-            out.append(Verdict(name, None, "这台机器的链路峰值未知，这一条判断不了。"))
-            continue
-        if value is None:
-            out.append(Verdict(name, None, "还没写（还是 None）。"))
-            continue
-        if key == "crossover":
-            try:
-                claim = "none" if str(value).lower() == "none" else _size_key(value)
-            except ValueError as exc:
-                out.append(Verdict(name, False, str(exc)))
-                continue
-            out.append(_crossover_verdict(claim, f))
-        elif key == "rs_ag_over_ar":
-            lo, hi = min(f["ratios"]), max(f["ratios"])
-            v = float(value)
-            ok = lo * 0.98 <= v <= hi * 1.02
-            hint = ""
-            if not ok and lo * 0.98 <= 1 / v <= hi * 1.02:
-                hint = "你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
-            out.append(Verdict(f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 "
-                                                     f"{hi:.2f} 之间。{hint}"))
-        elif key == "busbw_fraction":
-            v = float(value)
-            if v > 1.5:                     # written as a percentage
-                v /= 100
-            ok = math.isclose(v, f["fraction"], rel_tol=0.10, abs_tol=0.005)
-            out.append(Verdict(f"{name} {v:.1%}", ok, f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
-                                                     f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。"
-                                                     + ("" if ok else "（容差是 10%）")))
-        elif key == "waiting_rank":
-            w = f["waits"]
-            close = min(w) >= TOO_CLOSE * max(w)
-            ok = int(value) == f["waiting_rank"] or close
-            out.append(Verdict(f"{name}：rank {value}", ok, "各 Rank 等待的中位数 "
-                               + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w)) + "。"
-                               + ("相差不到 25%，一次运行分不出谁在等。" if close else "")))
-        elif key == "wait_us":
-            lo, hi = f["wait_range"]
-            v = float(value)
-            ok = lo * 0.75 <= v <= hi * 1.25
-            out.append(Verdict(f"{name} {v:.0f}", ok, f"rank {f['waiting_rank']} 在各个规模上的等待是 {lo:.0f} 到 "
-                                                     f"{hi:.0f} us。"))
-    return out
+    return [_claim_verdict(key, name, claims.get(key), f, run) for key, name in CLAIM_NAMES.items()]
 
 
 def _run_numbers(run) -> list[float]:
     """Every number the run measured or the lab derives from it, in the units a learner would quote."""
     f = facts(run)
-    nums = []
-    for r in f["steps"]:
-        for k in ("compute_us", "wait_us", "comm_us"):
-            nums += [r[k], r[k] / 1e3]
-        nums.append(r["efficiency"] * 100)
-    for rd in run["rounds"]:
-        nums += [t for t in rd.values()] + [t / 1e3 for t in rd.values()]
+    times_us = [r[k] for r in f["steps"] for k in ("compute_us", "wait_us", "comm_us")]      # quoted in us or ms
+    times_us += [t for rd in run["rounds"] for t in rd.values()] + [r["time_us"] for r in run["sweep_rows"]]
+    nums = times_us + [t / 1e3 for t in times_us] + [r["efficiency"] * 100 for r in f["steps"]]
     nums += f["ratios"] + [f["ratio"], (f["ratio"] - 1) * 100, f["busbw_top"]] + f["waits"] + list(f["wait_range"])
-    for r in run["sweep_rows"]:
-        nums += [r["time_us"], r["time_us"] / 1e3, r["busbw"], r["algbw"]]
+    nums += [r["busbw"] for r in run["sweep_rows"]] + [r["algbw"] for r in run["sweep_rows"]]
     if f["fraction"] is not None:
         nums += [f["fraction"], f["fraction"] * 100, run["peak_GBps"]]
     return [n for n in nums if n and n > 0]
@@ -402,7 +393,6 @@ SIZE_NUMBERS = {1, 4, 16, 32, 64, 256, 1024}
 def cited_numbers(text: str, run) -> list[str]:
     """The numbers in ``text`` that match something the run measured (within 10%); bare message-size
     numbers ("1 MiB", "32 KiB") do not count."""
-    import re
     found = []
     known = _run_numbers(run)
     for m in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])", text):
@@ -435,6 +425,8 @@ def missing(verdicts, conclusion, run) -> list[str]:
     return out + ([problem] if problem else [])
 
 
+# The lab's explanation, opened once the learner's conclusions hold. It states no recorded ratio: ex12 asks
+# the learner to compute it.
 EXPLANATION = """\
 为什么是这样（你的结论都站住了，现在可以看了）：
 
@@ -452,23 +444,12 @@ EXPLANATION = """\
 """
 
 
-def print_review(verdicts) -> None:
-    """One line per verdict (✓ supported, ✗ contradicted, ? cannot say)."""
-    for v in verdicts:
-        print(v.line())
-
-
-def explanation() -> str:
-    """The lab's explanation, opened once the learner's conclusions hold. It states no recorded ratio:
-    ex12 asks the learner to compute it."""
-    return EXPLANATION
-
-
 def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
     """Notebook 12's check of the learner's conclusions: one line per claim, then either what is still
     missing or the explanation (it opens only when every claim holds and the text cites the run)."""
     verdicts = review_conclusions(claims, run)
-    print_review(verdicts)
+    for v in verdicts:               # ✓ supported, ✗ contradicted, ? cannot say
+        print(v.line())
     left = missing(verdicts, conclusion, run)
     if left:
         print("\n还差这些，解释先不打开：")
@@ -476,7 +457,7 @@ def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
             print(" -", item)
     else:
         print(f"\n通过：每条结论都和这次运行一致，my_conclusion 引用了测到的数（{', '.join(cited_numbers(conclusion, run))}）。\n")
-        print(explanation())
+        print(EXPLANATION)
     return verdicts
 
 
@@ -536,16 +517,7 @@ def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
     what = "ownership_cyclic 要轮流认领元素、算局部平方和、All-Reduce，并如实核对"
     if _is_course_version(fn, "ownership_check"):
         raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
-    rng = new_rng()
-    for k, world_size in enumerate(world_sizes):
-        n = world_size + 1 if k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
-        data = int_values(rng, n)
-        data[0] = 0.0                                   # a zero in the data: a missing element must still show
-        values = run_on_ranks(fn, what, world_size, [data] * world_size)
-        problems = review_cyclic(values, data)
-        if problems:
-            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：" + problems[0]
-                              + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""))
+    _run_ownership(fn, what, world_sizes, review_cyclic, cyclic=True)
     passed(f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
            "结果正确并如实报告。")
 

@@ -45,14 +45,12 @@ def check_speedup_efficiency(fn) -> None:
             raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
         s, e = (float(v) for v in got)
         if not math.isclose(s, want[0], rel_tol=1e-9):
-            why = ""
-            if math.isclose(s, tn / t1, rel_tol=1e-9):
-                why = "你算的是 多卡步时 ÷ 单卡步时，倒过来了；加速比 > 1 才表示变快。"
+            inverted = math.isclose(s, tn / t1, rel_tol=1e-9)
+            why = "你算的是 多卡步时 ÷ 单卡步时，倒过来了；加速比 > 1 才表示变快。" if inverted else ""
             raise CheckFailed(f"{where}：加速比应当是 {want[0]:.4g}，你给的是 {s:.4g}。{why}")
         if not math.isclose(e, want[1], rel_tol=1e-9):
-            why = ""
-            if math.isclose(e, want[0], rel_tol=1e-9) and n > 1:
-                why = f"效率还要除以卡数：{n} 张卡理想情况下应当快 {n} 倍。"
+            not_divided = math.isclose(e, want[0], rel_tol=1e-9) and n > 1
+            why = f"效率还要除以卡数：{n} 张卡理想情况下应当快 {n} 倍。" if not_divided else ""
             raise CheckFailed(f"{where}：效率应当是 {want[1]:.4g}，你给的是 {e:.4g}。{why}")
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（400 ms 对 250 ms、两张卡：1.6×，80%）。")
 
@@ -97,7 +95,7 @@ def check_speedup_prediction(fn) -> None:
     lines = []
     for (name, shards), g in zip(SPEEDUP_SHARDS.items(), guess):
         m = measured_speedup(shards, single=single)
-        single = m["single"]
+        single = m["single"]                     # one single-rank run serves both shardings
         low, high = m["low"] * 0.9, m["high"] * 1.1
         label = "/".join(str(u) for u in shards)
         if not low <= float(g) <= high:
@@ -136,13 +134,10 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
     others = [r for r in range(n) if r != slow]
     stalled, k = rng.choice(others), rng.randrange(steps)
     compute[stalled][k] = base[slow] * rng.uniform(5.0, 8.0)
-    values = []
-    for r in range(n):
-        last = [max(compute[q][s] for q in range(n)) for s in range(steps)]
-        values.append(dict(rank=r, shard=None, compute_s=compute[r],
-                           wait_s=[last[s] - compute[r][s] for s in range(steps)],
-                           comm_s=[rng.uniform(1e-4, 1e-3) for _ in range(steps)], start_skew_s=[0.0] * steps))
-    return values
+    last = [max(compute[q][s] for q in range(n)) for s in range(steps)]
+    return [dict(rank=r, shard=None, compute_s=compute[r], wait_s=[last[s] - compute[r][s] for s in range(steps)],
+                 comm_s=[rng.uniform(1e-4, 1e-3) for _ in range(steps)], start_skew_s=[0.0] * steps)
+            for r in range(n)]
 
 
 def check_find_straggler(fn) -> None:
@@ -235,38 +230,35 @@ def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters
 
     dev = rank_device()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    clock = time.perf_counter
-    solo = []
-    if rank == 0:                                  # one rank doing every unit alone: the baseline
-        for _ in range(steps):
-            t = clock()
-            time.sleep(sum(shards) * seconds_per_unit)
-            solo.append(clock() - t)
+
+    def seconds(work, *args) -> float:
+        t = time.perf_counter()
+        work(*args)
+        return time.perf_counter() - t
+
+    def all_reduce(x):                             # finished on the device too
+        dist.all_reduce(x)
+        sync()
+
+    # One rank doing every unit alone: the baseline.
+    solo = [seconds(time.sleep, sum(shards) * seconds_per_unit) for _ in range(steps)] if rank == 0 else []
     grad = torch.ones(4096, device=dev)
     compute, inside = [], []
     for step in range(steps + 1):                  # step 0 warms up
         dist.barrier()                             # every rank starts the step together
-        t0 = clock()
-        time.sleep(shards[rank] * seconds_per_unit)
-        t1 = clock()
-        dist.all_reduce(grad)                      # no barrier before it: an early rank waits in here
-        sync()
-        t2 = clock()
+        c = seconds(time.sleep, shards[rank] * seconds_per_unit)
+        a = seconds(all_reduce, grad)              # no barrier before it: an early rank waits in here
         if step:
-            compute.append(t1 - t0)
-            inside.append(t2 - t1)
+            compute.append(c)
+            inside.append(a)
     sweep = []
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device=dev)
-        dist.all_reduce(x)
-        sync()
+        all_reduce(x)
         times = []
         for _ in range(iters):
             dist.barrier()
-            t = clock()
-            dist.all_reduce(x)
-            sync()
-            times.append(clock() - t)
+            times.append(seconds(all_reduce, x))
         sweep.append((nbytes, statistics.median(times)))
     return dict(solo=solo, compute=compute, inside=inside, sweep=sweep)
 
@@ -328,18 +320,18 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     n, s = run.world_size, run.straggler
     nbytes, seconds = run.sweep[-1]
     alg = nbytes / seconds / 1e9
-    lines, wrong = [], 0
+    wrong = 0
 
-    def judge(label, got, ok, mistakes, done):
+    def judge(label, got, ok, mistakes, done):        # prints one line: passed, not written yet, or what is wrong
         nonlocal wrong
         if got is None:
-            lines.append(f"{label}：还没写（上面那格还是 None）。")
+            print(f"{label}：还没写（上面那格还是 None）。")
         elif ok(got):
-            lines.append(f"通过：{label}：{done}")
+            print(f"通过：{label}：{done}")
         else:
             wrong += 1
             why = next((text for test, text in mistakes if test(got)), "对照上面打印的数，再算一遍。")
-            lines.append(f"不对：{label}：你的答案 {got!r}。{why}")
+            print(f"不对：{label}：你的答案 {got!r}。{why}")
 
     longest = max(range(n), key=lambda r: run.allreduce_ms[r])
     judge("1. Straggler 是哪个 Rank", straggler, lambda g: g == s,
@@ -370,7 +362,5 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
            (lambda g: _near(g, sum(run.shards) / max(run.shards), 0.005),
             "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。")],
           f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。")
-    for line in lines:
-        print(line)
     if wrong:
         raise CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")
