@@ -15,8 +15,6 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZ
                                       which_rank)
 from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
 
-P2P_ONLY = COLLECTIVE_CALLS        # the collectives: these exercises build them from send / recv
-
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
 GUESS_ELEMENTS = 1_000_000          # float32: S = 4,000,000 bytes
@@ -41,7 +39,7 @@ BROADCAST = RankProblem(
     reference=lambda inputs, extra, world_size: [inputs[extra[0]]] * world_size,
     explain=lambda case, rank, got: which_rank(got, case.inputs),
     where=lambda case, rank: f"world_size = {case.world_size}，src = {case.extra[0]}，rank {rank}",
-    forbid=P2P_ONLY, done="broadcast_p2p 在 world_size = {sizes}、随机的 src 上都对。")
+    forbid=COLLECTIVE_CALLS, done="broadcast_p2p 在 world_size = {sizes}、随机的 src 上都对。")
 
 
 # -- all-gather -----------------------------------------------------------------------------------------------
@@ -74,7 +72,7 @@ ALL_GATHER = RankProblem(
     name="all_gather_p2p", what="all_gather_p2p 要把所有 Rank 的 x 按 rank 顺序拼起来",
     make_case=_gather_case,
     reference=lambda inputs, extra, world_size: [np.concatenate(inputs)] * world_size,
-    explain=_explain_gather_order, forbid=P2P_ONLY,
+    explain=_explain_gather_order, forbid=COLLECTIVE_CALLS,
     done="all_gather_p2p 在 world_size = {sizes} 上按 rank 顺序拼齐了。")
 
 
@@ -85,7 +83,6 @@ ALL_GATHER = RankProblem(
 # with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
 # by a refusal, wherever the reader's code reaches them from.
 
-RING_REFUSED = tuple(c for c in COLLECTIVE_CALLS)     # every collective: the ring is built from messages
 RING_FORBIDDEN_LIB = ("mgpu_helpers.lessons.ring.ring_all_reduce", "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
                       "mgpu_helpers.checks.collectives.reference_ring_all_reduce_left",
                       "mgpu_helpers.lessons.p2p.ring_pass")
@@ -99,7 +96,7 @@ def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
     from mgpu_helpers.launcher.ranks import rank_device
 
     results = []
-    with WatchedCalls(refuse=RING_REFUSED, course=course) as watched:
+    with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:      # the ring is built from messages
         for inputs in cases:
             x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
             start = len(watched.calls)
@@ -108,7 +105,7 @@ def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
             values = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
             sends = [(int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:]
                      if c.name in SENDS]
-            results.append((values, sends, bool(out is x) if isinstance(out, torch.Tensor) else False))
+            results.append((values, sends, out is x))
     return results
 
 
@@ -120,12 +117,8 @@ def _ring_cases(rng, world_size: int, short: bool) -> list:
         lengths[1] += 1
     if short and world_size > 2:
         lengths.append(world_size - 1)
-    cases = []
-    for k, length in enumerate(lengths):
-        inputs = [int_values(rng, length) for _ in range(world_size)]
-        if k == 0:
-            inputs[-1][:] = 0.0            # a rank of zeros: a product or a copy instead of a sum shows
-        cases.append(inputs)
+    cases = [[int_values(rng, length) for _ in range(world_size)] for length in lengths]
+    cases[0][-1][:] = 0.0            # a rank of zeros: a product or a copy instead of a sum shows
     return cases
 
 
@@ -165,6 +158,8 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
 
 def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> list:
     """Run the reader's ring on ``world_sizes``; check values (in place), then the sends. Returns the cases."""
+    from mgpu_helpers.lessons.ring import chunk_bounds
+
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
     course = resolve_course(RING_FORBIDDEN_LIB)
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
@@ -181,12 +176,12 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
             for rank in range(world_size):
                 got, _log, same = res_values[rank][k]
                 where = f"world_size = {world_size}，长度 {length}，rank {rank}"
+                a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]   # done by reduce-scatter
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
                     if np.allclose(got, inputs[rank]):
                         hint = "结果还是这个 Rank 自己的输入：收到的块加上了吗？"
-                    elif all(np.allclose(got[a:b], want[a:b]) for a, b in _bounds(length, world_size)
-                             if (a, b) == _bounds(length, world_size)[(rank + direction) % world_size]):
+                    elif np.allclose(got[a:b], want[a:b]):
                         hint = "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"
                     else:
                         hint = ("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
@@ -198,12 +193,6 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
             check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
         done.append(world_size)
     return done
-
-
-def _bounds(length: int, world_size: int) -> list:
-    from mgpu_helpers.lessons.ring import chunk_bounds
-
-    return chunk_bounds(length, world_size)
 
 
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -260,13 +249,9 @@ def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list
     chunks it sends at every step of the schedule (exact, also for uneven chunks)."""
     from mgpu_helpers.lessons.ring import chunk_bounds, ring_schedule
 
-    bounds = chunk_bounds(length, world_size)
-    sent = [0] * world_size
-    for _phase, _step, who in ring_schedule(world_size):
-        for rank, (send_chunk, _recv_chunk) in enumerate(who):
-            start, stop = bounds[send_chunk]
-            sent[rank] += (stop - start) * itemsize
-    return sent
+    sizes = [(stop - start) * itemsize for start, stop in chunk_bounds(length, world_size)]
+    schedule = ring_schedule(world_size)
+    return [sum(sizes[who[rank][0]] for _phase, _step, who in schedule) for rank in range(world_size)]
 
 
 def formula_bytes(nbytes: float, world_size: int) -> float:
@@ -287,15 +272,12 @@ def _explain_bytes(case, rank, got):
         return "count_sent_bytes 要返回一个数（这个 Rank 发出的字节数）。"
     nbytes = 4 * len(case.inputs[0])
     want = case.expected[rank]
-    if got == 0:
-        return "一个字节都没数到：是不是包装没有装上（要在调用 ring_all_reduce 之前替换 dist.batch_isend_irecv）？"
-    if got == 2 * want:
-        return "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"
-    if got == want / 2:
-        return "正好是一半：只数到了一个阶段（Reduce-Scatter 和 All-Gather 各发 world_size - 1 块）。"
-    if got == nbytes:
-        return "那是整个张量的大小 S，不是这个 Rank 实际发出的字节数。"
-    return f"（公式 2(n-1)/n·S 给出 {formula_bytes(nbytes, case.world_size):g}；块长不等时各 Rank 略有不同。）"
+    slips = ((0, "一个字节都没数到：是不是包装没有装上（要在调用 ring_all_reduce 之前替换 dist.batch_isend_irecv）？"),
+             (2 * want, "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"),
+             (want / 2, "正好是一半：只数到了一个阶段（Reduce-Scatter 和 All-Gather 各发 world_size - 1 块）。"),
+             (nbytes, "那是整个张量的大小 S，不是这个 Rank 实际发出的字节数。"))
+    formula = f"（公式 2(n-1)/n·S 给出 {formula_bytes(nbytes, case.world_size):g}；块长不等时各 Rank 略有不同。）"
+    return next((text for value, text in slips if got == value), formula)
 
 
 RING_BYTES = RankProblem(
@@ -355,14 +337,11 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
         raise CheckFailed(f"{what}：各 Rank 数到的字节数不一样：{counted}（块长应当相等）。")
     measured = counted[0]
     if abs(guess - measured) > 0.01 * measured:
-        if guess == nbytes:
-            why = "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"
-        elif abs(guess - measured / 2) <= 0.01 * measured:
-            why = "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"
-        elif abs(guess - 2 * nbytes) <= 0.01 * nbytes:
-            why = "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"
-        else:
-            why = "数一数：两个阶段各几步？每一步发多大的一块？"
+        slips = ((guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
+                 (abs(guess - measured / 2) <= 0.01 * measured, "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
+                 (abs(guess - 2 * nbytes) <= 0.01 * nbytes,
+                  "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"))
+        why = next((text for holds, text in slips if holds), "数一数：两个阶段各几步？每一步发多大的一块？")
         raise CheckFailed(f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
                           f"{measured} 字节。{why}")
     passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
@@ -401,11 +380,10 @@ def _expected_cases(rng, name: str) -> list:
 
 
 def _explain_expected(name: str, inputs, rank: int, got) -> str:
-    rows = np.asarray(inputs, dtype=np.float64)
-    n = len(rows)
-    g = np.asarray(got, dtype=np.float64) if got is not None else None
-    if g is None:
+    if got is None:
         return ""
+    rows, g = np.asarray(inputs, dtype=np.float64), np.asarray(got, dtype=np.float64)
+    n = len(rows)
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
     if same(rows[rank]):
         return "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"

@@ -22,7 +22,7 @@ import random
 import textwrap
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -52,23 +52,17 @@ def stuck_loop(kernel) -> str | None:
     try:
         src = textwrap.dedent(inspect.getsource(_inner(kernel)))
         first = _inner(kernel).__code__.co_firstlineno
-    except (OSError, TypeError):
-        return None
-    try:
         tree = ast.parse(src)
-    except SyntaxError:
+    except (OSError, TypeError, SyntaxError):
         return None
     for node in ast.walk(tree):
         if not isinstance(node, ast.While):
             continue
+        body = [n for stmt in node.body for n in ast.walk(stmt)]
+        if any(isinstance(n, (ast.Break, ast.Return)) for n in body):
+            continue                          # the loop has a way out
         reads = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
-        written = set()
-        for stmt in node.body:
-            for n in ast.walk(stmt):
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                    written.add(n.id)
-                if isinstance(n, (ast.Break, ast.Return)):
-                    written |= reads          # the loop has a way out
+        written = {n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         if reads and not reads & written:
             line = src.splitlines()[node.lineno - 1].strip()
             return f"第 {first + node.lineno - 1} 行 `{line}`"
@@ -114,10 +108,7 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
         raise CheckFailed(f"{what}：{loop} 的循环体没有改变条件里的任何变量，这个循环永远不会结束"
                           f"（在 GPU 上整个 Kernel 会一直占着 GPU）。{stream_hint or '每一轮末尾要让下标前进。'}")
     try:
-        if simulator():
-            with watchdog(kernel):
-                kernel[grid, block](*args)
-        else:
+        with watchdog(kernel) if simulator() else nullcontext():
             kernel[grid, block](*args)
         cuda.synchronize()
     except NotImplementedError:
@@ -143,6 +134,11 @@ def _sizes(rng, block: int) -> list[int]:
             block * 2, int(rng.integers(1, 5 * block))]
 
 
+def first_hint(*slips) -> str:
+    """The text of the first ``(it is this mistake, text)`` pair that holds, else ''."""
+    return next((text for holds, text in slips if holds), "")
+
+
 def _past_end(got, n: int, sentinel, where: str) -> None:
     bad = np.flatnonzero(got[n:] != sentinel) if not np.isnan(sentinel) else np.flatnonzero(~np.isnan(got[n:]))
     if bad.size:
@@ -165,6 +161,11 @@ def _thread_ids_want(grid: int, block: int, warp_size: int = 32):
 
 
 THREAD_FIELDS = ("block_idx", "thread_idx", "global_idx", "warp", "lane")
+THREAD_SLIPS = {          # a field computed the typical wrong way (:func:`check_thread_ids`), and what to say
+    "global_idx": "乘的是 Block 的个数 grid：要乘每个 Block 的线程数 blockDim.x（这里是 block）。",
+    "warp": "Warp 是按全局下标分的：Warp 从不跨 Block，要用块内编号 threadIdx.x // 32。",
+    "lane": "lane 用了全局下标：block 不是 32 的倍数时，要用块内编号 threadIdx.x % 32。",
+    "block_idx": "Block 号是全局下标除以每个 Block 的线程数 block，不是除以 grid。"}
 
 
 def check_thread_ids(fn) -> None:
@@ -190,16 +191,9 @@ def check_thread_ids(fn) -> None:
             if np.array_equal(g, w):
                 continue
             k = int(np.flatnonzero(g != w)[0])
-            hint = ""
-            b_idx, t_idx = want[0], want[1]
-            if name == "global_idx" and np.array_equal(g, b_idx * grid + t_idx):
-                hint = "乘的是 Block 的个数 grid：要乘每个 Block 的线程数 blockDim.x（这里是 block）。"
-            elif name == "warp" and np.array_equal(g, want[2] // 32):
-                hint = "Warp 是按全局下标分的：Warp 从不跨 Block，要用块内编号 threadIdx.x // 32。"
-            elif name == "lane" and np.array_equal(g, want[2] % 32):
-                hint = "lane 用了全局下标：block 不是 32 的倍数时，要用块内编号 threadIdx.x % 32。"
-            elif name == "block_idx" and np.array_equal(g, np.arange(grid * block) // max(grid, 1)):
-                hint = "Block 号是全局下标除以每个 Block 的线程数 block，不是除以 grid。"
+            slip = {"global_idx": want[0] * grid + want[1], "warp": want[2] // 32, "lane": want[2] % 32,
+                    "block_idx": np.arange(grid * block) // max(grid, 1)}.get(name)
+            hint = THREAD_SLIPS[name] if slip is not None and np.array_equal(g, slip) else ""
             raise CheckFailed(f"{where}：第 {k} 个线程的 {name} 应当是 {int(w[k])}，实际是 {g[k]!r}。{hint}".rstrip())
     passed(f"thread_ids 在 {len(cases)} 种 (grid, block) 上都对，包括 block = 1、33、100 这种不是 32 倍数的情形。")
 
@@ -224,13 +218,10 @@ def check_work_and_idle(fn) -> None:
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise CheckFailed(f"{where}：应当返回 (work, idle, no_thread) 三个整数，实际返回 {got!r}。")
         if tuple(int(v) for v in got) != want:
-            hint = ""
-            if got[1] == total - n and n > total:
-                hint = "线程比元素少时没有线程闲置：闲置数不会是负数。"
-            elif got[0] == n and n > total:
-                hint = f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"
-            elif got[2] != want[2]:
-                hint = "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"
+            hint = first_hint(
+                (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+                (got[0] == n and n > total, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
+                (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"))
             raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
     passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
 
@@ -254,15 +245,12 @@ def check_launch_config(fn) -> None:
             raise CheckFailed(f"{where}：应当返回 (blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的，"
                               f"实际返回 {got!r}。")
         if tuple(int(v) for v in got) != want:
-            hint = ""
-            if got[0] == n // block and n % block:
-                hint = f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"
-            elif got[0] == n // block + 1 and n % block == 0 and n:
-                hint = " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。"
-            elif n == 0 and got[0] == 0:
-                hint = " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。"
-            elif got[1] != block:
-                hint = " 第二个数是调用者给的 block，不要换成别的。"
+            hint = first_hint(
+                (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
+                (got[0] == n // block + 1 and n % block == 0 and n,
+                 " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。"),
+                (n == 0 and got[0] == 0, " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。"),
+                (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"))
             raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
     try:
         default = fn(1000)
@@ -289,8 +277,7 @@ def check_vec_mul(kernel, block: int = 32) -> None:
     for n in sizes:
         grid = _blocks(n, block)
         length = grid * block + PAD
-        a = rng.integers(-9, 10, length).astype(np.float32)
-        b = rng.integers(-9, 10, length).astype(np.float32)
+        a, b = (rng.integers(-9, 10, length).astype(np.float32) for _ in range(2))
         a[:n][a[:n] == 0] = 3.0           # no zeros: a * b and a + b must differ
         b[:n][b[:n] == 2] = 5.0           # 2 * 2 == 2 + 2
         d_c = cuda.to_device(np.full(length, np.nan, np.float32))
@@ -298,13 +285,12 @@ def check_vec_mul(kernel, block: int = 32) -> None:
         got = d_c.copy_to_host()
         where = f"n = {n}，启动 [{grid}, {block}]"
         _past_end(got, n, np.nan, where)
-        hint = ""
-        if n > block and np.isnan(got[block:n]).all() and not np.isnan(got[:block]).any():
-            hint = "只有第一个 Block 的元素被写了：下标里少了 blockIdx.x * blockDim.x。"
-        elif np.allclose(got[:n], a[:n] + b[:n]):
-            hint = "算成了加法：这里要的是乘法 a[i] * b[i]。"
-        elif n > block and np.isnan(got[:n]).any():
-            hint = "有元素没被写：全局下标是 blockIdx.x * blockDim.x + threadIdx.x（乘的是每块的线程数）。"
+        hint = first_hint(
+            (n > block and np.isnan(got[block:n]).all() and not np.isnan(got[:block]).any(),
+             "只有第一个 Block 的元素被写了：下标里少了 blockIdx.x * blockDim.x。"),
+            (np.allclose(got[:n], a[:n] + b[:n]), "算成了加法：这里要的是乘法 a[i] * b[i]。"),
+            (n > block and np.isnan(got[:n]).any(),
+             "有元素没被写：全局下标是 blockIdx.x * blockDim.x + threadIdx.x（乘的是每块的线程数）。"))
         compare(got[:n], a[:n] * b[:n], where, hint)
     passed(f"vec_mul 在 n = {', '.join(map(str, sizes))}（block = {block}）上与 NumPy 一致，n 之后的元素没有被碰。")
 
@@ -332,11 +318,10 @@ def check_grid_2d(fn) -> None:
         if not isinstance(got, tuple) or len(got) != 2:
             raise CheckFailed(f"{where}：应当返回 (grid_x, grid_y) 两个整数，实际返回 {got!r}。")
         if tuple(int(v) for v in got) != want:
-            hint = ""
-            if tuple(got) == (_blocks(rows, bx), _blocks(cols, by)) or tuple(got) == (want[1], want[0]):
-                hint = "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"
-            elif tuple(got) == (cols // bx, rows // by):
-                hint = "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"
+            hint = first_hint(
+                (tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
+                 "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"),
+                (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"))
             raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
     passed(f"grid_2d 在 {len(cases)} 种矩阵和 Block 形状上都对。")
 
@@ -364,13 +349,10 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
         want = a[:n][::-1]
         if got.dtype != np.int32 or np.array_equal(got[:n], want):
             continue
-        hint = ""
-        if np.array_equal(got[:n], a[1:n + 1][::-1]):
-            hint = "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。"
-        elif np.array_equal(got[:n], a[::-1][:n]):
-            hint = "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"
-        elif np.array_equal(got[:n], a[:n]):
-            hint = "原样拷贝了，没有倒过来。"
+        hint = first_hint(
+            (np.array_equal(got[:n], a[1:n + 1][::-1]), "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。"),
+            (np.array_equal(got[:n], a[::-1][:n]), "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"),
+            (np.array_equal(got[:n], a[:n]), "原样拷贝了，没有倒过来。"))
         compare(got[:n].astype(np.float64), want.astype(np.float64), where, hint, atol=0, rtol=0)
     passed(f"reverse_copy 在 n = {', '.join(map(str, sizes))}（int32，block = {block}）上都对，n 之后的元素没有被碰。")
 
@@ -400,13 +382,10 @@ def check_add_into_grid_stride(kernel) -> None:
         if (visits == 1).all() and np.array_equal(got[:n], y0[:n] + x[:n]):
             continue
         k = int(np.flatnonzero(visits != 1)[0]) if (visits != 1).any() else 0
-        if (visits > 1).any():
-            hint = ("有元素被加了不止一次：几个线程走到了同一个下标。起点要是全局下标 cuda.grid(1)，"
-                    "步长要是整个 Grid 的线程数 cuda.gridsize(1)（不是 blockDim.x、gridDim.x 或 1）。")
-        elif (visits == 0).any():
-            hint = "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。"
-        else:
-            hint = ""
+        hint = first_hint(
+            ((visits > 1).any(), "有元素被加了不止一次：几个线程走到了同一个下标。起点要是全局下标 cuda.grid(1)，"
+                                 "步长要是整个 Grid 的线程数 cuda.gridsize(1)（不是 blockDim.x、gridDim.x 或 1）。"),
+            ((visits == 0).any(), "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。"))
         raise CheckFailed(f"{where}：y[{k}] 应当恰好加一次 x[{k}]，实际加了 {int(visits[k])} 次"
                           f"（{int((visits != 1).sum())} 个元素不是恰好一次）。{hint}".rstrip())
     passed("grid-stride Kernel 让每个元素恰好加了一次："

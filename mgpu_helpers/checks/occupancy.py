@@ -13,6 +13,7 @@ own version in ``mh.lessons``) instead of writing the arithmetic is refused.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import signal
 import threading
@@ -23,12 +24,7 @@ from mgpu_helpers.checks.core import CheckFailed, call, code_names, compare, fil
     not_done, passed, refuse_course_code
 
 PAD = 7                       # extra elements after the data: a missing bounds check writes into them
-SKIPPED = "跳过"
-
-
-def skipped(text: str) -> None:
-    """Say that a check could not run here and why: it is not a pass."""
-    print(f"{SKIPPED}：{text}")
+SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 
 @contextlib.contextmanager
@@ -53,8 +49,11 @@ def deadline(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _refuse_course_code(fn, what: str) -> None:
-    """The learner's function may not hand the work to the model or to the course's own version."""
+def _start(fn, what: str) -> None:
+    """Before the arithmetic is checked: a stub is not done yet, and the learner's function may not hand the work
+    to the model or to the course's own version."""
+    if has_stub(fn):
+        raise not_done(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
     from mgpu_helpers.models import occupancy as occ
 
@@ -62,6 +61,22 @@ def _refuse_course_code(fn, what: str) -> None:
             reference_blocks_per_sm, reference_max_regs}
     refuse_course_code(fn, what, ours, packages=("mgpu_helpers",),
                        advice="这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。")
+
+
+def _answers(fn, what: str, cases) -> list:
+    """``fn(a, b, limits)`` for each case ``(a, b, name, limits)``, the whole run under a deadline; a float
+    that is a whole number counts as that int."""
+    with deadline(5, what):
+        answers = [call(fn, what, a, b, lim) for a, b, _, lim in cases]
+    return [int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v for v in answers]
+
+
+def _sms() -> dict:
+    """The two kinds of SM the arithmetic is checked on, under the names the messages give them."""
+    from mgpu_helpers.models import occupancy as occ
+
+    ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)   # compute capability 8.6
+    return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -75,64 +90,49 @@ def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
     return occ.occupancy(block, regs_per_thread, limits=limits).blocks_per_sm
 
 
-def _ampere():
-    from mgpu_helpers.models import occupancy as occ
-
-    return occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)   # compute capability 8.6
-
-
 def _occupancy_cases(rng):
-    from mgpu_helpers.models import occupancy as occ
-
-    named = {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": _ampere()}
     # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
     # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
     cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16),
              (1025, 16), (96, 72), (160, 48)]
     cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
     cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
-    return [(b, r, name, lim) for name, lim in named.items() for b, r in cases]
+    return [(b, r, name, lim) for name, lim in _sms().items() for b, r in cases]
 
 
 def _blocks_variants(block, regs, lim) -> dict[str, int]:
     """What the typical wrong versions of the arithmetic give, named by their mistake."""
     warps = -(-block // lim.warp_size)
-    unit = lim.reg_alloc_unit
+    unit, parts = lim.reg_alloc_unit, lim.sub_partitions
     per_warp = -(-regs * lim.warp_size // unit) * unit
     by_threads = lim.max_warps_per_sm // warps
-    by_regs = (lim.regs_per_sm // lim.sub_partitions // per_warp) * lim.sub_partitions // warps
-    big = block > lim.max_threads_per_block
-    return {
+    by_regs = (lim.regs_per_sm // parts // per_warp) * parts // warps
+    launch_anyway = f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0"
+    variants = {
         "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）":
-            0 if big else min(by_threads, lim.max_blocks_per_sm,
-                              (lim.regs_per_sm // lim.sub_partitions // (regs * lim.warp_size)) * lim.sub_partitions
-                              // warps),
+            min(by_threads, lim.max_blocks_per_sm,
+                (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps),
         "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）":
-            0 if big else min(by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps),
-        "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）":
-            0 if big else min(by_threads, by_regs),
+            min(by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps),
+        "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）": min(by_threads, by_regs),
         "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）":
-            0 if big else min(lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs),
-        f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0":
-            min(by_threads, lim.max_blocks_per_sm, by_regs),
-        "只看了线程数（寄存器也可能先用完）": 0 if big else min(by_threads, lim.max_blocks_per_sm),
+            min(lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs),
+        launch_anyway: min(by_threads, lim.max_blocks_per_sm, by_regs),
+        "只看了线程数（寄存器也可能先用完）": min(by_threads, lim.max_blocks_per_sm),
     }
+    # A block too big to launch gives 0 in every version but the one that forgot exactly that.
+    big = block > lim.max_threads_per_block
+    return {m: 0 if big and m != launch_anyway else v for m, v in variants.items()}
 
 
 def check_blocks_per_sm(fn) -> None:
     """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), against the
     occupancy model for two kinds of SM, on fixed edge cases and fresh random ones."""
     what = "blocks_per_sm 要算出每个 SM 同时驻留几个 Block"
-    if has_stub(fn):
-        raise not_done(fn, what)
-    _refuse_course_code(fn, what)
+    _start(fn, what)
     cases = _occupancy_cases(new_rng())
-    with deadline(5, what):
-        answers = [call(fn, what, block, regs, lim) for block, regs, _, lim in cases]
-    for (block, regs, name, lim), got in zip(cases, answers):
+    for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_blocks_per_sm(block, regs, lim)
-        if isinstance(got, (float, np.floating)) and float(got).is_integer():
-            got = int(got)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
             raise CheckFailed(f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
                               f"你的函数返回 {got!r}。整除用 //。")
@@ -199,11 +199,6 @@ def reference_vec_add_two():
     return cupy_kernels.vec_add_two
 
 
-def two_grid(n: int, block: int) -> int:
-    """The full grid of a two-per-thread kernel: ceil(n / (2 * block)) blocks, at least one."""
-    return max(1, -(-n // (2 * block)))
-
-
 def _run_two(kernel, what, n, block, grid):
     """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
     from numba import cuda
@@ -257,7 +252,7 @@ def check_vec_add_two(kernel) -> None:
     cases = [(1, block), (block - 3, block), (block + 5, block), (2 * block, block), (3 * block + 1, block),
              (int(rng.integers(2 * block + 1, 9 * block)), block), (int(rng.integers(65, 300)), 64)]
     for n, bs in cases:
-        grid = two_grid(n, bs)
+        grid = max(1, -(-n // (2 * bs)))               # ceil(n / (2 * block)) blocks, at least one
         c, writes, want, where = _run_two(kernel, what, n, bs, grid)
         past = np.flatnonzero(~np.isnan(c[n:]))
         if past.size:
@@ -278,9 +273,8 @@ def check_vec_add_two(kernel) -> None:
         missing = np.flatnonzero(np.isnan(c[:n]))
         if missing.size:
             k = int(missing[0])
-            hint = ""
-            if k % (2 * bs) >= bs:
-                hint = f"每个线程的第二个元素是 i + blockDim.x（这里是 i + {bs}），它没被写。"
+            second = k % (2 * bs) >= bs
+            hint = f"每个线程的第二个元素是 i + blockDim.x（这里是 i + {bs}），它没被写。" if second else ""
             raise CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
         compare(c[:n], want[:n], where)
         if writes is not None:
@@ -297,10 +291,9 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
     for blk, thread, _, idx in writes:
         done.setdefault((blk, thread), set()).add(idx)
     for (blk, thread), got in sorted(done.items()):
-        i = 2 * block * blk + thread
-        want = {j for j in (i, i + block) if j < n}
+        base = 2 * block * blk
+        want = {j for j in (base + thread, base + thread + block) if j < n}
         if got != want:
-            base = 2 * block * blk
             pair = {base + 2 * thread, base + 2 * thread + 1}
             hint = ("这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
                     "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。") if got <= pair else \
@@ -330,31 +323,26 @@ def cupy_usable() -> bool:
         return False
 
 
-def _cuda_sources(fn) -> list[str]:
-    """The string constants of ``fn`` (and its nested code) that hold a CUDA kernel."""
-    inner = getattr(fn, "__code__", None)
-    found, stack = [], [inner] if inner is not None else []
-    while stack:
-        c = stack.pop()
-        for k in c.co_consts:
-            if isinstance(k, str) and "__global__" in k:
-                found.append(k)
-            elif hasattr(k, "co_consts"):
-                stack.append(k)
-    return found
+def _cuda_sources(code) -> list[str]:
+    """The string constants of ``code`` and then of its nested code (the last defined first) that hold a CUDA
+    kernel."""
+    if code is None:
+        return []
+    nested = [k for k in code.co_consts if hasattr(k, "co_consts")]
+    return ([k for k in code.co_consts if isinstance(k, str) and "__global__" in k]
+            + [src for c in reversed(nested) for src in _cuda_sources(c)])
 
 
 def check_saxpy_structure(fn) -> None:
     """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
     check, and no new array is allocated for the result (y is updated in place)."""
-    what = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
+    what = SAXPY
     names = code_names(fn)
     if "RawKernel" not in names and "RawModule" not in names:
         raise CheckFailed(f"{what}：函数里没有用到 cp.RawKernel。这个练习要你自己写 CUDA C 的 Kernel，"
                           "不是用 CuPy 的数组运算（y += alpha * x）。")
-    sources = _cuda_sources(fn)
-    if sources:
-        src = sources[0]
+    src = next(iter(_cuda_sources(getattr(fn, "__code__", None))), None)
+    if src is not None:
         if 'extern "C"' not in src:
             raise CheckFailed(f"{what}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
                               "RawKernel 按名字就找不到这个 Kernel。")
@@ -370,14 +358,14 @@ def check_saxpy_structure(fn) -> None:
 def check_saxpy_cupy(fn) -> None:
     """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
     returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
-    what = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
+    what = SAXPY
     if has_stub(fn):
         raise not_done(fn, what)
     check_saxpy_structure(fn)
-    if not cupy_usable():
-        skipped("这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
-                "只看了代码的结构（用了 RawKernel、extern \"C\"、边界检查、没有新建数组）；"
-                "你的 saxpy_cupy 还没有被运行过，结果也就还没有被检查。在有 GPU 的机器上重新运行这一格。")
+    if not cupy_usable():           # said plainly: a check that could not run here is not a pass
+        print("跳过：这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
+              "只看了代码的结构（用了 RawKernel、extern \"C\"、边界检查、没有新建数组）；"
+              "你的 saxpy_cupy 还没有被运行过，结果也就还没有被检查。在有 GPU 的机器上重新运行这一格。")
         return
     import cupy as cp
 
@@ -412,10 +400,8 @@ def check_saxpy_cupy(fn) -> None:
             hint = "（y 本身没有变）" if np.array_equal(buf[:n], y0[:n]) else ""
             raise CheckFailed(f"{where}：返回的不是传进来的 y{hint}。练习要求原地更新：Kernel 把结果写进 y，"
                               "然后 return y，不要新建数组。")
-        hint = ""
-        if np.mean(np.isclose(buf[:n], want)) < 0.5:
-            hint = ("所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
-                    "Python 的 float 会按 8 字节的 double 传过去。")
+        hint = ("所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
+                "Python 的 float 会按 8 字节的 double 传过去。") if np.mean(np.isclose(buf[:n], want)) < 0.5 else ""
         compare(buf[:n], want, where, hint)
     passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
@@ -429,13 +415,9 @@ def reference_max_regs(block: int, min_blocks: int, limits) -> int:
     ``block`` threads still reside on one SM at once; 0 if no register count allows it."""
     from mgpu_helpers.models import occupancy as occ
 
-    best = 0
-    for regs in range(1, limits.max_regs_per_thread + 1):
-        if occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks:
-            best = regs
-        else:
-            break          # more registers never let more blocks reside
-    return best
+    fitting = itertools.takewhile(lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
+                                  range(1, limits.max_regs_per_thread + 1))   # more registers never fit more blocks
+    return max(fitting, default=0)
 
 
 def _max_regs_variants(block, k, lim) -> dict[str, int]:
@@ -460,23 +442,14 @@ def check_max_regs(fn) -> None:
     blocks of ``block`` threads reside on one SM (what ``__launch_bounds__(block, min_blocks)`` tells the
     compiler), against a search over the occupancy model, on edge cases and random draws, for two SMs."""
     what = "max_regs_per_thread 要算出每线程最多能用几个寄存器"
-    if has_stub(fn):
-        raise not_done(fn, what)
-    _refuse_course_code(fn, what)
-    from mgpu_helpers.models import occupancy as occ
-
+    _start(fn, what)
     rng = new_rng()
-    named = {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": _ampere()}
     fixed = [(1024, 1), (1024, 2), (256, 1), (256, 4), (128, 8), (100, 3), (32, 32), (32, 33), (512, 5), (96, 7)]
     drawn = [(int(rng.integers(1, 1025)), int(rng.integers(1, 9))) for _ in range(30)]
     drawn += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 17))) for _ in range(30)]
-    cases = [(b, k, name, lim) for name, lim in named.items() for b, k in fixed + drawn]
-    with deadline(5, what):
-        answers = [call(fn, what, block, k, lim) for block, k, _, lim in cases]
-    for (block, k, name, lim), got in zip(cases, answers):
+    cases = [(b, k, name, lim) for name, lim in _sms().items() for b, k in fixed + drawn]
+    for (block, k, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_max_regs(block, k, lim)
-        if isinstance(got, (float, np.floating)) and float(got).is_integer():
-            got = int(got)
         if got != want:
             mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
             raise CheckFailed(f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
@@ -497,7 +470,14 @@ def one_wave_facts() -> dict:
     from mgpu_helpers.models import occupancy as occ
 
     if not simulator():
-        regs = _compiled_grid_stride_regs()
+        from numba import cuda
+
+        from mgpu_helpers.lessons import cupy_kernels
+
+        d = cuda.device_array(4, dtype=np.float32)
+        cupy_kernels.vec_add_grid_stride_launch(d, d, d)      # compiles it, so its registers are known
+        cuda.synchronize()
+        regs = gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
         if regs is not None:
             return {"sm_count": gpu_limits.device_limits().sm_count, "regs_per_thread": regs,
                     "limits": gpu_limits.device_limits(),
@@ -511,18 +491,6 @@ def one_wave_facts() -> dict:
                       "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）"}
 
 
-def _compiled_grid_stride_regs() -> int | None:
-    from numba import cuda
-
-    from mgpu_helpers.lessons import cupy_kernels
-    from mgpu_helpers.measure import gpu_limits
-
-    d = cuda.device_array(4, dtype=np.float32)
-    cupy_kernels.vec_add_grid_stride_launch(d, d, d)      # compiles it, so its registers are known
-    cuda.synchronize()
-    return gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
-
-
 def check_one_wave_blocks(fn) -> None:
     """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
     grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
@@ -530,9 +498,7 @@ def check_one_wave_blocks(fn) -> None:
     from mgpu_helpers.measure.timing import simulator
 
     what = "one_wave_blocks 要给出一波有几个 Block"
-    if has_stub(fn):
-        raise not_done(fn, what)
-    _refuse_course_code(fn, what)
+    _start(fn, what)
     facts = one_wave_facts()
     sm, lim = facts["sm_count"], facts["limits"]
     with deadline(5, what):

@@ -21,9 +21,10 @@ from __future__ import annotations
 import inspect
 import random
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fill_in, has_stub,  # noqa: F401
-                                      launch, let_rank_server_preload, not_done, passed, refuse_course_code,
-                                      run_on_ranks)
+import numpy as np
+
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fill_in, has_stub,
+                                      launch, let_rank_server_preload, not_done, passed, refuse_course_code)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
@@ -41,21 +42,25 @@ def _lessons():
 # Using the course's implementation is not writing the code.
 
 COURSE_NAMES = ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets", "overlap_fraction")
+# What each class's cell asks for (a function's cell: the function itself).
+METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready", "step"), "Zero1": ("step",),
+           "AccumulateDP": ("no_sync", "on_grad_ready", "step")}
 
 
-def _refuse_course_code(obj, methods, what: str) -> None:
-    """The course's classes (also as a base class) and anything of mh.lessons / mh.checks reached from the
-    learner's code (core.refuse_course_code) are not the learner's code. ``methods``: what the cell asks for."""
-    lesson = _lessons()
-    course = [getattr(lesson, n, None) for n in COURSE_NAMES]
-    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES,
-                       advice=f"把 {', '.join(methods)} 补全在你的单元格里。")
-
-
-def _stubbed(obj, methods) -> bool:
+def _stubbed(obj, what: str) -> bool:
     if isinstance(obj, type):
-        return any(has_stub(getattr(obj, m)) for m in methods if hasattr(obj, m))
+        return any(has_stub(getattr(obj, m)) for m in METHODS.get(what, ()) if hasattr(obj, m))
     return has_stub(obj)
+
+
+def _start(obj, what: str) -> None:
+    """Before anything runs: a stub is not done yet; the course's classes (also as a base class) and anything of
+    mh.lessons / mh.checks reached from the learner's code (core.refuse_course_code) are not the learner's code."""
+    if _stubbed(obj, what):
+        raise not_done(obj, what)
+    course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
+    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES,
+                       advice=f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -77,12 +82,6 @@ class _WorkProxy:
 
     def __getattr__(self, name):
         return getattr(self._work, name)
-
-
-def _numel(x) -> int:
-    if isinstance(x, (list, tuple)):
-        return sum(_numel(t) for t in x)
-    return int(x.numel()) if hasattr(x, "numel") else 0
 
 
 def _watch():
@@ -112,8 +111,7 @@ def _watch():
             return _WorkProxy(work, index, seen)
         return work
 
-    watched = WatchedCalls(on_call=seen_call).__enter__()     # left in place: the rank ends after the run
-    seen["watched"] = watched
+    WatchedCalls(on_call=seen_call).__enter__()     # left in place: the rank ends after the run
 
     backward = torch.Tensor.backward
 
@@ -176,10 +174,8 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
 
 
 def _run(cls, world_size, what, **train_kwargs):
-    kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR)
-    kwargs.update(train_kwargs)
-    values = _ranks(watched_train, world_size, (cls, kwargs), what)
-    return values, kwargs
+    kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
+    return _ranks(watched_train, world_size, (cls, kwargs), what), kwargs
 
 
 def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
@@ -190,16 +186,13 @@ def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
 
 
 def _reference(world_size, kwargs, divide=True):
-    import numpy as np
-    lesson = _lessons()
     lr = kwargs["lr"] if divide else kwargs["lr"] * world_size
-    return np.asarray(lesson.single_process_params(kwargs["steps"], kwargs["widths"],
-                                                   kwargs["rows_per_rank"] * world_size, lr,
-                                                   kwargs.get("optimizer", "sgd")))
+    return np.asarray(_lessons().single_process_params(kwargs["steps"], kwargs["widths"],
+                                                       kwargs["rows_per_rank"] * world_size, lr,
+                                                       kwargs.get("optimizer", "sgd")))
 
 
 def _compare_params(values, world_size, kwargs, what, sgd=True):
-    import numpy as np
     want = _reference(world_size, kwargs)
     for rank, v in enumerate(values):
         got = v["params"]
@@ -214,15 +207,11 @@ def _compare_params(values, world_size, kwargs, what, sgd=True):
 
 
 def _numels(widths=WIDTHS):
-    out = []
-    for a, b in zip(widths[:-1], widths[1:]):
-        out += [a * b, b]
-    return out
+    return [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
 
 
-def _common_rules(values, world_size, what):
-    calls = values[0]["calls"]
-    if not calls:
+def _common_rules(values, what):
+    if not values[0]["calls"]:
         raise CheckFailed(f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。")
     if any(v["unwaited_at_step"] for v in values):
         raise CheckFailed(f"{what}：optimizer.step() 运行时，还有异步 All-Reduce 没有 wait()：优化器可能读到还没"
@@ -235,13 +224,11 @@ def _common_rules(values, world_size, what):
 def check_overlap_dp(cls) -> None:
     """``OverlapDP``: one async all-reduce per gradient from its hook, waited before the step, averaged."""
     what = "OverlapDP"
-    if _stubbed(cls, ("on_grad_ready", "step")):
-        raise not_done(cls, what)
-    _refuse_course_code(cls, ("on_grad_ready", "step"), what)
+    _start(cls, what)
     n_params = len(_numels())
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what)
-        _common_rules(values, world_size, what)
+        _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0]          # the first step's collectives
         reduces = [c for c in calls if c[0] == "all_reduce"]
         if not any(c[3] for c in calls):
@@ -261,17 +248,14 @@ def check_overlap_dp(cls) -> None:
 def check_plan_buckets(fn) -> None:
     """``plan_buckets(numels, bucket_numel)``: reverse order, close at >= size, keep the last bucket."""
     what = "plan_buckets"
-    if has_stub(fn):
-        raise not_done(fn, what)
-    _refuse_course_code(fn, ("plan_buckets",), what)
-    reference = _lessons().plan_buckets
+    _start(fn, what)
     rng = random.Random()
     cases = [(_numels(), 30), (_numels(), 1), (_numels(), 10 ** 6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50),
              ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
         got = fn(list(numels), size)
-        want = reference(numels, size)
+        want = _lessons().plan_buckets(numels, size)
         if got == want:
             continue
         where = f"numels = {numels}，bucket_numel = {size}"
@@ -295,14 +279,12 @@ def check_plan_buckets(fn) -> None:
 def check_bucket_dp(cls) -> None:
     """``BucketDP``: one async all-reduce per full bucket, in plan order, waited, averaged, copied back."""
     what = "BucketDP"
-    if _stubbed(cls, ("on_grad_ready", "step")):
-        raise not_done(cls, what)
-    _refuse_course_code(cls, ("on_grad_ready", "step"), what)
+    _start(cls, what)
     for world_size, bucket in zip(WORLD_SIZES, (30, 70)):        # 84 elements: one parameter outgrows each
         reference_plan = _lessons().plan_buckets              # the learner's plan is checked on its own
         sizes = [sum(_numels()[i] for i in b) for b in reference_plan(_numels(), bucket)]
         values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": reference_plan})
-        _common_rules(values, world_size, what)
+        _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
         if not any(c[3] for c in calls):
@@ -324,9 +306,7 @@ def check_overlap_fraction(fn) -> None:
     """``overlap_fraction(spans)``: the share of communication time inside backward spans."""
     from mgpu_helpers.launcher.trace import Span
     what = "overlap_fraction"
-    if has_stub(fn):
-        raise not_done(fn, what)
-    _refuse_course_code(fn, ("overlap_fraction",), what)
+    _start(fn, what)
 
     def bw(a, b, k=0):
         return Span("compute", f"backward {k}", a, b)
@@ -361,11 +341,9 @@ def check_overlap_fraction(fn) -> None:
         if not isinstance(got, (int, float)) or isinstance(got, bool):
             raise CheckFailed(f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
-            hint = ""
-            if got > want and want < 1:
-                hint = "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
-            if name.startswith("还有一段 forward"):
-                hint = "只算名字以 backward 开头的 compute 段。"
+            hint = ("只算名字以 backward 开头的 compute 段。" if name.startswith("还有一段 forward") else
+                    "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
+                    if got > want and want < 1 else "")
             raise CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
     passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
 
@@ -373,20 +351,18 @@ def check_overlap_fraction(fn) -> None:
 def check_zero1(cls) -> None:
     """``Zero1``: reduce-scatter the gradients, step the shard, all-gather the parameters, 1/n of the state."""
     what = "Zero1"
-    if _stubbed(cls, ("step",)):
-        raise not_done(cls, what)
-    _refuse_course_code(cls, ("step",), what)
+    _start(cls, what)
     numel = sum(_numels())
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what, optimizer="adam")
-        order = [o for o in values[0]["order"]]
+        order = values[0]["order"]
         first = order[:order.index("optimizer.step") + 2] if "optimizer.step" in order else order
-        if "all_reduce" in values[0]["order"]:
+        if "all_reduce" in order:
             raise CheckFailed(f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 reduce_scatter_tensor，"
                               "更新后再 all_gather_into_tensor。")
-        if "reduce_scatter_tensor" not in order and "reduce_scatter" not in order:
+        if not {"reduce_scatter_tensor", "reduce_scatter"} & set(order):
             raise CheckFailed(f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。")
-        if "all_gather_into_tensor" not in order and "all_gather" not in order:
+        if not {"all_gather_into_tensor", "all_gather"} & set(order):
             raise CheckFailed(f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。")
         gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
         steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
@@ -394,8 +370,7 @@ def check_zero1(cls) -> None:
             raise CheckFailed(f"{what}：All-Gather 发生在 optimizer.step() 之前：拼回去的是更新前的参数。"
                               "先 step 本 Rank 的那一段，再 All-Gather。")
         _compare_params(values, world_size, kwargs, what, sgd=False)
-        shard = -(-numel // world_size)
-        want_bytes = 2 * shard * 4
+        want_bytes = 2 * -(-numel // world_size) * 4        # Adam's two float32 moments of this rank's shard
         if values[0]["state_bytes"] > want_bytes:
             raise CheckFailed(f"{what}：每个 Rank 的 Adam 状态有 {values[0]['state_bytes']} 字节，ZeRO-1 应当只有自己那一段的 "
                               f"{want_bytes} 字节：优化器要只管 self.local。")
@@ -407,15 +382,12 @@ def check_accumulate_dp(cls) -> None:
     """ex13 ``AccumulateDP``: micro-batches inside ``no_sync()`` do not communicate; one all-reduce per
     gradient per step, from the hooks of the last micro-batch; waited, averaged."""
     what = "AccumulateDP"
-    methods = ("no_sync", "on_grad_ready", "step")
-    if _stubbed(cls, methods):
-        raise not_done(cls, what)
-    _refuse_course_code(cls, methods, what)
+    _start(cls, what)
     n_params = len(_numels())
     for world_size, micro in ((2, 2), (3, 4)):
-        kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=4, lr=LR)
+        kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=4, lr=LR)      # 4 rows: split into micro-batches
         values = _ranks(watched_accumulate, world_size, (cls, micro, kwargs), what)
-        _common_rules(values, world_size, what)
+        _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         if v["no_sync_calls"]:
@@ -426,7 +398,7 @@ def check_accumulate_dp(cls) -> None:
                               f"实际第一步做了 {len(reduces)} 次。")
         if not any(c[3] for c in reduces):
             raise CheckFailed(f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。")
-        _compare_params(values, world_size, dict(kwargs, rows_per_rank=4), what)
+        _compare_params(values, world_size, kwargs, what)
     passed(f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
            "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。")
 
@@ -475,26 +447,29 @@ def check_step_seconds(fn) -> None:
 # --------------------------------------------------------------------------------------------------------
 # The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
 
+def _try(obj, check, what: str):
+    """``what`` names the course's version in mh.lessons.overlap, and the fill-in."""
+    return fill_in(None if _stubbed(obj, what) else obj, check, getattr(_lessons(), what), what)
+
+
 def try_overlap_dp(cls):
-    return fill_in(cls if not _stubbed(cls, ("on_grad_ready", "step")) else None, check_overlap_dp,
-                   _lessons().OverlapDP, "OverlapDP")
+    return _try(cls, check_overlap_dp, "OverlapDP")
 
 
 def try_plan_buckets(fn):
-    return fill_in(fn, check_plan_buckets, _lessons().plan_buckets, "plan_buckets")
+    return _try(fn, check_plan_buckets, "plan_buckets")
 
 
 def try_bucket_dp(cls):
-    return fill_in(cls if not _stubbed(cls, ("on_grad_ready", "step")) else None, check_bucket_dp,
-                   _lessons().BucketDP, "BucketDP")
+    return _try(cls, check_bucket_dp, "BucketDP")
 
 
 def try_overlap_fraction(fn):
-    return fill_in(fn, check_overlap_fraction, _lessons().overlap_fraction, "overlap_fraction")
+    return _try(fn, check_overlap_fraction, "overlap_fraction")
 
 
 def try_zero1(cls):
-    return fill_in(cls if not _stubbed(cls, ("step",)) else None, check_zero1, _lessons().Zero1, "Zero1")
+    return _try(cls, check_zero1, "Zero1")
 
 
 __all__ = [n for n, v in dict(globals()).items() if n.startswith(("check_", "try_")) and inspect.isfunction(v)]
