@@ -5,7 +5,7 @@ import pytest
 
 import mgpu_helpers as mh
 from mgpu_helpers.lessons.ring import chunk_bounds, ring_schedule
-from mgpu_helpers.models.comm_share import comm_over_compute, comm_share_speedup
+from mgpu_helpers.models.comm_share import comm_share_speedup
 
 
 def _ring_vs_dist(rank, world_size, lengths, seed):
@@ -81,8 +81,6 @@ def test_comm_share_speedup_of_the_30_to_10_percent_story():
     assert comm_share_speedup(0.2, 0.2) == 1.0
     with pytest.raises(ValueError, match="share of the step"):
         comm_share_speedup(1.0, 0.1)
-    assert comm_over_compute(0.3) == pytest.approx(3 / 7)
-    assert comm_over_compute(0.0) == 0.0
 
 
 def test_ring_bench_parses_sizes_and_reports_both_columns():

@@ -23,12 +23,9 @@ TARGET_RATIO = 0.95
 def target_check(rows) -> list[str]:
     """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
     from mgpu_helpers.measure import nccltests
-    bad = []
-    for d in nccltests.compare_with_reference(rows):
-        if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO:
-            bad.append(f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s "
-                       f"vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})")
-    return bad
+    return [f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})"
+            for d in nccltests.compare_with_reference(rows)
+            if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO]
 
 
 def record_nccl_debug(path: str, world_size: int) -> int:
@@ -90,8 +87,7 @@ def main(argv: list[str]) -> int:
         print("(nccl-tests reference: recorded with NCCL on 2 x H200; compared only for NCCL on 2 ranks)")
         return 0
     bad = target_check(rows)
-    big = [d for d in compared if d["nbytes"] >= TARGET_FROM]
-    if big:
+    if any(d["nbytes"] >= TARGET_FROM for d in compared):
         print("target: busbw within 5% of nccl-tests from 64 MiB up: "
               + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad)))
     return 1 if (a.check and bad) else 0

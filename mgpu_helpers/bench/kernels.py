@@ -103,18 +103,27 @@ def format_table(table: Table) -> str:
 def fast_verdict(measured: dict) -> list[str]:
     """One line per fast kernel: does it reach FAST_TARGET of torch.add?"""
     base = measured.get("torch_add")
-    out = []
-    for key in ("numba_fast", "cupy_fast"):
-        if base and measured.get(key):
-            frac = measured[key] / base
-            ok = "meets" if frac >= FAST_TARGET else "MISSES"
-            out.append(f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({ok} the {100 * FAST_TARGET:.0f}% target)")
-    return out
+    fractions = {key: measured[key] / base for key in ("numba_fast", "cupy_fast") if base and measured.get(key)}
+    return [f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({'meets' if frac >= FAST_TARGET else 'MISSES'} the "
+            f"{100 * FAST_TARGET:.0f}% target)" for key, frac in fractions.items()]
 
 
-def _median_gbps(times_s: list[float], nbytes: int) -> float:
+def _gbps(fn, nbytes: int, repeats: int, library: str, warmup: int = 2) -> float:
+    """GB/s of ``fn()`` moving ``nbytes``, from the median of ``repeats`` timings (:func:`time_gpu`)."""
     from mgpu_helpers.measure import timing
-    return timing.bandwidth_gbps(nbytes, statistics.median(times_s))
+    return timing.bandwidth_gbps(nbytes, statistics.median(timing.time_gpu(fn, repeats, warmup, library)))
+
+
+def _checked_gbps(fn, result, want, what: str, nbytes: int, repeats: int, library: str) -> float:
+    """Zero ``result`` (a CuPy array, or a CuPy view of Numba's), run ``fn`` once and check that ``result``
+    equals ``want``, then :func:`_gbps`. Numba's and CuPy's launches share the legacy default stream."""
+    import cupy as cp
+    result.fill(0)
+    cp.cuda.Device().synchronize()
+    fn()
+    cp.cuda.Device().synchronize()
+    assert bool(cp.array_equal(result, want)), f"{what} gave a wrong result"
+    return _gbps(fn, nbytes, repeats, library)
 
 
 def measure(n: int, repeats: int) -> dict:
@@ -126,7 +135,6 @@ def measure(n: int, repeats: int) -> dict:
 
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.measure.timing import time_gpu
     from mgpu_helpers.measure import progress
 
     out = {}
@@ -135,9 +143,8 @@ def measure(n: int, repeats: int) -> dict:
     ta = torch.rand(n, device="cuda")
     tb = torch.rand(n, device="cuda")
     tc = torch.empty_like(ta)
-    out["torch_copy"] = _median_gbps(time_gpu(lambda: tc.copy_(ta), repeats, library="torch"), 2 * n * f32)
-    out["torch_add"] = _median_gbps(time_gpu(lambda: torch.add(ta, tb, out=tc), repeats, library="torch"),
-                                    3 * n * f32)
+    out["torch_copy"] = _gbps(lambda: tc.copy_(ta), 2 * n * f32, repeats, "torch")
+    out["torch_add"] = _gbps(lambda: torch.add(ta, tb, out=tc), 3 * n * f32, repeats, "torch")
     assert torch.equal(tc, ta + tb), "torch.add gave a wrong result"
     del ta, tb, tc
     torch.cuda.empty_cache()
@@ -154,10 +161,7 @@ def measure(n: int, repeats: int) -> dict:
         "cupy_fast": lambda: CK.vec_add_cupy_fast(ca, cb, cc),
     }
     for key, fn in progress.iterate(cupy_rows.items(), "CuPy kernels"):
-        cc.fill(0)
-        fn()
-        assert bool(cp.array_equal(cc, want)), f"{key} gave a wrong result"
-        out[key] = _median_gbps(time_gpu(fn, repeats, library="cupy"), 3 * n * f32)
+        out[key] = _checked_gbps(fn, cc, want, key, 3 * n * f32, repeats, "cupy")
 
     # Numba: its own arrays (device-to-device copies of the CuPy inputs), checked against the same sum.
     cp.cuda.Device().synchronize()
@@ -173,12 +177,7 @@ def measure(n: int, repeats: int) -> dict:
     full = CK.fast_launch_grid(n)
     numba_rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)
     for key, fn in progress.iterate(numba_rows.items(), "Numba kernels"):
-        cp.asarray(dc).fill(0)
-        cuda.synchronize()
-        fn()
-        cuda.synchronize()
-        assert bool(cp.array_equal(cp.asarray(dc), want)), f"{key} gave a wrong result"
-        out[key] = _median_gbps(time_gpu(fn, repeats, library="numba"), 3 * n * f32)
+        out[key] = _checked_gbps(fn, cp.asarray(dc), want, key, 3 * n * f32, repeats, "numba")
     return out
 
 
@@ -194,7 +193,6 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
 
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.measure.timing import time_gpu
     from mgpu_helpers.measure import progress
 
     a = cp.random.random(n, dtype=cp.float32)
@@ -202,7 +200,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     c = cp.empty_like(a)
     want = a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
-    out = {"copy": _median_gbps(time_gpu(lambda: cp.copyto(c, a), repeats, library="cupy"), 2 * n * 4),
+    out = {"copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy"),
            "raw": {}, "numba": {}, "elementwise": {}}
     ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
@@ -213,12 +211,8 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
             "numba": lambda: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n),
         }
         for name, fn in runs.items():
-            c.fill(0)
-            fn()
-            cp.cuda.Device().synchronize()
-            assert bool(cp.array_equal(c, want)), f"{name} at block {bs} gave a wrong result"
             lib = "numba" if name == "numba" else "cupy"
-            out[name][bs] = _median_gbps(time_gpu(fn, repeats, library=lib), nbytes)
+            out[name][bs] = _checked_gbps(fn, c, want, f"{name} at block {bs}", nbytes, repeats, lib)
     return out
 
 
@@ -230,7 +224,6 @@ def smoke(n: int) -> dict:
 
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.measure.timing import time_gpu
 
     rng = np.random.default_rng(0)
     a = rng.random(n, dtype=np.float32)
@@ -243,10 +236,9 @@ def smoke(n: int) -> dict:
     out = {}
     for key, fn in rows.items():
         dc.copy_to_device(np.zeros(n, np.float32))
-        times_s = time_gpu(fn, repeats=1, warmup=0)
+        out[key] = _gbps(fn, 3 * n * 4, repeats=1, library="numba", warmup=0)
         if not np.array_equal(dc.copy_to_host(), a + b):
             raise AssertionError(f"{key}: wrong result in the simulator")
-        out[key] = _median_gbps(times_s, 3 * n * 4)
     return out
 
 
@@ -266,9 +258,8 @@ def main(argv: list[str]) -> int:
     if env.mode != "gpu":
         print("\nbench kernels needs an NVIDIA GPU; none found here "
               f"({env.machine.note or 'no GPU'}). Recorded figures:\n")
-        print(format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")))
-        print()
-        print(format_fast_reference())
+        print(format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")), format_fast_reference(),
+              sep="\n\n")
         if not args.smoke:
             print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
             return 0
@@ -284,10 +275,8 @@ def main(argv: list[str]) -> int:
     gpu = env.gpus[0].name
     print(f"measuring on GPU 0 ({gpu}), N = {n} float32, median of {args.repeats} runs, CUDA events\n")
     measured = measure(n, args.repeats)
-    print(format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")))
-    print()
-    print(format_fast_reference())
-    print()
+    print(format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")), format_fast_reference(), sep="\n\n",
+          end="\n\n")
     for line in fast_verdict(measured):
         print(line)
     _dump(args.json, n, measured, gpu)

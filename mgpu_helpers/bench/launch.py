@@ -33,11 +33,17 @@ def allreduce_rank(rank: int, world_size: int) -> int:
     return int(t.item())
 
 
-def _spawn_entry(rank: int, world_size: int, store: str) -> None:
+def join_and_check(init_method: str, **rank_and_size) -> None:
+    """What a baseline's rank does: join a gloo group, all-reduce its rank number, check the sum, leave."""
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
-    assert allreduce_rank(rank, world_size) == world_size * (world_size - 1) // 2
+    dist.init_process_group("gloo", init_method=init_method, **rank_and_size)
+    r, n = dist.get_rank(), dist.get_world_size()
+    assert allreduce_rank(r, n) == n * (n - 1) // 2
     dist.destroy_process_group()
+
+
+def _spawn_entry(rank: int, world_size: int, store: str) -> None:
+    join_and_check(f"file://{store}", rank=rank, world_size=world_size)
 
 
 def time_mp_spawn(world_size: int) -> float:
@@ -58,14 +64,7 @@ def time_mp_spawn(world_size: int) -> float:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-_CHILD = """
-import os, torch.distributed as dist
-from mgpu_helpers.bench.launch import allreduce_rank
-dist.init_process_group("gloo", init_method="env://")
-r, n = dist.get_rank(), dist.get_world_size()
-assert allreduce_rank(r, n) == n * (n - 1) // 2
-dist.destroy_process_group()
-"""
+_CHILD = "from mgpu_helpers.bench.launch import join_and_check\njoin_and_check('env://')\n"
 
 
 def time_subprocesses(world_size: int) -> float:
@@ -94,10 +93,6 @@ def _cell_function():
         dist.all_reduce(t)
         return int(t.item()), start, time.monotonic()
     return allreduce_in_cell
-
-
-def time_run_ranks(world_size: int) -> float:
-    return _timed_launch(world_size)["total"]
 
 
 PHASES = [
@@ -146,10 +141,7 @@ def _timed_launch(world_size: int) -> dict:
 
 
 def _accelerate_entry(world_size: int) -> None:
-    import torch.distributed as dist
-    dist.init_process_group("gloo", init_method="env://")
-    assert allreduce_rank(dist.get_rank(), dist.get_world_size()) == world_size * (world_size - 1) // 2
-    dist.destroy_process_group()
+    join_and_check("env://")          # notebook_launcher sets WORLD_SIZE to num_processes = world_size
 
 
 def time_notebook_launcher(world_size: int) -> float | None:
@@ -180,9 +172,9 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     launch.prewarm(wait=True)
     server_start = time.perf_counter() - t0
-    first_launch = time_run_ranks(n)            # the first launch of a ready server
+    first_launch = _timed_launch(n)["total"]    # the first launch of a ready server
     launch.shutdown_server()
-    cold = time_run_ranks(n)                    # includes starting the server and its import torch
+    cold = _timed_launch(n)["total"]            # includes starting the server and its import torch
     runs = [_timed_launch(n) for _ in progress.iterate(range(opts.repeats), "run_ranks repeats")]
     accel = [time_notebook_launcher(n) for _ in progress.iterate(range(opts.baseline_repeats), "notebook_launcher")]
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]

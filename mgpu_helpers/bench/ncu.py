@@ -22,12 +22,14 @@ import csv
 import datetime as _dt
 import io
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from mgpu_helpers.measure.tables import format_table as format_text_table
 
@@ -110,10 +112,9 @@ def parse_csv(text: str) -> list[dict]:
     launches: dict[int, dict] = {}
     for row in reader:
         launch = launches.setdefault(int(row["ID"]), {"id": int(row["ID"]), "kernel": row["Kernel Name"]})
-        if row.get("Block Size") and "block_size" not in launch:
-            dims = [int(d) for d in re.findall(r"\d+", row["Block Size"])]
-            if dims:
-                launch["block_size"] = dims[0] * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
+        dims = [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]
+        if dims and "block_size" not in launch:
+            launch["block_size"] = math.prod(dims[:3])       # x * y * z
         key = METRICS.get(row["Metric Name"])
         if key:
             value = _number(row["Metric Value"])
@@ -156,8 +157,7 @@ def load(machine: str | None = None) -> dict:
             raise FileNotFoundError("no Nsight Compute figures recorded: run `python -m mgpu_helpers.bench ncu` "
                                     "on a machine with an NVIDIA GPU and ncu")
         machine = found[0][len("ncu_"):-len(".json")]
-    with open(path_for(machine), encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(Path(path_for(machine)).read_text(encoding="utf-8"))
 
 
 NCU_COLUMNS = [("kernel", "kernel", "{}"), ("registers_per_thread", "regs/thread", "{}"),
@@ -200,8 +200,7 @@ def main(argv: list[str]) -> int:
         return 1
     with tempfile.TemporaryDirectory(prefix="mgpu-ncu-") as tmp:
         script = os.path.join(tmp, "vecadd_child.py")
-        with open(script, "w") as f:
-            f.write(CHILD.format(blocks=BLOCKS))
+        Path(script).write_text(CHILD.format(blocks=BLOCKS))
         root = os.path.dirname(os.path.dirname(DATA_DIR))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
         cmd = command(ncu, script, a.n)
@@ -218,9 +217,7 @@ def main(argv: list[str]) -> int:
               "command": " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)]),
               "source": "python -m mgpu_helpers.bench ncu", "rows": rows}
     path = a.out or path_for(machine)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(format_table(record))
     print(f"written to {path}")
     return 0

@@ -77,12 +77,8 @@ class CollectiveLog:
 
 def last_completed(lines) -> tuple[int, str] | None:
     """``(seq, name)`` of the last collective a rank finished, read from its output lines (None: none)."""
-    found = None
-    for ln in lines:
-        m = _DONE.search(ln)
-        if m:
-            found = (int(m.group(1)), m.group(2))
-    return found
+    done = [m for m in map(_DONE.search, lines) if m]
+    return (int(done[-1].group(1)), done[-1].group(2)) if done else None
 
 
 def pending(lines) -> tuple[int, str] | None:
@@ -118,17 +114,13 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
 
     log = CollectiveLog(verbose)
     t = torch.ones(4)            # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
+    calls = {"all_reduce": lambda: log.all_reduce(t), "broadcast": lambda: log.broadcast(t), "barrier": log.barrier,
+             "all_gather_into_tensor": lambda: log.all_gather_into_tensor(torch.empty(4 * world_size), t),
+             "reduce_scatter_tensor": lambda: log.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))}
     for name in schedules[rank]:
-        if name == "all_gather_into_tensor":
-            log.all_gather_into_tensor(torch.empty(4 * world_size), t)
-        elif name == "reduce_scatter_tensor":
-            log.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))
-        elif name in ("all_reduce", "broadcast"):
-            getattr(log, name)(t)
-        elif name == "barrier":
-            log.barrier()
-        else:
+        if name not in calls:
             raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
+        calls[name]()
     return log.seq
 
 
@@ -151,7 +143,7 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     from mgpu_helpers.launcher.ranks import rank_device
     from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure import workloads
-    from mgpu_helpers.measure.timing import synchronize_device
+    from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
     device = rank_device()
     if device.type == "cpu":
@@ -164,10 +156,8 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
         for i in range(repeats):
             dist.barrier()
             synchronize_device(device)
-            t0 = time.monotonic()
-            workloads.compute_units(total_units, device, seed=i)
-            synchronize_device(device)
-            alone.append(time.monotonic() - t0)
+            # wall clock (perf_counter) around the product, which synchronises the device itself
+            alone.append(elapsed_s(lambda: workloads.compute_units(total_units, device, seed=i), library=None))
         trace.collect()                          # keep only the shared steps' spans (below)
         shared = workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
         kept += [(sp, name) for sp in trace.collect()]
@@ -194,14 +184,8 @@ def per_rank_phase_times(values) -> dict:
 def transports(lines) -> list[str]:
     """The transports NCCL names in its ``NCCL_DEBUG=INFO`` channel lines (``... via P2P/CUMEM/read``,
     ``via SHM/direct/direct``, ``via NET/...``): the word after ``via``, each once, in order of appearance."""
-    found = []
-    for ln in lines:
-        m = re.search(r"\bvia (\S+)", ln)
-        if m:
-            name = m.group(1).split("/")[0]
-            if name not in found:
-                found.append(name)
-    return found
+    named = [m.group(1).split("/")[0] for m in (re.search(r"\bvia (\S+)", ln) for ln in lines) if m]
+    return list(dict.fromkeys(named))
 
 
 def medians(per_rank) -> list[float]:

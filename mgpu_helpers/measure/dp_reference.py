@@ -85,17 +85,22 @@ def max_difference(a, b) -> float:
 
 def train_single_process(config: TrainConfig = TrainConfig(), device="cpu"):
     """The reference: one process, the whole batch, no communication. Returns the final flat parameters."""
+    x, y = make_dataset(config)
+    model = make_model(config, device)
+    _train(model, x.to(device), y.to(device), config)
+    return flat_params(model)
+
+
+def _train(model, x, y, config: TrainConfig) -> None:
+    """``config.steps`` steps of SGD with momentum on the whole ``(x, y)`` given (``model``: a module, or its DDP
+    wrapper, which all-reduces (averages) the gradients during backward)."""
     import torch
 
-    x, y = make_dataset(config)
-    x, y = x.to(device), y.to(device)
-    model = make_model(config, device)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     for _ in range(config.steps):
         opt.zero_grad()
         mse_loss(model, x, y).backward()
         opt.step()
-    return flat_params(model)
 
 
 def full_gradient(config: TrainConfig = TrainConfig()):
@@ -114,21 +119,14 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
     ``shard(dataset, rank, world_size)`` picks this rank's rows: pass the lesson's own (notebook 09's
     ``shard``), so DDP and the hand-written loop see the very same shards. Returns ``{"rank", "device", "params"}``.
     """
-    import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     x, y = shard(make_dataset(config), rank, world_size)
-    x, y = x.to(device), y.to(device)
     model = make_model(config, device)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = torch.optim.SGD(ddp.parameters(), lr=config.lr, momentum=config.momentum)
-    for _ in range(config.steps):
-        opt.zero_grad()
-        mse_loss(ddp, x, y).backward()      # DDP all-reduces (averages) the gradients during backward
-        opt.step()
+    _train(DDP(model, device_ids=[device.index] if device.type == "cuda" else None), x.to(device), y.to(device), config)
     return {"rank": rank, "device": str(device), "params": flat_params(model)}
 
 

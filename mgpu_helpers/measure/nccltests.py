@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from mgpu_helpers.measure import sizes, tables
 
@@ -22,12 +23,7 @@ def parse_nccl_tests(text: str) -> list[dict]:
     """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop, time_us, algbw, busbw``
     (out-of-place) and ``inplace_time_us, inplace_algbw, inplace_busbw``; comment lines are skipped."""
     rows = []
-    for line in text.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        m = _ROW.match(line)
-        if not m:
-            continue
+    for m in filter(None, map(_ROW.match, text.splitlines())):     # a comment line starts with "#", never matches
         g = m.groups()
         rows.append({"nbytes": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3],
                      "time_us": float(g[5]), "algbw": float(g[6]), "busbw": float(g[7]),
@@ -36,23 +32,19 @@ def parse_nccl_tests(text: str) -> list[dict]:
     return rows
 
 
-def _path(op: str) -> str:
-    return os.path.join(DATA_DIR, f"nccltests_{op}.txt")
+def _path(op: str) -> Path:
+    return Path(DATA_DIR, f"nccltests_{op}.txt")
 
 
 def reference_header(op: str) -> list[str]:
     """The comment lines of the recorded reference for ``op`` (where and how it was measured)."""
-    with open(_path(op)) as f:
-        return [ln.rstrip() for ln in f if ln.startswith("#")]
+    return [ln.rstrip() for ln in _path(op).read_text().splitlines() if ln.startswith("#")]
 
 
 def load_reference(op: str) -> list[dict]:
     """nccl-tests rows recorded on 2 x H200 for ``op`` (one of :data:`RECORDED_OPS`); rs_ag has no nccl-tests
     counterpart and gives []."""
-    if not os.path.exists(_path(op)):
-        return []
-    with open(_path(op)) as f:
-        return parse_nccl_tests(f.read())
+    return parse_nccl_tests(_path(op).read_text()) if _path(op).exists() else []
 
 
 # Which nccl-tests column matches how mgpu_helpers.measure.sweep runs each op: all_reduce works in place on
@@ -68,12 +60,9 @@ def recorded_row(op: str, nbytes: int) -> dict | None:
 def reference_busbw(op: str, nbytes: int, inplace: bool | None = None) -> float | None:
     """nccl-tests busbw (GB/s) recorded for ``op`` at exactly ``nbytes``: the in-place or out-of-place
     column (default: the one that matches how the sweep runs ``op``); None if not recorded."""
-    if inplace is None:
-        inplace = REFERENCE_INPLACE.get(op, False)
+    inplace = REFERENCE_INPLACE.get(op, False) if inplace is None else inplace
     r = recorded_row(op, nbytes)
-    if r is None:
-        return None
-    return r["inplace_busbw"] if inplace else r["busbw"]
+    return None if r is None else r["inplace_busbw" if inplace else "busbw"]
 
 
 def reference_curves(ops=("all_reduce", "reduce_scatter", "all_gather")) -> dict:
@@ -90,10 +79,7 @@ def compare_with_reference(rows) -> list[dict]:
         d = r.as_dict() if hasattr(r, "as_dict") else dict(r)
         ref = (reference_busbw(d["op"], d["nbytes"])
                if d.get("world_size") == 2 and d.get("backend") == "nccl" else None)
-        d["ref_busbw"] = ref
-        d["ratio"] = d["busbw"] / ref if ref else None
-        d["size"] = sizes.format_bytes(d["nbytes"])
-        out.append(d)
+        out.append(dict(d, ref_busbw=ref, ratio=d["busbw"] / ref if ref else None, size=sizes.format_bytes(d["nbytes"])))
     return out
 
 

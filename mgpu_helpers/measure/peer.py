@@ -65,16 +65,10 @@ def format_matrix(matrix) -> str:
 def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     """GB/s of a copy within this machine's memory (CPU tensors, each byte counted once, best of ``repeats``):
     the "link" between gloo ranks on one machine, whose messages go through shared memory."""
-    import time
-
     import torch
     src = torch.ones(nbytes // 4)
     dst = torch.empty_like(src)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - t0)
+    best = min(timing.elapsed_s(lambda: dst.copy_(src), library=None) for _ in range(repeats))
     return timing.bandwidth_gbps(src.numel() * 4, best)
 
 

@@ -31,8 +31,9 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from mgpu_helpers.launcher import trace
 
@@ -219,18 +220,13 @@ def run_profiled(fn, world_size: int, trace_path: str | None = None, args=(), cu
     ``run_ranks_kwargs`` go to run_ranks (backend, timeout, env, ...)."""
     from mgpu_helpers.launcher.launch import run_ranks
     trace_path = os.path.abspath(trace_path or default_trace_path(fn))
-    with ExitStack() as stack:
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="mgpu-profile-"))
-        run_ranks_kwargs.setdefault("stream", False)
+    run_ranks_kwargs.setdefault("stream", False)
+    with tempfile.TemporaryDirectory(prefix="mgpu-profile-") as tmp:
         res = run_ranks(profiled(fn, tmp, cuda), world_size, args=tuple(args), **run_ranks_kwargs)
-        raw = []
-        for v in res.values:
-            with open(v["trace_file"], encoding="utf-8") as f:
-                raw.append(json.load(f))
+        raw = [json.loads(Path(v["trace_file"]).read_text(encoding="utf-8")) for v in res.values]
     merged = merge_traces(raw, [v["anchor_us"] for v in res.values], [v["pid"] for v in res.values], res.spans)
     os.makedirs(os.path.dirname(trace_path), exist_ok=True)
-    with open(trace_path, "w", encoding="utf-8") as f:
-        json.dump(merged, f)
+    Path(trace_path).write_text(json.dumps(merged), encoding="utf-8")
     res.values = [v["value"] for v in res.values]
     return ProfiledRun(res, trace_path, merged)
 
@@ -255,8 +251,7 @@ SIZES = {sizes!r}
 
 def lab_step(rank, world_size):
     trace.set_range_hook(profile.nvtx_range)
-    rows = sweep.step_rank(rank, world_size, SIZES, steps={steps})
-    return rows
+    return sweep.step_rank(rank, world_size, SIZES, steps={steps})
 
 
 if __name__ == "__main__":
@@ -281,9 +276,8 @@ def nvtx_range(label: str, on: bool | None = None):
 
 def write_torchrun_script(path: str, world_size: int = 2, sizes=(1 << 20, 64 << 20), steps: int = 5) -> str:
     """Write the lab-step torchrun script to ``path``; returns the nsys command that profiles it."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(TORCHRUN_SCRIPT.format(world_size=world_size, name=os.path.basename(path), sizes=list(sizes),
-                                       steps=steps))
+    Path(path).write_text(TORCHRUN_SCRIPT.format(world_size=world_size, name=os.path.basename(path),
+                                                 sizes=list(sizes), steps=steps), encoding="utf-8")
     return (f"nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node {world_size} "
             f"{path}")
 

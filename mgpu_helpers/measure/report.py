@@ -56,9 +56,7 @@ class LabReport:
 
     def markdown(self) -> str:
         stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        parts = [f"# {self.title}", f"_written {stamp}_"]
-        for heading, text in self.sections:
-            parts.append(f"## {heading}\n\n{text}")
+        parts = [f"# {self.title}", f"_written {stamp}_"] + [f"## {h}\n\n{t}" for h, t in self.sections]
         return "\n\n".join(parts) + "\n"
 
     def write(self, out_dir: str | None = None, dpi: int = 110) -> str:

@@ -21,6 +21,7 @@ Two kinds of compute, chosen by ``seconds_per_unit``:
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 
 
@@ -93,13 +94,8 @@ def model_margin(values, seconds_per_unit) -> float:
     ranks' start times (``start_skew_s``) plus the spread of their late wake-ups (measured compute minus
     ``shard * s``). Returns the largest such bound over the run's steps (so it also bounds the medians).
     """
-    per_unit = _per_rank(seconds_per_unit, len(values))
-    steps = len(values[0]["wait_s"])
-    worst = 0.0
-    for k in range(steps):
-        late = [v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
-        worst = max(worst, values[0]["start_skew_s"][k] + max(late) - min(late))
-    return worst
+    late = _late_wakeups(values, seconds_per_unit)
+    return max([0.0] + [values[0]["start_skew_s"][k] + max(lk) - min(lk) for k, lk in enumerate(late)])
 
 
 def step_margin(values, seconds_per_unit) -> float:
@@ -108,30 +104,27 @@ def step_margin(values, seconds_per_unit) -> float:
     The slowest rank's step also carries the spread of start times and the latest wake-up of any rank (a
     late wake-up that every rank shares lengthens the step without changing any wait). Largest over steps.
     """
-    per_unit = _per_rank(seconds_per_unit, len(values))
-    steps = len(values[0]["wait_s"])
-    return max(values[0]["start_skew_s"][k] + max(v["compute_s"][k] - float(v["shard"]) * s
-                                                  for v, s in zip(values, per_unit))
-               for k in range(steps))
+    late = _late_wakeups(values, seconds_per_unit)
+    return max(values[0]["start_skew_s"][k] + max(lk) for k, lk in enumerate(late))
 
 
-def _per_rank(seconds_per_unit, world_size: int) -> list[float]:
+def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
+    """``[step][rank]``: how much longer than ``shard * s`` each rank's compute took (a late wake-up)."""
     if seconds_per_unit is None:
         raise ValueError("model_margin needs the seconds_per_unit of a deterministic-cost run")
     if isinstance(seconds_per_unit, (int, float)):
-        return [float(seconds_per_unit)] * world_size
-    return [float(s) for s in seconds_per_unit]
+        per_unit = [float(seconds_per_unit)] * len(values)
+    else:
+        per_unit = [float(s) for s in seconds_per_unit]
+    return [[v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
+            for k in range(len(values[0]["wait_s"]))]
 
 
 def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, int]]:
     """Pairs of ranks (a, b) whose predicted waits differ by more than twice ``margin`` but whose measured
     waits are ordered the other way round: the orderings a run contradicts (empty when it agrees)."""
-    wrong = []
-    for a in range(len(waits)):
-        for b in range(len(waits)):
-            if predicted[a] - predicted[b] > 2 * margin and not waits[a] > waits[b]:
-                wrong.append((a, b))
-    return wrong
+    pairs = itertools.product(range(len(waits)), repeat=2)
+    return [(a, b) for a, b in pairs if predicted[a] - predicted[b] > 2 * margin and not waits[a] > waits[b]]
 
 
 # -- waiting inside the collective (no timestamp barrier) ------------------------------------------------------

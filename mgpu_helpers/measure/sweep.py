@@ -58,6 +58,14 @@ def default_sizes(gpu: bool) -> list[int]:
     return sz.sizes_between(KiB, GiB, 4) if gpu else sz.sizes_between(KiB, MiB, 32)
 
 
+def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]:
+    """The backend that runs (:func:`mgpu_helpers.hardware.choose_backend`) and ``sizes`` (default: its
+    :func:`default_sizes`)."""
+    from mgpu_helpers import hardware
+    chosen, _ = hardware.choose_backend(world_size, backend)
+    return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
+
+
 def default_iters(nbytes: int, gpu: bool) -> int:
     """Timed iterations: enough that a batch lasts well over the event resolution, capped for big sizes."""
     if not gpu:
@@ -95,22 +103,15 @@ def make_op(op: str, nbytes: int, world_size: int, device):
     n = sz.float32_elements(nbytes, world_size)
     full = torch.ones(n, dtype=torch.float32, device=device)
     part = torch.ones(n // world_size, dtype=torch.float32, device=device)
-    if op == "all_reduce":
-        def run():
-            dist.all_reduce(full)
-    elif op == "reduce_scatter":
-        def run():
-            reduce_scatter_flat(part, full)
-    elif op == "all_gather":
-        def run():
-            all_gather_flat(full, part)
-    elif op == "rs_ag":
-        def run():
-            reduce_scatter_flat(part, full)   # each rank: the sum of its slice
-            all_gather_flat(full, part)       # everyone: every summed slice = the all-reduce
-    else:
+
+    def rs_ag():
+        reduce_scatter_flat(part, full)   # each rank: the sum of its slice
+        all_gather_flat(full, part)       # everyone: every summed slice = the all-reduce
+    runs = {"all_reduce": lambda: dist.all_reduce(full), "reduce_scatter": lambda: reduce_scatter_flat(part, full),
+            "all_gather": lambda: all_gather_flat(full, part), "rs_ag": rs_ag}
+    if op not in runs:
         raise ValueError(f"unknown op {op!r}; one of {OPS}")
-    return run, n * 4
+    return runs[op], n * 4
 
 
 def time_batch(run, iters: int, warmup: int, device) -> float:
@@ -119,24 +120,20 @@ def time_batch(run, iters: int, warmup: int, device) -> float:
     GPU: between two CUDA events on the current stream (the collectives are queued, the host never waits
     inside the batch); CPU: ``perf_counter`` around the batch. Ranks line up with a barrier first.
     """
-    import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure.timing import elapsed_s
+    from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
     for _ in range(warmup):
         run()
-    gpu = device.type == "cuda"
-    if gpu:
-        torch.cuda.synchronize(device)
+    synchronize_device(device)
     dist.barrier()
-    if gpu:
-        torch.cuda.synchronize(device)
+    synchronize_device(device)
 
     def batch():
         for _ in range(iters):
             run()
-    return elapsed_s(batch, "torch" if gpu else None) / iters
+    return elapsed_s(batch, "torch" if device.type == "cuda" else None) / iters
 
 
 def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: int = 5) -> list[dict]:
@@ -182,13 +179,10 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
     ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.measure.progress.callback`);
     the sizes then run in one launch each (so the bar moves); without it every size runs in a single launch.
     """
-    from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
     from mgpu_helpers.measure import progress as bars
 
-    chosen, _ = hardware.choose_backend(world_size, backend)
-    gpu = chosen == "nccl"
-    sizes = list(sizes) if sizes is not None else default_sizes(gpu)
+    chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     show = progress is not None and progress is not False
     groups = [[s] for s in sizes] if show else [sizes]
     update, close = bars.callback(progress, "sizes")
@@ -222,11 +216,8 @@ def run_repeats(world_size: int = 2, nbytes: int = MiB, ops=("all_reduce", "rs_a
     chosen, _ = hardware.choose_backend(world_size, backend)
     res = run_ranks(repeats_rank, world_size, args=(int(nbytes), tuple(ops), repeats, iters), backend=chosen,
                     timeout=timeout, stream=False, quiet=True)
-    rounds = []
-    for r in range(repeats):
-        rows = combine([v[r] for v in res.values], world_size, res.backend)
-        rounds.append({row.op: row.time_us for row in rows})
-    return rounds
+    return [{row.op: row.time_us for row in combine([v[r] for v in res.values], world_size, res.backend)}
+            for r in range(repeats)]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -302,13 +293,10 @@ def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_
                        timeout: float = 300.0, slow_rank=None, slow_factor: int = 3):
     """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
     (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.results.RankResults` (with spans)."""
-    from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 
-    chosen, _ = hardware.choose_backend(world_size, backend)
-    gpu = chosen == "nccl"
-    sizes = list(sizes) if sizes is not None else default_sizes(gpu)
-    n = compute_n or (4096 if gpu else 256)
+    chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
+    n = compute_n or (4096 if chosen == "nccl" else 256)
     res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank, slow_factor), backend=chosen,
                     timeout=timeout, stream=False, quiet=True)
     return combine_steps(res.values), res

@@ -71,14 +71,15 @@ def sleep_units(units: float, seconds_per_unit: float) -> None:
         time.sleep(left)
 
 
-def _gather_times(times, device, world_size: int) -> list[list[float]]:
-    """All-gather a few times of every rank (time.monotonic: one clock for all processes of a host)."""
+def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
+    """All-gather a few times of every rank (time.monotonic: one clock for all processes of a host); per time
+    given, a tuple of every rank's."""
     import torch
     import torch.distributed as dist
     mine = torch.tensor(list(times), dtype=torch.float64, device=device)
     got = [torch.zeros(len(times), dtype=torch.float64, device=device) for _ in range(world_size)]
     dist.all_gather(got, mine)
-    return [[float(t) for t in x.tolist()] for x in got]
+    return list(zip(*(x.tolist() for x in got)))
 
 
 def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | None = None, steps: int = 1,
@@ -136,9 +137,8 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
             work(units, seed=step)
         arrived = time.monotonic()
         if timestamp_barrier:                     # waiting measured before the collective, as its own span
-            times = _gather_times((t0, arrived), device, world_size)
-            last = max(t[1] for t in times)
-            trace.record("wait", arrived, max(arrived, last), "wait for the slowest rank")
+            starts, arrivals = _gather_times((t0, arrived), device, world_size)
+            trace.record("wait", arrived, max(arrived, *arrivals), "wait for the slowest rank")
         t_comm = time.monotonic()
         with trace.span("communicate", "all_reduce"):
             g = grad.clone()
@@ -146,12 +146,10 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
             synchronize_device(device)
         t_end = time.monotonic()
         if not timestamp_barrier:                 # after the collective: nothing it measures is changed
-            times = _gather_times((t0, arrived), device, world_size)
-            last = max(t[1] for t in times)
+            starts, arrivals = _gather_times((t0, arrived), device, world_size)
         out["compute_s"].append(arrived - t0)
-        out["wait_s"].append(max(0.0, last - arrived))
+        out["wait_s"].append(max(0.0, max(arrivals) - arrived))
         out["comm_s"].append(t_end - t_comm)
-        starts = [t[0] for t in times]
         out["start_skew_s"].append(max(starts) - min(starts))
     out["result"] = float(g[0].item())
     return out

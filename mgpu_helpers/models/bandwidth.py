@@ -27,9 +27,11 @@ BUSBW_FACTORS = {
 }
 
 
-def _known(op: str) -> None:
+def _known(op: str, world_size: int) -> None:
     if op not in BUSBW_FACTORS:
         raise ValueError(f"unknown collective {op!r}; one of {sorted(BUSBW_FACTORS)}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
 
 
 def algbw(nbytes: float, seconds: float) -> float:
@@ -41,9 +43,7 @@ def algbw(nbytes: float, seconds: float) -> float:
 
 def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
     """Bus bandwidth in bytes per second, by the nccl-tests formulas (see the module docstring)."""
-    _known(op)
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    _known(op, world_size)
     return algbw(nbytes, seconds) * BUSBW_FACTORS[op](world_size)
 
 
@@ -54,9 +54,7 @@ def bytes_sent_per_rank(op: str, nbytes: float, world_size: int) -> float:
     ``bytes_sent_per_rank / seconds == busbw``. all_reduce: 2 (w-1)/w nbytes; reduce_scatter and all_gather:
     (w-1)/w nbytes; reduce, broadcast, sendrecv: nbytes (a pipelined chain passes every byte on).
     """
-    _known(op)
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    _known(op, world_size)
     if world_size == 1:
         return 0.0
     return BUSBW_FACTORS[op](world_size) * nbytes

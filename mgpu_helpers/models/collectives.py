@@ -32,32 +32,26 @@ def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -
     """
     if world_size < 1 or length < 1:
         raise ValueError(f"world_size and length must be >= 1, got {world_size}, {length}")
-    if pattern == "rank":
-        return [[float(r)] * length for r in range(world_size)]
-    if pattern == "rank+1":
-        return [[float(r + 1)] * length for r in range(world_size)]
+    same = {"rank": lambda r: r, "rank+1": lambda r: r + 1, "powers of two": lambda r: 2 ** r}  # per rank
+    if pattern in same:
+        return [[float(same[pattern](r))] * length for r in range(world_size)]
     if pattern == "one-hot":
         return [[1.0 if i % world_size == r else 0.0 for i in range(length)] for r in range(world_size)]
-    if pattern == "powers of two":
-        return [[float(2 ** r)] * length for r in range(world_size)]
     if pattern == "random":
         rng = np.random.default_rng(seed)
         return rng.integers(0, 10, size=(world_size, length)).astype(float).tolist()
     raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
 
 
+# Each reduce op over the ranks (axis 0 of ``inputs[rank][i]``).
+_REDUCERS = {"sum": lambda a: a.sum(axis=0), "avg": lambda a: a.sum(axis=0) / a.shape[0],
+             "max": lambda a: a.max(axis=0), "min": lambda a: a.min(axis=0), "prod": lambda a: a.prod(axis=0)}
+
+
 def _reduce(a: np.ndarray, op: str) -> np.ndarray:
-    if op == "sum":
-        return a.sum(axis=0)
-    if op == "avg":
-        return a.sum(axis=0) / a.shape[0]
-    if op == "max":
-        return a.max(axis=0)
-    if op == "min":
-        return a.min(axis=0)
-    if op == "prod":
-        return a.prod(axis=0)
-    raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
+    if op not in _REDUCERS:
+        raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
+    return _REDUCERS[op](a)
 
 
 def expected_outputs(name: str, inputs, op: str = "sum") -> list:

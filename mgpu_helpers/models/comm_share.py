@@ -16,9 +16,3 @@ def comm_share_speedup(share_before: float, share_after: float) -> float:
     """How much faster a step gets when communication drops from ``share_before`` to ``share_after`` of the
     step while compute stays the same: ``(1 - after) / (1 - before)``; 30% -> 10% gives 0.9 / 0.7 = 1.29x."""
     return (1 - _check_share(share_after)) / (1 - _check_share(share_before))
-
-
-def comm_over_compute(share: float) -> float:
-    """Communication time as a fraction of compute time, for a communication ``share`` of the step."""
-    share = _check_share(share)
-    return share / (1 - share)

@@ -117,10 +117,8 @@ def memory_plan(strategy: str, world_size: int, capacity: float, params: float =
         raise ValueError(f"sizes must be >= 0, got {sizes}")
     sharded = STRATEGIES[strategy]
     total_w = float(sum(weights))
-    ranks = []
-    for r in range(world_size):
-        share = weights[r] / total_w
-        ranks.append(RankMemory(r, **{p: sizes[p] * share if p in sharded else sizes[p] for p in PARTS}))
+    ranks = [RankMemory(r, **{p: sizes[p] * (weights[r] / total_w) if p in sharded else sizes[p] for p in PARTS})
+             for r in range(world_size)]
     replicated = tuple(p for p in PARTS if p not in sharded and sizes[p] > 0)
     return MemoryPlan(strategy, capacity, tuple(ranks), replicated,
                       tuple(p for p in PARTS if p in sharded and sizes[p] > 0), STRATEGY_NOTES[strategy])
@@ -185,8 +183,6 @@ def compare_strategies(world_size: int, capacity: float, params: float = 0.0, gr
     ``weights`` split the sharded parts unevenly, as in :func:`memory_plan`. Returns one :class:`StrategyRow`
     per strategy, in the order given. The sharding widget draws this table.
     """
-    rows = []
-    for s in strategies:
-        plan = memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights)
-        rows.append(StrategyRow(s, plan, max(plan.totals), plan.fits, step_bytes_sent(s, world_size, params, grads)))
-    return rows
+    plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in strategies]
+    return [StrategyRow(p.strategy, p, max(p.totals), p.fits, step_bytes_sent(p.strategy, world_size, params, grads))
+            for p in plans]

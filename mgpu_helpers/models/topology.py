@@ -13,6 +13,7 @@ speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per
 """
 from __future__ import annotations
 
+import itertools
 import re
 from importlib import resources
 from typing import NamedTuple
@@ -75,10 +76,8 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         if not ln.strip() or ln.startswith("Legend"):
             break
         cells = [c.strip() for c in ln.split("\t")]
-        name = cells[0]
-        if not _DEVICE.match(name):
-            continue
-        rows[name] = cells[1:]
+        if _DEVICE.match(cells[0]):
+            rows[cells[0]] = cells[1:]
     links, columns = [], {}
     for g in gpus:
         if g not in rows:
@@ -147,11 +146,8 @@ def link_class(word: str) -> str:
 
 def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
     """Each pair of distinct GPUs once: (gpu_a, gpu_b, link word), fastest paths first."""
-    out = []
-    for i, a in enumerate(topo.names):
-        for j in range(i + 1, len(topo.names)):
-            out.append((a, topo.names[j], topo.links[i][j]))
-
+    out = [(topo.names[i], topo.names[j], topo.links[i][j])
+           for i, j in itertools.combinations(range(len(topo.names)), 2)]
     order = list(LINK_MEANINGS)              # the legend lists the words fastest first
 
     def speed(p):
@@ -165,16 +161,14 @@ def format_matrix(names, rows) -> str:
     """A square matrix of words as text, labelled by ``names`` on both sides, in equal-width columns."""
     w = max([len(n) for n in names] + [4]) + 2
     lines = [" " * w + "".join(n.ljust(w) for n in names)]
-    for n, row in zip(names, rows):
-        lines.append(n.ljust(w) + "".join(c.ljust(w) for c in row))
+    lines += [n.ljust(w) + "".join(c.ljust(w) for c in row) for n, row in zip(names, rows)]
     return "\n".join(lines)
 
 
 def summary(topo: TopoMatrix) -> str:
     """A few lines: the matrix, then each GPU pair with what its link means."""
-    lines = [format_matrix(topo.names, topo.links)]
-    for a, b, word in pairs(topo):
-        lines.append(f"{a}-{b}: {word} = {link_meaning(word)}")
+    lines = [format_matrix(topo.names, topo.links)] + [f"{a}-{b}: {word} = {link_meaning(word)}"
+                                                        for a, b, word in pairs(topo)]
     if any(word.startswith("NV") for _, _, word in pairs(topo)):
         lines.append("NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` "
                      "are per direction")

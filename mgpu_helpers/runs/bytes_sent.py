@@ -72,7 +72,6 @@ def count_bytes_sent(rank: int, world_size: int, nbytes: int, ops=OPS) -> dict:
     if unknown:
         raise ValueError(f"unknown collective(s) {unknown}; choose from {list(OPS)}")
     x = (torch.arange(nbytes // ELEMENT_BYTES, device=rank_device()) % 7 + rank).to(torch.float32)  # exact sums
-    sent = {}
     if {"all_reduce", "all_gather", "reduce_scatter"} & set(ops):
         got, want = x.clone(), x.clone()
         sizes = ring_message_bytes(got)
@@ -87,6 +86,4 @@ def count_bytes_sent(rank: int, world_size: int, nbytes: int, ops=OPS) -> dict:
         dist.reduce(want, dst=0)
         if rank == 0 and not torch.equal(got, want):
             raise AssertionError(f"rank {rank}: the counted reduce gave a different result from dist.reduce")
-    for op in ops:
-        sent[op] = sent_reduce if op == "reduce" else ring_sent[op]
-    return sent
+    return {op: sent_reduce if op == "reduce" else ring_sent[op] for op in ops}

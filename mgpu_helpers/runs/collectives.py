@@ -36,16 +36,14 @@ def run_collective(name: str, x, op: str = "sum"):
         return ring.divide_by_world_size(t) if divide_after else t
 
     x = x.contiguous()
+    out = x.clone()                 # broadcast, reduce and all_reduce work in place, on a copy of the input
     if name == "broadcast":
-        out = x.clone()
         dist.broadcast(out, src=ROOT)
         return out
     if name == "reduce":
-        out = x.clone()
         dist.reduce(out, dst=ROOT, op=reduce_op)
         return finish(out) if rank == ROOT else None
     if name == "all_reduce":
-        out = x.clone()
         dist.all_reduce(out, op=reduce_op)
         return finish(out)
     if name == "all_gather":
@@ -60,12 +58,10 @@ def run_collective(name: str, x, op: str = "sum"):
         raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
     if x.numel() % world_size:
         raise ValueError(f"{name} needs a length divisible by world_size={world_size}, got {x.numel()}")
+    out = x.new_empty(x.numel() // world_size)                  # scatter and reduce_scatter: one piece each
     if name == "scatter":
-        out = x.new_empty(x.numel() // world_size)
-        parts = list(x.chunk(world_size)) if rank == ROOT else None
-        dist.scatter(out, scatter_list=parts, src=ROOT)
+        dist.scatter(out, scatter_list=list(x.chunk(world_size)) if rank == ROOT else None, src=ROOT)
         return out
-    out = x.new_empty(x.numel() // world_size)                  # reduce_scatter
     dist.reduce_scatter(out, list(x.chunk(world_size)), op=reduce_op)
     return finish(out)
 

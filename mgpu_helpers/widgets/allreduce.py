@@ -17,6 +17,7 @@ import numpy as np
 
 from mgpu_helpers.models.collectives import COLLECTIVES, PATTERNS, REDUCE_OPS, REDUCING
 from mgpu_helpers.widgets import style
+from mgpu_helpers.widgets.sharding import _fonts, _t   # Chinese labels where a Chinese font is installed
 
 def _fmt(v: float) -> str:
     return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
@@ -35,11 +36,14 @@ def _table(ax, rows, title: str, colours) -> None:
         for i, v in enumerate(row):
             ax.add_patch(_box(i, r, colours[r % len(colours)]))
             ax.text(i, r, _fmt(v), ha="center", va="center", fontsize=st.font_size * (0.9 if width < 10 else 0.7))
-    ax.set_xlim(-2.1, max(width, 3) - 0.4)
-    ax.set_ylim(len(rows) - 0.4, -0.9)
-    ax.set_aspect("equal")
-    ax.set_title(title, fontsize=st.font_size * 1.1)
+    _finish(ax, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
+
+
+def _finish(ax, xlim, ylim, title: str, title_size: float, **title_kw) -> None:
+    """A grid of boxes' axes: these limits, equal aspect, no axis lines, the title."""
+    ax.set(xlim=xlim, ylim=ylim, aspect="equal")
     ax.axis("off")
+    ax.set_title(title, fontsize=title_size, **title_kw)
 
 
 def _box(x, y, colour):
@@ -119,10 +123,8 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
                                            edgecolor=style.PALETTE["black"], linewidth=st.line_width))
                 ax.text(i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7)
             ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
-        ax.set_xlim(-2.0, length - 0.4)
-        ax.set_ylim(n - 0.4, -0.8)
-        ax.set_aspect("equal")
-        ax.set_title("input" if phase == "input" else f"{phase} step {step + 1}", fontsize=st.font_size * 0.85)
+        _finish(ax, (-2.0, length - 0.4), (n - 0.4, -0.8),
+                "input" if phase == "input" else f"{phase} step {step + 1}", st.font_size * 0.85)
     return fig
 
 
@@ -133,8 +135,6 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
     :func:`mgpu_helpers.runs.collectives.run_and_draw`, which starts real ranks.
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     coll = w.Dropdown(options=list(COLLECTIVES), value=name, description="collective")
     opw = w.Dropdown(options=list(REDUCE_OPS), value=op, description="op")
@@ -149,8 +149,7 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
             run.disabled = True
             try:
                 fig, result = runner(coll.value, ws.value, pat.value, opw.value)
-                display(fig)
-                plt.close(fig)   # shown as an image; closing keeps redraws from piling up
+                style.show(fig)
                 print("every rank's output matches the expected result" if result.ok
                       else "MISMATCH: some rank's output differs from the expected result")
             except Exception as exc:   # show the error in the widget, keep the widget usable
@@ -163,12 +162,6 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
 
 
 # -- step by step: one all-reduce against a reduce-scatter then an all-gather ------------------------------------
-
-def _zh(zh: str, en: str) -> str:
-    """Chinese where matplotlib has a Chinese font (see :func:`mgpu_helpers.widgets.sharding.cjk_font`), else English."""
-    from mgpu_helpers.widgets.sharding import cjk_font
-    return zh if cjk_font() else en
-
 
 # chunk colours without green: green marks a chunk that sums every rank
 _CHUNK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "sky", "purple", "yellow", "vermillion", "grey")]
@@ -217,25 +210,22 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
             if f.received[r] == c and kept:
                 ax.add_patch(Rectangle((c - 0.46, r - 0.4), 0.92, 0.8, fill=False, edgecolor=style.PALETTE["black"],
                                        linewidth=st.line_width))
-    ax.set_xlim(-1.9, n - 0.4)
-    ax.set_ylim(n - 0.4, -0.9)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title(title, fontsize=st.font_size * 0.9, y=1.0)   # a fixed y skips matplotlib's costly title placement
+    _finish(ax, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9,
+            y=1.0)   # a fixed y skips matplotlib's costly title placement
 
 
 def _view_titles(steps, k: int):
     f = steps.frames[k]
     if f.phase == "input":
-        where = _zh("输入", "input")
+        where = _t("输入", "input")
     else:
         where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{steps.world_size - 1}"
-    one = _zh(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
+    one = _t(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
     if f.phase == "reduce_scatter" and k == steps.rs_done:
-        two = _zh("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
+        two = _t("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
     else:
         call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
-        two = _zh(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
+        two = _t(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
     return one, two
 
 
@@ -243,7 +233,6 @@ def draw_step(steps, k: int):
     """Figure of frame ``k`` of ``steps`` (:class:`~mgpu_helpers.models.collective_steps.RingSteps`): the one-call
     all-reduce on the left, reduce-scatter + all-gather on the right. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
-    from mgpu_helpers.widgets.sharding import _fonts
 
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
@@ -261,7 +250,6 @@ def draw_rs_ag_vs_all_reduce(steps):
     """Static figure: the input, the end of the reduce-scatter half and the end, for both ways (rows), with
     the bytes each rank has sent at each moment. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
-    from mgpu_helpers.widgets.sharding import _fonts
 
     n = steps.world_size
     keys = (0, steps.rs_done, len(steps.frames) - 1)
@@ -280,8 +268,6 @@ def show_steps(steps):
     """ipywidgets: a step slider over the frames of ``steps``; each move redraws :func:`draw_step` and prints
     :func:`step_caption`. Takes the data, computes nothing itself."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     slider = w.IntSlider(value=0, min=0, max=len(steps.frames) - 1, description="第几步", continuous_update=False)
     out = w.Output()
@@ -289,9 +275,7 @@ def show_steps(steps):
     def redraw(_=None):
         with out:
             out.clear_output(wait=True)
-            fig = draw_step(steps, slider.value)
-            display(fig)
-            plt.close(fig)
+            style.show(draw_step(steps, slider.value))
             print(step_caption(steps, slider.value))
 
     slider.observe(redraw, names="value")

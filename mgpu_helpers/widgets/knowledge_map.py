@@ -49,8 +49,7 @@ def draw_knowledge_map(highlight: int | None = None):
     st = style.current()
     fig = plt.figure(figsize=style.figsize(13, 6.2))
     ax = fig.add_axes([0, 0, 1, 1])
-    ax.set_xlim(0, 13)
-    ax.set_ylim(0, 6.2)
+    ax.set(xlim=(0, 13), ylim=(0, 6.2))
     ax.axis("off")
     col_x = [0.2, 4.75, 9.3]
     box_w, box_h, top = 3.5, 0.62, 4.9

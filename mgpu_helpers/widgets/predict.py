@@ -39,11 +39,8 @@ def compare(name: str, predicted: float, measured: float, unit: str = "", show: 
         predicted = float(predicted)
     except (TypeError, ValueError):
         raise ValueError(f"{name}：预测要写成一个数（例如 0.5），现在是 {predicted!r}") from None
-    line = f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，" \
-           f"{ratio_text(predicted, float(measured))}。"
-    if show:
-        print(line)
-    return line
+    return _said(f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，"
+                 f"{ratio_text(predicted, float(measured))}。", show)
 
 
 def compare_choice(name: str, predicted, measured, options, show: bool = True) -> str:
@@ -54,15 +51,16 @@ def compare_choice(name: str, predicted, measured, options, show: bool = True) -
     if predicted not in options:
         raise ValueError(f"{name}：预测要从 {options} 里选一个，现在是 {predicted!r}")
     verdict = "和测量一致" if predicted == measured else f"测量的结果是 {measured!r}"
-    line = f"{name}：你的预测 {predicted!r}，{verdict}。"
-    if show:
-        print(line)
-    return line
+    return _said(f"{name}：你的预测 {predicted!r}，{verdict}。", show)
 
 
 def _unwritten(name: str, measured: str, show: bool) -> str:
-    line = (f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
-            "对照着看才知道自己的直觉差在哪里。")
+    return _said(f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
+                 "对照着看才知道自己的直觉差在哪里。", show)
+
+
+def _said(line: str, show: bool) -> str:
+    """``line``, printed first when ``show``."""
     if show:
         print(line)
     return line

@@ -130,10 +130,7 @@ def check_answer(q: Question, choice) -> Feedback:
     chosen = frozenset(_to_index(c, len(q.options)) for c in picks)
     if chosen == q.correct:
         return Feedback(True, "正确！" + q.explanation)
-    parts = ["还不对。"]
-    for i in sorted(chosen - q.correct):
-        if i in q.wrong:
-            parts.append(f"{LETTERS[i]}：{q.wrong[i]}")
+    parts = ["还不对。"] + [f"{LETTERS[i]}：{q.wrong[i]}" for i in sorted(chosen - q.correct) if i in q.wrong]
     if q.multiple and chosen < q.correct:
         parts.append("还有正确的选项没有选。")
     if q.hint:

@@ -65,8 +65,7 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
                 fontsize=st.font_size * 0.8, color=style.PALETTE["black" if ok else "vermillion"])
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
     top = top or max(max(plan.totals), plan.capacity)
-    ax.set_ylim(0, top * 1.25)
-    ax.set_ylabel(_t("每张卡的显存 (GB)", "memory per GPU (GB)"))
+    ax.set(ylim=(0, top * 1.25), ylabel=_t("每张卡的显存 (GB)", "memory per GPU (GB)"))
     verdict = _t("装得下", "fits") if plan.fits else _t("装不下", "does not fit")
     ax.set_title(title or f"{_t(STRATEGY_ZH[plan.strategy], plan.strategy)}: {verdict}", fontsize=st.font_size)
     if legend:
@@ -193,8 +192,6 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
     per step, drawn and printed. The chosen strategy's per-rank bars are drawn all along.
     """
     import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     def slider(desc, value, hi):
         return W.FloatSlider(value=value, min=0, max=hi, step=0.5, description=desc, continuous_update=False)
@@ -230,9 +227,7 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
         right = {r.strategy for r in rows if r.fits}
         with answer:
             answer.clear_output(wait=True)
-            fig = draw_strategies(rows)
-            display(fig)
-            plt.close(fig)
+            style.show(draw_strategies(rows))
             print(describe_strategies(rows))
             if picked == right:
                 print("你的预测和答案一致。")
@@ -254,9 +249,7 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
         note.value = f"<b>{STRATEGY_ZH[plan.strategy]}</b>：{plan.note}"
         with out:
             out.clear_output(wait=True)
-            fig = draw_memory_plan(plan)
-            display(fig)
-            plt.close(fig)
+            style.show(draw_memory_plan(plan))
             print(describe(plan))
         if state["revealed"]:
             draw_answer()

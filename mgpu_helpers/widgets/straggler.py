@@ -26,26 +26,32 @@ def _origin(spans_per_rank) -> float:
     return min(starts) if starts else 0.0
 
 
-def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> None:
-    st = style.current()
-    n = len(spans_per_rank)
-    for r, spans in enumerate(spans_per_rank):
-        for s in spans:
-            if s.kind not in DRAWN_KINDS or s.seconds <= 0:
-                continue
+def _bars(ax, r: int, spans, t0: float, kinds) -> None:
+    """Rank ``r``'s spans of ``kinds`` as bars on row ``r``, in ms from ``t0``."""
+    for s in spans:
+        if s.kind in kinds and s.seconds > 0:
             ax.barh(r, s.seconds * 1e3, left=(s.start - t0) * 1e3, height=0.6,
                     color=style.KIND_COLOURS[s.kind], edgecolor="white", linewidth=0.5)
-    waits = wait_by_rank(spans_per_rank)
-    ends = [max((s.end for s in spans), default=t0) for spans in spans_per_rank]
-    x_end = (max(ends) - t0) * 1e3 if ends else 1.0
-    for r in range(n):
-        ax.text(x_end * 1.01, r, f"wait {waits[r] * 1e3:.1f} ms", va="center", fontsize=st.font_size * 0.8)
-    names = labels or [f"rank {r}" for r in range(n)]
-    ax.set_yticks(range(n), names)
+
+
+def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> None:
+    """Each rank's note right of its row, the rank names, the time axis to ``room`` x ``x_end``, the title."""
+    st = style.current()
+    for r, note in enumerate(notes):
+        ax.text(x_end * 1.01, r, note, va="center", fontsize=st.font_size * 0.8)
+    ax.set_yticks(range(len(notes)), labels or [f"rank {r}" for r in range(len(notes))])
     ax.invert_yaxis()
-    ax.set_xlim(0, x_end * 1.22)
+    ax.set_xlim(0, x_end * room)
     ax.set_title(title, fontsize=st.font_size)
     ax.grid(axis="x", alpha=0.3)
+
+
+def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> None:
+    for r, spans in enumerate(spans_per_rank):
+        _bars(ax, r, spans, t0, DRAWN_KINDS)
+    ends = [max((s.end for s in spans), default=t0) for spans in spans_per_rank]
+    x_end = (max(ends) - t0) * 1e3 if ends else 1.0
+    _label_rows(ax, [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)], x_end, 1.22, title, labels)
 
 
 def _legend(fig) -> None:
@@ -97,8 +103,6 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
     ``runner(shards, steps, seconds_per_unit=...)`` returns the traced run (a ``RankResults``), e.g.
     :func:`mgpu_helpers.measure.straggler.run_traced`."""
     import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     box = W.Text(value=default, description="Shard")
     preset = W.Dropdown(options=["(自己输入)"] + list(PRESETS), value="(自己输入)", description="预设")
@@ -121,10 +125,8 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
                 print(exc)
                 return
             res = runner(shards, n_steps.value, seconds_per_unit=cost.value)
-            fig = draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks",
-                                [f"rank {r} ({shards[r]:g})" for r in range(len(shards))])
-            display(fig)
-            plt.close(fig)
+            style.show(draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks",
+                                     [f"rank {r} ({shards[r]:g})" for r in range(len(shards))]))
 
     preset.observe(on_preset, names="value")
     button.on_click(on_run)
@@ -179,11 +181,7 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
     for r, spans in enumerate(spans_per_rank):
         comms = [s for s in spans if s.kind == "communicate"]
         inside.append(statistics.median(s.seconds for s in comms) if comms else 0.0)
-        for s in spans:
-            if s.kind not in ("compute", "communicate") or s.seconds <= 0:
-                continue
-            ax.barh(r, s.seconds * 1e3, left=(s.start - t0) * 1e3, height=0.6,
-                    color=style.KIND_COLOURS[s.kind], edgecolor="white", linewidth=0.5)
+        _bars(ax, r, spans, t0, ("compute", "communicate"))
         for s, w in zip(comms, waits[r]):
             w = min(max(0.0, w), s.seconds)
             if w > 0:
@@ -191,14 +189,8 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
                         hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"], linewidth=0.0)
     x_end = max((s.end for spans in spans_per_rank for s in spans), default=t0)
     x_end = (x_end - t0) * 1e3 or 1.0
-    for r in range(n):
-        ax.text(x_end * 1.01, r, f"in all-reduce {inside[r] * 1e3:.0f} ms", va="center", fontsize=st.font_size * 0.8)
-    ax.set_yticks(range(n), labels or [f"rank {r}" for r in range(n)])
-    ax.invert_yaxis()
-    ax.set_xlim(0, x_end * 1.32)
+    _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
-    ax.set_title(title, fontsize=st.font_size)
-    ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=style.KIND_COLOURS["compute"], label="compute"),
                Patch(color=style.KIND_COLOURS["communicate"], label="all-reduce"),
                Patch(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH,
@@ -223,23 +215,18 @@ def draw_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
     comm_ms = comm_ratio * compute_ms
     spans, waits = model_run(world_size, compute_ms, comm_ms, late_ms, slow_rank)
     title = f"model: compute {compute_ms:.0f} ms, all-reduce {comm_ms:.0f} ms, rank {slow_rank} {late_ms:.0f} ms late"
-    fig = draw_inside(spans, waits, title)
-    return fig
+    return draw_inside(spans, waits, title)
 
 
 def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0):
     """ipywidgets: a dial for communication against compute and one for how late the slow rank is; the model
     timeline is redrawn at once with the waiting hatched inside the early ranks' all-reduce."""
     import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
-    ratio = W.FloatSlider(value=comm_ratio, min=0.0, max=2.0, step=0.05, description="通信 / 计算",
-                          continuous_update=False, style={"description_width": "initial"})
-    late = W.FloatSlider(value=late_ms, min=0.0, max=200.0, step=5.0, description="慢的 Rank 晚到 (ms)",
-                         continuous_update=False, style={"description_width": "initial"})
-    slow = W.IntSlider(value=1, min=0, max=world_size - 1, description="慢的是 rank",
-                       continuous_update=False, style={"description_width": "initial"})
+    dial = dict(continuous_update=False, style={"description_width": "initial"})
+    ratio = W.FloatSlider(value=comm_ratio, min=0.0, max=2.0, step=0.05, description="通信 / 计算", **dial)
+    late = W.FloatSlider(value=late_ms, min=0.0, max=200.0, step=5.0, description="慢的 Rank 晚到 (ms)", **dial)
+    slow = W.IntSlider(value=1, min=0, max=world_size - 1, description="慢的是 rank", **dial)
     caption = W.HTML()
     out = W.Output()
 
@@ -248,9 +235,7 @@ def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
         caption.value = dial_caption(world_size, compute_ms, comm_ms, late.value)
         with out:
             out.clear_output(wait=True)
-            fig = draw_dials(world_size, compute_ms, ratio.value, late.value, slow.value)
-            display(fig)
-            plt.close(fig)
+            style.show(draw_dials(world_size, compute_ms, ratio.value, late.value, slow.value))
 
     for w in (ratio, late, slow):
         w.observe(redraw, names="value")

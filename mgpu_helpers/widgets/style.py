@@ -49,13 +49,9 @@ def _rc(st: Style) -> dict:
           # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
           "axes.prop_cycle": [PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky",
                                                    "purple", "black")]}
-    if st.projection:
-        rc.update({"axes.edgecolor": PALETTE["black"], "text.color": PALETTE["black"],
-                   "axes.labelcolor": PALETTE["black"], "xtick.color": PALETTE["black"],
-                   "ytick.color": PALETTE["black"], "axes.titleweight": "bold"})
-    else:
-        rc.update({"axes.edgecolor": "black", "text.color": "black", "axes.labelcolor": "black",
-                   "xtick.color": "black", "ytick.color": "black", "axes.titleweight": "normal"})
+    ink = PALETTE["black"] if st.projection else "black"
+    rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), ink))
+    rc["axes.titleweight"] = "bold" if st.projection else "normal"
     return rc
 
 
@@ -110,3 +106,13 @@ def projection_css() -> str:
 def figsize(width: float, height: float) -> tuple[float, float]:
     s = _current.fig_scale
     return (width * s, height * s)
+
+
+def show(fig) -> None:
+    """Display ``fig`` in the current output as an image and close it (closing keeps a widget's redraws from
+    piling up figures)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    display(fig)
+    plt.close(fig)

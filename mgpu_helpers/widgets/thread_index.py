@@ -64,16 +64,10 @@ class ThreadMap:
     def warp_states(self) -> dict[str, int]:
         """How many warps are all active ("full"), part active part idle ("split": the bounds check diverges
         inside the warp), or all idle ("idle")."""
-        full = split = idle = 0
-        for w in np.unique(self.warp):
-            act = self.active[self.warp == w]
-            if act.all():
-                full += 1
-            elif act.any():
-                split += 1
-            else:
-                idle += 1
-        return {"full": full, "split": split, "idle": idle}
+        threads = np.bincount(self.warp)                    # every warp of the grid has threads
+        working = np.bincount(self.warp, weights=self.active)
+        full, idle = int((working == threads).sum()), int((working == 0).sum())
+        return {"full": full, "split": len(threads) - full - idle, "idle": idle}
 
     def summary(self) -> str:
         w = self.warp_states()
@@ -158,8 +152,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
                        Patch(color=style.KIND_COLOURS["idle"], label="i >= N: idle"),
                        Patch(facecolor="none", edgecolor=style.PALETTE["vermillion"], label="split warp")],
                loc="lower center", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
-    ax.set_yticks(range(rows))
-    ax.set_yticklabels([f"block {b}" for b in range(rows)])
+    ax.set_yticks(range(rows), [f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
     ax.set_title(tm.summary() if len(tm.summary()) < 110 else
                  f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle",
@@ -174,8 +167,6 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
 def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
     """Sliders for grid, block and N around :func:`draw_thread_map`; returns an ipywidgets VBox."""
     import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     s_grid = W.IntSlider(value=grid, min=1, max=16, description="grid (blocks)")
     s_block = W.IntSlider(value=block, min=1, max=MAX_THREADS_PER_BLOCK, description="block (threads)")
@@ -188,9 +179,7 @@ def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
         text.value = f"<code>{tm.summary()}</code>"
         with out:
             out.clear_output(wait=True)
-            fig = draw_thread_map(tm)
-            display(fig)
-            plt.close(fig)  # displayed as an image; closing keeps redraws from piling up figures
+            style.show(draw_thread_map(tm))
 
     for s in (s_grid, s_block, s_n):
         s.observe(redraw, names="value")

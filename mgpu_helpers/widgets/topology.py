@@ -30,25 +30,22 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     st = style.current()
     side = max(2.6, 0.75 * n + 1.4)
     fig, ax = plt.subplots(figsize=style.figsize(side + 2.6, side))
-    used = []
+    used = set()
     for i, row in enumerate(links):
         for j, word in enumerate(row):
             cls = link_class(word)
-            if cls not in used:
-                used.append(cls)
+            used.add(cls)
             ax.add_patch(Rectangle((j, i), 1, 1, facecolor=colours[cls], edgecolor="white",
                                    linewidth=st.line_width * 1.3, alpha=0.85 if cls != "self (X)" else 0.35))
             ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=st.font_size,
                     color="black", fontweight="bold")
-    ax.set_xlim(0, n)
-    ax.set_ylim(n, 0)
+    ax.set(xlim=(0, n), ylim=(n, 0))
     ax.set_xticks([k + 0.5 for k in range(n)], names)
     ax.set_yticks([k + 0.5 for k in range(n)], names)
     ax.xaxis.tick_top()
     ax.set_aspect("equal")
     ax.tick_params(length=0)
-    for s in ax.spines.values():
-        s.set_visible(False)
+    ax.spines[:].set_visible(False)
     ax.set_title(title, fontsize=st.font_size * 1.1, pad=24)
     order = [name for name in LINK_CLASSES if name in used]
     ax.legend(handles=[Patch(color=colours[c], label=c) for c in order], loc="center left",
