@@ -1,6 +1,7 @@
 """``setup()``: the first cell of every notebook."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -31,8 +32,7 @@ class CourseEnv:
     def summary(self) -> str:
         lines = [f"mode:     {self.mode}"]
         if self.gpus:
-            for g in self.gpus:
-                lines.append(f"GPU {g.index}:    {g.name}, {g.memory_gib:.0f} GiB")
+            lines += [f"GPU {g.index}:    {g.name}, {g.memory_gib:.0f} GiB" for g in self.gpus]
             if len(self.gpus) > 1:
                 lines.append("links:    " + ", ".join(
                     f"GPU{i}-GPU{j} {self.machine.links[i][j]}"
@@ -54,7 +54,6 @@ class CourseEnv:
 
 def _switch_numba_simulator(on: bool) -> bool:
     """Turn Numba's CUDA simulator on or off; it is read once, when numba is first imported."""
-    want = "1" if on else "0"
     if "numba" in sys.modules:
         current = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
         if current != on:
@@ -64,7 +63,7 @@ def _switch_numba_simulator(on: bool) -> bool:
                 stacklevel=3,
             )
         return current
-    os.environ["NUMBA_ENABLE_CUDASIM"] = want
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if on else "0"
     return on
 
 
@@ -81,10 +80,8 @@ def private_cache_dir(name: str = "cupy") -> str:
     path = base
     for part in ("mgpu-course", name):
         path = os.path.join(path, part)
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
         info = os.lstat(path)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
             what = "not a folder (a link?)" if not stat.S_ISDIR(info.st_mode) else f"owned by uid {info.st_uid}"

@@ -5,6 +5,7 @@ and never initialises CUDA: the notebook kernel that calls it must stay free to 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -52,10 +53,7 @@ def _visible_indices(count: int) -> list[int]:
     if spec is None:
         return list(range(count))
     chosen = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in filter(None, (p.strip() for p in spec.split(","))):
         if not part.lstrip("-").isdigit():
             # UUIDs or MIG names: we cannot map them without more NVML calls; keep the order given.
             chosen.append(len(chosen))
@@ -70,12 +68,14 @@ def _visible_indices(count: int) -> list[int]:
 _TOPO_LEVEL_NAMES = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
+def _text(value) -> str:
+    """NVML's strings: bytes from older nvidia-ml-py, str from newer."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _nvlink_counts(pynvml, handles) -> list[list[int]]:
     """How many active NVLinks join each pair of GPUs (0 where none, or NVLink is not supported)."""
-    bus_ids = []
-    for h in handles:
-        bus_ids.append(pynvml.nvmlDeviceGetPciInfo(h).busId)
-    bus_ids = [b.decode() if isinstance(b, bytes) else b for b in bus_ids]
+    bus_ids = [_text(pynvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
     n = len(handles)
     counts = [[0] * n for _ in range(n)]
     for i, h in enumerate(handles):
@@ -83,10 +83,9 @@ def _nvlink_counts(pynvml, handles) -> list[list[int]]:
             try:
                 if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
                     continue
-                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId
+                remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
             except pynvml.NVMLError:
                 continue
-            remote = remote.decode() if isinstance(remote, bytes) else remote
             for j, bus in enumerate(bus_ids):
                 if j != i and bus.lower().endswith(remote.lower()[-12:]):
                     counts[i][j] += 1
@@ -94,24 +93,19 @@ def _nvlink_counts(pynvml, handles) -> list[list[int]]:
 
 
 def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
-    n = len(handles)
     nvl = _nvlink_counts(pynvml, handles)
-    rows = []
-    for i in range(n):
-        row = []
-        for j in range(n):
-            if i == j:
-                row.append("X")
-            elif nvl[i][j]:
-                row.append(f"NV{nvl[i][j]}")
-            else:
-                try:
-                    level = pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
-                    row.append(_TOPO_LEVEL_NAMES.get(int(level), "SYS"))
-                except pynvml.NVMLError:
-                    row.append("?")
-        rows.append(tuple(row))
-    return tuple(rows)
+
+    def link(i: int, j: int) -> str:
+        if i == j:
+            return "X"
+        if nvl[i][j]:
+            return f"NV{nvl[i][j]}"
+        try:
+            return _TOPO_LEVEL_NAMES.get(int(pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])), "SYS")
+        except pynvml.NVMLError:
+            return "?"
+
+    return tuple(tuple(link(i, j) for j in range(len(handles))) for i in range(len(handles)))
 
 
 def detect() -> Machine:
@@ -135,20 +129,15 @@ def detect() -> Machine:
         handles, gpus = [], []
         for k, idx in enumerate(_visible_indices(physical)):
             h = pynvml.nvmlDeviceGetHandleByIndex(idx)
-            name = pynvml.nvmlDeviceGetName(h)
-            name = name.decode() if isinstance(name, bytes) else name
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
             handles.append(h)
-            gpus.append(GpuInfo(index=k, name=name, memory_bytes=int(mem)))
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
+            gpus.append(GpuInfo(index=k, name=_text(pynvml.nvmlDeviceGetName(h)),
+                                memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total)))
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
         return Machine(gpus=tuple(gpus), links=links, driver=driver)
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 _cached: Machine | None = None

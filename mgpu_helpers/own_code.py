@@ -73,12 +73,6 @@ def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
     return path
 
 
-def forget(name: str) -> None:
-    """Remove the stored ``name`` (nothing happens when there is none)."""
-    with contextlib.suppress(FileNotFoundError):
-        _path(name).unlink()
-
-
 def _load(path: Path, name: str):
     """The function ``name`` from a stored file, defined in a fresh namespace (by value when sent to ranks)."""
     text = path.read_text(encoding="utf-8")

@@ -39,9 +39,14 @@ LABELS = {key: label for key, label, _, _ in ROWS}
 FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 
+def _recorded(name: str) -> dict:
+    """A JSON file of the package's recorded figures (``mgpu_helpers/data/<name>``)."""
+    return json.loads(resources.files("mgpu_helpers").joinpath("data", name).read_text(encoding="utf-8"))
+
+
 def reference() -> dict:
     """The recorded H200 figures: ``{"source": str, "gbps": {row key: GB/s}, "raw": the file's dict}``."""
-    raw = json.loads(resources.files("mgpu_helpers").joinpath("data", REFERENCE_FILE).read_text(encoding="utf-8"))
+    raw = _recorded(REFERENCE_FILE)
     gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
@@ -50,8 +55,7 @@ def fast_reference() -> dict:
     """The recorded H200 figures of the fast and grid-stride kernels (a later run than :func:`reference`, with its
     own torch.add): ``{"source": str, "torch_add": GB/s, "gbps": {row key: GB/s}, "pct": {row key: % of that
     run's torch.add, as recorded}, "raw": the file's dict}``."""
-    raw = json.loads(resources.files("mgpu_helpers").joinpath("data", FAST_REFERENCE_FILE)
-                     .read_text(encoding="utf-8"))
+    raw = _recorded(FAST_REFERENCE_FILE)
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
     return {"source": raw["_source"], "torch_add": raw["torch_add_GBps"],
             "gbps": {k: v[0] for k, v in rows.items()}, "pct": {k: v[1] for k, v in rows.items()}, "raw": raw}
@@ -140,8 +144,7 @@ def measure(n: int, repeats: int) -> dict:
     out = {}
     f32 = 4
     # torch: the ceilings.
-    ta = torch.rand(n, device="cuda")
-    tb = torch.rand(n, device="cuda")
+    ta, tb = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
     tc = torch.empty_like(ta)
     out["torch_copy"] = _gbps(lambda: tc.copy_(ta), 2 * n * f32, repeats, "torch")
     out["torch_add"] = _gbps(lambda: torch.add(ta, tb, out=tc), 3 * n * f32, repeats, "torch")
@@ -150,8 +153,7 @@ def measure(n: int, repeats: int) -> dict:
     torch.cuda.empty_cache()
 
     # CuPy: the seed's C kernel, the ElementwiseKernel, the fast float4 kernel.
-    ca = cp.random.random(n, dtype=cp.float32)
-    cb = cp.random.random(n, dtype=cp.float32)
+    ca, cb = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
     cc = cp.empty_like(ca)
     want = ca + cb
     cupy_rows = {
@@ -165,9 +167,7 @@ def measure(n: int, repeats: int) -> dict:
 
     # Numba: its own arrays (device-to-device copies of the CuPy inputs), checked against the same sum.
     cp.cuda.Device().synchronize()
-    da = cuda.device_array(n, dtype=np.float32)
-    db = cuda.device_array(n, dtype=np.float32)
-    dc = cuda.device_array(n, dtype=np.float32)
+    da, db, dc = (cuda.device_array(n, dtype=np.float32) for _ in range(3))
     da.copy_to_device(cuda.as_cuda_array(ca, sync=False))
     db.copy_to_device(cuda.as_cuda_array(cb, sync=False))
     numba_rows = {f"numba_bs{b}": (lambda b=b: CM.vec_add[CM.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
@@ -195,8 +195,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.measure import progress
 
-    a = cp.random.random(n, dtype=cp.float32)
-    b = cp.random.random(n, dtype=cp.float32)
+    a, b = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
     c = cp.empty_like(a)
     want = a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
@@ -226,8 +225,7 @@ def smoke(n: int) -> dict:
     from mgpu_helpers.lessons import cupy_kernels as CK
 
     rng = np.random.default_rng(0)
-    a = rng.random(n, dtype=np.float32)
-    b = rng.random(n, dtype=np.float32)
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     da, db = cuda.to_device(a), cuda.to_device(b)
     dc = cuda.device_array(n, dtype=np.float32)
     rows = {f"numba_bs{bs}": (lambda bs=bs: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}

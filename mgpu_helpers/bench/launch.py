@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.launch import free_loopback_port, loopback_env
@@ -50,18 +50,11 @@ def time_mp_spawn(world_size: int) -> float:
     import torch.multiprocessing as mp
     # The FileStore's file must not exist yet: a name inside a private new folder (never tempfile.mktemp,
     # whose name another user could take first).
-    folder = tempfile.mkdtemp(prefix="mgpu-bench-")
-    store = os.path.join(folder, "store")
-    env_backup = dict(os.environ)
-    os.environ.update(loopback_env())
-    try:
+    with (tempfile.TemporaryDirectory(prefix="mgpu-bench-", ignore_cleanup_errors=True) as folder,
+          mock.patch.dict(os.environ, loopback_env())):
         t0 = time.perf_counter()
-        mp.spawn(_spawn_entry, args=(world_size, store), nprocs=world_size, join=True)
+        mp.spawn(_spawn_entry, args=(world_size, os.path.join(folder, "store")), nprocs=world_size, join=True)
         return time.perf_counter() - t0
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 _CHILD = "from mgpu_helpers.bench.launch import join_and_check\njoin_and_check('env://')\n"
@@ -122,14 +115,10 @@ def _timed_launch(world_size: int) -> dict:
         marks["results"] = time.monotonic()
         return out
 
-    launch._server.submit, launch.supervise = submit, supervise
-    try:
+    with mock.patch.object(launch._server, "submit", submit), mock.patch.object(launch, "supervise", supervise):
         t0 = time.monotonic()
         res = launch.run_ranks(_cell_function(), world_size, backend="gloo", quiet=True, stream=False)
         end = time.monotonic()
-    finally:
-        del launch._server.submit        # the instance attribute: the class's method again
-        launch.supervise = real_supervise
     assert [v[0] for v in res.values] == [world_size * (world_size - 1) // 2] * world_size
     starts = [v[1] for v in res.values]
     ends = [v[2] for v in res.values]

@@ -40,6 +40,7 @@ METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
 }
 BLOCKS = (128, 256, 512, 1024)
+ROW_FIELDS = ("block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct")
 KERNEL_FILTER = "regex:vec_add|vecAdd"
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 # The launches of the child script, in order: (label, kernel-name pattern, block size).
@@ -93,10 +94,6 @@ def command(ncu: str, script: str, n: int) -> list[str]:
             "--metrics", ",".join(METRICS), sys.executable, script, str(n)]
 
 
-def _number(text: str) -> float:
-    return float(text.replace(",", "").strip())
-
-
 def parse_csv(text: str) -> list[dict]:
     """One dict per profiled launch from ncu's ``--csv`` output (the default "details" page: one line per
     launch and metric; columns found by name, ncu's own ``==PROF==`` lines and the script's output skipped):
@@ -117,7 +114,7 @@ def parse_csv(text: str) -> list[dict]:
             launch["block_size"] = math.prod(dims[:3])       # x * y * z
         key = METRICS.get(row["Metric Name"])
         if key:
-            value = _number(row["Metric Value"])
+            value = float(row["Metric Value"].replace(",", "").strip())
             launch[key] = int(value) if key in ("registers_per_thread", "block_size") else value
     return [launches[k] for k in sorted(launches)]
 
@@ -132,9 +129,7 @@ def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
             raise ValueError(f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')}) "
                              "is not one the child script makes")
         queue.remove(match)
-        out.append({"kernel": match[0], **{k: launch.get(k) for k in ("block_size", "registers_per_thread",
-                                                                       "achieved_occupancy_pct",
-                                                                       "dram_throughput_pct")}})
+        out.append({"kernel": match[0], **{k: launch.get(k) for k in ROW_FIELDS}})
     return out
 
 

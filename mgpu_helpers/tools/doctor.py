@@ -19,14 +19,11 @@ def main() -> int:
         try:
             mod = importlib.import_module(name)
             print(f"  ok    {name:12s} {getattr(mod, '__version__', '')}")
-        except ModuleNotFoundError as exc:
-            if name in OPTIONAL and OPTIONAL[name]():
+        except Exception as exc:   # noqa: BLE001 - report every broken import, then fail
+            if isinstance(exc, ModuleNotFoundError) and name in OPTIONAL and OPTIONAL[name]():
                 print(f"  --    {name:12s} not installed on {platform.system()}: its cells say they need an "
                       "NVIDIA GPU")
                 continue
-            bad += 1
-            print(f"  FAIL  {name:12s} {type(exc).__name__}: {exc}")
-        except Exception as exc:   # noqa: BLE001 - report every broken import, then fail
             bad += 1
             print(f"  FAIL  {name:12s} {type(exc).__name__}: {exc}")
     import numpy

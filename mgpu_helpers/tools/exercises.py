@@ -38,10 +38,16 @@ The two kinds differ in what happens after a stub:
 from __future__ import annotations
 
 import ast
+import copy
 import glob
+import io
 import os
 import re
 import sys
+import tokenize
+
+from mgpu_helpers.tools import nbtools
+from mgpu_helpers.tools.nbexport import MARKER as EXPORT_LINE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOLUTIONS_DIR = os.path.join(ROOT, "solutions")
@@ -58,7 +64,6 @@ MD_POINTER = "*（参考答案见 `solutions/` 里的同名 Notebook。）*"
 HINT_MARK = "# ✎"
 WORKED_ONLY_TAG = "worked-only"
 WORKED_ONLY_TEXT = "# 课程的完整实现在这里只载入、不展示（讲解版 solutions/{name} 里有源码）。\nfrom mgpu_helpers.lessons.{module} import {names}"
-EXPORT_LINE = re.compile(r"^#\|\s*export\b")
 LESSON_BANNER = ("\n\n> **学习版**：有些地方等你来写——函数里是 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")`，"
                  "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
                  "并且会告诉你。讲解版（含答案）：`solutions/{name}`，自己试过再看。")
@@ -132,24 +137,18 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
         if not targets or not all(isinstance(t, ast.Name) for t in targets):
             raise MarkerError(f"the solution region at line {line_no} is not inside a function: outside a function "
                               "a region may hold only assignments to names (a prediction, a number)")
-        first = region[node.lineno - 1]
-        start = _comment_start(first)
-        comment = first[start:] if start is not None else ""
+        comment = _comment(region[node.lineno - 1])
         out.append(" = ".join(t.id for t in targets) + " = None" + (f"  {comment}" if comment else ""))
     return out
 
 
-def _comment_start(line: str) -> int | None:
-    """Where the line's ``#`` comment starts (None when it has none), ignoring a ``#`` inside a string."""
-    import io
-    import tokenize
+def _comment(line: str) -> str:
+    """The line's ``#`` comment ("" when it has none), ignoring a ``#`` inside a string."""
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
-            if tok.type == tokenize.COMMENT:
-                return tok.start[1]
+        return next((t.string for t in tokenize.generate_tokens(io.StringIO(line).readline)
+                     if t.type == tokenize.COMMENT), "")
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    return None
+        return ""
 
 
 def _top_level_function(lines_above: list[str]) -> str | None:
@@ -182,10 +181,6 @@ def make_exercise(nb, name: str = ""):
     ``name``: the solution's file name, for the banner added to the first markdown cell.
     Returns ``(exercise_nb, stubbed_names)``.
     """
-    import copy
-
-    from mgpu_helpers.tools import nbtools
-
     ex = copy.deepcopy(nb)
     stubbed: list[str] = []
     defining = set()
@@ -200,10 +195,9 @@ def make_exercise(nb, name: str = ""):
         if cell.cell_type != "code" or k in defining:
             continue
         if cell.source.lstrip().startswith(CHECK_MARK) or _uses(cell.source, stubbed):
-            tags = list(cell.metadata.get("tags", []))
+            tags = cell.metadata.setdefault("tags", [])
             if RAISES_TAG not in tags:
                 tags.append(RAISES_TAG)
-            cell.metadata["tags"] = tags
     first_md = next((c for c in ex.cells if c.cell_type == "markdown"), None)
     if first_md is not None and name:
         first_md.source = first_md.source.rstrip() + BANNER.format(name=name)
@@ -215,10 +209,6 @@ def make_lesson(nb, name: str = ""):
 
     Returns ``(lesson_nb, stubbed_names)``. Raises :class:`MarkerError` when a checked cell holds a fill-in.
     """
-    import copy
-
-    from mgpu_helpers.tools import nbtools
-
     les = copy.deepcopy(nb)
     stubbed: list[str] = []
     for k, cell in enumerate(les.cells):
@@ -250,8 +240,8 @@ def make_lesson(nb, name: str = ""):
 def _import_instead(cell, default_module, name: str, k: int) -> str:
     """The learner's line for a ``worked-only`` cell: import what the cell defines from its generated module."""
     lines = cell.source.split("\n")
-    words = lines[0].split() if lines and EXPORT_LINE.match(lines[0].strip()) else []
-    module = (words[2] if len(words) > 2 else default_module) if words else None    # `#| export [NAME]`
+    marker = EXPORT_LINE.match(lines[0].strip())                # `#| export [NAME]`
+    module = marker and (marker.group("name") or default_module)
     if not module:
         raise MarkerError(f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: "
                           "the learner's version could not load what it defines")
@@ -279,14 +269,6 @@ def solution_paths() -> list[str]:
     return sorted(glob.glob(os.path.join(SOLUTIONS_DIR, "*.ipynb")))
 
 
-def exercise_solution_paths() -> list[str]:
-    return [p for p in solution_paths() if not is_lesson(p)]
-
-
-def lesson_solution_paths() -> list[str]:
-    return [p for p in solution_paths() if is_lesson(p)]
-
-
 def render(solution_path: str) -> str:
     """The learner's notebook for ``solution_path``, as the exact text that is committed."""
     import nbformat
@@ -305,40 +287,29 @@ def learner_path(solution_path: str) -> str:
     return os.path.join(folder, os.path.basename(solution_path))
 
 
-exercise_path = learner_path
-
-
 def generate() -> list[str]:
     """Write every learner's notebook; returns the paths written (only those whose text changed)."""
-    written = []
-    for sol in solution_paths():
-        text, path = render(sol), learner_path(sol)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
-        if old != text:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            written.append(path)
-    return written
+    paths = {sol: learner_path(sol) for sol in solution_paths()}
+    return [path for sol, path in paths.items() if nbtools.write_if_changed(path, render(sol))]
 
 
 def out_of_sync() -> list[str]:
     """Why the committed learner's notebooks differ from what ``generate`` would write (empty when in sync)."""
     sols = solution_paths()
-    if not exercise_solution_paths():
+    if all(is_lesson(sol) for sol in sols):
         return [f"no solution notebooks found in {SOLUTIONS_DIR}"]
     problems = []
     for sol in sols:
         path = learner_path(sol)
-        rel = os.path.relpath(path, ROOT)
-        if not os.path.exists(path):
+        old, rel = nbtools.read_text(path), os.path.relpath(path, ROOT)
+        if old is None:
             problems.append(f"{rel} is missing")
-        elif open(path, encoding="utf-8").read() != render(sol):
+        elif old != render(sol):
             problems.append(f"{rel} is not what {os.path.relpath(sol, ROOT)} generates")
-    for folder, wanted in ((EXERCISES_DIR, exercise_solution_paths()), (NOTEBOOKS_DIR, lesson_solution_paths())):
-        names = {os.path.basename(s) for s in wanted}
+    wanted = {learner_path(sol) for sol in sols}
+    for folder in (EXERCISES_DIR, NOTEBOOKS_DIR):
         for extra in sorted(glob.glob(os.path.join(folder, "*.ipynb"))):
-            if os.path.basename(extra) not in names:
+            if extra not in wanted:
                 problems.append(f"{os.path.relpath(extra, ROOT)} has no worked notebook in solutions/")
     return problems
 

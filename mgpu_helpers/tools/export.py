@@ -29,6 +29,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from pathlib import Path
+
+import nbformat
+
+from mgpu_helpers.tools.nbtools import execute, markdown_lines, source
 
 # Pinned front-end packages (npm), unpacked into the vendor folder. nbconvert's reveal template is written
 # for reveal.js 4; its MathJax configuration for MathJax 2.
@@ -54,22 +59,15 @@ def course_notebooks(root: str = ".") -> list[str]:
 
 def title_of(nb, fallback: str = "") -> str:
     """The text of the notebook's first Markdown heading (any level), without Markdown markup."""
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "markdown":
-            continue
-        for line in "".join(cell.get("source", "")).splitlines():
-            m = re.match(r"\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
-            if m:
-                text = re.sub(r"[*_`]", "", m.group(1))
-                return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).strip()
+    for line in markdown_lines(nb):
+        m = re.match(r"\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            text = re.sub(r"[*_`]", "", m.group(1))
+            return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).strip()
     return fallback
 
 
 # ---------------------------------------------------------------------------------------------- vendor assets
-
-def vendor_dir() -> str:
-    return os.environ.get("MGPU_VENDOR_DIR", os.path.join(os.getcwd(), "build", "vendor"))
-
 
 def _unpack(tgz: str, dest: str, keep=None) -> None:
     with tarfile.open(tgz) as tar:
@@ -90,7 +88,7 @@ def ensure_vendor(where: str | None = None) -> str:
 
     Raises RuntimeError (saying what to install) when a package is missing and npm is not there.
     """
-    where = where or vendor_dir()
+    where = where or os.environ.get("MGPU_VENDOR_DIR", os.path.join(os.getcwd(), "build", "vendor"))
     missing = {name: ver for name, ver in VENDOR_PACKAGES.items()
                if not os.path.exists(os.path.join(where, name, ".version-" + ver))}
     if not missing:
@@ -109,18 +107,15 @@ def ensure_vendor(where: str | None = None) -> str:
             _unpack(tgz, dest, {"mathjax": MATHJAX_KEEP, "jquery": JQUERY_KEEP}.get(name))
             if name == "reveal.js":
                 _drop_web_fonts(os.path.join(dest, "dist", "theme"))
-            open(os.path.join(dest, ".version-" + ver), "w").close()
+            Path(dest, ".version-" + ver).touch()
     return where
 
 
 def _drop_web_fonts(theme_dir: str) -> None:
     """reveal.js themes @import Google web fonts; offline the browser falls back to local fonts anyway."""
-    for css in glob.glob(os.path.join(theme_dir, "*.css")):
-        with open(css, encoding="utf-8") as f:
-            text = f.read()
-        text = re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text)
-        with open(css, "w", encoding="utf-8") as f:
-            f.write(text)
+    for css in map(Path, glob.glob(os.path.join(theme_dir, "*.css"))):
+        text = css.read_text(encoding="utf-8")
+        css.write_text(re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text), encoding="utf-8")
 
 
 def copy_vendor(out: str, where: str | None = None) -> str:
@@ -129,8 +124,7 @@ def copy_vendor(out: str, where: str | None = None) -> str:
     dest = os.path.join(out, "vendor")
     for name in VENDOR_PACKAGES:
         shutil.copytree(os.path.join(src, name), os.path.join(dest, name), dirs_exist_ok=True)
-    with open(os.path.join(dest, MERMAID_STUB), "w") as f:
-        f.write(MERMAID_STUB_JS)
+    Path(dest, MERMAID_STUB).write_text(MERMAID_STUB_JS)
     return dest
 
 
@@ -144,6 +138,12 @@ def _ref(value):
     return value[len("IPY_MODEL_"):] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None
 
 
+def _display(html_text: str, text: str | None = None) -> dict:
+    """A display_data output of ``html_text``, with ``text`` as its plain-text form where given."""
+    data = {"text/html": html_text} if text is None else {"text/html": html_text, "text/plain": text}
+    return {"output_type": "display_data", "metadata": {}, "data": data}
+
+
 def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) -> None:
     """Collect, depth first, the controls (as text) and the Output areas' outputs of one widget tree."""
     if model_id in seen or model_id not in state:
@@ -155,8 +155,7 @@ def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) 
         outputs.extend(s.get("outputs", []))
     elif name in ("HTMLModel", "HTMLMathModel", "LabelModel"):
         if s.get("value"):
-            outputs.append({"output_type": "display_data", "metadata": {},
-                            "data": {"text/html": s["value"] if name != "LabelModel" else html.escape(s["value"])}})
+            outputs.append(_display(s["value"] if name != "LabelModel" else html.escape(s["value"])))
     elif "value" in s or "description" in s:
         label = s.get("description") or name.replace("Model", "")
         value = s.get("value")
@@ -166,11 +165,16 @@ def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) 
             value = s["_options_labels"][s["index"]]
         controls.append(f"{label} = {value}" if value not in (None, "") else label)
     for child in s.get("children", []):
-        if _ref(child):
-            _walk(_ref(child), state, controls, outputs, seen)
+        _walk(_ref(child), state, controls, outputs, seen)
 
 
 PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
+
+
+def _plain_text(model: dict) -> str:
+    """An HTML or Label widget's value as plain text (tags dropped, entities and tqdm's spaces undone)."""
+    text = re.sub(r"<[^>]+>", "", str(model.get("state", {}).get("value", "")))
+    return html.unescape(text).replace("\u2007", " ").replace("\xa0", " ").strip()
 
 
 def progress_line(model_id: str, state: dict) -> str | None:
@@ -193,15 +197,9 @@ def progress_line(model_id: str, state: dict) -> str | None:
     drawn = f"|{'#' * filled}{' ' * (10 - filled)}|"
     if len(kids) == 1:                                  # a bare bar: its description and percentage
         return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
-    texts = []
-    for k in kids:
-        if k is bars[0]:
-            texts.append(None)
-        else:
-            text = re.sub(r"<[^>]+>", "", str(k.get("state", {}).get("value", "")))
-            texts.append(html.unescape(text).replace("\u2007", " ").replace("\xa0", " ").strip())
-    at = texts.index(None)        # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
-    left, right = " ".join(t for t in texts[:at] if t), " ".join(t for t in texts[at + 1:] if t)
+    at = kids.index(bars[0])        # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
+    left = " ".join(t for t in map(_plain_text, kids[:at]) if t)
+    right = " ".join(t for t in map(_plain_text, kids[at + 1:]) if t)
     return (left + drawn + (" " + right if right else "")).strip()
 
 
@@ -220,23 +218,18 @@ def flatten_widgets(nb):
                 continue
             line = progress_line(view.get("model_id", ""), state)
             if line is not None:      # a progress bar: its last state as text, like the terminal's
-                new.append({"output_type": "display_data", "metadata": {},
-                            "data": {"text/html": f"<pre class='mgpu-progress'>{html.escape(line)}</pre>",
-                                     "text/plain": line}})
+                new.append(_display(f"<pre class='mgpu-progress'>{html.escape(line)}</pre>", line))
                 continue
             controls, inner = [], []
             _walk(view.get("model_id", ""), state, controls, inner, set())
             note = "interactive widget (needs a running kernel)"
             if controls:
                 note += ": " + "; ".join(html.escape(str(c)) for c in controls)
-            new.append({"output_type": "display_data", "metadata": {},
-                        "data": {"text/html": f"<div class='mgpu-widget-static'><em>{note}</em></div>",
-                                 "text/plain": note}})
+            new.append(_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note))
             new.extend(inner)
         if "outputs" in cell:
             cell["outputs"] = new
     nb.get("metadata", {}).pop("widgets", None)
-    import nbformat
     return nbformat.from_dict(nb)
 
 
@@ -251,24 +244,14 @@ def fold_quiz_answers(nb):
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
-        ids = quiz.asked_ids("".join(cell.get("source", "")))
-        if not ids:
-            continue
-        cell["outputs"] = [{"output_type": "display_data", "metadata": {},
-                            "data": {"text/html": quiz.static_html(quiz.get(i), quiz.number_of(i)),
-                                     "text/plain": quiz.static_text(quiz.get(i), quiz.number_of(i))}}
-                           for i in ids]
-    import nbformat
+        ids = quiz.asked_ids(source(cell))
+        if ids:
+            cell["outputs"] = [_display(quiz.static_html(quiz.get(i), quiz.number_of(i)),
+                                        quiz.static_text(quiz.get(i), quiz.number_of(i))) for i in ids]
     return nbformat.from_dict(nb)
 
 
 # ---------------------------------------------------------------------------------------------- export
-
-def execute(path: str, timeout: int = 600):
-    """Run the notebook in its own folder, keeping the widgets' state; returns the run notebook."""
-    from mgpu_helpers.tools import nbtools
-    return nbtools.execute(path, timeout, store_widget_state=True)
-
 
 def to_html(nb, vendor_rel: str = "vendor") -> str:
     """One notebook as a standalone HTML page (lab template, images embedded, MathJax from ``vendor_rel``)."""
@@ -277,8 +260,7 @@ def to_html(nb, vendor_rel: str = "vendor") -> str:
                             mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
                             require_js_url=f"{vendor_rel}/requirejs/require.js",
                             mermaid_js_url=f"./{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
-    body, _ = exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))
-    return body
+    return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
 
 
 def to_slides(nb, vendor_rel: str = "../vendor") -> str:
@@ -291,8 +273,7 @@ def to_slides(nb, vendor_rel: str = "../vendor") -> str:
                               require_js_url=f"{vendor_rel}/requirejs/require.js", font_awesome_url="",
                               jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
                               mermaid_js_url=f"{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
-    body, _ = exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))
-    return body
+    return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
 
 
 def _index(entries, slides: bool) -> str:
@@ -313,7 +294,6 @@ def build_site(out: str, notebooks=None, run: bool = False, slides: bool = False
                log=print) -> list[tuple[str, str, str]]:
     """Export ``notebooks`` (default: the course) into ``out``; returns ``[(page, title, stem), ...]`` in
     course order (the index page lists the same)."""
-    import nbformat
     notebooks = list(notebooks) if notebooks is not None else course_notebooks()
     if not notebooks:
         raise FileNotFoundError("no notebooks to export (notebooks/*.ipynb matched nothing)")
@@ -326,15 +306,12 @@ def build_site(out: str, notebooks=None, run: bool = False, slides: bool = False
         stem = os.path.splitext(os.path.basename(path))[0]
         nb = execute(path, timeout) if run else nbformat.read(path, as_version=4)
         page = f"{stem}.html"
-        with open(os.path.join(out, page), "w", encoding="utf-8") as f:
-            f.write(to_html(nb))
+        Path(out, page).write_text(to_html(nb), encoding="utf-8")
         if slides:
-            with open(os.path.join(out, "slides", f"{stem}.slides.html"), "w", encoding="utf-8") as f:
-                f.write(to_slides(nb))
+            Path(out, "slides", f"{stem}.slides.html").write_text(to_slides(nb), encoding="utf-8")
         entries.append((page, title_of(nb, stem), stem))
         log(f"exported {path} -> {os.path.join(out, page)}")
-    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as f:
-        f.write(_index(entries, slides))
+    Path(out, "index.html").write_text(_index(entries, slides), encoding="utf-8")
     return entries
 
 

@@ -105,9 +105,7 @@ def cupy_extra(system: str, gpu: bool, torch_cuda: str | None) -> str | None:
 def _pip(args: list[str], dry_run: bool) -> int:
     cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q"] + args
     print("+", " ".join(cmd), flush=True)
-    if dry_run:
-        return 0
-    return subprocess.call(cmd)
+    return 0 if dry_run else subprocess.call(cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

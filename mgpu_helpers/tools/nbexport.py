@@ -21,6 +21,8 @@ import os
 import re
 import sys
 
+from mgpu_helpers.tools.nbtools import markdown_lines, read_text, source, write_if_changed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)   # the worked lessons (notebooks/ is generated from them)
 LESSONS_DIR = os.path.join("mgpu_helpers", "lessons")
@@ -33,20 +35,6 @@ class ExportError(ValueError):
     """A notebook's export markers do not name a module, or name it in a way that cannot be written."""
 
 
-def _source(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def _title(nb) -> str:
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "markdown":
-            for line in _source(cell).splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return ""
-
-
 def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
     """Module name -> the exported cells' code (marker line removed), in notebook order."""
     default = nb.get("metadata", {}).get("mgpu", {}).get("export")
@@ -54,7 +42,7 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
     for k, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
-        lines = _source(cell).splitlines()
+        lines = source(cell).splitlines()
         match = MARKER.match(lines[0].strip()) if lines else None
         if not match:
             continue
@@ -70,44 +58,31 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
 
 def render(notebook: str, nb, cells: list[str]) -> str:
     """The generated module's text: header, docstring naming the lesson, then the cells in order."""
-    title = _title(nb)
+    title = next((line.lstrip("#").strip() for line in markdown_lines(nb) if line.startswith("#")), "")
     doc = f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one ' \
           f'`#| export` cell of that notebook, in order."""'
     body = "\n\n\n".join(cells)
     return f"{HEADER.format(notebook=notebook)}\n{doc}\n\n{body}\n"
 
 
-def _notebooks(root: str) -> list[str]:
-    paths = []
-    for pattern in NOTEBOOK_GLOBS:
-        paths += sorted(glob.glob(os.path.join(root, pattern)))
-    return paths
-
-
 def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
     """Path of each generated module (relative to ``root``) -> (its notebook, the text it must have)."""
     out: dict[str, tuple[str, str]] = {}
-    owners: dict[str, str] = {}
-    for path in _notebooks(root):
+    paths = [p for pattern in NOTEBOOK_GLOBS for p in sorted(glob.glob(os.path.join(root, pattern)))]
+    for path in paths:
         rel = os.path.relpath(path, root)
-        with open(path, encoding="utf-8") as f:
-            nb = json.load(f)
+        nb = json.loads(read_text(path))
         for name, cells in exported_cells(nb, rel).items():
             target = os.path.join(LESSONS_DIR, f"{name}.py")
-            if target in owners:
-                raise ExportError(f"{rel} and {owners[target]} both export to {target}: one notebook per module")
-            owners[target] = rel
+            if target in out:
+                raise ExportError(f"{rel} and {out[target][0]} both export to {target}: one notebook per module")
             out[target] = (rel, render(rel, nb, cells))
     return out
 
 
 def _generated_on_disk(root: str) -> list[str]:
-    found = []
-    for path in sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py"))):
-        with open(path, encoding="utf-8") as f:
-            if f.readline().startswith("# Generated from "):
-                found.append(os.path.relpath(path, root))
-    return found
+    paths = sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py")))
+    return [os.path.relpath(p, root) for p in paths if read_text(p).startswith("# Generated from ")]
 
 
 def out_of_sync(root: str = ROOT) -> list[str]:
@@ -115,13 +90,11 @@ def out_of_sync(root: str = ROOT) -> list[str]:
     problems = []
     expected = expected_modules(root)
     for rel, (notebook, text) in expected.items():
-        path = os.path.join(root, rel)
-        if not os.path.exists(path):
+        old = read_text(os.path.join(root, rel))
+        if old is None:
             problems.append(f"{rel} is missing: {notebook} exports it")
-            continue
-        with open(path, encoding="utf-8") as f:
-            if f.read() != text:
-                problems.append(f"{rel} differs from what {notebook} exports")
+        elif old != text:
+            problems.append(f"{rel} differs from what {notebook} exports")
     for rel in _generated_on_disk(root):
         if rel not in expected:
             problems.append(f"{rel} is generated but no notebook exports it any more: delete it")
@@ -130,18 +103,8 @@ def out_of_sync(root: str = ROOT) -> list[str]:
 
 def write_all(root: str = ROOT) -> list[str]:
     """Write every generated module; returns the paths written (changed ones only)."""
-    written = []
-    for rel, (_, text) in expected_modules(root).items():
-        path = os.path.join(root, rel)
-        old = None
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                old = f.read()
-        if old != text:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            written.append(rel)
-    return written
+    expected = expected_modules(root)
+    return [rel for rel, (_, text) in expected.items() if write_if_changed(os.path.join(root, rel), text)]
 
 
 def main(argv: list[str] | None = None) -> int:

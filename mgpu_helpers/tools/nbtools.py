@@ -19,27 +19,53 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from pathlib import Path
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable", "jupyter")   # jupyter: source_hidden
 
 
+def source(cell) -> str:
+    """A cell's source as one string (a plain dict may hold it as a list of lines)."""
+    return "".join(cell.get("source", ""))
+
+
+def markdown_lines(nb):
+    """Every line of the notebook's Markdown cells, in notebook order."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            yield from source(cell).splitlines()
+
+
 def is_checked(cell) -> bool:
-    return cell.get("cell_type") == "code" and "".join(cell.get("source", "")).lstrip().startswith(CHECK_MARK)
+    return cell.get("cell_type") == "code" and source(cell).lstrip().startswith(CHECK_MARK)
+
+
+def keeps_outputs(path: str) -> bool:
+    """False for a notebook in a folder named ``exercises`` (exercise notebooks keep no outputs at all)."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) != "exercises"
+
+
+def read_text(path: str) -> str | None:
+    """The text of the file at ``path``, or None when there is none."""
+    return Path(path).read_text(encoding="utf-8") if os.path.exists(path) else None
+
+
+def write_if_changed(path: str, text: str) -> bool:
+    """Write ``text`` to ``path`` (making its folder) unless the file holds it already; True when written."""
+    if read_text(path) == text:
+        return False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+    return True
 
 
 # Lines of source one slide holds before the next cell starts a sub-slide (a 1280x720 projector, large fonts);
 # a code cell counts extra lines for its output.
 SLIDE_LINES = 18
 CODE_OUTPUT_LINES = 6
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 RISE_SETTINGS = {"scroll": True, "width": 1280, "height": 720, "theme": "white", "transition": "none"}
-
-
-def _first_line(cell) -> str:
-    for line in "".join(cell.get("source", "")).splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def slide_types(cells) -> list[str]:
@@ -52,16 +78,13 @@ def slide_types(cells) -> list[str]:
     """
     kinds, used = [], 0
     for i, cell in enumerate(cells):
-        first = _first_line(cell)
+        text = source(cell).strip()
+        first = text.splitlines()[0].strip() if text else ""
         md = cell.get("cell_type") == "markdown"
-        lines = max(1, len("".join(cell.get("source", "")).strip().splitlines()))
-        if cell.get("cell_type") == "code":
-            lines += CODE_OUTPUT_LINES
-        if i == 0 or (md and (first.startswith("# ") or first.startswith("## "))):
+        lines = max(1, len(text.splitlines())) + (CODE_OUTPUT_LINES if cell.get("cell_type") == "code" else 0)
+        if i == 0 or (md and first.startswith(("# ", "## "))):
             kind = "slide"
-        elif md and first.startswith("### "):
-            kind = "subslide"
-        elif used and used + lines > SLIDE_LINES:
+        elif (md and first.startswith("### ")) or (used and used + lines > SLIDE_LINES):
             kind = "subslide"
         else:
             kind = "-"
@@ -73,12 +96,11 @@ def slide_types(cells) -> list[str]:
 def clean(nb, keep_checked_outputs: bool = True):
     """Return a cleaned copy of a notebook (an nbformat NotebookNode or plain dict)."""
     nb = copy.deepcopy(nb)
-    meta = nb.get("metadata", {})
-    nb["metadata"] = {k: v for k, v in meta.items() if k in ("kernelspec", "language_info", "celltoolbar", "mgpu")}
-    if "language_info" in nb["metadata"]:
+    old = nb.get("metadata", {})
+    nb["metadata"] = {k: v for k, v in old.items() if k in ("celltoolbar", "mgpu")}
+    if "language_info" in old:
         nb["metadata"]["language_info"] = {"name": "python"}
-    nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
-                                    "name": "python3"}
+    nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
     nb["metadata"]["rise"] = dict(RISE_SETTINGS)
     for cell, kind in zip(nb.get("cells", []), slide_types(nb.get("cells", []))):
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA}
@@ -92,15 +114,12 @@ def clean(nb, keep_checked_outputs: bool = True):
             # nbval skips (and with outputs, fails) a reference cell whose execution_count is None:
             # a fixed number marks checked cells as run without recording anything machine-specific.
             cell["execution_count"] = 1 if cell.get("outputs") else None
-            outs = []
-            for out in cell.get("outputs", []):
-                out = dict(out)
+            cell["outputs"] = cell.get("outputs", [])
+            for out in cell["outputs"]:
                 if out.get("output_type") == "execute_result":
                     out["execution_count"] = 1
                 if "metadata" in out:
                     out["metadata"] = {}
-                outs.append(out)
-            cell["outputs"] = outs
         else:
             cell["outputs"] = []
     import nbformat
@@ -111,8 +130,7 @@ def problems(path: str) -> list[str]:
     """Why the notebook at ``path`` is not clean (an empty list when it is)."""
     import nbformat
     nb = nbformat.read(path, as_version=4)
-    keep = not os.path.normpath(path).split(os.sep)[-2:-1] == ["exercises"]
-    want = clean(nb, keep_checked_outputs=keep)
+    want = clean(nb, keep_checked_outputs=keeps_outputs(path))
     if nbformat.writes(nb) != nbformat.writes(want):
         return [f"{path}: not clean; run `python -m mgpu_helpers.tools.nbtools clean {path}`"]
     return []
@@ -133,13 +151,6 @@ def execute(path: str, timeout: int = 600, store_widget_state: bool = True):
     return nb
 
 
-def _write(nb, path: str) -> None:
-    import nbformat
-    nbformat.validate(nb)
-    with open(path, "w", encoding="utf-8") as f:
-        nbformat.write(nb, f)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("refresh", "clean", "check"):
         print(__doc__)
@@ -148,12 +159,13 @@ def main(argv: list[str]) -> int:
     import nbformat
     bad = []
     for path in paths:
-        keep = os.path.basename(os.path.dirname(os.path.abspath(path))) != "exercises"
         if cmd == "check":
             bad += problems(path)
             continue
         nb = execute(path) if cmd == "refresh" else nbformat.read(path, as_version=4)
-        _write(clean(nb, keep_checked_outputs=keep), path)
+        cleaned = clean(nb, keep_checked_outputs=keeps_outputs(path))
+        nbformat.validate(cleaned)
+        nbformat.write(cleaned, path)
         print(f"{cmd}ed {path}")
     for b in bad:
         print(b)
