@@ -10,9 +10,9 @@ import math
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, call, compare, fill_in, has_stub, int_values, is_number, launch,
-                                      new_rng, passed, refuse_course_code, resolve_course, run_on_ranks, run_problem,
-                                      which_rank)
+                                      WatchedCalls, as_float, call, compare, fill_in, first_hint, has_stub, int_values,
+                                      launch, matching_hint, new_rng, number_answer, passed, refuse_course_code,
+                                      resolve_course, run_on_ranks, run_problem, which_rank)
 from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
@@ -326,10 +326,7 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
     ranks and the guess is held against the count (within 1%)."""
     what = f"ring_bytes_guess：{GUESS_WORLD_SIZE} 个 Rank、{GUESS_ELEMENTS} 个 float32 时每个 Rank 发出的字节数"
     guess = call(fn, what)
-    try:
-        guess = float(guess)
-    except (TypeError, ValueError):
-        raise CheckFailed(f"{what}：要返回一个数（字节数），现在是 {guess!r}。") from None
+    guess = as_float(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
     counted = run_on_ranks(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)
@@ -341,7 +338,7 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
                  (abs(guess - measured / 2) <= 0.01 * measured, "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
                  (abs(guess - 2 * nbytes) <= 0.01 * nbytes,
                   "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"))
-        why = next((text for holds, text in slips if holds), "数一数：两个阶段各几步？每一步发多大的一块？")
+        why = first_hint(*slips, default="数一数：两个阶段各几步？每一步发多大的一块？")
         raise CheckFailed(f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
                           f"{measured} 字节。{why}")
     passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
@@ -447,9 +444,8 @@ def check_all_reduce_busbw(fn) -> None:
         got = call(fn, what, nbytes, seconds, n)
         want = busbw("all_reduce", nbytes, seconds, n)
         where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
-        if not is_number(got):
-            raise CheckFailed(f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
-        if math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-9):
+        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
+        if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             continue
         alg = algbw(nbytes, seconds)
         guesses = {alg: "这是 algbw = S/t，还没乘修正系数 2(n-1)/n。",
@@ -457,10 +453,10 @@ def check_all_reduce_busbw(fn) -> None:
                    alg * 2 * (n - 1): "2(n-1) 还要除以 n：每一步只发 S/n 的一块。",
                    seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
                    alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。"}
-        why = next((text for value, text in guesses.items() if math.isclose(float(got), value, rel_tol=1e-6)), "")
+        why = matching_hint(got, guesses.items(), rel_tol=1e-6)
         if n == 1 and not why:
             why = "一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。"
-        raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {float(got):.6g}。{why}")
+        raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     passed(f"all_reduce_busbw 在 {len(cases)} 组（含 n = 1、2、8）上都对。")
 
 
@@ -483,16 +479,15 @@ def check_comm_share_speedup(fn) -> None:
         got = call(fn, what, float(before), float(after))
         want = comm_share_speedup(before, after)
         where = f"通信占一步 {before:.0%} → {after:.0%}"
-        if not is_number(got):
-            raise CheckFailed(f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
-        if math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-12):
+        got = number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
+        if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
         guesses = [((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
                    (before / after if after > 0 else None, "占比之比不是步时之比：一步是 C/(1-s)，计算 C 不变。"),
                    (1 + before - after, "占比相减不是步时之比：先把两次的一步写成 C/(1-s)。"),
                    (1 / (1 - before + after), "先把两次的一步分别写成 C/(1-s)，再相除。")]
-        why = next((t for v, t in guesses if v is not None and math.isclose(float(got), v, rel_tol=1e-9)), "")
-        raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {float(got):.4g}。{why}")
+        why = matching_hint(got, guesses, rel_tol=1e-9)
+        raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
     passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
 
 

@@ -18,7 +18,10 @@ import importlib
 import itertools
 import math
 import operator
+import signal
 import sys
+import threading
+import traceback
 import types
 from dataclasses import dataclass
 from typing import Callable
@@ -110,6 +113,96 @@ def call(fn, what: str, *args):
         return fn(*args)
     except NotImplementedError:
         raise not_done(fn, what) from None
+
+
+def require_written(fn, what: str) -> None:
+    """Raise the "not done yet" failure while ``fn`` still holds the generated stub (:func:`has_stub`)."""
+    if has_stub(fn):
+        raise not_done(fn, what)
+
+
+def first_hint(*slips, default: str = "") -> str:
+    """The text of the first ``(it is this mistake, text)`` pair that holds, else ``default``."""
+    return next((text for holds, text in slips if holds), default)
+
+
+def matching_hint(got, slips, default: str = "", **tolerance) -> str:
+    """The text of the first ``(value, text)`` in ``slips`` whose value ``got`` equals (:func:`math.isclose`
+    with ``tolerance``; a value of None matches nothing), else ``default``: the usual wrong formulas, named."""
+    return next((text for value, text in slips if value is not None and math.isclose(got, value, **tolerance)),
+                default)
+
+
+def as_float(got, failure: str) -> float:
+    """``float(got)``; a :class:`CheckFailed` saying ``failure`` when the answer is not a number."""
+    try:
+        return float(got)
+    except (TypeError, ValueError):
+        raise CheckFailed(failure) from None
+
+
+def number_answer(got, failure: str) -> float:
+    """``float(got)`` when the learner returned a real number (:func:`is_number`), else a :class:`CheckFailed`
+    saying ``failure``."""
+    if not is_number(got):
+        raise CheckFailed(failure)
+    return float(got)
+
+
+# -- a time limit on the learner's Python code ----------------------------------------------------------------
+
+CALL_LIMIT_S = 2.0
+
+
+class TooLong(Exception):
+    """Raised in the learner's code when :func:`time_limit` runs out."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`TooLong` in the code run inside after ``seconds``. The limit is a SIGALRM timer, so it
+    applies in the main thread (a notebook's cells); elsewhere the code runs without one."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def ring(signum, frame):
+        raise TooLong()
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str):
+    """Stop the learner's Python code after ``seconds`` with a failure that says it never ended (an endless
+    loop), so the cell returns and the kernel session stays usable (:func:`time_limit`)."""
+    try:
+        with time_limit(seconds):
+            yield
+    except TooLong:
+        raise CheckFailed(f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
+                          "（循环变量忘了改，或者条件永远成立）。") from None
+
+
+def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
+    """:func:`call` with a time limit (:func:`time_limit`): an answer that never returns (a loop that does not
+    stop) fails within ``seconds``, naming the call and the line it was on; the kernel stays usable."""
+    try:
+        with time_limit(seconds):
+            return call(fn, what, *args)
+    except TooLong as exc:
+        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
+        where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
+        shown = ", ".join(repr(a) for a in args)
+        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} 秒还没有返回"
+                          f"{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
 
 
 def is_number(v) -> bool:
@@ -350,6 +443,15 @@ def refusing_course_code(fn, what: str, targets):
         yield
     finally:
         swapped.restore()
+
+
+def refusing_check(check, what: str, targets):
+    """``check``, run while ``targets`` (the course's own functions, :func:`refusing_course_code`) refuse to
+    serve the function checked: what a fill-in's checker is when the course's version sits in a module."""
+    def checked(fn):
+        with refusing_course_code(fn, what, targets):
+            check(fn)
+    return checked
 
 
 # -- inside a rank: every torch.distributed call watched, by replacing the functions' code ------------------

@@ -26,8 +26,8 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, has_stub, new_rng, not_done, passed,
-                                      refuse_course_code)
+from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, first_hint, new_rng, not_done, passed,
+                                      refuse_course_code, require_written)
 
 PAD = 5              # sentinel elements after every launched thread's slot
 WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is stopped
@@ -101,8 +101,7 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
 
     from mgpu_helpers.measure.timing import simulator
 
-    if has_stub(kernel):
-        raise not_done(kernel, what)
+    require_written(kernel, what)
     loop = stuck_loop(kernel)
     if loop:
         raise CheckFailed(f"{what}：{loop} 的循环体没有改变条件里的任何变量，这个循环永远不会结束"
@@ -132,11 +131,6 @@ def _sizes(rng, block: int) -> list[int]:
     """The edge cases first, then random draws: 1, below a block, a remainder, an exact multiple."""
     return [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
             block * 2, int(rng.integers(1, 5 * block))]
-
-
-def first_hint(*slips) -> str:
-    """The text of the first ``(it is this mistake, text)`` pair that holds, else ''."""
-    return next((text for holds, text in slips if holds), "")
 
 
 def _past_end(got, n: int, sentinel, where: str) -> None:

@@ -208,11 +208,8 @@ def check_local_gradient(fn) -> None:
 
 def try_local_gradient(fn):
     """Notebook 09's fill-in; the course's version (``mh.lessons.data_parallel.local_gradient``) while unwritten."""
-    from mgpu_helpers.checks.core import refusing_course_code
+    from mgpu_helpers.checks.core import refusing_check
     from mgpu_helpers.lessons import data_parallel
 
-    def check(f):
-        with refusing_course_code(f, "local_gradient", [(data_parallel, "local_gradient")]):
-            check_local_gradient(f)
-
+    check = refusing_check(check_local_gradient, "local_gradient", [(data_parallel, "local_gradient")])
     return fill_in(fn, check, data_parallel.local_gradient, "本地的 forward + backward")

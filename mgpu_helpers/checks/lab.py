@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, WORLD_SIZES, call, fill_in, int_values, new_rng, passed, run_on_ranks
+from mgpu_helpers.checks.core import (CheckFailed, WORLD_SIZES, as_float, call, fill_in, first_hint, int_values, new_rng,
+                                      passed, run_on_ranks)
 from mgpu_helpers.measure import sizes
 
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
@@ -164,10 +165,7 @@ def check_rs_ag_slowdown(fn) -> None:
 
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
     got = call(fn, what)
-    try:
-        got = float(got)
-    except (TypeError, ValueError):
-        raise CheckFailed(f"{what}；现在返回的是 {got!r}。") from None
+    got = as_float(got, f"{what}；现在返回的是 {got!r}。")
     rec = nccltests.recorded_split(sizes.GiB)
     want = rec["time_ratio"]
     if math.isclose(got, want, rel_tol=0.03):
@@ -258,8 +256,8 @@ def check_bus_bandwidth(fn) -> None:
                     (op != "all_reduce" and near(b, a * 2 * (n - 1) / n), f"{op} 的系数是 (n-1)/n；2(n-1)/n 是 All-Reduce 的。"),
                     (near(b, a), "busbw 不等于 algbw：要乘上按操作和 Rank 数定的系数。"),
                     (near(b, a * 2) or near(b, a * n), "系数和 Rank 数有关：2(n-1)/n 或 (n-1)/n，不是常数，也不是 n。")]
-        why = next((text for hit, text in mistakes if hit),
-                   "busbw = algbw × 系数：All-Reduce 2(n-1)/n，Reduce-Scatter 和 All-Gather (n-1)/n。")
+        why = first_hint(*mistakes,
+                         default="busbw = algbw × 系数：All-Reduce 2(n-1)/n，Reduce-Scatter 和 All-Gather (n-1)/n。")
         raise CheckFailed(f"{what}：{story} 时应当是 algbw {algbw:.4g}、busbw {busbw:.4g} GB/s，"
                           f"你的函数给出 ({a:.4g}, {b:.4g})。{why}")
     passed(f"bus_bandwidth 在 {len(cases)} 组（三种操作、1 到 8 个 Rank、含 nccl-tests 记录里的两行）上都对。")

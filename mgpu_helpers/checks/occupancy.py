@@ -12,48 +12,23 @@ own version in ``mh.lessons``) instead of writing the arithmetic is refused.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
-import signal
 import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, code_names, compare, fill_in, has_stub, int_values, new_rng, \
-    not_done, passed, refuse_course_code
+from mgpu_helpers.checks.core import CheckFailed, call, code_names, compare, deadline, fill_in, int_values, new_rng, \
+    not_done, passed, refuse_course_code, require_written
 
 PAD = 7                       # extra elements after the data: a missing bounds check writes into them
 SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 
-@contextlib.contextmanager
-def deadline(seconds: float, what: str):
-    """Stop the learner's Python code after ``seconds`` with a failure that says it never ended (an endless
-    loop), so the cell returns and the kernel session stays usable. Works in the main thread (a notebook's
-    cells); elsewhere it only runs the code."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise CheckFailed(f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
-                          "（循环变量忘了改，或者条件永远成立）。")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _start(fn, what: str) -> None:
     """Before the arithmetic is checked: a stub is not done yet, and the learner's function may not hand the work
     to the model or to the course's own version."""
-    if has_stub(fn):
-        raise not_done(fn, what)
+    require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
     from mgpu_helpers.models import occupancy as occ
 
@@ -243,8 +218,7 @@ def check_vec_add_two(kernel) -> None:
     from mgpu_helpers.measure.timing import simulator
 
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
-    if has_stub(kernel):
-        raise not_done(kernel, what)
+    require_written(kernel, what)
     if kernel is reference_vec_add_two():
         raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
     rng = new_rng()
@@ -359,8 +333,7 @@ def check_saxpy_cupy(fn) -> None:
     """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
     returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
     what = SAXPY
-    if has_stub(fn):
-        raise not_done(fn, what)
+    require_written(fn, what)
     check_saxpy_structure(fn)
     if not cupy_usable():           # said plainly: a check that could not run here is not a pass
         print("跳过：这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"

@@ -16,9 +16,9 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.p2p import as_numpy, rank_tensor
-from mgpu_helpers.checks.sharding import call_limited
-from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, compare,
-                                      fill_in, int_values, launch, new_rng, passed, refuse_course_code, run_on_ranks)
+from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_float, call_limited,
+                                      compare, fill_in, int_values, launch, new_rng, passed, refuse_course_code,
+                                      run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -86,10 +86,7 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
 
 def _as_bytes(got, what: str, op: str):
     """The reader's answer as a float (None stays None); a :class:`CheckFailed` when it is not a number."""
-    try:
-        return None if got is None else float(got)
-    except (TypeError, ValueError):
-        raise CheckFailed(f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。") from None
+    return None if got is None else as_float(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
 
 
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------

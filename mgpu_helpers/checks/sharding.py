@@ -12,51 +12,13 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, fill_in, passed
+from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fill_in, passed
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
-CALL_LIMIT_S = 2.0
 MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
 SPLIT_ZH = {"replicate": "什么都不切", "data_parallel": "只切激活", "zero1": "切优化器状态和激活",
             "zero2": "切优化器状态、梯度和激活", "zero3": "四部分都切"}
-
-
-class _TooLong(Exception):
-    pass
-
-
-def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
-    """:func:`~mgpu_helpers.checks.core.call` with a time limit: an answer that never returns (a loop that does
-    not stop) fails within ``seconds``, naming the call and the line it was on; the kernel stays usable.
-
-    The limit is a SIGALRM timer, so it applies in the main thread (a notebook's cells); elsewhere the call runs
-    without one.
-    """
-    import signal
-    import threading
-    import traceback
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        return call(fn, what, *args)
-
-    def ring(signum, frame):
-        raise _TooLong()
-
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return call(fn, what, *args)
-    except _TooLong as exc:
-        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
-        where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
-        shown = ", ".join(repr(a) for a in args)
-        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} 秒还没有返回"
-                          f"{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def refuse_course_code(fn, what: str, references, names) -> None:

@@ -11,22 +11,8 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, fill_in, is_number, passed, refusing_course_code
-
-
-def _refusing(check, what: str, targets):
-    """``check``, run while ``targets`` (the course's own functions, :func:`refusing_course_code`) refuse to
-    serve the function checked: what a fill-in's checker is when the course's version sits in a module."""
-    def checked(fn):
-        with refusing_course_code(fn, what, targets):
-            check(fn)
-    return checked
-
-
-def _slip(got: float, slips, **tolerance) -> str:
-    """The explanation of the first ``(value, why)`` in ``slips`` whose value ``got`` equals (math.isclose
-    with ``tolerance``), else ''."""
-    return next((why for value, why in slips if math.isclose(got, value, **tolerance)), "")
+from mgpu_helpers.checks.core import (CheckFailed, call, fill_in, is_number, matching_hint, number_answer, passed,
+                                      refusing_check)
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -59,7 +45,7 @@ def _ring_hint(got, nbytes, n, alpha, beta) -> str:
               "不是整个 Buffer。"),
              (2 * n * alpha + 2 * (n - 1) / n * nbytes * beta, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
              (2 * (n - 1) * alpha + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。")]
-    why = _slip(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
+    why = matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
     return " " + why if why else ""
 
 
@@ -70,7 +56,7 @@ def try_ring_allreduce_seconds(fn):
 
     targets = [(cost_model, n) for n in ("ring_allreduce_seconds", "ring_reduce_scatter_seconds",
                                           "ring_all_gather_seconds")]
-    check = _refusing(check_ring_allreduce_seconds, "ring_allreduce_seconds", targets)
+    check = refusing_check(check_ring_allreduce_seconds, "ring_allreduce_seconds", targets)
     return fill_in(fn, check, cost_model.ring_allreduce_seconds, "环形 All-Reduce 的 alpha-beta 代价")
 
 
@@ -147,18 +133,17 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
 
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = call(fn, what)
-    if not is_number(guess):
-        raise CheckFailed(f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
+    guess = number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
     res = traced_run(shard_units, steps, seconds_per_unit, what)
     measured = straggler.median_waits(res.values)[rank]
     tolerance = straggler.model_margin(res.values, seconds_per_unit) + 0.1 * measured + 1e-3
     shards = "/".join(f"{u:g}" for u in shard_units)
-    if abs(float(guess) - measured) > tolerance:
+    if abs(guess - measured) > tolerance:
         raise CheckFailed(f"Shard {shards}、每单位 {1e3 * seconds_per_unit:g} ms：{len(shard_units)} 个 Rank 上量到 "
                           f"rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
-                          f"你的预测是 {float(guess):.3f} s。想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
+                          f"你的预测是 {guess:.3f} s。想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
                           f"{shard_units[rank]:g} 个单位后，要等到谁算完？")
-    passed(f"你预测 rank {rank} 等 {float(guess):.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
+    passed(f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
            f"（误差上限 ±{tolerance:.3f} s）。")
 
 
@@ -181,12 +166,12 @@ def check_speedup_and_efficiency(fn) -> None:
             raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
         s, e = (float(v) for v in got)
         if not math.isclose(s, s_want, rel_tol=1e-9):
-            why = _slip(s, [(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"),
-                            (t1 / tn * n, "加速比只比较两个步时，不再乘卡数。")], rel_tol=1e-9)
+            why = matching_hint(s, [(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"),
+                                    (t1 / tn * n, "加速比只比较两个步时，不再乘卡数。")], rel_tol=1e-9)
             raise CheckFailed(f"{where}：加速比应当是 {s_want:.4g}，你给的是 {s:.4g}。{why}")
         if not math.isclose(e, e_want, rel_tol=1e-9):
-            why = _slip(e, [(s_want, f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"),
-                            (n / s_want, "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。")], rel_tol=1e-9)
+            why = matching_hint(e, [(s_want, f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"),
+                                    (n / s_want, "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。")], rel_tol=1e-9)
             raise CheckFailed(f"{where}：强扩展效率应当是 {e_want:.4g}，你给的是 {e:.4g}。{why}")
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（含 1 张卡和多卡反而变慢的情形）。")
 
@@ -199,7 +184,7 @@ def try_speedup_and_efficiency(fn):
         return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
 
     targets = [(scaling, "speedup"), (scaling, "strong_scaling_efficiency"), (scaling, "weak_scaling_efficiency")]
-    check = _refusing(check_speedup_and_efficiency, "speedup_and_efficiency", targets)
+    check = refusing_check(check_speedup_and_efficiency, "speedup_and_efficiency", targets)
     return fill_in(fn, check, reference, "加速比和扩展效率")
 
 
@@ -284,8 +269,8 @@ def try_straggler_from_collective(fn):
     unwritten."""
     from mgpu_helpers.measure import straggler
 
-    check = _refusing(check_straggler_from_collective, "straggler_from_collective",
-                      [(straggler, "straggler_by_collective")])
+    check = refusing_check(check_straggler_from_collective, "straggler_from_collective",
+                           [(straggler, "straggler_by_collective")])
     return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")
 
 
@@ -304,16 +289,14 @@ def check_allreduce_crossover_bytes(fn) -> None:
         got = call(fn, what, n, alpha, beta)
         want = n * alpha / beta
         where = f"world_size = {n}，alpha = {alpha:.3g} s，1/beta = {1 / beta / 1e9:.3g} GB/s"
-        if not is_number(got):
-            raise CheckFailed(f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
-        got = float(got)
+        got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9):
             continue
         cancel = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。"
-        why = _slip(got, [(alpha / beta, "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，"
-                           "n 要乘回来。"),
-                          ((n - 1) * alpha / beta, cancel), (2 * (n - 1) * alpha / beta, cancel),
-                          (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
-                          (want / 1e9, "要的是字节，不是 GB。"), (want / 2**30, "要的是字节，不是 GB。")], rel_tol=1e-9)
+        why = matching_hint(got, [(alpha / beta, "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，"
+                                   "n 要乘回来。"),
+                                  ((n - 1) * alpha / beta, cancel), (2 * (n - 1) * alpha / beta, cancel),
+                                  (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
+                                  (want / 1e9, "要的是字节，不是 GB。"), (want / 2**30, "要的是字节，不是 GB。")], rel_tol=1e-9)
         raise CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
     passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")
