@@ -20,9 +20,9 @@ from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 def warm_ranks():
     """The rank server up, with what the optimizers need (torch._dynamo) imported, before the clocks start:
     as in a notebook after its first training launch, so the first training check does not pay for it."""
-    from mgpu_helpers.launcher import launch, rank
+    from mgpu_helpers.launcher import launch, rank_process
 
-    launch.prewarm(wait=True, modules=rank.PRELOADABLE)
+    launch.prewarm(wait=True, modules=rank_process.PRELOADABLE)
     launch.run_ranks(lambda r, world_size: r, 3, backend="gloo", timeout=120, stream=False, quiet=True)
 
 

@@ -30,9 +30,9 @@ STEP_HEAD = '''
 def warm_ranks():
     """The rank server up, with what the optimizers need (torch._dynamo) imported, before the clocks start:
     as in a notebook after its first training launch, so the first training check does not pay for it."""
-    from mgpu_helpers.launcher import launch, rank
+    from mgpu_helpers.launcher import launch, rank_process
 
-    launch.prewarm(wait=True, modules=rank.PRELOADABLE)
+    launch.prewarm(wait=True, modules=rank_process.PRELOADABLE)
     launch.run_ranks(lambda r, world_size: r, 2, backend="gloo", timeout=120, stream=False, quiet=True)
 
 

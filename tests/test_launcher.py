@@ -247,7 +247,7 @@ def test_each_stuck_ranks_stack_comes_whole_from_its_dump_thread():
     err = info.value
     assert set(err.stacks) == {0, 1}
     for stack in err.stacks.values():
-        assert "in ignore_usr1_then_deadlock" in stack and "mgpu_helpers/launcher/rank.py" in stack
+        assert "in ignore_usr1_then_deadlock" in stack and "mgpu_helpers/launcher/rank_process.py" in stack
     assert all(w.startswith("dist.send") for w in err.waiting_in.values())
 
 

@@ -663,10 +663,10 @@ TRAIN_HANG_S = 2 * HANG_S
 
 def let_rank_server_preload() -> None:
     """Before a check whose ranks train a model: have the rank server import what an optimizer's first step
-    needs (``launcher/rank.PRELOADABLE``). The check's launch then waits for that import before its ranks
+    needs (``launcher/rank_process.PRELOADABLE``). The check's launch then waits for that import before its ranks
     start, so the import is not counted against the hang limit, and each rank does not pay it again."""
     from mgpu_helpers.launcher.launch import prewarm
-    from mgpu_helpers.launcher.rank import PRELOADABLE
+    from mgpu_helpers.launcher.rank_process import PRELOADABLE
 
     prewarm(modules=PRELOADABLE)
 
@@ -681,7 +681,7 @@ def where_ranks_wait(exc) -> str:
         call_ = (exc.waiting_in.get(rank) or "").split(" ")[0]
         where = ""
         for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", exc.stacks.get(rank, "")):
-            if "mgpu_helpers/launcher/rank.py" not in block:
+            if "mgpu_helpers/launcher/rank_process.py" not in block:
                 continue
             if not call_:
                 found = re.findall(r'torch/distributed/[^"]*", line \d+ in ([a-z]\w*)', block)

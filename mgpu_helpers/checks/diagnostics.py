@@ -37,7 +37,7 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
             outputs[r] = lines + [f"step {finished}: loading a slow batch"]
             stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                          '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
-                         '  File "mgpu_helpers/launcher/rank.py", line 88 in main')
+                         '  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
             continue
         op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
         outputs[r] = lines + [f"[seq {finished}] enter {op}"]
@@ -45,7 +45,7 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
         stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                      f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
                      '  File "mgpu_helpers/measure/diagnose.py", line 45 in call\n'
-                     '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank.py", line 88 in main')
+                     '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
     msg = f"{world_size} of {world_size} rank(s) were still running after 5 s and have been ended."
     return RankTimeout(msg, stacks=stacks, waiting_in=waiting, rank=0, outputs=outputs)
 

@@ -35,7 +35,7 @@ from mgpu_helpers.launcher.errors import LaunchError
 from mgpu_helpers.launcher.interrupts import interrupts_held
 from mgpu_helpers.launcher.job import Job
 from mgpu_helpers.launcher.messages import JobRequest, Preload, Ready, Returned, Started
-from mgpu_helpers.launcher.rank import PRELOADABLE
+from mgpu_helpers.launcher.rank_process import PRELOADABLE
 from mgpu_helpers.launcher.results import RankResults
 from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg

@@ -88,7 +88,7 @@ def _end_everything_under_me(rank_pids) -> None:
 
 def run_leader(job, fds: list[int], server_pid: int) -> None:
     """Fork the ranks of one job, then report each exit status to the notebook."""
-    from mgpu_helpers.launcher import rank as rank_process
+    from mgpu_helpers.launcher import rank_process
     from mgpu_helpers.launcher.messages import RankExit
     from mgpu_helpers.launcher.wire import write_frame
 
@@ -155,7 +155,7 @@ IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "1.5"))
 
 
 def _import_preloadable(names) -> None:
-    from mgpu_helpers.launcher.rank import PRELOADABLE
+    from mgpu_helpers.launcher.rank_process import PRELOADABLE
     for name in names:
         if name in PRELOADABLE and name not in sys.modules:   # never an arbitrary module: it may start threads
             try:
@@ -166,7 +166,7 @@ def _import_preloadable(names) -> None:
 
 def serve(sock: socket.socket) -> None:
     from mgpu_helpers.launcher.messages import Preload, Started
-    from mgpu_helpers.launcher.rank import PRELOADABLE
+    from mgpu_helpers.launcher.rank_process import PRELOADABLE
     from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
     server_pid = os.getpid()
@@ -221,7 +221,7 @@ def main() -> None:
     import torch.distributed  # noqa: F401
 
     # and what every rank imports (compiled once here, not in each rank of each launch)
-    from mgpu_helpers.launcher import flight, rank as rank_process, ranks  # noqa: F401
+    from mgpu_helpers.launcher import flight, rank_process, ranks  # noqa: F401
     from mgpu_helpers.launcher import trace  # noqa: F401
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg

@@ -26,13 +26,13 @@ JOIN_GRACE_S = 60.0
 def _waiting_in(stack: str) -> str | None:
     """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
-        if "mgpu_helpers/launcher/rank.py" not in block:
+        if "mgpu_helpers/launcher/rank_process.py" not in block:
             continue                      # only the rank's main thread runs our entry point
         calls = [c for c in _C10D_CALL.findall(block) if not c.startswith("_") and c != "wrapper"]
         if calls:
             where = ""
             for path, line, func in _USER_FRAME.findall(block):
-                if "torch/" not in path and "mgpu_helpers/launcher/rank.py" not in path:
+                if "torch/" not in path and "mgpu_helpers/launcher/rank_process.py" not in path:
                     where = f" (called from {func}, line {line})"
                     break
             return f"dist.{calls[0]}{where}"
