@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_helpers.launcher import trace
+from mgpu_helpers.measure import sizes as sz
 
 SPAN_CATEGORY = "mgpu_span"
 SPAN_TID = 1                     # the "course spans" track of each rank
 GPU_TID_BASE = 1_000_000_000     # GPU streams become threads of their rank: base + device * 10**6 + stream
 ANCHOR = "mgpu:clock"
 _SIZE = re.compile(r"(\d+(?:\.\d+)?) (B|KiB|MiB|GiB)\b")
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 @dataclass
@@ -183,7 +183,7 @@ def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
 def size_of(name: str) -> int | None:
     """Bytes of the size written in a span name ("all_reduce 64 KiB" -> 65536), or None."""
     m = _SIZE.search(name)
-    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+    return int(float(m.group(1)) * sz.UNITS[m.group(2).upper()]) if m else None
 
 
 def step_rows_from_trace(merged: dict) -> list[dict]:

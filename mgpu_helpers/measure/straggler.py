@@ -44,20 +44,9 @@ def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_u
                             timeout=timeout, stream=False, quiet=True)
 
 
-def totals_by_kind(spans_per_rank) -> list[dict]:
-    """Per rank, the seconds spent in each span kind: ``[{"compute": s, "wait": s, ...}, ...]``."""
-    out = []
-    for spans in spans_per_rank:
-        t = {}
-        for s in spans:
-            t[s.kind] = t.get(s.kind, 0.0) + s.seconds
-        out.append(t)
-    return out
-
-
 def wait_by_rank(spans_per_rank) -> list[float]:
     """Seconds each rank spent waiting at collectives (its "wait" spans)."""
-    return [t.get("wait", 0.0) for t in totals_by_kind(spans_per_rank)]
+    return [sum((s.seconds for s in spans if s.kind == "wait"), 0.0) for spans in spans_per_rank]
 
 
 def median_waits(values) -> list[float]:

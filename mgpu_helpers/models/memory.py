@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mgpu_helpers.models.bandwidth import BUSBW_FACTORS
+
 PARTS = ("params", "grads", "optimizer", "activations")
 
 # For each strategy: which parts are split across ranks (the rest is replicated: every rank holds all of it).
@@ -127,7 +129,8 @@ def memory_plan(strategy: str, world_size: int, capacity: float, params: float =
 # -- communication per training step ------------------------------------------------------------------------
 
 # The collectives each strategy runs in one training step, as (collective, part it moves). A ring moves
-# (n - 1) / n of the buffer per rank for an all-gather or a reduce-scatter, twice that for an all-reduce.
+# (n - 1) / n of the buffer per rank for an all-gather or a reduce-scatter, twice that for an all-reduce
+# (nccl-tests' bus bandwidth factors).
 STEP_COLLECTIVES = {
     "replicate": (),
     "data_parallel": (("all_reduce", "grads"),),
@@ -143,8 +146,6 @@ STEP_NOT_MODELLED = {
     "pipeline_parallel": "activations sent from stage to stage: depends on the micro-batches",
     "unified_memory": "pages migrate on demand: depends on the access pattern",
 }
-_RING_SHARE = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-               "reduce_scatter": lambda n: (n - 1) / n}
 
 
 def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: float = 0.0):
@@ -161,7 +162,7 @@ def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: 
     if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
         raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
     sizes = dict(params=params, grads=grads)
-    return float(sum(_RING_SHARE[op](world_size) * sizes[part] for op, part in STEP_COLLECTIVES[strategy]))
+    return float(sum(BUSBW_FACTORS[op](world_size) * sizes[part] for op, part in STEP_COLLECTIVES[strategy]))
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,7 @@ def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | No
 
 def _label(value: float, world_size: int, as_ranks: bool) -> str:
     if as_ranks and value == int(value) and 0 < value < 2 ** world_size:
-        bits = [str(r) for r in range(world_size) if int(value) >> r & 1]
-        return "+".join(bits) if len(bits) < world_size else "all"
+        return _ranks_label([r for r in range(world_size) if int(value) >> r & 1], world_size)
     return _fmt(value)
 
 
@@ -273,10 +272,7 @@ def show_steps(steps):
     out = w.Output()
 
     def redraw(_=None):
-        with out:
-            out.clear_output(wait=True)
-            style.show(draw_step(steps, slider.value))
-            print(step_caption(steps, slider.value))
+        style.show_in(out, draw_step, steps, slider.value, text=step_caption(steps, slider.value))
 
     slider.observe(redraw, names="value")
     redraw()

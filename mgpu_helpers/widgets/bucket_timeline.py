@@ -45,7 +45,6 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     ``steps``: draw only the first ``steps`` backward spans of each rank and the collectives that start
     before the next one (default: everything)."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
     st = style.current()
     rows = sum(len(v) for v in runs.values())
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
@@ -61,10 +60,10 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     for ax in axes[:, 0]:
         ax.set_xlim(0, right * 1.02 if right else 1)
     axes[-1, 0].set_xlabel("time (ms)")
-    handles = [Patch(color=style.KIND_COLOURS["compute"], label="backward"),
-               Patch(color=style.KIND_COLOURS["communicate"], label="all-reduce during backward"),
-               Patch(color=style.KIND_COLOURS["wait"], label="all-reduce after backward (waited for)")]
-    fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False, fontsize=st.font_size * 0.8)
+    style.patch_legend(fig, {"backward": style.KIND_COLOURS["compute"],
+                             "all-reduce during backward": style.KIND_COLOURS["communicate"],
+                             "all-reduce after backward (waited for)": style.KIND_COLOURS["wait"]},
+                       loc="upper center", ncol=3, fontsize=st.font_size * 0.8)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 

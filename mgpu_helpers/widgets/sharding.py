@@ -225,16 +225,13 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
         rows = memory.compare_strategies(v["world_size"], v["capacity"], weights=w, **sizes)
         picked = set(guess.value)
         right = {r.strategy for r in rows if r.fits}
-        with answer:
-            answer.clear_output(wait=True)
-            style.show(draw_strategies(rows))
-            print(describe_strategies(rows))
-            if picked == right:
-                print("你的预测和答案一致。")
-            else:
-                missed = "、".join(STRATEGY_ZH[s] for s in memory.STRATEGIES if s in right - picked) or "无"
-                extra = "、".join(STRATEGY_ZH[s] for s in memory.STRATEGIES if s in picked - right) or "无"
-                print(f"漏选的（其实装得下）：{missed}；多选的（其实装不下）：{extra}。")
+        if picked == right:
+            verdict = "你的预测和答案一致。"
+        else:
+            missed = "、".join(STRATEGY_ZH[s] for s in memory.STRATEGIES if s in right - picked) or "无"
+            extra = "、".join(STRATEGY_ZH[s] for s in memory.STRATEGIES if s in picked - right) or "无"
+            verdict = f"漏选的（其实装得下）：{missed}；多选的（其实装不下）：{extra}。"
+        style.show_in(answer, draw_strategies, rows, text=f"{describe_strategies(rows)}\n{verdict}")
 
     def redraw(_=None):
         try:
@@ -247,10 +244,7 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
                       f"{v['optimizer']:g} + 激活 {v['activations']:g} GB）放进 {v['world_size']} 张 "
                       f"{v['capacity']:g} GB 的卡：哪些策略装得下，每一步要付多少通信？")
         note.value = f"<b>{STRATEGY_ZH[plan.strategy]}</b>：{plan.note}"
-        with out:
-            out.clear_output(wait=True)
-            style.show(draw_memory_plan(plan))
-            print(describe(plan))
+        style.show_in(out, draw_memory_plan, plan, text=describe(plan))
         if state["revealed"]:
             draw_answer()
 

@@ -55,9 +55,7 @@ def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> None:
 
 
 def _legend(fig) -> None:
-    from matplotlib.patches import Patch
-    handles = [Patch(color=style.KIND_COLOURS[k], label=k) for k in DRAWN_KINDS]
-    fig.legend(handles=handles, loc="upper right", ncol=3, frameon=False)
+    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
 
 
 def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None):
@@ -171,7 +169,6 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
     import statistics
 
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     st = style.current()
     n = len(spans_per_rank)
@@ -191,11 +188,10 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
     x_end = (x_end - t0) * 1e3 or 1.0
     _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
-    handles = [Patch(color=style.KIND_COLOURS["compute"], label="compute"),
-               Patch(color=style.KIND_COLOURS["communicate"], label="all-reduce"),
-               Patch(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH,
-                     edgecolor=style.KIND_COLOURS["wait"], label="waiting, inside the all-reduce")]
-    fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
+    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
+    style.patch_legend(fig, {"compute": style.KIND_COLOURS["compute"], "all-reduce": style.KIND_COLOURS["communicate"],
+                             "waiting, inside the all-reduce": waiting},
+                       loc="upper center", ncol=3, fontsize=st.font_size * 0.85)
     fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 
@@ -233,9 +229,7 @@ def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
     def redraw(_=None):
         comm_ms = ratio.value * compute_ms
         caption.value = dial_caption(world_size, compute_ms, comm_ms, late.value)
-        with out:
-            out.clear_output(wait=True)
-            style.show(draw_dials(world_size, compute_ms, ratio.value, late.value, slow.value))
+        style.show_in(out, draw_dials, world_size, compute_ms, ratio.value, late.value, slow.value)
 
     for w in (ratio, late, slow):
         w.observe(redraw, names="value")

@@ -116,3 +116,22 @@ def show(fig) -> None:
 
     display(fig)
     plt.close(fig)
+
+
+def show_in(out, draw, *args, text: str = "") -> None:
+    """Replace what the ipywidgets Output ``out`` shows by the figure ``draw(*args)`` (see :func:`show`) and
+    ``text`` printed under it; an error while drawing is shown in ``out`` too."""
+    with out:
+        out.clear_output(wait=True)
+        show(draw(*args))
+        if text:
+            print(text)
+
+
+def patch_legend(owner, patches: dict, **kwargs):
+    """A frameless legend of coloured patches on ``owner`` (a figure or an axes): ``patches`` maps each label
+    to its colour, or to the keywords of its ``matplotlib.patches.Patch`` (hatch, edge colour ...); ``kwargs``
+    go to ``owner.legend`` (loc, ncol, fontsize ...)."""
+    from matplotlib.patches import Patch
+    handles = [Patch(label=label, **(p if isinstance(p, dict) else {"color": p})) for label, p in patches.items()]
+    return owner.legend(handles=handles, frameon=False, **kwargs)

@@ -112,7 +112,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Rectangle
 
     rows = min(tm.grid, max_blocks)
     active = tm.active.reshape(tm.grid, tm.block)[:rows]
@@ -148,10 +148,9 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
                    for w in range(0, tm.warps_per_block, step)]
         top.set_xticks(centres, [f"warp {w}" for w in range(0, tm.warps_per_block, step)],
                        fontsize=st.font_size * 0.8)
-    fig.legend(handles=[Patch(color=style.KIND_COLOURS["compute"], label="i < N: works"),
-                       Patch(color=style.KIND_COLOURS["idle"], label="i >= N: idle"),
-                       Patch(facecolor="none", edgecolor=style.PALETTE["vermillion"], label="split warp")],
-               loc="lower center", ncol=3, frameon=False, fontsize=st.font_size * 0.85)
+    style.patch_legend(fig, {"i < N: works": style.KIND_COLOURS["compute"], "i >= N: idle": style.KIND_COLOURS["idle"],
+                             "split warp": dict(facecolor="none", edgecolor=style.PALETTE["vermillion"])},
+                       loc="lower center", ncol=3, fontsize=st.font_size * 0.85)
     ax.set_yticks(range(rows), [f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
     ax.set_title(tm.summary() if len(tm.summary()) < 110 else
@@ -177,9 +176,7 @@ def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
     def redraw(_=None):
         tm = thread_map(s_grid.value, s_block.value, s_n.value)
         text.value = f"<code>{tm.summary()}</code>"
-        with out:
-            out.clear_output(wait=True)
-            style.show(draw_thread_map(tm))
+        style.show_in(out, draw_thread_map, tm)
 
     for s in (s_grid, s_block, s_n):
         s.observe(redraw, names="value")
