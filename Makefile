@@ -48,9 +48,12 @@ classroom: install
 	MGPU_PROJECTION=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. \
 	    notebooks/00_setup.ipynb
 
-# The whole suite: unit tests and every notebook under nbval, then the real-browser test (a second pytest
-# run, so the first one's result stands alone; it skips, saying why, where chromium is missing).
-test: test-main test-browser
+# The whole suite: unit tests and every notebook under nbval, and the real-browser test (a second pytest
+# run, so each result stands alone; it skips, saying why, where chromium is missing). The two run side by
+# side, each one's output printed whole when it ends: the browser test waits on JupyterLab and Chromium
+# much of its time, which the CPU-bound main run fills.
+test: install
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-main test-browser
 
 test-main: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
