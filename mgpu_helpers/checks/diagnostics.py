@@ -174,12 +174,16 @@ def check_stuck_in(fn) -> None:
         raise CheckFailed(f"{what}：直接调用了课程自己的 mh.measure.diagnose.pending / hang_report，"
                           "这等于没有写：自己读那些 [seq k] enter/done 行。")
     rng = random.Random()
-    # Edge cases first: nothing pending, pending at 0, two-digit numbers, the pending op equal to the last done.
+    # Edge cases first: nothing pending, pending at 0, two-digit numbers, the pending op equal to the last done,
+    # output after the pending enter.
     cases = [(_random_log(rng, 3, None), None),
              (["rank ready", "[seq 0] enter broadcast"], (0, "broadcast")),
              (_random_log(rng, 12, "all_reduce"), (12, "all_reduce")),
              (["[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter all_reduce"], (1, "all_reduce")),
-             (["rank ready", "loading data"], None)]
+             (["rank ready", "loading data"], None),
+             # the pending enter followed by ordinary output: an answer that trusts the last line fails here
+             (["rank ready", "[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter broadcast",
+               "still computing the next batch"], (1, "broadcast"))]
     for _ in range(10):
         done = rng.randint(0, 14)
         op = rng.choice((None,) + COLLECTIVES)
