@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -25,3 +26,18 @@ def _close_figures():
     import sys
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
+@pytest.fixture(autouse=True)
+def _interrupts_raise():
+    """SIGINT raises KeyboardInterrupt inside every test, as in a Jupyter kernel.
+
+    A process started as a background job of a non-interactive shell (``make test &``, nohup, some CI
+    runners) inherits SIGINT ignored; the launcher's tests press the interrupt button with SIGINT and would
+    then see nothing happen."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, previous)
