@@ -21,6 +21,7 @@ import nbformat
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LESSON_TARGET_S = 12.0
 COURSE_TARGET_S = 90.0
+NOTEBOOK_TIMEOUT_S = 900
 DURATION = re.compile(r"^\s*([\d.]+)s (call|setup|teardown)\s+\S+::Cell (\d+)\s*$", re.M)
 
 FLOOR_CELLS = [
@@ -35,7 +36,10 @@ def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
     cmd = [sys.executable, "-m", "pytest", path, "--nbval-lax", "--nbval-current-env", "-p", "no:randomly",
            "-p", "no:xdist", "-q", "--durations=0", "--durations-min=0.2"]
     start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:      # a hung notebook is a failed row, not the end of the benchmark
+        return time.perf_counter() - start, [], False
     wall = time.perf_counter() - start
     cells: dict[int, float] = {}
     for seconds, _phase, index in DURATION.findall(out.stdout):
@@ -64,6 +68,9 @@ def main(argv: list[str]) -> int:
 
     paths = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))
              if not args.names or any(n in os.path.basename(path) for n in args.names)]
+    if not paths:
+        p.error(f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
+                "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)")
     floor_s, _, floor_ok = run_notebook(floor_notebook())
     print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
     print(f"{'notebook':<40} {'s':>6}  slowest cells (code cell index: s)")
