@@ -16,7 +16,7 @@ from mgpu_helpers.lazy import attach
 __getattr__, __dir__, __all__ = attach(
     __name__,
     submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "own_code",
-                "runs", "tools", "widgets"],
+                "report", "runs", "tools", "widgets"],
     attributes={
         "CourseEnv": "course",
         "setup": "course",

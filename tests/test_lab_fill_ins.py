@@ -6,7 +6,7 @@ import pytest
 
 from mgpu_helpers import checks
 from mgpu_helpers.checks import lab
-from mgpu_helpers.measure import report as report_mod
+from mgpu_helpers.report import lab as report_mod
 from mgpu_helpers.measure.sweep import SweepRow
 
 

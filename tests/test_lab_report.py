@@ -8,7 +8,9 @@ matplotlib.use("Agg")
 import pytest
 
 from mgpu_helpers.checks import lab as lab_checks
-from mgpu_helpers.measure import nccltests, report as lab, sweep, tables
+from mgpu_helpers.measure import sweep
+from mgpu_helpers.report import lab
+from mgpu_helpers.report import nccltests, tables
 from mgpu_helpers.widgets import bandwidth, rank_distribution, topology as topo_widget
 from mgpu_helpers.models import topology
 

@@ -6,7 +6,7 @@ import re
 import nbformat
 import pytest
 
-from mgpu_helpers.measure import progress
+from mgpu_helpers.report import progress
 
 
 def test_iterate_yields_every_item_and_the_text_bar_reaches_the_total(capsys):
@@ -34,7 +34,7 @@ def test_a_tqdm_bar_in_an_executed_notebook_survives_the_export_as_one_readable_
     from mgpu_helpers.tools import export
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from mgpu_helpers.measure import progress\n"
+        "from mgpu_helpers.report import progress\n"
         "total = sum(i for i in progress.iterate(range(3), 'sizes'))\n"
         "assert total == 3")]
     path = tmp_path / "bar.ipynb"

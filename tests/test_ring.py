@@ -85,7 +85,7 @@ def test_comm_share_speedup_of_the_30_to_10_percent_story():
 
 def test_ring_bench_parses_sizes_and_reports_both_columns():
     from mgpu_helpers.bench import ring as ring_bench
-    from mgpu_helpers.measure.sizes import parse_size
+    from mgpu_helpers.report.sizes import parse_size
 
     assert ring_bench.parse_size is parse_size          # one grammar for sizes, nccl-tests' binary units
     assert ring_bench.parse_size("4K") == 4096

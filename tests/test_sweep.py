@@ -3,7 +3,8 @@ sizes read and written, the one text table."""
 import pytest
 
 from mgpu_helpers.models import bandwidth
-from mgpu_helpers.measure import nccltests, sizes, sweep, tables
+from mgpu_helpers.measure import sweep
+from mgpu_helpers.report import nccltests, sizes, tables
 from mgpu_helpers.bench import collectives as bench
 
 SIZES = [1024, 8192, 65536]
@@ -44,7 +45,7 @@ def test_progress_moves_once_per_size_and_rows_are_the_same_as_one_launch(capsys
 def test_the_real_progress_bar_is_tqdm(capsys):
     from tqdm.auto import tqdm
 
-    from mgpu_helpers.measure import progress
+    from mgpu_helpers.report import progress
     update, close = progress.callback("sizes")
     update(0, 3)
     update(3, 3)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 
-from mgpu_helpers.measure import sizes
+from mgpu_helpers.report import sizes
 
 TARGET_FROM = 64 << 20     # busbw must be within 5% of nccl-tests from this size up
 TARGET_RATIO = 0.95
@@ -22,7 +22,7 @@ TARGET_RATIO = 0.95
 
 def target_check(rows) -> list[str]:
     """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
-    from mgpu_helpers.measure import nccltests
+    from mgpu_helpers.report import nccltests
     return [f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})"
             for d in nccltests.compare_with_reference(rows)
             if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO]
@@ -45,7 +45,8 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 def main(argv: list[str]) -> int:
     from mgpu_helpers import hardware
-    from mgpu_helpers.measure import nccltests, sweep
+    from mgpu_helpers.measure import sweep
+    from mgpu_helpers.report import nccltests
 
     gpus = hardware.machine().gpu_count
     p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench collectives", description=__doc__,

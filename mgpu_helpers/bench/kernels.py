@@ -139,7 +139,7 @@ def measure(n: int, repeats: int) -> dict:
 
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.measure import progress
+    from mgpu_helpers.report import progress
 
     out = {}
     f32 = 4
@@ -193,7 +193,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
 
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.measure import progress
+    from mgpu_helpers.report import progress
 
     a, b = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
     c = cp.empty_like(a)

@@ -21,7 +21,7 @@ from unittest import mock
 
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.launch import free_loopback_port, loopback_env
-from mgpu_helpers.measure import progress
+from mgpu_helpers.report import progress
 
 
 def allreduce_rank(rank: int, world_size: int) -> int:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mgpu_helpers.measure.tables import format_table as format_text_table
+from mgpu_helpers.report.tables import format_table as format_text_table
 
 METRICS = {
     "launch__registers_per_thread": "registers_per_thread",

@@ -13,7 +13,7 @@ import argparse
 
 
 def main(argv: list[str]) -> int:
-    from mgpu_helpers.measure.sizes import parse_size
+    from mgpu_helpers.report.sizes import parse_size
     from mgpu_helpers.measure import peer
 
     p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench peer", description=__doc__,

@@ -6,14 +6,14 @@
 On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers (the timing
 loop of :func:`mgpu_helpers.measure.sweep.time_batch`); on the CPU (gloo) they stay small. busbw follows
 nccl-tests (``mgpu_helpers.models.bandwidth.busbw``), so the two columns compare directly; the slowest
-rank's time is the one reported. Sizes read like nccl-tests' (``mgpu_helpers.measure.sizes.parse_size``).
+rank's time is the one reported. Sizes read like nccl-tests' (``mgpu_helpers.report.sizes.parse_size``).
 Every size is also checked: the ring's result must equal ``dist.all_reduce``'s.
 """
 from __future__ import annotations
 
 import argparse
 
-from mgpu_helpers.measure.sizes import parse_size
+from mgpu_helpers.report.sizes import parse_size
 
 GPU_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
@@ -81,7 +81,7 @@ RING_COLUMNS = [("bytes", "bytes", "{}"), ("dist_us", "all_reduce us", "{:.1f}")
 
 def format_table(world_size: int, rows) -> str:
     """Text table: size, dist.all_reduce time and busbw, then for each ``pieces`` the ring's and its share."""
-    from mgpu_helpers.measure.tables import format_table as text_table
+    from mgpu_helpers.report.tables import format_table as text_table
     from mgpu_helpers.models.bandwidth import busbw
 
     lines = []

@@ -4,7 +4,7 @@
   :func:`try_ownership_check` (the ownership check on ranks, rows reviewed by :func:`review_ownership`) and
   :func:`try_bus_bandwidth` (algbw / busbw from a measured time, :func:`check_bus_bandwidth`).
 - Notebook 12's conclusions, from the learner's own run (gathered by
-  :func:`mgpu_helpers.measure.report.lab_run`): :func:`try_conclusions` prints the review and returns what
+  :func:`mgpu_helpers.report.lab.lab_run`): :func:`try_conclusions` prints the review and returns what
   still stands between the lab and its report; :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
   rounds, the range of per-size waits, parts closer than 25%), :func:`conclusion_problem` refuses a missing or
   placeholder text or one citing fewer than two of the run's numbers, :func:`missing` lists what still
@@ -25,7 +25,7 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, WORLD_SIZES, as_float, call, fill_in, first_hint, int_values, new_rng,
                                       passed, run_on_ranks)
-from mgpu_helpers.measure import sizes
+from mgpu_helpers.report import sizes
 
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
 # run cannot tell them apart.
@@ -161,7 +161,7 @@ def _size_key(key) -> int:
 def check_rs_ag_slowdown(fn) -> None:
     """``fn() -> float``: the learner's number, RS+AG time / all-reduce time at 1 GiB on 2 x H200, against
     the recorded nccl-tests times (out-of-place columns of the three files); within 3%."""
-    from mgpu_helpers.measure import nccltests
+    from mgpu_helpers.report import nccltests
 
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
     got = call(fn, what)
@@ -529,7 +529,7 @@ def check_crossover_size(fn) -> None:
     """``fn(compute_us, table) -> nbytes | None``: the smallest message size of a recorded all-reduce table
     (rows with ``nbytes``, ``time_us``: the out-of-place time) whose time exceeds ``compute_us``; None when
     none does. Checked on the recorded 2 x H200 table, shuffled, and on edge cases."""
-    from mgpu_helpers.measure import nccltests
+    from mgpu_helpers.report import nccltests
 
     what = "crossover_size 要在记录的表里找出 All-Reduce 时间第一次超过计算时间的消息规模"
     table = [{"nbytes": r["nbytes"], "time_us": r["time_us"], "busbw": r["busbw"],

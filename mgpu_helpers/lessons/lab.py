@@ -41,7 +41,7 @@ def compare_rank(rank, world_size, nbytes):
     this rank, their largest difference, and per approach the CUDA bytes allocated beyond the gradient
     during it (None on the CPU)."""
     device = mh.rank_device()
-    n = mh.measure.sizes.float32_elements(int(nbytes), world_size)
+    n = mh.report.sizes.float32_elements(int(nbytes), world_size)
     piece = n // world_size
     grad = torch.randn(n, generator=torch.Generator().manual_seed(1234 + rank)).to(device)
     peaks = {} if device.type == "cuda" else None

@@ -20,7 +20,9 @@ import json
 import os
 import statistics
 
-from mgpu_helpers.measure import nccltests, sizes, sweep, timing
+from mgpu_helpers.measure import sweep, timing
+
+from mgpu_helpers.report import nccltests, sizes
 
 DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")
 SIZES = (64 << 20, 256 << 20, 1 << 30)       # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)

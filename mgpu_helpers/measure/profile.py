@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_helpers.launcher import trace
-from mgpu_helpers.measure import sizes as sz
+from mgpu_helpers.report import sizes as sz
 
 SPAN_CATEGORY = "mgpu_span"
 SPAN_TID = 1                     # the "course spans" track of each rank

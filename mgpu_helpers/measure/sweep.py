@@ -14,8 +14,8 @@
 - :func:`buffer_bytes`: the communication buffers of all-reduce and of reduce-scatter + all-gather (the lab
   compares their results in its own ``compare_rank``).
 
-The recorded nccl-tests tables to compare with are read by :mod:`mgpu_helpers.measure.nccltests`; sizes are
-read and written by :mod:`mgpu_helpers.measure.sizes`.
+The recorded nccl-tests tables to compare with are read by :mod:`mgpu_helpers.report.nccltests`; sizes are
+read and written by :mod:`mgpu_helpers.report.sizes`.
 
 Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
 input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from mgpu_helpers.measure import sizes as sz
+from mgpu_helpers.report import sizes as sz
 from mgpu_helpers.models import bandwidth
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
@@ -176,11 +176,11 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
 
     ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB).
     ``progress``: ``True`` or a description (``"sizes"``) shows a ``tqdm.auto`` bar, a function
-    ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.measure.progress.callback`);
+    ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.report.progress.callback`);
     the sizes then run in one launch each (so the bar moves); without it every size runs in a single launch.
     """
     from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.measure import progress as bars
+    from mgpu_helpers.report import progress as bars
 
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     show = progress is not None and progress is not False

@@ -6,7 +6,7 @@ given) and :func:`draw_step_breakdown` (compute / wait / communicate per message
 """
 from __future__ import annotations
 
-from mgpu_helpers.measure.sizes import format_bytes
+from mgpu_helpers.report.sizes import format_bytes
 from mgpu_helpers.widgets import style
 
 OP_COLOURS = {"all_reduce": "blue", "reduce_scatter": "orange", "all_gather": "green", "rs_ag": "purple"}
@@ -20,7 +20,7 @@ def _size_ticks(ax, sizes):
 
 def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth by message size"):
     """busbw (GB/s) against message size, one line per op; ``reference``: ``{op: [(nbytes, busbw), ...]}``
-    drawn dashed (e.g. :func:`mgpu_helpers.measure.nccltests.reference_curves`). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
+    drawn dashed (e.g. :func:`mgpu_helpers.report.nccltests.reference_curves`). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
     import matplotlib.pyplot as plt
 
     rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in rows]

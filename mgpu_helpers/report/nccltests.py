@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from mgpu_helpers.measure import sizes, tables
+from mgpu_helpers.report import sizes, tables
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 RECORDED_OPS = ("all_reduce", "reduce_scatter", "all_gather", "sendrecv")
@@ -89,7 +89,7 @@ SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("time_us", "time (
 
 
 def sweep_table(rows, reference: bool = True) -> str:
-    """Sweep rows as a text table (:func:`mgpu_helpers.measure.tables.format_table`), with the recorded
+    """Sweep rows as a text table (:func:`mgpu_helpers.report.tables.format_table`), with the recorded
     nccl-tests busbw and our share of it when ``reference``."""
     columns = SWEEP_COLUMNS if reference else SWEEP_COLUMNS[:5]
     return tables.format_table(compare_with_reference(rows), columns)

@@ -16,7 +16,7 @@ import datetime as _dt
 import os
 from dataclasses import dataclass, field
 
-from mgpu_helpers.measure import sizes, tables
+from mgpu_helpers.report import sizes, tables
 
 
 def default_dir(root: str | None = None) -> str:
@@ -93,7 +93,7 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     """The lab report from the lab's results (all plain data, so tests can build one without ranks).
 
     ``rank_rows``: the learner's ownership check, one dict per rank; ``sweep_rows``: sweep rows as dicts
-    with the nccl-tests columns (:func:`mgpu_helpers.measure.nccltests.compare_with_reference`);
+    with the nccl-tests columns (:func:`mgpu_helpers.report.nccltests.compare_with_reference`);
     ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``compare``: ``{"rows": [...],
     "note": str}`` for all-reduce vs reduce-scatter + all-gather; ``review``: the verdicts of
     :func:`mgpu_helpers.checks.lab.review_conclusions` on the learner's claims; ``conclusion``: the learner's
