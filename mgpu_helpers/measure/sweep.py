@@ -225,47 +225,23 @@ def run_repeats(world_size: int = 2, nbytes: int = MiB, ops=("all_reduce", "rs_a
 
 def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int = 128,
               compute_repeats: int = 4, slow_rank=None, slow_factor: int = 3) -> list[dict]:
-    """Rank function: for each size, ``steps`` times: compute, wait at a barrier, all-reduce ``nbytes``.
+    """Rank function: for each size, ``steps`` steps of compute, wait for the slowest rank, all-reduce ``nbytes``.
 
-    The compute is ``compute_repeats`` matrix products of ``compute_n`` x ``compute_n``
-    (:func:`mgpu_helpers.measure.workloads.compute_units`, the same for every size: a model whose backward
-    does not change while its gradient bucket grows); ``slow_rank`` does ``slow_factor`` times as much. Each
-    phase is synchronised and traced (compute / wait / communicate spans). Returns per size the median
-    seconds of each phase on this rank.
+    Each size runs :func:`mgpu_helpers.measure.workloads.straggler_step`: the compute is ``compute_repeats``
+    matrix products of ``compute_n`` x ``compute_n`` (the same for every size: a model whose backward does not
+    change while its gradient bucket grows), and ``slow_rank`` does ``slow_factor`` times as much; its spans
+    carry the size in their names. Returns per size the median seconds of each phase on this rank.
     """
-    import torch
-    import torch.distributed as dist
+    from mgpu_helpers.measure.workloads import straggler_step
 
-    from mgpu_helpers.launcher import trace
-    from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.measure.timing import synchronize_device
-    from mgpu_helpers.measure.workloads import compute_units
-
-    device = rank_device()
-    units = slow_factor if rank == slow_rank else 1
-
-    def compute():
-        compute_units(units, device, m=compute_n, per_unit=compute_repeats)    # synchronises the device
-
-    def timed(kind, name, fn):
-        with trace.span(kind, name):  # spans, not records: under a profiler each phase is a named range
-            fn()
-            synchronize_device(device)
-        return trace.latest().seconds  # the span's own time: what a trace of this step shows, to the microsecond
-
-    compute()                         # warm-up: the first product loads the BLAS kernels (0.3 s on a GPU)
+    shards = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size))
     out = []
     for nbytes in sizes:
-        buf = torch.ones(sz.float32_elements(int(nbytes), world_size), device=device)
-        dist.all_reduce(buf)          # warm-up: connections and algorithm set up outside the timing
-        synchronize_device(device)
-        phases = {"compute": [], "wait": [], "communicate": []}
-        size = sz.format_bytes(buf.numel() * 4)
-        for _ in range(steps):
-            phases["compute"].append(timed("compute", f"compute ({size})", compute))
-            phases["wait"].append(timed("wait", f"wait ({size})", dist.barrier))   # waiting for the slowest
-            phases["communicate"].append(timed("communicate", f"all_reduce {size}", lambda: dist.all_reduce(buf)))
-        out.append({"nbytes": buf.numel() * 4, **{k: statistics.median(v) for k, v in phases.items()}})
+        n = sz.float32_elements(int(nbytes), world_size)
+        got = straggler_step(rank, world_size, shards, grad_numel=n, steps=steps, m=compute_n,
+                             per_unit=compute_repeats, label=sz.format_bytes(n * 4))
+        out.append({"nbytes": n * 4, "compute": statistics.median(got["compute_s"]),
+                    "wait": statistics.median(got["wait_s"]), "communicate": statistics.median(got["comm_s"])})
     return out
 
 

@@ -84,7 +84,7 @@ def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
 
 def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | None = None, steps: int = 1,
                    m: int | None = None, per_unit: int | None = None, seconds_per_unit=None,
-                   timestamp_barrier: bool = True) -> dict:
+                   timestamp_barrier: bool = True, label: str = "") -> dict:
     """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
 
     ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
@@ -99,6 +99,9 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     *inside* the collective and their "communicate" span holds that waiting (what a profiler trace shows).
     The arrival times are then all-gathered *after* the all-reduce, so ``wait_s`` (last arrival minus own
     arrival) is still known, but it is no span of its own: ``comm_s >= wait_s`` on every rank and step.
+
+    ``label`` (a message size, say) goes into every span's name, as "compute (1 KiB)", "wait (1 KiB)" and
+    "all_reduce 1 KiB": the lab's step breakdown reads the size back from a trace.
 
     Returns a dict with the rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and
     ``start_skew_s`` (how far apart the ranks left the barrier that starts the step), plus ``result`` (the
@@ -126,30 +129,30 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     grad = torch.full((grad_numel,), float(rank + 1), device=device)
     if seconds_per_unit is None:
         compute_units(0.5, device, m, per_unit)   # warm-up: the first matmul pays one-off costs
-    dist.all_reduce(torch.zeros(1, device=device))
+    dist.all_reduce(grad.clone())                 # warm-up: connections and this size's algorithm set up
     synchronize_device(device)
+    names = ((f"compute ({label})", f"wait ({label})", f"all_reduce {label}") if label else
+             (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce"))
     out = dict(rank=rank, device=str(device), shard=shard_units[rank], compute_s=[], wait_s=[], comm_s=[],
                start_skew_s=[], timestamp_barrier=bool(timestamp_barrier))
     for step in range(steps):
         dist.barrier()                            # start every rank's step together
-        t0 = time.monotonic()
-        with trace.span("compute", f"shard {shard_units[rank]}"):
+        with trace.span("compute", names[0]):
             work(units, seed=step)
-        arrived = time.monotonic()
+        compute = trace.latest()                  # each figure is its span's own time: what a trace shows
         if timestamp_barrier:                     # waiting measured before the collective, as its own span
-            starts, arrivals = _gather_times((t0, arrived), device, world_size)
-            trace.record("wait", arrived, max(arrived, *arrivals), "wait for the slowest rank")
-        t_comm = time.monotonic()
-        with trace.span("communicate", "all_reduce"):
+            starts, arrivals = _gather_times((compute.start, compute.end), device, world_size)
+            trace.record("wait", compute.end, max(compute.end, *arrivals), names[1])
+        with trace.span("communicate", names[2]):
             g = grad.clone()
             dist.all_reduce(g)                    # without the timestamp barrier, early ranks wait in here
             synchronize_device(device)
-        t_end = time.monotonic()
+        comm = trace.latest()
         if not timestamp_barrier:                 # after the collective: nothing it measures is changed
-            starts, arrivals = _gather_times((t0, arrived), device, world_size)
-        out["compute_s"].append(arrived - t0)
-        out["wait_s"].append(max(0.0, max(arrivals) - arrived))
-        out["comm_s"].append(t_end - t_comm)
+            starts, arrivals = _gather_times((compute.start, compute.end), device, world_size)
+        out["compute_s"].append(compute.seconds)
+        out["wait_s"].append(max(0.0, max(arrivals) - compute.end))
+        out["comm_s"].append(comm.seconds)
         out["start_skew_s"].append(max(starts) - min(starts))
     out["result"] = float(g[0].item())
     return out
