@@ -53,11 +53,17 @@ def _nbval(path, out_dir, *extra):
 def kept(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("executed")
     source = _notebook(tmp / "nbs")
-    run = _nbval(source, tmp / "out", f"--executed-from={tmp / 'nbs'}")
+    elsewhere = _notebook(tmp / "elsewhere", [("print(1)", [])], name="other.ipynb")
+    run = _nbval(source, tmp / "out", elsewhere, f"--executed-from={tmp / 'nbs'}")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     path = tmp / "out" / "tiny.ipynb"
     assert path.exists(), f"nothing kept in {tmp / 'out'}:\n{run.stdout[-2000:]}"
     return source, path, nbformat.read(str(path), as_version=4)
+
+
+def test_only_notebooks_of_the_kept_folders_are_written(kept):
+    _, path, _ = kept
+    assert sorted(os.listdir(path.parent)) == ["tiny.ipynb"]
 
 
 def test_every_code_cell_keeps_its_outputs_in_the_order_it_ran(kept):
@@ -96,25 +102,23 @@ def test_widget_state_is_stored_as_jupyterlab_loads_it(kept):
 def test_the_run_is_marked_with_its_source_and_result(kept):
     source, path, nb = kept
     meta = nb.metadata[executed.META_KEY]
-    assert meta["complete"] and meta["failed_cells"] == [] and meta["code_cells"] == meta["cells_run"] == 5
+    assert meta["complete"] and meta["failed_cells"] == meta["skipped_cells"] == []
+    assert meta["code_cells"] == meta["cells_run"] == 5
     assert executed.is_current(str(path), str(source))
+    assert executed.status(str(path) + ".none", str(source)) == "missing"
     with open(source, "a") as f:      # the source changed since: the kept run is stale
         f.write("\n")
-    assert not executed.is_current(str(path), str(source))
+    assert executed.status(str(path), str(source)) == "stale"
 
 
-def test_a_failing_cell_is_recorded_and_nbval_still_fails(tmp_path):
-    source = _notebook(tmp_path / "nbs", [("print(1)", []), ("1 / 0", []), ("print(3)", [])])
+def test_failing_and_skipped_cells_are_recorded_and_nbval_still_fails(tmp_path):
+    source = _notebook(tmp_path / "nbs", [("print(1)", []), ("1 / 0", []), ("print(3)", []),
+                                          ("print(4)", ["nbval-skip"])])
     run = _nbval(source, tmp_path / "out", f"--executed-from={tmp_path / 'nbs'}")
-    assert run.returncode == 1 and "1 failed, 2 passed" in run.stdout, run.stdout[-2000:]
+    assert run.returncode == 1 and "1 failed, 2 passed, 1 skipped" in run.stdout, run.stdout[-2000:]
     nb = nbformat.read(str(tmp_path / "out" / "tiny.ipynb"), as_version=4)
-    assert nb.metadata[executed.META_KEY]["failed_cells"] == [1]
-    assert not executed.is_current(str(tmp_path / "out" / "tiny.ipynb"), str(source))
+    meta = nb.metadata[executed.META_KEY]
+    assert meta["failed_cells"] == [1] and meta["skipped_cells"] == [3] and meta["complete"]
+    assert nb.cells[4].execution_count is None and nb.cells[4].outputs == []
+    assert executed.status(str(tmp_path / "out" / "tiny.ipynb"), str(source)) == "failed"
     assert nb.cells[3].outputs[0].text == "3\n"
-
-
-def test_notebooks_outside_the_kept_folders_are_not_written(tmp_path):
-    source = _notebook(tmp_path / "nbs", [("print(1)", [])])
-    run = _nbval(source, tmp_path / "out")       # default: <rootdir>/notebooks only
-    assert run.returncode == 0, run.stdout[-2000:]
-    assert not (tmp_path / "out").exists()

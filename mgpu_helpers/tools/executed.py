@@ -90,8 +90,9 @@ def pytest_runtest_call(item):
         rec.guard(rec.attach)
     outcome = yield
     if rec is not None:
-        rec.guard(rec.cell_done, item, outcome.excinfo is not None
-                  and not isinstance(outcome.excinfo[1], pytest.skip.Exception))
+        exc = outcome.excinfo[1] if outcome.excinfo else None
+        rec.guard(rec.cell_done, item, "skipped" if isinstance(exc, pytest.skip.Exception)
+                  else "failed" if exc is not None else "passed")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -133,7 +134,8 @@ class _Recorder:
         self.cell_of: dict[str, int] = {}     # execute request id -> index in nb.cells
         self.last_msg_id: str | None = None
         self.count = 0
-        self.failed: list[int] = []
+        self.failed: list[int] = []      # code-cell numbers, as nbval names its items ("Cell 3")
+        self.skipped: list[int] = []
         self.ran: set[int] = set()
         self.kernel = None
         self.broken: str | None = None
@@ -168,7 +170,7 @@ class _Recorder:
         kernel.get_message = get_message_kept
         kernel.execute_cell_input = execute_kept
 
-    def cell_done(self, item, failed: bool):
+    def cell_done(self, item, result: str):
         index = self.code_cells[item.cell_num]
         if self.last_msg_id is not None and self.last_msg_id not in self.cell_of:
             self.count += 1
@@ -176,8 +178,10 @@ class _Recorder:
             self.nb.cells[index].execution_count = self.count
             self.ran.add(index)
             self.client.clear_before_next_output = False
-        if failed:
+        if result == "failed":
             self.failed.append(item.cell_num)
+        elif result == "skipped":
+            self.skipped.append(item.cell_num)
         self._process()
 
     def _process(self):
@@ -242,8 +246,9 @@ class _Recorder:
             "source_sha256": self.sha256,
             "code_cells": n_code,
             "cells_run": len(self.ran),
-            "complete": len(self.ran) == n_code,
+            "complete": len(self.ran) + len(self.skipped) == n_code,
             "failed_cells": self.failed,
+            "skipped_cells": self.skipped,
         }
         os.makedirs(self.out_dir, exist_ok=True)
         target = os.path.join(self.out_dir, os.path.basename(self.path))
@@ -270,12 +275,22 @@ def source_sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def is_current(executed: str, source: str) -> bool:
-    """Whether ``executed`` (a notebook this plugin wrote) is a complete, passing run of ``source`` as it is now."""
+def status(executed: str, source: str) -> str:
+    """What ``executed`` (a notebook this plugin wrote) is for ``source`` as it is now: ``"missing"``,
+    ``"stale"`` (written from another version of the source, or by an interrupted run), ``"failed"`` (nbval
+    failed some of its cells: ``metadata.mgpu_executed.failed_cells``) or ``"ok"``."""
     try:
         with open(executed, encoding="utf-8") as f:
             meta = json.load(f).get("metadata", {}).get(META_KEY, {})
+    except FileNotFoundError:
+        return "missing"
     except (OSError, ValueError):
-        return False
-    return (meta.get("source_sha256") == source_sha256(source) and bool(meta.get("complete"))
-            and not meta.get("failed_cells"))
+        return "stale"
+    if meta.get("source_sha256") != source_sha256(source) or not meta.get("complete"):
+        return "stale"
+    return "failed" if meta.get("failed_cells") else "ok"
+
+
+def is_current(executed: str, source: str) -> bool:
+    """Whether ``executed`` is a complete, passing nbval run of ``source`` as it is now."""
+    return status(executed, source) == "ok"
