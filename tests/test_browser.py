@@ -257,6 +257,7 @@ REPORT_JS = """() => {
         v.querySelectorAll('.widget-slider, .widget-button, .widget-dropdown, .widget-radio-box, ' +
           '.widget-checkbox, .widget-text, .widget-html, .widget-label, .widget-progress, .widget-output').length),
       widget_errors: views.filter(v => /Error displaying widget|Error rendering/.test(v.textContent)).length,
+      widget_texts: views.filter(v => /Error|Loading widget/.test(v.textContent)).map(v => v.textContent.slice(0, 120)),
       images: c.node.querySelectorAll('.jp-OutputArea-output img').length,
     };
   });
@@ -373,6 +374,24 @@ RENDERED_JS = """() => {
   });
 }"""
 
+# jupyterlab_widgets (3.0.x) races with itself when a notebook opens with saved state: the restore that a
+# kernel connecting starts can end (and mark the manager restored) before the notebook's saved models are all
+# made, and a view asked for in between says "model not found" for good. A learner's reload fixes it; here
+# the output is rendered again (set to itself), which asks the manager for the model again.
+RERENDER_JS = """() => {
+  const nb = window.jupyterapp.shell.currentWidget;
+  let n = 0;
+  for (const c of nb.content.widgets.filter(c => c.model.type === 'code')) {
+    const m = c.outputArea.model;
+    c.outputArea.widgets.forEach((w, k) => {
+      if (k < m.length && /Error displaying widget: model not found/.test(w.node.textContent)) {
+        m.set(k, m.get(k).toJSON()); n += 1;
+      }
+    });
+  }
+  return n;
+}"""
+
 PRESENT_JS = """() => {   // what a teacher does before projecting: hide the side bars, presentation mode on
   const app = window.jupyterapp;
   app.shell.collapseLeft(); app.shell.collapseRight();
@@ -436,6 +455,13 @@ def test_notebook_as_nbval_ran_it_shows_in_jupyterlab_with_widgets_rendered(lab,
             page.wait_for_function(RENDERED_JS, timeout=60_000)
         except Exception:   # the checks below say which widget did not render
             pass
+        rerendered = 0
+        for _ in range(10):
+            again = page.evaluate(RERENDER_JS)
+            if not again:
+                break
+            rerendered += again
+            page.wait_for_timeout(1000)
         cells = page.evaluate(REPORT_JS)
         assert len(cells) == len(code), f"{name}: JupyterLab shows {len(cells)} code cells, the file has {len(code)}"
         unrun = [c["index"] for c in cells if c["execution_count"] is None and c["index"] not in skipped]
@@ -452,7 +478,8 @@ def test_notebook_as_nbval_ran_it_shows_in_jupyterlab_with_widgets_rendered(lab,
         page.evaluate(HIDE_DISCONNECTED_JS)
         shots = _screenshot(page, stem)
         print(f"{name}: {len(cells)} code cells, {sum(c['outputs'] for c in cells)} outputs, {rendered} widget views "
-              f"({expected} displayed), {sum(c['images'] for c in cells)} figures; screenshots {shots}; "
+              f"({expected} displayed, {rerendered} rendered again after a 'model not found'), "
+              f"{sum(c['images'] for c in cells)} figures; screenshots {shots}; "
               f"open + kernel start {t_open:.1f} s, in all {time.monotonic() - t0:.1f} s")
         assert not [e for e in console if "widget" in e.lower()], f"{name}: page errors: {console}"
     finally:
