@@ -7,7 +7,8 @@
 #   make classroom      JupyterLab with projection mode on for every notebook (large fonts, thick lines)
 #   make export         the whole course, run, as static HTML + slides in build/site (reads without a kernel)
 #   make slides         slides only (reveal.js, offline), from the notebooks as committed, in build/site/slides
-#   make test-browser   only the real-browser test: every notebook in JupyterLab + headless Chromium
+#   make test-browser   only the real-browser test: every notebook, as nbval ran it, in JupyterLab + headless
+#                       Chromium (runs nbval first on the notebooks it finds no current run of)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -48,12 +49,13 @@ classroom: install
 	MGPU_PROJECTION=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. \
 	    notebooks/00_setup.ipynb
 
-# The whole suite: unit tests and every notebook under nbval, and the real-browser test (a second pytest
-# run, so each result stands alone; it skips, saying why, where chromium is missing). The two run side by
-# side, each one's output printed whole when it ends: the browser test waits on JupyterLab and Chromium
-# much of its time, which the CPU-bound main run fills.
+# The whole suite: unit tests and every notebook under nbval, then the real-browser test (a second pytest
+# run, so each result stands alone; it skips, saying why, where chromium is missing). One after the other:
+# the browser test opens the notebooks as test-main's nbval run left them in build/executed/
+# (mgpu_helpers/tools/executed.py) instead of running them again. -k: the browser test runs even where the
+# main run failed (it reports a notebook whose nbval run failed as failed, without opening it).
 test: install
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-main test-browser
+	$(MAKE) --no-print-directory -k test-main test-browser
 
 test-main: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
@@ -61,6 +63,8 @@ test-main: install
 	    $(PYTEST_ARGS)
 
 # Needs Debian's chromium at /usr/bin/chromium (apt-get install chromium); Playwright only drives it.
+# Opens build/executed/*.ipynb, the notebooks as test-main's nbval ran them; where one is missing or was run
+# from another version of its notebook, the test runs nbval on that notebook first.
 test-browser: install
 	$(PY) -m pytest tests/test_browser.py -m browser -p no:randomly -rA $(PYTEST_ARGS)
 
