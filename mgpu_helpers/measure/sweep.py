@@ -246,7 +246,7 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
 
 
 def per_rank_wait_us(per_rank: list[list[dict]]) -> list[list[float]]:
-    """``[rank][size index]``: each rank's median wait at the barrier (us), from :func:`step_rank` results."""
+    """``[rank][size index]``: each rank's median wait for the slowest rank (us), from :func:`step_rank` results."""
     return [[row["wait"] * 1e6 for row in rows] for rows in per_rank]
 
 
