@@ -13,7 +13,8 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZ
                                       WatchedCalls, as_float, call, compare, fill_in, first_hint, has_stub, int_values,
                                       launch, matching_hint, new_rng, number_answer, passed, refuse_course_code,
                                       resolve_course, run_on_ranks, run_problem, which_rank)
-from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
+from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
+from mgpu_helpers.models.comm_share import comm_share_speedup
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
@@ -434,8 +435,6 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
 
 def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth, nccl-tests' definition."""
-    from mgpu_helpers.models.bandwidth import algbw, busbw
-
     what = "all_reduce_busbw 要算出 All-Reduce 的 busbw（字节/秒）"
     rng = new_rng()
     cases = [(1e9, 1.0, 2), (1e9, 1.0, 8), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]
@@ -461,16 +460,12 @@ def check_all_reduce_busbw(fn) -> None:
 
 
 def try_all_reduce_busbw(fn):
-    from mgpu_helpers.models.bandwidth import busbw
-
     return fill_in(fn, check_all_reduce_busbw, lambda nbytes, seconds, n: busbw("all_reduce", nbytes, seconds, n),
                    "All-Reduce 的 busbw")
 
 
 def check_comm_share_speedup(fn) -> None:
     """``fn(share_before, share_after) -> speed-up``: compute fixed, communication's share of the step drops."""
-    from mgpu_helpers.models.comm_share import comm_share_speedup
-
     what = "comm_share_speedup 要算出通信占比从 before 降到 after 时每步快几倍"
     rng = new_rng()
     cases = [(0.3, 0.1), (0.5, 0.5), (0.0, 0.0), (0.2, 0.0), (0.9, 0.3)]
@@ -492,6 +487,4 @@ def check_comm_share_speedup(fn) -> None:
 
 
 def try_comm_share_speedup(fn):
-    from mgpu_helpers.models.comm_share import comm_share_speedup
-
     return fill_in(fn, check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")

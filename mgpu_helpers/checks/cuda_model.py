@@ -28,6 +28,7 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, first_hint, new_rng, not_done, passed,
                                       refuse_course_code, require_written)
+from mgpu_helpers.measure.timing import simulator
 
 PAD = 5              # sentinel elements after every launched thread's slot
 WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is stopped
@@ -99,7 +100,6 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
     """Launch the reader's kernel and wait for it; every way it can go wrong becomes a :class:`CheckFailed`."""
     from numba import cuda
 
-    from mgpu_helpers.measure.timing import simulator
 
     require_written(kernel, what)
     loop = stuck_loop(kernel)

@@ -16,7 +16,8 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, launch,
-                                      let_rank_server_preload, passed)
+                                      let_rank_server_preload, passed, refusing_check)
+from mgpu_helpers.measure import dp_reference as ref
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -24,8 +25,6 @@ def _dp_rank(rank, world_size, fn, config):
 
     from mgpu_helpers.launcher.ranks import rank_device
     from mgpu_helpers.lessons.data_parallel import shard
-    from mgpu_helpers.measure import dp_reference as ref
-
     device = rank_device()
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
@@ -42,8 +41,6 @@ def simulated_training(config, world_size: int, combine: str):
     import torch
 
     from mgpu_helpers.lessons.data_parallel import shard
-    from mgpu_helpers.measure import dp_reference as ref
-
     data = ref.make_dataset(config)
     shards = [shard(data, r, world_size) for r in range(world_size)]
     model = ref.make_model(config)
@@ -71,8 +68,6 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_H
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
     ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
     from mgpu_helpers.lessons.data_parallel import shard_range
-    from mgpu_helpers.measure import dp_reference as ref
-
     let_rank_server_preload()
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
     rng = random.Random()
@@ -177,8 +172,6 @@ def check_local_gradient(fn) -> None:
     import torch
 
     from mgpu_helpers.lessons.data_parallel import shard
-    from mgpu_helpers.measure import dp_reference as ref
-
     what = "local_gradient 要在本 Rank 的那片数据上做一次 forward + backward"
     rng = random.Random()
     cases = [(1, 4, 50), (3, 4, 50), (2, 3, 7), (0, 2, 48), (4, 5, 5)]
@@ -208,7 +201,6 @@ def check_local_gradient(fn) -> None:
 
 def try_local_gradient(fn):
     """Notebook 09's fill-in; the course's version (``mh.lessons.data_parallel.local_gradient``) while unwritten."""
-    from mgpu_helpers.checks.core import refusing_check
     from mgpu_helpers.lessons import data_parallel
 
     check = refusing_check(check_local_gradient, "local_gradient", [(data_parallel, "local_gradient")])

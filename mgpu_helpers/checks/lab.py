@@ -26,6 +26,8 @@ import numpy as np
 from mgpu_helpers.checks.core import (CheckFailed, WORLD_SIZES, as_float, call, fill_in, first_hint, int_values, new_rng,
                                       passed, run_on_ranks)
 from mgpu_helpers.measure import sizes
+from mgpu_helpers.measure import nccltests
+from mgpu_helpers.models import bandwidth
 
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
 # run cannot tell them apart.
@@ -161,8 +163,6 @@ def _size_key(key) -> int:
 def check_rs_ag_slowdown(fn) -> None:
     """``fn() -> float``: the learner's number, RS+AG time / all-reduce time at 1 GiB on 2 x H200, against
     the recorded nccl-tests times (out-of-place columns of the three files); within 3%."""
-    from mgpu_helpers.measure import nccltests
-
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
     got = call(fn, what)
     got = as_float(got, f"{what}；现在返回的是 {got!r}。")
@@ -279,7 +279,6 @@ CLAIM_NAMES = {"crossover": "通信开始压过计算的消息规模", "rs_ag_ov
 
 
 def _busbw_top(run) -> tuple[int, float]:
-    from mgpu_helpers.models import bandwidth
     best = max((r for r in run["sweep_rows"] if r["op"] == "all_reduce"), key=lambda r: r["nbytes"] / r["time_us"])
     return best["nbytes"], bandwidth.busbw("all_reduce", best["nbytes"], best["time_us"] / 1e6, run["world_size"]) / 1e9
 
@@ -529,8 +528,6 @@ def check_crossover_size(fn) -> None:
     """``fn(compute_us, table) -> nbytes | None``: the smallest message size of a recorded all-reduce table
     (rows with ``nbytes``, ``time_us``: the out-of-place time) whose time exceeds ``compute_us``; None when
     none does. Checked on the recorded 2 x H200 table, shuffled, and on edge cases."""
-    from mgpu_helpers.measure import nccltests
-
     what = "crossover_size 要在记录的表里找出 All-Reduce 时间第一次超过计算时间的消息规模"
     table = [{"nbytes": r["nbytes"], "time_us": r["time_us"], "busbw": r["busbw"],
               "inplace_time_us": r["inplace_time_us"]} for r in nccltests.load_reference("all_reduce")]

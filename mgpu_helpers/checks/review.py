@@ -14,6 +14,8 @@ import statistics
 
 from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
 from mgpu_helpers.checks.stragglers import traced_run
+from mgpu_helpers.measure import straggler
+from mgpu_helpers.models import scaling
 
 # The number-first exercise: one rank does all 24 units; four ranks split them 12/6/4/2, then 6/6/6/6.
 SPEEDUP_TOTAL = 24
@@ -31,8 +33,6 @@ STRAGGLER_SECONDS_PER_UNIT = 0.010
 
 def check_speedup_efficiency(fn) -> None:
     """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)``: strong scaling, the same job on world_size ranks."""
-    from mgpu_helpers.models import scaling
-
     what = "speedup_and_efficiency 要返回 (加速比, 强扩展效率)"
     rng = random.Random()
     cases = [(0.400, 0.250, 2), (1.0, 1.0, 1), (0.400, 0.500, 4)]
@@ -68,8 +68,6 @@ def measured_speedup(shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float
     ``max shard * seconds_per_unit`` and that plus :func:`~mgpu_helpers.measure.straggler.step_margin` plus the
     median all-reduce). ``single``: a one-rank run to reuse (RankResults), so several shardings share it.
     """
-    from mgpu_helpers.measure import straggler
-
     what = "测量加速比"
     runs = [single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
             traced_run(tuple(shards), steps, seconds_per_unit, what)]
@@ -144,8 +142,6 @@ def check_find_straggler(fn) -> None:
     """``fn(values) -> (rank, lost_s)``: the straggler of a run (per-rank records as
     :func:`mgpu_helpers.measure.straggler.run_traced` returns them) and the median seconds per step that
     uneven work costs (max compute - mean compute). Random records with a stalled step first, then a real run."""
-    from mgpu_helpers.measure import straggler
-
     what = "find_straggler 要从逐 Rank 的记录里找出 Straggler，并给出每步因此多花的秒数"
     rng = random.Random()
     for _ in range(30):

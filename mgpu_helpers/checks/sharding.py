@@ -14,6 +14,8 @@ import numpy as np
 
 from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fill_in, passed
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
+from mgpu_helpers.models import memory
+from mgpu_helpers.models import sharding as sharding_model
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
@@ -78,7 +80,6 @@ def try_contiguous_ranges(fn):
 
 def reference_per_rank_memory(strategy, sizes, weights):
     """The checker's reference: one dict (part -> size) per rank, sharded parts split by ``weights``."""
-    from mgpu_helpers.models import memory
     plan = memory.memory_plan(strategy, len(weights), math.inf, weights=list(weights), **sizes)
     return [{p: getattr(r, p) for p in memory.PARTS} for r in plan.ranks]
 
@@ -105,7 +106,6 @@ def check_per_rank_memory(fn) -> None:
     to ``weights`` (one per rank), replicated parts held whole by every rank. Strategies: replicate,
     data_parallel, zero1, zero2, zero3."""
     what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
-    from mgpu_helpers.models import memory
     refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory),
                        ("memory_plan", "compare_strategies", "reference_per_rank_memory"))
     for n, (strategy, sizes, weights) in enumerate(_memory_cases(random.Random()), 1):
@@ -171,7 +171,6 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
     what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
     from mgpu_helpers.lessons import sharding_rules
-    from mgpu_helpers.models import sharding as sharding_model
     refuse_course_code(fn, what, (sharding_rules.assign_by_cost, sharding_model.assign_contiguous_by_cost),
                        ("assign_contiguous_by_cost",))
     call(fn, what, [3.0, 1.0, 2.0], 2)      # a stub fails here
@@ -193,7 +192,6 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
 
 def reference_fewest_gpus(strategy, capacity, params, grads, optimizer, activations):
     """The fewest equal-share GPUs of ``capacity`` on which every rank fits, or None when no number does."""
-    from mgpu_helpers.models import memory
     sizes = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
     split = sum(v for p, v in sizes.items() if p in memory.STRATEGIES[strategy])
     whole = sum(v for p, v in sizes.items() if p not in memory.STRATEGIES[strategy])

@@ -13,6 +13,8 @@ import statistics
 
 from mgpu_helpers.checks.core import (CheckFailed, call, fill_in, is_number, matching_hint, number_answer, passed,
                                       refusing_check)
+from mgpu_helpers.measure import straggler
+from mgpu_helpers.models import scaling
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -109,8 +111,6 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
     """The deterministic-cost straggler step on real ranks (RankResults), for a checker that measures; a rank
     that fails or hangs becomes a CheckFailed that says so."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.measure import straggler
-
     try:
         return straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
     except (RankError, RankTimeout) as exc:
@@ -129,8 +129,6 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
     with ``shard_units`` at ``seconds_per_unit``. Runs the deterministic (sleep) straggler step on
     ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
     (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
-    from mgpu_helpers.measure import straggler
-
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = call(fn, what)
     guess = number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
@@ -178,8 +176,6 @@ def check_speedup_and_efficiency(fn) -> None:
 
 def try_speedup_and_efficiency(fn):
     """Notebook 08's fill-in; the course's version (from ``mh.models.scaling``) while it is unwritten."""
-    from mgpu_helpers.models import scaling
-
     def reference(t1_s, tn_s, world_size):
         return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
 
@@ -267,8 +263,6 @@ def check_straggler_from_collective(fn, cases=None) -> None:
 def try_straggler_from_collective(fn):
     """Notebook 08's fill-in; the course's version (``mh.measure.straggler.straggler_by_collective``) while it is
     unwritten."""
-    from mgpu_helpers.measure import straggler
-
     check = refusing_check(check_straggler_from_collective, "straggler_from_collective",
                            [(straggler, "straggler_by_collective")])
     return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")
