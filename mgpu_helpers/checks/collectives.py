@@ -14,6 +14,7 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZ
                                       launch, matching_hint, new_rng, number_answer, passed, refuse_course_code,
                                       resolve_course, run_on_ranks, run_problem, which_rank)
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
+from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
@@ -180,14 +181,12 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                 a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]   # done by reduce-scatter
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
-                    if np.allclose(got, inputs[rank]):
-                        hint = "结果还是这个 Rank 自己的输入：收到的块加上了吗？"
-                    elif np.allclose(got[a:b], want[a:b]):
-                        hint = "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"
-                    else:
-                        hint = ("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
-                                "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
-                        hint += "；Reduce-Scatter 要加，All-Gather 直接覆盖。"
+                    hint = first_hint(
+                        (np.allclose(got, inputs[rank]), "结果还是这个 Rank 自己的输入：收到的块加上了吗？"),
+                        (np.allclose(got[a:b], want[a:b]), "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"),
+                        default=("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
+                                 "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
+                        + "；Reduce-Scatter 要加，All-Gather 直接覆盖。")
                 compare(got, want, where, hint)
                 if style == "tensor" and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
@@ -349,21 +348,16 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
 # -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
 
 
+EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
 def reference_expected(name: str, inputs) -> list:
     """Each rank's output of ``name`` (sum) for ``inputs[rank]``: all_reduce, all_gather (one flat list in
-    rank order), reduce_scatter (rank r: piece r of the sum; the length divides by the world size)."""
-    rows = np.asarray(inputs, dtype=np.float64)
-    n = len(rows)
-    if name == "all_reduce":
-        return [rows.sum(axis=0).tolist() for _ in range(n)]
-    if name == "all_gather":
-        return [rows.reshape(-1).tolist() for _ in range(n)]
-    if name == "reduce_scatter":
-        return [piece.tolist() for piece in np.split(rows.sum(axis=0), n)]
-    raise ValueError(f"name must be all_reduce, all_gather or reduce_scatter, not {name!r}")
-
-
-EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
+    rank order), reduce_scatter (rank r: piece r of the sum; the length divides by the world size): the
+    model's :func:`~mgpu_helpers.models.collectives.expected_outputs` for these three."""
+    if name not in EXPECTED_NAMES:
+        raise ValueError(f"name must be all_reduce, all_gather or reduce_scatter, not {name!r}")
+    return expected_outputs(name, inputs)
 
 
 def _expected_cases(rng, name: str) -> list:

@@ -15,7 +15,7 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, launch,
+from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, first_hint, launch,
                                       let_rank_server_preload, passed, refusing_check)
 from mgpu_helpers.measure import dp_reference as ref
 
@@ -149,14 +149,11 @@ def check_weighted_average(fn) -> None:
         g = np.asarray(grads)
         if got is not None and np.shape(got) == want.shape:
             gv = np.asarray(torch.as_tensor(got), dtype=np.float64)
-            if np.allclose(gv, g.mean(0)):
-                hint = "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"
-            elif np.allclose(gv, g.sum(0)):
-                hint = "这是和，不是平均。"
-            elif np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)):
-                hint = "加权之后要除以总行数，不是 Rank 数。"
-            elif np.isnan(gv).any():
-                hint = "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"
+            hint = first_hint((np.allclose(gv, g.mean(0)), "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"),
+                              (np.allclose(gv, g.sum(0)), "这是和，不是平均。"),
+                              (np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)),
+                               "加权之后要除以总行数，不是 Rank 数。"),
+                              (np.isnan(gv).any(), "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"))
         compare(got, want, f"{desc}（rows = {rows}）", hint, atol=1e-9, rtol=1e-9)
     passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
 

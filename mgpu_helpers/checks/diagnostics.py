@@ -7,7 +7,7 @@ import copy
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in, passed
+from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in, first_hint, passed
 from mgpu_helpers.measure import diagnose
 from mgpu_helpers.models import scaling
 
@@ -302,15 +302,12 @@ def check_least_waiting(fn) -> None:
             continue
         med = [round(statistics.median(v) * 1e3, 1) for v in per]
         mean = [round(sum(v) / len(v) * 1e3, 1) for v in per]
-        if got == max(range(len(per)), key=lambda r: statistics.median(per[r])):
-            why = ("你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
-                   "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。")
-        elif got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])):
-            why = f"你按平均值选的（各 Rank 平均 {mean} ms）；有一步卡顿的话，平均值会被那一步拉高，中位数不会。"
-        elif got == min(range(len(per)), key=lambda r: per[r][0]):
-            why = "你只看了第一步；要看每个 Rank 所有步的中位数。"
-        else:
-            why = ""
+        why = first_hint((got == max(range(len(per)), key=lambda r: statistics.median(per[r])),
+                          "你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
+                          "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。"),
+                         (got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])),
+                          f"你按平均值选的（各 Rank 平均 {mean} ms）；有一步卡顿的话，平均值会被那一步拉高，中位数不会。"),
+                         (got == min(range(len(per)), key=lambda r: per[r][0]), "你只看了第一步；要看每个 Rank 所有步的中位数。"))
         raise CheckFailed(f"{what}：各 Rank 在 All-Reduce 里的中位数是 {med} ms，应当是 rank {want}，"
                           f"你的函数给出 {got!r}。{why}")
     passed(f"least_waiting 在 {len(cases)} 组测量上（有卡顿的一步、只有一步、最晚到的是 rank 0）都找对了。")

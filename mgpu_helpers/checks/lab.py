@@ -89,11 +89,9 @@ def review_ownership(values, data) -> list[str]:
             problems.append(f"rank {rank} 的期望值 expected = {float(row['expected']):g}，"
                             f"但整段输入的平方和是 {want_total:g}。")
         if not _close(result, want_total):
-            why = ""
-            if world_size > 1 and _close(result, local):
-                why = "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"
-            elif _close(result, world_size * want_total):
-                why = f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"
+            why = first_hint((world_size > 1 and _close(result, local),
+                              "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
+                             (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"))
             problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
         if bool(row["ok"]) != _close(result, want_total):
             problems.append(f"rank {rank} 自己的判断 ok = {bool(row['ok'])}，可是结果 {result:g} "
@@ -172,15 +170,13 @@ def check_rs_ag_slowdown(fn) -> None:
         passed(f"你的 {got:.3f} 与记录的时间之比 {want:.3f} 一致（{rec['rs_ag_us']:.0f} us 对 "
                f"{rec['all_reduce_us']:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。")
         return
-    if math.isclose(got, 1 / want, rel_tol=0.03):
-        why = "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"
-    elif math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05):
-        why = "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"
-    elif got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"]:
-        why = (f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，对 {rec['all_reduce_us']:.0f} us）的话差不到 "
-               "1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。")
-    else:
-        why = "每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。"
+    why = first_hint(
+        (math.isclose(got, 1 / want, rel_tol=0.03), "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"),
+        (math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05),
+         "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"),
+        (got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"], f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，"
+         f"对 {rec['all_reduce_us']:.0f} us）的话差不到 1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。"),
+        default="每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。")
     raise CheckFailed(f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
                       f"你的是 {got:.3f}。{why}")
 
@@ -311,11 +307,8 @@ def _crossover_verdict(claim, f) -> Verdict:
     if idx is None:
         return Verdict(text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。")
     ok = not clearly_under[idx] and not any(clearly_over[:idx])
-    why = ""
-    if clearly_under[idx]:
-        why = "在这个规模上通信还明显比计算短。"
-    elif any(clearly_over[:idx]):
-        why = "更小的规模上通信已经明显比计算长了。"
+    why = first_hint((clearly_under[idx], "在这个规模上通信还明显比计算短。"),
+                     (any(clearly_over[:idx]), "更小的规模上通信已经明显比计算长了。"))
     return Verdict(text, ok, f"测到：{table}（相差不到 {1 - TOO_CLOSE:.0%} 的算分不出）。{why}")
 
 
@@ -484,14 +477,13 @@ def review_cyclic(values, data) -> list[str]:
         owned = [int(i) for i in row["owned"]]
         want = list(range(rank, n, world_size))
         if owned != want:
-            if sorted(owned) == want:
-                why = "元素对了，顺序要从小到大。"
-            elif owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1:
-                why = "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"
-            elif owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)):
-                why = "起点不对：rank r 的第一个元素是 r。"
-            else:
-                why = f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……"
+            why = first_hint(
+                (sorted(owned) == want, "元素对了，顺序要从小到大。"),
+                (owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
+                 "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"),
+                (owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)),
+                 "起点不对：rank r 的第一个元素是 r。"),
+                default=f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……")
             problems.append(f"rank {rank} 拥有的下标是 {owned[:8]}{'……' if len(owned) > 8 else ''}，"
                             f"应当是 {want[:8]}{'……' if len(want) > 8 else ''}：{why}")
             continue
