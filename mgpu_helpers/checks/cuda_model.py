@@ -26,6 +26,7 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
+from mgpu_helpers.checks.core import _python_fn as _inner
 from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, first_hint, new_rng, not_done, passed,
                                       refuse_course_code, require_written)
 from mgpu_helpers.measure.timing import simulator
@@ -40,10 +41,6 @@ WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is st
 
 class KernelTimeout(Exception):
     """A simulated kernel ran past the watchdog's deadline."""
-
-
-def _inner(fn):
-    return getattr(fn, "py_func", None) or fn
 
 
 def stuck_loop(kernel) -> str | None:

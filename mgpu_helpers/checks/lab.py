@@ -209,8 +209,7 @@ def try_ownership_check(fn):
     return fill_in(fn, check, lesson.ownership_check, "ownership_check：所有权检查")
 
 
-FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
-           "all_gather": lambda n: (n - 1) / n}
+FACTORS = {op: bandwidth.BUSBW_FACTORS[op] for op in ("all_reduce", "reduce_scatter", "all_gather")}
 
 
 def check_bus_bandwidth(fn) -> None:

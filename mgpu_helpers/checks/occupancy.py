@@ -18,8 +18,8 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, code_names, compare, deadline, fill_in, int_values, new_rng, \
-    not_done, passed, refuse_course_code, require_written
+from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, deadline, fill_in,
+                                      int_values, new_rng, not_done, passed, refuse_course_code, require_written)
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
@@ -293,12 +293,8 @@ def cupy_usable() -> bool:
 
 def _cuda_sources(code) -> list[str]:
     """The string constants of ``code`` and then of its nested code (the last defined first) that hold a CUDA
-    kernel."""
-    if code is None:
-        return []
-    nested = [k for k in code.co_consts if hasattr(k, "co_consts")]
-    return ([k for k in code.co_consts if isinstance(k, str) and "__global__" in k]
-            + [src for c in reversed(nested) for src in _cuda_sources(c)])
+    kernel (core._code_objects' order)."""
+    return [k for c in _code_objects(code) for k in c.co_consts if isinstance(k, str) and "__global__" in k]
 
 
 def check_saxpy_structure(fn) -> None:
