@@ -24,8 +24,7 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls,
                                       compare, fail_first, fill_in, first_hint, int_values, launch, new_rng, passed,
-                                      refuse_calls,
-                                      refuse_course_code, resolve_course, which_rank)
+                                      refuse_calls, refuse_course_code, resolve_course, which_rank)
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
