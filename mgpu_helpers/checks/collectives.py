@@ -377,23 +377,17 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
     rows, g = np.asarray(inputs, dtype=np.float64), np.asarray(got, dtype=np.float64)
     n = len(rows)
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
-    if same(rows[rank]):
-        return "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"
-    if same(rows.mean(axis=0)):
-        return "这是平均值：op=SUM 是求和，不除以 world_size。"
-    if name == "all_reduce" and same(rows.sum(axis=1)):
-        return "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"
-    if name == "all_gather" and same(rows[::-1].reshape(-1)):
-        return "顺序反了：第 k 段是 rank k 的数据。"
-    if name == "reduce_scatter":
-        if same(rows.sum(axis=0)):
-            return "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"
-        if same(np.split(rows[rank], n)[rank]):
-            return "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"
-        for k in range(n):
-            if k != rank and same(np.split(rows.sum(axis=0), n)[k]):
-                return f"这是第 {k} 段的和；rank {rank} 拿的是第 {rank} 段。"
-    return ""
+    rs = name == "reduce_scatter"
+    other = next((k for k in range(n) if rs and k != rank and same(np.split(rows.sum(axis=0), n)[k])), None)
+    return first_hint(
+        (same(rows[rank]), "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"),
+        (same(rows.mean(axis=0)), "这是平均值：op=SUM 是求和，不除以 world_size。"),
+        (name == "all_reduce" and same(rows.sum(axis=1)),
+         "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"),
+        (name == "all_gather" and same(rows[::-1].reshape(-1)), "顺序反了：第 k 段是 rank k 的数据。"),
+        (rs and same(rows.sum(axis=0)), "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"),
+        (rs and same(np.split(rows[rank], n)[rank]), "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"),
+        (other is not None, f"这是第 {other} 段的和；rank {rank} 拿的是第 {rank} 段。"))
 
 
 def check_expected_outputs(fns: dict) -> None:
