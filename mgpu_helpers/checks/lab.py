@@ -534,15 +534,13 @@ def check_crossover_size(fn) -> None:
         if got == want:
             continue
         name = "None" if want is None else f"{want}（{sizes.format_bytes(want)}）"
-        if want is not None and got == _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table]):
-            why = "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"
-        elif got is not None and want is not None and got < want:
-            why = "你给的规模上，All-Reduce 还没有比计算长。"
-        elif compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us):
-            why = "时间正好相等时还没有“超过”：要严格大于。"
-        elif want is None:
-            why = "表里没有哪一档比这个计算时间长：应当返回 None。"
-        else:
-            why = "表的行不保证按规模排好；要的是满足条件的最小规模。"
+        inplace = _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table])
+        why = first_hint(
+            (want is not None and got == inplace, "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"),
+            (got is not None and want is not None and got < want, "你给的规模上，All-Reduce 还没有比计算长。"),
+            (compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us),
+             "时间正好相等时还没有“超过”：要严格大于。"),
+            (want is None, "表里没有哪一档比这个计算时间长：应当返回 None。"),
+            default="表的行不保证按规模排好；要的是满足条件的最小规模。")
         raise CheckFailed(f"{what}：计算时间 {compute_us:.2f} us 时应当是 {name}，你的函数给出 {got!r}。{why}")
     passed(f"crossover_size 在 {len(cases)} 个计算时间上（比表里都短、都长、正好相等、打乱的行）都对。")
