@@ -74,9 +74,14 @@ class _WorkProxy:
         self._work, self._index, self._seen = work, index, seen
 
     def __getattr__(self, name):
-        if name in ("wait", "get_future"):      # the handle is waited on (or its future taken)
+        attr = getattr(self._work, name)
+        if name not in ("wait", "get_future"):
+            return attr
+
+        def waited(*args, **kwargs):            # the handle is waited on (or its future taken)
             self._seen["waited"].add(self._index)
-        return getattr(self._work, name)
+            return attr(*args, **kwargs)
+        return waited
 
 
 def _watch():
