@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 
 
-from mgpu_helpers.report import sizes
+from mgpu_helpers import hardware
+from mgpu_helpers.measure import diagnose, sweep
+from mgpu_helpers.report import nccltests, sizes
 
 TARGET_FROM = 64 << 20     # busbw must be within 5% of nccl-tests from this size up
 TARGET_RATIO = 0.95
@@ -22,7 +24,6 @@ TARGET_RATIO = 0.95
 
 def target_check(rows) -> list[str]:
     """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
-    from mgpu_helpers.report import nccltests
     return [f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})"
             for d in nccltests.compare_with_reference(rows)
             if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO]
@@ -30,7 +31,6 @@ def target_check(rows) -> list[str]:
 
 def record_nccl_debug(path: str, world_size: int) -> int:
     """Run one all-reduce with NCCL_DEBUG=INFO and write the ranks' NCCL lines to ``path``."""
-    from mgpu_helpers.measure import diagnose
     lines = diagnose.nccl_debug_lines(world_size)
     if not lines:
         print("no NCCL lines: this needs NCCL ranks (one GPU per rank).")
@@ -44,10 +44,6 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from mgpu_helpers import hardware
-    from mgpu_helpers.measure import sweep
-    from mgpu_helpers.report import nccltests
-
     gpus = hardware.machine().gpu_count
     p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench collectives", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -82,81 +82,33 @@ Notebook 13's own fill-ins are checked by ``mh.checks.overlap.try_*`` (:mod:`mgp
 """
 from mgpu_helpers.lazy import attach
 
+# The public names of each module, reached as ``mh.checks.<name>`` (the modules themselves are reached too).
+_PUBLIC = {
+    "core": "CheckFailed fill_in NOT_DONE RankProblem run_problem",
+    "overlap": "check_accumulate_dp check_step_seconds",
+    "cuda_model": "check_grid_2d check_reverse_copy check_add_into_grid_stride",
+    "kernels": "PAD check_matrix_add",
+    "occupancy": "check_saxpy_cupy check_blocks_per_sm check_vec_add_two check_max_regs check_one_wave_blocks "
+                 "one_wave_facts",
+    "groups": "check_env_for check_init_for check_placement check_join_and_sum",
+    "p2p": "check_exchange check_ring_pass check_pass_right check_ring_sum",
+    "collectives": "check_broadcast check_all_gather check_ring_all_reduce check_count_sent_bytes "
+                   "check_ring_bytes_guess check_ring_all_reduce_right try_ring_all_reduce check_expected_outputs "
+                   "try_expected_outputs check_all_reduce_busbw try_all_reduce_busbw check_comm_share_speedup "
+                   "try_comm_share_speedup",
+    "semantics": "check_all_gather_uneven check_all_reduce_rs_ag check_reduce_scatter_uneven "
+                 "check_bytes_each_rank_sends",
+    "sharding": "MEMORY_STRATEGIES check_shard_contiguous_by_cost check_rank_memory_fewest_gpus "
+                "check_contiguous_ranges check_per_rank_memory",
+    "stragglers": "check_ring_allreduce_seconds best_rebalance check_rebalance check_wait_prediction "
+                  "check_allreduce_crossover_bytes check_straggler_from_collective",
+    "dataparallel": "check_data_parallel_step",
+    "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_stuck_in "
+                   "check_measured_speedup check_least_waiting",
+    "review": "check_speedup_efficiency check_speedup_prediction check_find_straggler",
+    "lab": "check_ownership_check check_rs_ag_slowdown check_bus_bandwidth check_conclusions try_conclusions "
+           "check_ownership_cyclic check_crossover_size",
+}
 __getattr__, __dir__, __all__ = attach(
-    __name__,
-    submodules=None,  # every module of this folder
-    attributes={
-        "CheckFailed": "core",
-        "fill_in": "core",
-        "check_accumulate_dp": "overlap",
-        "check_step_seconds": "overlap",
-        "NOT_DONE": "core",
-        "check_grid_2d": "cuda_model",
-        "check_reverse_copy": "cuda_model",
-        "check_add_into_grid_stride": "cuda_model",
-        "PAD": "kernels",
-        "check_matrix_add": "kernels",
-        "check_saxpy_cupy": "occupancy",
-        "check_blocks_per_sm": "occupancy",
-        "check_vec_add_two": "occupancy",
-        "check_max_regs": "occupancy",
-        "check_one_wave_blocks": "occupancy",
-        "one_wave_facts": "occupancy",
-        "RankProblem": "core",
-        "run_problem": "core",
-        "check_env_for": "groups",
-        "check_init_for": "groups",
-        "check_exchange": "p2p",
-        "check_ring_pass": "p2p",
-        "check_placement": "groups",
-        "check_join_and_sum": "groups",
-        "check_pass_right": "p2p",
-        "check_ring_sum": "p2p",
-        "check_broadcast": "collectives",
-        "check_all_gather": "collectives",
-        "check_ring_all_reduce": "collectives",
-        "check_count_sent_bytes": "collectives",
-        "check_ring_bytes_guess": "collectives",
-        "check_ring_all_reduce_right": "collectives",
-        "try_ring_all_reduce": "collectives",
-        "check_expected_outputs": "collectives",
-        "try_expected_outputs": "collectives",
-        "check_all_reduce_busbw": "collectives",
-        "try_all_reduce_busbw": "collectives",
-        "check_comm_share_speedup": "collectives",
-        "try_comm_share_speedup": "collectives",
-        "check_all_gather_uneven": "semantics",
-        "check_all_reduce_rs_ag": "semantics",
-        "MEMORY_STRATEGIES": "sharding",
-        "check_shard_contiguous_by_cost": "sharding",
-        "check_rank_memory_fewest_gpus": "sharding",
-        "check_contiguous_ranges": "sharding",
-        "check_per_rank_memory": "sharding",
-        "check_reduce_scatter_uneven": "semantics",
-        "check_bytes_each_rank_sends": "semantics",
-        "check_ring_allreduce_seconds": "stragglers",
-        "best_rebalance": "stragglers",
-        "check_rebalance": "stragglers",
-        "check_wait_prediction": "stragglers",
-        "check_allreduce_crossover_bytes": "stragglers",
-        "check_straggler_from_collective": "stragglers",
-        "check_data_parallel_step": "dataparallel",
-        "COLLECTIVES": "diagnostics",
-        "make_hang_evidence": "diagnostics",
-        "check_find_mismatch": "diagnostics",
-        "check_predict_hang": "diagnostics",
-        "check_stuck_in": "diagnostics",
-        "check_measured_speedup": "diagnostics",
-        "check_least_waiting": "diagnostics",
-        "check_speedup_efficiency": "review",
-        "check_speedup_prediction": "review",
-        "check_find_straggler": "review",
-        "check_ownership_check": "lab",
-        "check_rs_ag_slowdown": "lab",
-        "check_bus_bandwidth": "lab",
-        "check_conclusions": "lab",
-        "try_conclusions": "lab",
-        "check_ownership_cyclic": "lab",
-        "check_crossover_size": "lab",
-    },
-)
+    __name__, submodules=None,  # every module of this folder
+    attributes={name: module for module, names in _PUBLIC.items() for name in names.split()})

@@ -13,7 +13,9 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZ
                                       WatchedCalls, as_float, call, compare, fill_in, first_hint, has_stub, int_values,
                                       launch, matching_hint, new_rng, number_answer, passed, refuse_course_code,
                                       resolve_course, run_on_ranks, run_problem, which_rank)
-from mgpu_helpers.models.bandwidth import bytes_sent_per_rank
+from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
+from mgpu_helpers.models.collectives import expected_outputs
+from mgpu_helpers.models.comm_share import comm_share_speedup
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
@@ -179,14 +181,12 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                 a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]   # done by reduce-scatter
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
-                    if np.allclose(got, inputs[rank]):
-                        hint = "结果还是这个 Rank 自己的输入：收到的块加上了吗？"
-                    elif np.allclose(got[a:b], want[a:b]):
-                        hint = "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"
-                    else:
-                        hint = ("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
-                                "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
-                        hint += "；Reduce-Scatter 要加，All-Gather 直接覆盖。"
+                    hint = first_hint(
+                        (np.allclose(got, inputs[rank]), "结果还是这个 Rank 自己的输入：收到的块加上了吗？"),
+                        (np.allclose(got[a:b], want[a:b]), "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"),
+                        default=("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
+                                 "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
+                        + "；Reduce-Scatter 要加，All-Gather 直接覆盖。")
                 compare(got, want, where, hint)
                 if style == "tensor" and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
@@ -348,21 +348,16 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
 # -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
 
 
+EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
 def reference_expected(name: str, inputs) -> list:
     """Each rank's output of ``name`` (sum) for ``inputs[rank]``: all_reduce, all_gather (one flat list in
-    rank order), reduce_scatter (rank r: piece r of the sum; the length divides by the world size)."""
-    rows = np.asarray(inputs, dtype=np.float64)
-    n = len(rows)
-    if name == "all_reduce":
-        return [rows.sum(axis=0).tolist() for _ in range(n)]
-    if name == "all_gather":
-        return [rows.reshape(-1).tolist() for _ in range(n)]
-    if name == "reduce_scatter":
-        return [piece.tolist() for piece in np.split(rows.sum(axis=0), n)]
-    raise ValueError(f"name must be all_reduce, all_gather or reduce_scatter, not {name!r}")
-
-
-EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
+    rank order), reduce_scatter (rank r: piece r of the sum; the length divides by the world size): the
+    model's :func:`~mgpu_helpers.models.collectives.expected_outputs` for these three."""
+    if name not in EXPECTED_NAMES:
+        raise ValueError(f"name must be all_reduce, all_gather or reduce_scatter, not {name!r}")
+    return expected_outputs(name, inputs)
 
 
 def _expected_cases(rng, name: str) -> list:
@@ -382,23 +377,17 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
     rows, g = np.asarray(inputs, dtype=np.float64), np.asarray(got, dtype=np.float64)
     n = len(rows)
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
-    if same(rows[rank]):
-        return "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"
-    if same(rows.mean(axis=0)):
-        return "这是平均值：op=SUM 是求和，不除以 world_size。"
-    if name == "all_reduce" and same(rows.sum(axis=1)):
-        return "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"
-    if name == "all_gather" and same(rows[::-1].reshape(-1)):
-        return "顺序反了：第 k 段是 rank k 的数据。"
-    if name == "reduce_scatter":
-        if same(rows.sum(axis=0)):
-            return "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"
-        if same(np.split(rows[rank], n)[rank]):
-            return "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"
-        for k in range(n):
-            if k != rank and same(np.split(rows.sum(axis=0), n)[k]):
-                return f"这是第 {k} 段的和；rank {rank} 拿的是第 {rank} 段。"
-    return ""
+    rs = name == "reduce_scatter"
+    other = next((k for k in range(n) if rs and k != rank and same(np.split(rows.sum(axis=0), n)[k])), None)
+    return first_hint(
+        (same(rows[rank]), "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"),
+        (same(rows.mean(axis=0)), "这是平均值：op=SUM 是求和，不除以 world_size。"),
+        (name == "all_reduce" and same(rows.sum(axis=1)),
+         "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"),
+        (name == "all_gather" and same(rows[::-1].reshape(-1)), "顺序反了：第 k 段是 rank k 的数据。"),
+        (rs and same(rows.sum(axis=0)), "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"),
+        (rs and same(np.split(rows[rank], n)[rank]), "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"),
+        (other is not None, f"这是第 {other} 段的和；rank {rank} 拿的是第 {rank} 段。"))
 
 
 def check_expected_outputs(fns: dict) -> None:
@@ -434,8 +423,6 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
 
 def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth, nccl-tests' definition."""
-    from mgpu_helpers.models.bandwidth import algbw, busbw
-
     what = "all_reduce_busbw 要算出 All-Reduce 的 busbw（字节/秒）"
     rng = new_rng()
     cases = [(1e9, 1.0, 2), (1e9, 1.0, 8), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]
@@ -461,16 +448,12 @@ def check_all_reduce_busbw(fn) -> None:
 
 
 def try_all_reduce_busbw(fn):
-    from mgpu_helpers.models.bandwidth import busbw
-
     return fill_in(fn, check_all_reduce_busbw, lambda nbytes, seconds, n: busbw("all_reduce", nbytes, seconds, n),
                    "All-Reduce 的 busbw")
 
 
 def check_comm_share_speedup(fn) -> None:
     """``fn(share_before, share_after) -> speed-up``: compute fixed, communication's share of the step drops."""
-    from mgpu_helpers.models.comm_share import comm_share_speedup
-
     what = "comm_share_speedup 要算出通信占比从 before 降到 after 时每步快几倍"
     rng = new_rng()
     cases = [(0.3, 0.1), (0.5, 0.5), (0.0, 0.0), (0.2, 0.0), (0.9, 0.3)]
@@ -492,6 +475,4 @@ def check_comm_share_speedup(fn) -> None:
 
 
 def try_comm_share_speedup(fn):
-    from mgpu_helpers.models.comm_share import comm_share_speedup
-
     return fill_in(fn, check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")

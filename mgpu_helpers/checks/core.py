@@ -126,6 +126,14 @@ def first_hint(*slips, default: str = "") -> str:
     return next((text for holds, text in slips if holds), default)
 
 
+def fail_first(*slips) -> None:
+    """Raise :class:`CheckFailed` with the text of the first ``(it is this mistake, text)`` pair that holds: a
+    checker's rules in order, each with its message (every condition is evaluated, so each must be safe to)."""
+    text = first_hint(*slips)
+    if text:
+        raise CheckFailed(text)
+
+
 def matching_hint(got, slips, default: str = "", **tolerance) -> str:
     """The text of the first ``(value, text)`` in ``slips`` whose value ``got`` equals (:func:`math.isclose`
     with ``tolerance``; a value of None matches nothing), else ``default``: the usual wrong formulas, named."""

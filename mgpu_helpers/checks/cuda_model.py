@@ -26,8 +26,10 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
+from mgpu_helpers.checks.core import _python_fn as _inner
 from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, first_hint, new_rng, not_done, passed,
                                       refuse_course_code, require_written)
+from mgpu_helpers.measure.timing import simulator
 
 PAD = 5              # sentinel elements after every launched thread's slot
 WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is stopped
@@ -39,10 +41,6 @@ WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is st
 
 class KernelTimeout(Exception):
     """A simulated kernel ran past the watchdog's deadline."""
-
-
-def _inner(fn):
-    return getattr(fn, "py_func", None) or fn
 
 
 def stuck_loop(kernel) -> str | None:
@@ -99,7 +97,6 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
     """Launch the reader's kernel and wait for it; every way it can go wrong becomes a :class:`CheckFailed`."""
     from numba import cuda
 
-    from mgpu_helpers.measure.timing import simulator
 
     require_written(kernel, what)
     loop = stuck_loop(kernel)
@@ -125,6 +122,15 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
 
 def _blocks(n: int, block: int) -> int:
     return max(1, (n + block - 1) // block)
+
+
+def _whole_numbers(got, want: tuple, where: str, kinds, returns: str, slips) -> None:
+    """``got`` must be a ``kinds`` of ``len(want)`` whole numbers equal to ``want``; else the failure, with the hint
+    of the first ``(it is this mistake, text)`` of ``slips()`` that holds (called only then: it may index ``got``)."""
+    if not isinstance(got, kinds) or len(got) != len(want):
+        raise CheckFailed(f"{where}：应当返回 {returns}，实际返回 {got!r}。")
+    if tuple(int(v) for v in got) != want:
+        raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{first_hint(*slips())}".rstrip())
 
 
 def _sizes(rng, block: int) -> list[int]:
@@ -209,14 +215,10 @@ def check_work_and_idle(fn) -> None:
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
-        if not isinstance(got, (tuple, list)) or len(got) != 3:
-            raise CheckFailed(f"{where}：应当返回 (work, idle, no_thread) 三个整数，实际返回 {got!r}。")
-        if tuple(int(v) for v in got) != want:
-            hint = first_hint(
-                (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
-                (got[0] == n and n > total, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
-                (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"))
-            raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
+        _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", lambda: (
+            (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+            (got[0] == n and n > total, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
+            (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。")))
     passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
 
 
@@ -235,17 +237,12 @@ def check_launch_config(fn) -> None:
         got = call(fn, what, n, block)
         want = (_blocks(n, block), block)
         where = f"n = {n}, block = {block}"
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise CheckFailed(f"{where}：应当返回 (blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的，"
-                              f"实际返回 {got!r}。")
-        if tuple(int(v) for v in got) != want:
-            hint = first_hint(
-                (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
-                (got[0] == n // block + 1 and n % block == 0 and n,
-                 " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。"),
-                (n == 0 and got[0] == 0, " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。"),
-                (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"))
-            raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
+        _whole_numbers(got, want, where, tuple, "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的", lambda: (
+            (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
+            (got[0] == n // block + 1 and n % block == 0 and n,
+             " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。"),
+            (n == 0 and got[0] == 0, " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。"),
+            (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。")))
     try:
         default = fn(1000)
     except TypeError:
@@ -309,14 +306,10 @@ def check_grid_2d(fn) -> None:
         got = call(fn, what, rows, cols, bx, by)
         want = (_blocks(cols, bx), _blocks(rows, by))
         where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise CheckFailed(f"{where}：应当返回 (grid_x, grid_y) 两个整数，实际返回 {got!r}。")
-        if tuple(int(v) for v in got) != want:
-            hint = first_hint(
-                (tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
-                 "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"),
-                (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"))
-            raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{hint}".rstrip())
+        _whole_numbers(got, want, where, tuple, "(grid_x, grid_y) 两个整数", lambda: (
+            (tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
+             "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"),
+            (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。")))
     passed(f"grid_2d 在 {len(cases)} 种矩阵和 Block 形状上都对。")
 
 

@@ -15,8 +15,9 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, launch,
-                                      let_rank_server_preload, passed)
+from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, first_hint, launch,
+                                      let_rank_server_preload, passed, refusing_check)
+from mgpu_helpers.measure import dp_reference as ref
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -24,8 +25,6 @@ def _dp_rank(rank, world_size, fn, config):
 
     from mgpu_helpers.launcher.ranks import rank_device
     from mgpu_helpers.lessons.data_parallel import shard
-    from mgpu_helpers.measure import dp_reference as ref
-
     device = rank_device()
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
@@ -42,8 +41,6 @@ def simulated_training(config, world_size: int, combine: str):
     import torch
 
     from mgpu_helpers.lessons.data_parallel import shard
-    from mgpu_helpers.measure import dp_reference as ref
-
     data = ref.make_dataset(config)
     shards = [shard(data, r, world_size) for r in range(world_size)]
     model = ref.make_model(config)
@@ -71,8 +68,6 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_H
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
     ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
     from mgpu_helpers.lessons.data_parallel import shard_range
-    from mgpu_helpers.measure import dp_reference as ref
-
     let_rank_server_preload()
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
     rng = random.Random()
@@ -154,14 +149,11 @@ def check_weighted_average(fn) -> None:
         g = np.asarray(grads)
         if got is not None and np.shape(got) == want.shape:
             gv = np.asarray(torch.as_tensor(got), dtype=np.float64)
-            if np.allclose(gv, g.mean(0)):
-                hint = "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"
-            elif np.allclose(gv, g.sum(0)):
-                hint = "这是和，不是平均。"
-            elif np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)):
-                hint = "加权之后要除以总行数，不是 Rank 数。"
-            elif np.isnan(gv).any():
-                hint = "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"
+            hint = first_hint((np.allclose(gv, g.mean(0)), "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"),
+                              (np.allclose(gv, g.sum(0)), "这是和，不是平均。"),
+                              (np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)),
+                               "加权之后要除以总行数，不是 Rank 数。"),
+                              (np.isnan(gv).any(), "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"))
         compare(got, want, f"{desc}（rows = {rows}）", hint, atol=1e-9, rtol=1e-9)
     passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
 
@@ -177,8 +169,6 @@ def check_local_gradient(fn) -> None:
     import torch
 
     from mgpu_helpers.lessons.data_parallel import shard
-    from mgpu_helpers.measure import dp_reference as ref
-
     what = "local_gradient 要在本 Rank 的那片数据上做一次 forward + backward"
     rng = random.Random()
     cases = [(1, 4, 50), (3, 4, 50), (2, 3, 7), (0, 2, 48), (4, 5, 5)]
@@ -208,7 +198,6 @@ def check_local_gradient(fn) -> None:
 
 def try_local_gradient(fn):
     """Notebook 09's fill-in; the course's version (``mh.lessons.data_parallel.local_gradient``) while unwritten."""
-    from mgpu_helpers.checks.core import refusing_check
     from mgpu_helpers.lessons import data_parallel
 
     check = refusing_check(check_local_gradient, "local_gradient", [(data_parallel, "local_gradient")])

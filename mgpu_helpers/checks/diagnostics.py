@@ -7,7 +7,9 @@ import copy
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in, passed
+from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in, first_hint, passed
+from mgpu_helpers.measure import diagnose
+from mgpu_helpers.models import scaling
 
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier")
@@ -87,7 +89,6 @@ def _measured_stop(evidence) -> tuple:
     """(seq, rank, name) read from a real hang: the one rank whose pending collective differs from the rest."""
     from collections import Counter
 
-    from mgpu_helpers.measure import diagnose
 
     where = {r: diagnose.pending(lines) for r, lines in evidence.outputs.items()}
     common, _ = Counter(where.values()).most_common(1)[0]
@@ -103,8 +104,6 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
     from mgpu_helpers.launcher.errors import RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.measure import diagnose
-
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
     if timeout is None:                 # the ranks use CPU tensors (gloo): 5 s; a GPU machine sets up CUDA first
         from mgpu_helpers.measure.peer import gpu_count
@@ -167,8 +166,6 @@ def _random_log(rng: random.Random, done: int, pending_op: str | None, noise: bo
 def check_stuck_in(fn) -> None:
     """``fn(lines) -> (seq, name) | None``: the collective one rank entered and never finished, read from its
     :class:`~mgpu_helpers.measure.diagnose.CollectiveLog` lines (None when every one it entered finished)."""
-    from mgpu_helpers.measure import diagnose
-
     what = "stuck_in 要从一个 Rank 的输出行里读出它进入了、却没有做完的 Collective"
     if course_code_reached(fn, (diagnose.pending, diagnose.hang_report), names=("pending", "hang_report")) is not None:
         raise CheckFailed(f"{what}：直接调用了课程自己的 mh.measure.diagnose.pending / hang_report，"
@@ -210,7 +207,6 @@ def check_stuck_in(fn) -> None:
 
 def try_stuck_in(fn):
     """Notebook 10's fill-in: the learner's ``stuck_in`` once it passes, the course's reader while unwritten."""
-    from mgpu_helpers.measure import diagnose
     return fill_in(fn, check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
 
 
@@ -221,8 +217,6 @@ def _reference_speedup(one_rank_s, per_rank_step_s):
 def check_measured_speedup(fn) -> None:
     """``fn(one_rank_s, per_rank_step_s) -> float``: the speed-up of a step on N ranks over one rank, from
     measured seconds; the N-rank step lasts as long as its slowest rank."""
-    from mgpu_helpers.models import scaling
-
     what = "measured_speedup 要从测到的秒数算出加速比"
     if course_code_reached(fn, (scaling.speedup, _reference_speedup), names=("speedup",)) is not None:
         raise CheckFailed(f"{what}：调用了课程自己的 speedup；自己用两个时间算出来。")
@@ -288,8 +282,6 @@ def check_least_waiting(fn) -> None:
     """``fn(collective_s) -> rank``: ``collective_s[r]`` is rank r's per-step seconds inside the all-reduce
     (waiting included: no barrier before it); the rank that spends least time in it, by its median, is the
     one that arrived last."""
-    from mgpu_helpers.measure import diagnose
-
     what = "least_waiting 要找出在 All-Reduce 里待得最短的 Rank（按中位数）"
     if course_code_reached(fn, (diagnose.medians, _reference_least_waiting), names=("medians",)) is not None:
         raise CheckFailed(f"{what}：调用了课程自己的 mh.measure.diagnose.medians；中位数自己求（statistics.median）。")
@@ -310,15 +302,12 @@ def check_least_waiting(fn) -> None:
             continue
         med = [round(statistics.median(v) * 1e3, 1) for v in per]
         mean = [round(sum(v) / len(v) * 1e3, 1) for v in per]
-        if got == max(range(len(per)), key=lambda r: statistics.median(per[r])):
-            why = ("你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
-                   "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。")
-        elif got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])):
-            why = f"你按平均值选的（各 Rank 平均 {mean} ms）；有一步卡顿的话，平均值会被那一步拉高，中位数不会。"
-        elif got == min(range(len(per)), key=lambda r: per[r][0]):
-            why = "你只看了第一步；要看每个 Rank 所有步的中位数。"
-        else:
-            why = ""
+        why = first_hint((got == max(range(len(per)), key=lambda r: statistics.median(per[r])),
+                          "你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
+                          "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。"),
+                         (got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])),
+                          f"你按平均值选的（各 Rank 平均 {mean} ms）；有一步卡顿的话，平均值会被那一步拉高，中位数不会。"),
+                         (got == min(range(len(per)), key=lambda r: per[r][0]), "你只看了第一步；要看每个 Rank 所有步的中位数。"))
         raise CheckFailed(f"{what}：各 Rank 在 All-Reduce 里的中位数是 {med} ms，应当是 rank {want}，"
                           f"你的函数给出 {got!r}。{why}")
     passed(f"least_waiting 在 {len(cases)} 组测量上（有卡顿的一步、只有一步、最晚到的是 rank 0）都找对了。")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fill_in, hang_failure,
-                                      int_values, is_stub_error, launch, new_rng, not_done, passed)
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fail_first, fill_in, first_hint,
+                                      hang_failure, int_values, is_stub_error, launch, new_rng, not_done, passed)
 from mgpu_helpers.checks.p2p import as_numpy
 
 FIELDS = ("node", "local_rank", "physical_gpu")
@@ -28,17 +28,14 @@ def _placement_cases(rng, count: int = 40):
 
 
 def _explain_placement(field: str, rank: int, nproc: int, visible: list[int], got) -> str:
-    if field == "node":
-        return "每台机器起 nproc_per_node 个进程，rank 按机器依次编号：第几台机器看整除。"
-    if field == "local_rank":
-        if got == rank:
-            return "local_rank 是这台机器上的编号，不是全局的 rank：两台机器各有自己的 0, 1, ……"
-        return "local_rank 是 rank 除以 nproc_per_node 的余数。"
     local = rank % nproc
-    if got == local:
-        return (f"cuda:{local} 是进程里看到的编号；CUDA_VISIBLE_DEVICES={','.join(map(str, visible))} 时它是"
-                "列表里的第 local_rank 个物理 GPU。")
-    return "物理 GPU 要从 CUDA_VISIBLE_DEVICES 的列表里按 local_rank 取。"
+    return first_hint((field == "node", "每台机器起 nproc_per_node 个进程，rank 按机器依次编号：第几台机器看整除。"),
+                      (field == "local_rank" and got == rank,
+                       "local_rank 是这台机器上的编号，不是全局的 rank：两台机器各有自己的 0, 1, ……"),
+                      (field == "local_rank", "local_rank 是 rank 除以 nproc_per_node 的余数。"),
+                      (got == local, f"cuda:{local} 是进程里看到的编号；CUDA_VISIBLE_DEVICES={','.join(map(str, visible))} "
+                                     "时它是列表里的第 local_rank 个物理 GPU。"),
+                      default="物理 GPU 要从 CUDA_VISIBLE_DEVICES 的列表里按 local_rank 取。")
 
 
 def check_placement(fn) -> None:
@@ -232,13 +229,12 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
             url = init.get("init_method")
             if url is None and len(init["_args"]) > 1:
                 url = init["_args"][1]
-            if method == "env://" and url not in (None, "env://"):
-                raise CheckFailed(f"{case}：rank {rank} 用的 init_method 是 {url!r}。env:// 分支要写 "
-                                  "init_method=\"env://\"：地址、端口、rank 和 world_size 都从环境变量里读。")
-            if method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")):
-                raise CheckFailed(f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。")
-            if seen is None or seen["rank"] != rank or seen["world_size"] != world_size:
-                raise CheckFailed(f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。")
+            fail_first((method == "env://" and url not in (None, "env://"), f"{case}：rank {rank} 用的 init_method 是 {url!r}。"
+                        "env:// 分支要写 init_method=\"env://\"：地址、端口、rank 和 world_size 都从环境变量里读。"),
+                       (method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")),
+                        f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。"),
+                       (seen is None or seen["rank"] != rank or seen["world_size"] != world_size,
+                        f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。"))
     passed("init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对。")
 
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, WORLD_SIZES, as_float, call, fill_in, first_hint, int_values, new_rng,
                                       passed, run_on_ranks)
-from mgpu_helpers.report import sizes
+from mgpu_helpers.models import bandwidth
+from mgpu_helpers.report import nccltests, sizes
 
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
 # run cannot tell them apart.
@@ -87,11 +88,9 @@ def review_ownership(values, data) -> list[str]:
             problems.append(f"rank {rank} 的期望值 expected = {float(row['expected']):g}，"
                             f"但整段输入的平方和是 {want_total:g}。")
         if not _close(result, want_total):
-            why = ""
-            if world_size > 1 and _close(result, local):
-                why = "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"
-            elif _close(result, world_size * want_total):
-                why = f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"
+            why = first_hint((world_size > 1 and _close(result, local),
+                              "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
+                             (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"))
             problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
         if bool(row["ok"]) != _close(result, want_total):
             problems.append(f"rank {rank} 自己的判断 ok = {bool(row['ok'])}，可是结果 {result:g} "
@@ -161,8 +160,6 @@ def _size_key(key) -> int:
 def check_rs_ag_slowdown(fn) -> None:
     """``fn() -> float``: the learner's number, RS+AG time / all-reduce time at 1 GiB on 2 x H200, against
     the recorded nccl-tests times (out-of-place columns of the three files); within 3%."""
-    from mgpu_helpers.report import nccltests
-
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
     got = call(fn, what)
     got = as_float(got, f"{what}；现在返回的是 {got!r}。")
@@ -172,15 +169,13 @@ def check_rs_ag_slowdown(fn) -> None:
         passed(f"你的 {got:.3f} 与记录的时间之比 {want:.3f} 一致（{rec['rs_ag_us']:.0f} us 对 "
                f"{rec['all_reduce_us']:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。")
         return
-    if math.isclose(got, 1 / want, rel_tol=0.03):
-        why = "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"
-    elif math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05):
-        why = "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"
-    elif got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"]:
-        why = (f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，对 {rec['all_reduce_us']:.0f} us）的话差不到 "
-               "1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。")
-    else:
-        why = "每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。"
+    why = first_hint(
+        (math.isclose(got, 1 / want, rel_tol=0.03), "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"),
+        (math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05),
+         "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"),
+        (got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"], f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，"
+         f"对 {rec['all_reduce_us']:.0f} us）的话差不到 1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。"),
+        default="每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。")
     raise CheckFailed(f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
                       f"你的是 {got:.3f}。{why}")
 
@@ -213,8 +208,7 @@ def try_ownership_check(fn):
     return fill_in(fn, check, lesson.ownership_check, "ownership_check：所有权检查")
 
 
-FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
-           "all_gather": lambda n: (n - 1) / n}
+FACTORS = {op: bandwidth.BUSBW_FACTORS[op] for op in ("all_reduce", "reduce_scatter", "all_gather")}
 
 
 def check_bus_bandwidth(fn) -> None:
@@ -279,7 +273,6 @@ CLAIM_NAMES = {"crossover": "通信开始压过计算的消息规模", "rs_ag_ov
 
 
 def _busbw_top(run) -> tuple[int, float]:
-    from mgpu_helpers.models import bandwidth
     best = max((r for r in run["sweep_rows"] if r["op"] == "all_reduce"), key=lambda r: r["nbytes"] / r["time_us"])
     return best["nbytes"], bandwidth.busbw("all_reduce", best["nbytes"], best["time_us"] / 1e6, run["world_size"]) / 1e9
 
@@ -312,11 +305,8 @@ def _crossover_verdict(claim, f) -> Verdict:
     if idx is None:
         return Verdict(text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。")
     ok = not clearly_under[idx] and not any(clearly_over[:idx])
-    why = ""
-    if clearly_under[idx]:
-        why = "在这个规模上通信还明显比计算短。"
-    elif any(clearly_over[:idx]):
-        why = "更小的规模上通信已经明显比计算长了。"
+    why = first_hint((clearly_under[idx], "在这个规模上通信还明显比计算短。"),
+                     (any(clearly_over[:idx]), "更小的规模上通信已经明显比计算长了。"))
     return Verdict(text, ok, f"测到：{table}（相差不到 {1 - TOO_CLOSE:.0%} 的算分不出）。{why}")
 
 
@@ -485,14 +475,13 @@ def review_cyclic(values, data) -> list[str]:
         owned = [int(i) for i in row["owned"]]
         want = list(range(rank, n, world_size))
         if owned != want:
-            if sorted(owned) == want:
-                why = "元素对了，顺序要从小到大。"
-            elif owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1:
-                why = "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"
-            elif owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)):
-                why = "起点不对：rank r 的第一个元素是 r。"
-            else:
-                why = f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……"
+            why = first_hint(
+                (sorted(owned) == want, "元素对了，顺序要从小到大。"),
+                (owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
+                 "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"),
+                (owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)),
+                 "起点不对：rank r 的第一个元素是 r。"),
+                default=f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……")
             problems.append(f"rank {rank} 拥有的下标是 {owned[:8]}{'……' if len(owned) > 8 else ''}，"
                             f"应当是 {want[:8]}{'……' if len(want) > 8 else ''}：{why}")
             continue
@@ -529,8 +518,6 @@ def check_crossover_size(fn) -> None:
     """``fn(compute_us, table) -> nbytes | None``: the smallest message size of a recorded all-reduce table
     (rows with ``nbytes``, ``time_us``: the out-of-place time) whose time exceeds ``compute_us``; None when
     none does. Checked on the recorded 2 x H200 table, shuffled, and on edge cases."""
-    from mgpu_helpers.report import nccltests
-
     what = "crossover_size 要在记录的表里找出 All-Reduce 时间第一次超过计算时间的消息规模"
     table = [{"nbytes": r["nbytes"], "time_us": r["time_us"], "busbw": r["busbw"],
               "inplace_time_us": r["inplace_time_us"]} for r in nccltests.load_reference("all_reduce")]
@@ -546,15 +533,13 @@ def check_crossover_size(fn) -> None:
         if got == want:
             continue
         name = "None" if want is None else f"{want}（{sizes.format_bytes(want)}）"
-        if want is not None and got == _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table]):
-            why = "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"
-        elif got is not None and want is not None and got < want:
-            why = "你给的规模上，All-Reduce 还没有比计算长。"
-        elif compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us):
-            why = "时间正好相等时还没有“超过”：要严格大于。"
-        elif want is None:
-            why = "表里没有哪一档比这个计算时间长：应当返回 None。"
-        else:
-            why = "表的行不保证按规模排好；要的是满足条件的最小规模。"
+        inplace = _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table])
+        why = first_hint(
+            (want is not None and got == inplace, "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"),
+            (got is not None and want is not None and got < want, "你给的规模上，All-Reduce 还没有比计算长。"),
+            (compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us),
+             "时间正好相等时还没有“超过”：要严格大于。"),
+            (want is None, "表里没有哪一档比这个计算时间长：应当返回 None。"),
+            default="表的行不保证按规模排好；要的是满足条件的最小规模。")
         raise CheckFailed(f"{what}：计算时间 {compute_us:.2f} us 时应当是 {name}，你的函数给出 {got!r}。{why}")
     passed(f"crossover_size 在 {len(cases)} 个计算时间上（比表里都短、都长、正好相等、打乱的行）都对。")

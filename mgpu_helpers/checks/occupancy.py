@@ -18,8 +18,11 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, code_names, compare, deadline, fill_in, int_values, new_rng, \
-    not_done, passed, refuse_course_code, require_written
+from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, deadline, fill_in,
+                                      int_values, new_rng, not_done, passed, refuse_course_code, require_written)
+from mgpu_helpers.measure import gpu_limits
+from mgpu_helpers.measure.timing import simulator
+from mgpu_helpers.models import occupancy as occ
 
 PAD = 7                       # extra elements after the data: a missing bounds check writes into them
 SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
@@ -30,8 +33,6 @@ def _start(fn, what: str) -> None:
     to the model or to the course's own version."""
     require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
-    from mgpu_helpers.models import occupancy as occ
-
     ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks,
             reference_blocks_per_sm, reference_max_regs}
     refuse_course_code(fn, what, ours, packages=("mgpu_helpers",),
@@ -48,8 +49,6 @@ def _answers(fn, what: str, cases) -> list:
 
 def _sms() -> dict:
     """The two kinds of SM the arithmetic is checked on, under the names the messages give them."""
-    from mgpu_helpers.models import occupancy as occ
-
     ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)   # compute capability 8.6
     return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
@@ -60,8 +59,6 @@ def _sms() -> dict:
 
 def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
     """The checker's answer: resident blocks per SM without shared memory (the occupancy model's)."""
-    from mgpu_helpers.models import occupancy as occ
-
     return occ.occupancy(block, regs_per_thread, limits=limits).blocks_per_sm
 
 
@@ -178,7 +175,6 @@ def _run_two(kernel, what, n, block, grid):
     """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
     from numba import cuda
 
-    from mgpu_helpers.measure.timing import simulator
 
     rng = new_rng()
     a, b = int_values(rng, n + PAD), int_values(rng, n + PAD)
@@ -215,8 +211,6 @@ def check_vec_add_two(kernel) -> None:
     Checked on sizes that fill no tile, end inside the first or second half of the last tile, and on random
     ones; in the simulator it also counts the writes of every element (exactly once) and checks that each
     warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
-    from mgpu_helpers.measure.timing import simulator
-
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
     require_written(kernel, what)
     if kernel is reference_vec_add_two():
@@ -299,12 +293,8 @@ def cupy_usable() -> bool:
 
 def _cuda_sources(code) -> list[str]:
     """The string constants of ``code`` and then of its nested code (the last defined first) that hold a CUDA
-    kernel."""
-    if code is None:
-        return []
-    nested = [k for k in code.co_consts if hasattr(k, "co_consts")]
-    return ([k for k in code.co_consts if isinstance(k, str) and "__global__" in k]
-            + [src for c in reversed(nested) for src in _cuda_sources(c)])
+    kernel (core._code_objects' order)."""
+    return [k for c in _code_objects(code) for k in c.co_consts if isinstance(k, str) and "__global__" in k]
 
 
 def check_saxpy_structure(fn) -> None:
@@ -386,8 +376,6 @@ def check_saxpy_cupy(fn) -> None:
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
     """The most registers per thread (<= limits.max_regs_per_thread) with which ``min_blocks`` blocks of
     ``block`` threads still reside on one SM at once; 0 if no register count allows it."""
-    from mgpu_helpers.models import occupancy as occ
-
     fitting = itertools.takewhile(lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
                                   range(1, limits.max_regs_per_thread + 1))   # more registers never fit more blocks
     return max(fitting, default=0)
@@ -438,10 +426,6 @@ def check_max_regs(fn) -> None:
 def one_wave_facts() -> dict:
     """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
     registers per thread, per-SM limits, and where the numbers come from."""
-    from mgpu_helpers.measure import gpu_limits
-    from mgpu_helpers.measure.timing import simulator
-    from mgpu_helpers.models import occupancy as occ
-
     if not simulator():
         from numba import cuda
 
@@ -468,8 +452,6 @@ def check_one_wave_blocks(fn) -> None:
     """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
     grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
     (GPU) or the occupancy model (no GPU). The usual slips are named."""
-    from mgpu_helpers.measure.timing import simulator
-
     what = "one_wave_blocks 要给出一波有几个 Block"
     _start(fn, what)
     facts = one_wave_facts()

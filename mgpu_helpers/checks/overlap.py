@@ -23,9 +23,9 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fill_in, has_stub,
-                                      launch, let_rank_server_preload, not_done, passed, refuse_course_code,
-                                      require_written)
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first, fill_in,
+                                      first_hint, has_stub, launch, let_rank_server_preload, not_done, passed,
+                                      refuse_course_code, require_written)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
@@ -73,16 +73,15 @@ class _WorkProxy:
     def __init__(self, work, index, seen):
         self._work, self._index, self._seen = work, index, seen
 
-    def wait(self, *args, **kwargs):
-        self._seen["waited"].add(self._index)
-        return self._work.wait(*args, **kwargs)
-
-    def get_future(self):
-        self._seen["waited"].add(self._index)
-        return self._work.get_future()
-
     def __getattr__(self, name):
-        return getattr(self._work, name)
+        attr = getattr(self._work, name)
+        if name not in ("wait", "get_future"):
+            return attr
+
+        def waited(*args, **kwargs):            # the handle is waited on (or its future taken)
+            self._seen["waited"].add(self._index)
+            return attr(*args, **kwargs)
+        return waited
 
 
 def _watch():
@@ -212,11 +211,9 @@ def _numels(widths=WIDTHS):
 
 
 def _common_rules(values, what):
-    if not values[0]["calls"]:
-        raise CheckFailed(f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。")
-    if any(v["unwaited_at_step"] for v in values):
-        raise CheckFailed(f"{what}：optimizer.step() 运行时，还有异步 All-Reduce 没有 wait()：优化器可能读到还没"
-                          "加完的梯度。step() 里先对每个句柄 wait()。")
+    fail_first((not values[0]["calls"], f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。"),
+               (any(v["unwaited_at_step"] for v in values), f"{what}：optimizer.step() 运行时，还有异步 All-Reduce 没有 "
+                "wait()：优化器可能读到还没加完的梯度。step() 里先对每个句柄 wait()。"))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -232,15 +229,12 @@ def check_overlap_dp(cls) -> None:
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0]          # the first step's collectives
         reduces = [c for c in calls if c[0] == "all_reduce"]
-        if not any(c[3] for c in calls):
-            raise CheckFailed(f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，没有重叠。"
-                              "在 on_grad_ready 里发出 All-Reduce。")
-        if any(c[3] and not c[2] for c in calls):
-            raise CheckFailed(f"{what}：backward 里发出的 All-Reduce 是阻塞的（没有 async_op=True）："
-                              "backward 会停下来等每一次通信，重叠就没有了。")
-        if len(reduces) != n_params:
-            raise CheckFailed(f"{what}：这个模型有 {n_params} 个参数，每步应当各做一次 All-Reduce，"
-                              f"实际第一步做了 {len(reduces)} 次。")
+        fail_first((not any(c[3] for c in calls), f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，"
+                    "没有重叠。在 on_grad_ready 里发出 All-Reduce。"),
+                   (any(c[3] and not c[2] for c in calls), f"{what}：backward 里发出的 All-Reduce 是阻塞的（没有 "
+                    "async_op=True）：backward 会停下来等每一次通信，重叠就没有了。"),
+                   (len(reduces) != n_params, f"{what}：这个模型有 {n_params} 个参数，每步应当各做一次 All-Reduce，"
+                    f"实际第一步做了 {len(reduces)} 次。"))
         _compare_params(values, world_size, kwargs, what)
     passed(f"{what}：每个梯度一好就异步 All-Reduce、step 前等齐并取平均；2 和 3 个 Rank 上 {STEPS} 步后的参数"
            "与单进程整批训练一致。")
@@ -288,16 +282,14 @@ def check_bucket_dp(cls) -> None:
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
-        if not any(c[3] for c in calls):
-            raise CheckFailed(f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。")
-        if any(c[3] and not c[2] for c in calls):
-            raise CheckFailed(f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。")
-        if len(got) > len(sizes) and sum(got) >= sum(sizes):
-            raise CheckFailed(f"{what}：bucket_numel = {bucket} 时计划有 {len(sizes)} 个桶，第一步却发了 {len(got)} 次 "
-                              f"All-Reduce（大小 {got}）：桶还没满就发了，或者每个梯度单独发。")
-        if got != sizes:
-            raise CheckFailed(f"{what}：bucket_numel = {bucket} 时每个桶应当正好发一次、按计划的顺序，大小依次是 {sizes}"
-                              f" 个元素；实际发的是 {got}。")
+        fail_first((not any(c[3] for c in calls),
+                    f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。"),
+                   (any(c[3] and not c[2] for c in calls),
+                    f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。"),
+                   (len(got) > len(sizes) and sum(got) >= sum(sizes), f"{what}：bucket_numel = {bucket} 时计划有 "
+                    f"{len(sizes)} 个桶，第一步却发了 {len(got)} 次 All-Reduce（大小 {got}）：桶还没满就发了，或者每个梯度单独发。"),
+                   (got != sizes, f"{what}：bucket_numel = {bucket} 时每个桶应当正好发一次、按计划的顺序，大小依次是 {sizes}"
+                    f" 个元素；实际发的是 {got}。"))
         _compare_params(values, world_size, kwargs, what)
     passed(f"{what}：每个桶满了才发、一桶一次、顺序与计划一致；含一个比桶还大的参数；2 和 3 个 Rank 上的参数与"
            "单进程整批训练一致。")
@@ -358,18 +350,16 @@ def check_zero1(cls) -> None:
         values, kwargs = _run(cls, world_size, what, optimizer="adam")
         order = values[0]["order"]
         first = order[:order.index("optimizer.step") + 2] if "optimizer.step" in order else order
-        if "all_reduce" in order:
-            raise CheckFailed(f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 reduce_scatter_tensor，"
-                              "更新后再 all_gather_into_tensor。")
-        if not {"reduce_scatter_tensor", "reduce_scatter"} & set(order):
-            raise CheckFailed(f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。")
-        if not {"all_gather_into_tensor", "all_gather"} & set(order):
-            raise CheckFailed(f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。")
         gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
         steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
-        if gathers and steps and gathers[0] < steps[0]:
-            raise CheckFailed(f"{what}：All-Gather 发生在 optimizer.step() 之前：拼回去的是更新前的参数。"
-                              "先 step 本 Rank 的那一段，再 All-Gather。")
+        fail_first(("all_reduce" in order, f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 "
+                    "reduce_scatter_tensor，更新后再 all_gather_into_tensor。"),
+                   (not {"reduce_scatter_tensor", "reduce_scatter"} & set(order),
+                    f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。"),
+                   (not {"all_gather_into_tensor", "all_gather"} & set(order),
+                    f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。"),
+                   (gathers and steps and gathers[0] < steps[0], f"{what}：All-Gather 发生在 optimizer.step() 之前："
+                    "拼回去的是更新前的参数。先 step 本 Rank 的那一段，再 All-Gather。"))
         _compare_params(values, world_size, kwargs, what, sgd=False)
         want_bytes = 2 * -(-numel // world_size) * 4        # Adam's two float32 moments of this rank's shard
         if values[0]["state_bytes"] > want_bytes:
@@ -391,14 +381,12 @@ def check_accumulate_dp(cls) -> None:
         _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
-        if v["no_sync_calls"]:
-            raise CheckFailed(f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
-                              "梯度累积的意义就是这几次不通信，只在最后一个 micro-batch 之后交换一次。")
-        if len(reduces) != n_params:
-            raise CheckFailed(f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次（共 {n_params} 次），"
-                              f"实际第一步做了 {len(reduces)} 次。")
-        if not any(c[3] for c in reduces):
-            raise CheckFailed(f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。")
+        fail_first((v["no_sync_calls"], f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
+                    "梯度累积的意义就是这几次不通信，只在最后一个 micro-batch 之后交换一次。"),
+                   (len(reduces) != n_params, f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
+                    f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。"),
+                   (not any(c[3] for c in reduces),
+                    f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"))
         _compare_params(values, world_size, kwargs, what)
     passed(f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
            "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。")
@@ -434,11 +422,10 @@ def check_step_seconds(fn) -> None:
             raise CheckFailed(f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue
-        hint = "一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。"
-        if abs(got - (ready[-1] + sum(comm))) <= 1e-9:
-            hint = "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"
-        elif abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9:
-            hint = "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。"
+        hint = first_hint((abs(got - (ready[-1] + sum(comm))) <= 1e-9, "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"),
+                          (abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9,
+                           "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。"),
+                          default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。")
         raise CheckFailed(f"{what}（{name}：ready_s = {[round(r, 4) for r in ready]}，comm_s = "
                           f"{[round(c, 4) for c in comm]}）：应当是 {want:.4g} 秒，实际是 {got:.4g}。{hint}")
     passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")

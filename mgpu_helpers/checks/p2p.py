@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls,
-                                      compare, fill_in, int_values, launch, new_rng, passed, refuse_calls,
-                                      refuse_course_code, resolve_course, which_rank)
+                                      compare, fail_first, fill_in, first_hint, int_values, launch, new_rng, passed,
+                                      refuse_calls, refuse_course_code, resolve_course, which_rank)
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
@@ -130,22 +130,19 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
     dst, src = _peers(rank, world_size, direction)
     case = (f"world_size = {world_size}，rank {rank} 调用 exchange(send_buf, dst={dst}, recv_buf, src={src})"
             f"（{dtype}，send_buf 长 {lengths[rank]}，recv_buf 长 {lengths[src]}）")
-    if not result["waitable"]:
-        raise CheckFailed(f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
-                          "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。")
-    if empty := [c for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0]:
-        raise CheckFailed(f"{case}：发出了一个空张量的 {empty[0][0]}。长度为 0 的缓冲区要跳过，不发也不收"
-                          "（下一节切块时块可能是空的，空消息只会白白多一次等待）。")
-    if not result["kept"]:
-        raise CheckFailed(f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。")
+    empty = [c[0] for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0] + [None]
     got, want = result["got"], np.asarray(data[src])
-    if lengths[src] and np.all(got == SENTINEL):
-        raise CheckFailed(f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去"
-                          "（或者用阻塞的 recv 收完）。")
-    for k, inp in enumerate(data):
-        if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp):
-            raise CheckFailed(f"{case}：收到的是 rank {k} 的数据，应当是 src = rank {src} 的。"
-                              "dst 是发给谁，src 是从谁收：两个参数别用反。")
+    other = next((k for k, inp in enumerate(data)
+                  if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp)), None)
+    fail_first((not result["waitable"], f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
+                "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。"),
+               (empty[0], f"{case}：发出了一个空张量的 {empty[0]}。长度为 0 的缓冲区要跳过，不发也不收"
+                "（下一节切块时块可能是空的，空消息只会白白多一次等待）。"),
+               (not result["kept"], f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。"),
+               (lengths[src] and np.all(got == SENTINEL), f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前"
+                "把请求交出去（或者用阻塞的 recv 收完）。"),
+               (other is not None, f"{case}：收到的是 rank {other} 的数据，应当是 src = rank {src} 的。"
+                "dst 是发给谁，src 是从谁收：两个参数别用反。"))
     compare(got, want, case)
 
 
@@ -211,12 +208,9 @@ def _explain_ring(world_size, case, rank, result):
     arrived = result["arrived"]
     if not isinstance(arrived, list):
         raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
-    if len(arrived) != n_steps:
-        raise CheckFailed(f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
-                          + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。"
-                             if steps is None else ""))
-    if not result["kept"]:
-        raise CheckFailed(f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。")
+    fail_first((len(arrived) != n_steps, f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
+                + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else "")),
+               (not result["kept"], f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。"))
     for step, got in enumerate(arrived):
         origin = (rank - step - 1) % world_size
         want = np.asarray(data[origin])
@@ -224,15 +218,11 @@ def _explain_ring(world_size, case, rank, result):
             compare(got, want, f"{where}，第 {step + 1} 步")
         if not np.array_equal(got, want):
             k = next((k for k, inp in enumerate(data) if len(inp) and np.array_equal(got, inp)), None)
-            if k is None:
-                hint = ""
-            elif step and k == (rank - 1) % world_size:
-                hint = (f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。"
-                        "收到的东西要继续往右传。")
-            elif step and k == (rank - n_steps) % world_size:
-                hint = "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"
-            else:
-                hint = f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。"
+            hint = first_hint((k is None, ""), (step and k == (rank - 1) % world_size,
+                                                f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。"),
+                              (step and k == (rank - n_steps) % world_size,
+                               "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"),
+                              default=f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。")
             compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
 
 

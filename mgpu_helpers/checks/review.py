@@ -13,7 +13,9 @@ import random
 import statistics
 
 from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
-from mgpu_helpers.checks.stragglers import traced_run
+from mgpu_helpers.checks.stragglers import hold_speedup_pairs, traced_run
+from mgpu_helpers.measure import straggler
+from mgpu_helpers.models import scaling
 
 # The number-first exercise: one rank does all 24 units; four ranks split them 12/6/4/2, then 6/6/6/6.
 SPEEDUP_TOTAL = 24
@@ -31,27 +33,14 @@ STRAGGLER_SECONDS_PER_UNIT = 0.010
 
 def check_speedup_efficiency(fn) -> None:
     """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)``: strong scaling, the same job on world_size ranks."""
-    from mgpu_helpers.models import scaling
-
     what = "speedup_and_efficiency 要返回 (加速比, 强扩展效率)"
     rng = random.Random()
     cases = [(0.400, 0.250, 2), (1.0, 1.0, 1), (0.400, 0.500, 4)]
     cases += [(rng.uniform(0.01, 10), rng.uniform(0.001, 10), rng.randint(1, 16)) for _ in range(40)]
-    for t1, tn, n in cases:
-        got = call(fn, what, t1, tn, n)
-        want = (scaling.speedup(t1, tn), scaling.strong_scaling_efficiency(t1, tn, n))
-        where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(v) for v in got):
-            raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
-        s, e = (float(v) for v in got)
-        if not math.isclose(s, want[0], rel_tol=1e-9):
-            inverted = math.isclose(s, tn / t1, rel_tol=1e-9)
-            why = "你算的是 多卡步时 ÷ 单卡步时，倒过来了；加速比 > 1 才表示变快。" if inverted else ""
-            raise CheckFailed(f"{where}：加速比应当是 {want[0]:.4g}，你给的是 {s:.4g}。{why}")
-        if not math.isclose(e, want[1], rel_tol=1e-9):
-            not_divided = math.isclose(e, want[0], rel_tol=1e-9) and n > 1
-            why = f"效率还要除以卡数：{n} 张卡理想情况下应当快 {n} 倍。" if not_divided else ""
-            raise CheckFailed(f"{where}：效率应当是 {want[1]:.4g}，你给的是 {e:.4g}。{why}")
+    hold_speedup_pairs(fn, what, cases,
+                       lambda t1, tn, n: (scaling.speedup(t1, tn), scaling.strong_scaling_efficiency(t1, tn, n)), "效率",
+                       lambda t1, tn, n, s: ([(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了；加速比 > 1 才表示变快。")],
+                                             [(s if n > 1 else None, f"效率还要除以卡数：{n} 张卡理想情况下应当快 {n} 倍。")]))
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（400 ms 对 250 ms、两张卡：1.6×，80%）。")
 
 
@@ -68,8 +57,6 @@ def measured_speedup(shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float
     ``max shard * seconds_per_unit`` and that plus :func:`~mgpu_helpers.measure.straggler.step_margin` plus the
     median all-reduce). ``single``: a one-rank run to reuse (RankResults), so several shardings share it.
     """
-    from mgpu_helpers.measure import straggler
-
     what = "测量加速比"
     runs = [single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
             traced_run(tuple(shards), steps, seconds_per_unit, what)]
@@ -144,8 +131,6 @@ def check_find_straggler(fn) -> None:
     """``fn(values) -> (rank, lost_s)``: the straggler of a run (per-rank records as
     :func:`mgpu_helpers.measure.straggler.run_traced` returns them) and the median seconds per step that
     uneven work costs (max compute - mean compute). Random records with a stalled step first, then a real run."""
-    from mgpu_helpers.measure import straggler
-
     what = "find_straggler 要从逐 Rank 的记录里找出 Straggler，并给出每步因此多花的秒数"
     rng = random.Random()
     for _ in range(30):

@@ -12,8 +12,11 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fill_in, passed
+from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fail_first, fill_in, first_hint, passed
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
+from mgpu_helpers.lessons import ring, sharding_rules
+from mgpu_helpers.models import memory
+from mgpu_helpers.models import sharding as sharding_model
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
@@ -34,7 +37,6 @@ def check_contiguous_ranges(fn) -> None:
     """``fn(n_items, world_size) -> [range, ...]``: one contiguous range per rank, in rank order, covering
     0..n_items-1 exactly once, sizes differing by at most one, the first ``n_items % world_size`` one longer."""
     what = "contiguous_ranges 要把 0..n_items-1 切成 world_size 段连续区间"
-    from mgpu_helpers.lessons import ring, sharding_rules
     refuse_course_code(fn, what, (sharding_rules.contiguous_ranges, ring.chunk_bounds),
                        ("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split"))
     rng = random.Random()
@@ -70,7 +72,6 @@ def check_contiguous_ranges(fn) -> None:
 
 def try_contiguous_ranges(fn):
     """06's fill-in: the learner's ``contiguous_ranges`` checked, or the course's while unwritten."""
-    from mgpu_helpers.lessons import sharding_rules
     return fill_in(fn, check_contiguous_ranges, sharding_rules.contiguous_ranges, "按个数连续切分 contiguous_ranges")
 
 
@@ -78,7 +79,6 @@ def try_contiguous_ranges(fn):
 
 def reference_per_rank_memory(strategy, sizes, weights):
     """The checker's reference: one dict (part -> size) per rank, sharded parts split by ``weights``."""
-    from mgpu_helpers.models import memory
     plan = memory.memory_plan(strategy, len(weights), math.inf, weights=list(weights), **sizes)
     return [{p: getattr(r, p) for p in memory.PARTS} for r in plan.ranks]
 
@@ -105,7 +105,6 @@ def check_per_rank_memory(fn) -> None:
     to ``weights`` (one per rank), replicated parts held whole by every rank. Strategies: replicate,
     data_parallel, zero1, zero2, zero3."""
     what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
-    from mgpu_helpers.models import memory
     refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory),
                        ("memory_plan", "compare_strategies", "reference_per_rank_memory"))
     for n, (strategy, sizes, weights) in enumerate(_memory_cases(random.Random()), 1):
@@ -122,14 +121,13 @@ def check_per_rank_memory(fn) -> None:
                                                                       abs_tol=1e-9):
                     continue
                 split = part in memory.STRATEGIES[strategy]
-                if split and float(g[part]) == sizes[part]:
-                    why = f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。"
-                elif not split and len(weights) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]):
-                    why = f"{strategy} {SPLIT_ZH[strategy]}，{PART_ZH[part]}是每个 Rank 各存一整份的，不能除以 Rank 数。"
-                elif split and len(set(weights)) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]):
-                    why = "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。"
-                else:
-                    why = f"{strategy} {SPLIT_ZH[strategy]}；切分的部分按 权重 / 权重之和 分，其余每个 Rank 一整份。"
+                why = first_hint(
+                    (split and float(g[part]) == sizes[part], f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。"),
+                    (not split and len(weights) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]),
+                     f"{strategy} {SPLIT_ZH[strategy]}，{PART_ZH[part]}是每个 Rank 各存一整份的，不能除以 Rank 数。"),
+                    (split and len(set(weights)) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]),
+                     "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。"),
+                    default=f"{strategy} {SPLIT_ZH[strategy]}；切分的部分按 权重 / 权重之和 分，其余每个 Rank 一整份。")
                 raise CheckFailed(f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，"
                                   f"实际是 {g[part]!r}。{why}")
     passed(f"per_rank_memory 在 {n} 组（关卡的 24 GB 模型、14/10 与 12/12、权重不等、单个 Rank、随机大小）上都对。")
@@ -170,8 +168,6 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     """``fn(costs, world_size) -> [range, ...]``: contiguous ranges in rank order (the items keep their order),
     each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
     what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
-    from mgpu_helpers.lessons import sharding_rules
-    from mgpu_helpers.models import sharding as sharding_model
     refuse_course_code(fn, what, (sharding_rules.assign_by_cost, sharding_model.assign_contiguous_by_cost),
                        ("assign_contiguous_by_cost",))
     call(fn, what, [3.0, 1.0, 2.0], 2)      # a stub fails here
@@ -193,7 +189,6 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
 
 def reference_fewest_gpus(strategy, capacity, params, grads, optimizer, activations):
     """The fewest equal-share GPUs of ``capacity`` on which every rank fits, or None when no number does."""
-    from mgpu_helpers.models import memory
     sizes = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
     split = sum(v for p, v in sizes.items() if p in memory.STRATEGIES[strategy])
     whole = sum(v for p, v in sizes.items() if p not in memory.STRATEGIES[strategy])
@@ -231,13 +226,11 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"
         if got == want and (got is None or (isinstance(got, (int, np.integer)) and not isinstance(got, bool))):
             continue
-        if want is None:
-            raise CheckFailed(f"{where}：无论加多少张卡都装不下（每个 Rank 各存一整份的部分已经 ≥ 单卡容量），"
-                              f"应当返回 None，实际得到 {got!r}。")
-        if got is None:
-            raise CheckFailed(f"{where}：{want} 张卡就装得下，应当返回 {want}，实际得到 None。")
-        if isinstance(got, (int, float)) and not isinstance(got, bool) and got == want + 1:
-            raise CheckFailed(f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。")
-        raise CheckFailed(f"{where}：应当是 {want} 张，实际得到 {got!r}。复制的部分不随卡数变小："
-                          "先看它本身装不装得下，剩下的容量再去装切分的部分。")
+        fail_first((want is None, f"{where}：无论加多少张卡都装不下（每个 Rank 各存一整份的部分已经 ≥ 单卡容量），"
+                    f"应当返回 None，实际得到 {got!r}。"),
+                   (got is None, f"{where}：{want} 张卡就装得下，应当返回 {want}，实际得到 None。"),
+                   (want is not None and isinstance(got, (int, float)) and not isinstance(got, bool) and got == want + 1,
+                    f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。"),
+                   (True, f"{where}：应当是 {want} 张，实际得到 {got!r}。复制的部分不随卡数变小："
+                    "先看它本身装不装得下，剩下的容量再去装切分的部分。"))
     passed(f"fewest_gpus 在 {len(cases)} 组（关卡的 24 GB 模型、刚好装满、永远装不下、随机大小）上都对。")

@@ -13,6 +13,8 @@ import statistics
 
 from mgpu_helpers.checks.core import (CheckFailed, call, fill_in, is_number, matching_hint, number_answer, passed,
                                       refusing_check)
+from mgpu_helpers.measure import straggler
+from mgpu_helpers.models import scaling
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -109,8 +111,6 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
     """The deterministic-cost straggler step on real ranks (RankResults), for a checker that measures; a rank
     that fails or hangs becomes a CheckFailed that says so."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.measure import straggler
-
     try:
         return straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
     except (RankError, RankTimeout) as exc:
@@ -129,8 +129,6 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
     with ``shard_units`` at ``seconds_per_unit``. Runs the deterministic (sleep) straggler step on
     ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
     (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
-    from mgpu_helpers.measure import straggler
-
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = call(fn, what)
     guess = number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
@@ -151,6 +149,24 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
 # Notebook 08: speed-up and strong-scaling efficiency from two step times.
 
 
+def hold_speedup_pairs(fn, what: str, cases, want, efficiency: str, slips) -> None:
+    """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)`` held against ``want(t1, tn, n)`` on every case
+    ``(t1, tn, n)``; ``efficiency``: what the messages call the efficiency; ``slips(t1, tn, n, speedup) ->
+    (speed-up slips, efficiency slips)``: the usual wrong values and what to say (:func:`matching_hint`)."""
+    for t1, tn, n in cases:
+        got = call(fn, what, t1, tn, n)
+        s_want, e_want = want(t1, tn, n)
+        where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
+        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(v) for v in got):
+            raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
+        s_slips, e_slips = slips(t1, tn, n, s_want)
+        for name, value, right, named in zip(("加速比", efficiency), (float(v) for v in got), (s_want, e_want),
+                                             (s_slips, e_slips)):
+            if not math.isclose(value, right, rel_tol=1e-9):
+                why = matching_hint(value, named, rel_tol=1e-9)
+                raise CheckFailed(f"{where}：{name}应当是 {right:.4g}，你给的是 {value:.4g}。{why}")
+
+
 def check_speedup_and_efficiency(fn) -> None:
     """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)`` for strong scaling (the same job on world_size
     ranks). Edge cases in every run: one rank, a slow-down (tn > t1), the 400 ms / 250 ms example."""
@@ -158,28 +174,16 @@ def check_speedup_and_efficiency(fn) -> None:
     rng = random.Random()
     cases = [(0.400, 0.250, 2), (0.100, 0.100, 1), (0.0006, 0.000274, 4), (0.200, 0.260, 8)]
     cases += [(rng.uniform(0.001, 5), rng.uniform(0.0005, 5), rng.randint(1, 16)) for _ in range(30)]
-    for t1, tn, n in cases:
-        got = call(fn, what, t1, tn, n)
-        s_want, e_want = t1 / tn, t1 / (n * tn)
-        where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(v) for v in got):
-            raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
-        s, e = (float(v) for v in got)
-        if not math.isclose(s, s_want, rel_tol=1e-9):
-            why = matching_hint(s, [(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"),
-                                    (t1 / tn * n, "加速比只比较两个步时，不再乘卡数。")], rel_tol=1e-9)
-            raise CheckFailed(f"{where}：加速比应当是 {s_want:.4g}，你给的是 {s:.4g}。{why}")
-        if not math.isclose(e, e_want, rel_tol=1e-9):
-            why = matching_hint(e, [(s_want, f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"),
-                                    (n / s_want, "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。")], rel_tol=1e-9)
-            raise CheckFailed(f"{where}：强扩展效率应当是 {e_want:.4g}，你给的是 {e:.4g}。{why}")
+    hold_speedup_pairs(fn, what, cases, lambda t1, tn, n: (t1 / tn, t1 / (n * tn)), "强扩展效率",
+                       lambda t1, tn, n, s: ([(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"),
+                                              (t1 / tn * n, "加速比只比较两个步时，不再乘卡数。")],
+                                             [(s, f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"),
+                                              (n / s, "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。")]))
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（含 1 张卡和多卡反而变慢的情形）。")
 
 
 def try_speedup_and_efficiency(fn):
     """Notebook 08's fill-in; the course's version (from ``mh.models.scaling``) while it is unwritten."""
-    from mgpu_helpers.models import scaling
-
     def reference(t1_s, tn_s, world_size):
         return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
 
@@ -267,8 +271,6 @@ def check_straggler_from_collective(fn, cases=None) -> None:
 def try_straggler_from_collective(fn):
     """Notebook 08's fill-in; the course's version (``mh.measure.straggler.straggler_by_collective``) while it is
     unwritten."""
-    from mgpu_helpers.measure import straggler
-
     check = refusing_check(check_straggler_from_collective, "straggler_from_collective",
                            [(straggler, "straggler_by_collective")])
     return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")

@@ -322,12 +322,8 @@ def main(argv: list[str]) -> int:
         for path in generate():
             print(f"wrote {os.path.relpath(path, ROOT)}")
         return 0
-    problems = out_of_sync()
-    for p in problems:
-        print(p)
-    if problems:
-        print("notebooks/ and exercises/ are not in sync with solutions/: "
-              "run `python -m mgpu_helpers.tools.exercises generate`")
+    if nbtools.report(out_of_sync(), "notebooks/ and exercises/ are not in sync with solutions/: "
+                                     "run `python -m mgpu_helpers.tools.exercises generate`"):
         return 1
     print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")
     return 0

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from mgpu_helpers.tools.nbtools import markdown_lines, read_text, source, write_if_changed
+from mgpu_helpers.tools.nbtools import markdown_lines, read_text, report, source, write_if_changed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)   # the worked lessons (notebooks/ is generated from them)
@@ -112,18 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report modules that are out of date")
     args = parser.parse_args(argv)
     if args.check:
-        problems = out_of_sync()
-        for p in problems:
-            print(p)
-        if problems:
-            print("run `python -m mgpu_helpers.tools.nbexport` to regenerate")
-        return 1 if problems else 0
+        return report(out_of_sync(), "run `python -m mgpu_helpers.tools.nbexport` to regenerate")
     for rel in write_all():
         print(f"wrote {rel}")
-    stale = [p for p in out_of_sync() if p.endswith("delete it")]
-    for p in stale:
-        print(p)
-    return 1 if stale else 0
+    return report([p for p in out_of_sync() if p.endswith("delete it")])
 
 
 if __name__ == "__main__":

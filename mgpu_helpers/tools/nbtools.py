@@ -51,6 +51,16 @@ def read_text(path: str) -> str | None:
     return Path(path).read_text(encoding="utf-8") if os.path.exists(path) else None
 
 
+def report(problems, fix: str = "") -> int:
+    """A check's command-line ending: each problem on its line, then ``fix`` (what to run) when there are any;
+    the exit status, 1 with problems, else 0."""
+    for p in problems:
+        print(p)
+    if problems and fix:
+        print(fix)
+    return 1 if problems else 0
+
+
 def write_if_changed(path: str, text: str) -> bool:
     """Write ``text`` to ``path`` (making its folder) unless the file holds it already; True when written."""
     if read_text(path) == text:
@@ -167,9 +177,7 @@ def main(argv: list[str]) -> int:
         nbformat.validate(cleaned)
         nbformat.write(cleaned, path)
         print(f"{cmd}ed {path}")
-    for b in bad:
-        print(b)
-    return 1 if bad else 0
+    return report(bad)
 
 
 if __name__ == "__main__":
