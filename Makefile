@@ -52,7 +52,7 @@ classroom: install
 # The whole suite: unit tests and every notebook under nbval, then the real-browser test (a second pytest
 # run, so each result stands alone; it skips, saying why, where chromium is missing). One after the other:
 # the browser test opens the notebooks as test-main's nbval run left them in build/executed/
-# (mgpu_helpers/tools/executed.py) instead of running them again. -k: the browser test runs even where the
+# (tests/keep_executed.py) instead of running them again. -k: the browser test runs even where the
 # main run failed (it reports a notebook whose nbval run failed as failed, without opening it).
 test: install
 	$(MAKE) --no-print-directory -k test-main test-browser

@@ -1,7 +1,7 @@
 """The course in a real JupyterLab, driven by a real browser, as a class would see it.
 
 Each notebook of notebooks/ is opened once, as nbval ran it, without running a cell again. ``make test-main``
-runs every notebook under nbval, and the pytest plugin ``mgpu_helpers.tools.executed`` keeps each run in
+runs every notebook under nbval, and the pytest plugin ``keep_executed`` keeps each run in
 build/executed/<name>.ipynb: the outputs the kernel produced for each cell and the widget state at the end
 (notebook metadata ``widgets``, which JupyterLab's widget manager loads when it opens a notebook). Where a
 notebook's kept run is missing or stale (``make test-browser`` alone on a fresh clone, or a notebook edited
@@ -45,13 +45,13 @@ import urllib.request
 
 import pytest
 
-from mgpu_helpers.tools import executed
+import keep_executed as executed
 
 pytestmark = pytest.mark.browser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
-EXECUTED = os.path.join(ROOT, "build", "executed")     # nbval's runs, kept by mgpu_helpers.tools.executed
+EXECUTED = os.path.join(ROOT, "build", "executed")     # nbval's runs, kept by keep_executed
 SHOTS = os.path.join(ROOT, "build", "screenshots")
 LIVE = "live/run_button.ipynb"                         # the notebook the live test writes and runs
 LIVE_CELLS = ["import mgpu_helpers as mh\n\nenv = mh.setup()",
@@ -105,7 +105,7 @@ def _kept(path: str) -> str:
 
 
 def _keep_missing_runs(selected: list[str]) -> list[str]:
-    """Run nbval (with mgpu_helpers.tools.executed, from pyproject's addopts) on each of ``selected`` whose kept
+    """Run nbval (with keep_executed, from pyproject's addopts) on each of ``selected`` whose kept
     run is missing or stale; a failed run is kept as failed, not run again. Returns what nbval printed, if it
     ran."""
     todo = [p for p in selected if executed.status(_kept(p), p) in ("missing", "stale")]

@@ -1,4 +1,4 @@
-"""mgpu_helpers.tools.executed: nbval's run of a notebook is kept, with its outputs and widget state.
+"""keep_executed: nbval's run of a notebook is kept, with its outputs and widget state.
 
 One small notebook (a print, a slider, an Output widget printing inside, an error in a cell tagged
 ``raises-exception``) runs under nbval in a subprocess, as ``make test-main`` runs the course's notebooks; the
@@ -14,7 +14,7 @@ import sys
 import nbformat
 import pytest
 
-from mgpu_helpers.tools import executed
+import keep_executed as executed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

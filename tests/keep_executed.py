@@ -3,7 +3,7 @@
 nbval runs a notebook cell by cell in one kernel and compares outputs, then throws the run away. The browser
 test (tests/test_browser.py) needs exactly that run -- every cell's outputs and the widgets' state -- to show
 the notebook in JupyterLab without running it a second time. Loaded from ``addopts`` in pyproject.toml
-(``-p mgpu_helpers.tools.executed``), this plugin listens to the kernel messages nbval reads and writes
+(``-p keep_executed``), this plugin listens to the kernel messages nbval reads and writes
 ``build/executed/<name>.ipynb`` when a notebook's last cell is done:
 
 - the notebook as committed, each code cell with the outputs its run produced (``execution_count`` 1, 2, ...
@@ -40,7 +40,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("mgpu-executed", "keep what nbval ran (mgpu_helpers.tools.executed)")
+    group = parser.getgroup("mgpu-executed", "keep what nbval ran (keep_executed)")
     group.addoption("--executed-dir", default=None, metavar="DIR",
                     help="where the run notebooks go (default: <rootdir>/build/executed)")
     group.addoption("--executed-from", action="append", default=None, metavar="DIR",
@@ -78,7 +78,7 @@ def _recorder(item) -> _Recorder | None:
             try:
                 rec = _Recorder(nbfile, path, out)
             except Exception as exc:   # never let the recorder break nbval
-                warnings.warn(f"mgpu_helpers.tools.executed: not keeping {path}: {exc!r}")
+                warnings.warn(f"keep_executed: not keeping {path}: {exc!r}")
         nbfile._mgpu_recorder = rec
     return rec
 
@@ -147,7 +147,7 @@ class _Recorder:
             fn(*args)
         except Exception as exc:   # warn, keep nothing for this notebook, leave nbval's result alone
             self.broken = repr(exc)
-            warnings.warn(f"mgpu_helpers.tools.executed: not keeping {self.path}: {exc!r}")
+            warnings.warn(f"keep_executed: not keeping {self.path}: {exc!r}")
 
     def attach(self):
         """Wrap the nbval kernel's message reads (once): every iopub message it reads is kept here too."""
