@@ -17,10 +17,11 @@ def test_replicated_24gb_on_four_16gb_gpus_draws_four_bars_over_capacity():
     ax = fig.axes[0]
     assert _bar_heights(ax) == [24] * 4
     labels = [t.get_text() for t in ax.texts]
-    assert labels.count("24\nOVER") == 4
+    over = sharding._t("溢出", "OVER")     # Chinese where a CJK font is installed, else English
+    assert labels.count(f"24\n{over}") == 4
     assert ax.lines[0].get_ydata()[0] == 16          # the capacity line
-    assert "does not fit" in ax.get_title()
-    assert "replicated" in ax.get_legend().get_texts()[0].get_text()
+    assert sharding._t("装不下", "does not fit") in ax.get_title()
+    assert sharding._t("（复制）", " (replicated)") in ax.get_legend().get_texts()[0].get_text()
 
 
 def test_14_10_and_12_12_both_fit_under_16gb():
@@ -28,7 +29,7 @@ def test_14_10_and_12_12_both_fit_under_16gb():
              "12/12": memory.memory_plan("zero3", 2, 16, params=24, weights=(12, 12))}
     fig = sharding.draw_plans(plans)
     assert [_bar_heights(ax) for ax in fig.axes] == [[14, 10], [12, 12]]
-    assert all("OVER" not in t.get_text() for ax in fig.axes for t in ax.texts)
+    assert all(word not in t.get_text() for ax in fig.axes for t in ax.texts for word in ("OVER", "溢出"))
     assert plans["12/12"].imbalance < plans["14/10"].imbalance
 
 
