@@ -185,11 +185,17 @@ def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
                   advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
 
 
+def _reference_rank(rank, world_size, *args):
+    return _lessons().single_process_params(*args)
+
+
 def _reference(world_size, kwargs, divide=True):
+    """The parameters of single-process whole-batch training, computed in a rank process: in the kernel its
+    optimizer's first step would import torch._dynamo, seconds the rank server has already paid."""
+    from mgpu_helpers.launcher.launch import run_ranks
     lr = kwargs["lr"] if divide else kwargs["lr"] * world_size
-    return np.asarray(_lessons().single_process_params(kwargs["steps"], kwargs["widths"],
-                                                       kwargs["rows_per_rank"] * world_size, lr,
-                                                       kwargs.get("optimizer", "sgd")))
+    args = (kwargs["steps"], kwargs["widths"], kwargs["rows_per_rank"] * world_size, lr, kwargs.get("optimizer", "sgd"))
+    return np.asarray(run_ranks(_reference_rank, 1, args=args, backend="gloo", quiet=True, stream=False).values[0])
 
 
 def _compare_params(values, world_size, kwargs, what, sgd=True):
