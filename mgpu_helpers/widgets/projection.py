@@ -6,7 +6,7 @@
 What changes: the drawing style (:func:`mgpu_helpers.widgets.style.set_projection`: large fonts, thick lines, larger
 figures, the Okabe-Ito colours without the pale yellow, black axes and text) and, inside a notebook, the size of
 every ipywidgets control (a ``<style>`` element shown in the cell's output, see
-:data:`mgpu_helpers.widgets.style.PROJECTION_CSS`).
+``mgpu_helpers/data/projection.css``).
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ changes every figure at once.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # Okabe & Ito (2008), colour-blind-safe.
@@ -73,34 +74,14 @@ def set_projection(on: bool = True) -> Style:
 
 # ipywidgets 8 sizes its controls through these CSS variables; larger values make sliders, buttons, labels and
 # drop-downs readable from the back of a room. Output areas (printed text) grow with them.
-PROJECTION_CSS = """
-:root, .jupyter-widgets {
-  --jp-widgets-font-size: 20px !important;
-  --jp-widgets-inline-height: 40px !important;
-  --jp-widgets-inline-label-width: 160px !important;
-  --jp-widgets-inline-width: 400px !important;
-  --jp-widgets-inline-width-short: 220px !important;
-  --jp-widgets-inline-width-tiny: 120px !important;
-  --jp-widgets-slider-handle-size: 22px !important;
-  --jp-widgets-slider-track-thickness: 8px !important;
-}
-.jupyter-widgets, .jupyter-widgets label, .jupyter-widgets button, .jupyter-widgets select,
-.jupyter-widgets input, .widget-label, .widget-readout, .widget-html-content, .widget-radio-box label {
-  font-size: 20px !important;
-  line-height: 1.4 !important;
-}
-.jupyter-widgets.widget-hbox { flex-wrap: wrap !important; }
-.jupyter-widgets.widget-inline-hbox { flex-shrink: 0 !important; }
-.jupyter-widgets .widget-radio-box input, .jupyter-widgets .widget-checkbox input {
-  width: 20px; height: 20px;
-}
-.jp-OutputArea-output pre, .jp-RenderedText pre { font-size: 18px !important; line-height: 1.35 !important; }
-"""
+# Larger ipywidgets controls and output text for a projector; a stylesheet of its own, read on first use.
+PROJECTION_CSS_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "projection.css")
 
 
 def projection_css() -> str:
-    """A ``<style>`` element with :data:`PROJECTION_CSS`, to display once in a notebook (projection mode)."""
-    return f"<style id=\"mgpu-projection\">{PROJECTION_CSS}</style>"
+    """A ``<style>`` element with ``data/projection.css``, to display once in a notebook (projection mode)."""
+    with open(PROJECTION_CSS_FILE, encoding="utf-8") as f:
+        return f"<style id=\"mgpu-projection\">{f.read()}</style>"
 
 
 def figsize(width: float, height: float) -> tuple[float, float]:
