@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight
@@ -114,10 +115,8 @@ class _Conn:
             # Killed, not asked to leave: a server still importing torch would only notice a closed socket
             # seconds later. Its jobs' leaders get SIGKILL from Linux as it dies (PR_SET_PDEATHSIG), their
             # ranks in turn, so nothing of its jobs outlives it.
-            try:
+            with suppress(OSError):
                 self.proc.kill()
-            except OSError:
-                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -228,11 +227,10 @@ class _Server:
                 self.lock.release()
                 raise
             self.lock.release()
-            with gate.allowed():   # the only wait: for Ready (or the server's death), at most a second a look
-                try:
-                    select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
-                except (OSError, ValueError):
-                    pass           # another thread closed it meanwhile: look again under the lock
+            # The only wait: for Ready (or the server's death), at most a second a look. OSError or ValueError:
+            # another thread closed the socket meanwhile; look again under the lock.
+            with gate.allowed(), suppress(OSError, ValueError):
+                select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
 
     def preload(self, modules) -> None:
         """Have the server import ``modules`` (of ``rank.PRELOADABLE``) now, and every later server too.

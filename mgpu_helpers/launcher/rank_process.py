@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 import traceback
+from contextlib import suppress
 
 
 # Slow imports that ranks may need and the rank server can do once for all later ranks. torch.optim and DDP
@@ -72,21 +73,17 @@ def _line_buffer_c_stdio() -> None:
     at ``os._exit``. (Python only does this itself when PYTHONUNBUFFERED is set.) Linux C libraries
     export ``stdout``/``stderr`` as variables; elsewhere this does nothing.
     """
-    try:
+    with suppress(OSError, ValueError, AttributeError):
         libc = ctypes.CDLL(None)
         libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
         for name in ("stdout", "stderr"):
             libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)    # 1 = _IOLBF
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _flush_c_stdio() -> None:
     """Flush every C stream (a partial last line included) before ``os._exit``, which does not."""
-    try:
+    with suppress(OSError, AttributeError):
         ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):
-        pass
 
 
 def main(job, rank: int, out_fd: int, res_fd: int) -> None:
@@ -110,10 +107,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     os.environ.update(job.env)
     os.environ.update(job.rank_env[rank])
     sys.path[:] = job.sys_path
-    try:
+    with suppress(OSError):
         os.chdir(job.cwd)
-    except OSError:
-        pass
 
     code = 0
     where = "starting"
@@ -167,11 +162,9 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         except Exception:
             traceback.print_exc()
     finally:
-        try:
+        with suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        except Exception:
-            pass
         _flush_c_stdio()
         # Skip interpreter teardown: atexit hooks of CUDA/NCCL can hang, and the work is done.
         os._exit(code)
