@@ -51,11 +51,10 @@ class Gate:
         while self.pending:
             signum = next(iter(self.pending))
             frame = self.pending.pop(signum)
-            handler = self.previous[signum]
             if self.state == _ALLOWED:
                 self._on_signal(signum, frame)
             else:
-                handler(signum, frame)
+                self.previous[signum](signum, frame)
 
     def allowed(self) -> "_Allowed":
         """Within a held block, a wait where signals are delivered (one held back so far, at once)."""

@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 from contextlib import suppress
+from pathlib import Path
 
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.interrupts import interrupts_held
@@ -275,7 +276,6 @@ class Job:
 def _text_of(path: str) -> str:
     """The stripped text of ``path``; "" when it cannot be read (not written yet, or the folder is gone)."""
     try:
-        with open(path) as f:
-            return f.read().strip()
+        return Path(path).read_text().strip()
     except OSError:
         return ""

@@ -453,8 +453,7 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
     job.attach_leader(started.leader_pid, server_proc)
     for fd in write_ends:           # the leader and ranks have their own copies now
         job.close_fd(fd)
-    for r, (rd, _) in enumerate(out):
-        job.watch(rd, "out", r)
-    for r, (rd, _) in enumerate(res):
-        job.watch(rd, "res", r)
+    for kind, pipes in (("out", out), ("res", res)):
+        for r, (rd, _) in enumerate(pipes):
+            job.watch(rd, kind, r)
     job.watch(status[0], "status", None)

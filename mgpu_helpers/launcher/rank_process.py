@@ -26,10 +26,7 @@ PRELOADABLE = ("torch._dynamo",)
 
 def _to_cpu(value):
     """Move tensors in a (nested) result to the CPU, so the notebook can unpickle them without a GPU."""
-    try:
-        import torch
-    except ImportError:
-        return value
+    import torch    # the rank server imported it before forking this rank
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
@@ -116,9 +113,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         import cloudpickle
         import torch.distributed as dist
 
-        from mgpu_helpers.launcher import ranks
+        from mgpu_helpers.launcher import ranks, trace
         from mgpu_helpers.launcher.messages import Returned, Running
-        from mgpu_helpers.launcher import trace
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.
         dist.set_debug_level_from_env()

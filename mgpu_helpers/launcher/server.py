@@ -209,8 +209,7 @@ def main() -> None:
     import torch.distributed  # noqa: F401
 
     # and what every rank imports (compiled once here, not in each rank of each launch)
-    from mgpu_helpers.launcher import flight, rank_process, ranks  # noqa: F401
-    from mgpu_helpers.launcher import trace  # noqa: F401
+    from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
     sock = socket.socket(fileno=fd)

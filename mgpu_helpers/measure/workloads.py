@@ -63,12 +63,7 @@ def sleep_units(units: float, seconds_per_unit: float) -> None:
     """
     if units < 0 or seconds_per_unit < 0:
         raise ValueError(f"units and seconds_per_unit must be >= 0, got {units}, {seconds_per_unit}")
-    end = time.monotonic() + units * seconds_per_unit
-    while True:   # time.sleep may return early on a signal: sleep until the deadline
-        left = end - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(left)
+    time.sleep(units * seconds_per_unit)   # after a signal Python sleeps on for the time left (PEP 475)
 
 
 def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
