@@ -14,8 +14,11 @@ depend on the device (small on the CPU, real on a GPU).
 """
 from __future__ import annotations
 
+import statistics
 import time
 
+from mgpu_helpers.launcher import trace
+from mgpu_helpers.launcher.ranks import rank_device
 from mgpu_helpers.measure.timing import synchronize_device
 
 # Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
@@ -105,9 +108,6 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.launcher import trace
-    from mgpu_helpers.launcher.ranks import rank_device
-
     device = rank_device()
     units = float(shard_units[rank])
     if seconds_per_unit is not None and not isinstance(seconds_per_unit, (int, float)):
@@ -160,13 +160,9 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     are spread over many calls) after a barrier; returns, per size, the median over ``repeats`` of the
     time per call, as seen by this rank. On a GPU the time includes the kernels (synchronised).
     """
-    import statistics
-
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure.sweep import time_batch
 
     device = rank_device()
@@ -188,8 +184,6 @@ def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int
     """Strong (or weak) scaling step: ``total_units / world_size`` units of compute (``total_units`` per
     rank when ``weak``), then an all-reduce of ``grad_numel`` float32: :func:`straggler_step` with equal
     shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
-    import statistics
-
     units = total_units if weak else total_units / world_size
     run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
     med = statistics.median
