@@ -358,19 +358,17 @@ def free_loopback_port() -> int:
 
 def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extra: dict | None) -> tuple[dict, list]:
     """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
-    env = dict(os.environ)
-    env.update(loopback_env())
+    env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
+        # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
+        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+        # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
+        # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
+        # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
+        "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
+        **os.environ, **loopback_env()}
     env.update(MASTER_PORT=str(free_loopback_port()), WORLD_SIZE=str(world_size),
                LOCAL_WORLD_SIZE=str(world_size), MGPU_BACKEND=backend,
                MGPU_INIT_METHOD=f"file://{store_path}")
-    # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
-    env.setdefault("NCCL_NVLS_ENABLE", "0")
-    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-    # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
-    # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
-    # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
-    env.setdefault("TORCH_FR_BUFFER_SIZE", str(flight.BUFFER_ENTRIES))
     if debug:
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
     if extra:
