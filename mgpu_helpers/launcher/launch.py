@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from contextlib import suppress
+from dataclasses import dataclass
 
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight
@@ -91,6 +92,7 @@ START_TIMEOUT_S = 120.0        # a cold start imports torch: seconds, more on a 
 REPLY_TIMEOUT_S = 60.0         # the server answers a job at once (one fork); past this it is stuck
 
 
+@dataclass(slots=True, eq=False)
 class _Conn:
     """One rank server process and the notebook's end of its socket. ``ready``: its Ready has been read.
 
@@ -98,12 +100,9 @@ class _Conn:
     :class:`_Server`: a connection that the server holds always has an open socket.
     """
 
-    __slots__ = ("proc", "sock", "ready")
-
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket) -> None:
-        self.proc = proc
-        self.sock = sock
-        self.ready = False
+    proc: subprocess.Popen
+    sock: socket.socket
+    ready: bool = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
