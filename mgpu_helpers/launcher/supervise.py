@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from contextlib import suppress
 
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.errors import LaunchError, RankError, RankTimeout
@@ -81,11 +82,9 @@ def partial_results(job: Job) -> RankResults:
 def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
     original = None
     if failed.exception_blob is not None:
-        try:
+        with suppress(Exception):   # the text and traceback still tell the story
             import cloudpickle
             original = cloudpickle.loads(failed.exception_blob)
-        except Exception:   # noqa: BLE001 - the text and traceback still tell the story
-            original = None
     hint = ""
     if failed.where.startswith("sending the result"):
         hint = ("\nThe return value could not be sent back: return plain Python values, NumPy arrays or "
@@ -167,10 +166,8 @@ def _raise_launcher_died(job: Job):
     if job.server_proc is not None:
         # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe
         # has closed and been read, a dead server is (nearly always) reaped already: a short look is enough.
-        try:
+        with suppress(Exception):   # subprocess.TimeoutExpired: the server lives
             code = job.server_proc.wait(0.25)
-        except Exception:   # noqa: BLE001 - subprocess.TimeoutExpired: the server lives
-            code = None
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
     if code is not None:
