@@ -20,6 +20,7 @@ import os
 import pickle
 import signal
 import threading
+from pathlib import Path
 
 BUFFER_ENTRIES = 2000
 DUMP_SIGNAL = signal.SIGUSR2
@@ -72,8 +73,7 @@ def start_dumper(job_dir: str, rank: int) -> None:
 def read_dump(path: str) -> dict | None:
     """The unpickled dump at ``path``, or None when there is none (the rank never answered)."""
     try:
-        with open(path, "rb") as f:
-            return pickle.loads(f.read())
+        return pickle.loads(Path(path).read_bytes())
     except (OSError, EOFError, pickle.UnpicklingError):
         return None
 

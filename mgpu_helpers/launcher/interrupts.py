@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from contextlib import nullcontext
 
 _HOLDING, _ALLOWED, _DONE = "holding", "allowed", "done"
 
@@ -50,11 +51,10 @@ class Gate:
         while self.pending:
             signum = next(iter(self.pending))
             frame = self.pending.pop(signum)
-            handler = self.previous[signum]
             if self.state == _ALLOWED:
                 self._on_signal(signum, frame)
             else:
-                handler(signum, frame)
+                self.previous[signum](signum, frame)
 
     def allowed(self) -> "_Allowed":
         """Within a held block, a wait where signals are delivered (one held back so far, at once)."""
@@ -78,16 +78,8 @@ class _Allowed:
 class _OpenGate(Gate):
     """Where nothing can be held (not the main thread): waits and the rest alike."""
 
-    def allowed(self) -> "_Nothing":
-        return _Nothing()
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
+    def allowed(self) -> nullcontext:
+        return nullcontext()
 
 
 def _unwrapped(signum, handler):

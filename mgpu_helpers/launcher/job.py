@@ -20,6 +20,8 @@ import shutil
 import signal
 import sys
 import time
+from contextlib import suppress
+from pathlib import Path
 
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.interrupts import interrupts_held
@@ -75,10 +77,8 @@ class Job:
             if fd not in self.owned:
                 return
             self.owned.discard(fd)
-            try:
+            with suppress(KeyError, ValueError):
                 self.sel.unregister(fd)
-            except (KeyError, ValueError):
-                pass
             os.close(fd)
 
     def watch(self, fd: int, kind: str, rank: int | None) -> None:
@@ -94,7 +94,7 @@ class Job:
         import psutil
         self.pgid = leader_pid
         self.server_proc = server_proc
-        try:
+        with suppress(psutil.Error):
             leader = psutil.Process(leader_pid)
             # The leader waits for us before it exits, so this is it, unless something killed it already
             # and its pid went to another process: then that process is not the server's child.
@@ -103,14 +103,9 @@ class Job:
                 # A descriptor that becomes readable the moment the leader exits, so the clean-up waits for
                 # exactly that (the leader is alive until we close its status pipe: this is its pid).
                 if hasattr(os, "pidfd_open"):
-                    try:
-                        fd = os.pidfd_open(leader_pid)
-                        self.owned.add(fd)
-                        self.leader_fd = fd
-                    except OSError:
-                        pass
-        except psutil.Error:
-            pass
+                    with suppress(OSError):
+                        self.leader_fd = os.pidfd_open(leader_pid)
+                        self.owned.add(self.leader_fd)
 
     # -- reading what the ranks send ----------------------------------------------------------------
     def _emit(self, rank: int, lines: list[str]) -> None:
@@ -192,10 +187,8 @@ class Job:
     def signal_ranks(self, signum: int) -> None:
         """Send ``signum`` to the job's process group (the leader ignores the dump signals)."""
         if self.leader_alive():
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def kill(self) -> None:
         """End every process of the job: close the status pipe, which the leader takes as its cue."""
@@ -217,10 +210,8 @@ class Job:
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
                 # psutil checks the process is still the same one, so no other process can be hit.
-                try:
+                with suppress(psutil.Error):
                     leader.kill()
-                except psutil.Error:
-                    pass
             except psutil.Error:
                 pass
 
@@ -250,10 +241,8 @@ class Job:
             pass
         finally:
             for fd in list(self.owned):
-                try:
+                with suppress(OSError):
                     self.close_fd(fd)
-                except OSError:
-                    pass
             self.sel.close()
             if self.job_dir is not None:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
@@ -287,7 +276,6 @@ class Job:
 def _text_of(path: str) -> str:
     """The stripped text of ``path``; "" when it cannot be read (not written yet, or the folder is gone)."""
     try:
-        with open(path) as f:
-            return f.read().strip()
+        return Path(path).read_text().strip()
     except OSError:
         return ""

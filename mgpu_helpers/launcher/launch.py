@@ -28,6 +28,8 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
+from dataclasses import dataclass
 
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight
@@ -90,6 +92,7 @@ START_TIMEOUT_S = 120.0        # a cold start imports torch: seconds, more on a 
 REPLY_TIMEOUT_S = 60.0         # the server answers a job at once (one fork); past this it is stuck
 
 
+@dataclass(slots=True, eq=False)
 class _Conn:
     """One rank server process and the notebook's end of its socket. ``ready``: its Ready has been read.
 
@@ -97,12 +100,9 @@ class _Conn:
     :class:`_Server`: a connection that the server holds always has an open socket.
     """
 
-    __slots__ = ("proc", "sock", "ready")
-
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket) -> None:
-        self.proc = proc
-        self.sock = sock
-        self.ready = False
+    proc: subprocess.Popen
+    sock: socket.socket
+    ready: bool = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -114,10 +114,8 @@ class _Conn:
             # Killed, not asked to leave: a server still importing torch would only notice a closed socket
             # seconds later. Its jobs' leaders get SIGKILL from Linux as it dies (PR_SET_PDEATHSIG), their
             # ranks in turn, so nothing of its jobs outlives it.
-            try:
+            with suppress(OSError):
                 self.proc.kill()
-            except OSError:
-                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -228,11 +226,10 @@ class _Server:
                 self.lock.release()
                 raise
             self.lock.release()
-            with gate.allowed():   # the only wait: for Ready (or the server's death), at most a second a look
-                try:
-                    select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
-                except (OSError, ValueError):
-                    pass           # another thread closed it meanwhile: look again under the lock
+            # The only wait: for Ready (or the server's death), at most a second a look. OSError or ValueError:
+            # another thread closed the socket meanwhile; look again under the lock.
+            with gate.allowed(), suppress(OSError, ValueError):
+                select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
 
     def preload(self, modules) -> None:
         """Have the server import ``modules`` (of ``rank.PRELOADABLE``) now, and every later server too.
@@ -360,19 +357,17 @@ def free_loopback_port() -> int:
 
 def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extra: dict | None) -> tuple[dict, list]:
     """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
-    env = dict(os.environ)
-    env.update(loopback_env())
+    env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
+        # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
+        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+        # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
+        # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
+        # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
+        "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
+        **os.environ, **loopback_env()}
     env.update(MASTER_PORT=str(free_loopback_port()), WORLD_SIZE=str(world_size),
                LOCAL_WORLD_SIZE=str(world_size), MGPU_BACKEND=backend,
                MGPU_INIT_METHOD=f"file://{store_path}")
-    # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
-    env.setdefault("NCCL_NVLS_ENABLE", "0")
-    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-    # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
-    # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
-    # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
-    env.setdefault("TORCH_FR_BUFFER_SIZE", str(flight.BUFFER_ENTRIES))
     if debug:
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
     if extra:
@@ -455,8 +450,7 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
     job.attach_leader(started.leader_pid, server_proc)
     for fd in write_ends:           # the leader and ranks have their own copies now
         job.close_fd(fd)
-    for r, (rd, _) in enumerate(out):
-        job.watch(rd, "out", r)
-    for r, (rd, _) in enumerate(res):
-        job.watch(rd, "res", r)
+    for kind, pipes in (("out", out), ("res", res)):
+        for r, (rd, _) in enumerate(pipes):
+            job.watch(rd, kind, r)
     job.watch(status[0], "status", None)

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 import traceback
+from contextlib import suppress
 
 
 # Slow imports that ranks may need and the rank server can do once for all later ranks. torch.optim and DDP
@@ -25,10 +26,7 @@ PRELOADABLE = ("torch._dynamo",)
 
 def _to_cpu(value):
     """Move tensors in a (nested) result to the CPU, so the notebook can unpickle them without a GPU."""
-    try:
-        import torch
-    except ImportError:
-        return value
+    import torch    # the rank server imported it before forking this rank
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
@@ -72,21 +70,17 @@ def _line_buffer_c_stdio() -> None:
     at ``os._exit``. (Python only does this itself when PYTHONUNBUFFERED is set.) Linux C libraries
     export ``stdout``/``stderr`` as variables; elsewhere this does nothing.
     """
-    try:
+    with suppress(OSError, ValueError, AttributeError):
         libc = ctypes.CDLL(None)
         libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
         for name in ("stdout", "stderr"):
             libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)    # 1 = _IOLBF
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _flush_c_stdio() -> None:
     """Flush every C stream (a partial last line included) before ``os._exit``, which does not."""
-    try:
+    with suppress(OSError, AttributeError):
         ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):
-        pass
 
 
 def main(job, rank: int, out_fd: int, res_fd: int) -> None:
@@ -110,10 +104,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     os.environ.update(job.env)
     os.environ.update(job.rank_env[rank])
     sys.path[:] = job.sys_path
-    try:
+    with suppress(OSError):
         os.chdir(job.cwd)
-    except OSError:
-        pass
 
     code = 0
     where = "starting"
@@ -121,9 +113,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         import cloudpickle
         import torch.distributed as dist
 
-        from mgpu_helpers.launcher import ranks
+        from mgpu_helpers.launcher import ranks, trace
         from mgpu_helpers.launcher.messages import Returned, Running
-        from mgpu_helpers.launcher import trace
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.
         dist.set_debug_level_from_env()
@@ -167,11 +158,9 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         except Exception:
             traceback.print_exc()
     finally:
-        try:
+        with suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        except Exception:
-            pass
         _flush_c_stdio()
         # Skip interpreter teardown: atexit hooks of CUDA/NCCL can hang, and the work is done.
         os._exit(code)

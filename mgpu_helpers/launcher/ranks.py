@@ -96,9 +96,7 @@ def default_backend(local_world_size: int) -> str:
     """NCCL when this host has a GPU for each local rank, gloo otherwise (what ``backend="auto"`` means)."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
-        return "nccl"
-    return "gloo"
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size else "gloo"
 
 
 def torchrun_main(fn, *args, backend: str = "auto"):

@@ -26,6 +26,7 @@ import select
 import signal
 import socket
 import sys
+from contextlib import suppress
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -45,10 +46,8 @@ def die_with_parent(parent_pid: int) -> None:
 
 def _close_fds(fds) -> None:
     for fd in fds:
-        try:
+        with suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def _my_children() -> list[int]:
@@ -69,20 +68,14 @@ def _end_everything_under_me(rank_pids) -> None:
     or group it put itself; its pid cannot be reused before we reap it, so killing it by pid is safe.
     """
     for pid in rank_pids:
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     for pid in rank_pids:
-        try:
+        with suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
     for pid in _my_children():
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     os.killpg(0, signal.SIGKILL)   # ourselves included: everything has been reported
 
 
@@ -110,8 +103,7 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
                 die_with_parent(leader_pid)
                 signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-                _close_fds([fd for i, fd in enumerate(out_fds) if i != rank])
-                _close_fds([fd for i, fd in enumerate(res_fds) if i != rank] + [status_fd])
+                _close_fds([fd for i, fd in enumerate(out_fds + res_fds) if i % n != rank] + [status_fd])
                 rank_process.main(job, rank, out_fds[rank], res_fds[rank])
             finally:
                 os._exit(70)
@@ -158,10 +150,8 @@ def _import_preloadable(names) -> None:
     from mgpu_helpers.launcher.rank_process import PRELOADABLE
     for name in names:
         if name in PRELOADABLE and name not in sys.modules:   # never an arbitrary module: it may start threads
-            try:
+            with suppress(Exception):   # an optional speed-up, never a reason not to serve
                 importlib.import_module(name)
-            except Exception:   # noqa: BLE001 - an optional speed-up, never a reason not to serve
-                pass
 
 
 def serve(sock: socket.socket) -> None:
@@ -194,10 +184,8 @@ def serve(sock: socket.socket) -> None:
                 run_leader(job, fds, server_pid)
             finally:
                 os._exit(71)
-        try:
+        with suppress(OSError):
             os.setpgid(pid, pid)   # also here, so the kernel can kill the group as soon as it has the pid
-        except OSError:
-            pass
         _close_fds(fds)
         try:
             send_msg(sock, pickle.dumps(Started(job.job_id, pid)))
@@ -221,8 +209,7 @@ def main() -> None:
     import torch.distributed  # noqa: F401
 
     # and what every rank imports (compiled once here, not in each rank of each launch)
-    from mgpu_helpers.launcher import flight, rank_process, ranks  # noqa: F401
-    from mgpu_helpers.launcher import trace  # noqa: F401
+    from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
     sock = socket.socket(fileno=fd)

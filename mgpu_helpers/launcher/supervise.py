@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 import signal
 import time
+from contextlib import suppress
 
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.errors import LaunchError, RankError, RankTimeout
 from mgpu_helpers.launcher.job import Job
-from mgpu_helpers.launcher.messages import Failed, Returned
+from mgpu_helpers.launcher.messages import Failed
 from mgpu_helpers.launcher.results import RankResults
 
 _C10D_CALL = re.compile(r'File "[^"]*torch/distributed/[^"]*", line \d+ in (\w+)')
@@ -43,9 +44,7 @@ def _waiting_in(stack: str) -> str | None:
 
 
 def _tail(lines: list[str], n: int = 15) -> str:
-    if not lines:
-        return "    (no output)"
-    return "\n".join("    " + ln for ln in lines[-n:])
+    return "\n".join("    " + ln for ln in lines[-n:]) or "    (no output)"
 
 
 def _describe_exit(code: int | None) -> str:
@@ -73,26 +72,19 @@ def _outputs(job: Job) -> dict:
 
 def partial_results(job: Job) -> RankResults:
     """What the ranks that returned brought back (None for the others)."""
-    res = RankResults(world_size=job.world_size, backend=job.backend, reason=job.reason,
-                      outputs=[list(o) for o in job.outputs], launch_seconds=time.monotonic() - job.t0)
-    for r in range(job.world_size):
-        got = job.results.get(r)
-        ok = isinstance(got, Returned)
-        res.values.append(got.value if ok else None)
-        res.init_seconds.append(got.init_s if ok else None)
-        res.seconds.append(got.fn_s if ok else None)
-        res.spans.append(got.spans if ok else [])
-    return res
+    got = [job.results[r] if job.returned(r) else None for r in range(job.world_size)]
+    return RankResults(world_size=job.world_size, backend=job.backend, reason=job.reason,
+                       values=[g.value if g else None for g in got], seconds=[g.fn_s if g else None for g in got],
+                       init_seconds=[g.init_s if g else None for g in got], outputs=[list(o) for o in job.outputs],
+                       spans=[g.spans if g else [] for g in got], launch_seconds=time.monotonic() - job.t0)
 
 
 def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
     original = None
     if failed.exception_blob is not None:
-        try:
+        with suppress(Exception):   # the text and traceback still tell the story
             import cloudpickle
             original = cloudpickle.loads(failed.exception_blob)
-        except Exception:   # noqa: BLE001 - the text and traceback still tell the story
-            original = None
     hint = ""
     if failed.where.startswith("sending the result"):
         hint = ("\nThe return value could not be sent back: return plain Python values, NumPy arrays or "
@@ -174,10 +166,8 @@ def _raise_launcher_died(job: Job):
     if job.server_proc is not None:
         # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe
         # has closed and been read, a dead server is (nearly always) reaped already: a short look is enough.
-        try:
+        with suppress(Exception):   # subprocess.TimeoutExpired: the server lives
             code = job.server_proc.wait(0.25)
-        except Exception:   # noqa: BLE001 - subprocess.TimeoutExpired: the server lives
-            code = None
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
     if code is not None:

@@ -90,7 +90,7 @@ def recv_msg(sock, maxfds: int = 0) -> tuple[bytes, list[int]]:
         header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, maxfds)
         if not header:
             raise EOFError("socket closed")
-        header += recv_exact(sock, _HEADER.size - len(header)) if len(header) < _HEADER.size else b""
+        header += recv_exact(sock, _HEADER.size - len(header))
     else:
         header = recv_exact(sock, _HEADER.size)
     (size,) = _HEADER.unpack(header)

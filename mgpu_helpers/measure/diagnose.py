@@ -18,7 +18,10 @@
 from __future__ import annotations
 
 import re
+import statistics
 import time
+
+from mgpu_helpers.launcher import trace
 
 _ENTER = re.compile(r"\[seq (\d+)\] enter (\S+)")
 _DONE = re.compile(r"\[seq (\d+)\] done (\S+)")
@@ -39,8 +42,6 @@ class CollectiveLog:
 
     def call(self, name: str, fn, *args, **kwargs):
         """Run the collective ``fn(*args, **kwargs)`` as number ``self.seq``, logged and traced."""
-        from mgpu_helpers.launcher import trace
-
         k = self.seq
         if self.verbose:
             print(f"[seq {k}] enter {name}", flush=True)
@@ -135,13 +136,10 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     with the job split over the ranks. One launch for all configurations; the shared steps are traced,
     their span names start with the configuration's name.
     """
-    import statistics
-
     import torch
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure import workloads
     from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
@@ -190,7 +188,6 @@ def transports(lines) -> list[str]:
 
 def medians(per_rank) -> list[float]:
     """Median of each rank's list."""
-    import statistics
     return [statistics.median(v) for v in per_rank]
 
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from mgpu_helpers.report import sizes as sz
+from mgpu_helpers import hardware
 from mgpu_helpers.models import bandwidth
+from mgpu_helpers.report import sizes as sz
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
 # Which nccl-tests formula each measured operation uses.
@@ -61,7 +62,6 @@ def default_sizes(gpu: bool) -> list[int]:
 def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]:
     """The backend that runs (:func:`mgpu_helpers.hardware.choose_backend`) and ``sizes`` (default: its
     :func:`default_sizes`)."""
-    from mgpu_helpers import hardware
     chosen, _ = hardware.choose_backend(world_size, backend)
     return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
 
@@ -210,7 +210,6 @@ def run_repeats(world_size: int = 2, nbytes: int = MiB, ops=("all_reduce", "rs_a
                 backend: str = "auto", iters=None, timeout: float = 300.0) -> list[dict]:
     """Time ``ops`` at ``nbytes`` ``repeats`` times in one launch; returns one ``{op: time_us}`` per round
     (each the slowest rank's, as in :func:`combine`), so that a comparison comes with its own spread."""
-    from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 
     chosen, _ = hardware.choose_backend(world_size, backend)

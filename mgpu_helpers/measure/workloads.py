@@ -14,8 +14,11 @@ depend on the device (small on the CPU, real on a GPU).
 """
 from __future__ import annotations
 
+import statistics
 import time
 
+from mgpu_helpers.launcher import trace
+from mgpu_helpers.launcher.ranks import rank_device
 from mgpu_helpers.measure.timing import synchronize_device
 
 # Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
@@ -63,12 +66,7 @@ def sleep_units(units: float, seconds_per_unit: float) -> None:
     """
     if units < 0 or seconds_per_unit < 0:
         raise ValueError(f"units and seconds_per_unit must be >= 0, got {units}, {seconds_per_unit}")
-    end = time.monotonic() + units * seconds_per_unit
-    while True:   # time.sleep may return early on a signal: sleep until the deadline
-        left = end - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(left)
+    time.sleep(units * seconds_per_unit)   # after a signal Python sleeps on for the time left (PEP 475)
 
 
 def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
@@ -109,9 +107,6 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     """
     import torch
     import torch.distributed as dist
-
-    from mgpu_helpers.launcher import trace
-    from mgpu_helpers.launcher.ranks import rank_device
 
     device = rank_device()
     units = float(shard_units[rank])
@@ -165,13 +160,9 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     are spread over many calls) after a barrier; returns, per size, the median over ``repeats`` of the
     time per call, as seen by this rank. On a GPU the time includes the kernels (synchronised).
     """
-    import statistics
-
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.launcher import trace
     from mgpu_helpers.measure.sweep import time_batch
 
     device = rank_device()
@@ -193,8 +184,6 @@ def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int
     """Strong (or weak) scaling step: ``total_units / world_size`` units of compute (``total_units`` per
     rank when ``weak``), then an all-reduce of ``grad_numel`` float32: :func:`straggler_step` with equal
     shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
-    import statistics
-
     units = total_units if weak else total_units / world_size
     run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
     med = statistics.median
