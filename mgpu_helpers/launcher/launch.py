@@ -232,7 +232,7 @@ class _Server:
                 select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
 
     def preload(self, modules) -> None:
-        """Have the server import ``modules`` (of ``rank.PRELOADABLE``) now, and every later server too.
+        """Have the server import ``modules`` (of ``rank_process.PRELOADABLE``) now, and every later server too.
 
         Call with interrupts held and the lock taken. The server imports them before it reads its next
         request, so a launch sent meanwhile waits for that import instead of paying it in each rank."""
@@ -279,7 +279,7 @@ atexit.register(_server.stop)
 
 
 def _imported_here() -> list[str]:
-    """The modules of ``rank.PRELOADABLE`` that this kernel has imported (it built an optimizer, say)."""
+    """The modules of ``rank_process.PRELOADABLE`` that this kernel has imported (it built an optimizer, say)."""
     return [m for m in PRELOADABLE if m in sys.modules]
 
 
@@ -287,7 +287,7 @@ def prewarm(wait: bool = False, modules=()) -> None:
     """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``.
 
     Returns at once; with ``wait=True`` it returns once the server takes jobs (the wait can be interrupted,
-    and the server then goes on starting). ``modules``: names from ``rank.PRELOADABLE`` for the server to
+    and the server then goes on starting). ``modules``: names from ``rank_process.PRELOADABLE`` for the server to
     import as soon as it is up (it would otherwise do so after the first launch whose ranks needed them).
     """
     with interrupts_held() as gate:

@@ -35,7 +35,7 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class Preload:
-    """Import these modules now (names from ``rank.PRELOADABLE``), so ranks forked later have them."""
+    """Import these modules now (names from ``rank_process.PRELOADABLE``), so ranks forked later have them."""
 
     modules: tuple
 
@@ -73,7 +73,7 @@ class Running:
 @dataclass(frozen=True)
 class Returned:
     """``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds. ``imported``: the modules
-    of ``rank.PRELOADABLE`` that this rank had to import itself (the server did not have them)."""
+    of ``rank_process.PRELOADABLE`` that this rank had to import itself (the server did not have them)."""
 
     value: object
     init_s: float

@@ -140,7 +140,7 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
-# Seconds without a request after which the server imports ``rank.PRELOADABLE`` on its own: a learner who
+# Seconds without a request after which the server imports ``rank_process.PRELOADABLE`` on its own: a learner who
 # reads between cells leaves it that long, so a later training launch finds the import done; a notebook run
 # cell after cell (nbval) rarely does, so its launches do not queue behind an import that they may not need.
 IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "1.5"))
