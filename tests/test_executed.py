@@ -46,7 +46,7 @@ def _nbval(path, out_dir, *extra):
     cmd = [sys.executable, "-m", "pytest", str(path), "--nbval-lax", "--nbval-current-env", "-p", "no:randomly",
            "-q", "-c", os.path.join(ROOT, "pyproject.toml"), f"--executed-dir={out_dir}", *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))))
 
 
 @pytest.fixture(scope="module")
