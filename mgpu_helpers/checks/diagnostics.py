@@ -105,9 +105,9 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     from mgpu_helpers.launcher.errors import RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
-    if timeout is None:                 # the ranks use CPU tensors (gloo): 5 s; a GPU machine sets up CUDA first
-        from mgpu_helpers.measure.peer import gpu_count
-        timeout = 5.0 if gpu_count() == 0 else 10.0
+    if timeout is None:                 # gloo ranks: 5 s; NCCL ranks (a GPU each) set up their communicator first
+        from mgpu_helpers.hardware import choose_backend
+        timeout = 5.0 if choose_backend(world_size)[0] == "gloo" else 10.0
     rng = random.Random()
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)
