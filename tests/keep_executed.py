@@ -289,8 +289,3 @@ def status(executed: str, source: str) -> str:
     if meta.get("source_sha256") != source_sha256(source) or not meta.get("complete"):
         return "stale"
     return "failed" if meta.get("failed_cells") else "ok"
-
-
-def is_current(executed: str, source: str) -> bool:
-    """Whether ``executed`` is a complete, passing nbval run of ``source`` as it is now."""
-    return status(executed, source) == "ok"
