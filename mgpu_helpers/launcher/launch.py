@@ -123,6 +123,15 @@ class _Conn:
         return True
 
 
+def _import_torch_here() -> None:
+    """Import torch in this process while the server imports its own (interrupts held: a torch import cut
+    short cannot be repeated). The ranks' results hold tensors more often than not, and unpickling the first
+    one would import torch after the server's import rather than beside it, on a core of its own."""
+    if "torch" not in sys.modules:
+        with suppress(ImportError):
+            import torch  # noqa: F401
+
+
 class _Server:
     """The notebook's end of the rank server.
 
@@ -226,6 +235,7 @@ class _Server:
                 self.lock.release()
                 raise
             self.lock.release()
+            _import_torch_here()
             # The only wait: for Ready (or the server's death), at most a second a look. OSError or ValueError:
             # another thread closed the socket meanwhile; look again under the lock.
             with gate.allowed(), suppress(OSError, ValueError):
