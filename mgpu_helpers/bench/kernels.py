@@ -19,6 +19,8 @@ import statistics
 from dataclasses import dataclass
 from importlib import resources
 
+from mgpu_helpers.report import tables
+
 REFERENCE_FILE = "kernels_h200x2.json"
 FAST_REFERENCE_FILE = "kernels_h200_fast.json"
 BLOCKS = (128, 256, 512, 1024)
@@ -81,27 +83,23 @@ class Table:
 
 
 def _pct(value, base):
-    return f"{100 * value / base:5.0f}%" if value is not None and base else "     -"
+    return f"{100 * value / base:.0f}%" if value is not None and base else None
 
 
 def _gb(value):
     if value is None:
-        return "        -"
-    return f"{value:9.1f}" if value >= 10 else f"{value:9.5f}"  # simulator smoke figures are tiny
+        return None
+    return f"{value:.1f}" if value >= 10 else f"{value:.5f}"  # simulator smoke figures are tiny
 
 
 def format_table(table: Table) -> str:
     """The bench's table as text: kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
-    base_m = table.measured.get("torch_add")
-    base_r = table.recorded.get("torch_add")
-    width = max(len(label) for label in LABELS.values())
-    head = f"{'kernel':{width}s} | {'GB/s':>9s} | {'% add':>6s} | {'H200 ref':>9s} | {'% add':>6s}"
-    lines = [table.title] if table.title else []
-    lines += [head, "-" * len(head)]
-    for key, label, _, _ in ROWS:
-        m, r = table.measured.get(key), table.recorded.get(key)
-        lines.append(f"{label:{width}s} | {_gb(m)} | {_pct(m, base_m)} | {_gb(r)} | {_pct(r, base_r)}")
-    return "\n".join(lines)
+    base_m, base_r = table.measured.get("torch_add"), table.recorded.get("torch_add")
+    rows = [{"label": label, "m": _gb(m), "m%": _pct(m, base_m), "r": _gb(r), "r%": _pct(r, base_r)}
+            for key, label, _, _ in ROWS for m, r in [(table.measured.get(key), table.recorded.get(key))]]
+    columns = [(key, head, "{}") for key, head in
+               (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))]
+    return tables.format_table(rows, columns, sep=" | ", title=table.title)
 
 
 def fast_verdict(measured: dict) -> list[str]:

@@ -21,7 +21,7 @@ from unittest import mock
 
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.launch import free_loopback_port, loopback_env
-from mgpu_helpers.report import progress
+from mgpu_helpers.report import progress, tables
 
 
 def allreduce_rank(rank: int, world_size: int) -> int:
@@ -179,16 +179,18 @@ def main(argv: list[str]) -> int:
     rows += [("torch.multiprocessing.spawn", med(spawn), f"median of {len(spawn)}"),
              ("subprocess per rank", med(sub), f"median of {len(sub)}")]
     print(f"Launch of {n} gloo ranks + process group + one all-reduce, on {os.cpu_count()} CPU core(s)")
-    print(f"{'variant':34s} {'seconds':>8s} {'vs repeat':>10s}  runs")
-    for name, secs, runs_text in rows:
-        print(f"{name:34s} {secs:8.3f} {secs / repeat:9.1f}x  {runs_text}")
+    print(tables.format_table([{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text}
+                               for name, secs, runs_text in rows],
+                              [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x"),
+                               ("runs", "runs", "{}")]))
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
     print(f"(the first launch of a server that is already up: {first_launch:.3f} s)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
-    for key, what in PHASES:
-        ms = med(r[key] for r in runs) * 1000
-        print(f"  {key:13s} {ms:7.1f} ms  {100 * ms / (repeat * 1000):4.0f} %  {what}")
+    phases = [{"phase": key, "ms": med(r[key] for r in runs) * 1000, "what": what} for key, what in PHASES]
+    print(tables.format_table([dict(p, share=p["ms"] / (repeat * 10)) for p in phases],
+                              [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"),
+                               ("what", "what", "{}")]))
     target = 0.08
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")

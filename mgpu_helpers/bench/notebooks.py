@@ -18,6 +18,8 @@ import time
 
 import nbformat
 
+from mgpu_helpers.report import progress, tables
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LESSON_TARGET_S = 12.0
 COURSE_TARGET_S = 90.0
@@ -73,17 +75,17 @@ def main(argv: list[str]) -> int:
                 "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)")
     floor_s, _, floor_ok = run_notebook(floor_notebook())
     print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
-    print(f"{'notebook':<40} {'s':>6}  slowest cells (code cell index: s)")
-    total, failed, over = 0.0, [], []
-    for path in paths:
+    total, failed, over, rows = 0.0, [], [], []
+    for path in progress.iterate(paths, "notebooks"):
         wall, slowest, ok = run_notebook(path)
         total += wall
         name = os.path.relpath(path, ROOT)
         failed += [] if ok else [name]
-        lesson = name.startswith("notebooks" + os.sep)
-        over += [name] if lesson and wall > LESSON_TARGET_S else []
-        cells = ", ".join(f"{i}: {s:.1f}" for s, i in slowest[:args.top])
-        print(f"{name:<40} {wall:6.1f}  {cells}{'' if ok else '  FAILED'}")
+        over += [name] if name.startswith("notebooks" + os.sep) and wall > LESSON_TARGET_S else []
+        rows.append({"notebook": name, "s": wall, "cells": ", ".join(f"{i}: {s:.1f}" for s, i in slowest[:args.top])
+                     + ("" if ok else "  FAILED")})
+    print(tables.format_table(rows, [("notebook", "notebook", "{}"), ("s", "s", "{:.1f}"),
+                                     ("cells", "slowest cells (code cell index: s)", "{}")]))
     print(f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
           f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
           f"{COURSE_TARGET_S:.0f} s")

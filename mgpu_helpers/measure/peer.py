@@ -22,7 +22,7 @@ import statistics
 
 from mgpu_helpers.measure import sweep, timing
 
-from mgpu_helpers.report import nccltests, sizes
+from mgpu_helpers.report import nccltests, sizes, tables
 
 DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")
 SIZES = (64 << 20, 256 << 20, 1 << 30)       # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
@@ -182,16 +182,13 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
                      + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
     else:
         lines.append(f"peer copy: not measured here; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
-    lines.append(f"{'size':>8} {'busbw default':>14} {'P2P off':>9} {'off/default':>12} {'nccl-tests':>11} "
-                 f"{'recorded P2P off':>17}")
     ref_off = {int(k): v for k, v in rec.get("allreduce_busbw_p2p_disabled_GBps", {}).items()}
-    for r in measured.get("busbw") or []:
-        ref = rec["allreduce_busbw_default_GBps"].get(r["nbytes"])
-        off = ref_off.get(r["nbytes"])
-        lines.append(f"{sizes.format_bytes(r['nbytes']):>8} {r['busbw_default']:>14.1f} {r['busbw_p2p_off']:>9.1f} "
-                     f"{r['ratio']:>12.2f} {ref if ref is not None else '-':>11} {off if off is not None else '-':>17}")
-    if not measured.get("busbw"):
-        lines += [f"{sizes.format_bytes(n):>8} {'-':>14} {'-':>9} {'-':>12} {v:>11}"
-                  for n, v in rec["allreduce_busbw_default_GBps"].items()]
+    rows = [dict(r, nccl_tests=rec["allreduce_busbw_default_GBps"].get(r["nbytes"]), off=ref_off.get(r["nbytes"]))
+            for r in measured.get("busbw") or []]
+    rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in rec["allreduce_busbw_default_GBps"].items()]
+    lines.append(tables.format_table(
+        [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows],
+        [("size", "size", "{}"), ("busbw_default", "busbw default", "{:.1f}"), ("busbw_p2p_off", "P2P off", "{:.1f}"),
+         ("ratio", "off/default", "{:.2f}"), ("nccl_tests", "nccl-tests", "{}"), ("off", "recorded P2P off", "{}")]))
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)

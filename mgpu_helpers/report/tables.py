@@ -6,6 +6,8 @@ None value prints as "-".
 """
 from __future__ import annotations
 
+import unicodedata
+
 
 def _as_dict(row) -> dict:
     return row.as_dict() if hasattr(row, "as_dict") else dict(row)
@@ -21,17 +23,23 @@ def cell_text(value, fmt: str) -> str:
         return str(value)
 
 
-def format_table(rows, columns) -> str:
-    """A fixed-width text table: a header line, a rule, one line per row; the first column left-aligned,
-    the others right-aligned, each as wide as its widest entry."""
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: a CJK character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def format_table(rows, columns, sep: str = "  ", title: str = "") -> str:
+    """A fixed-width text table: ``title`` (when given), a header line, a rule, one line per row; the first
+    column left-aligned, the others right-aligned, each as wide as its widest entry, ``sep`` between them."""
     cells = [[cell_text(_as_dict(r).get(k), f) for k, _, f in columns] for r in rows]
     heads = [h for _, h, _ in columns]
-    widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(heads)]
+    widths = [max(_width(v) for v in [h] + [line[i] for line in cells]) for i, h in enumerate(heads)]
 
     def line(values):
-        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths)))
+        pads = [" " * (w - _width(v)) for v, w in zip(values, widths)]
+        return sep.join(v + pad if i == 0 else pad + v for i, (v, pad) in enumerate(zip(values, pads)))
     head = line(heads)
-    return "\n".join([head, "-" * len(head)] + [line(c) for c in cells])
+    return "\n".join(([title] if title else []) + [head, "-" * _width(head)] + [line(c) for c in cells])
 
 
 def markdown_table(rows, columns) -> str:

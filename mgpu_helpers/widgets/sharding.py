@@ -11,6 +11,7 @@ show empty boxes); the text printed under each figure is always Chinese.
 """
 from __future__ import annotations
 
+from mgpu_helpers.report import tables
 from mgpu_helpers.models import memory
 from mgpu_helpers.widgets import style
 
@@ -158,15 +159,11 @@ def describe(plan) -> str:
 def describe_strategies(rows) -> str:
     """The table of :func:`draw_strategies` as Chinese text: memory, verdict and bytes per step, per strategy."""
     dp = next((r.step_bytes for r in rows if r.strategy == "data_parallel"), None)
-    lines = [f"{'策略':<18}{'最大 Rank (GB)':>14}  装得下  每步发出 (GB)  相对 Data Parallel"]
-    for r in rows:
-        if r.step_bytes is None:
-            sent, rel = "不在模型内", ""
-        else:
-            sent = f"{r.step_bytes:.3g}"
-            rel = f"{r.step_bytes / dp:.2g} 倍" if dp else ""
-        lines.append(f"{STRATEGY_ZH[r.strategy]:<18}{r.peak:>14g}  {'是' if r.fits else '否':<6}{sent:>12}  {rel:>10}")
-    return "\n".join(lines)
+    cells = [{"name": STRATEGY_ZH[r.strategy], "peak": r.peak, "fits": "是" if r.fits else "否",
+              "sent": "不在模型内" if r.step_bytes is None else f"{r.step_bytes:.3g}",
+              "rel": f"{r.step_bytes / dp:.2g} 倍" if dp and r.step_bytes is not None else ""} for r in rows]
+    return tables.format_table(cells, [("name", "策略", "{}"), ("peak", "最大 Rank (GB)", "{:g}"), ("fits", "装得下", "{}"),
+                                       ("sent", "每步发出 (GB)", "{}"), ("rel", "相对 Data Parallel", "{}")])
 
 
 def _weights(text: str, world_size: int):
