@@ -1,6 +1,4 @@
 """``setup()``: the first cell of every notebook."""
-from __future__ import annotations
-
 import contextlib
 import os
 import shutil

@@ -3,8 +3,6 @@
 Everything here reads NVML through nvidia-ml-py (the driver's own library), never the text of nvidia-smi,
 and never initialises CUDA: the notebook kernel that calls it must stay free to fork or to use CUDA later.
 """
-from __future__ import annotations
-
 import contextlib
 import os
 from dataclasses import dataclass, field

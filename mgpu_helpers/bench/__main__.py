@@ -1,6 +1,4 @@
 """Dispatch ``python -m mgpu_helpers.bench NAME [options]`` to ``mgpu_helpers.bench.NAME.main``."""
-from __future__ import annotations
-
 import importlib
 import sys
 

@@ -7,8 +7,6 @@ recorded figures, and exits 0.
 
     python -m mgpu_helpers.bench peer [--world-size 2] [--copy-bytes 256M]
 """
-from __future__ import annotations
-
 import argparse
 
 

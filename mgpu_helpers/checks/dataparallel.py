@@ -9,8 +9,6 @@
 - :func:`check_local_gradient` (notebook 09's fill-in): the rank function of step 2 (shard, forward, backward),
   called in this process for ranks other than 0 and uneven shards.
 """
-from __future__ import annotations
-
 import random
 
 import numpy as np

@@ -16,8 +16,6 @@ Using the course's own implementation (``mh.lessons.overlap``) instead of writin
 written: it is refused (:func:`~mgpu_helpers.checks.core.refuse_course_code`), whatever alias it was imported
 under, also as a base class or from a helper of the learner's.
 """
-from __future__ import annotations
-
 import inspect
 import random
 

@@ -5,8 +5,6 @@ Lesson fill-ins (``try_*``: the reference while the fill-in is unwritten, see :f
 memory by part, per strategy, uneven weights). Exercises: :func:`check_shard_contiguous_by_cost` (an
 order-keeping split by cost) and :func:`check_rank_memory_fewest_gpus` (the fewest GPUs that hold a job).
 """
-from __future__ import annotations
-
 import math
 import random
 

@@ -1,6 +1,4 @@
 """The errors a launch can raise, each saying what happened and what to do."""
-from __future__ import annotations
-
 
 class LaunchError(ValueError):
     """The launch itself could not go ahead: bad input to ``run_ranks``, caught in the cell before any rank

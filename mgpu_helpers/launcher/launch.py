@@ -13,8 +13,6 @@ supervised (:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are
 Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
 launch opens no port on the network and never clashes with another launch.
 """
-from __future__ import annotations
-
 import atexit
 import inspect
 import itertools

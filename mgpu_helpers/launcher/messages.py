@@ -10,8 +10,6 @@ its type. Who sends what::
     leader -> notebook   RankExit                      (on the job's status pipe)
     rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 

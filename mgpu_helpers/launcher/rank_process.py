@@ -5,8 +5,6 @@ records of :mod:`mgpu_helpers.launcher.messages`, cloudpickled), and, when asked
 stacks and torch's flight recorder to files (:mod:`mgpu_helpers.launcher.flight`; SIGUSR1 is faulthandler's
 fallback for the stacks).
 """
-from __future__ import annotations
-
 import ctypes
 import faulthandler
 import os

@@ -1,6 +1,4 @@
 """What a launch brings back: :class:`RankResults`, the public result type of ``run_ranks``."""
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 

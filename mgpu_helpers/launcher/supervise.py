@@ -4,8 +4,6 @@
 ranks are forked. Everything that turns what the ranks sent (lines, result records, exit codes, stacks,
 flight-recorder dumps) into a :class:`RankResults` or a clear :class:`~mgpu_helpers.RankError` lives here.
 """
-from __future__ import annotations
-
 import re
 import signal
 import time

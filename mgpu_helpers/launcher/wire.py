@@ -1,6 +1,4 @@
 """Length-prefixed frames over pipes and sockets, shared by the notebook side and the rank server."""
-from __future__ import annotations
-
 import os
 import struct
 

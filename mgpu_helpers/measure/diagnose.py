@@ -15,8 +15,6 @@
   for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
 - :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
 """
-from __future__ import annotations
-
 import re
 import statistics
 import time

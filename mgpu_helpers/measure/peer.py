@@ -14,8 +14,6 @@
 Every function that needs two GPUs raises :class:`NeedsGpus` with a message saying so; :func:`measure_all`
 turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.
 """
-from __future__ import annotations
-
 import json
 import os
 import statistics

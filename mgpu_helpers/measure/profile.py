@@ -21,8 +21,6 @@ script whose spans are NVTX ranges; on a machine with ``nsys``::
     nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node 2 lab_step.py
     nsys-ui lab_step.nsys-rep     # or: nsys stats lab_step.nsys-rep
 """
-from __future__ import annotations
-
 import argparse
 import json
 import os

@@ -4,8 +4,6 @@ Import after ``mh.setup()`` (numba is imported inside the functions, but whoever
 whether the CUDA simulator is on). In the simulator there are no CUDA events: :func:`time_gpu` falls back to
 wall-clock time of the call, which measures Python running every thread, not a GPU.
 """
-from __future__ import annotations
-
 import time
 
 LIBRARIES = ("numba", "cupy", "torch")

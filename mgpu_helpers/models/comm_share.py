@@ -3,8 +3,6 @@
 With the compute time ``C`` of a step fixed and communication taking a share ``s`` of the step (nothing
 overlapped), a step lasts ``C / (1 - s)``: communication is ``s / (1 - s)`` of the compute time.
 """
-from __future__ import annotations
-
 
 def _check_share(share: float) -> float:
     if not 0 <= share < 1:

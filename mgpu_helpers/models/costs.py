@@ -5,8 +5,6 @@ The cost formulas themselves are taught in notebook 08 and exported from there t
 they are not written a second time. ``nbytes`` follows nccl-tests: the buffer on each rank for all_reduce,
 the whole (unreduced / gathered) buffer for reduce_scatter and all_gather.
 """
-from __future__ import annotations
-
 
 def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:
     """(multiplier of alpha, multiplier of beta) in ``cost(nbytes, world_size, alpha, beta)``.

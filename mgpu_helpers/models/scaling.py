@@ -3,8 +3,6 @@
 The step-time model itself (``step_seconds``, the ring all-reduce cost) is taught in notebook 08 and exported
 to :mod:`mgpu_helpers.lessons.cost_model`.
 """
-from __future__ import annotations
-
 
 def speedup(t1_s: float, tn_s: float) -> float:
     """Speed-up ``t1_s / tn_s`` (two GPUs at 250 ms against one at 400 ms: ``speedup(0.400, 0.250) == 1.6``)."""

@@ -9,8 +9,6 @@
 - :func:`callback`: turn a ``progress=`` argument (None, True or a description) into ``(update, close)``;
   the measuring functions take any of these.
 """
-from __future__ import annotations
-
 import sys
 
 

@@ -10,8 +10,6 @@ can pick a collective, an op and a world size and see every rank's input and out
 
 "avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from mgpu_helpers.models.collectives import COLLECTIVES, ROOT

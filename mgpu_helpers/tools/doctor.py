@@ -1,6 +1,4 @@
 """``python -m mgpu_helpers.tools.doctor``: check that the course's packages import, and say what this machine is."""
-from __future__ import annotations
-
 import importlib
 import platform
 import sys

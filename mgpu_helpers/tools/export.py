@@ -16,8 +16,6 @@
 - reveal.js, MathJax, require.js and jQuery are served from ``OUT/vendor/`` (fetched once with ``npm pack`` into
   ``build/vendor/``, never committed), so pages and slides work offline.
 """
-from __future__ import annotations
-
 import argparse
 import copy
 import glob

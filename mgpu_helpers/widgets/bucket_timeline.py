@@ -6,8 +6,6 @@ Only drawing. :func:`draw_bucket_timelines` takes ``{title: spans_per_rank}`` (w
 :mod:`mgpu_helpers.measure.comm_spans`. The part of each collective that lies after the backward ended is drawn
 darker: that is the time the step waits for communication it could not hide.
 """
-from __future__ import annotations
-
 from mgpu_helpers.widgets import style
 
 

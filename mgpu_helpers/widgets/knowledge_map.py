@@ -4,8 +4,6 @@
 and the links between them); :func:`draw_knowledge_map` draws it with matplotlib boxes and arrows.
 Labels are English (the course's terms), so the figure renders with matplotlib's default fonts.
 """
-from __future__ import annotations
-
 from mgpu_helpers.widgets import style
 
 # (column title, colour key, [(topic, notebook), ...])

@@ -6,8 +6,6 @@ writes it, so that the notebook still runs unattended), then measures, then call
 prediction is for thinking, not a grade. A prediction still ``None`` gets the measurement and a reminder that
 the point was to guess first.
 """
-from __future__ import annotations
-
 import math
 
 

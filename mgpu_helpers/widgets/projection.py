@@ -8,8 +8,6 @@ figures, the Okabe-Ito colours without the pale yellow, black axes and text) and
 every ipywidgets control (a ``<style>`` element shown in the cell's output, see
 ``mgpu_helpers/data/projection.css``).
 """
-from __future__ import annotations
-
 import os
 
 from mgpu_helpers.widgets import style

@@ -4,8 +4,6 @@ Colours are the Okabe-Ito palette (readable with every common colour-vision defi
 take their sizes from :func:`current` so that projection mode (large fonts, thick lines, for a classroom)
 changes every figure at once.
 """
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass
 

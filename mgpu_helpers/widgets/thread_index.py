@@ -5,8 +5,6 @@
 - :func:`draw_thread_map` draws it (matplotlib; renders in static HTML);
 - :func:`show_thread_index` wraps the drawing in sliders (ipywidgets, imported only there).
 """
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 
