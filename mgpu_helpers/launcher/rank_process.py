@@ -144,6 +144,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         _flush_c_stdio()
         _send(res_fd, message)
         where = "leaving the process group"
+        if store is None and dist.is_initialized():    # init=False: fn joined the group itself and is still in
+            store = dist.distributed_c10d._get_default_store()   # it; a peer may still be connecting to us
         if store is not None:
             # Wait for every rank to finish fn before closing connections a slower peer may still read from.
             _store_barrier(store, "mgpu/finished", rank, world_size)

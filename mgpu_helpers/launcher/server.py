@@ -140,8 +140,10 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
 
 # Seconds without a request after which the server imports ``rank_process.PRELOADABLE`` on its own: a learner who
 # reads between cells leaves it that long, so a later training launch finds the import done; a notebook run
-# cell after cell (nbval) rarely does, so its launches do not queue behind an import that they may not need.
-IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "1.5"))
+# cell after cell (nbval) rarely does, so its launches do not queue behind an import that they may not need
+# (1.5 s was too short: a cell that draws a figure or imports torch in the kernel took that long, and the next
+# launch waited about a second for an import none of its ranks used).
+IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "5"))
 
 
 def _import_preloadable(names) -> None:

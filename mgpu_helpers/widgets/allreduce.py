@@ -33,7 +33,8 @@ def _table(ax, rows, title: str, colours) -> None:
             continue
         for i, v in enumerate(row):
             ax.add_patch(_box(i, r, colours[r % len(colours)]))
-            ax.text(i, r, _fmt(v), ha="center", va="center", fontsize=st.font_size * (0.9 if width < 10 else 0.7))
+            ax.text(i, r, _fmt(v), ha="center", va="center", fontsize=st.font_size * (0.9 if width < 10 else 0.7),
+                    in_layout=False)
     _finish(ax, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
 
 
@@ -118,7 +119,8 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
                 if got is not None and chunk_of[i] == got:
                     ax.add_patch(Rectangle((i - 0.46, r - 0.4), 0.92, 0.8, fill=False,
                                            edgecolor=style.PALETTE["black"], linewidth=st.line_width))
-                ax.text(i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7)
+                ax.text(i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7,
+                        in_layout=False)
             ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
         _finish(ax, (-2.0, length - 0.4), (n - 0.4, -0.8),
                 "input" if phase == "input" else f"{phase} step {step + 1}", st.font_size * 0.85)
@@ -201,9 +203,10 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
                 ax.add_patch(Rectangle((c - 0.42, r - 0.36), 0.84, 0.72, facecolor=colour, alpha=0.35,
                                        edgecolor=colour, linewidth=st.line_width / 2))
                 ax.text(c, r, _ranks_label(f.holds[r][c], n), ha="center", va="center",
-                        fontsize=st.font_size * (0.75 if n <= 4 else 0.55))
+                        fontsize=st.font_size * (0.75 if n <= 4 else 0.55), in_layout=False)
             else:
-                ax.text(c, r, "—", ha="center", va="center", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8)
+                ax.text(c, r, "—", ha="center", va="center", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8,
+                        in_layout=False)
             if f.received[r] == c and kept:
                 ax.add_patch(Rectangle((c - 0.46, r - 0.4), 0.92, 0.8, fill=False, edgecolor=style.PALETTE["black"],
                                        linewidth=st.line_width))

@@ -138,7 +138,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
         for b in range(rows):
             for t in range(tm.block):
                 ax.text(t, b, str(b * tm.block + t), ha="center", va="center", fontsize=size,
-                        color="white" if active[b, t] else "black")
+                        color="white" if active[b, t] else "black", in_layout=False)
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
         step = 1 if tm.warps_per_block <= 8 else 4

@@ -36,7 +36,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
             ax.add_patch(Rectangle((j, i), 1, 1, facecolor=colours[cls], edgecolor="white",
                                    linewidth=st.line_width * 1.3, alpha=0.85 if cls != "self (X)" else 0.35))
             ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=st.font_size,
-                    color="black", fontweight="bold")
+                    color="black", fontweight="bold", in_layout=False)
     ax.set(xlim=(0, n), ylim=(n, 0))
     ax.set_xticks([k + 0.5 for k in range(n)], names)
     ax.set_yticks([k + 0.5 for k in range(n)], names)
