@@ -314,6 +314,22 @@ def test_kernel_interrupt_ends_every_rank_and_relaunch_works():
     assert mh.run_ranks(_allreduce_rank, 2, quiet=True).values == [1, 1]
 
 
+def test_a_cold_first_launch_imports_torch_here_while_the_server_imports_its_own():
+    # A tensor in a result needs torch in the notebook's process to be unpickled: imported only then, it would
+    # come after the server's import instead of beside it.
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {ROOT!r})
+        import mgpu_helpers as mh
+        before = "torch" in sys.modules
+        mh.run_ranks(lambda rank, world_size: rank, 1, quiet=True)
+        print(before, "torch" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_ranks_die_with_the_kernel(tmp_path):
     script = tmp_path / "kernel.py"
     script.write_text(textwrap.dedent(f"""
