@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import mgpu_helpers as mh
+from mgpu_helpers.models import bandwidth
 from mgpu_helpers.checks import collectives as coll_checks
 from mgpu_helpers.checks.core import CheckFailed, RankProblem, run_on_ranks, run_problem
 
@@ -37,7 +38,7 @@ def test_counted_bytes_follow_the_schedule_and_the_formula(length, world_size):
     counted = run_on_ranks(coll_checks.reference_count_sent_bytes, "count", world_size, inputs)
     assert counted == expected                      # counted on running ranks == the schedule's chunk sizes
     if length % world_size == 0:
-        assert expected == [coll_checks.formula_bytes(4 * length, world_size)] * world_size
+        assert expected == [bandwidth.bytes_sent_per_rank("all_reduce", 4 * length, world_size)] * world_size
     assert sum(expected) == 2 * (world_size - 1) * 4 * length   # every chunk makes n - 1 hops, in each phase
 
 

@@ -252,12 +252,6 @@ def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list
     return [sum(sizes[who[rank][0]] for _phase, _step, who in schedule) for rank in range(world_size)]
 
 
-def formula_bytes(nbytes: float, world_size: int) -> float:
-    """``2 (world_size - 1) / world_size * nbytes``: what each rank sends when the chunks are equal
-    (the cost model's ``bytes_sent_per_rank`` for all_reduce)."""
-    return bytes_sent_per_rank("all_reduce", nbytes, world_size)
-
-
 def _bytes_case(rng, world_size):
     length = int(rng.integers(4 * world_size, 40 * world_size))    # mostly not divisible: uneven chunks
     return [np.zeros(length, dtype=np.float32) for _ in range(world_size)], ()
@@ -274,7 +268,7 @@ def _explain_bytes(case, rank, got):
              (2 * want, "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"),
              (want / 2, "正好是一半：只数到了一个阶段（Reduce-Scatter 和 All-Gather 各发 world_size - 1 块）。"),
              (nbytes, "那是整个张量的大小 S，不是这个 Rank 实际发出的字节数。"))
-    formula = f"（公式 2(n-1)/n·S 给出 {formula_bytes(nbytes, case.world_size):g}；块长不等时各 Rank 略有不同。）"
+    formula = f"（公式 2(n-1)/n·S 给出 {bytes_sent_per_rank('all_reduce', nbytes, case.world_size):g}；块长不等时各 Rank 略有不同。）"
     return next((text for value, text in slips if got == value), formula)
 
 
@@ -305,7 +299,7 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> Non
     for case in cases:
         nbytes = 4 * len(case.inputs[0])
         print(f"  world_size = {case.world_size}，S = {nbytes} 字节：每个 Rank 发出 {case.expected}，"
-              f"2(n-1)/n·S = {formula_bytes(nbytes, case.world_size):g}")
+              f"2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, case.world_size):g}")
 
 
 def reference_count_sent_bytes(rank, world_size, x):
@@ -340,7 +334,7 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
         raise CheckFailed(f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
                           f"{measured} 字节。{why}")
     passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
-           f"（S = {nbytes}，2(n-1)/n·S = {formula_bytes(nbytes, GUESS_WORLD_SIZE):g}）。")
+           f"（S = {nbytes}，2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, GUESS_WORLD_SIZE):g}）。")
 
 
 # -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------

@@ -39,13 +39,13 @@ class CheckFailed(AssertionError):
 # Shared machinery.
 
 
-def _python_fn(fn):
-    """The Python function behind a Numba kernel / dispatcher, else ``fn``."""
-    return getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+def _inner(fn):
+    """The Python function behind a Numba kernel / dispatcher / ``functools.wraps`` wrapper, else ``fn``."""
+    return getattr(fn, "py_func", None) or getattr(fn, "fn", None) or getattr(fn, "__wrapped__", None) or fn
 
 
 def name_of(fn) -> str:
-    return getattr(_python_fn(fn), "__name__", repr(fn))
+    return getattr(_inner(fn), "__name__", repr(fn))
 
 
 def not_done(fn, what: str) -> CheckFailed:
@@ -69,7 +69,7 @@ def _code_objects(code):
 def has_stub(fn) -> bool:
     """True when ``fn`` (a function or a Numba kernel) still holds the generated stub's text."""
     return any(isinstance(const, str) and STUB_MARK in const
-               for c in _code_objects(getattr(_python_fn(fn), "__code__", None)) for const in c.co_consts)
+               for c in _code_objects(getattr(_inner(fn), "__code__", None)) for const in c.co_consts)
 
 
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
@@ -251,11 +251,6 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
 
 COURSE_PACKAGES = ("mgpu_helpers.lessons", "mgpu_helpers.checks")
 _NOT_LEARNER = ("mgpu_helpers", "torch", "numpy", "numba", "cupy", "builtins", "math", "functools", "itertools")
-
-
-def _inner(fn):
-    """The Python function behind a Numba kernel / dispatcher / ``functools.wraps`` wrapper, else ``fn``."""
-    return getattr(fn, "py_func", None) or getattr(fn, "fn", None) or getattr(fn, "__wrapped__", None) or fn
 
 
 def _in_packages(module: str, packages) -> bool:

@@ -24,7 +24,7 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from mgpu_helpers.checks.core import _python_fn as _inner
+from mgpu_helpers.checks.core import _inner
 from mgpu_helpers.checks.core import (CheckFailed, call, compare, fill_in, first_hint, new_rng, not_done, passed,
                                       refuse_course_code, require_written)
 from mgpu_helpers.measure.timing import simulator
