@@ -1,4 +1,5 @@
 """``setup()``: the first cell of every notebook."""
+
 import contextlib
 import os
 import shutil

@@ -3,6 +3,7 @@
 Everything here reads NVML through nvidia-ml-py (the driver's own library), never the text of nvidia-smi,
 and never initialises CUDA: the notebook kernel that calls it must stay free to fork or to use CUDA later.
 """
+
 import contextlib
 import os
 from dataclasses import dataclass, field

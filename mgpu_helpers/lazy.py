@@ -5,6 +5,7 @@ by ``mh.setup()`` through an environment variable that numba reads once, when it
 itself is scientific-python's ``lazy_loader.attach``; this module only finds a package's modules (so a new module
 needs no registering) and lets a package name its public attributes by the module that defines them.
 """
+
 import importlib.util
 import pkgutil
 

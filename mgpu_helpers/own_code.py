@@ -15,6 +15,7 @@ Where the files live: ``$MGPU_OWN_CODE_DIR`` if set (tests use a temporary folde
 the course's root (the folder holding ``mgpu_helpers/``; ``build/`` is git-ignored) when it is writable, else
 ``~/.cache/mgpu-course/mine/``.
 """
+
 import contextlib
 import importlib
 import inspect

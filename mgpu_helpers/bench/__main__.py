@@ -1,4 +1,5 @@
 """Dispatch ``python -m mgpu_helpers.bench NAME [options]`` to ``mgpu_helpers.bench.NAME.main``."""
+
 import importlib
 import sys
 

@@ -9,6 +9,7 @@ then all-gather) and prints time, algbw and busbw per size, with the nccl-tests 
     python -m mgpu_helpers.bench collectives --world-size 2 --min-bytes 64M --max-bytes 1G --check
     python -m mgpu_helpers.bench collectives --record-nccl-debug nccl_debug.txt   # NCCL_DEBUG=INFO lines
 """
+
 import argparse
 
 

@@ -11,6 +11,7 @@ with its own torch.add (mgpu_helpers/data/kernels_h200_fast.json) and are printe
 Without a GPU it says so, prints the recorded table and exits 0; ``--smoke`` then runs the Numba kernels in the
 CUDA simulator at a small N and checks their results (times from the simulator say nothing about a GPU).
 """
+
 import argparse
 import json
 import statistics

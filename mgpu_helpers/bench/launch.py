@@ -8,6 +8,7 @@ Measured in one run, side by side (a busy machine slows every row alike, so comp
 - one plain ``subprocess`` per rank, each running the same work through ``torchrun``-style env:// init.
 Every variant joins a gloo process group over loopback, all-reduces one tensor and checks the sum.
 """
+
 import argparse
 import os
 import statistics

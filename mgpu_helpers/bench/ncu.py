@@ -15,6 +15,7 @@ thread, achieved occupancy (warps active, % of the SM's peak) and DRAM throughpu
 ``mgpu_helpers/data/ncu_<machine>.json`` with the machine, GPU, date and ncu version. :func:`load` returns a
 recorded table (what notebook 02 shows). Without ``ncu`` or without a GPU it says so and exits 1.
 """
+
 import argparse
 import csv
 import datetime as _dt

@@ -6,6 +6,7 @@ and its slowest cells, then the total against the course's targets (12 s a lesso
 machine). The baseline, from the same run: a notebook of two cells (``mh.setup()`` and one 2-rank launch), the
 fixed cost every notebook pays for its kernel, its imports and the rank server's cold start.
 """
+
 import argparse
 import glob
 import os

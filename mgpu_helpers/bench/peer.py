@@ -7,6 +7,7 @@ recorded figures, and exits 0.
 
     python -m mgpu_helpers.bench peer [--world-size 2] [--copy-bytes 256M]
 """
+
 import argparse
 
 

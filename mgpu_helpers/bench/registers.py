@@ -4,6 +4,7 @@
 the course reads (``data/kernel_registers_h200.json``, through
 :func:`mgpu_helpers.measure.gpu_limits.recorded_registers`) was written this way on an H200.
 """
+
 from mgpu_helpers.measure import gpu_limits
 
 

@@ -9,6 +9,7 @@ nccl-tests (``mgpu_helpers.models.bandwidth.busbw``), so the two columns compare
 rank's time is the one reported. Sizes read like nccl-tests' (``mgpu_helpers.report.sizes.parse_size``).
 Every size is also checked: the ring's result must equal ``dist.all_reduce``'s.
 """
+
 import argparse
 
 from mgpu_helpers.report.sizes import parse_size

@@ -3,6 +3,7 @@
 The rank-launching checkers are rows of one table (:class:`~mgpu_helpers.checks.core.RankProblem`);
 :func:`check_ring_bytes_guess` holds the reader's number against bytes counted on running ranks.
 """
+
 import math
 
 import numpy as np

@@ -11,6 +11,7 @@ Every checker uses one copy of each rule this module enforces:
 - launching on ranks (:func:`launch`, :func:`run_on_ranks`, :func:`run_problem`): a hang is reported after
   :data:`HANG_S` seconds with the call and line each rank waits in; an error names the rank and the mistake.
 """
+
 import contextlib
 import importlib
 import itertools

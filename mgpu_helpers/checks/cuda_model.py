@@ -14,6 +14,7 @@ An answer that never ends is reported within seconds:
   that loops for ever keeps the GPU busy until the Jupyter kernel is restarted (an interrupt does not stop
   it), which is why the source check runs first on every machine.
 """
+
 import ast
 import inspect
 import random

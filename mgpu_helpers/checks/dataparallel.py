@@ -9,6 +9,7 @@
 - :func:`check_local_gradient` (notebook 09's fill-in): the rank function of step 2 (shard, forward, backward),
   called in this process for ranks other than 0 and uneven shards.
 """
+
 import random
 
 import numpy as np

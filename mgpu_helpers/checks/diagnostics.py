@@ -1,6 +1,7 @@
 """Checkers of the diagnostics (notebook 10 and ex10): reading one rank's log, the speed-up from measured times,
 the rank that waits least inside an all-reduce (notebook 10's fill-ins, ``try_*``); reading the evidence of a
 hang and predicting where a hang will stop before it runs (ex10)."""
+
 import copy
 import random
 import statistics

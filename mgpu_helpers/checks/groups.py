@@ -1,5 +1,6 @@
 """Checkers for notebook 03 and ex03: process groups (a rank's environment, joining a group by hand, where a
 rank runs)."""
+
 import numpy as np
 
 from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fail_first, fill_in, first_hint,

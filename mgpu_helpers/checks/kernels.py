@@ -1,5 +1,6 @@
 """The checker of ex01's 2D kernel in Numba (the simulator on a CPU, the GPU otherwise): the matrix add.
 Notebook 01's fill-ins and ex01's other exercises are checked in checks.cuda_model, ex02's in checks.occupancy."""
+
 import numpy as np
 
 from mgpu_helpers.checks.core import CheckFailed, compare, int_values, new_rng, passed

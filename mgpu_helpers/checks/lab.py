@@ -13,6 +13,7 @@
 - ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
   first, held against the recorded times), :func:`check_crossover_size` (read the recorded table).
 """
+
 import math
 import random
 import re

@@ -10,6 +10,7 @@ Every checker compares with the occupancy model :func:`mgpu_helpers.models.occup
 occupancy calculator's algorithm) and names the typical mistake it recognises. Calling the model (or the course's
 own version in ``mh.lessons``) instead of writing the arithmetic is refused.
 """
+
 import itertools
 import re
 import threading

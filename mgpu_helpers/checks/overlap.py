@@ -16,6 +16,7 @@ Using the course's own implementation (``mh.lessons.overlap``) instead of writin
 written: it is refused (:func:`~mgpu_helpers.checks.core.refuse_course_code`), whatever alias it was imported
 under, also as a base class or from a helper of the learner's.
 """
+
 import inspect
 import random
 

@@ -18,6 +18,7 @@ stuck in.
 | ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with blocking send/recv only |
 | ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum on a two-way ring |
 """
+
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls,

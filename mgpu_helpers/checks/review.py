@@ -5,6 +5,7 @@ Two of them hold the learner's answer against ranks that run the deterministic-c
 fixed sleep, so the measured times differ from the model only by the run's own wake-up and start spread,
 which :mod:`mgpu_helpers.measure.straggler` measures in the same run.
 """
+
 import math
 from dataclasses import dataclass
 import random

@@ -7,6 +7,7 @@ Lesson fill-ins (``try_*``, see :func:`~mgpu_helpers.checks.core.fill_in`): :fun
 (all-reduce from a reduce-scatter and an all-gather: the calls made and the elements they move are traced in
 each rank, every other collective refused under any name).
 """
+
 import functools
 import math
 import random

@@ -5,6 +5,7 @@ Lesson fill-ins (``try_*``: the reference while the fill-in is unwritten, see :f
 memory by part, per strategy, uneven weights). Exercises: :func:`check_shard_contiguous_by_cost` (an
 order-keeping split by cost) and :func:`check_rank_memory_fewest_gpus` (the fewest GPUs that hold a job).
 """
+
 import math
 import random
 

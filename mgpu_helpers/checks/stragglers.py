@@ -5,6 +5,7 @@ the stub it returns the course's version); the exercises call ``check_<name>(fn)
 course's own implementation (``mh.lessons.cost_model``, ``mh.models.scaling``, ``mh.measure.straggler``) is
 refused: :func:`~mgpu_helpers.checks.core.refusing_course_code` looks for it by name and makes it refuse while checking.
 """
+
 import math
 import random
 import statistics

@@ -13,6 +13,7 @@ renamed, so the notebook never reads a stack cut short. Only for a rank whose th
 thread holding the GIL) does the notebook then send SIGUSR1, on which ``faulthandler`` writes the stacks to
 :func:`partial_stack_path` from a signal handler, a line at a time.
 """
+
 import faulthandler
 import os
 import pickle

@@ -16,6 +16,7 @@ The gate's own handler stays installed for the whole block, and a wait is closed
 before it delivers a signal: a second interrupt right behind the first can therefore never find the clean-up
 unprotected.
 """
+
 import signal
 import threading
 from contextlib import nullcontext

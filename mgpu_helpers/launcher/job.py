@@ -11,6 +11,7 @@ reads it by name. Ownership rules, because an interrupt or a second thread may c
   signals the group itself (stack dumps) only while it holds that pipe and has not seen it close, that is
   while the leader is alive, so the group's number cannot have been reused by another process.
 """
+
 import os
 import pickle
 import selectors

@@ -13,6 +13,7 @@ supervised (:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are
 Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
 launch opens no port on the network and never clashes with another launch.
 """
+
 import atexit
 import inspect
 import itertools

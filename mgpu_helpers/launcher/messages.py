@@ -10,6 +10,7 @@ its type. Who sends what::
     leader -> notebook   RankExit                      (on the job's status pipe)
     rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)
 """
+
 from dataclasses import dataclass
 
 

@@ -5,6 +5,7 @@ records of :mod:`mgpu_helpers.launcher.messages`, cloudpickled), and, when asked
 stacks and torch's flight recorder to files (:mod:`mgpu_helpers.launcher.flight`; SIGUSR1 is faulthandler's
 fallback for the stacks).
 """
+
 import ctypes
 import faulthandler
 import os

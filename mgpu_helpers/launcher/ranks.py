@@ -4,6 +4,7 @@ The same rank function ``fn(rank, world_size, *args)`` runs under :func:`mgpu_he
 notebook cell) and under ``torchrun`` (from a script, on one or several machines) through
 :func:`torchrun_main`: the launcher is the notebook's front door, not a second distributed engine.
 """
+
 import os
 from datetime import timedelta
 

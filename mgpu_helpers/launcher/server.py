@@ -16,6 +16,7 @@ the job, cannot be reused, and a ``killpg`` from the notebook always reaches thi
 closes the leader ends its whole group, and every process that was orphaned under it: it is a child
 subreaper, so a rank's child left behind (holding the rank's output open, say) is its child, not init's.
 """
+
 import ctypes
 import importlib
 import os

@@ -4,6 +4,7 @@
 ranks are forked. Everything that turns what the ranks sent (lines, result records, exit codes, stacks,
 flight-recorder dumps) into a :class:`RankResults` or a clear :class:`~mgpu_helpers.RankError` lives here.
 """
+
 import re
 import signal
 import time

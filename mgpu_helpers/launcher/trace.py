@@ -15,6 +15,7 @@ Under a profiler, :func:`set_range_hook` makes every ``span`` also open a named 
 (:mod:`mgpu_helpers.measure.profile` sets one: a ``torch.profiler.record_function`` range, and an NVTX range on
 a GPU, so the spans show in Perfetto and in Nsight Systems under the name ``mgpu.<kind>:<name>``).
 """
+
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Length-prefixed frames over pipes and sockets, shared by the notebook side and the rank server."""
+
 import os
 import struct
 

@@ -17,6 +17,7 @@ The caller's code is unchanged: ``dist.all_reduce(g, async_op=True)`` still retu
 blocking form still blocks. Only calls made through the ``torch.distributed`` module attributes are seen
 (a name imported with ``from torch.distributed import all_reduce`` before :func:`recording` is not).
 """
+
 import threading
 import time
 from contextlib import contextmanager

@@ -15,6 +15,7 @@
   for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
 - :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
 """
+
 import re
 import statistics
 import time

@@ -14,6 +14,7 @@ training loop). What the lesson does *not* teach lives here:
 Everything is float64: the ways of training add the same numbers in a different order, and in float64 the
 differences stay around 1e-15, far below the tolerance of the comparisons, on the CPU and on GPUs alike.
 """
+
 from contextlib import contextmanager
 from dataclasses import dataclass
 

@@ -4,6 +4,7 @@ The arithmetic on these numbers is pure and lives in :mod:`mgpu_helpers.models.o
 asks the device (through Numba or CuPy). Import after ``mh.setup()``. Without a GPU the Numba queries answer
 with the Hopper defaults (:data:`~mgpu_helpers.models.occupancy.HOPPER`) or ``None``; the CuPy ones need a GPU.
 """
+
 import functools
 
 from mgpu_helpers.measure.timing import simulator

@@ -14,6 +14,7 @@
 Every function that needs two GPUs raises :class:`NeedsGpus` with a message saying so; :func:`measure_all`
 turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.
 """
+
 import json
 import os
 import statistics

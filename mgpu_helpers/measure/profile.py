@@ -21,6 +21,7 @@ script whose spans are NVTX ranges; on a machine with ``nsys``::
     nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node 2 lab_step.py
     nsys-ui lab_step.nsys-rep     # or: nsys stats lab_step.nsys-rep
 """
+
 import argparse
 import json
 import os

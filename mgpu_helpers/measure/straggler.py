@@ -19,6 +19,7 @@ Two kinds of compute, chosen by ``seconds_per_unit``:
   machines especially): system noise makes stragglers too. :func:`noise_floor` (the worst wait of a balanced
   run) is the level an uneven run's waits must clear before they say anything about the shards.
 """
+
 import itertools
 import statistics
 

@@ -21,6 +21,7 @@ Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_
 input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
 busbw from :func:`mgpu_helpers.models.bandwidth.busbw`. rs_ag is counted as an all-reduce.
 """
+
 import statistics
 from dataclasses import asdict, dataclass
 

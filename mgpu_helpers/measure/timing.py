@@ -4,6 +4,7 @@ Import after ``mh.setup()`` (numba is imported inside the functions, but whoever
 whether the CUDA simulator is on). In the simulator there are no CUDA events: :func:`time_gpu` falls back to
 wall-clock time of the call, which measures Python running every thread, not a GPU.
 """
+
 import time
 
 LIBRARIES = ("numba", "cupy", "torch")

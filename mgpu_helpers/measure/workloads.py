@@ -12,6 +12,7 @@ depend on the device (small on the CPU, real on a GPU).
 - :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
 - :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
 """
+
 import statistics
 import time
 

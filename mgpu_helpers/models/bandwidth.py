@@ -15,6 +15,7 @@ send/recv          busbw = algbw
 For all_gather and reduce_scatter, ``nbytes`` is the size of the whole (gathered / unreduced) buffer, as
 nccl-tests counts it.
 """
+
 BUSBW_FACTORS = {
     "all_reduce": lambda world_size: 2 * (world_size - 1) / world_size,
     "reduce_scatter": lambda world_size: (world_size - 1) / world_size,

@@ -7,6 +7,7 @@ of ranks whose data it already sums. The all-reduce widget (:func:`mgpu_helpers.
 draws these frames; notebook 07 uses them to set one all-reduce against a reduce-scatter followed by an
 all-gather, and notebook 12 can reuse them.
 """
+
 from dataclasses import dataclass
 
 

@@ -5,6 +5,7 @@ Conventions (shared with the runner :mod:`mgpu_helpers.runs.collectives` and the
 ``world_size`` equal pieces and ``reduce_scatter`` reduces, then gives rank r piece r; ``all_gather`` and
 ``gather`` concatenate the inputs in rank order. Notebook 05 checks its runs against :func:`expected_outputs`.
 """
+
 import numpy as np
 
 COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter")

@@ -4,6 +4,7 @@
 rank by rank, how much of each part (parameters, gradients, optimizer state, activations) that rank holds,
 whether it fits, and what every rank holds whole (replicated). Notebook 06 and its sharding widget use it.
 """
+
 from dataclasses import dataclass
 
 from mgpu_helpers.models.bandwidth import BUSBW_FACTORS

@@ -5,6 +5,7 @@ occupancy calculator (``cuda_occupancy.h``): no numba, no CuPy, no GPU. Notebook
 against the driver's own answer on a GPU; the per-SM limits of the current GPU are read by
 :mod:`mgpu_helpers.measure.gpu_limits`.
 """
+
 import math
 from dataclasses import dataclass
 

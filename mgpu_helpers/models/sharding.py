@@ -8,6 +8,7 @@ list into consecutive runs of roughly equal cost instead of dealing items out.
 Vocabulary (one name per meaning): a rank's **shard** is the part it owns; an **assignment** is the list of
 every rank's item indices; a rank's **load** is the summed cost of its items.
 """
+
 import numpy as np
 
 

@@ -11,6 +11,7 @@ NVLink bridges link the GPUs directly). ``nvidia-smi nvlink -s`` gives each link
 speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per direction); a datasheet's
 900 GB/s for the same GPU counts both directions together.
 """
+
 import itertools
 import re
 from importlib import resources

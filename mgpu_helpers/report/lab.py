@@ -10,6 +10,7 @@
 git); tests pass a temporary folder. :func:`build_report` puts notebook 12's results together: the
 report holds what the learner measured and what the learner concluded, and writes no conclusion itself.
 """
+
 import datetime as _dt
 import os
 from dataclasses import dataclass, field

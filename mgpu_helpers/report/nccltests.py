@@ -4,6 +4,7 @@ size up, set a sweep beside them, and take the recorded reduce-scatter + all-gat
 Every file is the unchanged output of NVIDIA nccl-tests (``all_reduce_perf`` etc.); its comment lines say
 where and how it was measured (:func:`reference_header`). Bandwidths are GB/s (1e9 bytes per second).
 """
+
 import os
 import re
 from pathlib import Path

@@ -9,6 +9,7 @@
 - :func:`callback`: turn a ``progress=`` argument (None, True or a description) into ``(update, close)``;
   the measuring functions take any of these.
 """
+
 import sys
 
 

@@ -4,6 +4,7 @@ One grammar for every command and notebook of the course: a whole number followe
 unit, case-insensitive: ``B``, ``K``/``KB``/``KiB``, ``M``/``MB``/``MiB``, ``G``/``GB``/``GiB`` (all powers of
 1024, as nccl-tests reads ``-b 1K -e 1G``).
 """
+
 import argparse
 import re
 

@@ -4,6 +4,7 @@ Both take the same column description: ``(key, header, format)`` triples, e.g.
 ``("busbw", "busbw (GB/s)", "{:.2f}")``; rows are dicts (or objects with ``as_dict()``); a missing or
 None value prints as "-".
 """
+
 import unicodedata
 
 

@@ -13,6 +13,7 @@ correct implementation and not a model.
 :func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank` (in a reduce the root sends nothing; that figure is
 what every other rank sends). The buffers are float32.
 """
+
 OPS = ("reduce", "all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4            # float32
 

@@ -10,6 +10,7 @@ can pick a collective, an op and a world size and see every rank's input and out
 
 "avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
 """
+
 from dataclasses import dataclass
 
 from mgpu_helpers.models.collectives import COLLECTIVES, ROOT

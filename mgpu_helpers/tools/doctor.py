@@ -1,4 +1,5 @@
 """``python -m mgpu_helpers.tools.doctor``: check that the course's packages import, and say what this machine is."""
+
 import importlib
 import platform
 import sys

@@ -35,6 +35,7 @@ The two kinds differ in what happens after a stub:
   :mod:`mgpu_helpers.tools.nbexport`) is dropped, and the checked outputs (``# NBVAL_CHECK_OUTPUT``) are kept:
   nbval checks that the learner's version prints the same there. A checked cell may not hold a fill-in.
 """
+
 import ast
 import copy
 import glob

@@ -16,6 +16,7 @@
 - reveal.js, MathJax, require.js and jQuery are served from ``OUT/vendor/`` (fetched once with ``npm pack`` into
   ``build/vendor/``, never committed), so pages and slides work offline.
 """
+
 import argparse
 import copy
 import glob

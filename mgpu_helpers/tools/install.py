@@ -20,6 +20,7 @@ Which build of torch, and which CuPy, depend on the machine; everything else com
 any other requirement overrides the choice on every machine (``make lab TORCH=torch``: PyPI's default build);
 ``--dry-run`` prints the pip commands instead of running them.
 """
+
 # (the annotations stay unevaluated, so an older Python reaches the version check below and says so)
 from __future__ import annotations
 

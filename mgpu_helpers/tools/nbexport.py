@@ -12,6 +12,7 @@ edits and re-runs the very code the rest of the course uses.
 A generated module's first line says it is generated and names its notebook; ``--check`` (and
 tests/test_nbexport.py) also reports a generated module that no notebook exports any more.
 """
+
 import argparse
 import glob
 import json

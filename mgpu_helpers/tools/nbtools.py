@@ -14,6 +14,7 @@ Exercise notebooks keep no outputs at all.
 Every cell also gets slide metadata (``slideshow.slide_type``, see :func:`slide_types`), so each notebook can be
 presented as it is: RISE in JupyterLab, or ``python -m mgpu_helpers.tools.export --slides`` (reveal.js, offline).
 """
+
 import copy
 import os
 import sys

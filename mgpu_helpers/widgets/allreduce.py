@@ -11,6 +11,7 @@ Live part: :func:`show_allreduce` puts ipywidgets around a runner (collective, o
 Run button); the caller passes the runner that launches the ranks,
 :func:`mgpu_helpers.runs.collectives.run_and_draw`.
 """
+
 import numpy as np
 
 from mgpu_helpers.models.collectives import COLLECTIVES, PATTERNS, REDUCE_OPS, REDUCING

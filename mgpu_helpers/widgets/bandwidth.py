@@ -4,6 +4,7 @@ Pure drawing from rows already measured by :mod:`mgpu_helpers.measure.sweep` (no
 plot): :func:`draw_busbw` (busbw per op against size, log-log, with the nccl-tests reference where
 given) and :func:`draw_step_breakdown` (compute / wait / communicate per message size, stacked).
 """
+
 from mgpu_helpers.report.sizes import format_bytes
 from mgpu_helpers.widgets import style
 

@@ -6,6 +6,7 @@ Only drawing. :func:`draw_bucket_timelines` takes ``{title: spans_per_rank}`` (w
 :mod:`mgpu_helpers.measure.comm_spans`. The part of each collective that lies after the backward ended is drawn
 darker: that is the time the step waits for communication it could not hide.
 """
+
 from mgpu_helpers.widgets import style
 
 

@@ -4,6 +4,7 @@
 and the links between them); :func:`draw_knowledge_map` draws it with matplotlib boxes and arrows.
 Labels are English (the course's terms), so the figure renders with matplotlib's default fonts.
 """
+
 from mgpu_helpers.widgets import style
 
 # (column title, colour key, [(topic, notebook), ...])

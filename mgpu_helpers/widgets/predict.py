@@ -6,6 +6,7 @@ writes it, so that the notebook still runs unattended), then measures, then call
 prediction is for thinking, not a grade. A prediction still ``None`` gets the measurement and a reminder that
 the point was to guess first.
 """
+
 import math
 
 

@@ -8,6 +8,7 @@ figures, the Okabe-Ito colours without the pale yellow, black axes and text) and
 every ipywidgets control (a ``<style>`` element shown in the cell's output, see
 ``mgpu_helpers/data/projection.css``).
 """
+
 import os
 
 from mgpu_helpers.widgets import style

@@ -12,6 +12,7 @@ source holds only a question's id and its outputs hold no answer:
   in ``<details>`` (the static HTML export, ``python -m mgpu_helpers.tools.export``, puts it in place of the
   widget; see :func:`asked_ids`).
 """
+
 import functools
 import html
 import json

@@ -4,6 +4,7 @@
 step, e.g. from :func:`mgpu_helpers.measure.diagnose.per_rank_phase_times`) and returns a Figure with one panel
 per phase; the global mean of each phase is drawn as a dashed line, to show what it hides.
 """
+
 from mgpu_helpers.widgets import style
 
 

@@ -9,6 +9,7 @@ that fit, then the answer (memory and communication per strategy, uneven weights
 Labels are Chinese where matplotlib finds a Chinese font, otherwise English (a figure without the font would
 show empty boxes); the text printed under each figure is always Chinese.
 """
+
 from mgpu_helpers.report import tables
 from mgpu_helpers.models import memory
 from mgpu_helpers.widgets import style

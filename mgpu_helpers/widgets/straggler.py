@@ -12,6 +12,7 @@ would hold it. :func:`show_dials` gives two dials, communication against compute
 is, and redraws the model at once (no ranks are launched, so it stays quick and works in a static export
 through :func:`draw_dials`).
 """
+
 from mgpu_helpers.measure.straggler import wait_by_rank   # the label beside each bar
 from mgpu_helpers.widgets import style
 

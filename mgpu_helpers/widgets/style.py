@@ -4,6 +4,7 @@ Colours are the Okabe-Ito palette (readable with every common colour-vision defi
 take their sizes from :func:`current` so that projection mode (large fonts, thick lines, for a classroom)
 changes every figure at once.
 """
+
 import os
 from dataclasses import dataclass
 

@@ -5,6 +5,7 @@
 - :func:`draw_thread_map` draws it (matplotlib; renders in static HTML);
 - :func:`show_thread_index` wraps the drawing in sliders (ipywidgets, imported only there).
 """
+
 import math
 from dataclasses import dataclass
 

@@ -4,6 +4,7 @@
 through NVML on a GPU machine, or :func:`mgpu_helpers.models.topology.recorded_topology` elsewhere) and returns a
 Figure; :func:`machine_or_recorded` picks this machine's matrix or the recorded 2 x H200 copy.
 """
+
 from mgpu_helpers.models.topology import LINK_CLASSES, link_class
 from mgpu_helpers.widgets import style
 
