@@ -111,6 +111,15 @@ def test_text_and_markdown_tables_share_one_column_description():
     assert tables.markdown_table(rows, cols).splitlines()[2] == "| a\\|b | 1.2 |"
 
 
+def test_text_tables_align_chinese_by_display_width_and_take_a_separator_and_title():
+    cols = [("name", "策略", "{}"), ("gb", "GB", "{:g}")]
+    rows = [{"name": "整份复制", "gb": 36}, {"name": "ZeRO-3", "gb": 9}]
+    text = tables.format_table(rows, cols, sep=" | ", title="4 个 Rank").splitlines()
+    assert text[0] == "4 个 Rank"
+    assert text[1] == "策略     | GB" and text[2] == "-" * 13     # 策略: four columns wide, not two
+    assert text[3] == "整份复制 | 36" and text[4] == "ZeRO-3   |  9"
+
+
 @pytest.mark.parametrize("text,nbytes", [("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("4096", 4096),
                                          ("1 MiB", 1 << 20), ("2kb", 2048), ("3B", 3)])
 def test_one_size_grammar_for_every_command(text, nbytes):
