@@ -118,6 +118,9 @@ def test_text_tables_align_chinese_by_display_width_and_take_a_separator_and_tit
     assert text[0] == "4 个 Rank"
     assert text[1] == "策略     | GB" and text[2] == "-" * 13     # 策略: four columns wide, not two
     assert text[3] == "整份复制 | 36" and text[4] == "ZeRO-3   |  9"
+    notes = tables.format_table([{"k": "a", "v": 1, "note": "x"}, {"k": "b", "v": 22, "note": "longer"}],
+                                [("k", "k", "{}"), ("v", "v", "{}"), ("note", "note", "{}")], left={"note"})
+    assert notes.splitlines()[2:] == ["a   1  x", "b  22  longer"]    # text left, numbers right
 
 
 @pytest.mark.parametrize("text,nbytes", [("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("4096", 4096),

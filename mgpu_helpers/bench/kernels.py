@@ -94,8 +94,9 @@ def _gb(value):
 def format_table(table: Table) -> str:
     """The bench's table as text: kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
     base_m, base_r = table.measured.get("torch_add"), table.recorded.get("torch_add")
-    rows = [{"label": label, "m": _gb(m), "m%": _pct(m, base_m), "r": _gb(r), "r%": _pct(r, base_r)}
-            for key, label, _, _ in ROWS for m, r in [(table.measured.get(key), table.recorded.get(key))]]
+    def row(label, m, r):
+        return {"label": label, "m": _gb(m), "m%": _pct(m, base_m), "r": _gb(r), "r%": _pct(r, base_r)}
+    rows = [row(label, table.measured.get(key), table.recorded.get(key)) for key, label, _, _ in ROWS]
     columns = [(key, head, "{}") for key, head in
                (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))]
     return tables.format_table(rows, columns, sep=" | ", title=table.title)

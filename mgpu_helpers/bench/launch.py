@@ -181,15 +181,16 @@ def main(argv: list[str]) -> int:
     print(tables.format_table([{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text}
                                for name, secs, runs_text in rows],
                               [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x"),
-                               ("runs", "runs", "{}")]))
+                               ("runs", "runs", "{}")], left={"runs"}))
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
     print(f"(the first launch of a server that is already up: {first_launch:.3f} s)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
-    phases = [{"phase": key, "ms": med(r[key] for r in runs) * 1000, "what": what} for key, what in PHASES]
-    print(tables.format_table([dict(p, share=p["ms"] / (repeat * 10)) for p in phases],
+    ms = {key: med(r[key] for r in runs) * 1000 for key, _ in PHASES}
+    print(tables.format_table([{"phase": key, "ms": ms[key], "share": 100 * ms[key] / (repeat * 1000), "what": what}
+                               for key, what in PHASES],
                               [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"),
-                               ("what", "what", "{}")]))
+                               ("what", "what", "{}")], left={"what"}))
     target = 0.08
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")

@@ -84,7 +84,8 @@ def main(argv: list[str]) -> int:
         rows.append({"notebook": name, "s": wall, "cells": ", ".join(f"{i}: {s:.1f}" for s, i in slowest[:args.top])
                      + ("" if ok else "  FAILED")})
     print(tables.format_table(rows, [("notebook", "notebook", "{}"), ("s", "s", "{:.1f}"),
-                                     ("cells", "slowest cells (code cell index: s)", "{}")]))
+                                     ("cells", "slowest cells (code cell index: s)", "{}")],
+                              left={"cells"}))
     print(f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
           f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
           f"{COURSE_TARGET_S:.0f} s")

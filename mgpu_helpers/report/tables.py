@@ -27,16 +27,18 @@ def _width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-def format_table(rows, columns, sep: str = "  ", title: str = "") -> str:
+def format_table(rows, columns, sep: str = "  ", title: str = "", left=()) -> str:
     """A fixed-width text table: ``title`` (when given), a header line, a rule, one line per row; the first
-    column left-aligned, the others right-aligned, each as wide as its widest entry, ``sep`` between them."""
+    column and those whose key is in ``left`` (text, say) left-aligned, the others right-aligned, each as wide
+    as its widest entry, ``sep`` between them."""
     cells = [[cell_text(_as_dict(r).get(k), f) for k, _, f in columns] for r in rows]
     heads = [h for _, h, _ in columns]
     widths = [max(_width(v) for v in [h] + [line[i] for line in cells]) for i, h in enumerate(heads)]
 
     def line(values):
         pads = [" " * (w - _width(v)) for v, w in zip(values, widths)]
-        return sep.join(v + pad if i == 0 else pad + v for i, (v, pad) in enumerate(zip(values, pads)))
+        return sep.join(v + pad if i == 0 or columns[i][0] in left else pad + v
+                        for i, (v, pad) in enumerate(zip(values, pads))).rstrip()
     head = line(heads)
     return "\n".join(([title] if title else []) + [head, "-" * _width(head)] + [line(c) for c in cells])
 
