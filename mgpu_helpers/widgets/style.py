@@ -5,8 +5,8 @@ take their sizes from :func:`current` so that projection mode (large fonts, thic
 changes every figure at once.
 """
 
-import os
 from dataclasses import dataclass
+from importlib import resources
 
 # Okabe & Ito (2008), colour-blind-safe.
 PALETTE = {
@@ -71,16 +71,12 @@ def set_projection(on: bool = True) -> Style:
     return _current
 
 
-# ipywidgets 8 sizes its controls through these CSS variables; larger values make sliders, buttons, labels and
-# drop-downs readable from the back of a room. Output areas (printed text) grow with them.
-# Larger ipywidgets controls and output text for a projector; a stylesheet of its own, read on first use.
-PROJECTION_CSS_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "projection.css")
-
-
 def projection_css() -> str:
-    """A ``<style>`` element with ``data/projection.css``, to display once in a notebook (projection mode)."""
-    with open(PROJECTION_CSS_FILE, encoding="utf-8") as f:
-        return f"<style id=\"mgpu-projection\">{f.read()}</style>"
+    """A ``<style>`` element with ``data/projection.css``, to display once in a notebook (projection mode): ipywidgets 8
+    sizes its controls through CSS variables, and larger values make sliders, buttons, labels, drop-downs and
+    printed output readable from the back of a room."""
+    css = resources.files("mgpu_helpers").joinpath("data", "projection.css").read_text(encoding="utf-8")
+    return f"<style id=\"mgpu-projection\">{css}</style>"
 
 
 def figsize(width: float, height: float) -> tuple[float, float]:
