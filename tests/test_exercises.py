@@ -677,6 +677,29 @@ def test_fill_in_gives_the_reference_for_a_stub_and_the_learners_function_once_i
         checks.fill_in(wrong, check, reference, "double")
 
 
+def test_a_fill_in_cell_looks_up_the_course_version_when_called_and_refuses_it_in_the_answer(capsys):
+    from mgpu_helpers.checks.core import fill_in_cell
+    from mgpu_helpers.lessons import cost_model
+
+    def check(fn):
+        if fn(1 << 20, 4, 0.0, 1e-9) != pytest.approx(2 * 3 / 4 * (1 << 20) * 1e-9):
+            raise checks.CheckFailed("不对")
+
+    try_cost = fill_in_cell(check, "lessons.cost_model:ring_allreduce_seconds", "cost",
+                            refuse=["lessons.cost_model:ring_allreduce_seconds"])
+    assert try_cost(None) is cost_model.ring_allreduce_seconds and "还没写" in capsys.readouterr().out
+    own = _by_value("def cost(nbytes, p, alpha, beta):\n    return 2 * (p - 1) * (alpha + nbytes / p * beta)\n", "cost")
+    assert try_cost(own) is own
+    calls_course = _by_value("import mgpu_helpers as mh\ndef cost(nbytes, p, alpha, beta):\n"
+                             "    return mh.lessons.cost_model.ring_allreduce_seconds(nbytes, p, alpha, beta)\n", "cost")
+    with pytest.raises(checks.CheckFailed, match="课程"):
+        try_cost(calls_course)
+    # A class counts as unwritten while one of its methods still holds the stub.
+    half_done = _by_value("class Step:\n    def setup(self):\n        return 1\n    def step(self):\n"
+                          "        raise NotImplementedError('练习：补全这里（约 2 行）')\n", "Step")
+    assert checks.core.has_stub(half_done) and try_cost(half_done) is cost_model.ring_allreduce_seconds
+
+
 def test_a_prediction_left_none_gets_the_measurement_and_a_reminder():
     line = mh.widgets.predict.compare("拷贝 / Kernel", None, 12.0, show=False)
     assert "12" in line and "还没写预测" in line

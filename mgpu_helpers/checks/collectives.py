@@ -9,9 +9,9 @@ import math
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, as_float, call, compare, fill_in, first_hint, has_stub, int_values,
-                                      launch, matching_hint, new_rng, number_answer, passed, refuse_course_code,
-                                      resolve_course, run_on_ranks, run_problem, which_rank)
+                                      WatchedCalls, as_float, call, compare, fill_in_cell, first_hint, has_stub,
+                                      int_values, launch, matching_hint, new_rng, number_answer, passed,
+                                      refuse_course_code, resolve_course, run_on_ranks, run_problem, which_rank)
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
@@ -202,11 +202,7 @@ def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -
            "时都等于总和；每个 Rank 只给右边发，每条消息一块，一共 2(n-1)/n·S 字节。")
 
 
-def try_ring_all_reduce(fn):
-    """05's fill-in cell: the reader's ring if it passes, else (while unwritten) the course's."""
-    from mgpu_helpers.lessons.ring import ring_all_reduce
-
-    return fill_in(fn, check_ring_all_reduce_right, ring_all_reduce, "Ring All-Reduce")
+try_ring_all_reduce = fill_in_cell(check_ring_all_reduce_right, "lessons.ring:ring_all_reduce", "Ring All-Reduce")
 
 
 def reference_ring_all_reduce_left(rank, world_size, x):
@@ -440,9 +436,8 @@ def check_all_reduce_busbw(fn) -> None:
     passed(f"all_reduce_busbw 在 {len(cases)} 组（含 n = 1、2、8）上都对。")
 
 
-def try_all_reduce_busbw(fn):
-    return fill_in(fn, check_all_reduce_busbw, lambda nbytes, seconds, n: busbw("all_reduce", nbytes, seconds, n),
-                   "All-Reduce 的 busbw")
+try_all_reduce_busbw = fill_in_cell(check_all_reduce_busbw, lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
+                                    "All-Reduce 的 busbw")
 
 
 def check_comm_share_speedup(fn) -> None:
@@ -467,5 +462,4 @@ def check_comm_share_speedup(fn) -> None:
     passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
 
 
-def try_comm_share_speedup(fn):
-    return fill_in(fn, check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
+try_comm_share_speedup = fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")

@@ -68,7 +68,10 @@ def _code_objects(code):
 
 
 def has_stub(fn) -> bool:
-    """True when ``fn`` (a function or a Numba kernel) still holds the generated stub's text."""
+    """True when ``fn`` (a function, a Numba kernel, or a class: one of its methods) still holds the generated
+    stub's text."""
+    if isinstance(fn, type):
+        return any(has_stub(method) for method in vars(fn).values() if callable(method))
     return any(isinstance(const, str) and STUB_MARK in const
                for c in _code_objects(getattr(_inner(fn), "__code__", None)) for const in c.co_consts)
 
@@ -454,6 +457,30 @@ def refusing_check(check, what: str, targets):
         with refusing_course_code(fn, what, targets):
             check(fn)
     return checked
+
+
+def _course_object(ref):
+    """``ref`` itself, or the object a ``"module:name"`` string names (``module`` inside mgpu_helpers), imported
+    now: the lessons' modules are imported when a fill-in cell runs, not with the checkers (torch, Numba)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(f"mgpu_helpers.{module}"), name)
+
+
+def fill_in_cell(check, reference, what: str, refuse=(), **keep):
+    """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
+    version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
+    ``refuse``: ``"module:name"`` (e.g. ``"lessons.p2p:exchange"``) of the course's functions the learner's may
+    not call (:func:`refusing_check`).
+    ``reference`` and ``refuse`` are looked up at the call (:func:`_course_object`)."""
+    def try_fill_in(fn):
+        targets = [_course_object(ref) for ref in refuse]
+        checked = refusing_check(check, what, targets) if targets else check
+        return fill_in(fn, checked, _course_object(reference), what, **keep)
+    try_fill_in.__doc__ = (f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
+                           "course's while it is unwritten.")
+    return try_fill_in
 
 
 # -- inside a rank: every torch.distributed call watched, by replacing the functions' code ------------------

@@ -14,8 +14,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in, first_hint, launch,
-                                      let_rank_server_preload, passed, refusing_check)
+from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in_cell, first_hint, launch,
+                                      let_rank_server_preload, passed)
 from mgpu_helpers.measure import dp_reference as ref
 
 
@@ -157,9 +157,7 @@ def check_weighted_average(fn) -> None:
     passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
 
 
-def try_weighted_average(fn):
-    """Notebook 09's fill-in; the checker's reference while it is unwritten."""
-    return fill_in(fn, check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
+try_weighted_average = fill_in_cell(check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
 
 
 def check_local_gradient(fn) -> None:
@@ -195,9 +193,5 @@ def check_local_gradient(fn) -> None:
     passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
 
 
-def try_local_gradient(fn):
-    """Notebook 09's fill-in; the course's version (``mh.lessons.data_parallel.local_gradient``) while unwritten."""
-    from mgpu_helpers.lessons import data_parallel
-
-    check = refusing_check(check_local_gradient, "local_gradient", [(data_parallel, "local_gradient")])
-    return fill_in(fn, check, data_parallel.local_gradient, "本地的 forward + backward")
+try_local_gradient = fill_in_cell(check_local_gradient, "lessons.data_parallel:local_gradient",
+                                  "本地的 forward + backward", refuse=["lessons.data_parallel:local_gradient"])

@@ -6,7 +6,7 @@ import copy
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in, first_hint, passed
+from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in_cell, first_hint, passed
 from mgpu_helpers.measure import diagnose
 from mgpu_helpers.models import scaling
 
@@ -204,9 +204,7 @@ def check_stuck_in(fn) -> None:
     passed(f"stuck_in 在 {len(cases)} 份输出上（没有挂起的、挂在 #0 的、两位数序号的、夹着普通输出的）都读对了。")
 
 
-def try_stuck_in(fn):
-    """Notebook 10's fill-in: the learner's ``stuck_in`` once it passes, the course's reader while unwritten."""
-    return fill_in(fn, check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
+try_stuck_in = fill_in_cell(check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
 
 
 def _reference_speedup(one_rank_s, per_rank_step_s):
@@ -247,9 +245,7 @@ def check_measured_speedup(fn) -> None:
     passed(f"measured_speedup 在 {len(cases)} 组测量上（最慢的不是 rank 0、比 1 个 Rank 还慢、只有 1 个 Rank）都对。")
 
 
-def try_measured_speedup(fn):
-    """Notebook 10's fill-in ``measured_speedup``, checked; the reference while unwritten."""
-    return fill_in(fn, check_measured_speedup, _reference_speedup, "measured_speedup：从测到的时间算加速比")
+try_measured_speedup = fill_in_cell(check_measured_speedup, _reference_speedup, "measured_speedup：从测到的时间算加速比")
 
 
 def _reference_least_waiting(collective_s):
@@ -312,6 +308,5 @@ def check_least_waiting(fn) -> None:
     passed(f"least_waiting 在 {len(cases)} 组测量上（有卡顿的一步、只有一步、最晚到的是 rank 0）都找对了。")
 
 
-def try_least_waiting(fn):
-    """Notebook 10's fill-in ``least_waiting``, checked; the reference while unwritten."""
-    return fill_in(fn, check_least_waiting, _reference_least_waiting, "least_waiting：在 All-Reduce 里待得最短的 Rank")
+try_least_waiting = fill_in_cell(check_least_waiting, _reference_least_waiting,
+                                 "least_waiting：在 All-Reduce 里待得最短的 Rank")

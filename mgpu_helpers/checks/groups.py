@@ -3,8 +3,9 @@ rank runs)."""
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fail_first, fill_in, first_hint,
-                                      hang_failure, int_values, is_stub_error, launch, new_rng, not_done, passed)
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fail_first, fill_in_cell,
+                                      first_hint, hang_failure, int_values, is_stub_error, launch, new_rng, not_done,
+                                      passed)
 from mgpu_helpers.checks.p2p import as_numpy
 
 FIELDS = ("node", "local_rank", "physical_gpu")
@@ -154,9 +155,7 @@ def check_env_for(fn) -> None:
     passed("env_for 在几十种 (rank, world_size, MASTER_PORT) 上都给出了单机 torchrun 会设的六个变量。")
 
 
-def try_env_for(fn):
-    """Notebook 03's fill-in: check the reader's ``env_for``; the course's while it is unwritten."""
-    return fill_in(fn, check_env_for, reference_env_for, "env_for")
+try_env_for = fill_in_cell(check_env_for, reference_env_for, "env_for")
 
 
 def reference_init_for(rank: int, world_size: int, method: str) -> None:
@@ -237,6 +236,4 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
     passed("init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对。")
 
 
-def try_init_for(fn):
-    """Notebook 03's fill-in: check the reader's ``init_for``; the course's while it is unwritten."""
-    return fill_in(fn, check_init_for, reference_init_for, "init_for")
+try_init_for = fill_in_cell(check_init_for, reference_init_for, "init_for")

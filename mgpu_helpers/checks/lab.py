@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, WORLD_SIZES, as_float, call, fill_in, first_hint, int_values, new_rng,
-                                      passed, run_on_ranks)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, as_float, call, fill_in, fill_in_cell, first_hint,
+                                      int_values, new_rng, passed, run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -256,10 +256,7 @@ def check_bus_bandwidth(fn) -> None:
     passed(f"bus_bandwidth 在 {len(cases)} 组（三种操作、1 到 8 个 Rank、含 nccl-tests 记录里的两行）上都对。")
 
 
-def try_bus_bandwidth(fn):
-    """Notebook 12's fill-in ``bus_bandwidth``, checked; the course's version while unwritten."""
-    from mgpu_helpers.lessons import lab as lesson
-    return fill_in(fn, check_bus_bandwidth, lesson.bus_bandwidth, "bus_bandwidth：algbw 与 busbw")
+try_bus_bandwidth = fill_in_cell(check_bus_bandwidth, "lessons.lab:bus_bandwidth", "bus_bandwidth：algbw 与 busbw")
 
 
 # --------------------------------------------------------------------------------------------------------

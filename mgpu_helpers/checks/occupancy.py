@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, deadline, fill_in,
+from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, deadline, fill_in_cell,
                                       int_values, new_rng, not_done, passed, refuse_course_code, require_written)
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
@@ -118,9 +118,7 @@ def check_blocks_per_sm(fn) -> None:
     passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
 
 
-def try_blocks_per_sm(fn):
-    """02's fill-in: the learner's ``blocks_per_sm`` once checked, the reference while it is unwritten."""
-    return fill_in(fn, check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
+try_blocks_per_sm = fill_in_cell(check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -268,9 +266,7 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
             raise CheckFailed(f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}")
 
 
-def try_vec_add_two(kernel):
-    """02's fill-in: the learner's kernel once checked, the course's while it is unwritten."""
-    return fill_in(kernel, check_vec_add_two, reference_vec_add_two(), "vec_add_two：每线程两个元素")
+try_vec_add_two = fill_in_cell(check_vec_add_two, "lessons.cupy_kernels:vec_add_two", "vec_add_two：每线程两个元素")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -22,9 +22,9 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first, fill_in,
-                                      first_hint, has_stub, launch, let_rank_server_preload, not_done, passed,
-                                      refuse_course_code, require_written)
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first,
+                                      fill_in_cell, first_hint, has_stub, launch, let_rank_server_preload, not_done,
+                                      passed, refuse_course_code, require_written)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
@@ -47,16 +47,10 @@ METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready",
            "AccumulateDP": ("no_sync", "on_grad_ready", "step")}
 
 
-def _stubbed(obj, what: str) -> bool:
-    if isinstance(obj, type):
-        return any(has_stub(getattr(obj, m)) for m in METHODS.get(what, ()) if hasattr(obj, m))
-    return has_stub(obj)
-
-
 def _start(obj, what: str) -> None:
     """Before anything runs: a stub is not done yet; the course's classes (also as a base class) and anything of
     mh.lessons / mh.checks reached from the learner's code (core.refuse_course_code) are not the learner's code."""
-    if _stubbed(obj, what):
+    if has_stub(obj):
         raise not_done(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
     refuse_course_code(obj, what, course, packages=COURSE_PACKAGES,
@@ -439,29 +433,12 @@ def check_step_seconds(fn) -> None:
 # --------------------------------------------------------------------------------------------------------
 # The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
 
-def _try(obj, check, what: str):
-    """``what`` names the course's version in mh.lessons.overlap, and the fill-in."""
-    return fill_in(None if _stubbed(obj, what) else obj, check, getattr(_lessons(), what), what)
-
-
-def try_overlap_dp(cls):
-    return _try(cls, check_overlap_dp, "OverlapDP")
-
-
-def try_plan_buckets(fn):
-    return _try(fn, check_plan_buckets, "plan_buckets")
-
-
-def try_bucket_dp(cls):
-    return _try(cls, check_bucket_dp, "BucketDP")
-
-
-def try_overlap_fraction(fn):
-    return _try(fn, check_overlap_fraction, "overlap_fraction")
-
-
-def try_zero1(cls):
-    return _try(cls, check_zero1, "Zero1")
+try_overlap_dp = fill_in_cell(check_overlap_dp, "lessons.overlap:OverlapDP", "OverlapDP")
+try_plan_buckets = fill_in_cell(check_plan_buckets, "lessons.overlap:plan_buckets", "plan_buckets")
+try_bucket_dp = fill_in_cell(check_bucket_dp, "lessons.overlap:BucketDP", "BucketDP")
+try_overlap_fraction = fill_in_cell(check_overlap_fraction, "lessons.overlap:overlap_fraction",
+                                    "overlap_fraction")
+try_zero1 = fill_in_cell(check_zero1, "lessons.overlap:Zero1", "Zero1")
 
 
 __all__ = [n for n, v in dict(globals()).items() if n.startswith(("check_", "try_")) and inspect.isfunction(v)]

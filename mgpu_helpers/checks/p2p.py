@@ -21,8 +21,8 @@ stuck in.
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls,
-                                      compare, fail_first, fill_in, first_hint, int_values, launch, new_rng, passed,
+from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls, compare,
+                                      fail_first, fill_in_cell, first_hint, int_values, launch, new_rng, passed,
                                       refuse_calls, refuse_course_code, resolve_course, which_rank)
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
@@ -169,10 +169,7 @@ def check_exchange(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
            "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。")
 
 
-def try_exchange(fn):
-    """Notebook 04's fill-in: check the reader's ``exchange``; the course's while it is unwritten."""
-    from mgpu_helpers.lessons import p2p as lesson
-    return fill_in(fn, check_exchange, lesson.exchange, "exchange", keep="exchange", lesson="04")
+try_exchange = fill_in_cell(check_exchange, "lessons.p2p:exchange", "exchange", keep="exchange", lesson="04")
 
 
 # -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
@@ -236,10 +233,7 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
            "（也走过不止一圈，也传过空张量和 int64）。")
 
 
-def try_ring_pass(fn):
-    """Notebook 04's fill-in: check the reader's ``ring_pass``; the course's while it is unwritten."""
-    from mgpu_helpers.lessons import p2p as lesson
-    return fill_in(fn, check_ring_pass, lesson.ring_pass, "ring_pass")
+try_ring_pass = fill_in_cell(check_ring_pass, "lessons.p2p:ring_pass", "ring_pass")
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------

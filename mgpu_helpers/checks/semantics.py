@@ -15,9 +15,9 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.p2p import as_numpy, rank_tensor
-from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_float, call_limited,
-                                      compare, fill_in, int_values, launch, new_rng, passed, refuse_course_code,
-                                      run_on_ranks)
+from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_float,
+                                      call_limited, compare, fill_in, fill_in_cell, int_values, launch, new_rng,
+                                      passed, refuse_course_code, run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -150,9 +150,7 @@ def check_bytes_each_rank_sends(fn) -> None:
            f"五种 Collective 的 {n_cases} 个 Rank 上都对。")
 
 
-def try_bytes_each_rank_sends(fn):
-    """07's fill-in: the learner's ``bytes_each_rank_sends`` checked, or the reference while unwritten."""
-    return fill_in(fn, check_bytes_each_rank_sends, reference_bytes_each_rank_sends, "每个 Rank 发出的字节")
+try_bytes_each_rank_sends = fill_in_cell(check_bytes_each_rank_sends, reference_bytes_each_rank_sends, "每个 Rank 发出的字节")
 
 
 # -- 07: the uneven all-gather, as a fill-in ------------------------------------------------------------------

@@ -11,7 +11,7 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fail_first, fill_in, first_hint, passed
+from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fail_first, fill_in_cell, first_hint, passed
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
@@ -69,9 +69,8 @@ def check_contiguous_ranges(fn) -> None:
     passed(f"contiguous_ranges 在 {len(cases)} 组（含有余数、元素比 Rank 少、0 个元素）上都切对了。")
 
 
-def try_contiguous_ranges(fn):
-    """06's fill-in: the learner's ``contiguous_ranges`` checked, or the course's while unwritten."""
-    return fill_in(fn, check_contiguous_ranges, sharding_rules.contiguous_ranges, "按个数连续切分 contiguous_ranges")
+try_contiguous_ranges = fill_in_cell(check_contiguous_ranges, sharding_rules.contiguous_ranges,
+                                     "按个数连续切分 contiguous_ranges")
 
 
 # -- 06: memory of each rank, by part ----------------------------------------------------------------------
@@ -132,9 +131,7 @@ def check_per_rank_memory(fn) -> None:
     passed(f"per_rank_memory 在 {n} 组（关卡的 24 GB 模型、14/10 与 12/12、权重不等、单个 Rank、随机大小）上都对。")
 
 
-def try_per_rank_memory(fn):
-    """06's fill-in: the learner's ``per_rank_memory`` checked, or the course's while unwritten."""
-    return fill_in(fn, check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory")
+try_per_rank_memory = fill_in_cell(check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory")
 
 
 # -- ex06: an order-keeping split by cost -----------------------------------------------------------------

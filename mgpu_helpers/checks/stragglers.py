@@ -10,8 +10,7 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import (CheckFailed, call, fill_in, is_number, matching_hint, number_answer, passed,
-                                      refusing_check)
+from mgpu_helpers.checks.core import CheckFailed, call, fill_in_cell, is_number, matching_hint, number_answer, passed
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import scaling
 
@@ -50,15 +49,9 @@ def _ring_hint(got, nbytes, n, alpha, beta) -> str:
     return " " + why if why else ""
 
 
-def try_ring_allreduce_seconds(fn):
-    """Notebook 08's fill-in: the learner's ring all-reduce cost, checked (not the course's own); the course's
-    version while it is unwritten."""
-    from mgpu_helpers.lessons import cost_model
-
-    targets = [(cost_model, n) for n in ("ring_allreduce_seconds", "ring_reduce_scatter_seconds",
-                                          "ring_all_gather_seconds")]
-    check = refusing_check(check_ring_allreduce_seconds, "ring_allreduce_seconds", targets)
-    return fill_in(fn, check, cost_model.ring_allreduce_seconds, "环形 All-Reduce 的 alpha-beta 代价")
+try_ring_allreduce_seconds = fill_in_cell(
+    check_ring_allreduce_seconds, "lessons.cost_model:ring_allreduce_seconds", "环形 All-Reduce 的 alpha-beta 代价",
+    refuse=[f"lessons.cost_model:ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")])
 
 
 def best_rebalance(shards, seconds) -> list[int]:
@@ -181,14 +174,15 @@ def check_speedup_and_efficiency(fn) -> None:
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（含 1 张卡和多卡反而变慢的情形）。")
 
 
-def try_speedup_and_efficiency(fn):
-    """Notebook 08's fill-in; the course's version (from ``mh.models.scaling``) while it is unwritten."""
-    def reference(t1_s, tn_s, world_size):
-        return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
+def reference_speedup_and_efficiency(t1_s, tn_s, world_size):
+    """The course's answer, from ``mh.models.scaling``."""
+    return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
 
-    targets = [(scaling, "speedup"), (scaling, "strong_scaling_efficiency"), (scaling, "weak_scaling_efficiency")]
-    check = refusing_check(check_speedup_and_efficiency, "speedup_and_efficiency", targets)
-    return fill_in(fn, check, reference, "加速比和扩展效率")
+
+try_speedup_and_efficiency = fill_in_cell(
+    check_speedup_and_efficiency, reference_speedup_and_efficiency, "加速比和扩展效率",
+    refuse=[f"models.scaling:{name}" for name in ("speedup", "strong_scaling_efficiency",
+                                                               "weak_scaling_efficiency")])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -267,12 +261,9 @@ def check_straggler_from_collective(fn, cases=None) -> None:
     passed("straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。")
 
 
-def try_straggler_from_collective(fn):
-    """Notebook 08's fill-in; the course's version (``mh.measure.straggler.straggler_by_collective``) while it is
-    unwritten."""
-    check = refusing_check(check_straggler_from_collective, "straggler_from_collective",
-                           [(straggler, "straggler_by_collective")])
-    return fill_in(fn, check, straggler.straggler_by_collective, "从 Collective 的时间找 Straggler")
+try_straggler_from_collective = fill_in_cell(check_straggler_from_collective, straggler.straggler_by_collective,
+                                             "从 Collective 的时间找 Straggler",
+                                             refuse=["measure.straggler:straggler_by_collective"])
 
 
 # --------------------------------------------------------------------------------------------------------
