@@ -151,14 +151,6 @@ def test_wrong_contiguous_splits_are_named(wrong, message):
         sharding.check_shard_contiguous_by_cost(wrong)
 
 
-def test_the_library_contiguous_split_is_not_an_answer():
-    def lazy(costs, world_size):
-        return [range(a[0], a[-1] + 1) if a else range(0) for a in
-                mh.models.sharding.assign_contiguous_by_cost(costs, world_size)]
-    with pytest.raises(CheckFailed, match="assign_contiguous_by_cost"):
-        sharding.check_shard_contiguous_by_cost(lazy)
-
-
 # -- fewest_gpus (ex06) -----------------------------------------------------------------------------------------
 
 def fewest_by_search(strategy, capacity, params, grads, optimizer, activations):

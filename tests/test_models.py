@@ -3,44 +3,35 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mgpu_helpers.lessons import cost_model, sharding_rules
-from mgpu_helpers.models import bandwidth, costs, memory, scaling, sharding
+from mgpu_helpers.models import bandwidth, costs, memory, scaling
 
 costs_lists = st.lists(st.floats(min_value=0, max_value=1e3, allow_nan=False), min_size=0, max_size=60)
 world_sizes = st.integers(min_value=1, max_value=9)
-METHODS = {"lpt": sharding_rules.assign_by_cost, "contiguous": sharding.assign_contiguous_by_cost}
-methods = st.sampled_from(sorted(METHODS))
 
 
 # ---- shard function: properties -------------------------------------------------------------------------
 
 @settings(max_examples=200, deadline=None)
-@given(costs_lists, world_sizes, methods)
-def test_assignments_cover_every_item_exactly_once(costs, n, method):
-    shards = METHODS[method](costs, n)
+@given(costs_lists, world_sizes)
+def test_assignments_cover_every_item_exactly_once(costs, n):
+    shards = sharding_rules.assign_by_cost(costs, n)
     assert len(shards) == n
     flat = [i for s in shards for i in s]
     assert sorted(flat) == list(range(len(costs)))
 
 
 @settings(max_examples=200, deadline=None)
-@given(costs_lists, world_sizes, methods)
-def test_assignments_are_reproducible(costs, n, method):
-    assert METHODS[method](costs, n) == METHODS[method](list(costs), n)
+@given(costs_lists, world_sizes)
+def test_assignments_are_reproducible(costs, n):
+    assert sharding_rules.assign_by_cost(costs, n) == sharding_rules.assign_by_cost(list(costs), n)
 
 
 @settings(max_examples=200, deadline=None)
-@given(costs_lists, world_sizes, methods)
-def test_assignments_max_load_within_one_item_of_the_mean(costs, n, method):
-    loads = sharding_rules.assignment_loads(costs, METHODS[method](costs, n))
+@given(costs_lists, world_sizes)
+def test_assignments_max_load_within_one_item_of_the_mean(costs, n):
+    loads = sharding_rules.assignment_loads(costs, sharding_rules.assign_by_cost(costs, n))
     bound = sum(costs) / n + (max(costs) if costs else 0)
     assert max(loads) <= bound + 1e-6 * (1 + bound)
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(min_value=0, max_value=100), max_size=40), world_sizes)
-def test_contiguous_assignment_keeps_item_order(costs, n):
-    flat = [i for s in sharding.assign_contiguous_by_cost(costs, n) for i in s]
-    assert flat == list(range(len(costs)))
 
 
 @settings(max_examples=100, deadline=None)
@@ -76,12 +67,6 @@ def test_sharding_rules_reject_bad_input_saying_what_is_wrong():
         sharding_rules.contiguous_ranges(4, 0)
     with pytest.raises(ValueError, match="costs"):
         sharding_rules.assign_by_cost([1, -1], 2)
-    with pytest.raises(ValueError, match="world_size"):
-        sharding.assign_contiguous_by_cost([1], 0)
-
-
-def test_contiguous_assignment_of_zero_costs_splits_by_count():
-    assert sharding.assign_contiguous_by_cost([0, 0, 0], 2) == [[0, 1], [2]]
 
 
 # ---- memory per rank by strategy: the seed's cases ---------------------------------------------------------

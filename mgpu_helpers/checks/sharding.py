@@ -15,7 +15,6 @@ from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fail_first
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
-from mgpu_helpers.models import sharding as sharding_model
 
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
@@ -164,8 +163,7 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     """``fn(costs, world_size) -> [range, ...]``: contiguous ranges in rank order (the items keep their order),
     each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
     what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
-    refuse_course_code(fn, what, (sharding_rules.assign_by_cost, sharding_model.assign_contiguous_by_cost),
-                       ("assign_contiguous_by_cost",))
+    refuse_course_code(fn, what, (sharding_rules.assign_by_cost,), ())
     call(fn, what, [3.0, 1.0, 2.0], 2)      # a stub fails here
     # Skewed cases first: a split by count passes many random inputs, none of these. Zeros, fewer items than
     # ranks, a single rank and all-zero costs are in every run.
