@@ -15,6 +15,7 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZ
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
+from mgpu_helpers.lessons.ring import chunk_bounds
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
@@ -159,8 +160,6 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
 
 def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> list:
     """Run the reader's ring on ``world_sizes``; check values (in place), then the sends. Returns the cases."""
-    from mgpu_helpers.lessons.ring import chunk_bounds
-
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
     course = resolve_course(RING_FORBIDDEN_LIB)
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
@@ -209,7 +208,6 @@ def reference_ring_all_reduce_left(rank, world_size, x):
     """ex05-3's reference: the ring turned round (send to rank - 1, receive from rank + 1)."""
     import torch.distributed as dist
 
-    from mgpu_helpers.lessons.ring import chunk_bounds
 
     n = world_size
     left, right = (rank - 1) % n, (rank + 1) % n

@@ -895,10 +895,6 @@ class RankProblem:
     dtype: str = "float32"
 
 
-def default_where(case: RankCase, rank: int) -> str:
-    return f"world_size = {case.world_size}，rank {rank}"
-
-
 def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
     """Run ``fn`` on every world size of ``problem``, compare each rank with the reference, explain a miss.
 
@@ -909,7 +905,7 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HAN
     sizes = tuple(world_sizes or problem.world_sizes)
     if not sizes or any(int(w) != w or w < 1 for w in sizes):
         raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
-    where = problem.where or default_where
+    where = problem.where or (lambda case, rank: f"world_size = {case.world_size}，rank {rank}")
     course = resolve_course(problem.course)
     cases = []
     for world_size in sizes:

@@ -17,13 +17,13 @@ import numpy as np
 from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in_cell, first_hint, launch,
                                       let_rank_server_preload, passed)
 from mgpu_helpers.measure import dp_reference as ref
+from mgpu_helpers.lessons.data_parallel import shard
 
 
 def _dp_rank(rank, world_size, fn, config):
     import torch
 
     from mgpu_helpers.launcher.ranks import rank_device
-    from mgpu_helpers.lessons.data_parallel import shard
     device = rank_device()
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
@@ -39,7 +39,6 @@ def simulated_training(config, world_size: int, combine: str):
     Returns the final flat parameters (numpy)."""
     import torch
 
-    from mgpu_helpers.lessons.data_parallel import shard
     data = ref.make_dataset(config)
     shards = [shard(data, r, world_size) for r in range(world_size)]
     model = ref.make_model(config)
@@ -165,7 +164,6 @@ def check_local_gradient(fn) -> None:
     called in this process for ranks other than 0, uneven shards and a shard of one row."""
     import torch
 
-    from mgpu_helpers.lessons.data_parallel import shard
     what = "local_gradient 要在本 Rank 的那片数据上做一次 forward + backward"
     rng = random.Random()
     cases = [(1, 4, 50), (3, 4, 50), (2, 3, 7), (0, 2, 48), (4, 5, 5)]

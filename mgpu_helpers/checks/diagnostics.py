@@ -7,6 +7,7 @@ import random
 import statistics
 
 from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in_cell, first_hint, passed
+from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose
 from mgpu_helpers.models import scaling
 
@@ -25,8 +26,6 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
     ``odd_rank`` finished only up to ``completed - 2`` and never reached collective ``completed - 1``
     (it is still computing), where the others wait in ``majority_op``.
     """
-    from mgpu_helpers.launcher.errors import RankTimeout
-
     finished = completed - 1 if kind == "late" else completed     # collectives every rank completed
     history = [("all_reduce", "broadcast")[k % 2] for k in range(finished)]
     outputs, stacks, waiting = {}, {}, {}
@@ -101,7 +100,6 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     """``fn(schedules) -> (seq, rank, name)``: before anything runs, from the list of collectives each rank will
     call, the number of the collective where the ranks part, the one rank that differs, and what it calls
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
-    from mgpu_helpers.launcher.errors import RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
     if timeout is None:                 # gloo ranks: 5 s; NCCL ranks (a GPU each) set up their communicator first

@@ -83,11 +83,6 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
            "只用了 Reduce-Scatter 和 All-Gather，All-Gather 只搬了每个 Rank 的那一段。")
 
 
-def _as_bytes(got, what: str, op: str):
-    """The reader's answer as a float (None stays None); a :class:`CheckFailed` when it is not a number."""
-    return None if got is None else as_float(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
-
-
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
 
 LESSON_OPS = ("reduce", "broadcast", "all_reduce", "all_gather", "reduce_scatter")
@@ -133,7 +128,7 @@ def check_bytes_each_rank_sends(fn) -> None:
             for rank in range(world_size):
                 got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                value = _as_bytes(got, what, op)
+                value = None if got is None else as_float(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
                 if value is not None and not isinstance(got, bool) and math.isclose(value, want, abs_tol=1e-6):
                     continue
                 role = {("reduce", 0): "（Root）", ("broadcast", 0): "（Root）",

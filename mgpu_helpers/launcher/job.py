@@ -172,9 +172,6 @@ class Job:
     def returned(self, rank: int) -> bool:
         return isinstance(self.results.get(rank), Returned)
 
-    def all_returned(self) -> bool:
-        return all(self.returned(r) for r in range(self.world_size))
-
     def died_without_result(self) -> list[int]:
         return sorted(r for r in self.exits if r not in self.results)
 
@@ -199,7 +196,7 @@ class Job:
         # flushed its output first and is only leaving the group, so there is nothing left to read, and the
         # leader kills them the moment it sees the pipe close (about 30 ms of process exits on 2 cores, which
         # the cell need not wait for). Otherwise make sure the ranks are gone before returning.
-        if len(self.exits) == self.world_size or self.all_returned():
+        if len(self.exits) == self.world_size or all(self.returned(r) for r in range(self.world_size)):
             self.ended = True
         elif leader is not None:
             import psutil

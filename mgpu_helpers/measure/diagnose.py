@@ -21,6 +21,7 @@ import statistics
 import time
 
 from mgpu_helpers.launcher import trace
+from mgpu_helpers.launcher.ranks import rank_device
 
 _ENTER = re.compile(r"\[seq (\d+)\] enter (\S+)")
 _DONE = re.compile(r"\[seq (\d+)\] done (\S+)")
@@ -138,7 +139,6 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.launcher.ranks import rank_device
     from mgpu_helpers.measure import workloads
     from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
@@ -204,7 +204,6 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
     def one_allreduce(rank, world_size):
         import torch
         import torch.distributed as dist
-        from mgpu_helpers.launcher.ranks import rank_device
         t = torch.ones(1024, device=rank_device())
         dist.all_reduce(t)
         torch.cuda.synchronize()

@@ -19,6 +19,7 @@ import json
 import os
 import statistics
 
+from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import sweep, timing
 
 from mgpu_helpers.report import nccltests, sizes, tables
@@ -107,7 +108,6 @@ def rank_env(p2p: bool) -> dict:
 def allreduce_busbw(world_size: int = 2, sizes=SIZES, p2p: bool = True, backend: str = "nccl",
                     timeout: float = 600.0) -> list:
     """The all-reduce rows (:class:`mgpu_helpers.measure.sweep.SweepRow`) of one launch with P2P on or off."""
-    from mgpu_helpers.launcher.launch import run_ranks
     res = run_ranks(sweep.sweep_rank, world_size, args=(list(sizes), ("all_reduce",), None, 5), backend=backend,
                     timeout=timeout, env=rank_env(p2p), stream=False, quiet=True)
     return sweep.combine(res.values, world_size, res.backend)
@@ -130,7 +130,6 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
     """``{"on": {...}, "off": {...}}``, each ``{"busbw": GB/s, "transports": [...], "lines": [...]}``: one NCCL
     all-reduce sweep at ``nbytes`` with NCCL's default transports and one with ``NCCL_P2P_DISABLE=1``, both
     with ``NCCL_DEBUG=INFO`` set for the ranks only. Needs ``world_size`` GPUs (:class:`NeedsGpus`)."""
-    from mgpu_helpers.launcher.launch import run_ranks
     from mgpu_helpers.measure import diagnose
 
     _need(world_size, "the all-reduce with and without NCCL P2P")

@@ -26,6 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from mgpu_helpers import hardware
+from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import sizes as sz
 
@@ -178,7 +179,6 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
     ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.report.progress.callback`);
     the sizes then run in one launch each (so the bar moves); without it every size runs in a single launch.
     """
-    from mgpu_helpers.launcher.launch import run_ranks
     from mgpu_helpers.report import progress as bars
 
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
@@ -209,8 +209,6 @@ def run_repeats(world_size: int = 2, nbytes: int = MiB, ops=("all_reduce", "rs_a
                 backend: str = "auto", iters=None, timeout: float = 300.0) -> list[dict]:
     """Time ``ops`` at ``nbytes`` ``repeats`` times in one launch; returns one ``{op: time_us}`` per round
     (each the slowest rank's, as in :func:`combine`), so that a comparison comes with its own spread."""
-    from mgpu_helpers.launcher.launch import run_ranks
-
     chosen, _ = hardware.choose_backend(world_size, backend)
     res = run_ranks(repeats_rank, world_size, args=(int(nbytes), tuple(ops), repeats, iters), backend=chosen,
                     timeout=timeout, stream=False, quiet=True)
@@ -267,8 +265,6 @@ def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_
                        timeout: float = 300.0, slow_rank=None, slow_factor: int = 3):
     """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
     (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.results.RankResults` (with spans)."""
-    from mgpu_helpers.launcher.launch import run_ranks
-
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
     res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank, slow_factor), backend=chosen,

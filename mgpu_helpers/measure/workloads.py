@@ -25,11 +25,6 @@ CPU_SIZES = dict(m=128, per_unit=80)
 GPU_SIZES = dict(m=4096, per_unit=4)
 
 
-def unit_sizes(device) -> dict:
-    """The (m, per_unit) used on ``device``: m x m float32 matmuls, ``per_unit`` of them per unit of work."""
-    return dict(GPU_SIZES if device.type == "cuda" else CPU_SIZES)
-
-
 def compute_units(units: float, device, m: int | None = None, per_unit: int | None = None, seed: int = 0):
     """Do ``units`` units of deterministic work on ``device``; returns a small tensor summarising it.
 
@@ -41,7 +36,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
         # One thread per rank: a CPU rank stands in for one device, and its cost must not depend on how
         # many threads the launcher gave it (several threads per rank on a busy machine spin and thrash).
         torch.set_num_threads(1)
-    sizes = unit_sizes(device)
+    sizes = GPU_SIZES if device.type == "cuda" else CPU_SIZES
     m = m or sizes["m"]
     per_unit = per_unit or sizes["per_unit"]
     # A constant matrix made on the device: no host-side set-up cost inside the timed span. Rows sum

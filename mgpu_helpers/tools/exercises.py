@@ -77,11 +77,6 @@ class MarkerError(ValueError):
     """Solution markers that do not pair up, or sit outside a function."""
 
 
-def _code_lines(lines: list[str]) -> int:
-    """Lines a reader has to write: not blank, not comment-only."""
-    return sum(1 for ln in lines if ln.strip() and not ln.strip().startswith("#"))
-
-
 def stub_source(source: str) -> tuple[str, list[str]]:
     """Replace each solution region of a code cell by its stub (see the module's docstring).
 
@@ -117,7 +112,7 @@ def stub_source(source: str) -> tuple[str, list[str]]:
             if owner not in names:
                 names.append(owner)
             out += [r for r in region if r.strip().startswith(HINT_MARK)]
-            n = max(1, _code_lines(region))
+            n = max(1, sum(1 for ln in region if ln.strip() and not ln.strip().startswith("#")))   # lines to write
             out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
         i = j + 1
     return "\n".join(out), names
@@ -170,10 +165,6 @@ def strip_markdown(source: str) -> str:
     return pattern.sub(MD_POINTER, source)
 
 
-def _uses(source: str, names) -> bool:
-    return any(re.search(rf"\b{re.escape(n)}\b", source) for n in names)
-
-
 def make_exercise(nb, name: str = ""):
     """The exercise version of a solution notebook (a new notebook; ``nb`` is left as it is).
 
@@ -193,7 +184,8 @@ def make_exercise(nb, name: str = ""):
     for k, cell in enumerate(ex.cells):
         if cell.cell_type != "code" or k in defining:
             continue
-        if cell.source.lstrip().startswith(CHECK_MARK) or _uses(cell.source, stubbed):
+        uses_a_stub = any(re.search(rf"\b{re.escape(n)}\b", cell.source) for n in stubbed)
+        if cell.source.lstrip().startswith(CHECK_MARK) or uses_a_stub:
             tags = cell.metadata.setdefault("tags", [])
             if RAISES_TAG not in tags:
                 tags.append(RAISES_TAG)

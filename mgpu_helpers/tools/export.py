@@ -51,11 +51,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-def course_notebooks(root: str = ".") -> list[str]:
-    """notebooks/*.ipynb under ``root`` in course order (the NN_ prefix)."""
-    return sorted(glob.glob(os.path.join(root, "notebooks", "*.ipynb")))
-
-
 def title_of(nb, fallback: str = "") -> str:
     """The text of the notebook's first Markdown heading (any level), without Markdown markup."""
     for line in markdown_lines(nb):
@@ -128,10 +123,6 @@ def copy_vendor(out: str, where: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- widgets
-
-def _state(nb) -> dict:
-    return nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-
 
 def _ref(value):
     return value[len("IPY_MODEL_"):] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None
@@ -207,7 +198,7 @@ def flatten_widgets(nb):
     dropped: the page then needs no widget JavaScript. A widget whose state was not stored (the notebook
     was not executed here) becomes a one-line note."""
     nb = copy.deepcopy(nb)
-    state = _state(nb)
+    state = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.get("cells", []):
         new = []
         for out in cell.get("outputs", []):
@@ -293,7 +284,7 @@ def build_site(out: str, notebooks=None, run: bool = False, slides: bool = False
                log=print) -> list[tuple[str, str, str]]:
     """Export ``notebooks`` (default: the course) into ``out``; returns ``[(page, title, stem), ...]`` in
     course order (the index page lists the same)."""
-    notebooks = list(notebooks) if notebooks is not None else course_notebooks()
+    notebooks = list(notebooks) if notebooks is not None else sorted(glob.glob(os.path.join("notebooks", "*.ipynb")))
     if not notebooks:
         raise FileNotFoundError("no notebooks to export (notebooks/*.ipynb matched nothing)")
     os.makedirs(out, exist_ok=True)

@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+import nbformat
+
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable", "jupyter")   # jupyter: source_hidden
 
@@ -131,13 +133,11 @@ def clean(nb, keep_checked_outputs: bool = True):
                     out["metadata"] = {}
         else:
             cell["outputs"] = []
-    import nbformat
     return nbformat.from_dict(nb)   # plain dicts inside (e.g. the copied outputs) break nbformat.write
 
 
 def problems(path: str) -> list[str]:
     """Why the notebook at ``path`` is not clean (an empty list when it is)."""
-    import nbformat
     nb = nbformat.read(path, as_version=4)
     want = clean(nb, keep_checked_outputs=keeps_outputs(path))
     if nbformat.writes(nb) != nbformat.writes(want):
@@ -151,7 +151,6 @@ def execute(path: str, timeout: int = 600, store_widget_state: bool = True):
     ``store_widget_state``: keep the widgets' state in the notebook (the static export draws from it). On by
     default: with it off, nbclient 0.11 raises a KeyError when an ``ipywidgets.Output`` widget prints (its
     output hook writes into the widget state it did not record); :func:`clean` drops that state anyway."""
-    import nbformat
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=store_widget_state,
@@ -165,7 +164,6 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     cmd, paths = argv[0], argv[1:]
-    import nbformat
     bad = []
     for path in paths:
         if cmd == "check":
