@@ -14,7 +14,7 @@ import statistics
 from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
 from mgpu_helpers.checks.stragglers import hold_speedup_pairs, traced_run
 from mgpu_helpers.measure import straggler
-from mgpu_helpers.models import scaling
+from mgpu_helpers.models import bandwidth, scaling
 
 # The number-first exercise: one rank does all 24 units; four ranks split them 12/6/4/2, then 6/6/6/6.
 SPEEDUP_TOTAL = 24
@@ -205,46 +205,38 @@ class ReviewRun:
 
 
 def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters):
+    """11's measurements on one rank: the steps of uneven shards (:func:`mgpu_helpers.measure.workloads.straggler_step`:
+    sleep for the shard, then a 16 KiB all-reduce with no barrier before it, so an early rank waits inside it),
+    rank 0 doing every unit alone, and the all-reduce alone at each size, the ranks lined up before each call."""
     import time
 
     import torch
     import torch.distributed as dist
 
     from mgpu_helpers.launcher.ranks import rank_device
+    from mgpu_helpers.measure.timing import synchronize_device
+    from mgpu_helpers.measure.workloads import straggler_step
 
-    dev = rank_device()
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-
-    def seconds(work, *args) -> float:
+    step = straggler_step(rank, world_size, shards, grad_numel=4096, steps=steps, seconds_per_unit=seconds_per_unit,
+                          timestamp_barrier=False)
+    solo = []
+    for _ in range(steps if rank == 0 else 0):     # one rank doing every unit alone: the baseline
         t = time.perf_counter()
-        work(*args)
-        return time.perf_counter() - t
-
-    def all_reduce(x):                             # finished on the device too
-        dist.all_reduce(x)
-        sync()
-
-    # One rank doing every unit alone: the baseline.
-    solo = [seconds(time.sleep, sum(shards) * seconds_per_unit) for _ in range(steps)] if rank == 0 else []
-    grad = torch.ones(4096, device=dev)
-    compute, inside = [], []
-    for step in range(steps + 1):                  # step 0 warms up
-        dist.barrier()                             # every rank starts the step together
-        c = seconds(time.sleep, shards[rank] * seconds_per_unit)
-        a = seconds(all_reduce, grad)              # no barrier before it: an early rank waits in here
-        if step:
-            compute.append(c)
-            inside.append(a)
-    sweep = []
+        time.sleep(sum(shards) * seconds_per_unit)
+        solo.append(time.perf_counter() - t)
+    dev, sweep = rank_device(), []
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device=dev)
-        all_reduce(x)
+        dist.all_reduce(x)
         times = []
         for _ in range(iters):
             dist.barrier()
-            times.append(seconds(all_reduce, x))
+            t = time.perf_counter()
+            dist.all_reduce(x)
+            synchronize_device(dev)                # finished on the device too
+            times.append(time.perf_counter() - t)
         sweep.append((nbytes, statistics.median(times)))
-    return dict(solo=solo, compute=compute, inside=inside, sweep=sweep)
+    return dict(solo=solo, compute=step["compute_s"], inside=step["comm_s"], sweep=sweep)
 
 
 def review_run(seed=None, show: bool = True) -> ReviewRun:
@@ -292,8 +284,8 @@ def review_answers(run: ReviewRun) -> dict:
     """The answers 11's part 3 expects from ``run`` (what its worked version computes)."""
     s = run.straggler
     nbytes, seconds = run.sweep[-1]
-    n = run.world_size
-    return dict(straggler=s, comm_ms=run.allreduce_ms[s], busbw_gbps=nbytes / seconds * 2 * (n - 1) / n / 1e9,
+    return dict(straggler=s, comm_ms=run.allreduce_ms[s],
+                busbw_gbps=bandwidth.busbw("all_reduce", nbytes, seconds, run.world_size) / 1e9,
                 speedup=run.solo_ms / max(run.step_ms))
 
 
@@ -303,7 +295,7 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     want = review_answers(run)
     n, s = run.world_size, run.straggler
     nbytes, seconds = run.sweep[-1]
-    alg = nbytes / seconds / 1e9
+    alg = bandwidth.algbw(nbytes, seconds) / 1e9
     wrong = 0
 
     def judge(label, got, ok, mistakes, done):        # prints one line: passed, not written yet, or what is wrong
