@@ -181,8 +181,7 @@ def reference_speedup_and_efficiency(t1_s, tn_s, world_size):
 
 try_speedup_and_efficiency = fill_in_cell(
     check_speedup_and_efficiency, reference_speedup_and_efficiency, "加速比和扩展效率",
-    refuse=[f"models.scaling:{name}" for name in ("speedup", "strong_scaling_efficiency",
-                                                               "weak_scaling_efficiency")])
+    refuse=[f"models.scaling:{name}" for name in ("speedup", "strong_scaling_efficiency", "weak_scaling_efficiency")])
 
 
 # --------------------------------------------------------------------------------------------------------
