@@ -286,12 +286,6 @@ def cupy_usable() -> bool:
         return False
 
 
-def _cuda_sources(code) -> list[str]:
-    """The string constants of ``code`` and then of its nested code (the last defined first) that hold a CUDA
-    kernel (core._code_objects' order)."""
-    return [k for c in _code_objects(code) for k in c.co_consts if isinstance(k, str) and "__global__" in k]
-
-
 def check_saxpy_structure(fn) -> None:
     """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
     check, and no new array is allocated for the result (y is updated in place)."""
@@ -300,7 +294,9 @@ def check_saxpy_structure(fn) -> None:
     if "RawKernel" not in names and "RawModule" not in names:
         raise CheckFailed(f"{what}：函数里没有用到 cp.RawKernel。这个练习要你自己写 CUDA C 的 Kernel，"
                           "不是用 CuPy 的数组运算（y += alpha * x）。")
-    src = next(iter(_cuda_sources(getattr(fn, "__code__", None))), None)
+    # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first)
+    src = next((k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts
+                if isinstance(k, str) and "__global__" in k), None)
     if src is not None:
         if 'extern "C"' not in src:
             raise CheckFailed(f"{what}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
