@@ -4,7 +4,7 @@ import pytest
 matplotlib.use("Agg")
 
 from mgpu_helpers.models import memory  # noqa: E402
-from mgpu_helpers.widgets import sharding  # noqa: E402
+from mgpu_helpers.widgets import sharding, style  # noqa: E402
 
 
 def _bar_heights(ax):
@@ -17,11 +17,11 @@ def test_replicated_24gb_on_four_16gb_gpus_draws_four_bars_over_capacity():
     ax = fig.axes[0]
     assert _bar_heights(ax) == [24] * 4
     labels = [t.get_text() for t in ax.texts]
-    over = sharding._t("溢出", "OVER")     # Chinese where a CJK font is installed, else English
+    over = style.zh_or_en("溢出", "OVER")     # Chinese where a CJK font is installed, else English
     assert labels.count(f"24\n{over}") == 4
     assert ax.lines[0].get_ydata()[0] == 16          # the capacity line
-    assert sharding._t("装不下", "does not fit") in ax.get_title()
-    assert sharding._t("（复制）", " (replicated)") in ax.get_legend().get_texts()[0].get_text()
+    assert style.zh_or_en("装不下", "does not fit") in ax.get_title()
+    assert style.zh_or_en("（复制）", " (replicated)") in ax.get_legend().get_texts()[0].get_text()
 
 
 def test_14_10_and_12_12_both_fit_under_16gb():

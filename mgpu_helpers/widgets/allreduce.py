@@ -16,7 +16,7 @@ import numpy as np
 
 from mgpu_helpers.models.collectives import COLLECTIVES, PATTERNS, REDUCE_OPS, REDUCING
 from mgpu_helpers.widgets import style
-from mgpu_helpers.widgets.sharding import _fonts, _t   # Chinese labels where a Chinese font is installed
+
 
 def _fmt(v: float) -> str:
     return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
@@ -218,15 +218,15 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
 def _view_titles(steps, k: int):
     f = steps.frames[k]
     if f.phase == "input":
-        where = _t("输入", "input")
+        where = style.zh_or_en("输入", "input")
     else:
         where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{steps.world_size - 1}"
-    one = _t(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
+    one = style.zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
     if f.phase == "reduce_scatter" and k == steps.rs_done:
-        two = _t("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
+        two = style.zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
     else:
         call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
-        two = _t(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
+        two = style.zh_or_en(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
     return one, two
 
 
@@ -238,7 +238,7 @@ def draw_step(steps, k: int):
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
     n = steps.world_size
-    with _fonts():
+    with style.cjk_fonts():
         fig, axes = plt.subplots(1, 2, figsize=style.figsize(2 * (0.75 * n + 1.6), 0.55 * n + 1.0))
         one, two = _view_titles(steps, k)
         _draw_frame(axes[0], steps, k, False, one)
@@ -254,7 +254,7 @@ def draw_rs_ag_vs_all_reduce(steps):
 
     n = steps.world_size
     keys = (0, steps.rs_done, len(steps.frames) - 1)
-    with _fonts():
+    with style.cjk_fonts():
         fig, axes = plt.subplots(2, 3, figsize=style.figsize(3 * (0.75 * n + 1.6), 2 * (0.55 * n + 1.0)))
         for col, k in enumerate(keys):
             one, two = _view_titles(steps, k)

@@ -21,6 +21,30 @@ KIND_COLOURS = {
 }
 
 
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+             "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
+
+
+def cjk_font() -> str | None:
+    """The name of an installed font that has Chinese glyphs (None when matplotlib knows none)."""
+    from matplotlib import font_manager
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    return next((n for n in CJK_FONTS if n in names), None)
+
+
+def zh_or_en(zh: str, en: str) -> str:
+    """A figure label: Chinese where a Chinese font is installed, else English (a figure without the font would
+    show empty boxes)."""
+    return zh if cjk_font() else en
+
+
+def cjk_fonts():
+    """rcParams that put the Chinese font first (a no-op context without one): draw inside it."""
+    import matplotlib as mpl
+    font = cjk_font()
+    return mpl.rc_context({"font.family": [font, "DejaVu Sans"]} if font else {})
+
+
 @dataclass(frozen=True)
 class Style:
     font_size: float = 10.0
