@@ -21,7 +21,6 @@ import statistics
 
 from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import sweep, timing
-
 from mgpu_helpers.report import nccltests, sizes, tables
 
 DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")

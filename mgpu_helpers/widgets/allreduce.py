@@ -16,6 +16,7 @@ import numpy as np
 
 from mgpu_helpers.models.collectives import COLLECTIVES, PATTERNS, REDUCE_OPS, REDUCING
 from mgpu_helpers.widgets import style
+from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
 
 def _fmt(v: float) -> str:
@@ -218,15 +219,15 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
 def _view_titles(steps, k: int):
     f = steps.frames[k]
     if f.phase == "input":
-        where = style.zh_or_en("输入", "input")
+        where = zh_or_en("输入", "input")
     else:
         where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{steps.world_size - 1}"
-    one = style.zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
+    one = zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
     if f.phase == "reduce_scatter" and k == steps.rs_done:
-        two = style.zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
+        two = zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
     else:
         call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
-        two = style.zh_or_en(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
+        two = zh_or_en(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
     return one, two
 
 
@@ -238,7 +239,7 @@ def draw_step(steps, k: int):
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
     n = steps.world_size
-    with style.cjk_fonts():
+    with cjk_fonts():
         fig, axes = plt.subplots(1, 2, figsize=style.figsize(2 * (0.75 * n + 1.6), 0.55 * n + 1.0))
         one, two = _view_titles(steps, k)
         _draw_frame(axes[0], steps, k, False, one)
@@ -254,7 +255,7 @@ def draw_rs_ag_vs_all_reduce(steps):
 
     n = steps.world_size
     keys = (0, steps.rs_done, len(steps.frames) - 1)
-    with style.cjk_fonts():
+    with cjk_fonts():
         fig, axes = plt.subplots(2, 3, figsize=style.figsize(3 * (0.75 * n + 1.6), 2 * (0.55 * n + 1.0)))
         for col, k in enumerate(keys):
             one, two = _view_titles(steps, k)

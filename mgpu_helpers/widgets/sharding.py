@@ -6,13 +6,14 @@ The numbers come from :mod:`mgpu_helpers.models.memory` (:func:`~mgpu_helpers.mo
 HTML, tests); :func:`show_sharding` wraps them in ipywidgets: a goal, the learner's choice of the strategies
 that fit, then the answer (memory and communication per strategy, uneven weights allowed).
 
-Labels are Chinese where matplotlib finds a Chinese font, otherwise English (:func:`mgpu_helpers.widgets.style.zh_or_en`);
-the text printed under each figure is always Chinese.
+Labels are Chinese where matplotlib finds a Chinese font, otherwise English
+(:func:`mgpu_helpers.widgets.style.zh_or_en`); the text printed under each figure is always Chinese.
 """
 
 from mgpu_helpers.report import tables
 from mgpu_helpers.models import memory
 from mgpu_helpers.widgets import style
+from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
                "activations": "activations"}
@@ -31,20 +32,21 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
             continue
         hatch = None if part in plan.sharded else "//"
         ax.bar(xs, vals, bottom=bottoms, color=style.KIND_COLOURS[part], edgecolor="white", hatch=hatch,
-               label=style.zh_or_en(PART_LABELS_ZH[part], PART_LABELS[part])
-               + ("" if part in plan.sharded else style.zh_or_en("（复制）", " (replicated)")), width=0.6)
+               label=zh_or_en(PART_LABELS_ZH[part], PART_LABELS[part])
+               + ("" if part in plan.sharded else zh_or_en("（复制）", " (replicated)")), width=0.6)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.axhline(plan.capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-    ax.text(-0.45, plan.capacity, style.zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"), va="bottom", ha="left",
-            fontsize=st.font_size * 0.8, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
+    ax.text(-0.45, plan.capacity, zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"),
+            va="bottom", ha="left", fontsize=st.font_size * 0.8, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
     for r, (total, ok) in enumerate(zip(plan.totals, plan.rank_fits)):
-        ax.text(r, total, f"{total:g}\n{style.zh_or_en('装得下', 'fits') if ok else style.zh_or_en('溢出', 'OVER')}", ha="center", va="bottom",
+        verdict = zh_or_en("装得下", "fits") if ok else zh_or_en("溢出", "OVER")
+        ax.text(r, total, f"{total:g}\n{verdict}", ha="center", va="bottom",
                 fontsize=st.font_size * 0.8, color=style.PALETTE["black" if ok else "vermillion"])
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
     top = top or max(max(plan.totals), plan.capacity)
-    ax.set(ylim=(0, top * 1.25), ylabel=style.zh_or_en("每张卡的显存 (GB)", "memory per GPU (GB)"))
-    verdict = style.zh_or_en("装得下", "fits") if plan.fits else style.zh_or_en("装不下", "does not fit")
-    ax.set_title(title or f"{style.zh_or_en(STRATEGY_ZH[plan.strategy], plan.strategy)}: {verdict}", fontsize=st.font_size)
+    ax.set(ylim=(0, top * 1.25), ylabel=zh_or_en("每张卡的显存 (GB)", "memory per GPU (GB)"))
+    verdict = zh_or_en("装得下", "fits") if plan.fits else zh_or_en("装不下", "does not fit")
+    ax.set_title(title or f"{zh_or_en(STRATEGY_ZH[plan.strategy], plan.strategy)}: {verdict}", fontsize=st.font_size)
     if legend:
         ax.legend(fontsize=st.font_size * 0.75, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
@@ -52,7 +54,7 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
 def draw_memory_plan(plan, title: str | None = None):
     """Stacked per-rank memory bars (hatched = replicated part), the capacity line, fits/OVER labels."""
     import matplotlib.pyplot as plt
-    with style.cjk_fonts():
+    with cjk_fonts():
         fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
         _draw(ax, plan, title)
         fig.tight_layout()
@@ -62,7 +64,7 @@ def draw_memory_plan(plan, title: str | None = None):
 def draw_plans(plans: dict):
     """Several plans side by side (``{title: MemoryPlan}``), on one memory scale."""
     import matplotlib.pyplot as plt
-    with style.cjk_fonts():
+    with cjk_fonts():
         fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False,
                                  figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8))
         top = max(max(max(p.totals), p.capacity) for p in plans.values())
@@ -88,22 +90,22 @@ def draw_strategies(rows, title: str | None = None):
     import matplotlib.pyplot as plt
 
     st = style.current()
-    names = [style.zh_or_en(STRATEGY_ZH[r.strategy], r.strategy) for r in rows]
+    names = [zh_or_en(STRATEGY_ZH[r.strategy], r.strategy) for r in rows]
     ys = list(range(len(rows)))
     capacity = rows[0].plan.capacity
-    with style.cjk_fonts():
+    with cjk_fonts():
         fig, (ax_m, ax_b) = plt.subplots(1, 2, sharey=True, figsize=style.figsize(10.5, 0.55 * len(rows) + 1.8))
         colours = [style.PALETTE["green"] if r.fits else style.PALETTE["vermillion"] for r in rows]
         ax_m.barh(ys, [r.peak for r in rows], color=colours, height=0.6)
         ax_m.axvline(capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
         top = max(max(r.peak for r in rows), capacity) * 1.35
         for y, r in zip(ys, rows):
-            ax_m.text(r.peak, y, f" {r.peak:g} {style.zh_or_en('装得下', 'fits') if r.fits else style.zh_or_en('溢出', 'OVER')}",
+            ax_m.text(r.peak, y, f" {r.peak:g} {zh_or_en('装得下', 'fits') if r.fits else zh_or_en('溢出', 'OVER')}",
                       va="center", fontsize=st.font_size * 0.8)
         ax_m.set_xlim(0, top)
         ax_m.set_yticks(ys, names)
         ax_m.invert_yaxis()
-        ax_m.set_xlabel(style.zh_or_en(f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
+        ax_m.set_xlabel(zh_or_en(f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
                            f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU"))
         sent = [r.step_bytes for r in rows]
         known = [b for b in sent if b is not None] or [1.0]
@@ -112,7 +114,7 @@ def draw_strategies(rows, title: str | None = None):
             ax_b.text(b or 0, y, " n/a" if b is None else f" {b:.3g}", va="center", fontsize=st.font_size * 0.8,
                       color=style.PALETTE["grey" if b is None else "black"])
         ax_b.set_xlim(0, max(max(known), 1e-9) * 1.35)
-        ax_b.set_xlabel(style.zh_or_en("每步每个 Rank 发出的 GB（环）", "GB each rank sends per step (ring)"))
+        ax_b.set_xlabel(zh_or_en("每步每个 Rank 发出的 GB（环）", "GB each rank sends per step (ring)"))
         if title:
             fig.suptitle(title, fontsize=st.font_size * 1.1)
         fig.tight_layout()
