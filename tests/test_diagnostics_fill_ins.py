@@ -5,6 +5,7 @@ import statistics
 
 import pytest
 
+import mgpu_helpers as mh
 from mgpu_helpers import checks
 from mgpu_helpers.checks import diagnostics
 from mgpu_helpers.measure import diagnose
@@ -107,6 +108,13 @@ def _by(key):
 def test_least_waiting_rejects_typical_mistakes(wrong, why):
     with pytest.raises(checks.CheckFailed, match=why):
         diagnostics.check_least_waiting(wrong)
+
+
+def test_least_waiting_may_not_hand_the_work_to_the_course():
+    for lazy in (lambda c: mh.measure.straggler.straggler_by_collective(c),
+                 lambda c: mh.measure.diagnose.medians(c).index(min(mh.measure.diagnose.medians(c)))):
+        with pytest.raises(checks.CheckFailed, match="课程自己的"):
+            diagnostics.check_least_waiting(lazy)
 
 
 def test_least_waiting_accepts_an_answer_written_differently(capsys):

@@ -8,7 +8,7 @@ import statistics
 
 from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in_cell, first_hint, passed
 from mgpu_helpers.launcher.errors import RankTimeout
-from mgpu_helpers.measure import diagnose
+from mgpu_helpers.measure import diagnose, straggler
 from mgpu_helpers.models import scaling
 
 
@@ -246,10 +246,6 @@ def check_measured_speedup(fn) -> None:
 try_measured_speedup = fill_in_cell(check_measured_speedup, _reference_speedup, "measured_speedup：从测到的时间算加速比")
 
 
-def _reference_least_waiting(collective_s):
-    return min(range(len(collective_s)), key=lambda r: statistics.median(collective_s[r]))
-
-
 def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
                   factors=None):
     """Per-rank lists of seconds inside an all-reduce: the late rank only transfers, the others wait too.
@@ -276,8 +272,9 @@ def check_least_waiting(fn) -> None:
     (waiting included: no barrier before it); the rank that spends least time in it, by its median, is the
     one that arrived last."""
     what = "least_waiting 要找出在 All-Reduce 里待得最短的 Rank（按中位数）"
-    if course_code_reached(fn, (diagnose.medians, _reference_least_waiting), names=("medians",)) is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 mh.measure.diagnose.medians；中位数自己求（statistics.median）。")
+    course = course_code_reached(fn, (diagnose.medians, straggler.straggler_by_collective), names=("medians",))
+    if course is not None:
+        raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median），再挑最短的。")
     rng = random.Random()
     cases = [_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]),   # a stall: the mean misleads
              _waiting_case(rng, 3, 1, 6, warmup=True, factors=[1.2, 0.8]),       # a long first step
@@ -288,7 +285,7 @@ def check_least_waiting(fn) -> None:
         cases.append(_waiting_case(rng, n, rng.randrange(n), rng.randint(5, 10), rng.random() < 0.5, rng.random() < 0.5))
     for per in cases:
         got = call(fn, what, [list(v) for v in per])
-        want = _reference_least_waiting(per)
+        want = straggler.straggler_by_collective(per)   # the shortest median: the rank that came last
         if isinstance(got, bool) or not isinstance(got, int):
             raise CheckFailed(f"{what}：应当返回 Rank 的编号（一个整数），实际得到 {got!r}。")
         if got == want:
@@ -306,5 +303,5 @@ def check_least_waiting(fn) -> None:
     passed(f"least_waiting 在 {len(cases)} 组测量上（有卡顿的一步、只有一步、最晚到的是 rank 0）都找对了。")
 
 
-try_least_waiting = fill_in_cell(check_least_waiting, _reference_least_waiting,
+try_least_waiting = fill_in_cell(check_least_waiting, straggler.straggler_by_collective,
                                  "least_waiting：在 All-Reduce 里待得最短的 Rank")
