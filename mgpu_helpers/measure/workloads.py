@@ -89,8 +89,9 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
     ``timestamp_barrier=False`` leaves out the all-gather of arrival times before the all-reduce, as in a real
     training step: each rank enters the all-reduce as soon as its compute is done, so the early ranks wait
     *inside* the collective and their "communicate" span holds that waiting (what a profiler trace shows).
-    The arrival times are then all-gathered *after* the all-reduce, so ``wait_s`` (last arrival minus own
-    arrival) is still known, but it is no span of its own: ``comm_s >= wait_s`` on every rank and step.
+    The arrival times (when each rank entered the all-reduce) are then all-gathered *after* it, so ``wait_s``
+    (last arrival minus own arrival) is still known, but it is no span of its own: ``comm_s >= wait_s`` on every
+    rank and step.
 
     ``label`` (a message size, say) goes into every span's name, as "compute (1 KiB)", "wait (1 KiB)" and
     "all_reduce 1 KiB": the lab's step breakdown reads the size back from a trace.
@@ -137,10 +138,14 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
             dist.all_reduce(g)                    # without the timestamp barrier, early ranks wait in here
             synchronize_device(device)
         comm = trace.latest()
+        arrived = compute.end
         if not timestamp_barrier:                 # after the collective: nothing it measures is changed
-            starts, arrivals = _gather_times((compute.start, compute.end), device, world_size)
+            # Arriving is entering the all-reduce, which ends on no rank before the last rank entered it: so
+            # comm_s >= wait_s holds exactly, even when a rank is descheduled between its compute and the call.
+            arrived = comm.start
+            starts, arrivals = _gather_times((compute.start, arrived), device, world_size)
         out["compute_s"].append(compute.seconds)
-        out["wait_s"].append(max(0.0, max(arrivals) - compute.end))
+        out["wait_s"].append(max(0.0, max(arrivals) - arrived))
         out["comm_s"].append(comm.seconds)
         out["start_skew_s"].append(max(starts) - min(starts))
     out["result"] = float(g[0].item())
