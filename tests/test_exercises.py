@@ -685,8 +685,8 @@ def test_a_fill_in_cell_looks_up_the_course_version_when_called_and_refuses_it_i
         if fn(1 << 20, 4, 0.0, 1e-9) != pytest.approx(2 * 3 / 4 * (1 << 20) * 1e-9):
             raise checks.CheckFailed("不对")
 
-    try_cost = fill_in_cell(check, "lessons.cost_model:ring_allreduce_seconds", "cost",
-                            refuse=["lessons.cost_model:ring_allreduce_seconds"])
+    try_cost = fill_in_cell(check, "mgpu_helpers.lessons.cost_model.ring_allreduce_seconds", "cost",
+                            refuse=["mgpu_helpers.lessons.cost_model.ring_allreduce_seconds"])
     assert try_cost(None) is cost_model.ring_allreduce_seconds and "还没写" in capsys.readouterr().out
     own = _by_value("def cost(nbytes, p, alpha, beta):\n    return 2 * (p - 1) * (alpha + nbytes / p * beta)\n", "cost")
     assert try_cost(own) is own

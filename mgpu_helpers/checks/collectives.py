@@ -201,7 +201,8 @@ def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -
            "时都等于总和；每个 Rank 只给右边发，每条消息一块，一共 2(n-1)/n·S 字节。")
 
 
-try_ring_all_reduce = fill_in_cell(check_ring_all_reduce_right, "lessons.ring:ring_all_reduce", "Ring All-Reduce")
+try_ring_all_reduce = fill_in_cell(check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce",
+                                   "Ring All-Reduce")
 
 
 def reference_ring_all_reduce_left(rank, world_size, x):

@@ -459,25 +459,17 @@ def refusing_check(check, what: str, targets):
     return checked
 
 
-def _course_object(ref):
-    """``ref`` itself, or the object a ``"module:name"`` string names (``module`` inside mgpu_helpers), imported
-    now: the lessons' modules are imported when a fill-in cell runs, not with the checkers (torch, Numba)."""
-    if not isinstance(ref, str):
-        return ref
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(f"mgpu_helpers.{module}"), name)
-
-
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
     version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
-    ``refuse``: ``"module:name"`` (e.g. ``"lessons.p2p:exchange"``) of the course's functions the learner's may
-    not call (:func:`refusing_check`).
-    ``reference`` and ``refuse`` are looked up at the call (:func:`_course_object`)."""
+    ``refuse``: the course's functions the learner's may not call (:func:`refusing_check`). ``reference`` and the
+    items of ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the
+    lessons' modules bring torch or Numba, which the checkers do not import (:func:`course_object`)."""
     def try_fill_in(fn):
-        targets = [_course_object(ref) for ref in refuse]
+        targets = [obj for obj, _label in resolve_course(refuse)]
         checked = refusing_check(check, what, targets) if targets else check
-        return fill_in(fn, checked, _course_object(reference), what, **keep)
+        ref = course_object(reference) if isinstance(reference, str) else reference
+        return fill_in(fn, checked, ref, what, **keep)
     try_fill_in.__doc__ = (f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
                            "course's while it is unwritten.")
     return try_fill_in
@@ -757,15 +749,20 @@ def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_
 # -- ranks --------------------------------------------------------------------------------------------------
 
 
+def course_object(name: str):
+    """The object a dotted name names (``"mgpu_helpers.lessons.p2p.exchange"``), its module imported now."""
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
 def resolve_course(course) -> list:
     """``[(function object, label)]`` for ``course``: function objects, or dotted names resolved now
     (``"mgpu_helpers.lessons.p2p.exchange"``); names that do not resolve are left out."""
     out = []
     for item in course:
         if isinstance(item, str):
-            module, _, attr = item.rpartition(".")
             try:
-                obj = getattr(importlib.import_module(module), attr)
+                obj = course_object(item)
             except (ImportError, AttributeError):
                 continue
             out.append((obj, item.replace("mgpu_helpers.", "mh.")))

@@ -196,7 +196,7 @@ def check_thread_ids(fn) -> None:
     passed(f"thread_ids 在 {len(cases)} 种 (grid, block) 上都对，包括 block = 1、33、100 这种不是 32 倍数的情形。")
 
 
-try_thread_ids = fill_in_cell(check_thread_ids, "lessons.cuda_model:thread_ids", "thread_ids")
+try_thread_ids = fill_in_cell(check_thread_ids, "mgpu_helpers.lessons.cuda_model.thread_ids", "thread_ids")
 
 
 def check_work_and_idle(fn) -> None:
@@ -219,7 +219,7 @@ def check_work_and_idle(fn) -> None:
     passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
 
 
-try_work_and_idle = fill_in_cell(check_work_and_idle, "lessons.cuda_model:work_and_idle", "work_and_idle")
+try_work_and_idle = fill_in_cell(check_work_and_idle, "mgpu_helpers.lessons.cuda_model.work_and_idle", "work_and_idle")
 
 
 def check_launch_config(fn) -> None:
@@ -248,7 +248,7 @@ def check_launch_config(fn) -> None:
     passed(f"launch_config 在 {len(cases)} 组 (n, block) 上都对，包括 n = 0、1、正好整除和多 1 个元素。")
 
 
-try_launch_config = fill_in_cell(check_launch_config, "lessons.cuda_model:launch_config", "launch_config")
+try_launch_config = fill_in_cell(check_launch_config, "mgpu_helpers.lessons.cuda_model.launch_config", "launch_config")
 
 
 def check_vec_mul(kernel, block: int = 32) -> None:
@@ -281,7 +281,7 @@ def check_vec_mul(kernel, block: int = 32) -> None:
     passed(f"vec_mul 在 n = {', '.join(map(str, sizes))}（block = {block}）上与 NumPy 一致，n 之后的元素没有被碰。")
 
 
-try_vec_mul = fill_in_cell(check_vec_mul, "lessons.cuda_model:vec_mul", "vec_mul")
+try_vec_mul = fill_in_cell(check_vec_mul, "mgpu_helpers.lessons.cuda_model.vec_mul", "vec_mul")
 
 
 # --------------------------------------------------------------------------------------------------------

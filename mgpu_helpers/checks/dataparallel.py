@@ -191,5 +191,5 @@ def check_local_gradient(fn) -> None:
     passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
 
 
-try_local_gradient = fill_in_cell(check_local_gradient, "lessons.data_parallel:local_gradient",
-                                  "本地的 forward + backward", refuse=["lessons.data_parallel:local_gradient"])
+LOCAL_GRADIENT = "mgpu_helpers.lessons.data_parallel.local_gradient"
+try_local_gradient = fill_in_cell(check_local_gradient, LOCAL_GRADIENT, "本地的 forward + backward", refuse=[LOCAL_GRADIENT])

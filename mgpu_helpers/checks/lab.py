@@ -256,7 +256,8 @@ def check_bus_bandwidth(fn) -> None:
     passed(f"bus_bandwidth 在 {len(cases)} 组（三种操作、1 到 8 个 Rank、含 nccl-tests 记录里的两行）上都对。")
 
 
-try_bus_bandwidth = fill_in_cell(check_bus_bandwidth, "lessons.lab:bus_bandwidth", "bus_bandwidth：algbw 与 busbw")
+try_bus_bandwidth = fill_in_cell(check_bus_bandwidth, "mgpu_helpers.lessons.lab.bus_bandwidth",
+                                 "bus_bandwidth：algbw 与 busbw")
 
 
 # --------------------------------------------------------------------------------------------------------

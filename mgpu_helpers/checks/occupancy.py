@@ -266,7 +266,8 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
             raise CheckFailed(f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}")
 
 
-try_vec_add_two = fill_in_cell(check_vec_add_two, "lessons.cupy_kernels:vec_add_two", "vec_add_two：每线程两个元素")
+try_vec_add_two = fill_in_cell(check_vec_add_two, "mgpu_helpers.lessons.cupy_kernels.vec_add_two",
+                               "vec_add_two：每线程两个元素")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -433,10 +433,10 @@ def check_step_seconds(fn) -> None:
 # --------------------------------------------------------------------------------------------------------
 # The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
 
-try_overlap_dp = fill_in_cell(check_overlap_dp, "lessons.overlap:OverlapDP", "OverlapDP")
-try_plan_buckets = fill_in_cell(check_plan_buckets, "lessons.overlap:plan_buckets", "plan_buckets")
-try_bucket_dp = fill_in_cell(check_bucket_dp, "lessons.overlap:BucketDP", "BucketDP")
-try_overlap_fraction = fill_in_cell(check_overlap_fraction, "lessons.overlap:overlap_fraction",
+try_overlap_dp = fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
+try_plan_buckets = fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
+try_bucket_dp = fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
+try_overlap_fraction = fill_in_cell(check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction",
                                     "overlap_fraction")
 try_zero1 = fill_in_cell(check_zero1, "lessons.overlap:Zero1", "Zero1")
 

@@ -169,7 +169,8 @@ def check_exchange(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
            "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。")
 
 
-try_exchange = fill_in_cell(check_exchange, "lessons.p2p:exchange", "exchange", keep="exchange", lesson="04")
+try_exchange = fill_in_cell(check_exchange, "mgpu_helpers.lessons.p2p.exchange", "exchange", keep="exchange",
+                            lesson="04")
 
 
 # -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
@@ -233,7 +234,7 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
            "（也走过不止一圈，也传过空张量和 int64）。")
 
 
-try_ring_pass = fill_in_cell(check_ring_pass, "lessons.p2p:ring_pass", "ring_pass")
+try_ring_pass = fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.ring_pass", "ring_pass")
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------

@@ -49,9 +49,10 @@ def _ring_hint(got, nbytes, n, alpha, beta) -> str:
     return " " + why if why else ""
 
 
+COST_MODEL = "mgpu_helpers.lessons.cost_model"
 try_ring_allreduce_seconds = fill_in_cell(
-    check_ring_allreduce_seconds, "lessons.cost_model:ring_allreduce_seconds", "环形 All-Reduce 的 alpha-beta 代价",
-    refuse=[f"lessons.cost_model:ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")])
+    check_ring_allreduce_seconds, f"{COST_MODEL}.ring_allreduce_seconds", "环形 All-Reduce 的 alpha-beta 代价",
+    refuse=[f"{COST_MODEL}.ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")])
 
 
 def best_rebalance(shards, seconds) -> list[int]:
@@ -181,7 +182,7 @@ def reference_speedup_and_efficiency(t1_s, tn_s, world_size):
 
 try_speedup_and_efficiency = fill_in_cell(
     check_speedup_and_efficiency, reference_speedup_and_efficiency, "加速比和扩展效率",
-    refuse=[f"models.scaling:{name}" for name in ("speedup", "strong_scaling_efficiency", "weak_scaling_efficiency")])
+    refuse=[scaling.speedup, scaling.strong_scaling_efficiency, scaling.weak_scaling_efficiency])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -262,7 +263,7 @@ def check_straggler_from_collective(fn, cases=None) -> None:
 
 try_straggler_from_collective = fill_in_cell(check_straggler_from_collective, straggler.straggler_by_collective,
                                              "从 Collective 的时间找 Straggler",
-                                             refuse=["measure.straggler:straggler_by_collective"])
+                                             refuse=[straggler.straggler_by_collective])
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -37,10 +37,11 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.axhline(plan.capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
     ax.text(-0.45, plan.capacity, zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"),
-            va="bottom", ha="left", fontsize=st.font_size * 0.8, bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
+            va="bottom", ha="left", fontsize=st.font_size * 0.8,
+            bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
     for r, (total, ok) in enumerate(zip(plan.totals, plan.rank_fits)):
-        verdict = zh_or_en("装得下", "fits") if ok else zh_or_en("溢出", "OVER")
-        ax.text(r, total, f"{total:g}\n{verdict}", ha="center", va="bottom",
+        rank_fits = zh_or_en("装得下", "fits") if ok else zh_or_en("溢出", "OVER")
+        ax.text(r, total, f"{total:g}\n{rank_fits}", ha="center", va="bottom",
                 fontsize=st.font_size * 0.8, color=style.PALETTE["black" if ok else "vermillion"])
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
     top = top or max(max(plan.totals), plan.capacity)
