@@ -700,6 +700,25 @@ def test_a_fill_in_cell_looks_up_the_course_version_when_called_and_refuses_it_i
     assert checks.core.has_stub(half_done) and try_cost(half_done) is cost_model.ring_allreduce_seconds
 
 
+def test_every_lesson_fill_in_hands_back_the_course_version_while_unwritten(capsys):
+    """Each ``try_x`` of the checkers finds the course's version it names (a wrong dotted name fails here, not in a
+    learner's notebook)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import mgpu_helpers.checks as package
+    tried = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"mgpu_helpers.checks.{info.name}")
+        for name, fn in vars(module).items():
+            if name.startswith("try_") and callable(fn) and len(inspect.signature(fn).parameters) == 1:
+                assert fn(None) is not None, name
+                tried.append(name)
+    assert len(tried) >= 30, tried
+    assert "还没写" in capsys.readouterr().out
+
+
 def test_a_prediction_left_none_gets_the_measurement_and_a_reminder():
     line = mh.widgets.predict.compare("拷贝 / Kernel", None, 12.0, show=False)
     assert "12" in line and "还没写预测" in line

@@ -438,7 +438,7 @@ try_plan_buckets = fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overla
 try_bucket_dp = fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
 try_overlap_fraction = fill_in_cell(check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction",
                                     "overlap_fraction")
-try_zero1 = fill_in_cell(check_zero1, "lessons.overlap:Zero1", "Zero1")
+try_zero1 = fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")
 
 
 __all__ = [n for n, v in dict(globals()).items() if n.startswith(("check_", "try_")) and inspect.isfunction(v)]
