@@ -27,6 +27,7 @@ def _table(ax, rows, title: str, colours) -> None:
     """Draw rows of numbers as a grid of boxes; a None row is drawn as 'nothing received'."""
     st = style.current()
     width = max([len(r) for r in rows if r is not None] + [1])
+    boxes = []
     for r, row in enumerate(rows):
         ax.text(-0.55, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size)
         if row is None:
@@ -34,17 +35,25 @@ def _table(ax, rows, title: str, colours) -> None:
                     color=style.PALETTE["grey"], style="italic")
             continue
         for i, v in enumerate(row):
-            ax.add_patch(_box(i, r, colours[r % len(colours)]))
+            boxes.append(_box(i, r, colours[r % len(colours)]))
             ax.text(i, r, _fmt(v), ha="center", va="center", fontsize=st.font_size * (0.9 if width < 10 else 0.7),
                     in_layout=False)
+    _add_boxes(ax, boxes)
     _finish(ax, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
 
 
-def _finish(ax, xlim, ylim, title: str, title_size: float, **title_kw) -> None:
+def _finish(ax, xlim, ylim, title: str, title_size: float) -> None:
     """A grid of boxes' axes: these limits, equal aspect, no axis lines, the title."""
     ax.set(xlim=xlim, ylim=ylim, aspect="equal")
     ax.axis("off")
-    ax.set_title(title, fontsize=title_size, **title_kw)
+    ax.set_title(title, fontsize=title_size, y=1.0)   # a fixed y: no costly title placement
+
+
+def _add_boxes(ax, boxes) -> None:
+    """Add the boxes as one collection, drawn in list order: one artist to lay out and draw, not one per box
+    (each ``add_patch`` also updated the data limits, which the caller sets anyway)."""
+    from matplotlib.collections import PatchCollection
+    ax.add_collection(PatchCollection(boxes, match_original=True), autolim=False)
 
 
 def _box(x, y, colour):
@@ -113,17 +122,19 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     for k in range(steps):
         ax = grid.flat[k] if k < cols else grid[1, (k - cols) % cols] if grid.shape[0] > 1 else grid.flat[k]
         phase, step, _sent, _recv = records[0][k][:4]
+        boxes, outlines = [], []
         for r in range(n):
             values = np.asarray(records[r][k][-1], dtype=float)
             got = records[r][k][3]
             for i, v in enumerate(values):
-                ax.add_patch(_box(i, r, _RANK_COLOURS[chunk_of[i] % len(_RANK_COLOURS)]))
+                boxes.append(_box(i, r, _RANK_COLOURS[chunk_of[i] % len(_RANK_COLOURS)]))
                 if got is not None and chunk_of[i] == got:
-                    ax.add_patch(Rectangle((i - 0.46, r - 0.4), 0.92, 0.8, fill=False,
-                                           edgecolor=style.PALETTE["black"], linewidth=st.line_width))
+                    outlines.append(Rectangle((i - 0.46, r - 0.4), 0.92, 0.8, fill=False,
+                                              edgecolor=style.PALETTE["black"], linewidth=st.line_width))
                 ax.text(i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7,
                         in_layout=False)
             ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
+        _add_boxes(ax, boxes + outlines)
         _finish(ax, (-2.0, length - 0.4), (n - 0.4, -0.8),
                 "input" if phase == "input" else f"{phase} step {step + 1}", st.font_size * 0.85)
     return fig
@@ -195,6 +206,7 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
     st = style.current()
     f = steps.frames[k]
     n = steps.world_size
+    boxes, outlines = [], []
     for r in range(n):
         ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.8)
         for c in range(n):
@@ -202,18 +214,18 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
             full = len(f.holds[r][c]) == n
             colour = style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)]
             if kept:     # plain rectangles: a frame has n * n of them, and rounded boxes draw slowly
-                ax.add_patch(Rectangle((c - 0.42, r - 0.36), 0.84, 0.72, facecolor=colour, alpha=0.35,
-                                       edgecolor=colour, linewidth=st.line_width / 2))
+                boxes.append(Rectangle((c - 0.42, r - 0.36), 0.84, 0.72, facecolor=colour, alpha=0.35,
+                                     edgecolor=colour, linewidth=st.line_width / 2))
                 ax.text(c, r, _ranks_label(f.holds[r][c], n), ha="center", va="center",
                         fontsize=st.font_size * (0.75 if n <= 4 else 0.55), in_layout=False)
             else:
                 ax.text(c, r, "—", ha="center", va="center", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8,
                         in_layout=False)
             if f.received[r] == c and kept:
-                ax.add_patch(Rectangle((c - 0.46, r - 0.4), 0.92, 0.8, fill=False, edgecolor=style.PALETTE["black"],
-                                       linewidth=st.line_width))
-    _finish(ax, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9,
-            y=1.0)   # a fixed y skips matplotlib's costly title placement
+                outlines.append(Rectangle((c - 0.46, r - 0.4), 0.92, 0.8, fill=False,
+                                          edgecolor=style.PALETTE["black"], linewidth=st.line_width))
+    _add_boxes(ax, boxes + outlines)
+    _finish(ax, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
 
 
 def _view_titles(steps, k: int):
