@@ -90,7 +90,7 @@ def test_the_straggler_timeline_draws_from_the_trace(two_rank_run):
     matplotlib.use("Agg")
     from mgpu_helpers.widgets import straggler
     fig = straggler.draw_timeline(profile.spans_from_trace(two_rank_run.trace), "from the trace")
-    assert len(fig.axes[0].patches) == 12   # 2 ranks x 3 steps x (compute + communicate)
+    assert sum(len(c.get_paths()) for c in fig.axes[0].collections) == 12   # 2 ranks x 3 steps x (compute + comm.)
 
 
 def test_step_rows_from_a_profiled_lab_step(tmp_path):

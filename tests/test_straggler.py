@@ -102,11 +102,19 @@ def test_draw_timeline_draws_one_bar_per_span_and_labels_waits():
              [Span("compute", "c", 0.0, 0.02), Span("wait", "w", 0.02, 0.12), Span("communicate", "a", 0.12, 0.13)]]
     fig = straggler.draw_timeline(spans)
     ax = fig.axes[0]
-    assert len(ax.patches) == 5          # zero-length wait of rank 0 is not drawn
+    assert sum(len(c.get_paths()) for c in ax.collections) == 5     # zero-length wait of rank 0 is not drawn
     texts = [t.get_text() for t in ax.texts]
     assert texts == ["wait 0.0 ms", "wait 100.0 ms"]
     fig2 = straggler.draw_comparison({"a": spans, "b": spans})
     assert len(fig2.axes) == 2
+
+
+def test_draw_comparison_shows_the_longest_run_whole_whichever_comes_first():
+    long = [[Span("compute", "c", 0.0, 0.7)], [Span("compute", "c", 0.0, 0.6)]]
+    short = [[Span("compute", "c", 5.0, 5.3)], [Span("compute", "c", 5.0, 5.3)]]
+    for runs in ({"long": long, "short": short}, {"short": short, "long": long}):
+        fig = straggler.draw_comparison(runs)
+        assert all(ax.get_xlim()[1] >= 700 for ax in fig.axes[:2]), [ax.get_xlim() for ax in fig.axes]
 
 
 def test_parse_shards_accepts_slashes_and_rejects_nonsense():
