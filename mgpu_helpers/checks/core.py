@@ -450,26 +450,20 @@ def refusing_course_code(fn, what: str, targets):
         swapped.restore()
 
 
-def refusing_check(check, what: str, targets):
-    """``check``, run while ``targets`` (the course's own functions, :func:`refusing_course_code`) refuse to
-    serve the function checked: what a fill-in's checker is when the course's version sits in a module."""
-    def checked(fn):
-        with refusing_course_code(fn, what, targets):
-            check(fn)
-    return checked
-
-
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
     version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
-    ``refuse``: the course's functions the learner's may not call (:func:`refusing_check`). ``reference`` and the
-    items of ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the
-    lessons' modules bring torch or Numba, which the checkers do not import (:func:`course_object`)."""
-    def try_fill_in(fn):
-        targets = [obj for obj, _label in resolve_course(refuse)]
-        checked = refusing_check(check, what, targets) if targets else check
+    ``refuse``: the course's functions the learner's may not call; ``check`` runs while they refuse to serve it
+    (:func:`refusing_course_code`). ``reference`` and the items of ``refuse`` may be dotted names
+    (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the lessons' modules bring torch or Numba,
+    which the checkers do not import (:func:`course_object`)."""
+    def checked(fn):
+        with refusing_course_code(fn, what, [obj for obj, _label in resolve_course(refuse)]):
+            check(fn)
+
+    def try_fill_in(fn):                # (``check`` itself when nothing is refused: own_code records its name)
         ref = course_object(reference) if isinstance(reference, str) else reference
-        return fill_in(fn, checked, ref, what, **keep)
+        return fill_in(fn, checked if refuse else check, ref, what, **keep)
     try_fill_in.__doc__ = (f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
                            "course's while it is unwritten.")
     return try_fill_in
