@@ -9,9 +9,10 @@ import math
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, as_float, call, compare, fill_in_cell, first_hint, has_stub,
-                                      int_values, launch, matching_hint, new_rng, number_answer, passed,
-                                      refuse_course_code, resolve_course, run_on_ranks, run_problem, which_rank)
+                                      WatchedCalls, as_float, as_numpy, call, compare, fill_in_cell, first_hint,
+                                      has_stub, int_values, launch, matching_hint, new_rng, number_answer, passed,
+                                      rank_tensor, refuse_course_code, resolve_course, run_on_ranks, run_problem,
+                                      which_rank)
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
@@ -93,21 +94,16 @@ RING_FORBIDDEN_LIB = ("mgpu_helpers.lessons.ring.ring_all_reduce", "mgpu_helpers
 def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
     """Rank function: run the reader's ring on every case, every send logged (core.WatchedCalls: under any
     name or import path), the collectives and the course's ring refused."""
-    import torch
-
-    from mgpu_helpers.launcher.ranks import rank_device
-
     results = []
     with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:      # the ring is built from messages
         for inputs in cases:
-            x = torch.tensor(np.asarray(inputs[rank]), dtype=torch.float32, device=rank_device())
+            x = rank_tensor(inputs[rank])
             start = len(watched.calls)
             out = fn(x) if style == "tensor" else fn(rank, world_size, x)
             out = x if out is None and style == "tensor" else out
-            values = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
             sends = [(int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:]
                      if c.name in SENDS]
-            results.append((values, sends, out is x))
+            results.append((as_numpy(out), sends, out is x))
     return results
 
 

@@ -766,23 +766,33 @@ def resolve_course(course) -> list:
     return out
 
 
+def rank_tensor(values, dtype: str = "float32"):
+    """``values`` as a tensor of ``dtype`` (a torch dtype's name) on this rank's device."""
+    import torch
+
+    from mgpu_helpers.launcher.ranks import rank_device
+    return torch.tensor(np.asarray(values), dtype=getattr(torch, dtype), device=rank_device())
+
+
+def as_numpy(t):
+    """A tensor a rank's code returned, as NumPy (on the CPU); anything else as it is."""
+    import torch
+    return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
+
+
 def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
     """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it, watched
     (:class:`WatchedCalls`: ``forbid`` and the ``course`` code refuse to run, under any name).
 
     ``joined=False``: the reader's ``fn`` joins the process group itself and must leave it before returning.
     """
-    import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.launcher.ranks import rank_device
-
-    x = torch.tensor(np.asarray(inputs[rank]), dtype=getattr(torch, dtype), device=rank_device())
     with WatchedCalls(refuse=forbid, course=course):
-        out = fn(rank, world_size, x, *extra)
+        out = fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra)
     if not joined and dist.is_initialized():
         raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
-    return out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out
+    return as_numpy(out)
 
 
 def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S,

@@ -3,10 +3,9 @@ rank runs)."""
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, call, compare, fail_first, fill_in_cell,
-                                      first_hint, hang_failure, int_values, is_stub_error, launch, new_rng, not_done,
-                                      passed)
-from mgpu_helpers.checks.p2p import as_numpy
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, as_numpy, call, compare, fail_first,
+                                      fill_in_cell, first_hint, hang_failure, int_values, is_stub_error, launch,
+                                      new_rng, not_done, passed)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 

@@ -21,9 +21,9 @@ stuck in.
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls, compare,
-                                      fail_first, fill_in_cell, first_hint, int_values, launch, new_rng, passed,
-                                      refuse_calls, refuse_course_code, resolve_course, which_rank)
+from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls, as_numpy,
+                                      compare, fail_first, fill_in_cell, first_hint, int_values, launch, new_rng,
+                                      passed, rank_tensor, refuse_calls, refuse_course_code, resolve_course, which_rank)
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
@@ -38,20 +38,6 @@ def _watched_main(rank, world_size, body, fn, payload, course):
     with WatchedCalls(course=course) as watched:
         out = body(rank, world_size, fn, payload, watched.calls)
     return out, list(watched.calls)
-
-
-def as_numpy(t):
-    """A tensor a rank's code returned, as NumPy (on the CPU); anything else as it is."""
-    import torch
-    return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
-
-
-def rank_tensor(values, dtype):
-    """``values`` as a tensor of ``dtype`` (a torch dtype's name) on this rank's device."""
-    import torch
-
-    from mgpu_helpers.launcher.ranks import rank_device
-    return torch.tensor(np.asarray(values), dtype=getattr(torch, dtype), device=rank_device())
 
 
 # -- on the notebook side: run, and explain a deadlock or a failure ------------------------------------------

@@ -14,10 +14,9 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.p2p import as_numpy, rank_tensor
 from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_float,
-                                      call_limited, compare, fill_in, fill_in_cell, int_values, launch, new_rng,
-                                      passed, refuse_course_code, run_on_ranks)
+                                      as_numpy, call_limited, compare, fill_in, fill_in_cell, int_values, launch,
+                                      new_rng, passed, rank_tensor, refuse_course_code, run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
