@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, as_float, call, fill_in, fill_in_cell, first_hint,
-                                      int_values, new_rng, passed, run_on_ranks)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, as_float, call, code_names, fill_in, fill_in_cell,
+                                      first_hint, int_values, new_rng, passed, run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -185,13 +185,11 @@ def check_rs_ag_slowdown(fn) -> None:
 
 def _is_course_version(fn, name: str) -> bool:
     """True when ``fn`` is the course's own ``mh.lessons.lab.<name>`` (or calls it by that path)."""
-    try:
-        from mgpu_helpers.lessons import lab as lesson
-    except ImportError:
-        return False
-    ours = getattr(lesson, name, None)
+    from mgpu_helpers.lessons import lab as lesson
+
+    ours = getattr(lesson, name)
     code = getattr(fn, "__code__", None)
-    return fn is ours or (code is not None and ours is not None and code.co_code == ours.__code__.co_code
+    return fn is ours or (code is not None and code.co_code == ours.__code__.co_code
                           and code.co_consts == ours.__code__.co_consts and fn.__module__ == ours.__module__)
 
 
@@ -217,8 +215,7 @@ def check_bus_bandwidth(fn) -> None:
     what = "bus_bandwidth 要按 nccl-tests 的定义，从字节数和时间算出 (algbw, busbw)，单位 GB/s"
     if _is_course_version(fn, "bus_bandwidth"):
         raise CheckFailed(f"{what}：这是课程自己的 mh.lessons.lab.bus_bandwidth，等于没有写；写你自己的版本。")
-    code = getattr(fn, "__code__", None)
-    if code is not None and {"busbw", "algbw"} & set(code.co_names):
+    if {"busbw", "algbw"} & code_names(fn):
         raise CheckFailed(f"{what}：调用了课程的 mh.models.bandwidth；两行公式自己写。")
     rng = random.Random()
     cases = [("all_gather", 3 * (1 << 20), 0.8e-3, 3),       # 3 ranks first: a factor of 1 or 2 shows at once
@@ -316,31 +313,28 @@ def _claim_verdict(key: str, name: str, value, f: dict, run: dict) -> Verdict:
         except ValueError as exc:
             return Verdict(name, False, str(exc))
         return _crossover_verdict(claim, f)
-    if key == "rs_ag_over_ar":
-        lo, hi = min(f["ratios"]), max(f["ratios"])
-        v = float(value)
-        ok = lo * 0.98 <= v <= hi * 1.02
-        hint = ""
-        if not ok and lo * 0.98 <= 1 / v <= hi * 1.02:
-            hint = "你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
-        return Verdict(f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 "
-                                             f"{hi:.2f} 之间。{hint}")
-    if key == "busbw_fraction":
-        v = float(value)
-        if v > 1.5:                     # written as a percentage
-            v /= 100
-        ok = math.isclose(v, f["fraction"], rel_tol=0.10, abs_tol=0.005)
-        return Verdict(f"{name} {v:.1%}", ok, f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
-                                             f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。"
-                                             + ("" if ok else "（容差是 10%）"))
     if key == "waiting_rank":
         w = f["waits"]
         close = min(w) >= TOO_CLOSE * max(w)
         return Verdict(f"{name}：rank {value}", int(value) == f["waiting_rank"] or close, "各 Rank 等待的中位数 "
                        + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w)) + "。"
                        + ("相差不到 25%，一次运行分不出谁在等。" if close else ""))
+    v = float(value)                    # the other claims are numbers
+    if key == "rs_ag_over_ar":
+        lo, hi = min(f["ratios"]), max(f["ratios"])
+        ok = lo * 0.98 <= v <= hi * 1.02
+        hint = ("你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
+                if not ok and lo * 0.98 <= 1 / v <= hi * 1.02 else "")
+        return Verdict(f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 "
+                                             f"{hi:.2f} 之间。{hint}")
+    if key == "busbw_fraction":
+        if v > 1.5:                     # written as a percentage
+            v /= 100
+        ok = math.isclose(v, f["fraction"], rel_tol=0.10, abs_tol=0.005)
+        return Verdict(f"{name} {v:.1%}", ok, f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
+                                             f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。"
+                                             + ("" if ok else "（容差是 10%）"))
     lo, hi = f["wait_range"]            # wait_us
-    v = float(value)
     return Verdict(f"{name} {v:.0f}", lo * 0.75 <= v <= hi * 1.25,
                    f"rank {f['waiting_rank']} 在各个规模上的等待是 {lo:.0f} 到 {hi:.0f} us。")
 
