@@ -9,10 +9,9 @@ import math
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, as_float, as_numpy, call, compare, fill_in_cell, first_hint,
-                                      has_stub, int_values, launch, matching_hint, new_rng, number_answer, passed,
-                                      rank_tensor, refuse_course_code, resolve_course, run_on_ranks, run_problem,
-                                      which_rank)
+                                      WatchedCalls, as_numpy, call, compare, fill_in_cell, first_hint, has_stub,
+                                      int_values, launch, matching_hint, new_rng, number_answer, passed, rank_tensor,
+                                      refuse_course_code, resolve_course, run_on_ranks, run_problem, which_rank)
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
@@ -310,7 +309,7 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
     ranks and the guess is held against the count (within 1%)."""
     what = f"ring_bytes_guess：{GUESS_WORLD_SIZE} 个 Rank、{GUESS_ELEMENTS} 个 float32 时每个 Rank 发出的字节数"
     guess = call(fn, what)
-    guess = as_float(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
+    guess = number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
     counted = run_on_ranks(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)

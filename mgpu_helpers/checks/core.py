@@ -143,20 +143,13 @@ def matching_hint(got, slips, default: str = "", **tolerance) -> str:
                 default)
 
 
-def as_float(got, failure: str) -> float:
-    """``float(got)``; a :class:`CheckFailed` saying ``failure`` when the answer is not a number."""
-    try:
-        return float(got)
-    except (TypeError, ValueError):
-        raise CheckFailed(failure) from None
-
-
 def number_answer(got, failure: str) -> float:
-    """``float(got)`` when the learner returned a real number (:func:`is_number`), else a :class:`CheckFailed`
-    saying ``failure``."""
-    if not is_number(got):
+    """``float(got)`` when the learner returned a real number (:func:`is_number`; a NumPy scalar counts as its
+    value), else a :class:`CheckFailed` saying ``failure``."""
+    value = got.item() if isinstance(got, np.generic) else got
+    if not is_number(value):
         raise CheckFailed(failure)
-    return float(got)
+    return float(value)
 
 
 # -- a time limit on the learner's Python code ----------------------------------------------------------------

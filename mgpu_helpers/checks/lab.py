@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, as_float, call, code_names, fill_in, fill_in_cell,
-                                      first_hint, int_values, new_rng, passed, run_on_ranks)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, code_names, fill_in, fill_in_cell, first_hint,
+                                      int_values, new_rng, number_answer, passed, run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -161,7 +161,7 @@ def check_rs_ag_slowdown(fn) -> None:
     the recorded nccl-tests times (out-of-place columns of the three files); within 3%."""
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
     got = call(fn, what)
-    got = as_float(got, f"{what}；现在返回的是 {got!r}。")
+    got = number_answer(got, f"{what}；现在返回的是 {got!r}。")
     rec = nccltests.recorded_split(sizes.GiB)
     want = rec["time_ratio"]
     if math.isclose(got, want, rel_tol=0.03):

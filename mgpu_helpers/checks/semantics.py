@@ -14,9 +14,9 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_float,
-                                      as_numpy, call_limited, compare, fill_in, fill_in_cell, int_values, launch,
-                                      new_rng, passed, rank_tensor, refuse_course_code, run_on_ranks)
+from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_numpy,
+                                      call_limited, compare, fill_in, fill_in_cell, int_values, launch, new_rng,
+                                      number_answer, passed, rank_tensor, refuse_course_code, run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -127,8 +127,9 @@ def check_bytes_each_rank_sends(fn) -> None:
             for rank in range(world_size):
                 got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                value = None if got is None else as_float(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
-                if value is not None and not isinstance(got, bool) and math.isclose(value, want, abs_tol=1e-6):
+                value = (None if got is None or isinstance(got, bool) else       # a bool: named as a wrong count
+                         number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。"))
+                if value is not None and math.isclose(value, want, abs_tol=1e-6):
                     continue
                 role = {("reduce", 0): "（Root）", ("broadcast", 0): "（Root）",
                         ("broadcast", world_size - 1): "（链尾）"}.get((op, rank), "")
