@@ -9,9 +9,10 @@ import math
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, as_numpy, call, compare, fill_in_cell, first_hint, has_stub,
-                                      int_values, launch, matching_hint, new_rng, number_answer, passed, rank_tensor,
-                                      refuse_course_code, resolve_course, run_on_ranks, run_problem, which_rank)
+                                      WatchedCalls, as_numpy, call, compare, expect_items, fill_in_cell, first_hint,
+                                      has_stub, int_values, launch, matching_hint, new_rng, number_answer, passed,
+                                      rank_tensor, refuse_course_code, resolve_course, run_on_ranks, run_problem,
+                                      which_rank)
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
@@ -384,8 +385,7 @@ def check_expected_outputs(fns: dict) -> None:
             got = call(fn, what, [list(r) for r in inputs])
             want = reference_expected(name, inputs)
             where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
-            if not isinstance(got, (list, tuple)) or len(got) != len(inputs):
-                raise CheckFailed(f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。")
+            expect_items(got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。")
             for rank in range(len(inputs)):
                 compare(got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank]))
     passed("三个集合通信的结果你都算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。")

@@ -143,6 +143,13 @@ def matching_hint(got, slips, default: str = "", **tolerance) -> str:
                 default)
 
 
+def expect_items(got, count: int, failure: str, numbers: bool = False) -> None:
+    """Raise :class:`CheckFailed` saying ``failure`` unless ``got`` is a tuple or list of ``count`` items (with
+    ``numbers``: each a real number, :func:`is_number`)."""
+    if not isinstance(got, (tuple, list)) or len(got) != count or numbers and not all(map(is_number, got)):
+        raise CheckFailed(failure)
+
+
 def number_answer(got, failure: str) -> float:
     """``float(got)`` when the learner returned a real number (:func:`is_number`; a NumPy scalar counts as its
     value), else a :class:`CheckFailed` saying ``failure``."""

@@ -25,8 +25,8 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, _inner, call, compare, fill_in_cell, first_hint, new_rng, not_done,
-                                      passed, refuse_course_code, require_written)
+from mgpu_helpers.checks.core import (CheckFailed, _inner, call, compare, expect_items, fill_in_cell, first_hint,
+                                      new_rng, not_done, passed, refuse_course_code, require_written)
 from mgpu_helpers.measure.timing import simulator
 
 PAD = 5              # sentinel elements after every launched thread's slot
@@ -177,9 +177,8 @@ def check_thread_ids(fn) -> None:
     for grid, block in cases:
         got = call(fn, what, grid, block)
         where = f"grid = {grid}, block = {block}"
-        if not isinstance(got, (tuple, list)) or len(got) != 5:
-            raise CheckFailed(f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
-                              f"实际返回 {type(got).__name__}。")
+        expect_items(got, 5, f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
+                             f"实际返回 {type(got).__name__}。")
         want = _thread_ids_want(grid, block)
         for name, g, w in zip(THREAD_FIELDS, got, want):
             g = np.asarray(g)

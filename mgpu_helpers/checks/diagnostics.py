@@ -6,7 +6,8 @@ import copy
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, course_code_reached, fill_in_cell, first_hint, passed
+from mgpu_helpers.checks.core import (CheckFailed, call, course_code_reached, expect_items, fill_in_cell, first_hint,
+                                      passed)
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose, straggler
 from mgpu_helpers.models import scaling
@@ -114,8 +115,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
         schedules[odd][k] = rng.choice([c for c in COLLECTIVES if c != base[k]])
         want = (k, odd, schedules[odd][k])
         got = call(fn, what, copy.deepcopy(schedules))
-        if not isinstance(got, (tuple, list)) or len(got) != 3:
-            raise CheckFailed(f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
+        expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
             raise CheckFailed(f"{n} 个 Rank 的调用顺序（{_schedule_story(schedules)}）：前 {k} 个 Collective 大家一样，"
                               f"第 #{k} 个上 rank {odd} 调用 {schedules[odd][k]}，别人调用 {base[k]}。应当回答 {want}，"
@@ -185,8 +185,7 @@ def check_stuck_in(fn) -> None:
     for lines, want in cases:
         got = call(fn, what, list(lines))
         if got is not None:
-            if not isinstance(got, (tuple, list)) or len(got) != 2:
-                raise CheckFailed(f"{what}：应当返回 (seq, name) 或 None，实际得到 {got!r}。")
+            expect_items(got, 2, f"{what}：应当返回 (seq, name) 或 None，实际得到 {got!r}。")
             got = tuple(got)
             if isinstance(got[0], str) and got[0].isdigit():
                 raise CheckFailed(f"{what}：序号 {got[0]!r} 是字符串；写成整数 int(...)，才能和别的 Rank 的序号比较。")

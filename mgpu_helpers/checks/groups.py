@@ -3,9 +3,9 @@ rank runs)."""
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, as_numpy, call, compare, fail_first,
-                                      fill_in_cell, first_hint, hang_failure, int_values, is_stub_error, launch,
-                                      new_rng, not_done, passed)
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, as_numpy, call, compare, expect_items,
+                                      fail_first, fill_in_cell, first_hint, hang_failure, int_values, is_stub_error,
+                                      launch, new_rng, not_done, passed)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -43,8 +43,7 @@ def check_placement(fn) -> None:
     for rank, nproc, visible in _placement_cases(new_rng()):
         got = call(fn, what, rank, nproc, list(visible))
         want = reference_placement(rank, nproc, visible)
-        if not isinstance(got, (tuple, list)) or len(got) != 3:
-            raise CheckFailed(f"{what}：要返回三个数 (node, local_rank, physical_gpu)，现在是 {got!r}。")
+        expect_items(got, 3, f"{what}：要返回三个数 (node, local_rank, physical_gpu)，现在是 {got!r}。")
         for field, g, w in zip(FIELDS, got, want):
             if g != w:
                 raise CheckFailed(f"rank {rank}，每台机器 {nproc} 个进程，CUDA_VISIBLE_DEVICES="

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, code_names, fill_in, fill_in_cell, first_hint,
-                                      int_values, new_rng, number_answer, passed, run_on_ranks)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, code_names, expect_items, fill_in, fill_in_cell,
+                                      first_hint, int_values, new_rng, number_answer, passed, run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -232,8 +232,7 @@ def check_bus_bandwidth(fn) -> None:
         got = call(fn, what, op, nbytes, seconds, n)
         algbw = nbytes / seconds / 1e9
         busbw = algbw * FACTORS[op](n)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise CheckFailed(f"{what}：应当返回 (algbw, busbw) 两个数，实际得到 {got!r}。")
+        expect_items(got, 2, f"{what}：应当返回 (algbw, busbw) 两个数，实际得到 {got!r}。")
         a, b = (float(x) for x in got)
         if near(a, algbw) and math.isclose(b, busbw, rel_tol=1e-6, abs_tol=1e-12):
             continue

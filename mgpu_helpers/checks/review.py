@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, is_number, passed
+from mgpu_helpers.checks.core import CheckFailed, call, expect_items, is_number, passed
 from mgpu_helpers.checks.stragglers import hold_speedup_pairs, traced_run
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import bandwidth, scaling
@@ -74,8 +74,7 @@ def check_speedup_prediction(fn) -> None:
     with the measured speed-up, within the range this run's own spread allows plus 10%."""
     what = "predicted_speedups 要给出两个数：12/6/4/2 和 6/6/6/6 在四个 Rank 上各比一个 Rank 快几倍"
     guess = call(fn, what)
-    if not isinstance(guess, (tuple, list)) or len(guess) != 2 or not all(is_number(v) for v in guess):
-        raise CheckFailed(f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。")
+    expect_items(guess, 2, f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。", numbers=True)
     ms = 1e3 * SPEEDUP_SECONDS_PER_UNIT
     single = None
     lines = []

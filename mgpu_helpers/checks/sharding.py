@@ -11,7 +11,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, call, call_limited, fail_first, fill_in_cell, first_hint, passed
+from mgpu_helpers.checks.core import (CheckFailed, call, call_limited, expect_items, fail_first, fill_in_cell,
+                                      first_hint, passed)
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
@@ -44,9 +45,7 @@ def check_contiguous_ranges(fn) -> None:
         got = call_limited(fn, what, n, ws)
         where = f"n_items = {n}，world_size = {ws}"
         want = sharding_rules.contiguous_ranges(n, ws)      # the course's split is the reference
-        if not isinstance(got, (list, tuple)) or len(got) != ws:
-            raise CheckFailed(f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），"
-                              f"实际得到 {got!r}。")
+        expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
         if not all(isinstance(r, range) and r.step == 1 for r in got):
             raise CheckFailed(f"{where}：每一段要是步长为 1 的 range(start, stop)，实际得到 {list(got)!r}。")
         covered = sorted(i for r in got for i in r)
@@ -108,8 +107,7 @@ def check_per_rank_memory(fn) -> None:
         got = call_limited(fn, what, strategy, dict(sizes), list(weights))
         want = reference_per_rank_memory(strategy, sizes, weights)
         where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
-        if not isinstance(got, (list, tuple)) or len(got) != len(weights):
-            raise CheckFailed(f"{where}：应当返回 {len(weights)} 个字典（每个 Rank 一个），实际得到 {got!r}。")
+        expect_items(got, len(weights), f"{where}：应当返回 {len(weights)} 个字典（每个 Rank 一个），实际得到 {got!r}。")
         for r, (g, w) in enumerate(zip(got, want)):
             if not isinstance(g, dict) or set(g) != set(w):
                 raise CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
@@ -140,8 +138,7 @@ def _contiguous_property(fn, costs, world_size, what) -> None:
     where = f"costs = {costs}，world_size = {world_size}"
     got = call_limited(fn, what, list(costs), world_size)
     again = call_limited(fn, what, list(costs), world_size)
-    if not isinstance(got, (list, tuple)) or len(got) != world_size:
-        raise CheckFailed(f"{where}：应当返回 {world_size} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
+    expect_items(got, world_size, f"{where}：应当返回 {world_size} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
     if list(got) != list(again):
         raise CheckFailed(f"{where}：两次调用得到不同的结果 {list(got)} 和 {list(again)}；切分必须可重复。")
     if not all(isinstance(r, range) and r.step == 1 for r in got):

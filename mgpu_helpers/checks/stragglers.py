@@ -10,7 +10,8 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, fill_in_cell, is_number, matching_hint, number_answer, passed
+from mgpu_helpers.checks.core import (CheckFailed, call, expect_items, fill_in_cell, is_number, matching_hint,
+                                      number_answer, passed)
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import scaling
 
@@ -150,8 +151,7 @@ def hold_speedup_pairs(fn, what: str, cases, want, efficiency: str, slips) -> No
         got = call(fn, what, t1, tn, n)
         s_want, e_want = want(t1, tn, n)
         where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(v) for v in got):
-            raise CheckFailed(f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。")
+        expect_items(got, 2, f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。", numbers=True)
         s_slips, e_slips = slips(t1, tn, n, s_want)
         for name, value, right, named in zip(("加速比", efficiency), (float(v) for v in got), (s_want, e_want),
                                              (s_slips, e_slips)):
