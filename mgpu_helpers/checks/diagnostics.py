@@ -7,7 +7,7 @@ import random
 import statistics
 
 from mgpu_helpers.checks.core import (CheckFailed, call, course_code_reached, expect_items, fill_in_cell, first_hint,
-                                      passed)
+                                      number_answer, passed)
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose, straggler
 from mgpu_helpers.models import scaling
@@ -226,8 +226,7 @@ def check_measured_speedup(fn) -> None:
     for one, per in cases:
         got = call(fn, what, one, list(per))
         want = _reference_speedup(one, per)
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise CheckFailed(f"{what}：应当返回一个数，实际得到 {got!r}。")
+        got = number_answer(got, f"{what}：应当返回一个数，实际得到 {got!r}。")
         if abs(got - want) <= 1e-9 * max(1.0, want):
             continue
         story = f"1 个 Rank {one * 1e3:.0f} ms，{len(per)} 个 Rank 各自 {[round(t * 1e3) for t in per]} ms"

@@ -17,13 +17,12 @@ written: it is refused (:func:`~mgpu_helpers.checks.core.refuse_course_code`), w
 under, also as a base class or from a helper of the learner's.
 """
 
-import inspect
 import random
 
 import numpy as np
 
 from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first,
-                                      fill_in_cell, first_hint, has_stub, launch, let_rank_server_preload, not_done,
+                                      fill_in_cell, first_hint, launch, let_rank_server_preload, number_answer,
                                       passed, refuse_course_code, require_written)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
@@ -50,8 +49,7 @@ METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready",
 def _start(obj, what: str) -> None:
     """Before anything runs: a stub is not done yet; the course's classes (also as a base class) and anything of
     mh.lessons / mh.checks reached from the learner's code (core.refuse_course_code) are not the learner's code."""
-    if has_stub(obj):
-        raise not_done(obj, what)
+    require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
     refuse_course_code(obj, what, course, packages=COURSE_PACKAGES,
                        advice=f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。")
@@ -330,8 +328,7 @@ def check_overlap_fraction(fn) -> None:
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
         got = fn(list(spans))
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise CheckFailed(f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
+        got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
             hint = ("只算名字以 backward 开头的 compute 段。" if name.startswith("还有一段 forward") else
                     "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
@@ -417,8 +414,7 @@ def check_step_seconds(fn) -> None:
     for name, ready, comm in cases:
         want = _step_seconds_reference(ready, comm)
         got = fn(list(ready), list(comm))
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise CheckFailed(f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
+        got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue
         hint = first_hint((abs(got - (ready[-1] + sum(comm))) <= 1e-9, "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"),
@@ -439,6 +435,3 @@ try_bucket_dp = fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.Buck
 try_overlap_fraction = fill_in_cell(check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction",
                                     "overlap_fraction")
 try_zero1 = fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")
-
-
-__all__ = [n for n, v in dict(globals()).items() if n.startswith(("check_", "try_")) and inspect.isfunction(v)]
