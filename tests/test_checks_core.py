@@ -328,7 +328,7 @@ def test_a_broadcast_that_always_sends_from_rank_0_is_rejected_every_time():
 def test_every_point_to_point_run_has_zeros_in_the_data():
     rng = core.new_rng()
     for _ in range(20):
-        for _world_size, _dtype, inputs in p2p._pass_right_cases(rng, (2, 3, 4)):
+        for _world_size, _dtype, inputs in p2p._rank_fn_cases(rng, (2, 3, 4)):
             assert (inputs[0] == 0).any()
 
 

@@ -231,13 +231,15 @@ def _rank_fn_body(rank, world_size, fn, case, calls):
     return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype)))
 
 
-def _pass_right_cases(rng, world_sizes):
-    """(world_size, dtype, inputs): one length per case (at least 1), float32 and int64 by turns."""
+def _rank_fn_cases(rng, world_sizes, longest: int = 5):
+    """(world_size, dtype, inputs) for :func:`_rank_fn_body`: one length per case (1 to ``longest``), float32
+    and int64 by turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value
+    added twice)."""
     out = []
     for i, world_size in enumerate(world_sizes):
-        length = int(rng.integers(1, 6))
+        length = int(rng.integers(1, longest + 1))
         inputs = [int_values(rng, length) for _ in range(world_size)]
-        inputs[0][int(rng.integers(0, length))] = 0           # zeros in the data, every run
+        inputs[0][int(rng.integers(0, length))] = 0
         out.append((world_size, ("float32", "int64")[i % 2], inputs))
     return out
 
@@ -248,7 +250,7 @@ def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     :mod:`mgpu_helpers.lessons.p2p` are refused, under whatever name they are reached."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, dtype, inputs in _pass_right_cases(new_rng(), sizes):
+    for world_size, dtype, inputs in _rank_fn_cases(new_rng(), sizes):
         values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
         for rank, (got, _calls) in enumerate(values):
             want = inputs[(rank - 1) % world_size]
@@ -276,12 +278,7 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
-    rng = new_rng()
-    for world_size in sizes:
-        length = int(rng.integers(1, 5))
-        inputs = [int_values(rng, length) for _ in range(world_size)]
-        inputs[0][int(rng.integers(0, length))] = 0           # a zero (one element: a whole rank of zeros
-        dtype = "int64" if world_size % 2 else "float32"       # would hide a value added twice)
+    for world_size, dtype, inputs in _rank_fn_cases(new_rng(), sizes, longest=4):
         values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
         total = np.sum(inputs, axis=0)
         for rank, (got, _calls) in enumerate(values):
