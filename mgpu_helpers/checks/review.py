@@ -12,9 +12,9 @@ import random
 import statistics
 
 from mgpu_helpers.checks.core import CheckFailed, call, expect_items, is_number, passed
-from mgpu_helpers.checks.stragglers import hold_speedup_pairs, traced_run
+from mgpu_helpers.checks.stragglers import hold_speedup_pairs, reference_speedup_and_efficiency, traced_run
 from mgpu_helpers.measure import straggler
-from mgpu_helpers.models import bandwidth, scaling
+from mgpu_helpers.models import bandwidth
 
 # The number-first exercise: one rank does all 24 units; four ranks split them 12/6/4/2, then 6/6/6/6.
 SPEEDUP_TOTAL = 24
@@ -36,8 +36,7 @@ def check_speedup_efficiency(fn) -> None:
     rng = random.Random()
     cases = [(0.400, 0.250, 2), (1.0, 1.0, 1), (0.400, 0.500, 4)]
     cases += [(rng.uniform(0.01, 10), rng.uniform(0.001, 10), rng.randint(1, 16)) for _ in range(40)]
-    hold_speedup_pairs(fn, what, cases,
-                       lambda t1, tn, n: (scaling.speedup(t1, tn), scaling.strong_scaling_efficiency(t1, tn, n)), "效率",
+    hold_speedup_pairs(fn, what, cases, reference_speedup_and_efficiency, "效率",
                        lambda t1, tn, n, s: ([(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了；加速比 > 1 才表示变快。")],
                                              [(s if n > 1 else None, f"效率还要除以卡数：{n} 张卡理想情况下应当快 {n} 倍。")]))
     passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（400 ms 对 250 ms、两张卡：1.6×，80%）。")

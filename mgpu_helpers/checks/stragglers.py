@@ -243,20 +243,16 @@ def check_straggler_from_collective(fn, cases=None) -> None:
         got = int(got)
         if got == strag:
             continue
-        whys = []                   # every reading that gives this answer (a first-step delay can fool several)
-        if got == max(range(len(med)), key=lambda r: med[r]):
-            whys.append("你选了 Collective 最长的 Rank。长的 Collective 里装的是等待：早到的 Rank 在里面等最后一个。"
-                        "最后到的那个不用等，它的 Collective 最短。")
+        longest = got == max(range(len(med)), key=lambda r: med[r])
         one_step = got == min(range(len(med)), key=lambda r: collective_s[r][0])
         summed = got == min(range(len(med)), key=lambda r: sum(collective_s[r]))
-        if one_step:
-            whys.append("你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。")
-        if summed:
-            whys.append("你把各步加了起来；一步里 0.5 s 的耽搁会盖过好几步的规律。")
-        if one_step or summed:
-            whys.append("看每个 Rank 各步的中位数。")
-        if not whys and got == strag + 1:
-            whys.append("Rank 号从 0 开始数。")
+        whys = [text for holds, text in (      # every reading that gives this answer (a stall can fool several)
+            (longest, "你选了 Collective 最长的 Rank。长的 Collective 里装的是等待：早到的 Rank 在里面等最后一个。"
+                      "最后到的那个不用等，它的 Collective 最短。"),
+            (one_step, "你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。"),
+            (summed, "你把各步加了起来；一步里 0.5 s 的耽搁会盖过好几步的规律。"),
+            (one_step or summed, "看每个 Rank 各步的中位数。"),
+            (not (longest or one_step or summed) and got == strag + 1, "Rank 号从 0 开始数。")) if holds]
         raise CheckFailed(f"{where}：Straggler 是 rank {strag}，你的答案是 rank {got}。{''.join(whys)}")
     passed("straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。")
 
