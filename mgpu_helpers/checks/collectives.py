@@ -16,7 +16,7 @@ from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZ
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
-from mgpu_helpers.lessons.ring import chunk_bounds
+from mgpu_helpers.lessons.ring import chunk_bounds, ring_all_reduce, ring_schedule
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
@@ -237,8 +237,6 @@ def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None
 def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list[int]:
     """Bytes each rank sends in ``mh.lessons.ring.ring_all_reduce`` of ``length`` elements: the sizes of the
     chunks it sends at every step of the schedule (exact, also for uneven chunks)."""
-    from mgpu_helpers.lessons.ring import chunk_bounds, ring_schedule
-
     sizes = [(stop - start) * itemsize for start, stop in chunk_bounds(length, world_size)]
     schedule = ring_schedule(world_size)
     return [sum(sizes[who[rank][0]] for _phase, _step, who in schedule) for rank in range(world_size)]
@@ -287,8 +285,7 @@ def check_all_gather(fn, world_sizes=None, timeout: float = HANG_S) -> None:
 def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this
     rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
-    cases = run_problem(RING_BYTES, fn, world_sizes, timeout)
-    for case in cases:
+    for case in run_problem(RING_BYTES, fn, world_sizes, timeout):
         nbytes = 4 * len(case.inputs[0])
         print(f"  world_size = {case.world_size}，S = {nbytes} 字节：每个 Rank 发出 {case.expected}，"
               f"2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, case.world_size):g}")
@@ -297,8 +294,6 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> Non
 def reference_count_sent_bytes(rank, world_size, x):
     """The checker's own count: run the course's ring with every send watched (core.WatchedCalls), return
     the bytes this rank sent."""
-    from mgpu_helpers.lessons.ring import ring_all_reduce
-
     with WatchedCalls() as watched:
         ring_all_reduce(x)
     return sum(c.nbytes for c in watched.calls if c.name in SENDS)
@@ -318,11 +313,11 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
         raise CheckFailed(f"{what}：各 Rank 数到的字节数不一样：{counted}（块长应当相等）。")
     measured = counted[0]
     if abs(guess - measured) > 0.01 * measured:
-        slips = ((guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
-                 (abs(guess - measured / 2) <= 0.01 * measured, "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
-                 (abs(guess - 2 * nbytes) <= 0.01 * nbytes,
-                  "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"))
-        why = first_hint(*slips, default="数一数：两个阶段各几步？每一步发多大的一块？")
+        why = first_hint((guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
+                         (abs(guess - measured / 2) <= 0.01 * measured, "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
+                         (abs(guess - 2 * nbytes) <= 0.01 * nbytes,
+                          "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"),
+                         default="数一数：两个阶段各几步？每一步发多大的一块？")
         raise CheckFailed(f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
                           f"{measured} 字节。{why}")
     passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
@@ -423,9 +418,8 @@ def check_all_reduce_busbw(fn) -> None:
                    alg * 2 * (n - 1): "2(n-1) 还要除以 n：每一步只发 S/n 的一块。",
                    seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
                    alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。"}
-        why = matching_hint(got, guesses.items(), rel_tol=1e-6)
-        if n == 1 and not why:
-            why = "一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。"
+        why = matching_hint(got, guesses.items(), rel_tol=1e-6,
+                            default="一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。" if n == 1 else "")
         raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     passed(f"all_reduce_busbw 在 {len(cases)} 组（含 n = 1、2、8）上都对。")
 

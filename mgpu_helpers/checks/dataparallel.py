@@ -137,8 +137,7 @@ def check_weighted_average(fn) -> None:
     import torch
 
     what = "weighted_average 要从各 Rank 的局部平均梯度算出整批的平均梯度"
-    rng = np.random.default_rng()
-    for grads, rows, desc in _grad_cases(rng):
+    for grads, rows, desc in _grad_cases(np.random.default_rng()):
         local = [torch.tensor(g) if k else torch.full(g.shape, float("nan"), dtype=torch.float64)
                  for g, k in zip(grads, rows)]
         got = call(fn, what, [g.clone() for g in local], list(rows))
