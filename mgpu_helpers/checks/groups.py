@@ -56,14 +56,17 @@ def check_placement(fn) -> None:
 
 
 def _join_sum_main(rank, world_size, fn, inputs):
-    """Rank function of :func:`check_join_and_sum`: record the init call, run ``fn``, see if it left."""
+    """Rank function of :func:`check_join_and_sum`: record the init call, run ``fn``; a group left open is an
+    error that :func:`~mgpu_helpers.checks.core.rank_failure` names, as for every checker whose ``fn`` joins."""
     import torch
     import torch.distributed as dist
 
     with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
         out = fn(rank, world_size, torch.tensor(inputs[rank]))
+    if dist.is_initialized():
+        raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
     inits = [sorted(k for k in init if k != "_args") + ["<positional>"] * len(init["_args"]) for init in watched.inits]
-    return as_numpy(out), inits, dist.is_initialized()     # the last: whether the group was left open
+    return as_numpy(out), inits
 
 
 def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -86,16 +89,12 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
             raise CheckFailed(f"{what}：world_size = {world_size} 时，有的 Rank 还在和大家建立连接，另一个 Rank 已经"
                               "离开了进程组（gloo 报 Connection closed by peer）。加入之后还要做一次 all_reduce 把各 "
                               "Rank 的 x 加起来（它也让每个 Rank 等到大家到齐），再 destroy_process_group()。") from None
-        for rank, (got, inits, left_open) in enumerate(values):
-            if left_open:
-                raise CheckFailed(f"{what}：rank {rank} 返回时进程组还开着。最后要调用 "
-                                  "dist.destroy_process_group()，让这个进程离开进程组。")
         total = np.sum(inputs, axis=0)
-        for rank, (got, inits, _left) in enumerate(values):
+        for rank, (got, _inits) in enumerate(values):
             own = got is not None and np.shape(got) == np.shape(inputs[rank]) and np.allclose(got, inputs[rank])
             hint = "这是这个 Rank 自己的 x：加入进程组之后还要做一次 all_reduce。" if own else ""
             compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
-        for rank, (_got, inits, _left) in enumerate(values):
+        for rank, (_got, inits) in enumerate(values):
             if len(inits) != 1 or "store" not in inits[0] or "init_method" in inits[0]:
                 raise CheckFailed(f"{what}：rank {rank} 调用 init_process_group 时给的参数是 {inits}。这一题要自己建 "
                                   "dist.FileStore(路径, world_size)，用 store= 传进去（再传 rank 和 world_size），"
