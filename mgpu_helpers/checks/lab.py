@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, code_names, expect_items, fill_in, fill_in_cell,
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, code_names, expect_items, fill_in_cell,
                                       first_hint, int_values, new_rng, number_answer, passed, run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
@@ -193,16 +193,16 @@ def _is_course_version(fn, name: str) -> bool:
                           and code.co_consts == ours.__code__.co_consts and fn.__module__ == ours.__module__)
 
 
-def try_ownership_check(fn):
-    """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch);
-    the course's version while unwritten."""
-    from mgpu_helpers.lessons import lab as lesson
+def _check_ownership_fill_in(fn) -> None:
+    """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch); the
+    course's own version is not an answer."""
+    if _is_course_version(fn, "ownership_check"):
+        raise CheckFailed("ownership_check：这是课程自己的 mh.lessons.lab.ownership_check，等于没有写；写你自己的版本。")
+    check_ownership_check(fn, world_sizes=(3,))
 
-    def check(f):
-        if _is_course_version(f, "ownership_check"):
-            raise CheckFailed("ownership_check：这是课程自己的 mh.lessons.lab.ownership_check，等于没有写；写你自己的版本。")
-        check_ownership_check(f, world_sizes=(3,))
-    return fill_in(fn, check, lesson.ownership_check, "ownership_check：所有权检查")
+
+try_ownership_check = fill_in_cell(_check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check",
+                                   "ownership_check：所有权检查")
 
 
 FACTORS = {op: bandwidth.BUSBW_FACTORS[op] for op in ("all_reduce", "reduce_scatter", "all_gather")}
