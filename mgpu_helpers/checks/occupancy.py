@@ -17,8 +17,9 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, deadline, fill_in_cell,
-                                      int_values, new_rng, not_done, passed, refuse_course_code, require_written)
+from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, course_object, deadline,
+                                      fill_in_cell, int_values, new_rng, not_done, passed, refuse_course_code,
+                                      require_written)
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
@@ -161,13 +162,6 @@ class _Traced:
         self.values[idx] = value
 
 
-def reference_vec_add_two():
-    """The course's ``vec_add_two`` (notebook 02, exported to mh.lessons.cupy_kernels)."""
-    from mgpu_helpers.lessons import cupy_kernels
-
-    return cupy_kernels.vec_add_two
-
-
 def _run_two(kernel, what, n, block, grid):
     """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
     from numba import cuda
@@ -210,7 +204,7 @@ def check_vec_add_two(kernel) -> None:
     warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
     require_written(kernel, what)
-    if kernel is reference_vec_add_two():
+    if kernel is course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):      # notebook 02's own
         raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
     rng = new_rng()
     block = 32
