@@ -372,11 +372,10 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
 def check_expected_outputs(fns: dict) -> None:
     """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for all_reduce, all_gather, reduce_scatter
     (inputs: one list of numbers per rank); fresh inputs on 2, 3, 4 ranks, a zero row, uneven lengths."""
-    rng = new_rng()
     for name in EXPECTED_NAMES:
         fn = fns[name]
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
-        for inputs in _expected_cases(rng, name):
+        for inputs in _expected_cases(new_rng(), name):
             got = call(fn, what, [list(r) for r in inputs])
             want = reference_expected(name, inputs)
             where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"

@@ -131,8 +131,7 @@ def first_hint(*slips, default: str = "") -> str:
 def fail_first(*slips) -> None:
     """Raise :class:`CheckFailed` with the text of the first ``(it is this mistake, text)`` pair that holds: a
     checker's rules in order, each with its message (every condition is evaluated, so each must be safe to)."""
-    text = first_hint(*slips)
-    if text:
+    if text := first_hint(*slips):
         raise CheckFailed(text)
 
 
@@ -210,8 +209,7 @@ def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
-        shown = ", ".join(repr(a) for a in args)
-        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} 秒还没有返回"
+        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({', '.join(map(repr, args))}) 过了 {seconds:g} 秒还没有返回"
                           f"{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
 
 
@@ -415,8 +413,7 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
 
 def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = "", names=()) -> None:
     """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`)."""
-    name = course_code_reached(fn, references, packages, names)
-    if name:
+    if name := course_code_reached(fn, references, packages, names):
         raise CheckFailed(f"{what}：`{name_of(fn)}` 用到了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
                           f"不算你写的代码。{advice or '在你的单元格里自己写出来。'}")
 
@@ -756,10 +753,9 @@ def resolve_course(course) -> list:
     for item in course:
         if isinstance(item, str):
             try:
-                obj = course_object(item)
-            except (ImportError, AttributeError):
+                out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
+            except (ImportError, AttributeError):       # a name that does not resolve is left out
                 continue
-            out.append((obj, item.replace("mgpu_helpers.", "mh.")))
         elif item is not None:
             label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
             out.append((item, label.replace("mgpu_helpers.", "mh.")))
@@ -804,7 +800,7 @@ def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dt
     ranks start without a process group; ``fn`` joins it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
     MGPU_BACKEND are set) and must leave it again.
     """
-    course = course if all(isinstance(c, tuple) for c in course) else resolve_course(course)
+    course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course])
     return launch(_rank_main, world_size, (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course),
                   what, fn, timeout, init=init)
@@ -849,10 +845,8 @@ def new_rng():
 
 def which_rank(got, inputs) -> str:
     """ ' (那是 rank k 的数据)' when ``got`` equals one rank's input, else ''."""
-    for k, inp in enumerate(inputs):
-        if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp):
-            return f"（那正是 rank {k} 的输入）"
-    return ""
+    return next((f"（那正是 rank {k} 的输入）" for k, inp in enumerate(inputs)
+                 if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp)), "")
 
 
 # -- one problem shape for the checkers that launch ranks ----------------------------------------------------
@@ -907,13 +901,12 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HAN
     if not sizes or any(int(w) != w or w < 1 for w in sizes):
         raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
     where = problem.where or (lambda case, rank: f"world_size = {case.world_size}，rank {rank}")
-    course = resolve_course(problem.course)
     cases = []
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
         case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
         got = run_on_ranks(fn, problem.what, world_size, inputs, case.extra, problem.forbid, problem.dtype,
-                           timeout, init=problem.init, course=course)
+                           timeout, init=problem.init, course=problem.course)
         for rank in range(world_size):
             hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
             compare(got[rank], case.expected[rank], where(case, rank), hint)
