@@ -209,8 +209,8 @@ def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
-        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({', '.join(map(repr, args))}) 过了 {seconds:g} 秒还没有返回"
-                          f"{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
+        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({', '.join(map(repr, args))}) 过了 {seconds:g} "
+                          f"秒还没有返回{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
 
 
 def is_number(v) -> bool:
