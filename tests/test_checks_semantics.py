@@ -114,7 +114,7 @@ def test_uneven_gather_written_differently_passes(capsys):
     bufs = [torch.empty_like(padded) for _ in range(world_size)]
     dist.all_gather(bufs, padded)
     return torch.cat([b[:k] for b, k in reversed(list(zip(bufs, sizes)))])
-    """, "第 0 个元素应当是"),
+    """, "片段的顺序反了"),
 ], ids=["padding not trimmed", "only its own piece", "pieces in reverse rank order"])
 def test_wrong_uneven_gathers_are_named(body, message):
     src = ("def all_gather_uneven(rank, world_size, x):\n    import torch\n    import torch.distributed as dist\n"

@@ -15,8 +15,8 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_numpy,
-                                      call_limited, compare, fill_in, fill_in_cell, int_values, launch, new_rng,
-                                      number_answer, passed, rank_tensor, refuse_course_code, run_on_ranks)
+                                      call_limited, compare, fill_in, fill_in_cell, first_hint, int_values, launch,
+                                      new_rng, number_answer, passed, rank_tensor, refuse_course_code, run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -33,12 +33,14 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S
         inputs = [int_values(rng, k) for k in lengths]
         longest = int(np.argmax(lengths))
         inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0     # zeros in the data
-        want = np.concatenate(inputs)
+        want, backwards = np.concatenate(inputs), np.concatenate(inputs[::-1])
         got = run_on_ranks(fn, what, n, inputs, timeout=timeout,
                            course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",))
         for r in range(n):
             padded = got[r] is not None and np.size(got[r]) == n * max(lengths)
-            hint = "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。" if padded else ""
+            backwards_ = isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards)
+            hint = first_hint((padded, "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。"),
+                              (backwards_, "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……"))
             compare(got[r], want, f"world_size = {n}，各 Rank 长度 {lengths}，rank {r}", hint)
     passed(f"all_gather_uneven 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 长度不同的片段上都拼对了。")
 
