@@ -6,7 +6,9 @@ inside a function) or by an attribute ``mh.<part>`` / ``mgpu_helpers.<part>`` in
 as ``mh.run_ranks`` reaches the part that defines it. Strings and docstrings do not count.
 """
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,43 @@ def test_the_scan_counts_imports_and_attributes_but_not_strings(tmp_path, monkey
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: source if self == fake
                         else Path.read_bytes(self).decode(encoding or "utf-8"))
     assert set(reached(fake)) - {"widgets"} == expected
+
+
+# -- the size of the library --------------------------------------------------------------------------------------
+
+CODE_LINE_BUDGET = 11_000      # the library's code lines; `pytest tests/test_layers.py -k budget -s` prints them
+LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+def code_lines(source: str) -> int:
+    """Lines holding a token other than a comment or layout, outside docstrings (of the module, a class or a
+    function): what a reader has to read as code, however it is commented or documented."""
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in LAYOUT:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def test_code_lines_skip_docstrings_comments_and_blank_lines_but_not_strings():
+    source = ('''"""Module docstring,\n on two lines."""\n\n# a comment\nx = 1   # counted\n\n\n'''
+              '''def f(a,\n      b):\n    """Docstring."""\n    return """a string\n    that is code"""\n''')
+    assert code_lines(source) == 5        # x = 1, the two lines of def, the two of return
+
+
+def test_the_library_stays_within_its_code_line_budget():
+    per_part = {}
+    for path in ROOT.rglob("*.py"):
+        part = part_of(path)
+        per_part[part] = per_part.get(part, 0) + code_lines(path.read_text(encoding="utf-8"))
+    total = sum(per_part.values())
+    print(f"mgpu_helpers: {total} code lines (budget {CODE_LINE_BUDGET}): "
+          + ", ".join(f"{part} {n}" for part, n in sorted(per_part.items(), key=lambda kv: -kv[1])))
+    assert total <= CODE_LINE_BUDGET, (f"mgpu_helpers has {total} code lines, over its budget of "
+                                       f"{CODE_LINE_BUDGET}: take out what another part already does first")
