@@ -11,23 +11,16 @@ ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each r
 timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
 machine), and the course's spans on a track of their own ("course spans"). From that file,
 :func:`spans_from_trace` gives the per-rank Span lists that
-:func:`mgpu_helpers.widgets.straggler.draw_timeline` draws, and :func:`step_rows_from_trace` the rows that
-:func:`mgpu_helpers.widgets.bandwidth.draw_step_breakdown` draws.
+:func:`mgpu_helpers.widgets.straggler.draw_timeline` draws.
 
-Nsight Systems: ``python -m mgpu_helpers.measure.profile --torchrun-script lab_step.py`` writes the lab's step
-(:func:`mgpu_helpers.measure.sweep.step_rank`: compute, wait, all-reduce per message size) as a torchrun
-script whose spans are NVTX ranges; on a machine with ``nsys``::
-
-    nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node 2 lab_step.py
-    nsys-ui lab_step.nsys-rep     # or: nsys stats lab_step.nsys-rep
+Nsight Systems: under torchrun (``mh.torchrun_main``), a rank function that first calls
+``trace.set_range_hook(profile.nvtx_range)`` shows the course's spans as NVTX ranges above the CUDA and NCCL
+rows (the README's "Profiling" has the command).
 """
 
-import argparse
 import json
 import os
 import re
-import statistics
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -35,13 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_helpers.launcher import trace
-from mgpu_helpers.report import sizes as sz
 
 SPAN_CATEGORY = "mgpu_span"
 SPAN_TID = 1                     # the "course spans" track of each rank
 GPU_TID_BASE = 1_000_000_000     # GPU streams become threads of their rank: base + device * 10**6 + stream
 ANCHOR = "mgpu:clock"
-_SIZE = re.compile(r"(\d+(?:\.\d+)?) (B|KiB|MiB|GiB)\b")
 
 
 @dataclass
@@ -179,46 +170,17 @@ def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
              for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks]
 
 
-def size_of(name: str) -> int | None:
-    """Bytes of the size written in a span name ("all_reduce 64 KiB" -> 65536), or None."""
-    m = _SIZE.search(name)
-    return int(float(m.group(1)) * sz.UNITS[m.group(2).upper()]) if m else None
-
-
-def step_rows_from_trace(merged: dict) -> list[dict]:
-    """The lab's step breakdown read from the trace's spans (those of :func:`mgpu_helpers.measure.sweep.step_rank`,
-    whose names carry the message size): per rank and size the median compute / wait / communicate seconds,
-    combined as :func:`mgpu_helpers.measure.sweep.combine_steps` does; what ``draw_step_breakdown`` takes."""
-    from mgpu_helpers.measure.sweep import combine_steps
-    per_rank = []
-    for spans in spans_from_trace(merged):
-        by_size: dict[int, dict[str, list]] = {}
-        for s in spans:
-            nbytes = size_of(s.name)
-            if nbytes is not None and s.kind in ("compute", "wait", "communicate"):
-                by_size.setdefault(nbytes, {"compute": [], "wait": [], "communicate": []})[s.kind].append(s.seconds)
-        per_rank.append([{"nbytes": n, **{k: statistics.median(v) if v else 0.0 for k, v in d.items()}}
-                         for n, d in sorted(by_size.items())])
-    if not per_rank or not per_rank[0]:
-        raise ValueError("no step spans in this trace: profile sweep.step_rank (run_profiled(sweep.step_rank, ...))")
-    return combine_steps(per_rank)
-
-
 # --------------------------------------------------------------------------------------------------------
 # From a cell (or a script).
-
-def default_trace_path(fn) -> str:
-    """``<current folder>/<fn name>.trace.json``: beside the notebook, which Jupyter runs in its own folder."""
-    return os.path.join(os.getcwd(), f"{getattr(fn, '__name__', 'ranks')}.trace.json")
-
 
 def run_profiled(fn, world_size: int, trace_path: str | None = None, args=(), cuda: str = "auto",
                  **run_ranks_kwargs) -> ProfiledRun:
     """Run ``fn`` on ``world_size`` ranks (:func:`mgpu_helpers.run_ranks`) under torch.profiler; write the merged
-    trace to ``trace_path`` (default :func:`default_trace_path`) and return a :class:`ProfiledRun`.
+    trace to ``trace_path`` (default ``<fn name>.trace.json`` in the current folder: beside the notebook, which
+    Jupyter runs in its own folder) and return a :class:`ProfiledRun`.
     ``run_ranks_kwargs`` go to run_ranks (backend, timeout, env, ...)."""
     from mgpu_helpers.launcher.launch import run_ranks
-    trace_path = os.path.abspath(trace_path or default_trace_path(fn))
+    trace_path = os.path.abspath(trace_path or f"{getattr(fn, '__name__', 'ranks')}.trace.json")
     run_ranks_kwargs.setdefault("stream", False)
     with tempfile.TemporaryDirectory(prefix="mgpu-profile-") as tmp:
         res = run_ranks(profiled(fn, tmp, cuda), world_size, args=tuple(args), **run_ranks_kwargs)
@@ -228,35 +190,6 @@ def run_profiled(fn, world_size: int, trace_path: str | None = None, args=(), cu
     Path(trace_path).write_text(json.dumps(merged), encoding="utf-8")
     res.values = [v["value"] for v in res.values]
     return ProfiledRun(res, trace_path, merged)
-
-
-TORCHRUN_SCRIPT = '''"""The lab's step (compute, wait, all-reduce per message size) as a torchrun script, for Nsight Systems.
-
-Written by `python -m mgpu_helpers.measure.profile --torchrun-script`. Each span is an NVTX range
-(mgpu.compute / mgpu.wait / mgpu.communicate), so the timeline shows them above the CUDA and NCCL rows:
-
-    nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node {world_size} {name}
-"""
-import os
-
-import torch
-
-import mgpu_helpers as mh
-from mgpu_helpers.launcher import trace
-from mgpu_helpers.measure import profile, sweep
-
-SIZES = {sizes!r}
-
-
-def lab_step(rank, world_size):
-    trace.set_range_hook(profile.nvtx_range)
-    return sweep.step_rank(rank, world_size, SIZES, steps={steps})
-
-
-if __name__ == "__main__":
-    rows = mh.torchrun_main(lab_step)
-    os.write(1, (repr(rows) + "\\n").encode())   # one write per rank: the ranks share stdout, lines must not mix
-'''
 
 
 @contextmanager
@@ -271,42 +204,3 @@ def nvtx_range(label: str, on: bool | None = None):
     finally:
         if on:
             torch.cuda.nvtx.range_pop()
-
-
-def write_torchrun_script(path: str, world_size: int = 2, sizes=(1 << 20, 64 << 20), steps: int = 5) -> str:
-    """Write the lab-step torchrun script to ``path``; returns the nsys command that profiles it."""
-    Path(path).write_text(TORCHRUN_SCRIPT.format(world_size=world_size, name=os.path.basename(path),
-                                                 sizes=list(sizes), steps=steps), encoding="utf-8")
-    return (f"nsys profile -t cuda,nvtx,osrt -o lab_step torchrun --standalone --nproc-per-node {world_size} "
-            f"{path}")
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.measure.profile", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--torchrun-script", metavar="PATH", help="write the lab step as a torchrun script")
-    p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--trace", metavar="PATH", help="profile the lab step on --world-size ranks into PATH")
-    a = p.parse_args(argv)
-    if a.torchrun_script:
-        cmd = write_torchrun_script(a.torchrun_script, a.world_size)
-        print(f"wrote {a.torchrun_script}; on a machine with Nsight Systems:\n  {cmd}")
-        return 0
-    if a.trace:
-        from mgpu_helpers.measure import sweep
-        run = run_profiled(sweep.step_rank, a.world_size, a.trace, args=([1 << 10, 1 << 20], 3, 128),
-                           timeout=300)
-        ops = rank_events(run.trace, 0, r"^(nccl|gloo):all_reduce")
-        kernels = [e for e in rank_events(run.trace, 0, r"(?i)nccl") if e.get("cat") == "kernel"]
-        streams = sorted({e["tid"] - GPU_TID_BASE for e in kernels})
-        print(f"wrote {run.trace_path} ({len(run.trace['traceEvents'])} events; backend {run.results.backend}); "
-              f"rank 0: {len(ops)} all_reduce ops, {len(kernels)} NCCL kernels on GPU stream(s) "
-              f"{', '.join(str(s % 1_000_000) for s in streams) or '-'}. Open it in https://ui.perfetto.dev "
-              "or chrome://tracing")
-        return 0
-    p.print_help()
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
