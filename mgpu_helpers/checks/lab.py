@@ -82,18 +82,26 @@ def review_ownership(values, data) -> list[str]:
     if shared is None and orphan is None and max(counts) - min(counts) > 1:
         problems.append(f"各 rank 拥有的元素个数是 {counts}：差得超过 1 个，最慢的 Rank 会拖住所有人。")
     for rank, row in enumerate(values):
-        result, local = float(row["result"]), float(row["local"])
-        if not _close(row["expected"], want_total):
-            problems.append(f"rank {rank} 的期望值 expected = {float(row['expected']):g}，"
-                            f"但整段输入的平方和是 {want_total:g}。")
-        if not _close(result, want_total):
-            why = first_hint((world_size > 1 and _close(result, local),
-                              "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
-                             (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"))
-            problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
-        if bool(row["ok"]) != _close(result, want_total):
-            problems.append(f"rank {rank} 自己的判断 ok = {bool(row['ok'])}，可是结果 {result:g} "
-                            f"{'确实' if _close(result, want_total) else '并不'}等于 {want_total:g}：检查要比较结果和期望值。")
+        problems += _result_problems(rank, row, want_total, world_size)
+    return problems
+
+
+def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -> list[str]:
+    """What is wrong in the all-reduce half of one rank's row (``expected``, ``result``, ``ok``): the same rules
+    for contiguous and round-robin ownership."""
+    result, local = float(row["result"]), float(row["local"])
+    problems = []
+    if not _close(row["expected"], want_total):
+        problems.append(f"rank {rank} 的期望值 expected = {float(row['expected']):g}，"
+                        f"但整段输入的平方和是 {want_total:g}。")
+    if not _close(result, want_total):
+        why = first_hint((world_size > 1 and _close(result, local),
+                          "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
+                         (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"))
+        problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
+    if bool(row["ok"]) != _close(result, want_total):
+        problems.append(f"rank {rank} 自己的判断 ok = {bool(row['ok'])}，可是结果 {result:g} "
+                        f"{'确实' if _close(result, want_total) else '并不'}等于 {want_total:g}：检查要比较结果和期望值。")
     return problems
 
 
@@ -475,12 +483,7 @@ def review_cyclic(values, data) -> list[str]:
         want_local = float((data[want] ** 2).sum())
         if not _close(row["local"], want_local):
             problems.append(f"rank {rank}：它那些元素的平方和应当是 {want_local:g}，局部结果却是 {float(row['local']):g}。")
-        if not _close(row["expected"], want_total):
-            problems.append(f"rank {rank} 的 expected = {float(row['expected']):g}，整段的平方和是 {want_total:g}。")
-        if not _close(row["result"], want_total):
-            problems.append(f"rank {rank} All-Reduce 之后得到 {float(row['result']):g}，应当是 {want_total:g}。")
-        if bool(row["ok"]) != _close(row["result"], want_total):
-            problems.append(f"rank {rank} 的 ok = {bool(row['ok'])} 和它的结果对不上：检查要比较结果和期望值。")
+        problems += _result_problems(rank, row, want_total, world_size)
     return problems
 
 

@@ -104,12 +104,12 @@ def rank_env(p2p: bool) -> dict:
     return {P2P_VARIABLE: "0" if p2p else "1"}
 
 
-def allreduce_busbw(world_size: int = 2, sizes=SIZES, p2p: bool = True, backend: str = "nccl",
-                    timeout: float = 600.0) -> list:
-    """The all-reduce rows (:class:`mgpu_helpers.measure.sweep.SweepRow`) of one launch with P2P on or off."""
+def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
+    """One launch of the all-reduce sweep with P2P on or off (``env``: more variables for the ranks): its rows
+    (:class:`mgpu_helpers.measure.sweep.SweepRow`) and the launch's RankResults."""
     res = run_ranks(sweep.sweep_rank, world_size, args=(list(sizes), ("all_reduce",), None, 5), backend=backend,
-                    timeout=timeout, env=rank_env(p2p), stream=False, quiet=True)
-    return sweep.combine(res.values, world_size, res.backend)
+                    timeout=timeout, env={**rank_env(p2p), **(env or {})}, stream=False, quiet=True)
+    return sweep.combine(res.values, world_size, res.backend), res
 
 
 def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout: float = 600.0) -> list[dict]:
@@ -119,8 +119,8 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
     of the plumbing, not a measurement); NCCL needs ``world_size`` GPUs."""
     if backend == "nccl":
         _need(world_size, "the all-reduce with and without NCCL P2P")
-    on = allreduce_busbw(world_size, sizes, True, backend, timeout)
-    off = allreduce_busbw(world_size, sizes, False, backend, timeout)
+    on, _ = allreduce_busbw(world_size, sizes, True, backend, timeout)
+    off, _ = allreduce_busbw(world_size, sizes, False, backend, timeout)
     return [{"nbytes": a.nbytes, "busbw_default": a.busbw, "busbw_p2p_off": b.busbw,
              "ratio": b.busbw / a.busbw if a.busbw else None, "backend": a.backend} for a, b in zip(on, off)]
 
@@ -134,9 +134,7 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
     _need(world_size, "the all-reduce with and without NCCL P2P")
     out = {}
     for key, p2p in (("on", True), ("off", False)):
-        res = run_ranks(sweep.sweep_rank, world_size, args=([int(nbytes)], ("all_reduce",), None, 5), backend="nccl",
-                        timeout=timeout, env={**rank_env(p2p), "NCCL_DEBUG": "INFO"}, stream=False, quiet=True)
-        row = sweep.combine(res.values, world_size, res.backend)[0]
+        (row,), res = allreduce_busbw(world_size, [int(nbytes)], p2p, "nccl", timeout, {"NCCL_DEBUG": "INFO"})
         lines = [f"[rank {r}] {ln}" for r, rank_lines in enumerate(res.outputs) for ln in rank_lines if "NCCL" in ln]
         out[key] = {"busbw": row.busbw, "transports": diagnose.transports(lines),
                     "lines": [ln for ln in lines if " via " in ln]}
