@@ -41,3 +41,16 @@ def _interrupts_raise():
     yield
     if previous is signal.SIG_IGN:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="module")
+def own_rank_server():
+    """The launcher's robustness tests run with a rank server that this process starts itself
+    (``MGPU_FORKSERVER=0``): they check the process tree under this process, which a server forked by the fork
+    server is not part of. ``tests/test_forkserver.py`` tests the forked one."""
+    from mgpu_helpers.launcher import launch
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MGPU_FORKSERVER", "0")
+        launch.shutdown_server()
+        yield
+        launch.shutdown_server()

@@ -28,11 +28,11 @@ STEP_HEAD = '''
 
 @pytest.fixture(autouse=True, scope="module")
 def warm_ranks():
-    """The rank server up, with what the optimizers need (torch._dynamo) imported, before the clocks start:
-    as in a notebook after its first training launch, so the first training check does not pay for it."""
-    from mgpu_helpers.launcher import launch, rank_process
+    """The rank server up before the clocks start, forked by the fork server with what the optimizers need
+    (torch._dynamo) imported, as in a notebook: so the first check does not pay for a cold start."""
+    from mgpu_helpers.launcher import launch
 
-    launch.prewarm(wait=True, modules=rank_process.PRELOADABLE)
+    launch.prewarm(wait=True)
     launch.run_ranks(lambda r, world_size: r, 2, backend="gloo", timeout=120, stream=False, quiet=True)
 
 

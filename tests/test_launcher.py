@@ -19,6 +19,9 @@ import pytest
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import launch
 
+# They check the process tree under this process: a rank server of its own, not one the fork server forked.
+pytestmark = pytest.mark.usefixtures("own_rank_server")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -548,55 +551,11 @@ def _has_dynamo(rank, world_size):
     return "torch._dynamo" in sys.modules    # checked before anything in the rank imports it
 
 
-def test_the_server_imports_dynamo_once_a_rank_needed_it(monkeypatch):
-    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")   # no idle preload in this test's servers
-    monkeypatch.setattr(launch, "_imported_here", lambda: [])   # as a kernel that has not trained itself
-    has_dynamo = _has_dynamo
-
-    def trains(rank, world_size):
-        import torch
-        had = has_dynamo(rank, world_size)
-        torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)    # imports torch._dynamo
-        return had
-
-    launch.shutdown_server()
-    launch._server.preloads.clear()              # what this kernel's earlier launches taught it is forgotten
-    assert mh.run_ranks(has_dynamo, 2, quiet=True).values == [False, False]
-    time.sleep(1)                                # idle time: a server that preloaded anyway would do it now
-    assert mh.run_ranks(has_dynamo, 2, quiet=True).values == [False, False]
-    assert mh.run_ranks(trains, 2, quiet=True).values == [False, False]
-    # The launch after waits for the server's own import (sent with the results): its ranks have it.
-    assert mh.run_ranks(trains, 2, quiet=True).values == [True, True]
-    launch.shutdown_server()                     # a new server of this kernel imports it as soon as it is up
-    assert mh.run_ranks(has_dynamo, 1, quiet=True).values == [True]
-    launch.shutdown_server()
-
-
 def test_an_idle_server_imports_dynamo_on_its_own(monkeypatch):
     monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "0.2")
     launch.shutdown_server()
-    launch._server.preloads.clear()
     deadline = time.monotonic() + 60
     while not mh.run_ranks(_has_dynamo, 1, quiet=True).values[0]:
         assert time.monotonic() < deadline, "the idle server never imported torch._dynamo"
         time.sleep(0.5)
-    launch.shutdown_server()
-
-
-def test_a_kernel_that_trained_itself_gets_ranks_with_dynamo_from_the_first_launch(monkeypatch):
-    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")
-    monkeypatch.setattr(launch, "_imported_here", lambda: ["torch._dynamo"])
-    launch.shutdown_server()
-    launch._server.preloads.clear()
-    assert mh.run_ranks(_has_dynamo, 2, quiet=True).values == [True, True]
-    launch.shutdown_server()
-
-
-def test_prewarm_can_ask_for_the_preload_before_any_launch(monkeypatch):
-    monkeypatch.setenv("MGPU_IDLE_PRELOAD_S", "600")
-    launch.shutdown_server()
-    launch._server.preloads.clear()
-    launch.prewarm(modules=("torch._dynamo", "not.a.preloadable.module"))
-    assert launch._server.preloads == {"torch._dynamo"}      # only names the ranks' list allows
-    assert mh.run_ranks(_has_dynamo, 1, quiet=True).values == [True]
     launch.shutdown_server()

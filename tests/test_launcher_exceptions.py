@@ -35,6 +35,9 @@ from mgpu_helpers.launcher import job as job_module
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.messages import Ready
 
+# They check the process tree under this process: a rank server of its own, not one the fork server forked.
+pytestmark = pytest.mark.usefixtures("own_rank_server")
+
 LAUNCHER_DIR = os.path.dirname(os.path.abspath(launch.__file__))
 
 

@@ -19,6 +19,9 @@ import pytest
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import launch
 
+# They check the process tree under this process: a rank server of its own, not one the fork server forked.
+pytestmark = pytest.mark.usefixtures("own_rank_server")
+
 LAUNCHER_DIR = os.path.dirname(os.path.abspath(launch.__file__))
 
 

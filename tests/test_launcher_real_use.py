@@ -16,6 +16,9 @@ import pytest
 
 import mgpu_helpers as mh
 
+# They check the process tree under this process: a rank server of its own, not one the fork server forked.
+pytestmark = pytest.mark.usefixtures("own_rank_server")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

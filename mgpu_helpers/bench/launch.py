@@ -2,7 +2,8 @@
 
 Measured in one run, side by side (a busy machine slows every row alike, so compare within one run):
 - ``run_ranks`` repeat: the server is up, ranks are forked from it; and where that time goes, phase by phase;
-- ``run_ranks`` cold: a new rank server (fresh ``import torch``) and the launch;
+- ``run_ranks`` in a new kernel: its rank server forked by the fork server (warm), and the launch;
+- ``run_ranks`` cold: a rank server of the kernel's own (``MGPU_FORKSERVER=0``: a fresh ``import torch``);
 - accelerate's ``notebook_launcher`` (forks the notebook through torch elastic), where accelerate is installed;
 - ``torch.multiprocessing.spawn`` of a module-level function (a fresh interpreter per rank, every time);
 - one plain ``subprocess`` per rank, each running the same work through ``torchrun``-style env:// init.
@@ -156,13 +157,12 @@ def main(argv: list[str]) -> int:
     opts = ap.parse_args(argv)
     n = opts.world_size
 
+    launch.prewarm(wait=True)                   # the fork server up (started if there was none)
     launch.shutdown_server()
-    t0 = time.perf_counter()
-    launch.prewarm(wait=True)
-    server_start = time.perf_counter() - t0
-    first_launch = _timed_launch(n)["total"]    # the first launch of a ready server
+    new_kernel = _timed_launch(n)["total"]      # a server forked for this kernel, then the launch
     launch.shutdown_server()
-    cold = _timed_launch(n)["total"]            # includes starting the server and its import torch
+    with mock.patch.dict(os.environ, MGPU_FORKSERVER="0"):
+        cold = _timed_launch(n)["total"]        # a server started here: its import torch, then the launch
     runs = [_timed_launch(n) for _ in progress.iterate(range(opts.repeats), "run_ranks repeats")]
     accel = [time_notebook_launcher(n) for _ in progress.iterate(range(opts.baseline_repeats), "notebook_launcher")]
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
@@ -172,7 +172,8 @@ def main(argv: list[str]) -> int:
     med = statistics.median
     repeat = med(r["total"] for r in runs)
     rows = [("run_ranks, repeat (server up)", repeat, f"median of {len(runs)}"),
-            ("run_ranks, cold (server start)", cold, f"1 run; import torch etc. alone {server_start:.2f} s")]
+            ("run_ranks, new kernel (fork server up)", new_kernel, "1 run"),
+            ("run_ranks, cold (own server: import torch)", cold, "1 run")]
     if accel[0] is not None:
         rows.append(("accelerate notebook_launcher", med(accel), f"median of {len(accel)}"))
     rows += [("torch.multiprocessing.spawn", med(spawn), f"median of {len(spawn)}"),
@@ -184,7 +185,6 @@ def main(argv: list[str]) -> int:
                                ("runs", "runs", "{}")], left={"runs"}))
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
-    print(f"(the first launch of a server that is already up: {first_launch:.3f} s)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
     ms = {key: med(r[key] for r in runs) * 1000 for key, _ in PHASES}
     print(tables.format_table([{"phase": key, "ms": ms[key], "share": 100 * ms[key] / (repeat * 1000), "what": what}

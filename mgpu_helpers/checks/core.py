@@ -673,16 +673,6 @@ HANG_S = 4.0
 TRAIN_HANG_S = 2 * HANG_S
 
 
-def let_rank_server_preload() -> None:
-    """Before a check whose ranks train a model: have the rank server import what an optimizer's first step
-    needs (``launcher/rank_process.PRELOADABLE``). The check's launch then waits for that import before its ranks
-    start, so the import is not counted against the hang limit, and each rank does not pay it again."""
-    from mgpu_helpers.launcher.launch import prewarm
-    from mgpu_helpers.launcher.rank_process import PRELOADABLE
-
-    prewarm(modules=PRELOADABLE)
-
-
 def where_ranks_wait(exc) -> str:
     """'rank 0 卡在 dist.send（exchange 的第 12 行）；rank 1 ...' from a :class:`RankTimeout`'s stacks: per rank,
     the torch.distributed call it is blocked in and the line of the learner's code that made it."""

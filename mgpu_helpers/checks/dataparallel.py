@@ -15,7 +15,7 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in_cell, first_hint, launch,
-                                      let_rank_server_preload, passed)
+                                      passed)
 from mgpu_helpers.measure import dp_reference as ref
 from mgpu_helpers.lessons.data_parallel import shard
 
@@ -66,7 +66,6 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_H
     """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
     ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
     from mgpu_helpers.lessons.data_parallel import shard_range
-    let_rank_server_preload()
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
     rng = random.Random()
     for n in world_sizes:

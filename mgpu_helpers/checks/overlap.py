@@ -22,7 +22,7 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first,
-                                      fill_in_cell, first_hint, launch, let_rank_server_preload, number_answer,
+                                      fill_in_cell, first_hint, launch, number_answer,
                                       passed, refuse_course_code, require_written)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
@@ -171,7 +171,6 @@ def _run(cls, world_size, what, **train_kwargs):
 
 def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
     """``fn(rank, world_size, *args)`` on ranks; a hang or an error becomes a CheckFailed that says what."""
-    let_rank_server_preload()
     return launch(fn, world_size, args, what, args[0], timeout,
                   advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
 

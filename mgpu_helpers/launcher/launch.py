@@ -31,12 +31,12 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from mgpu_helpers import hardware
-from mgpu_helpers.launcher import flight
+from mgpu_helpers.launcher import flight, forkserver
 from mgpu_helpers.launcher.errors import LaunchError
 from mgpu_helpers.launcher.interrupts import interrupts_held
 from mgpu_helpers.launcher.job import Job
-from mgpu_helpers.launcher.messages import JobRequest, Preload, Ready, Returned, Started
-from mgpu_helpers.launcher.rank_process import PRELOADABLE
+from mgpu_helpers.launcher.messages import JobRequest, Ready, Started
+from mgpu_helpers.launcher.server import close_fds
 from mgpu_helpers.launcher.results import RankResults
 from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
@@ -99,9 +99,13 @@ class _Conn:
     :class:`_Server`: a connection that the server holds always has an open socket.
     """
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen | forkserver.ForkedServer
     sock: socket.socket
     ready: bool = False
+
+    @property
+    def forked(self) -> bool:
+        return isinstance(self.proc, forkserver.ForkedServer)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -145,7 +149,7 @@ class _Server:
         self.lock = threading.Lock()
         self.conn: _Conn | None = None
         self.retired: list[_Conn] = []
-        self.preloads: set[str] = set()     # modules ranks needed: every server of this kernel imports them
+        self.own_server_next = False         # the fork server failed a start: the next server is our own
 
     def alive(self) -> bool:
         conn = self.conn
@@ -160,11 +164,16 @@ class _Server:
 
     def _spawn(self) -> None:
         # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         # The server must stay CUDA-free and quiet; PYTHONPATH lets it import this very package.
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False
+        sock = forkserver.connect(env) if use_forkserver else None
+        if sock is not None:
+            self.conn = _Conn(forkserver.ForkedServer(), sock)
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
@@ -193,15 +202,22 @@ class _Server:
         """Read the server's Ready (it is in the socket, or the server died): called under the lock."""
         try:
             conn.sock.settimeout(REPLY_TIMEOUT_S)
-            data, _ = recv_msg(conn.sock)
-            if not isinstance(pickle.loads(data), Ready):
+            data, fds = recv_msg(conn.sock, maxfds=1)
+            ready = pickle.loads(data)
+            if not isinstance(ready, Ready) or len(fds) != conn.forked:
+                close_fds(fds)
                 raise EOFError("expected Ready")
+            if fds:
+                conn.proc.adopt(ready.server_pid, fds[0])
             conn.ready = True
-            if self.preloads:
-                send_msg(conn.sock, pickle.dumps(Preload(tuple(sorted(self.preloads)))))
         except BaseException as exc:
             code = conn.proc.poll()
             self.stop()          # a frame half read, or none: this socket can no longer be trusted
+            if conn.forked and isinstance(exc, (EOFError, OSError)):
+                # The fork server ended before forking (its idle exit, say) or cannot import torch: this kernel
+                # starts a server of its own, which names the cause if there is one.
+                self.own_server_next = True
+                return
             if isinstance(exc, (EOFError, OSError, pickle.UnpicklingError)):
                 raise LaunchError(
                     f"the rank server did not start ({type(exc).__name__}, exit code {code}). Check that "
@@ -234,27 +250,12 @@ class _Server:
                 self.lock.release()
                 raise
             self.lock.release()
-            _import_torch_here()
+            if not conn.forked:      # a forked server answers in milliseconds: no import here to wait for
+                _import_torch_here()
             # The only wait: for Ready (or the server's death), at most a second a look. OSError or ValueError:
             # another thread closed the socket meanwhile; look again under the lock.
             with gate.allowed(), suppress(OSError, ValueError):
                 select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
-
-    def preload(self, modules) -> None:
-        """Have the server import ``modules`` (of ``rank_process.PRELOADABLE``) now, and every later server too.
-
-        Call with interrupts held and the lock taken. The server imports them before it reads its next
-        request, so a launch sent meanwhile waits for that import instead of paying it in each rank."""
-        new = set(modules) & set(PRELOADABLE) - self.preloads
-        if not new:
-            return
-        self.preloads |= new
-        conn = self.conn
-        if conn is not None and conn.ready:      # otherwise they go with the Ready (see _read_ready)
-            try:
-                send_msg(conn.sock, pickle.dumps(Preload(tuple(sorted(new)))))
-            except OSError:
-                self.stop()                      # gone or stuck: the next launch starts a new one
 
     def submit(self, request: JobRequest, fds: list[int], gate) -> tuple[Started, subprocess.Popen]:
         """Hand a job to a ready server; returns its Started reply (the leader's pid) and the server's Popen.
@@ -287,17 +288,11 @@ _server = _Server()
 atexit.register(_server.stop)
 
 
-def _imported_here() -> list[str]:
-    """The modules of ``rank_process.PRELOADABLE`` that this kernel has imported (it built an optimizer, say)."""
-    return [m for m in PRELOADABLE if m in sys.modules]
-
-
-def prewarm(wait: bool = False, modules=()) -> None:
+def prewarm(wait: bool = False) -> None:
     """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``.
 
     Returns at once; with ``wait=True`` it returns once the server takes jobs (the wait can be interrupted,
-    and the server then goes on starting). ``modules``: names from ``rank_process.PRELOADABLE`` for the server to
-    import as soon as it is up (it would otherwise do so after the first launch whose ranks needed them).
+    and the server then goes on starting).
     """
     with interrupts_held() as gate:
         if wait:
@@ -306,9 +301,6 @@ def prewarm(wait: bool = False, modules=()) -> None:
         else:
             with _server.lock:
                 _server.start()
-        if modules:
-            with _server.lock:
-                _server.preload(modules)
 
 
 def shutdown_server() -> None:
@@ -418,12 +410,7 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
     with interrupts_held() as gate:
         # A cold start's import torch is waited for here (interruptibly), so the timeout counts the ranks only.
         _server.acquire_ready(gate)
-        try:
-            # A kernel that has built an optimizer itself is training: its ranks will too, so the server
-            # imports what they need once now, instead of each rank of this launch.
-            _server.preload(_imported_here())
-        finally:
-            _server.lock.release()
+        _server.lock.release()
         # Made in here: the job holds a selector (a file descriptor) from its first moment.
         job = Job(world_size, backend, reason, float(timeout), stream, quiet)
         try:
@@ -432,10 +419,6 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
                 results = supervise(job)
         finally:
             job.finish()            # KeyboardInterrupt included: no rank, fd or folder outlives the cell
-        needed = {m for got in job.results.values() if isinstance(got, Returned) for m in got.imported}
-        if needed:
-            with _server.lock:
-                _server.preload(needed)
         return results
 
 

@@ -5,7 +5,7 @@ Every message is one frame (:mod:`mgpu_helpers.launcher.wire`) holding one pickl
 reads fields by name (``msg.leader_pid``), never by position, and a message of the wrong kind is caught by
 its type. Who sends what::
 
-    notebook -> server   JobRequest (with the job's pipes attached), Preload (no reply)
+    notebook -> server   JobRequest (with the job's pipes attached)
     server -> notebook   Ready (torch imported), Started (a leader was forked for the job)
     leader -> notebook   RankExit                      (on the job's status pipe)
     rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)
@@ -30,13 +30,6 @@ class JobRequest:
     sys_path: list
     cwd: str
     pg_timeout_s: float
-
-
-@dataclass(frozen=True)
-class Preload:
-    """Import these modules now (names from ``rank_process.PRELOADABLE``), so ranks forked later have them."""
-
-    modules: tuple
 
 
 @dataclass(frozen=True)
@@ -71,14 +64,12 @@ class Running:
 
 @dataclass(frozen=True)
 class Returned:
-    """``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds. ``imported``: the modules
-    of ``rank_process.PRELOADABLE`` that this rank had to import itself (the server did not have them)."""
+    """``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds."""
 
     value: object
     init_s: float
     fn_s: float
     spans: list
-    imported: tuple = ()
 
 
 @dataclass(frozen=True)

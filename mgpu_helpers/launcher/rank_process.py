@@ -16,10 +16,11 @@ import traceback
 from contextlib import suppress
 
 
-# Slow imports that ranks may need and the rank server can do once for all later ranks. torch.optim and DDP
+# Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP
 # import torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop.
-# The server imports them after a rank has needed them, when a caller asks (``prewarm``), or when it has
-# been idle a while (``server.IDLE_PRELOAD_S``). They start no threads, so forking after them is safe.
+# The fork server imports them before it forks any server, so every server it forks has them; a server that
+# the kernel started itself imports them once it has been idle a while (``server.IDLE_PRELOAD_S``). They
+# start no threads, so forking after them is safe.
 PRELOADABLE = ("torch._dynamo",)
 
 
@@ -98,7 +99,6 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     flight.start_dumper(job.job_dir, rank)      # first thread of the rank: the mask it sets is inherited
 
     world_size = job.world_size
-    had = {m for m in PRELOADABLE if m in sys.modules}     # what the server had imported before the fork
     os.environ.clear()
     os.environ.update(job.env)
     os.environ.update(job.rank_env[rank])
@@ -136,8 +136,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         value = fn(rank, world_size, *args)
         t3 = time.perf_counter()
         where = f"sending the result (a {type(value).__module__}.{type(value).__qualname__})"
-        imported = tuple(m for m in PRELOADABLE if m in sys.modules and m not in had)
-        message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect(), imported)
+        message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect())
         # Output first, then the result: once every rank's result is in, the notebook ends the ranks (they
         # are only leaving the group), and what they printed must already be in their output pipes.
         sys.stdout.flush()

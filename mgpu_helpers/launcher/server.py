@@ -1,12 +1,13 @@
 """The rank server: a CUDA-clean process with torch imported, from which rank processes are forked.
 
-Started by :mod:`mgpu_helpers.launcher.launch` as ``python -m mgpu_helpers.launcher.server FD PARENT_PID``. It
+Started by :mod:`mgpu_helpers.launcher.launch` as ``python -m mgpu_helpers.launcher.server FD PARENT_PID``, or
+forked for a kernel by the fork server (:mod:`mgpu_helpers.launcher.forkserver`, :func:`serve_kernel`). It
 never touches CUDA, so forking from it is safe even when the notebook kernel has used a GPU. Each job is
 handled by a *leader* (forked from the server, in a process group of its own) that forks the ranks and
 reports how each one exits. Process tree and who cleans up::
 
-    notebook kernel ──(Unix socket)── server (own session; dies with the kernel: PR_SET_PDEATHSIG, and
-                                         │     exits when the socket closes)
+    notebook kernel ──(Unix socket)── server (own session; exits when the socket closes, and dies with a
+                                         │     kernel that started it: PR_SET_PDEATHSIG)
                                          └─ leader of job k (pgid = its pid; dies with the server)
                                               └─ rank 0..n-1 (die with the leader)
 
@@ -43,7 +44,7 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _close_fds(fds) -> None:
+def close_fds(fds) -> None:
     for fd in fds:
         with suppress(OSError):
             os.close(fd)
@@ -102,12 +103,12 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
                 die_with_parent(leader_pid)
                 signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-                _close_fds([fd for i, fd in enumerate(out_fds + res_fds) if i % n != rank] + [status_fd])
+                close_fds([fd for i, fd in enumerate(out_fds + res_fds) if i % n != rank] + [status_fd])
                 rank_process.main(job, rank, out_fds[rank], res_fds[rank])
             finally:
                 os._exit(70)
         pids[pid] = rank
-    _close_fds(out_fds + res_fds)
+    close_fds(out_fds + res_fds)
     # SIGCHLD wakes the poll below through this pipe, so an exit is reported the moment it happens. (A rank
     # that exited before this handler was set is a zombie already, read by the first waitpid below.)
     wake_r, wake_w = os.pipe()
@@ -139,42 +140,37 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
-# Seconds without a request after which the server imports ``rank_process.PRELOADABLE`` on its own: a learner who
-# reads between cells leaves it that long, so a later training launch finds the import done; a notebook run
-# cell after cell (nbval) rarely does, so its launches do not queue behind an import that they may not need
-# (1.5 s was too short: a cell that draws a figure or imports torch in the kernel took that long, and the next
-# launch waited about a second for an import none of its ranks used).
+# Seconds without a request after which a server that the kernel started itself imports
+# ``rank_process.PRELOADABLE`` (one forked by the fork server has them already): a learner who reads between
+# cells leaves it that long, so a later training launch finds the import done; a notebook run cell after cell
+# (nbval) rarely does, so its launches do not queue behind an import that they may not need (1.5 s was too
+# short: a cell that draws a figure or imports torch in the kernel took that long, and the next launch waited
+# about a second for an import none of its ranks used).
 IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "5"))
 
 
-def _import_preloadable(names) -> None:
+def import_preloadable() -> None:
     from mgpu_helpers.launcher.rank_process import PRELOADABLE
-    for name in names:
-        if name in PRELOADABLE and name not in sys.modules:   # never an arbitrary module: it may start threads
-            with suppress(Exception):   # an optional speed-up, never a reason not to serve
-                importlib.import_module(name)
+    for name in PRELOADABLE:
+        with suppress(Exception):   # an optional speed-up, never a reason not to serve
+            importlib.import_module(name)
 
 
 def serve(sock: socket.socket) -> None:
-    from mgpu_helpers.launcher.messages import Preload, Started
+    from mgpu_helpers.launcher.messages import Started
     from mgpu_helpers.launcher.rank_process import PRELOADABLE
     from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
     server_pid = os.getpid()
     while True:
         if any(m not in sys.modules for m in PRELOADABLE) and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
-            _import_preloadable(PRELOADABLE)
+            import_preloadable()
             continue
         try:
             data, fds = recv_msg(sock, maxfds=253)
         except (EOFError, ConnectionError):
             return  # the notebook kernel closed its end (or is gone): we are done
         job = pickle.loads(data)
-        if isinstance(job, Preload):
-            # Done at once, before the next request is read: a launch sent meanwhile waits for it rather
-            # than importing the same module in each of its ranks.
-            _import_preloadable(job.modules)
-            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -187,12 +183,39 @@ def serve(sock: socket.socket) -> None:
                 os._exit(71)
         with suppress(OSError):
             os.setpgid(pid, pid)   # also here, so the kernel can kill the group as soon as it has the pid
-        _close_fds(fds)
+        close_fds(fds)
         try:
             send_msg(sock, pickle.dumps(Started(job.job_id, pid)))
         except OSError:
             os.killpg(pid, signal.SIGKILL)   # nobody is left to supervise this job (the leader waits: safe)
             return
+
+
+def import_rank_modules() -> None:
+    """The whole point of a rank server (and of the fork server): pay for these imports once, then fork ranks that
+    have them: torch, and what every rank imports (compiled once here, not in each rank of each launch)."""
+    import cloudpickle  # noqa: F401
+    import numpy  # noqa: F401
+    import psutil  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
+
+
+def serve_kernel(sock: socket.socket) -> None:
+    """Serve the kernel at the other end of ``sock``, in a process the fork server forked for it: the kernel gets
+    a pidfd of this process with the Ready, since it cannot wait for a process that is not its child."""
+    from mgpu_helpers.launcher.messages import Ready
+    from mgpu_helpers.launcher.wire import send_msg
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    pidfd = os.pidfd_open(os.getpid())
+    try:
+        send_msg(sock, pickle.dumps(Ready(os.getpid())), [pidfd])
+    except OSError:
+        return   # the kernel went away before it was served
+    os.close(pidfd)
+    serve(sock)
 
 
 def main() -> None:
@@ -202,15 +225,7 @@ def main() -> None:
     # Children of ours that exit are reaped by the kernel: no zombies, no bookkeeping.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The whole point of this process: pay for these imports once, then fork ranks that have them.
-    import cloudpickle  # noqa: F401
-    import numpy  # noqa: F401
-    import psutil  # noqa: F401
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
-
-    # and what every rank imports (compiled once here, not in each rank of each launch)
-    from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
+    import_rank_modules()
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
     sock = socket.socket(fileno=fd)

@@ -170,7 +170,8 @@ def _raise_launcher_died(job: Job):
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
     if code is not None:
-        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        how = ("ended" if code == "unknown" else     # forked by the fork server: not ours to read its status
+               f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}")
         raise LaunchError(
             f"the rank server died during this launch (it {how}; out of memory, or killed by hand?), and "
             f"the ranks went with it.{note} The next launch starts a new rank server.")

@@ -1,0 +1,161 @@
+"""The fork server: one process per user and library version that has imported what a rank server imports, and
+forks a rank server for each notebook kernel that connects.
+
+A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU, more on a busy machine), and the
+ranks of its first training launch pay ``torch._dynamo`` (about a second each). The fork server pays both once,
+before it forks anything, and every kernel's server after that is a fork, ready in milliseconds. Nothing else
+changes: the forked server serves the one kernel whose connection it was forked for, exits when that socket
+closes (the kernel ended or restarted), and its jobs' leaders and ranks die with it, as under a server the
+kernel started itself (:mod:`mgpu_helpers.launcher.server`). It is not the kernel's child, so it sends the kernel
+a pidfd of itself with its Ready: the kernel watches and ends it through that.
+
+It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a
+key of the interpreter, the launcher's files and the environment variables read while torch is imported; each
+end checks that the other runs as the same user. The kernel that finds none binds the name itself and hands
+the listening socket to the fork server it starts, so a connection made at once waits in the backlog while
+torch is imported, and two kernels starting at once find one fork server. It exits after ``IDLE_EXIT_S``
+seconds without a connection. Linux only (pidfds); ``MGPU_FORKSERVER=0`` turns it off, and each kernel then
+starts its own server, as it does wherever the fork server fails before its server's Ready.
+"""
+
+import glob
+import hashlib
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+
+IDLE_EXIT_S = float(os.environ.get("MGPU_FORKSERVER_IDLE_S", "600"))
+# What ``import torch`` (and what the server imports with it) may read; the rest of a kernel's environment
+# reaches its ranks with each job (rank_process sets it), so it needs no fork server of its own.
+IMPORT_TIME_VARS = ("PYTHON", "LD_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS", "CUDA",
+                    "NCCL", "GLOO", "MGPU_")
+PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def enabled() -> bool:
+    return (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+            and os.environ.get("MGPU_FORKSERVER", "1") != "0")
+
+
+def address(env: dict) -> bytes:
+    """The fork server's abstract socket name for this user, interpreter, launcher version and environment."""
+    key = hashlib.sha256()
+    parts = [sys.executable, PKG] + sorted(f"{k}={v}" for k, v in env.items() if k.startswith(IMPORT_TIME_VARS))
+    # The modules a fork server has imported: an edited one means a new fork server, never a stale import.
+    for path in sorted(glob.glob(os.path.join(PKG, "*.py")) + glob.glob(os.path.join(PKG, "launcher", "*.py"))):
+        st = os.stat(path)
+        parts.append(f"{path}:{st.st_mtime_ns}:{st.st_size}")
+    for part in parts:
+        key.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return f"\0mgpu-course-forkserver-{os.getuid()}-{key.hexdigest()[:32]}".encode()
+
+
+def peer_uid(sock: socket.socket) -> int:
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return uid
+
+
+def connect(env: dict) -> socket.socket | None:
+    """A connection for which the fork server forks this kernel a rank server (starting the fork server if there
+    is none); None where there can be none here (the kernel then starts its own server)."""
+    name = address(env)
+    for _ in range(3):   # refused: nobody listens, so start one; a start that lost the race: connect to the winner
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(name)
+        except ConnectionRefusedError:
+            sock.close()
+            _start(name, env)
+            continue
+        except OSError:
+            sock.close()
+            return None
+        if peer_uid(sock) != os.getuid():   # another user holds the name: never send them a job
+            sock.close()
+            return None
+        return sock
+    return None
+
+
+def _start(name: bytes, env: dict) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(name)
+        listener.listen(64)
+        # Its own session, like a rank server: the kernel's interrupt and a kill of its process group miss it.
+        # Not waited for: subprocess reaps it on a later start if it ends while this kernel runs.
+        subprocess.Popen([sys.executable, "-m", "mgpu_helpers.launcher.forkserver", str(listener.fileno())],
+                         pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)
+    except OSError:
+        pass                 # EADDRINUSE: another kernel bound it first
+    finally:
+        listener.close()
+
+
+class ForkedServer:
+    """The launcher's handle on a rank server forked by the fork server, with the part of ``subprocess.Popen``
+    it uses (pid, poll, kill, wait). Not our child: its exit status cannot be read, only that it exited, which
+    poll() and wait() then say as ``"unknown"``. Until its Ready brings the pidfd nothing is known (poll() is
+    None), and ending it is closing its socket: a server forked for a closed socket exits at once."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.returncode = None
+        self._fd: int | None = None
+
+    def adopt(self, pid: int, pidfd: int) -> None:
+        self.pid, self._fd = pid, pidfd
+
+    def poll(self):
+        if self._fd is not None and select.select([self._fd], [], [], 0)[0]:
+            self._gone()
+        return self.returncode
+
+    def kill(self) -> None:
+        if self._fd is not None:
+            signal.pidfd_send_signal(self._fd, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None):
+        if self._fd is not None and not select.select([self._fd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"rank server {self.pid}", timeout)
+        self._gone()
+        return self.returncode
+
+    def _gone(self) -> None:
+        fd, self._fd, self.returncode = self._fd, None, "unknown"
+        if fd is not None:
+            os.close(fd)
+
+
+def main() -> None:
+    from mgpu_helpers.launcher import server
+
+    listener = socket.socket(fileno=int(sys.argv[1]))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the forked servers are reaped by Linux, not waited for
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Everything before the first fork, the optional imports too: every server forked from here has what a
+    # training rank imports, so no launch and no checker's time limit ever pays for it. Only the first kernel
+    # waits the extra second, once per fork server.
+    server.import_rank_modules()
+    server.import_preloadable()
+    while select.select([listener], [], [], IDLE_EXIT_S)[0]:
+        conn, _ = listener.accept()
+        if peer_uid(conn) == os.getuid():
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    listener.close()
+                    server.serve_kernel(conn)
+                finally:
+                    os._exit(0)
+        conn.close()
+    # Idle for IDLE_EXIT_S: the name goes with the socket, and a later kernel starts a new fork server.
+
+
+if __name__ == "__main__":
+    main()
