@@ -8,6 +8,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The suite's notebooks and checkers share one fork server (mgpu_helpers/launcher/forkserver.py), of a key of its
+# own: it goes two idle minutes after the last test instead of a learner's ten.
+os.environ.setdefault("MGPU_FORKSERVER_IDLE_S", "120")
+
 
 @pytest.fixture(scope="module")
 def vendor():

@@ -22,24 +22,27 @@ pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and hasatt
 
 @pytest.fixture
 def fork_served(monkeypatch, request):
-    """The fork server on, with a key of this test's own (its idle time), and every fork server it started ended."""
+    """The fork server on, with a key of this test's own (an idle time no other process uses), and every fork
+    server of that key ended afterwards (never the one the rest of the suite shares)."""
+    idle = f"{60 + len(request.node.name)}.{os.getpid()}"
     monkeypatch.setenv("MGPU_FORKSERVER", "1")
-    monkeypatch.setenv("MGPU_FORKSERVER_IDLE_S", str(60 + len(request.node.name)))   # one fork server per test
-    monkeypatch.setenv("MGPU_TEST_NAME", request.node.name)
-    before = set(_fork_servers())
+    monkeypatch.setenv("MGPU_FORKSERVER_IDLE_S", idle)
     launch.shutdown_server()
     yield
     launch.shutdown_server()
-    for pid in set(_fork_servers()) - before:
+    for pid in _fork_servers(idle):
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
-def _fork_servers() -> list[int]:
+def _fork_servers(idle: str) -> list[int]:
+    """The fork servers started with ``MGPU_FORKSERVER_IDLE_S=idle``."""
     found = []
     for p in psutil.process_iter(["cmdline"]):
-        if "mgpu_helpers.launcher.forkserver" in " ".join(p.info["cmdline"] or []):
-            found.append(p.pid)
+        with suppress(psutil.Error):
+            if ("mgpu_helpers.launcher.forkserver" in " ".join(p.info["cmdline"] or [])
+                    and p.environ().get("MGPU_FORKSERVER_IDLE_S") == idle):
+                found.append(p.pid)
     return found
 
 
@@ -206,7 +209,8 @@ def test_the_name_changes_with_the_launchers_files_and_the_import_time_environme
     env = {"HOME": "/home/a", "OMP_NUM_THREADS": "2"}
     name = forkserver.address(env)
     assert name.startswith(b"\0mgpu-course-forkserver-%d-" % os.getuid())
-    assert forkserver.address({**env, "HOME": "/home/b", "PWD": "/x"}) == name   # reaches the ranks with each job
+    # the rest of a kernel's environment reaches the ranks with each job: no fork server of its own
+    assert forkserver.address({**env, "HOME": "/home/b", "PWD": "/x", "MGPU_PROJECTION": "1"}) == name
     assert forkserver.address({**env, "OMP_NUM_THREADS": "4"}) != name          # read by import torch
     (tmp_path / "launcher" / "server.py").write_text("# an edited module\n")
     assert forkserver.address(env) != name
