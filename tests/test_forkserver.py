@@ -86,6 +86,27 @@ def test_a_kernels_servers_are_forked_from_one_fork_server_that_has_imported_tor
     assert psutil.Process(launch._server.conn.proc.pid).ppid() == parent        # the same fork server
 
 
+def test_a_forked_server_killed_during_a_launch_is_a_launch_error_and_the_next_launch_gets_a_new_one(fork_served):
+    assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
+    server = launch._server.conn.proc.pid
+
+    def sleeps(rank, world_size):
+        import time
+        time.sleep(60)
+
+    killer = threading.Timer(1.0, os.kill, (server, signal.SIGKILL))   # out of memory, say, or killed by hand
+    killer.start()
+    try:
+        # long before the timeout: the ranks go with their server, and the message says so
+        with pytest.raises(mh.LaunchError, match="the rank server (died during this launch|went away)"):
+            mh.run_ranks(sleeps, 2, timeout=30, quiet=True)
+    finally:
+        killer.cancel()
+    assert _gone([server], 5)
+    assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3          # a new server, forked again
+    assert launch._server.conn.forked and launch._server.conn.proc.pid != server
+
+
 def test_the_forked_server_and_its_ranks_go_when_the_kernel_dies_and_the_fork_server_stays(fork_served, tmp_path):
     script = tmp_path / "kernel.py"
     script.write_text(textwrap.dedent("""
