@@ -9,10 +9,10 @@ import math
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, as_numpy, call, compare, expect_items, fill_in_cell, first_hint,
-                                      has_stub, int_values, launch, matching_hint, new_rng, number_answer, passed,
-                                      rank_tensor, refuse_course_code, resolve_course, run_on_ranks, run_problem,
-                                      which_rank)
+                                      WatchedCalls, answers, as_numpy, call, compare, expect_items, fill_in_cell,
+                                      first_hint, has_stub, int_values, launch, matching_hint, new_rng, number_answer,
+                                      passed, rank_tensor, refuse_course_code, resolve_course, run_on_ranks,
+                                      run_problem, which_rank)
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
@@ -154,13 +154,14 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
                           f"2(n-1)/n·S = {formula:g} 差得太远，{why}")
 
 
-def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> list:
-    """Run the reader's ring on ``world_sizes``; check values (in place), then the sends. Returns the cases."""
+def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> tuple:
+    """Run the reader's ring on ``world_sizes`` (None: :data:`WORLD_SIZES`); check values (in place), then the
+    sends. Returns the world sizes run."""
+    world_sizes = tuple(world_sizes or WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
     course = resolve_course(RING_FORBIDDEN_LIB)
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
     rng = new_rng()
-    done = []
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short)
         res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, style, course), what, fn, timeout,
@@ -185,14 +186,13 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                 if style == "tensor" and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
             check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
-        done.append(world_size)
-    return done
+    return world_sizes
 
 
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
-    sizes = run_ring("ring_all_reduce", fn, "tensor", 1, tuple(world_sizes or WORLD_SIZES), timeout, short=True)
+    sizes = run_ring("ring_all_reduce", fn, "tensor", 1, world_sizes, timeout, short=True)
     passed(f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
            "时都等于总和；每个 Rank 只给右边发，每条消息一块，一共 2(n-1)/n·S 字节。")
 
@@ -226,7 +226,7 @@ def reference_ring_all_reduce_left(rank, world_size, x):
 def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
-    sizes = run_ring("ring_all_reduce_left", fn, "args", -1, tuple(world_sizes or WORLD_SIZES), timeout, short=False)
+    sizes = run_ring("ring_all_reduce_left", fn, "args", -1, world_sizes, timeout, short=False)
     passed(f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
            "总和；每个 Rank 只给左边发，每条消息一块，一共 2(n-1)/n·S 字节。")
 
@@ -339,15 +339,13 @@ def reference_expected(name: str, inputs) -> list:
     return expected_outputs(name, inputs)
 
 
-def _expected_cases(rng, name: str) -> list:
+def _expected_cases(rng, name: str):
     """World sizes 2, 3, 4; lengths that do not divide (all_reduce, all_gather), a zero row, random rows."""
-    cases = []
     for n in WORLD_SIZES:
         length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
         rows = [int_values(rng, length).tolist() for _ in range(n)]
         rows[0] = [0.0] * length
-        cases.append(rows)
-    return cases
+        yield rows
 
 
 def _explain_expected(name: str, inputs, rank: int, got) -> str:
@@ -404,8 +402,7 @@ def check_all_reduce_busbw(fn) -> None:
     rng = new_rng()
     cases = [(1e9, 1.0, 2), (1e9, 1.0, 8), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]
     cases += [(float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 9))) for _ in range(20)]
-    for nbytes, seconds, n in cases:
-        got = call(fn, what, nbytes, seconds, n)
+    for (nbytes, seconds, n), got in answers(fn, what, cases):
         want = busbw("all_reduce", nbytes, seconds, n)
         where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
         got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
@@ -432,9 +429,8 @@ def check_comm_share_speedup(fn) -> None:
     what = "comm_share_speedup 要算出通信占比从 before 降到 after 时每步快几倍"
     rng = new_rng()
     cases = [(0.3, 0.1), (0.5, 0.5), (0.0, 0.0), (0.2, 0.0), (0.9, 0.3)]
-    cases += [tuple(sorted(rng.uniform(0, 0.95, 2), reverse=True)) for _ in range(20)]
-    for before, after in cases:
-        got = call(fn, what, float(before), float(after))
+    cases += [tuple(float(v) for v in sorted(rng.uniform(0, 0.95, 2), reverse=True)) for _ in range(20)]
+    for (before, after), got in answers(fn, what, cases):
         want = comm_share_speedup(before, after)
         where = f"通信占一步 {before:.0%} → {after:.0%}"
         got = number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")

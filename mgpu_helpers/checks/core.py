@@ -117,6 +117,14 @@ def call(fn, what: str, *args):
         raise not_done(fn, what) from None
 
 
+def answers(fn, what: str, cases, calling=call):
+    """``(case, fn(*case))`` for each case (a tuple of ``fn``'s arguments) in turn, each call through ``calling``
+    (:func:`call`, or :func:`call_limited`): the learner's answer on every case a checker draws, got only when
+    the loop reaches it."""
+    for case in cases:
+        yield case, calling(fn, what, *case)
+
+
 def require_written(fn, what: str) -> None:
     """Raise the "not done yet" failure while ``fn`` still holds the generated stub (:func:`has_stub`)."""
     if has_stub(fn):

@@ -25,7 +25,7 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, _inner, call, compare, expect_items, fill_in_cell, first_hint,
+from mgpu_helpers.checks.core import (CheckFailed, _inner, answers, compare, expect_items, fill_in_cell, first_hint,
                                       new_rng, not_done, passed, refuse_course_code, require_written)
 from mgpu_helpers.measure.timing import simulator
 
@@ -131,10 +131,13 @@ def _whole_numbers(got, want: tuple, where: str, kinds, returns: str, slips) -> 
         raise CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{first_hint(*slips())}".rstrip())
 
 
-def _sizes(rng, block: int) -> list[int]:
-    """The edge cases first, then random draws: 1, below a block, a remainder, an exact multiple."""
-    return [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
-            block * 2, int(rng.integers(1, 5 * block))]
+def _launches(rng, block: int) -> list[tuple[int, int, int]]:
+    """``(n, blocks, array length)`` of each launch of a 1-D kernel checker: n the edge cases first, then random
+    draws (1, below a block, a remainder, an exact multiple); the fewest blocks that cover n; arrays that reach
+    :data:`PAD` elements past the last launched thread."""
+    sizes = [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
+             block * 2, int(rng.integers(1, 5 * block))]
+    return [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
 
 
 def _past_end(got, n: int, sentinel, where: str) -> None:
@@ -148,14 +151,9 @@ def _past_end(got, n: int, sentinel, where: str) -> None:
 # 01: the thread map as a pure function.
 
 def _reference(name: str):
+    """The course's own ``mh.lessons.cuda_model.<name>``: refused as an answer, and the reference it is held to."""
     from mgpu_helpers.lessons import cuda_model
     return getattr(cuda_model, name)
-
-
-def _thread_ids_want(grid: int, block: int, warp_size: int = 32):
-    block_idx = np.repeat(np.arange(grid), block)
-    thread_idx = np.tile(np.arange(block), grid)
-    return block_idx, thread_idx, block_idx * block + thread_idx, thread_idx // warp_size, thread_idx % warp_size
 
 
 THREAD_FIELDS = ("block_idx", "thread_idx", "global_idx", "warp", "lane")
@@ -174,12 +172,11 @@ def check_thread_ids(fn) -> None:
     rng = random.Random()
     cases = [(1, 1), (3, 64), (2, 100), (4, 33), (1, 32), (5, 7)]
     cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
-    for grid, block in cases:
-        got = call(fn, what, grid, block)
+    for (grid, block), got in answers(fn, what, cases):
         where = f"grid = {grid}, block = {block}"
         expect_items(got, 5, f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
                              f"实际返回 {type(got).__name__}。")
-        want = _thread_ids_want(grid, block)
+        want = _reference("thread_ids")(grid, block)         # the course's thread map is the reference
         for name, g, w in zip(THREAD_FIELDS, got, want):
             g = np.asarray(g)
             if g.shape != w.shape:
@@ -206,8 +203,7 @@ def check_work_and_idle(fn) -> None:
     rng = random.Random()
     cases = [(4, 256, 1000), (3, 64, 150), (2, 256, 1000), (1, 256, 1), (4, 32, 128), (1, 1, 0), (3, 100, 300)]
     cases += [(rng.randint(1, 8), rng.randint(1, 512), rng.randint(0, 3000)) for _ in range(30)]
-    for grid, block, n in cases:
-        got = call(fn, what, grid, block, n)
+    for (grid, block, n), got in answers(fn, what, cases):
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
@@ -228,8 +224,7 @@ def check_launch_config(fn) -> None:
     rng = random.Random()
     cases = [(1, 256), (255, 256), (256, 256), (257, 256), (1000, 256), (150, 64), (0, 128), (7, 1), (33, 32)]
     cases += [(rng.randint(1, 10 ** 7), rng.choice([32, 64, 100, 128, 256, 512, 1024])) for _ in range(40)]
-    for n, block in cases:
-        got = call(fn, what, n, block)
+    for (n, block), got in answers(fn, what, cases):
         want = (_blocks(n, block), block)
         where = f"n = {n}, block = {block}"
         _whole_numbers(got, want, where, tuple, "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的", lambda: (
@@ -258,10 +253,8 @@ def check_vec_mul(kernel, block: int = 32) -> None:
     what = "vec_mul Kernel 要算出全局下标、做边界检查，再写 c[i] = a[i] * b[i]"
     refuse_course_code(kernel, what, [_reference("vec_mul")], advice="在练习格里自己写出函数体。")
     rng = new_rng()
-    sizes = _sizes(rng, block)
-    for n in sizes:
-        grid = _blocks(n, block)
-        length = grid * block + PAD
+    launches = _launches(rng, block)
+    for n, grid, length in launches:
         a, b = (rng.integers(-9, 10, length).astype(np.float32) for _ in range(2))
         a[:n][a[:n] == 0] = 3.0           # no zeros: a * b and a + b must differ
         b[:n][b[:n] == 2] = 5.0           # 2 * 2 == 2 + 2
@@ -277,7 +270,7 @@ def check_vec_mul(kernel, block: int = 32) -> None:
             (n > block and np.isnan(got[:n]).any(),
              "有元素没被写：全局下标是 blockIdx.x * blockDim.x + threadIdx.x（乘的是每块的线程数）。"))
         compare(got[:n], a[:n] * b[:n], where, hint)
-    passed(f"vec_mul 在 n = {', '.join(map(str, sizes))}（block = {block}）上与 NumPy 一致，n 之后的元素没有被碰。")
+    passed(f"vec_mul 在 n = {', '.join(str(n) for n, _, _ in launches)}（block = {block}）上与 NumPy 一致，n 之后的元素没有被碰。")
 
 
 try_vec_mul = fill_in_cell(check_vec_mul, "mgpu_helpers.lessons.cuda_model.vec_mul", "vec_mul")
@@ -295,8 +288,7 @@ def check_grid_2d(fn) -> None:
     cases = [(3, 5, 8, 8), (16, 16, 8, 8), (17, 9, 8, 8), (1, 1, 16, 16), (100, 30, 32, 8), (7, 200, 16, 4)]
     cases += [(rng.randint(1, 5000), rng.randint(1, 5000), rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 4, 8, 16]))
               for _ in range(40)]
-    for rows, cols, bx, by in cases:
-        got = call(fn, what, rows, cols, bx, by)
+    for (rows, cols, bx, by), got in answers(fn, what, cases):
         want = (_blocks(cols, bx), _blocks(rows, by))
         where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
         _whole_numbers(got, want, where, tuple, "(grid_x, grid_y) 两个整数", lambda: (
@@ -316,10 +308,8 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
 
     what = "reverse_copy Kernel 要把 a 的前 n 个元素倒着写进 out"
     rng = new_rng()
-    sizes = _sizes(rng, block)
-    for n in sizes:
-        grid = _blocks(n, block)
-        length = grid * block + PAD
+    launches = _launches(rng, block)
+    for n, grid, length in launches:
         a = rng.integers(-2 ** 30, 2 ** 30, length).astype(np.int32)   # beyond float32's exact integers
         d_out = cuda.to_device(np.full(length, REVERSE_SENTINEL, np.int32))
         run_kernel(kernel, what, grid, block, cuda.to_device(a), d_out, np.int32(n))
@@ -334,7 +324,7 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
             (np.array_equal(got[:n], a[::-1][:n]), "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"),
             (np.array_equal(got[:n], a[:n]), "原样拷贝了，没有倒过来。"))
         compare(got[:n].astype(np.float64), want.astype(np.float64), where, hint, atol=0, rtol=0)
-    passed(f"reverse_copy 在 n = {', '.join(map(str, sizes))}（int32，block = {block}）上都对，n 之后的元素没有被碰。")
+    passed(f"reverse_copy 在 n = {', '.join(str(n) for n, _, _ in launches)}（int32，block = {block}）上都对，n 之后的元素没有被碰。")
 
 
 def check_add_into_grid_stride(kernel) -> None:

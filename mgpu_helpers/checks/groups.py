@@ -3,9 +3,9 @@ rank runs)."""
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, as_numpy, call, compare, expect_items,
-                                      fail_first, fill_in_cell, first_hint, hang_failure, int_values, is_stub_error,
-                                      launch, new_rng, not_done, passed)
+from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, answers, as_numpy, call, compare,
+                                      expect_items, fail_first, fill_in_cell, first_hint, hang_failure, int_values,
+                                      is_stub_error, launch, new_rng, not_done, passed)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -126,8 +126,7 @@ def _env_cases(rng, count: int = 30):
 def check_env_for(fn) -> None:
     """``fn(rank, world_size, master_port) -> dict``: the six variables, strings, one machine."""
     what = "env_for 要给出一个 rank 的六个环境变量"
-    for rank, world_size, port in _env_cases(new_rng()):
-        got = call(fn, what, rank, world_size, port)
+    for (rank, world_size, port), got in answers(fn, what, _env_cases(new_rng())):
         case = f"rank {rank}，world_size = {world_size}，MASTER_PORT = {port}"
         if not isinstance(got, dict):
             raise CheckFailed(f"{case}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, call, code_names, expect_items, fill_in_cell,
-                                      first_hint, int_values, new_rng, number_answer, passed, run_on_ranks)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, answers, call, code_names, expect_items, fail_first,
+                                      fill_in_cell, first_hint, int_values, new_rng, number_answer, passed, run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -221,10 +221,9 @@ def check_bus_bandwidth(fn) -> None:
     definitions: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all_reduce) or x (n-1)/n (reduce_scatter,
     all_gather)."""
     what = "bus_bandwidth 要按 nccl-tests 的定义，从字节数和时间算出 (algbw, busbw)，单位 GB/s"
-    if _is_course_version(fn, "bus_bandwidth"):
-        raise CheckFailed(f"{what}：这是课程自己的 mh.lessons.lab.bus_bandwidth，等于没有写；写你自己的版本。")
-    if {"busbw", "algbw"} & code_names(fn):
-        raise CheckFailed(f"{what}：调用了课程的 mh.models.bandwidth；两行公式自己写。")
+    fail_first((_is_course_version(fn, "bus_bandwidth"),
+                f"{what}：这是课程自己的 mh.lessons.lab.bus_bandwidth，等于没有写；写你自己的版本。"),
+               ({"busbw", "algbw"} & code_names(fn), f"{what}：调用了课程的 mh.models.bandwidth；两行公式自己写。"))
     rng = random.Random()
     cases = [("all_gather", 3 * (1 << 20), 0.8e-3, 3),       # 3 ranks first: a factor of 1 or 2 shows at once
              ("all_reduce", 1 << 30, 3281.55e-6, 2), ("reduce_scatter", 1 << 30, 1925.64e-6, 2),
@@ -236,8 +235,7 @@ def check_bus_bandwidth(fn) -> None:
     def near(x, y) -> bool:
         return math.isclose(x, y, rel_tol=1e-6)
 
-    for op, nbytes, seconds, n in cases:
-        got = call(fn, what, op, nbytes, seconds, n)
+    for (op, nbytes, seconds, n), got in answers(fn, what, cases):
         algbw = nbytes / seconds / 1e9
         busbw = algbw * FACTORS[op](n)
         expect_items(got, 2, f"{what}：应当返回 (algbw, busbw) 两个数，实际得到 {got!r}。")

@@ -18,8 +18,8 @@ import threading
 import numpy as np
 
 from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, course_object, deadline,
-                                      fill_in_cell, int_values, new_rng, not_done, passed, refuse_course_code,
-                                      require_written)
+                                      fail_first, fill_in_cell, int_values, new_rng, not_done, passed,
+                                      refuse_course_code, require_written)
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
@@ -284,32 +284,28 @@ def cupy_usable() -> bool:
 def check_saxpy_structure(fn) -> None:
     """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
     check, and no new array is allocated for the result (y is updated in place)."""
-    what = SAXPY
     names = code_names(fn)
-    if "RawKernel" not in names and "RawModule" not in names:
-        raise CheckFailed(f"{what}：函数里没有用到 cp.RawKernel。这个练习要你自己写 CUDA C 的 Kernel，"
-                          "不是用 CuPy 的数组运算（y += alpha * x）。")
-    # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first)
+    # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
+    # "" when there is none, and then the source's own rules are not checked
     src = next((k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts
-                if isinstance(k, str) and "__global__" in k), None)
-    if src is not None:
-        if 'extern "C"' not in src:
-            raise CheckFailed(f"{what}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
-                              "RawKernel 按名字就找不到这个 Kernel。")
-        bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
-        if "<" not in bare and ">" not in bare:          # a bounds check needs a comparison, whatever its form
-            raise CheckFailed(f"{what}：CUDA 源码里没有边界检查：最后一个 Block 多出来的线程会写到 y 的末尾之外。")
+                if isinstance(k, str) and "__global__" in k), "")
+    bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
-    if fresh:
-        raise CheckFailed(f"{what}：函数里新建了数组（{', '.join(fresh)}）。练习要求原地更新 y："
-                          "Kernel 直接读写 y，最后 return y，不要把结果写进一块新的显存。")
+    fail_first(("RawKernel" not in names and "RawModule" not in names, f"{SAXPY}：函数里没有用到 cp.RawKernel。"
+                "这个练习要你自己写 CUDA C 的 Kernel，不是用 CuPy 的数组运算（y += alpha * x）。"),
+               (src and 'extern "C"' not in src, f"{SAXPY}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
+                "RawKernel 按名字就找不到这个 Kernel。"),
+               # a bounds check needs a comparison, whatever its form
+               (src and "<" not in bare and ">" not in bare,
+                f"{SAXPY}：CUDA 源码里没有边界检查：最后一个 Block 多出来的线程会写到 y 的末尾之外。"),
+               (fresh, f"{SAXPY}：函数里新建了数组（{', '.join(fresh)}）。练习要求原地更新 y："
+                "Kernel 直接读写 y，最后 return y，不要把结果写进一块新的显存。"))
 
 
 def check_saxpy_cupy(fn) -> None:
     """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
     returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
-    what = SAXPY
-    require_written(fn, what)
+    require_written(fn, SAXPY)
     check_saxpy_structure(fn)
     if not cupy_usable():           # said plainly: a check that could not run here is not a pass
         print("跳过：这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
@@ -331,7 +327,7 @@ def check_saxpy_cupy(fn) -> None:
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
-            got = call(fn, what, alpha, d_x, d_y)
+            got = call(fn, SAXPY, alpha, d_x, d_y)
             cp.cuda.Device().synchronize()
         except CheckFailed:
             raise

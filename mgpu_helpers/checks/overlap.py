@@ -164,15 +164,14 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
             "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
 
 
-def _run(cls, world_size, what, **train_kwargs):
+def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs):
+    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks, ``kwargs`` the training's settings (the
+    defaults, then ``train_kwargs``); returns the values and ``kwargs``. A hang or an error becomes a
+    CheckFailed that says what."""
     kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
-    return _ranks(watched_train, world_size, (cls, kwargs), what), kwargs
-
-
-def _ranks(fn, world_size, args, what, timeout=TRAIN_HANG_S):
-    """``fn(rank, world_size, *args)`` on ranks; a hang or an error becomes a CheckFailed that says what."""
-    return launch(fn, world_size, args, what, args[0], timeout,
-                  advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
+    values = launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, TRAIN_HANG_S,
+                    advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
+    return values, kwargs
 
 
 def _reference_rank(rank, world_size, *args):
@@ -253,17 +252,15 @@ def check_plan_buckets(fn) -> None:
         if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in got):
             raise CheckFailed(f"{what}（{where}）：要返回桶的列表，每个桶是参数下标的列表；实际是 {got!r}。")
         flat = [i for b in got for i in b]
-        if sorted(flat) != list(range(len(numels))):
-            missing = sorted(set(range(len(numels))) - set(flat))
-            extra = sorted({i for i in flat if flat.count(i) > 1})
-            raise CheckFailed(f"{what}（{where}）：每个参数正好进一个桶；"
-                              + (f"参数 {missing} 没有进任何桶（最后没装满的桶也要交出去？）" if missing else "")
-                              + (f"参数 {extra} 出现了不止一次" if extra else "") + f"。得到 {got!r}。")
-        if flat == list(range(len(numels))) and len(numels) > 1:
-            raise CheckFailed(f"{what}（{where}）：桶是按参数的正序装的；backward 先算出最后一个参数的梯度，"
-                              f"所以要从最后一个参数装起。应当是 {want!r}，得到 {got!r}。")
-        raise CheckFailed(f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
-                          "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。")
+        missing = sorted(set(range(len(numels))) - set(flat))
+        extra = sorted({i for i in flat if flat.count(i) > 1})
+        fail_first((sorted(flat) != list(range(len(numels))), f"{what}（{where}）：每个参数正好进一个桶；"
+                    + (f"参数 {missing} 没有进任何桶（最后没装满的桶也要交出去？）" if missing else "")
+                    + (f"参数 {extra} 出现了不止一次" if extra else "") + f"。得到 {got!r}。"),
+                   (flat == list(range(len(numels))) and len(numels) > 1, f"{what}（{where}）：桶是按参数的正序装的；"
+                    f"backward 先算出最后一个参数的梯度，所以要从最后一个参数装起。应当是 {want!r}，得到 {got!r}。"),
+                   (True, f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
+                    "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。"))
     passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
 
 
@@ -371,8 +368,8 @@ def check_accumulate_dp(cls) -> None:
     _start(cls, what)
     n_params = len(_numels())
     for world_size, micro in ((2, 2), (3, 4)):
-        kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=4, lr=LR)      # 4 rows: split into micro-batches
-        values = _ranks(watched_accumulate, world_size, (cls, micro, kwargs), what)
+        # 4 rows a rank, split into micro-batches
+        values, kwargs = _run(cls, world_size, what, watched_accumulate, (micro,), rows_per_rank=4)
         _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]

@@ -235,13 +235,11 @@ def _rank_fn_cases(rng, world_sizes, longest: int = 5):
     """(world_size, dtype, inputs) for :func:`_rank_fn_body`: one length per case (1 to ``longest``), float32
     and int64 by turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value
     added twice)."""
-    out = []
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, longest + 1))
         inputs = [int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
-        out.append((world_size, ("float32", "int64")[i % 2], inputs))
-    return out
+        yield world_size, ("float32", "int64")[i % 2], inputs
 
 
 def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:

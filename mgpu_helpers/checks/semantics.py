@@ -15,8 +15,9 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_numpy,
-                                      call_limited, compare, fill_in, fill_in_cell, first_hint, int_values, launch,
-                                      new_rng, number_answer, passed, rank_tensor, refuse_course_code, run_on_ranks)
+                                      call_limited, compare, fail_first, fill_in, fill_in_cell, first_hint, int_values,
+                                      launch, new_rng, number_answer, passed, rank_tensor, refuse_course_code,
+                                      run_on_ranks)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -69,14 +70,12 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
             value, calls = got[r]
             names = [c for c, _ in calls]
             gathered = sum(k for c, k in calls if c in AG_NAMES)
-            if not any(c in RS_NAMES for c in names):
-                why = ("All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
-                       if gathered >= n * length else "")
-                raise CheckFailed(f"{what}：world_size = {n}，rank {r} 没有调用 dist.reduce_scatter"
-                                  f"（调用了 {names or '无'}）。{why}")
-            if gathered > length:
-                raise CheckFailed(f"{what}：world_size = {n}，rank {r} 的 All-Gather 一共收了 {gathered} 个元素，"
-                                  f"而完整结果只有 {length} 个：只需 All-Gather 每个 Rank 归约好的那一段（{length // n} 个）。")
+            whole = ("All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
+                     if gathered >= n * length else "")
+            fail_first((not any(c in RS_NAMES for c in names), f"{what}：world_size = {n}，rank {r} 没有调用 "
+                        f"dist.reduce_scatter（调用了 {names or '无'}）。{whole}"),
+                       (gathered > length, f"{what}：world_size = {n}，rank {r} 的 All-Gather 一共收了 {gathered} 个元素，"
+                        f"而完整结果只有 {length} 个：只需 All-Gather 每个 Rank 归约好的那一段（{length // n} 个）。"))
             own_part = value is not None and np.size(value) == length // n
             hint = "这只是自己那一段（Reduce-Scatter 的结果）：再 All-Gather 一次拼回完整向量。" if own_part else ""
             compare(value, want, f"world_size = {n}，长度 {length}，rank {r}", hint)

@@ -11,8 +11,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, call, call_limited, expect_items, fail_first, fill_in_cell,
-                                      first_hint, passed)
+from mgpu_helpers.checks.core import (CheckFailed, answers, call, call_limited, expect_items, fail_first,
+                                      fill_in_cell, first_hint, passed)
 from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
@@ -41,8 +41,7 @@ def check_contiguous_ranges(fn) -> None:
     rng = random.Random()
     cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]    # remainders, fewer items than ranks
     cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
-    for n, ws in cases:
-        got = call_limited(fn, what, n, ws)
+    for (n, ws), got in answers(fn, what, cases, call_limited):
         where = f"n_items = {n}，world_size = {ws}"
         want = sharding_rules.contiguous_ranges(n, ws)      # the course's split is the reference
         expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
@@ -210,8 +209,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
              ("zero3", 5, 0, 0, 0, 0)]                 # an empty job
     cases += [(rng.choice(MEMORY_STRATEGIES), rng.choice((8, 16, 24, 40, 80)),
                *(rng.choice((0, rng.randint(1, 30), rng.randint(1, 300))) for _ in range(4))) for _ in range(60)]
-    for case in cases:
-        got = call_limited(fn, what, *case)
+    for case, got in answers(fn, what, cases, call_limited):
         want = reference_fewest_gpus(*case)
         strategy, cap, p, g, o, a = case
         where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"

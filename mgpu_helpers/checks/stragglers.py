@@ -10,8 +10,8 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import (CheckFailed, call, expect_items, fill_in_cell, is_number, matching_hint,
-                                      number_answer, passed)
+from mgpu_helpers.checks.core import (CheckFailed, answers, call, expect_items, fill_in_cell, is_number,
+                                      matching_hint, number_answer, passed)
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import scaling
 
@@ -25,8 +25,7 @@ def check_ring_allreduce_seconds(fn) -> None:
     cases = [(1 << 30, 1, 5e-6, 1e-11), (1 << 30, 2, 5e-6, 1e-11), (1 << 20, 8, 5e-6, 1e-11)]
     cases += [(rng.randint(1, 1 << 32), rng.randint(1, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9))
               for _ in range(50)]
-    for nbytes, n, alpha, beta in cases:
-        got = call(fn, what, nbytes, n, alpha, beta)
+    for (nbytes, n, alpha, beta), got in answers(fn, what, cases):
         want = cost_model.ring_allreduce_seconds(nbytes, n, alpha, beta)
         if not is_number(got) or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
             lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
@@ -147,8 +146,7 @@ def hold_speedup_pairs(fn, what: str, cases, want, efficiency: str, slips) -> No
     """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)`` held against ``want(t1, tn, n)`` on every case
     ``(t1, tn, n)``; ``efficiency``: what the messages call the efficiency; ``slips(t1, tn, n, speedup) ->
     (speed-up slips, efficiency slips)``: the usual wrong values and what to say (:func:`matching_hint`)."""
-    for t1, tn, n in cases:
-        got = call(fn, what, t1, tn, n)
+    for (t1, tn, n), got in answers(fn, what, cases):
         s_want, e_want = want(t1, tn, n)
         where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
         expect_items(got, 2, f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。", numbers=True)
@@ -273,8 +271,7 @@ def check_allreduce_crossover_bytes(fn) -> None:
     rng = random.Random()
     cases = [(2, 8.6e-6, 1 / 295e9), (8, 20e-6, 1 / 100e9), (3, 5e-6, 1e-10)]
     cases += [(rng.randint(2, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9)) for _ in range(30)]
-    for n, alpha, beta in cases:
-        got = call(fn, what, n, alpha, beta)
+    for (n, alpha, beta), got in answers(fn, what, cases):
         want = n * alpha / beta
         where = f"world_size = {n}，alpha = {alpha:.3g} s，1/beta = {1 / beta / 1e9:.3g} GB/s"
         got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
