@@ -4,7 +4,8 @@
 and ``exercises``) in its own pytest process, one after the other, and prints per notebook the seconds it took
 and its slowest cells, then the total against the course's targets (12 s a lesson, 90 s the course on a 2-core
 machine). The baseline, from the same run: a notebook of two cells (``mh.setup()`` and one 2-rank launch), the
-fixed cost every notebook pays for its kernel, its imports and the rank server's cold start.
+fixed cost every notebook pays for its kernel, its imports and its rank server. The fork server is started (or
+found) first and its start timed apart: a learner's first notebook of a session waits for it once, the rest fork.
 """
 
 import argparse
@@ -72,6 +73,12 @@ def main(argv: list[str]) -> int:
     if not paths:
         p.error(f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
                 "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)")
+    from mgpu_helpers.launcher import launch
+    start = time.perf_counter()
+    launch.prewarm(wait=True)        # the fork server up, as every notebook but a session's first finds it
+    launch.shutdown_server()
+    print(f"fork server ready in {time.perf_counter() - start:.1f} s (0 s: it was up; the first notebook of a "
+          "session waits this long once)")
     floor_s, _, floor_ok = run_notebook(floor_notebook())
     print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
     total, failed, over, rows = 0.0, [], [], []
