@@ -1,9 +1,11 @@
 """Run a function on N ranks from a notebook cell, and bring back values, output, spans and failures.
 
 ``run_ranks(fn, world_size)`` sends ``fn`` by value (cloudpickle, so cell-defined functions, closures and
-lambdas work) to a long-lived *rank server* (:mod:`mgpu_helpers.launcher.server`): a process started with a clean
-environment, which has imported torch once and never touches CUDA. Ranks are forked from it, so a repeat
-launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
+lambdas work) to the kernel's long-lived *rank server* (:mod:`mgpu_helpers.launcher.server`): a process that has
+imported torch once and never touches CUDA, forked for this kernel by the fork server
+(:mod:`mgpu_helpers.launcher.forkserver`) where there is one, else started here with a clean environment. Ranks
+are forked from it, so a repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has
+used CUDA can still launch.
 
 The notebook side supervises: it streams each rank's output as ``[rank k]`` lines into the cell, stops
 every rank as soon as one fails, and at the timeout takes each rank's Python stack and flight-recorder
