@@ -38,6 +38,7 @@ PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def enabled() -> bool:
+    """Whether kernels here ask the fork server for their rank server (Linux with pidfds, not turned off)."""
     return (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
             and os.environ.get("MGPU_FORKSERVER", "1") != "0")
 
@@ -56,6 +57,7 @@ def address(env: dict) -> bytes:
 
 
 def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket (from Linux, not from the peer)."""
     _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     return uid
 
