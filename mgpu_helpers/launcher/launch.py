@@ -206,7 +206,8 @@ class _Server:
             conn.sock.settimeout(REPLY_TIMEOUT_S)
             data, fds = recv_msg(conn.sock, maxfds=1)
             ready = pickle.loads(data)
-            if not isinstance(ready, Ready) or len(fds) != conn.forked:
+            # A forked server sends one descriptor with its Ready (a pidfd of itself), a server of our own none.
+            if not isinstance(ready, Ready) or len(fds) != (1 if conn.forked else 0):
                 close_fds(fds)
                 raise EOFError("expected Ready")
             if fds:

@@ -214,7 +214,8 @@ def serve_kernel(sock: socket.socket) -> None:
         send_msg(sock, pickle.dumps(Ready(os.getpid())), [pidfd])
     except OSError:
         return   # the kernel went away before it was served
-    os.close(pidfd)
+    finally:
+        os.close(pidfd)      # the kernel holds its own copy now
     serve(sock)
 
 
