@@ -6,7 +6,8 @@ the notebook in JupyterLab without running it a second time. Loaded from ``addop
 (``-p keep_executed``), this plugin listens to the kernel messages nbval reads and writes
 ``build/executed/<name>.ipynb`` when a notebook's last cell is done:
 
-- the notebook as committed, each code cell with the outputs its run produced (``execution_count`` 1, 2, ...
+- the notebook as committed, each code cell with the outputs its run produced (a learner's copy runs with its
+  hidden tests put back, see ``learner_copies``; they are left out again here) (``execution_count`` 1, 2, ...
   in the order the cells ran; a cell nbval skipped keeps none and no count);
 - the widget state in the notebook metadata (``widgets`` / ``application/vnd.jupyter.widget-state+json``),
   which JupyterLab's widget manager loads when the notebook is opened, so every widget view renders without a
@@ -28,6 +29,7 @@ cells, and so its file, on one worker). Options: ``--executed-dir`` (default ``<
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -107,7 +109,6 @@ class _Recorder:
     """Listens to one notebook's kernel under nbval and writes the notebook as it ran."""
 
     def __init__(self, nbfile, path: str, out_dir: str):
-        import nbformat
         from nbclient import NotebookClient
         from nbclient.output_widget import OutputWidget
 
@@ -118,10 +119,9 @@ class _Recorder:
                 pass
 
         self.nbfile, self.path, self.out_dir = nbfile, path, out_dir
-        with open(path, "rb") as f:
-            raw = f.read()
-        self.sha256 = hashlib.sha256(raw).hexdigest()
-        self.nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+        self.sha256 = source_sha256(path)
+        # The notebook nbval collected: for a learner's copy, the version with its hidden tests (learner_copies).
+        self.nb = copy.deepcopy(nbfile.nb)
         self.code_cells = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"]
         for i in self.code_cells:
             self.nb.cells[i].outputs = []
@@ -250,11 +250,13 @@ class _Recorder:
             "failed_cells": self.failed,
             "skipped_cells": self.skipped,
         }
+        view = getattr(self.nbfile, "learner_view", None)       # the run as the learner's copy shows it
+        shown = view(self.nb) if view is not None else self.nb
         os.makedirs(self.out_dir, exist_ok=True)
         target = os.path.join(self.out_dir, os.path.basename(self.path))
         tmp = f"{target}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            nbformat.write(self.nb, f)
+            nbformat.write(shown, f)
         os.replace(tmp, target)
 
 

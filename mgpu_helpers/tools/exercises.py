@@ -17,8 +17,11 @@ In a worked notebook (nbgrader's markers):
   ``# ✎`` stay too (a hint of what to write);
 - a region outside any function may hold assignments only (a prediction, a number the learner works out):
   each ``name = value`` becomes ``name = None``, keeping the comment of its first line;
-- markdown between ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` is dropped (a one-line
-  pointer to the worked notebook takes its place);
+- markdown between ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` (the answer to a question) stays,
+  folded: inside the ``<details>`` block it already sits in, or in one of its own, opened after trying;
+- code between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS`` (the worked notebook's assertions) is left
+  out of the learner's copy, and a cell that holds nothing else is left out whole. The test suite runs the
+  learner's copy with them put back (:func:`tested_version`), as nbgrader's autograder does;
 - in a lesson, an ``#| export`` code cell tagged ``worked-only`` (the course's full version of what a fill-in
   asks for) becomes one line that imports the names it defines from the generated module, so the cells after
   it run in the learner's version without its source being there.
@@ -32,8 +35,12 @@ The two kinds differ in what happens after a stub:
 - a **lesson**: no tags. The cell right after a fill-in passes the learner's function to its checker
   (``f = mh.checks.<area>.try_f(f)``), which gives back the reference while ``f`` is still the stub, saying so,
   so the cells that build on it run either way. The ``#| export`` line (a maintainer's marker, see
-  :mod:`mgpu_helpers.tools.nbexport`) is dropped, and the checked outputs (``# NBVAL_CHECK_OUTPUT``) are kept:
-  nbval checks that the learner's version prints the same there. A checked cell may not hold a fill-in.
+  :mod:`mgpu_helpers.tools.nbexport`) is dropped. A checked cell may not hold a fill-in.
+
+The copy a learner opens (:func:`learner_copy`) holds no outputs and no maintainer's markers: nothing there answers
+a question before the learner runs the cell that checks it. The version the test suite runs
+(:func:`tested_version`) is that copy with the hidden tests, the ``# NBVAL_CHECK_OUTPUT`` lines and the worked
+notebook's checked outputs put back, so nbval checks that the learner's copy prints what the worked one does.
 """
 
 import ast
@@ -59,7 +66,9 @@ MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
 CHECK_MARK = "# EXERCISE_CHECK"
 RAISES_TAG = "raises-exception"
 STUB_TEXT = "练习：补全这里（约 {n} 行）"
-MD_POINTER = "*（参考答案见 `solutions/` 里的同名 Notebook。）*"
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+FOLD_OPEN = "<details><summary>自己想过、写过之后再展开：参考答案</summary>\n\n"
+FOLD_CLOSE = "\n</details>"
 HINT_MARK = "# ✎"
 WORKED_ONLY_TAG = "worked-only"
 WORKED_ONLY_TEXT = "# 课程的完整实现在这里只载入、不展示（讲解版 solutions/{name} 里有源码）。\nfrom mgpu_helpers.lessons.{module} import {names}"
@@ -67,8 +76,7 @@ LESSON_BANNER = ("\n\n> **学习版**：有些地方等你来写——函数里�
                  "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
                  "并且会告诉你。讲解版（含答案）：`solutions/{name}`，自己试过再看。")
 BANNER = ("\n\n> **练习版**：在 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")` 的位置写你的代码，"
-          "再运行下面的 `check` 单元格。参考答案：`solutions/{name}`。本文件由 "
-          "`python -m mgpu_helpers.tools.exercises generate` 从参考答案生成。")
+          "再运行下面的 `check` 单元格。自己试过之后，参考答案在 `solutions/{name}`。")
 
 _DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")
 
@@ -157,16 +165,65 @@ def _top_level_function(lines_above: list[str]) -> str | None:
     return None
 
 
-def strip_markdown(source: str) -> str:
-    """Drop the ``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->`` parts of a markdown cell."""
-    pattern = re.compile(re.escape(MD_BEGIN) + r".*?" + re.escape(MD_END), re.S)
+def fold_markdown(source: str) -> str:
+    """Fold the ``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->`` parts of a markdown cell: the markers go,
+    the answer stays inside the ``<details>`` block it sits in, or gets a ``<details>`` block of its own."""
+    pattern = re.compile(re.escape(MD_BEGIN) + r"(.*?)" + re.escape(MD_END), re.S)
     if source.count(MD_BEGIN) != source.count(MD_END) or len(pattern.findall(source)) != source.count(MD_BEGIN):
         raise MarkerError("unpaired <!-- BEGIN/END SOLUTION --> markers in a markdown cell")
-    return pattern.sub(MD_POINTER, source)
+
+    def fold(m):
+        before = source[:m.start()]
+        folded = before.count("<details") > before.count("</details>")
+        answer = m.group(1).strip("\n")
+        return answer if folded else FOLD_OPEN + answer + FOLD_CLOSE
+    return pattern.sub(fold, source)
+
+
+def without_hidden_tests(source: str) -> str | None:
+    """A code cell's source without its ``### BEGIN/END HIDDEN TESTS`` regions; None when nothing but comments
+    and blank lines is left (the cell is a hidden test as a whole)."""
+    if HIDDEN_BEGIN not in source and HIDDEN_END not in source:
+        return source
+    out, inside = [], False
+    for i, ln in enumerate(source.split("\n")):
+        mark = ln.strip()
+        if mark in (HIDDEN_BEGIN, HIDDEN_END):
+            if (mark == HIDDEN_BEGIN) == inside:
+                raise MarkerError(f"unpaired {mark!r} at line {i + 1}")
+            inside = mark == HIDDEN_BEGIN
+        elif not inside:
+            out.append(ln)
+    if inside:
+        raise MarkerError(f"{HIDDEN_BEGIN!r} has no {HIDDEN_END!r}")
+    if not any(ln.strip() and not ln.strip().startswith("#") for ln in out):
+        return None
+    return "\n".join(out).strip("\n")
+
+
+def learner_copy(nb, keep_outputs: bool = False):
+    """The copy a learner opens, from the version the suite tests (:func:`tested_version`): the hidden tests
+    and the ``# NBVAL_CHECK_OUTPUT`` lines left out, and no outputs (``keep_outputs`` keeps those of a run, for
+    a copy of a run that is shown as it ran). A new notebook; ``nb`` is left as it is."""
+    out = copy.deepcopy(nb)
+    cells = []
+    for cell in out.cells:
+        if cell.cell_type == "code":
+            src = without_hidden_tests(cell.source)
+            if src is None:
+                continue
+            lines = src.split("\n")
+            if lines[0].strip() == nbtools.CHECK_MARK:
+                src = "\n".join(lines[1:])
+            cell.source = src
+        cells.append(cell)
+    out.cells = cells
+    return out if keep_outputs else nbtools.clean(out, keep_checked_outputs=False)
 
 
 def make_exercise(nb, name: str = ""):
-    """The exercise version of a solution notebook (a new notebook; ``nb`` is left as it is).
+    """The exercise version of a solution notebook, as the suite tests it (a new notebook; ``nb`` is left as it
+    is; :func:`learner_copy` of it is what the learner opens).
 
     ``name``: the solution's file name, for the banner added to the first markdown cell.
     Returns ``(exercise_nb, stubbed_names)``.
@@ -180,7 +237,7 @@ def make_exercise(nb, name: str = ""):
             stubbed += [n for n in names if n not in stubbed]
             defining.add(k)
         elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
-            cell.source = strip_markdown(cell.source)
+            cell.source = fold_markdown(cell.source)
     for k, cell in enumerate(ex.cells):
         if cell.cell_type != "code" or k in defining:
             continue
@@ -196,7 +253,9 @@ def make_exercise(nb, name: str = ""):
 
 
 def make_lesson(nb, name: str = ""):
-    """The learner's version of a worked lesson (a new notebook; ``nb`` is left as it is).
+    """The learner's version of a worked lesson, as the suite tests it: the worked lesson's checked outputs
+    kept, for nbval to compare (a new notebook; ``nb`` is left as it is; :func:`learner_copy` of it is what
+    the learner opens).
 
     Returns ``(lesson_nb, stubbed_names)``. Raises :class:`MarkerError` when a checked cell holds a fill-in.
     """
@@ -221,7 +280,7 @@ def make_lesson(nb, name: str = ""):
             if lines and EXPORT_LINE.match(lines[0].strip()):
                 cell.source = "\n".join(lines[1:])
         elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
-            cell.source = strip_markdown(cell.source)
+            cell.source = fold_markdown(cell.source)
     first_md = next((c for c in les.cells if c.cell_type == "markdown"), None)
     if first_md is not None and name and stubbed_or_filled(nb):
         first_md.source = first_md.source.rstrip() + LESSON_BANNER.format(name=name)
@@ -260,13 +319,21 @@ def solution_paths() -> list[str]:
     return sorted(glob.glob(os.path.join(SOLUTIONS_DIR, "*.ipynb")))
 
 
-def render(solution_path: str) -> str:
-    """The learner's notebook for ``solution_path``, as the exact text that is committed."""
+def tested_version(solution_path: str):
+    """The learner's notebook for ``solution_path`` as the suite runs it: the committed copy with the hidden
+    tests, the ``# NBVAL_CHECK_OUTPUT`` lines and (in a lesson) the worked notebook's checked outputs."""
     import nbformat
 
     nb = nbformat.read(solution_path, as_version=4)
     make = make_lesson if is_lesson(solution_path) else make_exercise
-    out, _ = make(nb, os.path.basename(solution_path))
+    return make(nb, os.path.basename(solution_path))[0]
+
+
+def render(solution_path: str) -> str:
+    """The learner's notebook for ``solution_path``, as the exact text that is committed."""
+    import nbformat
+
+    out = learner_copy(tested_version(solution_path))
     nbformat.validate(out)
     text = nbformat.writes(out)
     return text if text.endswith("\n") else text + "\n"   # as nbformat.write (and nbtools) save it

@@ -9,7 +9,7 @@ generated from them by ``python -m mgpu_helpers.tools.exercises generate``.)
 
 A clean notebook has no execution counts, no outputs except in cells that start with
 ``# NBVAL_CHECK_OUTPUT`` (their expected output, which nbval compares), and no machine-specific metadata.
-Exercise notebooks keep no outputs at all.
+Only the worked notebooks of solutions/ keep those outputs: the copies a learner opens keep none at all.
 
 Every cell also gets slide metadata (``slideshow.slide_type``, see :func:`slide_types`), so each notebook can be
 presented as it is: RISE in JupyterLab, or ``python -m mgpu_helpers.tools.export --slides`` (reveal.js, offline).
@@ -43,8 +43,8 @@ def is_checked(cell) -> bool:
 
 
 def keeps_outputs(path: str) -> bool:
-    """False for a notebook in a folder named ``exercises`` (exercise notebooks keep no outputs at all)."""
-    return os.path.basename(os.path.dirname(os.path.abspath(path))) != "exercises"
+    """True for a worked notebook (in a folder named ``solutions``): the copies a learner opens keep no outputs."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) == "solutions"
 
 
 def read_text(path: str) -> str | None:
