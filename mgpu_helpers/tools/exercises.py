@@ -144,13 +144,25 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
     return out
 
 
-def _comment(line: str) -> str:
-    """The line's ``#`` comment ("" when it has none), ignoring a ``#`` inside a string."""
+def _comment_token(line: str):
+    """The line's ``#`` comment token (None when it has none), ignoring a ``#`` inside a string."""
     try:
-        return next((t.string for t in tokenize.generate_tokens(io.StringIO(line).readline)
-                     if t.type == tokenize.COMMENT), "")
+        return next((t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.COMMENT),
+                    None)
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return ""
+        return None
+
+
+def _comment(line: str) -> str:
+    """The line's ``#`` comment ("" when it has none)."""
+    token = _comment_token(line)
+    return token.string if token else ""
+
+
+def strip_comment(line: str) -> str:
+    """The line without its ``#`` comment."""
+    token = _comment_token(line)
+    return line[:token.start[1]].rstrip() if token else line
 
 
 def _top_level_function(lines_above: list[str]) -> str | None:
