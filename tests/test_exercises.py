@@ -171,12 +171,34 @@ def test_cells_that_use_a_stub_or_are_marked_as_checks_are_tagged_raises_excepti
     assert "NotImplementedError" in ex.cells[1].source and "sorted" not in ex.cells[1].source
 
 
-def test_markdown_solutions_are_dropped_and_exercises_carry_no_outputs():
+def test_markdown_answers_are_folded_and_exercises_carry_no_outputs():
     ex, _ = exercises.make_exercise(_tiny_solution(), "ex00_tiny.ipynb")
-    assert "the answer" not in ex.cells[5].source and ex.cells[5].source.startswith("Spec.")
-    assert "solutions/ex00_tiny.ipynb" in ex.cells[0].source
+    md = ex.cells[5].source
+    assert md.startswith("Spec.") and md.endswith("More.") and "<!--" not in md
+    assert md.index("<details>") < md.index("the answer") < md.index("</details>")
+    assert "solutions/ex00_tiny.ipynb" in ex.cells[0].source and "generate" not in ex.cells[0].source
     assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
                for c in ex.cells if c.cell_type == "code")
+
+
+def test_an_answer_already_inside_details_is_not_folded_twice():
+    src = "Q?\n<details><summary>after trying</summary>\n<!-- BEGIN SOLUTION -->\nA.\n<!-- END SOLUTION -->\n</details>"
+    assert exercises.fold_markdown(src) == "Q?\n<details><summary>after trying</summary>\nA.\n</details>"
+
+
+def test_hidden_tests_are_left_out_and_a_cell_of_nothing_else_goes():
+    src = ("x = f()\n    ### BEGIN HIDDEN TESTS\nassert x == 3\n### END HIDDEN TESTS\nprint(x)\n"
+           "if x:\n    ### BEGIN HIDDEN TESTS\n    assert x > 0\n    ### END HIDDEN TESTS\n    print('yes')")
+    assert exercises.without_hidden_tests(src) == "x = f()\nprint(x)\nif x:\n    print('yes')"
+    assert exercises.without_hidden_tests("# why\n### BEGIN HIDDEN TESTS\nassert ok\n### END HIDDEN TESTS") is None
+    assert exercises.without_hidden_tests("no tests\n") == "no tests\n"
+
+
+@pytest.mark.parametrize("src", ["### BEGIN HIDDEN TESTS\nassert 1", "assert 1\n### END HIDDEN TESTS",
+                                 "### BEGIN HIDDEN TESTS\n### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS"])
+def test_unpaired_hidden_test_markers_are_refused(src):
+    with pytest.raises(exercises.MarkerError):
+        exercises.without_hidden_tests(src)
 
 
 def test_committed_exercises_are_what_regenerating_writes():
@@ -638,9 +660,21 @@ def test_a_lesson_keeps_checked_outputs_drops_the_export_line_and_tags_nothing()
     assert stubbed == ["double"]
     assert les.cells[1].source.startswith("def double(x):") and "2 * x" not in les.cells[1].source
     assert all("raises-exception" not in c.metadata.get("tags", []) for c in les.cells)
-    assert les.cells[3].outputs and les.cells[3].outputs[0]["text"] == "4\n"
-    assert "because" not in les.cells[4].source
+    assert les.cells[3].outputs and les.cells[3].outputs[0]["text"] == "4\n"      # what nbval compares with
+    assert les.cells[4].source.index("<details>") < les.cells[4].source.index("because")
     assert "solutions/99_lesson.ipynb" in les.cells[0].source
+
+
+def test_the_learners_copy_has_no_outputs_no_check_marker_and_no_hidden_test_cell():
+    nb = _tiny_lesson()
+    nb.cells.insert(4, nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nassert double(3) == 6\n### END HIDDEN TESTS"))
+    tested, _ = exercises.make_lesson(nb, "99_lesson.ipynb")
+    assert len(tested.cells) == 6 and "assert double(3) == 6" in tested.cells[4].source
+    copy = exercises.learner_copy(tested)
+    assert [c.source for c in copy.cells if c.cell_type == "code"][-1] == "print(double(2))"
+    assert len(copy.cells) == 5 and all(c.outputs == [] for c in copy.cells if c.cell_type == "code")
+    kept = exercises.learner_copy(tested, keep_outputs=True)
+    assert kept.cells[3].outputs[0]["text"] == "4\n" and kept.cells[3].source == "print(double(2))"
 
 
 def test_a_checked_cell_may_not_hold_a_fill_in():

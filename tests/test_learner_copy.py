@@ -176,3 +176,52 @@ def test_the_leak_finder_finds_each_kind_of_answer(tmp_path, monkeypatch):
     cells[4].source = cells[4].source.replace("# the size is len(data) * 3\n", "")
     nbformat.write(nbformat.v4.new_notebook(cells=cells), sol)
     assert leaks(str(sol)) == []
+
+
+def _write_course(root, name, cells):
+    """A worked notebook in ``root/solutions`` and its learner's copy in ``root/notebooks``, as generated."""
+    sol = root / "solutions" / name
+    sol.parent.mkdir(exist_ok=True)
+    (root / "notebooks").mkdir(exist_ok=True)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = dict(nbtools.KERNELSPEC)
+    nbformat.write(nb, sol)
+    (root / "notebooks" / name).write_text(exercises.render(str(sol)), encoding="utf-8")
+    return sol
+
+
+def test_the_suite_runs_the_copy_with_its_hidden_tests_and_the_worked_outputs(tmp_path):
+    """Under nbval (with tests/learner_copies.py), a learner's copy passes when it prints what the worked notebook
+    printed and its hidden tests hold; it fails when a hidden test fails, when it would print something else,
+    and it is not run at all when it is not what its worked notebook generates."""
+    import subprocess
+    import sys
+
+    def checked(code, text):
+        cell = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\n" + code)
+        cell.outputs, cell.execution_count = [nbformat.v4.new_output("stream", text=text)], 1
+        return cell
+
+    hidden = "### BEGIN HIDDEN TESTS\nassert X == {}\n### END HIDDEN TESTS\n"
+    _write_course(tmp_path, "97_ok.ipynb", [nbformat.v4.new_code_cell("X = 2"), checked(hidden.format(2) + "print(X)", "2\n")])
+    _write_course(tmp_path, "98_hidden.ipynb", [nbformat.v4.new_code_cell("X = 2"), checked(hidden.format(3) + "print(X)", "2\n")])
+    _write_course(tmp_path, "99_prints.ipynb", [
+        nbformat.v4.new_code_cell("### BEGIN SOLUTION\nX = 2  # your guess\n### END SOLUTION"), checked("print(X)", "2\n")])
+    sol = _write_course(tmp_path, "96_edited.ipynb", [nbformat.v4.new_code_cell("X = 2")])
+    edited = tmp_path / "notebooks" / sol.name
+    edited.write_text(edited.read_text(encoding="utf-8").replace("X = 2", "X = 5"), encoding="utf-8")
+    for name in ("97_ok", "98_hidden", "99_prints"):
+        copy = nbformat.read(tmp_path / "notebooks" / f"{name}.ipynb", as_version=4)
+        assert all(c.outputs == [] and "assert" not in c.source for c in copy.cells)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "learner_copies", "-p", "no:randomly",
+         "--nbval-lax", "--nbval-current-env", "-rA", "-o", "addopts=", "--continue-on-collection-errors",
+         "notebooks"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([tests_dir, os.path.dirname(tests_dir)])))
+    out = run.stdout + run.stderr
+    assert "PASSED notebooks/97_ok.ipynb::Cell 1" in out, out
+    assert "FAILED notebooks/98_hidden.ipynb::Cell 1" in out, out
+    assert "FAILED notebooks/99_prints.ipynb::Cell 1" in out, out
+    assert "ERROR notebooks/96_edited.ipynb" in out and "is not what" in out, out
