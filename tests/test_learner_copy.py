@@ -40,9 +40,15 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def _strip_comment(line: str) -> str:
+    """The line without its ``#`` comment (a ``#`` inside a string is no comment)."""
+    comment = exercises._comment(line)
+    return line[:line.rindex(comment)].rstrip() if comment else line
+
+
 def _code_lines(source: str) -> set[str]:
     """The normalized lines of code of a cell, comments stripped."""
-    return {_norm(exercises.strip_comment(ln)) for ln in source.split("\n")} - {""}
+    return {_norm(_strip_comment(ln)) for ln in source.split("\n")} - {""}
 
 
 def _regions(source: str):
@@ -61,7 +67,7 @@ def _regions(source: str):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 out.append(("prediction", [t.id for t in targets], [ast.get_source_segment(text, node.value)]))
         else:
-            code = [_norm(exercises.strip_comment(ln)) for ln in region]
+            code = [_norm(_strip_comment(ln)) for ln in region]
             out.append(("fill-in", [owner], [c for c in code if len(c) >= MIN_LINE
                                              and not c.startswith(("import ", "from "))]))
         i = j + 1
@@ -219,7 +225,8 @@ def test_the_suite_runs_the_copy_with_its_hidden_tests_and_the_worked_outputs(tm
          "--nbval-lax", "--nbval-current-env", "-rA", "-o", "addopts=", "--continue-on-collection-errors",
          "notebooks"],
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([tests_dir, os.path.dirname(tests_dir)])))
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [tests_dir, os.path.dirname(tests_dir)] + os.environ.get("PYTHONPATH", "").split(os.pathsep))))
     out = run.stdout + run.stderr
     assert "PASSED notebooks/97_ok.ipynb::Cell 1" in out, out
     assert "FAILED notebooks/98_hidden.ipynb::Cell 1" in out, out

@@ -157,7 +157,7 @@ from numba import cuda
 
 @cuda.jit
 def vec_mul(a, b, c, n):
-    """c[i] = a[i] * b[i] for every i < n: one thread per element, threads past the end do nothing."""
+    """The elementwise product of a and b into c, for the first n elements: one thread per element."""
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if i < n:
         c[i] = a[i] * b[i]

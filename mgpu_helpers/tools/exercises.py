@@ -67,6 +67,8 @@ CHECK_MARK = "# EXERCISE_CHECK"
 RAISES_TAG = "raises-exception"
 STUB_TEXT = "练习：补全这里（约 {n} 行）"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+HIDDEN_REGION = re.compile(rf"^[ \t]*{HIDDEN_BEGIN}[ \t]*\n.*?^[ \t]*{HIDDEN_END}[ \t]*(?:\n|\Z)", re.S | re.M)
+CHECK_LINE = re.compile(rf"\A[ \t]*{nbtools.CHECK_MARK}[ \t]*(?:\n|\Z)")
 FOLD_OPEN = "<details><summary>自己想过、写过之后再展开：参考答案</summary>\n\n"
 FOLD_CLOSE = "\n</details>"
 HINT_MARK = "# ✎"
@@ -144,25 +146,13 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
     return out
 
 
-def _comment_token(line: str):
-    """The line's ``#`` comment token (None when it has none), ignoring a ``#`` inside a string."""
-    try:
-        return next((t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.COMMENT),
-                    None)
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-
-
 def _comment(line: str) -> str:
-    """The line's ``#`` comment ("" when it has none)."""
-    token = _comment_token(line)
-    return token.string if token else ""
-
-
-def strip_comment(line: str) -> str:
-    """The line without its ``#`` comment."""
-    token = _comment_token(line)
-    return line[:token.start[1]].rstrip() if token else line
+    """The line's ``#`` comment ("" when it has none), ignoring a ``#`` inside a string."""
+    try:
+        return next((t.string for t in tokenize.generate_tokens(io.StringIO(line).readline)
+                     if t.type == tokenize.COMMENT), "")
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return ""
 
 
 def _top_level_function(lines_above: list[str]) -> str | None:
@@ -195,22 +185,13 @@ def fold_markdown(source: str) -> str:
 def without_hidden_tests(source: str) -> str | None:
     """A code cell's source without its ``### BEGIN/END HIDDEN TESTS`` regions; None when nothing but comments
     and blank lines is left (the cell is a hidden test as a whole)."""
-    if HIDDEN_BEGIN not in source and HIDDEN_END not in source:
-        return source
-    out, inside = [], False
-    for i, ln in enumerate(source.split("\n")):
-        mark = ln.strip()
-        if mark in (HIDDEN_BEGIN, HIDDEN_END):
-            if (mark == HIDDEN_BEGIN) == inside:
-                raise MarkerError(f"unpaired {mark!r} at line {i + 1}")
-            inside = mark == HIDDEN_BEGIN
-        elif not inside:
-            out.append(ln)
-    if inside:
-        raise MarkerError(f"{HIDDEN_BEGIN!r} has no {HIDDEN_END!r}")
-    if not any(ln.strip() and not ln.strip().startswith("#") for ln in out):
-        return None
-    return "\n".join(out).strip("\n")
+    found = HIDDEN_REGION.findall(source)
+    if source.count(HIDDEN_BEGIN) != source.count(HIDDEN_END) or len(found) != source.count(HIDDEN_BEGIN):
+        raise MarkerError("unpaired ### BEGIN/END HIDDEN TESTS markers in a code cell")
+    out = HIDDEN_REGION.sub("", source)
+    if not found or any(ln.strip() and not ln.strip().startswith("#") for ln in out.split("\n")):
+        return out.strip("\n") if found else source
+    return None
 
 
 def learner_copy(nb, keep_outputs: bool = False):
@@ -218,18 +199,11 @@ def learner_copy(nb, keep_outputs: bool = False):
     and the ``# NBVAL_CHECK_OUTPUT`` lines left out, and no outputs (``keep_outputs`` keeps those of a run, for
     a copy of a run that is shown as it ran). A new notebook; ``nb`` is left as it is."""
     out = copy.deepcopy(nb)
-    cells = []
     for cell in out.cells:
         if cell.cell_type == "code":
             src = without_hidden_tests(cell.source)
-            if src is None:
-                continue
-            lines = src.split("\n")
-            if lines[0].strip() == nbtools.CHECK_MARK:
-                src = "\n".join(lines[1:])
-            cell.source = src
-        cells.append(cell)
-    out.cells = cells
+            cell.source = None if src is None else CHECK_LINE.sub("", src)
+    out.cells = [c for c in out.cells if c.source is not None]
     return out if keep_outputs else nbtools.clean(out, keep_checked_outputs=False)
 
 
@@ -294,7 +268,7 @@ def make_lesson(nb, name: str = ""):
         elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
             cell.source = fold_markdown(cell.source)
     first_md = next((c for c in les.cells if c.cell_type == "markdown"), None)
-    if first_md is not None and name and stubbed_or_filled(nb):
+    if first_md is not None and name and any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells):
         first_md.source = first_md.source.rstrip() + LESSON_BANNER.format(name=name)
     return nbtools.clean(les, keep_checked_outputs=True), stubbed
 
@@ -315,11 +289,6 @@ def _import_instead(cell, default_module, name: str, k: int) -> str:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names += [t.id for t in targets if isinstance(t, ast.Name)]
     return WORKED_ONLY_TEXT.format(name=name, module=module, names=", ".join(dict.fromkeys(names)))
-
-
-def stubbed_or_filled(nb) -> bool:
-    """True when a worked notebook has a fill-in (a code region) for the learner."""
-    return any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells)
 
 
 def is_lesson(path: str) -> bool:
