@@ -356,3 +356,90 @@ def _nested_main(rank, world_size):
 def test_watchers_nest():
     values = mh.run_ranks(_nested_main, 2, timeout=core.HANG_S, stream=False, quiet=True).values
     assert values[0] == (["dist.all_reduce", "dist.all_reduce"], ["dist.all_reduce"], 4.0)
+
+
+# -- one rule for the course's own code, at run time; a failed check shows as its message -------------------
+
+def _ranges_from_shards(n, ws):
+    """A wrong answer: the course's ``shard`` (which calls the course's contiguous_ranges) does the splitting."""
+    from mgpu_helpers.lessons import sharding_rules as rules
+    out = []
+    for r in range(ws):
+        mine = rules.shard(range(n), r, ws)
+        out.append(range(mine[0], mine[-1] + 1) if mine else range(out[-1].stop if out else 0,
+                                                                    out[-1].stop if out else 0))
+    return out
+
+
+def _own_ranges(n, ws):
+    """A correct answer written its own way: the first n % ws ranks take one more."""
+    bounds = [0]
+    for r in range(ws):
+        bounds.append(bounds[-1] + n // ws + (r < n % ws))
+    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def test_the_course_version_is_refused_whatever_path_reaches_it(capsys):
+    from mgpu_helpers.checks import sharding
+    from mgpu_helpers.lessons.sharding_rules import contiguous_ranges as split     # an import alias
+
+    def by_alias(n, ws):
+        return split(n, ws)
+
+    def wrapped(n, ws):                         # the learner's own wrapper around the course's function
+        return by_alias(n, ws)
+
+    wrong = {"an alias of the reference": by_alias, "the learner's wrapper around it": wrapped,
+             "a course function that calls the reference": _ranges_from_shards}
+    for label, fn in wrong.items():
+        with pytest.raises(CheckFailed, match="课程自己的"):
+            sharding.try_contiguous_ranges(fn)
+    assert sharding.try_contiguous_ranges(_own_ranges) is _own_ranges
+    assert "通过" in capsys.readouterr().out
+
+
+def test_the_checker_may_still_use_its_reference_while_the_learners_code_is_refused(capsys):
+    from mgpu_helpers.checks import sharding
+    from mgpu_helpers.lessons import sharding_rules as rules
+
+    def own_then_course(n, ws):
+        rules.contiguous_ranges(2, 1)                       # the learner's call: refused
+        return _own_ranges(n, ws)
+
+    with core.refusing_course_code(_own_ranges, "split", [rules.contiguous_ranges]):
+        sharding.check_contiguous_ranges(_own_ranges)       # the checker computes its expected values with it
+        with pytest.raises(CheckFailed, match="课程自己的 contiguous_ranges"):
+            sharding.check_contiguous_ranges(own_then_course)
+    assert "通过" in capsys.readouterr().out
+    assert rules.contiguous_ranges(5, 2) == [range(0, 3), range(3, 5)]          # the code is put back
+
+
+def test_a_failed_check_shows_in_ipython_as_its_message_and_the_trace_on_request(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance(colors="nocolor")
+    try:
+        shell.run_cell("from mgpu_helpers.checks.core import CheckFailed\n"
+                       "def check():\n    raise CheckFailed('n = 7：第 6 个元素没有写到')\ncheck()")
+        shown = capsys.readouterr()
+        text = shown.out + shown.err
+        assert "检查没有通过" in text and "n = 7：第 6 个元素没有写到" in text and "mh.checks.show_trace()" in text
+        assert "Traceback" not in text and "def check" not in text and "core.py" not in text
+        shell.run_cell("import mgpu_helpers as mh\nmh.checks.show_trace()")
+        shown = capsys.readouterr()
+        assert "Traceback" in shown.err + shown.out and "check()" in shown.err + shown.out
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_a_numpy_integer_is_a_rank_and_a_bool_is_not():
+    assert core.is_rank_number(np.argmin([3.0, 1.0, 2.0])) and core.is_rank_number(2)
+    assert not any(core.is_rank_number(v) for v in (True, np.bool_(False), 1.0, "1", None))
+
+
+def test_a_batched_operation_is_named_as_the_learner_wrote_it():
+    assert core.call_label("batch:irecv") == "dist.batch_isend_irecv 里的 irecv"
+    assert core.call_label("dist.send") == "dist.send"
+    with pytest.raises(CheckFailed, match="调用了 dist.batch_isend_irecv 里的 isend") as info:
+        core.refuse_calls([[], [core.DistCall("batch:isend", 0, 3)]], ("isend",), "pass_right", "只许用阻塞调用。")
+    assert "batch:" not in str(info.value)

@@ -84,7 +84,7 @@ from mgpu_helpers.lazy import attach
 
 # The public names of each module, reached as ``mh.checks.<name>`` (the modules themselves are reached too).
 _PUBLIC = {
-    "core": "CheckFailed fill_in NOT_DONE RankProblem run_problem",
+    "core": "CheckFailed fill_in NOT_DONE RankProblem run_problem show_trace",
     "overlap": "check_accumulate_dp check_step_seconds",
     "cuda_model": "check_grid_2d check_reverse_copy check_add_into_grid_stride",
     "kernels": "PAD check_matrix_add",

@@ -17,8 +17,10 @@ import importlib
 import itertools
 import math
 import operator
+import os
 import signal
 import sys
+import sysconfig
 import threading
 import traceback
 import types
@@ -33,7 +35,24 @@ WORLD_SIZES = (2, 3, 4)
 
 
 class CheckFailed(AssertionError):
-    """A checker found something wrong; the message says what, in Chinese."""
+    """A checker found something wrong; the message says what, in Chinese.
+
+    In IPython (a notebook) it shows as that message alone, not as a traceback through the checkers' code
+    (IPython's ``_render_traceback_`` hook); :func:`show_trace` prints the whole traceback for who wants it."""
+
+    def _render_traceback_(self):
+        return ["\x1b[1;31m检查没有通过\x1b[0m", *str(self).splitlines(), "",
+                "（想看检查是在哪一步发现的：运行 mh.checks.show_trace()）"]
+
+
+def show_trace() -> None:
+    """Print the whole traceback of the last error a notebook cell raised (a failed check shows only its
+    message): IPython keeps it in ``sys.last_value``."""
+    exc = getattr(sys, "last_value", None)
+    if exc is None:
+        print("还没有出错的单元格。")
+    else:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -219,6 +238,11 @@ def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
         raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({', '.join(map(repr, args))}) 过了 {seconds:g} "
                           f"秒还没有返回{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
+
+
+def is_rank_number(v) -> bool:
+    """A whole number that can name a rank: a Python or NumPy integer (``np.argmin`` gives one), not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def is_number(v) -> bool:
@@ -439,36 +463,57 @@ def refusing_course_code(fn, what: str, targets):
 
     def guard(label):
         def hook(original, args, kwargs):
-            caller = sys._getframe(3).f_globals.get("__name__", "")   # hook <- lambda <- swapped code <- caller
-            if caller.startswith("mgpu_helpers."):       # the checker's own reference: let it through
-                return original(*args, **kwargs)
+            if not _called_for_the_learner(sys._getframe(3)):   # hook <- lambda <- swapped code <- caller
+                return original(*args, **kwargs)                # the checker's own reference
             raise CheckFailed(f"{what}：调用了课程自己的 {label}；这一格要你自己写出它的计算。")
         return hook
 
     try:
         for obj in objs:
             inner = _inner(obj)
-            if getattr(inner, "__code__", None) is not None and inner is not _inner(fn):
+            if (getattr(inner, "__code__", None) is not None and inner is not _inner(fn)
+                    and _in_packages(getattr(inner, "__module__", "") or "", ("mgpu_helpers",))):
                 swapped.hook(inner, guard(getattr(inner, "__name__", "函数")))
         yield
     finally:
         swapped.restore()
 
 
+_LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+_CHECKERS = os.path.join("mgpu_helpers", "checks", "")
+
+
+def _called_for_the_learner(frame) -> bool:
+    """True when, between ``frame`` (a call of a refused course function) and the checker that started it, a
+    frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
+    the learner called that calls on. The checker's own use of its reference has no such frame."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if _CHECKERS in path and not path.endswith("(watcher)"):
+            return False
+        if not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
     version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
-    ``refuse``: the course's functions the learner's may not call; ``check`` runs while they refuse to serve it
-    (:func:`refusing_course_code`). ``reference`` and the items of ``refuse`` may be dotted names
-    (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the lessons' modules bring torch or Numba,
-    which the checkers do not import (:func:`course_object`)."""
-    def checked(fn):
-        with refusing_course_code(fn, what, [obj for obj, _label in resolve_course(refuse)]):
-            check(fn)
-
-    def try_fill_in(fn):                # (``check`` itself when nothing is refused: own_code records its name)
+    ``check`` runs while ``reference`` and ``refuse`` (other course functions the learner's may not call)
+    refuse to serve the learner's code (:func:`refusing_course_code`). ``reference`` and the items of
+    ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the
+    lessons' modules bring torch or Numba, which the checkers do not import (:func:`course_object`)."""
+    def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference
-        return fill_in(fn, checked if refuse else check, ref, what, **keep)
+
+        def checked(fn):
+            course = [ref] + [obj for obj, _label in resolve_course(refuse)]
+            with refusing_course_code(fn, what, [c for c in course if callable(c)]):
+                check(fn)
+        # own_code records the checker by name, to run it again when the kept code is loaded
+        checked.__name__, checked.__qualname__, checked.__module__ = check.__name__, check.__qualname__, check.__module__
+        return fill_in(fn, checked, ref, what, **keep)
     try_fill_in.__doc__ = (f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
                            "course's while it is unwritten.")
     return try_fill_in
@@ -657,13 +702,18 @@ class WatchedCalls:
         return original(*args, **kwargs)
 
 
+def call_label(name: str) -> str:
+    """A recorded call's name as the learner wrote it: ``batch:isend`` is an isend inside ``batch_isend_irecv``."""
+    return f"dist.batch_isend_irecv 里的 {name[6:]}" if name.startswith("batch:") else name
+
+
 def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
     """Raise :class:`CheckFailed` when a rank called one of ``names`` (an exercise's rule, checked on the calls):
     the first recorded call whose function is one of them."""
     for rank, calls in enumerate(calls_by_rank):
         for call_ in calls:
             if call_[0].split(".")[-1].split(":")[-1] in names:
-                raise CheckFailed(f"{what}：rank {rank} 调用了 {call_[0]}。{why}")
+                raise CheckFailed(f"{what}：rank {rank} 调用了 {call_label(call_[0])}。{why}")
 
 
 # -- launching the learner's code on ranks: a hang or an error, told in the learner's terms ---------------

@@ -7,7 +7,7 @@ import random
 import statistics
 
 from mgpu_helpers.checks.core import (CheckFailed, call, course_code_reached, expect_items, fill_in_cell, first_hint,
-                                      number_answer, passed)
+                                      is_rank_number, number_answer, passed)
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose, straggler
 from mgpu_helpers.models import scaling
@@ -284,8 +284,9 @@ def check_least_waiting(fn) -> None:
     for per in cases:
         got = call(fn, what, [list(v) for v in per])
         want = straggler.straggler_by_collective(per)   # the shortest median: the rank that came last
-        if isinstance(got, bool) or not isinstance(got, int):
+        if not is_rank_number(got):
             raise CheckFailed(f"{what}：应当返回 Rank 的编号（一个整数），实际得到 {got!r}。")
+        got = int(got)
         if got == want:
             continue
         med = [round(statistics.median(v) * 1e3, 1) for v in per]

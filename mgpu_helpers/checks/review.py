@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import random
 import statistics
 
-from mgpu_helpers.checks.core import CheckFailed, call, expect_items, is_number, passed
+from mgpu_helpers.checks.core import CheckFailed, call, expect_items, is_number, is_rank_number, passed
 from mgpu_helpers.checks.stragglers import hold_speedup_pairs, reference_speedup_and_efficiency, traced_run
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import bandwidth
@@ -311,7 +311,7 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     judge("1. Straggler 是哪个 Rank", straggler, lambda g: g == s,
           [(lambda g: g == longest, f"rank {longest} 在 All-Reduce 里待得最久，是因为它到得早、在里面等别人："
                                     "等待被算成了“通信”。Straggler 是别人都在等的那个 Rank。"),
-           (lambda g: not isinstance(g, int) or not 0 <= g < n, f"要写一个 Rank 编号（0 到 {n - 1}）。")],
+           (lambda g: not is_rank_number(g) or not 0 <= g < n, f"要写一个 Rank 编号（0 到 {n - 1}）。")],
           f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。")
     judge("2. 一次 All-Reduce 真正花在通信上的大约多少 ms", comm_ms,
           lambda g: _near(g, want["comm_ms"], 0.05) or (is_number(g) and abs(float(g) - want["comm_ms"]) <= 0.05),
