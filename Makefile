@@ -1,5 +1,6 @@
 # The two commands a fresh machine needs:
-#   make lab    install (once) and open the course in JupyterLab on 127.0.0.1
+#   make lab    install (once), bring the course into your workspace (workspace/, never overwritten: see
+#               mgpu_helpers/tools/workspace.py) and open it in JupyterLab on 127.0.0.1
 #   make test   install (once) and run the whole test suite (unit tests, every notebook under nbval,
 #               the real-browser test)
 # Everything lives in ./.venv; nothing is installed outside it.
@@ -22,6 +23,9 @@ TORCH       ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_FLAGS ?=
 PORT        ?= 8888
+# The learner's own copy of the notebooks (git-ignored); `make lab WORKSPACE=~/mgpu-work` puts it elsewhere.
+WORKSPACE   ?= workspace
+export MGPU_WORKSPACE := $(abspath $(WORKSPACE))
 PYTEST_ARGS ?=
 # test-main runs on this many pytest-xdist workers, each test file (each notebook) kept on one worker
 # (--dist loadfile: a notebook's cells share one kernel). 3 on a 2-core machine: the platform-resolution
@@ -43,10 +47,13 @@ $(VENV)/.installed: pyproject.toml
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 lab: install
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. notebooks/00_setup.ipynb
+	$(PY) -m mgpu_helpers.tools.workspace update
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=$(WORKSPACE) \
+	    notebooks/00_setup.ipynb
 
 classroom: install
-	MGPU_PROJECTION=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=. \
+	$(PY) -m mgpu_helpers.tools.workspace update
+	MGPU_PROJECTION=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) --notebook-dir=$(WORKSPACE) \
 	    notebooks/00_setup.ipynb
 
 # The whole suite: unit tests and every notebook under nbval, then the real-browser test (a second pytest
@@ -78,5 +85,8 @@ slides: install
 bench: install
 	$(PY) -m mgpu_helpers.bench launch
 
+# Deletes the installed packages only: never the workspace (your notebooks) nor build/mine (your kept code).
 clean:
+	@echo "make clean: deleting $(VENV)/ (the installed packages; make install puts them back)."
+	@echo "Kept: your workspace $(WORKSPACE)/ and your kept code build/mine/."
 	rm -rf $(VENV)

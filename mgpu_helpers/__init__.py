@@ -16,7 +16,7 @@ from mgpu_helpers.lazy import attach
 __getattr__, __dir__, __all__ = attach(
     __name__,
     submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "own_code",
-                "report", "runs", "tools", "widgets"],
+                "report", "runs", "tools", "tracking", "widgets"],
     attributes={
         "CourseEnv": "course",
         "setup": "course",
@@ -31,5 +31,6 @@ __getattr__, __dir__, __all__ = attach(
         "trace": "launcher",
         "projection_mode": "widgets.projection",
         "mine": "own_code",
+        "progress": "tracking",
     },
 )

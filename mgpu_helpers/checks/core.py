@@ -125,7 +125,11 @@ def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
 
 
 def passed(text: str) -> None:
+    """Say that the check passed, and note it in the learner's progress (:mod:`mgpu_helpers.tracking`)."""
+    from mgpu_helpers import tracking
+
     print(f"通过：{text}")
+    tracking.record("check", tracking.checker_name())
 
 
 def call(fn, what: str, *args):
@@ -516,6 +520,7 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
         return fill_in(fn, checked, ref, what, **keep)
     try_fill_in.__doc__ = (f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
                            "course's while it is unwritten.")
+    try_fill_in.checker = check.__name__        # the name its passing is recorded under (tracking)
     return try_fill_in
 
 

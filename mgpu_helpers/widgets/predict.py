@@ -38,6 +38,7 @@ def compare(name: str, predicted: float, measured: float, unit: str = "", show: 
         predicted = float(predicted)
     except (TypeError, ValueError):
         raise ValueError(f"{name}：预测要写成一个数（例如 0.5），现在是 {predicted!r}") from None
+    _written(name)
     return _said(f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，"
                  f"{ratio_text(predicted, float(measured))}。", show)
 
@@ -49,6 +50,7 @@ def compare_choice(name: str, predicted, measured, options, show: bool = True) -
         return _unwritten(name, repr(measured), show)
     if predicted not in options:
         raise ValueError(f"{name}：预测要从 {options} 里选一个，现在是 {predicted!r}")
+    _written(name)
     verdict = "和测量一致" if predicted == measured else f"测量的结果是 {measured!r}"
     return _said(f"{name}：你的预测 {predicted!r}，{verdict}。", show)
 
@@ -56,6 +58,13 @@ def compare_choice(name: str, predicted, measured, options, show: bool = True) -
 def _unwritten(name: str, measured: str, show: bool) -> str:
     return _said(f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
                  "对照着看才知道自己的直觉差在哪里。", show)
+
+
+def _written(name: str) -> None:
+    """A prediction was written: the learner's progress notes it (:mod:`mgpu_helpers.tracking`)."""
+    from mgpu_helpers import tracking
+
+    tracking.record("prediction", name)
 
 
 def _said(line: str, show: bool) -> str:

@@ -1,0 +1,130 @@
+"""The learner's workspace: their own copy of the notebooks and exercises, which the course never overwrites.
+
+    python -m mgpu_helpers.tools.workspace update      # make it, or bring in what the course added or changed
+    python -m mgpu_helpers.tools.workspace reset NAME  # one notebook back to the course's version, progress too
+    python -m mgpu_helpers.tools.workspace progress    # the progress table (mh.progress() in a notebook)
+
+``make lab`` runs ``update`` and opens JupyterLab in the workspace: ``$MGPU_WORKSPACE``, else ``workspace/`` in
+the checkout (git-ignored), with ``notebooks/`` and ``exercises/`` as in the course. The course's own copies stay
+as committed, so ``git pull`` never meets the learner's answers.
+
+An update treats each notebook of the course as nbgitpuller treats a file:
+
+- new in the course, or deleted from the workspace: copied in;
+- not changed by the learner since the course delivered it: replaced by the course's new version;
+- changed by the learner, and changed by the course too: left as it is, with the course's new version beside it
+  as ``NAME.course-update.ipynb``;
+- otherwise: nothing.
+
+"Changed by the learner" means: no longer what the course delivered, whose sha256 ``.mgpu-workspace.json``
+keeps. Every delivered notebook carries the ``language_info`` of this Python's kernel, which JupyterLab writes
+into a notebook when its kernel starts: the same value already there, opening a notebook does not mark it
+modified.
+"""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from mgpu_helpers import tracking
+
+MANIFEST = ".mgpu-workspace.json"
+UPDATE_SUFFIX = ".course-update.ipynb"
+
+
+def kernel_language_info() -> dict:
+    """What this Python's IPython kernel tells JupyterLab about its language (ipykernel's own value)."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    return dict(IPythonKernel.language_info)
+
+
+def delivered_text(path: Path, language_info: dict) -> str:
+    """The course's notebook at ``path`` as the workspace receives it (its ``language_info`` this kernel's)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb.setdefault("metadata", {})["language_info"] = language_info
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _manifest(ws: Path) -> dict:
+    path = ws / MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def update(ws=None, course=tracking.ROOT) -> list[str]:
+    """Bring the workspace ``ws`` up to the course's notebooks (see the module's docstring); returns one line,
+    in Chinese, for each notebook it added, updated or set a new version beside."""
+    ws, course = Path(ws or tracking.workspace_dir()), Path(course)
+    known, info, said = _manifest(ws), kernel_language_info(), []
+    for folder in tracking.FOLDERS:
+        for src in sorted((course / folder).glob("*.ipynb")):
+            rel, target = f"{folder}/{src.name}", ws / folder / src.name
+            text = delivered_text(src, info)
+            if target.exists():
+                mine = target.read_text(encoding="utf-8")
+                if _sha(mine) == _sha(text):
+                    known[rel] = _sha(text)
+                    continue
+                if _sha(mine) != known.get(rel):                  # the learner's work: never overwritten
+                    beside = target.with_name(src.stem + UPDATE_SUFFIX)
+                    offered = beside.read_text(encoding="utf-8") if beside.exists() else None
+                    if known.get(rel) != _sha(text) and offered != text:
+                        beside.write_text(text, encoding="utf-8")
+                        said.append(f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
+                                    f"课程的新版本放在旁边：{folder}/{beside.name}")
+                    continue
+                said.append(f"{rel}：课程更新了，你没有改过它，已换成新版本")
+            else:
+                said.append(f"{rel}：{'新加入' if rel not in known else '你删掉了它，已重新放回'}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            known[rel] = _sha(text)
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return said
+
+
+def reset(name: str, ws=None, course=tracking.ROOT) -> str:
+    """Put the course's version of notebook ``name`` (with or without ``.ipynb``) back in the workspace, and
+    forget its progress; the learner's version is kept as ``NAME.before-reset.ipynb``."""
+    ws, course, stem = Path(ws or tracking.workspace_dir()), Path(course), Path(name).stem
+    for folder in tracking.FOLDERS:
+        src = course / folder / f"{stem}.ipynb"
+        if src.exists():
+            target = ws / folder / src.name
+            if target.exists():
+                target.replace(target.with_name(f"{stem}.before-reset.ipynb"))
+            known = _manifest(ws)
+            text = delivered_text(src, kernel_language_info())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            known[f"{folder}/{src.name}"] = _sha(text)
+            (ws / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            tracking.forget(stem)
+            return (f"{folder}/{src.name} 已换回课程的版本，它的进度清零；"
+                    f"你原来的版本在 {folder}/{stem}.before-reset.ipynb")
+    raise SystemExit(f"课程里没有叫 {name} 的笔记本（看一看 notebooks/ 和 exercises/ 里的文件名）")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("update", "reset", "progress") or (argv[0] == "reset") != (len(argv) == 2):
+        print(__doc__)
+        return 2
+    if argv[0] == "update":
+        said = update()
+        print("\n".join(said) or "工作区已经是最新的。")
+        print(f"你的工作区：{tracking.workspace_dir()}")
+    elif argv[0] == "reset":
+        print(reset(argv[1]))
+    else:
+        tracking.progress()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""The learner's progress: which checks passed and which predictions were written, notebook by notebook.
+
+Checks record themselves as they pass (:func:`mgpu_helpers.checks.core.passed`), and so does a prediction held
+against its measurement (:mod:`mgpu_helpers.widgets.predict`): one JSON line each, appended to
+:func:`record_file`. :func:`table` reads them back beside what each notebook asks for, so no notebook has to run
+again: ``mh.progress()`` in a notebook, ``python -m mgpu_helpers.tools.workspace progress`` in a terminal.
+
+- A record belongs to the notebook its kernel runs, which Jupyter names in ``JPY_SESSION_NAME``; a check run
+  anywhere else (a test, a console) is not recorded.
+- What a notebook asks for is read from the notebook: every ``mh.checks...try_x(...)`` / ``check_x(...)`` call
+  is a check, every ``name = None  # 你的...`` line a prediction (that is how the learner's copy leaves them).
+- Where: ``$MGPU_PROGRESS_FILE``, else ``progress.jsonl`` in the workspace (:func:`workspace_dir`).
+"""
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]          # the course's checkout
+FOLDERS = ("notebooks", "exercises")
+CHECK_CALL = re.compile(r"\bmh\.checks\.(?:(\w+)\.)?((?:try|check)_\w+)\s*\(")
+PREDICTION = re.compile(r"^(\w+) = None  # 你的", re.M)
+
+
+def workspace_dir() -> Path:
+    """The learner's own copy of the notebooks: ``$MGPU_WORKSPACE``, else ``workspace/`` in the checkout."""
+    return Path(os.environ.get("MGPU_WORKSPACE") or ROOT / "workspace")
+
+
+def record_file() -> Path:
+    return Path(os.environ.get("MGPU_PROGRESS_FILE") or workspace_dir() / "progress.jsonl")
+
+
+def current_notebook() -> str:
+    """The notebook this kernel runs (its name without ``.ipynb``), or "" outside a Jupyter notebook."""
+    return Path(os.environ.get("JPY_SESSION_NAME", "")).stem
+
+
+def record(kind: str, item: str) -> None:
+    """Note that ``item`` (a checker's name, a prediction's label) of this notebook passed or was written."""
+    notebook = current_notebook()
+    if not notebook:
+        return
+    line = json.dumps({"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())},
+                      ensure_ascii=False)
+    try:
+        path = record_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:            # a read-only place: progress is a convenience, never a reason to stop a notebook
+        pass
+
+
+def checker_name() -> str:
+    """The name of the checker running now: the nearest caller named ``check_...`` (or ``_check_...``)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name.lstrip("_").startswith("check_"):
+            return frame.f_code.co_name
+        frame = frame.f_back
+    return ""
+
+
+def forget(notebook: str) -> None:
+    """Drop every record of ``notebook`` (its copy was reset to the course's)."""
+    path = record_file()
+    if path.exists():
+        kept = [ln for ln in path.read_text(encoding="utf-8").splitlines()
+                if ln.strip() and json.loads(ln).get("notebook") != notebook]
+        path.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+
+
+def records() -> dict:
+    """``{notebook: {"check": set of checker names, "prediction": set of labels}}`` from the record file."""
+    out: dict = {}
+    path = record_file()
+    if not path.exists():
+        return out
+    for ln in path.read_text(encoding="utf-8").splitlines():
+        try:
+            r = json.loads(ln)
+        except ValueError:
+            continue
+        out.setdefault(r["notebook"], {"check": set(), "prediction": set()})[r["kind"]].add(r["item"])
+    return out
+
+
+def asks(path) -> dict:
+    """What the notebook at ``path`` asks for: ``{"check": [checker names], "prediction": [variable names]}``."""
+    import importlib
+
+    cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    checks = []
+    for module, name in CHECK_CALL.findall(code):
+        try:
+            fn = getattr(importlib.import_module("mgpu_helpers.checks" + (f".{module}" if module else "")), name)
+        except (ImportError, AttributeError):
+            continue
+        checker = getattr(fn, "checker", name)        # a lesson's try_x names the checker it runs
+        if checker not in checks:
+            checks.append(checker)
+    return {"check": checks, "prediction": PREDICTION.findall(code)}
+
+
+def table(folder=None) -> list[dict]:
+    """One row per notebook of ``folder`` (the workspace, else the course's own copies): what passed, what is
+    left, how many predictions were written."""
+    base = Path(folder) if folder else workspace_dir()
+    if not any((base / f).is_dir() for f in FOLDERS):
+        base = ROOT
+    done = records()
+    rows = []
+    for sub in FOLDERS:
+        for path in sorted((base / sub).glob("*.ipynb")):
+            if ".course-update" in path.name:
+                continue
+            want, got = asks(path), done.get(path.stem, {"check": set(), "prediction": set()})
+            rows.append({"notebook": path.stem, "passed": [c for c in want["check"] if c in got["check"]],
+                         "left": [c for c in want["check"] if c not in got["check"]],
+                         "predictions": (min(len(got["prediction"]), len(want["prediction"])),
+                                         len(want["prediction"]))})
+    return rows
+
+
+def progress(folder=None) -> list[dict]:
+    """Print the progress table (``mh.progress()``) and return its rows."""
+    from mgpu_helpers.report.tables import format_table
+
+    rows = [r for r in table(folder) if r["passed"] or r["left"] or r["predictions"][1]]
+    lines = [{"notebook": r["notebook"], "checks": f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}",
+              "predictions": "{} / {}".format(*r["predictions"]),
+              "left": "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过"}
+             for r in rows]
+    print(format_table(lines, [("notebook", "笔记本", "{}"), ("checks", "检查通过", "{}"),
+                               ("predictions", "预测写了", "{}"), ("left", "还没通过的检查", "{}")],
+                       left=("left",), title=f"学习进度（记录在 {record_file()}）"))
+    return rows
