@@ -100,13 +100,16 @@ def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
 
     ``check(fn)`` runs the area's checker (it prints ``通过：...`` or raises :class:`CheckFailed` naming the
     mistake). While ``fn`` is still the generated stub (or ``None``), nothing is checked: this says so and
-    returns ``reference``, the course's own version, so the rest of the notebook runs either way. A wrong
+    returns ``reference``, the course's own version, so the rest of the notebook runs either way (under
+    nbgrader's autograde, ``$MGPU_GRADING`` set, an unwritten fill-in fails instead). A wrong
     ``fn`` raises: the cell stops at the mistake, and the cells after it keep the last good value.
 
     ``keep``: a later notebook builds on this function: once it passes, its source is stored under that name
     (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
     """
     if fn is None or has_stub(fn):
+        if os.environ.get("MGPU_GRADING"):      # nbgrader's autograde (tools/grading.py): unwritten is a fail
+            raise not_done(fn, what)
         print(f"「{what}」还没写：下面的单元格先用课程的参考实现。写好之后再运行这一格，它会立刻检查你的版本。")
         return reference
     try:

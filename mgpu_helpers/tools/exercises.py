@@ -87,12 +87,13 @@ class MarkerError(ValueError):
     """Solution markers that do not pair up, or sit outside a function."""
 
 
-def stub_source(source: str) -> tuple[str, list[str]]:
+def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[str]]:
     """Replace each solution region of a code cell by its stub (see the module's docstring).
 
     Returns ``(new_source, names)``: ``names`` are the top-level functions whose bodies were stubbed, in
     order of appearance (no repeats). Raises :class:`MarkerError` for an unpaired marker, or a region outside
-    a function that holds more than assignments.
+    a function that holds more than assignments. ``keep_functions``: a function's region stays as it is,
+    markers and all (nbgrader's source, :mod:`mgpu_helpers.tools.grading`); predictions are still stubbed.
     """
     lines = source.split("\n")
     out: list[str] = []
@@ -121,6 +122,10 @@ def stub_source(source: str) -> tuple[str, list[str]]:
         else:
             if owner not in names:
                 names.append(owner)
+            if keep_functions:
+                out += lines[i:j + 1]
+                i = j + 1
+                continue
             out += [r for r in region if r.strip().startswith(HINT_MARK)]
             n = max(1, sum(1 for ln in region if ln.strip() and not ln.strip().startswith("#")))   # lines to write
             out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
@@ -207,7 +212,7 @@ def learner_copy(nb, keep_outputs: bool = False):
     return out if keep_outputs else nbtools.clean(out, keep_checked_outputs=False)
 
 
-def make_exercise(nb, name: str = ""):
+def make_exercise(nb, name: str = "", keep_solutions: bool = False):
     """The exercise version of a solution notebook, as the suite tests it (a new notebook; ``nb`` is left as it
     is; :func:`learner_copy` of it is what the learner opens).
 
@@ -219,9 +224,10 @@ def make_exercise(nb, name: str = ""):
     defining = set()
     for k, cell in enumerate(ex.cells):
         if cell.cell_type == "code" and BEGIN in cell.source:
-            cell.source, names = stub_source(cell.source)
+            cell.source, names = stub_source(cell.source, keep_solutions)
             stubbed += [n for n in names if n not in stubbed]
             defining.add(k)
+            _mark_answer(cell, names)
         elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
             cell.source = fold_markdown(cell.source)
     for k, cell in enumerate(ex.cells):
@@ -235,10 +241,11 @@ def make_exercise(nb, name: str = ""):
     first_md = next((c for c in ex.cells if c.cell_type == "markdown"), None)
     if first_md is not None and name:
         first_md.source = first_md.source.rstrip() + BANNER.format(name=name)
+    _mark_checks(ex)
     return nbtools.clean(ex, keep_checked_outputs=False), stubbed
 
 
-def make_lesson(nb, name: str = ""):
+def make_lesson(nb, name: str = "", keep_solutions: bool = False):
     """The learner's version of a worked lesson, as the suite tests it: the worked lesson's checked outputs
     kept, for nbval to compare (a new notebook; ``nb`` is left as it is; :func:`learner_copy` of it is what
     the learner opens).
@@ -260,8 +267,9 @@ def make_lesson(nb, name: str = ""):
                 if nbtools.is_checked(cell):
                     raise MarkerError(f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
                                       "its output would differ between the worked and the learner's version")
-                cell.source, names = stub_source(cell.source)
+                cell.source, names = stub_source(cell.source, keep_solutions)
                 stubbed += [n for n in names if n not in stubbed]
+                _mark_answer(cell, names)
             lines = cell.source.split("\n")
             if lines and EXPORT_LINE.match(lines[0].strip()):
                 cell.source = "\n".join(lines[1:])
@@ -270,7 +278,28 @@ def make_lesson(nb, name: str = ""):
     first_md = next((c for c in les.cells if c.cell_type == "markdown"), None)
     if first_md is not None and name and any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells):
         first_md.source = first_md.source.rstrip() + LESSON_BANNER.format(name=name)
+    _mark_checks(les)
     return nbtools.clean(les, keep_checked_outputs=True), stubbed
+
+
+def _mark_answer(cell, functions) -> None:
+    """nbgrader's metadata for a cell where the learner writes a function (a prediction is not graded)."""
+    if functions:
+        cell.metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "schema_version": 3,
+                                     "grade_id": f"answer-{cell.id}"}
+
+
+def _mark_checks(nb) -> None:
+    """nbgrader's metadata for the autograded cells: a check of the learner's code (a point), and a cell with
+    hidden tests (no points: they guard the notebook's own results, and run where the learner's code does)."""
+    from mgpu_helpers.tracking import CHECK_CALL
+
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "nbgrader" not in cell.metadata and (
+                CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source):
+            cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "schema_version": 3,
+                                         "grade_id": f"check-{cell.id}",
+                                         "points": 1 if CHECK_CALL.search(cell.source) else 0}
 
 
 def _import_instead(cell, default_module, name: str, k: int) -> str:
@@ -300,14 +329,15 @@ def solution_paths() -> list[str]:
     return sorted(glob.glob(os.path.join(SOLUTIONS_DIR, "*.ipynb")))
 
 
-def tested_version(solution_path: str):
+def tested_version(solution_path: str, keep_solutions: bool = False):
     """The learner's notebook for ``solution_path`` as the suite runs it: the committed copy with the hidden
-    tests, the ``# NBVAL_CHECK_OUTPUT`` lines and (in a lesson) the worked notebook's checked outputs."""
+    tests, the ``# NBVAL_CHECK_OUTPUT`` lines and (in a lesson) the worked notebook's checked outputs.
+    ``keep_solutions``: the functions' solutions stay, between their markers (nbgrader's source)."""
     import nbformat
 
     nb = nbformat.read(solution_path, as_version=4)
     make = make_lesson if is_lesson(solution_path) else make_exercise
-    return make(nb, os.path.basename(solution_path))[0]
+    return make(nb, os.path.basename(solution_path), keep_solutions)[0]
 
 
 def render(solution_path: str) -> str:

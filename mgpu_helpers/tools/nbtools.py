@@ -23,7 +23,8 @@ from pathlib import Path
 import nbformat
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
-KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable", "jupyter")   # jupyter: source_hidden
+# jupyter: source_hidden; nbgrader: the grading metadata of the learner's copies (tools/exercises.py)
+KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable", "jupyter", "nbgrader")
 
 
 def source(cell) -> str:

@@ -1,0 +1,87 @@
+"""A teacher's nbgrader course, built from the worked notebooks: the learner's copies, graded.
+
+    python -m mgpu_helpers.tools.grading setup DIR [NAME ...]
+
+writes ``DIR/nbgrader_config.py`` and, for each named notebook (default: every exercise, ``exNN_*``), nbgrader's
+source ``DIR/source/NAME/NAME.ipynb``: an assignment per notebook, named as the notebook. From there on it is
+nbgrader's own commands, run in DIR (README.md, "Teachers"): ``generate_assignment``, ``release_assignment``
+(or hand out ``release/``), ``collect``, ``autograde``, ``generate_feedback``, ``export``.
+
+The source is the learner's copy (:func:`mgpu_helpers.tools.exercises.tested_version`) with the worked
+functions still between ``### BEGIN SOLUTION`` / ``### END SOLUTION`` for nbgrader to clear, the hidden tests
+between nbgrader's own markers, and the cell metadata every learner's copy carries: the cells where the learner
+writes a function are solution cells, each check of the learner's code an autograded test cell worth a point.
+The configuration makes nbgrader's release match the learner's copy (the same stub), put back a check cell a
+submission deleted, stop a cell that runs past a time limit (an endless loop costs that cell's points, not the
+grading of the others), and set ``MGPU_GRADING``, so that an unwritten fill-in fails its check instead of
+borrowing the course's version.
+"""
+
+import sys
+from pathlib import Path
+
+from mgpu_helpers.tools import exercises, nbtools
+
+CONFIG = '''\
+# nbgrader's configuration for the mgpu-course class (written by python -m mgpu_helpers.tools.grading setup).
+import os
+
+c = get_config()  # noqa: F821 (nbgrader provides it)
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+# The learner's copies stub a function with this line; the course's checks know it for "not written yet".
+c.ClearSolutions.code_stub = {{"python": 'raise NotImplementedError("{stub}")'}}
+# A check cell deleted from a submission is put back (and run) rather than lost.
+c.OverwriteCells.add_missing_cells = True
+# A cell still running after this many seconds (an endless loop) is stopped; only its own points are lost.
+c.Execute.timeout = {timeout}
+# An unwritten fill-in fails its check instead of borrowing the course's version (mgpu_helpers/checks/core.py).
+os.environ["MGPU_GRADING"] = "1"
+'''
+CELL_TIMEOUT_S = 120
+
+
+def grading_source(solution_path: str):
+    """nbgrader's source notebook for the worked notebook at ``solution_path`` (see the module's docstring)."""
+    nb = exercises.tested_version(solution_path, keep_solutions=True)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = exercises.CHECK_LINE.sub("", cell.source)
+    return nbtools.clean(nb, keep_checked_outputs=False)
+
+
+def setup(folder, names=(), solutions=None, timeout: int = CELL_TIMEOUT_S) -> list[Path]:
+    """Write nbgrader's course folder ``folder``: its configuration and one assignment per notebook named in
+    ``names`` (file stems; default: every exercise), taken from ``solutions`` (default: the course's worked
+    notebooks). Returns the source notebooks written."""
+    import nbformat
+
+    folder = Path(folder)
+    paths = [Path(p) for p in (solutions or exercises.solution_paths())]
+    chosen = [p for p in paths if p.stem in names] if names else [p for p in paths if not exercises.is_lesson(str(p))]
+    missing = set(names) - {p.stem for p in chosen}
+    if missing:
+        raise SystemExit(f"no worked notebook named {', '.join(sorted(missing))} in solutions/")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(
+        CONFIG.format(stub=exercises.STUB_TEXT.split("（")[0], timeout=timeout), encoding="utf-8")
+    written = []
+    for path in chosen:
+        target = folder / "source" / path.stem / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(grading_source(str(path)), target)
+        written.append(target)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] != "setup":
+        print(__doc__)
+        return 2
+    for path in setup(argv[1], argv[2:]):
+        print(f"wrote {path}")
+    print(f"nbgrader's course folder: {argv[1]} (run nbgrader's commands there; README.md, Teachers)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
