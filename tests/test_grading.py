@@ -2,8 +2,9 @@
 
 One worked exercise of two fill-ins, each with a course checker. The submissions: one complete; one with a
 typical wrong answer in each fill-in; one that does not run (a syntax error, an endless loop, a deleted check
-cell). nbgrader's autograde scores them 2, 0 and 0 of 2, the endless loop stopped at the cell time limit without
-stopping the grading of the others, and the feedback says what happened in each.
+cell); one whose code kills its kernel. nbgrader's autograde scores them 2, 0, 0 and 0 of 2, the endless loop
+stopped at the cell time limit and the crash survived, without stopping the grading of the others, and the
+feedback says what happened in each.
 """
 import csv
 import html
@@ -51,6 +52,7 @@ WRONG = {"answer-split": "def contiguous_ranges(n_items, world_size):\n    size 
                           "    total = params + grads + optimizer + activations\n    return -(-total // capacity)"}
 BROKEN = {"answer-split": "def contiguous_ranges(n_items, world_size)\n    return []",
           "answer-fewest": "while True:\n    pass"}
+CRASH = {"answer-split": "import os\nos._exit(1)          # the kernel process ends, as in a segfault"}
 
 
 def _worked(folder: Path) -> Path:
@@ -116,14 +118,16 @@ def test_nbgrader_grades_a_complete_a_wrong_and_a_broken_submission(tmp_path):
     _submit(course, "alice", release, solved)
     _submit(course, "bob", release, WRONG)
     _submit(course, "carol", release, BROKEN, drop=("check-check-fewest",))
+    _submit(course, "dave", release, dict(solved, **CRASH))
     _nbgrader(course, "autograde", "ex90_grading")
     _nbgrader(course, "generate_feedback", "ex90_grading")
     _nbgrader(course, "export")
     with open(course / "grades.csv", encoding="utf-8") as f:
         scores = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(f)}
-    assert scores == {"alice": (2.0, 2.0), "bob": (0.0, 2.0), "carol": (0.0, 2.0)}
+    assert scores == {"alice": (2.0, 2.0), "bob": (0.0, 2.0), "carol": (0.0, 2.0), "dave": (0.0, 2.0)}
     bob, carol = _feedback(course, "bob"), _feedback(course, "carol")
     assert bob.count("检查没有通过") == 2 and "most recent call last" not in bob   # the checker's own words
     assert "SyntaxError" in carol and "CellTimeoutError" in carol            # what happened, cell by cell
     assert "missing from the submission" in carol                            # the deleted check was put back
     assert "没有完成" in carol or "NameError" in carol or "NotImplementedError" in carol
+    assert "KernelDied" in _feedback(course, "dave")                        # a crash: graded on in a new kernel

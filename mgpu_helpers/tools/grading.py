@@ -13,7 +13,7 @@ between nbgrader's own markers, and the cell metadata every learner's copy carri
 writes a function are solution cells, each check of the learner's code an autograded test cell worth a point.
 The configuration makes nbgrader's release match the learner's copy (the same stub), put back a check cell a
 submission deleted, stop a cell that runs past a time limit (an endless loop costs that cell's points, not the
-grading of the others), and set ``MGPU_GRADING``, so that an unwritten fill-in fails its check instead of
+grading of the others), go on in a new kernel after a cell that crashed its kernel, and set ``MGPU_GRADING``, so that an unwritten fill-in fails its check instead of
 borrowing the course's version.
 """
 
@@ -36,8 +36,38 @@ c.OverwriteCells.add_missing_cells = True
 c.Execute.timeout = {timeout}
 # An unwritten fill-in fails its check instead of borrowing the course's version (mgpu_helpers/checks/core.py).
 os.environ["MGPU_GRADING"] = "1"
+# A cell that kills its kernel (a crash) loses its points; a new kernel runs the cells after it.
+from mgpu_helpers.tools.grading import autograde_preprocessors  # noqa: E402
+
+c.Autograde.autograde_preprocessors = autograde_preprocessors()
 '''
 CELL_TIMEOUT_S = 120
+
+
+def autograde_preprocessors() -> list:
+    """nbgrader's autograde steps, its ``Execute`` replaced by one that survives a crashed kernel."""
+    from jupyter_core.utils import run_sync
+    from nbclient.exceptions import DeadKernelError
+    from nbgrader.converters.autograde import Autograde
+    from nbgrader.preprocessors import Execute
+    from nbformat.v4 import new_output
+
+    class CrashSafeExecute(Execute):
+        """nbgrader's ``Execute``; a cell whose kernel dies gets an error saying so, and a new kernel runs on."""
+
+        def preprocess_cell(self, cell, resources, index):
+            try:
+                return super().preprocess_cell(cell, resources, index)
+            except DeadKernelError:
+                cell.outputs.append(new_output("error", ename="KernelDied", evalue="",
+                                               traceback=["KernelDied: 这一格让内核进程退出了（崩溃），"
+                                                          "它的分数为 0；之后的单元格在一个新的内核里接着运行。"]))
+                self.kc.stop_channels()
+                run_sync(self.km.restart_kernel)(now=True)        # an AsyncKernelManager (nbgrader's)
+                self.start_new_kernel_client()
+                return cell, self.resources
+
+    return [CrashSafeExecute if step is Execute else step for step in Autograde.autograde_preprocessors.default()]
 
 
 def grading_source(solution_path: str):
