@@ -177,6 +177,20 @@ def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_fl
                                1: {"last_completed": (2, "all_reduce"), "stuck_in": (3, "broadcast")}}
     assert "flight recorder: last completed #2 all_reduce, stuck in #3 broadcast" in str(err)
     assert set(err.stacks) == {0, 1} and all("rank_fn" in s for s in err.stacks.values())
+    # The dumps themselves outlive the launch, one file per rank, and torch's own analyzer reads the folder.
+    import pickle
+    import subprocess
+    import sys
+    assert sorted(os.listdir(err.flight_dumps)) == ["fr_trace_rank_0", "fr_trace_rank_1"]
+    assert err.flight_dumps in str(err)
+    with open(os.path.join(err.flight_dumps, "fr_trace_rank_1"), "rb") as f:
+        raw = pickle.load(f)
+    assert [(e["collective_seq_id"], e["profiling_name"]) for e in raw["entries"]][-1] == (3, "gloo:broadcast")
+    fr = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", err.flight_dumps],
+                        capture_output=True, text=True, timeout=120)
+    assert fr.returncode == 0, fr.stderr
+    said = fr.stdout + fr.stderr                                   # the analyzer reports through logging
+    assert "Collective sequence number: 3 has errors" in said and "COLLECTIVE_TYPE_MISMATCH" in said
 
 
 def test_flight_recorder_summary_reads_nccl_and_gloo_entries():

@@ -30,11 +30,14 @@ class RankTimeout(RankError):
     ``stacks`` maps each rank still running to its Python stack (all threads) taken just before it was ended;
     ``waiting_in`` maps it to the torch.distributed call it was blocked in, when one is on its stack;
     ``collectives`` maps it to what torch's flight recorder says, ``{"last_completed": (seq, name),
-    "stuck_in": (seq, name)}`` (either may be None), or None when the rank gave no dump.
+    "stuck_in": (seq, name)}`` (either may be None), or None when the rank gave no dump; ``flight_dumps`` is the
+    folder of the recorder's dumps themselves, one file per rank (None when there are none), for torch's
+    analyzer ``python -m torch.distributed.flight_recorder.fr_trace FOLDER`` or ``pickle.load``.
     """
 
-    def __init__(self, message: str, stacks=None, waiting_in=None, collectives=None, **kw):
+    def __init__(self, message: str, stacks=None, waiting_in=None, collectives=None, flight_dumps=None, **kw):
         super().__init__(message, **kw)
         self.stacks = stacks or {}
         self.waiting_in = waiting_in or {}
         self.collectives = collectives or {}
+        self.flight_dumps = flight_dumps

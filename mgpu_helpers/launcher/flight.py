@@ -69,6 +69,49 @@ def start_dumper(job_dir: str, rank: int) -> None:
     threading.Thread(target=serve, name="mgpu-flight-recorder", daemon=True).start()
 
 
+KEPT_PREFIX = "fr_trace_rank_"
+
+
+def keep_dumps(paths: dict) -> str | None:
+    """Copy the ranks' dumps (``{rank: path}``) where they outlive the launch, whose folder is removed: a new
+    folder under ``$MGPU_FLIGHT_DIR`` (default: the system's temp folder), a file per rank named as torch names
+    its own dumps, ``fr_trace_rank_<rank>``, so that torch's analyzer reads the folder as it is
+    (``python -m torch.distributed.flight_recorder.fr_trace FOLDER``). None when no rank left a dump."""
+    import shutil
+    import tempfile
+
+    found = {r: p for r, p in paths.items() if os.path.exists(p)}
+    if not found:
+        return None
+    base = os.environ.get("MGPU_FLIGHT_DIR") or None
+    if base:
+        os.makedirs(base, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="mgpu-flight-", dir=base)
+    for rank, path in found.items():
+        target = os.path.join(folder, f"{KEPT_PREFIX}{rank}")
+        dump = read_dump(path)
+        if dump is None or "entries" not in dump:
+            shutil.copyfile(path, target)
+        else:
+            _write_whole(target, lambda f, d=_named_groups(dump): pickle.dump(d, f))
+    return folder
+
+
+def _named_groups(dump: dict) -> dict:
+    """The dump with its process groups named as its entries name them. gloo's recorder (torch 2.13) files the
+    default group's configuration and status under "" while its entries say "0", and torch's analyzer then
+    fails on a KeyError; NCCL's dumps are left as they are."""
+    names = {e["process_group"][0]: e["process_group"][1] for e in dump["entries"] if e.get("process_group")}
+    if len(names) != 1 or "" not in dump.get("pg_config", {}):
+        return dump
+    (name, desc), = names.items()
+    dump = dict(dump, pg_config=dict(dump["pg_config"]), pg_status=dict(dump.get("pg_status", {})))
+    dump["pg_config"][name] = dict(dump["pg_config"].pop(""), name=name, desc=desc)
+    if "" in dump["pg_status"]:
+        dump["pg_status"][name] = dump["pg_status"].pop("")
+    return dump
+
+
 def read_dump(path: str) -> dict | None:
     """The unpickled dump at ``path``, or None when there is none (the rank never answered)."""
     try:

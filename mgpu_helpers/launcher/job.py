@@ -44,6 +44,7 @@ class Job:
         self.quiet = quiet
         self.t0 = time.monotonic()
         self.job_dir: str | None = None
+        self.flight_dumps: str | None = None      # the flight recorder's dumps, kept after a hang (take_dumps)
         self.outputs: list[list[str]] = [[] for _ in range(world_size)]
         self.results: dict[int, Returned | Failed] = {}
         self.exits: dict[int, int] = {}
@@ -266,6 +267,7 @@ class Job:
             self._pump_until(lambda: False, 0.5)
         # The whole dump, else the fallback (which may be cut short), else nothing.
         stacks = {r: _text_of(whole[r]) or _text_of(flight.partial_stack_path(self.job_dir, r)) for r in ranks}
+        self.flight_dumps = flight.keep_dumps(fr_paths)
         return stacks, {r: flight.summarise(flight.read_dump(p)) for r, p in fr_paths.items()}
 
 

@@ -229,5 +229,9 @@ def _raise_timeout(job: Job):
     for r in stuck:
         lines.append(f"--- Python stack of rank {r} ---\n{stacks.get(r) or '(none taken)'}")
         lines.append(f"--- last output of rank {r} ---\n{_tail(job.outputs[r], 5)}")
+    if job.flight_dumps:
+        lines.append(f"The flight recorder's dumps, one file per rank: {job.flight_dumps} (torch's analyzer: "
+                     f"python -m torch.distributed.flight_recorder.fr_trace {job.flight_dumps})")
     raise RankTimeout("\n".join(lines), stacks=stacks, waiting_in=waiting, collectives=collectives,
+                      flight_dumps=job.flight_dumps,
                       rank=stuck[0] if stuck else None, outputs=_outputs(job), results=partial_results(job))
