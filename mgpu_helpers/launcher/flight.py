@@ -70,23 +70,27 @@ def start_dumper(job_dir: str, rank: int) -> None:
 
 
 KEPT_PREFIX = "fr_trace_rank_"
+KEEP_LAST = 5          # the dumps of this many hangs are kept; older ones go
 
 
 def keep_dumps(paths: dict) -> str | None:
     """Copy the ranks' dumps (``{rank: path}``) where they outlive the launch, whose folder is removed: a new
-    folder under ``$MGPU_FLIGHT_DIR`` (default: the system's temp folder), a file per rank named as torch names
-    its own dumps, ``fr_trace_rank_<rank>``, so that torch's analyzer reads the folder as it is
-    (``python -m torch.distributed.flight_recorder.fr_trace FOLDER``). None when no rank left a dump."""
+    folder in ``$MGPU_FLIGHT_DIR`` (default: ``mgpu-flight-<uid>`` in the system's temp folder), a file per rank
+    named as torch names its own dumps, ``fr_trace_rank_<rank>``, so that torch's analyzer reads the folder as
+    it is (``python -m torch.distributed.flight_recorder.fr_trace FOLDER``). Only the last :data:`KEEP_LAST`
+    hangs' folders are kept. None when no rank left a dump."""
     import shutil
     import tempfile
 
     found = {r: p for r, p in paths.items() if os.path.exists(p)}
     if not found:
         return None
-    base = os.environ.get("MGPU_FLIGHT_DIR") or None
-    if base:
-        os.makedirs(base, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="mgpu-flight-", dir=base)
+    base = os.environ.get("MGPU_FLIGHT_DIR") or os.path.join(tempfile.gettempdir(), f"mgpu-flight-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    older = sorted((os.path.join(base, n) for n in os.listdir(base)), key=os.path.getmtime)
+    for old in older[:max(0, len(older) - KEEP_LAST + 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix="hang-", dir=base)
     for rank, path in found.items():
         target = os.path.join(folder, f"{KEPT_PREFIX}{rank}")
         dump = read_dump(path)
