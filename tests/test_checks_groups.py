@@ -22,27 +22,41 @@ def _by_value(source: str, name: str):
 # -- env_for ----------------------------------------------------------------------------------------------------
 
 def test_env_for_built_another_way_passes(capsys):
-    def env_for(rank, world_size, master_port):
-        values = dict(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world_size,
-                      MASTER_ADDR="localhost", MASTER_PORT=master_port)
+    def env_for(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1"):
+        per_node = nproc_per_node or world_size
+        node = rank // per_node
+        values = dict(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank - node * per_node, LOCAL_WORLD_SIZE=per_node,
+                      MASTER_ADDR=master_addr if nproc_per_node else "localhost", MASTER_PORT=master_port)
         return {k: str(v) for k, v in values.items()}
     groups.check_env_for(env_for)
     assert capsys.readouterr().out.startswith("通过：")
 
 
+SIG = "def env_for(rank, world_size, master_port, nproc_per_node=None, master_addr='127.0.0.1'):\n    p = nproc_per_node or world_size\n"
+
+
 @pytest.mark.parametrize("body,why", [
-    ("return dict(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world_size, "
-     "MASTER_ADDR='127.0.0.1', MASTER_PORT=master_port)", "值都是字符串"),
-    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size), "
-     "MASTER_ADDR='127.0.0.1', MASTER_PORT=str(master_port + rank))", "MASTER_PORT 对每个 rank 都一样"),
-    ("return dict(RANK=str(rank + 1), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), "
-     "LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(master_port))", "rank 从 0 数起"),
-    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR='127.0.0.1', "
+    ("return dict(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank % p, LOCAL_WORLD_SIZE=p, "
+     "MASTER_ADDR=master_addr, MASTER_PORT=master_port)", "值都是字符串"),
+    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % p), LOCAL_WORLD_SIZE=str(p), "
+     "MASTER_ADDR=master_addr, MASTER_PORT=str(master_port + rank))", "MASTER_PORT 对每个 rank 都一样"),
+    ("return dict(RANK=str(rank + 1), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % p), "
+     "LOCAL_WORLD_SIZE=str(p), MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))", "rank 从 0 数起"),
+    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR=master_addr, "
      "MASTER_PORT=str(master_port))", "少了 LOCAL_RANK, LOCAL_WORLD_SIZE"),
-], ids=["ints", "a port per rank", "counted from 1", "no LOCAL_*"])
+    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size), "
+     "MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))", "每台机器都从 0 数起"),
+    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank // p), LOCAL_WORLD_SIZE=str(p), "
+     "MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))", "机器的编号"),
+    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % p), LOCAL_WORLD_SIZE=str(world_size), "
+     "MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))", "不是所有机器的总数"),
+    ("return dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank % p), LOCAL_WORLD_SIZE=str(p), "
+     "MASTER_ADDR='127.0.0.1', MASTER_PORT=str(master_port))", "写死成了回环地址"),
+], ids=["ints", "a port per rank", "counted from 1", "no LOCAL_*", "local = global", "node index",
+        "local size = world", "loopback hard-coded"])
 def test_env_for_names_the_typical_mistakes(body, why):
     with pytest.raises(CheckFailed, match=why):
-        groups.check_env_for(_by_value(f"def env_for(rank, world_size, master_port):\n    {body}\n", "env_for"))
+        groups.check_env_for(_by_value(SIG + f"    {body}\n", "env_for"))
 
 
 def test_try_env_for_gives_the_reference_while_unwritten(capsys):

@@ -14,7 +14,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 
 | notebook | checker | the reader writes |
 | --- | --- | --- |
-| 01 | :func:`cuda_model.try_thread_ids` (and ``try_work_and_idle``, ``try_launch_config``, ``try_vec_mul``) | notebook 01's fill-ins: the thread map, the idle count, the launch arithmetic, a kernel |
+| 01 | :func:`cuda_model.try_thread_ids` (and ``try_work_and_idle``, ``try_launch_config``) | notebook 01's fill-ins: the thread map, the idle count, the launch arithmetic |
 | ex01 | :func:`check_grid_2d` | ``grid_2d(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x along columns |
 | ex01 | :func:`check_reverse_copy` | a Numba kernel ``(a, out, n)`` on int32: ``out[i] = a[n - 1 - i]`` |
 | ex01 | :func:`check_add_into_grid_stride` | a Numba kernel ``(x, y, n)``: in-place grid-stride ``y += x``, each element once |
@@ -24,7 +24,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex02 | :func:`check_saxpy_cupy` | ``saxpy_cupy(alpha, x, y)``: a CuPy RawKernel, y in place (runs on a GPU; structure everywhere) |
 | ex02 | :func:`check_max_regs` | ``max_regs_per_thread(block, min_blocks, limits)``: the register budget for k blocks |
 | ex02 | :func:`check_one_wave_blocks` | the number of blocks in one wave on this machine (number first) |
-| 03 | :func:`check_env_for` | ``env_for(rank, world_size, master_port) -> dict`` of the six variables |
+| 03 | :func:`check_env_for` | ``env_for(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict`` of the six variables |
 | 03 | :func:`check_init_for` | ``init_for(rank, world_size, method)``: the env:// and tcp:// init calls |
 | 04 | :func:`check_exchange` | ``exchange(send_buf, dst, recv_buf, src)``: one ring step, no deadlock |
 | 04 | :func:`check_ring_pass` | ``ring_pass(token, steps=None)``: the ring built from exchange |

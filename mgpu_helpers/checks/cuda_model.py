@@ -245,37 +245,6 @@ def check_launch_config(fn) -> None:
 try_launch_config = fill_in_cell(check_launch_config, "mgpu_helpers.lessons.cuda_model.launch_config", "launch_config")
 
 
-def check_vec_mul(kernel, block: int = 32) -> None:
-    """``kernel(a, b, c, n)``: ``c[i] = a[i] * b[i]`` for i < n, one thread per element, launched with
-    ``(n + block - 1) // block`` blocks into arrays longer than n."""
-    from numba import cuda
-
-    what = "vec_mul Kernel 要算出全局下标、做边界检查，再写 c[i] = a[i] * b[i]"
-    refuse_course_code(kernel, what, [_reference("vec_mul")], advice="在练习格里自己写出函数体。")
-    rng = new_rng()
-    launches = _launches(rng, block)
-    for n, grid, length in launches:
-        a, b = (rng.integers(-9, 10, length).astype(np.float32) for _ in range(2))
-        a[:n][a[:n] == 0] = 3.0           # no zeros: a * b and a + b must differ
-        b[:n][b[:n] == 2] = 5.0           # 2 * 2 == 2 + 2
-        d_c = cuda.to_device(np.full(length, np.nan, np.float32))
-        run_kernel(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(n))
-        got = d_c.copy_to_host()
-        where = f"n = {n}，启动 [{grid}, {block}]"
-        _past_end(got, n, np.nan, where)
-        hint = first_hint(
-            (n > block and np.isnan(got[block:n]).all() and not np.isnan(got[:block]).any(),
-             "只有第一个 Block 的元素被写了：下标里少了 blockIdx.x * blockDim.x。"),
-            (np.allclose(got[:n], a[:n] + b[:n]), "算成了加法：这里要的是乘法 a[i] * b[i]。"),
-            (n > block and np.isnan(got[:n]).any(),
-             "有元素没被写：全局下标是 blockIdx.x * blockDim.x + threadIdx.x（乘的是每块的线程数）。"))
-        compare(got[:n], a[:n] * b[:n], where, hint)
-    passed(f"vec_mul 在 n = {', '.join(str(n) for n, _, _ in launches)}（block = {block}）上与 NumPy 一致，n 之后的元素没有被碰。")
-
-
-try_vec_mul = fill_in_cell(check_vec_mul, "mgpu_helpers.lessons.cuda_model.vec_mul", "vec_mul")
-
-
 # --------------------------------------------------------------------------------------------------------
 # ex01: a 2D launch, a reversed copy (int32), the matrix add, an in-place grid-stride loop.
 

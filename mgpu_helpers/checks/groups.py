@@ -108,47 +108,73 @@ ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def reference_env_for(rank: int, world_size: int, master_port: int) -> dict:
-    """The variables ``torchrun --standalone`` (or ``run_ranks``) sets for ``rank`` of ``world_size`` on one
-    machine, meeting at ``127.0.0.1:master_port``: every value a string, as in ``os.environ``."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)}
+def reference_env_for(rank: int, world_size: int, master_port: int, nproc_per_node: int | None = None,
+                      master_addr: str = "127.0.0.1") -> dict:
+    """The variables ``torchrun`` sets for ``rank`` of ``world_size`` processes, ``nproc_per_node`` on each
+    machine (default: all on one), meeting at ``master_addr:master_port``: every value a string, as in
+    ``os.environ``. Machine k holds ranks k * nproc_per_node .. (k + 1) * nproc_per_node - 1."""
+    per_node = world_size if nproc_per_node is None else nproc_per_node
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank % per_node),
+            "LOCAL_WORLD_SIZE": str(per_node), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
 
 
 def _env_cases(rng, count: int = 30):
-    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234)]           # one rank alone; the last rank; another port
+    """Argument tuples: one machine (three arguments, so the defaults are used) and several machines (five)."""
+    addr = f"10.{rng.integers(0, 256)}.{rng.integers(0, 256)}.{rng.integers(1, 255)}"
+    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234),             # one rank alone; the last rank; another port
+             (13, 16, 29500, 8, addr), (2, 3, 29400, 1, addr),        # second machine; one process per machine
+             (5, 8, 29400, 4, "127.0.0.1"), (3, 4, 29400, 4, addr)]   # first of machine 1; all on one machine
     for _ in range(count):
-        world_size = int(rng.integers(1, 9))
-        cases.append((int(rng.integers(0, world_size)), world_size, int(rng.integers(20000, 65000))))
+        per_node, nodes = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        world_size, port = per_node * nodes, int(rng.integers(20000, 65000))
+        rank = int(rng.integers(0, world_size))
+        cases.append((rank, world_size, port) if rng.random() < 0.3 else (rank, world_size, port, per_node, addr))
     return cases
 
 
+def _env_slip(key: str, got: str, case: tuple) -> str:
+    """Why ``got`` is a wrong value of ``key`` for ``case``: the typical mistake named where one fits."""
+    rank, world_size, _port, per_node, _addr = (*case, None, "127.0.0.1")[:5]
+    per_node = world_size if per_node is None else per_node
+    if key == "LOCAL_RANK":
+        return first_hint(
+            (got == str(rank) and per_node < world_size, "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。"),
+            (got == str(rank // per_node), "这是这个 rank 所在机器的编号，不是它在本机上排第几。"),
+            default="LOCAL_RANK 是这个 rank 在自己那台机器上排第几（从 0 数起）。")
+    return {"RANK": "rank 从 0 数起，就是这个进程的编号。",
+            "WORLD_SIZE": "WORLD_SIZE 是所有机器上进程的总数。",
+            "LOCAL_WORLD_SIZE": first_hint((got == str(world_size) and per_node < world_size,
+                                            "LOCAL_WORLD_SIZE 是本机的进程数，不是所有机器的总数。"),
+                                           default="LOCAL_WORLD_SIZE 是本机的进程数：单机时就是 world_size。"),
+            "MASTER_ADDR": first_hint((got in LOOPBACK, "MASTER_ADDR 写死成了回环地址：多机时大家要去 master_addr 给的那台机器碰头。"),
+                                      default="MASTER_ADDR 就是给定的 master_addr（默认 127.0.0.1）。"),
+            "MASTER_PORT": "所有 rank 要在同一个端口碰头：MASTER_PORT 对每个 rank 都一样，就是给定的端口。"}[key]
+
+
 def check_env_for(fn) -> None:
-    """``fn(rank, world_size, master_port) -> dict``: the six variables, strings, one machine."""
+    """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: the six
+    variables, strings, on one machine and on several."""
     what = "env_for 要给出一个 rank 的六个环境变量"
-    for (rank, world_size, port), got in answers(fn, what, _env_cases(new_rng())):
-        case = f"rank {rank}，world_size = {world_size}，MASTER_PORT = {port}"
+    for case, got in answers(fn, what, _env_cases(new_rng())):
+        case_text = f"rank {case[0]}，world_size = {case[1]}，MASTER_PORT = {case[2]}" + (
+            f"，每台机器 {case[3]} 个进程，master_addr = {case[4]!r}" if len(case) > 3 else "（单机，用默认参数）")
         if not isinstance(got, dict):
-            raise CheckFailed(f"{case}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")
+            raise CheckFailed(f"{case_text}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")
         if missing := [k for k in ENV_KEYS if k not in got]:
-            raise CheckFailed(f"{case}：少了 {', '.join(missing)}。")
+            raise CheckFailed(f"{case_text}：少了 {', '.join(missing)}。")
         if odd := [k for k in got if k not in ENV_KEYS]:
-            raise CheckFailed(f"{case}：多了 {', '.join(map(str, odd))}；只要这六个：{', '.join(ENV_KEYS)}。")
+            raise CheckFailed(f"{case_text}：多了 {', '.join(map(str, odd))}；只要这六个：{', '.join(ENV_KEYS)}。")
         if not_str := [k for k in ENV_KEYS if not isinstance(got[k], str)]:
-            raise CheckFailed(f"{case}：{not_str[0]} 的值是 {type(got[not_str[0]]).__name__}（{got[not_str[0]]!r}）。"
+            raise CheckFailed(f"{case_text}：{not_str[0]} 的值是 {type(got[not_str[0]]).__name__}（{got[not_str[0]]!r}）。"
                               "环境变量的值都是字符串：os.environ 只收字符串，用 str(...)。")
-        want = reference_env_for(rank, world_size, port)
-        if got["MASTER_ADDR"] not in LOOPBACK:
-            raise CheckFailed(f"{case}：MASTER_ADDR 是 {got['MASTER_ADDR']!r}。单机上大家在回环地址 127.0.0.1 碰头。")
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        want = reference_env_for(*case)
+        if len(case) == 3 and got["MASTER_ADDR"] in LOOPBACK:
+            got = {**got, "MASTER_ADDR": want["MASTER_ADDR"]}          # localhost is as good as 127.0.0.1
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             if got[key] != want[key]:
-                why = {"RANK": "rank 从 0 数起，就是这个进程的编号。",
-                       "WORLD_SIZE": "WORLD_SIZE 是进程的总数。",
-                       "LOCAL_RANK": "单机时本机编号就是 rank。",
-                       "LOCAL_WORLD_SIZE": "单机时本机的进程数就是 world_size。",
-                       "MASTER_PORT": "所有 rank 要在同一个端口碰头：MASTER_PORT 对每个 rank 都一样，就是给定的端口。"}[key]
-                raise CheckFailed(f"{case}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。{why}")
-    passed("env_for 在几十种 (rank, world_size, MASTER_PORT) 上都给出了单机 torchrun 会设的六个变量。")
+                raise CheckFailed(f"{case_text}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。"
+                                  + _env_slip(key, got[key], case))
+    passed("env_for 在几十种 (rank, world_size, MASTER_PORT, 每台机器的进程数, master_addr) 上都给出了 torchrun 会设的六个变量。")
 
 
 try_env_for = fill_in_cell(check_env_for, reference_env_for, "env_for")

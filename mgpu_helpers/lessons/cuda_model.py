@@ -40,7 +40,7 @@ def work_and_idle(grid: int, block: int, n: int) -> tuple[int, int, int]:
 
 
 def launch_config(n: int, block: int = 256) -> tuple[int, int]:
-    """The seed's launch ``<<<(N+255)/256, 256>>>`` for any block size: (blocks, threads per block).
+    """The launch shape for n elements and any block size: (blocks, threads per block).
 
     Enough blocks that blocks * block >= n (at least one); the last block may have idle threads, which the
     kernel's bounds check keeps away from memory past the end.
@@ -150,17 +150,6 @@ def vec_add_numba(h_a, h_b, block: int = 256, kernel=None):
     seconds = {name: marks[k + 1] - marks[k] for k, name in enumerate(steps)}
     seconds["numpy_s"] = numpy_s
     return h_c, seconds
-
-
-from numba import cuda
-
-
-@cuda.jit
-def vec_mul(a, b, c, n):
-    """The elementwise product of a and b into c, for the first n elements: one thread per element."""
-    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    if i < n:
-        c[i] = a[i] * b[i]
 
 
 from numba import cuda

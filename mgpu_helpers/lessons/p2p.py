@@ -35,7 +35,7 @@ def ring_pass(token, steps: int | None = None) -> list:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     steps = world_size - 1 if steps is None else steps
-    # ✎ 每一步：一块新的接收缓冲区 -> exchange(往右发, 从左收) -> 等请求 -> 记下收到的 -> 它就是下一步要发的
+    # ✎ 用上面的 exchange；想清楚每一步发的是哪一块、收进哪里
     arrived = []
     for _ in range(steps):
         incoming = torch.empty_like(token)   # a fresh buffer: `token` may still be on its way to the right
