@@ -21,8 +21,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first,
-                                      fill_in_cell, first_hint, launch, number_answer,
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, call_limited,
+                                      fail_first, fill_in_cell, first_hint, launch, number_answer,
                                       passed, refuse_course_code, require_written)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
@@ -244,7 +244,7 @@ def check_plan_buckets(fn) -> None:
              ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
-        got = fn(list(numels), size)
+        got = call_limited(fn, what, list(numels), size)
         want = _lessons().plan_buckets(numels, size)
         if got == want:
             continue
@@ -308,6 +308,9 @@ def check_overlap_fraction(fn) -> None:
         ("还有一段 forward（不是 backward）", [Span("compute", "forward 0", 0, 1), bw(1, 2), comm(0.5, 1.5)], 0.5),
         ("没有通信", [bw(0, 1)], 0.0),
         ("两段通信长短不同", [bw(0, 1), comm(0.0, 0.9), comm(1.0, 1.1)], 0.9 / 1.0),
+        ("只有通信、没有 backward", [comm(0.0, 1.0)], 0.0),
+        ("通信和 backward 正好重合", [bw(0, 1), comm(0, 1)], 1.0),
+        ("空的时间线", [], 0.0),
     ]
     rng = random.Random()
     for _ in range(10):
@@ -323,7 +326,7 @@ def check_overlap_fraction(fn) -> None:
             t = max(b1, c1) + rng.uniform(0.1, 1)      # one rank's backward spans never overlap
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
-        got = fn(list(spans))
+        got = call_limited(fn, what, list(spans))
         got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
             hint = ("只算名字以 backward 开头的 compute 段。" if name.startswith("还有一段 forward") else
@@ -409,7 +412,7 @@ def check_step_seconds(fn) -> None:
         cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
     for name, ready, comm in cases:
         want = _step_seconds_reference(ready, comm)
-        got = fn(list(ready), list(comm))
+        got = call_limited(fn, what, list(ready), list(comm))
         got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue
