@@ -93,13 +93,23 @@ def recorded_all_reduce_seconds(nbytes: int) -> float:
     return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
 
 
-def modelled_comm_share(widths, seconds_per_layer: float, **_) -> dict:
+def modelled_comm_share(widths, seconds_per_layer: float, linear_backward_s: float = 0.0, **_) -> dict:
     """The naive step's communication on 2 x H200 from the recorded figures: one float32 all-reduce per
-    parameter after a backward of ``seconds_per_layer`` per layer (forward and optimizer left out)."""
+    parameter after a backward of ``seconds_per_layer`` per layer plus the Linear layers' own
+    ``linear_backward_s`` (forward and optimizer left out)."""
     numels = [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
     comm = sum(recorded_all_reduce_seconds(4 * n) for n in numels)
-    backward = seconds_per_layer * (len(widths) - 1)
+    backward = seconds_per_layer * (len(widths) - 1) + linear_backward_s
     return {"grad_bytes": 4 * sum(numels), "comm_s": comm, "backward_s": backward, "share": comm / (comm + backward)}
+
+
+def recorded_linear_backward_s() -> float:
+    """The NCCL-size model's Linear layers' backward on one H200, recorded (``data/overlap_backward_h200.json``)."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(mh.__file__), "data", "overlap_backward_h200.json")
+    with open(path) as f:
+        return json.load(f)["linear_backward_ms"] / 1e3
 
 
 # The big model's sizes, by backend: gloo on the CPU (about 1 MiB a layer, 10 ms of sleep) and NCCL on GPUs
