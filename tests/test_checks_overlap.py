@@ -528,6 +528,40 @@ def test_accumulate_names_a_no_sync_that_never_turns_syncing_back_on():
         ''', never_back), "AccumulateDP")
 
 
+def test_accumulate_names_a_no_sync_that_stays_off_after_an_error():
+    no_finally = ACC_HEAD.replace("        try:\n            yield\n        finally:\n            self.syncing = True\n",
+                                  "        yield\n        self.syncing = True\n")
+    assert no_finally != ACC_HEAD
+    _fails(OV.check_accumulate_dp, _acc('''
+        def on_grad_ready(self, p):
+            if self.syncing:
+                self.pending.append(dist.all_reduce(p.grad, async_op=True))
+        ''', no_finally), "finally")
+
+
+def test_accumulate_accepts_a_no_sync_written_as_a_class(capsys):
+    as_class = ACC_HEAD.replace("    @contextlib.contextmanager\n    def no_sync(self):\n        self.syncing = False\n"
+                                "        try:\n            yield\n        finally:\n            self.syncing = True\n", '''
+    def no_sync(self):
+        outer = self
+
+        class Off:
+            def __enter__(self):
+                outer.syncing = False
+
+            def __exit__(self, *exc):
+                outer.syncing = True
+        return Off()
+''')
+    assert as_class != ACC_HEAD
+    OV.check_accumulate_dp(_acc('''
+        def on_grad_ready(self, p):
+            if self.syncing:
+                self.pending.append(dist.all_reduce(p.grad, async_op=True))
+        ''', as_class))
+    assert capsys.readouterr().out.startswith("通过：")
+
+
 def test_accumulate_names_a_forgotten_division():
     no_div = ACC_HEAD.replace("        for p in self.params:\n            p.grad /= self.world_size\n", "")
     _fails(OV.check_accumulate_dp, _acc('''

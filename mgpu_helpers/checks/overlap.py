@@ -160,8 +160,23 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
             else:
                 loss.backward()
         sync.step()
-    return {"params": lesson.flat_params(model).numpy(), "calls": seen["calls"], "no_sync_calls": no_sync_calls,
+    params = lesson.flat_params(model).numpy()
+    # Syncing must come back on however no_sync() ends: after an error inside it, a backward communicates again.
+    try:
+        with sync.no_sync():
+            raise _Probe()
+    except _Probe:
+        pass
+    before = len(seen["calls"])
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    resumed = len(seen["calls"]) > before
+    sync.step()
+    return {"params": params, "calls": seen["calls"], "no_sync_calls": no_sync_calls, "resumed_after_error": resumed,
             "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
+
+
+class _Probe(Exception):
+    """Raised inside the learner's ``no_sync()`` to see that syncing comes back after an error."""
 
 
 def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs):
@@ -381,7 +396,9 @@ def check_accumulate_dp(cls) -> None:
                    (len(reduces) != n_params, f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
                     f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。"),
                    (not any(c[3] for c in reduces),
-                    f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"))
+                    f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"),
+                   (not v["resumed_after_error"], f"{what}：no_sync() 里的代码出了错（抛出异常）以后，下一次 backward "
+                    "一次通信也没有：离开 no_sync() 时没有恢复同步。出错时 yield 之后的代码不会运行，恢复要放在 finally 里。"))
         _compare_params(values, world_size, kwargs, what)
     passed(f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
            "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。")
