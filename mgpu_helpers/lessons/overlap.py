@@ -83,42 +83,6 @@ def make_model(widths=(7, 12, 5, 3), seconds_per_layer: float = 0.0, seed: int =
     return model
 
 
-def recorded_all_reduce_seconds(nbytes: int) -> float:
-    """All-reduce seconds for ``nbytes`` on 2 x H200 (NVLink): the recorded nccl-tests in-place times
-    (``mgpu_helpers/data/nccltests_all_reduce.txt``), linear between the two recorded sizes around it."""
-    rows = [(r["nbytes"], r["inplace_time_us"] / 1e6) for r in mh.report.nccltests.load_reference("all_reduce")]
-    if nbytes <= rows[0][0]:
-        return rows[0][1]
-    (b0, t0), (b1, t1) = next((lo, hi) for lo, hi in zip(rows, rows[1:]) if nbytes <= hi[0])
-    return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
-
-
-def modelled_comm_share(widths, seconds_per_layer: float, linear_backward_s: float = 0.0, **_) -> dict:
-    """The naive step's communication on 2 x H200 from the recorded figures: one float32 all-reduce per
-    parameter after a backward of ``seconds_per_layer`` per layer plus the Linear layers' own
-    ``linear_backward_s`` (forward and optimizer left out)."""
-    numels = [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
-    comm = sum(recorded_all_reduce_seconds(4 * n) for n in numels)
-    backward = seconds_per_layer * (len(widths) - 1) + linear_backward_s
-    return {"grad_bytes": 4 * sum(numels), "comm_s": comm, "backward_s": backward, "share": comm / (comm + backward)}
-
-
-def recorded_linear_backward_s() -> float:
-    """The NCCL-size model's Linear layers' backward on one H200, recorded (``data/overlap_backward_h200.json``)."""
-    import json
-    import os
-    path = os.path.join(os.path.dirname(mh.__file__), "data", "overlap_backward_h200.json")
-    with open(path) as f:
-        return json.load(f)["linear_backward_ms"] / 1e3
-
-
-# The big model's sizes, by backend: gloo on the CPU (about 1 MiB a layer, 10 ms of sleep) and NCCL on GPUs
-# (256 MiB a layer, so NVLink's all-reduces take a share of the step like gloo's do on the CPU).
-BIG_SIZES = {"gloo": dict(widths=(256, 512, 512, 512, 512, 8), rows_per_rank=4, seconds_per_layer=0.01, steps=4),
-             "nccl": dict(widths=(4096, 8192, 8192, 8192, 8192, 8), rows_per_rank=64, seconds_per_layer=0.001,
-                          steps=4)}
-
-
 def make_batch(widths, rows: int, step: int, seed: int = 1):
     """Step ``step``'s global batch ``(inputs, targets)``: the same on every rank and in one process."""
     g = torch.Generator().manual_seed(seed * 1000 + step)
@@ -212,6 +176,42 @@ def ddp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, l
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
     return flat_params(model)
+
+
+def recorded_all_reduce_seconds(nbytes: int) -> float:
+    """All-reduce seconds for ``nbytes`` on 2 x H200 (NVLink): the recorded nccl-tests in-place times
+    (``mgpu_helpers/data/nccltests_all_reduce.txt``), linear between the two recorded sizes around it."""
+    rows = [(r["nbytes"], r["inplace_time_us"] / 1e6) for r in mh.report.nccltests.load_reference("all_reduce")]
+    if nbytes <= rows[0][0]:
+        return rows[0][1]
+    (b0, t0), (b1, t1) = next((lo, hi) for lo, hi in zip(rows, rows[1:]) if nbytes <= hi[0])
+    return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+
+
+def modelled_comm_share(widths, seconds_per_layer: float, linear_backward_s: float = 0.0, **_) -> dict:
+    """The naive step's communication on 2 x H200 from the recorded figures: one float32 all-reduce per
+    parameter after a backward of ``seconds_per_layer`` per layer plus the Linear layers' own
+    ``linear_backward_s`` (forward and optimizer left out)."""
+    numels = [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
+    comm = sum(recorded_all_reduce_seconds(4 * n) for n in numels)
+    backward = seconds_per_layer * (len(widths) - 1) + linear_backward_s
+    return {"grad_bytes": 4 * sum(numels), "comm_s": comm, "backward_s": backward, "share": comm / (comm + backward)}
+
+
+def recorded_linear_backward_s() -> float:
+    """The NCCL-size model's Linear layers' backward on one H200, recorded (``data/overlap_backward_h200.json``)."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(mh.__file__), "data", "overlap_backward_h200.json")
+    with open(path) as f:
+        return json.load(f)["linear_backward_ms"] / 1e3
+
+
+# The big model's sizes, by backend: gloo on the CPU (about 1 MiB a layer, 10 ms of sleep) and NCCL on GPUs
+# (256 MiB a layer, so NVLink's all-reduces take a share of the step like gloo's do on the CPU).
+BIG_SIZES = {"gloo": dict(widths=(256, 512, 512, 512, 512, 8), rows_per_rank=4, seconds_per_layer=0.01, steps=4),
+             "nccl": dict(widths=(4096, 8192, 8192, 8192, 8192, 8), rows_per_rank=64, seconds_per_layer=0.001,
+                          steps=4)}
 
 
 class OverlapDP:
