@@ -528,6 +528,40 @@ def test_accumulate_names_a_no_sync_that_never_turns_syncing_back_on():
         ''', never_back), "AccumulateDP")
 
 
+def test_accumulate_names_a_no_sync_that_stays_off_after_an_error():
+    no_finally = ACC_HEAD.replace("        try:\n            yield\n        finally:\n            self.syncing = True\n",
+                                  "        yield\n        self.syncing = True\n")
+    assert no_finally != ACC_HEAD
+    _fails(OV.check_accumulate_dp, _acc('''
+        def on_grad_ready(self, p):
+            if self.syncing:
+                self.pending.append(dist.all_reduce(p.grad, async_op=True))
+        ''', no_finally), "finally")
+
+
+def test_accumulate_accepts_a_no_sync_written_as_a_class(capsys):
+    as_class = ACC_HEAD.replace("    @contextlib.contextmanager\n    def no_sync(self):\n        self.syncing = False\n"
+                                "        try:\n            yield\n        finally:\n            self.syncing = True\n", '''
+    def no_sync(self):
+        outer = self
+
+        class Off:
+            def __enter__(self):
+                outer.syncing = False
+
+            def __exit__(self, *exc):
+                outer.syncing = True
+        return Off()
+''')
+    assert as_class != ACC_HEAD
+    OV.check_accumulate_dp(_acc('''
+        def on_grad_ready(self, p):
+            if self.syncing:
+                self.pending.append(dist.all_reduce(p.grad, async_op=True))
+        ''', as_class))
+    assert capsys.readouterr().out.startswith("通过：")
+
+
 def test_accumulate_names_a_forgotten_division():
     no_div = ACC_HEAD.replace("        for p in self.params:\n            p.grad /= self.world_size\n", "")
     _fails(OV.check_accumulate_dp, _acc('''
@@ -554,3 +588,51 @@ def test_step_seconds_accepts_another_correct_answer(capsys):
 ])
 def test_step_seconds_names_typical_mistakes(wrong, words):
     _fails(OV.check_step_seconds, wrong, words)
+
+
+# -- every answer the checkers call in the kernel runs under a time limit ------------------------------------
+
+def _plan_loops_on_closing(numels, bucket_numel):
+    out, cur, size, i = [], [], 0, len(numels) - 1
+    while i >= 0:
+        cur.append(i)
+        size += numels[i]
+        if size >= bucket_numel:
+            out, cur, size = out + [cur], [], 0
+            continue                                     # forgot to move on: the same parameter again
+        i -= 1
+    return out + ([cur] if cur else [])
+
+
+def _fraction_loops_on_communication(spans):
+    bws = [s for s in spans if s.kind == "compute" and s.name.startswith("backward")]
+    total = inside = 0.0
+    k = 0
+    while k < len(spans):
+        s = spans[k]
+        if s.kind != "communicate":
+            k += 1
+            continue
+        total += s.end - s.start                         # forgot k += 1 here
+        inside += sum(max(0.0, min(s.end, b.end) - max(s.start, b.start)) for b in bws)
+    return inside / total if total else 0.0
+
+
+def _step_seconds_loops_on_zero_comm(ready_s, comm_s):
+    t, k = 0.0, 0
+    while k < len(ready_s):
+        if comm_s[k] == 0:
+            continue                                     # a bucket that costs nothing is never passed
+        t = max(t, ready_s[k]) + comm_s[k]
+        k += 1
+    return t
+
+
+@pytest.mark.parametrize("check,answer", [(OV.check_plan_buckets, _plan_loops_on_closing),
+                                          (OV.check_overlap_fraction, _fraction_loops_on_communication),
+                                          (OV.check_step_seconds, _step_seconds_loops_on_zero_comm)])
+def test_an_answer_that_never_returns_fails_within_the_time_limit(check, answer):
+    import time
+    start = time.monotonic()
+    message = _fails(check, answer, "没有返回")
+    assert time.monotonic() - start < 10, message

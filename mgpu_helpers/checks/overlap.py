@@ -21,8 +21,8 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, fail_first,
-                                      fill_in_cell, first_hint, launch, number_answer,
+from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, call_limited,
+                                      fail_first, fill_in_cell, first_hint, launch, number_answer,
                                       passed, refuse_course_code, require_written)
 
 WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
@@ -160,8 +160,23 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
             else:
                 loss.backward()
         sync.step()
-    return {"params": lesson.flat_params(model).numpy(), "calls": seen["calls"], "no_sync_calls": no_sync_calls,
+    params = lesson.flat_params(model).numpy()
+    # Syncing must come back on however no_sync() ends: after an error inside it, a backward communicates again.
+    try:
+        with sync.no_sync():
+            raise _Probe()
+    except _Probe:
+        pass
+    before = len(seen["calls"])
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    resumed = len(seen["calls"]) > before
+    sync.step()
+    return {"params": params, "calls": seen["calls"], "no_sync_calls": no_sync_calls, "resumed_after_error": resumed,
             "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
+
+
+class _Probe(Exception):
+    """Raised inside the learner's ``no_sync()`` to see that syncing comes back after an error."""
 
 
 def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs):
@@ -244,7 +259,7 @@ def check_plan_buckets(fn) -> None:
              ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
-        got = fn(list(numels), size)
+        got = call_limited(fn, what, list(numels), size)
         want = _lessons().plan_buckets(numels, size)
         if got == want:
             continue
@@ -308,6 +323,9 @@ def check_overlap_fraction(fn) -> None:
         ("还有一段 forward（不是 backward）", [Span("compute", "forward 0", 0, 1), bw(1, 2), comm(0.5, 1.5)], 0.5),
         ("没有通信", [bw(0, 1)], 0.0),
         ("两段通信长短不同", [bw(0, 1), comm(0.0, 0.9), comm(1.0, 1.1)], 0.9 / 1.0),
+        ("只有通信、没有 backward", [comm(0.0, 1.0)], 0.0),
+        ("通信和 backward 正好重合", [bw(0, 1), comm(0, 1)], 1.0),
+        ("空的时间线", [], 0.0),
     ]
     rng = random.Random()
     for _ in range(10):
@@ -323,7 +341,7 @@ def check_overlap_fraction(fn) -> None:
             t = max(b1, c1) + rng.uniform(0.1, 1)      # one rank's backward spans never overlap
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
-        got = fn(list(spans))
+        got = call_limited(fn, what, list(spans))
         got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
             hint = ("只算名字以 backward 开头的 compute 段。" if name.startswith("还有一段 forward") else
@@ -378,7 +396,9 @@ def check_accumulate_dp(cls) -> None:
                    (len(reduces) != n_params, f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
                     f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。"),
                    (not any(c[3] for c in reduces),
-                    f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"))
+                    f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"),
+                   (not v["resumed_after_error"], f"{what}：no_sync() 里的代码出了错（抛出异常）以后，下一次 backward "
+                    "一次通信也没有：离开 no_sync() 时没有恢复同步。出错时 yield 之后的代码不会运行，恢复要放在 finally 里。"))
         _compare_params(values, world_size, kwargs, what)
     passed(f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
            "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。")
@@ -409,7 +429,7 @@ def check_step_seconds(fn) -> None:
         cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
     for name, ready, comm in cases:
         want = _step_seconds_reference(ready, comm)
-        got = fn(list(ready), list(comm))
+        got = call_limited(fn, what, list(ready), list(comm))
         got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue

@@ -7,15 +7,38 @@ import contextlib
 import time
 
 import torch
+import torch.distributed as dist
 
 import mgpu_helpers as mh
 
 
-class SlowBackward(torch.autograd.Function):
-    """Identity on the way forward; on the way back it waits ``seconds`` before passing the gradient on.
+_MATMUL_S = {}    # device -> measured seconds of one 1024 x 1024 float32 matmul on it
 
-    It stands in for the backward of a large layer: a cost known in advance, the same on a busy laptop and a
-    GPU host (a sleeping process leaves the cores to the communication threads), so timings compare."""
+
+def matmul_seconds(device, m: int = 1024) -> float:
+    """Seconds one m x m float32 matmul takes on the GPU ``device``, timed once with CUDA events (median of 5)."""
+    if device not in _MATMUL_S:
+        a = torch.full((m, m), 0.5 / m, device=device)
+        times = []
+        for _ in range(6):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(20):
+                a @ a
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3 / 20)
+        _MATMUL_S[device] = sorted(times[1:])[2]                 # the first run is a warm-up
+    return _MATMUL_S[device]
+
+
+class SlowBackward(torch.autograd.Function):
+    """Identity on the way forward; on the way back it spends ``seconds`` before passing the gradient on.
+
+    It stands in for the backward of a large layer, at a cost known in advance. On the CPU it sleeps (a
+    sleeping process leaves the cores to gloo's threads, so timings compare on a busy laptop); on a GPU it
+    queues real 1024 x 1024 matmuls on the current stream, as many as :func:`matmul_seconds` says fill
+    ``seconds``: GPU work that NCCL's stream can run beside."""
 
     @staticmethod
     def forward(ctx, x, seconds):
@@ -24,7 +47,11 @@ class SlowBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if ctx.seconds > 0:
+        if ctx.seconds > 0 and grad.is_cuda:
+            a = torch.full((1024, 1024), 0.5 / 1024, device=grad.device)
+            for _ in range(max(1, round(ctx.seconds / matmul_seconds(grad.device)))):
+                a @ a
+        elif ctx.seconds > 0:
             mh.measure.workloads.sleep_units(1, ctx.seconds)
         return grad, None
 
@@ -50,7 +77,10 @@ def make_model(widths=(7, 12, 5, 3), seconds_per_layer: float = 0.0, seed: int =
         layers += [torch.nn.Linear(a, b), SlowLayer(seconds_per_layer)]
         if k < len(widths) - 2:
             layers.append(torch.nn.Tanh())
-    return torch.nn.Sequential(*layers).to(device)
+    model = torch.nn.Sequential(*layers).to(device)
+    if seconds_per_layer > 0 and model[0].weight.is_cuda:
+        matmul_seconds(model[0].weight.device)                # time the matmuls before any backward
+    return model
 
 
 def make_batch(widths, rows: int, step: int, seed: int = 1):
@@ -59,7 +89,19 @@ def make_batch(widths, rows: int, step: int, seed: int = 1):
     return torch.randn(rows, widths[0], generator=g), torch.randn(rows, widths[-1], generator=g)
 
 
-import torch.distributed as dist
+class NaiveDP:
+    """Data parallelism done after the fact: backward first, then one blocking all-reduce per gradient."""
+
+    def __init__(self, model, world_size: int, optimizer):
+        self.params = list(model.parameters())
+        self.world_size = world_size
+        self.optimizer = optimizer
+
+    def step(self):
+        for p in self.params:
+            dist.all_reduce(p.grad)           # blocking: nothing else happens meanwhile
+            p.grad /= self.world_size         # sum -> mean
+        self.optimizer.step()
 
 
 def flat_params(model) -> "torch.Tensor":
@@ -136,19 +178,40 @@ def ddp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, l
     return flat_params(model)
 
 
-class NaiveDP:
-    """Data parallelism done after the fact: backward first, then one blocking all-reduce per gradient."""
+def recorded_all_reduce_seconds(nbytes: int) -> float:
+    """All-reduce seconds for ``nbytes`` on 2 x H200 (NVLink): the recorded nccl-tests in-place times
+    (``mgpu_helpers/data/nccltests_all_reduce.txt``), linear between the two recorded sizes around it."""
+    rows = [(r["nbytes"], r["inplace_time_us"] / 1e6) for r in mh.report.nccltests.load_reference("all_reduce")]
+    if nbytes <= rows[0][0]:
+        return rows[0][1]
+    (b0, t0), (b1, t1) = next((lo, hi) for lo, hi in zip(rows, rows[1:]) if nbytes <= hi[0])
+    return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
 
-    def __init__(self, model, world_size: int, optimizer):
-        self.params = list(model.parameters())
-        self.world_size = world_size
-        self.optimizer = optimizer
 
-    def step(self):
-        for p in self.params:
-            dist.all_reduce(p.grad)           # blocking: nothing else happens meanwhile
-            p.grad /= self.world_size         # sum -> mean
-        self.optimizer.step()
+def modelled_comm_share(widths, seconds_per_layer: float, linear_backward_s: float = 0.0, **_) -> dict:
+    """The naive step's communication on 2 x H200 from the recorded figures: one float32 all-reduce per
+    parameter after a backward of ``seconds_per_layer`` per layer plus the Linear layers' own
+    ``linear_backward_s`` (forward and optimizer left out)."""
+    numels = [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
+    comm = sum(recorded_all_reduce_seconds(4 * n) for n in numels)
+    backward = seconds_per_layer * (len(widths) - 1) + linear_backward_s
+    return {"grad_bytes": 4 * sum(numels), "comm_s": comm, "backward_s": backward, "share": comm / (comm + backward)}
+
+
+def recorded_linear_backward_s() -> float:
+    """The NCCL-size model's Linear layers' backward on one H200, recorded (``data/overlap_backward_h200.json``)."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(mh.__file__), "data", "overlap_backward_h200.json")
+    with open(path) as f:
+        return json.load(f)["linear_backward_ms"] / 1e3
+
+
+# The big model's sizes, by backend: gloo on the CPU (about 1 MiB a layer, 10 ms of sleep) and NCCL on GPUs
+# (256 MiB a layer, so NVLink's all-reduces take a share of the step like gloo's do on the CPU).
+BIG_SIZES = {"gloo": dict(widths=(256, 512, 512, 512, 512, 8), rows_per_rank=4, seconds_per_layer=0.01, steps=4),
+             "nccl": dict(widths=(4096, 8192, 8192, 8192, 8192, 8), rows_per_rank=64, seconds_per_layer=0.001,
+                          steps=4)}
 
 
 class OverlapDP:
