@@ -287,10 +287,14 @@ def test_expected_outputs_written_differently_pass(capsys):
 def test_busbw_wrong_answers_are_named():
     with pytest.raises(CheckFailed, match="这是 algbw"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t)
-    with pytest.raises(CheckFailed, match="Reduce-Scatter 和 All-Gather 的"):
+    with pytest.raises(CheckFailed, match="只数了一个阶段"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * (n - 1) / n)
-    with pytest.raises(CheckFailed, match="还要除以 n"):
+    with pytest.raises(CheckFailed, match="每步只发一块"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 2 * (n - 1))
+    with pytest.raises(CheckFailed, match="写死成了 4 个 Rank"):
+        collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 1.5)
+    with pytest.raises(CheckFailed, match="极限"):
+        collectives.check_all_reduce_busbw(lambda s, t, n: 2 * s / t)
     with pytest.raises(CheckFailed, match="不是 GB/s"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 2 * (n - 1) / n / 1e9)
 
