@@ -304,6 +304,20 @@ def test_busbw_written_differently_passes(capsys):
     assert "通过" in capsys.readouterr().out
 
 
+def test_a_passing_busbw_is_kept_for_later_lessons(tmp_path, monkeypatch, capsys):
+    """05 keeps the learner's all_reduce_busbw (keep=), so that 11 and 12 can reuse it with mh.mine."""
+    monkeypatch.setenv("MGPU_OWN_CODE_DIR", str(tmp_path))
+    assert collectives.try_all_reduce_busbw(busbw_by_steps) is busbw_by_steps
+    loaded = mh.mine("all_reduce_busbw", fallback=None, lesson="05")
+    assert loaded is not None and loaded(1e9, 1.0, 4) == pytest.approx(1.5e9)
+    assert "用的是你在 05 写的" in capsys.readouterr().out
+
+
+def busbw_by_steps(nbytes, seconds, world_size):
+    """Correct, counted as the ring's steps: 2(n - 1) chunks of nbytes / n."""
+    return 2 * (world_size - 1) * (nbytes / world_size) / seconds
+
+
 def test_speedup_wrong_answers_are_named():
     with pytest.raises(CheckFailed, match="倒过来了"):
         collectives.check_comm_share_speedup(lambda b, a: (1 - b) / (1 - a))

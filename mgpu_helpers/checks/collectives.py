@@ -423,7 +423,7 @@ def check_all_reduce_busbw(fn) -> None:
 
 
 try_all_reduce_busbw = fill_in_cell(check_all_reduce_busbw, lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
-                                    "All-Reduce 的 busbw")
+                                    "All-Reduce 的 busbw", keep="all_reduce_busbw", lesson="05")   # 11, 12: mh.mine
 
 
 def check_comm_share_speedup(fn) -> None:
