@@ -287,10 +287,14 @@ def test_expected_outputs_written_differently_pass(capsys):
 def test_busbw_wrong_answers_are_named():
     with pytest.raises(CheckFailed, match="这是 algbw"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t)
-    with pytest.raises(CheckFailed, match="Reduce-Scatter 和 All-Gather 的"):
+    with pytest.raises(CheckFailed, match="只数了一个阶段"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * (n - 1) / n)
-    with pytest.raises(CheckFailed, match="还要除以 n"):
+    with pytest.raises(CheckFailed, match="每步只发一块"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 2 * (n - 1))
+    with pytest.raises(CheckFailed, match="写死成了 4 个 Rank"):
+        collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 1.5)
+    with pytest.raises(CheckFailed, match="极限"):
+        collectives.check_all_reduce_busbw(lambda s, t, n: 2 * s / t)
     with pytest.raises(CheckFailed, match="不是 GB/s"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 2 * (n - 1) / n / 1e9)
 
@@ -298,6 +302,20 @@ def test_busbw_wrong_answers_are_named():
 def test_busbw_written_differently_passes(capsys):
     collectives.check_all_reduce_busbw(lambda nbytes, seconds, n: 2 * nbytes * (1 - 1 / n) / seconds)
     assert "通过" in capsys.readouterr().out
+
+
+def test_a_passing_busbw_is_kept_for_later_lessons(tmp_path, monkeypatch, capsys):
+    """05 keeps the learner's all_reduce_busbw (keep=), so that 11 and 12 can reuse it with mh.mine."""
+    monkeypatch.setenv("MGPU_OWN_CODE_DIR", str(tmp_path))
+    assert collectives.try_all_reduce_busbw(busbw_by_steps) is busbw_by_steps
+    loaded = mh.mine("all_reduce_busbw", fallback=None, lesson="05")
+    assert loaded is not None and loaded(1e9, 1.0, 4) == pytest.approx(1.5e9)
+    assert "用的是你在 05 写的" in capsys.readouterr().out
+
+
+def busbw_by_steps(nbytes, seconds, world_size):
+    """Correct, counted as the ring's steps: 2(n - 1) chunks of nbytes / n."""
+    return 2 * (world_size - 1) * (nbytes / world_size) / seconds
 
 
 def test_speedup_wrong_answers_are_named():

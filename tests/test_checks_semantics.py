@@ -56,6 +56,16 @@ def test_wrong_bytes_are_named(wrong, message):
         semantics.check_bytes_each_rank_sends(wrong)
 
 
+def test_the_notebooks_shape_names_the_reduce_scatter_mistake_first():
+    """07 writes all_reduce as twice the learner's reduce_scatter: a wrong reduce_scatter is named as itself."""
+    def wrong(op, nbytes, world_size, rank):
+        if op == "all_reduce":
+            return 2 * wrong("reduce_scatter", nbytes, world_size, rank)
+        return nbytes if op == "reduce_scatter" else bytes_by_steps(op, nbytes, world_size, rank)
+    with pytest.raises(CheckFailed, match="的 reduce_scatter，rank 0.*n - 1 步"):
+        semantics.check_bytes_each_rank_sends(wrong)
+
+
 def test_the_reference_is_not_an_answer():
     with pytest.raises(CheckFailed, match="参考答案"):
         semantics.check_bytes_each_rank_sends(semantics.reference_bytes_each_rank_sends)

@@ -11,6 +11,12 @@ from mgpu_helpers.checks import CheckFailed, sharding  # noqa: E402
 from mgpu_helpers.tools import exercises  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def own_code_store(tmp_path, monkeypatch):
+    """A passing contiguous_ranges is kept (keep=): into a temporary folder, not the course's build/mine."""
+    monkeypatch.setenv("MGPU_OWN_CODE_DIR", str(tmp_path / "mine"))
+
+
 # -- contiguous_ranges (06) --------------------------------------------------------------------------------------
 
 def ranges_by_slices(n_items, world_size):
@@ -208,3 +214,11 @@ def test_an_answer_that_never_returns_is_reported_within_seconds():
         sharding.check_rank_memory_fewest_gpus(forever)
     assert time.perf_counter() - t0 < 10
     sharding.check_rank_memory_fewest_gpus(fewest_by_search)       # the session is still usable
+
+
+def test_a_passing_contiguous_ranges_is_kept_for_ex06(capsys):
+    """06 keeps the learner's split (keep=); ex06's comparison loads it with mh.mine."""
+    assert sharding.try_contiguous_ranges(ranges_by_slices) is ranges_by_slices
+    loaded = mh.mine("contiguous_ranges", fallback=None, lesson="06")
+    assert loaded is not None and loaded(10, 4) == [range(0, 3), range(3, 6), range(6, 8), range(8, 10)]
+    assert "用的是你在 06 写的" in capsys.readouterr().out

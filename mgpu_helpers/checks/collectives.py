@@ -143,15 +143,15 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
         if biggest > chunk:
             whole = "，正好是整个张量：那是练习 04 的整张量沿环传递" if biggest == nbytes else ""
             raise CheckFailed(f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
-                              f"每一步只发一块（最长的一块 {chunk} 字节），这样每个 Rank 一共只发 2(n-1)/n·S。")
+                              f"每一步只发一块（最长的一块 {chunk} 字节）。")
     formula = bytes_sent_per_rank("all_reduce", nbytes, n)
     total = sum(sent)
     if total != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
         rank = max(range(n), key=lambda r: abs(sent[r] - formula))
         why = ("少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。" if total < round(n * formula)
                else "多了：每个块在每个阶段只沿环走 world_size - 1 步。")
-        raise CheckFailed(f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} 和 "
-                          f"2(n-1)/n·S = {formula:g} 差得太远，{why}")
+        raise CheckFailed(f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} "
+                          f"和环该发的 {formula:g} 差得太远，{why}")
 
 
 def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> tuple:
@@ -194,7 +194,7 @@ def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
     sizes = run_ring("ring_all_reduce", fn, "tensor", 1, world_sizes, timeout, short=True)
     passed(f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
-           "时都等于总和；每个 Rank 只给右边发，每条消息一块，一共 2(n-1)/n·S 字节。")
+           "时都等于总和；每个 Rank 只给右边发，每条消息一块。")
 
 
 try_ring_all_reduce = fill_in_cell(check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce",
@@ -228,7 +228,7 @@ def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
     sizes = run_ring("ring_all_reduce_left", fn, "args", -1, world_sizes, timeout, short=False)
     passed(f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
-           "总和；每个 Rank 只给左边发，每条消息一块，一共 2(n-1)/n·S 字节。")
+           "总和；每个 Rank 只给左边发，每条消息一块。")
 
 
 # -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------
@@ -400,7 +400,7 @@ def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth, nccl-tests' definition."""
     what = "all_reduce_busbw 要算出 All-Reduce 的 busbw（字节/秒）"
     rng = new_rng()
-    cases = [(1e9, 1.0, 2), (1e9, 1.0, 8), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]
+    cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]   # n = 8 first: wrong factors differ
     cases += [(float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 9))) for _ in range(20)]
     for (nbytes, seconds, n), got in answers(fn, what, cases):
         want = busbw("all_reduce", nbytes, seconds, n)
@@ -409,9 +409,11 @@ def check_all_reduce_busbw(fn) -> None:
         if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             continue
         alg = algbw(nbytes, seconds)
-        guesses = {alg: "这是 algbw = S/t，还没乘修正系数 2(n-1)/n。",
-                   alg * (n - 1) / n: "系数 (n-1)/n 是 Reduce-Scatter 和 All-Gather 的；All-Reduce 两个阶段都要发，是 2(n-1)/n。",
-                   alg * 2 * (n - 1): "2(n-1) 还要除以 n：每一步只发 S/n 的一块。",
+        guesses = {alg * 2: "2 是 Rank 很多时的极限；n 个 Rank 时每个 Rank 发出的比 2S 少。",
+                   alg * 1.5: "系数写死成了 4 个 Rank 的值：它随 world_size 变。",
+                   alg: "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍。",
+                   alg * (n - 1) / n: "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。",
+                   alg * 2 * (n - 1): "步数数对了，可每一步发的不是整个张量：张量切成 n 块，每步只发一块。",
                    seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
                    alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。"}
         why = matching_hint(got, guesses.items(), rel_tol=1e-6,
@@ -421,7 +423,7 @@ def check_all_reduce_busbw(fn) -> None:
 
 
 try_all_reduce_busbw = fill_in_cell(check_all_reduce_busbw, lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
-                                    "All-Reduce 的 busbw")
+                                    "All-Reduce 的 busbw", keep="all_reduce_busbw", lesson="05")   # 11, 12: mh.mine
 
 
 def check_comm_share_speedup(fn) -> None:
@@ -437,9 +439,9 @@ def check_comm_share_speedup(fn) -> None:
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
         guesses = [((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
-                   (before / after if after > 0 else None, "占比之比不是步时之比：一步是 C/(1-s)，计算 C 不变。"),
-                   (1 + before - after, "占比相减不是步时之比：先把两次的一步写成 C/(1-s)。"),
-                   (1 / (1 - before + after), "先把两次的一步分别写成 C/(1-s)，再相除。")]
+                   (before / after if after > 0 else None, "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。"),
+                   (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
+                   (1 / (1 - before + after), "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。")]
         why = matching_hint(got, guesses, rel_tol=1e-9)
         raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
     passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")

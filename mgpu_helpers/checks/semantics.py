@@ -85,7 +85,7 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
 
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
 
-LESSON_OPS = ("reduce", "broadcast", "all_reduce", "all_gather", "reduce_scatter")
+LESSON_OPS = ("reduce", "broadcast", "all_gather", "reduce_scatter", "all_reduce")   # 07 builds all_reduce from reduce_scatter: checked last
 
 
 def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):

@@ -67,7 +67,7 @@ def check_contiguous_ranges(fn) -> None:
 
 
 try_contiguous_ranges = fill_in_cell(check_contiguous_ranges, sharding_rules.contiguous_ranges,
-                                     "按个数连续切分 contiguous_ranges")
+                                     "按个数连续切分 contiguous_ranges", keep="contiguous_ranges", lesson="06")
 
 
 # -- 06: memory of each rank, by part ----------------------------------------------------------------------

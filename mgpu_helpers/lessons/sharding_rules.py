@@ -11,7 +11,7 @@ def contiguous_ranges(n_items, world_size):
     """
     if world_size < 1 or n_items < 0:
         raise ValueError(f"need world_size >= 1 and n_items >= 0, got world_size={world_size}, n_items={n_items}")
-    # ✎ 先算每段的基本长度和余数（divmod），再从 0 开始一段接一段地排
+    # ✎ 一段接一段地排：每一段从上一段的终点开始
     base, extra = divmod(n_items, world_size)
     ranges, start = [], 0
     for rank in range(world_size):
