@@ -2,7 +2,7 @@
 
 Notebook 08's fill-ins go through ``try_<name>(fn)`` (:func:`mgpu_helpers.checks.core.fill_in`: while ``fn`` is
 the stub it returns the course's version); the exercises call ``check_<name>(fn)``. A fill-in that calls the
-course's own implementation (``mh.lessons.cost_model``, ``mh.models.scaling``, ``mh.measure.straggler``) is
+course's own implementation (``mh.lessons.cost_model``, ``mh.measure.straggler``) is
 refused: :func:`~mgpu_helpers.checks.core.refusing_course_code` looks for it by name and makes it refuse while checking.
 """
 
@@ -10,10 +10,9 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import (CheckFailed, answers, call, expect_items, fill_in_cell, is_number,
+from mgpu_helpers.checks.core import (CheckFailed, answers, call, fill_in_cell, is_number,
                                       matching_hint, number_answer, passed)
 from mgpu_helpers.measure import straggler
-from mgpu_helpers.models import scaling
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -136,51 +135,6 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
                           f"{shard_units[rank]:g} 个单位后，要等到谁算完？")
     passed(f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
            f"（误差上限 ±{tolerance:.3f} s）。")
-
-
-# --------------------------------------------------------------------------------------------------------
-# Notebook 08: speed-up and strong-scaling efficiency from two step times.
-
-
-def hold_speedup_pairs(fn, what: str, cases, want, efficiency: str, slips) -> None:
-    """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)`` held against ``want(t1, tn, n)`` on every case
-    ``(t1, tn, n)``; ``efficiency``: what the messages call the efficiency; ``slips(t1, tn, n, speedup) ->
-    (speed-up slips, efficiency slips)``: the usual wrong values and what to say (:func:`matching_hint`)."""
-    for (t1, tn, n), got in answers(fn, what, cases):
-        s_want, e_want = want(t1, tn, n)
-        where = f"单卡一步 {1e3 * t1:.4g} ms，{n} 张卡一步 {1e3 * tn:.4g} ms"
-        expect_items(got, 2, f"{where}：应当返回两个数 (加速比, 效率)，实际得到 {got!r}。", numbers=True)
-        s_slips, e_slips = slips(t1, tn, n, s_want)
-        for name, value, right, named in zip(("加速比", efficiency), (float(v) for v in got), (s_want, e_want),
-                                             (s_slips, e_slips)):
-            if not math.isclose(value, right, rel_tol=1e-9):
-                why = matching_hint(value, named, rel_tol=1e-9)
-                raise CheckFailed(f"{where}：{name}应当是 {right:.4g}，你给的是 {value:.4g}。{why}")
-
-
-def check_speedup_and_efficiency(fn) -> None:
-    """``fn(t1_s, tn_s, world_size) -> (speedup, efficiency)`` for strong scaling (the same job on world_size
-    ranks). Edge cases in every run: one rank, a slow-down (tn > t1), the 400 ms / 250 ms example."""
-    what = "speedup_and_efficiency 要返回 (加速比, 强扩展效率)"
-    rng = random.Random()
-    cases = [(0.400, 0.250, 2), (0.100, 0.100, 1), (0.0006, 0.000274, 4), (0.200, 0.260, 8)]
-    cases += [(rng.uniform(0.001, 5), rng.uniform(0.0005, 5), rng.randint(1, 16)) for _ in range(30)]
-    hold_speedup_pairs(fn, what, cases, lambda t1, tn, n: (t1 / tn, t1 / (n * tn)), "强扩展效率",
-                       lambda t1, tn, n, s: ([(tn / t1, "你算的是 多卡步时 ÷ 单卡步时，倒过来了：加速比 > 1 才表示变快。"),
-                                              (t1 / tn * n, "加速比只比较两个步时，不再乘卡数。")],
-                                             [(s, f"效率还要除以卡数：{n} 张卡理想情况下快 {n} 倍，效率 = 加速比 / {n}。"),
-                                              (n / s, "效率是 加速比 ÷ 卡数，你算成了 卡数 ÷ 加速比。")]))
-    passed(f"speedup_and_efficiency 在 {len(cases)} 组步时上都对（含 1 张卡和多卡反而变慢的情形）。")
-
-
-def reference_speedup_and_efficiency(t1_s, tn_s, world_size):
-    """The course's answer, from ``mh.models.scaling``."""
-    return scaling.speedup(t1_s, tn_s), scaling.strong_scaling_efficiency(t1_s, tn_s, world_size)
-
-
-try_speedup_and_efficiency = fill_in_cell(
-    check_speedup_and_efficiency, reference_speedup_and_efficiency, "加速比和扩展效率",
-    refuse=[scaling.speedup, scaling.strong_scaling_efficiency, scaling.weak_scaling_efficiency])
 
 
 # --------------------------------------------------------------------------------------------------------
