@@ -1,5 +1,5 @@
 # Generated from solutions/09_code_walkthrough.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in solutions/09_code_walkthrough.ipynb (09 代码推演：把"四行代码"真正跑起来).
+"""The code taught in solutions/09_code_walkthrough.ipynb (09 代码推演：把四条语句真正跑起来).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 
@@ -34,7 +34,7 @@ def local_gradient(rank: int, world_size: int, config=None) -> dict:
     ref = mh.measure.dp_reference
     config = config or ref.TrainConfig()
     device = mh.rank_device()
-    # ✎ x, y = 本 Rank 的那片；model = 同一组初始权重；loss = 局部平均 loss；再 backward
+    # ✎ x, y = ?（哪几行）；model = ?（哪组权重）；loss = ?；然后反向传播
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
     loss = ref.mse_loss(model, x.to(device), y.to(device))
