@@ -417,9 +417,19 @@ def test_unchanged_shards_are_not_a_rebalance():
         checks.check_rebalance(lambda shards, seconds: list(shards))
 
 
-def test_a_wait_predicted_from_the_own_shard_is_held_against_the_measured_wait():
-    with pytest.raises(checks.CheckFailed, match=r"rank 3 每步等 [0-9.]+ s.*你的预测是 0\.180 s"):
-        checks.check_wait_prediction(lambda: 9 * 0.020)
+def test_no_wait_predicted_for_equal_shards_is_told_about_the_slow_rank():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.000 s。Shard 一样大，时间却不一定一样"):
+        checks.check_wait_prediction(lambda: 0.0)
+
+
+def test_a_wait_predicted_with_one_speed_for_all_is_held_against_the_measured_wait():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.180 s"):
+        checks.check_wait_prediction(lambda: 6 * 0.030)
+
+
+def test_the_wait_behind_a_slow_rank_written_as_a_difference_passes(capsys):
+    checks.check_wait_prediction(lambda: 6 * 0.030 - 6 * 0.020)
+    assert "通过" in capsys.readouterr().out
 
 
 def test_hang_evidence_reads_like_the_launchers():

@@ -110,15 +110,15 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
 
 
 # The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
-WAIT_SHARDS = (9, 5, 5, 3)
-WAIT_SECONDS_PER_UNIT = 0.020
-WAIT_RANK = 3
+WAIT_SHARDS = (6, 6, 6, 6)                        # equal shards ...
+WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.030, 0.020)   # ... but rank 2 runs slower (a throttled GPU)
+WAIT_RANK = 0
 
 
-def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float = WAIT_SECONDS_PER_UNIT,
+def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT,
                           rank: int = WAIT_RANK, steps: int = 5) -> None:
     """``fn() -> seconds``: the learner's prediction of how long ``rank`` waits at the all-reduce each step
-    with ``shard_units`` at ``seconds_per_unit``. Runs the deterministic (sleep) straggler step on
+    with ``shard_units`` at ``seconds_per_unit`` (one number, or one per rank). Runs the deterministic (sleep) straggler step on
     ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
     (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
@@ -128,10 +128,14 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit: float =
     measured = straggler.median_waits(res.values)[rank]
     tolerance = straggler.model_margin(res.values, seconds_per_unit) + 0.1 * measured + 1e-3
     shards = "/".join(f"{u:g}" for u in shard_units)
+    per_unit = seconds_per_unit if isinstance(seconds_per_unit, (tuple, list)) else [seconds_per_unit] * len(shard_units)
+    speeds = "/".join(f"{1e3 * s:g}" for s in per_unit)
     if abs(guess - measured) > tolerance:
-        raise CheckFailed(f"Shard {shards}、每单位 {1e3 * seconds_per_unit:g} ms：{len(shard_units)} 个 Rank 上量到 "
+        nudge = ("Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
+                 if abs(guess) < 1e-3 else "")
+        raise CheckFailed(f"Shard {shards}、每单位 {speeds} ms：{len(shard_units)} 个 Rank 上量到 "
                           f"rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
-                          f"你的预测是 {guess:.3f} s。想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
+                          f"你的预测是 {guess:.3f} s。{nudge}想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
                           f"{shard_units[rank]:g} 个单位后，要等到谁算完？")
     passed(f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
            f"（误差上限 ±{tolerance:.3f} s）。")
