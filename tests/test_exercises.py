@@ -749,7 +749,7 @@ def test_every_lesson_fill_in_hands_back_the_course_version_while_unwritten(caps
             if name.startswith("try_") and callable(fn) and len(inspect.signature(fn).parameters) == 1:
                 assert fn(None) is not None, name
                 tried.append(name)
-    assert len(tried) >= 30, tried
+    assert len(tried) >= 25, tried          # a sanity floor: issue #38 removed transcription fill-ins
     assert "还没写" in capsys.readouterr().out
 
 
