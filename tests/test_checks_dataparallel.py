@@ -161,11 +161,23 @@ def _rank_times_rows(rank, world_size, config=None):
     return {"rows": len(x), "loss": float(loss), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
 
 
+def _own_weights(rank, world_size, config=None):
+    import dataclasses
+    from mgpu_helpers.lessons.data_parallel import shard
+    from mgpu_helpers.measure import dp_reference as ref
+    x, y = shard(ref.make_dataset(config), rank, world_size)
+    model = ref.make_model(dataclasses.replace(config, seed=config.seed + rank))   # a replica of its own
+    loss = ref.mse_loss(model, x, y)
+    loss.backward()
+    return {"rows": len(x), "loss": float(loss), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
+
+
 @pytest.mark.parametrize("fn,message", [
+    (_own_weights, "同一组初始权重"),
     (_local(shard_it=False), "用的是整批数据"),
     (_local(mean=False), r"loss 要取平均|本地行数|元素应当是"),
     (_rank_times_rows, "只拿 shard"),
-], ids=["whole batch", "summed loss", "floor split"])
+], ids=["weights per rank", "whole batch", "summed loss", "floor split"])
 def test_a_wrong_local_gradient_is_named(fn, message):
     with pytest.raises(CheckFailed, match=message):
         dpc.check_local_gradient(fn)
