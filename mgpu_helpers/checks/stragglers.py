@@ -19,7 +19,7 @@ def check_ring_allreduce_seconds(fn) -> None:
     """``fn(nbytes, world_size, alpha, beta)``: the ring all-reduce cost of notebook 08 (0 for one rank)."""
     from mgpu_helpers.lessons import cost_model
 
-    what = "ring_allreduce_seconds 要给出环形 All-Reduce 的 alpha-beta 代价"
+    what = "你的 ring_reduce_scatter_seconds 经 ring_allreduce_seconds（两个阶段相加）要给出环形 All-Reduce 的 alpha-beta 代价"
     rng = random.Random()
     cases = [(1 << 30, 1, 5e-6, 1e-11), (1 << 30, 2, 5e-6, 1e-11), (1 << 20, 8, 5e-6, 1e-11)]
     cases += [(rng.randint(1, 1 << 32), rng.randint(1, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9))
