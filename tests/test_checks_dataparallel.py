@@ -206,3 +206,51 @@ def test_a_local_gradient_written_with_autograd_grad_passes(capsys):
 
     dpc.try_local_gradient(local_gradient)
     assert capsys.readouterr().out.startswith("通过：")
+
+
+# -- 09: nccl_arguments ---------------------------------------------------------------------------------
+
+def _args(sendbuf=None, recvbuf=None, count=None, datatype=None, op=None):
+    """The course's arguments with one of them replaced by ``f(tensor)``."""
+    def nccl_arguments(tensor, stream_ptr):
+        from mgpu_helpers.lessons import data_parallel as dp
+        right = [tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                 dp.NCCL_DATATYPES[str(tensor.dtype).replace("torch.", "")], dp.NCCL_SUM, stream_ptr]
+        for k, f in enumerate((sendbuf, recvbuf, count, datatype, op)):
+            if f is not None:
+                right[k] = f(tensor)
+        return tuple(right)
+    return nccl_arguments
+
+
+@pytest.mark.parametrize("fn,message", [
+    (_args(count=lambda t: t.numel() * t.element_size()), "数的是元素，不是字节"),
+    (_args(count=len), "不是第一维的长度"),
+    (_args(recvbuf=lambda t: 0), "原地归约"),
+    (_args(datatype=lambda t: 7), "跟着张量的 dtype 走"),
+    (_args(sendbuf=lambda t: t), "不是张量对象"),
+    (_args(op=lambda t: 1), "NCCL_SUM"),
+], ids=["bytes", "first dimension", "separate receive buffer", "always float32", "tensor object", "wrong op"])
+def test_wrong_nccl_arguments_are_named(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        dpc.check_nccl_arguments(fn)
+
+
+def test_nccl_arguments_written_another_way_pass(capsys):
+    def nccl_arguments(tensor, stream_ptr):
+        codes = {torch.float16: 6, torch.float32: 7, torch.float64: 8, torch.bfloat16: 9}   # nccl.h's values
+        n = 1
+        for d in tensor.shape:
+            n *= d
+        buf = tensor.data_ptr()
+        return [buf, buf, n, codes[tensor.dtype], 0, stream_ptr]
+
+    dpc.try_nccl_arguments(nccl_arguments)
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+def test_the_course_nccl_arguments_is_refused():
+    from mgpu_helpers.lessons import data_parallel
+
+    with pytest.raises(CheckFailed, match="课程自己的"):
+        dpc.try_nccl_arguments(lambda t, s: data_parallel.nccl_arguments(t, s))

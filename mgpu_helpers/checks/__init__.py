@@ -58,6 +58,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` on uneven shards |
 | 09 | ``dataparallel.try_local_gradient`` | notebook 09's fill-in: step 2 on this rank's shard |
 | 09 | ``dataparallel.try_weighted_average`` | notebook 09's fill-in: the whole-batch mean over uneven shards |
+| 09 | ``dataparallel.try_nccl_arguments`` | notebook 09's fill-in: the seed's ``ncclAllReduce`` call as CuPy's six arguments |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
 | 10 | :func:`check_stuck_in` | ``stuck_in(lines) -> (seq, name) or None``: the collective a rank entered, not finished |
 | 10 | :func:`check_straggler_or_none` | ``straggler_or_none(collective_s, noise_s) -> rank or None``: a straggler, or a slow path |

@@ -153,7 +153,9 @@ def nccl_arguments(tensor, stream_ptr: int) -> tuple:
     dtype = str(tensor.dtype).replace("torch.", "")
     if dtype not in NCCL_DATATYPES:
         raise ValueError(f"no NCCL datatype for {tensor.dtype}; use one of {sorted(NCCL_DATATYPES)}")
-    return (tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), NCCL_DATATYPES[dtype], NCCL_SUM, stream_ptr)
+    # ✎ sendbuf, recvbuf, count, datatype, op, stream：各是什么数？
+    address = tensor.data_ptr()
+    return (address, address, tensor.numel(), NCCL_DATATYPES[dtype], NCCL_SUM, stream_ptr)
 
 
 def cupy_nccl_available() -> bool:
