@@ -422,13 +422,13 @@ def test_no_wait_predicted_for_equal_shards_is_told_about_the_slow_rank():
         checks.check_wait_prediction(lambda: 0.0)
 
 
-def test_a_wait_predicted_with_one_speed_for_all_is_held_against_the_measured_wait():
-    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.240 s"):
-        checks.check_wait_prediction(lambda: 6 * 0.040)
+def test_the_slow_rank_s_whole_compute_as_the_wait_is_held_against_the_measured_wait():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.360 s.*要等到谁算完"):
+        checks.check_wait_prediction(lambda: 6 * 0.060)
 
 
 def test_the_wait_behind_a_slow_rank_written_as_a_difference_passes(capsys):
-    checks.check_wait_prediction(lambda: 6 * 0.040 - 6 * 0.020)
+    checks.check_wait_prediction(lambda: 6 * 0.060 - 6 * 0.020)
     assert "通过" in capsys.readouterr().out
 
 

@@ -111,7 +111,7 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
 
 # The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
 WAIT_SHARDS = (6, 6, 6, 6)                        # equal shards ...
-WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.040, 0.020)   # ... but rank 2 runs at half speed (a throttled GPU)
+WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.060, 0.020)   # ... but rank 2 runs at a third of the speed (throttled)
 WAIT_RANK = 0
 
 
