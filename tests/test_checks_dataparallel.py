@@ -161,11 +161,23 @@ def _rank_times_rows(rank, world_size, config=None):
     return {"rows": len(x), "loss": float(loss), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
 
 
+def _own_weights(rank, world_size, config=None):
+    import dataclasses
+    from mgpu_helpers.lessons.data_parallel import shard
+    from mgpu_helpers.measure import dp_reference as ref
+    x, y = shard(ref.make_dataset(config), rank, world_size)
+    model = ref.make_model(dataclasses.replace(config, seed=config.seed + rank))   # a replica of its own
+    loss = ref.mse_loss(model, x, y)
+    loss.backward()
+    return {"rows": len(x), "loss": float(loss), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
+
+
 @pytest.mark.parametrize("fn,message", [
+    (_own_weights, "同一组初始权重"),
     (_local(shard_it=False), "用的是整批数据"),
     (_local(mean=False), r"loss 要取平均|本地行数|元素应当是"),
     (_rank_times_rows, "只拿 shard"),
-], ids=["whole batch", "summed loss", "floor split"])
+], ids=["weights per rank", "whole batch", "summed loss", "floor split"])
 def test_a_wrong_local_gradient_is_named(fn, message):
     with pytest.raises(CheckFailed, match=message):
         dpc.check_local_gradient(fn)
@@ -194,3 +206,51 @@ def test_a_local_gradient_written_with_autograd_grad_passes(capsys):
 
     dpc.try_local_gradient(local_gradient)
     assert capsys.readouterr().out.startswith("通过：")
+
+
+# -- 09: nccl_arguments ---------------------------------------------------------------------------------
+
+def _args(sendbuf=None, recvbuf=None, count=None, datatype=None, op=None):
+    """The course's arguments with one of them replaced by ``f(tensor)``."""
+    def nccl_arguments(tensor, stream_ptr):
+        from mgpu_helpers.lessons import data_parallel as dp
+        right = [tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                 dp.NCCL_DATATYPES[str(tensor.dtype).replace("torch.", "")], dp.NCCL_SUM, stream_ptr]
+        for k, f in enumerate((sendbuf, recvbuf, count, datatype, op)):
+            if f is not None:
+                right[k] = f(tensor)
+        return tuple(right)
+    return nccl_arguments
+
+
+@pytest.mark.parametrize("fn,message", [
+    (_args(count=lambda t: t.numel() * t.element_size()), "数的是元素，不是字节"),
+    (_args(count=len), "不是第一维的长度"),
+    (_args(recvbuf=lambda t: 0), "原地归约"),
+    (_args(datatype=lambda t: 7), "跟着张量的 dtype 走"),
+    (_args(sendbuf=lambda t: t), "不是张量对象"),
+    (_args(op=lambda t: 1), "NCCL_SUM"),
+], ids=["bytes", "first dimension", "separate receive buffer", "always float32", "tensor object", "wrong op"])
+def test_wrong_nccl_arguments_are_named(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        dpc.check_nccl_arguments(fn)
+
+
+def test_nccl_arguments_written_another_way_pass(capsys):
+    def nccl_arguments(tensor, stream_ptr):
+        codes = {torch.float16: 6, torch.float32: 7, torch.float64: 8, torch.bfloat16: 9}   # nccl.h's values
+        n = 1
+        for d in tensor.shape:
+            n *= d
+        buf = tensor.data_ptr()
+        return [buf, buf, n, codes[tensor.dtype], 0, stream_ptr]
+
+    dpc.try_nccl_arguments(nccl_arguments)
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+def test_the_course_nccl_arguments_is_refused():
+    from mgpu_helpers.lessons import data_parallel
+
+    with pytest.raises(CheckFailed, match="课程自己的"):
+        dpc.try_nccl_arguments(lambda t, s: data_parallel.nccl_arguments(t, s))

@@ -49,36 +49,6 @@ def test_the_stub_gives_the_course_version(capsys):
     assert "还没写" in capsys.readouterr().out
 
 
-# -- speed-up and efficiency (08's fill-in) -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("fn,message", [
-    (lambda t1, tn, n: (tn / t1, tn / t1 / n), "倒过来了"),
-    (lambda t1, tn, n: (t1 / tn, t1 / tn), "效率还要除以卡数"),
-    (lambda t1, tn, n: (t1 / tn, n * tn / t1), "卡数 ÷ 加速比"),
-    (lambda t1, tn, n: (t1 / tn * n, t1 / tn), "不再乘卡数"),
-], ids=["upside down", "efficiency = speedup", "efficiency inverted", "speedup times n"])
-def test_a_wrong_speedup_or_efficiency_is_named(fn, message):
-    with pytest.raises(CheckFailed, match=message):
-        sc.try_speedup_and_efficiency(fn)
-
-
-def test_speedup_and_efficiency_written_another_way_passes(capsys):
-    def via_ideal(t1_s, tn_s, world_size):
-        ideal = t1_s / world_size
-        return t1_s / tn_s, ideal / tn_s
-
-    sc.try_speedup_and_efficiency(via_ideal)
-    assert "通过：" in capsys.readouterr().out
-
-
-def test_the_course_scaling_functions_are_refused():
-    from mgpu_helpers.models import scaling
-
-    with pytest.raises(CheckFailed, match="课程自己的 .*speedup"):
-        sc.try_speedup_and_efficiency(lambda t1, tn, n: (scaling.speedup(t1, tn), t1 / tn / n))
-
-
 # -- the straggler from the time inside the collective (08's fill-in) ----------------------------------------
 
 

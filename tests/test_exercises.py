@@ -417,9 +417,19 @@ def test_unchanged_shards_are_not_a_rebalance():
         checks.check_rebalance(lambda shards, seconds: list(shards))
 
 
-def test_a_wait_predicted_from_the_own_shard_is_held_against_the_measured_wait():
-    with pytest.raises(checks.CheckFailed, match=r"rank 3 每步等 [0-9.]+ s.*你的预测是 0\.180 s"):
-        checks.check_wait_prediction(lambda: 9 * 0.020)
+def test_no_wait_predicted_for_equal_shards_is_told_about_the_slow_rank():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.000 s。Shard 一样大，时间却不一定一样"):
+        checks.check_wait_prediction(lambda: 0.0)
+
+
+def test_the_slow_rank_s_whole_compute_as_the_wait_is_held_against_the_measured_wait():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.360 s.*要等到谁算完"):
+        checks.check_wait_prediction(lambda: 6 * 0.060)
+
+
+def test_the_wait_behind_a_slow_rank_written_as_a_difference_passes(capsys):
+    checks.check_wait_prediction(lambda: 6 * 0.060 - 6 * 0.020)
+    assert "通过" in capsys.readouterr().out
 
 
 def test_hang_evidence_reads_like_the_launchers():
@@ -549,16 +559,6 @@ def test_guessing_half_the_bytes_is_told_about_the_second_phase():
 
 
 # -- ex11: the review's numbers ------------------------------------------------------------------------------
-
-
-def test_a_speedup_upside_down_is_told_which_way_round():
-    with pytest.raises(checks.CheckFailed, match=r"加速比应当是 1\.6.*倒过来了"):
-        checks.check_speedup_efficiency(lambda t1, tn, n: (tn / t1, tn / t1 / n))
-
-
-def test_an_efficiency_that_is_the_speedup_is_told_to_divide_by_the_ranks():
-    with pytest.raises(checks.CheckFailed, match=r"效率应当是 0\.8.*你给的是 1\.6.*除以卡数"):
-        checks.check_speedup_efficiency(lambda t1, tn, n: (t1 / tn, t1 / tn))
 
 
 def test_four_ranks_predicted_four_times_faster_is_held_against_the_uneven_run():
@@ -749,7 +749,7 @@ def test_every_lesson_fill_in_hands_back_the_course_version_while_unwritten(caps
             if name.startswith("try_") and callable(fn) and len(inspect.signature(fn).parameters) == 1:
                 assert fn(None) is not None, name
                 tried.append(name)
-    assert len(tried) >= 30, tried
+    assert len(tried) >= 25, tried          # a sanity floor: issue #38 removed transcription fill-ins
     assert "还没写" in capsys.readouterr().out
 
 

@@ -17,33 +17,40 @@ def _by_value(source: str, name: str):
     return ns[name]
 
 
-# -- bus_bandwidth ---------------------------------------------------------------------------------------
+# -- rs_ag_busbw (12's fill-in: the factor of reduce-scatter and all-gather, derived) -----------------------
 
 @pytest.mark.parametrize("wrong, why", [
-    (lambda op, b, s, n: (b / s / 1e9, b / s / 1e9), "busbw 不等于 algbw"),
-    (lambda op, b, s, n: (b / s / 1e9, b / s / 1e9 * (n - 1) / n), "All-Reduce 的系数是 2\\(n-1\\)/n"),
-    (lambda op, b, s, n: (b / s / 2 ** 30, b / s / 2 ** 30 * (2 if op == "all_reduce" else 1) * (n - 1) / n), "2\\*\\*30"),
-    (lambda op, b, s, n: (b / s / 1e9, b / s / 1e9 * 2 * (n - 1) / n), "的系数是 \\(n-1\\)/n"),
-])
-def test_bus_bandwidth_rejects_typical_mistakes(wrong, why):
+    (lambda b, s, n: b / s, "这是 algbw"),                                        # no factor at all
+    (lambda b, s, n: b / s * 2 * (n - 1) / n, "All-Reduce 的系数"),               # all-reduce's factor
+    (lambda b, s, n: b / s * (n - 1), "还要除以 n"),                              # whole buffer each step
+    (lambda b, s, n: b / s / n, "走 n-1 步"),                                      # one step only
+    (lambda b, s, n: b / s * (n - 1) / n / 1e9, "不是 GB/s"),                     # GB/s instead of bytes/s
+], ids=["algbw", "all-reduce factor", "whole buffer per step", "one step", "GB/s"])
+def test_rs_ag_busbw_rejects_typical_mistakes(wrong, why):
     with pytest.raises(checks.CheckFailed, match=why):
-        lab.check_bus_bandwidth(wrong)
+        lab.check_rs_ag_busbw(wrong)
 
 
-def test_bus_bandwidth_refuses_the_course_formula():
-    def via_library(op, nbytes, seconds, world_size):
+def test_rs_ag_busbw_forgetting_one_rank_is_told_nothing_is_sent():
+    def no_guard(nbytes, seconds, world_size):
+        return nbytes / seconds * max(world_size - 1, 1) / world_size
+    with pytest.raises(checks.CheckFailed, match="一个 Rank 时没有人可发"):
+        lab.check_rs_ag_busbw(no_guard)
+
+
+def test_rs_ag_busbw_refuses_the_course_formula():
+    def via_library(nbytes, seconds, world_size):
         from mgpu_helpers.models import bandwidth
-        return bandwidth.algbw(nbytes, seconds) / 1e9, bandwidth.busbw(op, nbytes, seconds, world_size) / 1e9
-    with pytest.raises(checks.CheckFailed, match="mh.models.bandwidth"):
-        lab.check_bus_bandwidth(via_library)
+        return bandwidth.busbw("reduce_scatter", nbytes, seconds, world_size)
+    with pytest.raises(checks.CheckFailed, match="课程自己的"):
+        lab.try_rs_ag_busbw(via_library)
 
 
-def test_bus_bandwidth_accepts_an_answer_written_differently(capsys):
-    def by_bytes_on_the_link(op, nbytes, seconds, world_size):
-        share = (world_size - 1) / world_size
-        on_link = nbytes * share * (2 if op == "all_reduce" else 1)
-        return nbytes / (seconds * 1e9), on_link / (seconds * 1e9)
-    lab.check_bus_bandwidth(by_bytes_on_the_link)
+def test_rs_ag_busbw_accepts_an_answer_written_differently(capsys):
+    def half_of_all_reduce(nbytes, seconds, world_size):
+        all_reduce_bytes = 2 * nbytes * (world_size - 1) / world_size     # 05's count, both phases
+        return all_reduce_bytes / 2 / seconds
+    lab.try_rs_ag_busbw(half_of_all_reduce)
     assert "通过" in capsys.readouterr().out
 
 
@@ -110,7 +117,7 @@ def test_the_report_refuses_a_missing_or_placeholder_conclusion():
             report_mod.build_report("t", "s", "topo", [], [], [], {"rows": []}, [], text, {})
 
 
-# -- ex12: round-robin ownership, the crossover read from the record ------------------------------------
+# -- ex12: round-robin ownership ------------------------------------------------------------------------
 
 CONTIGUOUS = '''
 def contiguous(rank, world_size, data):
@@ -168,26 +175,4 @@ def test_round_robin_ownership_rejects_typical_mistakes(source, name, why):
 
 def test_round_robin_ownership_accepts_an_answer_written_differently(capsys):
     lab.check_ownership_cyclic(_by_value(CORRECT, "by_mask"), world_sizes=(3,))
-    assert "通过" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("wrong, why", [
-    (lambda c, t: next((r["nbytes"] for r in t if r["time_us"] > c), None), "打乱|最小"),
-    (lambda c, t: next((r["nbytes"] for r in sorted(t, key=lambda r: r["nbytes"]) if r["time_us"] >= c), None), "严格大于"),
-    (lambda c, t: next((r["nbytes"] for r in sorted(t, key=lambda r: r["nbytes"]) if r["inplace_time_us"] > c), None), "in-place"),
-    (lambda c, t: max(r["nbytes"] for r in t), "最小|应当返回 None"),
-])
-def test_crossover_size_rejects_typical_mistakes(wrong, why):
-    with pytest.raises(checks.CheckFailed, match=why):
-        lab.check_crossover_size(wrong)
-
-
-def test_crossover_size_accepts_an_answer_written_differently(capsys):
-    def scan_sorted(compute_us, table):
-        best = None
-        for row in table:
-            if row["time_us"] > compute_us and (best is None or row["nbytes"] < best):
-                best = row["nbytes"]
-        return best
-    lab.check_crossover_size(scan_sorted)
     assert "通过" in capsys.readouterr().out

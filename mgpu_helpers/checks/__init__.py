@@ -52,27 +52,24 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex07 | :func:`check_all_reduce_rs_ag` | ``all_reduce_rs_ag(rank, world_size, x)``: reduce-scatter + all-gather, calls traced |
 | ex08 | :func:`check_allreduce_crossover_bytes` | ``allreduce_crossover_bytes(n, alpha, beta)``: latency term = bandwidth term |
 | 08 | ``stragglers.try_ring_allreduce_seconds`` | notebook 08's fill-in: the ring all-reduce's alpha-beta cost |
-| 08 | ``stragglers.try_speedup_and_efficiency`` | notebook 08's fill-in: ``(speedup, efficiency)`` from two step times |
 | 08 | ``stragglers.try_straggler_from_collective`` | notebook 08's fill-in: the straggler from per-rank times inside the collective |
 | ex08 | :func:`check_rebalance` | ``rebalance(shards, seconds)``: new shards from measured times |
 | ex08 | :func:`check_wait_prediction` | ``predicted_wait_s()``: a number first, then measured on ranks |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` on uneven shards |
 | 09 | ``dataparallel.try_local_gradient`` | notebook 09's fill-in: step 2 on this rank's shard |
 | 09 | ``dataparallel.try_weighted_average`` | notebook 09's fill-in: the whole-batch mean over uneven shards |
+| 09 | ``dataparallel.try_nccl_arguments`` | notebook 09's fill-in: the seed's ``ncclAllReduce`` call as CuPy's six arguments |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
 | 10 | :func:`check_stuck_in` | ``stuck_in(lines) -> (seq, name) or None``: the collective a rank entered, not finished |
-| 10 | :func:`check_measured_speedup` | ``measured_speedup(one_rank_s, per_rank_step_s)``: the slowest rank sets the step |
-| 10 | :func:`check_least_waiting` | ``least_waiting(collective_s) -> rank``: the shortest collective, by the median |
+| 10 | :func:`check_straggler_or_none` | ``straggler_or_none(collective_s, noise_s) -> rank or None``: a straggler, or a slow path |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
-| ex11 | :func:`check_speedup_efficiency` | ``speedup_and_efficiency(t1_s, tn_s, world_size) -> (speedup, efficiency)`` |
 | ex11 | :func:`check_speedup_prediction` | ``predicted_speedups() -> (uneven, balanced)``: a number first, measured on ranks |
 | ex11 | :func:`check_find_straggler` | ``find_straggler(values) -> (rank, lost_s)`` from per-rank records |
-| 12 | :func:`check_bus_bandwidth` | ``bus_bandwidth(op, nbytes, seconds, world_size) -> (algbw, busbw)`` (nccl-tests) |
+| 12 | ``lab.try_rs_ag_busbw`` | notebook 12's fill-in: ``rs_ag_busbw(nbytes, seconds, world_size)``, the factor derived |
 | 12 | :func:`check_conclusions` | the lab's conclusions from the learner's own run, with that run's margin |
 | 12 | :func:`try_conclusions` | the same, returning ``(verdicts, what is still missing before the report)`` |
 | ex12 | :func:`check_ownership_cyclic` | ``ownership_cyclic(rank, world_size, data)``: round-robin ownership |
-| ex12 | :func:`check_crossover_size` | ``crossover_size(compute_us, table)``: read from the recorded 2 x H200 table |
 | 12 | :func:`check_ownership_check` | ``ownership_check(rank, world_size, data) -> dict``: shard, local, all-reduce, verdict |
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
 | ex13 | :func:`check_accumulate_dp` | ``AccumulateDP``: gradient accumulation, no communication inside ``no_sync()`` |
@@ -104,10 +101,10 @@ _PUBLIC = {
                   "check_allreduce_crossover_bytes check_straggler_from_collective",
     "dataparallel": "check_data_parallel_step",
     "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_stuck_in "
-                   "check_measured_speedup check_least_waiting",
-    "review": "check_speedup_efficiency check_speedup_prediction check_find_straggler",
-    "lab": "check_ownership_check check_rs_ag_slowdown check_bus_bandwidth check_conclusions try_conclusions "
-           "check_ownership_cyclic check_crossover_size",
+                   "check_straggler_or_none",
+    "review": "check_speedup_prediction check_find_straggler",
+    "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
+           "check_ownership_cyclic",
 }
 __getattr__, __dir__, __all__ = attach(
     __name__, submodules=None,  # every module of this folder

@@ -8,14 +8,16 @@
   mean gradient from per-rank mean gradients over shards of ``rows[r]`` rows.
 - :func:`check_local_gradient` (notebook 09's fill-in): the rank function of step 2 (shard, forward, backward),
   called in this process for ranks other than 0 and uneven shards.
+- :func:`check_nccl_arguments` (notebook 09's fill-in): the seed's ``ncclAllReduce(grad, grad, count, ...)`` as
+  CuPy's six arguments, on tensors of every dtype and shape (no GPU needed: only addresses and numbers).
 """
 
 import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, fill_in_cell, first_hint, launch,
-                                      passed)
+from mgpu_helpers.checks.core import (TRAIN_HANG_S, CheckFailed, call, compare, expect_items, fill_in_cell, first_hint,
+                                      launch, passed)
 from mgpu_helpers.measure import dp_reference as ref
 from mgpu_helpers.lessons.data_parallel import shard
 
@@ -182,7 +184,8 @@ def check_local_gradient(fn) -> None:
             raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
         g = torch.as_tensor(got["grad"]).reshape(-1)
         summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
-        hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。" if summed else ""
+        hint = ("梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。" if summed else
+                "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？")
         compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
         if abs(float(got["loss"]) - float(loss)) > 1e-10:
             raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")
@@ -191,3 +194,50 @@ def check_local_gradient(fn) -> None:
 
 LOCAL_GRADIENT = "mgpu_helpers.lessons.data_parallel.local_gradient"
 try_local_gradient = fill_in_cell(check_local_gradient, LOCAL_GRADIENT, "本地的 forward + backward", refuse=[LOCAL_GRADIENT])
+
+
+ARGUMENTS = ("sendbuf", "recvbuf", "count", "datatype", "op", "stream")
+
+
+def check_nccl_arguments(fn) -> None:
+    """``fn(tensor, stream_ptr) -> (sendbuf, recvbuf, count, datatype, op, stream)``: CuPy's ``allReduce``
+    arguments for the seed's in-place SUM all-reduce of ``tensor``. Every run holds a 2-D tensor (count is not its
+    length), float64 and bfloat16 (the datatype follows the dtype), an empty tensor and the default stream (0)."""
+    import torch
+    from mgpu_helpers.lessons import data_parallel as dp
+
+    what = "nccl_arguments 要按伪代码给出 CuPy allReduce 的六个参数 (sendbuf, recvbuf, count, datatype, op, stream)"
+    rng = random.Random()
+    dtypes = (torch.float16, torch.float32, torch.float64, torch.bfloat16)
+    cases = [(torch.zeros(3, 4), 0), (torch.zeros(7, dtype=torch.float64), rng.randint(1, 2 ** 40)),
+             (torch.zeros(2, 3, 5, dtype=torch.bfloat16), rng.randint(1, 2 ** 40)),
+             (torch.zeros(0, dtype=torch.float16), rng.randint(1, 2 ** 40))]
+    cases += [(torch.zeros(*[rng.randint(1, 6) for _ in range(rng.randint(1, 3))], dtype=rng.choice(dtypes)),
+               rng.randint(0, 2 ** 40)) for _ in range(8)]
+    for t, stream in cases:
+        got = call(fn, what, t, stream)
+        where = f"形状 {tuple(t.shape)} 的 {str(t.dtype).replace('torch.', '')} 张量、stream 指针 {stream}"
+        expect_items(got, 6, f"{where}：应当返回六个值 {ARGUMENTS}，实际得到 {got!r}。")
+        got = tuple(got)
+        want = (t.data_ptr(), t.data_ptr(), t.numel(), dp.NCCL_DATATYPES[str(t.dtype).replace("torch.", "")],
+                dp.NCCL_SUM, stream)
+        k = next((i for i, (g, w) in enumerate(zip(got, want)) if not (type(g) in (int, bool) and g == w)), None)
+        if k is None:
+            continue
+        g = got[k]
+        why = first_hint(
+            (isinstance(g, torch.Tensor), "CuPy 要的是 Buffer 在显存里的地址（一个整数），不是张量对象。"),
+            (k == 1 and g != t.data_ptr(), "伪代码里两个 Buffer 都写的是 grad：原地归约，接收的就是发送的那一块。"),
+            (k == 2 and g == t.numel() * t.element_size(), "count 数的是元素，不是字节。"),
+            (k == 2 and t.dim() > 1 and g == len(t), "count 是全部元素的个数，不是第一维的长度。"),
+            (k == 3 and not isinstance(g, int), "datatype 要的是 nccl.h 里的枚举值（一个整数，见 NCCL_DATATYPES），不是 dtype 对象或名字。"),
+            (k == 3, "数据类型要跟着张量的 dtype 走，不能总是 float32。"),
+            (k == 4, "伪代码的归约操作是 ncclSum：求和的枚举值是 NCCL_SUM。"),
+            (k == 5, "最后一个参数是 Stream 的指针：把传进来的 stream_ptr 原样交出去。"),
+            default="Buffer 的地址是张量数据在设备上的起始地址。" if k == 0 else "")
+        raise CheckFailed(f"{where}：第 {k + 1} 个参数 {ARGUMENTS[k]} 应当是 {want[k]!r}，你给的是 {g!r}。{why}")
+    passed(f"nccl_arguments 在 {len(cases)} 个张量上（多维、四种 dtype、空张量、默认 Stream）都给出了正确的六个参数。")
+
+
+try_nccl_arguments = fill_in_cell(check_nccl_arguments, "mgpu_helpers.lessons.data_parallel.nccl_arguments",
+                                  "nccl_arguments：伪代码第 03–04 行的参数")

@@ -1,5 +1,5 @@
-"""Checkers of the diagnostics (notebook 10 and ex10): reading one rank's log, the speed-up from measured times,
-the rank that waits least inside an all-reduce (notebook 10's fill-ins, ``try_*``); reading the evidence of a
+"""Checkers of the diagnostics (notebook 10 and ex10): reading one rank's log, telling a straggler from a slow path
+by the time each rank spends inside an all-reduce (notebook 10's fill-ins, ``try_*``); reading the evidence of a
 hang and predicting where a hang will stop before it runs (ex10)."""
 
 import copy
@@ -7,10 +7,9 @@ import random
 import statistics
 
 from mgpu_helpers.checks.core import (CheckFailed, call, course_code_reached, expect_items, fill_in_cell, first_hint,
-                                      is_rank_number, number_answer, passed)
+                                      is_rank_number, passed)
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose, straggler
-from mgpu_helpers.models import scaling
 
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier")
@@ -204,46 +203,6 @@ def check_stuck_in(fn) -> None:
 try_stuck_in = fill_in_cell(check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
 
 
-def _reference_speedup(one_rank_s, per_rank_step_s):
-    return one_rank_s / max(per_rank_step_s)
-
-
-def check_measured_speedup(fn) -> None:
-    """``fn(one_rank_s, per_rank_step_s) -> float``: the speed-up of a step on N ranks over one rank, from
-    measured seconds; the N-rank step lasts as long as its slowest rank."""
-    what = "measured_speedup 要从测到的秒数算出加速比"
-    if course_code_reached(fn, (scaling.speedup, _reference_speedup), names=("speedup",)) is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 speedup；自己用两个时间算出来。")
-    rng = random.Random()
-    cases = [(0.40, [0.10, 0.30, 0.12]),          # the slowest rank is neither the first nor the last
-             (0.25, [0.05, 0.05, 0.05, 0.09]),    # the slowest is the last
-             (0.12, [0.20, 0.08]),               # slower on 2 ranks than on one: a speed-up below 1
-             (0.30, [0.30])]                     # one rank: 1
-    for _ in range(8):
-        n = rng.randint(2, 8)
-        per = [rng.uniform(0.01, 0.2) for _ in range(n)]
-        cases.append((rng.uniform(0.05, 0.8), per))
-    for one, per in cases:
-        got = call(fn, what, one, list(per))
-        want = _reference_speedup(one, per)
-        got = number_answer(got, f"{what}：应当返回一个数，实际得到 {got!r}。")
-        if abs(got - want) <= 1e-9 * max(1.0, want):
-            continue
-        story = f"1 个 Rank {one * 1e3:.0f} ms，{len(per)} 个 Rank 各自 {[round(t * 1e3) for t in per]} ms"
-        mistakes = [((max(per) / one,), "你算的是倒数：加速比 = 1 个 Rank 的时间 / N 个 Rank 的时间，变快时大于 1。"),
-                    ((one / (sum(per) / len(per)),),
-                     "你用了各 Rank 的平均；可这一步要等最慢的 Rank 做完才结束，N 个 Rank 的步时是最慢的那一个。"),
-                    ((one / per[0], one / min(per)), "你只看了一个 Rank（rank 0 或最快的）；这一步要等最慢的 Rank 做完才结束。"),
-                    ((one / sum(per),), "你把各 Rank 的时间加起来了；它们是同时在跑的，这一步只持续最慢那个 Rank 的时间。")]
-        why = next((text for values, text in mistakes if any(abs(got - v) < 1e-9 for v in values)),
-                   "N 个 Rank 的步时是最慢那个 Rank 的时间。")
-        raise CheckFailed(f"{what}：{story}，加速比应当是 {want:.3g}，你的函数给出 {got:.3g}。{why}")
-    passed(f"measured_speedup 在 {len(cases)} 组测量上（最慢的不是 rank 0、比 1 个 Rank 还慢、只有 1 个 Rank）都对。")
-
-
-try_measured_speedup = fill_in_cell(check_measured_speedup, _reference_speedup, "measured_speedup：从测到的时间算加速比")
-
-
 def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
                   factors=None):
     """Per-rank lists of seconds inside an all-reduce: the late rank only transfers, the others wait too.
@@ -265,42 +224,84 @@ def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: boo
     return out
 
 
-def check_least_waiting(fn) -> None:
-    """``fn(collective_s) -> rank``: ``collective_s[r]`` is rank r's per-step seconds inside the all-reduce
-    (waiting included: no barrier before it); the rank that spends least time in it, by its median, is the
-    one that arrived last."""
-    what = "least_waiting 要找出在 All-Reduce 里待得最短的 Rank（按中位数）"
-    course = course_code_reached(fn, (diagnose.medians, straggler.straggler_by_collective), names=("medians",))
-    if course is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median），再挑最短的。")
-    rng = random.Random()
-    cases = [_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]),   # a stall: the mean misleads
-             _waiting_case(rng, 3, 1, 6, warmup=True, factors=[1.2, 0.8]),       # a long first step
-             _waiting_case(rng, 2, 0, 6),                                         # the late rank is rank 0
-             _waiting_case(rng, 5, 2, 1)]                                         # one step only
+def _verdict_by(values, noise_s):
+    """The rank whose value is below every other rank's by more than ``noise_s``, else None."""
+    late = min(range(len(values)), key=values.__getitem__)
+    return late if all(m - values[late] > noise_s for r, m in enumerate(values) if r != late) else None
+
+
+def reference_straggler_or_none(collective_s, noise_s):
+    """The rank whose median time inside the collective is shorter than every other rank's by more than
+    ``noise_s`` (it arrived last: the others waited for it); None when no single rank stands out that way."""
+    return _verdict_by([statistics.median(v) for v in collective_s], noise_s)
+
+
+def _even_case(rng: random.Random, n: int, steps: int, slow_s: float, stall: int | None = None):
+    """Every rank equally long inside the collective (a slow path, nobody waits for anybody): ``slow_s`` give or
+    take 1%; ``stall``: that rank's first step is stuck five times longer (its mean rises, its median does not)."""
+    out = [[slow_s * rng.uniform(0.99, 1.01) for _ in range(steps)] for _ in range(n)]
+    if stall is not None:
+        out[stall][0] = slow_s * 5
+    return out
+
+
+def _straggler_or_none_cases(rng: random.Random):
+    """(collective_s, noise_s, want) with the edge cases in every run, then random ones."""
+    noise = 0.005
+    two_late = _waiting_case(rng, 4, 1, 6, factors=[1.0, 1.0, 1.0])
+    two_late[3] = [t * rng.uniform(0.99, 1.01) for t in two_late[1]]          # ranks 1 and 3 both arrive last
+    cases = [(_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]), noise, 3),  # a stall in the straggler
+             (_waiting_case(rng, 2, 0, 6), noise, 0),                                           # two ranks, rank 0 late
+             (_even_case(rng, 4, 6, 0.030, stall=2), noise, None),                              # a slow path, one stall
+             (_even_case(rng, 3, 5, 0.002), noise, None),                                       # all short: nothing to find
+             (two_late, noise, None)]                                                           # two ranks arrive last
     for _ in range(8):
         n = rng.randint(2, 8)
-        cases.append(_waiting_case(rng, n, rng.randrange(n), rng.randint(5, 10), rng.random() < 0.5, rng.random() < 0.5))
-    for per in cases:
-        got = call(fn, what, [list(v) for v in per])
-        want = straggler.straggler_by_collective(per)   # the shortest median: the rank that came last
-        if not is_rank_number(got):
-            raise CheckFailed(f"{what}：应当返回 Rank 的编号（一个整数），实际得到 {got!r}。")
-        got = int(got)
-        if got == want:
+        if rng.random() < 0.5:
+            per = _waiting_case(rng, n, rng.randrange(n), rng.randint(5, 10), rng.random() < 0.5, rng.random() < 0.5)
+        else:
+            per = _even_case(rng, n, rng.randint(5, 10), rng.uniform(0.002, 0.05),
+                             stall=rng.randrange(n) if rng.random() < 0.5 else None)
+        cases.append((per, noise, reference_straggler_or_none(per, noise)))
+    return cases
+
+
+def check_straggler_or_none(fn) -> None:
+    """``fn(collective_s, noise_s) -> rank or None``: ``collective_s[r]`` is rank r's per-step seconds inside the
+    all-reduce (waiting included). A rank whose median is shorter than every other rank's by more than ``noise_s``
+    is the straggler (the others waited for it); otherwise no single rank is to blame (None: look at the path).
+    Both verdicts, a stalled step, two late ranks and the straggler as rank 0 are in every run."""
+    what = "straggler_or_none 要判断：是有一个 Rank 让别人等（返回它的编号），还是没有（返回 None）"
+    course = course_code_reached(fn, (diagnose.medians, straggler.straggler_by_collective), names=("medians",))
+    if course is not None:
+        raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
+    rng = random.Random()
+    for per, noise, want in _straggler_or_none_cases(rng):
+        got = call(fn, what, [list(v) for v in per], noise)
+        if got is not None and not is_rank_number(got):
+            raise CheckFailed(f"{what}：应当返回 Rank 的编号（整数）或 None，实际得到 {got!r}。")
+        if (None if got is None else int(got)) == want:
             continue
         med = [round(statistics.median(v) * 1e3, 1) for v in per]
-        mean = [round(sum(v) / len(v) * 1e3, 1) for v in per]
-        why = first_hint((got == max(range(len(per)), key=lambda r: statistics.median(per[r])),
-                          "你选了待得最久的 Rank。可它待得久，是因为它早到、在里面等别人；"
-                          "到得最晚的那个 Rank 一进去就能开始传，它的 All-Reduce 最短。"),
-                         (got == min(range(len(per)), key=lambda r: sum(per[r]) / len(per[r])),
-                          f"你按平均值选的（各 Rank 平均 {mean} ms）；有一步卡顿的话，平均值会被那一步拉高，中位数不会。"),
-                         (got == min(range(len(per)), key=lambda r: per[r][0]), "你只看了第一步；要看每个 Rank 所有步的中位数。"))
-        raise CheckFailed(f"{what}：各 Rank 在 All-Reduce 里的中位数是 {med} ms，应当是 rank {want}，"
-                          f"你的函数给出 {got!r}。{why}")
-    passed(f"least_waiting 在 {len(cases)} 组测量上（有卡顿的一步、只有一步、最晚到的是 rank 0）都找对了。")
+        mean = [sum(v) / len(v) for v in per]
+        story = f"各 Rank 在 All-Reduce 里的中位数是 {med} ms，噪声 {noise * 1e3:g} ms"
+        why = first_hint(
+            (got is not None and want is not None and int(got) == max(range(len(per)), key=lambda r: statistics.median(per[r])),
+             "你选了待得最久的 Rank。它待得久，是因为早到、在里面等别人；最后到的那个一进去就能开始传，它的最短。"),
+            ((None if got is None else int(got)) == _verdict_by(mean, noise) != want,
+             "你按平均值比的；有一步卡住时，平均值被那一步拉高，中位数不会。"),
+            (want is None and got is not None and max(med) - min(med) <= 2 * noise * 1e3 + 0.1,
+             "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。"),
+            (want is None and got is not None,
+             "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。"),
+            (want is not None and got is None,
+             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。"),
+            default=f"应当是 {want!r}。")
+        raise CheckFailed(f"{what}：{story}，应当是 {want!r}，你的函数给出 {got!r}。{why}")
+    passed("straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
+           "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。")
 
 
-try_least_waiting = fill_in_cell(check_least_waiting, straggler.straggler_by_collective,
-                                 "least_waiting：在 All-Reduce 里待得最短的 Rank")
+try_straggler_or_none = fill_in_cell(check_straggler_or_none, reference_straggler_or_none,
+                                     "straggler_or_none：等人还是链路慢",
+                                     refuse=[straggler.straggler_by_collective, diagnose.medians])

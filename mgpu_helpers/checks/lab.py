@@ -2,7 +2,7 @@
 
 - Notebook 12's fill-ins, checked at once (``try_*`` fall back to the course's version while unwritten):
   :func:`try_ownership_check` (the ownership check on ranks, rows reviewed by :func:`review_ownership`) and
-  :func:`try_bus_bandwidth` (algbw / busbw from a measured time, :func:`check_bus_bandwidth`).
+  :func:`try_rs_ag_busbw` (the busbw of reduce-scatter and all-gather, derived as 05 derived all-reduce's).
 - Notebook 12's conclusions, from the learner's own run (gathered by
   :func:`mgpu_helpers.report.lab.lab_run`): :func:`try_conclusions` prints the review and returns what
   still stands between the lab and its report; :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
@@ -11,7 +11,7 @@
   stands between the lab and its report, :func:`check_conclusions` prints the verdicts and opens the
   explanation only when everything holds.
 - ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
-  first, held against the recorded times), :func:`check_crossover_size` (read the recorded table).
+  first, held against the recorded times).
 """
 
 import math
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, answers, call, code_names, expect_items, fail_first,
-                                      fill_in_cell, first_hint, int_values, new_rng, number_answer, passed, run_on_ranks)
+from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, answers, call, fill_in_cell, first_hint, int_values, matching_hint, new_rng, number_answer, passed,
+                                      run_on_ranks)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -188,7 +188,7 @@ def check_rs_ag_slowdown(fn) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Notebook 12's fill-ins: the ownership check (on ranks), algbw / busbw from a measured time.
+# Notebook 12's fill-ins: the ownership check (on ranks), the busbw of reduce-scatter and all-gather.
 
 
 def _is_course_version(fn, name: str) -> bool:
@@ -213,53 +213,35 @@ try_ownership_check = fill_in_cell(_check_ownership_fill_in, "mgpu_helpers.lesso
                                    "ownership_check：所有权检查")
 
 
-FACTORS = {op: bandwidth.BUSBW_FACTORS[op] for op in ("all_reduce", "reduce_scatter", "all_gather")}
-
-
-def check_bus_bandwidth(fn) -> None:
-    """``fn(op, nbytes, seconds, world_size) -> (algbw, busbw)`` in GB/s (1e9 bytes per second), by nccl-tests'
-    definitions: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all_reduce) or x (n-1)/n (reduce_scatter,
-    all_gather)."""
-    what = "bus_bandwidth 要按 nccl-tests 的定义，从字节数和时间算出 (algbw, busbw)，单位 GB/s"
-    fail_first((_is_course_version(fn, "bus_bandwidth"),
-                f"{what}：这是课程自己的 mh.lessons.lab.bus_bandwidth，等于没有写；写你自己的版本。"),
-               ({"busbw", "algbw"} & code_names(fn), f"{what}：调用了课程的 mh.models.bandwidth；两行公式自己写。"))
+def check_rs_ag_busbw(fn) -> None:
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: the bus bandwidth of a reduce-scatter or an all-gather of an
+    nbytes buffer (nccl-tests' size), by 05's definition: the bytes each rank sends on the ring, per second.
+    Edge cases in every run: one rank (nothing sent), two and three ranks, the recorded 1 GiB reduce-scatter."""
+    what = "rs_ag_busbw 要算出 Reduce-Scatter / All-Gather 的 busbw（字节/秒）"
     rng = random.Random()
-    cases = [("all_gather", 3 * (1 << 20), 0.8e-3, 3),       # 3 ranks first: a factor of 1 or 2 shows at once
-             ("all_reduce", 1 << 30, 3281.55e-6, 2), ("reduce_scatter", 1 << 30, 1925.64e-6, 2),
-             ("all_reduce", 1000, 5e-6, 8),
-             ("all_reduce", 1 << 20, 1e-3, 1)]                  # one rank: nothing crosses a link, busbw 0
-    for _ in range(10):
-        cases.append((rng.choice(tuple(FACTORS)), rng.choice([1 << 10, 1 << 20, 12345678]),
-                      rng.uniform(1e-5, 1e-2), rng.randint(2, 8)))
-    def near(x, y) -> bool:
-        return math.isclose(x, y, rel_tol=1e-6)
-
-    for (op, nbytes, seconds, n), got in answers(fn, what, cases):
-        algbw = nbytes / seconds / 1e9
-        busbw = algbw * FACTORS[op](n)
-        expect_items(got, 2, f"{what}：应当返回 (algbw, busbw) 两个数，实际得到 {got!r}。")
-        a, b = (float(x) for x in got)
-        if near(a, algbw) and math.isclose(b, busbw, rel_tol=1e-6, abs_tol=1e-12):
+    cases = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
+    cases += [(float(rng.randint(1, 1 << 31)), rng.uniform(1e-5, 2.0), rng.randint(2, 16)) for _ in range(20)]
+    for (nbytes, seconds, n), got in answers(fn, what, cases):
+        want = nbytes * (n - 1) / n / seconds
+        where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
+        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
+        if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             continue
-        story = f"{op}，{nbytes} 字节，{seconds * 1e6:.1f} us，{n} 个 Rank"
-        mistakes = [(near(a, algbw * 1e9 / 2 ** 30), "你除的是 2**30（GiB/s）；nccl-tests 的 GB/s 是 1e9 字节每秒。"),
-                    (near(a, algbw * 1e6) or near(a, algbw / 1e6), "单位差了 1e6：seconds 已经是秒，结果要的是 GB/s（1e9 字节每秒）。"),
-                    (not near(a, algbw), "algbw = 字节数 / 时间。"),
-                    (op == "all_reduce" and near(b, a * (n - 1) / n),
-                     "All-Reduce 的系数是 2(n-1)/n：它先 Reduce-Scatter 再 All-Gather，每个字节要过两次链路。"),
-                    (op != "all_reduce" and near(b, a * 2 * (n - 1) / n), f"{op} 的系数是 (n-1)/n；2(n-1)/n 是 All-Reduce 的。"),
-                    (near(b, a), "busbw 不等于 algbw：要乘上按操作和 Rank 数定的系数。"),
-                    (near(b, a * 2) or near(b, a * n), "系数和 Rank 数有关：2(n-1)/n 或 (n-1)/n，不是常数，也不是 n。")]
-        why = first_hint(*mistakes,
-                         default="busbw = algbw × 系数：All-Reduce 2(n-1)/n，Reduce-Scatter 和 All-Gather (n-1)/n。")
-        raise CheckFailed(f"{what}：{story} 时应当是 algbw {algbw:.4g}、busbw {busbw:.4g} GB/s，"
-                          f"你的函数给出 ({a:.4g}, {b:.4g})。{why}")
-    passed(f"bus_bandwidth 在 {len(cases)} 组（三种操作、1 到 8 个 Rank、含 nccl-tests 记录里的两行）上都对。")
+        alg = nbytes / seconds
+        why = "一个 Rank 时没有人可发：busbw 是 0。" if n == 1 else matching_hint(got, [
+            (alg, "这是 algbw = S/t：每个 Rank 并没有把整个 Buffer 都发出去，它自己那一块留在手里。"),
+            (2 * alg * (n - 1) / n, "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 只是 All-Reduce 的前一半。"),
+            (alg * (n - 1), "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
+            (alg / n, "一块 S/n 要在环上走 n-1 步，不是一步。"),
+            (want / 1e9, "单位：这里和 05 的 all_reduce_busbw 一样要字节/秒，不是 GB/s。"),
+            (seconds / nbytes * (n - 1) / n, "倒过来了：带宽是字节除以秒。")], rel_tol=1e-6)
+        raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
+    passed(f"rs_ag_busbw 在 {len(cases)} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
 
 
-try_bus_bandwidth = fill_in_cell(check_bus_bandwidth, "mgpu_helpers.lessons.lab.bus_bandwidth",
-                                 "bus_bandwidth：algbw 与 busbw")
+try_rs_ag_busbw = fill_in_cell(check_rs_ag_busbw, "mgpu_helpers.lessons.lab.rs_ag_busbw",
+                               "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
+                               refuse=["mgpu_helpers.models.bandwidth.busbw", "mgpu_helpers.models.bandwidth.bytes_sent_per_rank"])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -495,39 +477,3 @@ def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
     _run_ownership(fn, what, world_sizes, review_cyclic, cyclic=True)
     passed(f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
            "结果正确并如实报告。")
-
-
-def _reference_crossover(compute_us, table):
-    over = [r["nbytes"] for r in sorted(table, key=lambda r: r["nbytes"]) if r["time_us"] > compute_us]
-    return over[0] if over else None
-
-
-def check_crossover_size(fn) -> None:
-    """``fn(compute_us, table) -> nbytes | None``: the smallest message size of a recorded all-reduce table
-    (rows with ``nbytes``, ``time_us``: the out-of-place time) whose time exceeds ``compute_us``; None when
-    none does. Checked on the recorded 2 x H200 table, shuffled, and on edge cases."""
-    what = "crossover_size 要在记录的表里找出 All-Reduce 时间第一次超过计算时间的消息规模"
-    table = [{"nbytes": r["nbytes"], "time_us": r["time_us"], "busbw": r["busbw"],
-              "inplace_time_us": r["inplace_time_us"]} for r in nccltests.load_reference("all_reduce")]
-    times = sorted(r["time_us"] for r in table)
-    rng = random.Random()
-    cases = [1.0, times[-1] + 1, times[-1], 30.0, 250.74, 80.0]        # below all, above all, equal, near ties
-    cases += [rng.uniform(times[0], times[-1]) for _ in range(8)]
-    for compute_us in cases:
-        shuffled = [dict(r) for r in table]
-        rng.shuffle(shuffled)
-        got = call(fn, what, compute_us, shuffled)
-        want = _reference_crossover(compute_us, table)
-        if got == want:
-            continue
-        name = "None" if want is None else f"{want}（{sizes.format_bytes(want)}）"
-        inplace = _reference_crossover(compute_us, [dict(r, time_us=r["inplace_time_us"]) for r in table])
-        why = first_hint(
-            (want is not None and got == inplace, "你用的是 in-place 那一列；这里说好用 out-of-place 的 time_us。"),
-            (got is not None and want is not None and got < want, "你给的规模上，All-Reduce 还没有比计算长。"),
-            (compute_us in times and got is not None and got == next(r["nbytes"] for r in table if r["time_us"] == compute_us),
-             "时间正好相等时还没有“超过”：要严格大于。"),
-            (want is None, "表里没有哪一档比这个计算时间长：应当返回 None。"),
-            default="表的行不保证按规模排好；要的是满足条件的最小规模。")
-        raise CheckFailed(f"{what}：计算时间 {compute_us:.2f} us 时应当是 {name}，你的函数给出 {got!r}。{why}")
-    passed(f"crossover_size 在 {len(cases)} 个计算时间上（比表里都短、都长、正好相等、打乱的行）都对。")

@@ -1,5 +1,5 @@
 # Generated from solutions/09_code_walkthrough.ipynb by `python -m mgpu_helpers.tools.nbexport`: edit the notebook, not this file.
-"""The code taught in solutions/09_code_walkthrough.ipynb (09 代码推演：把"四行代码"真正跑起来).
+"""The code taught in solutions/09_code_walkthrough.ipynb (09 代码推演：把四条语句真正跑起来).
 
 Each block below is one `#| export` cell of that notebook, in order."""
 
@@ -34,7 +34,7 @@ def local_gradient(rank: int, world_size: int, config=None) -> dict:
     ref = mh.measure.dp_reference
     config = config or ref.TrainConfig()
     device = mh.rank_device()
-    # ✎ x, y = 本 Rank 的那片；model = 同一组初始权重；loss = 局部平均 loss；再 backward
+    # ✎ x, y = ?（哪几行）；model = ?（哪组权重）；loss = ?；然后反向传播
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
     loss = ref.mse_loss(model, x.to(device), y.to(device))
@@ -153,7 +153,9 @@ def nccl_arguments(tensor, stream_ptr: int) -> tuple:
     dtype = str(tensor.dtype).replace("torch.", "")
     if dtype not in NCCL_DATATYPES:
         raise ValueError(f"no NCCL datatype for {tensor.dtype}; use one of {sorted(NCCL_DATATYPES)}")
-    return (tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), NCCL_DATATYPES[dtype], NCCL_SUM, stream_ptr)
+    # ✎ sendbuf, recvbuf, count, datatype, op, stream：各是什么数？
+    address = tensor.data_ptr()
+    return (address, address, tensor.numel(), NCCL_DATATYPES[dtype], NCCL_SUM, stream_ptr)
 
 
 def cupy_nccl_available() -> bool:

@@ -26,13 +26,12 @@ def ownership_check(rank, world_size, data):
             "result": result, "expected": expected, "ok": result == expected}
 
 
-def bus_bandwidth(op, nbytes, seconds, world_size):
-    """(algbw, busbw) in GB/s of one collective that moved nbytes in seconds on world_size ranks (nccl-tests)."""
-    factor = {"all_reduce": 2 * (world_size - 1) / world_size,
-              "reduce_scatter": (world_size - 1) / world_size,
-              "all_gather": (world_size - 1) / world_size}[op]
-    algbw = nbytes / seconds / 1e9
-    return algbw, algbw * factor
+def rs_ag_busbw(nbytes, seconds, world_size):
+    """Bus bandwidth (bytes/s) of a ring reduce-scatter or all-gather of an nbytes buffer (nccl-tests' size) that
+    took seconds on world_size ranks: the bytes each rank sends, per second."""
+    # ✎ 每个 Rank 在环上发出多少字节？
+    sent = (world_size - 1) * (nbytes / world_size)       # n - 1 steps, one piece of nbytes / n each
+    return sent / seconds
 
 
 def compare_rank(rank, world_size, nbytes):
