@@ -414,22 +414,24 @@ def test_the_checker_may_still_use_its_reference_while_the_learners_code_is_refu
     assert rules.contiguous_ranges(5, 2) == [range(0, 3), range(3, 5)]          # the code is put back
 
 
-def test_a_failed_check_shows_in_ipython_as_its_message_and_the_trace_on_request(capsys):
-    from IPython.core.interactiveshell import InteractiveShell
+def test_a_failed_check_shows_in_ipython_as_its_message_and_the_trace_on_request():
+    # In a process of its own: an IPython shell alive in this one would turn tqdm.auto into notebook bars.
+    import subprocess
+    import sys
 
-    shell = InteractiveShell.instance(colors="nocolor")
-    try:
-        shell.run_cell("from mgpu_helpers.checks.core import CheckFailed\n"
-                       "def check():\n    raise CheckFailed('n = 7：第 6 个元素没有写到')\ncheck()")
-        shown = capsys.readouterr()
-        text = shown.out + shown.err
-        assert "检查没有通过" in text and "n = 7：第 6 个元素没有写到" in text and "mh.checks.show_trace()" in text
-        assert "Traceback" not in text and "def check" not in text and "core.py" not in text
-        shell.run_cell("import mgpu_helpers as mh\nmh.checks.show_trace()")
-        shown = capsys.readouterr()
-        assert "Traceback" in shown.err + shown.out and "check()" in shown.err + shown.out
-    finally:
-        InteractiveShell.clear_instance()
+    script = textwrap.dedent("""
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance(colors="nocolor")
+        shell.run_cell("from mgpu_helpers.checks.core import CheckFailed\\n"
+                       "def check():\\n    raise CheckFailed('n = 7：第 6 个元素没有写到')\\ncheck()")
+        print("=====")
+        shell.run_cell("import mgpu_helpers as mh\\nmh.checks.show_trace()")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    shown, trace = (run.stdout + run.stderr).split("=====")
+    assert "检查没有通过" in shown and "n = 7：第 6 个元素没有写到" in shown and "mh.checks.show_trace()" in shown
+    assert "Traceback" not in shown and "def check" not in shown and "core.py" not in shown
+    assert "Traceback" in trace and "check()" in trace
 
 
 def test_a_numpy_integer_is_a_rank_and_a_bool_is_not():

@@ -22,7 +22,7 @@ stuck in.
 import numpy as np
 
 from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls, as_numpy,
-                                      compare, fail_first, fill_in_cell, first_hint, int_values, launch, new_rng,
+                                      call_label, compare, fail_first, fill_in_cell, first_hint, int_values, launch, new_rng,
                                       passed, rank_tensor, refuse_calls, refuse_course_code, resolve_course, which_rank)
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
@@ -123,7 +123,7 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
         None)
     fail_first((not result["waitable"], f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
                 "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。"),
-               (empty[0], f"{case}：发出了一个空张量的 {empty[0]}。长度为 0 的缓冲区要跳过，不发也不收"
+               (empty[0], f"{case}：发出了一个空张量的 {call_label(empty[0] or '')}。长度为 0 的缓冲区要跳过，不发也不收"
                 "（下一节切块时块可能是空的，空消息只会白白多一次等待）。"),
                (not result["kept"], f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。"),
                (lengths[src] and np.all(got == SENTINEL), f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前"
