@@ -445,3 +445,29 @@ def test_a_batched_operation_is_named_as_the_learner_wrote_it():
     with pytest.raises(CheckFailed, match="调用了 dist.batch_isend_irecv 里的 isend") as info:
         core.refuse_calls([[], [core.DistCall("batch:isend", 0, 3)]], ("isend",), "pass_right", "只许用阻塞调用。")
     assert "batch:" not in str(info.value)
+
+
+def test_the_course_models_and_widgets_are_refused_to_a_fill_in_however_they_are_reached():
+    from mgpu_helpers.checks import collectives
+    from mgpu_helpers.models.bandwidth import busbw as course_busbw       # an import alias
+
+    def by_model(nbytes, seconds, world_size):
+        return mh.models.bandwidth.busbw("all_reduce", nbytes, seconds, world_size)
+
+    def by_alias(nbytes, seconds, world_size):
+        return course_busbw("all_reduce", nbytes, seconds, world_size)
+
+    def helper(nbytes, seconds, world_size):
+        return by_alias(nbytes, seconds, world_size)
+
+    def wrapped(nbytes, seconds, world_size):                            # the learner's wrapper around it
+        return helper(nbytes, seconds, world_size)
+
+    for fn in (by_model, by_alias, wrapped):
+        with pytest.raises(CheckFailed, match="课程自己的 mh.models.bandwidth.busbw"):
+            collectives.try_all_reduce_busbw(fn)
+
+    def own(nbytes, seconds, world_size):
+        return nbytes / seconds * 2 * (world_size - 1) / world_size
+    assert collectives.try_all_reduce_busbw(own) is own
+    assert mh.models.bandwidth.busbw("all_reduce", 8, 1.0, 2) == 8.0     # the guard is gone afterwards

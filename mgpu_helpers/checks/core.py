@@ -490,6 +490,34 @@ _LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "
 _CHECKERS = os.path.join("mgpu_helpers", "checks", "")
 
 
+_GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "widgets", "checks"))
+
+
+def _learners(path: str) -> bool:
+    """A frame of the learner's code (a notebook cell, a file of theirs): not a library's, not the course's."""
+    return not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen"))
+
+
+@contextlib.contextmanager
+def guarding_course_code(what: str):
+    """While a fill-in is checked: a function of the course's ``models``, ``widgets`` or ``checks`` called by the
+    learner's own code (directly, through an alias, or from a helper of theirs) raises :class:`CheckFailed`.
+    These compute what fill-ins ask for and are never part of an answer; the checker may still use them."""
+    def profile(frame, event, _arg):
+        code = frame.f_code
+        if (event == "call" and any(g in code.co_filename for g in _GUARDED) and frame.f_back is not None
+                and _learners(frame.f_back.f_code.co_filename) and not code.co_filename.endswith("(watcher)")):
+            module = frame.f_globals.get("__name__", "").replace("mgpu_helpers", "mh", 1)
+            raise CheckFailed(f"{what}：调用了课程自己的 {module}.{code.co_name}；这一格要你自己写出它的计算。")
+
+    before = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(before)
+
+
 def _called_for_the_learner(frame) -> bool:
     """True when, between ``frame`` (a call of a refused course function) and the checker that started it, a
     frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
@@ -498,7 +526,7 @@ def _called_for_the_learner(frame) -> bool:
         path = frame.f_code.co_filename
         if _CHECKERS in path and not path.endswith("(watcher)"):
             return False
-        if not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen")):
+        if _learners(path):
             return True
         frame = frame.f_back
     return False
@@ -516,7 +544,7 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
 
         def checked(fn):
             course = [ref] + [obj for obj, _label in resolve_course(refuse)]
-            with refusing_course_code(fn, what, [c for c in course if callable(c)]):
+            with refusing_course_code(fn, what, [c for c in course if callable(c)]), guarding_course_code(what):
                 check(fn)
         # own_code records the checker by name, to run it again when the kept code is loaded
         checked.__name__, checked.__qualname__, checked.__module__ = check.__name__, check.__qualname__, check.__module__
