@@ -288,8 +288,11 @@ def check_straggler_or_none(fn) -> None:
         why = first_hint(
             (got is not None and want is not None and int(got) == max(range(len(per)), key=lambda r: statistics.median(per[r])),
              "你选了待得最久的 Rank。它待得久，是因为早到、在里面等别人；最后到的那个一进去就能开始传，它的最短。"),
-            ((None if got is None else int(got)) == _verdict_by(mean, noise) != want,
+            (got is not None and int(got) == _verdict_by(mean, noise) != want,
              "你按平均值比的；有一步卡住时，平均值被那一步拉高，中位数不会。"),
+            (got is None and _verdict_by(mean, noise) is None and want is not None,
+             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。"
+             "（如果你按平均值比：有一步卡住时，平均值被那一步拉高，中位数不会。）"),
             (want is None and got is not None and max(med) - min(med) <= 2 * noise * 1e3 + 0.1,
              "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。"),
             (want is None and got is not None,
