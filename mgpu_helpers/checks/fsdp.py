@@ -9,7 +9,7 @@ Exercise: :func:`check_cheapest_stage` (the first ZeRO stage whose model states 
 import random
 
 from mgpu_helpers.checks.core import (CheckFailed, answers, call_limited, fill_in_cell, first_hint,
-                                      matching_hint, number_answer, passed)
+                                      matching_hint, number_answer, passed, refuse_course_code)
 from mgpu_helpers.models import memory
 
 STAGES = ("dp", "zero1", "zero2", "zero3")
@@ -94,6 +94,13 @@ def check_local_slices(fn) -> None:
     dim ``shard_dims[i]`` (``None``: replicated), held against DTensor's own rule on every rank of fresh
     shapes, uneven ones included."""
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
+    from torch.distributed.tensor import _utils as dtensor_utils
+
+    refuse_course_code(fn, what, (dtensor_slices, dtensor_utils._compute_local_shape_and_global_offset,
+                                  dtensor_utils.compute_local_shape_and_global_offset),
+                       advice="用整数运算自己切出来。",
+                       names=("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset",
+                              "distribute_tensor"))
     calls = [(shape, mesh, coords, dims) for shape, mesh, dims in _cases(random.Random()) for coords in _coords(mesh)]
     for (shape, mesh, coords, dims), got in answers(fn, what, calls, call_limited):
         where = f"shape={shape}，mesh_shape={mesh}，coords={coords}，shard_dims={dims}"
@@ -153,6 +160,8 @@ def check_model_state_bytes(fn) -> None:
     ``"zero1"``, ``"zero2"`` or ``"zero3"`` (mixed precision: fp16 parameters and gradients, K psi of fp32
     optimizer state), on fresh sizes, against 06's memory model."""
     what = "model_state_bytes 要给出一个 Rank 存的模型状态（字节）"
+    refuse_course_code(fn, what, (reference_model_state_bytes,), advice="用加减乘除自己算出来。",
+                       names=("memory_plan", "compare_strategies"))
     rng = random.Random()
     cases = [("dp", 7.5e9, 64, 12), ("zero1", 7.5e9, 64, 12), ("zero2", 7.5e9, 64, 12), ("zero3", 7.5e9, 64, 12)]
     cases += [(rng.choice(STAGES), rng.randint(1, 400) * 10 ** rng.randint(6, 9), rng.choice([1, 2, 3, 8, 64, 1024]),
@@ -199,6 +208,7 @@ def check_cheapest_stage(fn) -> None:
         fits = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) <= cap]
         strictly = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) < cap]
         hint = first_hint(
+            (k != 12 and got == reference_cheapest_stage(psi, n, cap), f"k 要传下去：这一组的优化器状态是每个参数 {k} 字节，不是 12。"),
             (got not in STAGES + (None,), f"要返回 {STAGES} 中的一个名字，或者 None；实际得到 {got!r}。"),
             (want is not None and got == "zero3", "不要总挑最省内存的：切得越多，通信越多（ZeRO-3 每步多一次 All-Gather）；要的是第一个放得下的。"),
             (want is None and got is not None, "一个阶段都放不下时返回 None（连 ZeRO-3 都超出容量）。"),
