@@ -21,13 +21,17 @@ PLAN_NAME = {"dp": "data_parallel", "zero1": "zero1", "zero2": "zero2", "zero3":
 
 def dtensor_slices(shape, mesh_shape, coords, shard_dims):
     """DTensor's own answer: ``[(start, length), ...]`` per tensor dim of the shard at mesh ``coords``, with
-    mesh dim ``i`` placed as ``Shard(shard_dims[i])`` (``None``: ``Replicate()``)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+    mesh dim ``i`` placed as ``Shard(shard_dims[i])`` (``None``: ``Replicate()``). Where this torch has no
+    such helper (it is private), the same rule written here (``torch.chunk``'s split, mesh dim after mesh dim)."""
+    try:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 
-    placements = [Replicate() if d is None else Shard(d) for d in shard_dims]
-    lengths, starts = _compute_local_shape_and_global_offset(tuple(shape), tuple(mesh_shape), list(coords),
-                                                             placements)
+        placements = [Replicate() if d is None else Shard(d) for d in shard_dims]
+        lengths, starts = _compute_local_shape_and_global_offset(tuple(shape), tuple(mesh_shape), list(coords),
+                                                                 placements)
+    except (ImportError, TypeError):
+        return _slips(shape, mesh_shape, coords, shard_dims)
     return [(int(s), int(n)) for s, n in zip(starts, lengths)]
 
 
@@ -96,8 +100,8 @@ def check_local_slices(fn) -> None:
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
     from torch.distributed.tensor import _utils as dtensor_utils
 
-    refuse_course_code(fn, what, (dtensor_slices, dtensor_utils._compute_local_shape_and_global_offset,
-                                  dtensor_utils.compute_local_shape_and_global_offset),
+    refuse_course_code(fn, what, (dtensor_slices, getattr(dtensor_utils, "_compute_local_shape_and_global_offset", None),
+                                  getattr(dtensor_utils, "compute_local_shape_and_global_offset", None)),
                        advice="用整数运算自己切出来。",
                        names=("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset",
                               "distribute_tensor"))
