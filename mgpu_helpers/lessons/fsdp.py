@@ -5,12 +5,12 @@ Each block below is one `#| export` cell of that notebook, in order."""
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 import mgpu_helpers as mh
 from mgpu_helpers.lessons.overlap import make_batch, make_model
+
+# FSDP2 and DTensor are imported inside the functions that use them: only the ranks need them, and importing
+# them costs the notebook's kernel a second or more.
 
 # The profiler's name for each collective FSDP2 issues (the same op under gloo and NCCL).
 COLLECTIVE_EVENTS = {"all_gather": "c10d::_allgather_base_", "reduce_scatter": "c10d::_reduce_scatter_base_"}
@@ -18,17 +18,20 @@ COLLECTIVE_EVENTS = {"all_gather": "c10d::_allgather_base_", "reduce_scatter": "
 
 def local_bytes(tensors) -> int:
     """Bytes this rank holds of ``tensors``: a DTensor counts its local shard only."""
+    from torch.distributed.tensor import DTensor
     return sum((t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size() for t in tensors)
 
 
 def whole_param_bytes(model) -> int:
     """Bytes of the parameters that are whole (unsharded) on this rank right now: FSDP2 swaps a module's
     sharded DTensors for plain tensors while it holds them gathered."""
+    from torch.distributed.tensor import DTensor
     return sum(p.numel() * p.element_size() for p in model.parameters() if not isinstance(p, DTensor))
 
 
 def shard_model(model, mesh, reshard_after_forward: bool = True):
     """FSDP2: each Linear its own unit, then the whole model (the root)."""
+    from torch.distributed.fsdp import fully_shard
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
@@ -42,6 +45,7 @@ def fsdp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, 
     Returns the first parameter's placements, each parameter's (global, local) shape, this rank's bytes of
     parameters, gradients and Adam state, the collectives per step, the most whole-parameter bytes held
     between a forward and its backward, and the trained parameters gathered whole (flat)."""
+    from torch.distributed.device_mesh import init_device_mesh
     device = mh.rank_device()
     mesh = init_device_mesh(device.type, (world_size,))
     model = shard_model(make_model(widths, device=device), mesh, reshard_after_forward)
@@ -108,6 +112,8 @@ def fake_world(rank, world_size, sizes=(8, 64, 1024), fake_rank=0):
     """Rank function for one process: for each N in ``sizes``, a fake process group of N ranks in which this
     process is ``fake_rank``; :func:`big_model` on the meta device, sharded by FSDP2 (each block a unit).
     Returns, by N, the parameter count Ψ and the elements of this rank's parameter shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.destroy_process_group()            # the launcher's group: the fake one takes its place
