@@ -178,3 +178,39 @@ def test_fsdp_rank_on_two_gpus_gives_what_gloo_gives():
         assert {k: g[k] for k in ("shapes", "param_bytes", "grad_bytes", "state_bytes", "per_step")} == \
                {k: c[k] for k in ("shapes", "param_bytes", "grad_bytes", "state_bytes", "per_step")}
         assert torch.allclose(g["params"], c["params"], atol=1e-5)
+
+
+# -- shard_bytes (ex14) ----------------------------------------------------------------------------------------------
+
+def shard_bytes_by_chunk(shapes, world_size, rank, bytes_per_element=4):
+    """Correct, written differently: torch.chunk on a tensor of each shape, the rank's piece if there is one."""
+    total = 0
+    for shape in shapes:
+        pieces = torch.empty(shape, device="meta").chunk(world_size)
+        total += pieces[rank].numel() if rank < len(pieces) else 0
+    return total * bytes_per_element
+
+
+def test_shard_bytes_written_differently_pass(capsys):
+    fsdp.check_shard_bytes(shard_bytes_by_chunk)
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+def _shard_by_rule(rule, per_row=True, scale=True):
+    def wrong(shapes, n, rank, b=4):
+        rows = [fsdp._split(s[0], n, rank, rule)[1] for s in shapes]
+        return sum(r * (fsdp._numel(s[1:]) if per_row else 1) for r, s in zip(rows, shapes)) * (b if scale else 1)
+    return wrong
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda shapes, n, rank, b=4: b * sum(fsdp._numel(s) for s in shapes) / n, "不是把所有参数平均分"),
+    (_shard_by_rule("floor"), "不是 行数 // N"),
+    (_shard_by_rule("array_split"), "不是前几段各多一行"),
+    (_shard_by_rule("unclipped"), "截到行数为止"),
+    (_shard_by_rule("ceil", scale=False), "bytes_per_element"),
+    (_shard_by_rule("ceil", per_row=False), "一行的元素个数"),
+], ids=["an even split", "n // N rows", "array_split", "not cut at the end", "elements, not bytes", "rows only"])
+def test_wrong_shard_bytes_are_named(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        fsdp.check_shard_bytes(wrong)

@@ -3,7 +3,8 @@
 Lesson fill-ins (``try_*``, see :func:`~mgpu_helpers.checks.core.fill_in`): :func:`try_local_slices` (a
 rank's shard of a tensor on a 1-D or 2-D mesh, held against DTensor's own rule) and
 :func:`try_model_state_bytes` (the ZeRO paper's model-state bytes per rank, held against 06's memory model).
-Exercise: :func:`check_cheapest_stage` (the first ZeRO stage whose model states fit one GPU).
+Exercises: :func:`check_cheapest_stage` (the first ZeRO stage whose model states fit one GPU) and
+:func:`check_shard_bytes` (FSDP2's parameter bytes on one rank, every parameter cut along dim 0).
 """
 
 import random
@@ -222,3 +223,59 @@ def check_cheapest_stage(fn) -> None:
         raise CheckFailed(f"psi={psi:g}，world_size={n}，capacity={cap:,.0f} 字节，k={k}：应当是 {want!r}，"
                           f"你的答案是 {got!r}。{hint}")
     passed(f"{len(cases)} 种规模和容量（含正好放满的边界）都选对了阶段")
+
+
+# -- ex14: FSDP2's shard of a whole model, on one rank ----------------------------------------------------------
+
+
+def reference_shard_bytes(shapes, world_size, rank, bytes_per_element=4):
+    """Bytes of FSDP2's shards of parameters of ``shapes`` on ``rank``: each cut along dim 0 (DTensor's rule)."""
+    total = 0
+    for shape in shapes:
+        (_, rows), = dtensor_slices(shape[:1], (world_size,), (rank,), (0,))
+        total += rows * _numel(shape[1:])
+    return total * bytes_per_element
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _shard_bytes_slips(shapes, n, b):
+    """The usual wrong answers, each a function of the rank, with what it gets wrong."""
+    def by_rule(rule, per_row=True, scale=b):
+        return lambda r: scale * sum(_split(s[0], n, r, rule)[1] * (_numel(s[1:]) if per_row else 1) for s in shapes)
+    return [(lambda r: b * sum(map(_numel, shapes)) / n, "FSDP2 不是把所有参数平均分：它逐个参数切第 0 维，不能整除时前面的 Rank 多拿一行。"),
+            (by_rule("array_split"), "多出来的行不是前几段各多一行：每段 ceil(行数 / N)，不够的是最后几段。"),
+            (by_rule("floor"), "段长是 ceil(行数 / N)，不是 行数 // N（最后一段收下余数的是另一种切法）。"),
+            (by_rule("unclipped"), "最后几段要截到行数为止，可能是 0 行。"),
+            (by_rule("ceil", scale=1), "要乘每个元素的字节数 bytes_per_element。"),
+            (by_rule("ceil", per_row=False), "切的是第 0 维的行，每行还有其它维的元素：乘上一行的元素个数。")]
+
+
+def check_shard_bytes(fn) -> None:
+    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes``: what FSDP2 leaves on ``rank`` of a model
+    whose parameters have ``shapes``, every parameter cut along dim 0 as ``torch.chunk`` cuts; fresh models,
+    rows fewer than ranks included."""
+    what = "shard_bytes 要给出 FSDP2 留在一个 Rank 上的参数字节数"
+    rng = random.Random()
+    models = [[(12, 7), (12,), (5, 12), (5,), (3, 5), (3,)]]
+    models += [[tuple(rng.randint(1, 40) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 6))]
+               for _ in range(20)]
+    cases = [(m, n, r, rng.choice([4, 2])) for m in models for n in [rng.randint(2, 9)] for r in range(n)]
+    for (shapes, n, rank, b), got in answers(fn, what, cases, call_limited):
+        where = f"shapes={shapes}，world_size={n}，rank={rank}，bytes_per_element={b}"
+        got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
+        want = reference_shard_bytes(shapes, n, rank, b)
+        if got != want:
+            # which slip it is: the one that gives the learner's answer on every rank of this model
+            mine = [number_answer(call_limited(fn, what, shapes, n, r, b), f"{where}：rank {r} 的答案不是一个数。")
+                    if r != rank else got for r in range(n)]
+            hint = first_hint(*((all(abs(slip(r) - m) < 1e-9 for r, m in enumerate(mine)), text)
+                                for slip, text in _shard_bytes_slips(shapes, n, b)),
+                              default="逐个参数：这个 Rank 分到第 0 维的几行，乘一行的元素个数，再乘每个元素的字节数。")
+            raise CheckFailed(f"{where}：FSDP2 在这个 Rank 上留下 {want:,} 字节，你的答案是 {got:,.0f}。{hint}")
+    passed(f"{len(cases)} 个 Rank 上的参数分片字节数都和 FSDP2 的切法一致（含行数少于 Rank 数的参数）")
