@@ -216,11 +216,11 @@ def test_check_command_fails_when_an_exercise_was_edited_by_hand(tmp_path, monke
     assert exercises.main(["generate"]) == 0 and exercises.main(["check"]) == 0
 
 
-def test_every_lesson_from_01_to_13_has_exercises_and_there_are_at_least_24():
+def test_every_lesson_from_01_to_14_has_exercises_and_there_are_at_least_24():
     notebooks = {nb for nb, _, _ in PAIRS}
     assert len(PAIRS) >= 24, f"only {len(PAIRS)} exercises found"
     lessons = {os.path.basename(p)[:2] for p in glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb"))} - {"00"}
-    assert lessons == {f"{k:02d}" for k in range(1, 14)}
+    assert lessons == {f"{k:02d}" for k in range(1, 15)}
     assert {nb[2:4] for nb in notebooks} == lessons, sorted(lessons - {nb[2:4] for nb in notebooks})
     assert {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "exercises", "*.ipynb"))} == notebooks
 

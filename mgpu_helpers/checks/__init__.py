@@ -74,6 +74,10 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex12 | :func:`check_rs_ag_slowdown` | ``rs_ag_slowdown() -> float``: a number first, held against the recorded run |
 | ex13 | :func:`check_accumulate_dp` | ``AccumulateDP``: gradient accumulation, no communication inside ``no_sync()`` |
 | ex13 | :func:`check_step_seconds` | ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends |
+| 14 | ``fsdp.try_local_slices`` | notebook 14's fill-in: a rank's shard on a 1-D or 2-D mesh, against DTensor |
+| 14 | ``fsdp.try_model_state_bytes`` | notebook 14's fill-in: the ZeRO paper's model-state bytes per rank |
+| ex14 | :func:`check_cheapest_stage` | ``cheapest_stage(psi, world_size, capacity, k)``: the first ZeRO stage that fits |
+| ex14 | :func:`check_shard_bytes` | ``shard_bytes(shapes, world_size, rank)``: FSDP2's parameter bytes on one rank |
 
 Notebook 13's own fill-ins are checked by ``mh.checks.overlap.try_*`` (:mod:`mgpu_helpers.checks.overlap`).
 """
@@ -83,6 +87,7 @@ from mgpu_helpers.lazy import attach
 _PUBLIC = {
     "core": "CheckFailed fill_in NOT_DONE RankProblem run_problem show_trace",
     "overlap": "check_accumulate_dp check_step_seconds",
+    "fsdp": "check_local_slices check_model_state_bytes check_cheapest_stage check_shard_bytes",
     "cuda_model": "check_grid_2d check_reverse_copy check_add_into_grid_stride",
     "kernels": "PAD check_matrix_add",
     "occupancy": "check_saxpy_cupy check_blocks_per_sm check_vec_add_two check_max_regs check_one_wave_blocks "
