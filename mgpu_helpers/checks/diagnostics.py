@@ -305,3 +305,158 @@ def check_straggler_or_none(fn) -> None:
 try_straggler_or_none = fill_in_cell(check_straggler_or_none, reference_straggler_or_none,
                                      "straggler_or_none：等人还是链路慢",
                                      refuse=[straggler.straggler_by_collective, diagnose.medians])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 10's hang fill-in: the culprit rank, read from every rank's flight-recorder dump.
+
+FR_KINDS = ("skipped", "name", "size")
+
+
+def make_flight_dumps(world_size: int, at: int, culprit: int | None = None, kind: str | None = None,
+                      first: int = 1, backend: str = "gloo", rng: random.Random | None = None) -> dict:
+    """``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives torch's own, after a hang at
+    collective number ``at`` (sequence numbers ``first``..``at``: the recorder's ring buffer may have dropped the
+    older ones, so an entry's place in the list is not its number).
+
+    Every rank calls the same collectives up to ``at - 1``. At ``at``: with ``culprit=None`` every rank calls the
+    same one too (a run where the ranks agree: no culprit); ``kind="skipped"``: the culprit has no entry numbered
+    ``at`` (it never reached that collective); ``"name"``: it called another collective; ``"size"``: the same
+    collective with other input sizes. Entries carry torch 2.13's fields; gloo marks none of them started or
+    completed (``state`` stays "scheduled", finished ones are ``retired``), NCCL does."""
+    rng = rng or random.Random()
+    ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "allgather_into_tensor_coalesced")
+    history = [(rng.choice(ops[:4]), [[rng.choice((4, 16, 1024, 4096))]]) for _ in range(first, at + 1)]
+    last, other_op = history[-1], None
+    if kind == "name":
+        other_op = (rng.choice([o for o in ops[:4] if o != last[0]]), last[1])
+    elif kind == "size":
+        other_op = (last[0], [[last[1][0][0] * rng.choice((2, 4)) + rng.choice((0, 1))]])
+    t0 = 1_796_445_700_000_000_000
+    dumps = {}
+    for r in range(world_size):
+        calls = list(history)
+        if r == culprit and kind == "skipped":
+            calls = calls[:-1]
+        elif r == culprit:
+            calls[-1] = other_op
+        entries = []
+        for i, (op, sizes) in enumerate(calls):
+            seq, done = first + i, first + i < at
+            if backend == "gloo":
+                state = "scheduled"
+            else:
+                state = "completed" if done else "started"
+            entries.append({
+                "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "thread_name": "python",
+                "thread_id": "139999327099776", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+                "profiling_name": f"{backend}:{op}", "time_created_ns": t0 + seq * 1_000_000 + r,
+                "input_sizes": [list(s) for s in sizes], "input_dtypes": ["Float"],
+                "output_sizes": [list(s) for s in sizes], "output_dtypes": ["Float"], "state": state,
+                "time_discovered_started_ns": None if backend == "gloo" else t0 + seq * 1_000_000 + 10,
+                "time_discovered_completed_ns": None if backend == "gloo" or not done else t0 + seq * 1_000_000 + 90,
+                "retired": done, "timeout_ms": 63000, "is_p2p": False})
+        reached = first + len(calls) - 1
+        dumps[r] = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                          "ranks": str(list(range(world_size)))}},
+                    "comm_lib_version": "N/A",
+                    "pg_status": {"0": {"last_enqueued_collective": reached, "last_started_collective": -1,
+                                        "last_completed_collective": min(reached, at - 1)}},
+                    "entries": entries}
+    return dumps
+
+
+def reference_culprit(dumps):
+    """``(rank, seq, kind)``: the first collective number where the ranks' recorded calls differ, the one rank
+    that differs there, and how (``"skipped"``: it has no call with that number; ``"name"``: it called another
+    collective; ``"size"``: the same collective with other input sizes). None when every rank recorded the same
+    calls. ``dumps`` is ``{rank: dump}`` as ``pickle.load`` gives each rank's flight-recorder dump."""
+    from collections import Counter
+    calls = {r: {e["collective_seq_id"]: (e["profiling_name"], repr(e["input_sizes"]))
+                 for e in d["entries"] if not e.get("is_p2p")} for r, d in dumps.items()}
+    for seq in sorted(set().union(*calls.values())):
+        here = {r: c.get(seq) for r, c in calls.items()}
+        missing = [r for r, v in here.items() if v is None]
+        if len(missing) == 1 and len(here) > 1:
+            return (missing[0], seq, "skipped")
+        common, _ = Counter(v for v in here.values() if v is not None).most_common(1)[0]
+        odd = [r for r, v in here.items() if v is not None and v != common]
+        if odd:
+            return (odd[0], seq, "name" if here[odd[0]][0] != common[0] else "size")
+    return None
+
+
+def _culprit_cases(rng: random.Random):
+    """(dumps, want) with the edge cases in every run (rank 0 the culprit, two ranks, no culprit, each kind, an
+    NCCL-shaped dump), then random ones."""
+    spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo"),
+            (4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
+    for _ in range(6):
+        n = rng.randint(3, 8)
+        kind = rng.choice(FR_KINDS + (None,))
+        spec.append((n, None if kind is None else rng.randrange(n), kind, rng.choice(("gloo", "nccl"))))
+    for n, culprit, kind, backend in spec:
+        first = rng.choice((1, 1, rng.randint(2, 40)))
+        at = first + rng.randint(1, 6)
+        dumps = make_flight_dumps(n, at, culprit, kind, first=first, backend=backend, rng=rng)
+        yield dumps, (None if kind is None else (culprit, at, kind))
+
+
+def _calls_story(dumps, seq) -> str:
+    def at(d):
+        e = next((e for e in d["entries"] if e["collective_seq_id"] == seq), None)
+        return "（没有这条记录）" if e is None else f"{e['profiling_name']} {e['input_sizes']}"
+    return "；".join(f"rank {r}: {at(d)}" for r, d in sorted(dumps.items()))
+
+
+def check_culprit(fn) -> None:
+    """``fn(dumps) -> (rank, seq, kind) | None``: from every rank's flight-recorder dump (``{rank: dict}``), the
+    rank whose recorded call first differs from the others', the collective number, and whether it skipped it,
+    called another collective ("name") or another size ("size"); None when all ranks recorded the same calls."""
+    what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
+    course = course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))
+    if course is not None:
+        raise CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
+    rng = random.Random()
+    rounds = 0
+    for dumps, want in _culprit_cases(rng):
+        rounds += 1
+        got = call(fn, what, copy.deepcopy(dumps))
+        if got is not None:
+            expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
+            got = tuple(got)
+        if got == want:
+            continue
+        n = len(dumps)
+        if want is None:
+            seqs = [e["collective_seq_id"] for e in dumps[0]["entries"]]
+            raise CheckFailed(f"{what}：{n} 个 Rank 记下的调用完全一样（序号 {seqs[0]}..{seqs[-1]}），没有谁走岔，"
+                              f"应当返回 None，你的函数给出 {got!r}。")
+        rank, seq, kind = want
+        story = f"{n} 个 Rank，序号 {seq} 上：{_calls_story(dumps, seq)}"
+        seqs = [e["collective_seq_id"] for e in dumps[(rank + 1) % n]["entries"]]
+        if got is None:
+            why = first_hint(
+                (kind == "size", "这个 Rank 调用的 Collective 名字和别人一样，只是 input_sizes 不同：也要比较大小。"),
+                (kind == "skipped", f"rank {rank} 根本没有序号 {seq} 的记录：它没走到这一个 Collective，"
+                                    "一个 Rank 缺了某个序号也是走岔。"),
+                default=f"rank {rank} 的这一条和别人的不一样。")
+        else:
+            why = first_hint(
+                (got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
+                 "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
+                 "更早的记录，下标和序号对不上）。"),
+                (got[0] == rank and got[1] != seq,
+                 "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。"),
+                (got[0] != rank and got[1] == seq,
+                 f"rank {got[0]} 的记录和多数一样；和多数不一样（或缺了这条）的是 rank {rank}。"
+                 + ("rank 0 也可能是走岔的那个，别拿它当标准。" if rank == 0 else "")),
+                (got[:2] == (rank, seq),
+                 f"Rank 和序号都对，走岔的方式应当是 {kind!r}（\"skipped\" 没有这条记录，\"name\" 调了别的 Collective，"
+                 "\"size\" 名字相同、input_sizes 不同）。"))
+        raise CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
+    passed(f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
+           "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。")
+
+
+try_culprit = fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")
