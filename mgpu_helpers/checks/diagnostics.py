@@ -1,6 +1,6 @@
-"""Checkers of the diagnostics (notebook 10 and ex10): reading one rank's log, telling a straggler from a slow path
-by the time each rank spends inside an all-reduce (notebook 10's fill-ins, ``try_*``); reading the evidence of a
-hang and predicting where a hang will stop before it runs (ex10)."""
+"""Checkers of the diagnostics (notebook 10 and ex10): naming the rank that parted from every rank's flight-recorder
+dump, telling a straggler from a slow path by the time each rank spends inside an all-reduce (notebook 10's
+fill-ins, ``try_*``); reading the evidence of a hang and predicting where a hang will stop before it runs (ex10)."""
 
 import copy
 import random
@@ -19,35 +19,37 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
                        odd_op: str | None = None):
     """A :class:`mgpu_helpers.RankTimeout` as the launcher would raise it after a hang, built by hand.
 
-    Every rank's output holds :class:`mgpu_helpers.measure.diagnose.CollectiveLog` lines (``[seq k] enter/done
-    NAME``) mixed with ordinary prints; ``stacks`` and ``waiting_in`` say where each rank was blocked.
-    ``kind="mismatch"``: every rank finished collectives 0..completed-1, then ``odd_rank`` entered
-    ``odd_op`` while the others entered ``majority_op`` (number ``completed``). ``kind="late"``:
-    ``odd_rank`` finished only up to ``completed - 2`` and never reached collective ``completed - 1``
-    (it is still computing), where the others wait in ``majority_op``.
+    ``collectives[r]`` is what torch's flight recorder says of rank r, ``{"last_completed": (seq, name),
+    "stuck_in": (seq, name)}`` (the recorder numbers collectives from 1; either may be None); ``stacks`` and
+    ``waiting_in`` say where each rank was blocked; ``outputs`` hold ordinary prints. ``kind="mismatch"``: every
+    rank finished collectives 1..completed-1, then ``odd_rank`` entered ``odd_op`` while the others entered
+    ``majority_op`` (number ``completed``). ``kind="late"``: ``odd_rank`` finished only up to ``completed - 2``
+    and never reached collective ``completed - 1`` (it is still computing), where the others wait in
+    ``majority_op``.
     """
-    finished = completed - 1 if kind == "late" else completed     # collectives every rank completed
-    history = [("all_reduce", "broadcast")[k % 2] for k in range(finished)]
-    outputs, stacks, waiting = {}, {}, {}
+    finished = completed - 2 if kind == "late" else completed - 1     # collectives 1..finished: every rank did them
+    history = [("all_reduce", "broadcast")[k % 2] for k in range(1, finished + 1)]
+    outputs, stacks, waiting, recorded = {}, {}, {}, {}
     for r in range(world_size):
-        lines = [f"rank {r} ready, world_size {world_size}"]
-        for k, op in enumerate(history):
-            lines += [f"[seq {k}] enter {op}", f"step {k}: loss {1.0 / (k + 2):.4f}", f"[seq {k}] done {op}"]
+        lines = [f"rank {r} ready, world_size {world_size}"] + [f"step {k}: loss {1.0 / (k + 2):.4f}"
+                                                              for k in range(1, finished + 1)]
+        done = (finished, history[-1]) if history else None
         if kind == "late" and r == odd_rank:
-            outputs[r] = lines + [f"step {finished}: loading a slow batch"]
+            outputs[r] = lines + [f"step {finished + 1}: loading a slow batch"]
+            recorded[r] = {"last_completed": done, "stuck_in": None}
             stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                          '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
                          '  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
             continue
         op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
-        outputs[r] = lines + [f"[seq {finished}] enter {op}"]
-        waiting[r] = f"dist.{op} (called from call, line 45)"
+        outputs[r] = lines
+        recorded[r] = {"last_completed": done, "stuck_in": (finished + 1, op)}
+        waiting[r] = f"dist.{op} (called from step, line 60)"
         stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                      f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
-                     '  File "mgpu_helpers/measure/diagnose.py", line 45 in call\n'
                      '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
     msg = f"{world_size} of {world_size} rank(s) were still running after 5 s and have been ended."
-    return RankTimeout(msg, stacks=stacks, waiting_in=waiting, rank=0, outputs=outputs)
+    return RankTimeout(msg, stacks=stacks, waiting_in=waiting, collectives=recorded, rank=0, outputs=outputs)
 
 
 def check_find_mismatch(fn) -> None:
@@ -75,7 +77,7 @@ def check_find_mismatch(fn) -> None:
                 story = (f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
                          f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）")
             raise CheckFailed(f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
-                              "看每个 Rank 输出里最后的 [seq k] enter/done 行，找和多数不一样的那个。")
+                              "看每个 Rank 的 flight recorder 摘要 evidence.collectives[r]，找和多数不一样的那个。")
     passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
 
 
@@ -84,16 +86,16 @@ def _schedule_story(schedules) -> str:
 
 
 def _measured_stop(evidence) -> tuple:
-    """(seq, rank, name) read from a real hang: the one rank whose pending collective differs from the rest."""
+    """(seq, rank, name) read from a real hang: the one rank whose collective, in the flight recorder, differs from
+    the rest; seq is the schedule's position, counted from 0 (the recorder counts from 1)."""
     from collections import Counter
 
-
-    where = {r: diagnose.pending(lines) for r, lines in evidence.outputs.items()}
+    where = {r: c and c["stuck_in"] for r, c in evidence.collectives.items()}
     common, _ = Counter(where.values()).most_common(1)[0]
     odd = [r for r in sorted(where) if where[r] != common]
     if len(odd) != 1 or where[odd[0]] is None:
         raise RuntimeError(f"the hang did not stop as the schedules say (each rank's pending collective: {where})")
-    return (where[odd[0]][0], odd[0], where[odd[0]][1])
+    return (where[odd[0]][0] - 1, odd[0], where[odd[0]][1])
 
 
 def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) -> None:
@@ -140,67 +142,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
 
 
 # --------------------------------------------------------------------------------------------------------
-# The fill-ins of notebook 10: read one rank's log, the speed-up from measured times, the rank that waits least.
-
-
-def _random_log(rng: random.Random, done: int, pending_op: str | None, noise: bool = True) -> list[str]:
-    """A rank's output lines: ``done`` collectives entered and finished, then maybe one entered only."""
-    lines = ["rank ready"]
-    for k in range(done):
-        op = rng.choice(COLLECTIVES)
-        lines.append(f"[seq {k}] enter {op}")
-        if noise and rng.random() < 0.5:
-            lines.append(f"step {k}: loss {rng.random():.4f}")
-        lines.append(f"[seq {k}] done {op}")
-    if pending_op is not None:
-        lines.append(f"[seq {done}] enter {pending_op}")
-        if noise and rng.random() < 0.5:
-            lines.append("still computing the next batch")
-    return lines
-
-
-def check_stuck_in(fn) -> None:
-    """``fn(lines) -> (seq, name) | None``: the collective one rank entered and never finished, read from its
-    :class:`~mgpu_helpers.measure.diagnose.CollectiveLog` lines (None when every one it entered finished)."""
-    what = "stuck_in 要从一个 Rank 的输出行里读出它进入了、却没有做完的 Collective"
-    if course_code_reached(fn, (diagnose.pending, diagnose.hang_report), names=("pending", "hang_report")) is not None:
-        raise CheckFailed(f"{what}：直接调用了课程自己的 mh.measure.diagnose.pending / hang_report，"
-                          "这等于没有写：自己读那些 [seq k] enter/done 行。")
-    rng = random.Random()
-    # Edge cases first: nothing pending, pending at 0, two-digit numbers, the pending op equal to the last done,
-    # output after the pending enter.
-    cases = [(_random_log(rng, 3, None), None),
-             (["rank ready", "[seq 0] enter broadcast"], (0, "broadcast")),
-             (_random_log(rng, 12, "all_reduce"), (12, "all_reduce")),
-             (["[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter all_reduce"], (1, "all_reduce")),
-             (["rank ready", "loading data"], None),
-             # the pending enter followed by ordinary output: an answer that trusts the last line fails here
-             (["rank ready", "[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter broadcast",
-               "still computing the next batch"], (1, "broadcast"))]
-    for _ in range(10):
-        done = rng.randint(0, 14)
-        op = rng.choice((None,) + COLLECTIVES)
-        cases.append((_random_log(rng, done, op), None if op is None else (done, op)))
-    for lines, want in cases:
-        got = call(fn, what, list(lines))
-        if got is not None:
-            expect_items(got, 2, f"{what}：应当返回 (seq, name) 或 None，实际得到 {got!r}。")
-            got = tuple(got)
-            if isinstance(got[0], str) and got[0].isdigit():
-                raise CheckFailed(f"{what}：序号 {got[0]!r} 是字符串；写成整数 int(...)，才能和别的 Rank 的序号比较。")
-        if got != want:
-            story = "\n  ".join(lines[-4:])
-            if want is None:
-                why = "这个 Rank 进入的每个 Collective 都有 done 行：它不在任何 Collective 里，应当返回 None。"
-            elif got is not None and f"[seq {got[0]}] done {got[1]}" in lines:
-                why = f"#{got[0]} {got[1]} 已经有 done 行了，它做完了；要找的是只有 enter、没有 done 的那一个。"
-            else:
-                why = f"只有 enter、没有 done 的是 #{want[0]} {want[1]}。"
-            raise CheckFailed(f"{what}：输出的最后几行是\n  {story}\n应当得到 {want}，你的函数给出 {got!r}。{why}")
-    passed(f"stuck_in 在 {len(cases)} 份输出上（没有挂起的、挂在 #0 的、两位数序号的、夹着普通输出的）都读对了。")
-
-
-try_stuck_in = fill_in_cell(check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
+# The fill-ins of notebook 10: the rank that waits least (the one the others wait for); the culprit of a hang, below.
 
 
 def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
