@@ -104,9 +104,8 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
     from mgpu_helpers.launcher.launch import run_ranks
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
-    if timeout is None:                 # gloo ranks: 5 s; NCCL ranks (a GPU each) set up their communicator first
-        from mgpu_helpers.hardware import choose_backend
-        timeout = 5.0 if choose_backend(world_size)[0] == "gloo" else 10.0
+    if timeout is None:                 # gloo ranks (CPU tensors) on every machine
+        timeout = 5.0
     rng = random.Random()
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)
@@ -129,7 +128,8 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     schedules[0] = prefix + ["all_reduce", "broadcast"]
     predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
     try:
-        run_ranks(diagnose.run_schedule, world_size, args=(schedules,), timeout=timeout, stream=False, quiet=True)
+        run_ranks(diagnose.run_schedule, world_size, args=(schedules,), backend="gloo", timeout=timeout, stream=False,
+                  quiet=True)
     except RankTimeout as exc:
         measured = _measured_stop(exc)
     else:
