@@ -1,6 +1,5 @@
 """Notebook 10's fill-ins: each checker rejects typical wrong answers, naming the mistake, and accepts a correct
 answer written differently from the worked notebook's."""
-import re
 import statistics
 
 import pytest
@@ -9,61 +8,6 @@ import mgpu_helpers as mh
 from mgpu_helpers import checks
 from mgpu_helpers.checks import diagnostics
 from mgpu_helpers.measure import diagnose
-
-
-# -- stuck_in --------------------------------------------------------------------------------------------
-
-def _last_enter(lines):
-    found = None
-    for ln in lines:
-        m = re.search(r"\[seq (\d+)\] enter (\S+)", ln)
-        if m:
-            found = (int(m.group(1)), m.group(2))
-    return found
-
-
-def _string_seq(lines):
-    entered, done = {}, set()
-    for ln in lines:
-        if (m := re.search(r"\[seq (\d+)\] enter (\S+)", ln)):
-            entered[m.group(1)] = m.group(2)
-        elif (m := re.search(r"\[seq (\d+)\] done", ln)):
-            done.add(m.group(1))
-    left = [k for k in entered if k not in done]
-    return (left[-1], entered[left[-1]]) if left else None
-
-
-def _first_line_only(lines):
-    m = re.search(r"\[seq (\d+)\] enter (\S+)", lines[-1])
-    return (int(m.group(1)), m.group(2)) if m else None
-
-
-@pytest.mark.parametrize("wrong, why", [
-    (_last_enter, r"已经有 done 行了|它不在任何 Collective 里"),   # ignores the done lines
-    (_string_seq, r"是字符串"),                                    # the sequence number left as text
-    (_first_line_only, r"只有 enter、没有 done 的是|不在任何"),       # trusts the very last line
-    (diagnose.pending, r"课程自己的"),                              # the course's own reader
-])
-def test_stuck_in_rejects_typical_mistakes(wrong, why):
-    with pytest.raises(checks.CheckFailed, match=why):
-        diagnostics.check_stuck_in(wrong)
-
-
-def test_stuck_in_accepts_an_answer_written_differently(capsys):
-    def backwards(lines):
-        finished = set()
-        for ln in reversed(lines):
-            parts = ln.replace("[seq ", "").replace("]", "").split()
-            if len(parts) == 3 and parts[0].isdigit():
-                k, what, name = int(parts[0]), parts[1], parts[2]
-                if what == "done":
-                    finished.add(k)
-                elif k not in finished:
-                    return (k, name)
-        return None
-
-    diagnostics.check_stuck_in(backwards)
-    assert "通过" in capsys.readouterr().out
 
 
 # -- straggler_or_none ----------------------------------------------------------------------------------
@@ -127,7 +71,6 @@ def test_straggler_or_none_accepts_an_answer_written_differently(capsys):
 
 
 def test_the_fill_ins_fall_back_to_the_reference_while_unwritten(capsys):
-    assert diagnostics.try_stuck_in(None) is diagnose.pending
     assert diagnostics.try_straggler_or_none(None)([[0.03], [0.001], [0.03]], 0.005) == 1
     assert diagnostics.try_straggler_or_none(None)([[0.03], [0.03], [0.03]], 0.005) is None
     assert "还没写" in capsys.readouterr().out

@@ -1,6 +1,6 @@
-"""Checkers of the diagnostics (notebook 10 and ex10): reading one rank's log, telling a straggler from a slow path
-by the time each rank spends inside an all-reduce (notebook 10's fill-ins, ``try_*``); reading the evidence of a
-hang and predicting where a hang will stop before it runs (ex10)."""
+"""Checkers of the diagnostics (notebook 10 and ex10): naming the rank that parted from every rank's flight-recorder
+dump, telling a straggler from a slow path by the time each rank spends inside an all-reduce (notebook 10's
+fill-ins, ``try_*``); reading the evidence of a hang and predicting where a hang will stop before it runs (ex10)."""
 
 import copy
 import random
@@ -19,35 +19,37 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
                        odd_op: str | None = None):
     """A :class:`mgpu_helpers.RankTimeout` as the launcher would raise it after a hang, built by hand.
 
-    Every rank's output holds :class:`mgpu_helpers.measure.diagnose.CollectiveLog` lines (``[seq k] enter/done
-    NAME``) mixed with ordinary prints; ``stacks`` and ``waiting_in`` say where each rank was blocked.
-    ``kind="mismatch"``: every rank finished collectives 0..completed-1, then ``odd_rank`` entered
-    ``odd_op`` while the others entered ``majority_op`` (number ``completed``). ``kind="late"``:
-    ``odd_rank`` finished only up to ``completed - 2`` and never reached collective ``completed - 1``
-    (it is still computing), where the others wait in ``majority_op``.
+    ``collectives[r]`` is what torch's flight recorder says of rank r, ``{"last_completed": (seq, name),
+    "stuck_in": (seq, name)}`` (the recorder numbers collectives from 1; either may be None); ``stacks`` and
+    ``waiting_in`` say where each rank was blocked; ``outputs`` hold ordinary prints. ``kind="mismatch"``: every
+    rank finished collectives 1..completed-1, then ``odd_rank`` entered ``odd_op`` while the others entered
+    ``majority_op`` (number ``completed``). ``kind="late"``: ``odd_rank`` finished only up to ``completed - 2``
+    and never reached collective ``completed - 1`` (it is still computing), where the others wait in
+    ``majority_op``.
     """
-    finished = completed - 1 if kind == "late" else completed     # collectives every rank completed
-    history = [("all_reduce", "broadcast")[k % 2] for k in range(finished)]
-    outputs, stacks, waiting = {}, {}, {}
+    finished = completed - 2 if kind == "late" else completed - 1     # collectives 1..finished: every rank did them
+    history = [("all_reduce", "broadcast")[k % 2] for k in range(1, finished + 1)]
+    outputs, stacks, waiting, recorded = {}, {}, {}, {}
     for r in range(world_size):
-        lines = [f"rank {r} ready, world_size {world_size}"]
-        for k, op in enumerate(history):
-            lines += [f"[seq {k}] enter {op}", f"step {k}: loss {1.0 / (k + 2):.4f}", f"[seq {k}] done {op}"]
+        lines = [f"rank {r} ready, world_size {world_size}"] + [f"step {k}: loss {1.0 / (k + 2):.4f}"
+                                                              for k in range(1, finished + 1)]
+        done = (finished, history[-1]) if history else None
         if kind == "late" and r == odd_rank:
-            outputs[r] = lines + [f"step {finished}: loading a slow batch"]
+            outputs[r] = lines + [f"step {finished + 1}: loading a slow batch"]
+            recorded[r] = {"last_completed": done, "stuck_in": None}
             stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                          '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
                          '  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
             continue
         op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
-        outputs[r] = lines + [f"[seq {finished}] enter {op}"]
-        waiting[r] = f"dist.{op} (called from call, line 45)"
+        outputs[r] = lines
+        recorded[r] = {"last_completed": done, "stuck_in": (finished + 1, op)}
+        waiting[r] = f"dist.{op} (called from step, line 60)"
         stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
                      f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
-                     '  File "mgpu_helpers/measure/diagnose.py", line 45 in call\n'
                      '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
     msg = f"{world_size} of {world_size} rank(s) were still running after 5 s and have been ended."
-    return RankTimeout(msg, stacks=stacks, waiting_in=waiting, rank=0, outputs=outputs)
+    return RankTimeout(msg, stacks=stacks, waiting_in=waiting, collectives=recorded, rank=0, outputs=outputs)
 
 
 def check_find_mismatch(fn) -> None:
@@ -75,7 +77,7 @@ def check_find_mismatch(fn) -> None:
                 story = (f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
                          f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）")
             raise CheckFailed(f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
-                              "看每个 Rank 输出里最后的 [seq k] enter/done 行，找和多数不一样的那个。")
+                              "看每个 Rank 的 flight recorder 摘要 evidence.collectives[r]，找和多数不一样的那个。")
     passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
 
 
@@ -84,16 +86,16 @@ def _schedule_story(schedules) -> str:
 
 
 def _measured_stop(evidence) -> tuple:
-    """(seq, rank, name) read from a real hang: the one rank whose pending collective differs from the rest."""
+    """(seq, rank, name) read from a real hang: the one rank whose collective, in the flight recorder, differs from
+    the rest; seq is the schedule's position, counted from 0 (the recorder counts from 1)."""
     from collections import Counter
 
-
-    where = {r: diagnose.pending(lines) for r, lines in evidence.outputs.items()}
+    where = {r: c and c["stuck_in"] for r, c in evidence.collectives.items()}
     common, _ = Counter(where.values()).most_common(1)[0]
     odd = [r for r in sorted(where) if where[r] != common]
     if len(odd) != 1 or where[odd[0]] is None:
         raise RuntimeError(f"the hang did not stop as the schedules say (each rank's pending collective: {where})")
-    return (where[odd[0]][0], odd[0], where[odd[0]][1])
+    return (where[odd[0]][0] - 1, odd[0], where[odd[0]][1])
 
 
 def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) -> None:
@@ -102,9 +104,8 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
     from mgpu_helpers.launcher.launch import run_ranks
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
-    if timeout is None:                 # gloo ranks: 5 s; NCCL ranks (a GPU each) set up their communicator first
-        from mgpu_helpers.hardware import choose_backend
-        timeout = 5.0 if choose_backend(world_size)[0] == "gloo" else 10.0
+    if timeout is None:                 # gloo ranks (CPU tensors) on every machine
+        timeout = 5.0
     rng = random.Random()
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)
@@ -127,7 +128,8 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     schedules[0] = prefix + ["all_reduce", "broadcast"]
     predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
     try:
-        run_ranks(diagnose.run_schedule, world_size, args=(schedules,), timeout=timeout, stream=False, quiet=True)
+        run_ranks(diagnose.run_schedule, world_size, args=(schedules,), backend="gloo", timeout=timeout, stream=False,
+                  quiet=True)
     except RankTimeout as exc:
         measured = _measured_stop(exc)
     else:
@@ -140,67 +142,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
 
 
 # --------------------------------------------------------------------------------------------------------
-# The fill-ins of notebook 10: read one rank's log, the speed-up from measured times, the rank that waits least.
-
-
-def _random_log(rng: random.Random, done: int, pending_op: str | None, noise: bool = True) -> list[str]:
-    """A rank's output lines: ``done`` collectives entered and finished, then maybe one entered only."""
-    lines = ["rank ready"]
-    for k in range(done):
-        op = rng.choice(COLLECTIVES)
-        lines.append(f"[seq {k}] enter {op}")
-        if noise and rng.random() < 0.5:
-            lines.append(f"step {k}: loss {rng.random():.4f}")
-        lines.append(f"[seq {k}] done {op}")
-    if pending_op is not None:
-        lines.append(f"[seq {done}] enter {pending_op}")
-        if noise and rng.random() < 0.5:
-            lines.append("still computing the next batch")
-    return lines
-
-
-def check_stuck_in(fn) -> None:
-    """``fn(lines) -> (seq, name) | None``: the collective one rank entered and never finished, read from its
-    :class:`~mgpu_helpers.measure.diagnose.CollectiveLog` lines (None when every one it entered finished)."""
-    what = "stuck_in 要从一个 Rank 的输出行里读出它进入了、却没有做完的 Collective"
-    if course_code_reached(fn, (diagnose.pending, diagnose.hang_report), names=("pending", "hang_report")) is not None:
-        raise CheckFailed(f"{what}：直接调用了课程自己的 mh.measure.diagnose.pending / hang_report，"
-                          "这等于没有写：自己读那些 [seq k] enter/done 行。")
-    rng = random.Random()
-    # Edge cases first: nothing pending, pending at 0, two-digit numbers, the pending op equal to the last done,
-    # output after the pending enter.
-    cases = [(_random_log(rng, 3, None), None),
-             (["rank ready", "[seq 0] enter broadcast"], (0, "broadcast")),
-             (_random_log(rng, 12, "all_reduce"), (12, "all_reduce")),
-             (["[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter all_reduce"], (1, "all_reduce")),
-             (["rank ready", "loading data"], None),
-             # the pending enter followed by ordinary output: an answer that trusts the last line fails here
-             (["rank ready", "[seq 0] enter all_reduce", "[seq 0] done all_reduce", "[seq 1] enter broadcast",
-               "still computing the next batch"], (1, "broadcast"))]
-    for _ in range(10):
-        done = rng.randint(0, 14)
-        op = rng.choice((None,) + COLLECTIVES)
-        cases.append((_random_log(rng, done, op), None if op is None else (done, op)))
-    for lines, want in cases:
-        got = call(fn, what, list(lines))
-        if got is not None:
-            expect_items(got, 2, f"{what}：应当返回 (seq, name) 或 None，实际得到 {got!r}。")
-            got = tuple(got)
-            if isinstance(got[0], str) and got[0].isdigit():
-                raise CheckFailed(f"{what}：序号 {got[0]!r} 是字符串；写成整数 int(...)，才能和别的 Rank 的序号比较。")
-        if got != want:
-            story = "\n  ".join(lines[-4:])
-            if want is None:
-                why = "这个 Rank 进入的每个 Collective 都有 done 行：它不在任何 Collective 里，应当返回 None。"
-            elif got is not None and f"[seq {got[0]}] done {got[1]}" in lines:
-                why = f"#{got[0]} {got[1]} 已经有 done 行了，它做完了；要找的是只有 enter、没有 done 的那一个。"
-            else:
-                why = f"只有 enter、没有 done 的是 #{want[0]} {want[1]}。"
-            raise CheckFailed(f"{what}：输出的最后几行是\n  {story}\n应当得到 {want}，你的函数给出 {got!r}。{why}")
-    passed(f"stuck_in 在 {len(cases)} 份输出上（没有挂起的、挂在 #0 的、两位数序号的、夹着普通输出的）都读对了。")
-
-
-try_stuck_in = fill_in_cell(check_stuck_in, diagnose.pending, "stuck_in：一个 Rank 卡在哪个 Collective")
+# The fill-ins of notebook 10: the rank that waits least (the one the others wait for); the culprit of a hang, below.
 
 
 def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
@@ -308,3 +250,158 @@ def check_straggler_or_none(fn) -> None:
 try_straggler_or_none = fill_in_cell(check_straggler_or_none, reference_straggler_or_none,
                                      "straggler_or_none：等人还是链路慢",
                                      refuse=[straggler.straggler_by_collective, diagnose.medians])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 10's hang fill-in: the culprit rank, read from every rank's flight-recorder dump.
+
+FR_KINDS = ("skipped", "name", "size")
+
+
+def make_flight_dumps(world_size: int, at: int, culprit: int | None = None, kind: str | None = None,
+                      first: int = 1, backend: str = "gloo", rng: random.Random | None = None) -> dict:
+    """``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives torch's own, after a hang at
+    collective number ``at`` (sequence numbers ``first``..``at``: the recorder's ring buffer may have dropped the
+    older ones, so an entry's place in the list is not its number).
+
+    Every rank calls the same collectives up to ``at - 1``. At ``at``: with ``culprit=None`` every rank calls the
+    same one too (a run where the ranks agree: no culprit); ``kind="skipped"``: the culprit has no entry numbered
+    ``at`` (it never reached that collective); ``"name"``: it called another collective; ``"size"``: the same
+    collective with other input sizes. Entries carry torch 2.13's fields; gloo marks none of them started or
+    completed (``state`` stays "scheduled", finished ones are ``retired``), NCCL does."""
+    rng = rng or random.Random()
+    ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "allgather_into_tensor_coalesced")
+    history = [(rng.choice(ops[:4]), [[rng.choice((4, 16, 1024, 4096))]]) for _ in range(first, at + 1)]
+    last, other_op = history[-1], None
+    if kind == "name":
+        other_op = (rng.choice([o for o in ops[:4] if o != last[0]]), last[1])
+    elif kind == "size":
+        other_op = (last[0], [[last[1][0][0] * rng.choice((2, 4)) + rng.choice((0, 1))]])
+    t0 = 1_796_445_700_000_000_000
+    dumps = {}
+    for r in range(world_size):
+        calls = list(history)
+        if r == culprit and kind == "skipped":
+            calls = calls[:-1]
+        elif r == culprit:
+            calls[-1] = other_op
+        entries = []
+        for i, (op, sizes) in enumerate(calls):
+            seq, done = first + i, first + i < at
+            if backend == "gloo":
+                state = "scheduled"
+            else:
+                state = "completed" if done else "started"
+            entries.append({
+                "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "thread_name": "python",
+                "thread_id": "139999327099776", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+                "profiling_name": f"{backend}:{op}", "time_created_ns": t0 + seq * 1_000_000 + r,
+                "input_sizes": [list(s) for s in sizes], "input_dtypes": ["Float"],
+                "output_sizes": [list(s) for s in sizes], "output_dtypes": ["Float"], "state": state,
+                "time_discovered_started_ns": None if backend == "gloo" else t0 + seq * 1_000_000 + 10,
+                "time_discovered_completed_ns": None if backend == "gloo" or not done else t0 + seq * 1_000_000 + 90,
+                "retired": done, "timeout_ms": 63000, "is_p2p": False})
+        reached = first + len(calls) - 1
+        dumps[r] = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                          "ranks": str(list(range(world_size)))}},
+                    "comm_lib_version": "N/A",
+                    "pg_status": {"0": {"last_enqueued_collective": reached, "last_started_collective": -1,
+                                        "last_completed_collective": min(reached, at - 1)}},
+                    "entries": entries}
+    return dumps
+
+
+def reference_culprit(dumps):
+    """``(rank, seq, kind)``: the first collective number where the ranks' recorded calls differ, the one rank
+    that differs there, and how (``"skipped"``: it has no call with that number; ``"name"``: it called another
+    collective; ``"size"``: the same collective with other input sizes). None when every rank recorded the same
+    calls. ``dumps`` is ``{rank: dump}`` as ``pickle.load`` gives each rank's flight-recorder dump."""
+    from collections import Counter
+    calls = {r: {e["collective_seq_id"]: (e["profiling_name"], repr(e["input_sizes"]))
+                 for e in d["entries"] if not e.get("is_p2p")} for r, d in dumps.items()}
+    for seq in sorted(set().union(*calls.values())):
+        here = {r: c.get(seq) for r, c in calls.items()}
+        missing = [r for r, v in here.items() if v is None]
+        if len(missing) == 1 and len(here) > 1:
+            return (missing[0], seq, "skipped")
+        common, _ = Counter(v for v in here.values() if v is not None).most_common(1)[0]
+        odd = [r for r, v in here.items() if v is not None and v != common]
+        if odd:
+            return (odd[0], seq, "name" if here[odd[0]][0] != common[0] else "size")
+    return None
+
+
+def _culprit_cases(rng: random.Random):
+    """(dumps, want) with the edge cases in every run (rank 0 the culprit, two ranks, no culprit, each kind, an
+    NCCL-shaped dump), then random ones."""
+    spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo"),
+            (4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
+    for _ in range(6):
+        n = rng.randint(3, 8)
+        kind = rng.choice(FR_KINDS + (None,))
+        spec.append((n, None if kind is None else rng.randrange(n), kind, rng.choice(("gloo", "nccl"))))
+    for n, culprit, kind, backend in spec:
+        first = rng.choice((1, 1, rng.randint(2, 40)))
+        at = first + rng.randint(1, 6)
+        dumps = make_flight_dumps(n, at, culprit, kind, first=first, backend=backend, rng=rng)
+        yield dumps, (None if kind is None else (culprit, at, kind))
+
+
+def _calls_story(dumps, seq) -> str:
+    def at(d):
+        e = next((e for e in d["entries"] if e["collective_seq_id"] == seq), None)
+        return "（没有这条记录）" if e is None else f"{e['profiling_name']} {e['input_sizes']}"
+    return "；".join(f"rank {r}: {at(d)}" for r, d in sorted(dumps.items()))
+
+
+def check_culprit(fn) -> None:
+    """``fn(dumps) -> (rank, seq, kind) | None``: from every rank's flight-recorder dump (``{rank: dict}``), the
+    rank whose recorded call first differs from the others', the collective number, and whether it skipped it,
+    called another collective ("name") or another size ("size"); None when all ranks recorded the same calls."""
+    what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
+    course = course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))
+    if course is not None:
+        raise CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
+    rng = random.Random()
+    rounds = 0
+    for dumps, want in _culprit_cases(rng):
+        rounds += 1
+        got = call(fn, what, copy.deepcopy(dumps))
+        if got is not None:
+            expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
+            got = tuple(got)
+        if got == want:
+            continue
+        n = len(dumps)
+        if want is None:
+            seqs = [e["collective_seq_id"] for e in dumps[0]["entries"]]
+            raise CheckFailed(f"{what}：{n} 个 Rank 记下的调用完全一样（序号 {seqs[0]}..{seqs[-1]}），没有谁走岔，"
+                              f"应当返回 None，你的函数给出 {got!r}。")
+        rank, seq, kind = want
+        story = f"{n} 个 Rank，序号 {seq} 上：{_calls_story(dumps, seq)}"
+        seqs = [e["collective_seq_id"] for e in dumps[(rank + 1) % n]["entries"]]
+        if got is None:
+            why = first_hint(
+                (kind == "size", "这个 Rank 调用的 Collective 名字和别人一样，只是 input_sizes 不同：也要比较大小。"),
+                (kind == "skipped", f"rank {rank} 根本没有序号 {seq} 的记录：它没走到这一个 Collective，"
+                                    "一个 Rank 缺了某个序号也是走岔。"),
+                default=f"rank {rank} 的这一条和别人的不一样。")
+        else:
+            why = first_hint(
+                (got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
+                 "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
+                 "更早的记录，下标和序号对不上）。"),
+                (got[0] == rank and got[1] != seq,
+                 "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。"),
+                (got[0] != rank and got[1] == seq,
+                 f"rank {got[0]} 的记录和多数一样；和多数不一样（或缺了这条）的是 rank {rank}。"
+                 + ("rank 0 也可能是走岔的那个，别拿它当标准。" if rank == 0 else "")),
+                (got[:2] == (rank, seq),
+                 f"Rank 和序号都对，走岔的方式应当是 {kind!r}（\"skipped\" 没有这条记录，\"name\" 调了别的 Collective，"
+                 "\"size\" 名字相同、input_sizes 不同）。"))
+        raise CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
+    passed(f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
+           "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。")
+
+
+try_culprit = fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")

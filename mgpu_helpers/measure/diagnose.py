@@ -1,13 +1,12 @@
 """Evidence for the three symptoms of the diagnostics handbook: no speedup, a hung collective, one slow rank.
 
-- :class:`CollectiveLog`: numbers every collective a rank calls (a sequence number, like NCCL's and torch's
-  own), prints ``[seq k] enter/done op`` lines and records a trace span per collective. After a hang the
-  launcher keeps each rank's last output lines, so :func:`last_completed` and :func:`pending` read the last
-  collective that finished and the one a rank was stuck in, per rank.
-- The scenarios that hang on purpose (``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are
-  taught in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to :mod:`mgpu_helpers.lessons.diagnostics`.
-- :func:`run_schedule`: a rank calls the collectives its schedule lists, through a :class:`CollectiveLog`
-  (to check a prediction of where a mismatched schedule hangs).
+- Which collective each rank was in at a hang is torch's flight recorder's to say: the launcher dumps it at the
+  timeout (:class:`mgpu_helpers.RankTimeout`'s ``collectives`` and ``flight_dumps``). The scenarios that hang on
+  purpose (``skipped_collective``, ``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are taught
+  in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to
+  :mod:`mgpu_helpers.lessons.diagnostics`.
+- :func:`run_schedule`: a rank calls the collectives its schedule lists (to check a prediction of where a
+  mismatched schedule hangs).
 - :func:`scaling_probes`: for "more GPUs, no speedup", several configurations of the strong-scaling step
   (:func:`mgpu_helpers.measure.workloads.scaling_step`), each alone and shared, in one launch. (One slow rank
   waiting *inside* the all-reduce is :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.)
@@ -18,111 +17,32 @@
 
 import re
 import statistics
-import time
 
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.launcher.ranks import rank_device
 
-_ENTER = re.compile(r"\[seq (\d+)\] enter (\S+)")
-_DONE = re.compile(r"\[seq (\d+)\] done (\S+)")
-
-
-class CollectiveLog:
-    """Wrap a rank's collectives to number them: ``log = CollectiveLog(); log.all_reduce(t)``.
-
-    Every call prints ``[seq k] enter NAME`` before and ``[seq k] done NAME`` after the collective
-    (``verbose=False`` keeps quiet but still counts), and records a "communicate" trace span named
-    ``#k NAME``. ``seq`` is the number of the next collective; ``completed`` the names of those done.
-    """
-
-    def __init__(self, verbose: bool = True):
-        self.seq = 0
-        self.completed: list[str] = []
-        self.verbose = verbose
-
-    def call(self, name: str, fn, *args, **kwargs):
-        """Run the collective ``fn(*args, **kwargs)`` as number ``self.seq``, logged and traced."""
-        k = self.seq
-        if self.verbose:
-            print(f"[seq {k}] enter {name}", flush=True)
-        start = time.monotonic()
-        result = fn(*args, **kwargs)
-        trace.record("communicate", start, time.monotonic(), f"#{k} {name}")
-        if self.verbose:
-            print(f"[seq {k}] done {name}", flush=True)
-        self.completed.append(name)
-        self.seq += 1
-        return result
-
-    # The collectives the course uses, by their torch.distributed names.
-    def all_reduce(self, tensor, **kw):
-        import torch.distributed as dist
-        return self.call("all_reduce", dist.all_reduce, tensor, **kw)
-
-    def broadcast(self, tensor, src: int = 0, **kw):
-        import torch.distributed as dist
-        return self.call("broadcast", dist.broadcast, tensor, src, **kw)
-
-    def all_gather_into_tensor(self, output, inp, **kw):
-        from mgpu_helpers.measure.sweep import all_gather_flat
-        return self.call("all_gather_into_tensor", all_gather_flat, output, inp, **kw)
-
-    def reduce_scatter_tensor(self, output, inp, **kw):
-        from mgpu_helpers.measure.sweep import reduce_scatter_flat
-        return self.call("reduce_scatter_tensor", reduce_scatter_flat, output, inp, **kw)
-
-    def barrier(self, **kw):
-        import torch.distributed as dist
-        return self.call("barrier", dist.barrier, **kw)
-
-
-def last_completed(lines) -> tuple[int, str] | None:
-    """``(seq, name)`` of the last collective a rank finished, read from its output lines (None: none)."""
-    done = [m for m in map(_DONE.search, lines) if m]
-    return (int(done[-1].group(1)), done[-1].group(2)) if done else None
-
-
-def pending(lines) -> tuple[int, str] | None:
-    """``(seq, name)`` of the collective a rank entered and never finished (None when there is none)."""
-    entered, done = {}, set()
-    for ln in lines:
-        if (m := _ENTER.search(ln)):
-            entered[int(m.group(1))] = m.group(2)
-        elif (m := _DONE.search(ln)):
-            done.add(int(m.group(1)))
-    open_ = [k for k in entered if k not in done]
-    return (max(open_), entered[max(open_)]) if open_ else None
-
-
-def hang_report(exc) -> list[dict]:
-    """Per rank still running at a :class:`~mgpu_helpers.launcher.errors.RankTimeout`: where its stack was blocked
-    (``waiting_in``, call only: ``dist.all_reduce``), the last collective it finished and the one it was in,
-    from its :class:`CollectiveLog` lines."""
-    rows = []
-    for r in sorted(exc.stacks):
-        lines = exc.outputs.get(r, [])
-        where = exc.waiting_in.get(r)
-        rows.append({"rank": r, "blocked_in": where.split(" ")[0] if where else None,
-                     "last_completed": last_completed(lines), "pending": pending(lines)})
-    return rows
-
-
 def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
     """Call, in order, the collectives ``schedules[rank]`` names ("all_reduce", "broadcast", "barrier", ...) on
-    a small CPU tensor, each through a :class:`CollectiveLog`; returns how many completed. Schedules that
-    disagree between ranks hang, and the log lines then say where each rank stopped."""
+    a small CPU tensor; returns how many completed (``verbose``: print each before calling it). Schedules that
+    disagree between ranks hang, and torch's flight recorder then says where each rank stopped."""
     import torch
+    import torch.distributed as dist
 
-    log = CollectiveLog(verbose)
+    from mgpu_helpers.measure.sweep import all_gather_flat, reduce_scatter_flat
+
     t = torch.ones(4)            # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
-    calls = {"all_reduce": lambda: log.all_reduce(t), "broadcast": lambda: log.broadcast(t), "barrier": log.barrier,
-             "all_gather_into_tensor": lambda: log.all_gather_into_tensor(torch.empty(4 * world_size), t),
-             "reduce_scatter_tensor": lambda: log.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * world_size))}
+    calls = {"all_reduce": lambda: dist.all_reduce(t), "broadcast": lambda: dist.broadcast(t, 0),
+             "barrier": dist.barrier,
+             "all_gather_into_tensor": lambda: all_gather_flat(torch.empty(4 * world_size), t),
+             "reduce_scatter_tensor": lambda: reduce_scatter_flat(torch.empty(4), torch.ones(4 * world_size))}
     for name in schedules[rank]:
         if name not in calls:
             raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
+    for k, name in enumerate(schedules[rank]):
+        if verbose:
+            print(f"rank {rank}: collective {k} of the schedule, {name}", flush=True)
         calls[name]()
-    return log.seq
+    return len(schedules[rank])
 
 
 # --------------------------------------------------------------------------------------------------------
