@@ -433,12 +433,11 @@ def test_the_wait_behind_a_slow_rank_written_as_a_difference_passes(capsys):
 
 
 def test_hang_evidence_reads_like_the_launchers():
-    from mgpu_helpers.measure import diagnose as dg
-
     ev = checks.make_hang_evidence(4, 5, 1, "late", "all_reduce")
     assert isinstance(ev, mh.RankTimeout)
-    assert [dg.pending(ev.outputs[r]) for r in range(4)] == [(4, "all_reduce"), None, (4, "all_reduce"), (4, "all_reduce")]
-    assert dg.last_completed(ev.outputs[1]) == (3, "broadcast") and 1 not in ev.waiting_in
+    assert [ev.collectives[r]["stuck_in"] for r in range(4)] == [(4, "all_reduce"), None, (4, "all_reduce"),
+                                                                  (4, "all_reduce")]
+    assert ev.collectives[1]["last_completed"] == (3, "broadcast") and 1 not in ev.waiting_in
 
 
 # -- ex12: the lab's ownership check, a number first, the conclusions as data ------------------------------

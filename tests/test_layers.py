@@ -148,7 +148,10 @@ def test_the_scan_counts_imports_and_attributes_but_not_strings(tmp_path, monkey
 
 # -- the size of the library --------------------------------------------------------------------------------------
 
-CODE_LINE_BUDGET = 11_000      # the library's code lines; `pytest tests/test_layers.py -k budget -s` prints them
+# The library's code lines; `pytest tests/test_layers.py -k budget -s` prints them. 11,000 until lesson 14's
+# checkers, the grading, workspace and progress tools and the kept flight-recorder dumps came in (about 700 lines
+# in all); issue #42 replaces this count with a linter and a check for duplicated ideas.
+CODE_LINE_BUDGET = 12_000
 LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 
 

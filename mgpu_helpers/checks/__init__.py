@@ -60,7 +60,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | 09 | ``dataparallel.try_weighted_average`` | notebook 09's fill-in: the whole-batch mean over uneven shards |
 | 09 | ``dataparallel.try_nccl_arguments`` | notebook 09's fill-in: the seed's ``ncclAllReduce`` call as CuPy's six arguments |
 | ex09 | :func:`check_data_parallel_step` | ``data_parallel_step(model, optimizer, x, y, world_size)`` |
-| 10 | :func:`check_stuck_in` | ``stuck_in(lines) -> (seq, name) or None``: the collective a rank entered, not finished |
+| 10 | :func:`check_culprit` | ``culprit(dumps) -> (rank, seq, kind) or None``: the rank whose flight-recorder entries first differ |
 | 10 | :func:`check_straggler_or_none` | ``straggler_or_none(collective_s, noise_s) -> rank or None``: a straggler, or a slow path |
 | ex10 | :func:`check_find_mismatch` | ``find_mismatch(evidence) -> (rank, seq, name)`` from a hang's evidence |
 | ex10 | :func:`check_predict_hang` | ``predict_hang(schedules) -> (seq, rank, name)`` before the ranks run (number first) |
@@ -105,7 +105,7 @@ _PUBLIC = {
     "stragglers": "check_ring_allreduce_seconds best_rebalance check_rebalance check_wait_prediction "
                   "check_allreduce_crossover_bytes check_straggler_from_collective",
     "dataparallel": "check_data_parallel_step",
-    "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_stuck_in "
+    "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_culprit make_flight_dumps "
                    "check_straggler_or_none",
     "review": "check_speedup_prediction check_find_straggler",
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
