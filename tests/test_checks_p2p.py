@@ -3,6 +3,7 @@ answer written another way passes, and the rules (blocking only, no collective, 
 against the calls the ranks really made."""
 import textwrap
 
+import numpy as np
 import pytest
 
 import mgpu_helpers as mh
@@ -322,3 +323,13 @@ COLLECTIVE = '''
 def test_ring_sum_names_the_typical_mistakes(source, world_sizes, why):
     with pytest.raises(CheckFailed, match=why):
         p2p.check_ring_sum(_by_value(source, "ring_sum"), world_sizes=world_sizes)
+
+
+def test_every_rank_sends_in_the_first_round_of_each_direction():
+    """Where a deadlock can happen: a round in which no rank is empty, in both directions, every run."""
+    rng = np.random.default_rng()
+    for world_size in (2, 3, 4):
+        rounds = p2p._exchange_rounds(rng, world_size)
+        full = {direction for direction, _dtype, lengths, _data in rounds if all(lengths)}
+        empty = [lengths.count(0) for _direction, _dtype, lengths, _data in rounds]
+        assert full == {"right", "left"} and 0 in empty and 1 in empty

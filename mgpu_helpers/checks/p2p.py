@@ -65,12 +65,16 @@ def _exchange_rounds(rng, world_size):
     """The rounds one launch runs: (direction, dtype, lengths sent by each rank, data of each rank).
 
     Lengths differ from rank to rank (what rank r receives is what its neighbour sends) and include 0;
-    the data hold zeros. Both directions, a float and an integer dtype, in every run.
+    the data hold zeros. Both directions, a float and an integer dtype, in every run. In the first round of
+    each direction every rank sends something: a rank that sends nothing would break the ring's cycle of
+    waits, and a blocking send-first answer would get through.
     """
     rounds = []
-    for direction, dtype in (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32")):
+    for k, (direction, dtype) in enumerate((("right", "float32"), ("left", "int64"), ("right", "int64"),
+                                             ("left", "float32"))):
         lengths = [int(n) for n in rng.integers(1, 6, size=world_size)]
-        lengths[int(rng.integers(0, world_size))] = 0            # one rank sends nothing this round
+        if k >= 2:
+            lengths[int(rng.integers(0, world_size))] = 0        # one rank sends nothing this round
         data = []
         for n in lengths:
             v = int_values(rng, n)
