@@ -471,3 +471,16 @@ def test_the_course_models_and_widgets_are_refused_to_a_fill_in_however_they_are
         return nbytes / seconds * 2 * (world_size - 1) / world_size
     assert collectives.try_all_reduce_busbw(own) is own
     assert mh.models.bandwidth.busbw("all_reduce", 8, 1.0, 2) == 8.0     # the guard is gone afterwards
+
+
+def test_an_exercise_check_refuses_the_course_models_too():
+    def by_model(strategy, capacity, params, grads, optimizer, activations):      # 06's memory model asked instead,
+        model = getattr(mh.models.memory, "memory" + "_plan")                     # by a name no reading finds
+        for n in range(1, 65):
+            plan = model(strategy, n, capacity, params, grads, optimizer, activations)
+            if plan.fits:
+                return n
+        return None
+    with pytest.raises(CheckFailed, match="课程自己的 mh.models.memory.memory_plan"):
+        mh.checks.check_rank_memory_fewest_gpus(by_model)
+    assert mh.checks.check_rank_memory_fewest_gpus.__name__ == "check_rank_memory_fewest_gpus"

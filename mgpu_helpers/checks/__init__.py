@@ -111,6 +111,23 @@ _PUBLIC = {
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
            "check_ownership_cyclic",
 }
-__getattr__, __dir__, __all__ = attach(
+_attribute, __dir__, __all__ = attach(
     __name__, submodules=None,  # every module of this folder
     attributes={name: module for module, names in _PUBLIC.items() for name in names.split()})
+
+
+def __getattr__(name: str):
+    """``mh.checks.<name>``; an exercise's ``check_x`` runs with the course's models, widgets and checks refused to
+    the learner's code, as a lesson's fill-in does (:func:`core.guarding_course_code`)."""
+    obj = _attribute(name)
+    if not name.startswith("check_") or not callable(obj):
+        return obj
+    import functools
+
+    from mgpu_helpers.checks.core import guarding_course_code
+
+    @functools.wraps(obj)
+    def guarded(*args, **kwargs):
+        with guarding_course_code(name.removeprefix("check_")):
+            return obj(*args, **kwargs)
+    return guarded
