@@ -222,12 +222,12 @@ def train_data_parallel(rank: int, world_size: int, config=None, trace_steps: bo
     losses = []
     for _ in range(config.steps):
         opt.zero_grad(set_to_none=False)
-        with phase("compute", "backward"), mark("backward", device):
+        with mark("backward", device), phase("compute", "backward"):
             loss = ref.mse_loss(model, x, y)
             loss.backward()                                         # 2. LOCAL: no communication
-        with phase("communicate", "all_reduce"), mark("all_reduce", device):
+        with mark("all_reduce", device), phase("communicate", "all_reduce"):
             allreduce_gradients(params, world_size, side)           # 3. REDUCE, 4. STREAM edges
-        with phase("other", "optimizer.step"), mark("step", device):
+        with mark("step", device), phase("other", "optimizer.step"):
             opt.step()                                              # the same update on every rank
         losses.append(float(loss.detach()))
     r = shard_range(config.n_samples, rank, world_size)
