@@ -138,3 +138,19 @@ def test_the_nvtx_range_is_a_range_hook_that_does_nothing_without_cuda(monkeypat
     trace.collect()
     expected = ["mgpu.communicate:all_reduce", "pop"] if torch.cuda.is_available() else []
     assert pushed == expected + ["forced", "pop"]
+
+
+def test_marked_range_shows_in_torch_profilers_trace_on_the_cpu(tmp_path):
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for name in ("shard", "backward", "all_reduce", "step"):
+            with profile.marked_range(name, torch.device("cpu")):
+                torch.ones(8).sum()
+        with profile.marked_range("default device"):     # no device given, CUDA not started: no NVTX
+            pass
+    path = tmp_path / "marks.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
+    names = [e["name"] for e in sorted(events, key=lambda e: e.get("ts", 0)) if e.get("cat") == "user_annotation"]
+    assert names == ["shard", "backward", "all_reduce", "step", "default device"]

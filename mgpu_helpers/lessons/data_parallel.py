@@ -208,8 +208,10 @@ def train_data_parallel(rank: int, world_size: int, config=None, trace_steps: bo
     ref = mh.measure.dp_reference
     config = config or ref.TrainConfig()
     device = mh.rank_device()
-    x, y = shard(ref.make_dataset(config), rank, world_size)       # 1. SHARD: only this rank's rows
-    x, y = x.to(device), y.to(device)
+    mark = mh.measure.profile.marked_range                          # NVTX on a GPU, record_function everywhere
+    with mark("shard", device):
+        x, y = shard(ref.make_dataset(config), rank, world_size)   # 1. SHARD: only this rank's rows
+        x, y = x.to(device), y.to(device)
     model = ref.make_model(config, device)                          # the same initial weights everywhere
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -220,12 +222,12 @@ def train_data_parallel(rank: int, world_size: int, config=None, trace_steps: bo
     losses = []
     for _ in range(config.steps):
         opt.zero_grad(set_to_none=False)
-        with phase("compute", "backward"):
+        with mark("backward", device), phase("compute", "backward"):
             loss = ref.mse_loss(model, x, y)
             loss.backward()                                         # 2. LOCAL: no communication
-        with phase("communicate", "all_reduce"):
+        with mark("all_reduce", device), phase("communicate", "all_reduce"):
             allreduce_gradients(params, world_size, side)           # 3. REDUCE, 4. STREAM edges
-        with phase("other", "optimizer.step"):
+        with mark("step", device), phase("other", "optimizer.step"):
             opt.step()                                              # the same update on every rank
         losses.append(float(loss.detach()))
     r = shard_range(config.n_samples, rank, world_size)

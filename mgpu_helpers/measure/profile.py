@@ -15,7 +15,9 @@ machine), and the course's spans on a track of their own ("course spans"). From 
 
 Nsight Systems: under torchrun (``mh.torchrun_main``), a rank function that first calls
 ``trace.set_range_hook(profile.nvtx_range)`` shows the course's spans as NVTX ranges above the CUDA and NCCL
-rows (the README's "Profiling" has the command).
+rows (the README's "Profiling" has the command). Inside a rank function, :func:`marked_range` names a part of
+a step the way the field's tools show it: an NVTX range on a GPU (Nsight Systems), a ``record_function``
+range in torch.profiler's trace (both on a GPU, the latter alone on the CPU).
 """
 
 import json
@@ -23,7 +25,7 @@ import os
 import re
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,3 +206,22 @@ def nvtx_range(label: str, on: bool | None = None):
     finally:
         if on:
             torch.cuda.nvtx.range_pop()
+
+
+@contextmanager
+def marked_range(label: str, device=None):
+    """A named range of a training step that the field's tools show.
+
+    On a CUDA ``device`` (by default: when CUDA is initialised) an NVTX range (``torch.cuda.nvtx.range``),
+    which Nsight Systems draws above the CUDA and NCCL rows; on every device a
+    ``torch.autograd.profiler.record_function`` range, which torch.profiler's trace (:func:`run_profiled`)
+    shows. Without a profiler or Nsight Systems running, both do next to nothing.
+    """
+    import torch
+    from torch.autograd.profiler import record_function
+    if device is None:
+        gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
+    else:
+        gpu = torch.device(device).type == "cuda"
+    with torch.cuda.nvtx.range(label) if gpu else nullcontext(), record_function(label):
+        yield
