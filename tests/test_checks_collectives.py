@@ -344,3 +344,36 @@ def test_a_ring_that_never_ends_is_reported_with_where_the_ranks_wait():
         ''', "only_sends")
     with pytest.raises(CheckFailed, match="还没有结束.*rank 0 卡在"):
         collectives.check_ring_all_reduce_right(only_sends, world_sizes=(2,), timeout=5)
+
+
+def _first_out_of_step_zipped(calls):
+    """Wrong: zip stops at the shortest rank, so a missing call is never seen."""
+    for k, row in enumerate(zip(*calls)):
+        if len({tuple(c) for c in row}) > 1:
+            return k
+    return None
+
+
+def test_first_out_of_step_wrong_answers_are_named():
+    ref = collectives.reference_first_out_of_step
+    with pytest.raises(CheckFailed, match="只比了名字"):
+        collectives.check_first_out_of_step(lambda calls: ref([[(n, 0) for n, _c in rank] for rank in calls]))
+    with pytest.raises(CheckFailed, match="zip"):
+        collectives.check_first_out_of_step(_first_out_of_step_zipped)
+    with pytest.raises(CheckFailed, match="从 0 数起"):
+        collectives.check_first_out_of_step(lambda calls: None if ref(calls) is None else ref(calls) + 1)
+    with pytest.raises(CheckFailed, match="不只是前两个"):
+        collectives.check_first_out_of_step(lambda calls: ref(calls[:2]))
+
+
+def test_first_out_of_step_written_differently_passes(capsys):
+    def first_out_of_step(calls):
+        k = 0
+        while any(k < len(c) for c in calls):
+            fingerprints = [tuple(c[k]) if k < len(c) else "missing" for c in calls]
+            if fingerprints.count(fingerprints[0]) != len(fingerprints):
+                return k
+            k += 1
+        return None
+    collectives.check_first_out_of_step(first_out_of_step)
+    assert "通过" in capsys.readouterr().out

@@ -73,16 +73,30 @@ def test_try_env_for_gives_the_reference_while_unwritten(capsys):
 INIT_HEAD = '''
     def init_for(rank, world_size, method):
         import os
+        import torch
         import torch.distributed as dist
         backend = os.environ["MGPU_BACKEND"]
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         if method == "file://":
             dist.init_process_group(backend, init_method=os.environ["MGPU_INIT_METHOD"], world_size=world_size, rank=rank)
             return
 '''
+BIND = '''        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+'''
+GOOD_REST = '''
+    if method == "env://":
+        dist.init_process_group(backend, init_method="env://")
+    else:
+        url = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        dist.init_process_group(backend, init_method=url, world_size=world_size, rank=rank)
+'''
 
 
-def _init(body: str):
-    return _by_value(INIT_HEAD + textwrap.indent(textwrap.dedent(body), " " * 8), "init_for")
+def _init(body: str, bind: str | None = None):
+    head = INIT_HEAD if bind is None else INIT_HEAD.replace(BIND, textwrap.indent(textwrap.dedent(bind), " " * 8))
+    return _by_value(head + textwrap.indent(textwrap.dedent(body), " " * 8), "init_for")
 
 
 def test_init_for_passing_everything_explicitly_passes(capsys):
@@ -179,3 +193,40 @@ def test_join_and_sum_that_stays_in_the_group_is_told_to_leave():
             dist.all_reduce(x)
             return x
             '''), world_sizes=(2,))
+
+
+# -- init_for: one GPU per rank under nccl (checked with nccl pretended, so on a CPU machine too) --------------------
+
+@pytest.mark.parametrize("bind, why", [
+    ("", "没有选 GPU"),                                                                  # forgotten
+    ('if backend == "nccl":\n    torch.cuda.set_device(0)\n', "选的是 cuda:0"),           # every rank on GPU 0
+    ('if backend == "nccl":\n    torch.cuda.set_device(rank)\n', "用了全局 rank"),         # global, not local
+])
+def test_init_for_that_does_not_bind_its_own_gpu_is_named(bind, why):
+    with pytest.raises(CheckFailed, match=why):
+        groups.check_init_for(_init(GOOD_REST, bind=bind))
+
+
+def test_init_for_that_binds_after_joining_is_told_to_bind_first():
+    late = _init(textwrap.dedent(GOOD_REST) + 'if backend == "nccl":\n    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))\n', bind="")
+    with pytest.raises(CheckFailed, match="之后才调用"):
+        groups.check_init_for(late)
+
+
+def test_init_for_binding_through_device_id_passes(capsys):
+    by_device_id = _init('''
+        local = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else None
+        if method == "env://":
+            dist.init_process_group(backend, init_method="env://", device_id=local)
+        else:
+            url = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+            dist.init_process_group(backend, init_method=url, world_size=world_size, rank=rank, device_id=local)
+        ''', bind="")
+    groups.check_init_for(by_device_id)
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+def test_binding_slip_reads_the_recorded_calls():
+    assert groups.binding_slip([("set_device", 1), ("init", None)]) == ""
+    assert groups.binding_slip([("init", 1)]) == ""
+    assert "cuda:3" in groups.binding_slip([("set_device", 3), ("init", None)])

@@ -448,3 +448,80 @@ def check_comm_share_speedup(fn) -> None:
 
 
 try_comm_share_speedup = fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
+
+
+# -- notebook 05: a collective mismatch, found the way TORCH_DISTRIBUTED_DEBUG=DETAIL finds it ------------------
+
+
+def reference_first_out_of_step(calls):
+    """The sequence number (from 0) of the first collective on which the ranks are out of step, or None.
+
+    ``calls[r]`` lists rank r's collectives in the order it calls them, each ``(name, count)``. At number k
+    the ranks are in step when every rank has a k-th call and all of them are the same name with the same count;
+    a rank that has no k-th call while another has one is out of step at k (the others wait for it)."""
+    longest = max((len(c) for c in calls), default=0)
+    for k in range(longest):
+        if len({tuple(c[k]) if k < len(c) else None for c in calls}) > 1:
+            return k
+    return None
+
+
+OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
+
+
+def _out_of_step_cases(rng, count: int = 40):
+    """Fixed cases that each expose one slip, then random ones (2 to 5 ranks, in step or one rank off)."""
+    a, b = ("all_reduce", 4), ("broadcast", 4)
+    cases = [[[a, b], [b, a]],                                    # order: out of step at 0
+             [[a, a], [a, a]],                                    # in step
+             [[a, ("all_reduce", 8)], [a, a]],                    # count only: 1
+             [[a, a], [a]],                                       # one call fewer: 1
+             [[a, a, a], [a, a, a], [a, a, b]],                   # only the last rank differs: 2
+             [[a], [a], [a, b]],                                  # the last rank has one more: 1
+             [[], []]]                                            # nothing called: in step
+    for _ in range(count):
+        world_size, length = int(rng.integers(2, 6)), int(rng.integers(1, 6))
+        common = [(str(rng.choice(OPS)), int(rng.choice((4, 8, 16)))) for _ in range(length)]
+        calls = [list(common) for _ in range(world_size)]
+        if rng.random() < 0.8:
+            r, k = int(rng.integers(0, world_size)), int(rng.integers(0, length))
+            kind = rng.integers(0, 3)
+            if kind == 0:
+                calls[r][k] = (calls[r][k][0], calls[r][k][1] * 2)
+            elif kind == 1:
+                calls[r][k] = ("all_gather" if calls[r][k][0] != "all_gather" else "broadcast", calls[r][k][1])
+            else:
+                del calls[r][k:]
+        cases.append(calls)
+    return cases
+
+
+def _explain_out_of_step(calls, got, want) -> str:
+    """The usual slip behind ``got`` for ``calls``."""
+    names_only = reference_first_out_of_step([[(n, 0) for n, _c in rank] for rank in calls])
+    shortest = min(len(c) for c in calls)
+    zipped = next((k for k in range(shortest) if len({tuple(c[k]) for c in calls}) > 1), None)
+    pairwise = reference_first_out_of_step(calls[:2])
+    return first_hint(
+        (want is not None and got == want + 1, "序号从 0 数起：第一个集合通信是 0 号。"),
+        (got == names_only and got != want, "只比了名字：同一种集合通信、元素个数不同，也对不上（count 也要一样）。"),
+        (got == zipped and shortest < max(len(c) for c in calls),
+         "有的 rank 调用得少：它没有第 k 个调用时，别的 rank 会在第 k 个调用里一直等它，这也是步调不一致（zip 会悄悄截掉多出来的调用）。"),
+        (got == pairwise and len(calls) > 2, "要比所有 rank，不只是前两个。"),
+        default="第 k 个调用上，所有 rank 的 (名字, 个数) 要完全一样；找出第一个不一样的 k，都一样时返回 None。")
+
+
+def check_first_out_of_step(fn) -> None:
+    """``fn(calls) -> k or None`` on fixed and random lists of each rank's (name, count) calls."""
+    what = "first_out_of_step 要找出第一个步调不一致的集合通信的序号"
+    cases = _out_of_step_cases(new_rng())
+    for (calls,), got in answers(fn, what, [([list(c) for c in case],) for case in cases]):
+        want = reference_first_out_of_step(calls)
+        if got == want and (got is None) == (want is None) and not isinstance(got, bool):
+            continue
+        shown = "；".join(f"rank {r}: {[f'{n}({c})' for n, c in rank]}" for r, rank in enumerate(calls))
+        raise CheckFailed(f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{_explain_out_of_step(calls, got, want)}")
+    passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
+
+
+try_first_out_of_step = fill_in_cell(check_first_out_of_step, reference_first_out_of_step, "第一个步调不一致的集合通信")

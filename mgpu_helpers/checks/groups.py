@@ -5,7 +5,8 @@ import numpy as np
 
 from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, answers, as_numpy, call, compare,
                                       expect_items, fail_first, fill_in_cell, first_hint, hang_failure, int_values,
-                                      is_stub_error, launch, new_rng, not_done, passed)
+                                      is_stub_error, launch, new_rng, not_done, passed,
+                                      require_written)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -182,7 +183,7 @@ try_env_for = fill_in_cell(check_env_for, reference_env_for, "env_for")
 
 def reference_init_for(rank: int, world_size: int, method: str) -> None:
     """Join the default process group through ``method`` ("env://", "tcp://" or "file://") as a script does,
-    with the backend the course chose (``MGPU_BACKEND``); nccl binds the process to ``cuda:rank`` first."""
+    with the backend the course chose (``MGPU_BACKEND``); nccl binds the process to ``cuda:LOCAL_RANK`` first."""
     import os
     from datetime import timedelta
 
@@ -191,7 +192,7 @@ def reference_init_for(rank: int, world_size: int, method: str) -> None:
 
     backend = os.environ["MGPU_BACKEND"]
     if backend == "nccl":
-        torch.cuda.set_device(rank)
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))     # this machine's k-th process -> cuda:k
     timeout = timedelta(seconds=30)
     if method == "env://":          # address, port, rank and world size all from the environment
         dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
@@ -213,9 +214,10 @@ def _init_main(rank, world_size, fn, method):
         fn(rank, world_size, method)
     if not dist.is_initialized():
         return None, watched.inits
+    bound = torch.cuda.current_device() if dist.get_backend() == "nccl" else None   # before rank_device() sets it
     x = torch.tensor([rank], device=rank_device())
     dist.all_reduce(x)
-    seen = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), total=int(x.item()))
+    seen = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), total=int(x.item()), bound=bound)
     dist.destroy_process_group()
     return seen, watched.inits
 
@@ -227,6 +229,8 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
     from mgpu_helpers.launcher.launch import run_ranks
 
     what = "init_for 要按 method 自己调用 init_process_group"
+    require_written(fn, what)
+    check_binds_gpu(fn, timeout)
     for method, world_size in (("env://", 3), ("tcp://", 2)):
         case = f"method = {method!r}，{world_size} 个 rank"
         try:
@@ -254,8 +258,93 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
                        (method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")),
                         f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。"),
                        (seen is None or seen["rank"] != rank or seen["world_size"] != world_size,
-                        f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。"))
-    passed("init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对。")
+                        f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。"),
+                       (seen is not None and seen.get("bound") not in (None, rank),
+                        f"{case}：nccl 的 rank {rank} 入组后当前 GPU 是 cuda:{seen.get('bound')}，应当是 cuda:{rank}"
+                        "（这台机器上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。"))
+    passed("init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对；"
+           "用 nccl 时它在入组之前把进程绑到了 cuda:LOCAL_RANK。")
+
+
+# One GPU per rank. A rank that joins nccl without choosing its GPU opens its CUDA context on cuda:0, and so does
+# every other rank of the machine: their contexts and allocations pile up on one GPU. The reader's init_for is run
+# once as rank 5 of 8 (4 per machine: LOCAL_RANK 1) under a pretended nccl, with torch.cuda.set_device and
+# dist.init_process_group replaced by recorders, so that this is checked on a machine without GPUs too.
+
+BIND_CASE = dict(RANK="5", WORLD_SIZE="8", LOCAL_RANK="1", LOCAL_WORLD_SIZE="4", MGPU_BACKEND="nccl",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", MGPU_INIT_METHOD="file:///nonexistent/store")
+
+
+def _device_index(device):
+    """The GPU index of a set_device / device_id argument (an int, "cuda:k", a torch.device), or None."""
+    import torch
+
+    if isinstance(device, str):
+        device = torch.device(device)
+    return device.index if isinstance(device, torch.device) else (int(device) if device is not None else None)
+
+
+def _bind_main(rank, world_size, fn):
+    """Rank function of :func:`check_binds_gpu`: ``fn(5, 8, "env://")`` with BIND_CASE's environment and nccl
+    pretended; returns the recorded events, in order: ("set_device", k) and ("init", device_id index or None)."""
+    import os
+    from unittest import mock
+
+    import torch
+    import torch.distributed as dist
+
+    events = []
+    os.environ.update(BIND_CASE)
+    with mock.patch.object(torch.cuda, "set_device", lambda d: events.append(("set_device", _device_index(d)))), \
+            mock.patch.object(dist, "init_process_group",
+                              lambda *a, **k: events.append(("init", _device_index(k.get("device_id"))))), \
+            mock.patch.object(torch.cuda, "is_available", lambda: True), \
+            mock.patch.object(torch.cuda, "device_count", lambda: int(BIND_CASE["LOCAL_WORLD_SIZE"])):
+        fn(int(BIND_CASE["RANK"]), int(BIND_CASE["WORLD_SIZE"]), "env://")
+    return events
+
+
+def binding_slip(events) -> str:
+    """What is wrong with how a rank bound itself to its GPU (``events`` from :func:`_bind_main`), or ""."""
+    local, rank = int(BIND_CASE["LOCAL_RANK"]), int(BIND_CASE["RANK"])
+    inits = [i for i, (kind, _d) in enumerate(events) if kind == "init"]
+    if not inits:
+        return ""                                   # no init at all: the launch in check_init_for says so
+    before = [d for kind, d in events[:inits[0]] if kind == "set_device"]
+    device_id = events[inits[0]][1]
+    chosen = [d for d in before + [device_id] if d is not None]
+    case = (f"用 nccl、作为第二台机器上的 rank {rank}（每台 {BIND_CASE['LOCAL_WORLD_SIZE']} 个进程，"
+            f"LOCAL_RANK={local}）运行 init_for 时，")
+    if not chosen and any(kind == "set_device" for kind, _d in events[inits[0]:]):
+        return (case + "torch.cuda.set_device 在 init_process_group 之后才调用。要在入组之前选好 GPU："
+                "入组时 nccl 就要知道这个进程用哪块卡，之前已经碰过 CUDA 的代码会落在 cuda:0 上。")
+    if not chosen:
+        return (case + "没有选 GPU：既没有 torch.cuda.set_device，也没有 device_id=。这样机器上每个 rank 都在 cuda:0 上"
+                "建 CUDA 上下文、分配显存——一块卡的显存被挤爆、其他卡闲着。")
+    if chosen[-1] == local:
+        return ""
+    return first_hint(
+        (chosen[-1] == 0, case + "选的是 cuda:0：每个 rank 都选 cuda:0，大家就挤在同一块卡上。要按 LOCAL_RANK 选。"),
+        (chosen[-1] == rank, case + f"选的是 cuda:{rank}，用了全局 rank：这台机器只有 cuda:0 到 cuda:"
+                                    f"{int(BIND_CASE['LOCAL_WORLD_SIZE']) - 1}。GPU 按本机上的编号 LOCAL_RANK 选。"),
+        default=case + f"选的是 cuda:{chosen[-1]}，应当是 cuda:{local}（本机上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。")
+
+
+def check_binds_gpu(fn, timeout: float = HANG_S) -> None:
+    """Under nccl, ``fn`` picks this rank's GPU (``cuda:LOCAL_RANK``) before it joins: ``torch.cuda.set_device``
+    or ``init_process_group(device_id=...)``; recorded in one rank with nccl pretended (no GPU needed)."""
+    from mgpu_helpers.launcher.errors import RankError
+    from mgpu_helpers.launcher.launch import run_ranks
+
+    try:
+        events = run_ranks(_bind_main, 1, args=(fn,), init=False, timeout=timeout, stream=False, quiet=True).values[0]
+    except RankError as exc:
+        if is_stub_error(exc):
+            raise not_done(fn, "init_for 要按 method 自己调用 init_process_group") from None
+        raise CheckFailed(f"用 nccl、作为 rank {BIND_CASE['RANK']}（LOCAL_RANK={BIND_CASE['LOCAL_RANK']}）运行 init_for "
+                          f"时出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}") from None
+    if slip := binding_slip(events):
+        raise CheckFailed(slip)
 
 
 try_init_for = fill_in_cell(check_init_for, reference_init_for, "init_for")
