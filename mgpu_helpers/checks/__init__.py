@@ -25,7 +25,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 | ex02 | :func:`check_max_regs` | ``max_regs_per_thread(block, min_blocks, limits)``: the register budget for k blocks |
 | ex02 | :func:`check_one_wave_blocks` | the number of blocks in one wave on this machine (number first) |
 | 03 | :func:`check_env_for` | ``env_for(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict`` of the six variables |
-| 03 | :func:`check_init_for` | ``init_for(rank, world_size, method)``: the env:// and tcp:// init calls |
+| 03 | :func:`check_init_for` | ``init_for(rank, world_size, method)``: the env:// and tcp:// init calls, the rank bound to ``cuda:LOCAL_RANK`` under NCCL |
 | 04 | :func:`check_exchange` | ``exchange(send_buf, dst, recv_buf, src)``: one ring step, no deadlock |
 | 04 | :func:`check_ring_pass` | ``ring_pass(token, steps=None)``: the ring built from exchange |
 | ex03 | :func:`check_placement` | ``placement(rank, nproc_per_node, visible) -> (node, local_rank, gpu)`` |
@@ -97,7 +97,7 @@ _PUBLIC = {
     "collectives": "check_broadcast check_all_gather check_ring_all_reduce check_count_sent_bytes "
                    "check_ring_bytes_guess check_ring_all_reduce_right try_ring_all_reduce check_expected_outputs "
                    "try_expected_outputs check_all_reduce_busbw try_all_reduce_busbw check_comm_share_speedup "
-                   "try_comm_share_speedup",
+                   "try_comm_share_speedup check_first_out_of_step try_first_out_of_step",
     "semantics": "check_all_gather_uneven check_all_reduce_rs_ag check_reduce_scatter_uneven "
                  "check_bytes_each_rank_sends",
     "sharding": "MEMORY_STRATEGIES check_shard_contiguous_by_cost check_rank_memory_fewest_gpus "
