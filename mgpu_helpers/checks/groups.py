@@ -333,11 +333,13 @@ def binding_slip(events) -> str:
 def check_binds_gpu(fn, timeout: float = HANG_S) -> None:
     """Under nccl, ``fn`` picks this rank's GPU (``cuda:LOCAL_RANK``) before it joins: ``torch.cuda.set_device``
     or ``init_process_group(device_id=...)``; recorded in one rank with nccl pretended (no GPU needed)."""
-    from mgpu_helpers.launcher.errors import RankError
+    from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
     try:
         events = run_ranks(_bind_main, 1, args=(fn,), init=False, timeout=timeout, stream=False, quiet=True).values[0]
+    except RankTimeout as exc:                 # it never returns, whatever it waits for: say where it waits
+        raise hang_failure(exc, "init_for", 1, timeout, "init_for 要在限定时间里返回：它在等什么？") from None
     except RankError as exc:
         if is_stub_error(exc):
             raise not_done(fn, "init_for 要按 method 自己调用 init_process_group") from None

@@ -34,10 +34,13 @@ UPDATE_SUFFIX = ".course-update.ipynb"
 
 
 def kernel_language_info() -> dict:
-    """What this Python's IPython kernel tells JupyterLab about its language (ipykernel's own value)."""
-    from ipykernel.ipkernel import IPythonKernel
+    """What this Python's IPython kernel tells JupyterLab about its language (ipykernel's own value), read in a
+    process of its own: importing ipykernel here would make every later ``tqdm.auto`` bar a notebook widget."""
+    import subprocess
 
-    return dict(IPythonKernel.language_info)
+    code = "import json; from ipykernel.ipkernel import IPythonKernel as K; print(json.dumps(K.language_info))"
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                     check=True).stdout)
 
 
 def delivered_text(path: Path, language_info: dict) -> str:
