@@ -43,11 +43,11 @@ def _learner_copy_file_class():
             sol = solution_of(self.path)
             with open(self.path, encoding="utf-8") as f:
                 committed = f.read()
-            if committed != exercises.render(sol):
+            tested = exercises.tested_version(sol)
+            if committed != exercises.render(sol, tested):
                 raise self.CollectError(
                     f"{os.path.relpath(self.path)} is not what {os.path.relpath(sol)} generates: "
                     "run `python -m mgpu_helpers.tools.exercises generate`")
-            tested = exercises.tested_version(sol)
             with mock.patch.object(nbformat, "read", lambda *_args, **_kwargs: tested):
                 return list(super().collect())
 

@@ -340,11 +340,12 @@ def tested_version(solution_path: str, keep_solutions: bool = False):
     return make(nb, os.path.basename(solution_path), keep_solutions)[0]
 
 
-def render(solution_path: str) -> str:
-    """The learner's notebook for ``solution_path``, as the exact text that is committed."""
+def render(solution_path: str, tested=None) -> str:
+    """The learner's notebook for ``solution_path``, as the exact text that is committed (``tested``: its
+    :func:`tested_version`, where the caller has it already)."""
     import nbformat
 
-    out = learner_copy(tested_version(solution_path))
+    out = learner_copy(tested if tested is not None else tested_version(solution_path))
     nbformat.validate(out)
     text = nbformat.writes(out)
     return text if text.endswith("\n") else text + "\n"   # as nbformat.write (and nbtools) save it
