@@ -32,7 +32,7 @@ PYTEST_ARGS ?=
 # tests wait on PyPI, not the CPU. PYTEST_WORKERS=0 runs everything in one process.
 PYTEST_WORKERS ?= 3
 
-.PHONY: install lab classroom test test-main test-browser export slides bench clean
+.PHONY: install lab classroom test lint test-main test-browser regenerate export slides bench clean
 install: $(VENV)/.installed
 
 # The installer runs as a file, not as mgpu_helpers.tools.install: the package's __init__ needs its dependencies
@@ -62,7 +62,12 @@ classroom: install
 # (tests/keep_executed.py) instead of running them again. -k: the browser test runs even where the
 # main run failed (it reports a notebook whose nbval run failed as failed, without opening it).
 test: install
-	$(MAKE) --no-print-directory -k test-main test-browser
+	$(MAKE) --no-print-directory -k lint test-main test-browser
+
+# ruff's rules and format (pyproject.toml [tool.ruff]) over the library, the tests and the worked notebooks.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test-main: install
 	$(PY) -m pytest tests notebooks solutions exercises --nbval-lax --nbval-current-env \
@@ -73,7 +78,17 @@ test-main: install
 # Opens build/executed/*.ipynb, the notebooks as test-main's nbval ran them; where one is missing or was run
 # from another version of its notebook, the test runs nbval on that notebook first.
 test-browser: install
-	$(PY) -m pytest tests/test_browser.py -m browser -p no:randomly -rA $(PYTEST_ARGS)
+	$(PY) -m pytest tests/notebooks/test_browser.py -m browser -p no:randomly -rA $(PYTEST_ARGS)
+
+# The maintainer's loop after editing solutions/NN_name.ipynb: run it and keep its outputs (refresh), write
+# the library modules its `#| export` cells define (nbexport), then the learner's copies in notebooks/ and
+# exercises/ (exercises generate). NB=solutions/NN_name.ipynb refreshes one notebook only.
+NB ?= solutions/*.ipynb
+regenerate: install
+	$(VENV)/bin/ruff format $(NB)
+	$(PY) -m mgpu_helpers.tools.nbtools refresh $(NB)
+	$(PY) -m mgpu_helpers.tools.nbexport
+	$(PY) -m mgpu_helpers.tools.exercises generate
 
 # reveal.js, MathJax, require.js and jQuery are fetched once with npm into build/vendor (not committed).
 export: install

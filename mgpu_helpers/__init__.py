@@ -11,12 +11,27 @@ nor torch, because Numba's CUDA simulator must be switched on (by :func:`setup`)
 imported, and the notebook kernel should not pay for torch until it needs it. ``README.md`` beside this file
 maps the layers.
 """
+
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=["bench", "checks", "course", "hardware", "launcher", "lessons", "measure", "models", "own_code",
-                "report", "runs", "tools", "tracking", "widgets"],
+    submodules=[
+        "bench",
+        "checks",
+        "course",
+        "hardware",
+        "launcher",
+        "lessons",
+        "measure",
+        "models",
+        "own_code",
+        "report",
+        "runs",
+        "tools",
+        "tracking",
+        "widgets",
+    ],
     attributes={
         "CourseEnv": "course",
         "setup": "course",

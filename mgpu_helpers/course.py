@@ -33,14 +33,20 @@ class CourseEnv:
         if self.gpus:
             lines += [f"GPU {g.index}:    {g.name}, {g.memory_gib:.0f} GiB" for g in self.gpus]
             if len(self.gpus) > 1:
-                lines.append("links:    " + ", ".join(
-                    f"GPU{i}-GPU{j} {self.machine.links[i][j]}"
-                    for i in range(len(self.gpus)) for j in range(i + 1, len(self.gpus))))
+                lines.append(
+                    "links:    "
+                    + ", ".join(
+                        f"GPU{i}-GPU{j} {self.machine.links[i][j]}"
+                        for i in range(len(self.gpus))
+                        for j in range(i + 1, len(self.gpus))
+                    )
+                )
         else:
             lines.append(f"GPUs:     none ({self.machine.note or 'not found'})")
         lines.append(f"backend:  {self.backend} (torch.distributed, default for run_ranks)")
-        lines.append("kernels:  " + ("Numba CUDA simulator (slow, small sizes)" if self.numba_simulator
-                                      else "Numba on the GPU"))
+        lines.append(
+            "kernels:  " + ("Numba CUDA simulator (slow, small sizes)" if self.numba_simulator else "Numba on the GPU")
+        )
         lines.append("CuPy:     " + ("on the GPU" if self.cupy else "needs a GPU: CuPy cells explain and skip"))
         lines.append(f"CPUs:     {self.machine.cpu_count}")
         if self.projection:
@@ -86,7 +92,8 @@ def private_cache_dir(name: str = "cupy") -> str:
             what = "not a folder (a link?)" if not stat.S_ISDIR(info.st_mode) else f"owned by uid {info.st_uid}"
             raise PermissionError(
                 f"{path} is {what}, not a folder of yours: remove it, or set CUPY_CACHE_DIR to a folder of "
-                "your own before setup().")
+                "your own before setup()."
+            )
         if info.st_mode & 0o022:
             for entry in os.listdir(path):
                 full = os.path.join(path, entry)
@@ -126,13 +133,16 @@ def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> 
     _use_private_cupy_cache()
     backend, _ = hardware.choose_backend(max(1, m.gpu_count), "auto", m.gpu_count)
     from mgpu_helpers.widgets import projection as _projection
+
     projection = bool(projection) or _projection.requested_by_environment()
     if projection:
         _projection.projection_mode(on=True)
-    env = CourseEnv(mode=m.mode, gpus=m.gpus, backend=backend, numba_simulator=sim,
-                    cupy=gpu_mode, machine=m, projection=projection)
+    env = CourseEnv(
+        mode=m.mode, gpus=m.gpus, backend=backend, numba_simulator=sim, cupy=gpu_mode, machine=m, projection=projection
+    )
     if prewarm:
         from mgpu_helpers.launcher.launch import prewarm as _prewarm
+
         _prewarm()
     if show:
         print(env.summary())

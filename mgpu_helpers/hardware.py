@@ -42,7 +42,7 @@ class Machine:
 
     @property
     def mode(self) -> str:
-        """"gpu" when at least one NVIDIA GPU is usable, else "cpu"."""
+        """ "gpu" when at least one NVIDIA GPU is usable, else "cpu"."""
         return "gpu" if self.gpus else "cpu"
 
 
@@ -129,8 +129,13 @@ def detect() -> Machine:
         for k, idx in enumerate(_visible_indices(physical)):
             h = pynvml.nvmlDeviceGetHandleByIndex(idx)
             handles.append(h)
-            gpus.append(GpuInfo(index=k, name=_text(pynvml.nvmlDeviceGetName(h)),
-                                memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total)))
+            gpus.append(
+                GpuInfo(
+                    index=k,
+                    name=_text(pynvml.nvmlDeviceGetName(h)),
+                    memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                )
+            )
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
         return Machine(gpus=tuple(gpus), links=links, driver=driver)
@@ -166,7 +171,8 @@ def choose_backend(world_size: int, backend: str = "auto", gpu_count: int | None
             raise ValueError(
                 f"backend='nccl' needs one GPU per rank: {world_size} ranks asked for, "
                 f"{gpus} GPU(s) here. Use world_size <= {gpus}"
-                + (", " if gpus else "") + "or backend='gloo' (ranks on the CPU)."
+                + (", " if gpus else "")
+                + "or backend='gloo' (ranks on the CPU)."
             )
         return "nccl", f"nccl asked for: one GPU per rank ({world_size} of {gpus})"
     if gpus == 0:

@@ -21,8 +21,9 @@ def attach(package: str, submodules=None, attributes: dict | None = None):
     """
     if submodules is None:
         spec = importlib.util.find_spec(package)
-        submodules = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)
-                      if not m.name.startswith("_")]
+        submodules = [
+            m.name for m in pkgutil.iter_modules(spec.submodule_search_locations) if not m.name.startswith("_")
+        ]
     by_module: dict[str, list[str]] = {}
     for name, module in (attributes or {}).items():
         by_module.setdefault(module, []).append(name)

@@ -56,11 +56,13 @@ def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
     except (OSError, TypeError):
         return None
     check_name = f"{check.__module__}.{check.__qualname__}" if check is not None else ""
-    if "<" in check_name:                       # a checker defined inside a function cannot be found again
+    if "<" in check_name:  # a checker defined inside a function cannot be found again
         check_name = ""
-    text = (f"# mgpu-own-code: name={name} lesson={lesson} check={check_name}\n"
-            f"# {fn.__name__}, as written in notebook {lesson or '?'}; kept by mgpu_helpers.own_code.\n"
-            f"{PRELUDE}\n\n{source}")
+    text = (
+        f"# mgpu-own-code: name={name} lesson={lesson} check={check_name}\n"
+        f"# {fn.__name__}, as written in notebook {lesson or '?'}; kept by mgpu_helpers.own_code.\n"
+        f"{PRELUDE}\n\n{source}"
+    )
     if fn.__name__ != name:
         text += f"\n\n{name} = {fn.__name__}\n"
     path = _path(name)
@@ -101,14 +103,16 @@ def mine(name: str, fallback, lesson: str = ""):
     names its own notebook)."""
     path = _path(name)
     if not path.exists():
-        print(f"{lesson + ' 的 ' if lesson else ''}{name} 还没通过检查，先用课程的版本。"
-              f"（在 {lesson or '前面的'} 笔记本里写好 {name} 并通过检查后，这里就会用你的。）")
+        print(
+            f"{lesson + ' 的 ' if lesson else ''}{name} 还没通过检查，先用课程的版本。"
+            f"（在 {lesson or '前面的'} 笔记本里写好 {name} 并通过检查后，这里就会用你的。）"
+        )
         return fallback
     try:
         fn, header = _load(path, name)
         lesson = (header["lesson"] if header else "") or lesson
         _recheck(fn, header)
-    except Exception as exc:                   # a file that no longer imports or no longer passes: never stop here
+    except Exception as exc:  # a file that no longer imports or no longer passes: never stop here
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         print(f"存下的 {name}（{path}）这次没能用上：{first[:200]}。先用课程的版本。")
         return fallback

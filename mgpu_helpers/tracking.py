@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]          # the course's checkout
+ROOT = Path(__file__).resolve().parents[1]  # the course's checkout
 FOLDERS = ("notebooks", "exercises")
 CHECK_CALL = re.compile(r"\bmh\.checks\.(?:(\w+)\.)?((?:try|check)_\w+)\s*\(")
 PREDICTION = re.compile(r"^(\w+) = None  # 你的", re.M)
@@ -44,14 +44,15 @@ def record(kind: str, item: str) -> None:
     notebook = current_notebook()
     if not notebook:
         return
-    line = json.dumps({"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())},
-                      ensure_ascii=False)
+    line = json.dumps(
+        {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}, ensure_ascii=False
+    )
     try:
         path = record_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-    except OSError:            # a read-only place: progress is a convenience, never a reason to stop a notebook
+    except OSError:  # a read-only place: progress is a convenience, never a reason to stop a notebook
         pass
 
 
@@ -69,8 +70,11 @@ def forget(notebook: str) -> None:
     """Drop every record of ``notebook`` (its copy was reset to the course's)."""
     path = record_file()
     if path.exists():
-        kept = [ln for ln in path.read_text(encoding="utf-8").splitlines()
-                if ln.strip() and json.loads(ln).get("notebook") != notebook]
+        kept = [
+            ln
+            for ln in path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and json.loads(ln).get("notebook") != notebook
+        ]
         path.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
 
 
@@ -101,7 +105,7 @@ def asks(path) -> dict:
             fn = getattr(importlib.import_module("mgpu_helpers.checks" + (f".{module}" if module else "")), name)
         except (ImportError, AttributeError):
             continue
-        checker = getattr(fn, "checker", name)        # a lesson's try_x names the checker it runs
+        checker = getattr(fn, "checker", name)  # a lesson's try_x names the checker it runs
         if checker not in checks:
             checks.append(checker)
     return {"check": checks, "prediction": PREDICTION.findall(code)}
@@ -120,10 +124,14 @@ def table(folder=None) -> list[dict]:
             if ".course-update" in path.name:
                 continue
             want, got = asks(path), done.get(path.stem, {"check": set(), "prediction": set()})
-            rows.append({"notebook": path.stem, "passed": [c for c in want["check"] if c in got["check"]],
-                         "left": [c for c in want["check"] if c not in got["check"]],
-                         "predictions": (min(len(got["prediction"]), len(want["prediction"])),
-                                         len(want["prediction"]))})
+            rows.append(
+                {
+                    "notebook": path.stem,
+                    "passed": [c for c in want["check"] if c in got["check"]],
+                    "left": [c for c in want["check"] if c not in got["check"]],
+                    "predictions": (min(len(got["prediction"]), len(want["prediction"])), len(want["prediction"])),
+                }
+            )
     return rows
 
 
@@ -132,11 +140,26 @@ def progress(folder=None) -> list[dict]:
     from mgpu_helpers.report.tables import format_table
 
     rows = [r for r in table(folder) if r["passed"] or r["left"] or r["predictions"][1]]
-    lines = [{"notebook": r["notebook"], "checks": f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}",
-              "predictions": "{} / {}".format(*r["predictions"]),
-              "left": "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过"}
-             for r in rows]
-    print(format_table(lines, [("notebook", "笔记本", "{}"), ("checks", "检查通过", "{}"),
-                               ("predictions", "预测写了", "{}"), ("left", "还没通过的检查", "{}")],
-                       left=("left",), title=f"学习进度（记录在 {record_file()}）"))
+    lines = [
+        {
+            "notebook": r["notebook"],
+            "checks": f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}",
+            "predictions": "{} / {}".format(*r["predictions"]),
+            "left": "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过",
+        }
+        for r in rows
+    ]
+    print(
+        format_table(
+            lines,
+            [
+                ("notebook", "笔记本", "{}"),
+                ("checks", "检查通过", "{}"),
+                ("predictions", "预测写了", "{}"),
+                ("left", "还没通过的检查", "{}"),
+            ],
+            left=("left",),
+            title=f"学习进度（记录在 {record_file()}）",
+        )
+    )
     return rows

@@ -1,4 +1,5 @@
 """Fixtures shared by several test modules."""
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ os.environ.setdefault("MGPU_FORKSERVER_IDLE_S", "120")
 def vendor():
     """reveal.js, MathJax and friends in build/vendor (fetched once with npm); skips, saying why, without npm."""
     from mgpu_helpers.tools import export
+
     try:
         return export.ensure_vendor(os.path.join(ROOT, "build", "vendor"))
     except RuntimeError as exc:
@@ -28,6 +30,7 @@ def _close_figures():
     """Close every matplotlib figure a test drew, so figures do not pile up across the suite."""
     yield
     import sys
+
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
 
@@ -51,8 +54,9 @@ def _interrupts_raise():
 def own_rank_server():
     """The launcher's robustness tests run with a rank server that this process starts itself
     (``MGPU_FORKSERVER=0``): they check the process tree under this process, which a server forked by the fork
-    server is not part of. ``tests/test_forkserver.py`` tests the forked one."""
+    server is not part of. ``tests/launcher/test_forkserver.py`` tests the forked one."""
     from mgpu_helpers.launcher import launch
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MGPU_FORKSERVER", "0")
         launch.shutdown_server()

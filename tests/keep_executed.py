@@ -1,7 +1,7 @@
 """A pytest plugin that keeps what nbval ran: each notebook of notebooks/ with its outputs and widget state.
 
 nbval runs a notebook cell by cell in one kernel and compares outputs, then throws the run away. The browser
-test (tests/test_browser.py) needs exactly that run -- every cell's outputs and the widgets' state -- to show
+test (tests/notebooks/test_browser.py) needs exactly that run -- every cell's outputs and the widgets' state -- to show
 the notebook in JupyterLab without running it a second time. Loaded from ``addopts`` in pyproject.toml
 (``-p keep_executed``), this plugin listens to the kernel messages nbval reads and writes
 ``build/executed/<name>.ipynb`` when a notebook's last cell is done:
@@ -27,6 +27,7 @@ warns and writes nothing for that notebook. It works under pytest-xdist (``--dis
 cells, and so its file, on one worker). Options: ``--executed-dir`` (default ``<rootdir>/build/executed``) and
 ``--executed-from`` (a folder whose notebooks are kept; repeatable; default ``<rootdir>/notebooks``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,11 +44,19 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 def pytest_addoption(parser):
     group = parser.getgroup("mgpu-executed", "keep what nbval ran (keep_executed)")
-    group.addoption("--executed-dir", default=None, metavar="DIR",
-                    help="where the run notebooks go (default: <rootdir>/build/executed)")
-    group.addoption("--executed-from", action="append", default=None, metavar="DIR",
-                    help="a folder whose notebooks are kept when nbval runs them (repeatable; "
-                         "default: <rootdir>/notebooks)")
+    group.addoption(
+        "--executed-dir",
+        default=None,
+        metavar="DIR",
+        help="where the run notebooks go (default: <rootdir>/build/executed)",
+    )
+    group.addoption(
+        "--executed-from",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a folder whose notebooks are kept when nbval runs them (repeatable; default: <rootdir>/notebooks)",
+    )
 
 
 def pytest_configure(config):
@@ -60,7 +69,7 @@ def pytest_configure(config):
 def _nbval_cell_class():
     try:
         from nbval.plugin import IPyNbCell
-    except ImportError:    # nbval missing: nothing to keep
+    except ImportError:  # nbval missing: nothing to keep
         return None
     return IPyNbCell
 
@@ -79,8 +88,8 @@ def _recorder(item) -> _Recorder | None:
         if out and os.path.dirname(path) in sources:
             try:
                 rec = _Recorder(nbfile, path, out)
-            except Exception as exc:   # never let the recorder break nbval
-                warnings.warn(f"keep_executed: not keeping {path}: {exc!r}")
+            except Exception as exc:  # never let the recorder break nbval
+                warnings.warn(f"keep_executed: not keeping {path}: {exc!r}", stacklevel=2)
         nbfile._mgpu_recorder = rec
     return rec
 
@@ -93,15 +102,18 @@ def pytest_runtest_call(item):
     outcome = yield
     if rec is not None:
         exc = outcome.excinfo[1] if outcome.excinfo else None
-        rec.guard(rec.cell_done, item, "skipped" if isinstance(exc, pytest.skip.Exception)
-                  else "failed" if exc is not None else "passed")
+        rec.guard(
+            rec.cell_done,
+            item,
+            "skipped" if isinstance(exc, pytest.skip.Exception) else "failed" if exc is not None else "passed",
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     rec = _recorder(item)
     if rec is not None and (nextitem is None or nextitem.parent is not item.parent):
-        rec.guard(rec.finish)     # before nbval's teardown stops the kernel
+        rec.guard(rec.finish)  # before nbval's teardown stops the kernel
     yield
 
 
@@ -131,10 +143,10 @@ class _Recorder:
         self.client.widget_registry = {"@jupyter-widgets/output": {"OutputModel": PassiveOutputWidget}}
         self.client.clear_before_next_output = False
         self.messages: list[dict] = []
-        self.cell_of: dict[str, int] = {}     # execute request id -> index in nb.cells
+        self.cell_of: dict[str, int] = {}  # execute request id -> index in nb.cells
         self.last_msg_id: str | None = None
         self.count = 0
-        self.failed: list[int] = []      # code-cell numbers, as nbval names its items ("Cell 3")
+        self.failed: list[int] = []  # code-cell numbers, as nbval names its items ("Cell 3")
         self.skipped: list[int] = []
         self.ran: set[int] = set()
         self.kernel = None
@@ -145,9 +157,9 @@ class _Recorder:
             return
         try:
             fn(*args)
-        except Exception as exc:   # warn, keep nothing for this notebook, leave nbval's result alone
+        except Exception as exc:  # warn, keep nothing for this notebook, leave nbval's result alone
             self.broken = repr(exc)
-            warnings.warn(f"keep_executed: not keeping {self.path}: {exc!r}")
+            warnings.warn(f"keep_executed: not keeping {self.path}: {exc!r}", stacklevel=2)
 
     def attach(self):
         """Wrap the nbval kernel's message reads (once): every iopub message it reads is kept here too."""
@@ -190,7 +202,7 @@ class _Recorder:
         messages, self.messages = self.messages, []
         client = self.client
         for msg in messages:
-            msg = dict(msg, header=dict(msg["header"]))    # nbclient may rewrite the header's msg_type
+            msg = dict(msg, header=dict(msg["header"]))  # nbclient may rewrite the header's msg_type
             msg_type = msg["msg_type"]
             parent = msg["parent_header"].get("msg_id")
             index = self.cell_of.get(parent)
@@ -209,7 +221,7 @@ class _Recorder:
                 for out in cell.outputs:
                     if out.get("output_type") == "execute_result":
                         out["execution_count"] = cell.execution_count
-            elif client.output_hook_stack.get(parent):   # a callback printing into an Output widget
+            elif client.output_hook_stack.get(parent):  # a callback printing into an Output widget
                 hook = client.output_hook_stack[parent][-1]
                 if msg_type == "clear_output":
                     hook.clear_output([], msg, -1)
@@ -250,7 +262,7 @@ class _Recorder:
             "failed_cells": self.failed,
             "skipped_cells": self.skipped,
         }
-        view = getattr(self.nbfile, "learner_view", None)       # the run as the learner's copy shows it
+        view = getattr(self.nbfile, "learner_view", None)  # the run as the learner's copy shows it
         shown = view(self.nb) if view is not None else self.nb
         os.makedirs(self.out_dir, exist_ok=True)
         target = os.path.join(self.out_dir, os.path.basename(self.path))
@@ -264,8 +276,12 @@ def _merge_streams(outputs):
     """Adjacent stream outputs of one name as one (a cell's prints arrive in many messages)."""
     merged = []
     for out in outputs:
-        if (merged and out.get("output_type") == "stream" and merged[-1].get("output_type") == "stream"
-                and merged[-1].get("name") == out.get("name")):
+        if (
+            merged
+            and out.get("output_type") == "stream"
+            and merged[-1].get("output_type") == "stream"
+            and merged[-1].get("name") == out.get("name")
+        ):
             merged[-1]["text"] += out["text"]
         else:
             merged.append(out)

@@ -9,6 +9,7 @@ committed copy is exactly what the worked notebook generates, so what runs is wh
 Loaded from ``addopts`` in pyproject.toml (``-p learner_copies``). nbval reads a notebook with
 ``nbformat.read`` inside its collector; the collector here hands it the tested version there instead.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,8 @@ def _learner_copy_file_class():
             if committed != exercises.render(sol, tested):
                 raise self.CollectError(
                     f"{os.path.relpath(self.path)} is not what {os.path.relpath(sol)} generates: "
-                    "run `python -m mgpu_helpers.tools.exercises generate`")
+                    "run `python -m mgpu_helpers.tools.exercises generate`"
+                )
             with mock.patch.object(nbformat, "read", lambda *_args, **_kwargs: tested):
                 return list(super().collect())
 

@@ -12,20 +12,21 @@ then all-gather) and prints time, algbw and busbw per size, with the nccl-tests 
 
 import argparse
 
-
 from mgpu_helpers import hardware
 from mgpu_helpers.measure import diagnose, sweep
 from mgpu_helpers.report import nccltests, sizes
 
-TARGET_FROM = 64 << 20     # busbw must be within 5% of nccl-tests from this size up
+TARGET_FROM = 64 << 20  # busbw must be within 5% of nccl-tests from this size up
 TARGET_RATIO = 0.95
 
 
 def target_check(rows) -> list[str]:
     """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
-    return [f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})"
-            for d in nccltests.compare_with_reference(rows)
-            if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO]
+    return [
+        f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})"
+        for d in nccltests.compare_with_reference(rows)
+        if d["ratio"] is not None and d["nbytes"] >= TARGET_FROM and d["ratio"] < TARGET_RATIO
+    ]
 
 
 def record_nccl_debug(path: str, world_size: int) -> int:
@@ -35,8 +36,10 @@ def record_nccl_debug(path: str, world_size: int) -> int:
         print("no NCCL lines: this needs NCCL ranks (one GPU per rank).")
         return 1
     with open(path, "w") as f:
-        f.write("# Recorded: NCCL_DEBUG=INFO output of a 2-rank all-reduce (python -m mgpu_helpers.bench "
-                "collectives --record-nccl-debug)\n")
+        f.write(
+            "# Recorded: NCCL_DEBUG=INFO output of a 2-rank all-reduce (python -m mgpu_helpers.bench "
+            "collectives --record-nccl-debug)\n"
+        )
         f.write("\n".join(lines) + "\n")
     print(f"{len(lines)} lines written to {path}")
     return 0
@@ -44,21 +47,30 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 def main(argv: list[str]) -> int:
     gpus = hardware.machine().gpu_count
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench collectives", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m mgpu_helpers.bench collectives",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--world-size", type=int, default=max(2, gpus), help="ranks (default: every GPU, at least 2)")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--min-bytes", type=sizes.parse_size, default=None, help="smallest message (default 1K)")
-    p.add_argument("--max-bytes", type=sizes.parse_size, default=None,
-                   help="largest message (default 1G with NCCL, 1M with gloo)")
+    p.add_argument(
+        "--max-bytes", type=sizes.parse_size, default=None, help="largest message (default 1G with NCCL, 1M with gloo)"
+    )
     p.add_argument("--factor", type=int, default=None, help="size step (default 4 with NCCL, 32 with gloo)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per size (default: by size)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--ops", default=",".join(sweep.OPS), help="comma-separated, from " + ",".join(sweep.OPS))
-    p.add_argument("--check", action="store_true",
-                   help="exit 1 if busbw is more than 5%% below nccl-tests at 64 MiB and above")
-    p.add_argument("--record-nccl-debug", metavar="PATH", default=None,
-                   help="instead of the sweep, record NCCL_DEBUG=INFO lines of one all-reduce to PATH")
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 if busbw is more than 5%% below nccl-tests at 64 MiB and above"
+    )
+    p.add_argument(
+        "--record-nccl-debug",
+        metavar="PATH",
+        default=None,
+        help="instead of the sweep, record NCCL_DEBUG=INFO lines of one all-reduce to PATH",
+    )
     a = p.parse_args(argv)
     if a.record_nccl_debug:
         return record_nccl_debug(a.record_nccl_debug, a.world_size)
@@ -73,10 +85,13 @@ def main(argv: list[str]) -> int:
     if hi < lo:
         p.error(f"--max-bytes {sizes.format_bytes(hi)} is below --min-bytes {sizes.format_bytes(lo)}")
     chosen = sizes.sizes_between(lo, hi, a.factor or (4 if gpu else 32))
-    print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
-          f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}")
-    rows = sweep.run_sweep(a.world_size, chosen, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend,
-                           timeout=600, progress="sizes")
+    print(
+        f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
+        f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}"
+    )
+    rows = sweep.run_sweep(
+        a.world_size, chosen, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend, timeout=600, progress="sizes"
+    )
     print(nccltests.sweep_table(rows))
     compared = [d for d in nccltests.compare_with_reference(rows) if d["ratio"] is not None]
     if not compared:
@@ -84,6 +99,8 @@ def main(argv: list[str]) -> int:
         return 0
     bad = target_check(rows)
     if any(d["nbytes"] >= TARGET_FROM for d in compared):
-        print("target: busbw within 5% of nccl-tests from 64 MiB up: "
-              + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad)))
+        print(
+            "target: busbw within 5% of nccl-tests from 64 MiB up: "
+            + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad))
+        )
     return 1 if (a.check and bad) else 0

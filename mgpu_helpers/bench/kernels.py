@@ -58,8 +58,13 @@ def fast_reference() -> dict:
     run's torch.add, as recorded}, "raw": the file's dict}``."""
     raw = _recorded(FAST_REFERENCE_FILE)
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
-    return {"source": raw["_source"], "torch_add": raw["torch_add_GBps"],
-            "gbps": {k: v[0] for k, v in rows.items()}, "pct": {k: v[1] for k, v in rows.items()}, "raw": raw}
+    return {
+        "source": raw["_source"],
+        "torch_add": raw["torch_add_GBps"],
+        "gbps": {k: v[0] for k, v in rows.items()},
+        "pct": {k: v[1] for k, v in rows.items()},
+        "raw": raw,
+    }
 
 
 def format_fast_reference(ref: dict | None = None) -> str:
@@ -94,11 +99,15 @@ def _gb(value):
 def format_table(table: Table) -> str:
     """The bench's table as text: kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
     base_m, base_r = table.measured.get("torch_add"), table.recorded.get("torch_add")
+
     def row(label, m, r):
         return {"label": label, "m": _gb(m), "m%": _pct(m, base_m), "r": _gb(r), "r%": _pct(r, base_r)}
+
     rows = [row(label, table.measured.get(key), table.recorded.get(key)) for key, label, _, _ in ROWS]
-    columns = [(key, head, "{}") for key, head in
-               (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))]
+    columns = [
+        (key, head, "{}")
+        for key, head in (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))
+    ]
     return tables.format_table(rows, columns, sep=" | ", title=table.title)
 
 
@@ -106,13 +115,17 @@ def fast_verdict(measured: dict) -> list[str]:
     """One line per fast kernel: does it reach FAST_TARGET of torch.add?"""
     base = measured.get("torch_add")
     fractions = {key: measured[key] / base for key in ("numba_fast", "cupy_fast") if base and measured.get(key)}
-    return [f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({'meets' if frac >= FAST_TARGET else 'MISSES'} the "
-            f"{100 * FAST_TARGET:.0f}% target)" for key, frac in fractions.items()]
+    return [
+        f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({'meets' if frac >= FAST_TARGET else 'MISSES'} the "
+        f"{100 * FAST_TARGET:.0f}% target)"
+        for key, frac in fractions.items()
+    ]
 
 
 def _gbps(fn, nbytes: int, repeats: int, library: str, warmup: int = 2) -> float:
     """GB/s of ``fn()`` moving ``nbytes``, from the median of ``repeats`` timings (:func:`time_gpu`)."""
     from mgpu_helpers.measure import timing
+
     return timing.bandwidth_gbps(nbytes, statistics.median(timing.time_gpu(fn, repeats, warmup, library)))
 
 
@@ -120,6 +133,7 @@ def _checked_gbps(fn, result, want, what: str, nbytes: int, repeats: int, librar
     """Zero ``result`` (a CuPy array, or a CuPy view of Numba's), run ``fn`` once and check that ``result``
     equals ``want``, then :func:`_gbps`. Numba's and CuPy's launches share the legacy default stream."""
     import cupy as cp
+
     result.fill(0)
     cp.cuda.Device().synchronize()
     fn()
@@ -147,7 +161,7 @@ def measure(n: int, repeats: int) -> dict:
     out["torch_copy"] = _gbps(lambda: tc.copy_(ta), 2 * n * f32, repeats, "torch")
     out["torch_add"] = _gbps(lambda: torch.add(ta, tb, out=tc), 3 * n * f32, repeats, "torch")
     assert torch.equal(tc, ta + tb), "torch.add gave a wrong result"
-    del ta, tb, tc
+    ta = tb = tc = None  # frees the buffers before the next ceiling is measured
     torch.cuda.empty_cache()
 
     # CuPy: the seed's C kernel, the ElementwiseKernel, the fast float4 kernel.
@@ -197,8 +211,12 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     c = cp.empty_like(a)
     want = a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
-    out = {"copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy"),
-           "raw": {}, "numba": {}, "elementwise": {}}
+    out = {
+        "copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy"),
+        "raw": {},
+        "numba": {},
+        "elementwise": {},
+    }
     ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
     for bs in progress.iterate(blocks, "block sizes"):
@@ -247,22 +265,30 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     from mgpu_helpers import course
+
     env = course.setup(show=False, prewarm=False)  # simulator on before numba is imported when there is no GPU
     ref = reference()
     print(f"reference: {ref['source']}")
 
     if env.mode != "gpu":
-        print("\nbench kernels needs an NVIDIA GPU; none found here "
-              f"({env.machine.note or 'no GPU'}). Recorded figures:\n")
-        print(format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")), format_fast_reference(),
-              sep="\n\n")
+        print(
+            "\nbench kernels needs an NVIDIA GPU; none found here "
+            f"({env.machine.note or 'no GPU'}). Recorded figures:\n"
+        )
+        print(
+            format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")),
+            format_fast_reference(),
+            sep="\n\n",
+        )
         if not args.smoke:
             print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
             return 0
         n = args.n or 4096
         measured = smoke(n)
-        print(f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b "
-              "(simulator GB/s below are Python speed, not GPU speed)\n")
+        print(
+            f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b "
+            "(simulator GB/s below are Python speed, not GPU speed)\n"
+        )
         print(format_table(Table(measured, ref["gbps"], title="simulator smoke")))
         _dump(args.json, n, measured, "simulator")
         return 0
@@ -271,8 +297,12 @@ def main(argv: list[str]) -> int:
     gpu = env.gpus[0].name
     print(f"measuring on GPU 0 ({gpu}), N = {n} float32, median of {args.repeats} runs, CUDA events\n")
     measured = measure(n, args.repeats)
-    print(format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")), format_fast_reference(), sep="\n\n",
-          end="\n\n")
+    print(
+        format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")),
+        format_fast_reference(),
+        sep="\n\n",
+        end="\n\n",
+    )
     for line in fast_verdict(measured):
         print(line)
     _dump(args.json, n, measured, gpu)
@@ -307,8 +337,13 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     ax.set_xlabel("effective bandwidth, GB/s (bytes read + written / time)")
     ax.set_xlim(0, 1.15 * max([*bars.values(), *(ceilings or {}).values()]))
     if ceilings:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16 - 0.6 / len(labels)), ncol=len(ceilings),
-                  frameon=False, fontsize=style.current().font_size * 0.8)
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16 - 0.6 / len(labels)),
+            ncol=len(ceilings),
+            frameon=False,
+            fontsize=style.current().font_size * 0.8,
+        )
     ax.set_title(title, fontsize=style.current().font_size)
     fig.tight_layout()
     return fig

@@ -28,6 +28,7 @@ def allreduce_rank(rank: int, world_size: int) -> int:
     """The work every variant does: all-reduce the rank number; returns the sum."""
     import torch
     import torch.distributed as dist
+
     t = torch.tensor([rank])
     dist.all_reduce(t)
     return int(t.item())
@@ -36,6 +37,7 @@ def allreduce_rank(rank: int, world_size: int) -> int:
 def join_and_check(init_method: str, **rank_and_size) -> None:
     """What a baseline's rank does: join a gloo group, all-reduce its rank number, check the sum, leave."""
     import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=init_method, **rank_and_size)
     r, n = dist.get_rank(), dist.get_world_size()
     assert allreduce_rank(r, n) == n * (n - 1) // 2
@@ -48,10 +50,13 @@ def _spawn_entry(rank: int, world_size: int, store: str) -> None:
 
 def time_mp_spawn(world_size: int) -> float:
     import torch.multiprocessing as mp
+
     # The FileStore's file must not exist yet: a name inside a private new folder (never tempfile.mktemp,
     # whose name another user could take first).
-    with (tempfile.TemporaryDirectory(prefix="mgpu-bench-", ignore_cleanup_errors=True) as folder,
-          mock.patch.dict(os.environ, loopback_env())):
+    with (
+        tempfile.TemporaryDirectory(prefix="mgpu-bench-", ignore_cleanup_errors=True) as folder,
+        mock.patch.dict(os.environ, loopback_env()),
+    ):
         t0 = time.perf_counter()
         mp.spawn(_spawn_entry, args=(world_size, os.path.join(folder, "store")), nprocs=world_size, join=True)
         return time.perf_counter() - t0
@@ -62,11 +67,15 @@ _CHILD = "from mgpu_helpers.bench.launch import join_and_check\njoin_and_check('
 
 def time_subprocesses(world_size: int) -> float:
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base = dict(os.environ, **loopback_env(), MASTER_PORT=str(free_loopback_port()),
-                WORLD_SIZE=str(world_size), PYTHONPATH=pkg_root)
+    base = dict(
+        os.environ,
+        **loopback_env(),
+        MASTER_PORT=str(free_loopback_port()),
+        WORLD_SIZE=str(world_size),
+        PYTHONPATH=pkg_root,
+    )
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=dict(base, RANK=str(r)))
-             for r in range(world_size)]
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=dict(base, RANK=str(r))) for r in range(world_size)]
     codes = [p.wait() for p in procs]
     if any(codes):
         raise RuntimeError(f"subprocess ranks failed: {codes}")
@@ -76,15 +85,18 @@ def time_subprocesses(world_size: int) -> float:
 def _cell_function():
     """The rank function as a notebook cell defines it: sent by value (a module-level one would make every
     rank import its module, which a cell's function does not), timing its own all-reduce."""
+
     def allreduce_in_cell(rank, world_size):
         import time
 
         import torch
         import torch.distributed as dist
+
         start = time.monotonic()
         t = torch.tensor([rank])
         dist.all_reduce(t)
         return int(t.item()), start, time.monotonic()
+
     return allreduce_in_cell
 
 
@@ -123,14 +135,20 @@ def _timed_launch(world_size: int) -> dict:
     starts = [v[1] for v in res.values]
     ends = [v[2] for v in res.values]
     init_begin = min(s - i for s, i in zip(starts, res.init_seconds))
-    return {"total": end - t0, "request": marks["submit"] - t0, "hand-over": marks["started"] - marks["submit"],
-            "rank start": init_begin - marks["started"], "join group": max(res.init_seconds),
-            "fn": max(e - s for s, e in zip(starts, ends)), "results back": marks["results"] - max(ends),
-            "clean-up": end - marks["results"]}
+    return {
+        "total": end - t0,
+        "request": marks["submit"] - t0,
+        "hand-over": marks["started"] - marks["submit"],
+        "rank start": init_begin - marks["started"],
+        "join group": max(res.init_seconds),
+        "fn": max(e - s for s, e in zip(starts, ends)),
+        "results back": marks["results"] - max(ends),
+        "clean-up": end - marks["results"],
+    }
 
 
 def _accelerate_entry(world_size: int) -> None:
-    join_and_check("env://")          # notebook_launcher sets WORLD_SIZE to num_processes = world_size
+    join_and_check("env://")  # notebook_launcher sets WORLD_SIZE to num_processes = world_size
 
 
 def time_notebook_launcher(world_size: int) -> float | None:
@@ -141,28 +159,33 @@ def time_notebook_launcher(world_size: int) -> float | None:
         return None
     import contextlib
     import io
+
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):     # it prints "Launching training on 4 CPUs."
-        notebook_launcher(_accelerate_entry, args=(world_size,), num_processes=world_size,
-                          use_port=str(free_loopback_port()))
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints "Launching training on 4 CPUs."
+        notebook_launcher(
+            _accelerate_entry, args=(world_size,), num_processes=world_size, use_port=str(free_loopback_port())
+        )
     return time.perf_counter() - t0
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m mgpu_helpers.bench launch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")
     opts = ap.parse_args(argv)
     n = opts.world_size
 
-    launch.prewarm(wait=True)                   # the fork server up (started if there was none)
+    launch.prewarm(wait=True)  # the fork server up (started if there was none)
     launch.shutdown_server()
-    new_kernel = _timed_launch(n)["total"]      # a server forked for this kernel, then the launch
+    new_kernel = _timed_launch(n)["total"]  # a server forked for this kernel, then the launch
     launch.shutdown_server()
     with mock.patch.dict(os.environ, MGPU_FORKSERVER="0"):
-        cold = _timed_launch(n)["total"]        # a server started here: its import torch, then the launch
+        cold = _timed_launch(n)["total"]  # a server started here: its import torch, then the launch
     runs = [_timed_launch(n) for _ in progress.iterate(range(opts.repeats), "run_ranks repeats")]
     accel = [time_notebook_launcher(n) for _ in progress.iterate(range(opts.baseline_repeats), "notebook_launcher")]
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
@@ -171,26 +194,44 @@ def main(argv: list[str]) -> int:
 
     med = statistics.median
     repeat = med(r["total"] for r in runs)
-    rows = [("run_ranks, repeat (server up)", repeat, f"median of {len(runs)}"),
-            ("run_ranks, new kernel (fork server up)", new_kernel, "1 run"),
-            ("run_ranks, cold (own server: import torch)", cold, "1 run")]
+    rows = [
+        ("run_ranks, repeat (server up)", repeat, f"median of {len(runs)}"),
+        ("run_ranks, new kernel (fork server up)", new_kernel, "1 run"),
+        ("run_ranks, cold (own server: import torch)", cold, "1 run"),
+    ]
     if accel[0] is not None:
         rows.append(("accelerate notebook_launcher", med(accel), f"median of {len(accel)}"))
-    rows += [("torch.multiprocessing.spawn", med(spawn), f"median of {len(spawn)}"),
-             ("subprocess per rank", med(sub), f"median of {len(sub)}")]
+    rows += [
+        ("torch.multiprocessing.spawn", med(spawn), f"median of {len(spawn)}"),
+        ("subprocess per rank", med(sub), f"median of {len(sub)}"),
+    ]
     print(f"Launch of {n} gloo ranks + process group + one all-reduce, on {os.cpu_count()} CPU core(s)")
-    print(tables.format_table([{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text}
-                               for name, secs, runs_text in rows],
-                              [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x"),
-                               ("runs", "runs", "{}")], left={"runs"}))
+    print(
+        tables.format_table(
+            [{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text} for name, secs, runs_text in rows],
+            [
+                ("variant", "variant", "{}"),
+                ("s", "seconds", "{:.3f}"),
+                ("x", "vs repeat", "{:.1f}x"),
+                ("runs", "runs", "{}"),
+            ],
+            left={"runs"},
+        )
+    )
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
     ms = {key: med(r[key] for r in runs) * 1000 for key, _ in PHASES}
-    print(tables.format_table([{"phase": key, "ms": ms[key], "share": 100 * ms[key] / (repeat * 1000), "what": what}
-                               for key, what in PHASES],
-                              [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"),
-                               ("what", "what", "{}")], left={"what"}))
+    print(
+        tables.format_table(
+            [
+                {"phase": key, "ms": ms[key], "share": 100 * ms[key] / (repeat * 1000), "what": what}
+                for key, what in PHASES
+            ],
+            [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"), ("what", "what", "{}")],
+            left={"what"},
+        )
+    )
     target = 0.08
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")

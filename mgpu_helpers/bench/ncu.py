@@ -43,11 +43,12 @@ ROW_FIELDS = ("block_size", "registers_per_thread", "achieved_occupancy_pct", "d
 KERNEL_FILTER = "regex:vec_add|vecAdd"
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 # The launches of the child script, in order: (label, kernel-name pattern, block size).
-PLAN = ([(f"Numba vec_add, block {b}", r"vec_add(?!_)", b) for b in BLOCKS]
-        + [("Numba vec_add_fast (4 per thread), block 256", r"vec_add_fast", 256),
-           ("CuPy vecAddFast (float4), block 256", r"vecAddFast", 256)])
+PLAN = [(f"Numba vec_add, block {b}", r"vec_add(?!_)", b) for b in BLOCKS] + [
+    ("Numba vec_add_fast (4 per thread), block 256", r"vec_add_fast", 256),
+    ("CuPy vecAddFast (float4), block 256", r"vecAddFast", 256),
+]
 
-CHILD = '''
+CHILD = """
 import sys
 import numpy as np
 from numba import cuda
@@ -73,7 +74,7 @@ else:
     cc = CK.vec_add_cupy_fast(ca, cb, block=256)
     cp.cuda.Device().synchronize()
     assert np.array_equal(cp.asnumpy(cc), h_a + h_b), "vecAddFast"
-'''
+"""
 
 
 def find_ncu() -> str | None:
@@ -89,8 +90,21 @@ def ncu_version(ncu: str) -> str:
 
 
 def command(ncu: str, script: str, n: int) -> list[str]:
-    return [ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", KERNEL_FILTER,
-            "--metrics", ",".join(METRICS), sys.executable, script, str(n)]
+    return [
+        ncu,
+        "--clock-control",
+        "none",
+        "--csv",
+        "--print-units",
+        "base",
+        "--kernel-name",
+        KERNEL_FILTER,
+        "--metrics",
+        ",".join(METRICS),
+        sys.executable,
+        script,
+        str(n),
+    ]
 
 
 def parse_csv(text: str) -> list[dict]:
@@ -110,7 +124,7 @@ def parse_csv(text: str) -> list[dict]:
         launch = launches.setdefault(int(row["ID"]), {"id": int(row["ID"]), "kernel": row["Kernel Name"]})
         dims = [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]
         if dims and "block_size" not in launch:
-            launch["block_size"] = math.prod(dims[:3])       # x * y * z
+            launch["block_size"] = math.prod(dims[:3])  # x * y * z
         key = METRICS.get(row["Metric Name"])
         if key:
             value = float(row["Metric Value"].replace(",", "").strip())
@@ -122,11 +136,12 @@ def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
     """Name each parsed launch after the child script's plan, checking kernel name and block size agree."""
     out, queue = [], list(plan)
     for launch in launches:
-        match = next((p for p in queue if re.search(p[1], launch["kernel"]) and p[2] == launch.get("block_size")),
-                     None)
+        match = next((p for p in queue if re.search(p[1], launch["kernel"]) and p[2] == launch.get("block_size")), None)
         if match is None:
-            raise ValueError(f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')}) "
-                             "is not one the child script makes")
+            raise ValueError(
+                f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')}) "
+                "is not one the child script makes"
+            )
         queue.remove(match)
         out.append({"kernel": match[0], **{k: launch.get(k) for k in ROW_FIELDS}})
     return out
@@ -148,31 +163,41 @@ def load(machine: str | None = None) -> dict:
     if machine is None:
         found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
         if not found:
-            raise FileNotFoundError("no Nsight Compute figures recorded: run `python -m mgpu_helpers.bench ncu` "
-                                    "on a machine with an NVIDIA GPU and ncu")
-        machine = found[0][len("ncu_"):-len(".json")]
+            raise FileNotFoundError(
+                "no Nsight Compute figures recorded: run `python -m mgpu_helpers.bench ncu` "
+                "on a machine with an NVIDIA GPU and ncu"
+            )
+        machine = found[0][len("ncu_") : -len(".json")]
     return json.loads(Path(path_for(machine)).read_text(encoding="utf-8"))
 
 
-NCU_COLUMNS = [("kernel", "kernel", "{}"), ("registers_per_thread", "regs/thread", "{}"),
-               ("achieved_occupancy_pct", "achieved occupancy (%)", "{:.1f}"),
-               ("dram_throughput_pct", "DRAM throughput (% of peak)", "{:.1f}")]
+NCU_COLUMNS = [
+    ("kernel", "kernel", "{}"),
+    ("registers_per_thread", "regs/thread", "{}"),
+    ("achieved_occupancy_pct", "achieved occupancy (%)", "{:.1f}"),
+    ("dram_throughput_pct", "DRAM throughput (% of peak)", "{:.1f}"),
+]
 
 
 def format_table(record: dict) -> str:
     """The recorded rows as text, with where and how they were measured."""
     version = record["ncu_version"]
     version = version if re.match(r"\d", version) else f"({version})"
-    head = (f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), "
-            f"{record['date']}, N = {record['n']} float32")
+    head = (
+        f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), "
+        f"{record['date']}, N = {record['n']} float32"
+    )
     lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
     lines.append(format_text_table(record["rows"], NCU_COLUMNS))
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m mgpu_helpers.bench ncu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--n", type=int, default=1 << 24, help="elements per vector (default 2**24)")
     p.add_argument("--machine", default=None, help="name in the file name (default: from the GPU's name)")
     p.add_argument("--out", default=None, help="where to write the JSON (default mgpu_helpers/data/ncu_<machine>.json)")
@@ -183,11 +208,14 @@ def main(argv: list[str]) -> int:
         return 0
     ncu = find_ncu()
     if ncu is None:
-        print("ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit "
-              "(/usr/local/cuda/bin/ncu). The recorded figures: python -m mgpu_helpers.bench ncu --show",
-              file=sys.stderr)
+        print(
+            "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit "
+            "(/usr/local/cuda/bin/ncu). The recorded figures: python -m mgpu_helpers.bench ncu --show",
+            file=sys.stderr,
+        )
         return 1
     from mgpu_helpers import hardware
+
     m = hardware.machine()
     if not m.gpus:
         print(f"ncu profiles GPU kernels: this machine has no NVIDIA GPU ({m.note or 'none found'}).", file=sys.stderr)
@@ -206,10 +234,16 @@ def main(argv: list[str]) -> int:
         return 1
     rows = label_rows(parse_csv(out.stdout))
     machine = a.machine or machine_name(m.gpus[0].name)
-    record = {"machine": machine, "gpu": m.gpus[0].name, "date": _dt.date.today().isoformat(),
-              "ncu_version": ncu_version(ncu), "n": a.n,
-              "command": " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)]),
-              "source": "python -m mgpu_helpers.bench ncu", "rows": rows}
+    record = {
+        "machine": machine,
+        "gpu": m.gpus[0].name,
+        "date": _dt.date.today().isoformat(),
+        "ncu_version": ncu_version(ncu),
+        "n": a.n,
+        "command": " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)]),
+        "source": "python -m mgpu_helpers.bench ncu",
+        "rows": rows,
+    }
     path = a.out or path_for(machine)
     Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(format_table(record))

@@ -28,19 +28,31 @@ DURATION = re.compile(r"^\s*([\d.]+)s (call|setup|teardown)\s+\S+::Cell (\d+)\s*
 
 FLOOR_CELLS = [
     "import mgpu_helpers as mh\nenv = mh.setup()",
-    "def hello(rank, world_size):\n    return rank\n\n"
-    "assert mh.run_ranks(hello, 2, quiet=True).values == [0, 1]",
+    "def hello(rank, world_size):\n    return rank\n\nassert mh.run_ranks(hello, 2, quiet=True).values == [0, 1]",
 ]
 
 
 def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
     """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run of ``path``."""
-    cmd = [sys.executable, "-m", "pytest", path, "--nbval-lax", "--nbval-current-env", "-p", "no:randomly",
-           "-p", "no:xdist", "-q", "--durations=0", "--durations-min=0.2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        path,
+        "--nbval-lax",
+        "--nbval-current-env",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:xdist",
+        "-q",
+        "--durations=0",
+        "--durations-min=0.2",
+    ]
     start = time.perf_counter()
     try:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:      # a hung notebook is a failed row, not the end of the benchmark
+    except subprocess.TimeoutExpired:  # a hung notebook is a failed row, not the end of the benchmark
         return time.perf_counter() - start, [], False
     wall = time.perf_counter() - start
     cells: dict[int, float] = {}
@@ -61,24 +73,36 @@ def floor_notebook() -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m mgpu_helpers.bench notebooks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--dirs", nargs="+", default=["notebooks"], help="folders of notebooks (default: notebooks)")
     p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
     args = p.parse_args(argv)
 
-    paths = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))
-             if not args.names or any(n in os.path.basename(path) for n in args.names)]
+    paths = [
+        path
+        for d in args.dirs
+        for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))
+        if not args.names or any(n in os.path.basename(path) for n in args.names)
+    ]
     if not paths:
-        p.error(f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
-                "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)")
+        p.error(
+            f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
+            "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)"
+        )
     from mgpu_helpers.launcher import launch
+
     start = time.perf_counter()
-    launch.prewarm(wait=True)        # the fork server up, as every notebook but a session's first finds it
+    launch.prewarm(wait=True)  # the fork server up, as every notebook but a session's first finds it
     launch.shutdown_server()
-    print(f"fork server ready in {time.perf_counter() - start:.1f} s (0 s: it was up; the first notebook of a "
-          "session waits this long once)")
+    print(
+        f"fork server ready in {time.perf_counter() - start:.1f} s (0 s: it was up; the first notebook of a "
+        "session waits this long once)"
+    )
     floor_s, _, floor_ok = run_notebook(floor_notebook())
     print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
     total, failed, over, rows = 0.0, [], [], []
@@ -88,14 +112,29 @@ def main(argv: list[str]) -> int:
         name = os.path.relpath(path, ROOT)
         failed += [] if ok else [name]
         over += [name] if name.startswith("notebooks" + os.sep) and wall > LESSON_TARGET_S else []
-        rows.append({"notebook": name, "s": wall, "cells": ", ".join(f"{i}: {s:.1f}" for s, i in slowest[:args.top])
-                     + ("" if ok else "  FAILED")})
-    print(tables.format_table(rows, [("notebook", "notebook", "{}"), ("s", "s", "{:.1f}"),
-                                     ("cells", "slowest cells (code cell index: s)", "{}")],
-                              left={"cells"}))
-    print(f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
-          f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
-          f"{COURSE_TARGET_S:.0f} s")
+        rows.append(
+            {
+                "notebook": name,
+                "s": wall,
+                "cells": ", ".join(f"{i}: {s:.1f}" for s, i in slowest[: args.top]) + ("" if ok else "  FAILED"),
+            }
+        )
+    print(
+        tables.format_table(
+            rows,
+            [
+                ("notebook", "notebook", "{}"),
+                ("s", "s", "{:.1f}"),
+                ("cells", "slowest cells (code cell index: s)", "{}"),
+            ],
+            left={"cells"},
+        )
+    )
+    print(
+        f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
+        f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
+        f"{COURSE_TARGET_S:.0f} s"
+    )
     if over:
         print("over the lesson target: " + ", ".join(over))
     if failed:

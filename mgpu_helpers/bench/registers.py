@@ -40,6 +40,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--record", metavar="PATH", required=True, help="where to write the registers JSON")
     args = p.parse_args(argv)
     from mgpu_helpers import course
+
     env = course.setup(show=False, prewarm=False)
     if env.mode != "gpu":
         print("needs an NVIDIA GPU: registers per thread come from the compiled kernels")
@@ -47,9 +48,13 @@ def main(argv: list[str]) -> int:
     import cupy as cp
     import numba
 
-    out = {"_source": f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}",
-           "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__, "numba": numba.__version__,
-           **kernel_registers()}
+    out = {
+        "_source": f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}",
+        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "cupy": cp.__version__,
+        "numba": numba.__version__,
+        **kernel_registers(),
+    }
     with open(args.record, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(out, indent=1))

@@ -32,7 +32,7 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
     def slowest_rank_seconds(run, x):
         seconds = time_batch(lambda: run(x), iters, warmup, dev)
         slowest = torch.tensor([seconds], dtype=torch.float64, device=dev)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)   # a collective ends when its slowest rank does
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a collective ends when its slowest rank does
         return slowest.item()
 
     rows = []
@@ -57,8 +57,15 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
     return rows
 
 
-def measure(world_size: int = 2, sizes=None, iters: int | None = None, warmup: int = 3, pieces=(1,),
-            backend: str = "auto", timeout: float = 300.0):
+def measure(
+    world_size: int = 2,
+    sizes=None,
+    iters: int | None = None,
+    warmup: int = 3,
+    pieces=(1,),
+    backend: str = "auto",
+    timeout: float = 300.0,
+):
     """Run the comparison on ``world_size`` ranks. Returns ``(backend, rows)`` with rows
     ``(nbytes, seconds_dist, {pieces: seconds_ring}, ring_equals_dist)``."""
     from mgpu_helpers import hardware
@@ -68,28 +75,52 @@ def measure(world_size: int = 2, sizes=None, iters: int | None = None, warmup: i
     gpu = chosen == "nccl"
     sizes = list(sizes or (GPU_SIZES if gpu else CPU_SIZES))
     iters = iters or (20 if gpu else 5)
-    res = run_ranks(_rank_fn, world_size, args=(sizes, iters, warmup, list(pieces)), backend=chosen,
-                    timeout=timeout, stream=False, quiet=True)
+    res = run_ranks(
+        _rank_fn,
+        world_size,
+        args=(sizes, iters, warmup, list(pieces)),
+        backend=chosen,
+        timeout=timeout,
+        stream=False,
+        quiet=True,
+    )
     return res.backend, res.values[0]
 
 
-RING_COLUMNS = [("bytes", "bytes", "{}"), ("dist_us", "all_reduce us", "{:.1f}"), ("dist_busbw", "busbw GB/s", "{:.2f}"),
-                ("pieces", "pieces", "{}"), ("ring_us", "ring us", "{:.1f}"), ("ring_busbw", "busbw GB/s", "{:.2f}"),
-                ("share", "ring/dist", "{:.0%}"), ("ok", "same result", "{}")]
+RING_COLUMNS = [
+    ("bytes", "bytes", "{}"),
+    ("dist_us", "all_reduce us", "{:.1f}"),
+    ("dist_busbw", "busbw GB/s", "{:.2f}"),
+    ("pieces", "pieces", "{}"),
+    ("ring_us", "ring us", "{:.1f}"),
+    ("ring_busbw", "busbw GB/s", "{:.2f}"),
+    ("share", "ring/dist", "{:.0%}"),
+    ("ok", "same result", "{}"),
+]
 
 
 def format_table(world_size: int, rows) -> str:
     """Text table: size, dist.all_reduce time and busbw, then for each ``pieces`` the ring's and its share."""
-    from mgpu_helpers.report.tables import format_table as text_table
     from mgpu_helpers.models.bandwidth import busbw
+    from mgpu_helpers.report.tables import format_table as text_table
 
     lines = []
     for nbytes, t_dist, t_ring, ok in rows:
         bw_dist = busbw("all_reduce", nbytes, t_dist, world_size) / 1e9
         for p, t in t_ring.items():
             bw = busbw("all_reduce", nbytes, t, world_size) / 1e9
-            lines.append({"bytes": nbytes, "dist_us": t_dist * 1e6, "dist_busbw": bw_dist, "pieces": p,
-                          "ring_us": t * 1e6, "ring_busbw": bw, "share": bw / bw_dist, "ok": ok})
+            lines.append(
+                {
+                    "bytes": nbytes,
+                    "dist_us": t_dist * 1e6,
+                    "dist_busbw": bw_dist,
+                    "pieces": p,
+                    "ring_us": t * 1e6,
+                    "ring_busbw": bw,
+                    "share": bw / bw_dist,
+                    "ok": ok,
+                }
+            )
     return text_table(lines, RING_COLUMNS)
 
 
@@ -112,4 +143,5 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     import sys
+
     sys.exit(main(sys.argv[1:]))

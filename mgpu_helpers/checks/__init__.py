@@ -81,6 +81,7 @@ checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on 
 
 Notebook 13's own fill-ins are checked by ``mh.checks.overlap.try_*`` (:mod:`mgpu_helpers.checks.overlap`).
 """
+
 from mgpu_helpers.lazy import attach
 
 # The public names of each module, reached as ``mh.checks.<name>`` (the modules themselves are reached too).
@@ -91,29 +92,31 @@ _PUBLIC = {
     "cuda_model": "check_grid_2d check_reverse_copy check_add_into_grid_stride",
     "kernels": "PAD check_matrix_add",
     "occupancy": "check_saxpy_cupy check_blocks_per_sm check_vec_add_two check_max_regs check_one_wave_blocks "
-                 "one_wave_facts",
+    "one_wave_facts",
     "groups": "check_env_for check_init_for check_placement check_join_and_sum",
     "p2p": "check_exchange check_ring_pass check_pass_right check_ring_sum",
     "collectives": "check_broadcast check_all_gather check_ring_all_reduce check_count_sent_bytes "
-                   "check_ring_bytes_guess check_ring_all_reduce_right try_ring_all_reduce check_expected_outputs "
-                   "try_expected_outputs check_all_reduce_busbw try_all_reduce_busbw check_comm_share_speedup "
-                   "try_comm_share_speedup check_first_out_of_step try_first_out_of_step",
+    "check_ring_bytes_guess check_ring_all_reduce_right try_ring_all_reduce check_expected_outputs "
+    "try_expected_outputs check_all_reduce_busbw try_all_reduce_busbw check_comm_share_speedup "
+    "try_comm_share_speedup check_first_out_of_step try_first_out_of_step",
     "semantics": "check_all_gather_uneven check_all_reduce_rs_ag check_reduce_scatter_uneven "
-                 "check_bytes_each_rank_sends",
+    "check_bytes_each_rank_sends",
     "sharding": "MEMORY_STRATEGIES check_shard_contiguous_by_cost check_rank_memory_fewest_gpus "
-                "check_contiguous_ranges check_per_rank_memory",
+    "check_contiguous_ranges check_per_rank_memory",
     "stragglers": "check_ring_allreduce_seconds best_rebalance check_rebalance check_wait_prediction "
-                  "check_allreduce_crossover_bytes check_straggler_from_collective",
+    "check_allreduce_crossover_bytes check_straggler_from_collective",
     "dataparallel": "check_data_parallel_step",
     "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_culprit make_flight_dumps "
-                   "check_straggler_or_none",
+    "check_straggler_or_none",
     "review": "check_speedup_prediction check_find_straggler",
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
-           "check_ownership_cyclic",
+    "check_ownership_cyclic",
 }
 _attribute, __dir__, __all__ = attach(
-    __name__, submodules=None,  # every module of this folder
-    attributes={name: module for module, names in _PUBLIC.items() for name in names.split()})
+    __name__,
+    submodules=None,  # every module of this folder
+    attributes={name: module for module, names in _PUBLIC.items() for name in names.split()},
+)
 
 
 def __getattr__(name: str):
@@ -130,4 +133,8 @@ def __getattr__(name: str):
     def guarded(*args, **kwargs):
         with guarding_course_code(name.removeprefix("check_")):
             return obj(*args, **kwargs)
+
+    # lazy_loader (0.5 and later) keeps what it resolved in this module's namespace, where the next lookup finds
+    # it without calling this function: the guarded check replaces it there, or only the first call is guarded.
+    globals()[name] = guarded
     return guarded

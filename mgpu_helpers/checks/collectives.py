@@ -8,19 +8,43 @@ import math
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, SENDS, WORLD_SIZES, CheckFailed, RankProblem,
-                                      WatchedCalls, answers, as_numpy, call, compare, expect_items, fill_in_cell,
-                                      first_hint, has_stub, int_values, launch, matching_hint, new_rng, number_answer,
-                                      passed, rank_tensor, refuse_course_code, resolve_course, run_on_ranks,
-                                      run_problem, which_rank)
+from mgpu_helpers.checks.core import (
+    COLLECTIVE_CALLS,
+    HANG_S,
+    SENDS,
+    WORLD_SIZES,
+    CheckFailed,
+    RankProblem,
+    WatchedCalls,
+    answers,
+    as_numpy,
+    call,
+    compare,
+    expect_items,
+    fill_in_cell,
+    first_hint,
+    has_stub,
+    int_values,
+    launch,
+    matching_hint,
+    new_rng,
+    number_answer,
+    passed,
+    rank_tensor,
+    refuse_course_code,
+    resolve_course,
+    run_on_ranks,
+    run_problem,
+    which_rank,
+)
+from mgpu_helpers.lessons.ring import chunk_bounds, ring_all_reduce, ring_schedule
 from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
-from mgpu_helpers.lessons.ring import chunk_bounds, ring_all_reduce, ring_schedule
 
 # The number-first exercise: one concrete ring all-reduce, the same for every reader.
 GUESS_WORLD_SIZE = 4
-GUESS_ELEMENTS = 1_000_000          # float32: S = 4,000,000 bytes
+GUESS_ELEMENTS = 1_000_000  # float32: S = 4,000,000 bytes
 
 
 # -- broadcast ------------------------------------------------------------------------------------------------
@@ -32,17 +56,20 @@ def _broadcast_case(rng, world_size):
     length = int(rng.integers(1, 6))
     inputs = [int_values(rng, length) for _ in range(world_size)]
     src = {1: 0, 2: 1, 3: 2}.get(world_size, int(rng.integers(0, world_size)))
-    inputs[src][int(rng.integers(0, length))] = 0.0           # zeros in the data that is sent
+    inputs[src][int(rng.integers(0, length))] = 0.0  # zeros in the data that is sent
     return inputs, (src,)
 
 
 BROADCAST = RankProblem(
-    name="broadcast_p2p", what="broadcast_p2p 要让每个 Rank 都拿到 src 的数据",
+    name="broadcast_p2p",
+    what="broadcast_p2p 要让每个 Rank 都拿到 src 的数据",
     make_case=_broadcast_case,
     reference=lambda inputs, extra, world_size: [inputs[extra[0]]] * world_size,
     explain=lambda case, rank, got: which_rank(got, case.inputs),
     where=lambda case, rank: f"world_size = {case.world_size}，src = {case.extra[0]}，rank {rank}",
-    forbid=COLLECTIVE_CALLS, done="broadcast_p2p 在 world_size = {sizes}、随机的 src 上都对。")
+    forbid=COLLECTIVE_CALLS,
+    done="broadcast_p2p 在 world_size = {sizes}、随机的 src 上都对。",
+)
 
 
 # -- all-gather -----------------------------------------------------------------------------------------------
@@ -63,20 +90,25 @@ def _explain_gather_order(case, rank, got):
     if got is None or np.shape(got) != np.shape(case.expected[rank]):
         return ""
     for pos in range(case.world_size):
-        piece = np.asarray(got[pos * length:(pos + 1) * length])
+        piece = np.asarray(got[pos * length : (pos + 1) * length])
         if not np.allclose(piece, inputs[pos]):
-            raise CheckFailed(f"world_size = {case.world_size}，rank {rank}：结果里第 {pos} 段（下标 {pos * length}.."
-                              f"{(pos + 1) * length - 1}）应当是 rank {pos} 的数据 {inputs[pos].tolist()}，"
-                              f"实际是 {piece.tolist()}{which_rank(piece, inputs)}。按 rank 顺序放，不是按收到的顺序。")
+            raise CheckFailed(
+                f"world_size = {case.world_size}，rank {rank}：结果里第 {pos} 段（下标 {pos * length}.."
+                f"{(pos + 1) * length - 1}）应当是 rank {pos} 的数据 {inputs[pos].tolist()}，"
+                f"实际是 {piece.tolist()}{which_rank(piece, inputs)}。按 rank 顺序放，不是按收到的顺序。"
+            )
     return ""
 
 
 ALL_GATHER = RankProblem(
-    name="all_gather_p2p", what="all_gather_p2p 要把所有 Rank 的 x 按 rank 顺序拼起来",
+    name="all_gather_p2p",
+    what="all_gather_p2p 要把所有 Rank 的 x 按 rank 顺序拼起来",
     make_case=_gather_case,
     reference=lambda inputs, extra, world_size: [np.concatenate(inputs)] * world_size,
-    explain=_explain_gather_order, forbid=COLLECTIVE_CALLS,
-    done="all_gather_p2p 在 world_size = {sizes} 上按 rank 顺序拼齐了。")
+    explain=_explain_gather_order,
+    forbid=COLLECTIVE_CALLS,
+    done="all_gather_p2p 在 world_size = {sizes} 上按 rank 顺序拼齐了。",
+)
 
 
 # -- ring all-reduce: the result, and the bytes and neighbours of every send ------------------------------
@@ -86,23 +118,27 @@ ALL_GATHER = RankProblem(
 # with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
 # by a refusal, wherever the reader's code reaches them from.
 
-RING_FORBIDDEN_LIB = ("mgpu_helpers.lessons.ring.ring_all_reduce", "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
-                      "mgpu_helpers.checks.collectives.reference_ring_all_reduce_left",
-                      "mgpu_helpers.lessons.p2p.ring_pass")
+RING_FORBIDDEN_LIB = (
+    "mgpu_helpers.lessons.ring.ring_all_reduce",
+    "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
+    "mgpu_helpers.checks.collectives.reference_ring_all_reduce_left",
+    "mgpu_helpers.lessons.p2p.ring_pass",
+)
 
 
 def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
     """Rank function: run the reader's ring on every case, every send logged (core.WatchedCalls: under any
     name or import path), the collectives and the course's ring refused."""
     results = []
-    with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:      # the ring is built from messages
+    with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
         for inputs in cases:
             x = rank_tensor(inputs[rank])
             start = len(watched.calls)
             out = fn(x) if style == "tensor" else fn(rank, world_size, x)
             out = x if out is None and style == "tensor" else out
-            sends = [(int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:]
-                     if c.name in SENDS]
+            sends = [
+                (int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:] if c.name in SENDS
+            ]
             results.append((as_numpy(out), sends, out is x))
     return results
 
@@ -116,7 +152,7 @@ def _ring_cases(rng, world_size: int, short: bool) -> list:
     if short and world_size > 2:
         lengths.append(world_size - 1)
     cases = [[int_values(rng, length) for _ in range(world_size)] for length in lengths]
-    cases[0][-1][:] = 0.0            # a rank of zeros: a product or a copy instead of a sum shows
+    cases[0][-1][:] = 0.0  # a rank of zeros: a product or a copy instead of a sum shows
     return cases
 
 
@@ -125,33 +161,44 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
     2(n - 1) chunks in all per rank. Raises :class:`CheckFailed` naming the rank and the rule."""
     n, itemsize = world_size, 4
     nbytes = length * itemsize
-    chunk = -(-length // n) * itemsize                       # the longest chunk, in bytes
+    chunk = -(-length // n) * itemsize  # the longest chunk, in bytes
     side = "右边 (rank + 1) % world_size " if direction == 1 else "左边 (rank - 1) % world_size "
     where = f"world_size = {n}，长度 {length}（S = {nbytes} 字节）"
     sent = [sum(b for _d, b in log) for log in logs]
     peers = [{d for d, _b in log} for log in logs]
     if n >= 3 and all(peers[r] == {0} for r in range(1, n)):
-        raise CheckFailed(f"{name}，{where}：rank 1..{n - 1} 都只给 rank 0 发。先把数据收到 rank 0、加好再发回去，"
-                          f"结果是对的，但那是 Gather + Broadcast：rank 0 一个人发出 {sent[0]} 字节，别人都在等它。"
-                          f"环上每个 Rank 只给{side}发，每次一块。")
+        raise CheckFailed(
+            f"{name}，{where}：rank 1..{n - 1} 都只给 rank 0 发。先把数据收到 rank 0、加好再发回去，"
+            f"结果是对的，但那是 Gather + Broadcast：rank 0 一个人发出 {sent[0]} 字节，别人都在等它。"
+            f"环上每个 Rank 只给{side}发，每次一块。"
+        )
     for rank, log in enumerate(logs):
         wrong_peer = sorted(peers[rank] - {(rank + direction) % n})
         if wrong_peer:
-            raise CheckFailed(f"{name}，{where}：rank {rank} 给 rank {wrong_peer} 发了消息；"
-                              f"环上每个 Rank 只给{side}发（方向反了吗？）。")
+            raise CheckFailed(
+                f"{name}，{where}：rank {rank} 给 rank {wrong_peer} 发了消息；"
+                f"环上每个 Rank 只给{side}发（方向反了吗？）。"
+            )
         biggest = max((b for _d, b in log), default=0)
         if biggest > chunk:
             whole = "，正好是整个张量：那是练习 04 的整张量沿环传递" if biggest == nbytes else ""
-            raise CheckFailed(f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
-                              f"每一步只发一块（最长的一块 {chunk} 字节）。")
+            raise CheckFailed(
+                f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
+                f"每一步只发一块（最长的一块 {chunk} 字节）。"
+            )
     formula = bytes_sent_per_rank("all_reduce", nbytes, n)
     total = sum(sent)
     if total != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
         rank = max(range(n), key=lambda r: abs(sent[r] - formula))
-        why = ("少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。" if total < round(n * formula)
-               else "多了：每个块在每个阶段只沿环走 world_size - 1 步。")
-        raise CheckFailed(f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} "
-                          f"和环该发的 {formula:g} 差得太远，{why}")
+        why = (
+            "少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。"
+            if total < round(n * formula)
+            else "多了：每个块在每个阶段只沿环走 world_size - 1 步。"
+        )
+        raise CheckFailed(
+            f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} "
+            f"和环该发的 {formula:g} 差得太远，{why}"
+        )
 
 
 def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> tuple:
@@ -164,24 +211,37 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
     rng = new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short)
-        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, style, course), what, fn, timeout,
-                            advice="每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），"
-                                   "循环走完 world_size - 1 步就停。")
+        res_values = launch(
+            _instrumented_ring_rank,
+            world_size,
+            (fn, cases, style, course),
+            what,
+            fn,
+            timeout,
+            advice="每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。",
+        )
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
             for rank in range(world_size):
                 got, _log, same = res_values[rank][k]
                 where = f"world_size = {world_size}，长度 {length}，rank {rank}"
-                a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]   # done by reduce-scatter
+                a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]  # done by reduce-scatter
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
                     hint = first_hint(
                         (np.allclose(got, inputs[rank]), "结果还是这个 Rank 自己的输入：收到的块加上了吗？"),
-                        (np.allclose(got[a:b], want[a:b]), "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。"),
-                        default=("对照 ring_schedule：每一步发哪块、收哪块" if direction == 1 else
-                                 "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank")
-                        + "；Reduce-Scatter 要加，All-Gather 直接覆盖。")
+                        (
+                            np.allclose(got[a:b], want[a:b]),
+                            "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。",
+                        ),
+                        default=(
+                            "对照 ring_schedule：每一步发哪块、收哪块"
+                            if direction == 1
+                            else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
+                        )
+                        + "；Reduce-Scatter 要加，All-Gather 直接覆盖。",
+                    )
                 compare(got, want, where, hint)
                 if style == "tensor" and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
@@ -193,26 +253,31 @@ def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
     sizes = run_ring("ring_all_reduce", fn, "tensor", 1, world_sizes, timeout, short=True)
-    passed(f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
-           "时都等于总和；每个 Rank 只给右边发，每条消息一块。")
+    passed(
+        f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
+        "时都等于总和；每个 Rank 只给右边发，每条消息一块。"
+    )
 
 
-try_ring_all_reduce = fill_in_cell(check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce",
-                                   "Ring All-Reduce")
+try_ring_all_reduce = fill_in_cell(
+    check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce", "Ring All-Reduce"
+)
 
 
 def reference_ring_all_reduce_left(rank, world_size, x):
     """ex05-3's reference: the ring turned round (send to rank - 1, receive from rank + 1)."""
     import torch.distributed as dist
 
-
     n = world_size
     left, right = (rank - 1) % n, (rank + 1) % n
     bounds = chunk_bounds(x.numel(), n)
     for phase in ("reduce-scatter", "all-gather"):
         for s in range(n - 1):
-            send, recv = ((rank + s) % n, (rank + s + 1) % n) if phase == "reduce-scatter" else \
-                ((rank - 1 + s) % n, (rank + s) % n)
+            send, recv = (
+                ((rank + s) % n, (rank + s + 1) % n)
+                if phase == "reduce-scatter"
+                else ((rank - 1 + s) % n, (rank + s) % n)
+            )
             (a, b), (c, d) = bounds[send], bounds[recv]
             incoming = x.new_empty(d - c) if phase == "reduce-scatter" else x[c:d]
             ops = [dist.P2POp(dist.isend, x[a:b], left), dist.P2POp(dist.irecv, incoming, right)]
@@ -227,8 +292,10 @@ def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None
     """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
     sizes = run_ring("ring_all_reduce_left", fn, "args", -1, world_sizes, timeout, short=False)
-    passed(f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
-           "总和；每个 Rank 只给左边发，每条消息一块。")
+    passed(
+        f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
+        "总和；每个 Rank 只给左边发，每条消息一块。"
+    )
 
 
 # -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------
@@ -243,7 +310,7 @@ def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list
 
 
 def _bytes_case(rng, world_size):
-    length = int(rng.integers(4 * world_size, 40 * world_size))    # mostly not divisible: uneven chunks
+    length = int(rng.integers(4 * world_size, 40 * world_size))  # mostly not divisible: uneven chunks
     return [np.zeros(length, dtype=np.float32) for _ in range(world_size)], ()
 
 
@@ -254,22 +321,29 @@ def _explain_bytes(case, rank, got):
         return "count_sent_bytes 要返回一个数（这个 Rank 发出的字节数）。"
     nbytes = 4 * len(case.inputs[0])
     want = case.expected[rank]
-    slips = ((0, "一个字节都没数到：是不是包装没有装上（要在调用 ring_all_reduce 之前替换 dist.batch_isend_irecv）？"),
-             (2 * want, "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"),
-             (want / 2, "正好是一半：只数到了一个阶段（Reduce-Scatter 和 All-Gather 各发 world_size - 1 块）。"),
-             (nbytes, "那是整个张量的大小 S，不是这个 Rank 实际发出的字节数。"))
+    slips = (
+        (0, "一个字节都没数到：是不是包装没有装上（要在调用 ring_all_reduce 之前替换 dist.batch_isend_irecv）？"),
+        (2 * want, "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"),
+        (want / 2, "正好是一半：只数到了一个阶段（Reduce-Scatter 和 All-Gather 各发 world_size - 1 块）。"),
+        (nbytes, "那是整个张量的大小 S，不是这个 Rank 实际发出的字节数。"),
+    )
     formula = f"（公式 2(n-1)/n·S 给出 {bytes_sent_per_rank('all_reduce', nbytes, case.world_size):g}；块长不等时各 Rank 略有不同。）"
     return next((text for value, text in slips if got == value), formula)
 
 
 RING_BYTES = RankProblem(
-    name="count_sent_bytes", what="count_sent_bytes 要数出这个 Rank 在 ring_all_reduce 里一共发出了多少字节",
+    name="count_sent_bytes",
+    what="count_sent_bytes 要数出这个 Rank 在 ring_all_reduce 里一共发出了多少字节",
     make_case=_bytes_case,
     reference=lambda inputs, extra, world_size: ring_bytes_per_rank(len(inputs[0]), world_size),
-    explain=_explain_bytes, course=("mgpu_helpers.checks.collectives.reference_count_sent_bytes",),
-    where=lambda case, rank: (f"world_size = {case.world_size}，{len(case.inputs[0])} 个 float32"
-                              f"（S = {4 * len(case.inputs[0])} 字节），rank {rank}"),
-    done="count_sent_bytes 在 world_size = {sizes} 上数出的字节数和 Ring 的调度表一致。")
+    explain=_explain_bytes,
+    course=("mgpu_helpers.checks.collectives.reference_count_sent_bytes",),
+    where=lambda case, rank: (
+        f"world_size = {case.world_size}，{len(case.inputs[0])} 个 float32"
+        f"（S = {4 * len(case.inputs[0])} 字节），rank {rank}"
+    ),
+    done="count_sent_bytes 在 world_size = {sizes} 上数出的字节数和 Ring 的调度表一致。",
+)
 
 
 def check_broadcast(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -287,8 +361,10 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> Non
     rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
     for case in run_problem(RING_BYTES, fn, world_sizes, timeout):
         nbytes = 4 * len(case.inputs[0])
-        print(f"  world_size = {case.world_size}，S = {nbytes} 字节：每个 Rank 发出 {case.expected}，"
-              f"2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, case.world_size):g}")
+        print(
+            f"  world_size = {case.world_size}，S = {nbytes} 字节：每个 Rank 发出 {case.expected}，"
+            f"2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, case.world_size):g}"
+        )
 
 
 def reference_count_sent_bytes(rank, world_size, x):
@@ -313,15 +389,25 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
         raise CheckFailed(f"{what}：各 Rank 数到的字节数不一样：{counted}（块长应当相等）。")
     measured = counted[0]
     if abs(guess - measured) > 0.01 * measured:
-        why = first_hint((guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
-                         (abs(guess - measured / 2) <= 0.01 * measured, "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
-                         (abs(guess - 2 * nbytes) <= 0.01 * nbytes,
-                          "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。"),
-                         default="数一数：两个阶段各几步？每一步发多大的一块？")
-        raise CheckFailed(f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 "
-                          f"{measured} 字节。{why}")
-    passed(f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
-           f"（S = {nbytes}，2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, GUESS_WORLD_SIZE):g}）。")
+        why = first_hint(
+            (guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
+            (
+                abs(guess - measured / 2) <= 0.01 * measured,
+                "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。",
+            ),
+            (
+                abs(guess - 2 * nbytes) <= 0.01 * nbytes,
+                "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。",
+            ),
+            default="数一数：两个阶段各几步？每一步发多大的一块？",
+        )
+        raise CheckFailed(
+            f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 {measured} 字节。{why}"
+        )
+    passed(
+        f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
+        f"（S = {nbytes}，2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, GUESS_WORLD_SIZE):g}）。"
+    )
 
 
 # -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
@@ -359,12 +445,18 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
     return first_hint(
         (same(rows[rank]), "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"),
         (same(rows.mean(axis=0)), "这是平均值：op=SUM 是求和，不除以 world_size。"),
-        (name == "all_reduce" and same(rows.sum(axis=1)),
-         "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"),
+        (
+            name == "all_reduce" and same(rows.sum(axis=1)),
+            "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。",
+        ),
         (name == "all_gather" and same(rows[::-1].reshape(-1)), "顺序反了：第 k 段是 rank k 的数据。"),
         (rs and same(rows.sum(axis=0)), "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"),
-        (rs and same(np.split(rows[rank], n)[rank]), "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"),
-        (other is not None, f"这是第 {other} 段的和；rank {rank} 拿的是第 {rank} 段。"))
+        (
+            rs and same(np.split(rows[rank], n)[rank]),
+            "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。",
+        ),
+        (other is not None, f"这是第 {other} 段的和；rank {rank} 拿的是第 {rank} 段。"),
+    )
 
 
 def check_expected_outputs(fns: dict) -> None:
@@ -377,9 +469,13 @@ def check_expected_outputs(fns: dict) -> None:
             got = call(fn, what, [list(r) for r in inputs])
             want = reference_expected(name, inputs)
             where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
-            expect_items(got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。")
+            expect_items(
+                got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。"
+            )
             for rank in range(len(inputs)):
-                compare(got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank]))
+                compare(
+                    got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank])
+                )
     passed("三个集合通信的结果你都算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。")
 
 
@@ -389,8 +485,10 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
     reference = {name: (lambda inputs, name=name: reference_expected(name, inputs)) for name in EXPECTED_NAMES}
     unwritten = [name for name, fn in given.items() if fn is None or has_stub(fn)]
     if unwritten:
-        print(f"「{'、'.join('expected_' + u for u in unwritten)}」还没写：下面先用课程的参考答案。"
-              "写好之后再运行这一格，它会立刻检查。")
+        print(
+            f"「{'、'.join('expected_' + u for u in unwritten)}」还没写：下面先用课程的参考答案。"
+            "写好之后再运行这一格，它会立刻检查。"
+        )
         return reference
     check_expected_outputs(given)
     return given
@@ -400,8 +498,15 @@ def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth, nccl-tests' definition."""
     what = "all_reduce_busbw 要算出 All-Reduce 的 busbw（字节/秒）"
     rng = new_rng()
-    cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3)]   # n = 8 first: wrong factors differ
-    cases += [(float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 9))) for _ in range(20)]
+    cases = [
+        (1e9, 1.0, 8),
+        (1e9, 1.0, 2),
+        (3 * 2**20, 0.002, 1),
+        (1000.0, 1e-5, 3),
+    ]  # n = 8 first: wrong factors differ
+    cases += [
+        (float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 9))) for _ in range(20)
+    ]
     for (nbytes, seconds, n), got in answers(fn, what, cases):
         want = busbw("all_reduce", nbytes, seconds, n)
         where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
@@ -409,21 +514,32 @@ def check_all_reduce_busbw(fn) -> None:
         if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             continue
         alg = algbw(nbytes, seconds)
-        guesses = {alg * 2: "2 是 Rank 很多时的极限；n 个 Rank 时每个 Rank 发出的比 2S 少。",
-                   alg * 1.5: "系数写死成了 4 个 Rank 的值：它随 world_size 变。",
-                   alg: "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍。",
-                   alg * (n - 1) / n: "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。",
-                   alg * 2 * (n - 1): "步数数对了，可每一步发的不是整个张量：张量切成 n 块，每步只发一块。",
-                   seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
-                   alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。"}
-        why = matching_hint(got, guesses.items(), rel_tol=1e-6,
-                            default="一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。" if n == 1 else "")
+        guesses = {
+            alg * 2: "2 是 Rank 很多时的极限；n 个 Rank 时每个 Rank 发出的比 2S 少。",
+            alg * 1.5: "系数写死成了 4 个 Rank 的值：它随 world_size 变。",
+            alg: "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍。",
+            alg * (n - 1) / n: "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。",
+            alg * 2 * (n - 1): "步数数对了，可每一步发的不是整个张量：张量切成 n 块，每步只发一块。",
+            seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
+            alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。",
+        }
+        why = matching_hint(
+            got,
+            guesses.items(),
+            rel_tol=1e-6,
+            default="一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。" if n == 1 else "",
+        )
         raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     passed(f"all_reduce_busbw 在 {len(cases)} 组（含 n = 1、2、8）上都对。")
 
 
-try_all_reduce_busbw = fill_in_cell(check_all_reduce_busbw, lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
-                                    "All-Reduce 的 busbw", keep="all_reduce_busbw", lesson="05")   # 11, 12: mh.mine
+try_all_reduce_busbw = fill_in_cell(
+    check_all_reduce_busbw,
+    lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
+    "All-Reduce 的 busbw",
+    keep="all_reduce_busbw",
+    lesson="05",
+)  # 11, 12: mh.mine
 
 
 def check_comm_share_speedup(fn) -> None:
@@ -438,10 +554,18 @@ def check_comm_share_speedup(fn) -> None:
         got = number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
-        guesses = [((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
-                   (before / after if after > 0 else None, "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。"),
-                   (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
-                   (1 / (1 - before + after), "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。")]
+        guesses = [
+            ((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
+            (
+                before / after if after > 0 else None,
+                "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。",
+            ),
+            (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
+            (
+                1 / (1 - before + after),
+                "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。",
+            ),
+        ]
         why = matching_hint(got, guesses, rel_tol=1e-9)
         raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
     passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
@@ -472,13 +596,15 @@ OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 def _out_of_step_cases(rng, count: int = 40):
     """Fixed cases that each expose one slip, then random ones (2 to 5 ranks, in step or one rank off)."""
     a, b = ("all_reduce", 4), ("broadcast", 4)
-    cases = [[[a, b], [b, a]],                                    # order: out of step at 0
-             [[a, a], [a, a]],                                    # in step
-             [[a, ("all_reduce", 8)], [a, a]],                    # count only: 1
-             [[a, a], [a]],                                       # one call fewer: 1
-             [[a, a, a], [a, a, a], [a, a, b]],                   # only the last rank differs: 2
-             [[a], [a], [a, b]],                                  # the last rank has one more: 1
-             [[], []]]                                            # nothing called: in step
+    cases = [
+        [[a, b], [b, a]],  # order: out of step at 0
+        [[a, a], [a, a]],  # in step
+        [[a, ("all_reduce", 8)], [a, a]],  # count only: 1
+        [[a, a], [a]],  # one call fewer: 1
+        [[a, a, a], [a, a, a], [a, a, b]],  # only the last rank differs: 2
+        [[a], [a], [a, b]],  # the last rank has one more: 1
+        [[], []],
+    ]  # nothing called: in step
     for _ in range(count):
         world_size, length = int(rng.integers(2, 6)), int(rng.integers(1, 6))
         common = [(str(rng.choice(OPS)), int(rng.choice((4, 8, 16)))) for _ in range(length)]
@@ -505,10 +631,13 @@ def _explain_out_of_step(calls, got, want) -> str:
     return first_hint(
         (want is not None and got == want + 1, "序号从 0 数起：第一个集合通信是 0 号。"),
         (got == names_only and got != want, "只比了名字：同一种集合通信、元素个数不同，也对不上（count 也要一样）。"),
-        (got == zipped and shortest < max(len(c) for c in calls),
-         "有的 rank 调用得少：它没有第 k 个调用时，别的 rank 会在第 k 个调用里一直等它，这也是步调不一致（zip 会悄悄截掉多出来的调用）。"),
+        (
+            got == zipped and shortest < max(len(c) for c in calls),
+            "有的 rank 调用得少：它没有第 k 个调用时，别的 rank 会在第 k 个调用里一直等它，这也是步调不一致（zip 会悄悄截掉多出来的调用）。",
+        ),
         (got == pairwise and len(calls) > 2, "要比所有 rank，不只是前两个。"),
-        default="第 k 个调用上，所有 rank 的 (名字, 个数) 要完全一样；找出第一个不一样的 k，都一样时返回 None。")
+        default="第 k 个调用上，所有 rank 的 (名字, 个数) 要完全一样；找出第一个不一样的 k，都一样时返回 None。",
+    )
 
 
 def check_first_out_of_step(fn) -> None:

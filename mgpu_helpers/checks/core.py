@@ -24,8 +24,8 @@ import sysconfig
 import threading
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -41,8 +41,12 @@ class CheckFailed(AssertionError):
     (IPython's ``_render_traceback_`` hook); :func:`show_trace` prints the whole traceback for who wants it."""
 
     def _render_traceback_(self):
-        return ["\x1b[1;31m检查没有通过\x1b[0m", *str(self).splitlines(), "",
-                "（想看检查是在哪一步发现的：运行 mh.checks.show_trace()）"]
+        return [
+            "\x1b[1;31m检查没有通过\x1b[0m",
+            *str(self).splitlines(),
+            "",
+            "（想看检查是在哪一步发现的：运行 mh.checks.show_trace()）",
+        ]
 
 
 def show_trace() -> None:
@@ -69,8 +73,10 @@ def name_of(fn) -> str:
 
 
 def not_done(fn, what: str) -> CheckFailed:
-    return CheckFailed(f"{NOT_DONE}：{what}。`{name_of(fn)}` 里还是练习占位 raise NotImplementedError"
-                       "（\"练习：补全这里\"）；在那里写下你的代码，再运行这个检查。")
+    return CheckFailed(
+        f"{NOT_DONE}：{what}。`{name_of(fn)}` 里还是练习占位 raise NotImplementedError"
+        '（"练习：补全这里"）；在那里写下你的代码，再运行这个检查。'
+    )
 
 
 def is_stub_error(exc: BaseException) -> bool:
@@ -91,8 +97,11 @@ def has_stub(fn) -> bool:
     stub's text."""
     if isinstance(fn, type):
         return any(has_stub(method) for method in vars(fn).values() if callable(method))
-    return any(isinstance(const, str) and STUB_MARK in const
-               for c in _code_objects(getattr(_inner(fn), "__code__", None)) for const in c.co_consts)
+    return any(
+        isinstance(const, str) and STUB_MARK in const
+        for c in _code_objects(getattr(_inner(fn), "__code__", None))
+        for const in c.co_consts
+    )
 
 
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
@@ -108,15 +117,15 @@ def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
     (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
     """
     if fn is None or has_stub(fn):
-        if os.environ.get("MGPU_GRADING"):      # nbgrader's autograde (tools/grading.py): unwritten is a fail
+        if os.environ.get("MGPU_GRADING"):  # nbgrader's autograde (tools/grading.py): unwritten is a fail
             raise not_done(fn, what)
         print(f"「{what}」还没写：下面的单元格先用课程的参考实现。写好之后再运行这一格，它会立刻检查你的版本。")
         return reference
     try:
         check(fn)
     except CheckFailed as exc:
-        if str(exc).startswith(NOT_DONE):       # the stub was reached deeper down (a helper still unwritten)
-            print(f"「{what}」还没写完：{str(exc)[len(NOT_DONE) + 1:]} 下面的单元格先用课程的参考实现。")
+        if str(exc).startswith(NOT_DONE):  # the stub was reached deeper down (a helper still unwritten)
+            print(f"「{what}」还没写完：{str(exc)[len(NOT_DONE) + 1 :]} 下面的单元格先用课程的参考实现。")
             return reference
         raise
     if keep:
@@ -172,8 +181,7 @@ def fail_first(*slips) -> None:
 def matching_hint(got, slips, default: str = "", **tolerance) -> str:
     """The text of the first ``(value, text)`` in ``slips`` whose value ``got`` equals (:func:`math.isclose`
     with ``tolerance``; a value of None matches nothing), else ``default``: the usual wrong formulas, named."""
-    return next((text for value, text in slips if value is not None and math.isclose(got, value, **tolerance)),
-                default)
+    return next((text for value, text in slips if value is not None and math.isclose(got, value, **tolerance)), default)
 
 
 def expect_items(got, count: int, failure: str, numbers: bool = False) -> None:
@@ -229,8 +237,10 @@ def deadline(seconds: float, what: str):
         with time_limit(seconds):
             yield
     except TooLong:
-        raise CheckFailed(f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
-                          "（循环变量忘了改，或者条件永远成立）。") from None
+        raise CheckFailed(
+            f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
+            "（循环变量忘了改，或者条件永远成立）。"
+        ) from None
 
 
 def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
@@ -243,8 +253,10 @@ def call_limited(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
-        raise CheckFailed(f"{what}：{getattr(fn, '__name__', 'fn')}({', '.join(map(repr, args))}) 过了 {seconds:g} "
-                          f"秒还没有返回{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。") from None
+        raise CheckFailed(
+            f"{what}：{getattr(fn, '__name__', 'fn')}({', '.join(map(repr, args))}) 过了 {seconds:g} "
+            f"秒还没有返回{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。"
+        ) from None
 
 
 def is_rank_number(v) -> bool:
@@ -267,8 +279,9 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
     if got is None:
         raise CheckFailed(f"{where}：返回了 None。函数最后要 return 结果。")
     if isinstance(got, (list, tuple)) and got and not np.isscalar(got[0]):
-        raise CheckFailed(f"{where}：返回了一个含 {len(got)} 个对象的列表；应当返回一个张量"
-                          "（列表可以用 torch.cat 拼起来）。")
+        raise CheckFailed(
+            f"{where}：返回了一个含 {len(got)} 个对象的列表；应当返回一个张量（列表可以用 torch.cat 拼起来）。"
+        )
     got = np.asarray(got, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
@@ -278,8 +291,10 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
         bad = np.argwhere(~ok)
         k = tuple(int(i) for i in bad[0])
         idx = k[0] if len(k) == 1 else list(k)
-        raise CheckFailed(f"{where}：第 {idx} 个元素应当是 {fmt(want[k])}，实际是 {fmt(got[k])}"
-                          f"（共 {len(bad)} 个元素不对）。{hint}".rstrip())
+        raise CheckFailed(
+            f"{where}：第 {idx} 个元素应当是 {fmt(want[k])}，实际是 {fmt(got[k])}"
+            f"（共 {len(bad)} 个元素不对）。{hint}".rstrip()
+        )
 
 
 # -- the course's own code is not the learner's -----------------------------------------------------------
@@ -339,17 +354,19 @@ def _names_reached(fn):
     if code is None:
         return
     scope = getattr(inner, "__globals__", {})
-    cells = {}                                   # the closure's filled cells
+    cells = {}  # the closure's filled cells
     for cell_name, cell in zip(code.co_freevars, inner.__closure__ or ()):
-        with contextlib.suppress(ValueError):    # an empty cell
+        with contextlib.suppress(ValueError):  # an empty cell
             cells[cell_name] = cell.cell_contents
     yield from cells.items()
-    for value in (getattr(inner, "__defaults__", None) or ()) + tuple((getattr(inner, "__kwdefaults__", None) or {}).values()):
+    for value in (getattr(inner, "__defaults__", None) or ()) + tuple(
+        (getattr(inner, "__kwdefaults__", None) or {}).values()
+    ):
         yield "默认参数", value
     missing = object()
     for c in _code_objects(code):
-        chain, obj, base = None, None, None      # the a.b.c being read; the module of an import
-        imported, local = None, {}               # what an import just gave; locals bound to imports
+        chain, obj, base = None, None, None  # the a.b.c being read; the module of an import
+        imported, local = None, {}  # what an import just gave; locals bound to imports
         for ins in dis.get_instructions(c):
             op = ins.opname
             if op in ("STORE_FAST", "STORE_DEREF") and imported is not None:
@@ -364,7 +381,7 @@ def _names_reached(fn):
                 continue
             if op in ("PRECALL", "CACHE", "EXTENDED_ARG", "PUSH_NULL"):
                 continue
-            if obj is not None:                   # the chain ends here: what it names is what is used
+            if obj is not None:  # the chain ends here: what it names is what is used
                 yield chain, obj
             chain, obj = None, None
             if op in ("LOAD_GLOBAL", "LOAD_NAME"):
@@ -432,12 +449,14 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
             continue
         seen.add(id(f))
         members = [f]
-        if isinstance(f, type):                  # a class the learner wrote: its bases and its methods
+        if isinstance(f, type):  # a class the learner wrote: its bases and its methods
             for base in f.__mro__[1:]:
                 if base is not object and ours(base):
                     return f"{label(None, base)}（{f.__name__} 的基类）"
-            members = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else getattr(v, "fget", v)
-                       for v in vars(f).values()]
+            members = [
+                v.__func__ if isinstance(v, (staticmethod, classmethod)) else getattr(v, "fget", v)
+                for v in vars(f).values()
+            ]
         for member in members:
             hit = sorted(code_names(member) & set(names))
             if hit:
@@ -453,8 +472,10 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
 def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = "", names=()) -> None:
     """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`)."""
     if name := course_code_reached(fn, references, packages, names):
-        raise CheckFailed(f"{what}：`{name_of(fn)}` 用到了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
-                          f"不算你写的代码。{advice or '在你的单元格里自己写出来。'}")
+        raise CheckFailed(
+            f"{what}：`{name_of(fn)}` 用到了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
+            f"不算你写的代码。{advice or '在你的单元格里自己写出来。'}"
+        )
 
 
 @contextlib.contextmanager
@@ -470,16 +491,20 @@ def refusing_course_code(fn, what: str, targets):
 
     def guard(label):
         def hook(original, args, kwargs):
-            if not _called_for_the_learner(sys._getframe(3)):   # hook <- lambda <- swapped code <- caller
-                return original(*args, **kwargs)                # the checker's own reference
+            if not _called_for_the_learner(sys._getframe(3)):  # hook <- lambda <- swapped code <- caller
+                return original(*args, **kwargs)  # the checker's own reference
             raise CheckFailed(f"{what}：调用了课程自己的 {label}；这一格要你自己写出它的计算。")
+
         return hook
 
     try:
         for obj in objs:
             inner = _inner(obj)
-            if (getattr(inner, "__code__", None) is not None and inner is not _inner(fn)
-                    and _in_packages(getattr(inner, "__module__", "") or "", ("mgpu_helpers",))):
+            if (
+                getattr(inner, "__code__", None) is not None
+                and inner is not _inner(fn)
+                and _in_packages(getattr(inner, "__module__", "") or "", ("mgpu_helpers",))
+            ):
                 swapped.hook(inner, guard(getattr(inner, "__name__", "函数")))
         yield
     finally:
@@ -503,10 +528,16 @@ def guarding_course_code(what: str):
     """While a fill-in is checked: a function of the course's ``models``, ``widgets`` or ``checks`` called by the
     learner's own code (directly, through an alias, or from a helper of theirs) raises :class:`CheckFailed`.
     These compute what fill-ins ask for and are never part of an answer; the checker may still use them."""
+
     def profile(frame, event, _arg):
         code = frame.f_code
-        if (event == "call" and any(g in code.co_filename for g in _GUARDED) and frame.f_back is not None
-                and _learners(frame.f_back.f_code.co_filename) and not code.co_filename.endswith("(watcher)")):
+        if (
+            event == "call"
+            and any(g in code.co_filename for g in _GUARDED)
+            and frame.f_back is not None
+            and _learners(frame.f_back.f_code.co_filename)
+            and not code.co_filename.endswith("(watcher)")
+        ):
             module = frame.f_globals.get("__name__", "").replace("mgpu_helpers", "mh", 1)
             raise CheckFailed(f"{what}：调用了课程自己的 {module}.{code.co_name}；这一格要你自己写出它的计算。")
 
@@ -539,6 +570,7 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     refuse to serve the learner's code (:func:`refusing_course_code`). ``reference`` and the items of
     ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the
     lessons' modules bring torch or Numba, which the checkers do not import (:func:`course_object`)."""
+
     def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference
 
@@ -546,12 +578,20 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
             course = [ref] + [obj for obj, _label in resolve_course(refuse)]
             with refusing_course_code(fn, what, [c for c in course if callable(c)]), guarding_course_code(what):
                 check(fn)
+
         # own_code records the checker by name, to run it again when the kept code is loaded
-        checked.__name__, checked.__qualname__, checked.__module__ = check.__name__, check.__qualname__, check.__module__
+        checked.__name__, checked.__qualname__, checked.__module__ = (
+            check.__name__,
+            check.__qualname__,
+            check.__module__,
+        )
         return fill_in(fn, checked, ref, what, **keep)
-    try_fill_in.__doc__ = (f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
-                           "course's while it is unwritten.")
-    try_fill_in.checker = check.__name__        # the name its passing is recorded under (tracking)
+
+    try_fill_in.__doc__ = (
+        f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
+        "course's while it is unwritten."
+    )
+    try_fill_in.checker = check.__name__  # the name its passing is recorded under (tracking)
     return try_fill_in
 
 
@@ -564,13 +604,30 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
 # path that reaches it runs the watcher, and the original body is kept in a copy that the watcher calls.
 
 P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
-COLLECTIVE_CALLS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
-                    "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
-                    "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list",
-                    "gather_object", "scatter_object_list", "all_reduce_coalesced", "all_gather_coalesced")
+COLLECTIVE_CALLS = (
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "all_to_all",
+    "all_to_all_single",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "all_reduce_coalesced",
+    "all_gather_coalesced",
+)
 DIST_CALLS = P2P_CALLS + COLLECTIVE_CALLS
-SENDS = ("dist.send", "dist.isend", "batch:isend")      # how the recorded calls name a message out ...
-RECVS = ("dist.recv", "dist.irecv", "batch:irecv")      # ... and in
+SENDS = ("dist.send", "dist.isend", "batch:isend")  # how the recorded calls name a message out ...
+RECVS = ("dist.recv", "dist.irecv", "batch:irecv")  # ... and in
 
 
 def _code_with(freevars: tuple, body: str):
@@ -603,8 +660,9 @@ class SwappedCode:
 
     def hook(self, target, hook) -> None:
         """``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``; ``original`` runs the old code."""
-        original = types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__,
-                                       target.__closure__)
+        original = types.FunctionType(
+            target.__code__, target.__globals__, target.__name__, target.__defaults__, target.__closure__
+        )
         original.__kwdefaults__ = target.__kwdefaults__
         key = f"_MGPU_HOOK_{next(self._count)}"
         target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
@@ -718,23 +776,35 @@ class WatchedCalls:
             if outer and self.on_call is not None:
                 result = self.on_call(self.calls[-1], result)
             return result
+
         return watcher
 
     def _record(self, name, args, kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
         peer = _peer_of(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
-        self.calls.append(DistCall(f"dist.{name}", peer, _numel(first), _nbytes(first),
-                                   [_numel(a) for a in args], kwargs.get("async_op", False)))
+        self.calls.append(
+            DistCall(
+                f"dist.{name}",
+                peer,
+                _numel(first),
+                _nbytes(first),
+                [_numel(a) for a in args],
+                kwargs.get("async_op", False),
+            )
+        )
         if name == "batch_isend_irecv":
-            for op in (args[0] if args else kwargs.get("p2p_op_list", [])):
+            for op in args[0] if args else kwargs.get("p2p_op_list", []):
                 kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
-                self.calls.append(DistCall(f"batch:{kind}", op.peer, _numel(op.tensor), _nbytes(op.tensor),
-                                           [_numel(op.tensor)], True))
+                self.calls.append(
+                    DistCall(f"batch:{kind}", op.peer, _numel(op.tensor), _nbytes(op.tensor), [_numel(op.tensor)], True)
+                )
 
     def _init_watcher(self, original, args, kwargs):
         plain = (str, int, float, type(None))
-        self.inits.append({k: (v if isinstance(v, plain) else repr(v)) for k, v in kwargs.items()}
-                          | {"_args": [a if isinstance(a, plain) else repr(a) for a in args]})
+        self.inits.append(
+            {k: (v if isinstance(v, plain) else repr(v)) for k, v in kwargs.items()}
+            | {"_args": [a if isinstance(a, plain) else repr(a) for a in args]}
+        )
         return original(*args, **kwargs)
 
 
@@ -759,7 +829,7 @@ def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
 # other work: a whole checker launch (forking, joining, the checked work, the result back) takes 0.7-1.0 s
 # for the point-to-point, collective and semantics checks on 2-4 ranks, so the checked work itself is well
 # under a second; 4 s is a margin of several times it, and an answer that never ends is reported within
-# seconds (tests/test_checks_core.py holds every rank-launching checker to that).
+# seconds (tests/checks/test_checks_core.py holds every rank-launching checker to that).
 HANG_S = 4.0
 
 
@@ -798,14 +868,29 @@ def where_ranks_wait(exc) -> str:
 
 def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = "") -> CheckFailed:
     """The learner-facing failure for a :class:`RankTimeout`: how long, where each rank waits, what to check."""
-    advice = advice or ("检查：每个 send 在对方都有一个 recv 对应（对方是不是那个 rank，长度是否一样）；"
-                        "如果每个 Rank 都先做同一件事（都先 send，或者都先 recv），等待就会连成一个圈。")
-    return CheckFailed(f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束——死锁了，或者收发没有配对。"
-                       f"{where_ranks_wait(exc) or '没有 Rank 停在 torch.distributed 调用里'}。{advice}")
+    advice = advice or (
+        "检查：每个 send 在对方都有一个 recv 对应（对方是不是那个 rank，长度是否一样）；"
+        "如果每个 Rank 都先做同一件事（都先 send，或者都先 recv），等待就会连成一个圈。"
+    )
+    return CheckFailed(
+        f"{what}：{world_size} 个 Rank 过了 {timeout:g} 秒还没有结束——死锁了，或者收发没有配对。"
+        f"{where_ranks_wait(exc) or '没有 Rank 停在 torch.distributed 调用里'}。{advice}"
+    )
 
 
-def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice: str = "",
-           init: bool = True, backend: str = "auto", rule: str = "", **kwargs):
+def launch(
+    rank_fn,
+    world_size: int,
+    args,
+    what: str,
+    fn,
+    timeout: float = HANG_S,
+    advice: str = "",
+    init: bool = True,
+    backend: str = "auto",
+    rule: str = "",
+    **kwargs,
+):
     """``run_ranks(rank_fn, world_size, args)`` for a checker: the values in rank order. A hang becomes
     :func:`hang_failure` (``advice``: what to check), an error in the learner's ``fn`` :func:`rank_failure`
     (``rule``: what the exercise allows); both are :class:`CheckFailed`."""
@@ -813,8 +898,17 @@ def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_
     from mgpu_helpers.launcher.launch import run_ranks
 
     try:
-        return run_ranks(rank_fn, world_size, args=tuple(args), timeout=timeout, stream=False, quiet=True,
-                         init=init, backend=backend, **kwargs).values
+        return run_ranks(
+            rank_fn,
+            world_size,
+            args=tuple(args),
+            timeout=timeout,
+            stream=False,
+            quiet=True,
+            init=init,
+            backend=backend,
+            **kwargs,
+        ).values
     except RankTimeout as exc:
         raise hang_failure(exc, what, world_size, timeout, advice) from None
     except RankError as exc:
@@ -838,7 +932,7 @@ def resolve_course(course) -> list:
         if isinstance(item, str):
             try:
                 out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
-            except (ImportError, AttributeError):       # a name that does not resolve is left out
+            except (ImportError, AttributeError):  # a name that does not resolve is left out
                 continue
         elif item is not None:
             label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
@@ -851,12 +945,14 @@ def rank_tensor(values, dtype: str = "float32"):
     import torch
 
     from mgpu_helpers.launcher.ranks import rank_device
+
     return torch.tensor(np.asarray(values), dtype=getattr(torch, dtype), device=rank_device())
 
 
 def as_numpy(t):
     """A tensor a rank's code returned, as NumPy (on the CPU); anything else as it is."""
     import torch
+
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
 
 
@@ -875,8 +971,18 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, 
     return as_numpy(out)
 
 
-def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S,
-                 init: bool = True, course=()):
+def run_on_ranks(
+    fn,
+    what: str,
+    world_size: int,
+    inputs,
+    extra=(),
+    forbid=(),
+    dtype="float32",
+    timeout=HANG_S,
+    init: bool = True,
+    course=(),
+):
     """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
 
     ``forbid``: ``torch.distributed`` function names ``fn`` may not call; ``course``: the course's code and
@@ -886,8 +992,15 @@ def run_on_ranks(fn, what: str, world_size: int, inputs, extra=(), forbid=(), dt
     """
     course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course])
-    return launch(_rank_main, world_size, (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course),
-                  what, fn, timeout, init=init)
+    return launch(
+        _rank_main,
+        world_size,
+        (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course),
+        what,
+        fn,
+        timeout,
+        init=init,
+    )
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
@@ -899,22 +1012,29 @@ def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
         return not_done(fn, what)
     text = str(exc)
 
-    def named(tag: str) -> str:          # the name after the watcher's tag in the message
+    def named(tag: str) -> str:  # the name after the watcher's tag in the message
         return text.split(f"{tag} ")[1].split()[0].rstrip("'\".,")
 
     if "EXERCISE_NOT_LEFT" in text:
-        return CheckFailed(f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
-                           "dist.destroy_process_group()，让这个进程离开进程组。")
+        return CheckFailed(
+            f"{what}：rank {exc.rank} 返回时进程组还开着。最后要调用 "
+            "dist.destroy_process_group()，让这个进程离开进程组。"
+        )
     if "EXERCISE_COURSE_CODE" in text:
-        return CheckFailed(f"{what}：rank {exc.rank} 调用了课程自己的 {named('EXERCISE_COURSE_CODE')}——这是课程自己的实现"
-                           "（或检查用的参考答案），不算你写的代码（换个名字或从别处 import 也一样）。在你的单元格里自己写出来。")
+        return CheckFailed(
+            f"{what}：rank {exc.rank} 调用了课程自己的 {named('EXERCISE_COURSE_CODE')}——这是课程自己的实现"
+            "（或检查用的参考答案），不算你写的代码（换个名字或从别处 import 也一样）。在你的单元格里自己写出来。"
+        )
     if "EXERCISE_FORBIDDEN" in text:
         name = named("EXERCISE_FORBIDDEN")
         if rule:
-            return CheckFailed(f"{what}：这个练习只许用 {rule}，rank {exc.rank} 调用了 {name}"
-                               "（换个名字或从别处 import 也算）。")
-        return CheckFailed(f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}（rank {exc.rank}；"
-                           "换个名字或从别处 import 也算）。")
+            return CheckFailed(
+                f"{what}：这个练习只许用 {rule}，rank {exc.rank} 调用了 {name}（换个名字或从别处 import 也算）。"
+            )
+        return CheckFailed(
+            f"{what}：这个练习要求自己用点对点通信实现，不能直接调用 {name}（rank {exc.rank}；"
+            "换个名字或从别处 import 也算）。"
+        )
     return CheckFailed(f"{what}：rank {exc.rank} 出错了（{exc.exc_type}）：{text.splitlines()[0]}")
 
 
@@ -928,9 +1048,15 @@ def new_rng():
 
 
 def which_rank(got, inputs) -> str:
-    """ ' (那是 rank k 的数据)' when ``got`` equals one rank's input, else ''."""
-    return next((f"（那正是 rank {k} 的输入）" for k, inp in enumerate(inputs)
-                 if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp)), "")
+    """' (那是 rank k 的数据)' when ``got`` equals one rank's input, else ''."""
+    return next(
+        (
+            f"（那正是 rank {k} 的输入）"
+            for k, inp in enumerate(inputs)
+            if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp)
+        ),
+        "",
+    )
 
 
 # -- one problem shape for the checkers that launch ranks ----------------------------------------------------
@@ -939,6 +1065,7 @@ def which_rank(got, inputs) -> str:
 @dataclass(frozen=True)
 class RankCase:
     """One drawn case of a :class:`RankProblem`: the inputs of every rank and what each rank must return."""
+
     world_size: int
     inputs: list
     extra: tuple
@@ -960,6 +1087,7 @@ class RankProblem:
       the process group itself; ``world_sizes``: the sizes run by default; ``done``: the pass line, with
       ``{sizes}`` for the world sizes run.
     """
+
     name: str
     what: str
     make_case: Callable
@@ -989,8 +1117,18 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HAN
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
         case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
-        got = run_on_ranks(fn, problem.what, world_size, inputs, case.extra, problem.forbid, problem.dtype,
-                           timeout, init=problem.init, course=problem.course)
+        got = run_on_ranks(
+            fn,
+            problem.what,
+            world_size,
+            inputs,
+            case.extra,
+            problem.forbid,
+            problem.dtype,
+            timeout,
+            init=problem.init,
+            course=problem.course,
+        )
         for rank in range(world_size):
             hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
             compare(got[rank], case.expected[rank], where(case, rank), hint)

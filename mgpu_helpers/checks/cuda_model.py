@@ -25,12 +25,24 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, _inner, answers, compare, expect_items, fill_in_cell, first_hint,
-                                      new_rng, not_done, passed, refuse_course_code, require_written)
+from mgpu_helpers.checks.core import (
+    CheckFailed,
+    _inner,
+    answers,
+    compare,
+    expect_items,
+    fill_in_cell,
+    first_hint,
+    new_rng,
+    not_done,
+    passed,
+    refuse_course_code,
+    require_written,
+)
 from mgpu_helpers.measure.timing import simulator
 
-PAD = 5              # sentinel elements after every launched thread's slot
-WATCHDOG_S = 5.0     # seconds a kernel may run in the simulator before it is stopped
+PAD = 5  # sentinel elements after every launched thread's slot
+WATCHDOG_S = 5.0  # seconds a kernel may run in the simulator before it is stopped
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -56,7 +68,7 @@ def stuck_loop(kernel) -> str | None:
             continue
         body = [n for stmt in node.body for n in ast.walk(stmt)]
         if any(isinstance(n, (ast.Break, ast.Return)) for n in body):
-            continue                          # the loop has a way out
+            continue  # the loop has a way out
         reads = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
         written = {n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         if reads and not reads & written:
@@ -95,12 +107,13 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
     """Launch the reader's kernel and wait for it; every way it can go wrong becomes a :class:`CheckFailed`."""
     from numba import cuda
 
-
     require_written(kernel, what)
     loop = stuck_loop(kernel)
     if loop:
-        raise CheckFailed(f"{what}：{loop} 的循环体没有改变条件里的任何变量，这个循环永远不会结束"
-                          f"（在 GPU 上整个 Kernel 会一直占着 GPU）。{stream_hint or '每一轮末尾要让下标前进。'}")
+        raise CheckFailed(
+            f"{what}：{loop} 的循环体没有改变条件里的任何变量，这个循环永远不会结束"
+            f"（在 GPU 上整个 Kernel 会一直占着 GPU）。{stream_hint or '每一轮末尾要让下标前进。'}"
+        )
     try:
         with watchdog(kernel) if simulator() else nullcontext():
             kernel[grid, block](*args)
@@ -109,11 +122,14 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
         raise not_done(kernel, what) from None
     except KernelTimeout as exc:
         text = str(exc).split(": ", 1)[-1]
-        raise CheckFailed(f"{what}：Kernel 停不下来，{text}。多半是循环的下标没有前进。"
-                          f"{stream_hint}".rstrip()) from None
+        raise CheckFailed(
+            f"{what}：Kernel 停不下来，{text}。多半是循环的下标没有前进。{stream_hint}".rstrip()
+        ) from None
     except IndexError as exc:
-        raise CheckFailed(f"{what}：有线程越界访问了数组（模拟器报 IndexError：{str(exc).splitlines()[0]}）。"
-                          "边界检查要挡住所有多出来的线程。") from None
+        raise CheckFailed(
+            f"{what}：有线程越界访问了数组（模拟器报 IndexError：{str(exc).splitlines()[0]}）。"
+            "边界检查要挡住所有多出来的线程。"
+        ) from None
     except Exception as exc:
         raise CheckFailed(f"{what}：Kernel 运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
 
@@ -135,33 +151,43 @@ def _launches(rng, block: int) -> list[tuple[int, int, int]]:
     """``(n, blocks, array length)`` of each launch of a 1-D kernel checker: n the edge cases first, then random
     draws (1, below a block, a remainder, an exact multiple); the fewest blocks that cover n; arrays that reach
     :data:`PAD` elements past the last launched thread."""
-    sizes = [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
-             block * 2, int(rng.integers(1, 5 * block))]
+    sizes = [
+        1,
+        int(rng.integers(2, block)),
+        block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
+        block * 2,
+        int(rng.integers(1, 5 * block)),
+    ]
     return [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
 
 
 def _past_end(got, n: int, sentinel, where: str) -> None:
     bad = np.flatnonzero(got[n:] != sentinel) if not np.isnan(sentinel) else np.flatnonzero(~np.isnan(got[n:]))
     if bad.size:
-        raise CheckFailed(f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                          "边界检查应当是 i < n（不是 i <= n，也不能省）。")
+        raise CheckFailed(
+            f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+            "边界检查应当是 i < n（不是 i <= n，也不能省）。"
+        )
 
 
 # --------------------------------------------------------------------------------------------------------
 # 01: the thread map as a pure function.
 
+
 def _reference(name: str):
     """The course's own ``mh.lessons.cuda_model.<name>``: refused as an answer, and the reference it is held to."""
     from mgpu_helpers.lessons import cuda_model
+
     return getattr(cuda_model, name)
 
 
 THREAD_FIELDS = ("block_idx", "thread_idx", "global_idx", "warp", "lane")
-THREAD_SLIPS = {          # a field computed the typical wrong way (:func:`check_thread_ids`), and what to say
+THREAD_SLIPS = {  # a field computed the typical wrong way (:func:`check_thread_ids`), and what to say
     "global_idx": "乘的是 Block 的个数 grid：要乘每个 Block 的线程数 blockDim.x（这里是 block）。",
     "warp": "Warp 是按全局下标分的：Warp 从不跨 Block，要用块内编号 threadIdx.x // 32。",
     "lane": "lane 用了全局下标：block 不是 32 的倍数时，要用块内编号 threadIdx.x % 32。",
-    "block_idx": "Block 号是全局下标除以每个 Block 的线程数 block，不是除以 grid。"}
+    "block_idx": "Block 号是全局下标除以每个 Block 的线程数 block，不是除以 grid。",
+}
 
 
 def check_thread_ids(fn) -> None:
@@ -174,19 +200,28 @@ def check_thread_ids(fn) -> None:
     cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
     for (grid, block), got in answers(fn, what, cases):
         where = f"grid = {grid}, block = {block}"
-        expect_items(got, 5, f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
-                             f"实际返回 {type(got).__name__}。")
-        want = _reference("thread_ids")(grid, block)         # the course's thread map is the reference
+        expect_items(
+            got,
+            5,
+            f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
+            f"实际返回 {type(got).__name__}。",
+        )
+        want = _reference("thread_ids")(grid, block)  # the course's thread map is the reference
         for name, g, w in zip(THREAD_FIELDS, got, want):
             g = np.asarray(g)
             if g.shape != w.shape:
-                raise CheckFailed(f"{where}：{name} 应当有 grid * block = {w.size} 个元素（每个线程一个），"
-                                  f"实际形状是 {g.shape}。")
+                raise CheckFailed(
+                    f"{where}：{name} 应当有 grid * block = {w.size} 个元素（每个线程一个），实际形状是 {g.shape}。"
+                )
             if np.array_equal(g, w):
                 continue
             k = int(np.flatnonzero(g != w)[0])
-            slip = {"global_idx": want[0] * grid + want[1], "warp": want[2] // 32, "lane": want[2] % 32,
-                    "block_idx": np.arange(grid * block) // max(grid, 1)}.get(name)
+            slip = {
+                "global_idx": want[0] * grid + want[1],
+                "warp": want[2] // 32,
+                "lane": want[2] % 32,
+                "block_idx": np.arange(grid * block) // max(grid, 1),
+            }.get(name)
             hint = THREAD_SLIPS[name] if slip is not None and np.array_equal(g, slip) else ""
             raise CheckFailed(f"{where}：第 {k} 个线程的 {name} 应当是 {int(w[k])}，实际是 {g[k]!r}。{hint}".rstrip())
     passed(f"thread_ids 在 {len(cases)} 种 (grid, block) 上都对，包括 block = 1、33、100 这种不是 32 倍数的情形。")
@@ -207,10 +242,21 @@ def check_work_and_idle(fn) -> None:
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
-        _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", lambda: (
-            (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
-            (got[0] == n and n > total, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
-            (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。")))
+        _whole_numbers(
+            got,
+            want,
+            where,
+            (tuple, list),
+            "(work, idle, no_thread) 三个整数",
+            lambda: (
+                (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+                (
+                    got[0] == n and n > total,
+                    f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。",
+                ),
+                (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
+            ),
+        )
     passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
 
 
@@ -223,16 +269,29 @@ def check_launch_config(fn) -> None:
     refuse_course_code(fn, what, [_reference("launch_config")], advice="在练习格里自己写出函数体。")
     rng = random.Random()
     cases = [(1, 256), (255, 256), (256, 256), (257, 256), (1000, 256), (150, 64), (0, 128), (7, 1), (33, 32)]
-    cases += [(rng.randint(1, 10 ** 7), rng.choice([32, 64, 100, 128, 256, 512, 1024])) for _ in range(40)]
+    cases += [(rng.randint(1, 10**7), rng.choice([32, 64, 100, 128, 256, 512, 1024])) for _ in range(40)]
     for (n, block), got in answers(fn, what, cases):
         want = (_blocks(n, block), block)
         where = f"n = {n}, block = {block}"
-        _whole_numbers(got, want, where, tuple, "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的", lambda: (
-            (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
-            (got[0] == n // block + 1 and n % block == 0 and n,
-             " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。"),
-            (n == 0 and got[0] == 0, " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。"),
-            (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。")))
+        _whole_numbers(
+            got,
+            want,
+            where,
+            tuple,
+            "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的",
+            lambda: (
+                (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
+                (
+                    got[0] == n // block + 1 and n % block == 0 and n,
+                    " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。",
+                ),
+                (
+                    n == 0 and got[0] == 0,
+                    " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。",
+                ),
+                (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"),
+            ),
+        )
     try:
         default = fn(1000)
     except TypeError:
@@ -255,19 +314,34 @@ def check_grid_2d(fn) -> None:
     what = "grid_2d 要按 x 对应列、y 对应行，两个方向分别向上取整"
     rng = random.Random()
     cases = [(3, 5, 8, 8), (16, 16, 8, 8), (17, 9, 8, 8), (1, 1, 16, 16), (100, 30, 32, 8), (7, 200, 16, 4)]
-    cases += [(rng.randint(1, 5000), rng.randint(1, 5000), rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 4, 8, 16]))
-              for _ in range(40)]
+    cases += [
+        (rng.randint(1, 5000), rng.randint(1, 5000), rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 4, 8, 16]))
+        for _ in range(40)
+    ]
     for (rows, cols, bx, by), got in answers(fn, what, cases):
         want = (_blocks(cols, bx), _blocks(rows, by))
         where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
-        _whole_numbers(got, want, where, tuple, "(grid_x, grid_y) 两个整数", lambda: (
-            (tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
-             "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"),
-            (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。")))
+        _whole_numbers(
+            got,
+            want,
+            where,
+            tuple,
+            "(grid_x, grid_y) 两个整数",
+            lambda: (
+                (
+                    tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
+                    "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。",
+                ),
+                (
+                    tuple(got) == (cols // bx, rows // by),
+                    "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。",
+                ),
+            ),
+        )
     passed(f"grid_2d 在 {len(cases)} 种矩阵和 Block 形状上都对。")
 
 
-REVERSE_SENTINEL = -(2 ** 31)
+REVERSE_SENTINEL = -(2**31)
 
 
 def check_reverse_copy(kernel, block: int = 32) -> None:
@@ -279,7 +353,7 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
     rng = new_rng()
     launches = _launches(rng, block)
     for n, grid, length in launches:
-        a = rng.integers(-2 ** 30, 2 ** 30, length).astype(np.int32)   # beyond float32's exact integers
+        a = rng.integers(-(2**30), 2**30, length).astype(np.int32)  # beyond float32's exact integers
         d_out = cuda.to_device(np.full(length, REVERSE_SENTINEL, np.int32))
         run_kernel(kernel, what, grid, block, cuda.to_device(a), d_out, np.int32(n))
         got = d_out.copy_to_host()
@@ -289,11 +363,20 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
         if got.dtype != np.int32 or np.array_equal(got[:n], want):
             continue
         hint = first_hint(
-            (np.array_equal(got[:n], a[1:n + 1][::-1]), "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。"),
-            (np.array_equal(got[:n], a[::-1][:n]), "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"),
-            (np.array_equal(got[:n], a[:n]), "原样拷贝了，没有倒过来。"))
+            (
+                np.array_equal(got[:n], a[1 : n + 1][::-1]),
+                "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。",
+            ),
+            (
+                np.array_equal(got[:n], a[::-1][:n]),
+                "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。",
+            ),
+            (np.array_equal(got[:n], a[:n]), "原样拷贝了，没有倒过来。"),
+        )
         compare(got[:n].astype(np.float64), want.astype(np.float64), where, hint, atol=0, rtol=0)
-    passed(f"reverse_copy 在 n = {', '.join(str(n) for n, _, _ in launches)}（int32，block = {block}）上都对，n 之后的元素没有被碰。")
+    passed(
+        f"reverse_copy 在 n = {', '.join(str(n) for n, _, _ in launches)}（int32，block = {block}）上都对，n 之后的元素没有被碰。"
+    )
 
 
 def check_add_into_grid_stride(kernel) -> None:
@@ -304,14 +387,28 @@ def check_add_into_grid_stride(kernel) -> None:
 
     what = "grid-stride Kernel 要让每个元素恰好加一次"
     rng = new_rng()
-    cases = [(1, 32, 2), (int(rng.integers(2, 64)), 32, 2), (int(rng.integers(150, 400)), 32, 2),
-             (64 * 3, 32, 2), (int(rng.integers(100, 300)), 64, 1), (int(rng.integers(300, 500)), 16, 3)]
+    cases = [
+        (1, 32, 2),
+        (int(rng.integers(2, 64)), 32, 2),
+        (int(rng.integers(150, 400)), 32, 2),
+        (64 * 3, 32, 2),
+        (int(rng.integers(100, 300)), 64, 1),
+        (int(rng.integers(300, 500)), 16, 3),
+    ]
     for n, block, grid in cases:
         x = rng.integers(1, 10, n + PAD).astype(np.float64) * rng.choice([-1.0, 1.0], n + PAD)
         y0 = rng.integers(-50, 51, n + PAD).astype(np.float64)
         d_y = cuda.to_device(y0)
-        run_kernel(kernel, what, grid, block, cuda.to_device(x), d_y, np.int32(n),
-                   stream_hint="每一轮末尾要 i += cuda.gridsize(1)。")
+        run_kernel(
+            kernel,
+            what,
+            grid,
+            block,
+            cuda.to_device(x),
+            d_y,
+            np.int32(n),
+            stream_hint="每一轮末尾要 i += cuda.gridsize(1)。",
+        )
         got = d_y.copy_to_host()
         where = f"n = {n}，只有 {grid} x {block} = {grid * block} 个线程"
         if not np.array_equal(got[n:], y0[n:]):
@@ -322,10 +419,22 @@ def check_add_into_grid_stride(kernel) -> None:
             continue
         k = int(np.flatnonzero(visits != 1)[0]) if (visits != 1).any() else 0
         hint = first_hint(
-            ((visits > 1).any(), "有元素被加了不止一次：几个线程走到了同一个下标。起点要是全局下标 cuda.grid(1)，"
-                                 "步长要是整个 Grid 的线程数 cuda.gridsize(1)（不是 blockDim.x、gridDim.x 或 1）。"),
-            ((visits == 0).any(), "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。"))
-        raise CheckFailed(f"{where}：y[{k}] 应当恰好加一次 x[{k}]，实际加了 {int(visits[k])} 次"
-                          f"（{int((visits != 1).sum())} 个元素不是恰好一次）。{hint}".rstrip())
-    passed("grid-stride Kernel 让每个元素恰好加了一次："
-           + "，".join(f"n = {n} 用 {g}x{b} 个线程" for n, b, g in cases) + "。")
+            (
+                (visits > 1).any(),
+                "有元素被加了不止一次：几个线程走到了同一个下标。起点要是全局下标 cuda.grid(1)，"
+                "步长要是整个 Grid 的线程数 cuda.gridsize(1)（不是 blockDim.x、gridDim.x 或 1）。",
+            ),
+            (
+                (visits == 0).any(),
+                "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。",
+            ),
+        )
+        raise CheckFailed(
+            f"{where}：y[{k}] 应当恰好加一次 x[{k}]，实际加了 {int(visits[k])} 次"
+            f"（{int((visits != 1).sum())} 个元素不是恰好一次）。{hint}".rstrip()
+        )
+    passed(
+        "grid-stride Kernel 让每个元素恰好加了一次："
+        + "，".join(f"n = {n} 用 {g}x{b} 个线程" for n, b, g in cases)
+        + "。"
+    )

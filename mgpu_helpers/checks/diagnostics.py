@@ -6,17 +6,25 @@ import copy
 import random
 import statistics
 
-from mgpu_helpers.checks.core import (CheckFailed, call, course_code_reached, expect_items, fill_in_cell, first_hint,
-                                      is_rank_number, passed)
+from mgpu_helpers.checks.core import (
+    CheckFailed,
+    call,
+    course_code_reached,
+    expect_items,
+    fill_in_cell,
+    first_hint,
+    is_rank_number,
+    passed,
+)
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose, straggler
-
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier")
 
 
-def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str, majority_op: str,
-                       odd_op: str | None = None):
+def make_hang_evidence(
+    world_size: int, completed: int, odd_rank: int, kind: str, majority_op: str, odd_op: str | None = None
+):
     """A :class:`mgpu_helpers.RankTimeout` as the launcher would raise it after a hang, built by hand.
 
     ``collectives[r]`` is what torch's flight recorder says of rank r, ``{"last_completed": (seq, name),
@@ -27,27 +35,32 @@ def make_hang_evidence(world_size: int, completed: int, odd_rank: int, kind: str
     and never reached collective ``completed - 1`` (it is still computing), where the others wait in
     ``majority_op``.
     """
-    finished = completed - 2 if kind == "late" else completed - 1     # collectives 1..finished: every rank did them
+    finished = completed - 2 if kind == "late" else completed - 1  # collectives 1..finished: every rank did them
     history = [("all_reduce", "broadcast")[k % 2] for k in range(1, finished + 1)]
     outputs, stacks, waiting, recorded = {}, {}, {}, {}
     for r in range(world_size):
-        lines = [f"rank {r} ready, world_size {world_size}"] + [f"step {k}: loss {1.0 / (k + 2):.4f}"
-                                                              for k in range(1, finished + 1)]
+        lines = [f"rank {r} ready, world_size {world_size}"] + [
+            f"step {k}: loss {1.0 / (k + 2):.4f}" for k in range(1, finished + 1)
+        ]
         done = (finished, history[-1]) if history else None
         if kind == "late" and r == odd_rank:
             outputs[r] = lines + [f"step {finished + 1}: loading a slow batch"]
             recorded[r] = {"last_completed": done, "stuck_in": None}
-            stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
-                         '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
-                         '  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
+            stacks[r] = (
+                "Current thread 0x00007f (most recent call first):\n"
+                '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
+                '  File "mgpu_helpers/launcher/rank_process.py", line 88 in main'
+            )
             continue
         op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
         outputs[r] = lines
         recorded[r] = {"last_completed": done, "stuck_in": (finished + 1, op)}
         waiting[r] = f"dist.{op} (called from step, line 60)"
-        stacks[r] = ('Current thread 0x00007f (most recent call first):\n'
-                     f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
-                     '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank_process.py", line 88 in main')
+        stacks[r] = (
+            "Current thread 0x00007f (most recent call first):\n"
+            f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
+            '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank_process.py", line 88 in main'
+        )
     msg = f"{world_size} of {world_size} rank(s) were still running after 5 s and have been ended."
     return RankTimeout(msg, stacks=stacks, waiting_in=waiting, collectives=recorded, rank=0, outputs=outputs)
 
@@ -74,10 +87,14 @@ def check_find_mismatch(fn) -> None:
             if kind == "mismatch":
                 story = f"rank {others} 都停在 #{completed} {major}，只有 rank {odd} 停在 #{completed} {other}"
             else:
-                story = (f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
-                         f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）")
-            raise CheckFailed(f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
-                              "看每个 Rank 的 flight recorder 摘要 evidence.collectives[r]，找和多数不一样的那个。")
+                story = (
+                    f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
+                    f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）"
+                )
+            raise CheckFailed(
+                f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
+                "看每个 Rank 的 flight recorder 摘要 evidence.collectives[r]，找和多数不一样的那个。"
+            )
     passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
 
 
@@ -103,8 +120,9 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     call, the number of the collective where the ranks part, the one rank that differs, and what it calls
     there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
     from mgpu_helpers.launcher.launch import run_ranks
+
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
-    if timeout is None:                 # gloo ranks (CPU tensors) on every machine
+    if timeout is None:  # gloo ranks (CPU tensors) on every machine
         timeout = 5.0
     rng = random.Random()
     for _ in range(10):
@@ -117,9 +135,11 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
         got = call(fn, what, copy.deepcopy(schedules))
         expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
-            raise CheckFailed(f"{n} 个 Rank 的调用顺序（{_schedule_story(schedules)}）：前 {k} 个 Collective 大家一样，"
-                              f"第 #{k} 个上 rank {odd} 调用 {schedules[odd][k]}，别人调用 {base[k]}。应当回答 {want}，"
-                              f"你的回答是 {tuple(got)}。序号从 0 开始数。")
+            raise CheckFailed(
+                f"{n} 个 Rank 的调用顺序（{_schedule_story(schedules)}）：前 {k} 个 Collective 大家一样，"
+                f"第 #{k} 个上 rank {odd} 调用 {schedules[odd][k]}，别人调用 {base[k]}。应当回答 {want}，"
+                f"你的回答是 {tuple(got)}。序号从 0 开始数。"
+            )
     # Number first, then the ranks: a real hang, in the shape that gloo is known to block on
     # (rank 0 all-reduces while the others broadcast).
     k = rng.randint(1, 3)
@@ -128,25 +148,37 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     schedules[0] = prefix + ["all_reduce", "broadcast"]
     predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
     try:
-        run_ranks(diagnose.run_schedule, world_size, args=(schedules,), backend="gloo", timeout=timeout, stream=False,
-                  quiet=True)
+        run_ranks(
+            diagnose.run_schedule,
+            world_size,
+            args=(schedules,),
+            backend="gloo",
+            timeout=timeout,
+            stream=False,
+            quiet=True,
+        )
     except RankTimeout as exc:
         measured = _measured_stop(exc)
     else:
         raise RuntimeError("the mismatched schedules were expected to hang")
     if predicted != measured:
-        raise CheckFailed(f"真实运行（{_schedule_story(schedules)}）停在 #{measured[0]}：rank {measured[1]} 在 "
-                          f"{measured[2]} 里，你预测的是 {predicted}。")
-    passed(f"predict_hang 在 10 组随机调用顺序上都说对了；{world_size} 个 Rank 真的运行之后，"
-           f"停在 #{measured[0]}、rank {measured[1]} 的 {measured[2]} 里，和你的预测一致。")
+        raise CheckFailed(
+            f"真实运行（{_schedule_story(schedules)}）停在 #{measured[0]}：rank {measured[1]} 在 "
+            f"{measured[2]} 里，你预测的是 {predicted}。"
+        )
+    passed(
+        f"predict_hang 在 10 组随机调用顺序上都说对了；{world_size} 个 Rank 真的运行之后，"
+        f"停在 #{measured[0]}、rank {measured[1]} 的 {measured[2]} 里，和你的预测一致。"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
 # The fill-ins of notebook 10: the rank that waits least (the one the others wait for); the culprit of a hang, below.
 
 
-def _waiting_case(rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False,
-                  factors=None):
+def _waiting_case(
+    rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False, factors=None
+):
     """Per-rank lists of seconds inside an all-reduce: the late rank only transfers, the others wait too.
 
     ``hiccup``: the late rank's last step stalls (a slow link, a page fault), enough to lift its mean above
@@ -191,19 +223,26 @@ def _straggler_or_none_cases(rng: random.Random):
     """(collective_s, noise_s, want) with the edge cases in every run, then random ones."""
     noise = 0.005
     two_late = _waiting_case(rng, 4, 1, 6, factors=[1.0, 1.0, 1.0])
-    two_late[3] = [t * rng.uniform(0.99, 1.01) for t in two_late[1]]          # ranks 1 and 3 both arrive last
-    cases = [(_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]), noise, 3),  # a stall in the straggler
-             (_waiting_case(rng, 2, 0, 6), noise, 0),                                           # two ranks, rank 0 late
-             (_even_case(rng, 4, 6, 0.030, stall=2), noise, None),                              # a slow path, one stall
-             (_even_case(rng, 3, 5, 0.002), noise, None),                                       # all short: nothing to find
-             (two_late, noise, None)]                                                           # two ranks arrive last
+    two_late[3] = [t * rng.uniform(0.99, 1.01) for t in two_late[1]]  # ranks 1 and 3 both arrive last
+    cases = [
+        (_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]), noise, 3),  # a stall in the straggler
+        (_waiting_case(rng, 2, 0, 6), noise, 0),  # two ranks, rank 0 late
+        (_even_case(rng, 4, 6, 0.030, stall=2), noise, None),  # a slow path, one stall
+        (_even_case(rng, 3, 5, 0.002), noise, None),  # all short: nothing to find
+        (two_late, noise, None),
+    ]  # two ranks arrive last
     for _ in range(8):
         n = rng.randint(2, 8)
         if rng.random() < 0.5:
             per = _waiting_case(rng, n, rng.randrange(n), rng.randint(5, 10), rng.random() < 0.5, rng.random() < 0.5)
         else:
-            per = _even_case(rng, n, rng.randint(5, 10), rng.uniform(0.002, 0.05),
-                             stall=rng.randrange(n) if rng.random() < 0.5 else None)
+            per = _even_case(
+                rng,
+                n,
+                rng.randint(5, 10),
+                rng.uniform(0.002, 0.05),
+                stall=rng.randrange(n) if rng.random() < 0.5 else None,
+            )
         cases.append((per, noise, reference_straggler_or_none(per, noise)))
     return cases
 
@@ -228,28 +267,48 @@ def check_straggler_or_none(fn) -> None:
         mean = [sum(v) / len(v) for v in per]
         story = f"各 Rank 在 All-Reduce 里的中位数是 {med} ms，噪声 {noise * 1e3:g} ms"
         why = first_hint(
-            (got is not None and want is not None and int(got) == max(range(len(per)), key=lambda r: statistics.median(per[r])),
-             "你选了待得最久的 Rank。它待得久，是因为早到、在里面等别人；最后到的那个一进去就能开始传，它的最短。"),
-            (got is not None and int(got) == _verdict_by(mean, noise) != want,
-             "你按平均值比的；有一步卡住时，平均值被那一步拉高，中位数不会。"),
-            (got is None and _verdict_by(mean, noise) is None and want is not None,
-             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。"
-             "（如果你按平均值比：有一步卡住时，平均值被那一步拉高，中位数不会。）"),
-            (want is None and got is not None and max(med) - min(med) <= 2 * noise * 1e3 + 0.1,
-             "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。"),
-            (want is None and got is not None,
-             "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。"),
-            (want is not None and got is None,
-             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。"),
-            default=f"应当是 {want!r}。")
+            (
+                got is not None
+                and want is not None
+                and int(got) == max(range(len(per)), key=lambda r: statistics.median(per[r])),
+                "你选了待得最久的 Rank。它待得久，是因为早到、在里面等别人；最后到的那个一进去就能开始传，它的最短。",
+            ),
+            (
+                got is not None and int(got) == _verdict_by(mean, noise) != want,
+                "你按平均值比的；有一步卡住时，平均值被那一步拉高，中位数不会。",
+            ),
+            (
+                got is None and _verdict_by(mean, noise) is None and want is not None,
+                f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。"
+                "（如果你按平均值比：有一步卡住时，平均值被那一步拉高，中位数不会。）",
+            ),
+            (
+                want is None and got is not None and max(med) - min(med) <= 2 * noise * 1e3 + 0.1,
+                "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。",
+            ),
+            (
+                want is None and got is not None,
+                "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。",
+            ),
+            (
+                want is not None and got is None,
+                f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。",
+            ),
+            default=f"应当是 {want!r}。",
+        )
         raise CheckFailed(f"{what}：{story}，应当是 {want!r}，你的函数给出 {got!r}。{why}")
-    passed("straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
-           "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。")
+    passed(
+        "straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
+        "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。"
+    )
 
 
-try_straggler_or_none = fill_in_cell(check_straggler_or_none, reference_straggler_or_none,
-                                     "straggler_or_none：等人还是链路慢",
-                                     refuse=[straggler.straggler_by_collective, diagnose.medians])
+try_straggler_or_none = fill_in_cell(
+    check_straggler_or_none,
+    reference_straggler_or_none,
+    "straggler_or_none：等人还是链路慢",
+    refuse=[straggler.straggler_by_collective, diagnose.medians],
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -258,8 +317,15 @@ try_straggler_or_none = fill_in_cell(check_straggler_or_none, reference_straggle
 FR_KINDS = ("skipped", "name", "size")
 
 
-def make_flight_dumps(world_size: int, at: int, culprit: int | None = None, kind: str | None = None,
-                      first: int = 1, backend: str = "gloo", rng: random.Random | None = None) -> dict:
+def make_flight_dumps(
+    world_size: int,
+    at: int,
+    culprit: int | None = None,
+    kind: str | None = None,
+    first: int = 1,
+    backend: str = "gloo",
+    rng: random.Random | None = None,
+) -> dict:
     """``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives torch's own, after a hang at
     collective number ``at`` (sequence numbers ``first``..``at``: the recorder's ring buffer may have dropped the
     older ones, so an entry's place in the list is not its number).
@@ -292,22 +358,46 @@ def make_flight_dumps(world_size: int, at: int, culprit: int | None = None, kind
                 state = "scheduled"
             else:
                 state = "completed" if done else "started"
-            entries.append({
-                "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "thread_name": "python",
-                "thread_id": "139999327099776", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
-                "profiling_name": f"{backend}:{op}", "time_created_ns": t0 + seq * 1_000_000 + r,
-                "input_sizes": [list(s) for s in sizes], "input_dtypes": ["Float"],
-                "output_sizes": [list(s) for s in sizes], "output_dtypes": ["Float"], "state": state,
-                "time_discovered_started_ns": None if backend == "gloo" else t0 + seq * 1_000_000 + 10,
-                "time_discovered_completed_ns": None if backend == "gloo" or not done else t0 + seq * 1_000_000 + 90,
-                "retired": done, "timeout_ms": 63000, "is_p2p": False})
+            entries.append(
+                {
+                    "record_id": i,
+                    "pg_id": 0,
+                    "process_group": ("0", "default_pg"),
+                    "thread_name": "python",
+                    "thread_id": "139999327099776",
+                    "collective_seq_id": seq,
+                    "p2p_seq_id": 0,
+                    "op_id": seq,
+                    "profiling_name": f"{backend}:{op}",
+                    "time_created_ns": t0 + seq * 1_000_000 + r,
+                    "input_sizes": [list(s) for s in sizes],
+                    "input_dtypes": ["Float"],
+                    "output_sizes": [list(s) for s in sizes],
+                    "output_dtypes": ["Float"],
+                    "state": state,
+                    "time_discovered_started_ns": None if backend == "gloo" else t0 + seq * 1_000_000 + 10,
+                    "time_discovered_completed_ns": None
+                    if backend == "gloo" or not done
+                    else t0 + seq * 1_000_000 + 90,
+                    "retired": done,
+                    "timeout_ms": 63000,
+                    "is_p2p": False,
+                }
+            )
         reached = first + len(calls) - 1
-        dumps[r] = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
-                                                          "ranks": str(list(range(world_size)))}},
-                    "comm_lib_version": "N/A",
-                    "pg_status": {"0": {"last_enqueued_collective": reached, "last_started_collective": -1,
-                                        "last_completed_collective": min(reached, at - 1)}},
-                    "entries": entries}
+        dumps[r] = {
+            "version": "2.10",
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world_size)))}},
+            "comm_lib_version": "N/A",
+            "pg_status": {
+                "0": {
+                    "last_enqueued_collective": reached,
+                    "last_started_collective": -1,
+                    "last_completed_collective": min(reached, at - 1),
+                }
+            },
+            "entries": entries,
+        }
     return dumps
 
 
@@ -317,8 +407,15 @@ def reference_culprit(dumps):
     collective; ``"size"``: the same collective with other input sizes). None when every rank recorded the same
     calls. ``dumps`` is ``{rank: dump}`` as ``pickle.load`` gives each rank's flight-recorder dump."""
     from collections import Counter
-    calls = {r: {e["collective_seq_id"]: (e["profiling_name"], repr(e["input_sizes"]))
-                 for e in d["entries"] if not e.get("is_p2p")} for r, d in dumps.items()}
+
+    calls = {
+        r: {
+            e["collective_seq_id"]: (e["profiling_name"], repr(e["input_sizes"]))
+            for e in d["entries"]
+            if not e.get("is_p2p")
+        }
+        for r, d in dumps.items()
+    }
     for seq in sorted(set().union(*calls.values())):
         here = {r: c.get(seq) for r, c in calls.items()}
         missing = [r for r, v in here.items() if v is None]
@@ -334,8 +431,15 @@ def reference_culprit(dumps):
 def _culprit_cases(rng: random.Random):
     """(dumps, want) with the edge cases in every run (rank 0 the culprit, two ranks, no culprit, each kind, an
     NCCL-shaped dump), then random ones."""
-    spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo"),
-            (4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
+    spec = [
+        (3, 0, "name", "gloo"),
+        (2, 0, "skipped", "gloo"),
+        (4, None, None, "gloo"),
+        (5, 3, "size", "gloo"),
+        (4, 2, "skipped", "nccl"),
+        (3, 1, "size", "nccl"),
+        (8, None, None, "nccl"),
+    ]
     for _ in range(6):
         n = rng.randint(3, 8)
         kind = rng.choice(FR_KINDS + (None,))
@@ -351,6 +455,7 @@ def _calls_story(dumps, seq) -> str:
     def at(d):
         e = next((e for e in d["entries"] if e["collective_seq_id"] == seq), None)
         return "（没有这条记录）" if e is None else f"{e['profiling_name']} {e['input_sizes']}"
+
     return "；".join(f"rank {r}: {at(d)}" for r, d in sorted(dumps.items()))
 
 
@@ -375,33 +480,50 @@ def check_culprit(fn) -> None:
         n = len(dumps)
         if want is None:
             seqs = [e["collective_seq_id"] for e in dumps[0]["entries"]]
-            raise CheckFailed(f"{what}：{n} 个 Rank 记下的调用完全一样（序号 {seqs[0]}..{seqs[-1]}），没有谁走岔，"
-                              f"应当返回 None，你的函数给出 {got!r}。")
+            raise CheckFailed(
+                f"{what}：{n} 个 Rank 记下的调用完全一样（序号 {seqs[0]}..{seqs[-1]}），没有谁走岔，"
+                f"应当返回 None，你的函数给出 {got!r}。"
+            )
         rank, seq, kind = want
         story = f"{n} 个 Rank，序号 {seq} 上：{_calls_story(dumps, seq)}"
         seqs = [e["collective_seq_id"] for e in dumps[(rank + 1) % n]["entries"]]
         if got is None:
             why = first_hint(
                 (kind == "size", "这个 Rank 调用的 Collective 名字和别人一样，只是 input_sizes 不同：也要比较大小。"),
-                (kind == "skipped", f"rank {rank} 根本没有序号 {seq} 的记录：它没走到这一个 Collective，"
-                                    "一个 Rank 缺了某个序号也是走岔。"),
-                default=f"rank {rank} 的这一条和别人的不一样。")
+                (
+                    kind == "skipped",
+                    f"rank {rank} 根本没有序号 {seq} 的记录：它没走到这一个 Collective，"
+                    "一个 Rank 缺了某个序号也是走岔。",
+                ),
+                default=f"rank {rank} 的这一条和别人的不一样。",
+            )
         else:
             why = first_hint(
-                (got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
-                 "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
-                 "更早的记录，下标和序号对不上）。"),
-                (got[0] == rank and got[1] != seq,
-                 "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。"),
-                (got[0] != rank and got[1] == seq,
-                 f"rank {got[0]} 的记录和多数一样；和多数不一样（或缺了这条）的是 rank {rank}。"
-                 + ("rank 0 也可能是走岔的那个，别拿它当标准。" if rank == 0 else "")),
-                (got[:2] == (rank, seq),
-                 f"Rank 和序号都对，走岔的方式应当是 {kind!r}（\"skipped\" 没有这条记录，\"name\" 调了别的 Collective，"
-                 "\"size\" 名字相同、input_sizes 不同）。"))
+                (
+                    got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
+                    "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
+                    "更早的记录，下标和序号对不上）。",
+                ),
+                (
+                    got[0] == rank and got[1] != seq,
+                    "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。",
+                ),
+                (
+                    got[0] != rank and got[1] == seq,
+                    f"rank {got[0]} 的记录和多数一样；和多数不一样（或缺了这条）的是 rank {rank}。"
+                    + ("rank 0 也可能是走岔的那个，别拿它当标准。" if rank == 0 else ""),
+                ),
+                (
+                    got[:2] == (rank, seq),
+                    f'Rank 和序号都对，走岔的方式应当是 {kind!r}（"skipped" 没有这条记录，"name" 调了别的 Collective，'
+                    '"size" 名字相同、input_sizes 不同）。',
+                ),
+            )
         raise CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
-    passed(f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
-           "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。")
+    passed(
+        f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
+        "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。"
+    )
 
 
 try_culprit = fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")

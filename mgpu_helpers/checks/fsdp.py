@@ -9,8 +9,17 @@ Exercises: :func:`check_cheapest_stage` (the first ZeRO stage whose model states
 
 import random
 
-from mgpu_helpers.checks.core import (CheckFailed, answers, call_limited, fill_in_cell, first_hint,
-                                      matching_hint, number_answer, passed, refuse_course_code)
+from mgpu_helpers.checks.core import (
+    CheckFailed,
+    answers,
+    call_limited,
+    fill_in_cell,
+    first_hint,
+    matching_hint,
+    number_answer,
+    passed,
+    refuse_course_code,
+)
 from mgpu_helpers.models import memory
 
 STAGES = ("dp", "zero1", "zero2", "zero3")
@@ -29,8 +38,9 @@ def dtensor_slices(shape, mesh_shape, coords, shard_dims):
         from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 
         placements = [Replicate() if d is None else Shard(d) for d in shard_dims]
-        lengths, starts = _compute_local_shape_and_global_offset(tuple(shape), tuple(mesh_shape), list(coords),
-                                                                 placements)
+        lengths, starts = _compute_local_shape_and_global_offset(
+            tuple(shape), tuple(mesh_shape), list(coords), placements
+        )
     except (ImportError, TypeError):
         return _slips(shape, mesh_shape, coords, shard_dims)
     return [(int(s), int(n)) for s, n in zip(starts, lengths)]
@@ -38,15 +48,15 @@ def dtensor_slices(shape, mesh_shape, coords, shard_dims):
 
 def _split(length, size, coord, rule):
     """(offset, length) of piece ``coord`` of ``size`` from a span of ``length``, by a rule named for a slip."""
-    if rule == "floor":                                   # n // N each, the last one takes the rest
+    if rule == "floor":  # n // N each, the last one takes the rest
         chunk = length // size
         lo = coord * chunk
         return lo, (length - lo if coord == size - 1 else chunk)
-    if rule == "array_split":                             # the first n % N pieces one longer
+    if rule == "array_split":  # the first n % N pieces one longer
         base, extra = divmod(length, size)
         return coord * base + min(coord, extra), base + (coord < extra)
     chunk = -(-length // size)
-    if rule == "unclipped":                               # ceil, but not cut at the end
+    if rule == "unclipped":  # ceil, but not cut at the end
         return coord * chunk, chunk
     lo = min(coord * chunk, length)
     return lo, min(lo + chunk, length) - lo
@@ -70,18 +80,26 @@ def _slips(shape, mesh_shape, coords, shard_dims, rule="ceil", nested=True, swap
 def _same(got, want) -> bool:
     """Equal shards: the same lengths, and the same starts wherever a shard is not empty (DTensor puts an
     empty shard's start at the end of the dim; where nothing is held the start says nothing)."""
-    return (len(got) == len(want)
-            and all(gn == wn and (wn == 0 or gs == ws) for (gs, gn), (ws, wn) in zip(got, want)))
+    return len(got) == len(want) and all(gn == wn and (wn == 0 or gs == ws) for (gs, gn), (ws, wn) in zip(got, want))
 
 
 def _cases(rng):
-    fixed = [((5, 3), (4,), (0,)), ((7, 5), (2, 3), (0, 0)), ((7, 5), (2, 3), (0, 1)), ((6, 4), (2, 2), (None, 1)),
-             ((3,), (4,), (0,)), ((9, 4), (4, 2), (1, 0)), ((12, 7), (2,), (0,)), ((10, 10), (3, 3), (0, 0))]
+    fixed = [
+        ((5, 3), (4,), (0,)),
+        ((7, 5), (2, 3), (0, 0)),
+        ((7, 5), (2, 3), (0, 1)),
+        ((6, 4), (2, 2), (None, 1)),
+        ((3,), (4,), (0,)),
+        ((9, 4), (4, 2), (1, 0)),
+        ((12, 7), (2,), (0,)),
+        ((10, 10), (3, 3), (0, 0)),
+    ]
     for _ in range(16):
         mesh = (rng.randint(2, 8),) if rng.random() < 0.4 else (rng.randint(2, 4), rng.randint(2, 4))
         shape = tuple(rng.randint(1, 20) for _ in range(rng.randint(1, 3)))
-        dims = tuple(rng.choice([None] + list(range(len(shape)))) if k else rng.randrange(len(shape))
-                     for k in range(len(mesh)))
+        dims = tuple(
+            rng.choice([None] + list(range(len(shape)))) if k else rng.randrange(len(shape)) for k in range(len(mesh))
+        )
         fixed.append((shape, mesh, dims))
     return fixed
 
@@ -101,11 +119,17 @@ def check_local_slices(fn) -> None:
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
     from torch.distributed.tensor import _utils as dtensor_utils
 
-    refuse_course_code(fn, what, (dtensor_slices, getattr(dtensor_utils, "_compute_local_shape_and_global_offset", None),
-                                  getattr(dtensor_utils, "compute_local_shape_and_global_offset", None)),
-                       advice="用整数运算自己切出来。",
-                       names=("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset",
-                              "distribute_tensor"))
+    refuse_course_code(
+        fn,
+        what,
+        (
+            dtensor_slices,
+            getattr(dtensor_utils, "_compute_local_shape_and_global_offset", None),
+            getattr(dtensor_utils, "compute_local_shape_and_global_offset", None),
+        ),
+        advice="用整数运算自己切出来。",
+        names=("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset", "distribute_tensor"),
+    )
     calls = [(shape, mesh, coords, dims) for shape, mesh, dims in _cases(random.Random()) for coords in _coords(mesh)]
     for (shape, mesh, coords, dims), got in answers(fn, what, calls, call_limited):
         where = f"shape={shape}，mesh_shape={mesh}，coords={coords}，shard_dims={dims}"
@@ -118,21 +142,38 @@ def check_local_slices(fn) -> None:
             continue
         args = (shape, mesh, coords, dims)
         hint = first_hint(
-            (len(got) != len(shape), f"要给张量的每一维（共 {len(shape)} 维）各一个 (start, length)，没被切的维是 (0, 该维长度)。"),
-            (_same(got, _slips(*args, rule="floor")), "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
-             "前面的段都是满的，最后几段更短，甚至是空的。"),
-            (_same(got, _slips(*args, rule="array_split")), "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
-             "每段 ceil(n / N)，不够的是最后几段。"),
-            (_same(got, _slips(*args, rule="unclipped")), "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。"),
-            (_same(got, _slips(*args, nested=False)), "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，"
-             "不是重新切整条。"),
+            (
+                len(got) != len(shape),
+                f"要给张量的每一维（共 {len(shape)} 维）各一个 (start, length)，没被切的维是 (0, 该维长度)。",
+            ),
+            (
+                _same(got, _slips(*args, rule="floor")),
+                "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
+                "前面的段都是满的，最后几段更短，甚至是空的。",
+            ),
+            (
+                _same(got, _slips(*args, rule="array_split")),
+                "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
+                "每段 ceil(n / N)，不够的是最后几段。",
+            ),
+            (
+                _same(got, _slips(*args, rule="unclipped")),
+                "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。",
+            ),
+            (
+                _same(got, _slips(*args, nested=False)),
+                "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，不是重新切整条。",
+            ),
             (_same(got, _slips(*args, swap=True)), "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。"),
-            default="对照 DTensor 自己的切法：沿网格维依次切，每段 ceil(n / N)。")
+            default="对照 DTensor 自己的切法：沿网格维依次切，每段 ceil(n / N)。",
+        )
         raise CheckFailed(f"{where}：DTensor 给这个 Rank 的是 {want}，你的答案是 {got}。{hint}")
     passed(f"{len(calls)} 个 Rank 的分片和 DTensor 自己的切法一致（1 维和 2 维网格，含不能整除的形状）")
 
 
-try_local_slices = fill_in_cell(check_local_slices, "mgpu_helpers.lessons.fsdp.local_slices", "local_slices：网格上一个 Rank 的分片")
+try_local_slices = fill_in_cell(
+    check_local_slices, "mgpu_helpers.lessons.fsdp.local_slices", "local_slices：网格上一个 Rank 的分片"
+)
 
 
 # -- 14: model-state bytes per rank (ZeRO paper) ------------------------------------------------------------
@@ -141,23 +182,33 @@ try_local_slices = fill_in_cell(check_local_slices, "mgpu_helpers.lessons.fsdp.l
 def reference_model_state_bytes(strategy: str, psi: float, world_size: int, k: float = 12) -> float:
     """06's memory model with the ZeRO paper's mixed-precision sizes: 2 psi (fp16 parameters) + 2 psi (fp16
     gradients) + K psi (fp32 master copy, momentum, variance: K = 12 for Adam), sharded by ``strategy``."""
-    plan = memory.memory_plan(PLAN_NAME[strategy], world_size, float("inf"), params=2 * psi, grads=2 * psi,
-                              optimizer=k * psi)
+    plan = memory.memory_plan(
+        PLAN_NAME[strategy], world_size, float("inf"), params=2 * psi, grads=2 * psi, optimizer=k * psi
+    )
     return max(plan.totals)
 
 
 def _wrong_state_bytes(strategy, psi, n, k):
     """The usual wrong formulas, each with what it gets wrong."""
-    return [(2 * psi + 2 * psi + k * psi / n if strategy == "zero2" else None,
-             "ZeRO-2 把梯度也切开了：2Ψ 的梯度每个 Rank 只存 1/N。"),
-            (2 * psi + (2 + k) * psi / n if strategy == "zero1" else None,
-             "ZeRO-1 只切优化器状态：梯度（2Ψ）还是每个 Rank 一整份。"),
-            ((4 + 4 + k) * psi / (n if strategy == "zero3" else 1) if strategy in ("dp", "zero3") else None,
-             "混合精度下参数和梯度是 16 位（每个 2 字节），4 字节的 fp32 主副本已经算在 K 里。"),
-            ((4 + k) * psi / n if strategy in ("zero1", "zero2") else None,
-             "ZeRO-1/2 不切参数：2Ψ 的 fp16 参数每个 Rank 一整份。"),
-            ((4 + k) * psi if strategy != "dp" else None,
-             "这个策略要切开的部分没有除以 N。")]
+    return [
+        (
+            2 * psi + 2 * psi + k * psi / n if strategy == "zero2" else None,
+            "ZeRO-2 把梯度也切开了：2Ψ 的梯度每个 Rank 只存 1/N。",
+        ),
+        (
+            2 * psi + (2 + k) * psi / n if strategy == "zero1" else None,
+            "ZeRO-1 只切优化器状态：梯度（2Ψ）还是每个 Rank 一整份。",
+        ),
+        (
+            (4 + 4 + k) * psi / (n if strategy == "zero3" else 1) if strategy in ("dp", "zero3") else None,
+            "混合精度下参数和梯度是 16 位（每个 2 字节），4 字节的 fp32 主副本已经算在 K 里。",
+        ),
+        (
+            (4 + k) * psi / n if strategy in ("zero1", "zero2") else None,
+            "ZeRO-1/2 不切参数：2Ψ 的 fp16 参数每个 Rank 一整份。",
+        ),
+        ((4 + k) * psi if strategy != "dp" else None, "这个策略要切开的部分没有除以 N。"),
+    ]
 
 
 def check_model_state_bytes(fn) -> None:
@@ -165,25 +216,42 @@ def check_model_state_bytes(fn) -> None:
     ``"zero1"``, ``"zero2"`` or ``"zero3"`` (mixed precision: fp16 parameters and gradients, K psi of fp32
     optimizer state), on fresh sizes, against 06's memory model."""
     what = "model_state_bytes 要给出一个 Rank 存的模型状态（字节）"
-    refuse_course_code(fn, what, (reference_model_state_bytes,), advice="用加减乘除自己算出来。",
-                       names=("memory_plan", "compare_strategies"))
+    refuse_course_code(
+        fn,
+        what,
+        (reference_model_state_bytes,),
+        advice="用加减乘除自己算出来。",
+        names=("memory_plan", "compare_strategies"),
+    )
     rng = random.Random()
     cases = [("dp", 7.5e9, 64, 12), ("zero1", 7.5e9, 64, 12), ("zero2", 7.5e9, 64, 12), ("zero3", 7.5e9, 64, 12)]
-    cases += [(rng.choice(STAGES), rng.randint(1, 400) * 10 ** rng.randint(6, 9), rng.choice([1, 2, 3, 8, 64, 1024]),
-               rng.choice([12, 4, 16])) for _ in range(30)]
+    cases += [
+        (
+            rng.choice(STAGES),
+            rng.randint(1, 400) * 10 ** rng.randint(6, 9),
+            rng.choice([1, 2, 3, 8, 64, 1024]),
+            rng.choice([12, 4, 16]),
+        )
+        for _ in range(30)
+    ]
     for (strategy, psi, n, k), got in answers(fn, what, cases, call_limited):
         where = f"strategy={strategy!r}，psi={psi:g}，world_size={n}，k={k}"
         got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
         want = reference_model_state_bytes(strategy, psi, n, k)
         if abs(got - want) > 1e-9 * want:
-            hint = matching_hint(got, _wrong_state_bytes(strategy, psi, n, k), rel_tol=1e-9,
-                                 default="按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。")
+            hint = matching_hint(
+                got,
+                _wrong_state_bytes(strategy, psi, n, k),
+                rel_tol=1e-9,
+                default="按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。",
+            )
             raise CheckFailed(f"{where}：应当是 {want:,.0f} 字节，你的答案是 {got:,.0f}。{hint}")
     passed(f"{len(cases)} 组规模上四种策略的模型状态都和 06 的内存模型一致（ZeRO 论文的 (2+2+K)Ψ 记法）")
 
 
-try_model_state_bytes = fill_in_cell(check_model_state_bytes, "mgpu_helpers.lessons.fsdp.model_state_bytes",
-                                     "model_state_bytes：每个 Rank 的模型状态")
+try_model_state_bytes = fill_in_cell(
+    check_model_state_bytes, "mgpu_helpers.lessons.fsdp.model_state_bytes", "model_state_bytes：每个 Rank 的模型状态"
+)
 
 
 # -- ex14: the first stage that fits ------------------------------------------------------------------------
@@ -199,8 +267,14 @@ def check_cheapest_stage(fn) -> None:
     ``capacity`` bytes on every rank; ``None`` when none fits. Boundaries (exactly full) included."""
     what = "cheapest_stage 要选出第一个放得下的 ZeRO 阶段"
     rng = random.Random()
-    cases = [(1e9, 8, 16e9, 12), (1e9, 8, 15.9e9, 12), (7.5e9, 64, 141e9, 12), (70e9, 8, 141e9, 12),
-             (70e9, 1024, 141e9, 12), (1e12, 8, 141e9, 12)]
+    cases = [
+        (1e9, 8, 16e9, 12),
+        (1e9, 8, 15.9e9, 12),
+        (7.5e9, 64, 141e9, 12),
+        (70e9, 8, 141e9, 12),
+        (70e9, 1024, 141e9, 12),
+        (1e12, 8, 141e9, 12),
+    ]
     for _ in range(40):
         psi, n, k = rng.randint(1, 200) * 1e9, rng.choice([2, 4, 8, 16, 64, 256, 1024]), rng.choice([12, 8, 16])
         stage = rng.choice(STAGES)
@@ -213,15 +287,23 @@ def check_cheapest_stage(fn) -> None:
         fits = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) <= cap]
         strictly = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) < cap]
         hint = first_hint(
-            (k != 12 and got == reference_cheapest_stage(psi, n, cap), f"k 要传下去：这一组的优化器状态是每个参数 {k} 字节，不是 12。"),
+            (
+                k != 12 and got == reference_cheapest_stage(psi, n, cap),
+                f"k 要传下去：这一组的优化器状态是每个参数 {k} 字节，不是 12。",
+            ),
             (got not in STAGES + (None,), f"要返回 {STAGES} 中的一个名字，或者 None；实际得到 {got!r}。"),
-            (want is not None and got == "zero3", "不要总挑最省内存的：切得越多，通信越多（ZeRO-3 每步多一次 All-Gather）；要的是第一个放得下的。"),
+            (
+                want is not None and got == "zero3",
+                "不要总挑最省内存的：切得越多，通信越多（ZeRO-3 每步多一次 All-Gather）；要的是第一个放得下的。",
+            ),
             (want is None and got is not None, "一个阶段都放不下时返回 None（连 ZeRO-3 都超出容量）。"),
             (got == (strictly[0] if strictly else None), "正好等于容量也算放得下（<=，不是 <）。"),
             (fits and got == fits[-1], "按 dp、zero1、zero2、zero3 的顺序找第一个放得下的，不是最后一个。"),
-            default="用 model_state_bytes 算出每个阶段的字节数，和容量比较。")
-        raise CheckFailed(f"psi={psi:g}，world_size={n}，capacity={cap:,.0f} 字节，k={k}：应当是 {want!r}，"
-                          f"你的答案是 {got!r}。{hint}")
+            default="用 model_state_bytes 算出每个阶段的字节数，和容量比较。",
+        )
+        raise CheckFailed(
+            f"psi={psi:g}，world_size={n}，capacity={cap:,.0f} 字节，k={k}：应当是 {want!r}，你的答案是 {got!r}。{hint}"
+        )
     passed(f"{len(cases)} 种规模和容量（含正好放满的边界）都选对了阶段")
 
 
@@ -232,7 +314,7 @@ def reference_shard_bytes(shapes, world_size, rank, bytes_per_element=4):
     """Bytes of FSDP2's shards of parameters of ``shapes`` on ``rank``: each cut along dim 0 (DTensor's rule)."""
     total = 0
     for shape in shapes:
-        (_, rows), = dtensor_slices(shape[:1], (world_size,), (rank,), (0,))
+        ((_, rows),) = dtensor_slices(shape[:1], (world_size,), (rank,), (0,))
         total += rows * _numel(shape[1:])
     return total * bytes_per_element
 
@@ -246,14 +328,21 @@ def _numel(shape) -> int:
 
 def _shard_bytes_slips(shapes, n, b):
     """The usual wrong answers, each a function of the rank, with what it gets wrong."""
+
     def by_rule(rule, per_row=True, scale=b):
         return lambda r: scale * sum(_split(s[0], n, r, rule)[1] * (_numel(s[1:]) if per_row else 1) for s in shapes)
-    return [(lambda r: b * sum(map(_numel, shapes)) / n, "FSDP2 不是把所有参数平均分：它逐个参数切第 0 维，不能整除时前面的 Rank 多拿一行。"),
-            (by_rule("array_split"), "多出来的行不是前几段各多一行：每段 ceil(行数 / N)，不够的是最后几段。"),
-            (by_rule("floor"), "段长是 ceil(行数 / N)，不是 行数 // N（最后一段收下余数的是另一种切法）。"),
-            (by_rule("unclipped"), "最后几段要截到行数为止，可能是 0 行。"),
-            (by_rule("ceil", scale=1), "要乘每个元素的字节数 bytes_per_element。"),
-            (by_rule("ceil", per_row=False), "切的是第 0 维的行，每行还有其它维的元素：乘上一行的元素个数。")]
+
+    return [
+        (
+            lambda r: b * sum(map(_numel, shapes)) / n,
+            "FSDP2 不是把所有参数平均分：它逐个参数切第 0 维，不能整除时前面的 Rank 多拿一行。",
+        ),
+        (by_rule("array_split"), "多出来的行不是前几段各多一行：每段 ceil(行数 / N)，不够的是最后几段。"),
+        (by_rule("floor"), "段长是 ceil(行数 / N)，不是 行数 // N（最后一段收下余数的是另一种切法）。"),
+        (by_rule("unclipped"), "最后几段要截到行数为止，可能是 0 行。"),
+        (by_rule("ceil", scale=1), "要乘每个元素的字节数 bytes_per_element。"),
+        (by_rule("ceil", per_row=False), "切的是第 0 维的行，每行还有其它维的元素：乘上一行的元素个数。"),
+    ]
 
 
 def check_shard_bytes(fn) -> None:
@@ -263,8 +352,10 @@ def check_shard_bytes(fn) -> None:
     what = "shard_bytes 要给出 FSDP2 留在一个 Rank 上的参数字节数"
     rng = random.Random()
     models = [[(12, 7), (12,), (5, 12), (5,), (3, 5), (3,)]]
-    models += [[tuple(rng.randint(1, 40) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 6))]
-               for _ in range(20)]
+    models += [
+        [tuple(rng.randint(1, 40) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 6))]
+        for _ in range(20)
+    ]
     cases = [(m, n, r, rng.choice([4, 2])) for m in models for n in [rng.randint(2, 9)] for r in range(n)]
     for (shapes, n, rank, b), got in answers(fn, what, cases, call_limited):
         where = f"shapes={shapes}，world_size={n}，rank={rank}，bytes_per_element={b}"
@@ -272,10 +363,18 @@ def check_shard_bytes(fn) -> None:
         want = reference_shard_bytes(shapes, n, rank, b)
         if got != want:
             # which slip it is: the one that gives the learner's answer on every rank of this model
-            mine = [number_answer(call_limited(fn, what, shapes, n, r, b), f"{where}：rank {r} 的答案不是一个数。")
-                    if r != rank else got for r in range(n)]
-            hint = first_hint(*((all(abs(slip(r) - m) < 1e-9 for r, m in enumerate(mine)), text)
-                                for slip, text in _shard_bytes_slips(shapes, n, b)),
-                              default="逐个参数：这个 Rank 分到第 0 维的几行，乘一行的元素个数，再乘每个元素的字节数。")
+            mine = [
+                number_answer(call_limited(fn, what, shapes, n, r, b), f"{where}：rank {r} 的答案不是一个数。")
+                if r != rank
+                else got
+                for r in range(n)
+            ]
+            hint = first_hint(
+                *(
+                    (all(abs(slip(r) - m) < 1e-9 for r, m in enumerate(mine)), text)
+                    for slip, text in _shard_bytes_slips(shapes, n, b)
+                ),
+                default="逐个参数：这个 Rank 分到第 0 维的几行，乘一行的元素个数，再乘每个元素的字节数。",
+            )
             raise CheckFailed(f"{where}：FSDP2 在这个 Rank 上留下 {want:,} 字节，你的答案是 {got:,.0f}。{hint}")
     passed(f"{len(cases)} 个 Rank 上的参数分片字节数都和 FSDP2 的切法一致（含行数少于 Rank 数的参数）")

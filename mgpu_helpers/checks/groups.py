@@ -3,10 +3,27 @@ rank runs)."""
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (HANG_S, CheckFailed, WatchedCalls, answers, as_numpy, call, compare,
-                                      expect_items, fail_first, fill_in_cell, first_hint, hang_failure, int_values,
-                                      is_stub_error, launch, new_rng, not_done, passed,
-                                      require_written)
+from mgpu_helpers.checks.core import (
+    HANG_S,
+    CheckFailed,
+    WatchedCalls,
+    answers,
+    as_numpy,
+    call,
+    compare,
+    expect_items,
+    fail_first,
+    fill_in_cell,
+    first_hint,
+    hang_failure,
+    int_values,
+    is_stub_error,
+    launch,
+    new_rng,
+    not_done,
+    passed,
+    require_written,
+)
 
 FIELDS = ("node", "local_rank", "physical_gpu")
 
@@ -19,7 +36,7 @@ def reference_placement(rank: int, nproc_per_node: int, visible: list[int]) -> t
 
 
 def _placement_cases(rng, count: int = 40):
-    cases = [(5, 4, [0, 1, 2, 3]), (1, 2, [1, 0]), (6, 8, [7, 6, 5, 4, 3, 2, 1, 0])]   # the easy-to-miss ones
+    cases = [(5, 4, [0, 1, 2, 3]), (1, 2, [1, 0]), (6, 8, [7, 6, 5, 4, 3, 2, 1, 0])]  # the easy-to-miss ones
     for _ in range(count):
         nproc = int(rng.integers(1, 9))
         visible = [int(g) for g in rng.permutation(8)[:nproc]]
@@ -29,13 +46,20 @@ def _placement_cases(rng, count: int = 40):
 
 def _explain_placement(field: str, rank: int, nproc: int, visible: list[int], got) -> str:
     local = rank % nproc
-    return first_hint((field == "node", "每台机器起 nproc_per_node 个进程，rank 按机器依次编号：第几台机器看整除。"),
-                      (field == "local_rank" and got == rank,
-                       "local_rank 是这台机器上的编号，不是全局的 rank：两台机器各有自己的 0, 1, ……"),
-                      (field == "local_rank", "local_rank 是 rank 除以 nproc_per_node 的余数。"),
-                      (got == local, f"cuda:{local} 是进程里看到的编号；CUDA_VISIBLE_DEVICES={','.join(map(str, visible))} "
-                                     "时它是列表里的第 local_rank 个物理 GPU。"),
-                      default="物理 GPU 要从 CUDA_VISIBLE_DEVICES 的列表里按 local_rank 取。")
+    return first_hint(
+        (field == "node", "每台机器起 nproc_per_node 个进程，rank 按机器依次编号：第几台机器看整除。"),
+        (
+            field == "local_rank" and got == rank,
+            "local_rank 是这台机器上的编号，不是全局的 rank：两台机器各有自己的 0, 1, ……",
+        ),
+        (field == "local_rank", "local_rank 是 rank 除以 nproc_per_node 的余数。"),
+        (
+            got == local,
+            f"cuda:{local} 是进程里看到的编号；CUDA_VISIBLE_DEVICES={','.join(map(str, visible))} "
+            "时它是列表里的第 local_rank 个物理 GPU。",
+        ),
+        default="物理 GPU 要从 CUDA_VISIBLE_DEVICES 的列表里按 local_rank 取。",
+    )
 
 
 def check_placement(fn) -> None:
@@ -47,9 +71,11 @@ def check_placement(fn) -> None:
         expect_items(got, 3, f"{what}：要返回三个数 (node, local_rank, physical_gpu)，现在是 {got!r}。")
         for field, g, w in zip(FIELDS, got, want):
             if g != w:
-                raise CheckFailed(f"rank {rank}，每台机器 {nproc} 个进程，CUDA_VISIBLE_DEVICES="
-                                  f"{','.join(map(str, visible))}：{field} 应当是 {w}，你的是 {g}。"
-                                  f"{_explain_placement(field, rank, nproc, visible, g)}")
+                raise CheckFailed(
+                    f"rank {rank}，每台机器 {nproc} 个进程，CUDA_VISIBLE_DEVICES="
+                    f"{','.join(map(str, visible))}：{field} 应当是 {w}，你的是 {g}。"
+                    f"{_explain_placement(field, rank, nproc, visible, g)}"
+                )
     passed("placement 在几十种 (rank, nproc_per_node, CUDA_VISIBLE_DEVICES) 组合上都对。")
 
 
@@ -62,7 +88,7 @@ def _join_sum_main(rank, world_size, fn, inputs):
     import torch
     import torch.distributed as dist
 
-    with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
+    with WatchedCalls(watch_init=True) as watched:  # the init call recorded under any name
         out = fn(rank, world_size, torch.tensor(inputs[rank]))
     if dist.is_initialized():
         raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
@@ -80,16 +106,26 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
         length = int(rng.integers(1, 5))
         inputs = [int_values(rng, length) for _ in range(world_size)]
         try:
-            values = launch(_join_sum_main, world_size, (fn, inputs), what, fn, timeout, init=False,
-                            advice="多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。")
+            values = launch(
+                _join_sum_main,
+                world_size,
+                (fn, inputs),
+                what,
+                fn,
+                timeout,
+                init=False,
+                advice="多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。",
+            )
         except CheckFailed as exc:
             # A rank that leaves right after joining can close its connections while a peer is still making
             # them (gloo: "Connection closed by peer"): the usual cause is a missing collective.
             if "Connection closed by peer" not in str(exc) and "connectFullMesh" not in str(exc):
                 raise
-            raise CheckFailed(f"{what}：world_size = {world_size} 时，有的 Rank 还在和大家建立连接，另一个 Rank 已经"
-                              "离开了进程组（gloo 报 Connection closed by peer）。加入之后还要做一次 all_reduce 把各 "
-                              "Rank 的 x 加起来（它也让每个 Rank 等到大家到齐），再 destroy_process_group()。") from None
+            raise CheckFailed(
+                f"{what}：world_size = {world_size} 时，有的 Rank 还在和大家建立连接，另一个 Rank 已经"
+                "离开了进程组（gloo 报 Connection closed by peer）。加入之后还要做一次 all_reduce 把各 "
+                "Rank 的 x 加起来（它也让每个 Rank 等到大家到齐），再 destroy_process_group()。"
+            ) from None
         total = np.sum(inputs, axis=0)
         for rank, (got, _inits) in enumerate(values):
             own = got is not None and np.shape(got) == np.shape(inputs[rank]) and np.allclose(got, inputs[rank])
@@ -97,10 +133,14 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
             compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
         for rank, (_got, inits) in enumerate(values):
             if len(inits) != 1 or "store" not in inits[0] or "init_method" in inits[0]:
-                raise CheckFailed(f"{what}：rank {rank} 调用 init_process_group 时给的参数是 {inits}。这一题要自己建 "
-                                  "dist.FileStore(路径, world_size)，用 store= 传进去（再传 rank 和 world_size），"
-                                  "不用 init_method。")
-    passed(f"join_and_sum 在 world_size = {', '.join(map(str, sizes))} 上用自己建的 FileStore 加入、求和、离开了进程组。")
+                raise CheckFailed(
+                    f"{what}：rank {rank} 调用 init_process_group 时给的参数是 {inits}。这一题要自己建 "
+                    "dist.FileStore(路径, world_size)，用 store= 传进去（再传 rank 和 world_size），"
+                    "不用 init_method。"
+                )
+    passed(
+        f"join_and_sum 在 world_size = {', '.join(map(str, sizes))} 上用自己建的 FileStore 加入、求和、离开了进程组。"
+    )
 
 
 # -- notebook 03: the environment a launcher sets, and joining a group by hand ----------------------------------
@@ -109,22 +149,35 @@ ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def reference_env_for(rank: int, world_size: int, master_port: int, nproc_per_node: int | None = None,
-                      master_addr: str = "127.0.0.1") -> dict:
+def reference_env_for(
+    rank: int, world_size: int, master_port: int, nproc_per_node: int | None = None, master_addr: str = "127.0.0.1"
+) -> dict:
     """The variables ``torchrun`` sets for ``rank`` of ``world_size`` processes, ``nproc_per_node`` on each
     machine (default: all on one), meeting at ``master_addr:master_port``: every value a string, as in
     ``os.environ``. Machine k holds ranks k * nproc_per_node .. (k + 1) * nproc_per_node - 1."""
     per_node = world_size if nproc_per_node is None else nproc_per_node
-    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank % per_node),
-            "LOCAL_WORLD_SIZE": str(per_node), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(rank % per_node),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
 
 
 def _env_cases(rng, count: int = 30):
     """Argument tuples: one machine (three arguments, so the defaults are used) and several machines (five)."""
     addr = f"10.{rng.integers(0, 256)}.{rng.integers(0, 256)}.{rng.integers(1, 255)}"
-    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234),             # one rank alone; the last rank; another port
-             (13, 16, 29500, 8, addr), (2, 3, 29400, 1, addr),        # second machine; one process per machine
-             (5, 8, 29400, 4, "127.0.0.1"), (3, 4, 29400, 4, addr)]   # first of machine 1; all on one machine
+    cases = [
+        (0, 1, 29500),
+        (3, 4, 29500),
+        (1, 2, 61234),  # one rank alone; the last rank; another port
+        (13, 16, 29500, 8, addr),
+        (2, 3, 29400, 1, addr),  # second machine; one process per machine
+        (5, 8, 29400, 4, "127.0.0.1"),
+        (3, 4, 29400, 4, addr),
+    ]  # first of machine 1; all on one machine
     for _ in range(count):
         per_node, nodes = int(rng.integers(1, 9)), int(rng.integers(1, 5))
         world_size, port = per_node * nodes, int(rng.integers(20000, 65000))
@@ -139,17 +192,26 @@ def _env_slip(key: str, got: str, case: tuple) -> str:
     per_node = world_size if per_node is None else per_node
     if key == "LOCAL_RANK":
         return first_hint(
-            (got == str(rank) and per_node < world_size, "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。"),
+            (
+                got == str(rank) and per_node < world_size,
+                "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。",
+            ),
             (got == str(rank // per_node), "这是这个 rank 所在机器的编号，不是它在本机上排第几。"),
-            default="LOCAL_RANK 是这个 rank 在自己那台机器上排第几（从 0 数起）。")
-    return {"RANK": "rank 从 0 数起，就是这个进程的编号。",
-            "WORLD_SIZE": "WORLD_SIZE 是所有机器上进程的总数。",
-            "LOCAL_WORLD_SIZE": first_hint((got == str(world_size) and per_node < world_size,
-                                            "LOCAL_WORLD_SIZE 是本机的进程数，不是所有机器的总数。"),
-                                           default="LOCAL_WORLD_SIZE 是本机的进程数：单机时就是 world_size。"),
-            "MASTER_ADDR": first_hint((got in LOOPBACK, "MASTER_ADDR 写死成了回环地址：多机时大家要去 master_addr 给的那台机器碰头。"),
-                                      default="MASTER_ADDR 就是给定的 master_addr（默认 127.0.0.1）。"),
-            "MASTER_PORT": "所有 rank 要在同一个端口碰头：MASTER_PORT 对每个 rank 都一样，就是给定的端口。"}[key]
+            default="LOCAL_RANK 是这个 rank 在自己那台机器上排第几（从 0 数起）。",
+        )
+    return {
+        "RANK": "rank 从 0 数起，就是这个进程的编号。",
+        "WORLD_SIZE": "WORLD_SIZE 是所有机器上进程的总数。",
+        "LOCAL_WORLD_SIZE": first_hint(
+            (got == str(world_size) and per_node < world_size, "LOCAL_WORLD_SIZE 是本机的进程数，不是所有机器的总数。"),
+            default="LOCAL_WORLD_SIZE 是本机的进程数：单机时就是 world_size。",
+        ),
+        "MASTER_ADDR": first_hint(
+            (got in LOOPBACK, "MASTER_ADDR 写死成了回环地址：多机时大家要去 master_addr 给的那台机器碰头。"),
+            default="MASTER_ADDR 就是给定的 master_addr（默认 127.0.0.1）。",
+        ),
+        "MASTER_PORT": "所有 rank 要在同一个端口碰头：MASTER_PORT 对每个 rank 都一样，就是给定的端口。",
+    }[key]
 
 
 def check_env_for(fn) -> None:
@@ -158,7 +220,8 @@ def check_env_for(fn) -> None:
     what = "env_for 要给出一个 rank 的六个环境变量"
     for case, got in answers(fn, what, _env_cases(new_rng())):
         case_text = f"rank {case[0]}，world_size = {case[1]}，MASTER_PORT = {case[2]}" + (
-            f"，每台机器 {case[3]} 个进程，master_addr = {case[4]!r}" if len(case) > 3 else "（单机，用默认参数）")
+            f"，每台机器 {case[3]} 个进程，master_addr = {case[4]!r}" if len(case) > 3 else "（单机，用默认参数）"
+        )
         if not isinstance(got, dict):
             raise CheckFailed(f"{case_text}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")
         if missing := [k for k in ENV_KEYS if k not in got]:
@@ -166,16 +229,21 @@ def check_env_for(fn) -> None:
         if odd := [k for k in got if k not in ENV_KEYS]:
             raise CheckFailed(f"{case_text}：多了 {', '.join(map(str, odd))}；只要这六个：{', '.join(ENV_KEYS)}。")
         if not_str := [k for k in ENV_KEYS if not isinstance(got[k], str)]:
-            raise CheckFailed(f"{case_text}：{not_str[0]} 的值是 {type(got[not_str[0]]).__name__}（{got[not_str[0]]!r}）。"
-                              "环境变量的值都是字符串：os.environ 只收字符串，用 str(...)。")
+            raise CheckFailed(
+                f"{case_text}：{not_str[0]} 的值是 {type(got[not_str[0]]).__name__}（{got[not_str[0]]!r}）。"
+                "环境变量的值都是字符串：os.environ 只收字符串，用 str(...)。"
+            )
         want = reference_env_for(*case)
         if len(case) == 3 and got["MASTER_ADDR"] in LOOPBACK:
-            got = {**got, "MASTER_ADDR": want["MASTER_ADDR"]}          # localhost is as good as 127.0.0.1
+            got = {**got, "MASTER_ADDR": want["MASTER_ADDR"]}  # localhost is as good as 127.0.0.1
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             if got[key] != want[key]:
-                raise CheckFailed(f"{case_text}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。"
-                                  + _env_slip(key, got[key], case))
-    passed("env_for 在几十种 (rank, world_size, MASTER_PORT, 每台机器的进程数, master_addr) 上都给出了 torchrun 会设的六个变量。")
+                raise CheckFailed(
+                    f"{case_text}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。" + _env_slip(key, got[key], case)
+                )
+    passed(
+        "env_for 在几十种 (rank, world_size, MASTER_PORT, 每台机器的进程数, master_addr) 上都给出了 torchrun 会设的六个变量。"
+    )
 
 
 try_env_for = fill_in_cell(check_env_for, reference_env_for, "env_for")
@@ -192,13 +260,16 @@ def reference_init_for(rank: int, world_size: int, method: str) -> None:
 
     backend = os.environ["MGPU_BACKEND"]
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))     # this machine's k-th process -> cuda:k
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # this machine's k-th process -> cuda:k
     timeout = timedelta(seconds=30)
-    if method == "env://":          # address, port, rank and world size all from the environment
+    if method == "env://":  # address, port, rank and world size all from the environment
         dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
         return
-    url = (os.environ["MGPU_INIT_METHOD"] if method == "file://"
-           else f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+    url = (
+        os.environ["MGPU_INIT_METHOD"]
+        if method == "file://"
+        else f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    )
     dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank, timeout=timeout)
 
 
@@ -210,11 +281,11 @@ def _init_main(rank, world_size, fn, method):
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    with WatchedCalls(watch_init=True) as watched:      # the init call recorded under any name
+    with WatchedCalls(watch_init=True) as watched:  # the init call recorded under any name
         fn(rank, world_size, method)
     if not dist.is_initialized():
         return None, watched.inits
-    bound = torch.cuda.current_device() if dist.get_backend() == "nccl" else None   # before rank_device() sets it
+    bound = torch.cuda.current_device() if dist.get_backend() == "nccl" else None  # before rank_device() sets it
     x = torch.tensor([rank], device=rank_device())
     dist.all_reduce(x)
     seen = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), total=int(x.item()), bound=bound)
@@ -234,18 +305,30 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
     for method, world_size in (("env://", 3), ("tcp://", 2)):
         case = f"method = {method!r}，{world_size} 个 rank"
         try:
-            res = run_ranks(_init_main, world_size, args=(fn, method), init=False, timeout=timeout,
-                            stream=False, quiet=True)
+            res = run_ranks(
+                _init_main, world_size, args=(fn, method), init=False, timeout=timeout, stream=False, quiet=True
+            )
         except RankTimeout as exc:
-            raise hang_failure(exc, case, world_size, timeout,
-                               "多半是碰头的地址不对：每个 rank 要去同一个 MASTER_ADDR:MASTER_PORT"
-                               "（tcp:// 要把这两个写进 URL：tcp://地址:端口）。") from None
+            raise hang_failure(
+                exc,
+                case,
+                world_size,
+                timeout,
+                "多半是碰头的地址不对：每个 rank 要去同一个 MASTER_ADDR:MASTER_PORT"
+                "（tcp:// 要把这两个写进 URL：tcp://地址:端口）。",
+            ) from None
         except RankError as exc:
             if is_stub_error(exc):
                 raise not_done(fn, what) from None
             about_rank = method == "tcp://" and ("world_size" in str(exc) or "rank" in str(exc).lower())
-            hint = "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。" if about_rank else ""
-            raise CheckFailed(f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}{hint}") from None
+            hint = (
+                "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。"
+                if about_rank
+                else ""
+            )
+            raise CheckFailed(
+                f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}{hint}"
+            ) from None
         for rank, (seen, inits) in enumerate(res.values):
             if len(inits) != 1:
                 raise CheckFailed(f"{case}：rank {rank} 调用了 {len(inits)} 次 init_process_group，应当正好一次。")
@@ -253,17 +336,30 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
             url = init.get("init_method")
             if url is None and len(init["_args"]) > 1:
                 url = init["_args"][1]
-            fail_first((method == "env://" and url not in (None, "env://"), f"{case}：rank {rank} 用的 init_method 是 {url!r}。"
-                        "env:// 分支要写 init_method=\"env://\"：地址、端口、rank 和 world_size 都从环境变量里读。"),
-                       (method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")),
-                        f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。"),
-                       (seen is None or seen["rank"] != rank or seen["world_size"] != world_size,
-                        f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。"),
-                       (seen is not None and seen.get("bound") not in (None, rank),
-                        f"{case}：nccl 的 rank {rank} 入组后当前 GPU 是 cuda:{seen.get('bound')}，应当是 cuda:{rank}"
-                        "（这台机器上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。"))
-    passed("init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对；"
-           "用 nccl 时它在入组之前把进程绑到了 cuda:LOCAL_RANK。")
+            fail_first(
+                (
+                    method == "env://" and url not in (None, "env://"),
+                    f"{case}：rank {rank} 用的 init_method 是 {url!r}。"
+                    'env:// 分支要写 init_method="env://"：地址、端口、rank 和 world_size 都从环境变量里读。',
+                ),
+                (
+                    method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")),
+                    f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。",
+                ),
+                (
+                    seen is None or seen["rank"] != rank or seen["world_size"] != world_size,
+                    f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。",
+                ),
+                (
+                    seen is not None and seen.get("bound") not in (None, rank),
+                    f"{case}：nccl 的 rank {rank} 入组后当前 GPU 是 cuda:{seen.get('bound')}，应当是 cuda:{rank}"
+                    "（这台机器上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。",
+                ),
+            )
+    passed(
+        "init_for 用 env://（3 个 rank）和 tcp://（2 个 rank）都自己入了组，入组后的 rank 和 world_size 也对；"
+        "用 nccl 时它在入组之前把进程绑到了 cuda:LOCAL_RANK。"
+    )
 
 
 # One GPU per rank. A rank that joins nccl without choosing its GPU opens its CUDA context on cuda:0, and so does
@@ -271,8 +367,16 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
 # once as rank 5 of 8 (4 per machine: LOCAL_RANK 1) under a pretended nccl, with torch.cuda.set_device and
 # dist.init_process_group replaced by recorders, so that this is checked on a machine without GPUs too.
 
-BIND_CASE = dict(RANK="5", WORLD_SIZE="8", LOCAL_RANK="1", LOCAL_WORLD_SIZE="4", MGPU_BACKEND="nccl",
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", MGPU_INIT_METHOD="file:///nonexistent/store")
+BIND_CASE = dict(
+    RANK="5",
+    WORLD_SIZE="8",
+    LOCAL_RANK="1",
+    LOCAL_WORLD_SIZE="4",
+    MGPU_BACKEND="nccl",
+    MASTER_ADDR="127.0.0.1",
+    MASTER_PORT="29500",
+    MGPU_INIT_METHOD="file:///nonexistent/store",
+)
 
 
 def _device_index(device):
@@ -295,11 +399,14 @@ def _bind_main(rank, world_size, fn):
 
     events = []
     os.environ.update(BIND_CASE)
-    with mock.patch.object(torch.cuda, "set_device", lambda d: events.append(("set_device", _device_index(d)))), \
-            mock.patch.object(dist, "init_process_group",
-                              lambda *a, **k: events.append(("init", _device_index(k.get("device_id"))))), \
-            mock.patch.object(torch.cuda, "is_available", lambda: True), \
-            mock.patch.object(torch.cuda, "device_count", lambda: int(BIND_CASE["LOCAL_WORLD_SIZE"])):
+    with (
+        mock.patch.object(torch.cuda, "set_device", lambda d: events.append(("set_device", _device_index(d)))),
+        mock.patch.object(
+            dist, "init_process_group", lambda *a, **k: events.append(("init", _device_index(k.get("device_id"))))
+        ),
+        mock.patch.object(torch.cuda, "is_available", lambda: True),
+        mock.patch.object(torch.cuda, "device_count", lambda: int(BIND_CASE["LOCAL_WORLD_SIZE"])),
+    ):
         fn(int(BIND_CASE["RANK"]), int(BIND_CASE["WORLD_SIZE"]), "env://")
     return events
 
@@ -309,25 +416,36 @@ def binding_slip(events) -> str:
     local, rank = int(BIND_CASE["LOCAL_RANK"]), int(BIND_CASE["RANK"])
     inits = [i for i, (kind, _d) in enumerate(events) if kind == "init"]
     if not inits:
-        return ""                                   # no init at all: the launch in check_init_for says so
-    before = [d for kind, d in events[:inits[0]] if kind == "set_device"]
+        return ""  # no init at all: the launch in check_init_for says so
+    before = [d for kind, d in events[: inits[0]] if kind == "set_device"]
     device_id = events[inits[0]][1]
     chosen = [d for d in before + [device_id] if d is not None]
-    case = (f"用 nccl、作为第二台机器上的 rank {rank}（每台 {BIND_CASE['LOCAL_WORLD_SIZE']} 个进程，"
-            f"LOCAL_RANK={local}）运行 init_for 时，")
-    if not chosen and any(kind == "set_device" for kind, _d in events[inits[0]:]):
-        return (case + "torch.cuda.set_device 在 init_process_group 之后才调用。要在入组之前选好 GPU："
-                "入组时 nccl 就要知道这个进程用哪块卡，之前已经碰过 CUDA 的代码会落在 cuda:0 上。")
+    case = (
+        f"用 nccl、作为第二台机器上的 rank {rank}（每台 {BIND_CASE['LOCAL_WORLD_SIZE']} 个进程，"
+        f"LOCAL_RANK={local}）运行 init_for 时，"
+    )
+    if not chosen and any(kind == "set_device" for kind, _d in events[inits[0] :]):
+        return (
+            case + "torch.cuda.set_device 在 init_process_group 之后才调用。要在入组之前选好 GPU："
+            "入组时 nccl 就要知道这个进程用哪块卡，之前已经碰过 CUDA 的代码会落在 cuda:0 上。"
+        )
     if not chosen:
-        return (case + "没有选 GPU：既没有 torch.cuda.set_device，也没有 device_id=。这样机器上每个 rank 都在 cuda:0 上"
-                "建 CUDA 上下文、分配显存——一块卡的显存被挤爆、其他卡闲着。")
+        return (
+            case + "没有选 GPU：既没有 torch.cuda.set_device，也没有 device_id=。这样机器上每个 rank 都在 cuda:0 上"
+            "建 CUDA 上下文、分配显存——一块卡的显存被挤爆、其他卡闲着。"
+        )
     if chosen[-1] == local:
         return ""
     return first_hint(
         (chosen[-1] == 0, case + "选的是 cuda:0：每个 rank 都选 cuda:0，大家就挤在同一块卡上。要按 LOCAL_RANK 选。"),
-        (chosen[-1] == rank, case + f"选的是 cuda:{rank}，用了全局 rank：这台机器只有 cuda:0 到 cuda:"
-                                    f"{int(BIND_CASE['LOCAL_WORLD_SIZE']) - 1}。GPU 按本机上的编号 LOCAL_RANK 选。"),
-        default=case + f"选的是 cuda:{chosen[-1]}，应当是 cuda:{local}（本机上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。")
+        (
+            chosen[-1] == rank,
+            case + f"选的是 cuda:{rank}，用了全局 rank：这台机器只有 cuda:0 到 cuda:"
+            f"{int(BIND_CASE['LOCAL_WORLD_SIZE']) - 1}。GPU 按本机上的编号 LOCAL_RANK 选。",
+        ),
+        default=case
+        + f"选的是 cuda:{chosen[-1]}，应当是 cuda:{local}（本机上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。",
+    )
 
 
 def check_binds_gpu(fn, timeout: float = HANG_S) -> None:
@@ -338,13 +456,15 @@ def check_binds_gpu(fn, timeout: float = HANG_S) -> None:
 
     try:
         events = run_ranks(_bind_main, 1, args=(fn,), init=False, timeout=timeout, stream=False, quiet=True).values[0]
-    except RankTimeout as exc:                 # it never returns, whatever it waits for: say where it waits
+    except RankTimeout as exc:  # it never returns, whatever it waits for: say where it waits
         raise hang_failure(exc, "init_for", 1, timeout, "init_for 要在限定时间里返回：它在等什么？") from None
     except RankError as exc:
         if is_stub_error(exc):
             raise not_done(fn, "init_for 要按 method 自己调用 init_process_group") from None
-        raise CheckFailed(f"用 nccl、作为 rank {BIND_CASE['RANK']}（LOCAL_RANK={BIND_CASE['LOCAL_RANK']}）运行 init_for "
-                          f"时出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}") from None
+        raise CheckFailed(
+            f"用 nccl、作为 rank {BIND_CASE['RANK']}（LOCAL_RANK={BIND_CASE['LOCAL_RANK']}）运行 init_for "
+            f"时出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}"
+        ) from None
     if slip := binding_slip(events):
         raise CheckFailed(slip)
 

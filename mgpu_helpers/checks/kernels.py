@@ -5,8 +5,7 @@ import numpy as np
 
 from mgpu_helpers.checks.core import CheckFailed, compare, int_values, new_rng, passed
 
-
-PAD = 7   # extra elements after the data: a missing or off-by-one bounds check writes into them
+PAD = 7  # extra elements after the data: a missing or off-by-one bounds check writes into them
 
 
 def check_matrix_add(kernel) -> None:
@@ -20,14 +19,15 @@ def check_matrix_add(kernel) -> None:
 
     what = "二维 Kernel 要从 (x, y) 算出 (row, col) 并对两个方向做边界检查"
     rng = new_rng()
-    def not_mult8(lo, hi):                  # a side that leaves idle threads in its last block, every run
+
+    def not_mult8(lo, hi):  # a side that leaves idle threads in its last block, every run
         return int(rng.choice([v for v in range(lo, hi) if v % 8]))
 
     shapes = [(not_mult8(3, 14), not_mult8(15, 26)), (not_mult8(15, 24), not_mult8(2, 8)), (5, 13)]
     for rows, cols in shapes:
         block = (8, 8)
-        grid = ((cols + 7) // 8, (rows + 7) // 8)     # x covers the columns, y the rows
-        shape = (grid[1] * 8 + 2, grid[0] * 8 + 3)    # every launched thread's (row, col) lies inside
+        grid = ((cols + 7) // 8, (rows + 7) // 8)  # x covers the columns, y the rows
+        shape = (grid[1] * 8 + 2, grid[0] * 8 + 3)  # every launched thread's (row, col) lies inside
         a, b = int_values(rng, shape), int_values(rng, shape)
         d_c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
         run_kernel(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(rows), np.int32(cols))
@@ -37,9 +37,13 @@ def check_matrix_add(kernel) -> None:
         outside = np.argwhere(~np.isnan(got) & ~inside)
         if outside.size:
             r, cc = (int(v) for v in outside[0])
-            raise CheckFailed(f"{where}：元素 [{r}, {cc}] 在矩阵之外（合法范围 row < {rows}、col < {cols}），却被写了。"
-                              "两个方向都要检查：row < rows 并且 col < cols。")
-        swapped = np.isnan(got[:rows, :cols]).any() and rows != cols      # an element not written: x and y swapped?
-        hint = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。" if swapped else ""
+            raise CheckFailed(
+                f"{where}：元素 [{r}, {cc}] 在矩阵之外（合法范围 row < {rows}、col < {cols}），却被写了。"
+                "两个方向都要检查：row < rows 并且 col < cols。"
+            )
+        swapped = np.isnan(got[:rows, :cols]).any() and rows != cols  # an element not written: x and y swapped?
+        hint = (
+            "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。" if swapped else ""
+        )
         compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, hint)
     passed("二维 Kernel 在 " + "、".join(f"{r}x{c}" for r, c in shapes) + " 的矩阵上与 NumPy 一致，矩阵外没有被写。")

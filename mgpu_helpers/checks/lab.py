@@ -22,8 +22,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (WORLD_SIZES, CheckFailed, answers, call, fill_in_cell, first_hint, int_values, matching_hint, new_rng, number_answer, passed,
-                                      run_on_ranks)
+from mgpu_helpers.checks.core import (
+    WORLD_SIZES,
+    CheckFailed,
+    answers,
+    call,
+    fill_in_cell,
+    first_hint,
+    int_values,
+    matching_hint,
+    new_rng,
+    number_answer,
+    passed,
+    run_on_ranks,
+)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -51,7 +63,7 @@ def review_ownership(values, data) -> list[str]:
     """
     data = np.asarray(data, dtype=np.float64)
     world_size, n = len(values), len(data)
-    want_total = float((data ** 2).sum())
+    want_total = float((data**2).sum())
     problems = []
     owner = [[] for _ in range(n)]
     for rank, row in enumerate(values):
@@ -69,12 +81,16 @@ def review_ownership(values, data) -> list[str]:
             owner[i].append(rank)
         want_local = float((data[start:stop] ** 2).sum())
         if not _close(row["local"], want_local):
-            problems.append(f"rank {rank}：shard ({start}, {stop}) 上的平方和应当是 {want_local:g}，"
-                            f"局部结果却是 {float(row['local']):g}。")
+            problems.append(
+                f"rank {rank}：shard ({start}, {stop}) 上的平方和应当是 {want_local:g}，"
+                f"局部结果却是 {float(row['local']):g}。"
+            )
     shared = next((i for i in range(n) if len(owner[i]) > 1), None)
     if shared is not None:
-        problems.append(f"元素 {shared} 同时归 rank {owner[shared][0]} 和 rank {owner[shared][1]} 所有："
-                        "每个元素只能有一个主人，否则 All-Reduce 会把它算两次。")
+        problems.append(
+            f"元素 {shared} 同时归 rank {owner[shared][0]} 和 rank {owner[shared][1]} 所有："
+            "每个元素只能有一个主人，否则 All-Reduce 会把它算两次。"
+        )
     orphan = next((i for i in range(n) if not owner[i]), None)
     if orphan is not None:
         problems.append(f"元素 {orphan} 不归任何 rank：所有 shard 合起来要正好是整段输入。")
@@ -92,16 +108,23 @@ def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -
     result, local = float(row["result"]), float(row["local"])
     problems = []
     if not _close(row["expected"], want_total):
-        problems.append(f"rank {rank} 的期望值 expected = {float(row['expected']):g}，"
-                        f"但整段输入的平方和是 {want_total:g}。")
+        problems.append(
+            f"rank {rank} 的期望值 expected = {float(row['expected']):g}，但整段输入的平方和是 {want_total:g}。"
+        )
     if not _close(result, want_total):
-        why = first_hint((world_size > 1 and _close(result, local),
-                          "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
-                         (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"))
+        why = first_hint(
+            (
+                world_size > 1 and _close(result, local),
+                "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。",
+            ),
+            (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"),
+        )
         problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
     if bool(row["ok"]) != _close(result, want_total):
-        problems.append(f"rank {rank} 自己的判断 ok = {bool(row['ok'])}，可是结果 {result:g} "
-                        f"{'确实' if _close(result, want_total) else '并不'}等于 {want_total:g}：检查要比较结果和期望值。")
+        problems.append(
+            f"rank {rank} 自己的判断 ok = {bool(row['ok'])}，可是结果 {result:g} "
+            f"{'确实' if _close(result, want_total) else '并不'}等于 {want_total:g}：检查要比较结果和期望值。"
+        )
     return problems
 
 
@@ -118,18 +141,24 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
             data[0] = 0.0
         problems = review(run_on_ranks(fn, what, world_size, [data] * world_size), data)
         if problems:
-            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：" + problems[0]
-                              + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""))
+            raise CheckFailed(
+                f"world_size = {world_size}，输入 {n} 个元素："
+                + problems[0]
+                + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else "")
+            )
 
 
 def check_ownership_check(fn, world_sizes=WORLD_SIZES) -> None:
     """``fn(rank, world_size, data) -> dict``: own a contiguous shard of ``data``, sum its squares, all-reduce,
     compare with the whole input's sum of squares; run on each world size with a fresh random input whose
     length is usually not a multiple of the world size."""
-    _run_ownership(fn, "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较", world_sizes,
-                   review_ownership)
-    passed(f"ownership_check 在 world_size = {list(world_sizes)}、长度不整除的随机输入上：shard 不重不漏、"
-           "局部结果正确，每个 rank 都得到整段的结果并如实报告。")
+    _run_ownership(
+        fn, "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较", world_sizes, review_ownership
+    )
+    passed(
+        f"ownership_check 在 world_size = {list(world_sizes)}、长度不整除的随机输入上：shard 不重不漏、"
+        "局部结果正确，每个 rank 都得到整段的结果并如实报告。"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -173,18 +202,31 @@ def check_rs_ag_slowdown(fn) -> None:
     rec = nccltests.recorded_split(sizes.GiB)
     want = rec["time_ratio"]
     if math.isclose(got, want, rel_tol=0.03):
-        passed(f"你的 {got:.3f} 与记录的时间之比 {want:.3f} 一致（{rec['rs_ag_us']:.0f} us 对 "
-               f"{rec['all_reduce_us']:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。")
+        passed(
+            f"你的 {got:.3f} 与记录的时间之比 {want:.3f} 一致（{rec['rs_ag_us']:.0f} us 对 "
+            f"{rec['all_reduce_us']:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。"
+        )
         return
     why = first_hint(
-        (math.isclose(got, 1 / want, rel_tol=0.03), "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"),
-        (math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05),
-         "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"),
-        (got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"], f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，"
-         f"对 {rec['all_reduce_us']:.0f} us）的话差不到 1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。"),
-        default="每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。")
-    raise CheckFailed(f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
-                      f"你的是 {got:.3f}。{why}")
+        (
+            math.isclose(got, 1 / want, rel_tol=0.03),
+            "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。",
+        ),
+        (
+            math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05),
+            "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。",
+        ),
+        (
+            got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"],
+            f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，"
+            f"对 {rec['all_reduce_us']:.0f} us）的话差不到 1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。",
+        ),
+        default="每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。",
+    )
+    raise CheckFailed(
+        f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
+        f"你的是 {got:.3f}。{why}"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -197,20 +239,27 @@ def _is_course_version(fn, name: str) -> bool:
 
     ours = getattr(lesson, name)
     code = getattr(fn, "__code__", None)
-    return fn is ours or (code is not None and code.co_code == ours.__code__.co_code
-                          and code.co_consts == ours.__code__.co_consts and fn.__module__ == ours.__module__)
+    return fn is ours or (
+        code is not None
+        and code.co_code == ours.__code__.co_code
+        and code.co_consts == ours.__code__.co_consts
+        and fn.__module__ == ours.__module__
+    )
 
 
 def _check_ownership_fill_in(fn) -> None:
     """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch); the
     course's own version is not an answer."""
     if _is_course_version(fn, "ownership_check"):
-        raise CheckFailed("ownership_check：这是课程自己的 mh.lessons.lab.ownership_check，等于没有写；写你自己的版本。")
+        raise CheckFailed(
+            "ownership_check：这是课程自己的 mh.lessons.lab.ownership_check，等于没有写；写你自己的版本。"
+        )
     check_ownership_check(fn, world_sizes=(3,))
 
 
-try_ownership_check = fill_in_cell(_check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check",
-                                   "ownership_check：所有权检查")
+try_ownership_check = fill_in_cell(
+    _check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check", "ownership_check：所有权检查"
+)
 
 
 def check_rs_ag_busbw(fn) -> None:
@@ -228,29 +277,45 @@ def check_rs_ag_busbw(fn) -> None:
         if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             continue
         alg = nbytes / seconds
-        why = "一个 Rank 时没有人可发：busbw 是 0。" if n == 1 else matching_hint(got, [
-            (alg, "这是 algbw = S/t：每个 Rank 并没有把整个 Buffer 都发出去，它自己那一块留在手里。"),
-            (2 * alg * (n - 1) / n, "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 只是 All-Reduce 的前一半。"),
-            (alg * (n - 1), "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
-            (alg / n, "一块 S/n 要在环上走 n-1 步，不是一步。"),
-            (want / 1e9, "单位：这里和 05 的 all_reduce_busbw 一样要字节/秒，不是 GB/s。"),
-            (seconds / nbytes * (n - 1) / n, "倒过来了：带宽是字节除以秒。")], rel_tol=1e-6)
+        why = (
+            "一个 Rank 时没有人可发：busbw 是 0。"
+            if n == 1
+            else matching_hint(
+                got,
+                [
+                    (alg, "这是 algbw = S/t：每个 Rank 并没有把整个 Buffer 都发出去，它自己那一块留在手里。"),
+                    (2 * alg * (n - 1) / n, "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 只是 All-Reduce 的前一半。"),
+                    (alg * (n - 1), "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
+                    (alg / n, "一块 S/n 要在环上走 n-1 步，不是一步。"),
+                    (want / 1e9, "单位：这里和 05 的 all_reduce_busbw 一样要字节/秒，不是 GB/s。"),
+                    (seconds / nbytes * (n - 1) / n, "倒过来了：带宽是字节除以秒。"),
+                ],
+                rel_tol=1e-6,
+            )
+        )
         raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     passed(f"rs_ag_busbw 在 {len(cases)} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
 
 
-try_rs_ag_busbw = fill_in_cell(check_rs_ag_busbw, "mgpu_helpers.lessons.lab.rs_ag_busbw",
-                               "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
-                               refuse=["mgpu_helpers.models.bandwidth.busbw", "mgpu_helpers.models.bandwidth.bytes_sent_per_rank"])
+try_rs_ag_busbw = fill_in_cell(
+    check_rs_ag_busbw,
+    "mgpu_helpers.lessons.lab.rs_ag_busbw",
+    "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
+    refuse=["mgpu_helpers.models.bandwidth.busbw", "mgpu_helpers.models.bandwidth.bytes_sent_per_rank"],
+)
 
 
 # --------------------------------------------------------------------------------------------------------
 # Notebook 12's conclusions, from the learner's own run, checked with that run's margin.
 
 CONCLUSION_PLACEHOLDER = "✎"
-CLAIM_NAMES = {"crossover": "通信开始压过计算的消息规模", "rs_ag_over_ar": "RS+AG / All-Reduce 的时间之比",
-               "busbw_fraction": "busbw 达到链路峰值的几成", "waiting_rank": "哪个 Rank 在等",
-               "wait_us": "它每步等多久（us）"}
+CLAIM_NAMES = {
+    "crossover": "通信开始压过计算的消息规模",
+    "rs_ag_over_ar": "RS+AG / All-Reduce 的时间之比",
+    "busbw_fraction": "busbw 达到链路峰值的几成",
+    "waiting_rank": "哪个 Rank 在等",
+    "wait_us": "它每步等多久（us）",
+}
 
 
 def facts(run) -> dict:
@@ -263,17 +328,25 @@ def facts(run) -> dict:
     best = max((r for r in run["sweep_rows"] if r["op"] == "all_reduce"), key=lambda r: r["nbytes"] / r["time_us"])
     top_bytes = best["nbytes"]
     top = bandwidth.busbw("all_reduce", top_bytes, best["time_us"] / 1e6, run["world_size"]) / 1e9
-    return {"steps": steps, "ratios": ratios, "ratio": statistics.median(ratios),
-            "waits": waits, "waiting_rank": waiting, "wait_range": (min(run["wait_us"][waiting]), max(run["wait_us"][waiting])),
-            "busbw_top": top, "busbw_top_bytes": top_bytes,
-            "fraction": top / run["peak_GBps"] if run.get("peak_GBps") else None}
+    return {
+        "steps": steps,
+        "ratios": ratios,
+        "ratio": statistics.median(ratios),
+        "waits": waits,
+        "waiting_rank": waiting,
+        "wait_range": (min(run["wait_us"][waiting]), max(run["wait_us"][waiting])),
+        "busbw_top": top,
+        "busbw_top_bytes": top_bytes,
+        "fraction": top / run["peak_GBps"] if run.get("peak_GBps") else None,
+    }
 
 
 def _crossover_verdict(claim, f) -> Verdict:
     steps = f["steps"]
     text = "通信开始压过计算的规模：" + ("测过的规模里没有" if claim == "none" else sizes.format_bytes(claim))
-    table = "，".join(f"{sizes.format_bytes(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us"
-                     for r in steps)
+    table = "，".join(
+        f"{sizes.format_bytes(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us" for r in steps
+    )
     clearly_over = [r["comm_us"] * TOO_CLOSE > r["compute_us"] for r in steps]
     clearly_under = [r["comm_us"] < r["compute_us"] * TOO_CLOSE for r in steps]
     if claim == "none":
@@ -281,10 +354,14 @@ def _crossover_verdict(claim, f) -> Verdict:
         return Verdict(text, ok, f"测到：{table}。" + ("" if ok else "有规模上通信明显比计算长。"))
     idx = next((i for i, r in enumerate(steps) if r["nbytes"] == claim), None)
     if idx is None:
-        return Verdict(text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。")
+        return Verdict(
+            text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。"
+        )
     ok = not clearly_under[idx] and not any(clearly_over[:idx])
-    why = first_hint((clearly_under[idx], "在这个规模上通信还明显比计算短。"),
-                     (any(clearly_over[:idx]), "更小的规模上通信已经明显比计算长了。"))
+    why = first_hint(
+        (clearly_under[idx], "在这个规模上通信还明显比计算短。"),
+        (any(clearly_over[:idx]), "更小的规模上通信已经明显比计算长了。"),
+    )
     return Verdict(text, ok, f"测到：{table}（相差不到 {1 - TOO_CLOSE:.0%} 的算分不出）。{why}")
 
 
@@ -303,27 +380,42 @@ def _claim_verdict(key: str, name: str, value, f: dict, run: dict) -> Verdict:
     if key == "waiting_rank":
         w = f["waits"]
         close = min(w) >= TOO_CLOSE * max(w)
-        return Verdict(f"{name}：rank {value}", int(value) == f["waiting_rank"] or close, "各 Rank 等待的中位数 "
-                       + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w)) + "。"
-                       + ("相差不到 25%，一次运行分不出谁在等。" if close else ""))
-    v = float(value)                    # the other claims are numbers
+        return Verdict(
+            f"{name}：rank {value}",
+            int(value) == f["waiting_rank"] or close,
+            "各 Rank 等待的中位数 "
+            + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w))
+            + "。"
+            + ("相差不到 25%，一次运行分不出谁在等。" if close else ""),
+        )
+    v = float(value)  # the other claims are numbers
     if key == "rs_ag_over_ar":
         lo, hi = min(f["ratios"]), max(f["ratios"])
         ok = lo * 0.98 <= v <= hi * 1.02
-        hint = ("你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
-                if not ok and lo * 0.98 <= 1 / v <= hi * 1.02 else "")
-        return Verdict(f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 "
-                                             f"{hi:.2f} 之间。{hint}")
+        hint = (
+            "你写的像是倒数（All-Reduce / RS+AG）；这里问的是 RS+AG 的时间除以 All-Reduce 的时间。"
+            if not ok and lo * 0.98 <= 1 / v <= hi * 1.02
+            else ""
+        )
+        return Verdict(
+            f"{name} {v:.2f}", ok, f"这次运行重复了 {len(f['ratios'])} 轮，比值在 {lo:.2f} 到 {hi:.2f} 之间。{hint}"
+        )
     if key == "busbw_fraction":
-        if v > 1.5:                     # written as a percentage
+        if v > 1.5:  # written as a percentage
             v /= 100
         ok = math.isclose(v, f["fraction"], rel_tol=0.10, abs_tol=0.005)
-        return Verdict(f"{name} {v:.1%}", ok, f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
-                                             f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。"
-                                             + ("" if ok else "（容差是 10%）"))
-    lo, hi = f["wait_range"]            # wait_us
-    return Verdict(f"{name} {v:.0f}", lo * 0.75 <= v <= hi * 1.25,
-                   f"rank {f['waiting_rank']} 在各个规模上的等待是 {lo:.0f} 到 {hi:.0f} us。")
+        return Verdict(
+            f"{name} {v:.1%}",
+            ok,
+            f"最好的一档是 {sizes.format_bytes(f['busbw_top_bytes'])}，"
+            f"busbw {f['busbw_top']:.3g} GB/s，峰值 {run['peak_GBps']:.3g} GB/s。" + ("" if ok else "（容差是 10%）"),
+        )
+    lo, hi = f["wait_range"]  # wait_us
+    return Verdict(
+        f"{name} {v:.0f}",
+        lo * 0.75 <= v <= hi * 1.25,
+        f"rank {f['waiting_rank']} 在各个规模上的等待是 {lo:.0f} 到 {hi:.0f} us。",
+    )
 
 
 def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
@@ -340,7 +432,7 @@ def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
 def _run_numbers(run) -> list[float]:
     """Every number the run measured or the lab derives from it, in the units a learner would quote."""
     f = facts(run)
-    times_us = [r[k] for r in f["steps"] for k in ("compute_us", "wait_us", "comm_us")]      # quoted in us or ms
+    times_us = [r[k] for r in f["steps"] for k in ("compute_us", "wait_us", "comm_us")]  # quoted in us or ms
     times_us += [t for rd in run["rounds"] for t in rd.values()] + [r["time_us"] for r in run["sweep_rows"]]
     nums = times_us + [t / 1e3 for t in times_us] + [r["efficiency"] * 100 for r in f["steps"]]
     nums += f["ratios"] + [f["ratio"], (f["ratio"] - 1) * 100, f["busbw_top"]] + f["waits"] + list(f["wait_range"])
@@ -375,15 +467,20 @@ def conclusion_problem(conclusion, run) -> str | None:
         return "my_conclusion 还是占位的提示（带 ✎）：换成你自己的话。"
     cited = cited_numbers(str(conclusion), run)
     if len(set(cited)) < 2:
-        return (f"my_conclusion 里能在这次运行中找到的数只有 {len(set(cited))} 个（{', '.join(cited) or '无'}）："
-                "至少引用两个你测到的数（时间、比值、busbw、等待），让结论可以被检验。")
+        return (
+            f"my_conclusion 里能在这次运行中找到的数只有 {len(set(cited))} 个（{', '.join(cited) or '无'}）："
+            "至少引用两个你测到的数（时间、比值、busbw、等待），让结论可以被检验。"
+        )
     return None
 
 
 def missing(verdicts, conclusion, run) -> list[str]:
     """What still stands between the lab and its report: claims not written or contradicted, the text."""
-    out = [f"{v.claim}：{v.evidence if v.holds is None else v.as_dict()['verdict'] + '（' + v.evidence + '）'}"
-           for v in verdicts if v.holds is not True and not (v.holds is None and "链路峰值未知" in v.evidence)]
+    out = [
+        f"{v.claim}：{v.evidence if v.holds is None else v.as_dict()['verdict'] + '（' + v.evidence + '）'}"
+        for v in verdicts
+        if v.holds is not True and not (v.holds is None and "链路峰值未知" in v.evidence)
+    ]
     problem = conclusion_problem(conclusion, run)
     return out + ([problem] if problem else [])
 
@@ -411,7 +508,7 @@ def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
     """Notebook 12's check of the learner's conclusions: one line per claim, then either what is still
     missing or the explanation (it opens only when every claim holds and the text cites the run)."""
     verdicts = review_conclusions(claims, run)
-    for v in verdicts:               # ✓ supported, ✗ contradicted, ? cannot say
+    for v in verdicts:  # ✓ supported, ✗ contradicted, ? cannot say
         print(v.line())
     left = missing(verdicts, conclusion, run)
     if left:
@@ -419,7 +516,9 @@ def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
         for item in left:
             print(" -", item)
     else:
-        print(f"\n通过：每条结论都和这次运行一致，my_conclusion 引用了测到的数（{', '.join(cited_numbers(conclusion, run))}）。\n")
+        print(
+            f"\n通过：每条结论都和这次运行一致，my_conclusion 引用了测到的数（{', '.join(cited_numbers(conclusion, run))}）。\n"
+        )
         print(EXPLANATION)
     return verdicts
 
@@ -441,7 +540,7 @@ def review_cyclic(values, data) -> list[str]:
     (``owned``, in increasing order), with ``local``, ``result``, ``expected`` and ``ok`` as in the lab."""
     data = np.asarray(data, dtype=np.float64)
     world_size, n = len(values), len(data)
-    want_total = float((data ** 2).sum())
+    want_total = float((data**2).sum())
     problems = []
     for rank, row in enumerate(values):
         if not isinstance(row, dict) or any(k not in row for k in ("owned", "local", "result", "expected", "ok")):
@@ -452,17 +551,27 @@ def review_cyclic(values, data) -> list[str]:
         if owned != want:
             why = first_hint(
                 (sorted(owned) == want, "元素对了，顺序要从小到大。"),
-                (owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
-                 "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"),
-                (owned == list(range(rank + 1, n, world_size)) or owned == list(range(rank * world_size, n, world_size)),
-                 "起点不对：rank r 的第一个元素是 r。"),
-                default=f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……")
-            problems.append(f"rank {rank} 拥有的下标是 {owned[:8]}{'……' if len(owned) > 8 else ''}，"
-                            f"应当是 {want[:8]}{'……' if len(want) > 8 else ''}：{why}")
+                (
+                    owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
+                    "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。",
+                ),
+                (
+                    owned == list(range(rank + 1, n, world_size))
+                    or owned == list(range(rank * world_size, n, world_size)),
+                    "起点不对：rank r 的第一个元素是 r。",
+                ),
+                default=f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……",
+            )
+            problems.append(
+                f"rank {rank} 拥有的下标是 {owned[:8]}{'……' if len(owned) > 8 else ''}，"
+                f"应当是 {want[:8]}{'……' if len(want) > 8 else ''}：{why}"
+            )
             continue
         want_local = float((data[want] ** 2).sum())
         if not _close(row["local"], want_local):
-            problems.append(f"rank {rank}：它那些元素的平方和应当是 {want_local:g}，局部结果却是 {float(row['local']):g}。")
+            problems.append(
+                f"rank {rank}：它那些元素的平方和应当是 {want_local:g}，局部结果却是 {float(row['local']):g}。"
+            )
         problems += _result_problems(rank, row, want_total, world_size)
     return problems
 
@@ -475,5 +584,7 @@ def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
     if _is_course_version(fn, "ownership_check"):
         raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
     _run_ownership(fn, what, world_sizes, review_cyclic, cyclic=True)
-    passed(f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
-           "结果正确并如实报告。")
+    passed(
+        f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
+        "结果正确并如实报告。"
+    )

@@ -17,14 +17,28 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (CheckFailed, _code_objects, call, code_names, compare, course_object, deadline,
-                                      fail_first, fill_in_cell, int_values, new_rng, not_done, passed,
-                                      refuse_course_code, require_written)
+from mgpu_helpers.checks.core import (
+    CheckFailed,
+    _code_objects,
+    call,
+    code_names,
+    compare,
+    course_object,
+    deadline,
+    fail_first,
+    fill_in_cell,
+    int_values,
+    new_rng,
+    not_done,
+    passed,
+    refuse_course_code,
+    require_written,
+)
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
 
-PAD = 7                       # extra elements after the data: a missing bounds check writes into them
+PAD = 7  # extra elements after the data: a missing bounds check writes into them
 SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 
@@ -33,10 +47,21 @@ def _start(fn, what: str) -> None:
     to the model or to the course's own version."""
     require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
-    ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks,
-            reference_blocks_per_sm, reference_max_regs}
-    refuse_course_code(fn, what, ours, packages=("mgpu_helpers",),
-                       advice="这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。")
+
+    ours = {
+        getattr(cupy_kernels, "blocks_per_sm", None),
+        occ.occupancy,
+        occ.one_wave_blocks,
+        reference_blocks_per_sm,
+        reference_max_regs,
+    }
+    refuse_course_code(
+        fn,
+        what,
+        ours,
+        packages=("mgpu_helpers",),
+        advice="这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。",
+    )
 
 
 def _answers(fn, what: str, cases) -> list:
@@ -49,7 +74,7 @@ def _answers(fn, what: str, cases) -> list:
 
 def _sms() -> dict:
     """The two kinds of SM the arithmetic is checked on, under the names the messages give them."""
-    ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)   # compute capability 8.6
+    ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)  # compute capability 8.6
     return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
 
@@ -65,8 +90,20 @@ def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
 def _occupancy_cases(rng):
     # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
     # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
-    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16),
-             (1025, 16), (96, 72), (160, 48)]
+    cases = [
+        (256, 32),
+        (128, 33),
+        (64, 40),
+        (32, 16),
+        (1024, 64),
+        (1024, 65),
+        (256, 167),
+        (512, 167),
+        (100, 16),
+        (1025, 16),
+        (96, 72),
+        (160, 48),
+    ]
     cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
     cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
     return [(b, r, name, lim) for name, lim in _sms().items() for b, r in cases]
@@ -81,14 +118,16 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
     by_regs = (lim.regs_per_sm // parts // per_warp) * parts // warps
     launch_anyway = f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0"
     variants = {
-        "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）":
-            min(by_threads, lim.max_blocks_per_sm,
-                (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps),
-        "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）":
-            min(by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps),
+        "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）": min(
+            by_threads, lim.max_blocks_per_sm, (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps
+        ),
+        "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）": min(
+            by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps
+        ),
         "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）": min(by_threads, by_regs),
-        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）":
-            min(lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs),
+        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）": min(
+            lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs
+        ),
         launch_anyway: min(by_threads, lim.max_blocks_per_sm, by_regs),
         "只看了线程数（寄存器也可能先用完）": min(by_threads, lim.max_blocks_per_sm),
     }
@@ -106,8 +145,10 @@ def check_blocks_per_sm(fn) -> None:
     for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_blocks_per_sm(block, regs, lim)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
-            raise CheckFailed(f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
-                              f"你的函数返回 {got!r}。整除用 //。")
+            raise CheckFailed(
+                f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
+                f"你的函数返回 {got!r}。整除用 //。"
+            )
         if got != want:
             mistake = next((m for m, v in _blocks_variants(block, regs, lim).items() if v == got), "")
             warps = -(-block // lim.warp_size)
@@ -115,7 +156,8 @@ def check_blocks_per_sm(fn) -> None:
             raise CheckFailed(
                 f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want} 个 Block/SM，你的函数返回 {got!r}。"
                 + (f"看起来是{mistake}。" if mistake else "")
-                + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）")
+                + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）"
+            )
     passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
 
 
@@ -166,7 +208,6 @@ def _run_two(kernel, what, n, block, grid):
     """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
     from numba import cuda
 
-
     rng = new_rng()
     a, b = int_values(rng, n + PAD), int_values(rng, n + PAD)
     c = np.full(n + PAD, np.nan, dtype=np.float32)
@@ -186,11 +227,14 @@ def _run_two(kernel, what, n, block, grid):
     except Exception as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "ENDLESS" in text:
-            raise CheckFailed(f"{where}：有线程访问数组的次数远超它该做的 2 个元素（{text.split('ENDLESS ')[1]}），"
-                              "多半是循环没有结束（下标忘了增加）。这个 Kernel 不需要循环。") from None
+            raise CheckFailed(
+                f"{where}：有线程访问数组的次数远超它该做的 2 个元素（{text.split('ENDLESS ')[1]}），"
+                "多半是循环没有结束（下标忘了增加）。这个 Kernel 不需要循环。"
+            ) from None
         if "OUTSIDE" in text:
-            raise CheckFailed(f"{where}：访问了缓冲区之外的下标（{text.split('OUTSIDE ')[1]}）。"
-                              "每个元素都要先检查下标 < n 再读写。") from None
+            raise CheckFailed(
+                f"{where}：访问了缓冲区之外的下标（{text.split('OUTSIDE ')[1]}）。每个元素都要先检查下标 < n 再读写。"
+            ) from None
         raise CheckFailed(f"{where}：Kernel 运行出错（{type(exc).__name__}：{text}）。") from None
     return c, writes, a + b, where
 
@@ -204,30 +248,41 @@ def check_vec_add_two(kernel) -> None:
     warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
     require_written(kernel, what)
-    if kernel is course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):      # notebook 02's own
+    if kernel is course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
         raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
     rng = new_rng()
     block = 32
-    cases = [(1, block), (block - 3, block), (block + 5, block), (2 * block, block), (3 * block + 1, block),
-             (int(rng.integers(2 * block + 1, 9 * block)), block), (int(rng.integers(65, 300)), 64)]
+    cases = [
+        (1, block),
+        (block - 3, block),
+        (block + 5, block),
+        (2 * block, block),
+        (3 * block + 1, block),
+        (int(rng.integers(2 * block + 1, 9 * block)), block),
+        (int(rng.integers(65, 300)), 64),
+    ]
     for n, bs in cases:
-        grid = max(1, -(-n // (2 * bs)))               # ceil(n / (2 * block)) blocks, at least one
+        grid = max(1, -(-n // (2 * bs)))  # ceil(n / (2 * block)) blocks, at least one
         c, writes, want, where = _run_two(kernel, what, n, bs, grid)
         past = np.flatnonzero(~np.isnan(c[n:]))
         if past.size:
-            raise CheckFailed(f"{where}：下标 {n + int(past[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                              "两个元素都要各自检查下标 < n。")
+            raise CheckFailed(
+                f"{where}：下标 {n + int(past[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+                "两个元素都要各自检查下标 < n。"
+            )
         if writes is not None:
             counts = np.bincount(np.asarray([w[3] for w in writes], dtype=np.int64), minlength=n + PAD)[:n]
             twice = np.flatnonzero(counts > 1)
             if twice.size:
                 k = int(twice[0])
                 who = sorted({(w[0], w[1]) for w in writes if w[3] == k})
-                if max(w[3] for w in writes) < 2 * bs:     # every block wrote the first tile only
+                if max(w[3] for w in writes) < 2 * bs:  # every block wrote the first tile only
                     hint = "几个 Block 的同号线程写了同一个元素：下标里要有 blockIdx.x，每个 Block 负责自己的分片。"
                 else:
-                    hint = (f"每个 Block 的分片有 2 × blockDim = {2 * bs} 个元素：分片的起点是 "
-                            "blockIdx.x × 2 × blockDim.x，不是 blockIdx.x × blockDim.x。")
+                    hint = (
+                        f"每个 Block 的分片有 2 × blockDim = {2 * bs} 个元素：分片的起点是 "
+                        "blockIdx.x × 2 × blockDim.x，不是 blockIdx.x × blockDim.x。"
+                    )
                 raise CheckFailed(f"{where}：元素 {k} 被写了 {counts[k]} 次（(Block, 线程) = {who[:3]}）。{hint}")
         missing = np.flatnonzero(np.isnan(c[:n]))
         if missing.size:
@@ -238,8 +293,11 @@ def check_vec_add_two(kernel) -> None:
         compare(c[:n], want[:n], where)
         if writes is not None:
             _check_layout(writes, where, n, bs)
-    layout = "，每个元素恰好写一次，同一个 Warp 的每次写都是连续的元素（合并访问）" if simulator() else \
-        "（在 GPU 上只能看结果；每个元素写几次、访问是否连续，在模拟器里才数得出来）"
+    layout = (
+        "，每个元素恰好写一次，同一个 Warp 的每次写都是连续的元素（合并访问）"
+        if simulator()
+        else "（在 GPU 上只能看结果；每个元素写几次、访问是否连续，在模拟器里才数得出来）"
+    )
     passed(f"vec_add_two 在 n = {', '.join(str(n) for n, _ in cases)} 上与 NumPy 一致{layout}。")
 
 
@@ -254,14 +312,22 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
         want = {j for j in (base + thread, base + thread + block) if j < n}
         if got != want:
             pair = {base + 2 * thread, base + 2 * thread + 1}
-            hint = ("这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
-                    "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。") if got <= pair else \
-                "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
-            raise CheckFailed(f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}")
+            hint = (
+                (
+                    "这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
+                    "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。"
+                )
+                if got <= pair
+                else "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
+            )
+            raise CheckFailed(
+                f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}"
+            )
 
 
-try_vec_add_two = fill_in_cell(check_vec_add_two, "mgpu_helpers.lessons.cupy_kernels.vec_add_two",
-                               "vec_add_two：每线程两个元素")
+try_vec_add_two = fill_in_cell(
+    check_vec_add_two, "mgpu_helpers.lessons.cupy_kernels.vec_add_two", "vec_add_two：每线程两个元素"
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -287,19 +353,38 @@ def check_saxpy_structure(fn) -> None:
     names = code_names(fn)
     # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
     # "" when there is none, and then the source's own rules are not checked
-    src = next((k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts
-                if isinstance(k, str) and "__global__" in k), "")
+    src = next(
+        (
+            k
+            for c in _code_objects(getattr(fn, "__code__", None))
+            for k in c.co_consts
+            if isinstance(k, str) and "__global__" in k
+        ),
+        "",
+    )
     bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
-    fail_first(("RawKernel" not in names and "RawModule" not in names, f"{SAXPY}：函数里没有用到 cp.RawKernel。"
-                "这个练习要你自己写 CUDA C 的 Kernel，不是用 CuPy 的数组运算（y += alpha * x）。"),
-               (src and 'extern "C"' not in src, f"{SAXPY}：CUDA 源码里没有 extern \"C\"：C++ 编译器会改写函数名，"
-                "RawKernel 按名字就找不到这个 Kernel。"),
-               # a bounds check needs a comparison, whatever its form
-               (src and "<" not in bare and ">" not in bare,
-                f"{SAXPY}：CUDA 源码里没有边界检查：最后一个 Block 多出来的线程会写到 y 的末尾之外。"),
-               (fresh, f"{SAXPY}：函数里新建了数组（{', '.join(fresh)}）。练习要求原地更新 y："
-                "Kernel 直接读写 y，最后 return y，不要把结果写进一块新的显存。"))
+    fail_first(
+        (
+            "RawKernel" not in names and "RawModule" not in names,
+            f"{SAXPY}：函数里没有用到 cp.RawKernel。"
+            "这个练习要你自己写 CUDA C 的 Kernel，不是用 CuPy 的数组运算（y += alpha * x）。",
+        ),
+        (
+            src and 'extern "C"' not in src,
+            f'{SAXPY}：CUDA 源码里没有 extern "C"：C++ 编译器会改写函数名，RawKernel 按名字就找不到这个 Kernel。',
+        ),
+        # a bounds check needs a comparison, whatever its form
+        (
+            src and "<" not in bare and ">" not in bare,
+            f"{SAXPY}：CUDA 源码里没有边界检查：最后一个 Block 多出来的线程会写到 y 的末尾之外。",
+        ),
+        (
+            fresh,
+            f"{SAXPY}：函数里新建了数组（{', '.join(fresh)}）。练习要求原地更新 y："
+            "Kernel 直接读写 y，最后 return y，不要把结果写进一块新的显存。",
+        ),
+    )
 
 
 def check_saxpy_cupy(fn) -> None:
@@ -307,10 +392,12 @@ def check_saxpy_cupy(fn) -> None:
     returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
     require_written(fn, SAXPY)
     check_saxpy_structure(fn)
-    if not cupy_usable():           # said plainly: a check that could not run here is not a pass
-        print("跳过：这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
-              "只看了代码的结构（用了 RawKernel、extern \"C\"、边界检查、没有新建数组）；"
-              "你的 saxpy_cupy 还没有被运行过，结果也就还没有被检查。在有 GPU 的机器上重新运行这一格。")
+    if not cupy_usable():  # said plainly: a check that could not run here is not a pass
+        print(
+            "跳过：这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
+            '只看了代码的结构（用了 RawKernel、extern "C"、边界检查、没有新建数组）；'
+            "你的 saxpy_cupy 还没有被运行过，结果也就还没有被检查。在有 GPU 的机器上重新运行这一格。"
+        )
         return
     import cupy as cp
 
@@ -318,9 +405,9 @@ def check_saxpy_cupy(fn) -> None:
     # 1 element, one under a block, a multiple of the block, and random sizes that are not.
     sizes = [1, 255, 256 * int(rng.integers(2, 9)), int(rng.integers(2, 255)), int(rng.integers(257, 5000))]
     for n in sizes:
-        alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))      # exact in float32: sums stay exact
+        alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))  # exact in float32: sums stay exact
         x = int_values(rng, n)
-        x[0] = 0.0                                             # a zero in the data
+        x[0] = 0.0  # a zero in the data
         y0 = int_values(rng, n + PAD)
         d_x = cp.asarray(x)
         d_buf = cp.asarray(y0)
@@ -336,17 +423,27 @@ def check_saxpy_cupy(fn) -> None:
         buf = cp.asnumpy(d_buf)
         if not np.array_equal(buf[n:], y0[n:]):
             k = n + int(np.flatnonzero(buf[n:] != y0[n:])[0])
-            raise CheckFailed(f"{where}：下标 {k} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                              "Kernel 里要有边界检查 if (i < n)。")
+            raise CheckFailed(
+                f"{where}：下标 {k} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
+                "Kernel 里要有边界检查 if (i < n)。"
+            )
         want = alpha * x + y0[:n]
         if got is None:
             raise CheckFailed(f"{where}：返回了 None。最后要 return y。")
         if not (isinstance(got, cp.ndarray) and got.data.ptr == d_y.data.ptr and got.size == n):
             hint = "（y 本身没有变）" if np.array_equal(buf[:n], y0[:n]) else ""
-            raise CheckFailed(f"{where}：返回的不是传进来的 y{hint}。练习要求原地更新：Kernel 把结果写进 y，"
-                              "然后 return y，不要新建数组。")
-        hint = ("所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
-                "Python 的 float 会按 8 字节的 double 传过去。") if np.mean(np.isclose(buf[:n], want)) < 0.5 else ""
+            raise CheckFailed(
+                f"{where}：返回的不是传进来的 y{hint}。练习要求原地更新：Kernel 把结果写进 y，"
+                "然后 return y，不要新建数组。"
+            )
+        hint = (
+            (
+                "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
+                "Python 的 float 会按 8 字节的 double 传过去。"
+            )
+            if np.mean(np.isclose(buf[:n], want)) < 0.5
+            else ""
+        )
         compare(buf[:n], want, where, hint)
     passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
@@ -358,8 +455,10 @@ def check_saxpy_cupy(fn) -> None:
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
     """The most registers per thread (<= limits.max_regs_per_thread) with which ``min_blocks`` blocks of
     ``block`` threads still reside on one SM at once; 0 if no register count allows it."""
-    fitting = itertools.takewhile(lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
-                                  range(1, limits.max_regs_per_thread + 1))   # more registers never fit more blocks
+    fitting = itertools.takewhile(
+        lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
+        range(1, limits.max_regs_per_thread + 1),
+    )  # more registers never fit more blocks
     return max(fitting, default=0)
 
 
@@ -371,10 +470,16 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
     fits = warps * k <= lim.max_warps_per_sm and k <= lim.max_blocks_per_sm and block <= lim.max_threads_per_block
     right_uncapped = (lim.regs_per_sm // lim.sub_partitions // per_part) // unit * unit // lim.warp_size
     return {
-        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））":
-            min(cap, lim.regs_per_sm // (block * k)) if fits else 0,
-        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）":
-            min(cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size) if fits else 0,
+        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(
+            cap, lim.regs_per_sm // (block * k)
+        )
+        if fits
+        else 0,
+        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(
+            cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
+        )
+        if fits
+        else 0,
         f"忘了每线程最多 {cap} 个寄存器": right_uncapped if fits else 0,
         "没有检查线程数、Block 数的上限（放不下时应当返回 0）": min(cap, right_uncapped),
     }
@@ -395,9 +500,14 @@ def check_max_regs(fn) -> None:
         want = reference_max_regs(block, k, lim)
         if got != want:
             mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
-            raise CheckFailed(f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
-                              + (f"看起来是{mistake}。" if mistake else
-                                 "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"))
+            raise CheckFailed(
+                f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
+                + (
+                    f"看起来是{mistake}。"
+                    if mistake
+                    else "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
+                )
+            )
     passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
 
 
@@ -414,20 +524,27 @@ def one_wave_facts() -> dict:
         from mgpu_helpers.lessons import cupy_kernels
 
         d = cuda.device_array(4, dtype=np.float32)
-        cupy_kernels.vec_add_grid_stride_launch(d, d, d)      # compiles it, so its registers are known
+        cupy_kernels.vec_add_grid_stride_launch(d, d, d)  # compiles it, so its registers are known
         cuda.synchronize()
         regs = gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
         if regs is not None:
-            return {"sm_count": gpu_limits.device_limits().sm_count, "regs_per_thread": regs,
-                    "limits": gpu_limits.device_limits(),
-                    "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"}
+            return {
+                "sm_count": gpu_limits.device_limits().sm_count,
+                "regs_per_thread": regs,
+                "limits": gpu_limits.device_limits(),
+                "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride",
+            }
     from mgpu_helpers.bench import ncu
 
-    ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}      # data/ncu_h200.json
+    ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}  # data/ncu_h200.json
     regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
-    return {"sm_count": occ.HOPPER.sm_count, "regs_per_thread": regs, "limits": occ.HOPPER,
-            "source": f"没有 GPU：按 H200 的上限（{occ.HOPPER.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
-                      "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）"}
+    return {
+        "sm_count": occ.HOPPER.sm_count,
+        "regs_per_thread": regs,
+        "limits": occ.HOPPER,
+        "source": f"没有 GPU：按 H200 的上限（{occ.HOPPER.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
+        "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）",
+    }
 
 
 def check_one_wave_blocks(fn) -> None:
@@ -445,18 +562,21 @@ def check_one_wave_blocks(fn) -> None:
         want, by = per_sm * sm, "占用率模型"
     else:
         from mgpu_helpers.lessons import cupy_kernels
+
         want, by = cupy_kernels.one_wave_grid(cupy_kernels.vec_add_grid_stride, 256), "驱动的占用率查询"
     if got != want:
         slips = {
             sm: f"{sm} 是 SM 的个数；每个 SM 同时驻留 {per_sm} 个 Block，还要乘上它。",
             per_sm: f"{per_sm} 是每个 SM 驻留的 Block 数；一波要让全部 {sm} 个 SM 都坐满。",
             sm * lim.max_blocks_per_sm: f"这是 SM 数 × 每 SM 最多 {lim.max_blocks_per_sm} 个 Block；"
-                                        "256 线程的 Block 先碰到的是线程数（或寄存器）的上限。",
+            "256 线程的 Block 先碰到的是线程数（或寄存器）的上限。",
             sm * lim.max_threads_per_sm: "这是所有 SM 上同时驻留的线程数，不是 Block 数：还要除以每 Block 的线程数。",
-            sm * (lim.max_threads_per_sm // 256) if sm * (lim.max_threads_per_sm // 256) != want else -1:
-                "只按线程数算了；再看看寄存器和 Block 数的上限。",
+            sm * (lim.max_threads_per_sm // 256)
+            if sm * (lim.max_threads_per_sm // 256) != want
+            else -1: "只按线程数算了；再看看寄存器和 Block 数的上限。",
         }
         hint = slips.get(got, "") if isinstance(got, (int, np.integer)) else ""
-        raise CheckFailed(f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），"
-                          f"你的答案是 {got!r}。{hint}".rstrip())
+        raise CheckFailed(
+            f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），你的答案是 {got!r}。{hint}".rstrip()
+        )
     passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")

@@ -21,19 +21,40 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COURSE_PACKAGES, TRAIN_HANG_S, CheckFailed, WatchedCalls, call_limited,
-                                      fail_first, fill_in_cell, first_hint, launch, number_answer,
-                                      passed, refuse_course_code, require_written)
+from mgpu_helpers.checks.core import (
+    COURSE_PACKAGES,
+    TRAIN_HANG_S,
+    CheckFailed,
+    WatchedCalls,
+    call_limited,
+    fail_first,
+    fill_in_cell,
+    first_hint,
+    launch,
+    number_answer,
+    passed,
+    refuse_course_code,
+    require_written,
+)
 
-WIDTHS = (7, 12, 5, 3)          # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
+WIDTHS = (7, 12, 5, 3)  # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
-COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "all_gather", "reduce_scatter",
-               "broadcast", "reduce", "all_to_all_single")
+COLLECTIVES = (
+    "all_reduce",
+    "reduce_scatter_tensor",
+    "all_gather_into_tensor",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all_single",
+)
 WORLD_SIZES = (2, 3)
 
 
 def _lessons():
     import mgpu_helpers as mh
+
     return mh.lessons.overlap
 
 
@@ -42,8 +63,12 @@ def _lessons():
 
 COURSE_NAMES = ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets", "overlap_fraction")
 # What each class's cell asks for (a function's cell: the function itself).
-METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready", "step"), "Zero1": ("step",),
-           "AccumulateDP": ("no_sync", "on_grad_ready", "step")}
+METHODS = {
+    "OverlapDP": ("on_grad_ready", "step"),
+    "BucketDP": ("on_grad_ready", "step"),
+    "Zero1": ("step",),
+    "AccumulateDP": ("no_sync", "on_grad_ready", "step"),
+}
 
 
 def _start(obj, what: str) -> None:
@@ -51,12 +76,18 @@ def _start(obj, what: str) -> None:
     mh.lessons / mh.checks reached from the learner's code (core.refuse_course_code) are not the learner's code."""
     require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
-    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES,
-                       advice=f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。")
+    refuse_course_code(
+        obj,
+        what,
+        course,
+        packages=COURSE_PACKAGES,
+        advice=f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
 # What runs on each rank.
+
 
 class _WorkProxy:
     """A Work handle that remembers whether anybody waited on it."""
@@ -69,9 +100,10 @@ class _WorkProxy:
         if name not in ("wait", "get_future"):
             return attr
 
-        def waited(*args, **kwargs):            # the handle is waited on (or its future taken)
+        def waited(*args, **kwargs):  # the handle is waited on (or its future taken)
             self._seen["waited"].add(self._index)
             return attr(*args, **kwargs)
+
         return waited
 
 
@@ -83,8 +115,15 @@ def _watch():
     when a step ran), and ``no_sync`` (set by the caller while a micro-batch should not communicate)."""
     import torch
 
-    seen = {"calls": [], "waited": set(), "async": set(), "in_backward": False, "step": 0,
-            "unwaited_at_step": 0, "order": []}
+    seen = {
+        "calls": [],
+        "waited": set(),
+        "async": set(),
+        "in_backward": False,
+        "step": 0,
+        "unwaited_at_step": 0,
+        "order": [],
+    }
 
     def seen_call(call, work):
         """Each collective the learner's code issues (core.WatchedCalls: under any name): op, elements,
@@ -102,7 +141,7 @@ def _watch():
             return _WorkProxy(work, index, seen)
         return work
 
-    WatchedCalls(on_call=seen_call).__enter__()     # left in place: the rank ends after the run
+    WatchedCalls(on_call=seen_call).__enter__()  # left in place: the rank ends after the run
 
     backward = torch.Tensor.backward
 
@@ -112,14 +151,17 @@ def _watch():
             return backward(self, *args, **kwargs)
         finally:
             seen["in_backward"] = False
+
     torch.Tensor.backward = watched_backward
 
     for opt_cls in (torch.optim.SGD, torch.optim.Adam):
+
         def watched_step(self, *args, _step=opt_cls.step, **kwargs):
             seen["unwaited_at_step"] += len(seen["async"] - seen["waited"])
             seen["order"].append("optimizer.step")
             seen["step"] += 1
             return _step(self, *args, **kwargs)
+
         opt_cls.step = watched_step
     return seen
 
@@ -129,8 +171,13 @@ def watched_train(rank, world_size, cls, train_kwargs):
     (:func:`_watch`). Returns the final parameters, the optimizer state's bytes and what was seen."""
     seen = _watch()
     out = _lessons().train_rank(rank, world_size, cls, record=False, **train_kwargs)
-    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"], "calls": seen["calls"],
-            "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
+    return {
+        "params": out["params"].numpy(),
+        "state_bytes": out["state_bytes"],
+        "calls": seen["calls"],
+        "unwaited_at_step": seen["unwaited_at_step"],
+        "order": seen["order"],
+    }
 
 
 def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
@@ -147,7 +194,7 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
     no_sync_calls = 0
     for step in range(train_kwargs["steps"]):
         x, y = lesson.make_batch(widths, rows * world_size, step)
-        x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+        x, y = x[rank * rows : (rank + 1) * rows], y[rank * rows : (rank + 1) * rows]
         for p in model.parameters():
             p.grad = None
         for k, (xm, ym) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches))):
@@ -171,8 +218,14 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
     torch.nn.functional.mse_loss(model(x), y).backward()
     resumed = len(seen["calls"]) > before
     sync.step()
-    return {"params": params, "calls": seen["calls"], "no_sync_calls": no_sync_calls, "resumed_after_error": resumed,
-            "unwaited_at_step": seen["unwaited_at_step"], "order": seen["order"]}
+    return {
+        "params": params,
+        "calls": seen["calls"],
+        "no_sync_calls": no_sync_calls,
+        "resumed_after_error": resumed,
+        "unwaited_at_step": seen["unwaited_at_step"],
+        "order": seen["order"],
+    }
 
 
 class _Probe(Exception):
@@ -184,8 +237,15 @@ def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs)
     defaults, then ``train_kwargs``); returns the values and ``kwargs``. A hang or an error becomes a
     CheckFailed that says what."""
     kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
-    values = launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, TRAIN_HANG_S,
-                    advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。")
+    values = launch(
+        rank_fn,
+        world_size,
+        (cls, *extra, kwargs),
+        what,
+        cls,
+        TRAIN_HANG_S,
+        advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。",
+    )
     return values, kwargs
 
 
@@ -197,6 +257,7 @@ def _reference(world_size, kwargs, divide=True):
     """The parameters of single-process whole-batch training, computed in a rank process: in the kernel its
     optimizer's first step would import torch._dynamo, seconds the rank server has already paid."""
     from mgpu_helpers.launcher.launch import run_ranks
+
     lr = kwargs["lr"] if divide else kwargs["lr"] * world_size
     args = (kwargs["steps"], kwargs["widths"], kwargs["rows_per_rank"] * world_size, lr, kwargs.get("optimizer", "sgd"))
     return np.asarray(run_ranks(_reference_rank, 1, args=args, backend="gloo", quiet=True, stream=False).values[0])
@@ -209,11 +270,15 @@ def _compare_params(values, world_size, kwargs, what, sgd=True):
         if np.allclose(got, want, atol=1e-5):
             continue
         if sgd and np.allclose(got, _reference(world_size, kwargs, divide=False), atol=1e-5):
-            raise CheckFailed(f"{what}：world_size = {world_size} 时，参数和「梯度求和、没有平均」的结果一样："
-                              f"All-Reduce 得到的是 {world_size} 个 Rank 的和，还要除以 world_size。")
+            raise CheckFailed(
+                f"{what}：world_size = {world_size} 时，参数和「梯度求和、没有平均」的结果一样："
+                f"All-Reduce 得到的是 {world_size} 个 Rank 的和，还要除以 world_size。"
+            )
         k = int(np.argmax(np.abs(got - want)))
-        raise CheckFailed(f"{what}：world_size = {world_size}，rank {rank} 训练 {kwargs['steps']} 步后的参数和单进程"
-                          f"整批训练的不同（第 {k} 个参数元素应当是 {want[k]:.6g}，实际是 {got[k]:.6g}）。")
+        raise CheckFailed(
+            f"{what}：world_size = {world_size}，rank {rank} 训练 {kwargs['steps']} 步后的参数和单进程"
+            f"整批训练的不同（第 {k} 个参数元素应当是 {want[k]:.6g}，实际是 {got[k]:.6g}）。"
+        )
 
 
 def _numels(widths=WIDTHS):
@@ -221,13 +286,19 @@ def _numels(widths=WIDTHS):
 
 
 def _common_rules(values, what):
-    fail_first((not values[0]["calls"], f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。"),
-               (any(v["unwaited_at_step"] for v in values), f"{what}：optimizer.step() 运行时，还有异步 All-Reduce 没有 "
-                "wait()：优化器可能读到还没加完的梯度。step() 里先对每个句柄 wait()。"))
+    fail_first(
+        (not values[0]["calls"], f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。"),
+        (
+            any(v["unwaited_at_step"] for v in values),
+            f"{what}：optimizer.step() 运行时，还有异步 All-Reduce 没有 "
+            "wait()：优化器可能读到还没加完的梯度。step() 里先对每个句柄 wait()。",
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
 # The checkers.
+
 
 def check_overlap_dp(cls) -> None:
     """``OverlapDP``: one async all-reduce per gradient from its hook, waited before the step, averaged."""
@@ -237,17 +308,30 @@ def check_overlap_dp(cls) -> None:
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what)
         _common_rules(values, what)
-        calls = [c for c in values[0]["calls"] if c[4] == 0]          # the first step's collectives
+        calls = [c for c in values[0]["calls"] if c[4] == 0]  # the first step's collectives
         reduces = [c for c in calls if c[0] == "all_reduce"]
-        fail_first((not any(c[3] for c in calls), f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，"
-                    "没有重叠。在 on_grad_ready 里发出 All-Reduce。"),
-                   (any(c[3] and not c[2] for c in calls), f"{what}：backward 里发出的 All-Reduce 是阻塞的（没有 "
-                    "async_op=True）：backward 会停下来等每一次通信，重叠就没有了。"),
-                   (len(reduces) != n_params, f"{what}：这个模型有 {n_params} 个参数，每步应当各做一次 All-Reduce，"
-                    f"实际第一步做了 {len(reduces)} 次。"))
+        fail_first(
+            (
+                not any(c[3] for c in calls),
+                f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，"
+                "没有重叠。在 on_grad_ready 里发出 All-Reduce。",
+            ),
+            (
+                any(c[3] and not c[2] for c in calls),
+                f"{what}：backward 里发出的 All-Reduce 是阻塞的（没有 "
+                "async_op=True）：backward 会停下来等每一次通信，重叠就没有了。",
+            ),
+            (
+                len(reduces) != n_params,
+                f"{what}：这个模型有 {n_params} 个参数，每步应当各做一次 All-Reduce，"
+                f"实际第一步做了 {len(reduces)} 次。",
+            ),
+        )
         _compare_params(values, world_size, kwargs, what)
-    passed(f"{what}：每个梯度一好就异步 All-Reduce、step 前等齐并取平均；2 和 3 个 Rank 上 {STEPS} 步后的参数"
-           "与单进程整批训练一致。")
+    passed(
+        f"{what}：每个梯度一好就异步 All-Reduce、step 前等齐并取平均；2 和 3 个 Rank 上 {STEPS} 步后的参数"
+        "与单进程整批训练一致。"
+    )
 
 
 def check_plan_buckets(fn) -> None:
@@ -255,8 +339,15 @@ def check_plan_buckets(fn) -> None:
     what = "plan_buckets"
     _start(fn, what)
     rng = random.Random()
-    cases = [(_numels(), 30), (_numels(), 1), (_numels(), 10 ** 6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50),
-             ([], 8), ([7], 100)]
+    cases = [
+        (_numels(), 30),
+        (_numels(), 1),
+        (_numels(), 10**6),
+        ([5, 5, 5, 5], 10),
+        ([3, 200, 4], 50),
+        ([], 8),
+        ([7], 100),
+    ]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
         got = call_limited(fn, what, list(numels), size)
@@ -269,13 +360,25 @@ def check_plan_buckets(fn) -> None:
         flat = [i for b in got for i in b]
         missing = sorted(set(range(len(numels))) - set(flat))
         extra = sorted({i for i in flat if flat.count(i) > 1})
-        fail_first((sorted(flat) != list(range(len(numels))), f"{what}（{where}）：每个参数正好进一个桶；"
-                    + (f"参数 {missing} 没有进任何桶（最后没装满的桶也要交出去？）" if missing else "")
-                    + (f"参数 {extra} 出现了不止一次" if extra else "") + f"。得到 {got!r}。"),
-                   (flat == list(range(len(numels))) and len(numels) > 1, f"{what}（{where}）：桶是按参数的正序装的；"
-                    f"backward 先算出最后一个参数的梯度，所以要从最后一个参数装起。应当是 {want!r}，得到 {got!r}。"),
-                   (True, f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
-                    "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。"))
+        fail_first(
+            (
+                sorted(flat) != list(range(len(numels))),
+                f"{what}（{where}）：每个参数正好进一个桶；"
+                + (f"参数 {missing} 没有进任何桶（最后没装满的桶也要交出去？）" if missing else "")
+                + (f"参数 {extra} 出现了不止一次" if extra else "")
+                + f"。得到 {got!r}。",
+            ),
+            (
+                flat == list(range(len(numels))) and len(numels) > 1,
+                f"{what}（{where}）：桶是按参数的正序装的；"
+                f"backward 先算出最后一个参数的梯度，所以要从最后一个参数装起。应当是 {want!r}，得到 {got!r}。",
+            ),
+            (
+                True,
+                f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
+                "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。",
+            ),
+        )
     passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
 
 
@@ -283,29 +386,44 @@ def check_bucket_dp(cls) -> None:
     """``BucketDP``: one async all-reduce per full bucket, in plan order, waited, averaged, copied back."""
     what = "BucketDP"
     _start(cls, what)
-    for world_size, bucket in zip(WORLD_SIZES, (30, 70)):        # 84 elements: one parameter outgrows each
-        reference_plan = _lessons().plan_buckets              # the learner's plan is checked on its own
+    for world_size, bucket in zip(WORLD_SIZES, (30, 70)):  # 84 elements: one parameter outgrows each
+        reference_plan = _lessons().plan_buckets  # the learner's plan is checked on its own
         sizes = [sum(_numels()[i] for i in b) for b in reference_plan(_numels(), bucket)]
         values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": reference_plan})
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
-        fail_first((not any(c[3] for c in calls),
-                    f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。"),
-                   (any(c[3] and not c[2] for c in calls),
-                    f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。"),
-                   (len(got) > len(sizes) and sum(got) >= sum(sizes), f"{what}：bucket_numel = {bucket} 时计划有 "
-                    f"{len(sizes)} 个桶，第一步却发了 {len(got)} 次 All-Reduce（大小 {got}）：桶还没满就发了，或者每个梯度单独发。"),
-                   (got != sizes, f"{what}：bucket_numel = {bucket} 时每个桶应当正好发一次、按计划的顺序，大小依次是 {sizes}"
-                    f" 个元素；实际发的是 {got}。"))
+        fail_first(
+            (
+                not any(c[3] for c in calls),
+                f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。",
+            ),
+            (
+                any(c[3] and not c[2] for c in calls),
+                f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。",
+            ),
+            (
+                len(got) > len(sizes) and sum(got) >= sum(sizes),
+                f"{what}：bucket_numel = {bucket} 时计划有 "
+                f"{len(sizes)} 个桶，第一步却发了 {len(got)} 次 All-Reduce（大小 {got}）：桶还没满就发了，或者每个梯度单独发。",
+            ),
+            (
+                got != sizes,
+                f"{what}：bucket_numel = {bucket} 时每个桶应当正好发一次、按计划的顺序，大小依次是 {sizes}"
+                f" 个元素；实际发的是 {got}。",
+            ),
+        )
         _compare_params(values, world_size, kwargs, what)
-    passed(f"{what}：每个桶满了才发、一桶一次、顺序与计划一致；含一个比桶还大的参数；2 和 3 个 Rank 上的参数与"
-           "单进程整批训练一致。")
+    passed(
+        f"{what}：每个桶满了才发、一桶一次、顺序与计划一致；含一个比桶还大的参数；2 和 3 个 Rank 上的参数与"
+        "单进程整批训练一致。"
+    )
 
 
 def check_overlap_fraction(fn) -> None:
     """``overlap_fraction(spans)``: the share of communication time inside backward spans."""
     from mgpu_helpers.launcher.trace import Span
+
     what = "overlap_fraction"
     _start(fn, what)
 
@@ -338,15 +456,19 @@ def check_overlap_fraction(fn) -> None:
             spans.append(comm(c0, c1))
             inside += min(c1, b1) - c0
             total += c1 - c0
-            t = max(b1, c1) + rng.uniform(0.1, 1)      # one rank's backward spans never overlap
+            t = max(b1, c1) + rng.uniform(0.1, 1)  # one rank's backward spans never overlap
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
         got = call_limited(fn, what, list(spans))
         got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
-            hint = ("只算名字以 backward 开头的 compute 段。" if name.startswith("还有一段 forward") else
-                    "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
-                    if got > want and want < 1 else "")
+            hint = (
+                "只算名字以 backward 开头的 compute 段。"
+                if name.startswith("还有一段 forward")
+                else "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
+                if got > want and want < 1
+                else ""
+            )
             raise CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
     passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
 
@@ -359,24 +481,40 @@ def check_zero1(cls) -> None:
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what, optimizer="adam")
         order = values[0]["order"]
-        first = order[:order.index("optimizer.step") + 2] if "optimizer.step" in order else order
+        first = order[: order.index("optimizer.step") + 2] if "optimizer.step" in order else order
         gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
         steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
-        fail_first(("all_reduce" in order, f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 "
-                    "reduce_scatter_tensor，更新后再 all_gather_into_tensor。"),
-                   (not {"reduce_scatter_tensor", "reduce_scatter"} & set(order),
-                    f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。"),
-                   (not {"all_gather_into_tensor", "all_gather"} & set(order),
-                    f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。"),
-                   (gathers and steps and gathers[0] < steps[0], f"{what}：All-Gather 发生在 optimizer.step() 之前："
-                    "拼回去的是更新前的参数。先 step 本 Rank 的那一段，再 All-Gather。"))
+        fail_first(
+            (
+                "all_reduce" in order,
+                f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 "
+                "reduce_scatter_tensor，更新后再 all_gather_into_tensor。",
+            ),
+            (
+                not {"reduce_scatter_tensor", "reduce_scatter"} & set(order),
+                f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。",
+            ),
+            (
+                not {"all_gather_into_tensor", "all_gather"} & set(order),
+                f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。",
+            ),
+            (
+                gathers and steps and gathers[0] < steps[0],
+                f"{what}：All-Gather 发生在 optimizer.step() 之前："
+                "拼回去的是更新前的参数。先 step 本 Rank 的那一段，再 All-Gather。",
+            ),
+        )
         _compare_params(values, world_size, kwargs, what, sgd=False)
-        want_bytes = 2 * -(-numel // world_size) * 4        # Adam's two float32 moments of this rank's shard
+        want_bytes = 2 * -(-numel // world_size) * 4  # Adam's two float32 moments of this rank's shard
         if values[0]["state_bytes"] > want_bytes:
-            raise CheckFailed(f"{what}：每个 Rank 的 Adam 状态有 {values[0]['state_bytes']} 字节，ZeRO-1 应当只有自己那一段的 "
-                              f"{want_bytes} 字节：优化器要只管 self.local。")
-    passed(f"{what}：Reduce-Scatter → 本段 Adam → All-Gather；2 和 3 个 Rank 上参数与单进程 Adam 一致，"
-           "每个 Rank 的 Adam 状态只有 1/n。")
+            raise CheckFailed(
+                f"{what}：每个 Rank 的 Adam 状态有 {values[0]['state_bytes']} 字节，ZeRO-1 应当只有自己那一段的 "
+                f"{want_bytes} 字节：优化器要只管 self.local。"
+            )
+    passed(
+        f"{what}：Reduce-Scatter → 本段 Adam → All-Gather；2 和 3 个 Rank 上参数与单进程 Adam 一致，"
+        "每个 Rank 的 Adam 状态只有 1/n。"
+    )
 
 
 def check_accumulate_dp(cls) -> None:
@@ -391,17 +529,32 @@ def check_accumulate_dp(cls) -> None:
         _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
-        fail_first((v["no_sync_calls"], f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
-                    "梯度累积的意义就是这几次不通信，只在最后一个 micro-batch 之后交换一次。"),
-                   (len(reduces) != n_params, f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
-                    f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。"),
-                   (not any(c[3] for c in reduces),
-                    f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"),
-                   (not v["resumed_after_error"], f"{what}：no_sync() 里的代码出了错（抛出异常）以后，下一次 backward "
-                    "一次通信也没有：离开 no_sync() 时没有恢复同步。出错时 yield 之后的代码不会运行，恢复要放在 finally 里。"))
+        fail_first(
+            (
+                v["no_sync_calls"],
+                f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
+                "梯度累积的意义就是这几次不通信，只在最后一个 micro-batch 之后交换一次。",
+            ),
+            (
+                len(reduces) != n_params,
+                f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
+                f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。",
+            ),
+            (
+                not any(c[3] for c in reduces),
+                f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。",
+            ),
+            (
+                not v["resumed_after_error"],
+                f"{what}：no_sync() 里的代码出了错（抛出异常）以后，下一次 backward "
+                "一次通信也没有：离开 no_sync() 时没有恢复同步。出错时 yield 之后的代码不会运行，恢复要放在 finally 里。",
+            ),
+        )
         _compare_params(values, world_size, kwargs, what)
-    passed(f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
-           "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。")
+    passed(
+        f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
+        "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。"
+    )
 
 
 def _step_seconds_reference(ready_s, comm_s):
@@ -433,12 +586,21 @@ def check_step_seconds(fn) -> None:
         got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue
-        hint = first_hint((abs(got - (ready[-1] + sum(comm))) <= 1e-9, "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"),
-                          (abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9,
-                           "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。"),
-                          default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。")
-        raise CheckFailed(f"{what}（{name}：ready_s = {[round(r, 4) for r in ready]}，comm_s = "
-                          f"{[round(c, 4) for c in comm]}）：应当是 {want:.4g} 秒，实际是 {got:.4g}。{hint}")
+        hint = first_hint(
+            (
+                abs(got - (ready[-1] + sum(comm))) <= 1e-9,
+                "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。",
+            ),
+            (
+                abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9,
+                "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。",
+            ),
+            default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。",
+        )
+        raise CheckFailed(
+            f"{what}（{name}：ready_s = {[round(r, 4) for r in ready]}，comm_s = "
+            f"{[round(c, 4) for c in comm]}）：应当是 {want:.4g} 秒，实际是 {got:.4g}。{hint}"
+        )
     passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
 
 
@@ -448,6 +610,7 @@ def check_step_seconds(fn) -> None:
 try_overlap_dp = fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
 try_plan_buckets = fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
 try_bucket_dp = fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
-try_overlap_fraction = fill_in_cell(check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction",
-                                    "overlap_fraction")
+try_overlap_fraction = fill_in_cell(
+    check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction", "overlap_fraction"
+)
 try_zero1 = fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")

@@ -21,12 +21,32 @@ stuck in.
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (COLLECTIVE_CALLS, HANG_S, RECVS, SENDS, CheckFailed, WatchedCalls, as_numpy,
-                                      call_label, compare, fail_first, fill_in_cell, first_hint, int_values, launch, new_rng,
-                                      passed, rank_tensor, refuse_calls, refuse_course_code, resolve_course, which_rank)
+from mgpu_helpers.checks.core import (
+    COLLECTIVE_CALLS,
+    HANG_S,
+    RECVS,
+    SENDS,
+    CheckFailed,
+    WatchedCalls,
+    as_numpy,
+    call_label,
+    compare,
+    fail_first,
+    fill_in_cell,
+    first_hint,
+    int_values,
+    launch,
+    new_rng,
+    passed,
+    rank_tensor,
+    refuse_calls,
+    refuse_course_code,
+    resolve_course,
+    which_rank,
+)
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
-LESSON_CODE = ("exchange", "ring_pass")          # mgpu_helpers.lessons.p2p
+LESSON_CODE = ("exchange", "ring_pass")  # mgpu_helpers.lessons.p2p
 
 
 # -- inside a rank: watch the calls ---------------------------------------------------------------------------
@@ -53,8 +73,7 @@ def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CO
     becomes the "not done yet" failure; another exception names the rank and its first line.
     """
     course = resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
-    refuse_course_code(fn, what, [obj for obj, _ in course],
-                       advice="这一题要你自己写出来：调用课程的实现不算。")
+    refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
     return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
 
 
@@ -70,16 +89,17 @@ def _exchange_rounds(rng, world_size):
     waits, and a blocking send-first answer would get through.
     """
     rounds = []
-    for k, (direction, dtype) in enumerate((("right", "float32"), ("left", "int64"), ("right", "int64"),
-                                             ("left", "float32"))):
+    for k, (direction, dtype) in enumerate(
+        (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))
+    ):
         lengths = [int(n) for n in rng.integers(1, 6, size=world_size)]
         if k >= 2:
-            lengths[int(rng.integers(0, world_size))] = 0        # one rank sends nothing this round
+            lengths[int(rng.integers(0, world_size))] = 0  # one rank sends nothing this round
         data = []
         for n in lengths:
             v = int_values(rng, n)
             if n > 1:
-                v[int(rng.integers(0, n))] = 0                   # zeros in the data
+                v[int(rng.integers(0, n))] = 0  # zeros in the data
             data.append(v)
         rounds.append((direction, dtype, lengths, data))
     return rounds
@@ -109,31 +129,62 @@ def _exchange_body(rank, world_size, fn, rounds, calls):
         if waitable:
             for request in requests:
                 request.wait()
-        out.append(dict(kind=type(requests).__name__, waitable=waitable, got=as_numpy(recv_buf),
-                        calls=calls[first:], kept=bool((send_buf == before).all()) if send_buf.numel() else True))
+        out.append(
+            dict(
+                kind=type(requests).__name__,
+                waitable=waitable,
+                got=as_numpy(recv_buf),
+                calls=calls[first:],
+                kept=bool((send_buf == before).all()) if send_buf.numel() else True,
+            )
+        )
     return out
 
 
 def _explain_exchange_round(world_size, rnd, rank, result) -> None:
     direction, dtype, lengths, data = rnd
     dst, src = _peers(rank, world_size, direction)
-    case = (f"world_size = {world_size}，rank {rank} 调用 exchange(send_buf, dst={dst}, recv_buf, src={src})"
-            f"（{dtype}，send_buf 长 {lengths[rank]}，recv_buf 长 {lengths[src]}）")
+    case = (
+        f"world_size = {world_size}，rank {rank} 调用 exchange(send_buf, dst={dst}, recv_buf, src={src})"
+        f"（{dtype}，send_buf 长 {lengths[rank]}，recv_buf 长 {lengths[src]}）"
+    )
     empty = [c[0] for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0] + [None]
     got, want = result["got"], np.asarray(data[src])
     # another rank's data, blamed only when it is not also what src sent (short random inputs can coincide)
-    other = None if np.array_equal(got, want) else next(
-        (k for k, inp in enumerate(data) if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp)),
-        None)
-    fail_first((not result["waitable"], f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
-                "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。"),
-               (empty[0], f"{case}：发出了一个空张量的 {call_label(empty[0] or '')}。长度为 0 的缓冲区要跳过，不发也不收"
-                "（下一节切块时块可能是空的，空消息只会白白多一次等待）。"),
-               (not result["kept"], f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。"),
-               (lengths[src] and np.all(got == SENTINEL), f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前"
-                "把请求交出去（或者用阻塞的 recv 收完）。"),
-               (other is not None, f"{case}：收到的是 rank {other} 的数据，应当是 src = rank {src} 的。"
-                "dst 是发给谁，src 是从谁收：两个参数别用反。"))
+    other = (
+        None
+        if np.array_equal(got, want)
+        else next(
+            (
+                k
+                for k, inp in enumerate(data)
+                if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp)
+            ),
+            None,
+        )
+    )
+    fail_first(
+        (
+            not result["waitable"],
+            f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
+            "用阻塞的 send/recv 做完了就返回空列表 []；成组提交时返回 batch_isend_irecv 给的列表。",
+        ),
+        (
+            empty[0],
+            f"{case}：发出了一个空张量的 {call_label(empty[0] or '')}。长度为 0 的缓冲区要跳过，不发也不收"
+            "（下一节切块时块可能是空的，空消息只会白白多一次等待）。",
+        ),
+        (not result["kept"], f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。"),
+        (
+            lengths[src] and np.all(got == SENTINEL),
+            f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去（或者用阻塞的 recv 收完）。",
+        ),
+        (
+            other is not None,
+            f"{case}：收到的是 rank {other} 的数据，应当是 src = rank {src} 的。"
+            "dst 是发给谁，src 是从谁收：两个参数别用反。",
+        ),
+    )
     compare(got, want, case)
 
 
@@ -155,12 +206,15 @@ def check_exchange(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
     skipped, ``send_buf`` untouched, a list of requests returned."""
     what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
     _check_rounds(fn, what, world_sizes, timeout, _exchange_rounds, _exchange_body, _explain_exchange_round)
-    passed(f"exchange 在 world_size = {', '.join(map(str, world_sizes))} 上往右、往左都交换对了"
-           "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。")
+    passed(
+        f"exchange 在 world_size = {', '.join(map(str, world_sizes))} 上往右、往左都交换对了"
+        "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。"
+    )
 
 
-try_exchange = fill_in_cell(check_exchange, "mgpu_helpers.lessons.p2p.exchange", "exchange", keep="exchange",
-                            lesson="04")
+try_exchange = fill_in_cell(
+    check_exchange, "mgpu_helpers.lessons.p2p.exchange", "exchange", keep="exchange", lesson="04"
+)
 
 
 # -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
@@ -168,7 +222,7 @@ try_exchange = fill_in_cell(check_exchange, "mgpu_helpers.lessons.p2p.exchange",
 
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
-    for length, steps, dtype, data in cases:
+    for _length, steps, dtype, data in cases:
         token = rank_tensor(data[rank], dtype)
         before = token.clone()
         arrived = fn(token, steps) if steps is not None else fn(token)
@@ -180,8 +234,11 @@ def _ring_pass_body(rank, world_size, fn, cases, calls):
 
 def _ring_cases(rng, world_size):
     cases = []
-    for length, steps, dtype in ((int(rng.integers(1, 5)), None, "float32"), (0, None, "float32"),
-                                 (int(rng.integers(2, 5)), world_size + 1, "int64")):
+    for length, steps, dtype in (
+        (int(rng.integers(1, 5)), None, "float32"),
+        (0, None, "float32"),
+        (int(rng.integers(2, 5)), world_size + 1, "int64"),
+    ):
         data = [int_values(rng, length) for _ in range(world_size)]
         if length:
             data[0][0] = 0
@@ -197,9 +254,14 @@ def _explain_ring(world_size, case, rank, result):
     arrived = result["arrived"]
     if not isinstance(arrived, list):
         raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
-    fail_first((len(arrived) != n_steps, f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
-                + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else "")),
-               (not result["kept"], f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。"))
+    fail_first(
+        (
+            len(arrived) != n_steps,
+            f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
+            + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else ""),
+        ),
+        (not result["kept"], f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。"),
+    )
     for step, got in enumerate(arrived):
         origin = (rank - step - 1) % world_size
         want = np.asarray(data[origin])
@@ -207,11 +269,18 @@ def _explain_ring(world_size, case, rank, result):
             compare(got, want, f"{where}，第 {step + 1} 步")
         if not np.array_equal(got, want):
             k = next((k for k, inp in enumerate(data) if len(inp) and np.array_equal(got, inp)), None)
-            hint = first_hint((k is None, ""), (step and k == (rank - 1) % world_size,
-                                                f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。"),
-                              (step and k == (rank - n_steps) % world_size,
-                               "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"),
-                              default=f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。")
+            hint = first_hint(
+                (k is None, ""),
+                (
+                    step and k == (rank - 1) % world_size,
+                    f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。",
+                ),
+                (
+                    step and k == (rank - n_steps) % world_size,
+                    "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。",
+                ),
+                default=f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。",
+            )
             compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
 
 
@@ -220,8 +289,10 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
     what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
     # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
     _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=("ring_pass",))
-    passed(f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
-           "（也走过不止一圈，也传过空张量和 int64）。")
+    passed(
+        f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
+        "（也走过不止一圈，也传过空张量和 int64）。"
+    )
 
 
 try_ring_pass = fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.ring_pass", "ring_pass")
@@ -262,17 +333,25 @@ def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
             where = f"world_size = {world_size}，rank {rank} 应当收到左边 rank {(rank - 1) % world_size} 的数据"
             compare(got, want, where, hint)
         calls = [c for _, c in values]
-        refuse_calls(calls, NONBLOCKING, what, "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；"
-                     "非阻塞和成组提交留到练习 2。")
+        refuse_calls(
+            calls,
+            NONBLOCKING,
+            what,
+            "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。",
+        )
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
         for rank, rank_calls in enumerate(calls):
             sends = [c for c in rank_calls if c[0] == "dist.send"]
             if len(sends) != 1 or sends[0][1] != (rank + 1) % world_size:
-                raise CheckFailed(f"{what}：world_size = {world_size} 时 rank {rank} 发了 {len(sends)} 条消息"
-                                  f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank "
-                                  f"{(rank + 1) % world_size}。")
-    passed(f"pass_right 在 world_size = {', '.join(map(str, sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
-           "没有死锁（奇数个 Rank 也一样）。")
+                raise CheckFailed(
+                    f"{what}：world_size = {world_size} 时 rank {rank} 发了 {len(sends)} 条消息"
+                    f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank "
+                    f"{(rank + 1) % world_size}。"
+                )
+    passed(
+        f"pass_right 在 world_size = {', '.join(map(str, sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
+        "没有死锁（奇数个 Rank 也一样）。"
+    )
 
 
 def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -288,12 +367,22 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
             if got is not None and np.shape(got) == np.shape(total) and not np.allclose(got, total):
                 far = (rank + world_size // 2) % world_size
                 if world_size % 2 == 0 and np.allclose(got, total + inputs[far]):
-                    hint = (f"rank {far} 的值加了两次：world_size 为偶数时，最后一步从左右两边来的是同一个 Rank 的值，"
-                            "只能加一次。")
-                else:       # the sum of the k + 1 ranks on the left only (k >= 1)
-                    k = next((k for k in range(1, world_size)
-                              if np.allclose(got, sum(inputs[(rank - j) % world_size] for j in range(k + 1)))), None)
-                    hint = f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
+                    hint = (
+                        f"rank {far} 的值加了两次：world_size 为偶数时，最后一步从左右两边来的是同一个 Rank 的值，"
+                        "只能加一次。"
+                    )
+                else:  # the sum of the k + 1 ranks on the left only (k >= 1)
+                    k = next(
+                        (
+                            k
+                            for k in range(1, world_size)
+                            if np.allclose(got, sum(inputs[(rank - j) % world_size] for j in range(k + 1)))
+                        ),
+                        None,
+                    )
+                    hint = (
+                        f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
+                    )
             compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
         calls = [c for _, c in values]
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
@@ -305,6 +394,9 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
                     if n > steps:
                         raise CheckFailed(
                             f"{what}：world_size = {world_size} 时 rank {rank} 给 rank {peer} 发了 {n} 条消息，"
-                            f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。")
-    passed(f"ring_sum 在 world_size = {', '.join(map(str, sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
-           "（偶数个 Rank 时对面那个 Rank 也只加了一次）。")
+                            f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。"
+                        )
+    passed(
+        f"ring_sum 在 world_size = {', '.join(map(str, sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
+        "（偶数个 Rank 时对面那个 Rank 也只加了一次）。"
+    )

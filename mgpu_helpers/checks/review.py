@@ -7,9 +7,9 @@ which :mod:`mgpu_helpers.measure.straggler` measures in the same run.
 """
 
 import math
-from dataclasses import dataclass
 import random
 import statistics
+from dataclasses import dataclass
 
 from mgpu_helpers.checks.core import CheckFailed, call, expect_items, is_number, is_rank_number, passed
 from mgpu_helpers.checks.stragglers import traced_run
@@ -30,8 +30,9 @@ STRAGGLER_SECONDS_PER_UNIT = 0.010
 # Exercise 1: a number first, then ranks measure it.
 
 
-def measured_speedup(shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT,
-                     steps: int = 5, single=None) -> dict:
+def measured_speedup(
+    shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT, steps: int = 5, single=None
+) -> dict:
     """Measure the speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units.
 
     Returns ``speedup`` (median step of one rank / median step of the ranks), ``low`` and ``high``: the range
@@ -40,12 +41,16 @@ def measured_speedup(shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float
     median all-reduce). ``single``: a one-rank run to reuse (RankResults), so several shardings share it.
     """
     what = "测量加速比"
-    runs = [single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
-            traced_run(tuple(shards), steps, seconds_per_unit, what)]
+    runs = [
+        single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
+        traced_run(tuple(shards), steps, seconds_per_unit, what),
+    ]
     ideal = [total * seconds_per_unit, max(shards) * seconds_per_unit]
     step = [straggler.median_step_seconds(r.values) for r in runs]
-    slack = [straggler.step_margin(r.values, seconds_per_unit)
-             + max(statistics.median(v["comm_s"]) for v in r.values) for r in runs]
+    slack = [
+        straggler.step_margin(r.values, seconds_per_unit) + max(statistics.median(v["comm_s"]) for v in r.values)
+        for r in runs
+    ]
     low = min(step[0], ideal[0]) / (max(step[1], ideal[1] + slack[1]))
     high = max(step[0], ideal[0] + slack[0]) / min(step[1], ideal[1])
     return dict(speedup=step[0] / step[1], low=low, high=high, single=runs[0])
@@ -57,22 +62,29 @@ def check_speedup_prediction(fn) -> None:
     with the measured speed-up, within the range this run's own spread allows plus 10%."""
     what = "predicted_speedups 要给出两个数：12/6/4/2 和 6/6/6/6 在四个 Rank 上各比一个 Rank 快几倍"
     guess = call(fn, what)
-    expect_items(guess, 2, f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。", numbers=True)
+    expect_items(
+        guess, 2, f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。", numbers=True
+    )
     ms = 1e3 * SPEEDUP_SECONDS_PER_UNIT
     single = None
     lines = []
     for (name, shards), g in zip(SPEEDUP_SHARDS.items(), guess):
         m = measured_speedup(shards, single=single)
-        single = m["single"]                     # one single-rank run serves both shardings
+        single = m["single"]  # one single-rank run serves both shardings
         low, high = m["low"] * 0.9, m["high"] * 1.1
         label = "/".join(str(u) for u in shards)
         if not low <= float(g) <= high:
-            nudge = (f"一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
-                     if name == "uneven" else "四份一样大时，一步只剩下多少个单位的时间？")
+            nudge = (
+                f"一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
+                if name == "uneven"
+                else "四份一样大时，一步只剩下多少个单位的时间？"
+            )
             if name == "uneven" and math.isclose(float(g), len(shards)):
                 nudge = "四个 Rank 不会自动快四倍：" + nudge
-            raise CheckFailed(f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
-                              f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}")
+            raise CheckFailed(
+                f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
+                f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
+            )
         lines.append(f"{label} 你预测 {float(g):.2f}×，量到 {m['speedup']:.2f}×")
     passed("；".join(lines) + "。")
 
@@ -86,8 +98,10 @@ def reference_straggler(values) -> tuple[int, float]:
     medians = [statistics.median(v["compute_s"]) for v in values]
     rank = max(range(len(values)), key=lambda r: medians[r])
     steps = len(values[0]["compute_s"])
-    lost = statistics.median(max(v["compute_s"][k] for v in values)
-                             - statistics.fmean(v["compute_s"][k] for v in values) for k in range(steps))
+    lost = statistics.median(
+        max(v["compute_s"][k] for v in values) - statistics.fmean(v["compute_s"][k] for v in values)
+        for k in range(steps)
+    )
     return rank, lost
 
 
@@ -103,9 +117,17 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
     stalled, k = rng.choice(others), rng.randrange(steps)
     compute[stalled][k] = base[slow] * rng.uniform(5.0, 8.0)
     last = [max(compute[q][s] for q in range(n)) for s in range(steps)]
-    return [dict(rank=r, shard=None, compute_s=compute[r], wait_s=[last[s] - compute[r][s] for s in range(steps)],
-                 comm_s=[rng.uniform(1e-4, 1e-3) for _ in range(steps)], start_skew_s=[0.0] * steps)
-            for r in range(n)]
+    return [
+        dict(
+            rank=r,
+            shard=None,
+            compute_s=compute[r],
+            wait_s=[last[s] - compute[r][s] for s in range(steps)],
+            comm_s=[rng.uniform(1e-4, 1e-3) for _ in range(steps)],
+            start_skew_s=[0.0] * steps,
+        )
+        for r in range(n)
+    ]
 
 
 def check_find_straggler(fn) -> None:
@@ -125,16 +147,18 @@ def check_find_straggler(fn) -> None:
         rank, lost = got
         if rank != want[0]:
             waits = [statistics.median(v["wait_s"]) for v in values]
-            why = ""   # both can hold: with two ranks the stalled one is also the one that waits most
+            why = ""  # both can hold: with two ranks the stalled one is also the one that waits most
             if rank == max(range(len(values)), key=lambda r: waits[r]):
                 why += f"rank {rank} 等得最久，它恰恰是最快到达的那个；Straggler 是别人都在等的 Rank。"
             if rank == max(range(len(values)), key=lambda r: sum(values[r]["compute_s"])):
                 why += f"rank {rank} 的计算总和最大，是因为它有一步被卡住了；一步的意外不代表它每步都慢，用中位数。"
             raise CheckFailed(f"{where}：Straggler 是 rank {want[0]}，你给的是 rank {rank}。{why}")
         if not math.isclose(float(lost), want[1], rel_tol=1e-6, abs_tol=1e-9):
-            raise CheckFailed(f"{where}：每步因为不均衡多花的时间（每步 最大计算 − 平均计算，取各步中位数）"
-                              f"应当是 {1e3 * want[1]:.2f} ms，你给的是 {1e3 * float(lost):.2f} ms。"
-                              "如果一步都按最慢的 Rank 走、而工作能均分，每步能省下多少？")
+            raise CheckFailed(
+                f"{where}：每步因为不均衡多花的时间（每步 最大计算 − 平均计算，取各步中位数）"
+                f"应当是 {1e3 * want[1]:.2f} ms，你给的是 {1e3 * float(lost):.2f} ms。"
+                "如果一步都按最慢的 Rank 走、而工作能均分，每步能省下多少？"
+            )
     s = STRAGGLER_SECONDS_PER_UNIT
     run = traced_run(STRAGGLER_SHARDS, 5, s, what)
     got = call(fn, what, run.values)
@@ -142,13 +166,22 @@ def check_find_straggler(fn) -> None:
     model_lost = (max(STRAGGLER_SHARDS) - statistics.fmean(STRAGGLER_SHARDS)) * s
     margin = straggler.model_margin(run.values, s) + 0.1 * model_lost
     label = "/".join(str(u) for u in STRAGGLER_SHARDS)
-    if (not isinstance(got, (tuple, list)) or len(got) != 2 or not is_number(got[1])
-            or got[0] != model_rank or abs(float(got[1]) - model_lost) > margin):
-        raise CheckFailed(f"真实的 {len(STRAGGLER_SHARDS)} 个 Rank（Shard {label}，每单位 {1e3 * s:g} ms）：应当是 "
-                          f"rank {model_rank}、约 {1e3 * model_lost:.0f} ms（误差上限 ±{1e3 * margin:.0f} ms），"
-                          f"你的函数给出 {got!r}。")
-    passed(f"find_straggler 在 30 组带一次意外卡顿的随机记录上都对；真实的 Shard {label} 上找出 rank {got[0]}，"
-           f"每步多花 {1e3 * float(got[1]):.0f} ms（模型 {1e3 * model_lost:.0f} ms）。")
+    if (
+        not isinstance(got, (tuple, list))
+        or len(got) != 2
+        or not is_number(got[1])
+        or got[0] != model_rank
+        or abs(float(got[1]) - model_lost) > margin
+    ):
+        raise CheckFailed(
+            f"真实的 {len(STRAGGLER_SHARDS)} 个 Rank（Shard {label}，每单位 {1e3 * s:g} ms）：应当是 "
+            f"rank {model_rank}、约 {1e3 * model_lost:.0f} ms（误差上限 ±{1e3 * margin:.0f} ms），"
+            f"你的函数给出 {got!r}。"
+        )
+    passed(
+        f"find_straggler 在 30 组带一次意外卡顿的随机记录上都对；真实的 Shard {label} 上找出 rank {got[0]}，"
+        f"每步多花 {1e3 * float(got[1]):.0f} ms（模型 {1e3 * model_lost:.0f} ms）。"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -169,13 +202,14 @@ REVIEW_STEPS = 5
 class ReviewRun:
     """What :func:`review_run` measured (milliseconds unless named): per rank the median compute, time
     inside the all-reduce and whole step; one rank's step doing every unit alone; the all-reduce sizes."""
+
     backend: str
     shards: tuple
     compute_ms: tuple
     allreduce_ms: tuple
     step_ms: tuple
     solo_ms: float
-    sweep: tuple            # ((nbytes, median seconds), ...)
+    sweep: tuple  # ((nbytes, median seconds), ...)
 
     @property
     def world_size(self) -> int:
@@ -199,10 +233,17 @@ def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters
     from mgpu_helpers.measure.timing import synchronize_device
     from mgpu_helpers.measure.workloads import straggler_step
 
-    step = straggler_step(rank, world_size, shards, grad_numel=4096, steps=steps, seconds_per_unit=seconds_per_unit,
-                          timestamp_barrier=False)
+    step = straggler_step(
+        rank,
+        world_size,
+        shards,
+        grad_numel=4096,
+        steps=steps,
+        seconds_per_unit=seconds_per_unit,
+        timestamp_barrier=False,
+    )
     solo = []
-    for _ in range(steps if rank == 0 else 0):     # one rank doing every unit alone: the baseline
+    for _ in range(steps if rank == 0 else 0):  # one rank doing every unit alone: the baseline
         t = time.perf_counter()
         time.sleep(sum(shards) * seconds_per_unit)
         solo.append(time.perf_counter() - t)
@@ -215,7 +256,7 @@ def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters
             dist.barrier()
             t = time.perf_counter()
             dist.all_reduce(x)
-            synchronize_device(dev)                # finished on the device too
+            synchronize_device(dev)  # finished on the device too
             times.append(time.perf_counter() - t)
         sweep.append((nbytes, statistics.median(times)))
     return dict(solo=solo, compute=step["compute_s"], inside=step["comm_s"], sweep=sweep)
@@ -231,14 +272,22 @@ def review_run(seed=None, show: bool = True) -> ReviewRun:
     rng.shuffle(shards)
     backend, _ = hardware.choose_backend(REVIEW_WORLD_SIZE, "auto")
     sizes = (64 << 20, 256 << 20) if backend == "nccl" else (1 << 20, 4 << 20)
-    res = run_ranks(_review_rank, REVIEW_WORLD_SIZE, args=(tuple(shards), REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5),
-                    timeout=120, stream=False, quiet=True)
+    res = run_ranks(
+        _review_rank,
+        REVIEW_WORLD_SIZE,
+        args=(tuple(shards), REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5),
+        timeout=120,
+        stream=False,
+        quiet=True,
+    )
     v = res.values
     ms = lambda xs: round(1e3 * statistics.median(xs), 2)
     compute = tuple(ms(r["compute"]) for r in v)
     inside = tuple(ms(r["inside"]) for r in v)
     step = tuple(ms([c + a for c, a in zip(r["compute"], r["inside"])]) for r in v)
-    sweep = tuple((nbytes, float(f"{max(r['sweep'][k][1] for r in v):.3g}")) for k, (nbytes, _t) in enumerate(v[0]["sweep"]))
+    sweep = tuple(
+        (nbytes, float(f"{max(r['sweep'][k][1] for r in v):.3g}")) for k, (nbytes, _t) in enumerate(v[0]["sweep"])
+    )
     run = ReviewRun(res.backend, tuple(shards), compute, inside, step, ms(v[0]["solo"]), sweep)
     if show:
         print_review_run(run)
@@ -251,8 +300,10 @@ def print_review_run(run: ReviewRun) -> None:
     print(f"一个 Rank 独自做完全部 {sum(run.shards)} 个单位：一步 {run.solo_ms:.2f} ms")
     print(f"{run.world_size} 个 Rank 一起做（每步先各算自己的 Shard，再 All-Reduce 一个 16 KiB 的梯度；各步中位数）：")
     for r in range(run.world_size):
-        print(f"  rank {r}：计算 {run.compute_ms[r]:6.2f} ms，All-Reduce 里 {run.allreduce_ms[r]:6.2f} ms，"
-              f"一步 {run.step_ms[r]:6.2f} ms")
+        print(
+            f"  rank {r}：计算 {run.compute_ms[r]:6.2f} ms，All-Reduce 里 {run.allreduce_ms[r]:6.2f} ms，"
+            f"一步 {run.step_ms[r]:6.2f} ms"
+        )
     print("单独量的 All-Reduce（每次之前先对齐所有 Rank，取最慢 Rank 的中位数）：")
     for nbytes, seconds in run.sweep:
         print(f"  S = {nbytes} 字节（{nbytes / 2**20:g} MiB）：t = {seconds * 1e3:.3g} ms")
@@ -266,9 +317,12 @@ def review_answers(run: ReviewRun) -> dict:
     """The answers 11's part 3 expects from ``run`` (what its worked version computes)."""
     s = run.straggler
     nbytes, seconds = run.sweep[-1]
-    return dict(straggler=s, comm_ms=run.allreduce_ms[s],
-                busbw_gbps=bandwidth.busbw("all_reduce", nbytes, seconds, run.world_size) / 1e9,
-                speedup=run.solo_ms / max(run.step_ms))
+    return dict(
+        straggler=s,
+        comm_ms=run.allreduce_ms[s],
+        busbw_gbps=bandwidth.busbw("all_reduce", nbytes, seconds, run.world_size) / 1e9,
+        speedup=run.solo_ms / max(run.step_ms),
+    )
 
 
 def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbps=None, speedup=None) -> None:
@@ -280,7 +334,7 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     alg = bandwidth.algbw(nbytes, seconds) / 1e9
     wrong = 0
 
-    def judge(label, got, ok, mistakes, done):        # prints one line: passed, not written yet, or what is wrong
+    def judge(label, got, ok, mistakes, done):  # prints one line: passed, not written yet, or what is wrong
         nonlocal wrong
         if got is None:
             print(f"{label}：还没写（上面那格还是 None）。")
@@ -292,33 +346,74 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
             print(f"不对：{label}：你的答案 {got!r}。{why}")
 
     longest = max(range(n), key=lambda r: run.allreduce_ms[r])
-    judge("1. Straggler 是哪个 Rank", straggler, lambda g: g == s,
-          [(lambda g: g == longest, f"rank {longest} 在 All-Reduce 里待得最久，是因为它到得早、在里面等别人："
-                                    "等待被算成了“通信”。Straggler 是别人都在等的那个 Rank。"),
-           (lambda g: not is_rank_number(g) or not 0 <= g < n, f"要写一个 Rank 编号（0 到 {n - 1}）。")],
-          f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。")
-    judge("2. 一次 All-Reduce 真正花在通信上的大约多少 ms", comm_ms,
-          lambda g: _near(g, want["comm_ms"], 0.05) or (is_number(g) and abs(float(g) - want["comm_ms"]) <= 0.05),
-          [(lambda g: _near(g, max(run.allreduce_ms), 0.05), "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。"),
-           (lambda g: _near(g, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
-           (lambda g: _near(g, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。")],
-          f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。")
+    judge(
+        "1. Straggler 是哪个 Rank",
+        straggler,
+        lambda g: g == s,
+        [
+            (
+                lambda g: g == longest,
+                f"rank {longest} 在 All-Reduce 里待得最久，是因为它到得早、在里面等别人："
+                "等待被算成了“通信”。Straggler 是别人都在等的那个 Rank。",
+            ),
+            (lambda g: not is_rank_number(g) or not 0 <= g < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
+        ],
+        f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
+    )
+    judge(
+        "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
+        comm_ms,
+        lambda g: _near(g, want["comm_ms"], 0.05) or (is_number(g) and abs(float(g) - want["comm_ms"]) <= 0.05),
+        [
+            (
+                lambda g: _near(g, max(run.allreduce_ms), 0.05),
+                "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。",
+            ),
+            (lambda g: _near(g, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
+            (lambda g: _near(g, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。"),
+        ],
+        f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
+    )
     factor = 2 * (n - 1) / n
-    judge(f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）", busbw_gbps, lambda g: _near(g, want["busbw_gbps"], 0.02),
-          [(lambda g: _near(g, alg, 0.02), f"这是 algbw = S/t；busbw 还要乘 2(n-1)/n = {factor:.3g}。"),
-           (lambda g: _near(g, alg * (n - 1) / n, 0.02), "(n-1)/n 是 Reduce-Scatter 和 All-Gather 的系数；All-Reduce 是 2(n-1)/n。"),
-           (lambda g: _near(g, 2 * want["busbw_gbps"], 0.02), "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。"),
-           (lambda g: _near(g, want["busbw_gbps"] * 1e9 / 2**30, 0.02), "GB/s 用 10^9 字节，不是 2^30。"),
-           (lambda g: _near(g, want["busbw_gbps"] * 1e3, 0.02) or _near(g, want["busbw_gbps"] / 1e3, 0.02),
-            "数量级不对：t 打印的单位是 ms。")],
-          f"约 {want['busbw_gbps']:.3g} GB/s（algbw {alg:.3g} GB/s × {factor:.3g}）。")
-    judge(f"4. {n} 个 Rank 比一个 Rank 快几倍", speedup, lambda g: _near(g, want["speedup"], 0.02),
-          [(lambda g: _near(g, 1 / want["speedup"], 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
-           (lambda g: _near(g, run.solo_ms / statistics.fmean(run.step_ms), 0.02),
-            "一步要等最慢的 Rank：用最长的那一步，不是平均。"),
-           (lambda g: _near(g, float(n), 0.02), f"{n} 个 Rank 不会自动快 {n} 倍：Shard 不一样大。"),
-           (lambda g: _near(g, sum(run.shards) / max(run.shards), 0.005),
-            "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。")],
-          f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。")
+    judge(
+        f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
+        busbw_gbps,
+        lambda g: _near(g, want["busbw_gbps"], 0.02),
+        [
+            (lambda g: _near(g, alg, 0.02), f"这是 algbw = S/t；busbw 还要乘 2(n-1)/n = {factor:.3g}。"),
+            (
+                lambda g: _near(g, alg * (n - 1) / n, 0.02),
+                "(n-1)/n 是 Reduce-Scatter 和 All-Gather 的系数；All-Reduce 是 2(n-1)/n。",
+            ),
+            (
+                lambda g: _near(g, 2 * want["busbw_gbps"], 0.02),
+                "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。",
+            ),
+            (lambda g: _near(g, want["busbw_gbps"] * 1e9 / 2**30, 0.02), "GB/s 用 10^9 字节，不是 2^30。"),
+            (
+                lambda g: _near(g, want["busbw_gbps"] * 1e3, 0.02) or _near(g, want["busbw_gbps"] / 1e3, 0.02),
+                "数量级不对：t 打印的单位是 ms。",
+            ),
+        ],
+        f"约 {want['busbw_gbps']:.3g} GB/s（algbw {alg:.3g} GB/s × {factor:.3g}）。",
+    )
+    judge(
+        f"4. {n} 个 Rank 比一个 Rank 快几倍",
+        speedup,
+        lambda g: _near(g, want["speedup"], 0.02),
+        [
+            (lambda g: _near(g, 1 / want["speedup"], 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
+            (
+                lambda g: _near(g, run.solo_ms / statistics.fmean(run.step_ms), 0.02),
+                "一步要等最慢的 Rank：用最长的那一步，不是平均。",
+            ),
+            (lambda g: _near(g, float(n), 0.02), f"{n} 个 Rank 不会自动快 {n} 倍：Shard 不一样大。"),
+            (
+                lambda g: _near(g, sum(run.shards) / max(run.shards), 0.005),
+                "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。",
+            ),
+        ],
+        f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
+    )
     if wrong:
         raise CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")

@@ -14,10 +14,28 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (DIST_CALLS, HANG_S, WORLD_SIZES, CheckFailed, WatchedCalls, as_numpy,
-                                      call_limited, compare, fail_first, fill_in, fill_in_cell, first_hint, int_values,
-                                      launch, new_rng, number_answer, passed, rank_tensor, refuse_course_code,
-                                      run_on_ranks)
+from mgpu_helpers.checks.core import (
+    DIST_CALLS,
+    HANG_S,
+    WORLD_SIZES,
+    CheckFailed,
+    WatchedCalls,
+    as_numpy,
+    call_limited,
+    compare,
+    fail_first,
+    fill_in,
+    fill_in_cell,
+    first_hint,
+    int_values,
+    launch,
+    new_rng,
+    number_answer,
+    passed,
+    rank_tensor,
+    refuse_course_code,
+    run_on_ranks,
+)
 
 
 def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
@@ -30,18 +48,21 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S
         if len(set(lengths)) == 1:
             lengths[0] += 1
         if n > 2:
-            lengths[int(rng.integers(1, n))] = 0              # a rank with nothing to add, every run
+            lengths[int(rng.integers(1, n))] = 0  # a rank with nothing to add, every run
         inputs = [int_values(rng, k) for k in lengths]
         longest = int(np.argmax(lengths))
-        inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0     # zeros in the data
+        inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0  # zeros in the data
         want, backwards = np.concatenate(inputs), np.concatenate(inputs[::-1])
-        got = run_on_ranks(fn, what, n, inputs, timeout=timeout,
-                           course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",))
+        got = run_on_ranks(
+            fn, what, n, inputs, timeout=timeout, course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",)
+        )
         for r in range(n):
             padded = got[r] is not None and np.size(got[r]) == n * max(lengths)
             backwards_ = isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards)
-            hint = first_hint((padded, "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。"),
-                              (backwards_, "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……"))
+            hint = first_hint(
+                (padded, "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。"),
+                (backwards_, "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……"),
+            )
             compare(got[r], want, f"world_size = {n}，各 Rank 长度 {lengths}，rank {r}", hint)
     passed(f"all_gather_uneven 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 长度不同的片段上都拼对了。")
 
@@ -62,30 +83,56 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
     for n in world_sizes:
         length = n * int(rng.integers(1, 4))
         inputs = [int_values(rng, length) for _ in range(n)]
-        inputs[-1][:] = 0.0                     # zeros in the data
+        inputs[-1][:] = 0.0  # zeros in the data
         want = np.sum(inputs, axis=0)
-        got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout,
-                         rule="dist.reduce_scatter 和 dist.all_gather")
+        got = run_traced(
+            fn,
+            what,
+            n,
+            inputs,
+            allowed=RS_NAMES + AG_NAMES,
+            timeout=timeout,
+            rule="dist.reduce_scatter 和 dist.all_gather",
+        )
         for r in range(n):
             value, calls = got[r]
             names = [c for c, _ in calls]
             gathered = sum(k for c, k in calls if c in AG_NAMES)
-            whole = ("All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
-                     if gathered >= n * length else "")
-            fail_first((not any(c in RS_NAMES for c in names), f"{what}：world_size = {n}，rank {r} 没有调用 "
-                        f"dist.reduce_scatter（调用了 {names or '无'}）。{whole}"),
-                       (gathered > length, f"{what}：world_size = {n}，rank {r} 的 All-Gather 一共收了 {gathered} 个元素，"
-                        f"而完整结果只有 {length} 个：只需 All-Gather 每个 Rank 归约好的那一段（{length // n} 个）。"))
+            whole = (
+                "All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
+                if gathered >= n * length
+                else ""
+            )
+            fail_first(
+                (
+                    not any(c in RS_NAMES for c in names),
+                    f"{what}：world_size = {n}，rank {r} 没有调用 "
+                    f"dist.reduce_scatter（调用了 {names or '无'}）。{whole}",
+                ),
+                (
+                    gathered > length,
+                    f"{what}：world_size = {n}，rank {r} 的 All-Gather 一共收了 {gathered} 个元素，"
+                    f"而完整结果只有 {length} 个：只需 All-Gather 每个 Rank 归约好的那一段（{length // n} 个）。",
+                ),
+            )
             own_part = value is not None and np.size(value) == length // n
             hint = "这只是自己那一段（Reduce-Scatter 的结果）：再 All-Gather 一次拼回完整向量。" if own_part else ""
             compare(value, want, f"world_size = {n}，长度 {length}，rank {r}", hint)
-    passed(f"all_reduce_rs_ag 在 world_size = {', '.join(map(str, world_sizes))} 上与 All-Reduce 的结果相同，"
-           "只用了 Reduce-Scatter 和 All-Gather，All-Gather 只搬了每个 Rank 的那一段。")
+    passed(
+        f"all_reduce_rs_ag 在 world_size = {', '.join(map(str, world_sizes))} 上与 All-Reduce 的结果相同，"
+        "只用了 Reduce-Scatter 和 All-Gather，All-Gather 只搬了每个 Rank 的那一段。"
+    )
 
 
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
 
-LESSON_OPS = ("reduce", "broadcast", "all_gather", "reduce_scatter", "all_reduce")   # 07 builds all_reduce from reduce_scatter: checked last
+LESSON_OPS = (
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+)  # 07 builds all_reduce from reduce_scatter: checked last
 
 
 def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
@@ -119,7 +166,12 @@ def check_bytes_each_rank_sends(fn) -> None:
     Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top.
     """
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
-    refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth"))
+    refuse_course_code(
+        fn,
+        what,
+        [reference_bytes_each_rank_sends],
+        packages=("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth"),
+    )
     rng = random.Random()
     sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
     sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
@@ -128,25 +180,40 @@ def check_bytes_each_rank_sends(fn) -> None:
             for rank in range(world_size):
                 got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                value = (None if got is None or isinstance(got, bool) else       # a bool: named as a wrong count
-                         number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。"))
+                value = (
+                    None
+                    if got is None or isinstance(got, bool)
+                    # a bool: named as a wrong count
+                    else number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
+                )
                 if value is not None and math.isclose(value, want, abs_tol=1e-6):
                     continue
-                role = {("reduce", 0): "（Root）", ("broadcast", 0): "（Root）",
-                        ("broadcast", world_size - 1): "（链尾）"}.get((op, rank), "")
+                role = {
+                    ("reduce", 0): "（Root）",
+                    ("broadcast", 0): "（Root）",
+                    ("broadcast", world_size - 1): "（链尾）",
+                }.get((op, rank), "")
                 extra = ""
                 if world_size == 1 and got:
                     extra = "只有一个 Rank 时没有别人可发：0 字节。"
-                elif op in ("all_gather", "reduce_scatter", "all_reduce") and math.isclose(float(got), want * world_size / (world_size - 1)):
+                elif op in ("all_gather", "reduce_scatter", "all_reduce") and math.isclose(
+                    float(got), want * world_size / (world_size - 1)
+                ):
                     extra = "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"
-                raise CheckFailed(f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
-                                  f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}")
+                raise CheckFailed(
+                    f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
+                    f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}"
+                )
     n_cases = len(LESSON_OPS) * sum(world_size for world_size, _ in sizes)
-    passed(f"bytes_each_rank_sends 在 {len(sizes)} 组（1 个 Rank、奇数个 Rank、Root 与链尾、随机大小）、"
-           f"五种 Collective 的 {n_cases} 个 Rank 上都对。")
+    passed(
+        f"bytes_each_rank_sends 在 {len(sizes)} 组（1 个 Rank、奇数个 Rank、Root 与链尾、随机大小）、"
+        f"五种 Collective 的 {n_cases} 个 Rank 上都对。"
+    )
 
 
-try_bytes_each_rank_sends = fill_in_cell(check_bytes_each_rank_sends, reference_bytes_each_rank_sends, "每个 Rank 发出的字节")
+try_bytes_each_rank_sends = fill_in_cell(
+    check_bytes_each_rank_sends, reference_bytes_each_rank_sends, "每个 Rank 发出的字节"
+)
 
 
 # -- 07: the uneven all-gather, as a fill-in ------------------------------------------------------------------
@@ -192,9 +259,16 @@ def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), tim
 
     A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits.
     """
-    return launch(_traced_rank_main, world_size, (fn, inputs, tuple(extra), tuple(allowed)), what, fn,
-                  timeout, advice="多半是各 Rank 调用的 Collective 次序或大小对不上。",
-                  rule=rule or ", ".join(allowed))
+    return launch(
+        _traced_rank_main,
+        world_size,
+        (fn, inputs, tuple(extra), tuple(allowed)),
+        what,
+        fn,
+        timeout,
+        advice="多半是各 Rank 调用的 Collective 次序或大小对不上。",
+        rule=rule or ", ".join(allowed),
+    )
 
 
 # -- ex07: reduce-scatter of uneven parts --------------------------------------------------------------------
@@ -209,26 +283,36 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
     allowed = RS_NAMES + ("reduce",)
     for n in world_sizes:
         sizes = [int(v) for v in rng.integers(1, 5, size=n)]
-        sizes[-1] = 0 if n > 2 else sizes[-1]          # a rank with an empty part, every run
+        sizes[-1] = 0 if n > 2 else sizes[-1]  # a rank with an empty part, every run
         if len(set(sizes)) == 1:
             sizes[0] += 1
         total = sum(sizes)
         inputs = [int_values(rng, total) for _ in range(n)]
-        inputs[0][:] = 0.0 if n > 2 else inputs[0]     # zeros in the data
+        inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
         whole = np.sum(inputs, axis=0)
         offsets = np.cumsum([0] + sizes)
-        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout,
-                         rule="dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather")
+        got = run_traced(
+            fn,
+            what,
+            n,
+            inputs,
+            extra=(sizes,),
+            allowed=allowed,
+            timeout=timeout,
+            rule="dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather",
+        )
         for r in range(n):
             value, _calls = got[r]
-            want = whole[offsets[r]:offsets[r + 1]]
+            want = whole[offsets[r] : offsets[r + 1]]
             hint = ""
             if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:
                 hint = "长度是最长的那一段：填充的部分要按 sizes[rank] 截掉。"
             elif value is not None and np.size(value) == sizes[r] and sizes[r] and r * sizes[r] != offsets[r]:
-                equal_block = whole[r * sizes[r]:(r + 1) * sizes[r]]
+                equal_block = whole[r * sizes[r] : (r + 1) * sizes[r]]
                 if equal_block.shape == np.shape(value) and np.allclose(value, equal_block):
                     hint = "取的是第 r 个等长块；各段长度不同，rank r 的起点是它前面各段长度之和。"
             compare(value, want, f"world_size = {n}，sizes = {sizes}，rank {r}", hint)
-    passed(f"reduce_scatter_uneven 在 world_size = {', '.join(map(str, world_sizes))}、长度不同（含 0）的各段上，"
-           "每个 Rank 都只拿到了自己那一段的总和。")
+    passed(
+        f"reduce_scatter_uneven 在 world_size = {', '.join(map(str, world_sizes))}、长度不同（含 0）的各段上，"
+        "每个 Rank 都只拿到了自己那一段的总和。"
+    )

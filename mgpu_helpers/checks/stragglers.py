@@ -10,8 +10,16 @@ import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import (CheckFailed, answers, call, fill_in_cell, is_number,
-                                      matching_hint, number_answer, passed)
+from mgpu_helpers.checks.core import (
+    CheckFailed,
+    answers,
+    call,
+    fill_in_cell,
+    is_number,
+    matching_hint,
+    number_answer,
+    passed,
+)
 from mgpu_helpers.measure import straggler
 
 
@@ -22,15 +30,19 @@ def check_ring_allreduce_seconds(fn) -> None:
     what = "你的 ring_reduce_scatter_seconds 经 ring_allreduce_seconds（两个阶段相加）要给出环形 All-Reduce 的 alpha-beta 代价"
     rng = random.Random()
     cases = [(1 << 30, 1, 5e-6, 1e-11), (1 << 30, 2, 5e-6, 1e-11), (1 << 20, 8, 5e-6, 1e-11)]
-    cases += [(rng.randint(1, 1 << 32), rng.randint(1, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9))
-              for _ in range(50)]
+    cases += [
+        (rng.randint(1, 1 << 32), rng.randint(1, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9))
+        for _ in range(50)
+    ]
     for (nbytes, n, alpha, beta), got in answers(fn, what, cases):
         want = cost_model.ring_allreduce_seconds(nbytes, n, alpha, beta)
         if not is_number(got) or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
             lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
-            raise CheckFailed(f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
-                              f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。"
-                              f"{_ring_hint(got, nbytes, n, alpha, beta)}")
+            raise CheckFailed(
+                f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
+                f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。"
+                f"{_ring_hint(got, nbytes, n, alpha, beta)}"
+            )
     passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致（含 1 个 Rank）。")
 
 
@@ -38,20 +50,32 @@ def _ring_hint(got, nbytes, n, alpha, beta) -> str:
     """Name the usual slip when ``got`` is one of the usual wrong formulas."""
     if not is_number(got):
         return " 要返回一个数（秒）。"
-    slips = [((n - 1) * alpha + (n - 1) / n * nbytes * beta, "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，"
-              "两个阶段各走 world_size − 1 步。"),
-             (2 * (n - 1) * alpha + 2 * (n - 1) * nbytes * beta, "每一步每个 Rank 只发一块，nbytes / world_size 字节，"
-              "不是整个 Buffer。"),
-             (2 * n * alpha + 2 * (n - 1) / n * nbytes * beta, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
-             (2 * (n - 1) * alpha + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。")]
+    slips = [
+        (
+            (n - 1) * alpha + (n - 1) / n * nbytes * beta,
+            "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，两个阶段各走 world_size − 1 步。",
+        ),
+        (
+            2 * (n - 1) * alpha + 2 * (n - 1) * nbytes * beta,
+            "每一步每个 Rank 只发一块，nbytes / world_size 字节，不是整个 Buffer。",
+        ),
+        (2 * n * alpha + 2 * (n - 1) / n * nbytes * beta, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
+        (
+            2 * (n - 1) * alpha + 2 * nbytes * beta,
+            "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。",
+        ),
+    ]
     why = matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
     return " " + why if why else ""
 
 
 COST_MODEL = "mgpu_helpers.lessons.cost_model"
 try_ring_allreduce_seconds = fill_in_cell(
-    check_ring_allreduce_seconds, f"{COST_MODEL}.ring_allreduce_seconds", "环形 All-Reduce 的 alpha-beta 代价",
-    refuse=[f"{COST_MODEL}.ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")])
+    check_ring_allreduce_seconds,
+    f"{COST_MODEL}.ring_allreduce_seconds",
+    "环形 All-Reduce 的 alpha-beta 代价",
+    refuse=[f"{COST_MODEL}.ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")],
+)
 
 
 def best_rebalance(shards, seconds) -> list[int]:
@@ -72,7 +96,7 @@ def check_rebalance(fn) -> None:
     the best whole-unit split (per-unit time of each rank = seconds / shards, as measured)."""
     what = "rebalance 要根据实测时间重新分配工作，让最慢的 Rank 尽量快"
     rng = random.Random()
-    cases = [([12, 6, 4, 2], [0.12, 0.06, 0.04, 0.02])]    # equal speeds: 6/6/6/6
+    cases = [([12, 6, 4, 2], [0.12, 0.06, 0.04, 0.02])]  # equal speeds: 6/6/6/6
     for _ in range(40):
         n = rng.randint(2, 6)
         shards = [rng.randint(1, 20) for _ in range(n)]
@@ -93,9 +117,11 @@ def check_rebalance(fn) -> None:
         best_max = max(k * u for k, u in zip(best, per_unit))
         worst = max(range(len(times)), key=lambda r: times[r])
         if times[worst] > best_max * (1 + 1e-9) + 1e-12:
-            raise CheckFailed(f"{where}：按你的分片 {list(got)}，rank {worst} 预计要 {times[worst]:.4g} s；"
-                              f"最好的整数分法 {best} 让最慢的 Rank 只要 {best_max:.4g} s。"
-                              "每个 Rank 每单位的时间 = 实测时间 / 原来的单位数。")
+            raise CheckFailed(
+                f"{where}：按你的分片 {list(got)}，rank {worst} 预计要 {times[worst]:.4g} s；"
+                f"最好的整数分法 {best} 让最慢的 Rank 只要 {best_max:.4g} s。"
+                "每个 Rank 每单位的时间 = 实测时间 / 原来的单位数。"
+            )
     passed(f"rebalance 在 {len(cases)} 组随机的分片和速度上，都让最慢的 Rank 和最优整数分法一样快。")
 
 
@@ -103,20 +129,24 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
     """The deterministic-cost straggler step on real ranks (RankResults), for a checker that measures; a rank
     that fails or hangs becomes a CheckFailed that says so."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
+
     try:
         return straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
     except (RankError, RankTimeout) as exc:
-        raise CheckFailed(f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}") from None
+        raise CheckFailed(
+            f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}"
+        ) from None
 
 
 # The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
-WAIT_SHARDS = (6, 6, 6, 6)                        # equal shards ...
-WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.060, 0.020)   # ... but rank 2 runs at a third of the speed (throttled)
+WAIT_SHARDS = (6, 6, 6, 6)  # equal shards ...
+WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.060, 0.020)  # ... but rank 2 runs at a third of the speed (throttled)
 WAIT_RANK = 0
 
 
-def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT,
-                          rank: int = WAIT_RANK, steps: int = 5) -> None:
+def check_wait_prediction(
+    fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT, rank: int = WAIT_RANK, steps: int = 5
+) -> None:
     """``fn() -> seconds``: the learner's prediction of how long ``rank`` waits at the all-reduce each step
     with ``shard_units`` at ``seconds_per_unit`` (one number, or one per rank). Runs the deterministic (sleep) straggler step on
     ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
@@ -128,17 +158,26 @@ def check_wait_prediction(fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SEC
     measured = straggler.median_waits(res.values)[rank]
     tolerance = straggler.model_margin(res.values, seconds_per_unit) + 0.1 * measured + 1e-3
     shards = "/".join(f"{u:g}" for u in shard_units)
-    per_unit = seconds_per_unit if isinstance(seconds_per_unit, (tuple, list)) else [seconds_per_unit] * len(shard_units)
+    per_unit = (
+        seconds_per_unit if isinstance(seconds_per_unit, (tuple, list)) else [seconds_per_unit] * len(shard_units)
+    )
     speeds = "/".join(f"{1e3 * s:g}" for s in per_unit)
     if abs(guess - measured) > tolerance:
-        nudge = ("Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
-                 if abs(guess) < 1e-3 else "")
-        raise CheckFailed(f"Shard {shards}、每单位 {speeds} ms：{len(shard_units)} 个 Rank 上量到 "
-                          f"rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
-                          f"你的预测是 {guess:.3f} s。{nudge}想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
-                          f"{shard_units[rank]:g} 个单位后，要等到谁算完？")
-    passed(f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
-           f"（误差上限 ±{tolerance:.3f} s）。")
+        nudge = (
+            "Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
+            if abs(guess) < 1e-3
+            else ""
+        )
+        raise CheckFailed(
+            f"Shard {shards}、每单位 {speeds} ms：{len(shard_units)} 个 Rank 上量到 "
+            f"rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
+            f"你的预测是 {guess:.3f} s。{nudge}想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
+            f"{shard_units[rank]:g} 个单位后，要等到谁算完？"
+        )
+    passed(
+        f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
+        f"（误差上限 ±{tolerance:.3f} s）。"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -168,19 +207,30 @@ def collective_cases(rng=None) -> list[tuple[list, int, str]]:
     cases = [
         (_collective_case(rng, 2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
         (_collective_case(rng, 4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
-        (_collective_case(rng, 4, 2, 0.100, stalled=(1, 0, 0.5)), 2,
-         "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s"),
-        (_collective_case(rng, 8, 5, 0.060, stalled=(0, 2, 0.4)), 5,
-         "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s"),
+        (
+            _collective_case(rng, 4, 2, 0.100, stalled=(1, 0, 0.5)),
+            2,
+            "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s",
+        ),
+        (
+            _collective_case(rng, 8, 5, 0.060, stalled=(0, 2, 0.4)),
+            5,
+            "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s",
+        ),
     ]
     for _ in range(20):
         n = rng.randint(2, 8)
         strag = rng.randrange(n)
         stalled = None
-        if rng.random() < 0.5:      # another rank held up in one step
+        if rng.random() < 0.5:  # another rank held up in one step
             stalled = (rng.choice([r for r in range(n) if r != strag]), rng.randrange(5), rng.uniform(0.3, 0.8))
-        cases.append((_collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled), strag,
-                      f"{n} 个 Rank，随机的一组"))
+        cases.append(
+            (
+                _collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled),
+                strag,
+                f"{n} 个 Rank，随机的一组",
+            )
+        )
     return cases
 
 
@@ -202,20 +252,33 @@ def check_straggler_from_collective(fn, cases=None) -> None:
         longest = got == max(range(len(med)), key=lambda r: med[r])
         one_step = got == min(range(len(med)), key=lambda r: collective_s[r][0])
         summed = got == min(range(len(med)), key=lambda r: sum(collective_s[r]))
-        whys = [text for holds, text in (      # every reading that gives this answer (a stall can fool several)
-            (longest, "你选了 Collective 最长的 Rank。长的 Collective 里装的是等待：早到的 Rank 在里面等最后一个。"
-                      "最后到的那个不用等，它的 Collective 最短。"),
-            (one_step, "你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。"),
-            (summed, "你把各步加了起来；一步里 0.5 s 的耽搁会盖过好几步的规律。"),
-            (one_step or summed, "看每个 Rank 各步的中位数。"),
-            (not (longest or one_step or summed) and got == strag + 1, "Rank 号从 0 开始数。")) if holds]
+        whys = [
+            text
+            for holds, text in (  # every reading that gives this answer (a stall can fool several)
+                (
+                    longest,
+                    "你选了 Collective 最长的 Rank。长的 Collective 里装的是等待：早到的 Rank 在里面等最后一个。"
+                    "最后到的那个不用等，它的 Collective 最短。",
+                ),
+                (one_step, "你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。"),
+                (summed, "你把各步加了起来；一步里 0.5 s 的耽搁会盖过好几步的规律。"),
+                (one_step or summed, "看每个 Rank 各步的中位数。"),
+                (not (longest or one_step or summed) and got == strag + 1, "Rank 号从 0 开始数。"),
+            )
+            if holds
+        ]
         raise CheckFailed(f"{where}：Straggler 是 rank {strag}，你的答案是 rank {got}。{''.join(whys)}")
-    passed("straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。")
+    passed(
+        "straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。"
+    )
 
 
-try_straggler_from_collective = fill_in_cell(check_straggler_from_collective, straggler.straggler_by_collective,
-                                             "从 Collective 的时间找 Straggler",
-                                             refuse=[straggler.straggler_by_collective])
+try_straggler_from_collective = fill_in_cell(
+    check_straggler_from_collective,
+    straggler.straggler_by_collective,
+    "从 Collective 的时间找 Straggler",
+    refuse=[straggler.straggler_by_collective],
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -236,10 +299,20 @@ def check_allreduce_crossover_bytes(fn) -> None:
         if math.isclose(got, want, rel_tol=1e-9):
             continue
         cancel = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。"
-        why = matching_hint(got, [(alpha / beta, "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，"
-                                   "n 要乘回来。"),
-                                  ((n - 1) * alpha / beta, cancel), (2 * (n - 1) * alpha / beta, cancel),
-                                  (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
-                                  (want / 1e9, "要的是字节，不是 GB。"), (want / 2**30, "要的是字节，不是 GB。")], rel_tol=1e-9)
+        why = matching_hint(
+            got,
+            [
+                (
+                    alpha / beta,
+                    "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，n 要乘回来。",
+                ),
+                ((n - 1) * alpha / beta, cancel),
+                (2 * (n - 1) * alpha / beta, cancel),
+                (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
+                (want / 1e9, "要的是字节，不是 GB。"),
+                (want / 2**30, "要的是字节，不是 GB。"),
+            ],
+            rel_tol=1e-9,
+        )
         raise CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
     passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")

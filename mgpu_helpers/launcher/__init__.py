@@ -9,6 +9,7 @@ state, and how its ranks are ended), :mod:`.supervise` (noticing and explaining 
 :mod:`.results` (the public types), :mod:`.ranks` (helpers called inside a rank: its device, process-group
 set-up, torchrun), :mod:`.trace` (the spans each rank records and sends back).
 """
+
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(

@@ -1,5 +1,6 @@
 """The errors a launch can raise, each saying what happened and what to do."""
 
+
 class LaunchError(ValueError):
     """The launch itself could not go ahead: bad input to ``run_ranks``, caught in the cell before any rank
     starts (nothing was run), or the launcher broke under it (the rank server died or could not start).
@@ -14,8 +15,15 @@ class RankError(RuntimeError):
     lines so far), ``results`` (the partial :class:`RankResults`, values of ranks that finished).
     """
 
-    def __init__(self, message: str, rank: int | None = None, exc_type: str | None = None,
-                 remote_traceback: str = "", outputs=None, results=None):
+    def __init__(
+        self,
+        message: str,
+        rank: int | None = None,
+        exc_type: str | None = None,
+        remote_traceback: str = "",
+        outputs=None,
+        results=None,
+    ):
         super().__init__(message)
         self.rank = rank
         self.exc_type = exc_type

@@ -61,8 +61,9 @@ def start_dumper(job_dir: str, rank: int) -> None:
             _write_whole(stack_path(job_dir, rank), lambda f: faulthandler.dump_traceback(f, all_threads=True))
             try:
                 import torch._C._distributed_c10d as c10d
+
                 data = c10d._dump_fr_trace(includeStackTraces=False)
-            except Exception as exc:   # noqa: BLE001 - a missing dump is reported, never fatal
+            except Exception as exc:
                 data = pickle.dumps({"error": f"{type(exc).__name__}: {exc}"})
             _write_whole(path, lambda f: f.write(data))
 
@@ -70,7 +71,7 @@ def start_dumper(job_dir: str, rank: int) -> None:
 
 
 KEPT_PREFIX = "fr_trace_rank_"
-KEEP_LAST = 5          # the dumps of this many hangs are kept; older ones go
+KEEP_LAST = 5  # the dumps of this many hangs are kept; older ones go
 
 
 def keep_dumps(paths: dict) -> str | None:
@@ -88,7 +89,7 @@ def keep_dumps(paths: dict) -> str | None:
     base = os.environ.get("MGPU_FLIGHT_DIR") or os.path.join(tempfile.gettempdir(), f"mgpu-flight-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
     older = sorted((os.path.join(base, n) for n in os.listdir(base)), key=os.path.getmtime)
-    for old in older[:max(0, len(older) - KEEP_LAST + 1)]:
+    for old in older[: max(0, len(older) - KEEP_LAST + 1)]:
         shutil.rmtree(old, ignore_errors=True)
     folder = tempfile.mkdtemp(prefix="hang-", dir=base)
     for rank, path in found.items():
@@ -97,7 +98,8 @@ def keep_dumps(paths: dict) -> str | None:
         if dump is None or "entries" not in dump:
             shutil.copyfile(path, target)
         else:
-            _write_whole(target, lambda f, d=_named_groups(dump): pickle.dump(d, f))
+            named = _named_groups(dump)
+            _write_whole(target, lambda f, d=named: pickle.dump(d, f))
     return folder
 
 
@@ -108,7 +110,7 @@ def _named_groups(dump: dict) -> dict:
     names = {e["process_group"][0]: e["process_group"][1] for e in dump["entries"] if e.get("process_group")}
     if len(names) != 1 or "" not in dump.get("pg_config", {}):
         return dump
-    (name, desc), = names.items()
+    ((name, desc),) = names.items()
     dump = dict(dump, pg_config=dict(dump["pg_config"]), pg_status=dict(dump.get("pg_status", {})))
     dump["pg_config"][name] = dict(dump["pg_config"].pop(""), name=name, desc=desc)
     if "" in dump["pg_status"]:
@@ -148,8 +150,7 @@ def summarise(dump: dict | None) -> dict | None:
     entries.sort(key=lambda e: e.get("record_id", 0))
     done = [e for e in entries if _completed(e)]
     pending = [e for e in entries if not _completed(e)]
-    return {"last_completed": _label(done[-1]) if done else None,
-            "stuck_in": _label(pending[0]) if pending else None}
+    return {"last_completed": _label(done[-1]) if done else None, "stuck_in": _label(pending[0]) if pending else None}
 
 
 def describe(summary: dict | None) -> str:
@@ -159,6 +160,7 @@ def describe(summary: dict | None) -> str:
 
     def name(item):
         return "none" if item is None else f"#{item[0]} {item[1]}"
+
     stuck = summary["stuck_in"]
     # gloo records collectives but not send/recv: a rank stuck in one shows no pending entry.
     stuck_text = name(stuck) if stuck else "none recorded (a send/recv, which gloo does not record?)"

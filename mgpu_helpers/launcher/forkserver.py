@@ -32,15 +32,30 @@ IDLE_EXIT_S = float(os.environ.get("MGPU_FORKSERVER_IDLE_S", "600"))
 # What ``import torch`` (and what the server imports with it) may read, and this module's and the server's own
 # knobs; the rest of a kernel's environment (the classroom's MGPU_PROJECTION, say) reaches its ranks with each
 # job (rank_process sets it), so it needs no fork server of its own.
-IMPORT_TIME_VARS = ("PYTHON", "LD_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS", "CUDA",
-                    "NCCL", "GLOO", "MGPU_FORKSERVER_IDLE_S", "MGPU_IDLE_PRELOAD_S")
+IMPORT_TIME_VARS = (
+    "PYTHON",
+    "LD_",
+    "TORCH",
+    "PYTORCH",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "GOMP_",
+    "OPENBLAS",
+    "CUDA",
+    "NCCL",
+    "GLOO",
+    "MGPU_FORKSERVER_IDLE_S",
+    "MGPU_IDLE_PRELOAD_S",
+)
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def enabled() -> bool:
     """Whether kernels here ask the fork server for their rank server (Linux with pidfds, not turned off)."""
-    return (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
-            and os.environ.get("MGPU_FORKSERVER", "1") != "0")
+    return (
+        sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get("MGPU_FORKSERVER", "1") != "0"
+    )
 
 
 def address(env: dict) -> bytes:
@@ -66,7 +81,7 @@ def connect(env: dict) -> socket.socket | None:
     """A connection for which the fork server forks this kernel a rank server (starting the fork server if there
     is none); None where there can be none here (the kernel then starts its own server)."""
     name = address(env)
-    for _ in range(3):   # refused: nobody listens, so start one; a start that lost the race: connect to the winner
+    for _ in range(3):  # refused: nobody listens, so start one; a start that lost the race: connect to the winner
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(name)
@@ -77,7 +92,7 @@ def connect(env: dict) -> socket.socket | None:
         except OSError:
             sock.close()
             return None
-        if peer_uid(sock) != os.getuid():   # another user holds the name: never send them a job
+        if peer_uid(sock) != os.getuid():  # another user holds the name: never send them a job
             sock.close()
             return None
         return sock
@@ -91,11 +106,18 @@ def _start(name: bytes, env: dict) -> None:
         listener.listen(64)
         # Its own session, like a rank server: the kernel's interrupt and a kill of its process group miss it.
         # Not waited for: subprocess reaps it on a later start if it ends while this kernel runs.
-        subprocess.Popen([sys.executable, "-m", "mgpu_helpers.launcher.forkserver", str(listener.fileno())],
-                         pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "mgpu_helpers.launcher.forkserver", str(listener.fileno())],
+            pass_fds=(listener.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError:
-        pass                 # EADDRINUSE: another kernel bound it first
+        pass  # EADDRINUSE: another kernel bound it first
     finally:
         listener.close()
 
@@ -139,7 +161,7 @@ def main() -> None:
     from mgpu_helpers.launcher import server
 
     listener = socket.socket(fileno=int(sys.argv[1]))
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the forked servers are reaped by Linux, not waited for
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forked servers are reaped by Linux, not waited for
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Everything before the first fork, the optional imports too: every server forked from here has what a
     # training rank imports, so no launch and no checker's time limit ever pays for it. Only the first kernel

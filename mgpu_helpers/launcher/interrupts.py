@@ -28,8 +28,8 @@ class Gate:
     """The handler of a held block: records signals, and delivers them in :meth:`allowed` waits."""
 
     def __init__(self) -> None:
-        self.previous: dict = {}       # signal number -> the Python handler outside the block
-        self.pending: dict = {}        # signal number -> frame, held back
+        self.previous: dict = {}  # signal number -> the Python handler outside the block
+        self.pending: dict = {}  # signal number -> frame, held back
         self.state = _HOLDING
 
     def _on_signal(self, signum, frame) -> None:
@@ -42,9 +42,9 @@ class Gate:
             self.state = _HOLDING
             self.pending.pop(signum, None)
             self.previous[signum](signum, frame)
-            self.state = _ALLOWED      # that handler returned normally: the wait goes on
+            self.state = _ALLOWED  # that handler returned normally: the wait goes on
             return
-        self.previous[signum](signum, frame)   # left installed after the block: act as the handler outside
+        self.previous[signum](signum, frame)  # left installed after the block: act as the handler outside
 
     def _deliver_pending(self) -> None:
         while self.pending:
@@ -91,7 +91,7 @@ def _unwrapped(signum, handler):
 _SIGNALS = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
 
 
-class interrupts_held:   # noqa: N801 - used as a context manager, like contextlib's
+class interrupts_held:
     """Within the block a signal with a Python handler is recorded instead of handled; see the module text.
 
     ``with interrupts_held() as gate:`` yields a :class:`Gate`; ``with gate.allowed():`` marks a wait. Only
@@ -110,7 +110,7 @@ class interrupts_held:   # noqa: N801 - used as a context manager, like contextl
             for signum in _SIGNALS:
                 handler = _unwrapped(signum, signal.getsignal(signum))
                 if callable(handler):
-                    gate.previous[signum] = handler     # recorded before the swap: __exit__ can put it back
+                    gate.previous[signum] = handler  # recorded before the swap: __exit__ can put it back
                     signal.signal(signum, gate._on_signal)
         except BaseException:
             self.__exit__()

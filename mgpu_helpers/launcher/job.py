@@ -28,14 +28,13 @@ from mgpu_helpers.launcher.messages import Failed, RankExit, Returned, Running
 from mgpu_helpers.launcher.wire import FrameReader, LineReader
 
 OUTPUT_LINES_KEPT = 2000
-READ_CHUNK = 1 << 20     # large results (hundreds of MB) arrive in few reads
+READ_CHUNK = 1 << 20  # large results (hundreds of MB) arrive in few reads
 
 
 class Job:
     """The notebook's view of one launch: its settings, pipes, the ranks' results and fate."""
 
-    def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool,
-                 quiet: bool):
+    def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool, quiet: bool):
         self.world_size = world_size
         self.backend = backend
         self.reason = reason
@@ -44,19 +43,19 @@ class Job:
         self.quiet = quiet
         self.t0 = time.monotonic()
         self.job_dir: str | None = None
-        self.flight_dumps: str | None = None      # the flight recorder's dumps, kept after a hang (take_dumps)
+        self.flight_dumps: str | None = None  # the flight recorder's dumps, kept after a hang (take_dumps)
         self.outputs: list[list[str]] = [[] for _ in range(world_size)]
         self.results: dict[int, Returned | Failed] = {}
         self.exits: dict[int, int] = {}
         self.running_since: dict[int, float] = {}
         self.first_error: tuple[int, Failed] | None = None
         self.pgid: int | None = None
-        self.leader = None                   # psutil.Process of the leader, checked to be the server's child
-        self.server_proc = None              # the rank server's Popen, to tell its death from the leader's
+        self.leader = None  # psutil.Process of the leader, checked to be the server's child
+        self.server_proc = None  # the rank server's Popen, to tell its death from the leader's
         self.status_fd: int | None = None
-        self.leader_gone = False             # the status pipe closed under us: the leader died
-        self.ended = False                   # every process of the job is dead, or being killed with nothing to read
-        self.leader_fd: int | None = None    # a pidfd of the leader, where Linux has them
+        self.leader_gone = False  # the status pipe closed under us: the leader died
+        self.ended = False  # every process of the job is dead, or being killed with nothing to read
+        self.leader_fd: int | None = None  # a pidfd of the leader, where Linux has them
         self.owned: set[int] = set()
         self.sel = selectors.DefaultSelector()
 
@@ -92,6 +91,7 @@ class Job:
     def attach_leader(self, leader_pid: int, server_proc) -> None:
         """Remember the job's leader (its pid is the ranks' process group) and the server that forked it."""
         import psutil
+
         self.pgid = leader_pid
         self.server_proc = server_proc
         with suppress(psutil.Error):
@@ -124,6 +124,7 @@ class Job:
                 self.exits[msg.rank] = msg.code
             return
         import cloudpickle
+
         msg = cloudpickle.loads(frame)
         if isinstance(msg, Running):
             self.running_since[rank] = time.monotonic()
@@ -201,8 +202,9 @@ class Job:
             self.ended = True
         elif leader is not None:
             import psutil
+
             try:
-                self._wait_leader(2.0)       # it kills the job's process group, itself included
+                self._wait_leader(2.0)  # it kills the job's process group, itself included
                 self.ended = True
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
@@ -215,8 +217,10 @@ class Job:
     def _wait_leader(self, seconds: float) -> None:
         """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
         import psutil
+
         if self.leader_fd in self.owned:
             import select
+
             if not select.select([self.leader_fd], [], [], seconds)[0]:
                 raise psutil.TimeoutExpired(seconds, self.leader.pid)
             return
@@ -234,7 +238,7 @@ class Job:
             # Once the job's processes are killed, what they wrote is in the pipes: read it, and do not wait for
             # them to finish dying (that is their exit's work, not the launch's).
             self.drain(0.0 if self.ended else 2.0)
-        except Exception:   # noqa: BLE001 - nothing the launch could still do about it
+        except Exception:
             pass
         finally:
             for fd in list(self.owned):
@@ -243,7 +247,7 @@ class Job:
             self.sel.close()
             if self.job_dir is not None:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
-                if os.path.exists(self.job_dir):   # a rank killed in the middle of writing a file there
+                if os.path.exists(self.job_dir):  # a rank killed in the middle of writing a file there
                     shutil.rmtree(self.job_dir, ignore_errors=True)
 
     def _pump_until(self, done, seconds: float) -> None:

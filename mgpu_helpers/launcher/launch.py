@@ -38,8 +38,8 @@ from mgpu_helpers.launcher.errors import LaunchError
 from mgpu_helpers.launcher.interrupts import interrupts_held
 from mgpu_helpers.launcher.job import Job
 from mgpu_helpers.launcher.messages import JobRequest, Ready, Started
-from mgpu_helpers.launcher.server import close_fds
 from mgpu_helpers.launcher.results import RankResults
+from mgpu_helpers.launcher.server import close_fds
 from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
@@ -69,15 +69,14 @@ class _StarterThread:
             fn, reply = self._requests.get()
             try:
                 reply.put((True, fn()))
-            except BaseException as exc:   # noqa: BLE001 - handed to the caller
+            except BaseException as exc:
                 reply.put((False, exc))
 
     def call(self, fn):
         """Run ``fn()`` on the starter thread and return its result (or raise its exception)."""
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():   # none yet, or we are a forked copy
-                self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter",
-                                                daemon=True)
+            if self._thread is None or not self._thread.is_alive():  # none yet, or we are a forked copy
+                self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter", daemon=True)
                 self._thread.start()
         reply: queue.Queue = queue.Queue(maxsize=1)
         self._requests.put((fn, reply))
@@ -89,8 +88,8 @@ class _StarterThread:
 
 _starter = _StarterThread()
 _job_ids = itertools.count(1)
-START_TIMEOUT_S = 120.0        # a cold start imports torch: seconds, more on a busy machine
-REPLY_TIMEOUT_S = 60.0         # the server answers a job at once (one fork); past this it is stuck
+START_TIMEOUT_S = 120.0  # a cold start imports torch: seconds, more on a busy machine
+REPLY_TIMEOUT_S = 60.0  # the server answers a job at once (one fork); past this it is stuck
 
 
 @dataclass(slots=True, eq=False)
@@ -151,7 +150,7 @@ class _Server:
         self.lock = threading.Lock()
         self.conn: _Conn | None = None
         self.retired: list[_Conn] = []
-        self.own_server_next = False         # the fork server failed a start: the next server is our own
+        self.own_server_next = False  # the fork server failed a start: the next server is our own
 
     def alive(self) -> bool:
         conn = self.conn
@@ -179,9 +178,12 @@ class _Server:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
                 # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
-                start_new_session=True, close_fds=True,
+                start_new_session=True,
+                close_fds=True,
             )
         except BaseException:
             ours.close()
@@ -215,7 +217,7 @@ class _Server:
             conn.ready = True
         except BaseException as exc:
             code = conn.proc.poll()
-            self.stop()          # a frame half read, or none: this socket can no longer be trusted
+            self.stop()  # a frame half read, or none: this socket can no longer be trusted
             if conn.forked and isinstance(exc, (EOFError, OSError)):
                 # The fork server ended before forking (its idle exit, say) or cannot import torch: this kernel
                 # starts a server of its own, which names the cause if there is one.
@@ -224,7 +226,8 @@ class _Server:
             if isinstance(exc, (EOFError, OSError, pickle.UnpicklingError)):
                 raise LaunchError(
                     f"the rank server did not start ({type(exc).__name__}, exit code {code}). Check that "
-                    f"`{sys.executable} -c 'import torch'` works in this environment.") from None
+                    f"`{sys.executable} -c 'import torch'` works in this environment."
+                ) from None
             raise
 
     def acquire_ready(self, gate) -> _Conn:
@@ -236,7 +239,7 @@ class _Server:
         """
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            self.lock.acquire()   # interrupts are held: it cannot be taken and then left taken
+            self.lock.acquire()  # interrupts are held: it cannot be taken and then left taken
             try:
                 self.start()
                 conn = self.conn
@@ -248,12 +251,13 @@ class _Server:
                     self.stop()
                     raise LaunchError(
                         f"the rank server did not start within {START_TIMEOUT_S:g} s (is `import torch` this "
-                        "slow here?). Run the cell again to wait once more.")
+                        "slow here?). Run the cell again to wait once more."
+                    )
             except BaseException:
                 self.lock.release()
                 raise
             self.lock.release()
-            if not conn.forked:      # a forked server answers in milliseconds: no import here to wait for
+            if not conn.forked:  # a forked server answers in milliseconds: no import here to wait for
                 _import_torch_here()
             # The only wait: for Ready (or the server's death), at most a second a look. OSError or ValueError:
             # another thread closed the socket meanwhile; look again under the lock.
@@ -269,7 +273,7 @@ class _Server:
         """
         conn = self.acquire_ready(gate)
         try:
-            conn.sock.settimeout(None)       # the job may carry large arguments
+            conn.sock.settimeout(None)  # the job may carry large arguments
             send_msg(conn.sock, pickle.dumps(request), fds)
             conn.sock.settimeout(REPLY_TIMEOUT_S)
             data, _ = recv_msg(conn.sock)
@@ -332,17 +336,20 @@ def _check_request(fn, world_size, args, timeout) -> bytes:
     except TypeError as exc:
         raise LaunchError(
             f"{getattr(fn, '__name__', 'fn')} cannot be called as fn(rank, world_size, *args) with "
-            f"{len(args)} extra argument(s): {exc}. Give it the parameters (rank, world_size, ...).") from None
+            f"{len(args)} extra argument(s): {exc}. Give it the parameters (rank, world_size, ...)."
+        ) from None
     except ValueError:
-        pass   # builtins without a signature: let them try
+        pass  # builtins without a signature: let them try
     import cloudpickle
+
     try:
         return cloudpickle.dumps((fn, tuple(args)))
     except Exception as exc:
         raise LaunchError(
             f"fn or its args cannot be sent to the rank processes ({type(exc).__name__}: {exc}). "
             "Functions, closures and lambdas defined in cells travel fine; open files, locks, sockets, "
-            "generators, threads or GPU handles do not: create those inside fn instead.") from None
+            "generators, threads or GPU handles do not: create those inside fn instead."
+        ) from None
 
 
 def loopback_env() -> dict:
@@ -363,15 +370,23 @@ def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extr
     """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
     env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
         # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
-        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
         # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
         # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
         # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
         "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
-        **os.environ, **loopback_env()}
-    env.update(MASTER_PORT=str(free_loopback_port()), WORLD_SIZE=str(world_size),
-               LOCAL_WORLD_SIZE=str(world_size), MGPU_BACKEND=backend,
-               MGPU_INIT_METHOD=f"file://{store_path}")
+        **os.environ,
+        **loopback_env(),
+    }
+    env.update(
+        MASTER_PORT=str(free_loopback_port()),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MGPU_BACKEND=backend,
+        MGPU_INIT_METHOD=f"file://{store_path}",
+    )
     if debug:
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
     if extra:
@@ -380,9 +395,19 @@ def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extr
     return env, per_rank
 
 
-def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: float = 60.0, *,
-              init: bool = True, env: dict | None = None, debug: bool = False, stream: bool = True,
-              quiet: bool = False) -> RankResults:
+def run_ranks(
+    fn,
+    world_size: int,
+    args=(),
+    backend: str = "auto",
+    timeout: float = 60.0,
+    *,
+    init: bool = True,
+    env: dict | None = None,
+    debug: bool = False,
+    stream: bool = True,
+    quiet: bool = False,
+) -> RankResults:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` rank processes and return their results.
 
     - ``fn`` may be defined in a cell, be a closure or a lambda; it and ``args`` travel by cloudpickle.
@@ -418,10 +443,10 @@ def run_ranks(fn, world_size: int, args=(), backend: str = "auto", timeout: floa
         job = Job(world_size, backend, reason, float(timeout), stream, quiet)
         try:
             _start(job, payload, init, debug, env, gate)
-            with gate.allowed():    # where interrupts land (and in the cold-start wait): one owner per resource
+            with gate.allowed():  # where interrupts land (and in the cold-start wait): one owner per resource
                 results = supervise(job)
         finally:
-            job.finish()            # KeyboardInterrupt included: no rank, fd or folder outlives the cell
+            job.finish()  # KeyboardInterrupt included: no rank, fd or folder outlives the cell
         return results
 
 
@@ -435,15 +460,24 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
     res = [job.pipe() for _ in range(world_size)]
     status = job.pipe()
     request = JobRequest(
-        job_id=next(_job_ids), world_size=world_size, backend=job.backend, init=init,
-        init_method=f"file://{store_path}", payload=payload, env=shared_env, rank_env=per_rank,
-        job_dir=job.job_dir, sys_path=list(sys.path), cwd=os.getcwd(),
+        job_id=next(_job_ids),
+        world_size=world_size,
+        backend=job.backend,
+        init=init,
+        init_method=f"file://{store_path}",
+        payload=payload,
+        env=shared_env,
+        rank_env=per_rank,
+        job_dir=job.job_dir,
+        sys_path=list(sys.path),
+        cwd=os.getcwd(),
         # torch's own timeout stays above ours, so that ours fires first and takes stacks
-        pg_timeout_s=job.timeout_s + 60.0)
+        pg_timeout_s=job.timeout_s + 60.0,
+    )
     write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
     started, server_proc = _server.submit(request, write_ends, gate)
     job.attach_leader(started.leader_pid, server_proc)
-    for fd in write_ends:           # the leader and ranks have their own copies now
+    for fd in write_ends:  # the leader and ranks have their own copies now
         job.close_fd(fd)
     for kind, pipes in (("out", out), ("res", res)):
         for r, (rd, _) in enumerate(pipes):

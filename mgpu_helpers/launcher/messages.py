@@ -23,10 +23,10 @@ class JobRequest:
     backend: str
     init: bool
     init_method: str
-    payload: bytes                 # cloudpickle of (fn, args)
-    env: dict                      # environment shared by the ranks
-    rank_env: list                 # per rank: RANK, LOCAL_RANK, ...
-    job_dir: str                   # private folder: rendezvous store, stack and flight-recorder dumps
+    payload: bytes  # cloudpickle of (fn, args)
+    env: dict  # environment shared by the ranks
+    rank_env: list  # per rank: RANK, LOCAL_RANK, ...
+    job_dir: str  # private folder: rendezvous store, stack and flight-recorder dumps
     sys_path: list
     cwd: str
     pg_timeout_s: float
@@ -80,4 +80,4 @@ class Failed:
     exc_type: str
     text: str
     traceback: str
-    exception_blob: bytes | None   # the exception itself, cloudpickled, when it could be
+    exception_blob: bytes | None  # the exception itself, cloudpickled, when it could be

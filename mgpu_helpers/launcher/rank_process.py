@@ -15,7 +15,6 @@ import time
 import traceback
 from contextlib import suppress
 
-
 # Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP
 # import torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop.
 # The fork server imports them before it forks any server, so every server it forks has them; a server that
@@ -26,7 +25,8 @@ PRELOADABLE = ("torch._dynamo",)
 
 def _to_cpu(value):
     """Move tensors in a (nested) result to the CPU, so the notebook can unpickle them without a GPU."""
-    import torch    # the rank server imported it before forking this rank
+    import torch  # the rank server imported it before forking this rank
+
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
@@ -40,6 +40,7 @@ def _send(res_fd: int, message) -> None:
     import cloudpickle
 
     from mgpu_helpers.launcher.wire import write_frame
+
     # Pickled whole before anything is written: a value that cannot be pickled raises here, and the pipe
     # never holds half a frame.
     write_frame(res_fd, cloudpickle.dumps(message))
@@ -49,10 +50,11 @@ def _failure(exc: BaseException, where: str):
     import cloudpickle
 
     from mgpu_helpers.launcher.messages import Failed
+
     try:
         blob = cloudpickle.dumps(exc)
     except Exception:
-        blob = None   # the exception itself cannot travel; its type name and text still do
+        blob = None  # the exception itself cannot travel; its type name and text still do
     return Failed(where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
 
 
@@ -74,7 +76,7 @@ def _line_buffer_c_stdio() -> None:
         libc = ctypes.CDLL(None)
         libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
         for name in ("stdout", "stderr"):
-            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)    # 1 = _IOLBF
+            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)  # 1 = _IOLBF
 
 
 def _flush_c_stdio() -> None:
@@ -93,10 +95,11 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     _line_buffer_c_stdio()
     from mgpu_helpers.launcher import flight
+
     # The fallback stack dump, for a rank whose dump thread cannot run (flight.start_dumper writes the whole one).
     stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    flight.start_dumper(job.job_dir, rank)      # first thread of the rank: the mask it sets is inherited
+    flight.start_dumper(job.job_dir, rank)  # first thread of the rank: the mask it sets is inherited
 
     world_size = job.world_size
     os.environ.clear()
@@ -114,6 +117,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
 
         from mgpu_helpers.launcher import ranks, trace
         from mgpu_helpers.launcher.messages import Returned, Running
+
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.
         dist.set_debug_level_from_env()
@@ -121,8 +125,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         where = "joining the process group"
         store = None
         if job.init:
-            ranks.init_process_group(rank, world_size, job.backend, job.init_method,
-                                     timeout_s=job.pg_timeout_s)
+            ranks.init_process_group(rank, world_size, job.backend, job.init_method, timeout_s=job.pg_timeout_s)
             # gloo's init can return on one rank while a peer is still connecting to it. No line-up here:
             # a rank that returns waits at "mgpu/finished" below, its sockets open, until every peer has
             # returned too (a line-up costs a poll of the file store, 10 ms).
@@ -144,14 +147,14 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         _flush_c_stdio()
         _send(res_fd, message)
         where = "leaving the process group"
-        if store is None and dist.is_initialized():    # init=False: fn joined the group itself and is still in
-            store = dist.distributed_c10d._get_default_store()   # it; a peer may still be connecting to us
+        if store is None and dist.is_initialized():  # init=False: fn joined the group itself and is still in
+            store = dist.distributed_c10d._get_default_store()  # it; a peer may still be connecting to us
         if store is not None:
             # Wait for every rank to finish fn before closing connections a slower peer may still read from.
             _store_barrier(store, "mgpu/finished", rank, world_size)
         if dist.is_initialized():
             dist.destroy_process_group()
-    except BaseException as exc:   # noqa: BLE001 - every failure must reach the notebook
+    except BaseException as exc:
         code = 1
         try:
             _send(res_fd, _failure(exc, where))

@@ -29,7 +29,7 @@ def physical_cores(cpus=None) -> list[list[int]]:
     logical CPU is its own group.
     """
     if cpus is None:
-        if not hasattr(os, "sched_getaffinity"):     # not Linux
+        if not hasattr(os, "sched_getaffinity"):  # not Linux
             return [[c] for c in range(os.cpu_count() or 1)]
         cpus = os.sched_getaffinity(0)
     groups: dict = {}
@@ -57,12 +57,13 @@ def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
         return None
     cores = physical_cores()
     per_rank = len(cores) // local_world_size
-    mine = cores[local_rank * per_rank:(local_rank + 1) * per_rank] if per_rank else [cores[local_rank % len(cores)]]
+    mine = cores[local_rank * per_rank : (local_rank + 1) * per_rank] if per_rank else [cores[local_rank % len(cores)]]
     return [cpu for core in mine for cpu in core]
 
 
-def init_process_group(rank: int, world_size: int, backend: str, init_method: str,
-                       local_rank: int | None = None, timeout_s: float = 1800.0) -> None:
+def init_process_group(
+    rank: int, world_size: int, backend: str, init_method: str, local_rank: int | None = None, timeout_s: float = 1800.0
+) -> None:
     """Bind this rank to its GPU (NCCL) or size its CPU threads (gloo), then join the default group."""
     import torch
     import torch.distributed as dist
@@ -77,9 +78,9 @@ def init_process_group(rank: int, world_size: int, backend: str, init_method: st
         cpus = cpu_placement(local_rank, local_ws)
         if cpus:
             try:
-                os.sched_setaffinity(0, cpus)   # before gloo and torch start their threads: they inherit it
+                os.sched_setaffinity(0, cpus)  # before gloo and torch start their threads: they inherit it
             except OSError:
-                cpus = None                     # a container may forbid it: then the scheduler places the rank
+                cpus = None  # a container may forbid it: then the scheduler places the rank
         if "OMP_NUM_THREADS" not in os.environ:
             # Several CPU ranks share the cores: without this, each takes all of them and they thrash.
             threads = len(physical_cores(cpus)) if cpus else (os.cpu_count() or 1) // max(1, local_ws)
@@ -87,8 +88,13 @@ def init_process_group(rank: int, world_size: int, backend: str, init_method: st
     # Under NCCL, CPU tensors still work: they go through gloo ("cpu:gloo,cuda:nccl"), so a rank function
     # written for the CPU runs unchanged on a GPU machine, and GPU tensors take NCCL.
     pg_backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
-    dist.init_process_group(backend=pg_backend, init_method=init_method, world_size=world_size, rank=rank,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend=pg_backend,
+        init_method=init_method,
+        world_size=world_size,
+        rank=rank,
+        timeout=timedelta(seconds=timeout_s),
+    )
 
 
 def default_backend(local_world_size: int) -> str:
@@ -119,7 +125,8 @@ def torchrun_main(fn, *args, backend: str = "auto"):
         raise RuntimeError(
             f"{missing} is not set: torchrun_main() expects to be started by torchrun "
             "(e.g. `torchrun --standalone --nproc-per-node 2 script.py`). "
-            "In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead.") from None
+            "In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead."
+        ) from None
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     if backend == "auto":

@@ -24,5 +24,4 @@ class RankResults:
     launch_seconds: float = 0.0
 
     def __repr__(self) -> str:
-        return (f"RankResults(world_size={self.world_size}, backend={self.backend!r}, "
-                f"values={self.values!r})")
+        return f"RankResults(world_size={self.world_size}, backend={self.backend!r}, values={self.values!r})"

@@ -57,6 +57,7 @@ def _my_children() -> list[int]:
             return [int(p) for p in f.read().split()]
     except OSError:
         import psutil
+
         return [c.pid for c in psutil.Process().children()]
 
 
@@ -76,7 +77,7 @@ def _end_everything_under_me(rank_pids) -> None:
     for pid in _my_children():
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    os.killpg(0, signal.SIGKILL)   # ourselves included: everything has been reported
+    os.killpg(0, signal.SIGKILL)  # ourselves included: everything has been reported
 
 
 def run_leader(job, fds: list[int], server_pid: int) -> None:
@@ -90,10 +91,10 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     # The server ignores SIGCHLD (the kernel reaps for it); here exits must stay zombies until waitpid
     # reads them, and the ranks must inherit the default (subprocess.wait in a rank needs it).
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)      # stack and flight-recorder dumps are for the ranks
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # stack and flight-recorder dumps are for the ranks
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     n = job.world_size
-    out_fds, res_fds, status_fd = fds[:n], fds[n:2 * n], fds[2 * n]
+    out_fds, res_fds, status_fd = fds[:n], fds[n : 2 * n], fds[2 * n]
     leader_pid = os.getpid()
     pids = {}
     for rank in range(n):
@@ -116,11 +117,11 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     poller = select.poll()
-    poller.register(status_fd, 0)          # POLLERR / POLLHUP: the notebook closed its end
+    poller.register(status_fd, 0)  # POLLERR / POLLHUP: the notebook closed its end
     poller.register(wake_r, select.POLLIN)
     try:
         while True:
-            while True:                    # reap every child that has exited (ranks and orphans alike)
+            while True:  # reap every child that has exited (ranks and orphans alike)
                 try:
                     pid, status = os.waitpid(-1, os.WNOHANG)
                 except ChildProcessError:
@@ -135,7 +136,7 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
             if wake_r in events:
                 os.read(wake_r, 4096)
     except OSError:
-        pass                               # EPIPE: the notebook is gone
+        pass  # EPIPE: the notebook is gone
     _end_everything_under_me(list(pids))
     os._exit(0)
 
@@ -151,8 +152,9 @@ IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "5"))
 
 def import_preloadable() -> None:
     from mgpu_helpers.launcher.rank_process import PRELOADABLE
+
     for name in PRELOADABLE:
-        with suppress(Exception):   # an optional speed-up, never a reason not to serve
+        with suppress(Exception):  # an optional speed-up, never a reason not to serve
             importlib.import_module(name)
 
 
@@ -182,12 +184,12 @@ def serve(sock: socket.socket) -> None:
             finally:
                 os._exit(71)
         with suppress(OSError):
-            os.setpgid(pid, pid)   # also here, so the kernel can kill the group as soon as it has the pid
+            os.setpgid(pid, pid)  # also here, so the kernel can kill the group as soon as it has the pid
         close_fds(fds)
         try:
             send_msg(sock, pickle.dumps(Started(job.job_id, pid)))
         except OSError:
-            os.killpg(pid, signal.SIGKILL)   # nobody is left to supervise this job (the leader waits: safe)
+            os.killpg(pid, signal.SIGKILL)  # nobody is left to supervise this job (the leader waits: safe)
             return
 
 
@@ -197,7 +199,7 @@ def import_rank_modules() -> None:
     import cloudpickle  # noqa: F401
     import numpy  # noqa: F401
     import psutil  # noqa: F401
-    import torch  # noqa: F401
+    import torch
     import torch.distributed  # noqa: F401
 
     from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
@@ -208,14 +210,15 @@ def serve_kernel(sock: socket.socket) -> None:
     a pidfd of this process with the Ready, since it cannot wait for a process that is not its child."""
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
+
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     pidfd = os.pidfd_open(os.getpid())
     try:
         send_msg(sock, pickle.dumps(Ready(os.getpid())), [pidfd])
     except OSError:
-        return   # the kernel went away before it was served
+        return  # the kernel went away before it was served
     finally:
-        os.close(pidfd)      # the kernel holds its own copy now
+        os.close(pidfd)  # the kernel holds its own copy now
     serve(sock)
 
 
@@ -229,11 +232,12 @@ def main() -> None:
     import_rank_modules()
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
+
     sock = socket.socket(fileno=fd)
     try:
         send_msg(sock, pickle.dumps(Ready(os.getpid())))
     except OSError:
-        return   # the notebook went away while we were importing torch: nothing to serve
+        return  # the notebook went away while we were importing torch: nothing to serve
     serve(sock)
 
 

@@ -23,11 +23,12 @@ _USER_FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
 # Seconds that forking the ranks and joining the process group may take on top of ``timeout``.
 JOIN_GRACE_S = 60.0
 
+
 def _waiting_in(stack: str) -> str | None:
     """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
         if "mgpu_helpers/launcher/rank_process.py" not in block:
-            continue                      # only the rank's main thread runs our entry point
+            continue  # only the rank's main thread runs our entry point
         calls = [c for c in _C10D_CALL.findall(block) if not c.startswith("_") and c != "wrapper"]
         if calls:
             where = ""
@@ -72,34 +73,56 @@ def _outputs(job: Job) -> dict:
 def partial_results(job: Job) -> RankResults:
     """What the ranks that returned brought back (None for the others)."""
     got = [job.results[r] if job.returned(r) else None for r in range(job.world_size)]
-    return RankResults(world_size=job.world_size, backend=job.backend, reason=job.reason,
-                       values=[g.value if g else None for g in got], seconds=[g.fn_s if g else None for g in got],
-                       init_seconds=[g.init_s if g else None for g in got], outputs=[list(o) for o in job.outputs],
-                       spans=[g.spans if g else [] for g in got], launch_seconds=time.monotonic() - job.t0)
+    return RankResults(
+        world_size=job.world_size,
+        backend=job.backend,
+        reason=job.reason,
+        values=[g.value if g else None for g in got],
+        seconds=[g.fn_s if g else None for g in got],
+        init_seconds=[g.init_s if g else None for g in got],
+        outputs=[list(o) for o in job.outputs],
+        spans=[g.spans if g else [] for g in got],
+        launch_seconds=time.monotonic() - job.t0,
+    )
 
 
 def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
     original = None
     if failed.exception_blob is not None:
-        with suppress(Exception):   # the text and traceback still tell the story
+        with suppress(Exception):  # the text and traceback still tell the story
             import cloudpickle
+
             original = cloudpickle.loads(failed.exception_blob)
     hint = ""
     if failed.where.startswith("sending the result"):
-        hint = ("\nThe return value could not be sent back: return plain Python values, NumPy arrays or "
-                "tensors (they are moved to the CPU for you).")
+        hint = (
+            "\nThe return value could not be sent back: return plain Python values, NumPy arrays or "
+            "tensors (they are moved to the CPU for you)."
+        )
     elif failed.where == "unpickling the function":
-        hint = ("\nThe rank could not rebuild fn: a module it needs may not be importable by the ranks. "
-                "Define fn in the notebook, or make its module importable (same sys.path and folder).")
+        hint = (
+            "\nThe rank could not rebuild fn: a module it needs may not be importable by the ranks. "
+            "Define fn in the notebook, or make its module importable (same sys.path and folder)."
+        )
     early = _early_returners(job, rank)
     if early and failed.exc_type in ("RuntimeError", "DistBackendError"):
-        hint += (f"\nNote: rank(s) {early} had already returned. A rank that skips a collective or a recv "
-                 "leaves its peers waiting or talking to a closed connection.")
-    message = (f"rank {rank} raised {failed.exc_type} while {failed.where}: {failed.text}\n"
-               f"--- traceback on rank {rank} ---\n{failed.traceback.rstrip()}\n"
-               f"--- last output of rank {rank} ---\n{_tail(job.outputs[rank])}{hint}")
-    err = RankError(message, rank=rank, exc_type=failed.exc_type, remote_traceback=failed.traceback,
-                    outputs=_outputs(job), results=partial_results(job))
+        hint += (
+            f"\nNote: rank(s) {early} had already returned. A rank that skips a collective or a recv "
+            "leaves its peers waiting or talking to a closed connection."
+        )
+    message = (
+        f"rank {rank} raised {failed.exc_type} while {failed.where}: {failed.text}\n"
+        f"--- traceback on rank {rank} ---\n{failed.traceback.rstrip()}\n"
+        f"--- last output of rank {rank} ---\n{_tail(job.outputs[rank])}{hint}"
+    )
+    err = RankError(
+        message,
+        rank=rank,
+        exc_type=failed.exc_type,
+        remote_traceback=failed.traceback,
+        outputs=_outputs(job),
+        results=partial_results(job),
+    )
     err.original = original
     return err
 
@@ -119,7 +142,7 @@ def supervise(job: Job) -> RankResults:
             while time.monotonic() < end and not job.leader_gone:
                 job.pump(0.05)
             if job.leader_gone and len(job.results) < job.world_size:
-                _raise_launcher_died(job)     # the rank's error most likely came from the launcher's death
+                _raise_launcher_died(job)  # the rank's error most likely came from the launcher's death
             dead = job.died_without_result()
             if dead:
                 # A rank that died is the root cause; its peers' errors ("connection closed") follow from it.
@@ -128,7 +151,7 @@ def supervise(job: Job) -> RankResults:
             job.drain(2.0)
             raise _rank_error(job, *job.first_error)
         if job.died_without_result():
-            job.drain(0.5)     # its result or error may still be in the pipe
+            job.drain(0.5)  # its result or error may still be in the pipe
             dead = job.died_without_result()
             if dead and job.first_error is None:
                 _raise_died(job, dead[0])
@@ -142,8 +165,9 @@ def supervise(job: Job) -> RankResults:
             _raise_timeout(job)
     result = partial_results(job)
     if not job.quiet:
-        print(f"[run_ranks] {job.world_size} rank(s), backend {job.backend} ({job.reason}), "
-              f"{result.launch_seconds:.2f} s")
+        print(
+            f"[run_ranks] {job.world_size} rank(s), backend {job.backend} ({job.reason}), {result.launch_seconds:.2f} s"
+        )
     return result
 
 
@@ -160,24 +184,32 @@ def _deadline(job: Job) -> float:
 
 def _raise_launcher_died(job: Job):
     """The leader's status pipe closed before every rank answered: the leader, or the whole server, died."""
-    job.drain(0.5)                        # the ranks die with the leader (PDEATHSIG); take their last lines
+    job.drain(0.5)  # the ranks die with the leader (PDEATHSIG); take their last lines
     code = None
     if job.server_proc is not None:
         # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe
         # has closed and been read, a dead server is (nearly always) reaped already: a short look is enough.
-        with suppress(Exception):   # subprocess.TimeoutExpired: the server lives
+        with suppress(Exception):  # subprocess.TimeoutExpired: the server lives
             code = job.server_proc.wait(0.25)
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
     if code is not None:
-        how = ("ended" if code == "unknown" else     # forked by the fork server: not ours to read its status
-               f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}")
+        how = (
+            "ended"
+            if code == "unknown"
+            # forked by the fork server: not ours to read its status
+            else f"was killed by {_signal_name(-code)}"
+            if code < 0
+            else f"exited with code {code}"
+        )
         raise LaunchError(
             f"the rank server died during this launch (it {how}; out of memory, or killed by hand?), and "
-            f"the ranks went with it.{note} The next launch starts a new rank server.")
+            f"the ranks went with it.{note} The next launch starts a new rank server."
+        )
     raise LaunchError(
         f"the leader process of this launch (pid {job.pgid}, which forks and watches the ranks) died, and "
-        f"the ranks went with it.{note} Run the cell again; the rank server is still up.")
+        f"the ranks went with it.{note} Run the cell again; the rank server is still up."
+    )
 
 
 def _raise_died(job: Job, r: int):
@@ -187,12 +219,18 @@ def _raise_died(job: Job, r: int):
     note = f"\nRank(s) {early} had already returned." if early else ""
     failed = sorted(k for k, res in job.results.items() if isinstance(res, Failed))
     if failed:
-        note += (f"\nRank(s) {failed} then failed too ({job.results[failed[0]].exc_type}), most likely "
-                 f"because rank {r} was gone.")
+        note += (
+            f"\nRank(s) {failed} then failed too ({job.results[failed[0]].exc_type}), most likely "
+            f"because rank {r} was gone."
+        )
     raise RankError(
         f"rank {r} {_describe_exit(job.exits.get(r))} while the other ranks were running (they have been "
         f"ended).{note}\n--- last output of rank {r} ---\n{_tail(job.outputs[r])}",
-        rank=r, exc_type=None, outputs=_outputs(job), results=partial_results(job))
+        rank=r,
+        exc_type=None,
+        outputs=_outputs(job),
+        results=partial_results(job),
+    )
 
 
 def _raise_timeout(job: Job):
@@ -205,33 +243,54 @@ def _raise_timeout(job: Job):
     collectives = {r: recorded.get(r) for r in stuck}
     done = sorted(r for r in range(world_size) if job.finished(r))
     if len(job.running_since) == world_size:
-        lines = [f"{len(stuck)} of {world_size} rank(s) were still running {job.timeout_s:g} s after every rank "
-                 "had joined the process group, and have been ended."]
+        lines = [
+            f"{len(stuck)} of {world_size} rank(s) were still running {job.timeout_s:g} s after every rank "
+            "had joined the process group, and have been ended."
+        ]
     else:
-        lines = [f"{world_size - len(job.running_since)} of {world_size} rank(s) had not joined the process group "
-                 f"{job.timeout_s + JOIN_GRACE_S:g} s after the launch; every rank has been ended."]
+        lines = [
+            f"{world_size - len(job.running_since)} of {world_size} rank(s) had not joined the process group "
+            f"{job.timeout_s + JOIN_GRACE_S:g} s after the launch; every rank has been ended."
+        ]
     for r in stuck:
         phase = "in fn" if r in job.running_since else "joining the process group"
         lines.append(f"  rank {r}: {waiting.get(r, phase)}; {flight.describe(collectives[r])}")
     if done:
-        lines.append(f"  rank(s) {done} had already finished: a rank that returns early leaves its peers "
-                     "waiting at their next collective or recv.")
+        lines.append(
+            f"  rank(s) {done} had already finished: a rank that returns early leaves its peers "
+            "waiting at their next collective or recv."
+        )
     calls = {w.split(" ")[0] for w in waiting.values()}
     if len(calls) > 1:
-        lines.append("Ranks are blocked in different collectives: every rank must call the same collectives "
-                     "in the same order (mismatched collectives).")
+        lines.append(
+            "Ranks are blocked in different collectives: every rank must call the same collectives "
+            "in the same order (mismatched collectives)."
+        )
     elif waiting and all(w.startswith(("dist.send", "dist.recv")) for w in waiting.values()):
-        lines.append("Every rank is blocked in a blocking send/recv: a deadlock. Pair each send with a recv "
-                     "on the peer (reorder), or use isend/irecv / batch_isend_irecv.")
-    lines.append("The flight recorder's numbers are torch's sequence numbers of the collectives of the "
-                 "default group: ranks stuck at different numbers or names disagree on the order.")
+        lines.append(
+            "Every rank is blocked in a blocking send/recv: a deadlock. Pair each send with a recv "
+            "on the peer (reorder), or use isend/irecv / batch_isend_irecv."
+        )
+    lines.append(
+        "The flight recorder's numbers are torch's sequence numbers of the collectives of the "
+        "default group: ranks stuck at different numbers or names disagree on the order."
+    )
     lines.append("Run with debug=True for torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL).")
     for r in stuck:
         lines.append(f"--- Python stack of rank {r} ---\n{stacks.get(r) or '(none taken)'}")
         lines.append(f"--- last output of rank {r} ---\n{_tail(job.outputs[r], 5)}")
     if job.flight_dumps:
-        lines.append(f"The flight recorder's dumps, one file per rank: {job.flight_dumps} (torch's analyzer: "
-                     f"python -m torch.distributed.flight_recorder.fr_trace {job.flight_dumps})")
-    raise RankTimeout("\n".join(lines), stacks=stacks, waiting_in=waiting, collectives=collectives,
-                      flight_dumps=job.flight_dumps,
-                      rank=stuck[0] if stuck else None, outputs=_outputs(job), results=partial_results(job))
+        lines.append(
+            f"The flight recorder's dumps, one file per rank: {job.flight_dumps} (torch's analyzer: "
+            f"python -m torch.distributed.flight_recorder.fr_trace {job.flight_dumps})"
+        )
+    raise RankTimeout(
+        "\n".join(lines),
+        stacks=stacks,
+        waiting_in=waiting,
+        collectives=collectives,
+        flight_dumps=job.flight_dumps,
+        rank=stuck[0] if stuck else None,
+        outputs=_outputs(job),
+        results=partial_results(job),
+    )

@@ -38,7 +38,7 @@ class Span:
 
 
 _spans: list[Span] = []
-_range_hook = None      # label -> context manager, opened around every span (a profiler's named range)
+_range_hook = None  # label -> context manager, opened around every span (a profiler's named range)
 
 
 def range_label(kind: str, name: str) -> str:
@@ -58,7 +58,7 @@ def span(kind: str, name: str = ""):
     if kind not in KINDS:
         raise ValueError(f"span kind must be one of {KINDS}, not {kind!r}")
     hook = _range_hook
-    with hook(range_label(kind, name)) if hook else nullcontext():   # the clock runs inside a profiler's range
+    with hook(range_label(kind, name)) if hook else nullcontext():  # the clock runs inside a profiler's range
         start = time.monotonic()
         try:
             yield

@@ -9,7 +9,7 @@ _HEADER = struct.Struct("!Q")
 def write_frame(fd: int, data: bytes) -> None:
     """Write one frame (8-byte big-endian length, then the bytes) to a blocking file descriptor."""
     _write_all(fd, _HEADER.pack(len(data)))
-    _write_all(fd, data)     # not header + data: that would copy a result of hundreds of MB once more
+    _write_all(fd, data)  # not header + data: that would copy a result of hundreds of MB once more
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -32,9 +32,9 @@ class FrameReader:
             (size,) = _HEADER.unpack_from(self._buf)
             if len(self._buf) < _HEADER.size + size:
                 break
-            with memoryview(self._buf) as view:      # one copy of a large frame, not two
-                frames.append(bytes(view[_HEADER.size:_HEADER.size + size]))
-            del self._buf[:_HEADER.size + size]
+            with memoryview(self._buf) as view:  # one copy of a large frame, not two
+                frames.append(bytes(view[_HEADER.size : _HEADER.size + size]))
+            del self._buf[: _HEADER.size + size]
         return frames
 
 
@@ -73,6 +73,7 @@ def recv_exact(sock, size: int) -> bytes:
 def send_msg(sock, data: bytes, fds=()) -> None:
     """Send a frame on a Unix socket, with file descriptors attached to its header."""
     import socket
+
     header = _HEADER.pack(len(data))
     if fds:
         socket.send_fds(sock, [header], list(fds))
@@ -84,6 +85,7 @@ def send_msg(sock, data: bytes, fds=()) -> None:
 def recv_msg(sock, maxfds: int = 0) -> tuple[bytes, list[int]]:
     """Receive one frame sent by :func:`send_msg`; returns (data, fds)."""
     import socket
+
     fds: list[int] = []
     if maxfds:
         header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, maxfds)

@@ -38,8 +38,9 @@ def ring_all_gather_seconds(nbytes, world_size, alpha, beta):
 
 def ring_allreduce_seconds(nbytes, world_size, alpha, beta):
     """Ring all-reduce = reduce-scatter then all-gather (0 s on one rank: nothing to send)."""
-    return (ring_reduce_scatter_seconds(nbytes, world_size, alpha, beta)
-            + ring_all_gather_seconds(nbytes, world_size, alpha, beta))
+    return ring_reduce_scatter_seconds(nbytes, world_size, alpha, beta) + ring_all_gather_seconds(
+        nbytes, world_size, alpha, beta
+    )
 
 
 def step_seconds(compute_s, world_size, comm_s=0.0, overhead_s=0.0):

@@ -75,10 +75,10 @@ def branch_work(out, iters, warp_uniform):
     x = out[i]
     if key % 2 == 0:
         for _ in range(iters):
-            x = x * MUL + ADD           # path A: multiply-add
+            x = x * MUL + ADD  # path A: multiply-add
     else:
         for _ in range(iters):
-            x = x * x * HALF + EIGHTH   # path B: square, then multiply-add
+            x = x * x * HALF + EIGHTH  # path B: square, then multiply-add
     out[i] = x
 
 
@@ -128,20 +128,20 @@ def vec_add_numba(h_a, h_b, block: int = 256, kernel=None):
     grid, block = launch_config(n, block)
     marks = [time.perf_counter()]
 
-    def mark():                                      # wait for the GPU, then note the time
+    def mark():  # wait for the GPU, then note the time
         cuda.synchronize()
         marks.append(time.perf_counter())
 
-    d_a = cuda.device_array(n, dtype=h_a.dtype)      # cudaMalloc(&d_A, N * sizeof(float))
+    d_a = cuda.device_array(n, dtype=h_a.dtype)  # cudaMalloc(&d_A, N * sizeof(float))
     d_b = cuda.device_array(n, dtype=h_b.dtype)
     d_c = cuda.device_array(n, dtype=h_a.dtype)
     mark()
-    d_a.copy_to_device(h_a)                          # cudaMemcpy(d_A, h_A, ..., cudaMemcpyHostToDevice)
+    d_a.copy_to_device(h_a)  # cudaMemcpy(d_A, h_A, ..., cudaMemcpyHostToDevice)
     d_b.copy_to_device(h_b)
     mark()
-    kernel[grid, block](d_a, d_b, d_c, n)            # vecAdd<<<(N+255)/256, 256>>>(d_A, d_B, d_C, N)
+    kernel[grid, block](d_a, d_b, d_c, n)  # vecAdd<<<(N+255)/256, 256>>>(d_A, d_B, d_C, N)
     mark()
-    h_c = d_c.copy_to_host()                         # cudaMemcpy(h_C, d_C, ..., cudaMemcpyDeviceToHost)
+    h_c = d_c.copy_to_host()  # cudaMemcpy(h_C, d_C, ..., cudaMemcpyDeviceToHost)
     mark()
     t0 = time.perf_counter()
     np.add(h_a, h_b)

@@ -7,17 +7,17 @@ import functools
 
 import numpy as np
 
-SEED_VEC_ADD_SRC = r'''
+SEED_VEC_ADD_SRC = r"""
 extern "C" __global__ void vecAdd(float* A, float* B, float* C, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) {
         C[i] = A[i] + B[i];
     }
 }
-'''
+"""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def raw_kernel(source: str, name: str):
     """The CuPy ``RawKernel`` ``name`` of ``source``, made once: NVRTC compiles it on first use (needs a GPU)."""
     import cupy as cp
@@ -46,14 +46,14 @@ def vec_add_cupy_raw(a, b, c=None, block: int = 256):
     c = cp.empty_like(a) if c is None else c
     n = check_f32(a, b, c)
     grid = max(1, (n + block - 1) // block)
-    raw_kernel(SEED_VEC_ADD_SRC, "vecAdd")((grid,), (block,), (a, b, c, np.int32(n)))   # int N: np.int32
+    raw_kernel(SEED_VEC_ADD_SRC, "vecAdd")((grid,), (block,), (a, b, c, np.int32(n)))  # int N: np.int32
     return c
 
 
 import functools
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def elementwise_add():
     """``c = a + b`` as a CuPy ``ElementwiseKernel``: CuPy writes the index, the bounds check and the grid."""
     import cupy as cp
@@ -72,7 +72,7 @@ def blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
     blocks and registers per SM (0 when one block cannot launch)."""
     if block > limits.max_threads_per_block:
         return 0
-    warps = -(-block // limits.warp_size)                       # whole warps, rounded up
+    warps = -(-block // limits.warp_size)  # whole warps, rounded up
     by_threads = limits.max_threads_per_sm // limits.warp_size // warps
     unit = limits.reg_alloc_unit
     regs_per_warp = -(-regs_per_thread * limits.warp_size // unit) * unit
@@ -82,7 +82,7 @@ def blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
 
 import functools
 
-MANY_REGS_SRC = r'''
+MANY_REGS_SRC = r"""
 // Keeps K loaded values alive at once (the second loop needs the sum of all of them first), so the compiler
 // wants more than K registers per thread. With __launch_bounds__(1024) it may use at most 64 and spills the
 // rest to local memory, which lives in device memory.
@@ -101,14 +101,16 @@ extern "C" __global__ void BOUNDS manyRegs(const float* x, float* y, int n) {
     for (int k = 0; k < K; ++k) acc += v[k] * (s - v[K - 1 - k]);
     y[i] = acc;
 }
-'''
+"""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def many_regs_kernels():
     """(unbounded, bounded): ``manyRegs`` as compiled freely, and with ``__launch_bounds__(1024)`` (needs a GPU)."""
-    return (raw_kernel(MANY_REGS_SRC.replace("BOUNDS", ""), "manyRegs"),
-            raw_kernel(MANY_REGS_SRC.replace("BOUNDS", "__launch_bounds__(1024)"), "manyRegs"))
+    return (
+        raw_kernel(MANY_REGS_SRC.replace("BOUNDS", ""), "manyRegs"),
+        raw_kernel(MANY_REGS_SRC.replace("BOUNDS", "__launch_bounds__(1024)"), "manyRegs"),
+    )
 
 
 from numba import cuda
@@ -121,20 +123,20 @@ def vec_add_two(a, b, c, n):
     a warp is 32 consecutive floats. Launch with ceil(n / (2 * block)) blocks; each element is bounds-checked."""
     bd = cuda.blockDim.x
     i = cuda.blockIdx.x * 2 * bd + cuda.threadIdx.x
-    if i + bd < n:                     # both elements inside: the four loads first, then the two stores
+    if i + bd < n:  # both elements inside: the four loads first, then the two stores
         a0 = a[i]
         a1 = a[i + bd]
         b0 = b[i]
         b1 = b[i + bd]
         c[i] = a0 + b0
         c[i + bd] = a1 + b1
-    elif i < n:                        # the last, partial tile: only the first element is inside
+    elif i < n:  # the last, partial tile: only the first element is inside
         c[i] = a[i] + b[i]
 
 
 import numpy as np
 
-FAST_VEC_ADD_SRC = r'''
+FAST_VEC_ADD_SRC = r"""
 // vecAdd with 16-byte loads: thread i loads one float4 of A and one of B (elements 4i..4i+3), adds, stores one
 // float4. The grid has a thread for every group of four: ceil(ceil(N / 4) / blockDim) blocks, no loop.
 extern "C" __global__ void vecAddFast(const float* __restrict__ A, const float* __restrict__ B,
@@ -152,7 +154,7 @@ extern "C" __global__ void vecAddFast(const float* __restrict__ A, const float* 
         }
     }
 }
-'''
+"""
 
 
 def cupy_fast_grid(n: int, block: int = 256) -> int:
@@ -248,8 +250,10 @@ def vec_add_fast_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None
     if grid is None:
         grid = full
     elif grid < full:
-        raise ValueError(f"grid of {grid} blocks covers {grid * ELEMENTS_PER_THREAD * block} elements, not {n}: "
-                         f"vec_add_fast needs {full} blocks of {block}")
+        raise ValueError(
+            f"grid of {grid} blocks covers {grid * ELEMENTS_PER_THREAD * block} elements, not {n}: "
+            f"vec_add_fast needs {full} blocks of {block}"
+        )
     vec_add_fast[grid, block](d_a, d_b, d_c, n)
     return grid
 
@@ -296,10 +300,12 @@ def one_wave_grid(kernel, block: int = 256) -> int:
     if config.ENABLE_CUDASIM:
         return 4
     if not kernel.overloads:
-        raise ValueError("launch the kernel once first: its registers, and so its resident blocks, "
-                         "are known only once it is compiled")
+        raise ValueError(
+            "launch the kernel once first: its registers, and so its resident blocks, "
+            "are known only once it is compiled"
+        )
     compiled = next(iter(kernel.overloads.values()))
-    return max(1, compiled.max_cooperative_grid_blocks(block))   # = blocks per SM x SM count
+    return max(1, compiled.max_cooperative_grid_blocks(block))  # = blocks per SM x SM count
 
 
 def vec_add_grid_stride_launch(d_a, d_b, d_c, block: int = 256, grid: int | None = None) -> int:
@@ -308,7 +314,7 @@ def vec_add_grid_stride_launch(d_a, d_b, d_c, block: int = 256, grid: int | None
     n = check_lengths(d_a, d_b, d_c)
     if grid is None:
         if not config.ENABLE_CUDASIM and not vec_add_grid_stride.overloads:
-            vec_add_grid_stride[1, block](d_a, d_b, d_c, 0)   # compile once so the register count is known
+            vec_add_grid_stride[1, block](d_a, d_b, d_c, 0)  # compile once so the register count is known
         grid = one_wave_grid(vec_add_grid_stride, block)
     vec_add_grid_stride[grid, block](d_a, d_b, d_c, n)
     return grid
@@ -318,7 +324,7 @@ import functools
 
 import numpy as np
 
-GRID_STRIDE_VEC_ADD_SRC = r'''
+GRID_STRIDE_VEC_ADD_SRC = r"""
 // Grid-stride vecAdd with 16-byte loads: each trip a thread loads two float4 of A and two of B
 // (32 bytes in flight per array), adds, and stores two float4. The grid is about one wave of resident blocks.
 extern "C" __global__ void vecAddGridStride(const float* __restrict__ A, const float* __restrict__ B,
@@ -345,10 +351,10 @@ extern "C" __global__ void vecAddGridStride(const float* __restrict__ A, const f
         C[4 * n4 + t] = A[4 * n4 + t] + B[4 * n4 + t];
     }
 }
-'''
+"""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cupy_one_wave_grid(device_id: int, block: int) -> int:
     """One wave of the CuPy grid-stride kernel on a device: SMs x the driver's resident blocks per SM (cached:
     the query would otherwise cost tens of microseconds on every launch)."""

@@ -11,7 +11,7 @@ def shard_range(n_items: int, rank: int, world_size: int) -> range:
 
     The first ``n_items % world_size`` ranks get one item more (as ``torch.tensor_split`` does).
     """
-    ranges = mh.lessons.sharding_rules.contiguous_ranges(n_items, world_size)   # 06's rule, not a new one
+    ranges = mh.lessons.sharding_rules.contiguous_ranges(n_items, world_size)  # 06's rule, not a new one
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
     return ranges[rank]
@@ -21,9 +21,9 @@ def shard(dataset, rank: int, world_size: int):
     """Rank ``rank``'s slice of ``dataset``: a tensor (or list), or a tuple of them cut alike on the first axis."""
     if isinstance(dataset, tuple):
         r = shard_range(len(dataset[0]), rank, world_size)
-        return tuple(t[r.start:r.stop] for t in dataset)
+        return tuple(t[r.start : r.stop] for t in dataset)
     r = shard_range(len(dataset), rank, world_size)
-    return dataset[r.start:r.stop]
+    return dataset[r.start : r.stop]
 
 
 def local_gradient(rank: int, world_size: int, config=None) -> dict:
@@ -38,7 +38,7 @@ def local_gradient(rank: int, world_size: int, config=None) -> dict:
     x, y = shard(ref.make_dataset(config), rank, world_size)
     model = ref.make_model(config, device)
     loss = ref.mse_loss(model, x.to(device), y.to(device))
-    loss.backward()                                  # local: this rank's rows and this rank's replica only
+    loss.backward()  # local: this rank's rows and this rank's replica only
     grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).cpu()
     return {"rank": rank, "device": str(device), "rows": len(x), "loss": float(loss.detach()), "grad": grad}
 
@@ -50,9 +50,9 @@ from dataclasses import dataclass
 class PendingAllReduce:
     """An all-reduce that has been queued and that the reader has not waited for yet."""
 
-    work: object             # the torch.distributed Work handle
-    done: object = None      # GPU: a torch.cuda.Event recorded on the side stream after the collective
-    device: object = None    # GPU: the buffer's device
+    work: object  # the torch.distributed Work handle
+    done: object = None  # GPU: a torch.cuda.Event recorded on the side stream after the collective
+    device: object = None  # GPU: the buffer's device
 
     def wait(self) -> None:
         """Edge 2: make the reader wait. GPU: the current stream waits on ``done`` (the host goes on);
@@ -80,11 +80,11 @@ def all_reduce_on_side_stream(buf, comm_stream=None) -> PendingAllReduce:
         return PendingAllReduce(dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True))
     compute = torch.cuda.current_stream(buf.device)
     side = comm_stream if comm_stream is not None else torch.cuda.Stream(buf.device)
-    side.wait_stream(compute)                          # edge 1: what compute wrote into buf is finished
+    side.wait_stream(compute)  # edge 1: what compute wrote into buf is finished
     with torch.cuda.stream(side):
-        buf.record_stream(side)                        # buf is in use on side: the allocator must wait for it
-        work = dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True)   # NCCL's stream waits on side
-        work.wait()                                    # side waits for NCCL's stream; the host does not
+        buf.record_stream(side)  # buf is in use on side: the allocator must wait for it
+        work = dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True)  # NCCL's stream waits on side
+        work.wait()  # side waits for NCCL's stream; the host does not
         done = torch.cuda.Event()
         done.record(side)
     return PendingAllReduce(work, done, buf.device)
@@ -99,14 +99,14 @@ def allreduce_gradients(params, world_size: int, comm_stream=None) -> None:
     import torch
 
     grads = [p.grad for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])          # on the compute (current) stream
+    flat = torch.cat([g.reshape(-1) for g in grads])  # on the compute (current) stream
     pending = all_reduce_on_side_stream(flat, comm_stream)
     # (work that does not touch `flat` could be queued here and overlap the all-reduce)
-    pending.wait()                                            # edge 2: read flat only after NCCL wrote it
-    mh.lessons.ring.divide_by_world_size(flat)              # SUM -> mean, as 05 wrote it
+    pending.wait()  # edge 2: read flat only after NCCL wrote it
+    mh.lessons.ring.divide_by_world_size(flat)  # SUM -> mean, as 05 wrote it
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
 
 
@@ -125,8 +125,8 @@ def stream_edge_demo(rank: int, world_size: int, numel: int = 1 << 22, with_edge
     pending = all_reduce_on_side_stream(buf)
     if with_edge:
         pending.wait()
-    snapshot = buf.clone()                 # the reader, on the current stream
-    pending.wait()                         # never leave a collective unfinished
+    snapshot = buf.clone()  # the reader, on the current stream
+    pending.wait()  # never leave a collective unfinished
     mh.measure.timing.synchronize_device(device)
     return float((snapshot == expected).double().mean())
 
@@ -134,8 +134,15 @@ def stream_edge_demo(rank: int, world_size: int, numel: int = 1 << 22, with_edge
 SEED_CALL = "ncclAllReduce(grad, grad, count, ncclFloat, ncclSum, communicator, stream)"
 CUPY_CALL = "communicator.allReduce(sendbuf, recvbuf, count, datatype, op, stream)"
 # The seed's arguments, in order, and the CuPy parameter each one becomes (the communicator is the object).
-SEED_TO_CUPY = [("grad", "sendbuf"), ("grad", "recvbuf"), ("count", "count"), ("ncclFloat", "datatype"),
-                ("ncclSum", "op"), ("communicator", None), ("stream", "stream")]
+SEED_TO_CUPY = [
+    ("grad", "sendbuf"),
+    ("grad", "recvbuf"),
+    ("count", "count"),
+    ("ncclFloat", "datatype"),
+    ("ncclSum", "op"),
+    ("communicator", None),
+    ("stream", "stream"),
+]
 # Values of the enums in nccl.h (ncclDataType_t, ncclRedOp_t); on a GPU they are checked against CuPy's.
 NCCL_DATATYPES = {"float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
 NCCL_SUM = 0
@@ -143,7 +150,7 @@ NCCL_SUM = 0
 
 def call_arguments(call: str) -> list[str]:
     """The argument names of a call written as text: ``"f(a, b)"`` -> ``["a", "b"]``."""
-    inside = call[call.index("(") + 1:call.rindex(")")]
+    inside = call[call.index("(") + 1 : call.rindex(")")]
     return [a.strip() for a in inside.split(",")]
 
 
@@ -179,22 +186,28 @@ def cupy_nccl_all_reduce(rank: int, world_size: int, count: int = 1 << 20) -> di
         raise RuntimeError("this CuPy's NCCL enums differ from nccl.h's: update NCCL_DATATYPES / NCCL_SUM")
     device = mh.rank_device()
     cupy.cuda.Device(device.index).use()
-    uid = [nccl.get_unique_id() if rank == 0 else None]       # rank 0 makes the id ...
-    dist.broadcast_object_list(uid, src=0)                     # ... and every rank receives it
+    uid = [nccl.get_unique_id() if rank == 0 else None]  # rank 0 makes the id ...
+    dist.broadcast_object_list(uid, src=0)  # ... and every rank receives it
     communicator = nccl.NcclCommunicator(world_size, uid[0], rank)
     g = torch.Generator().manual_seed(rank)
-    grad = torch.randint(-50, 51, (count,), generator=g).to(device, torch.float32)   # whole numbers: exact sums
+    grad = torch.randint(-50, 51, (count,), generator=g).to(device, torch.float32)  # whole numbers: exact sums
     reference = grad.clone()
     compute = torch.cuda.current_stream(device)
-    with cupy.cuda.ExternalStream(compute.cuda_stream, device.index):   # CuPy's current stream = torch's
+    with cupy.cuda.ExternalStream(compute.cuda_stream, device.index):  # CuPy's current stream = torch's
         stream = cupy.cuda.get_current_stream().ptr
-        communicator.allReduce(*nccl_arguments(grad, stream))            # the seed's line 03
-    dist.all_reduce(reference)                                           # the same sum through torch
+        communicator.allReduce(*nccl_arguments(grad, stream))  # the seed's line 03
+    dist.all_reduce(reference)  # the same sum through torch
     torch.cuda.synchronize(device)
     communicator.destroy()
-    return {"rank": rank, "device": str(device), "nccl_version": nccl.get_version(), "count": count,
-            "same_stream_as_torch": stream == compute.cuda_stream,
-            "equal_to_torch": bool(torch.equal(grad, reference)), "first": float(grad[0])}
+    return {
+        "rank": rank,
+        "device": str(device),
+        "nccl_version": nccl.get_version(),
+        "count": count,
+        "same_stream_as_torch": stream == compute.cuda_stream,
+        "equal_to_torch": bool(torch.equal(grad, reference)),
+        "first": float(grad[0]),
+    }
 
 
 def train_data_parallel(rank: int, world_size: int, config=None, trace_steps: bool = False) -> dict:
@@ -208,28 +221,33 @@ def train_data_parallel(rank: int, world_size: int, config=None, trace_steps: bo
     ref = mh.measure.dp_reference
     config = config or ref.TrainConfig()
     device = mh.rank_device()
-    mark = mh.measure.profile.marked_range                          # NVTX on a GPU, record_function everywhere
+    mark = mh.measure.profile.marked_range  # NVTX on a GPU, record_function everywhere
     with mark("shard", device):
-        x, y = shard(ref.make_dataset(config), rank, world_size)   # 1. SHARD: only this rank's rows
+        x, y = shard(ref.make_dataset(config), rank, world_size)  # 1. SHARD: only this rank's rows
         x, y = x.to(device), y.to(device)
-    model = ref.make_model(config, device)                          # the same initial weights everywhere
+    model = ref.make_model(config, device)  # the same initial weights everywhere
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
     params = list(model.parameters())
     if trace_steps:
-        ref.warm_up(model, x, y, device)          # one-time costs out of the first traced step
+        ref.warm_up(model, x, y, device)  # one-time costs out of the first traced step
     phase = ref.traced_phase(device, enabled=trace_steps)
     losses = []
     for _ in range(config.steps):
         opt.zero_grad(set_to_none=False)
         with mark("backward", device), phase("compute", "backward"):
             loss = ref.mse_loss(model, x, y)
-            loss.backward()                                         # 2. LOCAL: no communication
+            loss.backward()  # 2. LOCAL: no communication
         with mark("all_reduce", device), phase("communicate", "all_reduce"):
-            allreduce_gradients(params, world_size, side)           # 3. REDUCE, 4. STREAM edges
+            allreduce_gradients(params, world_size, side)  # 3. REDUCE, 4. STREAM edges
         with mark("step", device), phase("other", "optimizer.step"):
-            opt.step()                                              # the same update on every rank
+            opt.step()  # the same update on every rank
         losses.append(float(loss.detach()))
     r = shard_range(config.n_samples, rank, world_size)
-    return {"rank": rank, "device": str(device), "shard": (r.start, r.stop), "params": ref.flat_params(model),
-            "losses": losses}
+    return {
+        "rank": rank,
+        "device": str(device),
+        "shard": (r.start, r.stop),
+        "params": ref.flat_params(model),
+        "losses": losses,
+    }

@@ -12,12 +12,12 @@ def skipped_collective(rank, world_size):
     import torch
     import torch.distributed as dist
 
-    t = torch.ones(4)                       # on the CPU (gloo) even on a GPU machine: the host blocks
+    t = torch.ones(4)  # on the CPU (gloo) even on a GPU machine: the host blocks
     dist.all_reduce(t)
     dist.all_reduce(t)
     if rank != world_size - 1:
-        dist.all_reduce(t)                  # the last rank skips this one ...
-    dist.broadcast(t, src=0)                # ... and its third collective is this broadcast
+        dist.all_reduce(t)  # the last rank skips this one ...
+    dist.broadcast(t, src=0)  # ... and its third collective is this broadcast
     return t
 
 
@@ -29,7 +29,7 @@ def mismatched_order(rank, world_size):
     import torch.distributed as dist
 
     t = torch.ones(4)
-    dist.all_reduce(t)                      # every rank, same call: completes
+    dist.all_reduce(t)  # every rank, same call: completes
     if rank == 0:
         dist.all_reduce(t)
         dist.broadcast(t, src=0)

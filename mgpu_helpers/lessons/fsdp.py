@@ -19,6 +19,7 @@ COLLECTIVE_EVENTS = {"all_gather": "c10d::_allgather_base_", "reduce_scatter": "
 def local_bytes(tensors) -> int:
     """Bytes this rank holds of ``tensors``: a DTensor counts its local shard only."""
     from torch.distributed.tensor import DTensor
+
     return sum((t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size() for t in tensors)
 
 
@@ -26,26 +27,28 @@ def whole_param_bytes(model) -> int:
     """Bytes of the parameters that are whole (unsharded) on this rank right now: FSDP2 swaps a module's
     sharded DTensors for plain tensors while it holds them gathered."""
     from torch.distributed.tensor import DTensor
+
     return sum(p.numel() * p.element_size() for p in model.parameters() if not isinstance(p, DTensor))
 
 
 def shard_model(model, mesh, reshard_after_forward: bool = True):
     """FSDP2: each Linear its own unit, then the whole model (the root)."""
     from torch.distributed.fsdp import fully_shard
+
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
-def fsdp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, lr=0.05,
-              reshard_after_forward=True):
+def fsdp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, lr=0.05, reshard_after_forward=True):
     """Rank function: 13's model under FSDP2, trained with Adam on this rank's rows of each global batch.
 
     Returns the first parameter's placements, each parameter's (global, local) shape, this rank's bytes of
     parameters, gradients and Adam state, the collectives per step, the most whole-parameter bytes held
     between a forward and its backward, and the trained parameters gathered whole (flat)."""
     from torch.distributed.device_mesh import init_device_mesh
+
     device = mh.rank_device()
     mesh = init_device_mesh(device.type, (world_size,))
     model = shard_model(make_model(widths, device=device), mesh, reshard_after_forward)
@@ -62,15 +65,18 @@ def fsdp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, 
             optimizer.step()
     events = {e.key: e.count for e in prof.key_averages()}
     params = list(model.parameters())
-    return {"placements": str(params[0].placements),
-            "shapes": [(tuple(p.shape), tuple(p.to_local().shape)) for p in params],
-            "param_bytes": local_bytes(params),
-            "grad_bytes": local_bytes(p.grad for p in params),
-            "state_bytes": local_bytes(v for s in optimizer.state.values() for v in s.values()
-                                       if torch.is_tensor(v) and v.dim() > 0),
-            "per_step": {name: events.get(event, 0) // steps for name, event in COLLECTIVE_EVENTS.items()},
-            "held_after_forward": held,
-            "params": torch.cat([p.full_tensor().reshape(-1) for p in params]).cpu()}
+    return {
+        "placements": str(params[0].placements),
+        "shapes": [(tuple(p.shape), tuple(p.to_local().shape)) for p in params],
+        "param_bytes": local_bytes(params),
+        "grad_bytes": local_bytes(p.grad for p in params),
+        "state_bytes": local_bytes(
+            v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0
+        ),
+        "per_step": {name: events.get(event, 0) // steps for name, event in COLLECTIVE_EVENTS.items()},
+        "held_after_forward": held,
+        "params": torch.cat([p.full_tensor().reshape(-1) for p in params]).cpu(),
+    }
 
 
 def local_slices(shape, mesh_shape, coords, shard_dims):
@@ -89,8 +95,12 @@ def local_slices(shape, mesh_shape, coords, shard_dims):
     return spans
 
 
-SHARDED = {"dp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
-           "zero3": ("optimizer", "grads", "params")}
+SHARDED = {
+    "dp": (),
+    "zero1": ("optimizer",),
+    "zero2": ("optimizer", "grads"),
+    "zero3": ("optimizer", "grads", "params"),
+}
 
 
 def model_state_bytes(strategy: str, psi: float, world_size: int, k: float = 12) -> float:
@@ -103,9 +113,10 @@ def model_state_bytes(strategy: str, psi: float, world_size: int, k: float = 12)
 
 def big_model(d: int = 8192, blocks: int = 32, vocab: int = 50257):
     """A GPT-sized stack: an embedding, then ``blocks`` blocks of Linear(d, 4d) and Linear(4d, d)."""
-    return torch.nn.Sequential(torch.nn.Embedding(vocab, d),
-                               *[torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d))
-                                 for _ in range(blocks)])
+    return torch.nn.Sequential(
+        torch.nn.Embedding(vocab, d),
+        *[torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)) for _ in range(blocks)],
+    )
 
 
 def fake_world(rank, world_size, sizes=(8, 64, 1024), fake_rank=0):
@@ -116,7 +127,7 @@ def fake_world(rank, world_size, sizes=(8, 64, 1024), fake_rank=0):
     from torch.distributed.fsdp import fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dist.destroy_process_group()            # the launcher's group: the fake one takes its place
+    dist.destroy_process_group()  # the launcher's group: the fake one takes its place
     out = {}
     for n in sizes:
         dist.init_process_group("fake", store=FakeStore(), rank=fake_rank, world_size=n)
@@ -127,8 +138,12 @@ def fake_world(rank, world_size, sizes=(8, 64, 1024), fake_rank=0):
             fully_shard(module, mesh=mesh)
         fully_shard(model, mesh=mesh)
         params = list(model.parameters())
-        out[n] = {"psi": sum(p.numel() for p in params), "local": sum(p.to_local().numel() for p in params),
-                  "placements": str(params[0].placements), "device": str(params[0].device)}
+        out[n] = {
+            "psi": sum(p.numel() for p in params),
+            "local": sum(p.to_local().numel() for p in params),
+            "placements": str(params[0].placements),
+            "device": str(params[0].device),
+        }
         dist.destroy_process_group()
     return out
 
@@ -136,14 +151,26 @@ def fake_world(rank, world_size, sizes=(8, 64, 1024), fake_rank=0):
 from mgpu_helpers.lessons.cost_model import ring_all_gather_seconds, ring_reduce_scatter_seconds
 
 
-def fsdp_step_seconds(psi, world_size, compute_1gpu_s, units, alpha, beta_node, beta_net, gpus_per_node=8,
-                      bytes_per_param=2, overlap=False):
+def fsdp_step_seconds(
+    psi,
+    world_size,
+    compute_1gpu_s,
+    units,
+    alpha,
+    beta_node,
+    beta_net,
+    gpus_per_node=8,
+    bytes_per_param=2,
+    overlap=False,
+):
     """One FSDP2 step in the alpha-beta model: per unit, two all-gathers of its parameters and one
     reduce-scatter of its gradients (``bytes_per_param`` each), on a ring whose slowest link is NVLink
     inside one node (``beta_node``) and the network beyond it (``beta_net``); plus compute split N ways."""
     beta = beta_node if world_size <= gpus_per_node else beta_net
     unit_bytes = psi * bytes_per_param / units
-    comm = units * (2 * ring_all_gather_seconds(unit_bytes, world_size, alpha, beta)
-                    + ring_reduce_scatter_seconds(unit_bytes, world_size, alpha, beta))
+    comm = units * (
+        2 * ring_all_gather_seconds(unit_bytes, world_size, alpha, beta)
+        + ring_reduce_scatter_seconds(unit_bytes, world_size, alpha, beta)
+    )
     compute = compute_1gpu_s / world_size
     return max(compute, comm) if overlap else compute + comm

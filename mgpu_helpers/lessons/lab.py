@@ -17,20 +17,27 @@ def ownership_check(rank, world_size, data):
     start = rank * base + min(rank, extra)
     stop = start + base + (1 if rank < extra else 0)
     mine = data[start:stop].to(mh.rank_device())
-    local = (mine ** 2).sum().reshape(1)
-    buf = local.clone()                     # the all-reduce works in place: keep local as it was
+    local = (mine**2).sum().reshape(1)
+    buf = local.clone()  # the all-reduce works in place: keep local as it was
     dist.all_reduce(buf)
-    result = float(buf.item())              # .item(): the host waits until the all-reduce has written buf
-    expected = float((data ** 2).sum())
-    return {"rank": rank, "device": str(buf.device), "shard": (start, stop), "local": float(local.item()),
-            "result": result, "expected": expected, "ok": result == expected}
+    result = float(buf.item())  # .item(): the host waits until the all-reduce has written buf
+    expected = float((data**2).sum())
+    return {
+        "rank": rank,
+        "device": str(buf.device),
+        "shard": (start, stop),
+        "local": float(local.item()),
+        "result": result,
+        "expected": expected,
+        "ok": result == expected,
+    }
 
 
 def rs_ag_busbw(nbytes, seconds, world_size):
     """Bus bandwidth (bytes/s) of a ring reduce-scatter or all-gather of an nbytes buffer (nccl-tests' size) that
     took seconds on world_size ranks: the bytes each rank sends, per second."""
     # ✎ 每个 Rank 在环上发出多少字节？
-    sent = (world_size - 1) * (nbytes / world_size)       # n - 1 steps, one piece of nbytes / n each
+    sent = (world_size - 1) * (nbytes / world_size)  # n - 1 steps, one piece of nbytes / n each
     return sent / seconds
 
 
@@ -47,7 +54,7 @@ def compare_rank(rank, world_size, nbytes):
     rs, ag = mh.measure.sweep.reduce_scatter_flat, mh.measure.sweep.all_gather_flat
 
     def measured(name, fn):
-        buf = grad.clone()                  # allocated before the peak is reset: only the extra counts
+        buf = grad.clone()  # allocated before the peak is reset: only the extra counts
         if peaks is None:
             fn(buf)
             return buf
@@ -61,13 +68,13 @@ def compare_rank(rank, world_size, nbytes):
 
     def rs_ag_out_of_place(buf):
         part = torch.empty(piece, device=device)
-        rs(part, buf)                      # this rank's slice of the sum, in a buffer of its own
-        ag(buf, part)                      # every slice, back into the full buffer
+        rs(part, buf)  # this rank's slice of the sum, in a buffer of its own
+        ag(buf, part)  # every slice, back into the full buffer
 
     def rs_ag_in_place(buf):
-        mine = buf[rank * piece:(rank + 1) * piece]   # a view: no new memory
-        rs(mine, buf)                      # in place: the summed slice lands where this rank's slice was
-        ag(buf, mine)                      # in place: sends from that slice, fills the others
+        mine = buf[rank * piece : (rank + 1) * piece]  # a view: no new memory
+        rs(mine, buf)  # in place: the summed slice lands where this rank's slice was
+        ag(buf, mine)  # in place: sends from that slice, fills the others
 
     a = measured("all_reduce", dist.all_reduce)
     b = measured("rs_ag_out_of_place", rs_ag_out_of_place)

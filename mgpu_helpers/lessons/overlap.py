@@ -11,8 +11,7 @@ import torch.distributed as dist
 
 import mgpu_helpers as mh
 
-
-_MATMUL_S = {}    # device -> measured seconds of one 1024 x 1024 float32 matmul on it
+_MATMUL_S = {}  # device -> measured seconds of one 1024 x 1024 float32 matmul on it
 
 
 def matmul_seconds(device, m: int = 1024) -> float:
@@ -28,7 +27,7 @@ def matmul_seconds(device, m: int = 1024) -> float:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3 / 20)
-        _MATMUL_S[device] = sorted(times[1:])[2]                 # the first run is a warm-up
+        _MATMUL_S[device] = sorted(times[1:])[2]  # the first run is a warm-up
     return _MATMUL_S[device]
 
 
@@ -79,7 +78,7 @@ def make_model(widths=(7, 12, 5, 3), seconds_per_layer: float = 0.0, seed: int =
             layers.append(torch.nn.Tanh())
     model = torch.nn.Sequential(*layers).to(device)
     if seconds_per_layer > 0 and model[0].weight.is_cuda:
-        matmul_seconds(model[0].weight.device)                # time the matmuls before any backward
+        matmul_seconds(model[0].weight.device)  # time the matmuls before any backward
     return model
 
 
@@ -99,8 +98,8 @@ class NaiveDP:
 
     def step(self):
         for p in self.params:
-            dist.all_reduce(p.grad)           # blocking: nothing else happens meanwhile
-            p.grad /= self.world_size         # sum -> mean
+            dist.all_reduce(p.grad)  # blocking: nothing else happens meanwhile
+            p.grad /= self.world_size  # sum -> mean
         self.optimizer.step()
 
 
@@ -111,13 +110,27 @@ def flat_params(model) -> "torch.Tensor":
 
 def optimizer_state_bytes(optimizer) -> int:
     """Bytes of the tensors an optimizer keeps per parameter (Adam: its two moments; SGD: none)."""
-    return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
-               if torch.is_tensor(v) and v.dim() > 0)
+    return sum(
+        v.numel() * v.element_size()
+        for state in optimizer.state.values()
+        for v in state.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    )
 
 
-def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2,
-               seconds_per_layer=0.0, lr=0.05, optimizer="sgd", options=None,
-               record=True):
+def train_rank(
+    rank,
+    world_size,
+    strategy,
+    steps=3,
+    widths=(7, 12, 5, 3),
+    rows_per_rank=2,
+    seconds_per_layer=0.0,
+    lr=0.05,
+    optimizer="sgd",
+    options=None,
+    record=True,
+):
     """Rank function: ``steps`` training steps on this rank's rows of each global batch, synchronised by
     ``strategy(model, world_size, optimizer, **options)``, whose ``.step()`` runs after ``loss.backward()``.
     ``record``: record each collective's issue-to-completion span (:mod:`mgpu_helpers.measure.comm_spans`).
@@ -130,24 +143,28 @@ def train_rank(rank, world_size, strategy, steps=3, widths=(7, 12, 5, 3), rows_p
     sync = strategy(model, world_size, make_opt(model.parameters(), lr=lr), **(options or {}))
     first = len(mh.trace.snapshot())
     step_s = []
-    dist.barrier()          # start the first step together: a rank that starts late is not communication
+    dist.barrier()  # start the first step together: a rank that starts late is not communication
     with mh.measure.comm_spans.recording() if record else contextlib.nullcontext():
         for step in range(steps):
             x, y = make_batch(widths, rows_per_rank * world_size, step)
-            x, y = (t[rank * rows_per_rank:(rank + 1) * rows_per_rank].to(device) for t in (x, y))
+            x, y = (t[rank * rows_per_rank : (rank + 1) * rows_per_rank].to(device) for t in (x, y))
             start = time.monotonic()
             for p in model.parameters():
                 p.grad = None
             loss = torch.nn.functional.mse_loss(model(x), y)
             with mh.trace.span("compute", f"backward {step}"):
                 loss.backward()
-                if device.type == "cuda":             # the backward's kernels, not NCCL's own stream
+                if device.type == "cuda":  # the backward's kernels, not NCCL's own stream
                     torch.cuda.current_stream(device).synchronize()
             sync.step()
             mh.measure.timing.synchronize_device(device)
             step_s.append(time.monotonic() - start)
-    return {"params": flat_params(model), "step_s": step_s, "spans": mh.trace.snapshot()[first:],
-            "state_bytes": optimizer_state_bytes(sync.optimizer)}
+    return {
+        "params": flat_params(model),
+        "step_s": step_s,
+        "spans": mh.trace.snapshot()[first:],
+        "state_bytes": optimizer_state_bytes(sync.optimizer),
+    }
 
 
 def single_process_params(steps=3, widths=(7, 12, 5, 3), rows=4, lr=0.05, optimizer="sgd"):
@@ -171,7 +188,7 @@ def ddp_rank(rank, world_size, steps=3, widths=(7, 12, 5, 3), rows_per_rank=2, l
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     for step in range(steps):
         x, y = make_batch(widths, rows_per_rank * world_size, step)
-        x, y = (t[rank * rows_per_rank:(rank + 1) * rows_per_rank].to(device) for t in (x, y))
+        x, y = (t[rank * rows_per_rank : (rank + 1) * rows_per_rank].to(device) for t in (x, y))
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
@@ -202,6 +219,7 @@ def recorded_linear_backward_s() -> float:
     """The NCCL-size model's Linear layers' backward on one H200, recorded (``data/overlap_backward_h200.json``)."""
     import json
     import os
+
     path = os.path.join(os.path.dirname(mh.__file__), "data", "overlap_backward_h200.json")
     with open(path) as f:
         return json.load(f)["linear_backward_ms"] / 1e3
@@ -209,9 +227,10 @@ def recorded_linear_backward_s() -> float:
 
 # The big model's sizes, by backend: gloo on the CPU (about 1 MiB a layer, 10 ms of sleep) and NCCL on GPUs
 # (256 MiB a layer, so NVLink's all-reduces take a share of the step like gloo's do on the CPU).
-BIG_SIZES = {"gloo": dict(widths=(256, 512, 512, 512, 512, 8), rows_per_rank=4, seconds_per_layer=0.01, steps=4),
-             "nccl": dict(widths=(4096, 8192, 8192, 8192, 8192, 8), rows_per_rank=64, seconds_per_layer=0.001,
-                          steps=4)}
+BIG_SIZES = {
+    "gloo": dict(widths=(256, 512, 512, 512, 512, 8), rows_per_rank=4, seconds_per_layer=0.01, steps=4),
+    "nccl": dict(widths=(4096, 8192, 8192, 8192, 8192, 8), rows_per_rank=64, seconds_per_layer=0.001, steps=4),
+}
 
 
 class OverlapDP:
@@ -221,7 +240,7 @@ class OverlapDP:
         self.params = list(model.parameters())
         self.world_size = world_size
         self.optimizer = optimizer
-        self.pending = []                        # Work handles of the all-reduces in flight
+        self.pending = []  # Work handles of the all-reduces in flight
         for p in self.params:
             p.register_post_accumulate_grad_hook(self.on_grad_ready)
 
@@ -266,8 +285,8 @@ class BucketDP:
         self.optimizer = optimizer
         self.buckets = (plan or plan_buckets)([p.numel() for p in self.params], bucket_numel)
         self.bucket_of = {i: b for b, members in enumerate(self.buckets) for i in members}
-        self.ready = [0] * len(self.buckets)   # gradients ready so far in each bucket, this step
-        self.pending = []                      # (work, flat buffer, bucket index) of the buckets in flight
+        self.ready = [0] * len(self.buckets)  # gradients ready so far in each bucket, this step
+        self.pending = []  # (work, flat buffer, bucket index) of the buckets in flight
         for i, p in enumerate(self.params):
             p.register_post_accumulate_grad_hook(lambda p, i=i: self.on_grad_ready(i))
 
@@ -287,7 +306,7 @@ class BucketDP:
             offset = 0
             for j in self.buckets[b]:
                 g = self.params[j].grad
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
                 offset += g.numel()
         self.pending.clear()
         self.ready = [0] * len(self.buckets)
@@ -302,8 +321,7 @@ def overlap_fraction(spans) -> float:
     total = sum(end - start for start, end in comm)
     if total <= 0:
         return 0.0
-    inside = sum(max(0.0, min(end, b_end) - max(start, b_start))
-                 for start, end in comm for b_start, b_end in backward)
+    inside = sum(max(0.0, min(end, b_end) - max(start, b_start)) for start, end in comm for b_start, b_end in backward)
     return inside / total
 
 
@@ -315,12 +333,12 @@ class Zero1:
         self.world_size = world_size
         self.rank = dist.get_rank()
         numel = sum(p.numel() for p in self.params)
-        self.shard = -(-numel // world_size)                     # ceil: the last shard is padded
+        self.shard = -(-numel // world_size)  # ceil: the last shard is padded
         flat = torch.zeros(self.shard * world_size, device=self.params[0].device)
         flat[:numel] = torch.cat([p.detach().reshape(-1) for p in self.params])
-        self.local = flat[self.rank * self.shard:(self.rank + 1) * self.shard].clone().requires_grad_(True)
-        self.optimizer = torch.optim.Adam([self.local], lr=lr)   # state for this shard only
-        del optimizer                                            # the full-model optimizer is not used
+        self.local = flat[self.rank * self.shard : (self.rank + 1) * self.shard].clone().requires_grad_(True)
+        self.optimizer = torch.optim.Adam([self.local], lr=lr)  # state for this shard only
+        del optimizer  # the full-model optimizer is not used
 
     def flat_grads(self):
         """All gradients in one tensor, zero-padded to ``shard * world_size`` elements."""
@@ -340,5 +358,5 @@ class Zero1:
         offset = 0
         with torch.no_grad():
             for p in self.params:
-                p.copy_(full[offset:offset + p.numel()].view_as(p))
+                p.copy_(full[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()

@@ -11,6 +11,7 @@ def exchange(send_buf, dst: int, recv_buf, src: int, group=None):
     move the list is empty.
     """
     import torch.distributed as dist
+
     # ✎ 长度为 0 的缓冲区跳过；返回调用方要 wait() 的请求列表（用阻塞调用做完了就返回 []）
     # Posted together with batch_isend_irecv: under NCCL the two calls form one group, so neither waits
     # for the other, and the order of the calls does not matter.
@@ -38,9 +39,9 @@ def ring_pass(token, steps: int | None = None) -> list:
     # ✎ 用上面的 exchange；想清楚每一步发的是哪一块、收进哪里
     arrived = []
     for _ in range(steps):
-        incoming = torch.empty_like(token)   # a fresh buffer: `token` may still be on its way to the right
+        incoming = torch.empty_like(token)  # a fresh buffer: `token` may still be on its way to the right
         for request in exchange(token, right, incoming, left):
             request.wait()
         arrived.append(incoming)
-        token = incoming                     # what came from the left travels on to the right
+        token = incoming  # what came from the left travels on to the right
     return arrived

@@ -16,8 +16,13 @@ def portable_op(op: str, tensor):
     """
     import torch.distributed as dist
 
-    ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
-           "min": dist.ReduceOp.MIN, "prod": dist.ReduceOp.PRODUCT}
+    ops = {
+        "sum": dist.ReduceOp.SUM,
+        "avg": dist.ReduceOp.AVG,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+        "prod": dist.ReduceOp.PRODUCT,
+    }
     if op not in ops:
         raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
     if op == "avg" and not (tensor.is_cuda and "nccl" in str(dist.get_backend())):
@@ -72,11 +77,11 @@ def ring_schedule(world_size: int) -> list[tuple[str, int, list[tuple[int, int]]
     """
     plan = []
     for s in range(world_size - 1):
-        plan.append(("reduce-scatter", s, [((r - s) % world_size, (r - s - 1) % world_size)
-                                           for r in range(world_size)]))
+        plan.append(
+            ("reduce-scatter", s, [((r - s) % world_size, (r - s - 1) % world_size) for r in range(world_size)])
+        )
     for s in range(world_size - 1):
-        plan.append(("all-gather", s, [((r + 1 - s) % world_size, (r - s) % world_size)
-                                       for r in range(world_size)]))
+        plan.append(("all-gather", s, [((r + 1 - s) % world_size, (r - s) % world_size) for r in range(world_size)]))
     return plan
 
 
@@ -116,7 +121,7 @@ def ring_all_reduce(tensor, op: str = "sum", pieces: int = 1, record: list | Non
         raise ValueError(f"pieces must be >= 1, got {pieces}")
     if not tensor.is_contiguous():
         raise ValueError("ring_all_reduce works in place on a contiguous tensor; call .contiguous() first")
-    exchange = mh.lessons.p2p.exchange   # notebook 04's step: one send and one receive, posted together
+    exchange = mh.lessons.p2p.exchange  # notebook 04's step: one send and one receive, posted together
     world_size, rank = dist.get_world_size(), dist.get_rank()
     flat = tensor.view(-1)
     if record is not None:
@@ -128,7 +133,7 @@ def ring_all_reduce(tensor, op: str = "sum", pieces: int = 1, record: list | Non
     bounds = chunk_bounds(flat.numel(), world_size)
     # One receive buffer for the whole run, allocated once: nothing is allocated inside the loop.
     scratch = flat.new_empty(max(stop - start for start, stop in bounds))
-    for phase, step, who in ring_schedule(world_size):
+    for phase, _step, who in ring_schedule(world_size):
         send_chunk, recv_chunk = who[rank]
         s0, s1 = bounds[send_chunk]
         r0, r1 = bounds[recv_chunk]
@@ -137,12 +142,12 @@ def ring_all_reduce(tensor, op: str = "sum", pieces: int = 1, record: list | Non
             # (compute stream) overlaps the transfer of piece p + 1 (NCCL's stream).
             posted = []
             for (a, b), (sa, sb) in zip(chunk_bounds(r1 - r0, pieces), chunk_bounds(s1 - s0, pieces)):
-                posted.append((exchange(flat[s0 + sa:s0 + sb], right, scratch[a:b], left), a, b))
+                posted.append((exchange(flat[s0 + sa : s0 + sb], right, scratch[a:b], left), a, b))
             for requests, a, b in posted:
                 for request in requests:
                     request.wait()
                 if b > a:
-                    combine(flat[r0 + a:r0 + b], scratch[a:b])
+                    combine(flat[r0 + a : r0 + b], scratch[a:b])
         else:
             # The chunk arriving is final: receive it straight into place, nothing to add.
             for request in exchange(flat[s0:s1], right, flat[r0:r1], left):

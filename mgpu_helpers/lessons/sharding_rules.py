@@ -15,7 +15,7 @@ def contiguous_ranges(n_items, world_size):
     base, extra = divmod(n_items, world_size)
     ranges, start = [], 0
     for rank in range(world_size):
-        stop = start + base + (1 if rank < extra else 0)     # the first `extra` ranks take one more
+        stop = start + base + (1 if rank < extra else 0)  # the first `extra` ranks take one more
         ranges.append(range(start, stop))
         start = stop
     return ranges

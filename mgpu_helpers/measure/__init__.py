@@ -3,6 +3,7 @@ stragglers, per-collective spans and profiles, the diagnostics' probes and the d
 
 How the figures are then written, read and compared is ``mh.report``; per-rank spans are the launcher's
 (``mh.trace``); the lessons' own code run on ranks is in ``mh.runs``."""
+
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__)

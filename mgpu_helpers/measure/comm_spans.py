@@ -86,7 +86,7 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
         start = time.monotonic()
         work = original(tensor, *args, async_op=True, **kwargs)
         name = f"{op} {_nbytes(tensor)}"
-        if work is None:                          # this rank is not in the group
+        if work is None:  # this rank is not in the group
             return None
         if getattr(tensor, "is_cuda", False):
             if not watcher_box:
@@ -95,7 +95,7 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
         else:
             try:
                 future = work.get_future()
-            except RuntimeError:          # gloo's reduce-scatter and all-gather have none: end at wait()
+            except RuntimeError:  # gloo's reduce-scatter and all-gather have none: end at wait()
                 work = _EndsAtWait(work, start, name)
             else:
                 # The chained future is kept so that leaving recording() waits until every span is written.
@@ -104,6 +104,7 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
             return work
         work.wait()
         return None
+
     collective.__name__ = op
     collective.__wrapped__ = original
     return collective

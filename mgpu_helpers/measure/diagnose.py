@@ -21,6 +21,7 @@ import statistics
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.launcher.ranks import rank_device
 
+
 def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
     """Call, in order, the collectives ``schedules[rank]`` names ("all_reduce", "broadcast", "barrier", ...) on
     a small CPU tensor; returns how many completed (``verbose``: print each before calling it). Schedules that
@@ -30,11 +31,14 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
 
     from mgpu_helpers.measure.sweep import all_gather_flat, reduce_scatter_flat
 
-    t = torch.ones(4)            # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
-    calls = {"all_reduce": lambda: dist.all_reduce(t), "broadcast": lambda: dist.broadcast(t, 0),
-             "barrier": dist.barrier,
-             "all_gather_into_tensor": lambda: all_gather_flat(torch.empty(4 * world_size), t),
-             "reduce_scatter_tensor": lambda: reduce_scatter_flat(torch.empty(4), torch.ones(4 * world_size))}
+    t = torch.ones(4)  # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
+    calls = {
+        "all_reduce": lambda: dist.all_reduce(t),
+        "broadcast": lambda: dist.broadcast(t, 0),
+        "barrier": dist.barrier,
+        "all_gather_into_tensor": lambda: all_gather_flat(torch.empty(4 * world_size), t),
+        "reduce_scatter_tensor": lambda: reduce_scatter_flat(torch.empty(4), torch.ones(4 * world_size)),
+    }
     for name in schedules[rank]:
         if name not in calls:
             raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
@@ -47,6 +51,7 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
 
 # --------------------------------------------------------------------------------------------------------
 # "More ranks, no speedup" and "always waiting on one rank".
+
 
 def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:
     """For each ``name: (total_units, grad_numel)`` of ``configs``: ``{"alone": step_s, "shared": {...}}``.
@@ -65,7 +70,7 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     device = rank_device()
     if device.type == "cpu":
         torch.set_num_threads(1)
-    workloads.compute_units(1.0, device)        # warm-up: the first products load the kernels and caches
+    workloads.compute_units(1.0, device)  # warm-up: the first products load the kernels and caches
     synchronize_device(device)
     out, kept = {}, []
     for name, (total_units, grad_numel) in configs.items():
@@ -75,11 +80,11 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
             synchronize_device(device)
             # wall clock (perf_counter) around the product, which synchronises the device itself
             alone.append(elapsed_s(lambda: workloads.compute_units(total_units, device, seed=i), library=None))
-        trace.collect()                          # keep only the shared steps' spans (below)
+        trace.collect()  # keep only the shared steps' spans (below)
         shared = workloads.scaling_step(rank, world_size, total_units, grad_numel, repeats)
         kept += [(sp, name) for sp in trace.collect()]
         out[name] = {"alone_s": statistics.median(alone), **shared}
-    for sp, name in kept:                        # recorded again, named by their configuration
+    for sp, name in kept:  # recorded again, named by their configuration
         trace.record(sp.kind, sp.start, sp.end, f"{name} {sp.name}")
     return out
 
@@ -94,8 +99,11 @@ def comm_fraction(probe_values) -> float:
 def per_rank_phase_times(values) -> dict:
     """From :func:`mgpu_helpers.measure.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
     "wait": [...], "communicate": [...]}``, each a list per rank of that rank's per-step seconds."""
-    return {"compute": [v["compute_s"] for v in values], "wait": [v["wait_s"] for v in values],
-            "communicate": [v["comm_s"] for v in values]}
+    return {
+        "compute": [v["compute_s"] for v in values],
+        "wait": [v["wait_s"] for v in values],
+        "communicate": [v["comm_s"] for v in values],
+    }
 
 
 def transports(lines) -> list[str]:
@@ -124,11 +132,19 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
     def one_allreduce(rank, world_size):
         import torch
         import torch.distributed as dist
+
         t = torch.ones(1024, device=rank_device())
         dist.all_reduce(t)
         torch.cuda.synchronize()
         return float(t[0])
 
-    res = run_ranks(one_allreduce, world_size, backend="nccl", timeout=timeout, stream=False, quiet=True,
-                    env={"NCCL_DEBUG": level, **(env or {})})
+    res = run_ranks(
+        one_allreduce,
+        world_size,
+        backend="nccl",
+        timeout=timeout,
+        stream=False,
+        quiet=True,
+        env={"NCCL_DEBUG": level, **(env or {})},
+    )
     return [f"[rank {r}] {ln}" for r, lines in enumerate(res.outputs) for ln in lines if "NCCL" in ln]

@@ -57,8 +57,9 @@ def make_model(config: TrainConfig = TrainConfig(), device="cpu"):
     import torch
 
     g = torch.Generator().manual_seed(config.seed + 1)
-    model = torch.nn.Sequential(torch.nn.Linear(config.n_features, config.hidden), torch.nn.Tanh(),
-                                torch.nn.Linear(config.hidden, 1)).double()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(config.n_features, config.hidden), torch.nn.Tanh(), torch.nn.Linear(config.hidden, 1)
+    ).double()
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
@@ -133,8 +134,6 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
 # Timing the phases of a step.
 
 
-
-
 def warm_up(model, x, y, device) -> None:
     """One untimed backward and all-reduce, so that the first timed step does not carry one-time costs
     (loading the GPU kernels, creating the NCCL communicator). The gradients it leaves must be zeroed by
@@ -164,4 +163,5 @@ def traced_phase(device, enabled: bool = True):
         with trace.span(kind, name):
             yield
             synchronize_device(device)
+
     return phase

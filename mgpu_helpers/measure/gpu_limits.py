@@ -48,7 +48,7 @@ def cupy_limits() -> SmLimits:
     return _cupy_limits(cp.cuda.Device().id)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cupy_limits(device_id: int) -> SmLimits:
     import cupy as cp
 

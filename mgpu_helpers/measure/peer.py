@@ -24,7 +24,7 @@ from mgpu_helpers.measure import sweep, timing
 from mgpu_helpers.report import nccltests, sizes, tables
 
 DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")
-SIZES = (64 << 20, 256 << 20, 1 << 30)       # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
+SIZES = (64 << 20, 256 << 20, 1 << 30)  # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
 P2P_VARIABLE = "NCCL_P2P_DISABLE"
 
 
@@ -35,22 +35,25 @@ class NeedsGpus(RuntimeError):
 def gpu_count() -> int:
     """GPUs torch sees here (0 without CUDA), without creating a CUDA context when there are none."""
     import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _need(count: int, what: str) -> None:
     have = gpu_count()
     if have < count:
-        raise NeedsGpus(f"{what} needs {count} NVIDIA GPUs; this machine has {have}. "
-                        f"The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer).")
+        raise NeedsGpus(
+            f"{what} needs {count} NVIDIA GPUs; this machine has {have}. "
+            f"The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer)."
+        )
 
 
 def peer_matrix() -> list[list[bool | None]]:
     """``m[i][j]``: can GPU i access GPU j's memory directly (None on the diagonal). [] without GPUs."""
     import torch
+
     n = gpu_count()
-    return [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)]
-            for i in range(n)]
+    return [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
 
 
 def format_matrix(matrix) -> str:
@@ -59,14 +62,17 @@ def format_matrix(matrix) -> str:
 
     if not matrix:
         return "(no GPUs)"
-    return text_matrix([f"GPU{i}" for i in range(len(matrix))],
-                       [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix])
+    return text_matrix(
+        [f"GPU{i}" for i in range(len(matrix))],
+        [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix],
+    )
 
 
 def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     """GB/s of a copy within this machine's memory (CPU tensors, each byte counted once, best of ``repeats``):
     the "link" between gloo ranks on one machine, whose messages go through shared memory."""
     import torch
+
     src = torch.ones(nbytes // 4)
     dst = torch.empty_like(src)
     best = min(timing.elapsed_s(lambda: dst.copy_(src), library=None) for _ in range(repeats))
@@ -78,7 +84,7 @@ def _time_copy(dst, src, repeats: int) -> float:
     source device's current stream (and syncs the destination's), so the events go on that stream."""
     import torch
 
-    with torch.cuda.device(src.device):     # the warm-up copy enables peer access between the pair
+    with torch.cuda.device(src.device):  # the warm-up copy enables peer access between the pair
         times = timing.time_gpu(lambda: dst.copy_(src), repeats, warmup=1, library="torch")
     torch.cuda.synchronize(dst.device)
     return statistics.median(times)
@@ -88,6 +94,7 @@ def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int 
     """Copy ``nbytes`` GPU ``src`` -> GPU ``dst`` and back; ``{"src->dst": GB/s, "dst->src": GB/s, "nbytes",
     "peer_access": bool}``, each the median of ``repeats`` timed copies, the data checked after."""
     import torch
+
     _need(max(src, dst) + 1, "a peer copy")
     a = torch.arange(nbytes // 4, dtype=torch.float32, device=f"cuda:{src}")
     b = torch.empty_like(a, device=f"cuda:{dst}")
@@ -95,8 +102,12 @@ def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int 
     back = _time_copy(a, b, repeats)
     assert torch.equal(a.cpu(), b.cpu()), "the peer copy changed the data"
     gbps = timing.bandwidth_gbps
-    return {f"{src}->{dst}": gbps(a.numel() * 4, there), f"{dst}->{src}": gbps(a.numel() * 4, back),
-            "nbytes": a.numel() * 4, "peer_access": bool(torch.cuda.can_device_access_peer(src, dst))}
+    return {
+        f"{src}->{dst}": gbps(a.numel() * 4, there),
+        f"{dst}->{src}": gbps(a.numel() * 4, back),
+        "nbytes": a.numel() * 4,
+        "peer_access": bool(torch.cuda.can_device_access_peer(src, dst)),
+    }
 
 
 def rank_env(p2p: bool) -> dict:
@@ -107,8 +118,16 @@ def rank_env(p2p: bool) -> dict:
 def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
     """One launch of the all-reduce sweep with P2P on or off (``env``: more variables for the ranks): its rows
     (:class:`mgpu_helpers.measure.sweep.SweepRow`) and the launch's RankResults."""
-    res = run_ranks(sweep.sweep_rank, world_size, args=(list(sizes), ("all_reduce",), None, 5), backend=backend,
-                    timeout=timeout, env={**rank_env(p2p), **(env or {})}, stream=False, quiet=True)
+    res = run_ranks(
+        sweep.sweep_rank,
+        world_size,
+        args=(list(sizes), ("all_reduce",), None, 5),
+        backend=backend,
+        timeout=timeout,
+        env={**rank_env(p2p), **(env or {})},
+        stream=False,
+        quiet=True,
+    )
     return sweep.combine(res.values, world_size, res.backend), res
 
 
@@ -121,8 +140,16 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
         _need(world_size, "the all-reduce with and without NCCL P2P")
     on, _ = allreduce_busbw(world_size, sizes, True, backend, timeout)
     off, _ = allreduce_busbw(world_size, sizes, False, backend, timeout)
-    return [{"nbytes": a.nbytes, "busbw_default": a.busbw, "busbw_p2p_off": b.busbw,
-             "ratio": b.busbw / a.busbw if a.busbw else None, "backend": a.backend} for a, b in zip(on, off)]
+    return [
+        {
+            "nbytes": a.nbytes,
+            "busbw_default": a.busbw,
+            "busbw_p2p_off": b.busbw,
+            "ratio": b.busbw / a.busbw if a.busbw else None,
+            "backend": a.backend,
+        }
+        for a, b in zip(on, off)
+    ]
 
 
 def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.0) -> dict:
@@ -136,8 +163,11 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
     for key, p2p in (("on", True), ("off", False)):
         (row,), res = allreduce_busbw(world_size, [int(nbytes)], p2p, "nccl", timeout, {"NCCL_DEBUG": "INFO"})
         lines = [f"[rank {r}] {ln}" for r, rank_lines in enumerate(res.outputs) for ln in rank_lines if "NCCL" in ln]
-        out[key] = {"busbw": row.busbw, "transports": diagnose.transports(lines),
-                    "lines": [ln for ln in lines if " via " in ln]}
+        out[key] = {
+            "busbw": row.busbw,
+            "transports": diagnose.transports(lines),
+            "lines": [ln for ln in lines if " via " in ln],
+        }
     return out
 
 
@@ -165,25 +195,42 @@ def measure_all(world_size: int = 2, copy_bytes: int = 256 << 20) -> dict:
 def format_report(measured: dict, rec: dict | None = None) -> str:
     """What was measured beside what was recorded on 2 x H200, as text."""
     rec = recorded() if rec is None else rec
-    lines = ["peer access (measured here):", format_matrix(measured["matrix"]),
-             f"recorded on {rec['machine']}: " + format_matrix(rec["peer_access"]).replace("\n", " | "),
-             f"NVLink recorded: {rec['nvlink_links_per_gpu']} links x {rec['nvlink_link_GBps']} GB/s = "
-             f"{rec['nvlink_GBps_per_gpu']:.0f} GB/s per GPU and direction", ""]
+    lines = [
+        "peer access (measured here):",
+        format_matrix(measured["matrix"]),
+        f"recorded on {rec['machine']}: " + format_matrix(rec["peer_access"]).replace("\n", " | "),
+        f"NVLink recorded: {rec['nvlink_links_per_gpu']} links x {rec['nvlink_link_GBps']} GB/s = "
+        f"{rec['nvlink_GBps_per_gpu']:.0f} GB/s per GPU and direction",
+        "",
+    ]
     if measured.get("copy"):
         c = measured["copy"]
         pairs = [k for k in c if "->" in k]
-        lines.append(f"peer copy ({sizes.format_bytes(c['nbytes'])}): "
-                     + ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in pairs)
-                     + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
+        lines.append(
+            f"peer copy ({sizes.format_bytes(c['nbytes'])}): "
+            + ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in pairs)
+            + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s"
+        )
     else:
         lines.append(f"peer copy: not measured here; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
     ref_off = {int(k): v for k, v in rec.get("allreduce_busbw_p2p_disabled_GBps", {}).items()}
-    rows = [dict(r, nccl_tests=rec["allreduce_busbw_default_GBps"].get(r["nbytes"]), off=ref_off.get(r["nbytes"]))
-            for r in measured.get("busbw") or []]
+    rows = [
+        dict(r, nccl_tests=rec["allreduce_busbw_default_GBps"].get(r["nbytes"]), off=ref_off.get(r["nbytes"]))
+        for r in measured.get("busbw") or []
+    ]
     rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in rec["allreduce_busbw_default_GBps"].items()]
-    lines.append(tables.format_table(
-        [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows],
-        [("size", "size", "{}"), ("busbw_default", "busbw default", "{:.1f}"), ("busbw_p2p_off", "P2P off", "{:.1f}"),
-         ("ratio", "off/default", "{:.2f}"), ("nccl_tests", "nccl-tests", "{}"), ("off", "recorded P2P off", "{}")]))
+    lines.append(
+        tables.format_table(
+            [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows],
+            [
+                ("size", "size", "{}"),
+                ("busbw_default", "busbw default", "{:.1f}"),
+                ("busbw_p2p_off", "P2P off", "{:.1f}"),
+                ("ratio", "off/default", "{:.2f}"),
+                ("nccl_tests", "nccl-tests", "{}"),
+                ("off", "recorded P2P off", "{}"),
+            ],
+        )
+    )
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)

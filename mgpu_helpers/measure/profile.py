@@ -32,8 +32,8 @@ from pathlib import Path
 from mgpu_helpers.launcher import trace
 
 SPAN_CATEGORY = "mgpu_span"
-SPAN_TID = 1                     # the "course spans" track of each rank
-GPU_TID_BASE = 1_000_000_000     # GPU streams become threads of their rank: base + device * 10**6 + stream
+SPAN_TID = 1  # the "course spans" track of each rank
+GPU_TID_BASE = 1_000_000_000  # GPU streams become threads of their rank: base + device * 10**6 + stream
 ANCHOR = "mgpu:clock"
 
 
@@ -49,11 +49,13 @@ class ProfiledRun:
 # --------------------------------------------------------------------------------------------------------
 # Inside a rank.
 
+
 @contextmanager
 def _profiler_range(label: str):
     """A torch.profiler range, and an NVTX range when CUDA is up (what Nsight Systems shows)."""
     import torch
     from torch.profiler import record_function
+
     with nvtx_range(label, torch.cuda.is_available() and torch.cuda.is_initialized()), record_function(label):
         yield
 
@@ -62,8 +64,9 @@ def _anchor() -> float:
     """Open a few empty ``mgpu:clock`` ranges and return time.monotonic() (us) at the middle of the last one:
     :func:`clock_offset` finds that range in the trace and so maps the profiler's clock onto monotonic."""
     from torch.profiler import record_function
+
     mid = 0.0
-    for _ in range(3):            # the first range pays one-off costs; the last is short
+    for _ in range(3):  # the first range pays one-off costs; the last is short
         t0 = time.monotonic()
         with record_function(ANCHOR):
             pass
@@ -76,11 +79,13 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
     Chrome trace to ``trace_dir/rank<k>.json``. Returns ``{"value", "trace_file", "anchor_us", "pid"}``.
 
     ``cuda``: "auto" (CUDA activity when this rank has a GPU), True or False."""
+
     def profiled_rank(rank, world_size, *args):
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         from mgpu_helpers.launcher.ranks import rank_device
+
         gpu = rank_device().type == "cuda" if cuda == "auto" else bool(cuda)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
         trace.set_range_hook(_profiler_range)
@@ -95,12 +100,14 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
         path = os.path.join(trace_dir, f"rank{rank}.json")
         prof.export_chrome_trace(path)
         return {"value": value, "trace_file": path, "anchor_us": anchor_us, "pid": os.getpid()}
+
     profiled_rank.__name__ = getattr(fn, "__name__", "rank_fn")
     return profiled_rank
 
 
 # --------------------------------------------------------------------------------------------------------
 # Merging (pure: dicts in, dicts out).
+
 
 def clock_offset(events, anchor_us: float) -> float:
     """Microseconds to add to this trace's timestamps to put them on time.monotonic(): from the shortest
@@ -116,9 +123,9 @@ def _new_tid(event, cpu_pid) -> int | None:
     pid, tid = event.get("pid"), event.get("tid")
     if pid == cpu_pid:
         return tid if isinstance(tid, int) else None
-    if isinstance(pid, int) and isinstance(tid, int):        # a GPU: pid = device, tid = stream
+    if isinstance(pid, int) and isinstance(tid, int):  # a GPU: pid = device, tid = stream
         return GPU_TID_BASE + pid * 1_000_000 + tid
-    return None                                              # the profiler's own "Spans"/"Traces" rows
+    return None  # the profiler's own "Spans"/"Traces" rows
 
 
 def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict:
@@ -129,9 +136,11 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
     for rank, (tr, anchor_us, cpu_pid) in enumerate(zip(rank_traces, anchors_us, cpu_pids)):
         events = tr.get("traceEvents", [])
         shift = clock_offset(events, anchor_us)
-        out += [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
-                {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
-                {"ph": "M", "name": "thread_name", "pid": rank, "tid": SPAN_TID, "args": {"name": "course spans"}}]
+        out += [
+            {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": SPAN_TID, "args": {"name": "course spans"}},
+        ]
         named = set()
         for e in events:
             tid = _new_tid(e, cpu_pid)
@@ -149,18 +158,37 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
             elif "ts" in e:
                 e["ts"] = float(e["ts"]) + shift
             out.append(e)
-        for s in (spans_per_rank[rank] if spans_per_rank else []):
-            out.append({"ph": "X", "cat": SPAN_CATEGORY, "name": s.name, "pid": rank, "tid": SPAN_TID,
-                        "ts": s.start * 1e6, "dur": max(s.seconds, 0.0) * 1e6, "args": {"kind": s.kind}})
-    return {"traceEvents": out, "displayTimeUnit": "ms",
-            "otherData": {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)}}
+        for s in spans_per_rank[rank] if spans_per_rank else []:
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": SPAN_CATEGORY,
+                    "name": s.name,
+                    "pid": rank,
+                    "tid": SPAN_TID,
+                    "ts": s.start * 1e6,
+                    "dur": max(s.seconds, 0.0) * 1e6,
+                    "args": {"kind": s.kind},
+                }
+            )
+    return {
+        "traceEvents": out,
+        "displayTimeUnit": "ms",
+        "otherData": {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)},
+    }
 
 
 def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None = None) -> list[dict]:
     """Complete events of ``rank`` whose name matches ``pattern`` (a regular expression), in time order."""
     rx = re.compile(pattern)
-    evs = [e for e in merged["traceEvents"] if e.get("ph") == "X" and e.get("pid") == rank
-           and rx.search(str(e.get("name", ""))) and (category is None or e.get("cat") == category)]
+    evs = [
+        e
+        for e in merged["traceEvents"]
+        if e.get("ph") == "X"
+        and e.get("pid") == rank
+        and rx.search(str(e.get("name", "")))
+        and (category is None or e.get("cat") == category)
+    ]
     return sorted(evs, key=lambda e: e["ts"])
 
 
@@ -168,20 +196,28 @@ def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
     """Per rank, the course's spans in the merged trace, as Span lists (seconds on time.monotonic()): what
     :func:`mgpu_helpers.widgets.straggler.draw_timeline` takes."""
     ranks = sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
-    return [[trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-             for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks]
+    return [
+        [
+            trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            for e in rank_events(merged, r, category=SPAN_CATEGORY)
+        ]
+        for r in ranks
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------
 # From a cell (or a script).
 
-def run_profiled(fn, world_size: int, trace_path: str | None = None, args=(), cuda: str = "auto",
-                 **run_ranks_kwargs) -> ProfiledRun:
+
+def run_profiled(
+    fn, world_size: int, trace_path: str | None = None, args=(), cuda: str = "auto", **run_ranks_kwargs
+) -> ProfiledRun:
     """Run ``fn`` on ``world_size`` ranks (:func:`mgpu_helpers.run_ranks`) under torch.profiler; write the merged
     trace to ``trace_path`` (default ``<fn name>.trace.json`` in the current folder: beside the notebook, which
     Jupyter runs in its own folder) and return a :class:`ProfiledRun`.
     ``run_ranks_kwargs`` go to run_ranks (backend, timeout, env, ...)."""
     from mgpu_helpers.launcher.launch import run_ranks
+
     trace_path = os.path.abspath(trace_path or f"{getattr(fn, '__name__', 'ranks')}.trace.json")
     run_ranks_kwargs.setdefault("stream", False)
     with tempfile.TemporaryDirectory(prefix="mgpu-profile-") as tmp:
@@ -198,6 +234,7 @@ def run_profiled(fn, world_size: int, trace_path: str | None = None, args=(), cu
 def nvtx_range(label: str, on: bool | None = None):
     """An NVTX range (Nsight Systems shows it) when ``on``, by default when CUDA is available; else nothing."""
     import torch
+
     on = torch.cuda.is_available() if on is None else on
     if on:
         torch.cuda.nvtx.range_push(label)
@@ -219,6 +256,7 @@ def marked_range(label: str, device=None):
     """
     import torch
     from torch.autograd.profiler import record_function
+
     if device is None:
         gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
     else:

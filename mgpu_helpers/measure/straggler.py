@@ -24,8 +24,14 @@ import itertools
 import statistics
 
 
-def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_unit=None, grad_numel=None,
-               timestamp_barrier: bool = True):
+def run_traced(
+    shard_units,
+    steps: int = 5,
+    timeout: float = 60.0,
+    seconds_per_unit=None,
+    grad_numel=None,
+    timestamp_barrier: bool = True,
+):
     """Run the straggler step on ``len(shard_units)`` real ranks for ``steps`` steps; returns RankResults.
 
     ``seconds_per_unit``: None for real matmuls, or seconds per unit of shard (a number, or one per rank) for
@@ -34,13 +40,18 @@ def run_traced(shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_u
     """
     from mgpu_helpers.launcher import launch
     from mgpu_helpers.measure import workloads
+
     shard_units = tuple(shard_units)
     if not shard_units or any(u < 0 for u in shard_units):
         raise ValueError(f"give one non-negative shard size per rank, like (12, 6, 4, 2); got {shard_units!r}")
-    return launch.run_ranks(workloads.straggler_step, len(shard_units),
-                            args=(shard_units, grad_numel, steps, None, None, seconds_per_unit,
-                                  timestamp_barrier),
-                            timeout=timeout, stream=False, quiet=True)
+    return launch.run_ranks(
+        workloads.straggler_step,
+        len(shard_units),
+        args=(shard_units, grad_numel, steps, None, None, seconds_per_unit, timestamp_barrier),
+        timeout=timeout,
+        stream=False,
+        quiet=True,
+    )
 
 
 def wait_by_rank(spans_per_rank) -> list[float]:
@@ -66,8 +77,9 @@ def median_worst_wait(values) -> float:
 def median_step_seconds(values) -> float:
     """The median over steps of the step time as the slowest rank saw it: compute + wait + all-reduce."""
     steps = len(values[0]["wait_s"])
-    return statistics.median(max(v["compute_s"][k] + v["wait_s"][k] + v["comm_s"][k] for v in values)
-                             for k in range(steps))
+    return statistics.median(
+        max(v["compute_s"][k] + v["wait_s"][k] + v["comm_s"][k] for v in values) for k in range(steps)
+    )
 
 
 def noise_floor(balanced_values) -> float:
@@ -104,8 +116,10 @@ def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
         per_unit = [float(seconds_per_unit)] * len(values)
     else:
         per_unit = [float(s) for s in seconds_per_unit]
-    return [[v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
-            for k in range(len(values[0]["wait_s"]))]
+    return [
+        [v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
+        for k in range(len(values[0]["wait_s"]))
+    ]
 
 
 def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, int]]:
@@ -118,15 +132,20 @@ def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, i
 # -- waiting inside the collective (no timestamp barrier) ------------------------------------------------------
 
 
-def run_waiting_inside(shard_units, steps: int = 5, seconds_per_unit=0.020, grad_numel=None,
-                       timeout: float = 60.0):
+def run_waiting_inside(shard_units, steps: int = 5, seconds_per_unit=0.020, grad_numel=None, timeout: float = 60.0):
     """The deterministic-cost straggler step with no timestamp barrier: each rank enters the all-reduce as soon
     as its compute is done, so the early ranks wait *inside* it. Returns RankResults: ``.spans`` hold only
     compute and communicate spans (as a profiler trace would), ``.values[r]["comm_s"]`` the time inside the
     collective per step and ``.values[r]["wait_s"]`` the part of it that was waiting (known afterwards from the
     all-gathered arrival times). ``seconds_per_unit`` None runs real matmuls instead (not deterministic)."""
-    return run_traced(shard_units, steps=steps, timeout=timeout, seconds_per_unit=seconds_per_unit,
-                      grad_numel=grad_numel, timestamp_barrier=False)
+    return run_traced(
+        shard_units,
+        steps=steps,
+        timeout=timeout,
+        seconds_per_unit=seconds_per_unit,
+        grad_numel=grad_numel,
+        timestamp_barrier=False,
+    )
 
 
 def median_collective(values) -> list[float]:

@@ -32,8 +32,12 @@ from mgpu_helpers.report import sizes as sz
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
 # Which nccl-tests formula each measured operation uses.
-BUSBW_AS = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
-            "rs_ag": "all_reduce"}
+BUSBW_AS = {
+    "all_reduce": "all_reduce",
+    "reduce_scatter": "reduce_scatter",
+    "all_gather": "all_gather",
+    "rs_ag": "all_reduce",
+}
 KiB, MiB, GiB = sz.KiB, sz.MiB, sz.GiB
 
 
@@ -76,6 +80,7 @@ def default_iters(nbytes: int, gpu: bool) -> int:
 # --------------------------------------------------------------------------------------------------------
 # Inside a rank.
 
+
 def all_gather_flat(output, inp, async_op: bool = False):
     """``all_gather_into_tensor`` under its current name (torch 2.13 renamed it ``all_gather_single``)."""
     import torch.distributed as dist
@@ -105,10 +110,15 @@ def make_op(op: str, nbytes: int, world_size: int, device):
     part = torch.ones(n // world_size, dtype=torch.float32, device=device)
 
     def rs_ag():
-        reduce_scatter_flat(part, full)   # each rank: the sum of its slice
-        all_gather_flat(full, part)       # everyone: every summed slice = the all-reduce
-    runs = {"all_reduce": lambda: dist.all_reduce(full), "reduce_scatter": lambda: reduce_scatter_flat(part, full),
-            "all_gather": lambda: all_gather_flat(full, part), "rs_ag": rs_ag}
+        reduce_scatter_flat(part, full)  # each rank: the sum of its slice
+        all_gather_flat(full, part)  # everyone: every summed slice = the all-reduce
+
+    runs = {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "reduce_scatter": lambda: reduce_scatter_flat(part, full),
+        "all_gather": lambda: all_gather_flat(full, part),
+        "rs_ag": rs_ag,
+    }
     if op not in runs:
         raise ValueError(f"unknown op {op!r}; one of {OPS}")
     return runs[op], n * 4
@@ -133,6 +143,7 @@ def time_batch(run, iters: int, warmup: int, device) -> float:
     def batch():
         for _ in range(iters):
             run()
+
     return elapsed_s(batch, "torch" if device.type == "cuda" else None) / iters
 
 
@@ -163,15 +174,32 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
     for i, first in enumerate(per_rank[0]):
         seconds = max(rank_rows[i]["seconds"] for rank_rows in per_rank)
         nb = first["nbytes"]
-        rows.append(SweepRow(op=first["op"], nbytes=nb, time_us=seconds * 1e6,
-                             algbw=bandwidth.algbw(nb, seconds) / 1e9,
-                             busbw=bandwidth.busbw(BUSBW_AS[first["op"]], nb, seconds, world_size) / 1e9,
-                             world_size=world_size, backend=backend, iters=first["iters"]))
+        rows.append(
+            SweepRow(
+                op=first["op"],
+                nbytes=nb,
+                time_us=seconds * 1e6,
+                algbw=bandwidth.algbw(nb, seconds) / 1e9,
+                busbw=bandwidth.busbw(BUSBW_AS[first["op"]], nb, seconds, world_size) / 1e9,
+                world_size=world_size,
+                backend=backend,
+                iters=first["iters"],
+            )
+        )
     return rows
 
 
-def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int = 5, backend: str = "auto",
-              timeout: float = 300.0, progress=None, stream: bool = False) -> list[SweepRow]:
+def run_sweep(
+    world_size: int = 2,
+    sizes=None,
+    ops=OPS,
+    iters=None,
+    warmup: int = 5,
+    backend: str = "auto",
+    timeout: float = 300.0,
+    progress=None,
+    stream: bool = False,
+) -> list[SweepRow]:
     """Measure ``ops`` over ``sizes`` on ``world_size`` ranks; returns one :class:`SweepRow` per (size, op).
 
     ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB).
@@ -190,8 +218,15 @@ def run_sweep(world_size: int = 2, sizes=None, ops=OPS, iters=None, warmup: int 
     done = 0
     try:
         for group in groups:
-            res = run_ranks(sweep_rank, world_size, args=(group, tuple(ops), iters, warmup), backend=chosen,
-                            timeout=timeout, stream=stream, quiet=True)
+            res = run_ranks(
+                sweep_rank,
+                world_size,
+                args=(group, tuple(ops), iters, warmup),
+                backend=chosen,
+                timeout=timeout,
+                stream=stream,
+                quiet=True,
+            )
             rows += combine(res.values, world_size, res.backend)
             done += len(group)
             update(done, len(sizes))
@@ -205,22 +240,47 @@ def repeats_rank(rank: int, world_size: int, nbytes: int, ops, repeats: int, ite
     return [sweep_rank(rank, world_size, [nbytes], ops, iters, warmup if r == 0 else 1) for r in range(repeats)]
 
 
-def run_repeats(world_size: int = 2, nbytes: int = MiB, ops=("all_reduce", "rs_ag"), repeats: int = 5,
-                backend: str = "auto", iters=None, timeout: float = 300.0) -> list[dict]:
+def run_repeats(
+    world_size: int = 2,
+    nbytes: int = MiB,
+    ops=("all_reduce", "rs_ag"),
+    repeats: int = 5,
+    backend: str = "auto",
+    iters=None,
+    timeout: float = 300.0,
+) -> list[dict]:
     """Time ``ops`` at ``nbytes`` ``repeats`` times in one launch; returns one ``{op: time_us}`` per round
     (each the slowest rank's, as in :func:`combine`), so that a comparison comes with its own spread."""
     chosen, _ = hardware.choose_backend(world_size, backend)
-    res = run_ranks(repeats_rank, world_size, args=(int(nbytes), tuple(ops), repeats, iters), backend=chosen,
-                    timeout=timeout, stream=False, quiet=True)
-    return [{row.op: row.time_us for row in combine([v[r] for v in res.values], world_size, res.backend)}
-            for r in range(repeats)]
+    res = run_ranks(
+        repeats_rank,
+        world_size,
+        args=(int(nbytes), tuple(ops), repeats, iters),
+        backend=chosen,
+        timeout=timeout,
+        stream=False,
+        quiet=True,
+    )
+    return [
+        {row.op: row.time_us for row in combine([v[r] for v in res.values], world_size, res.backend)}
+        for r in range(repeats)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------
 # A training-like step per size: compute, wait, communicate.
 
-def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int = 128,
-              compute_repeats: int = 4, slow_rank=None, slow_factor: int = 3) -> list[dict]:
+
+def step_rank(
+    rank: int,
+    world_size: int,
+    sizes,
+    steps: int = 5,
+    compute_n: int = 128,
+    compute_repeats: int = 4,
+    slow_rank=None,
+    slow_factor: int = 3,
+) -> list[dict]:
     """Rank function: for each size, ``steps`` steps of compute, wait for the slowest rank, all-reduce ``nbytes``.
 
     Each size runs :func:`mgpu_helpers.measure.workloads.straggler_step`: the compute is ``compute_repeats``
@@ -234,10 +294,24 @@ def step_rank(rank: int, world_size: int, sizes, steps: int = 5, compute_n: int 
     out = []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
-        got = straggler_step(rank, world_size, shards, grad_numel=n, steps=steps, m=compute_n,
-                             per_unit=compute_repeats, label=sz.format_bytes(n * 4))
-        out.append({"nbytes": n * 4, "compute": statistics.median(got["compute_s"]),
-                    "wait": statistics.median(got["wait_s"]), "communicate": statistics.median(got["comm_s"])})
+        got = straggler_step(
+            rank,
+            world_size,
+            shards,
+            grad_numel=n,
+            steps=steps,
+            m=compute_n,
+            per_unit=compute_repeats,
+            label=sz.format_bytes(n * 4),
+        )
+        out.append(
+            {
+                "nbytes": n * 4,
+                "compute": statistics.median(got["compute_s"]),
+                "wait": statistics.median(got["wait_s"]),
+                "communicate": statistics.median(got["comm_s"]),
+            }
+        )
     return out
 
 
@@ -256,25 +330,49 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
         wait = max(r[i]["wait"] for r in per_rank)
         comm = statistics.median(r[i]["communicate"] for r in per_rank)
         total = comp + wait + comm
-        rows.append({"nbytes": first["nbytes"], "compute_us": comp * 1e6, "wait_us": wait * 1e6,
-                     "comm_us": comm * 1e6, "step_us": total * 1e6, "efficiency": comp / total})
+        rows.append(
+            {
+                "nbytes": first["nbytes"],
+                "compute_us": comp * 1e6,
+                "wait_us": wait * 1e6,
+                "comm_us": comm * 1e6,
+                "step_us": total * 1e6,
+                "efficiency": comp / total,
+            }
+        )
     return rows
 
 
-def run_step_breakdown(world_size: int = 2, sizes=None, steps: int = 5, compute_n=None, backend: str = "auto",
-                       timeout: float = 300.0, slow_rank=None, slow_factor: int = 3):
+def run_step_breakdown(
+    world_size: int = 2,
+    sizes=None,
+    steps: int = 5,
+    compute_n=None,
+    backend: str = "auto",
+    timeout: float = 300.0,
+    slow_rank=None,
+    slow_factor: int = 3,
+):
     """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
     (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.results.RankResults` (with spans)."""
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
-    res = run_ranks(step_rank, world_size, args=(sizes, steps, n, 4, slow_rank, slow_factor), backend=chosen,
-                    timeout=timeout, stream=False, quiet=True)
+    res = run_ranks(
+        step_rank,
+        world_size,
+        args=(sizes, steps, n, 4, slow_rank, slow_factor),
+        backend=chosen,
+        timeout=timeout,
+        stream=False,
+        quiet=True,
+    )
     return combine_steps(res.values), res
 
 
 # --------------------------------------------------------------------------------------------------------
 # All-reduce against reduce-scatter + all-gather: how much buffer memory? (The lab runs the comparison:
 # mh.lessons.lab.compare_rank.)
+
 
 def buffer_bytes(nbytes: int, world_size: int) -> dict:
     """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``:
@@ -288,5 +386,9 @@ def buffer_bytes(nbytes: int, world_size: int) -> dict:
       optimizer states): the 1/n shard.
     """
     n = sz.float32_elements(nbytes, world_size) * 4
-    return {"all_reduce": n, "rs_ag_out_of_place": n + n // world_size, "rs_ag_in_place": n,
-            "reduce_scatter_only": n // world_size}
+    return {
+        "all_reduce": n,
+        "rs_ag_out_of_place": n + n // world_size,
+        "rs_ag_in_place": n,
+        "reduce_scatter_only": n // world_size,
+    }

@@ -78,15 +78,24 @@ def _event_api(library: str):
     """(make an event, synchronize the device, seconds between two recorded events) for ``library``."""
     if library == "numba":
         from numba import cuda
+
         return cuda.event, cuda.synchronize, lambda s, e: s.elapsed_time(e) * 1e-3
     if library == "cupy":
         import cupy
-        return (cupy.cuda.Event, lambda: cupy.cuda.Device().synchronize(),
-                lambda s, e: cupy.cuda.get_elapsed_time(s, e) * 1e-3)
+
+        return (
+            cupy.cuda.Event,
+            lambda: cupy.cuda.Device().synchronize(),
+            lambda s, e: cupy.cuda.get_elapsed_time(s, e) * 1e-3,
+        )
     if library == "torch":
         import torch
-        return (lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize,
-                lambda s, e: s.elapsed_time(e) * 1e-3)
+
+        return (
+            lambda: torch.cuda.Event(enable_timing=True),
+            torch.cuda.synchronize,
+            lambda s, e: s.elapsed_time(e) * 1e-3,
+        )
     raise ValueError(f"library must be one of {', '.join(repr(x) for x in LIBRARIES)}, not {library!r}")
 
 

@@ -32,6 +32,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     (fractional units round to whole matmuls). The values stay bounded; the result depends on ``seed``.
     """
     import torch
+
     if device.type == "cpu":
         # One thread per rank: a CPU rank stands in for one device, and its cost must not depend on how
         # many threads the launcher gave it (several threads per rank on a busy machine spin and thrash).
@@ -45,7 +46,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     b = torch.ones(m, m, device=device)
     y = torch.full((m, m), float(seed), device=device)
     for _ in range(int(round(units * per_unit))):
-        y = torch.addmm(b, a, y)   # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
+        y = torch.addmm(b, a, y)  # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
     synchronize_device(device)
     return y[0, :4].clone()
 
@@ -60,7 +61,7 @@ def sleep_units(units: float, seconds_per_unit: float) -> None:
     """
     if units < 0 or seconds_per_unit < 0:
         raise ValueError(f"units and seconds_per_unit must be >= 0, got {units}, {seconds_per_unit}")
-    time.sleep(units * seconds_per_unit)   # after a signal Python sleeps on for the time left (PEP 475)
+    time.sleep(units * seconds_per_unit)  # after a signal Python sleeps on for the time left (PEP 475)
 
 
 def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
@@ -68,15 +69,25 @@ def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
     given, a tuple of every rank's."""
     import torch
     import torch.distributed as dist
+
     mine = torch.tensor(list(times), dtype=torch.float64, device=device)
     got = [torch.zeros(len(times), dtype=torch.float64, device=device) for _ in range(world_size)]
     dist.all_gather(got, mine)
     return list(zip(*(x.tolist() for x in got)))
 
 
-def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | None = None, steps: int = 1,
-                   m: int | None = None, per_unit: int | None = None, seconds_per_unit=None,
-                   timestamp_barrier: bool = True, label: str = "") -> dict:
+def straggler_step(
+    rank: int,
+    world_size: int,
+    shard_units,
+    grad_numel: int | None = None,
+    steps: int = 1,
+    m: int | None = None,
+    per_unit: int | None = None,
+    seconds_per_unit=None,
+    timestamp_barrier: bool = True,
+    label: str = "",
+) -> dict:
     """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
 
     ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
@@ -114,32 +125,43 @@ def straggler_step(rank: int, world_size: int, shard_units, grad_numel: int | No
         else:
             sleep_units(amount, seconds_per_unit)
 
-    if grad_numel is None:   # 16 KiB on the CPU, 64 MiB on a GPU
+    if grad_numel is None:  # 16 KiB on the CPU, 64 MiB on a GPU
         grad_numel = (1 << 24) if device.type == "cuda" else (1 << 12)
     grad = torch.full((grad_numel,), float(rank + 1), device=device)
     if seconds_per_unit is None:
-        compute_units(0.5, device, m, per_unit)   # warm-up: the first matmul pays one-off costs
-    dist.all_reduce(grad.clone())                 # warm-up: connections and this size's algorithm set up
+        compute_units(0.5, device, m, per_unit)  # warm-up: the first matmul pays one-off costs
+    dist.all_reduce(grad.clone())  # warm-up: connections and this size's algorithm set up
     synchronize_device(device)
-    names = ((f"compute ({label})", f"wait ({label})", f"all_reduce {label}") if label else
-             (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce"))
-    out = dict(rank=rank, device=str(device), shard=shard_units[rank], compute_s=[], wait_s=[], comm_s=[],
-               start_skew_s=[], timestamp_barrier=bool(timestamp_barrier))
+    names = (
+        (f"compute ({label})", f"wait ({label})", f"all_reduce {label}")
+        if label
+        else (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
+    )
+    out = dict(
+        rank=rank,
+        device=str(device),
+        shard=shard_units[rank],
+        compute_s=[],
+        wait_s=[],
+        comm_s=[],
+        start_skew_s=[],
+        timestamp_barrier=bool(timestamp_barrier),
+    )
     for step in range(steps):
-        dist.barrier()                            # start every rank's step together
+        dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
             work(units, seed=step)
-        compute = trace.latest()                  # each figure is its span's own time: what a trace shows
-        if timestamp_barrier:                     # waiting measured before the collective, as its own span
+        compute = trace.latest()  # each figure is its span's own time: what a trace shows
+        if timestamp_barrier:  # waiting measured before the collective, as its own span
             starts, arrivals = _gather_times((compute.start, compute.end), device, world_size)
             trace.record("wait", compute.end, max(compute.end, *arrivals), names[1])
         with trace.span("communicate", names[2]):
             g = grad.clone()
-            dist.all_reduce(g)                    # without the timestamp barrier, early ranks wait in here
+            dist.all_reduce(g)  # without the timestamp barrier, early ranks wait in here
             synchronize_device(device)
         comm = trace.latest()
         arrived = compute.end
-        if not timestamp_barrier:                 # after the collective: nothing it measures is changed
+        if not timestamp_barrier:  # after the collective: nothing it measures is changed
             # Arriving is entering the all-reduce, which ends on no rank before the last rank entered it: so
             # comm_s >= wait_s holds exactly, even when a rank is descheduled between its compute and the call.
             arrived = comm.start
@@ -168,23 +190,28 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     medians = []
     for nbytes in sizes_bytes:
         x = torch.ones(max(1, int(nbytes) // 4), device=device)
-        dist.all_reduce(x)           # warm-up (connection and buffer set-up)
+        dist.all_reduce(x)  # warm-up (connection and buffer set-up)
         synchronize_device(device)
         times = []
         for _ in range(repeats):
             with trace.span("communicate", f"all_reduce {int(nbytes)} B x {iters}"):
-                times.append(time_batch(lambda: dist.all_reduce(x), iters, 0, device))   # one timing loop
+                times.append(time_batch(lambda: dist.all_reduce(x), iters, 0, device))  # one timing loop
         medians.append(statistics.median(times))
     return medians
 
 
-def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3,
-                 weak: bool = False) -> dict:
+def scaling_step(
+    rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3, weak: bool = False
+) -> dict:
     """Strong (or weak) scaling step: ``total_units / world_size`` units of compute (``total_units`` per
     rank when ``weak``), then an all-reduce of ``grad_numel`` float32: :func:`straggler_step` with equal
     shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
     units = total_units if weak else total_units / world_size
     run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
     med = statistics.median
-    return dict(rank=rank, compute_s=med(run["compute_s"]), comm_s=med(run["comm_s"]),
-                step_s=med([c + a for c, a in zip(run["compute_s"], run["comm_s"])]))
+    return dict(
+        rank=rank,
+        compute_s=med(run["compute_s"]),
+        comm_s=med(run["comm_s"]),
+        step_s=med([c + a for c, a in zip(run["compute_s"], run["comm_s"])]),
+    )

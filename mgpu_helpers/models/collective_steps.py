@@ -17,8 +17,8 @@ class Frame:
     ``received[rank]``: the chunk that rank has just received (None at the input);
     ``sent[rank]``: what it has sent so far, as a fraction of the whole buffer S."""
 
-    phase: str             # "input", "reduce_scatter" or "all_gather"
-    step: int              # 0-based within the phase (-1 for the input)
+    phase: str  # "input", "reduce_scatter" or "all_gather"
+    step: int  # 0-based within the phase (-1 for the input)
     holds: tuple
     received: tuple
     sent: tuple
@@ -58,10 +58,10 @@ def ring_all_reduce_steps(world_size: int) -> RingSteps:
             for r in range(n):
                 left = (r - 1) % n
                 if phase == "reduce_scatter":
-                    c = (r - s - 2) % n              # the chunk rank r - 1 sent: (r - 1 - s - 1) % n
+                    c = (r - s - 2) % n  # the chunk rank r - 1 sent: (r - 1 - s - 1) % n
                     holds[r][c] = prev[r][c] | prev[left][c]
                 else:
-                    c = (r - s - 1) % n              # the chunk rank r - 1 passed on: (r - 1 - s) % n
+                    c = (r - s - 1) % n  # the chunk rank r - 1 passed on: (r - 1 - s) % n
                     holds[r][c] = prev[left][c]
                 got.append(c)
             sent += 1.0 / n

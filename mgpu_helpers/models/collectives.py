@@ -31,7 +31,7 @@ def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -
     """
     if world_size < 1 or length < 1:
         raise ValueError(f"world_size and length must be >= 1, got {world_size}, {length}")
-    same = {"rank": lambda r: r, "rank+1": lambda r: r + 1, "powers of two": lambda r: 2 ** r}  # per rank
+    same = {"rank": lambda r: r, "rank+1": lambda r: r + 1, "powers of two": lambda r: 2**r}  # per rank
     if pattern in same:
         return [[float(same[pattern](r))] * length for r in range(world_size)]
     if pattern == "one-hot":
@@ -43,8 +43,13 @@ def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -
 
 
 # Each reduce op over the ranks (axis 0 of ``inputs[rank][i]``).
-_REDUCERS = {"sum": lambda a: a.sum(axis=0), "avg": lambda a: a.sum(axis=0) / a.shape[0],
-             "max": lambda a: a.max(axis=0), "min": lambda a: a.min(axis=0), "prod": lambda a: a.prod(axis=0)}
+_REDUCERS = {
+    "sum": lambda a: a.sum(axis=0),
+    "avg": lambda a: a.sum(axis=0) / a.shape[0],
+    "max": lambda a: a.max(axis=0),
+    "min": lambda a: a.min(axis=0),
+    "prod": lambda a: a.prod(axis=0),
+}
 
 
 def _reduce(a: np.ndarray, op: str) -> np.ndarray:

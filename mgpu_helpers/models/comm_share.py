@@ -4,6 +4,7 @@ With the compute time ``C`` of a step fixed and communication taking a share ``s
 overlapped), a step lasts ``C / (1 - s)``: communication is ``s / (1 - s)`` of the compute time.
 """
 
+
 def _check_share(share: float) -> float:
     if not 0 <= share < 1:
         raise ValueError(f"a share of the step must be in [0, 1), got {share}: e.g. 0.3 for 30%")

@@ -6,6 +6,7 @@ they are not written a second time. ``nbytes`` follows nccl-tests: the buffer on
 the whole (unreduced / gathered) buffer for reduce_scatter and all_gather.
 """
 
+
 def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:
     """(multiplier of alpha, multiplier of beta) in ``cost(nbytes, world_size, alpha, beta)``.
 
@@ -14,8 +15,7 @@ def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:
     return cost(nbytes, world_size, 1.0, 0.0), cost(nbytes, world_size, 0.0, 1.0)
 
 
-def fit_alpha_beta(cost, nbytes: list, seconds: list, world_size: int,
-                   relative: bool = False) -> tuple[float, float]:
+def fit_alpha_beta(cost, nbytes: list, seconds: list, world_size: int, relative: bool = False) -> tuple[float, float]:
     """Least-squares ``(alpha, beta)`` of the cost model ``cost(nbytes, world_size, alpha, beta)`` (e.g.
     notebook 08's ``ring_allreduce_seconds``) for measured ``seconds`` at message sizes ``nbytes``.
 
@@ -29,7 +29,7 @@ def fit_alpha_beta(cost, nbytes: list, seconds: list, world_size: int,
     if len(nbytes) != len(seconds) or len(set(nbytes)) < 2:
         raise ValueError("need matching lists with at least two different message sizes")
     rows = [ring_terms(cost, b, world_size) for b in nbytes]
-    if relative:   # divide each equation by its measured time: t/t = 1 = a x/t + b y/t
+    if relative:  # divide each equation by its measured time: t/t = 1 = a x/t + b y/t
         rows = [(x / t, y / t) for (x, y), t in zip(rows, seconds)]
         seconds = [1.0] * len(seconds)
     # Normal equations of t = a * x + b * y (two unknowns, no intercept).
@@ -41,7 +41,7 @@ def fit_alpha_beta(cost, nbytes: list, seconds: list, world_size: int,
     det = sxx * syy - sxy * sxy
     alpha = (sxt * syy - syt * sxy) / det
     beta = (syt * sxx - sxt * sxy) / det
-    if alpha < 0:   # refit beta alone through the origin
+    if alpha < 0:  # refit beta alone through the origin
         alpha, beta = 0.0, syt / syy
     if beta < 0:
         alpha, beta = sxt / sxx, 0.0

@@ -27,14 +27,14 @@ STRATEGY_NOTES = {
     "replicate": "every rank holds a full copy of everything; adding ranks adds no capacity",
     "data_parallel": "model, gradients and optimizer state replicated; only the batch (activations) is split",
     "tensor_parallel": "each layer's weights split by width; activations at layer boundaries stay whole "
-                       "(simplified: counted as replicated)",
+    "(simplified: counted as replicated)",
     "pipeline_parallel": "layers split by depth; each stage keeps its layers' state and activations "
-                         "(simplified: micro-batches in flight ignored)",
+    "(simplified: micro-batches in flight ignored)",
     "zero1": "data parallel, optimizer state sharded (ZeRO stage 1)",
     "zero2": "data parallel, optimizer state and gradients sharded (ZeRO stage 2)",
     "zero3": "data parallel, parameters, gradients and optimizer state sharded (ZeRO stage 3 / FSDP)",
     "unified_memory": "nothing is split: pages that do not fit stay elsewhere (host memory, or a peer GPU's "
-                      "memory) and migrate or are read remotely on demand, over PCIe or NVLink: it runs, slowly",
+    "memory) and migrate or are read remotely on demand, over PCIe or NVLink: it runs, slowly",
 }
 
 
@@ -92,12 +92,22 @@ class MemoryPlan:
         per = ", ".join(f"{t:g}" for t in self.totals)
         verdict = "fits" if self.fits else "does NOT fit"
         rep = ", ".join(self.replicated) or "nothing"
-        return (f"{self.strategy} on {len(self.ranks)} rank(s): per rank [{per}] vs capacity "
-                f"{self.capacity:g} -> {verdict}; replicated: {rep}")
+        return (
+            f"{self.strategy} on {len(self.ranks)} rank(s): per rank [{per}] vs capacity "
+            f"{self.capacity:g} -> {verdict}; replicated: {rep}"
+        )
 
 
-def memory_plan(strategy: str, world_size: int, capacity: float, params: float = 0.0, grads: float = 0.0,
-                optimizer: float = 0.0, activations: float = 0.0, weights=None) -> MemoryPlan:
+def memory_plan(
+    strategy: str,
+    world_size: int,
+    capacity: float,
+    params: float = 0.0,
+    grads: float = 0.0,
+    optimizer: float = 0.0,
+    activations: float = 0.0,
+    weights=None,
+) -> MemoryPlan:
     """Memory each of ``world_size`` ranks needs under ``strategy``, against a per-GPU ``capacity``.
 
     ``params``, ``grads``, ``optimizer``, ``activations``: sizes of the whole job (one unit for all, e.g.
@@ -118,11 +128,19 @@ def memory_plan(strategy: str, world_size: int, capacity: float, params: float =
         raise ValueError(f"sizes must be >= 0, got {sizes}")
     sharded = STRATEGIES[strategy]
     total_w = float(sum(weights))
-    ranks = [RankMemory(r, **{p: sizes[p] * (weights[r] / total_w) if p in sharded else sizes[p] for p in PARTS})
-             for r in range(world_size)]
+    ranks = [
+        RankMemory(r, **{p: sizes[p] * (weights[r] / total_w) if p in sharded else sizes[p] for p in PARTS})
+        for r in range(world_size)
+    ]
     replicated = tuple(p for p in PARTS if p not in sharded and sizes[p] > 0)
-    return MemoryPlan(strategy, capacity, tuple(ranks), replicated,
-                      tuple(p for p in PARTS if p in sharded and sizes[p] > 0), STRATEGY_NOTES[strategy])
+    return MemoryPlan(
+        strategy,
+        capacity,
+        tuple(ranks),
+        replicated,
+        tuple(p for p in PARTS if p in sharded and sizes[p] > 0),
+        STRATEGY_NOTES[strategy],
+    )
 
 
 # -- communication per training step ------------------------------------------------------------------------
@@ -175,14 +193,23 @@ class StrategyRow:
     step_bytes: float | None
 
 
-def compare_strategies(world_size: int, capacity: float, params: float = 0.0, grads: float = 0.0,
-                       optimizer: float = 0.0, activations: float = 0.0, weights=None,
-                       strategies=tuple(STRATEGIES)) -> list:
+def compare_strategies(
+    world_size: int,
+    capacity: float,
+    params: float = 0.0,
+    grads: float = 0.0,
+    optimizer: float = 0.0,
+    activations: float = 0.0,
+    weights=None,
+    strategies=tuple(STRATEGIES),
+) -> list:
     """Every strategy on one job: per-rank memory (the largest rank), whether it fits, bytes sent per step.
 
     ``weights`` split the sharded parts unevenly, as in :func:`memory_plan`. Returns one :class:`StrategyRow`
     per strategy, in the order given. The sharding widget draws this table.
     """
     plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in strategies]
-    return [StrategyRow(p.strategy, p, max(p.totals), p.fits, step_bytes_sent(p.strategy, world_size, params, grads))
-            for p in plans]
+    return [
+        StrategyRow(p.strategy, p, max(p.totals), p.fits, step_bytes_sent(p.strategy, world_size, params, grads))
+        for p in plans
+    ]

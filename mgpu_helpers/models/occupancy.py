@@ -19,14 +19,14 @@ class SmLimits:
     max_blocks_per_sm: int = 32
     max_threads_per_block: int = 1024
     max_regs_per_thread: int = 255
-    reg_alloc_unit: int = 256          # registers are handed out per warp in units of 256
-    sub_partitions: int = 4            # an SM is 4 partitions, each with its own quarter of the register file
+    reg_alloc_unit: int = 256  # registers are handed out per warp in units of 256
+    sub_partitions: int = 4  # an SM is 4 partitions, each with its own quarter of the register file
     regs_per_block: int = 65536
     smem_per_sm: int = 228 * 1024
     smem_alloc_unit: int = 128
     smem_reserved_per_block: int = 1024  # set aside by the system for every block (compute capability >= 8.0)
     warp_size: int = 32
-    sm_count: int = 132                # H200 SXM
+    sm_count: int = 132  # H200 SXM
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -72,12 +72,15 @@ def occupancy(block: int, regs_per_thread: int, smem_per_block: int = 0, limits:
     lim = limits
     warps_per_block = math.ceil(block / lim.warp_size)
     if block > lim.max_threads_per_block:
-        return Occupancy(block, regs_per_thread, 0, 0, lim.max_warps_per_sm,
-                         f"block > {lim.max_threads_per_block} threads: cannot launch")
-    candidates = {
-        "threads": lim.max_warps_per_sm // warps_per_block,
-        "blocks": lim.max_blocks_per_sm,
-    }
+        return Occupancy(
+            block,
+            regs_per_thread,
+            0,
+            0,
+            lim.max_warps_per_sm,
+            f"block > {lim.max_threads_per_block} threads: cannot launch",
+        )
+    candidates = {"threads": lim.max_warps_per_sm // warps_per_block, "blocks": lim.max_blocks_per_sm}
     if regs_per_thread > 0:
         regs_per_warp = math.ceil(regs_per_thread * lim.warp_size / lim.reg_alloc_unit) * lim.reg_alloc_unit
         # The launch check assumes a block's warps spread over all sub-partitions (rounded up to 4 warps).

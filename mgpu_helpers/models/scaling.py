@@ -4,6 +4,7 @@ The step-time model itself (``step_seconds``, the ring all-reduce cost) is taugh
 to :mod:`mgpu_helpers.lessons.cost_model`.
 """
 
+
 def speedup(t1_s: float, tn_s: float) -> float:
     """Speed-up ``t1_s / tn_s`` (two GPUs at 250 ms against one at 400 ms: ``speedup(0.400, 0.250) == 1.6``)."""
     if tn_s <= 0:

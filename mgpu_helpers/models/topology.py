@@ -31,8 +31,13 @@ LINK_MEANINGS = {
     "SYS": "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI), slowest",
 }
 # The kinds of path the words name, fastest first (a figure colours the matrix by these).
-LINK_CLASSES = {"NVLink": ("NV#",), "PCIe switch (PIX/PXB)": ("PIX", "PXB"), "host bridge (PHB/NODE)": ("PHB", "NODE"),
-                "across CPU sockets (SYS)": ("SYS",), "self (X)": ("X",)}
+LINK_CLASSES = {
+    "NVLink": ("NV#",),
+    "PCIe switch (PIX/PXB)": ("PIX", "PXB"),
+    "host bridge (PHB/NODE)": ("PHB", "NODE"),
+    "across CPU sockets (SYS)": ("SYS",),
+    "self (X)": ("X",),
+}
 
 
 class TopoMatrix(NamedTuple):
@@ -68,10 +73,10 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         raise ValueError("no `nvidia-smi topo -m` header (a line of column names starting with GPU0) found")
     header = [h.strip() for h in body[header_i].split("\t") if h.strip()]
     devices = [h for h in header if _DEVICE.match(h)]
-    extra = header[len(devices):]
+    extra = header[len(devices) :]
     gpus = [d for d in devices if d.startswith("GPU")]
     rows = {}
-    for ln in body[header_i + 1:]:
+    for ln in body[header_i + 1 :]:
         if not ln.strip() or ln.startswith("Legend"):
             break
         cells = [c.strip() for c in ln.split("\t")]
@@ -83,7 +88,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             raise ValueError(f"the matrix has a {g} column but no {g} row")
         cells = rows[g]
         links.append(tuple(cells[devices.index(o)] for o in gpus))
-        rest = [c for c in cells[len(devices):] if c]
+        rest = [c for c in cells[len(devices) :] if c]
         columns[g] = dict(zip(extra, rest))
     return TopoMatrix(tuple(gpus), tuple(links), columns, source)
 
@@ -145,14 +150,16 @@ def link_class(word: str) -> str:
 
 def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
     """Each pair of distinct GPUs once: (gpu_a, gpu_b, link word), fastest paths first."""
-    out = [(topo.names[i], topo.names[j], topo.links[i][j])
-           for i, j in itertools.combinations(range(len(topo.names)), 2)]
-    order = list(LINK_MEANINGS)              # the legend lists the words fastest first
+    out = [
+        (topo.names[i], topo.names[j], topo.links[i][j]) for i, j in itertools.combinations(range(len(topo.names)), 2)
+    ]
+    order = list(LINK_MEANINGS)  # the legend lists the words fastest first
 
     def speed(p):
         key = _legend_word(p[2])
         rank = order.index(key) if key in order else len(order)
         return (rank, -int(p[2].strip()[2:])) if key == "NV#" else (rank, 0)
+
     return sorted(out, key=speed)
 
 
@@ -166,9 +173,11 @@ def format_matrix(names, rows) -> str:
 
 def summary(topo: TopoMatrix) -> str:
     """A few lines: the matrix, then each GPU pair with what its link means."""
-    lines = [format_matrix(topo.names, topo.links)] + [f"{a}-{b}: {word} = {link_meaning(word)}"
-                                                        for a, b, word in pairs(topo)]
+    lines = [format_matrix(topo.names, topo.links)] + [
+        f"{a}-{b}: {word} = {link_meaning(word)}" for a, b, word in pairs(topo)
+    ]
     if any(word.startswith("NV") for _, _, word in pairs(topo)):
-        lines.append("NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` "
-                     "are per direction")
+        lines.append(
+            "NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` are per direction"
+        )
     return "\n".join(lines)

@@ -34,8 +34,8 @@ class LabReport:
     """A report built section by section, written as ``report.md`` plus one PNG per figure."""
 
     title: str
-    sections: list = field(default_factory=list)     # (heading, markdown)
-    figures: dict = field(default_factory=dict)      # file stem -> Figure
+    sections: list = field(default_factory=list)  # (heading, markdown)
+    figures: dict = field(default_factory=dict)  # file stem -> Figure
 
     def add_text(self, heading: str, text: str) -> None:
         self.sections.append((heading, text.strip()))
@@ -74,21 +74,48 @@ class LabReport:
 PLACEHOLDER = "✎"
 
 # Column sets the lab uses.
-SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("nbytes", "bytes", "{:d}"),
-                 ("time_us", "time (us)", "{:.1f}"), ("algbw", "algbw (GB/s)", "{:.3f}"),
-                 ("busbw", "busbw (GB/s)", "{:.3f}"), ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}"),
-                 ("ratio", "ours / nccl-tests", "{:.2f}")]
-STEP_COLUMNS = [("size", "all-reduce size", "{}"), ("compute_us", "compute (us)", "{:.0f}"),
-                ("wait_us", "wait (us)", "{:.0f}"), ("comm_us", "all-reduce (us)", "{:.0f}"),
-                ("efficiency", "compute share", "{:.0%}"), ("limited_by", "largest part", "{}")]
-RANK_COLUMNS = [("rank", "rank", "{}"), ("device", "device", "{}"), ("shard", "shard [start, stop)", "{}"),
-                ("local", "local result", "{:.0f}"), ("result", "all-reduce result", "{:.0f}"),
-                ("expected", "expected", "{:.0f}"), ("ok", "correct", "{}")]
+SWEEP_COLUMNS = [
+    ("op", "op", "{}"),
+    ("size", "size", "{}"),
+    ("nbytes", "bytes", "{:d}"),
+    ("time_us", "time (us)", "{:.1f}"),
+    ("algbw", "algbw (GB/s)", "{:.3f}"),
+    ("busbw", "busbw (GB/s)", "{:.3f}"),
+    ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}"),
+    ("ratio", "ours / nccl-tests", "{:.2f}"),
+]
+STEP_COLUMNS = [
+    ("size", "all-reduce size", "{}"),
+    ("compute_us", "compute (us)", "{:.0f}"),
+    ("wait_us", "wait (us)", "{:.0f}"),
+    ("comm_us", "all-reduce (us)", "{:.0f}"),
+    ("efficiency", "compute share", "{:.0%}"),
+    ("limited_by", "largest part", "{}"),
+]
+RANK_COLUMNS = [
+    ("rank", "rank", "{}"),
+    ("device", "device", "{}"),
+    ("shard", "shard [start, stop)", "{}"),
+    ("local", "local result", "{:.0f}"),
+    ("result", "all-reduce result", "{:.0f}"),
+    ("expected", "expected", "{:.0f}"),
+    ("ok", "correct", "{}"),
+]
 CLAIM_COLUMNS = [("claim", "结论", "{}"), ("verdict", "测量是否支持", "{}"), ("evidence", "依据", "{}")]
 
 
-def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, step_rows, compare: dict,
-                 review, conclusion: str, figures: dict) -> LabReport:
+def build_report(
+    title: str,
+    setup: str,
+    topology: str,
+    rank_rows,
+    sweep_rows,
+    step_rows,
+    compare: dict,
+    review,
+    conclusion: str,
+    figures: dict,
+) -> LabReport:
     """The lab report from the lab's results (all plain data, so tests can build one without ranks).
 
     ``rank_rows``: the learner's ownership check, one dict per rank; ``sweep_rows``: sweep rows as dicts
@@ -99,20 +126,37 @@ def build_report(title: str, setup: str, topology: str, rank_rows, sweep_rows, s
     own paragraph; ``figures``: ``{name: (caption, Figure)}``, saved as PNG next to the report.
     """
     if conclusion is None or not str(conclusion).strip() or PLACEHOLDER in str(conclusion):
-        raise ValueError("the report needs the learner's own conclusion: my_conclusion is still None or the "
-                         f"placeholder (it holds {PLACEHOLDER!r}); write it in your own words first")
+        raise ValueError(
+            "the report needs the learner's own conclusion: my_conclusion is still None or the "
+            f"placeholder (it holds {PLACEHOLDER!r}); write it in your own words first"
+        )
     report = LabReport(title)
     report.add_text("环境", setup)
     report.add_code("拓扑摘要", topology)
     report.add_table("逐 Rank 输出", [dict(r, ok="yes" if r.get("ok") else "NO") for r in rank_rows], RANK_COLUMNS)
-    report.add_table("消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）", sweep_rows, SWEEP_COLUMNS,
-                     note="algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
-                          "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。")
-    report.add_table("一步的时间拆分：计算 / 等待 / All-Reduce",
-                     [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows], STEP_COLUMNS)
-    report.add_table("All-Reduce 与 Reduce-Scatter + All-Gather", compare["rows"],
-                     [("approach", "做法", "{}"), ("result", "每个 Rank 得到", "{}"),
-                      ("buffer", "通信 Buffer / Rank", "{}"), ("time", "时间", "{}")], note=compare.get("note", ""))
+    report.add_table(
+        "消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）",
+        sweep_rows,
+        SWEEP_COLUMNS,
+        note="algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
+        "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。",
+    )
+    report.add_table(
+        "一步的时间拆分：计算 / 等待 / All-Reduce",
+        [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows],
+        STEP_COLUMNS,
+    )
+    report.add_table(
+        "All-Reduce 与 Reduce-Scatter + All-Gather",
+        compare["rows"],
+        [
+            ("approach", "做法", "{}"),
+            ("result", "每个 Rank 得到", "{}"),
+            ("buffer", "通信 Buffer / Rank", "{}"),
+            ("time", "时间", "{}"),
+        ],
+        note=compare.get("note", ""),
+    )
     for name, (caption, fig) in figures.items():
         report.add_figure(caption, name, fig, caption)
     report.add_table("我的结论，逐条对照测量", [v.as_dict() for v in review], CLAIM_COLUMNS)
@@ -128,6 +172,11 @@ def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) 
     ``{op: time_us}`` of :func:`mgpu_helpers.measure.sweep.run_repeats`; ``sweep_rows``: the sweep's rows;
     ``peak_GBps``: the link's peak one way (None when unknown)."""
     rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in sweep_rows]
-    return {"step_rows": [dict(r) for r in step_rows], "wait_us": [list(w) for w in wait_us],
-            "rounds": [dict(r) for r in rounds], "sweep_rows": rows, "peak_GBps": peak_GBps,
-            "world_size": world_size}
+    return {
+        "step_rows": [dict(r) for r in step_rows],
+        "wait_us": [list(w) for w in wait_us],
+        "rounds": [dict(r) for r in rounds],
+        "sweep_rows": rows,
+        "peak_GBps": peak_GBps,
+        "world_size": world_size,
+    }

@@ -14,20 +14,35 @@ from mgpu_helpers.report import sizes, tables
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 RECORDED_OPS = ("all_reduce", "reduce_scatter", "all_gather", "sendrecv")
 
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+" + r"\s+".join([r"([\d.]+)"] * 3)
-                  + r"\s+(\S+)\s+" + r"\s+".join([r"([\d.]+)"] * 3) + r"\s+(\S+)\s*$")
+_ROW = re.compile(
+    r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+"
+    + r"\s+".join([r"([\d.]+)"] * 3)
+    + r"\s+(\S+)\s+"
+    + r"\s+".join([r"([\d.]+)"] * 3)
+    + r"\s+(\S+)\s*$"
+)
 
 
 def parse_nccl_tests(text: str) -> list[dict]:
     """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop, time_us, algbw, busbw``
     (out-of-place) and ``inplace_time_us, inplace_algbw, inplace_busbw``; comment lines are skipped."""
     rows = []
-    for m in filter(None, map(_ROW.match, text.splitlines())):     # a comment line starts with "#", never matches
+    for m in filter(None, map(_ROW.match, text.splitlines())):  # a comment line starts with "#", never matches
         g = m.groups()
-        rows.append({"nbytes": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3],
-                     "time_us": float(g[5]), "algbw": float(g[6]), "busbw": float(g[7]),
-                     "inplace_time_us": float(g[9]), "inplace_algbw": float(g[10]),
-                     "inplace_busbw": float(g[11])})
+        rows.append(
+            {
+                "nbytes": int(g[0]),
+                "count": int(g[1]),
+                "type": g[2],
+                "redop": g[3],
+                "time_us": float(g[5]),
+                "algbw": float(g[6]),
+                "busbw": float(g[7]),
+                "inplace_time_us": float(g[9]),
+                "inplace_algbw": float(g[10]),
+                "inplace_busbw": float(g[11]),
+            }
+        )
     return rows
 
 
@@ -76,15 +91,22 @@ def compare_with_reference(rows) -> list[dict]:
     out = []
     for r in rows:
         d = r.as_dict() if hasattr(r, "as_dict") else dict(r)
-        ref = (reference_busbw(d["op"], d["nbytes"])
-               if d.get("world_size") == 2 and d.get("backend") == "nccl" else None)
-        out.append(dict(d, ref_busbw=ref, ratio=d["busbw"] / ref if ref else None, size=sizes.format_bytes(d["nbytes"])))
+        ref = reference_busbw(d["op"], d["nbytes"]) if d.get("world_size") == 2 and d.get("backend") == "nccl" else None
+        out.append(
+            dict(d, ref_busbw=ref, ratio=d["busbw"] / ref if ref else None, size=sizes.format_bytes(d["nbytes"]))
+        )
     return out
 
 
-SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("time_us", "time (us)", "{:.1f}"),
-                 ("algbw", "algbw (GB/s)", "{:.3f}"), ("busbw", "busbw (GB/s)", "{:.3f}"),
-                 ("ref_busbw", "nccl-tests busbw", "{:.2f}"), ("ratio", "ours / nccl-tests", "{:.2f}")]
+SWEEP_COLUMNS = [
+    ("op", "op", "{}"),
+    ("size", "size", "{}"),
+    ("time_us", "time (us)", "{:.1f}"),
+    ("algbw", "algbw (GB/s)", "{:.3f}"),
+    ("busbw", "busbw (GB/s)", "{:.3f}"),
+    ("ref_busbw", "nccl-tests busbw", "{:.2f}"),
+    ("ratio", "ours / nccl-tests", "{:.2f}"),
+]
 
 
 def sweep_table(rows, reference: bool = True) -> str:
@@ -120,16 +142,26 @@ def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
     got = {op: recorded_row(op, nbytes) for op in ("all_reduce", "reduce_scatter", "all_gather")}
     missing = [op for op, r in got.items() if r is None]
     if missing:
-        raise ValueError(f"no recorded row at {nbytes} bytes for {missing}; recorded sizes: "
-                         f"{[r['nbytes'] for r in load_reference('all_reduce')]}")
+        raise ValueError(
+            f"no recorded row at {nbytes} bytes for {missing}; recorded sizes: "
+            f"{[r['nbytes'] for r in load_reference('all_reduce')]}"
+        )
     t = {op: r[tkey] for op, r in got.items()}
     rs_ag_us = t["reduce_scatter"] + t["all_gather"]
     rs_ag_busbw = bandwidth.busbw("all_reduce", nbytes, rs_ag_us / 1e6, 2) / 1e9
     launch_us = sum(min(r[tkey] for r in load_reference(op)) for op in ("reduce_scatter", "all_gather"))
-    return {"nbytes": nbytes, "inplace": inplace,
-            "all_reduce_us": t["all_reduce"], "reduce_scatter_us": t["reduce_scatter"],
-            "all_gather_us": t["all_gather"], "rs_ag_us": rs_ag_us,
-            "all_reduce_busbw": got["all_reduce"][bkey], "reduce_scatter_busbw": got["reduce_scatter"][bkey],
-            "all_gather_busbw": got["all_gather"][bkey], "rs_ag_busbw": rs_ag_busbw,
-            "time_ratio": rs_ag_us / t["all_reduce"], "busbw_ratio": rs_ag_busbw / got["all_reduce"][bkey],
-            "launch_us": launch_us}
+    return {
+        "nbytes": nbytes,
+        "inplace": inplace,
+        "all_reduce_us": t["all_reduce"],
+        "reduce_scatter_us": t["reduce_scatter"],
+        "all_gather_us": t["all_gather"],
+        "rs_ag_us": rs_ag_us,
+        "all_reduce_busbw": got["all_reduce"][bkey],
+        "reduce_scatter_busbw": got["reduce_scatter"][bkey],
+        "all_gather_busbw": got["all_gather"][bkey],
+        "rs_ag_busbw": rs_ag_busbw,
+        "time_ratio": rs_ag_us / t["all_reduce"],
+        "busbw_ratio": rs_ag_busbw / got["all_reduce"][bkey],
+        "launch_us": launch_us,
+    }

@@ -16,6 +16,7 @@ import sys
 def bar(total: int, desc: str = "", **kwargs):
     """A ``tqdm.auto`` bar of ``total`` steps; text bars go to stdout (the cell's output, the terminal)."""
     from tqdm.auto import tqdm
+
     # ascii: '#' blocks, readable in every font, log file and static page
     kwargs = {"file": sys.stdout, "ascii": True, "dynamic_ncols": False, "ncols": 80, **kwargs}
     return tqdm(total=total, desc=desc, **kwargs)

@@ -9,8 +9,19 @@ import argparse
 import re
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-UNITS = {"": 1, "B": 1, "K": KiB, "KB": KiB, "KIB": KiB, "M": MiB, "MB": MiB, "MIB": MiB,
-         "G": GiB, "GB": GiB, "GIB": GiB}
+UNITS = {
+    "": 1,
+    "B": 1,
+    "K": KiB,
+    "KB": KiB,
+    "KIB": KiB,
+    "M": MiB,
+    "MB": MiB,
+    "MIB": MiB,
+    "G": GiB,
+    "GB": GiB,
+    "GIB": GiB,
+}
 FLOAT32_BYTES = 4
 
 
@@ -26,8 +37,9 @@ def parse_size(text) -> int:
     """
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).upper() not in UNITS or int(m.group(1)) == 0:
-        raise SizeError(f"not a size: {text!r} (write a whole number of bytes with an optional binary unit, "
-                        "e.g. 4096, 1K, 64M, 1G)")
+        raise SizeError(
+            f"not a size: {text!r} (write a whole number of bytes with an optional binary unit, e.g. 4096, 1K, 64M, 1G)"
+        )
     return int(m.group(1)) * UNITS[m.group(2).upper()]
 
 

@@ -37,16 +37,20 @@ def format_table(rows, columns, sep: str = "  ", title: str = "", left=()) -> st
 
     def line(values):
         pads = [" " * (w - _width(v)) for v, w in zip(values, widths)]
-        return sep.join(v + pad if i == 0 or columns[i][0] in left else pad + v
-                        for i, (v, pad) in enumerate(zip(values, pads))).rstrip()
+        return sep.join(
+            v + pad if i == 0 or columns[i][0] in left else pad + v for i, (v, pad) in enumerate(zip(values, pads))
+        ).rstrip()
+
     head = line(heads)
     return "\n".join(([title] if title else []) + [head, "-" * _width(head)] + [line(c) for c in cells])
 
 
 def markdown_table(rows, columns) -> str:
     """A Markdown table (pipes and line breaks inside values are escaped)."""
+
     def cell(value, fmt):
         return cell_text(value, fmt).replace("|", "\\|").replace("\n", " ")
+
     head = "| " + " | ".join(h for _, h, _ in columns) + " |"
     sep = "| " + " | ".join("---" for _ in columns) + " |"
     body = ["| " + " | ".join(cell(_as_dict(r).get(k), f) for k, _, f in columns) + " |" for r in rows]

@@ -15,7 +15,7 @@ what every other rank sends). The buffers are float32.
 """
 
 OPS = ("reduce", "all_reduce", "all_gather", "reduce_scatter")
-ELEMENT_BYTES = 4            # float32
+ELEMENT_BYTES = 4  # float32
 
 
 def ring_message_bytes(x) -> list[int]:
@@ -30,7 +30,7 @@ def ring_message_bytes(x) -> list[int]:
         sizes.append(send_buf.numel() * send_buf.element_size())
         return lesson_exchange(send_buf, dst, recv_buf, src, group)
 
-    p2p.exchange = counted           # the ring looks it up on every call: each message passes here
+    p2p.exchange = counted  # the ring looks it up on every call: each message passes here
     try:
         ring.ring_all_reduce(x)
     finally:
@@ -44,11 +44,11 @@ def chain_reduce(x, rank: int, world_size: int) -> tuple:
     import torch.distributed as dist
 
     acc = x.clone()
-    if rank < world_size - 1:            # everybody but the far end first receives the partial sum behind it
+    if rank < world_size - 1:  # everybody but the far end first receives the partial sum behind it
         incoming = torch.empty_like(acc)
         dist.recv(incoming, rank + 1)
         acc += incoming
-    if rank > 0:                         # ... and passes it on towards the root; the root sends nothing
+    if rank > 0:  # ... and passes it on towards the root; the root sends nothing
         dist.send(acc, rank - 1)
         return None, acc.numel() * acc.element_size()
     return acc, 0

@@ -35,7 +35,7 @@ def run_collective(name: str, x, op: str = "sum"):
         return ring.divide_by_world_size(t) if divide_after else t
 
     x = x.contiguous()
-    out = x.clone()                 # broadcast, reduce and all_reduce work in place, on a copy of the input
+    out = x.clone()  # broadcast, reduce and all_reduce work in place, on a copy of the input
     if name == "broadcast":
         dist.broadcast(out, src=ROOT)
         return out
@@ -47,7 +47,7 @@ def run_collective(name: str, x, op: str = "sum"):
         return finish(out)
     if name == "all_gather":
         parts = [torch.empty_like(x) for _ in range(world_size)]
-        dist.all_gather(parts, x)   # the list form: every backend and torch version has it
+        dist.all_gather(parts, x)  # the list form: every backend and torch version has it
         return torch.cat(parts)
     if name == "gather":
         parts = [torch.empty_like(x) for _ in range(world_size)] if rank == ROOT else None
@@ -57,7 +57,7 @@ def run_collective(name: str, x, op: str = "sum"):
         raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
     if x.numel() % world_size:
         raise ValueError(f"{name} needs a length divisible by world_size={world_size}, got {x.numel()}")
-    out = x.new_empty(x.numel() // world_size)                  # scatter and reduce_scatter: one piece each
+    out = x.new_empty(x.numel() // world_size)  # scatter and reduce_scatter: one piece each
     if name == "scatter":
         dist.scatter(out, scatter_list=list(x.chunk(world_size)) if rank == ROOT else None, src=ROOT)
         return out
@@ -80,6 +80,7 @@ def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = 
 @dataclass(frozen=True)
 class CollectiveRun:
     """One collective run on real ranks: each rank's input and output, and whether they are right."""
+
     name: str
     op: str
     pattern: str
@@ -89,8 +90,14 @@ class CollectiveRun:
     ok: bool
 
 
-def run_on_ranks(name: str = "all_reduce", world_size: int = 4, pattern: str = "rank", op: str = "sum",
-                 length: int | None = None, backend: str = "auto") -> CollectiveRun:
+def run_on_ranks(
+    name: str = "all_reduce",
+    world_size: int = 4,
+    pattern: str = "rank",
+    op: str = "sum",
+    length: int | None = None,
+    backend: str = "auto",
+) -> CollectiveRun:
     """Run collective ``name`` on ``world_size`` ranks with inputs of ``pattern``; compare with the expected
     outputs (to float tolerance)."""
     from mgpu_helpers.launcher.launch import run_ranks
@@ -100,18 +107,24 @@ def run_on_ranks(name: str = "all_reduce", world_size: int = 4, pattern: str = "
         raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
     length = reference.default_length(name, world_size) if length is None else length
     inputs = reference.make_inputs(pattern, world_size, length)
-    res = run_ranks(collective_rank_fn, world_size, args=(name, inputs, op), backend=backend,
-                    stream=False, quiet=True)
+    res = run_ranks(collective_rank_fn, world_size, args=(name, inputs, op), backend=backend, stream=False, quiet=True)
     ok = reference.outputs_match(res.values, reference.expected_outputs(name, inputs, op))
     return CollectiveRun(name, op, pattern, res.backend, inputs, res.values, ok)
 
 
-def run_and_draw(name: str = "all_reduce", world_size: int = 4, pattern: str = "rank", op: str = "sum",
-                 length: int | None = None, backend: str = "auto"):
+def run_and_draw(
+    name: str = "all_reduce",
+    world_size: int = 4,
+    pattern: str = "rank",
+    op: str = "sum",
+    length: int | None = None,
+    backend: str = "auto",
+):
     """:func:`run_on_ranks`, then the figure of it. Returns ``(figure, run)``."""
     from mgpu_helpers.widgets import allreduce
 
     run = run_on_ranks(name, world_size, pattern, op, length, backend)
-    fig = allreduce.draw_collective(name, run.inputs, run.outputs, op,
-                                    title=f"{name} on {world_size} ranks ({run.backend}), pattern '{pattern}'")
+    fig = allreduce.draw_collective(
+        name, run.inputs, run.outputs, op, title=f"{name} on {world_size} ranks ({run.backend}), pattern '{pattern}'"
+    )
     return fig, run

@@ -74,11 +74,15 @@ FOLD_CLOSE = "\n</details>"
 HINT_MARK = "# ✎"
 WORKED_ONLY_TAG = "worked-only"
 WORKED_ONLY_TEXT = "# 课程的完整实现在这里只载入、不展示（讲解版 solutions/{name} 里有源码）。\nfrom mgpu_helpers.lessons.{module} import {names}"
-LESSON_BANNER = ("\n\n> **学习版**：有些地方等你来写——函数里是 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")`，"
-                 "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
-                 "并且会告诉你。讲解版（含答案）：`solutions/{name}`，自己试过再看。")
-BANNER = ("\n\n> **练习版**：在 `raise NotImplementedError(\"练习：补全这里（约 N 行）\")` 的位置写你的代码，"
-          "再运行下面的 `check` 单元格。自己试过之后，参考答案在 `solutions/{name}`。")
+LESSON_BANNER = (
+    '\n\n> **学习版**：有些地方等你来写——函数里是 `raise NotImplementedError("练习：补全这里（约 N 行）")`，'
+    "预测和估算是 `= None`。写完运行紧跟着的那一格，它会立刻检查；没写的地方，后面的单元格先用参考实现，"
+    "并且会告诉你。讲解版（含答案）：`solutions/{name}`，自己试过再看。"
+)
+BANNER = (
+    '\n\n> **练习版**：在 `raise NotImplementedError("练习：补全这里（约 N 行）")` 的位置写你的代码，'
+    "再运行下面的 `check` 单元格。自己试过之后，参考答案在 `solutions/{name}`。"
+)
 
 _DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")
 
@@ -115,7 +119,7 @@ def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[st
             j += 1
         if j == len(lines):
             raise MarkerError(f"{BEGIN!r} at line {i + 1} has no {END!r}")
-        region = lines[i + 1:j]
+        region = lines[i + 1 : j]
         owner = _top_level_function(lines[:i]) if indent else None
         if owner is None:
             out += _stub_assignments(region, i + 1)
@@ -123,11 +127,11 @@ def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[st
             if owner not in names:
                 names.append(owner)
             if keep_functions:
-                out += lines[i:j + 1]
+                out += lines[i : j + 1]
                 i = j + 1
                 continue
             out += [r for r in region if r.strip().startswith(HINT_MARK)]
-            n = max(1, sum(1 for ln in region if ln.strip() and not ln.strip().startswith("#")))   # lines to write
+            n = max(1, sum(1 for ln in region if ln.strip() and not ln.strip().startswith("#")))  # lines to write
             out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
         i = j + 1
     return "\n".join(out), names
@@ -142,10 +146,14 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
         raise MarkerError(f"the solution region at line {line_no} does not parse: {exc}") from None
     out = [r for r in region if r.strip().startswith(HINT_MARK)]
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if not targets or not all(isinstance(t, ast.Name) for t in targets):
-            raise MarkerError(f"the solution region at line {line_no} is not inside a function: outside a function "
-                              "a region may hold only assignments to names (a prediction, a number)")
+            raise MarkerError(
+                f"the solution region at line {line_no} is not inside a function: outside a function "
+                "a region may hold only assignments to names (a prediction, a number)"
+            )
         comment = _comment(region[node.lineno - 1])
         out.append(" = ".join(t.id for t in targets) + " = None" + (f"  {comment}" if comment else ""))
     return out
@@ -154,8 +162,9 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
 def _comment(line: str) -> str:
     """The line's ``#`` comment ("" when it has none), ignoring a ``#`` inside a string."""
     try:
-        return next((t.string for t in tokenize.generate_tokens(io.StringIO(line).readline)
-                     if t.type == tokenize.COMMENT), "")
+        return next(
+            (t.string for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.COMMENT), ""
+        )
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return ""
 
@@ -168,7 +177,7 @@ def _top_level_function(lines_above: list[str]) -> str | None:
         if m and m.group(1) == "":
             return m.group(2)
         if ln and not ln[0].isspace() and not ln.startswith(("@", "#", ")")):
-            return None   # another top-level statement: the region is outside any function
+            return None  # another top-level statement: the region is outside any function
     return None
 
 
@@ -180,10 +189,11 @@ def fold_markdown(source: str) -> str:
         raise MarkerError("unpaired <!-- BEGIN/END SOLUTION --> markers in a markdown cell")
 
     def fold(m):
-        before = source[:m.start()]
+        before = source[: m.start()]
         folded = before.count("<details") > before.count("</details>")
         answer = m.group(1).strip("\n")
         return answer if folded else FOLD_OPEN + answer + FOLD_CLOSE
+
     return pattern.sub(fold, source)
 
 
@@ -265,8 +275,10 @@ def make_lesson(nb, name: str = "", keep_solutions: bool = False):
         if cell.cell_type == "code":
             if BEGIN in cell.source:
                 if nbtools.is_checked(cell):
-                    raise MarkerError(f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
-                                      "its output would differ between the worked and the learner's version")
+                    raise MarkerError(
+                        f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
+                        "its output would differ between the worked and the learner's version"
+                    )
                 cell.source, names = stub_source(cell.source, keep_solutions)
                 stubbed += [n for n in names if n not in stubbed]
                 _mark_answer(cell, names)
@@ -285,8 +297,13 @@ def make_lesson(nb, name: str = "", keep_solutions: bool = False):
 def _mark_answer(cell, functions) -> None:
     """nbgrader's metadata for a cell where the learner writes a function (a prediction is not graded)."""
     if functions:
-        cell.metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "schema_version": 3,
-                                     "grade_id": f"answer-{cell.id}"}
+        cell.metadata["nbgrader"] = {
+            "grade": False,
+            "solution": True,
+            "locked": False,
+            "schema_version": 3,
+            "grade_id": f"answer-{cell.id}",
+        }
 
 
 def _mark_checks(nb) -> None:
@@ -295,21 +312,31 @@ def _mark_checks(nb) -> None:
     from mgpu_helpers.tracking import CHECK_CALL
 
     for cell in nb.cells:
-        if cell.cell_type == "code" and "nbgrader" not in cell.metadata and (
-                CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source):
-            cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "schema_version": 3,
-                                         "grade_id": f"check-{cell.id}",
-                                         "points": 1 if CHECK_CALL.search(cell.source) else 0}
+        if (
+            cell.cell_type == "code"
+            and "nbgrader" not in cell.metadata
+            and (CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source)
+        ):
+            cell.metadata["nbgrader"] = {
+                "grade": True,
+                "solution": False,
+                "locked": True,
+                "schema_version": 3,
+                "grade_id": f"check-{cell.id}",
+                "points": 1 if CHECK_CALL.search(cell.source) else 0,
+            }
 
 
 def _import_instead(cell, default_module, name: str, k: int) -> str:
     """The learner's line for a ``worked-only`` cell: import what the cell defines from its generated module."""
     lines = cell.source.split("\n")
-    marker = EXPORT_LINE.match(lines[0].strip())                # `#| export [NAME]`
+    marker = EXPORT_LINE.match(lines[0].strip())  # `#| export [NAME]`
     module = marker and (marker.group("name") or default_module)
     if not module:
-        raise MarkerError(f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: "
-                          "the learner's version could not load what it defines")
+        raise MarkerError(
+            f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: "
+            "the learner's version could not load what it defines"
+        )
     names = []
     for node in ast.parse("\n".join(lines[1:])).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -348,7 +375,7 @@ def render(solution_path: str, tested=None) -> str:
     out = learner_copy(tested if tested is not None else tested_version(solution_path))
     nbformat.validate(out)
     text = nbformat.writes(out)
-    return text if text.endswith("\n") else text + "\n"   # as nbformat.write (and nbtools) save it
+    return text if text.endswith("\n") else text + "\n"  # as nbformat.write (and nbtools) save it
 
 
 def learner_path(solution_path: str) -> str:
@@ -392,8 +419,11 @@ def main(argv: list[str]) -> int:
         for path in generate():
             print(f"wrote {os.path.relpath(path, ROOT)}")
         return 0
-    if nbtools.report(out_of_sync(), "notebooks/ and exercises/ are not in sync with solutions/: "
-                                     "run `python -m mgpu_helpers.tools.exercises generate`"):
+    if nbtools.report(
+        out_of_sync(),
+        "notebooks/ and exercises/ are not in sync with solutions/: "
+        "run `python -m mgpu_helpers.tools.exercises generate`",
+    ):
         return 1
     print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")
     return 0

@@ -39,14 +39,25 @@ from mgpu_helpers.tools.nbtools import execute, markdown_lines, source
 VENDOR_PACKAGES = {"reveal.js": "4.6.0", "mathjax": "2.7.9", "requirejs": "2.3.7", "jquery": "2.2.4"}
 JQUERY_KEEP = ("dist/jquery.min.js",)
 # Of MathJax only what the TeX-AMS_CHTML-full configuration loads (the full package is 73 MB).
-MATHJAX_KEEP = ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX",
-                "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en")
+MATHJAX_KEEP = (
+    "MathJax.js",
+    "config/TeX-AMS_CHTML-full.js",
+    "config/Safe.js",
+    "extensions",
+    "jax/input/TeX",
+    "jax/output/CommonHTML",
+    "jax/element",
+    "fonts/HTML-CSS/TeX/woff",
+    "localization/en",
+)
 MATHJAX_CONFIG = "mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
 # nbconvert's templates import Mermaid from a CDN (the reveal template always does); the course draws no
 # Mermaid diagrams, so the pages import this local stand-in instead.
 MERMAID_STUB = "mermaid-none.mjs"
-MERMAID_STUB_JS = ("// The course has no Mermaid diagrams: a stand-in so that no page fetches Mermaid from a CDN.\n"
-                   "export default { initialize() {}, run() {}, registerLayoutLoaders() {} };\n")
+MERMAID_STUB_JS = (
+    "// The course has no Mermaid diagrams: a stand-in so that no page fetches Mermaid from a CDN.\n"
+    "export default { initialize() {}, run() {}, registerLayoutLoaders() {} };\n"
+)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -62,6 +73,7 @@ def title_of(nb, fallback: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------------------- vendor assets
+
 
 def _unpack(tgz: str, dest: str, keep=None) -> None:
     with tarfile.open(tgz) as tar:
@@ -83,13 +95,18 @@ def ensure_vendor(where: str | None = None) -> str:
     Raises RuntimeError (saying what to install) when a package is missing and npm is not there.
     """
     where = where or os.environ.get("MGPU_VENDOR_DIR", os.path.join(os.getcwd(), "build", "vendor"))
-    missing = {name: ver for name, ver in VENDOR_PACKAGES.items()
-               if not os.path.exists(os.path.join(where, name, ".version-" + ver))}
+    missing = {
+        name: ver
+        for name, ver in VENDOR_PACKAGES.items()
+        if not os.path.exists(os.path.join(where, name, ".version-" + ver))
+    }
     if not missing:
         return where
     if shutil.which("npm") is None:
-        raise RuntimeError(f"the offline copies of {', '.join(missing)} are not in {where} and npm is not "
-                           "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)")
+        raise RuntimeError(
+            f"the offline copies of {', '.join(missing)} are not in {where} and npm is not "
+            "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)"
+        )
     os.makedirs(where, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         specs = [f"{n}@{v}" for n, v in missing.items()]
@@ -124,8 +141,9 @@ def copy_vendor(out: str, where: str | None = None) -> str:
 
 # ---------------------------------------------------------------------------------------------- widgets
 
+
 def _ref(value):
-    return value[len("IPY_MODEL_"):] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None
+    return value[len("IPY_MODEL_") :] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None
 
 
 def _display(html_text: str, text: str | None = None) -> dict:
@@ -185,11 +203,11 @@ def progress_line(model_id: str, state: dict) -> str | None:
     frac = (value - lo) / (hi - lo) if hi > lo else 0.0
     filled = max(0, min(10, int(round(10 * frac))))
     drawn = f"|{'#' * filled}{' ' * (10 - filled)}|"
-    if len(kids) == 1:                                  # a bare bar: its description and percentage
+    if len(kids) == 1:  # a bare bar: its description and percentage
         return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
-    at = kids.index(bars[0])        # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
+    at = kids.index(bars[0])  # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
     left = " ".join(t for t in map(_plain_text, kids[:at]) if t)
-    right = " ".join(t for t in map(_plain_text, kids[at + 1:]) if t)
+    right = " ".join(t for t in map(_plain_text, kids[at + 1 :]) if t)
     return (left + drawn + (" " + right if right else "")).strip()
 
 
@@ -207,7 +225,7 @@ def flatten_widgets(nb):
                 new.append(out)
                 continue
             line = progress_line(view.get("model_id", ""), state)
-            if line is not None:      # a progress bar: its last state as text, like the terminal's
+            if line is not None:  # a progress bar: its last state as text, like the terminal's
                 new.append(_display(f"<pre class='mgpu-progress'>{html.escape(line)}</pre>", line))
                 continue
             controls, inner = [], []
@@ -225,44 +243,65 @@ def flatten_widgets(nb):
 
 # ---------------------------------------------------------------------------------------------- quizzes
 
+
 def fold_quiz_answers(nb):
     """A copy of ``nb`` in which every cell that asks review questions (``mh.widgets.quiz.ask("id")``) shows,
     in place of its widget, each question with its hint and answer folded in ``<details>``: executed or not,
     the static page has the question, and the answer waits until the reader opens it."""
     from mgpu_helpers.widgets import quiz
+
     nb = copy.deepcopy(nb)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
         ids = quiz.asked_ids(source(cell))
         if ids:
-            cell["outputs"] = [_display(quiz.static_html(quiz.get(i), quiz.number_of(i)),
-                                        quiz.static_text(quiz.get(i), quiz.number_of(i))) for i in ids]
+            cell["outputs"] = [
+                _display(
+                    quiz.static_html(quiz.get(i), quiz.number_of(i)), quiz.static_text(quiz.get(i), quiz.number_of(i))
+                )
+                for i in ids
+            ]
     return nbformat.from_dict(nb)
 
 
 # ---------------------------------------------------------------------------------------------- export
 
+
 def to_html(nb, vendor_rel: str = "vendor") -> str:
     """One notebook as a standalone HTML page (lab template, images embedded, MathJax from ``vendor_rel``)."""
     from nbconvert import HTMLExporter
-    exporter = HTMLExporter(template_name="lab", embed_images=True,
-                            mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
-                            require_js_url=f"{vendor_rel}/requirejs/require.js",
-                            mermaid_js_url=f"./{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        embed_images=True,
+        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
+        require_js_url=f"{vendor_rel}/requirejs/require.js",
+        mermaid_js_url=f"./{vendor_rel}/{MERMAID_STUB}",
+        mermaid_layout_elk_js_url="",
+    )
     return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
 
 
 def to_slides(nb, vendor_rel: str = "../vendor") -> str:
     """One notebook as reveal.js slides, every script and style sheet served from ``vendor_rel``."""
     from nbconvert import SlidesExporter
-    exporter = SlidesExporter(reveal_url_prefix=f"{vendor_rel}/reveal.js", reveal_scroll=True,
-                              reveal_transition="none", reveal_theme="white",
-                              reveal_width="1280", reveal_height="720", embed_images=True,
-                              mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
-                              require_js_url=f"{vendor_rel}/requirejs/require.js", font_awesome_url="",
-                              jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
-                              mermaid_js_url=f"{vendor_rel}/{MERMAID_STUB}", mermaid_layout_elk_js_url="")
+
+    exporter = SlidesExporter(
+        reveal_url_prefix=f"{vendor_rel}/reveal.js",
+        reveal_scroll=True,
+        reveal_transition="none",
+        reveal_theme="white",
+        reveal_width="1280",
+        reveal_height="720",
+        embed_images=True,
+        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
+        require_js_url=f"{vendor_rel}/requirejs/require.js",
+        font_awesome_url="",
+        jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
+        mermaid_js_url=f"{vendor_rel}/{MERMAID_STUB}",
+        mermaid_layout_elk_js_url="",
+    )
     return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
 
 
@@ -271,17 +310,19 @@ def _index(entries, slides: bool) -> str:
     for page, title, stem in entries:
         extra = f" · <a href='slides/{stem}.slides.html'>slides</a>" if slides else ""
         items.append(f"<li><a href='{html.escape(page)}'>{html.escape(title)}</a>{extra}</li>")
-    return ("<!DOCTYPE html>\n<html lang='zh-CN'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            "<title>mgpu-course · 单机多卡编程</title>"
-            "<style>body{font-family:sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;line-height:1.6}"
-            "li{margin:.4rem 0}</style></head><body>"
-            "<h1>mgpu-course · 单机多卡编程</h1><p>按顺序学习：</p><ol>\n" + "\n".join(items)
-            + "\n</ol></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang='zh-CN'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<title>mgpu-course · 单机多卡编程</title>"
+        "<style>body{font-family:sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;line-height:1.6}"
+        "li{margin:.4rem 0}</style></head><body>"
+        "<h1>mgpu-course · 单机多卡编程</h1><p>按顺序学习：</p><ol>\n" + "\n".join(items) + "\n</ol></body></html>\n"
+    )
 
 
-def build_site(out: str, notebooks=None, run: bool = False, slides: bool = False, timeout: int = 600,
-               log=print) -> list[tuple[str, str, str]]:
+def build_site(
+    out: str, notebooks=None, run: bool = False, slides: bool = False, timeout: int = 600, log=print
+) -> list[tuple[str, str, str]]:
     """Export ``notebooks`` (default: the course) into ``out``; returns ``[(page, title, stem), ...]`` in
     course order (the index page lists the same)."""
     notebooks = list(notebooks) if notebooks is not None else sorted(glob.glob(os.path.join("notebooks", "*.ipynb")))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mgpu_helpers.tools import exercises, nbtools
 
-CONFIG = '''\
+CONFIG = """\
 # nbgrader's configuration for the mgpu-course class (written by python -m mgpu_helpers.tools.grading setup).
 import os
 
@@ -40,7 +40,7 @@ os.environ["MGPU_GRADING"] = "1"
 from mgpu_helpers.tools.grading import autograde_preprocessors  # noqa: E402
 
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
-'''
+"""
 CELL_TIMEOUT_S = 120
 
 
@@ -48,9 +48,9 @@ def autograde_preprocessors() -> list:
     """nbgrader's autograde steps, its ``Execute`` replaced by one that survives a crashed kernel."""
     from jupyter_core.utils import run_sync
     from nbclient.exceptions import DeadKernelError
+    from nbformat.v4 import new_output
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import Execute
-    from nbformat.v4 import new_output
 
     class CrashSafeExecute(Execute):
         """nbgrader's ``Execute``; a cell whose kernel dies gets an error saying so, and a new kernel runs on."""
@@ -59,11 +59,19 @@ def autograde_preprocessors() -> list:
             try:
                 return super().preprocess_cell(cell, resources, index)
             except DeadKernelError:
-                cell.outputs.append(new_output("error", ename="KernelDied", evalue="",
-                                               traceback=["KernelDied: 这一格让内核进程退出了（崩溃），"
-                                                          "它的分数为 0；之后的单元格在一个新的内核里接着运行。"]))
+                cell.outputs.append(
+                    new_output(
+                        "error",
+                        ename="KernelDied",
+                        evalue="",
+                        traceback=[
+                            "KernelDied: 这一格让内核进程退出了（崩溃），"
+                            "它的分数为 0；之后的单元格在一个新的内核里接着运行。"
+                        ],
+                    )
+                )
                 self.kc.stop_channels()
-                run_sync(self.km.restart_kernel)(now=True)        # an AsyncKernelManager (nbgrader's)
+                run_sync(self.km.restart_kernel)(now=True)  # an AsyncKernelManager (nbgrader's)
                 self.start_new_kernel_client()
                 return cell, self.resources
 
@@ -93,7 +101,8 @@ def setup(folder, names=(), solutions=None, timeout: int = CELL_TIMEOUT_S) -> li
         raise SystemExit(f"no worked notebook named {', '.join(sorted(missing))} in solutions/")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "nbgrader_config.py").write_text(
-        CONFIG.format(stub=exercises.STUB_TEXT.split("（")[0], timeout=timeout), encoding="utf-8")
+        CONFIG.format(stub=exercises.STUB_TEXT.split("（")[0], timeout=timeout), encoding="utf-8"
+    )
     written = []
     for path in chosen:
         target = folder / "source" / path.stem / path.name

@@ -76,8 +76,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
-def torch_attempts(system: str, gpu: bool, torch_spec: str | None = None, cpu_index: str = CPU_INDEX,
-                   extra_flags: tuple = ()) -> list[list[str]]:
+def torch_attempts(
+    system: str, gpu: bool, torch_spec: str | None = None, cpu_index: str = CPU_INDEX, extra_flags: tuple = ()
+) -> list[list[str]]:
     """The pip ``install`` argument lists to try, in order, until one succeeds (pure: tested).
 
     ``torch_spec``: a ``+cpu`` requirement names the CPU build to use where the machine gets one (Linux
@@ -111,21 +112,33 @@ def _pip(args: list[str], dry_run: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python mgpu_helpers/tools/install.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--torch", default=None, help=f"torch requirement (default: by machine; {CPU_TORCH} on a "
-                                                 "Linux machine without an NVIDIA GPU)")
+    p = argparse.ArgumentParser(
+        prog="python mgpu_helpers/tools/install.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--torch",
+        default=None,
+        help=f"torch requirement (default: by machine; {CPU_TORCH} on a Linux machine without an NVIDIA GPU)",
+    )
     p.add_argument("--cpu-index", default=CPU_INDEX, help="PyTorch's CPU index, asked only when needed")
     p.add_argument("--torch-flags", default="", help="extra pip flags for the torch step")
     p.add_argument("--dry-run", action="store_true", help="print the pip commands, run nothing")
     a = p.parse_args(argv)
     if sys.version_info[:2] < MIN_PYTHON:
-        print(f"the course needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
-              f"{platform.python_version()} ({sys.executable}). Try: make lab PYTHON=python3.11", file=sys.stderr)
+        print(
+            f"the course needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
+            f"{platform.python_version()} ({sys.executable}). Try: make lab PYTHON=python3.11",
+            file=sys.stderr,
+        )
         return 2
     system, gpu = platform.system(), nvidia_gpu_present()
-    print(f"install: {system} {platform.machine()}, Python {platform.python_version()}, "
-          f"{'an NVIDIA GPU' if gpu else 'no NVIDIA GPU'}", flush=True)
+    print(
+        f"install: {system} {platform.machine()}, Python {platform.python_version()}, "
+        f"{'an NVIDIA GPU' if gpu else 'no NVIDIA GPU'}",
+        flush=True,
+    )
     have = installed_torch()
     override = a.torch is not None and "+cpu" not in a.torch and a.torch != "torch"
     if have and version_tuple(have[0]) >= MIN_TORCH and not override:
@@ -136,12 +149,16 @@ def main(argv: list[str] | None = None) -> int:
             if _pip(args, a.dry_run) == 0:
                 break
             if i + 1 < len(attempts):
-                print("install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index",
-                      flush=True)
+                print(
+                    "install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index", flush=True
+                )
         else:
-            print(f"install: could not install torch ({' / '.join(' '.join(x) for x in attempts)}). Put the "
-                  "wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build: "
-                  "make lab TORCH=torch", file=sys.stderr)
+            print(
+                f"install: could not install torch ({' / '.join(' '.join(x) for x in attempts)}). Put the "
+                "wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build: "
+                "make lab TORCH=torch",
+                file=sys.stderr,
+            )
             return 1
         have = None if a.dry_run else installed_torch()
     extras = ["test"] + [e for e in [cupy_extra(system, gpu, have[1] if have else None)] if e]

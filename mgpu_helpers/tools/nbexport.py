@@ -10,7 +10,7 @@ edits and re-runs the very code the rest of the course uses.
     python -m mgpu_helpers.tools.nbexport --check  # exit 1, naming each module that is out of date
 
 A generated module's first line says it is generated and names its notebook; ``--check`` (and
-tests/test_nbexport.py) also reports a generated module that no notebook exports any more.
+tests/tools/test_nbexport.py) also reports a generated module that no notebook exports any more.
 """
 
 import argparse
@@ -23,7 +23,7 @@ import sys
 from mgpu_helpers.tools.nbtools import markdown_lines, read_text, report, source, write_if_changed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)   # the worked lessons (notebooks/ is generated from them)
+NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)  # the worked lessons (notebooks/ is generated from them)
 LESSONS_DIR = os.path.join("mgpu_helpers", "lessons")
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 MARKER = re.compile(r"^#\|\s*export(?:\s+(?P<name>[A-Za-z_]\w*))?\s*$")
@@ -47,8 +47,10 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
             continue
         name = match.group("name") or default
         if not name:
-            raise ExportError(f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module: "
-                              f'add "mgpu": {{"export": "<module>"}} to its metadata, or write `#| export <module>`')
+            raise ExportError(
+                f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module: "
+                f'add "mgpu": {{"export": "<module>"}} to its metadata, or write `#| export <module>`'
+            )
         # nbgrader's solution markers are for the learner's version (tools/exercises.py), not the library.
         code = [ln for ln in lines[1:] if ln.strip() not in SOLUTION_MARKERS]
         modules.setdefault(name, []).append("\n".join(code).strip("\n"))
@@ -58,8 +60,10 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
 def render(notebook: str, nb, cells: list[str]) -> str:
     """The generated module's text: header, docstring naming the lesson, then the cells in order."""
     title = next((line.lstrip("#").strip() for line in markdown_lines(nb) if line.startswith("#")), "")
-    doc = f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one ' \
-          f'`#| export` cell of that notebook, in order."""'
+    doc = (
+        f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one '
+        f'`#| export` cell of that notebook, in order."""'
+    )
     body = "\n\n\n".join(cells)
     return f"{HEADER.format(notebook=notebook)}\n{doc}\n\n{body}\n"
 

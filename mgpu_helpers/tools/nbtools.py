@@ -134,7 +134,7 @@ def clean(nb, keep_checked_outputs: bool = True):
                     out["metadata"] = {}
         else:
             cell["outputs"] = []
-    return nbformat.from_dict(nb)   # plain dicts inside (e.g. the copied outputs) break nbformat.write
+    return nbformat.from_dict(nb)  # plain dicts inside (e.g. the copied outputs) break nbformat.write
 
 
 def problems(path: str) -> list[str]:
@@ -153,9 +153,15 @@ def execute(path: str, timeout: int = 600, store_widget_state: bool = True):
     default: with it off, nbclient 0.11 raises a KeyError when an ``ipywidgets.Output`` widget prints (its
     output hook writes into the widget state it did not record); :func:`clean` drops that state anyway."""
     from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=store_widget_state,
-                            resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        store_widget_state=store_widget_state,
+        resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}},
+    )
     client.execute()
     return nb
 

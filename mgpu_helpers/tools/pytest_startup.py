@@ -12,6 +12,7 @@ notebook, so a fixed cost here is paid dozens of times. Loaded first, from ``add
   with ``@given`` or not; ``addopts`` leaves that plugin out (``-p no:hypothesispytest``): ``@given`` tests
   run the same without it.
 """
+
 import sys
 
 sys.modules.setdefault("rfc3987_syntax", None)

@@ -39,8 +39,7 @@ def kernel_language_info() -> dict:
     import subprocess
 
     code = "import json; from ipykernel.ipkernel import IPythonKernel as K; print(json.dumps(K.language_info))"
-    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                     check=True).stdout)
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def delivered_text(path: Path, language_info: dict) -> str:
@@ -73,13 +72,15 @@ def update(ws=None, course=tracking.ROOT) -> list[str]:
                 if _sha(mine) == _sha(text):
                     known[rel] = _sha(text)
                     continue
-                if _sha(mine) != known.get(rel):                  # the learner's work: never overwritten
+                if _sha(mine) != known.get(rel):  # the learner's work: never overwritten
                     beside = target.with_name(src.stem + UPDATE_SUFFIX)
                     offered = beside.read_text(encoding="utf-8") if beside.exists() else None
                     if known.get(rel) != _sha(text) and offered != text:
                         beside.write_text(text, encoding="utf-8")
-                        said.append(f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
-                                    f"课程的新版本放在旁边：{folder}/{beside.name}")
+                        said.append(
+                            f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
+                            f"课程的新版本放在旁边：{folder}/{beside.name}"
+                        )
                     continue
                 said.append(f"{rel}：课程更新了，你没有改过它，已换成新版本")
             else:
@@ -109,8 +110,9 @@ def reset(name: str, ws=None, course=tracking.ROOT) -> str:
             known[f"{folder}/{src.name}"] = _sha(text)
             (ws / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
             tracking.forget(stem)
-            return (f"{folder}/{src.name} 已换回课程的版本，它的进度清零；"
-                    f"你原来的版本在 {folder}/{stem}.before-reset.ipynb")
+            return (
+                f"{folder}/{src.name} 已换回课程的版本，它的进度清零；你原来的版本在 {folder}/{stem}.before-reset.ipynb"
+            )
     raise SystemExit(f"课程里没有叫 {name} 的笔记本（看一看 notebooks/ 和 exercises/ 里的文件名）")
 
 

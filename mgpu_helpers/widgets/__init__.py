@@ -1,6 +1,7 @@
 """The course's widgets. Each module has a pure drawing function (matplotlib, works in static HTML and in
 tests) and a thin ipywidgets wrapper around it. Import the module you need; nothing here imports ipywidgets
 until a widget is built."""
+
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__)

@@ -31,13 +31,28 @@ def _table(ax, rows, title: str, colours) -> None:
     for r, row in enumerate(rows):
         ax.text(-0.55, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size)
         if row is None:
-            ax.text(0, r, "(receives nothing)", ha="left", va="center", fontsize=st.font_size * 0.9,
-                    color=style.PALETTE["grey"], style="italic")
+            ax.text(
+                0,
+                r,
+                "(receives nothing)",
+                ha="left",
+                va="center",
+                fontsize=st.font_size * 0.9,
+                color=style.PALETTE["grey"],
+                style="italic",
+            )
             continue
         for i, v in enumerate(row):
             boxes.append(_box(i, r, colours[r % len(colours)]))
-            ax.text(i, r, _fmt(v), ha="center", va="center", fontsize=st.font_size * (0.9 if width < 10 else 0.7),
-                    in_layout=False)
+            ax.text(
+                i,
+                r,
+                _fmt(v),
+                ha="center",
+                va="center",
+                fontsize=st.font_size * (0.9 if width < 10 else 0.7),
+                in_layout=False,
+            )
     _add_boxes(ax, boxes)
     _finish(ax, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
 
@@ -46,24 +61,33 @@ def _finish(ax, xlim, ylim, title: str, title_size: float) -> None:
     """A grid of boxes' axes: these limits, equal aspect, no axis lines, the title."""
     ax.set(xlim=xlim, ylim=ylim, aspect="equal")
     ax.axis("off")
-    ax.set_title(title, fontsize=title_size, y=1.0)   # a fixed y: no costly title placement
+    ax.set_title(title, fontsize=title_size, y=1.0)  # a fixed y: no costly title placement
 
 
 def _add_boxes(ax, boxes) -> None:
     """Add the boxes as one collection, drawn in list order: one artist to lay out and draw, not one per box
     (each ``add_patch`` also updated the data limits, which the caller sets anyway)."""
     from matplotlib.collections import PatchCollection
+
     ax.add_collection(PatchCollection(boxes, match_original=True), autolim=False)
 
 
 def _box(x, y, colour):
     from matplotlib.patches import FancyBboxPatch
-    return FancyBboxPatch((x - 0.42, y - 0.36), 0.84, 0.72, boxstyle="round,pad=0.02",
-                          facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=style.current().line_width / 2)
+
+    return FancyBboxPatch(
+        (x - 0.42, y - 0.36),
+        0.84,
+        0.72,
+        boxstyle="round,pad=0.02",
+        facecolor=colour,
+        alpha=0.35,
+        edgecolor=colour,
+        linewidth=style.current().line_width / 2,
+    )
 
 
-_RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple", "sky", "vermillion",
-                                            "yellow", "grey")]
+_RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple", "sky", "vermillion", "yellow", "grey")]
 
 
 def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | None = None):
@@ -89,7 +113,7 @@ def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | No
 
 
 def _label(value: float, world_size: int, as_ranks: bool) -> str:
-    if as_ranks and value == int(value) and 0 < value < 2 ** world_size:
+    if as_ranks and value == int(value) and 0 < value < 2**world_size:
         return _ranks_label([r for r in range(world_size) if int(value) >> r & 1], world_size)
     return _fmt(value)
 
@@ -110,8 +134,9 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     st = style.current()
     # Two rows: the input then the reduce-scatter steps; the all-gather steps below them.
     cols = max(1, (steps + 1) // 2) if steps > 1 else 1
-    fig = plt.figure(figsize=style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n)),
-                 layout="constrained")
+    fig = plt.figure(
+        figsize=style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n)), layout="constrained"
+    )
     grid = np.atleast_2d(fig.subplots(2 if steps > 1 else 1, cols))
     for ax in grid.flat:
         ax.axis("off")
@@ -129,14 +154,28 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
             for i, v in enumerate(values):
                 boxes.append(_box(i, r, _RANK_COLOURS[chunk_of[i] % len(_RANK_COLOURS)]))
                 if got is not None and chunk_of[i] == got:
-                    outlines.append(Rectangle((i - 0.46, r - 0.4), 0.92, 0.8, fill=False,
-                                              edgecolor=style.PALETTE["black"], linewidth=st.line_width))
-                ax.text(i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7,
-                        in_layout=False)
+                    outlines.append(
+                        Rectangle(
+                            (i - 0.46, r - 0.4),
+                            0.92,
+                            0.8,
+                            fill=False,
+                            edgecolor=style.PALETTE["black"],
+                            linewidth=st.line_width,
+                        )
+                    )
+                ax.text(
+                    i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7, in_layout=False
+                )
             ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
         _add_boxes(ax, boxes + outlines)
-        _finish(ax, (-2.0, length - 0.4), (n - 0.4, -0.8),
-                "input" if phase == "input" else f"{phase} step {step + 1}", st.font_size * 0.85)
+        _finish(
+            ax,
+            (-2.0, length - 0.4),
+            (n - 0.4, -0.8),
+            "input" if phase == "input" else f"{phase} step {step + 1}",
+            st.font_size * 0.85,
+        )
     return fig
 
 
@@ -162,9 +201,12 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
             try:
                 fig, result = runner(coll.value, ws.value, pat.value, opw.value)
                 style.show(fig)
-                print("every rank's output matches the expected result" if result.ok
-                      else "MISMATCH: some rank's output differs from the expected result")
-            except Exception as exc:   # show the error in the widget, keep the widget usable
+                print(
+                    "every rank's output matches the expected result"
+                    if result.ok
+                    else "MISMATCH: some rank's output differs from the expected result"
+                )
+            except Exception as exc:  # show the error in the widget, keep the widget usable
                 print(f"{type(exc).__name__}: {exc}")
             finally:
                 run.disabled = False
@@ -213,17 +255,49 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
             kept = not (split and f.phase == "reduce_scatter" and k == steps.rs_done and c != steps.owned_after_rs(r))
             full = len(f.holds[r][c]) == n
             colour = style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)]
-            if kept:     # plain rectangles: a frame has n * n of them, and rounded boxes draw slowly
-                boxes.append(Rectangle((c - 0.42, r - 0.36), 0.84, 0.72, facecolor=colour, alpha=0.35,
-                                     edgecolor=colour, linewidth=st.line_width / 2))
-                ax.text(c, r, _ranks_label(f.holds[r][c], n), ha="center", va="center",
-                        fontsize=st.font_size * (0.75 if n <= 4 else 0.55), in_layout=False)
+            if kept:  # plain rectangles: a frame has n * n of them, and rounded boxes draw slowly
+                boxes.append(
+                    Rectangle(
+                        (c - 0.42, r - 0.36),
+                        0.84,
+                        0.72,
+                        facecolor=colour,
+                        alpha=0.35,
+                        edgecolor=colour,
+                        linewidth=st.line_width / 2,
+                    )
+                )
+                ax.text(
+                    c,
+                    r,
+                    _ranks_label(f.holds[r][c], n),
+                    ha="center",
+                    va="center",
+                    fontsize=st.font_size * (0.75 if n <= 4 else 0.55),
+                    in_layout=False,
+                )
             else:
-                ax.text(c, r, "—", ha="center", va="center", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8,
-                        in_layout=False)
+                ax.text(
+                    c,
+                    r,
+                    "—",
+                    ha="center",
+                    va="center",
+                    color=style.PALETTE["grey"],
+                    fontsize=st.font_size * 0.8,
+                    in_layout=False,
+                )
             if f.received[r] == c and kept:
-                outlines.append(Rectangle((c - 0.46, r - 0.4), 0.92, 0.8, fill=False,
-                                          edgecolor=style.PALETTE["black"], linewidth=st.line_width))
+                outlines.append(
+                    Rectangle(
+                        (c - 0.46, r - 0.4),
+                        0.92,
+                        0.8,
+                        fill=False,
+                        edgecolor=style.PALETTE["black"],
+                        linewidth=st.line_width,
+                    )
+                )
     _add_boxes(ax, boxes + outlines)
     _finish(ax, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
 
@@ -239,7 +313,9 @@ def _view_titles(steps, k: int):
         two = zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
     else:
         call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
-        two = zh_or_en(f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}")
+        two = zh_or_en(
+            f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}"
+        )
     return one, two
 
 

@@ -18,18 +18,39 @@ def _lanes(ax, spans_per_rank, t0: float) -> float:
         comm = [s for s in spans if s.kind == "communicate"]
         y_bw, y_comm = 2 * r, 2 * r + 0.8
         for s in backward:
-            ax.barh(y_bw, s.seconds * 1e3, left=(s.start - t0) * 1e3, height=0.7,
-                    color=style.KIND_COLOURS["compute"], edgecolor="white", linewidth=0.5)
+            ax.barh(
+                y_bw,
+                s.seconds * 1e3,
+                left=(s.start - t0) * 1e3,
+                height=0.7,
+                color=style.KIND_COLOURS["compute"],
+                edgecolor="white",
+                linewidth=0.5,
+            )
         for s in comm:
             last_bw_end = max((b.end for b in backward if b.start <= s.start), default=s.start)
             hidden_end = min(s.end, last_bw_end)
             if hidden_end > s.start:
-                ax.barh(y_comm, (hidden_end - s.start) * 1e3, left=(s.start - t0) * 1e3, height=0.55,
-                        color=style.KIND_COLOURS["communicate"], edgecolor="white", linewidth=0.5)
+                ax.barh(
+                    y_comm,
+                    (hidden_end - s.start) * 1e3,
+                    left=(s.start - t0) * 1e3,
+                    height=0.55,
+                    color=style.KIND_COLOURS["communicate"],
+                    edgecolor="white",
+                    linewidth=0.5,
+                )
             start = max(s.start, hidden_end)
             if s.end > start:
-                ax.barh(y_comm, (s.end - start) * 1e3, left=(start - t0) * 1e3, height=0.55,
-                        color=style.KIND_COLOURS["wait"], edgecolor="white", linewidth=0.5)
+                ax.barh(
+                    y_comm,
+                    (s.end - start) * 1e3,
+                    left=(start - t0) * 1e3,
+                    height=0.55,
+                    color=style.KIND_COLOURS["wait"],
+                    edgecolor="white",
+                    linewidth=0.5,
+                )
         end_ms = max([end_ms] + [(s.end - t0) * 1e3 for s in spans if s.kind in ("compute", "communicate")])
     ticks = [y for r in range(len(spans_per_rank)) for y in (2 * r, 2 * r + 0.8)]
     names = [n for r in range(len(spans_per_rank)) for n in (f"rank {r} backward", f"rank {r} comm")]
@@ -44,10 +65,12 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     ``steps``: draw only the first ``steps`` backward spans of each rank and the collectives that start
     before the next one (default: everything)."""
     import matplotlib.pyplot as plt
+
     st = style.current()
     rows = sum(len(v) for v in runs.values())
-    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
-                             figsize=style.figsize(8, 0.75 * rows + 1.1 * len(runs)))
+    fig, axes = plt.subplots(
+        len(runs), 1, sharex=True, squeeze=False, figsize=style.figsize(8, 0.75 * rows + 1.1 * len(runs))
+    )
     right = 0.0
     for ax, (title, spans_per_rank) in zip(axes[:, 0], runs.items()):
         if steps is not None:
@@ -59,17 +82,25 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     for ax in axes[:, 0]:
         ax.set_xlim(0, right * 1.02 if right else 1)
     axes[-1, 0].set_xlabel("time (ms)")
-    style.patch_legend(fig, {"backward": style.KIND_COLOURS["compute"],
-                             "all-reduce during backward": style.KIND_COLOURS["communicate"],
-                             "all-reduce after backward (waited for)": style.KIND_COLOURS["wait"]},
-                       loc="upper center", ncol=3, fontsize=st.font_size * 0.8)
+    style.patch_legend(
+        fig,
+        {
+            "backward": style.KIND_COLOURS["compute"],
+            "all-reduce during backward": style.KIND_COLOURS["communicate"],
+            "all-reduce after backward (waited for)": style.KIND_COLOURS["wait"],
+        },
+        loc="upper center",
+        ncol=3,
+        fontsize=st.font_size * 0.8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
 
 def _first_steps(spans, steps: int):
-    backward = sorted((s for s in spans if s.kind == "compute" and s.name.startswith("backward")),
-                      key=lambda s: s.start)
+    backward = sorted(
+        (s for s in spans if s.kind == "compute" and s.name.startswith("backward")), key=lambda s: s.start
+    )
     if len(backward) <= steps:
         return list(spans)
     cut = backward[steps].start

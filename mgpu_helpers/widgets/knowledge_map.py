@@ -9,27 +9,39 @@ from mgpu_helpers.widgets import style
 
 # (column title, colour key, [(topic, notebook), ...])
 KNOWLEDGE_MAP = [
-    ("CUDA basics (the foundation)", "blue", [
-        ("Host vs Device", "01"),
-        ("Kernel, Grid / Block / Thread", "01"),
-        ("SIMT and warps", "01"),
-        ("cudaMalloc/cudaMemcpy, checks", "01"),
-        ("block size, registers, occupancy", "02"),
-    ]),
-    ("torch.distributed (the tools)", "orange", [
-        ("process group: init_process_group", "03"),
-        ("backend: nccl (GPU) / gloo (CPU)", "03"),
-        ("init_method: env:// tcp:// file://", "03"),
-        ("rank, world_size, device", "03"),
-        ("launch: spawn / torchrun / run_ranks", "03"),
-    ]),
-    ("communication (the core mechanism)", "green", [
-        ("point-to-point: send / recv", "04"),
-        ("isend / irecv, batch_isend_irecv", "04"),
-        ("Broadcast, Reduce, Gather / Scatter", "05"),
-        ("All-Reduce (DDP gradients)", "05"),
-        ("All-Gather, Reduce-Scatter, ring, busbw", "05"),
-    ]),
+    (
+        "CUDA basics (the foundation)",
+        "blue",
+        [
+            ("Host vs Device", "01"),
+            ("Kernel, Grid / Block / Thread", "01"),
+            ("SIMT and warps", "01"),
+            ("cudaMalloc/cudaMemcpy, checks", "01"),
+            ("block size, registers, occupancy", "02"),
+        ],
+    ),
+    (
+        "torch.distributed (the tools)",
+        "orange",
+        [
+            ("process group: init_process_group", "03"),
+            ("backend: nccl (GPU) / gloo (CPU)", "03"),
+            ("init_method: env:// tcp:// file://", "03"),
+            ("rank, world_size, device", "03"),
+            ("launch: spawn / torchrun / run_ranks", "03"),
+        ],
+    ),
+    (
+        "communication (the core mechanism)",
+        "green",
+        [
+            ("point-to-point: send / recv", "04"),
+            ("isend / irecv, batch_isend_irecv", "04"),
+            ("Broadcast, Reduce, Gather / Scatter", "05"),
+            ("All-Reduce (DDP gradients)", "05"),
+            ("All-Gather, Reduce-Scatter, ring, busbw", "05"),
+        ],
+    ),
 ]
 
 # What each arrow between two columns means.
@@ -55,28 +67,75 @@ def draw_knowledge_map(highlight: int | None = None):
     for c, (title, colour_key, topics) in enumerate(KNOWLEDGE_MAP):
         colour = style.PALETTE[colour_key]
         strong = highlight is None or highlight == c
-        ax.text(col_x[c] + box_w / 2, 5.75, title, ha="center", va="center", weight="bold",
-                fontsize=st.font_size * 1.15, color=colour)
+        ax.text(
+            col_x[c] + box_w / 2,
+            5.75,
+            title,
+            ha="center",
+            va="center",
+            weight="bold",
+            fontsize=st.font_size * 1.15,
+            color=colour,
+        )
         for r, (topic, nb) in enumerate(topics):
             y = top - r * 0.95
-            ax.add_patch(FancyBboxPatch((col_x[c], y - box_h / 2), box_w, box_h, boxstyle="round,pad=0.05",
-                                        facecolor=colour, alpha=0.28 if strong else 0.08, edgecolor=colour,
-                                        linewidth=st.line_width))
-            ax.text(col_x[c] + 0.15, y, topic, ha="left", va="center", fontsize=st.font_size,
-                    alpha=1.0 if strong else 0.5)
-            ax.text(col_x[c] + box_w - 0.1, y, f"nb {nb}", ha="right", va="center",
-                    fontsize=st.font_size * 0.75, color=style.PALETTE["grey"])
+            ax.add_patch(
+                FancyBboxPatch(
+                    (col_x[c], y - box_h / 2),
+                    box_w,
+                    box_h,
+                    boxstyle="round,pad=0.05",
+                    facecolor=colour,
+                    alpha=0.28 if strong else 0.08,
+                    edgecolor=colour,
+                    linewidth=st.line_width,
+                )
+            )
+            ax.text(
+                col_x[c] + 0.15, y, topic, ha="left", va="center", fontsize=st.font_size, alpha=1.0 if strong else 0.5
+            )
+            ax.text(
+                col_x[c] + box_w - 0.1,
+                y,
+                f"nb {nb}",
+                ha="right",
+                va="center",
+                fontsize=st.font_size * 0.75,
+                color=style.PALETTE["grey"],
+            )
     # The chapter's main arrows: foundation -> tools -> mechanism.
     for c in range(2):
         x0 = col_x[c] + box_w + 0.08
         x1 = col_x[c + 1] - 0.08
         for y in (5.75, 2.9):
-            ax.add_patch(FancyArrowPatch((x0, y), (x1, y), arrowstyle="-|>", mutation_scale=22,
-                                         linewidth=st.line_width * 1.5, color=style.PALETTE["black"]))
-        ax.text((x0 + x1) / 2, 3.1, ARROWS[c], ha="center", va="bottom", fontsize=st.font_size * 0.72,
-                color=style.PALETTE["grey"], style="italic")
-    ax.text(6.5, 0.12, "CUDA is the foundation, torch.distributed the tool, communication the core: "
-            "all three are needed.", ha="center", va="bottom", fontsize=st.font_size * 0.9)
+            ax.add_patch(
+                FancyArrowPatch(
+                    (x0, y),
+                    (x1, y),
+                    arrowstyle="-|>",
+                    mutation_scale=22,
+                    linewidth=st.line_width * 1.5,
+                    color=style.PALETTE["black"],
+                )
+            )
+        ax.text(
+            (x0 + x1) / 2,
+            3.1,
+            ARROWS[c],
+            ha="center",
+            va="bottom",
+            fontsize=st.font_size * 0.72,
+            color=style.PALETTE["grey"],
+            style="italic",
+        )
+    ax.text(
+        6.5,
+        0.12,
+        "CUDA is the foundation, torch.distributed the tool, communication the core: all three are needed.",
+        ha="center",
+        va="bottom",
+        fontsize=st.font_size * 0.9,
+    )
     return fig
 
 

@@ -39,8 +39,11 @@ def compare(name: str, predicted: float, measured: float, unit: str = "", show: 
     except (TypeError, ValueError):
         raise ValueError(f"{name}：预测要写成一个数（例如 0.5），现在是 {predicted!r}") from None
     _written(name)
-    return _said(f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，"
-                 f"{ratio_text(predicted, float(measured))}。", show)
+    return _said(
+        f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，"
+        f"{ratio_text(predicted, float(measured))}。",
+        show,
+    )
 
 
 def compare_choice(name: str, predicted, measured, options, show: bool = True) -> str:
@@ -56,8 +59,11 @@ def compare_choice(name: str, predicted, measured, options, show: bool = True) -
 
 
 def _unwritten(name: str, measured: str, show: bool) -> str:
-    return _said(f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
-                 "对照着看才知道自己的直觉差在哪里。", show)
+    return _said(
+        f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
+        "对照着看才知道自己的直觉差在哪里。",
+        show,
+    )
 
 
 def _written(name: str) -> None:

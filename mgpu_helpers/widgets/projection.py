@@ -40,5 +40,6 @@ def projection_mode(on: bool = True) -> style.Style:
     st = style.set_projection(on)
     if on and _in_kernel():
         from IPython.display import HTML, display
+
         display(HTML(style.projection_css()))
     return st

@@ -61,10 +61,15 @@ class Question:
     def from_dict(cls, d: dict) -> "Question":
         """From one entry of the data file (JSON: lists for tuples, string keys for ``wrong``)."""
         answer = d["answer"]
-        return cls(prompt=d["prompt"], options=tuple(d["options"]),
-                   answer=tuple(answer) if isinstance(answer, list) else answer,
-                   explanation=d["explanation"], hint=d.get("hint", ""),
-                   wrong={int(k): v for k, v in d.get("wrong", {}).items()}, qid=d.get("id", ""))
+        return cls(
+            prompt=d["prompt"],
+            options=tuple(d["options"]),
+            answer=tuple(answer) if isinstance(answer, list) else answer,
+            explanation=d["explanation"],
+            hint=d.get("hint", ""),
+            wrong={int(k): v for k, v in d.get("wrong", {}).items()},
+            qid=d.get("id", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,8 @@ class Feedback:
 
 # ---------------------------------------------------------------------------------------------- the bank
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def bank(name: str = BANK_FILE) -> tuple:
     """All questions of a data file in ``mgpu_helpers/data/``, in file order."""
     text = resources.files("mgpu_helpers").joinpath("data", name).read_text(encoding="utf-8")
@@ -105,6 +111,7 @@ def asked_ids(source: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- checking
+
 
 def _to_index(choice, n: int) -> int:
     if isinstance(choice, str):
@@ -146,6 +153,7 @@ def answer_text(q: Question) -> str:
 
 # ---------------------------------------------------------------------------------------------- showing
 
+
 def static_html(q: Question, number: int | None = None, with_answer: bool = True) -> str:
     """The question as HTML that needs no kernel: options listed, hint and (``with_answer``) answer folded in
     ``<details>``, so a reader of the static page tries first and opens them after."""
@@ -153,10 +161,12 @@ def static_html(q: Question, number: int | None = None, with_answer: bool = True
     title = f"<b>{number}.</b> " if number is not None else ""
     opts = "".join(f"<li>{LETTERS[i]}. {e(o)}</li>" for i, o in enumerate(q.options))
     hint = f"<details><summary>提示</summary>{e(q.hint)}</details>" if q.hint else ""
-    answer = f"<details><summary>想一想之后再展开：参考答案</summary>{e(answer_text(q))}</details>" \
-        if with_answer else ""
-    return (f"<div class='mgpu-quiz'><p>{title}{e(q.prompt)}</p><ul style='list-style:none'>{opts}</ul>"
-            f"{hint}{answer}</div>")
+    answer = (
+        f"<details><summary>想一想之后再展开：参考答案</summary>{e(answer_text(q))}</details>" if with_answer else ""
+    )
+    return (
+        f"<div class='mgpu-quiz'><p>{title}{e(q.prompt)}</p><ul style='list-style:none'>{opts}</ul>{hint}{answer}</div>"
+    )
 
 
 def static_text(q: Question, number: int | None = None) -> str:
@@ -172,8 +182,9 @@ def show(q: Question, number: int | None = None):
 
     labels = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)]
     if q.multiple:
-        picks = [W.Checkbox(value=False, description=lab, indent=False, layout=W.Layout(width="auto"))
-                 for lab in labels]
+        picks = [
+            W.Checkbox(value=False, description=lab, indent=False, layout=W.Layout(width="auto")) for lab in labels
+        ]
         chooser = W.VBox(picks)
 
         def current():
@@ -189,14 +200,16 @@ def show(q: Question, number: int | None = None):
     reveal = W.Button(description="看答案", disabled=True, tooltip="先选一个答案并点“检查”")
     feedback = W.HTML()
     head = f"<b>{number}.</b> " if number is not None else ""
-    prompt = W.HTML(f"<p>{head}{html.escape(q.prompt)}{'（多选）' if q.multiple and '多选' not in q.prompt else ''}</p>")
+    prompt = W.HTML(
+        f"<p>{head}{html.escape(q.prompt)}{'（多选）' if q.multiple and '多选' not in q.prompt else ''}</p>"
+    )
 
     def on_check(_):
         fb = check_answer(q, current())
         colour = "#009E73" if fb.correct else "#D55E00"
         feedback.value = f"<span style='color:{colour}'>{html.escape(fb.message)}</span>"
         if current() not in (None, []):
-            reveal.disabled = False     # tried once: the answer may be opened now
+            reveal.disabled = False  # tried once: the answer may be opened now
 
     def on_hint(_):
         feedback.value = f"<i>提示：{html.escape(q.hint)}</i>"
@@ -208,7 +221,7 @@ def show(q: Question, number: int | None = None):
     hint.on_click(on_hint)
     reveal.on_click(on_reveal)
     box = W.VBox([prompt, chooser, W.HBox([check, hint, reveal]), feedback])
-    box.check, box.reveal = on_check, on_reveal   # handy for tests: box.check(None)
+    box.check, box.reveal = on_check, on_reveal  # handy for tests: box.check(None)
     return box
 
 

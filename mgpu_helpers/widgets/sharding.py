@@ -10,17 +10,30 @@ Labels are Chinese where matplotlib finds a Chinese font, otherwise English
 (:func:`mgpu_helpers.widgets.style.zh_or_en`); the text printed under each figure is always Chinese.
 """
 
-from mgpu_helpers.report import tables
 from mgpu_helpers.models import memory
+from mgpu_helpers.report import tables
 from mgpu_helpers.widgets import style
 from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
-PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
-               "activations": "activations"}
+PART_LABELS = {
+    "params": "parameters",
+    "grads": "gradients",
+    "optimizer": "optimizer state",
+    "activations": "activations",
+}
 PART_LABELS_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
-STRATEGY_ZH = {"replicate": "整份复制", "data_parallel": "Data Parallel", "tensor_parallel": "Tensor Parallel",
-               "pipeline_parallel": "Pipeline Parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
-               "unified_memory": "Unified Memory"}
+STRATEGY_ZH = {
+    "replicate": "整份复制",
+    "data_parallel": "Data Parallel",
+    "tensor_parallel": "Tensor Parallel",
+    "pipeline_parallel": "Pipeline Parallel",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+    "zero3": "ZeRO-3",
+    "unified_memory": "Unified Memory",
+}
+
+
 def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: bool = True) -> None:
     st = style.current()
     n = len(plan.ranks)
@@ -31,18 +44,39 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
         if not any(vals):
             continue
         hatch = None if part in plan.sharded else "//"
-        ax.bar(xs, vals, bottom=bottoms, color=style.KIND_COLOURS[part], edgecolor="white", hatch=hatch,
-               label=zh_or_en(PART_LABELS_ZH[part], PART_LABELS[part])
-               + ("" if part in plan.sharded else zh_or_en("（复制）", " (replicated)")), width=0.6)
+        ax.bar(
+            xs,
+            vals,
+            bottom=bottoms,
+            color=style.KIND_COLOURS[part],
+            edgecolor="white",
+            hatch=hatch,
+            label=zh_or_en(PART_LABELS_ZH[part], PART_LABELS[part])
+            + ("" if part in plan.sharded else zh_or_en("（复制）", " (replicated)")),
+            width=0.6,
+        )
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.axhline(plan.capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-    ax.text(-0.45, plan.capacity, zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"),
-            va="bottom", ha="left", fontsize=st.font_size * 0.8,
-            bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1))
+    ax.text(
+        -0.45,
+        plan.capacity,
+        zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"),
+        va="bottom",
+        ha="left",
+        fontsize=st.font_size * 0.8,
+        bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1),
+    )
     for r, (total, ok) in enumerate(zip(plan.totals, plan.rank_fits)):
         rank_fits = zh_or_en("装得下", "fits") if ok else zh_or_en("溢出", "OVER")
-        ax.text(r, total, f"{total:g}\n{rank_fits}", ha="center", va="bottom",
-                fontsize=st.font_size * 0.8, color=style.PALETTE["black" if ok else "vermillion"])
+        ax.text(
+            r,
+            total,
+            f"{total:g}\n{rank_fits}",
+            ha="center",
+            va="bottom",
+            fontsize=st.font_size * 0.8,
+            color=style.PALETTE["black" if ok else "vermillion"],
+        )
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
     top = top or max(max(plan.totals), plan.capacity)
     ax.set(ylim=(0, top * 1.25), ylabel=zh_or_en("每张卡的显存 (GB)", "memory per GPU (GB)"))
@@ -55,6 +89,7 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
 def draw_memory_plan(plan, title: str | None = None):
     """Stacked per-rank memory bars (hatched = replicated part), the capacity line, fits/OVER labels."""
     import matplotlib.pyplot as plt
+
     with cjk_fonts():
         fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
         _draw(ax, plan, title)
@@ -65,9 +100,11 @@ def draw_memory_plan(plan, title: str | None = None):
 def draw_plans(plans: dict):
     """Several plans side by side (``{title: MemoryPlan}``), on one memory scale."""
     import matplotlib.pyplot as plt
+
     with cjk_fonts():
-        fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False,
-                                 figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8))
+        fig, axes = plt.subplots(
+            1, len(plans), sharey=True, squeeze=False, figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8)
+        )
         top = max(max(max(p.totals), p.capacity) for p in plans.values())
         for ax, (title, plan) in zip(axes[0], plans.items()):
             _draw(ax, plan, title, top=top, legend=False)
@@ -76,8 +113,14 @@ def draw_plans(plans: dict):
         for ax in axes[0]:
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(lab, h)
-        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(4, len(handles)),
-                   frameon=False, fontsize=style.current().font_size * 0.8)
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="upper center",
+            ncol=min(4, len(handles)),
+            frameon=False,
+            fontsize=style.current().font_size * 0.8,
+        )
         fig.tight_layout(rect=(0, 0, 1, 0.86))
     return fig
 
@@ -101,19 +144,34 @@ def draw_strategies(rows, title: str | None = None):
         ax_m.axvline(capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
         top = max(max(r.peak for r in rows), capacity) * 1.35
         for y, r in zip(ys, rows):
-            ax_m.text(r.peak, y, f" {r.peak:g} {zh_or_en('装得下', 'fits') if r.fits else zh_or_en('溢出', 'OVER')}",
-                      va="center", fontsize=st.font_size * 0.8)
+            ax_m.text(
+                r.peak,
+                y,
+                f" {r.peak:g} {zh_or_en('装得下', 'fits') if r.fits else zh_or_en('溢出', 'OVER')}",
+                va="center",
+                fontsize=st.font_size * 0.8,
+            )
         ax_m.set_xlim(0, top)
         ax_m.set_yticks(ys, names)
         ax_m.invert_yaxis()
-        ax_m.set_xlabel(zh_or_en(f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
-                           f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU"))
+        ax_m.set_xlabel(
+            zh_or_en(
+                f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
+                f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU",
+            )
+        )
         sent = [r.step_bytes for r in rows]
         known = [b for b in sent if b is not None] or [1.0]
         ax_b.barh(ys, [b or 0 for b in sent], color=style.KIND_COLOURS["communicate"], height=0.6)
         for y, b in zip(ys, sent):
-            ax_b.text(b or 0, y, " n/a" if b is None else f" {b:.3g}", va="center", fontsize=st.font_size * 0.8,
-                      color=style.PALETTE["grey" if b is None else "black"])
+            ax_b.text(
+                b or 0,
+                y,
+                " n/a" if b is None else f" {b:.3g}",
+                va="center",
+                fontsize=st.font_size * 0.8,
+                color=style.PALETTE["grey" if b is None else "black"],
+            )
         ax_b.set_xlim(0, max(max(known), 1e-9) * 1.35)
         ax_b.set_xlabel(zh_or_en("每步每个 Rank 发出的 GB（环）", "GB each rank sends per step (ring)"))
         if title:
@@ -130,19 +188,36 @@ def describe(plan) -> str:
         lines.append(f"rank {r.rank}：{r.total:g} GB（{parts or '无'}）")
     per = ", ".join(f"{t:g}" for t in plan.totals)
     rep = "、".join(PART_LABELS_ZH[p] for p in plan.replicated) or "无"
-    lines.append(f"{STRATEGY_ZH[plan.strategy]}，{len(plan.ranks)} 个 Rank：每个 Rank [{per}] GB，单卡容量 "
-                 f"{plan.capacity:g} GB -> {'装得下' if plan.fits else '装不下'}；每个 Rank 各存一整份的：{rep}")
+    lines.append(
+        f"{STRATEGY_ZH[plan.strategy]}，{len(plan.ranks)} 个 Rank：每个 Rank [{per}] GB，单卡容量 "
+        f"{plan.capacity:g} GB -> {'装得下' if plan.fits else '装不下'}；每个 Rank 各存一整份的：{rep}"
+    )
     return "\n".join(lines)
 
 
 def describe_strategies(rows) -> str:
     """The table of :func:`draw_strategies` as Chinese text: memory, verdict and bytes per step, per strategy."""
     dp = next((r.step_bytes for r in rows if r.strategy == "data_parallel"), None)
-    cells = [{"name": STRATEGY_ZH[r.strategy], "peak": r.peak, "fits": "是" if r.fits else "否",
-              "sent": "不在模型内" if r.step_bytes is None else f"{r.step_bytes:.3g}",
-              "rel": f"{r.step_bytes / dp:.2g} 倍" if dp and r.step_bytes is not None else ""} for r in rows]
-    return tables.format_table(cells, [("name", "策略", "{}"), ("peak", "最大 Rank (GB)", "{:g}"), ("fits", "装得下", "{}"),
-                                       ("sent", "每步发出 (GB)", "{}"), ("rel", "相对 Data Parallel", "{}")])
+    cells = [
+        {
+            "name": STRATEGY_ZH[r.strategy],
+            "peak": r.peak,
+            "fits": "是" if r.fits else "否",
+            "sent": "不在模型内" if r.step_bytes is None else f"{r.step_bytes:.3g}",
+            "rel": f"{r.step_bytes / dp:.2g} 倍" if dp and r.step_bytes is not None else "",
+        }
+        for r in rows
+    ]
+    return tables.format_table(
+        cells,
+        [
+            ("name", "策略", "{}"),
+            ("peak", "最大 Rank (GB)", "{:g}"),
+            ("fits", "装得下", "{}"),
+            ("sent", "每步发出 (GB)", "{}"),
+            ("rel", "相对 Data Parallel", "{}"),
+        ],
+    )
 
 
 def _weights(text: str, world_size: int):
@@ -159,8 +234,16 @@ def _weights(text: str, world_size: int):
     return values
 
 
-def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0.0, activations: float = 0.0,
-                  world_size: int = 4, capacity: float = 16.0, strategy: str = "replicate", weights: str = ""):
+def show_sharding(
+    params: float = 24.0,
+    grads: float = 0.0,
+    optimizer: float = 0.0,
+    activations: float = 0.0,
+    world_size: int = 4,
+    capacity: float = 16.0,
+    strategy: str = "replicate",
+    weights: str = "",
+):
     """ipywidgets with a task: sizes (GB), GPUs, memory per GPU, uneven weights and a strategy.
 
     The top line states the goal; the learner ticks the strategies they think fit and presses the button;
@@ -172,19 +255,23 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
     def slider(desc, value, hi):
         return W.FloatSlider(value=value, min=0, max=hi, step=0.5, description=desc, continuous_update=False)
 
-    controls = dict(params=slider("参数 GB", params, 200), grads=slider("梯度 GB", grads, 200),
-                    optimizer=slider("优化器 GB", optimizer, 400), activations=slider("激活 GB", activations, 200),
-                    world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPU 数",
-                                           continuous_update=False),
-                    capacity=slider("单卡 GB", capacity, 192),
-                    strategy=W.Dropdown(options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], value=strategy,
-                                        description="策略"),
-                    weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10",
-                                   continuous_update=False))
+    controls = dict(
+        params=slider("参数 GB", params, 200),
+        grads=slider("梯度 GB", grads, 200),
+        optimizer=slider("优化器 GB", optimizer, 400),
+        activations=slider("激活 GB", activations, 200),
+        world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPU 数", continuous_update=False),
+        capacity=slider("单卡 GB", capacity, 192),
+        strategy=W.Dropdown(
+            options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], value=strategy, description="策略"
+        ),
+        weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False),
+    )
     goal = W.HTML()
     note = W.HTML()
-    guess = W.SelectMultiple(options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], rows=len(memory.STRATEGIES),
-                             description="我的预测")
+    guess = W.SelectMultiple(
+        options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], rows=len(memory.STRATEGIES), description="我的预测"
+    )
     reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
     out = W.Output()
     answer = W.Output()
@@ -216,9 +303,11 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
         except ValueError as exc:
             note.value = f"<b>{exc}</b>"
             return
-        goal.value = (f"<b>目标</b>：把这个模型（参数 {v['params']:g} + 梯度 {v['grads']:g} + 优化器状态 "
-                      f"{v['optimizer']:g} + 激活 {v['activations']:g} GB）放进 {v['world_size']} 张 "
-                      f"{v['capacity']:g} GB 的卡：哪些策略装得下，每一步要付多少通信？")
+        goal.value = (
+            f"<b>目标</b>：把这个模型（参数 {v['params']:g} + 梯度 {v['grads']:g} + 优化器状态 "
+            f"{v['optimizer']:g} + 激活 {v['activations']:g} GB）放进 {v['world_size']} 张 "
+            f"{v['capacity']:g} GB 的卡：哪些策略装得下，每一步要付多少通信？"
+        )
         note.value = f"<b>{STRATEGY_ZH[plan.strategy]}</b>：{plan.note}"
         style.show_in(out, draw_memory_plan, plan, text=describe(plan))
         if state["revealed"]:
@@ -233,6 +322,16 @@ def show_sharding(params: float = 24.0, grads: float = 0.0, optimizer: float = 0
     reveal.on_click(on_reveal)
     redraw()
     c = controls
-    return W.VBox([goal, W.HBox([c["params"], c["grads"]]), W.HBox([c["optimizer"], c["activations"]]),
-                   W.HBox([c["world_size"], c["capacity"], c["weights"]]), c["strategy"], note, out,
-                   W.HBox([guess, reveal]), answer])
+    return W.VBox(
+        [
+            goal,
+            W.HBox([c["params"], c["grads"]]),
+            W.HBox([c["optimizer"], c["activations"]]),
+            W.HBox([c["world_size"], c["capacity"], c["weights"]]),
+            c["strategy"],
+            note,
+            out,
+            W.HBox([guess, reveal]),
+            answer,
+        ]
+    )

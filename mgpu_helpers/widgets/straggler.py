@@ -13,7 +13,7 @@ is, and redraws the model at once (no ranks are launched, so it stays quick and 
 through :func:`draw_dials`).
 """
 
-from mgpu_helpers.measure.straggler import wait_by_rank   # the label beside each bar
+from mgpu_helpers.measure.straggler import wait_by_rank  # the label beside each bar
 from mgpu_helpers.widgets import style
 
 PRESETS = {"12/6/4/2（不均衡）": (12, 6, 4, 2), "6/6/6/6（均衡）": (6, 6, 6, 6)}
@@ -31,8 +31,9 @@ def _bars(ax, r: int, spans, t0: float, kinds) -> None:
     for kind in kinds:
         ranges = [((s.start - t0) * 1e3, s.seconds * 1e3) for s in spans if s.kind == kind and s.seconds > 0]
         if ranges:
-            ax.broken_barh(ranges, (r - 0.3, 0.6), facecolors=style.KIND_COLOURS[kind], edgecolor="white",
-                           linewidth=0.5)
+            ax.broken_barh(
+                ranges, (r - 0.3, 0.6), facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5
+            )
 
 
 def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> float:
@@ -55,8 +56,7 @@ def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> float:
         _bars(ax, r, spans, t0, DRAWN_KINDS)
     ends = [max((s.end for s in spans), default=t0) for spans in spans_per_rank]
     x_end = (max(ends) - t0) * 1e3 if ends else 1.0
-    return _label_rows(ax, [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)], x_end, 1.22, title,
-                       labels)
+    return _label_rows(ax, [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)], x_end, 1.22, title, labels)
 
 
 def _legend(fig) -> None:
@@ -66,6 +66,7 @@ def _legend(fig) -> None:
 def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None):
     """One run's spans, one row per rank, in ms from the first span; the wait of each rank written at right."""
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.4))
     _draw(ax, spans_per_rank, _origin(spans_per_rank), title, labels)
     ax.set_xlabel("time (ms)")
@@ -77,9 +78,11 @@ def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None)
 def draw_comparison(runs: dict):
     """Several runs (``{title: spans_per_rank}``) stacked, each from its own start, on one shared time axis."""
     import matplotlib.pyplot as plt
+
     n_rows = sum(len(v) for v in runs.values())
-    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
-                             figsize=style.figsize(8, 0.55 * n_rows + 1.2 * len(runs)))
+    fig, axes = plt.subplots(
+        len(runs), 1, sharex=True, squeeze=False, figsize=style.figsize(8, 0.55 * n_rows + 1.2 * len(runs))
+    )
     # The axes share x, so each run's own limit replaces the one before: the longest run sets the scale.
     right = max(_draw(ax, spans, _origin(spans), title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
     axes[0, 0].set_xlim(0, right)
@@ -90,7 +93,7 @@ def draw_comparison(runs: dict):
 
 
 def parse_shards(text: str) -> tuple:
-    """"12/6/4/2" -> (12.0, 6.0, 4.0, 2.0); raises ValueError for anything else (1..8 positive numbers)."""
+    """ "12/6/4/2" -> (12.0, 6.0, 4.0, 2.0); raises ValueError for anything else (1..8 positive numbers)."""
     parts = [p for p in text.replace(",", "/").split("/") if p.strip()]
     vals = tuple(float(p) for p in parts)
     if not 1 <= len(vals) <= 8 or any(v <= 0 for v in vals):
@@ -109,8 +112,9 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
     preset = W.Dropdown(options=["(自己输入)"] + list(PRESETS), value="(自己输入)", description="预设")
     n_steps = W.IntSlider(value=steps, min=1, max=5, description="步数")
     button = W.Button(description="在真实的 Rank 上运行", button_style="primary")
-    cost = W.Dropdown(options=[("真实的矩阵乘法", None), ("每单位睡 10 ms（确定成本）", 0.010)],
-                      value=None, description="计算")
+    cost = W.Dropdown(
+        options=[("真实的矩阵乘法", None), ("每单位睡 10 ms（确定成本）", 0.010)], value=None, description="计算"
+    )
     out = W.Output()
 
     def on_preset(change):
@@ -126,8 +130,13 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
                 print(exc)
                 return
             res = runner(shards, n_steps.value, seconds_per_unit=cost.value)
-            style.show(draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks",
-                                     [f"rank {r} ({shards[r]:g})" for r in range(len(shards))]))
+            style.show(
+                draw_timeline(
+                    res.spans,
+                    f"shards {box.value} on {res.backend} ranks",
+                    [f"rank {r} ({shards[r]:g})" for r in range(len(shards))],
+                )
+            )
 
     preset.observe(on_preset, names="value")
     button.on_click(on_run)
@@ -139,8 +148,14 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
 WAIT_HATCH = "////"
 
 
-def model_run(world_size: int = 4, compute_ms: float = 100.0, comm_ms: float = 30.0, late_ms: float = 60.0,
-              slow_rank: int = 1, steps: int = 2):
+def model_run(
+    world_size: int = 4,
+    compute_ms: float = 100.0,
+    comm_ms: float = 30.0,
+    late_ms: float = 60.0,
+    slow_rank: int = 1,
+    steps: int = 2,
+):
     """A modelled synchronous run: every rank computes ``compute_ms`` (the slow rank ``late_ms`` longer), then
     enters the all-reduce at once; the all-reduce ends ``comm_ms`` after the last rank arrived. Returns
     ``(spans_per_rank, waits)`` like a run without the timestamp barrier: ``waits[r][k]`` is the part of rank
@@ -185,16 +200,32 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
         for s, w in zip(comms, waits[r]):
             w = min(max(0.0, w), s.seconds)
             if w > 0:
-                ax.barh(r, w * 1e3, left=(s.start - t0) * 1e3, height=0.6, color=style.KIND_COLOURS["communicate"],
-                        hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"], linewidth=0.0)
+                ax.barh(
+                    r,
+                    w * 1e3,
+                    left=(s.start - t0) * 1e3,
+                    height=0.6,
+                    color=style.KIND_COLOURS["communicate"],
+                    hatch=WAIT_HATCH,
+                    edgecolor=style.KIND_COLOURS["wait"],
+                    linewidth=0.0,
+                )
     x_end = max((s.end for spans in spans_per_rank for s in spans), default=t0)
     x_end = (x_end - t0) * 1e3 or 1.0
     _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
     waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
-    style.patch_legend(fig, {"compute": style.KIND_COLOURS["compute"], "all-reduce": style.KIND_COLOURS["communicate"],
-                             "waiting, inside the all-reduce": waiting},
-                       loc="upper center", ncol=3, fontsize=st.font_size * 0.85)
+    style.patch_legend(
+        fig,
+        {
+            "compute": style.KIND_COLOURS["compute"],
+            "all-reduce": style.KIND_COLOURS["communicate"],
+            "waiting, inside the all-reduce": waiting,
+        },
+        loc="upper center",
+        ncol=3,
+        fontsize=st.font_size * 0.85,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 
@@ -204,12 +235,15 @@ def dial_caption(world_size: int, compute_ms: float, comm_ms: float, late_ms: fl
     step = compute_ms + late_ms + comm_ms
     early = late_ms + comm_ms
     idle = (world_size - 1) * late_ms / (world_size * step) if step else 0.0
-    return (f"一步 {step:.0f} ms；早到的 Rank 在 All-Reduce 里 {early:.0f} ms（其中等待 {late_ms:.0f} ms），"
-            f"慢的 Rank 只有 {comm_ms:.0f} ms；所有 GPU 合起来有 {100 * idle:.0f}% 的时间在等。")
+    return (
+        f"一步 {step:.0f} ms；早到的 Rank 在 All-Reduce 里 {early:.0f} ms（其中等待 {late_ms:.0f} ms），"
+        f"慢的 Rank 只有 {comm_ms:.0f} ms；所有 GPU 合起来有 {100 * idle:.0f}% 的时间在等。"
+    )
 
 
-def draw_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0,
-               slow_rank: int = 1):
+def draw_dials(
+    world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0, slow_rank: int = 1
+):
     """The dials' picture for one setting (for a static page): ``comm_ratio`` = communication / compute."""
     comm_ms = comm_ratio * compute_ms
     spans, waits = model_run(world_size, compute_ms, comm_ms, late_ms, slow_rank)

@@ -10,24 +10,48 @@ from importlib import resources
 
 # Okabe & Ito (2008), colour-blind-safe.
 PALETTE = {
-    "blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
-    "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000", "grey": "#999999",
+    "blue": "#0072B2",
+    "orange": "#E69F00",
+    "green": "#009E73",
+    "vermillion": "#D55E00",
+    "sky": "#56B4E9",
+    "purple": "#CC79A7",
+    "yellow": "#F0E442",
+    "black": "#000000",
+    "grey": "#999999",
 }
 # What each kind of time or memory is drawn in, everywhere in the course.
 KIND_COLOURS = {
-    "compute": PALETTE["blue"], "communicate": PALETTE["orange"], "wait": PALETTE["vermillion"],
-    "other": PALETTE["grey"], "params": PALETTE["blue"], "grads": PALETTE["orange"],
-    "optimizer": PALETTE["green"], "activations": PALETTE["purple"], "idle": PALETTE["grey"],
+    "compute": PALETTE["blue"],
+    "communicate": PALETTE["orange"],
+    "wait": PALETTE["vermillion"],
+    "other": PALETTE["grey"],
+    "params": PALETTE["blue"],
+    "grads": PALETTE["orange"],
+    "optimizer": PALETTE["green"],
+    "activations": PALETTE["purple"],
+    "idle": PALETTE["grey"],
 }
 
 
-CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
-             "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+    "Heiti SC",
+    "AR PL UMing CN",
+)
 
 
 def cjk_font() -> str | None:
     """The name of an installed font that has Chinese glyphs (None when matplotlib knows none)."""
     from matplotlib import font_manager
+
     names = {f.name for f in font_manager.fontManager.ttflist}
     return next((n for n in CJK_FONTS if n in names), None)
 
@@ -41,6 +65,7 @@ def zh_or_en(zh: str, en: str) -> str:
 def cjk_fonts():
     """rcParams that put the Chinese font first (a no-op context without one): draw inside it."""
     import matplotlib as mpl
+
     font = cjk_font()
     return mpl.rc_context({"font.family": [font, "DejaVu Sans"]} if font else {})
 
@@ -65,14 +90,20 @@ def current() -> Style:
 def _rc(st: Style) -> dict:
     """The matplotlib rcParams of a style: text, lines, markers and axes scale with it."""
     scale = st.line_width / _NORMAL.line_width
-    rc = {"font.size": st.font_size, "lines.linewidth": st.line_width,
-          "lines.markersize": 6.0 * scale ** 0.5, "axes.linewidth": st.line_width / 1.5,
-          "patch.linewidth": max(1.0, st.line_width / 1.5), "grid.linewidth": 0.8 * scale ** 0.5,
-          "xtick.major.width": 0.8 * scale ** 0.5, "ytick.major.width": 0.8 * scale ** 0.5,
-          "xtick.major.size": 3.5 * scale ** 0.5, "ytick.major.size": 3.5 * scale ** 0.5,
-          # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
-          "axes.prop_cycle": [PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky",
-                                                   "purple", "black")]}
+    rc = {
+        "font.size": st.font_size,
+        "lines.linewidth": st.line_width,
+        "lines.markersize": 6.0 * scale**0.5,
+        "axes.linewidth": st.line_width / 1.5,
+        "patch.linewidth": max(1.0, st.line_width / 1.5),
+        "grid.linewidth": 0.8 * scale**0.5,
+        "xtick.major.width": 0.8 * scale**0.5,
+        "ytick.major.width": 0.8 * scale**0.5,
+        "xtick.major.size": 3.5 * scale**0.5,
+        "ytick.major.size": 3.5 * scale**0.5,
+        # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
+        "axes.prop_cycle": [PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "black")],
+    }
     ink = PALETTE["black"] if st.projection else "black"
     rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), ink))
     rc["axes.titleweight"] = "bold" if st.projection else "normal"
@@ -100,7 +131,7 @@ def projection_css() -> str:
     sizes its controls through CSS variables, and larger values make sliders, buttons, labels, drop-downs and
     printed output readable from the back of a room."""
     css = resources.files("mgpu_helpers").joinpath("data", "projection.css").read_text(encoding="utf-8")
-    return f"<style id=\"mgpu-projection\">{css}</style>"
+    return f'<style id="mgpu-projection">{css}</style>'
 
 
 def figsize(width: float, height: float) -> tuple[float, float]:
@@ -133,5 +164,6 @@ def patch_legend(owner, patches: dict, **kwargs):
     to its colour, or to the keywords of its ``matplotlib.patches.Patch`` (hatch, edge colour ...); ``kwargs``
     go to ``owner.legend`` (loc, ncol, fontsize ...)."""
     from matplotlib.patches import Patch
+
     handles = [Patch(label=label, **(p if isinstance(p, dict) else {"color": p})) for label, p in patches.items()]
     return owner.legend(handles=handles, frameon=False, **kwargs)

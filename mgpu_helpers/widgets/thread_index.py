@@ -63,16 +63,18 @@ class ThreadMap:
     def warp_states(self) -> dict[str, int]:
         """How many warps are all active ("full"), part active part idle ("split": the bounds check diverges
         inside the warp), or all idle ("idle")."""
-        threads = np.bincount(self.warp)                    # every warp of the grid has threads
+        threads = np.bincount(self.warp)  # every warp of the grid has threads
         working = np.bincount(self.warp, weights=self.active)
         full, idle = int((working == threads).sum()), int((working == 0).sum())
         return {"full": full, "split": len(threads) - full - idle, "idle": idle}
 
     def summary(self) -> str:
         w = self.warp_states()
-        text = (f"grid={self.grid} x block={self.block} = {self.total_threads} threads for N={self.n}: "
-                f"{self.active_threads} work, {self.idle_threads} idle; "
-                f"{self.grid * self.warps_per_block} warps ({w['full']} full, {w['split']} split, {w['idle']} idle)")
+        text = (
+            f"grid={self.grid} x block={self.block} = {self.total_threads} threads for N={self.n}: "
+            f"{self.active_threads} work, {self.idle_threads} idle; "
+            f"{self.grid * self.warps_per_block} warps ({w['full']} full, {w['split']} split, {w['idle']} idle)"
+        )
         if self.uncovered:
             text += f"; {self.uncovered} elements have NO thread (grid too small)"
         return text
@@ -96,8 +98,7 @@ def thread_map(grid: int, block: int, n: int, warp_size: int = 32) -> ThreadMap:
     warp_in_block = thread_idx // warp_size
     warps_per_block = math.ceil(block / warp_size)
     warp = block_idx * warps_per_block + warp_in_block
-    return ThreadMap(grid, block, n, warp_size, block_idx, thread_idx, global_idx, warp_in_block, warp,
-                     global_idx < n)
+    return ThreadMap(grid, block, n, warp_size, block_idx, thread_idx, global_idx, warp_in_block, warp, global_idx < n)
 
 
 LABEL_LIMIT = 64  # write each thread's global index in its cell only when a block has at most this many
@@ -119,8 +120,15 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     width = min(14.0, 2.0 + 0.22 * min(tm.block, LABEL_LIMIT) if tm.block <= LABEL_LIMIT else 12.0)
     fig, ax = plt.subplots(figsize=style.figsize(max(6.0, width), 1.8 + 0.45 * rows))
     cmap = ListedColormap([style.KIND_COLOURS["idle"], style.KIND_COLOURS["compute"]])
-    ax.imshow(active.astype(int), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest",
-              extent=(-0.5, tm.block - 0.5, rows - 0.5, -0.5))
+    ax.imshow(
+        active.astype(int),
+        cmap=cmap,
+        vmin=0,
+        vmax=1,
+        aspect="auto",
+        interpolation="nearest",
+        extent=(-0.5, tm.block - 0.5, rows - 0.5, -0.5),
+    )
     for w in range(1, tm.warps_per_block):
         ax.axvline(w * tm.warp_size - 0.5, color="white", lw=st.line_width * 1.5)
     for r in range(1, rows):
@@ -131,33 +139,69 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
             lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
             act = active[b, lo:hi]
             if act.any() and not act.all():
-                ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, fill=False,
-                                       edgecolor=style.PALETTE["vermillion"], lw=st.line_width * 2.0,
-                                       zorder=5, label="split warp"))
+                ax.add_patch(
+                    Rectangle(
+                        (lo - 0.5, b - 0.5),
+                        hi - lo,
+                        1.0,
+                        fill=False,
+                        edgecolor=style.PALETTE["vermillion"],
+                        lw=st.line_width * 2.0,
+                        zorder=5,
+                        label="split warp",
+                    )
+                )
     if tm.block <= LABEL_LIMIT:
         size = max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55))
         for b in range(rows):
             for t in range(tm.block):
-                ax.text(t, b, str(b * tm.block + t), ha="center", va="center", fontsize=size,
-                        color="white" if active[b, t] else "black", in_layout=False)
+                ax.text(
+                    t,
+                    b,
+                    str(b * tm.block + t),
+                    ha="center",
+                    va="center",
+                    fontsize=size,
+                    color="white" if active[b, t] else "black",
+                    in_layout=False,
+                )
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
         step = 1 if tm.warps_per_block <= 8 else 4
-        centres = [(w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5
-                   for w in range(0, tm.warps_per_block, step)]
-        top.set_xticks(centres, [f"warp {w}" for w in range(0, tm.warps_per_block, step)],
-                       fontsize=st.font_size * 0.8)
-    style.patch_legend(fig, {"i < N: works": style.KIND_COLOURS["compute"], "i >= N: idle": style.KIND_COLOURS["idle"],
-                             "split warp": dict(facecolor="none", edgecolor=style.PALETTE["vermillion"])},
-                       loc="lower center", ncol=3, fontsize=st.font_size * 0.85)
+        centres = [
+            (w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5
+            for w in range(0, tm.warps_per_block, step)
+        ]
+        top.set_xticks(centres, [f"warp {w}" for w in range(0, tm.warps_per_block, step)], fontsize=st.font_size * 0.8)
+    style.patch_legend(
+        fig,
+        {
+            "i < N: works": style.KIND_COLOURS["compute"],
+            "i >= N: idle": style.KIND_COLOURS["idle"],
+            "split warp": dict(facecolor="none", edgecolor=style.PALETTE["vermillion"]),
+        },
+        loc="lower center",
+        ncol=3,
+        fontsize=st.font_size * 0.85,
+    )
     ax.set_yticks(range(rows), [f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
-    ax.set_title(tm.summary() if len(tm.summary()) < 110 else
-                 f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle",
-                 fontsize=st.font_size)
+    ax.set_title(
+        tm.summary()
+        if len(tm.summary()) < 110
+        else f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle",
+        fontsize=st.font_size,
+    )
     if rows < tm.grid:
-        ax.text(1.0, -0.08, f"first {rows} of {tm.grid} blocks", transform=ax.transAxes, ha="right",
-                va="top", fontsize=st.font_size * 0.8)
+        ax.text(
+            1.0,
+            -0.08,
+            f"first {rows} of {tm.grid} blocks",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=st.font_size * 0.8,
+        )
     fig.tight_layout(rect=(0, 0.1 if rows > 2 else 0.16, 1, 1))
     return fig
 

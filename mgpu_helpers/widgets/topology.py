@@ -34,10 +34,28 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
         for j, word in enumerate(row):
             cls = link_class(word)
             used.add(cls)
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=colours[cls], edgecolor="white",
-                                   linewidth=st.line_width * 1.3, alpha=0.85 if cls != "self (X)" else 0.35))
-            ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=st.font_size,
-                    color="black", fontweight="bold", in_layout=False)
+            ax.add_patch(
+                Rectangle(
+                    (j, i),
+                    1,
+                    1,
+                    facecolor=colours[cls],
+                    edgecolor="white",
+                    linewidth=st.line_width * 1.3,
+                    alpha=0.85 if cls != "self (X)" else 0.35,
+                )
+            )
+            ax.text(
+                j + 0.5,
+                i + 0.5,
+                word,
+                ha="center",
+                va="center",
+                fontsize=st.font_size,
+                color="black",
+                fontweight="bold",
+                in_layout=False,
+            )
     ax.set(xlim=(0, n), ylim=(n, 0))
     ax.set_xticks([k + 0.5 for k in range(n)], names)
     ax.set_yticks([k + 0.5 for k in range(n)], names)
@@ -47,8 +65,13 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     ax.spines[:].set_visible(False)
     ax.set_title(title, fontsize=st.font_size * 1.1, pad=24)
     order = [name for name in LINK_CLASSES if name in used]
-    ax.legend(handles=[Patch(color=colours[c], label=c) for c in order], loc="center left",
-              bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=st.font_size * 0.85)
+    ax.legend(
+        handles=[Patch(color=colours[c], label=c) for c in order],
+        loc="center left",
+        bbox_to_anchor=(1.02, 0.5),
+        frameon=False,
+        fontsize=st.font_size * 0.85,
+    )
     if note:
         fig.text(0.02, 0.02, note, fontsize=st.font_size * 0.8, color=style.PALETTE["grey"])
     fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
@@ -59,6 +82,7 @@ def machine_or_recorded(env):
     """``(TopoMatrix, note)``: this machine's links from NVML when it has 2 or more GPUs, else the matrix
     recorded on 2 x H200 (the note says which)."""
     from mgpu_helpers.models import topology
+
     if env is not None and len(env.gpus) >= 2:
         return topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
     topo = topology.recorded_topology()

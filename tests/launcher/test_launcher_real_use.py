@@ -1,0 +1,274 @@
+"""What a launch meets in real use: grandchildren, floods of output, big and unsendable results, a kernel
+restart, a hang diagnosed by torch's flight recorder. All on the CPU with gloo ranks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import mgpu_helpers as mh
+
+# They check the process tree under this process: a rank server of its own, not one the fork server forked.
+pytestmark = pytest.mark.usefixtures("own_rank_server")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(pids, seconds=10.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not all(_gone(p) for p in pids):
+        time.sleep(0.05)
+    return all(_gone(p) for p in pids)
+
+
+def _settled_server() -> None:
+    """A server that is up and has served a launch: a launch timed after this pays no start-up."""
+    mh.run_ranks(lambda rank, world_size: rank, 1, quiet=True, stream=False)
+
+
+@pytest.mark.parametrize("own_session", [False, True])
+def test_a_grandchild_holding_the_output_open_does_not_hold_the_launch(own_session):
+    # The rank returns, but a child it started still holds the rank's stdout (the launch's output pipe).
+    # In its own session it is out of the job's process group too: the leader, a child subreaper, still
+    # finds it. The launch must take about as long as one without grandchildren, timed just before.
+    def rank_fn(rank, world_size):
+        child = subprocess.Popen(["sleep", "300"], start_new_session=own_session)
+        return child.pid
+
+    def plain(rank, world_size):
+        subprocess.run(["true"])
+        return os.getpid()
+
+    _settled_server()
+    plain_s, with_grandchild_s = [], []
+    for _ in range(3):  # interleaved, so both kinds meet the same load
+        t0 = time.monotonic()
+        mh.run_ranks(plain, 2, quiet=True, stream=False)
+        plain_s.append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        res = mh.run_ranks(rank_fn, 2, quiet=True, stream=False)
+        with_grandchild_s.append(time.monotonic() - t0)
+        assert _wait_gone(res.values, 5), "the grandchildren outlived the launch"
+    # Waiting for the grandchildren to let go of the output would cost every such launch at least the
+    # launcher's 2 s limit on reading what is left; the margin is half of that, against launches of the same run.
+    assert statistics.median(with_grandchild_s) < statistics.median(plain_s) + 1.0, (with_grandchild_s, plain_s)
+
+
+def test_a_flood_of_output_does_not_stall_the_launch():
+    lines = 200_000
+
+    def rank_fn(rank, world_size):
+        import sys
+
+        for i in range(lines):
+            sys.stdout.write(f"line {i} of rank {rank}\n")
+        return rank
+
+    written = []
+
+    class Sink:  # the cell's output, as fast as it can take lines
+        def write(self, text):
+            written.append(text.count("\n"))
+
+        def flush(self):
+            pass
+
+    real, sys.stdout = sys.stdout, Sink()
+    try:
+        t0 = time.monotonic()
+        res = mh.run_ranks(rank_fn, 2, timeout=120, quiet=True)
+        elapsed = time.monotonic() - t0
+    finally:
+        sys.stdout = real
+    assert res.values == [0, 1]
+    assert sum(written) == 2 * lines  # every line reached the cell
+    assert [o[-1] for o in res.outputs] == [f"line {lines - 1} of rank {r}" for r in range(2)]
+    assert all(len(o) == 2000 for o in res.outputs)  # what is kept is bounded
+    assert elapsed < 90, elapsed
+
+
+def test_a_return_value_of_hundreds_of_megabytes_comes_back_whole():
+    def rank_fn(rank, world_size):
+        import numpy as np
+
+        if rank == 0:
+            return np.arange(40_000_000, dtype=np.float64)  # 320 MB
+        return rank
+
+    res = mh.run_ranks(rank_fn, 2, timeout=120, quiet=True, stream=False)
+    big = res.values[0]
+    assert big.nbytes == 320_000_000 and big[0] == 0 and big[-1] == 39_999_999
+    assert float(big[::1_000_000].sum()) == sum(range(0, 40_000_000, 1_000_000))
+    assert res.values[1] == 1
+
+
+def test_an_unpicklable_return_value_names_the_rank_and_what_could_not_be_sent():
+    def rank_fn(rank, world_size):
+        import threading
+
+        return threading.Lock() if rank == 1 else rank
+
+    with pytest.raises(mh.RankError) as info:
+        mh.run_ranks(rank_fn, 2, quiet=True, stream=False)
+    text = str(info.value)
+    assert info.value.rank == 1
+    assert "rank 1 raised TypeError while sending the result (a _thread.lock)" in text
+    assert "could not be sent back" in text
+
+
+def test_server_and_ranks_are_gone_within_seconds_when_the_kernel_restarts(tmp_path):
+    # A stand-in for a Jupyter kernel: it prewarms from a worker thread (as setup() may be called from one),
+    # launches, and is killed the way "restart kernel" kills it.
+    script = tmp_path / "kernel.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import os, sys, threading, time
+        sys.path.insert(0, {ROOT!r})
+        import mgpu_helpers as mh
+        def rank_fn(rank, world_size):
+            print("pid", os.getpid(), flush=True)
+            time.sleep(120)
+        if __name__ == "__main__":
+            t = threading.Thread(target=mh.launcher.prewarm)
+            t.start(); t.join()
+            mh.run_ranks(rank_fn, 2, timeout=100)
+    """)
+    )
+    kernel = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = []
+    while len(pids) < 2:
+        line = kernel.stdout.readline()
+        assert line, "the launching process ended early"
+        if "pid " in line:
+            pids.append(int(line.split("pid ")[1]))
+    tree = [c.pid for c in psutil.Process(kernel.pid).children(recursive=True)]
+    assert set(pids) <= set(tree)
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    assert _wait_gone(tree, 5), [p for p in tree if not _gone(p)]
+
+
+def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_flight_recorder():
+    def rank_fn(rank, world_size):
+        import torch
+        import torch.distributed as dist
+
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        dist.all_reduce(t)
+        if rank == 0:
+            dist.all_reduce(t)  # rank 1 calls broadcast instead: the third collective never matches
+        else:
+            dist.broadcast(t, src=0)
+
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(rank_fn, 2, timeout=4, quiet=True, stream=False)
+    err = info.value
+    assert err.collectives == {
+        0: {"last_completed": (2, "all_reduce"), "stuck_in": (3, "all_reduce")},
+        1: {"last_completed": (2, "all_reduce"), "stuck_in": (3, "broadcast")},
+    }
+    assert "flight recorder: last completed #2 all_reduce, stuck in #3 broadcast" in str(err)
+    assert set(err.stacks) == {0, 1} and all("rank_fn" in s for s in err.stacks.values())
+    # The dumps themselves outlive the launch, one file per rank, and torch's own analyzer reads the folder.
+    import pickle
+    import subprocess
+    import sys
+
+    assert sorted(os.listdir(err.flight_dumps)) == ["fr_trace_rank_0", "fr_trace_rank_1"]
+    assert err.flight_dumps in str(err)
+    with open(os.path.join(err.flight_dumps, "fr_trace_rank_1"), "rb") as f:
+        raw = pickle.load(f)
+    assert [(e["collective_seq_id"], e["profiling_name"]) for e in raw["entries"]][-1] == (3, "gloo:broadcast")
+    fr = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", err.flight_dumps],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fr.returncode == 0, fr.stderr
+    said = fr.stdout + fr.stderr  # the analyzer reports through logging
+    assert "Collective sequence number: 3 has errors" in said and "COLLECTIVE_TYPE_MISMATCH" in said
+
+
+def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
+    from mgpu_helpers.launcher import flight
+
+    nccl = {
+        "entries": [
+            dict(record_id=0, pg_id=0, collective_seq_id=1, profiling_name="nccl:all_reduce", state="completed"),
+            dict(record_id=1, pg_id=0, collective_seq_id=2, profiling_name="nccl:all_gather", state="started"),
+            dict(record_id=2, pg_id=0, collective_seq_id=3, profiling_name="nccl:all_reduce", state="scheduled"),
+        ]
+    }
+    assert flight.summarise(nccl) == {"last_completed": (1, "all_reduce"), "stuck_in": (2, "all_gather")}
+    gloo = {
+        "entries": [
+            dict(
+                record_id=0,
+                pg_id=0,
+                collective_seq_id=1,
+                profiling_name="gloo:broadcast",
+                state="scheduled",
+                retired=True,
+            ),
+            dict(record_id=1, pg_id=1, collective_seq_id=1, profiling_name="gloo:barrier", state="scheduled"),
+            dict(record_id=2, pg_id=0, is_p2p=True, p2p_seq_id=4, profiling_name="gloo:recv", state="scheduled"),
+        ]
+    }
+    assert flight.summarise(gloo) == {"last_completed": (1, "broadcast"), "stuck_in": (4, "p2p recv")}
+    assert flight.summarise(None) is None and flight.summarise({"error": "no recorder"}) is None
+    assert flight.describe(None) == "flight recorder: no dump"
+
+
+def test_each_launch_has_a_fresh_private_folder_that_goes_with_it():
+    # The rendezvous store and the stack dumps live in the job's folder: made fresh for each launch (mode 0700,
+    # ours, empty when the ranks start), removed when it ends.
+    def rank_fn(rank, world_size):
+        folder = os.path.dirname(os.environ["MGPU_INIT_METHOD"][len("file://") :])
+        st = os.stat(folder)
+        return folder, stat.S_IMODE(st.st_mode), st.st_uid
+
+    first = mh.run_ranks(rank_fn, 2, quiet=True, stream=False).values
+    second = mh.run_ranks(rank_fn, 2, quiet=True, stream=False).values
+    assert first[0] == first[1] and second[0] == second[1]
+    assert first[0][0] != second[0][0]
+    assert all(v[1:] == (0o700, os.getuid()) for v in first + second)
+    assert not os.path.exists(first[0][0]) and not os.path.exists(second[0][0])
+
+
+def test_bench_spawn_baseline_uses_a_fresh_private_folder_and_removes_it(tmp_path, monkeypatch):
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from mgpu_helpers.bench import launch as bench_launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+
+    def fake_spawn(fn, args, nprocs, join):  # the store's folder, as the ranks would see it
+        store = args[1]
+        folder = os.path.dirname(store)
+        seen.append((os.path.isdir(folder), os.path.exists(store), stat.S_IMODE(os.stat(folder).st_mode)))
+
+    monkeypatch.setattr(mp, "spawn", fake_spawn)
+    assert bench_launch.time_mp_spawn(2) >= 0
+    assert seen == [(True, False, 0o700)]
+    assert os.listdir(tmp_path) == []
