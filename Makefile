@@ -1,7 +1,7 @@
 # The two commands a fresh machine needs:
 #   make lab    install (once), bring the course into your workspace (workspace/, never overwritten: see
 #               mgpu_helpers/tools/workspace.py) and open it in JupyterLab on 127.0.0.1
-#   make test   install (once) and run the whole test suite (unit tests, every notebook under nbval,
+#   make test   install (once) and run the whole test suite (ruff, unit tests, every notebook under nbval,
 #               the real-browser test)
 # Everything lives in ./.venv; nothing is installed outside it.
 # For a classroom:
@@ -10,6 +10,10 @@
 #   make slides         slides only (reveal.js, offline), from the notebooks as committed, in build/site/slides
 #   make test-browser   only the real-browser test: every notebook, as nbval ran it, in JupyterLab + headless
 #                       Chromium (runs nbval first on the notebooks it finds no current run of)
+# For maintainers (README.md, "Maintainers"):
+#   make regenerate     after editing solutions/: run and keep outputs, write lessons/, the learner's copies
+#   make lint           ruff check and ruff format --check (part of make test)
+#   make bench          python -m mgpu_helpers.bench launch (the others: mgpu_helpers/bench/README.md)
 
 PYTHON ?= python3
 VENV   ?= .venv

@@ -15,9 +15,9 @@ machine), and the course's spans on a track of their own ("course spans"). From 
 
 Nsight Systems: under torchrun (``mh.torchrun_main``), a rank function that first calls
 ``trace.set_range_hook(profile.nvtx_range)`` shows the course's spans as NVTX ranges above the CUDA and NCCL
-rows (the README's "Profiling" has the command). Inside a rank function, :func:`marked_range` names a part of
-a step the way the field's tools show it: an NVTX range on a GPU (Nsight Systems), a ``record_function``
-range in torch.profiler's trace (both on a GPU, the latter alone on the CPU).
+rows (mgpu_helpers/launcher/README.md, "Profiling", has the command). Inside a rank function,
+:func:`marked_range` names a part of a step the way the field's tools show it: an NVTX range on a GPU (Nsight
+Systems), a ``record_function`` range in torch.profiler's trace (both on a GPU, the latter alone on the CPU).
 """
 
 import json
