@@ -106,7 +106,7 @@ _PUBLIC = {
     "stragglers": "check_ring_allreduce_seconds best_rebalance check_rebalance check_wait_prediction "
     "check_allreduce_crossover_bytes check_straggler_from_collective",
     "dataparallel": "check_data_parallel_step",
-    "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_culprit make_flight_dumps "
+    "diagnostics": "HANG_OPS make_hang_evidence check_find_mismatch check_predict_hang check_culprit make_flight_dumps "
     "check_straggler_or_none",
     "review": "check_speedup_prediction check_find_straggler",
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
