@@ -133,7 +133,7 @@ def ring_all_reduce(tensor, op: str = "sum", pieces: int = 1, record: list | Non
     bounds = chunk_bounds(flat.numel(), world_size)
     # One receive buffer for the whole run, allocated once: nothing is allocated inside the loop.
     scratch = flat.new_empty(max(stop - start for start, stop in bounds))
-    for phase, _step, who in ring_schedule(world_size):
+    for phase, step, who in ring_schedule(world_size):
         send_chunk, recv_chunk = who[rank]
         s0, s1 = bounds[send_chunk]
         r0, r1 = bounds[recv_chunk]
