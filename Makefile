@@ -86,13 +86,15 @@ test-browser: install
 
 # The maintainer's loop after editing solutions/NN_name.ipynb: run it and keep its outputs (refresh), write
 # the library modules its `#| export` cells define (nbexport), then the learner's copies in notebooks/ and
-# exercises/ (exercises generate). NB=solutions/NN_name.ipynb refreshes one notebook only.
+# exercises/ (exercises generate), and the table of what each lesson uses in mgpu_helpers/README.md (lessonmap).
+# NB=solutions/NN_name.ipynb refreshes one notebook only.
 NB ?= solutions/*.ipynb
 regenerate: install
 	$(VENV)/bin/ruff format $(NB)
 	$(PY) -m mgpu_helpers.tools.nbtools refresh $(NB)
 	$(PY) -m mgpu_helpers.tools.nbexport
 	$(PY) -m mgpu_helpers.tools.exercises generate
+	$(PY) -m mgpu_helpers.tools.lessonmap
 
 # reveal.js, MathJax, require.js and jQuery are fetched once with npm into build/vendor (not committed).
 export: install

@@ -16,9 +16,9 @@ import argparse
 import json
 import statistics
 from dataclasses import dataclass
-from importlib import resources
 
 from mgpu_helpers.report import tables
+from mgpu_helpers.report.recorded import read_json
 
 REFERENCE_FILE = "kernels_h200x2.json"
 FAST_REFERENCE_FILE = "kernels_h200_fast.json"
@@ -42,7 +42,7 @@ FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 def _recorded(name: str) -> dict:
     """A JSON file of the package's recorded figures (``mgpu_helpers/data/<name>``)."""
-    return json.loads(resources.files("mgpu_helpers").joinpath("data", name).read_text(encoding="utf-8"))
+    return read_json(name)
 
 
 def reference() -> dict:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mgpu_helpers.report import recorded
 from mgpu_helpers.report.tables import format_table as format_text_table
 
 METRICS = {
@@ -41,7 +42,7 @@ METRICS = {
 BLOCKS = (128, 256, 512, 1024)
 ROW_FIELDS = ("block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct")
 KERNEL_FILTER = "regex:vec_add|vecAdd"
-DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+DATA_DIR = recorded.DATA_DIR  # where a new recording is written and the recorded ones are found (tests move it)
 # The launches of the child script, in order: (label, kernel-name pattern, block size).
 PLAN = [(f"Numba vec_add, block {b}", r"vec_add(?!_)", b) for b in BLOCKS] + [
     ("Numba vec_add_fast (4 per thread), block 256", r"vec_add_fast", 256),

@@ -4,7 +4,7 @@
     python -m mgpu_helpers.bench ring --world-size 4 --sizes 1K,64K,4M --iters 10 --pieces 1,2
 
 On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers (the timing
-loop of :func:`mgpu_helpers.measure.sweep.time_batch`); on the CPU (gloo) they stay small. busbw follows
+loop of :func:`mgpu_helpers.measure.timing.time_batch`); on the CPU (gloo) they stay small. busbw follows
 nccl-tests (``mgpu_helpers.models.bandwidth.busbw``), so the two columns compare directly; the slowest
 rank's time is the one reported. Sizes read like nccl-tests' (``mgpu_helpers.report.sizes.parse_size``).
 Every size is also checked: the ring's result must equal ``dist.all_reduce``'s.
@@ -25,7 +25,7 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
 
     from mgpu_helpers.launcher.ranks import rank_device
     from mgpu_helpers.lessons.ring import ring_all_reduce
-    from mgpu_helpers.measure.sweep import time_batch
+    from mgpu_helpers.measure.timing import time_batch
 
     dev = rank_device()
 

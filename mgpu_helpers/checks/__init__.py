@@ -90,7 +90,7 @@ _PUBLIC = {
     "overlap": "check_accumulate_dp check_step_seconds",
     "fsdp": "check_local_slices check_model_state_bytes check_cheapest_stage check_shard_bytes",
     "cuda_model": "check_grid_2d check_reverse_copy check_add_into_grid_stride",
-    "kernels": "PAD check_matrix_add",
+    "kernels": "check_matrix_add",
     "occupancy": "check_saxpy_cupy check_blocks_per_sm check_vec_add_two check_max_regs check_one_wave_blocks "
     "one_wave_facts",
     "groups": "check_env_for check_init_for check_placement check_join_and_sum",
@@ -106,7 +106,7 @@ _PUBLIC = {
     "stragglers": "check_ring_allreduce_seconds best_rebalance check_rebalance check_wait_prediction "
     "check_allreduce_crossover_bytes check_straggler_from_collective",
     "dataparallel": "check_data_parallel_step",
-    "diagnostics": "COLLECTIVES make_hang_evidence check_find_mismatch check_predict_hang check_culprit make_flight_dumps "
+    "diagnostics": "HANG_OPS make_hang_evidence check_find_mismatch check_predict_hang check_culprit make_flight_dumps "
     "check_straggler_or_none",
     "review": "check_speedup_prediction check_find_straggler",
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "

@@ -41,7 +41,7 @@ from mgpu_helpers.checks.core import (
 )
 from mgpu_helpers.measure.timing import simulator
 
-PAD = 5  # sentinel elements after every launched thread's slot
+PAD = 5  # sentinel elements after the data (01's and 02's kernel checks): a missing bounds check writes into them
 WATCHDOG_S = 5.0  # seconds a kernel may run in the simulator before it is stopped
 
 

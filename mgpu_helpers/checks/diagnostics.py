@@ -18,8 +18,13 @@ from mgpu_helpers.checks.core import (
 )
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose, straggler
+from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
-COLLECTIVES = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier")
+#: The calls a made-up hang's ranks are caught in: four collectives (the first four: a rank's majority op) and barrier.
+HANG_OPS = (
+    *(TORCH_FUNCTIONS[name][0] for name in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")),
+    "barrier",
+)
 
 
 def make_hang_evidence(
@@ -76,8 +81,8 @@ def check_find_mismatch(fn) -> None:
         kind = rng.choice(["mismatch", "late"])
         completed = rng.randint(2, 9)
         odd = rng.randrange(n)
-        major = rng.choice(COLLECTIVES[:4])
-        other = rng.choice([c for c in COLLECTIVES[:4] if c != major])
+        major = rng.choice(HANG_OPS[:4])
+        other = rng.choice([c for c in HANG_OPS[:4] if c != major])
         got = call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
         want = (odd, completed, other) if kind == "mismatch" else (odd, completed - 1, None)
         if got is None or len(tuple(got)) != 3:
@@ -128,9 +133,9 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)
         k, odd = rng.randrange(length), rng.randrange(n)
-        base = [rng.choice(COLLECTIVES) for _ in range(length)]
+        base = [rng.choice(HANG_OPS) for _ in range(length)]
         schedules = [list(base) for _ in range(n)]
-        schedules[odd][k] = rng.choice([c for c in COLLECTIVES if c != base[k]])
+        schedules[odd][k] = rng.choice([c for c in HANG_OPS if c != base[k]])
         want = (k, odd, schedules[odd][k])
         got = call(fn, what, copy.deepcopy(schedules))
         expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")

@@ -5,8 +5,6 @@ import numpy as np
 
 from mgpu_helpers.checks.core import CheckFailed, compare, int_values, new_rng, passed
 
-PAD = 7  # extra elements after the data: a missing or off-by-one bounds check writes into them
-
 
 def check_matrix_add(kernel) -> None:
     """2D vecAdd: ``kernel(a, b, c, rows, cols)`` launched on a 2D grid, x along columns, y along rows.

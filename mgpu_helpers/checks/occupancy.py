@@ -34,11 +34,11 @@ from mgpu_helpers.checks.core import (
     refuse_course_code,
     require_written,
 )
+from mgpu_helpers.checks.cuda_model import PAD
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
 
-PAD = 7  # extra elements after the data: a missing bounds check writes into them
 SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 

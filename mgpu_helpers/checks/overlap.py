@@ -36,19 +36,13 @@ from mgpu_helpers.checks.core import (
     refuse_course_code,
     require_written,
 )
+from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
 WIDTHS = (7, 12, 5, 3)  # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
-COLLECTIVES = (
-    "all_reduce",
-    "reduce_scatter_tensor",
-    "all_gather_into_tensor",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all_single",
-)
+#: The calls of the learner's that the checker records: the seven collectives in every form torch has, and
+#: ``all_to_all_single``.
+WATCHED_OPS = (*(function for forms in TORCH_FUNCTIONS.values() for function in forms), "all_to_all_single")
 WORLD_SIZES = (2, 3)
 
 
@@ -129,7 +123,7 @@ def _watch():
         """Each collective the learner's code issues (core.WatchedCalls: under any name): op, elements,
         async or not, issued during backward, at which step; an async Work handle comes back wrapped."""
         op = call.name.split(".")[-1]
-        if op not in COLLECTIVES:
+        if op not in WATCHED_OPS:
             return work
         index = len(seen["calls"])
         numels = call.numels

@@ -2,7 +2,7 @@
 
 A blocking ``dist.all_reduce`` is easy to time: the call returns when it is done. An async one
 (``async_op=True``) returns at once, and its real end is what overlap is about. Inside :func:`recording`,
-the collectives of ``torch.distributed`` named in :data:`COLLECTIVES` are wrapped so that each records a
+the collectives of ``torch.distributed`` named in :data:`TIMED_OPS` are wrapped so that each records a
 ``communicate`` span (:func:`mgpu_helpers.launcher.trace.record`) named ``"<op> <bytes>"`` from issue to
 completion, whatever the caller does with its handle:
 
@@ -23,8 +23,10 @@ import time
 from contextlib import contextmanager
 
 from mgpu_helpers.launcher import trace
+from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
-COLLECTIVES = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast")
+#: The functions wrapped unless told otherwise: the one-tensor forms of the collectives a training step issues.
+TIMED_OPS = tuple(TORCH_FUNCTIONS[name][0] for name in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"))
 POLL_S = 2e-4
 
 
@@ -111,7 +113,7 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
 
 
 @contextmanager
-def recording(ops=COLLECTIVES):
+def recording(ops=TIMED_OPS):
     """Inside the ``with`` block, every collective of ``ops`` records its issue-to-completion span."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d

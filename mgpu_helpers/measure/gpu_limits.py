@@ -83,7 +83,6 @@ REGISTERS_FILE = "kernel_registers_h200.json"
 
 def recorded_registers() -> dict:
     """The figures of :func:`mgpu_helpers.bench.registers.kernel_registers` recorded on an H200 (``data/kernel_registers_h200.json``)."""
-    import json
-    from importlib import resources
+    from mgpu_helpers.report.recorded import read_json
 
-    return json.loads(resources.files("mgpu_helpers").joinpath("data", REGISTERS_FILE).read_text(encoding="utf-8"))
+    return read_json(REGISTERS_FILE)

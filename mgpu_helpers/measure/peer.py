@@ -15,15 +15,13 @@ Every function that needs two GPUs raises :class:`NeedsGpus` with a message sayi
 turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.
 """
 
-import json
-import os
 import statistics
 
 from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import sweep, timing
 from mgpu_helpers.report import nccltests, sizes, tables
+from mgpu_helpers.report.recorded import read_json
 
-DATA_FILE = os.path.join(nccltests.DATA_DIR, "peer_h200x2.json")
 SIZES = (64 << 20, 256 << 20, 1 << 30)  # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
 P2P_VARIABLE = "NCCL_P2P_DISABLE"
 
@@ -174,8 +172,7 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
 def recorded() -> dict:
     """The 2 x H200 figures: the data file's dict plus ``allreduce_busbw_default_GBps`` ({nbytes: GB/s},
     nccl-tests in place) for :data:`SIZES`."""
-    with open(DATA_FILE, encoding="utf-8") as f:
-        rec = json.load(f)
+    rec = read_json("peer_h200x2.json")
     rec["allreduce_busbw_default_GBps"] = {n: nccltests.reference_busbw("all_reduce", n) for n in SIZES}
     rec["nvlink_GBps_per_gpu"] = rec["nvlink_links_per_gpu"] * rec["nvlink_link_GBps"]
     return rec

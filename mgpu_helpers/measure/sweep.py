@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher.launch import run_ranks
+from mgpu_helpers.measure import timing
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import sizes as sz
 
@@ -124,29 +125,6 @@ def make_op(op: str, nbytes: int, world_size: int, device):
     return runs[op], n * 4
 
 
-def time_batch(run, iters: int, warmup: int, device) -> float:
-    """Seconds per call of ``run``: ``warmup`` calls, then ``iters`` back-to-back calls timed as one batch.
-
-    GPU: between two CUDA events on the current stream (the collectives are queued, the host never waits
-    inside the batch); CPU: ``perf_counter`` around the batch. Ranks line up with a barrier first.
-    """
-    import torch.distributed as dist
-
-    from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
-
-    for _ in range(warmup):
-        run()
-    synchronize_device(device)
-    dist.barrier()
-    synchronize_device(device)
-
-    def batch():
-        for _ in range(iters):
-            run()
-
-    return elapsed_s(batch, "torch" if device.type == "cuda" else None) / iters
-
-
 def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: int = 5) -> list[dict]:
     """Rank function: time every (op, size) on this rank. Returns ``[{op, nbytes, seconds, iters}]``."""
     import torch
@@ -160,7 +138,7 @@ def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: i
         for op in ops:
             run, actual = make_op(op, int(nbytes), world_size, device)
             n_iters = iters or default_iters(actual, gpu)
-            seconds = time_batch(run, n_iters, warmup if gpu else min(warmup, 2), device)
+            seconds = timing.time_batch(run, n_iters, warmup if gpu else min(warmup, 2), device)
             out.append({"op": op, "nbytes": actual, "seconds": seconds, "iters": n_iters})
             del run
         if gpu:

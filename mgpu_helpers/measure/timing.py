@@ -74,6 +74,27 @@ def elapsed_s(fn, library: str | None = "numba") -> float:
     return seconds(start, stop)
 
 
+def time_batch(run, iters: int, warmup: int, device) -> float:
+    """Seconds per call of ``run``: ``warmup`` calls, then ``iters`` back-to-back calls timed as one batch.
+
+    GPU: between two CUDA events on the current stream (the collectives are queued, the host never waits
+    inside the batch); CPU: ``perf_counter`` around the batch. Ranks line up with a barrier first.
+    """
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        run()
+    synchronize_device(device)
+    dist.barrier()
+    synchronize_device(device)
+
+    def batch():
+        for _ in range(iters):
+            run()
+
+    return elapsed_s(batch, "torch" if device.type == "cuda" else None) / iters
+
+
 def _event_api(library: str):
     """(make an event, synchronize the device, seconds between two recorded events) for ``library``."""
     if library == "numba":

@@ -18,7 +18,7 @@ import time
 
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.launcher.ranks import rank_device
-from mgpu_helpers.measure.timing import synchronize_device
+from mgpu_helpers.measure.timing import synchronize_device, time_batch
 
 # Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
 CPU_SIZES = dict(m=128, per_unit=80)
@@ -183,8 +183,6 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     """
     import torch
     import torch.distributed as dist
-
-    from mgpu_helpers.measure.sweep import time_batch
 
     device = rank_device()
     medians = []

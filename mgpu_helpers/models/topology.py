@@ -1,9 +1,9 @@
-"""The ``nvidia-smi topo -m`` matrix: parse it, explain its words, and the copies recorded on 2 x H200.
+"""The ``nvidia-smi topo -m`` matrix and ``nvidia-smi nvlink -s``: parse them and explain their words (pure).
 
 On a GPU machine the course reads the links through NVML (``env.machine.links``, same words as
-nvidia-smi); on a CPU-only machine :func:`recorded_topology` gives the matrix recorded on a
-2 x NVIDIA H200 host (``data/topo_h200x2.txt``), clearly labelled as a recording, and
-:func:`recorded_nvlink_speeds` the speed of each NVLink recorded there (``data/nvlink_h200x2.txt``).
+nvidia-smi); on a CPU-only machine :func:`mgpu_helpers.report.recorded.topology_matrix` gives the matrix
+recorded on a 2 x NVIDIA H200 host, clearly labelled as a recording, and
+:func:`mgpu_helpers.report.recorded.nvlink_speeds` the speed of each NVLink recorded there.
 
 ``NV18`` means "a bonded set of 18 NVLinks" (nvidia-smi's legend), a count of links, not one cable: on 8-GPU
 HGX boards each GPU's NVLinks go to NVSwitch chips, and GPU-to-GPU traffic crosses them (4-GPU boards and
@@ -14,7 +14,6 @@ speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per
 
 import itertools
 import re
-from importlib import resources
 from typing import NamedTuple
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -93,18 +92,11 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     return TopoMatrix(tuple(gpus), tuple(links), columns, source)
 
 
-def recorded_topology() -> TopoMatrix:
-    """The matrix recorded on a 2 x NVIDIA H200 host (NVLink NV18), from ``data/topo_h200x2.txt``."""
-    text = resources.files("mgpu_helpers").joinpath("data/topo_h200x2.txt").read_text(encoding="utf-8")
-    return parse_topo_matrix(text)
-
-
-def recorded_nvlink_speeds() -> dict:
-    """``{"GPU0": [GB/s of each link, ...], ...}`` from ``nvidia-smi nvlink -s`` recorded on the 2 x H200 host.
+def parse_nvlink_speeds(text: str) -> dict:
+    """``{"GPU0": [GB/s of each link, ...], ...}`` from the output of ``nvidia-smi nvlink -s``.
 
     The speeds are per direction; their sum is one GPU's NVLink bandwidth each way.
     """
-    text = resources.files("mgpu_helpers").joinpath("data/nvlink_h200x2.txt").read_text(encoding="utf-8")
     speeds, gpu = {}, None
     for line in text.splitlines():
         head = re.match(r"^GPU (\d+):", line)
@@ -115,7 +107,7 @@ def recorded_nvlink_speeds() -> dict:
         elif link and gpu is not None:
             speeds[gpu].append(float(link.group(1)))
     if not speeds:
-        raise ValueError("data/nvlink_h200x2.txt holds no `GPU k:` / `Link j: x GB/s` lines")
+        raise ValueError("the text holds no `GPU k:` / `Link j: x GB/s` lines of `nvidia-smi nvlink -s`")
     return speeds
 
 

@@ -5,13 +5,10 @@ Every file is the unchanged output of NVIDIA nccl-tests (``all_reduce_perf`` etc
 where and how it was measured (:func:`reference_header`). Bandwidths are GB/s (1e9 bytes per second).
 """
 
-import os
 import re
-from pathlib import Path
 
-from mgpu_helpers.report import sizes, tables
+from mgpu_helpers.report import recorded, sizes, tables
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 RECORDED_OPS = ("all_reduce", "reduce_scatter", "all_gather", "sendrecv")
 
 _ROW = re.compile(
@@ -46,19 +43,17 @@ def parse_nccl_tests(text: str) -> list[dict]:
     return rows
 
 
-def _path(op: str) -> Path:
-    return Path(DATA_DIR, f"nccltests_{op}.txt")
-
-
 def reference_header(op: str) -> list[str]:
     """The comment lines of the recorded reference for ``op`` (where and how it was measured)."""
-    return [ln.rstrip() for ln in _path(op).read_text().splitlines() if ln.startswith("#")]
+    return [ln.rstrip() for ln in recorded.text(f"nccltests_{op}.txt").splitlines() if ln.startswith("#")]
 
 
 def load_reference(op: str) -> list[dict]:
     """nccl-tests rows recorded on 2 x H200 for ``op`` (one of :data:`RECORDED_OPS`); rs_ag has no nccl-tests
     counterpart and gives []."""
-    return parse_nccl_tests(_path(op).read_text()) if _path(op).exists() else []
+    return (
+        parse_nccl_tests(recorded.text(f"nccltests_{op}.txt")) if recorded.path(f"nccltests_{op}.txt").exists() else []
+    )
 
 
 # Which nccl-tests column matches how mgpu_helpers.measure.sweep runs each op: all_reduce works in place on

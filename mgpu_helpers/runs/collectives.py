@@ -5,7 +5,7 @@ can pick a collective, an op and a world size and see every rank's input and out
 
 - :func:`run_collective` (inside a rank) calls collective ``name`` on the rank's input and returns its output;
 - :func:`collective_rank_fn` is the rank function for ``run_ranks`` (lists in, lists out);
-- :func:`run_on_ranks` launches it and compares with :func:`mgpu_helpers.models.collectives.expected_outputs`;
+- :func:`launch_collective` launches ranks with it and compares with :func:`mgpu_helpers.models.collectives.expected_outputs`;
 - :func:`run_and_draw` does that and draws the result (:func:`mgpu_helpers.widgets.allreduce.draw_collective`).
 
 "avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
@@ -90,7 +90,7 @@ class CollectiveRun:
     ok: bool
 
 
-def run_on_ranks(
+def launch_collective(
     name: str = "all_reduce",
     world_size: int = 4,
     pattern: str = "rank",
@@ -120,10 +120,10 @@ def run_and_draw(
     length: int | None = None,
     backend: str = "auto",
 ):
-    """:func:`run_on_ranks`, then the figure of it. Returns ``(figure, run)``."""
+    """:func:`launch_collective`, then the figure of it. Returns ``(figure, run)``."""
     from mgpu_helpers.widgets import allreduce
 
-    run = run_on_ranks(name, world_size, pattern, op, length, backend)
+    run = launch_collective(name, world_size, pattern, op, length, backend)
     fig = allreduce.draw_collective(
         name, run.inputs, run.outputs, op, title=f"{name} on {world_size} ranks ({run.backend}), pattern '{pattern}'"
     )

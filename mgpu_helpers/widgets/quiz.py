@@ -15,10 +15,10 @@ source holds only a question's id and its outputs hold no answer:
 
 import functools
 import html
-import json
 import re
 from dataclasses import dataclass, field
-from importlib import resources
+
+from mgpu_helpers.report.recorded import read_json
 
 LETTERS = "ABCDEFGHIJ"
 BANK_FILE = "review_questions.json"
@@ -84,8 +84,7 @@ class Feedback:
 @functools.cache
 def bank(name: str = BANK_FILE) -> tuple:
     """All questions of a data file in ``mgpu_helpers/data/``, in file order."""
-    text = resources.files("mgpu_helpers").joinpath("data", name).read_text(encoding="utf-8")
-    questions = tuple(Question.from_dict(d) for d in json.loads(text)["questions"])
+    questions = tuple(Question.from_dict(d) for d in read_json(name)["questions"])
     ids = [q.qid for q in questions]
     if len(set(ids)) != len(ids) or not all(ids):
         raise ValueError(f"{name}: every question needs its own id, got {ids}")

@@ -6,7 +6,8 @@ changes every figure at once.
 """
 
 from dataclasses import dataclass
-from importlib import resources
+
+from mgpu_helpers.report import recorded
 
 # Okabe & Ito (2008), colour-blind-safe.
 PALETTE = {
@@ -130,7 +131,7 @@ def projection_css() -> str:
     """A ``<style>`` element with ``data/projection.css``, to display once in a notebook (projection mode): ipywidgets 8
     sizes its controls through CSS variables, and larger values make sliders, buttons, labels, drop-downs and
     printed output readable from the back of a room."""
-    css = resources.files("mgpu_helpers").joinpath("data", "projection.css").read_text(encoding="utf-8")
+    css = recorded.text("projection.css")
     return f'<style id="mgpu-projection">{css}</style>'
 
 

@@ -1,7 +1,7 @@
 """Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path.
 
 :func:`draw_link_matrix` takes a square matrix of ``nvidia-smi topo -m`` words (``env.machine.links`` read
-through NVML on a GPU machine, or :func:`mgpu_helpers.models.topology.recorded_topology` elsewhere) and returns a
+through NVML on a GPU machine, or :func:`mgpu_helpers.report.recorded.topology_matrix` elsewhere) and returns a
 Figure; :func:`machine_or_recorded` picks this machine's matrix or the recorded 2 x H200 copy.
 """
 
@@ -82,8 +82,9 @@ def machine_or_recorded(env):
     """``(TopoMatrix, note)``: this machine's links from NVML when it has 2 or more GPUs, else the matrix
     recorded on 2 x H200 (the note says which)."""
     from mgpu_helpers.models import topology
+    from mgpu_helpers.report import recorded
 
     if env is not None and len(env.gpus) >= 2:
         return topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
-    topo = topology.recorded_topology()
+    topo = recorded.topology_matrix()
     return topo, "recorded on 2 x NVIDIA H200 (nvidia-smi topo -m), not this machine"

@@ -1,6 +1,7 @@
 import pytest
 
 from mgpu_helpers.models import topology
+from mgpu_helpers.report import recorded
 
 RAW_WITH_ANSI = (
     "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
@@ -39,7 +40,7 @@ def test_nic_rows_are_left_out_of_the_gpu_matrix():
 
 
 def test_recorded_h200_topology_is_labelled_and_nvlinked():
-    t = topology.recorded_topology()
+    t = recorded.topology_matrix()
     assert t.names == ("GPU0", "GPU1") and t.links[0][1] == "NV18"
     assert t.source.startswith("recorded on 2 x NVIDIA H200, NVLink NV18, 2026-11-30")
     text = topology.summary(t)
@@ -60,14 +61,14 @@ def test_nv_words_are_bonded_links_through_nvswitch_on_8_gpu_boards_or_direct():
     meaning = topology.link_meaning("NV18")
     assert meaning.startswith("a bonded set of 18 NVLinks")
     assert "NVSwitch chips on 8-GPU HGX boards" in meaning and "direct on 4-GPU boards" in meaning
-    assert "per direction" in topology.summary(topology.recorded_topology())
+    assert "per direction" in topology.summary(recorded.topology_matrix())
     assert "per direction" not in topology.summary(
         topology.parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n")
     )
 
 
 def test_recorded_nvlink_speeds_add_up_to_478_gb_per_direction():
-    speeds = topology.recorded_nvlink_speeds()
+    speeds = recorded.nvlink_speeds()
     assert sorted(speeds) == ["GPU0", "GPU1"]
     assert len(speeds["GPU0"]) == 18 and set(speeds["GPU0"]) == {26.562}
     assert sum(speeds["GPU1"]) == pytest.approx(478.1, abs=0.05)
@@ -78,3 +79,8 @@ def test_every_legend_word_has_one_kind_of_path_and_pairs_sort_fastest_first():
         assert topology.link_class(word) in topology.LINK_CLASSES
     t = topology.from_links([["X", "SYS", "NV4"], ["SYS", "X", "PIX"], ["NV4", "PIX", "X"]])
     assert [w for _, _, w in topology.pairs(t)] == ["NV4", "PIX", "SYS"]
+
+
+def test_nvlink_speeds_text_without_links_is_rejected():
+    with pytest.raises(ValueError, match="nvlink -s"):
+        topology.parse_nvlink_speeds("No devices were found\n")

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from mgpu_helpers.lessons import ring
 from mgpu_helpers.models import collectives as ar
 from mgpu_helpers.models.collectives import COLLECTIVES, REDUCE_OPS
-from mgpu_helpers.runs.collectives import run_and_draw, run_on_ranks
+from mgpu_helpers.runs.collectives import launch_collective, run_and_draw
 from mgpu_helpers.widgets import allreduce as widget
 
 
@@ -137,10 +137,10 @@ def test_real_ranks_give_the_expected_outputs_for_every_reduce_op():
 
 
 def test_a_wrong_collective_output_is_reported_not_ok():
-    run = run_on_ranks("all_reduce", 2, "rank+1", "sum", backend="gloo")
+    run = launch_collective("all_reduce", 2, "rank+1", "sum", backend="gloo")
     assert run.ok and run.outputs == [[3.0] * 4] * 2
     with pytest.raises(ValueError, match="unknown collective"):
-        run_on_ranks("all_to_all", 2)
+        launch_collective("all_to_all", 2)
 
 
 def test_widgets_only_draw_the_launching_runner_lives_in_runs():

@@ -1,0 +1,40 @@
+"""The files of ``mgpu_helpers/data/``: recorded figures (each names where it was measured), the review questions and
+the projection-mode stylesheet. The library and the notebooks find and read them here (13's
+``recorded_linear_backward_s`` still builds its own path).
+
+The package always lies on disk as files (the course installs its checkout in editable mode), so :data:`DATA_DIR` is
+a plain folder: ``python -m mgpu_helpers.bench ncu`` writes a new recording into it.
+"""
+
+import json
+from pathlib import Path
+
+from mgpu_helpers.models import topology
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
+def path(name: str) -> Path:
+    """Where ``data/<name>`` lies; a recording the course does not have yet is a path that does not exist."""
+    return DATA_DIR / name
+
+
+def text(name: str) -> str:
+    """The text of ``data/<name>``."""
+    return path(name).read_text(encoding="utf-8")
+
+
+def read_json(name: str):
+    """The JSON value in ``data/<name>``."""
+    return json.loads(text(name))
+
+
+def topology_matrix() -> topology.TopoMatrix:
+    """The ``nvidia-smi topo -m`` matrix recorded on a 2 x NVIDIA H200 host (NVLink NV18)."""
+    return topology.parse_topo_matrix(text("topo_h200x2.txt"))
+
+
+def nvlink_speeds() -> dict:
+    """``{"GPU0": [GB/s of each link, ...], ...}`` from ``nvidia-smi nvlink -s`` recorded on that host: per
+    direction, so their sum is one GPU's NVLink bandwidth each way."""
+    return topology.parse_nvlink_speeds(text("nvlink_h200x2.txt"))
