@@ -10,9 +10,11 @@ threads cannot run at all.
 py-spy is optional: where it is not installed, or may not attach (ptrace forbidden: a container without
 ``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the
 launcher's report goes on without native stacks. Each rank writes its pid to :func:`pid_path` when it starts
-(:func:`note_pid`), so that the notebook knows which process is which rank.
+(:func:`note_pid`), so that the notebook knows which process is which rank, and where Yama allows only a
+process's ancestors to attach to it (:func:`note_pid` says why that matters) lets py-spy in.
 """
 
+import ctypes
 import os
 import re
 import shutil
@@ -33,10 +35,38 @@ def pid_path(job_dir: str, rank: int) -> str:
     return os.path.join(job_dir, f"pid-{rank}")
 
 
+PR_SET_PTRACER = 0x59616D61  # "Yama"
+PR_SET_PTRACER_ANY = 2**64 - 1  # (unsigned long) -1
+YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def _yama_scope() -> int | None:
+    """Yama's ptrace_scope (0: any process of the user may attach, 1: only its ancestors, 2: only an
+    administrator, 3: nobody), or None where Linux has no Yama (or this is not Linux)."""
+    try:
+        with open(YAMA_SCOPE) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _allow_any_ptracer() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(PR_SET_PTRACER_ANY), ctypes.c_ulong(0), 0, 0)
+
+
 def note_pid(job_dir: str, rank: int) -> None:
-    """In a rank, as it starts: write its pid where :func:`take` finds it."""
+    """In a rank, as it starts: write its pid where :func:`take` finds it.
+
+    Yama's scope 1, the default of Ubuntu and Debian, lets only a process's ancestors attach to it, and the
+    py-spy that the notebook starts at a timeout is not one of the rank's (the ranks descend from the rank
+    server). Where py-spy is installed, such a rank therefore lets any process of its user attach to it
+    (``PR_SET_PTRACER_ANY``), as it could on a system without Yama: that is a rank's memory, for as long as the
+    launch lasts, open to the user's own processes, which can already read its environment in /proc."""
     with open(pid_path(job_dir, rank), "w") as f:
         f.write(str(os.getpid()))
+    if _yama_scope() == 1 and py_spy() is not None:
+        _allow_any_ptracer()
 
 
 def py_spy() -> str | None:

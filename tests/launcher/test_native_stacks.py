@@ -110,3 +110,19 @@ def test_a_py_spy_that_cannot_attach_or_hangs_is_reported_per_rank_within_the_ti
     assert why.startswith("rank(s) [0, 1, 2], ")
     assert "py-spy could not read it: Error: Permission denied (os error 13)" in why
     assert "py-spy took over 1 s" in why and "its pid was never written" in why
+
+
+@pytest.mark.parametrize(
+    ("scope", "py_spy", "opened"),
+    [(1, "py-spy", True), (0, "py-spy", False), (None, "py-spy", False), (1, None, False)],
+)
+def test_a_rank_lets_py_spy_attach_only_where_yama_allows_only_ancestors_and_py_spy_is_there(
+    monkeypatch, tmp_path, scope, py_spy, opened
+):
+    calls = []
+    monkeypatch.setattr(native_stacks, "_yama_scope", lambda: scope)
+    monkeypatch.setattr(native_stacks, "py_spy", lambda: py_spy)
+    monkeypatch.setattr(native_stacks, "_allow_any_ptracer", lambda: calls.append("PR_SET_PTRACER_ANY"))
+    native_stacks.note_pid(str(tmp_path), 3)
+    assert (tmp_path / "pid-3").read_text() == str(os.getpid())
+    assert calls == (["PR_SET_PTRACER_ANY"] if opened else [])
