@@ -93,33 +93,39 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
     if program is None:
         return {}, "py-spy is not installed (pip install py-spy adds them)"
     pids = {r: p for r in ranks if (p := _pid_of(job_dir, r)) is not None}
-    running = {
-        r: subprocess.Popen(
-            [program, "dump", "--native", "--pid", str(pid)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        for r, pid in pids.items()
-    }
+    running, dumps, problems = {}, {}, {}
     deadline = time.monotonic() + timeout_s
-    dumps, problems = {}, {}
-    for r, proc in running.items():
-        try:
-            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()  # not its pipes: a child it left may hold them open
+    try:
+        for r, pid in pids.items():
+            try:
+                running[r] = subprocess.Popen(
+                    [program, "dump", "--native", "--pid", str(pid)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                )
+            except OSError as exc:
+                problems[r] = f"py-spy could not start: {exc}"
+        for r, proc in running.items():
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                problems[r] = f"py-spy took over {timeout_s:g} s"
+                continue
+            if proc.returncode == 0 and out.strip():
+                dumps[r] = out.strip()
+            else:
+                said = (err.strip() or out.strip() or f"exit code {proc.returncode}").splitlines()[0]
+                problems[r] = f"py-spy could not read it: {said}"
+    finally:
+        # None is left running, whatever happened (too slow, an interrupt): a py-spy holds its rank stopped.
+        for proc in running.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()  # not its pipes: a child it left may hold them open
             proc.stdout.close()
             proc.stderr.close()
-            problems[r] = f"py-spy took over {timeout_s:g} s"
-            continue
-        if proc.returncode == 0 and out.strip():
-            dumps[r] = out.strip()
-        else:
-            said = (err.strip() or out.strip() or f"exit code {proc.returncode}").splitlines()[0]
-            problems[r] = f"py-spy could not read it: {said}"
     for r in ranks:
         if r not in pids:
             problems[r] = "its pid was never written (it did not start)"
