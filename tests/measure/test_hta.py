@@ -37,10 +37,13 @@ def _kernel(name: str, device: int, stream: int, start_ms: float, end_ms: float,
 
 def _rank_trace(device: int, cpu_pid: int, compute_ms, nccl_ms) -> dict:
     """A rank's raw trace: the clock anchor at profiler time 0 (so monotonic = profiler time + ANCHOR_US), a
-    CPU launch op for each kernel, and the kernels themselves."""
+    CPU launch op for each kernel, the kernels themselves, and the backward's range as torch.profiler projects a
+    record_function range onto the GPU row (no ``stream`` in its args: HTA must not take it for a kernel)."""
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": profile.ANCHOR, "pid": cpu_pid, "tid": 1, "ts": -1, "dur": 2}
-    ]
+        {"ph": "X", "cat": "user_annotation", "name": profile.ANCHOR, "pid": cpu_pid, "tid": 1, "ts": -1, "dur": 2},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "mgpu.compute:backward 0", "pid": device,
+         "tid": COMPUTE_STREAM, "ts": 0.0, "dur": 10 * MS, "args": {"External id": 999}},
+    ]  # fmt: skip
     kernels = [("volta_sgemm_128x64_nn", COMPUTE_STREAM, *k) for k in compute_ms]
     kernels += [(NCCL, NCCL_STREAM, *k) for k in nccl_ms]
     for corr, (name, stream, start, end) in enumerate(kernels, start=1):
