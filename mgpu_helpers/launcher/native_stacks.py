@@ -1,11 +1,12 @@
 """Native (C++) stacks of hung ranks, from ``py-spy dump --native``, taken beside faulthandler's Python stacks.
 
 faulthandler (:mod:`mgpu_helpers.launcher.flight`) shows Python frames only: a rank stuck in a collective ends
-at ``all_reduce`` in ``distributed_c10d.py``. Beneath that frame the rank waits in C++, and where it waits tells
-more: ``c10d::Work::wait`` (the collective was handed to the backend and the rank waits for it to finish), the
-rendezvous store (a peer never joined), ``ncclCommInitRank`` (NCCL still building its communicator) or a CUDA
-synchronize. py-spy reads those frames from outside the process (ptrace), so it works on a rank whose own
-threads cannot run at all.
+at ``all_reduce`` in ``distributed_c10d.py``, one waiting for a peer to join at ``init_process_group``. Beneath
+that frame the rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the collective was handed to the
+backend, and the rank waits for it to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over
+``c10d::FileStore::wait`` (gloo waits in the rendezvous store for a peer's address: the peer never joined); on a
+GPU, NCCL's and CUDA's own functions. py-spy reads those frames from outside the process (ptrace), so it works on
+a rank whose own threads cannot run at all.
 
 py-spy is optional: where it is not installed, or may not attach (ptrace forbidden: a container without
 ``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the

@@ -59,6 +59,32 @@ def test_a_rank_hung_in_a_gloo_collective_shows_where_it_waits_in_c10d():
     assert "No native (C++) stacks" not in str(err)
 
 
+def test_a_rank_whose_peer_never_joins_shows_gloo_waiting_in_the_rendezvous():
+    why = _py_spy_can_attach()
+    if why:
+        pytest.skip(why)
+
+    def rank_fn(rank, world_size):
+        import os
+        import time
+
+        import torch.distributed as dist
+
+        if rank == 1:
+            time.sleep(60)  # never joins
+        dist.init_process_group("gloo", init_method=os.environ["MGPU_INIT_METHOD"], rank=rank, world_size=world_size)
+
+    with pytest.raises(mh.RankTimeout) as info:
+        mh.run_ranks(rank_fn, 2, init=False, timeout=3, quiet=True, stream=False)
+    err = info.value
+    # faulthandler's stack ends at init_process_group; beneath it, gloo waits in the store for its peer.
+    assert err.waiting_in[0].startswith("dist.init_process_group")
+    beneath = native_stacks.beneath_python(err.native_stacks[0])
+    assert "gloo::rendezvous::Context::connectFullMesh (libtorch_cpu.so)" in beneath, beneath
+    assert any(f.startswith("c10d::FileStore::wait") for f in beneath), beneath
+    assert "gloo::" not in err.stacks[0]
+
+
 DUMP = """Process 11505: python -m mgpu_helpers.launcher.server 4 11439
 Python v3.11.7 (/usr/bin/python3.11)
 
