@@ -40,11 +40,16 @@ class RankTimeout(RankError):
     ``collectives`` maps it to what torch's flight recorder says, ``{"last_completed": (seq, name),
     "stuck_in": (seq, name)}`` (either may be None), or None when the rank gave no dump; ``flight_dumps`` is the
     folder of the recorder's dumps themselves, one file per rank (None when there are none), for torch's
-    analyzer ``python -m torch.distributed.flight_recorder.fr_trace FOLDER`` or ``pickle.load``.
+    analyzer ``python -m torch.distributed.flight_recorder.fr_trace FOLDER`` or ``pickle.load``;
+    ``native_stacks`` maps it to ``py-spy dump --native`` of the rank (C++ frames too), where py-spy could
+    take one (:mod:`mgpu_helpers.launcher.native_stacks`).
     """
 
-    def __init__(self, message: str, stacks=None, waiting_in=None, collectives=None, flight_dumps=None, **kw):
+    def __init__(
+        self, message: str, stacks=None, waiting_in=None, collectives=None, flight_dumps=None, native_stacks=None, **kw
+    ):
         super().__init__(message, **kw)
+        self.native_stacks = native_stacks or {}
         self.stacks = stacks or {}
         self.waiting_in = waiting_in or {}
         self.collectives = collectives or {}

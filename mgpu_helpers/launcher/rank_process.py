@@ -94,12 +94,13 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     _line_buffer_c_stdio()
-    from mgpu_helpers.launcher import flight
+    from mgpu_helpers.launcher import flight, native_stacks
 
     # The fallback stack dump, for a rank whose dump thread cannot run (flight.start_dumper writes the whole one).
     stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     flight.start_dumper(job.job_dir, rank)  # first thread of the rank: the mask it sets is inherited
+    native_stacks.note_pid(job.job_dir, rank)  # for py-spy's native stacks at a timeout
 
     world_size = job.world_size
     os.environ.clear()

@@ -10,7 +10,7 @@ import signal
 import time
 from contextlib import suppress
 
-from mgpu_helpers.launcher import flight
+from mgpu_helpers.launcher import flight, native_stacks
 from mgpu_helpers.launcher.errors import LaunchError, RankError, RankTimeout
 from mgpu_helpers.launcher.job import Job
 from mgpu_helpers.launcher.messages import Failed
@@ -237,6 +237,7 @@ def _raise_timeout(job: Job):
     world_size = job.world_size
     stuck = [r for r in range(world_size) if not job.finished(r)]
     stacks, recorded = job.take_dumps(stuck)
+    native, no_native = native_stacks.take(job.job_dir, stuck)
     job.kill()
     job.drain(2.0)
     waiting = {r: w for r in stuck if (w := _waiting_in(stacks.get(r, "")))}
@@ -278,7 +279,14 @@ def _raise_timeout(job: Job):
     lines.append("Run with debug=True for torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL).")
     for r in stuck:
         lines.append(f"--- Python stack of rank {r} ---\n{stacks.get(r) or '(none taken)'}")
+        if beneath := native_stacks.beneath_python(native.get(r, "")):
+            lines.append(
+                f"--- native frames under that Python stack, rank {r} (py-spy; all of it in .native_stacks) ---\n"
+                + "\n".join("  " + f for f in beneath)
+            )
         lines.append(f"--- last output of rank {r} ---\n{_tail(job.outputs[r], 5)}")
+    if no_native:
+        lines.append(f"No native (C++) stacks: {no_native}.")
     if job.flight_dumps:
         lines.append(
             f"The flight recorder's dumps, one file per rank: {job.flight_dumps} (torch's analyzer: "
@@ -290,6 +298,7 @@ def _raise_timeout(job: Job):
         waiting_in=waiting,
         collectives=collectives,
         flight_dumps=job.flight_dumps,
+        native_stacks=native,
         rank=stuck[0] if stuck else None,
         outputs=_outputs(job),
         results=partial_results(job),

@@ -1,0 +1,163 @@
+"""Native (C++) stacks of hung ranks, from ``py-spy dump --native``, taken beside faulthandler's Python stacks.
+
+faulthandler (:mod:`mgpu_helpers.launcher.flight`) shows Python frames only: a rank stuck in a collective ends
+at ``all_reduce`` in ``distributed_c10d.py``, one waiting for a peer to join at ``init_process_group``. Beneath
+that frame the rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the collective was handed to the
+backend, and the rank waits for it to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over
+``c10d::FileStore::wait`` (gloo waits in the rendezvous store for a peer's address: the peer never joined); on a
+GPU, NCCL's and CUDA's own functions. py-spy reads those frames from outside the process (ptrace), so it works on
+a rank whose own threads cannot run at all.
+
+py-spy is optional: where it is not installed, or may not attach (ptrace forbidden: a container without
+``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the
+launcher's report goes on without native stacks. Each rank writes its pid to :func:`pid_path` when it starts
+(:func:`note_pid`), so that the notebook knows which process is which rank, and where Yama allows only a
+process's ancestors to attach to it (:func:`note_pid` says why that matters) lets py-spy in.
+"""
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+# The whole native dump of every rank, at once: py-spy pauses a rank while it reads it (under a second each on
+# an idle machine); a loaded one gets this long before the launch's error is raised without them.
+TIMEOUT_S = 8.0
+
+_THREAD = re.compile(r"^Thread \S+ .*$", re.M)
+_PYTHON_FRAME = re.compile(r"\([^()]*:\d+\)$")  # "all_reduce (torch/distributed/distributed_c10d.py:3252)"
+_GLUE = ("pybind11::", "0x")  # pybind11's dispatch between Python and C++, and frames without a symbol
+
+
+def pid_path(job_dir: str, rank: int) -> str:
+    return os.path.join(job_dir, f"pid-{rank}")
+
+
+PR_SET_PTRACER = 0x59616D61  # "Yama"
+PR_SET_PTRACER_ANY = 2**64 - 1  # (unsigned long) -1
+YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def _yama_scope() -> int | None:
+    """Yama's ptrace_scope (0: any process of the user may attach, 1: only its ancestors, 2: only an
+    administrator, 3: nobody), or None where Linux has no Yama (or this is not Linux)."""
+    try:
+        with open(YAMA_SCOPE) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _allow_any_ptracer() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(PR_SET_PTRACER_ANY), ctypes.c_ulong(0), 0, 0)
+
+
+def note_pid(job_dir: str, rank: int) -> None:
+    """In a rank, as it starts: write its pid where :func:`take` finds it.
+
+    Yama's scope 1, the default of Ubuntu and Debian, lets only a process's ancestors attach to it, and the
+    py-spy that the notebook starts at a timeout is not one of the rank's (the ranks descend from the rank
+    server). Where py-spy is installed, such a rank therefore lets any process of its user attach to it
+    (``PR_SET_PTRACER_ANY``), as it could on a system without Yama: that is a rank's memory, for as long as the
+    launch lasts, open to the user's own processes, which can already read its environment in /proc."""
+    with open(pid_path(job_dir, rank), "w") as f:
+        f.write(str(os.getpid()))
+    if _yama_scope() == 1 and py_spy() is not None:
+        _allow_any_ptracer()
+
+
+def py_spy() -> str | None:
+    """The py-spy program: beside this Python (a kernel's PATH may lack its environment's bin), else on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.access(here, os.X_OK) else shutil.which("py-spy")
+
+
+def _pid_of(job_dir: str, rank: int) -> int | None:
+    try:
+        with open(pid_path(job_dir, rank)) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[dict[int, str], str | None]:
+    """``py-spy dump --native`` of each of ``ranks`` (still running), all at once, within ``timeout_s``.
+
+    Returns ``({rank: dump text}, why)``: ``why`` is None when every rank's dump came, else one line saying why
+    some or all did not (py-spy missing, not allowed to attach, too slow).
+    """
+    program = py_spy()
+    if program is None:
+        return {}, "py-spy is not installed (pip install py-spy adds them)"
+    pids = {r: p for r in ranks if (p := _pid_of(job_dir, r)) is not None}
+    running, dumps, problems = {}, {}, {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        for r, pid in pids.items():
+            try:
+                running[r] = subprocess.Popen(
+                    [program, "dump", "--native", "--pid", str(pid)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                )
+            except OSError as exc:
+                problems[r] = f"py-spy could not start: {exc}"
+        for r, proc in running.items():
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                problems[r] = f"py-spy took over {timeout_s:g} s"
+                continue
+            if proc.returncode == 0 and out.strip():
+                dumps[r] = out.strip()
+            else:
+                said = (err.strip() or out.strip() or f"exit code {proc.returncode}").splitlines()[0]
+                problems[r] = f"py-spy could not read it: {said}"
+    finally:
+        # None is left running, whatever happened (too slow, an interrupt): a py-spy holds its rank stopped.
+        for proc in running.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()  # not its pipes: a child it left may hold them open
+            proc.stdout.close()
+            proc.stderr.close()
+    for r in ranks:
+        if r not in pids:
+            problems[r] = "its pid was never written (it did not start)"
+    if not problems:
+        return dumps, None
+    reasons = sorted(set(problems.values()))
+    return dumps, f"rank(s) {sorted(problems)}, " + "; ".join(reasons)
+
+
+def _short(name: str) -> str:
+    """A C++ symbol without its template and parameter lists: ``c10d::Work::wait``, not a line of 2000 characters."""
+    while True:
+        shorter = re.sub(r"<[^<>]*>|\([^()]*\)", "", name)
+        if shorter == name:
+            return name
+        name = shorter
+
+
+def beneath_python(dump: str) -> list[str]:
+    """The native frames of the main thread above its innermost Python frame, innermost first: where in C++ the
+    rank waits, below the Python call that faulthandler's stack ends at. pybind11's glue and frames without a
+    symbol are left out; empty when the main thread is not found or is in Python code itself."""
+    blocks = [b for b in re.split(r"\n(?=Thread )", dump) if _THREAD.match(b)]
+    main = next((b for b in blocks if '"MainThread"' in b.splitlines()[0]), blocks[0] if blocks else "")
+    frames = []
+    for line in main.splitlines()[1:]:
+        frame = line.strip()
+        if _PYTHON_FRAME.search(frame):
+            break
+        if not frame or frame.startswith(_GLUE):
+            continue
+        symbol, _, lib = frame.rpartition(" (")
+        frames.append(f"{_short(symbol)} ({lib}" if symbol else frame)
+    return frames
