@@ -386,6 +386,7 @@ def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extr
         LOCAL_WORLD_SIZE=str(world_size),
         MGPU_BACKEND=backend,
         MGPU_INIT_METHOD=f"file://{store_path}",
+        MGPU_LAUNCHER_PID=str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
     )
     if debug:
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))

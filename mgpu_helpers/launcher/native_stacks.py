@@ -37,7 +37,7 @@ def pid_path(job_dir: str, rank: int) -> str:
 
 
 PR_SET_PTRACER = 0x59616D61  # "Yama"
-PR_SET_PTRACER_ANY = 2**64 - 1  # (unsigned long) -1
+LAUNCHER_PID = "MGPU_LAUNCHER_PID"  # in every rank's environment: the kernel that launched it, and runs py-spy
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
 
@@ -51,23 +51,23 @@ def _yama_scope() -> int | None:
         return None
 
 
-def _allow_any_ptracer() -> None:
+def _allow_ptracer(pid: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(PR_SET_PTRACER_ANY), ctypes.c_ulong(0), 0, 0)
+    libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(pid), ctypes.c_ulong(0), 0, 0)
 
 
-def note_pid(job_dir: str, rank: int) -> None:
+def note_pid(job_dir: str, rank: int, launcher_pid: int | None) -> None:
     """In a rank, as it starts: write its pid where :func:`take` finds it.
 
     Yama's scope 1, the default of Ubuntu and Debian, lets only a process's ancestors attach to it, and the
     py-spy that the notebook starts at a timeout is not one of the rank's (the ranks descend from the rank
-    server). Where py-spy is installed, such a rank therefore lets any process of its user attach to it
-    (``PR_SET_PTRACER_ANY``), as it could on a system without Yama: that is a rank's memory, for as long as the
-    launch lasts, open to the user's own processes, which can already read its environment in /proc."""
+    server). Where py-spy is installed, such a rank therefore names the kernel that launched it as its tracer
+    (``PR_SET_PTRACER``): Yama then lets that kernel and the processes it starts, py-spy among them, attach to
+    the rank, and nothing else of the user's."""
     with open(pid_path(job_dir, rank), "w") as f:
         f.write(str(os.getpid()))
-    if _yama_scope() == 1 and py_spy() is not None:
-        _allow_any_ptracer()
+    if launcher_pid and _yama_scope() == 1 and py_spy() is not None:
+        _allow_ptracer(launcher_pid)
 
 
 def py_spy() -> str | None:

@@ -100,7 +100,8 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     flight.start_dumper(job.job_dir, rank)  # first thread of the rank: the mask it sets is inherited
-    native_stacks.note_pid(job.job_dir, rank)  # for py-spy's native stacks at a timeout
+    # for py-spy's native stacks at a timeout
+    native_stacks.note_pid(job.job_dir, rank, int(job.env.get(native_stacks.LAUNCHER_PID, 0)) or None)
 
     world_size = job.world_size
     os.environ.clear()

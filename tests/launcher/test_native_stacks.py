@@ -139,16 +139,27 @@ def test_a_py_spy_that_cannot_attach_or_hangs_is_reported_per_rank_within_the_ti
 
 
 @pytest.mark.parametrize(
-    ("scope", "py_spy", "opened"),
-    [(1, "py-spy", True), (0, "py-spy", False), (None, "py-spy", False), (1, None, False)],
+    ("scope", "py_spy", "launcher", "opened"),
+    [
+        (1, "py-spy", 4242, True),
+        (0, "py-spy", 4242, False),
+        (None, "py-spy", 4242, False),
+        (1, None, 4242, False),
+        (1, "py-spy", None, False),
+    ],
 )
-def test_a_rank_lets_py_spy_attach_only_where_yama_allows_only_ancestors_and_py_spy_is_there(
-    monkeypatch, tmp_path, scope, py_spy, opened
+def test_a_rank_lets_only_its_launching_kernel_attach_where_yama_allows_only_ancestors(
+    monkeypatch, tmp_path, scope, py_spy, launcher, opened
 ):
     calls = []
     monkeypatch.setattr(native_stacks, "_yama_scope", lambda: scope)
     monkeypatch.setattr(native_stacks, "py_spy", lambda: py_spy)
-    monkeypatch.setattr(native_stacks, "_allow_any_ptracer", lambda: calls.append("PR_SET_PTRACER_ANY"))
-    native_stacks.note_pid(str(tmp_path), 3)
+    monkeypatch.setattr(native_stacks, "_allow_ptracer", calls.append)
+    native_stacks.note_pid(str(tmp_path), 3, launcher)
     assert (tmp_path / "pid-3").read_text() == str(os.getpid())
-    assert calls == (["PR_SET_PTRACER_ANY"] if opened else [])
+    assert calls == ([4242] if opened else [])  # the kernel's pid, never "any process"
+
+
+def test_every_rank_is_told_which_kernel_launched_it():
+    env = mh.run_ranks(lambda rank, world_size: os.environ.get("MGPU_LAUNCHER_PID"), 2, quiet=True).values
+    assert env == [str(os.getpid())] * 2
