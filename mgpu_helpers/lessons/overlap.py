@@ -217,12 +217,7 @@ def modelled_comm_share(widths, seconds_per_layer: float, linear_backward_s: flo
 
 def recorded_linear_backward_s() -> float:
     """The NCCL-size model's Linear layers' backward on one H200, recorded (``data/overlap_backward_h200.json``)."""
-    import json
-    import os
-
-    path = os.path.join(os.path.dirname(mh.__file__), "data", "overlap_backward_h200.json")
-    with open(path) as f:
-        return json.load(f)["linear_backward_ms"] / 1e3
+    return mh.report.recorded.read_json("overlap_backward_h200.json")["linear_backward_ms"] / 1e3
 
 
 # The big model's sizes, by backend: gloo on the CPU (about 1 MiB a layer, 10 ms of sleep) and NCCL on GPUs

@@ -1,6 +1,5 @@
 """The files of ``mgpu_helpers/data/``: recorded figures (each names where it was measured), the review questions and
-the projection-mode stylesheet. The library and the notebooks find and read them here (13's
-``recorded_linear_backward_s`` still builds its own path).
+the projection-mode stylesheet. The library and the notebooks find and read them here.
 
 The package always lies on disk as files (the course installs its checkout in editable mode), so :data:`DATA_DIR` is
 a plain folder: ``python -m mgpu_helpers.bench ncu`` writes a new recording into it.
