@@ -74,9 +74,9 @@ def _argmin_sum(c):
 @pytest.mark.parametrize(
     "fn,message",
     [
-        (_argmax_median, "Collective 最长的 Rank"),
+        (_argmax_median, "待得最久"),
         (_argmin_first_step, "只看了第 0 步"),
-        (_argmin_sum, "把各步加了起来"),
+        (_argmin_sum, "各步之和"),
         (lambda c: min(c, key=statistics.median), "应当返回一个 Rank 号"),
     ],
     ids=["longest collective", "first step only", "sum over steps", "returns the times"],
