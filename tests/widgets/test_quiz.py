@@ -240,7 +240,7 @@ def test_busbw_mistakes_are_named(capsys):
     alg = nbytes / seconds / 1e9
     _rejected(capsys, "这是 algbw", busbw_gbps=alg)
     _rejected(capsys, "单方向发出的速率", busbw_gbps=2 * alg * 4 / 3)
-    _rejected(capsys, "(n-1)/n 是 Reduce-Scatter", busbw_gbps=alg * 2 / 3)
+    _rejected(capsys, "只数了一个阶段", busbw_gbps=alg * 2 / 3)
     _rejected(capsys, "不是 2^30", busbw_gbps=alg * 4 / 3 * 1e9 / 2**30)
 
 
