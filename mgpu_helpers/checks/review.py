@@ -31,6 +31,11 @@ STRAGGLER_SECONDS_PER_UNIT = 0.010
 # Exercise 1: a number first, then ranks measure it.
 
 
+def not_n_times(n: int) -> str:
+    """The usual slip of a speed-up on uneven shards, said the same in ex11 and in 11's part 3."""
+    return f"{n} 个 Rank 不会自动快 {n} 倍："
+
+
 def measured_speedup(
     shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT, steps: int = 5, single=None
 ) -> dict:
@@ -81,7 +86,7 @@ def check_speedup_prediction(fn) -> None:
                 else "四份一样大时，一步只剩下多少个单位的时间？"
             )
             if name == "uneven" and math.isclose(float(g), len(shards)):
-                nudge = "四个 Rank 不会自动快四倍：" + nudge
+                nudge = not_n_times(len(shards)) + nudge
             raise CheckFailed(
                 f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
                 f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
@@ -373,7 +378,7 @@ def _speedup_mistake(run: ReviewRun, got) -> str | None:
             _near(got, scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms)), 0.02),
             "一步要等最慢的 Rank：用最长的那一步，不是平均。",
         ),
-        (_near(got, float(n), 0.02), f"{n} 个 Rank 不会自动快 {n} 倍：Shard 不一样大。"),
+        (_near(got, float(n), 0.02), not_n_times(n) + "Shard 不一样大。"),
         (
             _near(got, sum(run.shards) / max(run.shards), 0.005),
             "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。",

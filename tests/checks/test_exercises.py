@@ -636,7 +636,7 @@ def test_guessing_half_the_bytes_is_told_about_the_second_phase():
 
 def test_four_ranks_predicted_four_times_faster_is_held_against_the_uneven_run():
     with pytest.raises(
-        checks.CheckFailed, match=r"Shard 12/6/4/2.*量到加速比 [0-9.]+×.*你的预测是 4\.00×。四个 Rank 不会自动快四倍"
+        checks.CheckFailed, match=r"Shard 12/6/4/2.*量到加速比 [0-9.]+×.*你的预测是 4\.00×。4 个 Rank 不会自动快 4 倍"
     ):
         checks.check_speedup_prediction(lambda: (4.0, 4.0))
 
