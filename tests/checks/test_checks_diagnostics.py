@@ -285,3 +285,12 @@ def test_transports_reads_the_word_after_via():
         "[rank 1] NCCL INFO Connected all rings",
     ]
     assert diagnose.transports(lines) == ["P2P", "SHM"]
+
+
+def test_10_and_08_read_the_straggler_with_one_reference(capsys):
+    """10's straggler_or_none is 08's straggler_from_collective with a noise: one reference serves both fill-ins."""
+    from mgpu_helpers.checks import stragglers
+
+    assert diagnostics.try_straggler_or_none(None) is stragglers.try_straggler_from_collective(None)
+    assert stragglers.reference_straggler([[0.03] * 3, [0.001, 0.001, 0.4], [0.03] * 3]) == 1  # a median, not a sum
+    assert "还没写" in capsys.readouterr().out
