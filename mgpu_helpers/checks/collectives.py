@@ -21,9 +21,9 @@ from mgpu_helpers.checks.core import (
     call,
     compare,
     expect_items,
+    fill_in,
     fill_in_cell,
     first_hint,
-    has_stub,
     int_values,
     launch,
     matching_hint,
@@ -38,7 +38,7 @@ from mgpu_helpers.checks.core import (
     which_rank,
 )
 from mgpu_helpers.lessons.ring import chunk_bounds, ring_all_reduce, ring_schedule
-from mgpu_helpers.models.bandwidth import algbw, busbw, bytes_sent_per_rank
+from mgpu_helpers.models.bandwidth import BUSBW_FACTORS, algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
 from mgpu_helpers.models.comm_share import comm_share_speedup
 
@@ -460,10 +460,12 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
 
 
 def check_expected_outputs(fns: dict) -> None:
-    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for all_reduce, all_gather, reduce_scatter
-    (inputs: one list of numbers per rank); fresh inputs on 2, 3, 4 ranks, a zero row, uneven lengths."""
-    for name in EXPECTED_NAMES:
-        fn = fns[name]
+    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of all_reduce, all_gather, reduce_scatter
+    given (inputs: one list of numbers per rank); fresh inputs on 2, 3, 4 ranks, a zero row, uneven lengths."""
+    names = [name for name in EXPECTED_NAMES if name in fns]
+    if not names:
+        raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
+    for name, fn in ((name, fns[name]) for name in names):
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
         for inputs in _expected_cases(new_rng(), name):
             got = call(fn, what, [list(r) for r in inputs])
@@ -476,61 +478,112 @@ def check_expected_outputs(fns: dict) -> None:
                 compare(
                     got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank])
                 )
-    passed("三个集合通信的结果你都算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。")
+    passed(
+        f"{'、'.join('expected_' + name for name in names)} 算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。"
+    )
 
 
 def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_reduce_scatter) -> dict:
-    """05's fill-in: the reader's three predictions if they pass, else the course's; ``{name: fn}``."""
+    """05's fill-in, ``{name: fn}``: each of the three predictions through :func:`~mgpu_helpers.checks.core.fill_in`
+    (checked once written, the course's answer while unwritten)."""
     given = dict(zip(EXPECTED_NAMES, (expected_all_reduce, expected_all_gather, expected_reduce_scatter)))
-    reference = {name: (lambda inputs, name=name: reference_expected(name, inputs)) for name in EXPECTED_NAMES}
-    unwritten = [name for name, fn in given.items() if fn is None or has_stub(fn)]
-    if unwritten:
-        print(
-            f"「{'、'.join('expected_' + u for u in unwritten)}」还没写：下面先用课程的参考答案。"
-            "写好之后再运行这一格，它会立刻检查。"
+    return {
+        name: fill_in(
+            fn,
+            lambda fn, name=name: check_expected_outputs({name: fn}),
+            lambda inputs, name=name: reference_expected(name, inputs),
+            f"expected_{name}",
         )
-        return reference
-    check_expected_outputs(given)
-    return given
+        for name, fn in given.items()
+    }
+
+
+try_expected_outputs.checker = check_expected_outputs.__name__  # the name its passing is recorded under
+
+
+# -- busbw: one check, for each collective the course asks it of (05: all-reduce; 12: reduce-scatter and
+# all-gather; 11: a number read off a run), the factors from models.bandwidth ----------------------------------
+
+
+BUSBW_OPS = {"all_reduce": "All-Reduce", "reduce_scatter": "Reduce-Scatter / All-Gather"}  # as the messages say
+
+
+def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0) -> list:
+    """``[(wrong value, what it is)]``: the usual wrong answers for ``op``'s busbw of ``nbytes`` in ``seconds`` on
+    ``world_size`` ranks, in bytes/s over ``unit`` (1: bytes/s; 1e9: GB/s), first match first
+    (:func:`~mgpu_helpers.checks.core.matching_hint`). Every value is a factor other than
+    :data:`~mgpu_helpers.models.bandwidth.BUSBW_FACTORS`' or a slip of units."""
+    n, factor = world_size, BUSBW_FACTORS[op]
+    alg = algbw(nbytes, seconds)
+    want = alg * factor(n)
+    limit = 2.0 if op == "all_reduce" else 1.0  # the factor as the ranks grow many
+    other = "reduce_scatter" if op == "all_reduce" else "all_reduce"
+    slips = [
+        (alg, "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍（自己那一块留在手里）。"),
+        (alg * limit, f"{limit:g} 是 Rank 很多时的极限；{n} 个 Rank 时每个 Rank 发出的比 {limit:g}S 少。"),
+        (alg * factor(4) if n != 4 else None, "系数写死成了 4 个 Rank 的值：它随 world_size 变。"),
+        (
+            alg * BUSBW_FACTORS[other](n),
+            "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。"
+            if op == "all_reduce"
+            else "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 和 All-Gather 各只是 All-Reduce 的一半。",
+        ),
+        (want * n, "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
+        (want / (n - 1) if n > 1 else None, "一块 S/n 要在环上走 n-1 步，不是一步。"),
+        (2 * want, "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。"),
+    ]
+    slips = [(None if v is None else v / unit, text) for v, text in slips]
+    if unit == 1.0:
+        slips += [
+            (factor(n) / alg, "倒过来了：带宽是字节除以秒。"),
+            (want / 1e9, "单位：这里要的是字节/秒，不是 GB/s。"),
+            (want / 2**30, "单位：这里要的是字节/秒，不是 GiB/s。"),
+        ]
+    else:
+        slips += [
+            (want * 1e9 / 2**30 / unit, "GB/s 用 10^9 字节，不是 2^30。"),
+            (want * 1e3 / unit, "数量级不对：t 打印的单位是 ms。"),
+            (want / 1e3 / unit, "数量级不对：t 打印的单位是 ms。"),
+        ]
+    return slips
+
+
+def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0, rel_tol=1e-6):
+    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``, within ``rel_tol``), else what to say: the
+    slip it matches (:func:`busbw_slips`), or that one rank sends nothing."""
+    want = busbw(op, nbytes, seconds, world_size) / unit
+    if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-9):
+        return None
+    if world_size == 1:
+        return "一个 Rank 时没有人可发：busbw 是 0（系数里的 n-1 是 0）。"
+    return matching_hint(got, busbw_slips(op, nbytes, seconds, world_size, unit), rel_tol=rel_tol)
+
+
+def hold_busbw(fn, op: str, name: str, cases=()) -> int:
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth, nccl-tests' definition, on the
+    fixed ``cases`` ``(nbytes, seconds, world_size)`` (eight ranks first: the wrong factors differ there; one rank)
+    and twenty random ones. ``name``: the learner's function, in the messages. Returns the number of cases; the
+    caller says what passed (the progress records the caller's name)."""
+    what = f"{name} 要算出 {BUSBW_OPS[op]} 的 busbw（字节/秒）"
+    rng = new_rng()
+    cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3), *cases]
+    cases += [
+        (float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 17))) for _ in range(20)
+    ]
+    for (nbytes, seconds, n), got in answers(fn, what, cases):
+        where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
+        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
+        why = busbw_mistake(got, op, nbytes, seconds, n)
+        if why is not None:
+            want = busbw(op, nbytes, seconds, n)
+            raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
+    return len(cases)
 
 
 def check_all_reduce_busbw(fn) -> None:
-    """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth, nccl-tests' definition."""
-    what = "all_reduce_busbw 要算出 All-Reduce 的 busbw（字节/秒）"
-    rng = new_rng()
-    cases = [
-        (1e9, 1.0, 8),
-        (1e9, 1.0, 2),
-        (3 * 2**20, 0.002, 1),
-        (1000.0, 1e-5, 3),
-    ]  # n = 8 first: wrong factors differ
-    cases += [
-        (float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 9))) for _ in range(20)
-    ]
-    for (nbytes, seconds, n), got in answers(fn, what, cases):
-        want = busbw("all_reduce", nbytes, seconds, n)
-        where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
-        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
-        if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
-            continue
-        alg = algbw(nbytes, seconds)
-        guesses = {
-            alg * 2: "2 是 Rank 很多时的极限；n 个 Rank 时每个 Rank 发出的比 2S 少。",
-            alg * 1.5: "系数写死成了 4 个 Rank 的值：它随 world_size 变。",
-            alg: "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍。",
-            alg * (n - 1) / n: "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。",
-            alg * 2 * (n - 1): "步数数对了，可每一步发的不是整个张量：张量切成 n 块，每步只发一块。",
-            seconds / nbytes * 2 * (n - 1) / n: "倒过来了：带宽是字节除以秒。",
-            alg * 2 * (n - 1) / n / 1e9: "单位：这里要的是字节/秒，不是 GB/s。",
-        }
-        why = matching_hint(
-            got,
-            guesses.items(),
-            rel_tol=1e-6,
-            default="一个 Rank 时不需要发送任何数据：系数 2(n-1)/n 是 0。" if n == 1 else "",
-        )
-        raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
-    passed(f"all_reduce_busbw 在 {len(cases)} 组（含 n = 1、2、8）上都对。")
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth (:func:`hold_busbw`)."""
+    count = hold_busbw(fn, "all_reduce", "all_reduce_busbw")
+    passed(f"all_reduce_busbw 在 {count} 组（含 n = 1、2、8）上都对。")
 
 
 try_all_reduce_busbw = fill_in_cell(

@@ -4,7 +4,6 @@ fill-ins, ``try_*``); reading the evidence of a hang and predicting where a hang
 
 import copy
 import random
-import statistics
 
 from mgpu_helpers.checks.core import (
     CheckFailed,
@@ -13,11 +12,11 @@ from mgpu_helpers.checks.core import (
     expect_items,
     fill_in_cell,
     first_hint,
-    is_rank_number,
     passed,
 )
+from mgpu_helpers.checks.stragglers import COURSE_READERS, hold_straggler_readings, reference_straggler
 from mgpu_helpers.launcher.errors import RankTimeout
-from mgpu_helpers.measure import diagnose, straggler
+from mgpu_helpers.measure import diagnose
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
 #: The calls a made-up hang's ranks are caught in: four collectives (the first four: a rank's majority op) and barrier.
@@ -203,18 +202,6 @@ def _waiting_case(
     return out
 
 
-def _verdict_by(values, noise_s):
-    """The rank whose value is below every other rank's by more than ``noise_s``, else None."""
-    late = min(range(len(values)), key=values.__getitem__)
-    return late if all(m - values[late] > noise_s for r, m in enumerate(values) if r != late) else None
-
-
-def reference_straggler_or_none(collective_s, noise_s):
-    """The rank whose median time inside the collective is shorter than every other rank's by more than
-    ``noise_s`` (it arrived last: the others waited for it); None when no single rank stands out that way."""
-    return _verdict_by([statistics.median(v) for v in collective_s], noise_s)
-
-
 def _even_case(rng: random.Random, n: int, steps: int, slow_s: float, stall: int | None = None):
     """Every rank equally long inside the collective (a slow path, nobody waits for anybody): ``slow_s`` give or
     take 1%; ``stall``: that rank's first step is stuck five times longer (its mean rises, its median does not)."""
@@ -248,7 +235,7 @@ def _straggler_or_none_cases(rng: random.Random):
                 rng.uniform(0.002, 0.05),
                 stall=rng.randrange(n) if rng.random() < 0.5 else None,
             )
-        cases.append((per, noise, reference_straggler_or_none(per, noise)))
+        cases.append((per, noise, reference_straggler(per, noise)))
     return cases
 
 
@@ -256,52 +243,13 @@ def check_straggler_or_none(fn) -> None:
     """``fn(collective_s, noise_s) -> rank or None``: ``collective_s[r]`` is rank r's per-step seconds inside the
     all-reduce (waiting included). A rank whose median is shorter than every other rank's by more than ``noise_s``
     is the straggler (the others waited for it); otherwise no single rank is to blame (None: look at the path).
-    Both verdicts, a stalled step, two late ranks and the straggler as rank 0 are in every run."""
+    Both verdicts, a stalled step, two late ranks and the straggler as rank 0 are in every run. 08's check
+    (:func:`~mgpu_helpers.checks.stragglers.hold_straggler_readings`) with the noise: the same readings named."""
     what = "straggler_or_none 要判断：是有一个 Rank 让别人等（返回它的编号），还是没有（返回 None）"
-    course = course_code_reached(fn, (diagnose.medians, straggler.straggler_by_collective), names=("medians",))
-    if course is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
-    rng = random.Random()
-    for per, noise, want in _straggler_or_none_cases(rng):
-        got = call(fn, what, [list(v) for v in per], noise)
-        if got is not None and not is_rank_number(got):
-            raise CheckFailed(f"{what}：应当返回 Rank 的编号（整数）或 None，实际得到 {got!r}。")
-        if (None if got is None else int(got)) == want:
-            continue
-        med = [round(statistics.median(v) * 1e3, 1) for v in per]
-        mean = [sum(v) / len(v) for v in per]
-        story = f"各 Rank 在 All-Reduce 里的中位数是 {med} ms，噪声 {noise * 1e3:g} ms"
-        why = first_hint(
-            (
-                got is not None
-                and want is not None
-                and int(got) == max(range(len(per)), key=lambda r: statistics.median(per[r])),
-                "你选了待得最久的 Rank。它待得久，是因为早到、在里面等别人；最后到的那个一进去就能开始传，它的最短。",
-            ),
-            (
-                got is not None and int(got) == _verdict_by(mean, noise) != want,
-                "你按平均值比的；有一步卡住时，平均值被那一步拉高，中位数不会。",
-            ),
-            (
-                got is None and _verdict_by(mean, noise) is None and want is not None,
-                f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。"
-                "（如果你按平均值比：有一步卡住时，平均值被那一步拉高，中位数不会。）",
-            ),
-            (
-                want is None and got is not None and max(med) - min(med) <= 2 * noise * 1e3 + 0.1,
-                "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。",
-            ),
-            (
-                want is None and got is not None,
-                "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。",
-            ),
-            (
-                want is not None and got is None,
-                f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。",
-            ),
-            default=f"应当是 {want!r}。",
-        )
-        raise CheckFailed(f"{what}：{story}，应当是 {want!r}，你的函数给出 {got!r}。{why}")
+    cases = [
+        (per, noise, want, f"{len(per)} 个 Rank") for per, noise, want in _straggler_or_none_cases(random.Random())
+    ]
+    hold_straggler_readings(fn, what, cases, with_noise=True)
     passed(
         "straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
         "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。"
@@ -309,10 +257,7 @@ def check_straggler_or_none(fn) -> None:
 
 
 try_straggler_or_none = fill_in_cell(
-    check_straggler_or_none,
-    reference_straggler_or_none,
-    "straggler_or_none：等人还是链路慢",
-    refuse=[straggler.straggler_by_collective, diagnose.medians],
+    check_straggler_or_none, reference_straggler, "straggler_or_none：等人还是链路慢", refuse=COURSE_READERS
 )
 
 

@@ -15,22 +15,20 @@
 """
 
 import math
-import random
 import re
 import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
+from mgpu_helpers.checks.collectives import hold_busbw
 from mgpu_helpers.checks.core import (
     WORLD_SIZES,
     CheckFailed,
-    answers,
     call,
     fill_in_cell,
     first_hint,
     int_values,
-    matching_hint,
     new_rng,
     number_answer,
     passed,
@@ -264,37 +262,12 @@ try_ownership_check = fill_in_cell(
 
 def check_rs_ag_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: the bus bandwidth of a reduce-scatter or an all-gather of an
-    nbytes buffer (nccl-tests' size), by 05's definition: the bytes each rank sends on the ring, per second.
-    Edge cases in every run: one rank (nothing sent), two and three ranks, the recorded 1 GiB reduce-scatter."""
-    what = "rs_ag_busbw 要算出 Reduce-Scatter / All-Gather 的 busbw（字节/秒）"
-    rng = random.Random()
-    cases = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
-    cases += [(float(rng.randint(1, 1 << 31)), rng.uniform(1e-5, 2.0), rng.randint(2, 16)) for _ in range(20)]
-    for (nbytes, seconds, n), got in answers(fn, what, cases):
-        want = nbytes * (n - 1) / n / seconds
-        where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
-        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
-        if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
-            continue
-        alg = nbytes / seconds
-        why = (
-            "一个 Rank 时没有人可发：busbw 是 0。"
-            if n == 1
-            else matching_hint(
-                got,
-                [
-                    (alg, "这是 algbw = S/t：每个 Rank 并没有把整个 Buffer 都发出去，它自己那一块留在手里。"),
-                    (2 * alg * (n - 1) / n, "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 只是 All-Reduce 的前一半。"),
-                    (alg * (n - 1), "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
-                    (alg / n, "一块 S/n 要在环上走 n-1 步，不是一步。"),
-                    (want / 1e9, "单位：这里和 05 的 all_reduce_busbw 一样要字节/秒，不是 GB/s。"),
-                    (seconds / nbytes * (n - 1) / n, "倒过来了：带宽是字节除以秒。"),
-                ],
-                rel_tol=1e-6,
-            )
-        )
-        raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
-    passed(f"rs_ag_busbw 在 {len(cases)} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
+    nbytes buffer (nccl-tests' size), by 05's definition: the bytes each rank sends on the ring, per second
+    (05's check, :func:`~mgpu_helpers.checks.collectives.hold_busbw`). Edge cases in every run: one rank (nothing
+    sent), two and three ranks, the recorded 1 GiB reduce-scatter."""
+    recorded = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
+    count = hold_busbw(fn, "reduce_scatter", "rs_ag_busbw", recorded)
+    passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
 
 
 try_rs_ag_busbw = fill_in_cell(

@@ -11,10 +11,11 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from mgpu_helpers.checks.core import CheckFailed, call, expect_items, is_number, is_rank_number, passed
-from mgpu_helpers.checks.stragglers import traced_run
+from mgpu_helpers.checks.collectives import busbw_mistake
+from mgpu_helpers.checks.core import CheckFailed, call, expect_items, first_hint, is_number, is_rank_number, passed
+from mgpu_helpers.checks.stragglers import READ_LONGEST, traced_run
 from mgpu_helpers.measure import straggler
-from mgpu_helpers.models import bandwidth
+from mgpu_helpers.models import bandwidth, scaling
 
 # The number-first exercise: one rank does all 24 units; four ranks split them 12/6/4/2, then 6/6/6/6.
 SPEEDUP_TOTAL = 24
@@ -28,6 +29,11 @@ STRAGGLER_SECONDS_PER_UNIT = 0.010
 
 # --------------------------------------------------------------------------------------------------------
 # Exercise 1: a number first, then ranks measure it.
+
+
+def not_n_times(n: int) -> str:
+    """The usual slip of a speed-up on uneven shards, said the same in ex11 and in 11's part 3."""
+    return f"{n} 个 Rank 不会自动快 {n} 倍："
 
 
 def measured_speedup(
@@ -53,7 +59,7 @@ def measured_speedup(
     ]
     low = min(step[0], ideal[0]) / (max(step[1], ideal[1] + slack[1]))
     high = max(step[0], ideal[0] + slack[0]) / min(step[1], ideal[1])
-    return dict(speedup=step[0] / step[1], low=low, high=high, single=runs[0])
+    return dict(speedup=scaling.speedup(step[0], step[1]), low=low, high=high, single=runs[0])
 
 
 def check_speedup_prediction(fn) -> None:
@@ -80,7 +86,7 @@ def check_speedup_prediction(fn) -> None:
                 else "四份一样大时，一步只剩下多少个单位的时间？"
             )
             if name == "uneven" and math.isclose(float(g), len(shards)):
-                nudge = "四个 Rank 不会自动快四倍：" + nudge
+                nudge = not_n_times(len(shards)) + nudge
             raise CheckFailed(
                 f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
                 f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
@@ -321,7 +327,63 @@ def review_answers(run: ReviewRun) -> dict:
         straggler=s,
         comm_ms=run.allreduce_ms[s],
         busbw_gbps=bandwidth.busbw("all_reduce", nbytes, seconds, run.world_size) / 1e9,
-        speedup=run.solo_ms / max(run.step_ms),
+        speedup=scaling.speedup(run.solo_ms, max(run.step_ms)),
+    )
+
+
+# What is wrong with each answer of 11's part 3 (None: it is right), one function per question: the usual
+# wrong answers, each with what to say, in the order they are tried.
+
+AGAIN = "对照上面打印的数，再算一遍。"
+
+
+def _straggler_mistake(run: ReviewRun, got) -> str | None:
+    n, longest = run.world_size, max(range(run.world_size), key=lambda r: run.allreduce_ms[r])
+    if got == run.straggler:
+        return None
+    return first_hint(
+        (got == longest, f"rank {longest}：{READ_LONGEST}等待被算成了“通信”。"),
+        (not is_rank_number(got) or not 0 <= got < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
+        default=AGAIN,
+    )
+
+
+def _comm_mistake(run: ReviewRun, got) -> str | None:
+    want = review_answers(run)["comm_ms"]
+    if _near(got, want, 0.05) or is_number(got) and abs(float(got) - want) <= 0.05:
+        return None
+    return first_hint(
+        (_near(got, max(run.allreduce_ms), 0.05), "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。"),
+        (_near(got, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
+        (_near(got, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。"),
+        default=AGAIN,
+    )
+
+
+def _busbw_mistake(run: ReviewRun, got) -> str | None:
+    if not is_number(got):
+        return "要写一个数（GB/s）。"
+    nbytes, seconds = run.sweep[-1]
+    why = busbw_mistake(float(got), "all_reduce", nbytes, seconds, run.world_size, unit=1e9, rel_tol=0.02)
+    return why if why != "" else AGAIN
+
+
+def _speedup_mistake(run: ReviewRun, got) -> str | None:
+    want, n = review_answers(run)["speedup"], run.world_size
+    if _near(got, want, 0.02):
+        return None
+    return first_hint(
+        (_near(got, 1 / want, 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
+        (
+            _near(got, scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms)), 0.02),
+            "一步要等最慢的 Rank：用最长的那一步，不是平均。",
+        ),
+        (_near(got, float(n), 0.02), not_n_times(n) + "Shard 不一样大。"),
+        (
+            _near(got, sum(run.shards) / max(run.shards), 0.005),
+            "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。",
+        ),
+        default=AGAIN,
     )
 
 
@@ -330,90 +392,42 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     what the wrong number is), then raises :class:`CheckFailed` if any was wrong."""
     want = review_answers(run)
     n, s = run.world_size, run.straggler
-    nbytes, seconds = run.sweep[-1]
-    alg = bandwidth.algbw(nbytes, seconds) / 1e9
+    nbytes, _seconds = run.sweep[-1]
+    factor = bandwidth.BUSBW_FACTORS["all_reduce"](n)
+    questions = [  # (label, the answer, what is wrong with it, what the right one is)
+        (
+            "1. Straggler 是哪个 Rank",
+            straggler,
+            _straggler_mistake,
+            f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
+        ),
+        (
+            "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
+            comm_ms,
+            _comm_mistake,
+            f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
+        ),
+        (
+            f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
+            busbw_gbps,
+            _busbw_mistake,
+            f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
+        ),
+        (
+            f"4. {n} 个 Rank 比一个 Rank 快几倍",
+            speedup,
+            _speedup_mistake,
+            f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
+        ),
+    ]
     wrong = 0
-
-    def judge(label, got, ok, mistakes, done):  # prints one line: passed, not written yet, or what is wrong
-        nonlocal wrong
+    for label, got, mistake, done in questions:
         if got is None:
             print(f"{label}：还没写（上面那格还是 None）。")
-        elif ok(got):
+        elif (why := mistake(run, got)) is None:
             print(f"通过：{label}：{done}")
         else:
             wrong += 1
-            why = next((text for test, text in mistakes if test(got)), "对照上面打印的数，再算一遍。")
             print(f"不对：{label}：你的答案 {got!r}。{why}")
-
-    longest = max(range(n), key=lambda r: run.allreduce_ms[r])
-    judge(
-        "1. Straggler 是哪个 Rank",
-        straggler,
-        lambda g: g == s,
-        [
-            (
-                lambda g: g == longest,
-                f"rank {longest} 在 All-Reduce 里待得最久，是因为它到得早、在里面等别人："
-                "等待被算成了“通信”。Straggler 是别人都在等的那个 Rank。",
-            ),
-            (lambda g: not is_rank_number(g) or not 0 <= g < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
-        ],
-        f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
-    )
-    judge(
-        "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
-        comm_ms,
-        lambda g: _near(g, want["comm_ms"], 0.05) or (is_number(g) and abs(float(g) - want["comm_ms"]) <= 0.05),
-        [
-            (
-                lambda g: _near(g, max(run.allreduce_ms), 0.05),
-                "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。",
-            ),
-            (lambda g: _near(g, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
-            (lambda g: _near(g, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。"),
-        ],
-        f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
-    )
-    factor = 2 * (n - 1) / n
-    judge(
-        f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
-        busbw_gbps,
-        lambda g: _near(g, want["busbw_gbps"], 0.02),
-        [
-            (lambda g: _near(g, alg, 0.02), f"这是 algbw = S/t；busbw 还要乘 2(n-1)/n = {factor:.3g}。"),
-            (
-                lambda g: _near(g, alg * (n - 1) / n, 0.02),
-                "(n-1)/n 是 Reduce-Scatter 和 All-Gather 的系数；All-Reduce 是 2(n-1)/n。",
-            ),
-            (
-                lambda g: _near(g, 2 * want["busbw_gbps"], 0.02),
-                "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。",
-            ),
-            (lambda g: _near(g, want["busbw_gbps"] * 1e9 / 2**30, 0.02), "GB/s 用 10^9 字节，不是 2^30。"),
-            (
-                lambda g: _near(g, want["busbw_gbps"] * 1e3, 0.02) or _near(g, want["busbw_gbps"] / 1e3, 0.02),
-                "数量级不对：t 打印的单位是 ms。",
-            ),
-        ],
-        f"约 {want['busbw_gbps']:.3g} GB/s（algbw {alg:.3g} GB/s × {factor:.3g}）。",
-    )
-    judge(
-        f"4. {n} 个 Rank 比一个 Rank 快几倍",
-        speedup,
-        lambda g: _near(g, want["speedup"], 0.02),
-        [
-            (lambda g: _near(g, 1 / want["speedup"], 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
-            (
-                lambda g: _near(g, run.solo_ms / statistics.fmean(run.step_ms), 0.02),
-                "一步要等最慢的 Rank：用最长的那一步，不是平均。",
-            ),
-            (lambda g: _near(g, float(n), 0.02), f"{n} 个 Rank 不会自动快 {n} 倍：Shard 不一样大。"),
-            (
-                lambda g: _near(g, sum(run.shards) / max(run.shards), 0.005),
-                "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。",
-            ),
-        ],
-        f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
-    )
     if wrong:
         raise CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")

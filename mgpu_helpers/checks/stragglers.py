@@ -14,13 +14,15 @@ from mgpu_helpers.checks.core import (
     CheckFailed,
     answers,
     call,
+    course_code_reached,
     fill_in_cell,
     is_number,
+    is_rank_number,
     matching_hint,
     number_answer,
     passed,
 )
-from mgpu_helpers.measure import straggler
+from mgpu_helpers.measure import diagnose, straggler
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -234,50 +236,99 @@ def collective_cases(rng=None) -> list[tuple[list, int, str]]:
     return cases
 
 
+def reference_straggler(collective_s, noise_s: float = 0.0):
+    """The rank whose median time inside the collective is shorter than every other rank's by more than
+    ``noise_s`` (it arrived last: the others waited for it inside the collective); None when no single rank
+    stands out that way. 08 asks it with no noise (its cases always have one), 10 with the machine's noise."""
+    medians = [statistics.median(v) for v in collective_s]
+    late = min(range(len(medians)), key=medians.__getitem__)
+    return late if all(m - medians[late] > noise_s for r, m in enumerate(medians) if r != late) else None
+
+
+# The course's own readers of these times: a fill-in that calls them has not written the reading.
+COURSE_READERS = (straggler.straggler_by_collective, diagnose.medians)
+
+# The three usual wrong readings of the time inside the collective, shared by 08 and 10.
+READ_LONGEST = (
+    "你选了在 Collective 里待得最久的 Rank。它待得久，是因为早到、在里面等别人："
+    "最后到的那个一进去就能开始传，它的 Collective 最短。"
+)
+READ_ONE_STEP = "你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。看每个 Rank 各步的中位数。"
+READ_SUM = "你按各步之和（或平均值）比的；有一步卡住时，和与平均值都被那一步拉高，中位数不会。"
+
+
+def _straggler_reading_hints(collective_s, noise_s, got, want) -> str:
+    """Every usual reading that gives ``got`` instead of ``want`` (a stalled step can fool several), said."""
+    n = len(collective_s)
+    medians = [statistics.median(v) for v in collective_s]
+    first_step = reference_straggler([[v[0]] for v in collective_s], noise_s)
+    by_mean = reference_straggler([[statistics.fmean(v)] for v in collective_s], noise_s)
+    spread_ms = 1e3 * (max(medians) - min(medians))
+    verdict = [  # 10 only: a verdict of None where there is one straggler, or a rank where there is none
+        (
+            want is None and got is not None and spread_ms <= 2e3 * noise_s + 0.1,
+            "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。",
+        ),
+        (
+            want is None and got is not None and spread_ms > 2e3 * noise_s + 0.1,
+            "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。",
+        ),
+        (
+            want is not None and got is None,
+            f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。",
+        ),
+    ]
+    readings = [
+        (got is not None and got == max(range(n), key=medians.__getitem__), READ_LONGEST),
+        (got is not None and got == first_step, READ_ONE_STEP),
+        (got == by_mean, READ_SUM),
+    ]
+    said = "".join(text for holds, text in verdict + readings if holds)
+    counted_from_one = want is not None and got == want + 1
+    return said or ("Rank 号从 0 开始数。" if counted_from_one else "")
+
+
+def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
+    """The one check of "the straggler is the rank with the shortest time inside the collective": ``fn`` on each
+    case ``(collective_s, noise_s, want, story)`` against :func:`reference_straggler`'s ``want``; ``with_noise``:
+    ``fn(collective_s, noise_s)`` may answer None (10), else ``fn(collective_s)`` names a rank (08). The course's
+    own readers are refused. The caller says what passed (its name is the one the progress records)."""
+    course = course_code_reached(fn, COURSE_READERS, names=("medians",))
+    if course is not None:
+        raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
+    for collective_s, noise_s, want, story in cases:
+        args = ([list(c) for c in collective_s], noise_s) if with_noise else ([list(c) for c in collective_s],)
+        got = call(fn, what, *args)
+        table = "，".join(f"rank {r} {1e3 * statistics.median(c):.1f} ms" for r, c in enumerate(collective_s))
+        noise = f"，噪声 {1e3 * noise_s:g} ms" if with_noise else ""
+        where = f"{story}（每个 Rank 在 Collective 里的时间，各步中位数：{table}{noise}）"
+        if not (is_rank_number(got) or with_noise and got is None):
+            kind = "Rank 号（整数）或 None" if with_noise else "Rank 号（整数）"
+            raise CheckFailed(f"{where}：应当返回一个 {kind}，实际得到 {got!r}。")
+        got = None if got is None else int(got)
+        if got != want:
+            hints = _straggler_reading_hints(collective_s, noise_s, got, want)
+            raise CheckFailed(f"{where}：应当是 {_rank_or_none(want)}，你的答案是 {_rank_or_none(got)}。{hints}")
+
+
+def _rank_or_none(rank) -> str:
+    return "None（没有唯一的 Straggler）" if rank is None else f"rank {rank}"
+
+
 def check_straggler_from_collective(fn, cases=None) -> None:
     """``fn(collective_s) -> rank``: ``collective_s[r]`` is the list of rank r's times inside the all-reduce,
     one per step. The straggler is the rank whose collective is SHORT (the others waited in it for it);
     one stalled step of another rank must not change the answer (a median per rank, not a sum or one step)."""
     what = "straggler_from_collective 要从每个 Rank 在 Collective 里的时间找出 Straggler"
-    for collective_s, strag, desc in cases or collective_cases():
-        got = call(fn, what, [list(c) for c in collective_s])
-        med = [statistics.median(c) for c in collective_s]
-        table = "，".join(f"rank {r} {1e3 * m:.0f} ms" for r, m in enumerate(med))
-        where = f"{desc}（每个 Rank 在 Collective 里的时间，各步中位数：{table}）"
-        if isinstance(got, bool) or not isinstance(got, int) and not (is_number(got) and float(got).is_integer()):
-            raise CheckFailed(f"{where}：应当返回一个 Rank 号（整数），实际得到 {got!r}。")
-        got = int(got)
-        if got == strag:
-            continue
-        longest = got == max(range(len(med)), key=lambda r: med[r])
-        one_step = got == min(range(len(med)), key=lambda r: collective_s[r][0])
-        summed = got == min(range(len(med)), key=lambda r: sum(collective_s[r]))
-        whys = [
-            text
-            for holds, text in (  # every reading that gives this answer (a stall can fool several)
-                (
-                    longest,
-                    "你选了 Collective 最长的 Rank。长的 Collective 里装的是等待：早到的 Rank 在里面等最后一个。"
-                    "最后到的那个不用等，它的 Collective 最短。",
-                ),
-                (one_step, "你只看了第 0 步；偶尔一步被别的进程耽搁，就会换一个 Rank 最短。"),
-                (summed, "你把各步加了起来；一步里 0.5 s 的耽搁会盖过好几步的规律。"),
-                (one_step or summed, "看每个 Rank 各步的中位数。"),
-                (not (longest or one_step or summed) and got == strag + 1, "Rank 号从 0 开始数。"),
-            )
-            if holds
-        ]
-        raise CheckFailed(f"{where}：Straggler 是 rank {strag}，你的答案是 rank {got}。{''.join(whys)}")
+    cases = cases or collective_cases()
+    hold_straggler_readings(fn, what, [(c, 0.0, strag, story) for c, strag, story in cases], with_noise=False)
     passed(
         "straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。"
     )
 
 
 try_straggler_from_collective = fill_in_cell(
-    check_straggler_from_collective,
-    straggler.straggler_by_collective,
-    "从 Collective 的时间找 Straggler",
-    refuse=[straggler.straggler_by_collective],
+    check_straggler_from_collective, reference_straggler, "从 Collective 的时间找 Straggler", refuse=COURSE_READERS
 )
 
 

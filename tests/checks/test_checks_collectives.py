@@ -13,8 +13,9 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import collectives  # noqa: E402
-from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
+from mgpu_helpers.checks.core import NOT_DONE, CheckFailed  # noqa: E402
 
 
 def _by_value(source: str, name: str):
@@ -244,14 +245,11 @@ def test_a_left_ring_written_differently_passes(capsys):
 
 
 def _expected(ar=None, ag=None, rs=None):
-    import numpy as np
-
     ref = {n: (lambda inputs, n=n: collectives.reference_expected(n, inputs)) for n in collectives.EXPECTED_NAMES}
     return {
         "all_reduce": ar or ref["all_reduce"],
         "all_gather": ag or ref["all_gather"],
         "reduce_scatter": rs or ref["reduce_scatter"],
-        "np": np,
     }
 
 
@@ -294,12 +292,27 @@ def test_expected_outputs_written_differently_pass(capsys):
     assert fns["all_reduce"]([[1, 2], [3, 4]]) == [[4.0, 6.0], [4.0, 6.0]]
 
 
+def test_each_expected_output_goes_through_the_fill_in_protocol(monkeypatch, capsys):
+    """Written ones are checked even while another is unwritten; under grading an unwritten one fails."""
+    ref = {n: (lambda inputs, n=n: collectives.reference_expected(n, inputs)) for n in collectives.EXPECTED_NAMES}
+    mean = lambda inputs: [[sum(col) / len(inputs) for col in zip(*inputs)]] * len(inputs)
+    with pytest.raises(CheckFailed, match="这是平均值"):
+        collectives.try_expected_outputs(mean, None, ref["reduce_scatter"])
+    fns = collectives.try_expected_outputs(None, ref["all_gather"], None)
+    out = capsys.readouterr().out
+    assert "「expected_all_reduce」还没写" in out and "通过：expected_all_gather" in out
+    assert fns["all_gather"] is ref["all_gather"] and fns["all_reduce"]([[1], [2]]) == [[3.0], [3.0]]
+    monkeypatch.setenv("MGPU_GRADING", "1")
+    with pytest.raises(CheckFailed, match=NOT_DONE):
+        collectives.try_expected_outputs(None, ref["all_gather"], ref["reduce_scatter"])
+
+
 def test_busbw_wrong_answers_are_named():
     with pytest.raises(CheckFailed, match="这是 algbw"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t)
     with pytest.raises(CheckFailed, match="只数了一个阶段"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * (n - 1) / n)
-    with pytest.raises(CheckFailed, match="每步只发一块"):
+    with pytest.raises(CheckFailed, match="每一步只发 S/n 的一块"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 2 * (n - 1))
     with pytest.raises(CheckFailed, match="写死成了 4 个 Rank"):
         collectives.check_all_reduce_busbw(lambda s, t, n: s / t * 1.5)
@@ -392,3 +405,73 @@ def test_first_out_of_step_written_differently_passes(capsys):
 
     collectives.check_first_out_of_step(first_out_of_step)
     assert "通过" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex05's exercises: the usual wrong answers named.
+
+
+def test_all_gather_in_arrival_order_names_the_misplaced_piece():
+    wrong = _by_value(
+        """
+        def arrival_order(rank, world_size, x):
+            import torch, torch.distributed as dist
+            parts, token = [x.clone()], x.clone()
+            for _ in range(world_size - 1):
+                incoming = torch.empty_like(x)
+                ops = [dist.P2POp(dist.isend, token, (rank + 1) % world_size),
+                       dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size)]
+                for req in dist.batch_isend_irecv(ops):
+                    req.wait()
+                parts.append(incoming)
+                token = incoming
+            return torch.cat(parts)
+        """,
+        "arrival_order",
+    )
+    with pytest.raises(checks.CheckFailed, match=r"rank \d+：结果里第 \d+ 段.*应当是 rank \d+ 的数据.*按 rank 顺序放"):
+        checks.check_all_gather(wrong, world_sizes=(3,))
+
+
+def test_calling_the_collective_itself_is_refused_in_a_point_to_point_exercise():
+    cheat = _by_value(
+        """
+        def cheat(rank, world_size, x):
+            import torch.distributed as dist
+            dist.all_reduce(x)
+            return x
+        """,
+        "cheat",
+    )
+    with pytest.raises(checks.CheckFailed, match="不能直接调用 dist.all_reduce"):
+        checks.check_ring_all_reduce(cheat, world_sizes=(2,))
+
+
+def test_counting_received_bytes_too_is_reported_as_twice_the_count():
+    both = _by_value(
+        """
+        def both(rank, world_size, x):
+            import torch.distributed as dist
+            import mgpu_helpers as mh
+            seen = 0
+            original = dist.batch_isend_irecv
+            def counting(ops):
+                nonlocal seen
+                seen += sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+                return original(ops)
+            dist.batch_isend_irecv = counting
+            try:
+                mh.lessons.ring.ring_all_reduce(x)
+            finally:
+                dist.batch_isend_irecv = original
+            return seen
+        """,
+        "both",
+    )
+    with pytest.raises(checks.CheckFailed, match=r"world_size = 2，\d+ 个 float32.*rank 0.*两倍：把收到的.*也算进去了"):
+        checks.check_count_sent_bytes(both, world_sizes=(2,))
+
+
+def test_guessing_half_the_bytes_is_told_about_the_second_phase():
+    with pytest.raises(checks.CheckFailed, match=r"你的答案 3000000.*6000000 字节.*All-Gather 阶段也要发"):
+        checks.check_ring_bytes_guess(lambda: 3_000_000)

@@ -13,6 +13,7 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import collectives, core, dataparallel, groups, overlap, p2p, semantics  # noqa: E402
 from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
@@ -579,3 +580,85 @@ def test_an_exercise_check_refuses_the_course_models_too():
 def test_an_exercise_check_stays_guarded_on_every_lookup():
     first, second = mh.checks.check_rank_memory_fewest_gpus, mh.checks.check_rank_memory_fewest_gpus
     assert first is second and hasattr(second, "__wrapped__")  # the guarded check, not the cached bare one
+
+
+# --------------------------------------------------------------------------------------------------------
+# The fill-in protocol and CheckFailed, as every exercise and lesson meets them.
+
+
+def test_check_failed_is_an_assertion_error():
+    assert issubclass(checks.CheckFailed, AssertionError)
+
+
+def test_fill_in_gives_the_reference_for_a_stub_and_the_learners_function_once_it_passes(capsys):
+    def reference(x):
+        return 2 * x
+
+    def check(fn):
+        if fn(3) != 6:
+            raise checks.CheckFailed(f"double(3) 应当是 6，实际是 {fn(3)}")
+        print("通过：double")
+
+    stub = _by_value('def double(x):\n    raise NotImplementedError("练习：补全这里（约 1 行）")\n', "double")
+    assert checks.fill_in(stub, check, reference, "double") is reference
+    assert "还没写" in capsys.readouterr().out
+    assert checks.fill_in(None, check, reference, "double") is reference
+    good = _by_value("def double(x):\n    return x + x\n", "double")
+    assert checks.fill_in(good, check, reference, "double") is good
+    assert capsys.readouterr().out.startswith("还没写") is False
+    wrong = _by_value("def double(x):\n    return x * x\n", "double")
+    with pytest.raises(checks.CheckFailed, match="应当是 6"):
+        checks.fill_in(wrong, check, reference, "double")
+
+
+def test_a_fill_in_cell_looks_up_the_course_version_when_called_and_refuses_it_in_the_answer(capsys):
+    from mgpu_helpers.checks.core import fill_in_cell
+    from mgpu_helpers.lessons import cost_model
+
+    def check(fn):
+        if fn(1 << 20, 4, 0.0, 1e-9) != pytest.approx(2 * 3 / 4 * (1 << 20) * 1e-9):
+            raise checks.CheckFailed("不对")
+
+    try_cost = fill_in_cell(
+        check,
+        "mgpu_helpers.lessons.cost_model.ring_allreduce_seconds",
+        "cost",
+        refuse=["mgpu_helpers.lessons.cost_model.ring_allreduce_seconds"],
+    )
+    assert try_cost(None) is cost_model.ring_allreduce_seconds and "还没写" in capsys.readouterr().out
+    own = _by_value("def cost(nbytes, p, alpha, beta):\n    return 2 * (p - 1) * (alpha + nbytes / p * beta)\n", "cost")
+    assert try_cost(own) is own
+    calls_course = _by_value(
+        "import mgpu_helpers as mh\ndef cost(nbytes, p, alpha, beta):\n"
+        "    return mh.lessons.cost_model.ring_allreduce_seconds(nbytes, p, alpha, beta)\n",
+        "cost",
+    )
+    with pytest.raises(checks.CheckFailed, match="课程"):
+        try_cost(calls_course)
+    # A class counts as unwritten while one of its methods still holds the stub.
+    half_done = _by_value(
+        "class Step:\n    def setup(self):\n        return 1\n    def step(self):\n"
+        "        raise NotImplementedError('练习：补全这里（约 2 行）')\n",
+        "Step",
+    )
+    assert checks.core.has_stub(half_done) and try_cost(half_done) is cost_model.ring_allreduce_seconds
+
+
+def test_every_lesson_fill_in_hands_back_the_course_version_while_unwritten(capsys):
+    """Each ``try_x`` of the checkers finds the course's version it names (a wrong dotted name fails here, not in a
+    learner's notebook)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import mgpu_helpers.checks as package
+
+    tried = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"mgpu_helpers.checks.{info.name}")
+        for name, fn in vars(module).items():
+            if name.startswith("try_") and callable(fn) and len(inspect.signature(fn).parameters) == 1:
+                assert fn(None) is not None, name
+                tried.append(name)
+    assert len(tried) >= 25, tried  # a sanity floor: issue #38 removed transcription fill-ins
+    assert "还没写" in capsys.readouterr().out

@@ -296,3 +296,28 @@ def test_the_course_nccl_arguments_is_refused():
 
     with pytest.raises(CheckFailed, match="课程自己的"):
         dpc.try_nccl_arguments(lambda t, s: data_parallel.nccl_arguments(t, s))
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex09's data-parallel step: a sum that is not averaged is named.
+
+
+def test_gradients_summed_but_not_averaged_name_the_rank_and_parameter():
+    wrong = _by_value(
+        """
+        def no_average(model, optimizer, x, y, world_size):
+            import torch.distributed as dist
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            optimizer.step()
+            return float(loss)
+        """,
+        "no_average",
+    )
+    with pytest.raises(
+        checks.CheckFailed, match=r"world_size = 2.*rank 0 的参数.*第 \d+ 个元素应当是.*除以 world_size"
+    ):
+        checks.check_data_parallel_step(wrong, world_sizes=(2,))

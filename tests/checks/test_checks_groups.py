@@ -9,6 +9,7 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import groups  # noqa: E402
 from mgpu_helpers.checks.core import NOT_DONE, CheckFailed  # noqa: E402
 
@@ -309,3 +310,60 @@ def test_binding_slip_reads_the_recorded_calls():
     assert groups.binding_slip([("set_device", 1), ("init", None)]) == ""
     assert groups.binding_slip([("init", 1)]) == ""
     assert "cuda:3" in groups.binding_slip([("set_device", 3), ("init", None)])
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex03's placement and join_and_sum: the usual wrong answers named.
+
+
+def test_placement_that_uses_the_global_rank_as_local_rank_is_explained():
+    def global_as_local(rank, nproc_per_node, visible):
+        return rank // nproc_per_node, rank, visible[rank % nproc_per_node]
+
+    with pytest.raises(
+        checks.CheckFailed, match=r"rank 5，每台机器 4 个进程.*local_rank 应当是 1，你的是 5.*不是全局的 rank"
+    ):
+        checks.check_placement(global_as_local)
+
+
+def test_placement_that_ignores_cuda_visible_devices_names_the_physical_gpu():
+    def logical_gpu(rank, nproc_per_node, visible):
+        return rank // nproc_per_node, rank % nproc_per_node, rank % nproc_per_node
+
+    with pytest.raises(checks.CheckFailed, match=r"physical_gpu 应当是 \d+，你的是 \d+.*CUDA_VISIBLE_DEVICES="):
+        checks.check_placement(logical_gpu)
+
+
+def test_joining_without_leaving_the_group_is_reported():
+    stays = _by_value(
+        """
+        def stays(rank, world_size, x):
+            import os
+            import torch.distributed as dist
+            dist.init_process_group(backend=os.environ["MGPU_BACKEND"], init_method="env://")
+            dist.all_reduce(x)
+            return x.cpu()
+        """,
+        "stays",
+    )
+    with pytest.raises(checks.CheckFailed, match=r"rank \d 返回时进程组还开着.*destroy_process_group"):
+        checks.check_join_and_sum(stays, world_sizes=(2,))
+
+
+def test_joining_but_not_summing_names_the_rank_and_its_own_input():
+    # rank 0 is named unless its own x happens to equal the sum (the other input all zero): then rank 1 is
+    lonely = _by_value(
+        """
+        def lonely(rank, world_size, x):
+            import os
+            import torch.distributed as dist
+            dist.init_process_group(backend=os.environ["MGPU_BACKEND"], init_method="env://")
+            dist.destroy_process_group()
+            return x
+        """,
+        "lonely",
+    )
+    with pytest.raises(
+        checks.CheckFailed, match=r"world_size = 2，rank [01]：第 0 个元素应当是.*还要做一次 all_reduce"
+    ):
+        checks.check_join_and_sum(lonely, world_sizes=(2,))

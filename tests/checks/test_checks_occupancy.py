@@ -537,3 +537,56 @@ def test_the_course_function_imported_under_another_name_is_refused():
     )
     with pytest.raises(checks.CheckFailed, match="课程自己的 mh.models.occupancy.occupancy（你的代码里叫 mine）"):
         checks.check_blocks_per_sm(ns["blocks_per_sm"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex02's exercises: the usual wrong answers named.
+
+
+def test_occupancy_without_rounding_registers_per_warp_names_the_case():
+    def unrounded(block, regs_per_thread, limits):
+        warps = -(-block // 32)
+        if block > limits.max_threads_per_block:
+            return 0
+        by_regs = limits.regs_per_sm // (regs_per_thread * 32) // warps
+        return min(limits.max_threads_per_sm // 32 // warps, limits.max_blocks_per_sm, by_regs)
+
+    with pytest.raises(
+        checks.CheckFailed, match=r"block = \d+，每线程 \d+ 个寄存器：应当是 \d+ 个 Block/SM.*取整后是 \d+ 个"
+    ):
+        checks.check_blocks_per_sm(unrounded)
+
+
+def test_one_wave_given_as_the_sm_count_says_what_is_missing():
+    with pytest.raises(checks.CheckFailed, match=r"一波应当是 \d+ 个 Block.*是 SM 的个数.*还要乘上它"):
+        checks.check_one_wave_blocks(lambda sm_count, regs_per_thread, limits: sm_count)
+
+
+def test_cupy_checker_fails_the_stub_without_running_it_even_without_a_gpu():
+    stub = by_value(
+        """
+        def saxpy_cupy(alpha, x, y):
+            raise NotImplementedError("练习：补全这里（约 3 行）")
+        """,
+        "saxpy_cupy",
+    )
+    with pytest.raises(checks.CheckFailed, match="这个练习还没有完成"):
+        checks.check_saxpy_cupy(stub)
+
+
+@pytest.mark.skipif(not ENV.cupy, reason="needs a GPU: CuPy runs the kernel")
+def test_alpha_passed_as_a_python_float_is_explained():
+    wrong = by_value(
+        """
+        def double_alpha(alpha, x, y):
+            import cupy as cp, numpy as np
+            src = 'extern "C" __global__ void s(float a, const float* x, float* y, int n) {' \\
+                  ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }'
+            n = y.size
+            cp.RawKernel(src, "s")(((n + 255) // 256,), (256,), (alpha, x, y, np.int32(n)))
+            return y
+        """,
+        "double_alpha",
+    )
+    with pytest.raises(checks.CheckFailed, match="np.float32"):
+        checks.check_saxpy_cupy(wrong)

@@ -2,6 +2,7 @@
 answer written another way passes, and the rules (blocking only, no collective, no course code) are checked
 against the calls the ranks really made."""
 
+import re
 import textwrap
 
 import numpy as np
@@ -11,6 +12,7 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import p2p  # noqa: E402
 from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
@@ -401,3 +403,44 @@ def test_every_rank_sends_in_the_first_round_of_each_direction():
         full = {direction for direction, _dtype, lengths, _data in rounds if all(lengths)}
         empty = [lengths.count(0) for _direction, _dtype, lengths, _data in rounds]
         assert full == {"right", "left"} and 0 in empty and 1 in empty
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex04's pass_right: the wrong direction and a deadlock named.
+
+
+def test_wrong_direction_in_the_ring_names_the_rank_and_whose_data_arrived():
+    wrong = _by_value(
+        """
+        def pass_left(rank, world_size, x):
+            import torch, torch.distributed as dist
+            got = torch.empty_like(x)
+            ops = [dist.P2POp(dist.isend, x, (rank - 1) % world_size),
+                   dist.P2POp(dist.irecv, got, (rank + 1) % world_size)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+            return got
+        """,
+        "pass_left",
+    )
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_pass_right(wrong, world_sizes=(3,))
+    msg = str(info.value)
+    assert re.search(r"world_size = 3，rank 0 应当收到左边 rank 2 的数据：第 \d+ 个元素应当是", msg), msg
+    assert "那正是 rank 1 的输入" in msg
+
+
+def test_send_first_on_every_rank_is_reported_as_a_deadlock():
+    wrong = _by_value(
+        """
+        def send_first(rank, world_size, x):
+            import torch, torch.distributed as dist
+            got = torch.empty_like(x)
+            dist.send(x, (rank + 1) % world_size)
+            dist.recv(got, (rank - 1) % world_size)
+            return got
+        """,
+        "send_first",
+    )
+    with pytest.raises(checks.CheckFailed, match=r"死锁.*rank 0 卡在 dist.send"):
+        checks.check_pass_right(wrong, world_sizes=(2,), timeout=4)

@@ -5,6 +5,7 @@ import statistics
 
 import pytest
 
+from mgpu_helpers import checks
 from mgpu_helpers.checks import stragglers as sc
 from mgpu_helpers.checks.core import CheckFailed
 
@@ -74,9 +75,9 @@ def _argmin_sum(c):
 @pytest.mark.parametrize(
     "fn,message",
     [
-        (_argmax_median, "Collective 最长的 Rank"),
+        (_argmax_median, "待得最久"),
         (_argmin_first_step, "只看了第 0 步"),
-        (_argmin_sum, "把各步加了起来"),
+        (_argmin_sum, "各步之和"),
         (lambda c: min(c, key=statistics.median), "应当返回一个 Rank 号"),
     ],
     ids=["longest collective", "first step only", "sum over steps", "returns the times"],
@@ -155,3 +156,29 @@ def test_a_helper_that_borrows_the_course_reduce_scatter_is_refused():
     )
     with pytest.raises(CheckFailed, match="课程自己的 .*ring_reduce_scatter_seconds"):
         sc.try_ring_allreduce_seconds(ns["allreduce"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex08's rebalance and its number-first wait.
+
+
+def test_unchanged_shards_are_not_a_rebalance():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 预计要 .*最好的整数分法 \[6, 6, 6, 6\]"):
+        checks.check_rebalance(lambda shards, seconds: list(shards))
+
+
+def test_no_wait_predicted_for_equal_shards_is_told_about_the_slow_rank():
+    with pytest.raises(
+        checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.000 s。Shard 一样大，时间却不一定一样"
+    ):
+        checks.check_wait_prediction(lambda: 0.0)
+
+
+def test_the_slow_rank_s_whole_compute_as_the_wait_is_held_against_the_measured_wait():
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 每步等 [0-9.]+ s.*你的预测是 0\.360 s.*要等到谁算完"):
+        checks.check_wait_prediction(lambda: 6 * 0.060)
+
+
+def test_the_wait_behind_a_slow_rank_written_as_a_difference_passes(capsys):
+    checks.check_wait_prediction(lambda: 6 * 0.060 - 6 * 0.020)
+    assert "通过" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 import pytest
 
+import mgpu_helpers as mh
 from mgpu_helpers.widgets import predict
 
 
@@ -28,3 +29,13 @@ def test_choices():
     assert "测量的结果是 '计算'" in predict.compare_choice("瓶颈", "通信", "计算", ["计算", "通信"], show=False)
     with pytest.raises(ValueError, match="里选一个"):
         predict.compare_choice("瓶颈", "内存", "计算", ["计算", "通信"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# A prediction left None.
+
+
+def test_a_prediction_left_none_gets_the_measurement_and_a_reminder():
+    line = mh.widgets.predict.compare("拷贝 / Kernel", None, 12.0, show=False)
+    assert "12" in line and "还没写预测" in line
+    assert "还没写预测" in mh.widgets.predict.compare_choice("哪一个更快", None, "ring", ["ring", "tree"], show=False)

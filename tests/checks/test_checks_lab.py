@@ -1,8 +1,10 @@
-"""Notebook 12's fill-ins and conclusions, ex12's new checkers: typical wrong answers are named, a correct answer
-written differently passes, and the conclusions are held against one run with that run's margin."""
+"""The checkers of the lab (mgpu_helpers.checks.lab): notebook 12's fill-ins and conclusions, ex12's checkers,
+the review of the ownership rows. Typical wrong answers are named, a correct answer written differently passes,
+and the conclusions are held against one run with that run's margin."""
 
 import textwrap
 
+import numpy as np
 import pytest
 
 from mgpu_helpers import checks
@@ -207,3 +209,95 @@ def test_round_robin_ownership_rejects_typical_mistakes(source, name, why):
 def test_round_robin_ownership_accepts_an_answer_written_differently(capsys):
     lab.check_ownership_cyclic(_by_value(CORRECT, "by_mask"), world_sizes=(3,))
     assert "通过" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex12's ownership check and number first.
+
+
+def test_an_ownership_check_where_every_rank_claims_everything_names_the_shared_element():
+    replicated = _by_value(
+        """
+        def replicated(rank, world_size, data):
+            import torch.distributed as dist
+            buf = (data ** 2).sum().reshape(1)
+            local = float(buf.item())
+            dist.all_reduce(buf)
+            return {"shard": (0, len(data)), "local": local, "result": float(buf.item()),
+                    "expected": float((data ** 2).sum()), "ok": True}
+        """,
+        "replicated",
+    )
+    with pytest.raises(
+        checks.CheckFailed, match=r"world_size = 2，输入 \d+ 个元素：元素 0 同时归 rank 0 和 rank 1 所有"
+    ):
+        checks.check_ownership_check(replicated, world_sizes=(2,))
+
+
+def test_an_ownership_check_without_the_all_reduce_is_caught_by_the_ranks_result():
+    no_reduce = _by_value(
+        """
+        def no_reduce(rank, world_size, data):
+            n = len(data)
+            base, extra = divmod(n, world_size)
+            start = rank * base + min(rank, extra)
+            stop = start + base + (1 if rank < extra else 0)
+            local = float((data[start:stop] ** 2).sum())
+            expected = float((data ** 2).sum())
+            return {"shard": (start, stop), "local": local, "result": local, "expected": expected,
+                    "ok": local == expected}
+        """,
+        "no_reduce",
+    )
+    with pytest.raises(checks.CheckFailed, match=r"rank 0 All-Reduce 之后得到 .*这正是它自己的局部结果"):
+        checks.check_ownership_check(no_reduce, world_sizes=(3,))
+
+
+@pytest.mark.parametrize(
+    "answer,why",
+    [
+        (0.840, "busbw 之比"),  # RS+AG busbw / all-reduce busbw: the inverse
+        (0.19, "百分之几"),  # "19% slower" written as a number
+        (1.0, "两次启动延迟"),  # only the launch latency counted
+        (2.0, "每一半的时间"),  # far off: the formula's nudge
+    ],
+)
+def test_rs_ag_slowdown_names_the_usual_confusions(answer, why):
+    with pytest.raises(checks.CheckFailed, match=f"记录的是 1.191.*{why}"):
+        checks.check_rs_ag_slowdown(lambda: answer)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The lab's review of the ownership rows (no ranks).
+
+DATA = np.arange(10, dtype=np.float32)
+TOTAL = float((DATA**2).sum())  # 285
+
+
+def _row(start, stop, result=TOTAL, ok=True, local=None):
+    local = float((DATA[start:stop] ** 2).sum()) if local is None else local
+    return {"shard": (start, stop), "local": local, "result": result, "expected": TOTAL, "ok": ok}
+
+
+def test_a_correct_ownership_run_has_no_problems():
+    assert lab.review_ownership([_row(0, 4), _row(4, 7), _row(7, 10)], DATA) == []
+
+
+def test_a_missing_element_and_unbalanced_shards_are_named():
+    problems = lab.review_ownership([_row(0, 4), _row(5, 10)], DATA)
+    assert any("元素 4 不归任何 rank" in p for p in problems)
+    problems = lab.review_ownership([_row(0, 8), _row(8, 10)], DATA)
+    assert problems == ["各 rank 拥有的元素个数是 [8, 2]：差得超过 1 个，最慢的 Rank 会拖住所有人。"]
+
+
+def test_a_check_that_cannot_fail_is_caught_by_the_result():
+    problems = lab.review_ownership([_row(0, 5, result=30.0, ok=True), _row(5, 10)], DATA)
+    assert any(p.startswith("rank 0 All-Reduce 之后得到 30") and "局部结果" in p for p in problems)
+    assert any(p.startswith("rank 0 自己的判断 ok = True") for p in problems)
+
+
+def test_a_wrong_local_result_and_a_malformed_row_are_named():
+    assert lab.review_ownership([_row(0, 5, local=1.0), _row(5, 10)], DATA)[0].startswith(
+        "rank 0：shard (0, 5) 上的平方和应当是 30"
+    )
+    assert "应当是一个 dict" in lab.review_ownership([{"shard": (0, 10)}], DATA)[0]

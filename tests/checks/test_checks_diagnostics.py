@@ -1,8 +1,15 @@
-"""ex10's number-first checker: a wrong prediction of where a hang stops is named, with the schedules."""
+"""The checkers of notebook 10 and ex10 (mgpu_helpers.checks.diagnostics): each rejects typical wrong answers,
+naming the mistake, and accepts a correct answer written differently from the worked notebook's; ex10's
+number-first checker names a wrong prediction of where a hang stops, with the schedules."""
+
+import statistics
 
 import pytest
 
+import mgpu_helpers as mh
 from mgpu_helpers import checks
+from mgpu_helpers.checks import diagnostics
+from mgpu_helpers.measure import diagnose
 
 
 def test_counting_collectives_from_one_is_named_with_the_schedules():
@@ -40,8 +47,6 @@ def test_a_prediction_that_is_not_three_values_is_refused():
 
 
 # -- notebook 10's culprit: the rank that parted, read from every rank's flight-recorder dump ---------------------
-
-from mgpu_helpers.checks import diagnostics  # noqa: E402
 
 
 def _calls(dumps):
@@ -167,3 +172,125 @@ def test_synthetic_dumps_have_the_shape_of_torchs_and_the_reference_reads_them()
 
 def test_the_culprit_fill_in_falls_back_to_the_reference_while_unwritten(capsys):
     assert diagnostics.try_culprit(None) is diagnostics.reference_culprit
+
+
+# --------------------------------------------------------------------------------------------------------
+# ex10's evidence of a hang.
+
+
+def test_answering_with_a_majority_rank_explains_the_evidence():
+    def first_rank(evidence):
+        return (0, 0, "all_reduce")
+
+    with pytest.raises(
+        checks.CheckFailed, match=r"\d 个 Rank 的证据：rank .*应当回答 \(\d, \d, .*你的回答是 \(0, 0, 'all_reduce'\)"
+    ):
+        checks.check_find_mismatch(first_rank)
+
+
+def test_hang_evidence_reads_like_the_launchers():
+    ev = checks.make_hang_evidence(4, 5, 1, "late", "all_reduce")
+    assert isinstance(ev, mh.RankTimeout)
+    assert [ev.collectives[r]["stuck_in"] for r in range(4)] == [
+        (4, "all_reduce"),
+        None,
+        (4, "all_reduce"),
+        (4, "all_reduce"),
+    ]
+    assert ev.collectives[1]["last_completed"] == (3, "broadcast") and 1 not in ev.waiting_in
+
+
+# --------------------------------------------------------------------------------------------------------
+# Notebook 10's fill-ins.
+
+# -- straggler_or_none ----------------------------------------------------------------------------------
+
+
+def _median_of(v):
+    return statistics.median(v)
+
+
+def _always_argmin(c, noise):  # never says "nobody": the slow-path reading is missing
+    return min(range(len(c)), key=lambda r: _median_of(c[r]))
+
+
+def _argmax(c, noise):  # the rank that waited longest
+    return max(range(len(c)), key=lambda r: _median_of(c[r]))
+
+
+def _by_mean(c, noise):  # a stalled step sways the mean
+    mean = [sum(v) / len(v) for v in c]
+    late = min(range(len(c)), key=mean.__getitem__)
+    return late if all(m - mean[late] > noise for r, m in enumerate(mean) if r != late) else None
+
+
+def _against_the_average(c, noise):  # shorter than the others' average, not than each of them
+    med = [_median_of(v) for v in c]
+    late = min(range(len(c)), key=med.__getitem__)
+    others = [m for r, m in enumerate(med) if r != late]
+    return late if sum(others) / len(others) - med[late] > noise else None
+
+
+@pytest.mark.parametrize(
+    "wrong, why",
+    [
+        (_always_argmin, "没有谁在等谁|返回 None"),
+        (_argmax, "待得最久"),
+        (_by_mean, "平均值"),
+        (_against_the_average, "不止一个 Rank 短"),
+        (lambda c, noise: None, "别人都在等它"),
+    ],
+    ids=["never None", "longest", "mean", "against the average", "always None"],
+)
+def test_straggler_or_none_rejects_typical_mistakes(wrong, why):
+    with pytest.raises(checks.CheckFailed, match=why):
+        diagnostics.check_straggler_or_none(wrong)
+
+
+def test_straggler_or_none_may_not_hand_the_work_to_the_course():
+    for lazy in (
+        lambda c, noise: mh.measure.straggler.straggler_by_collective(c),
+        lambda c, noise: mh.measure.diagnose.medians(c).index(min(mh.measure.diagnose.medians(c))),
+    ):
+        with pytest.raises(checks.CheckFailed, match="课程自己的"):
+            diagnostics.check_straggler_or_none(lazy)
+
+
+def test_straggler_or_none_accepts_an_answer_written_differently(capsys):
+    def by_sorting(collective_s, noise_s):
+        def median(xs):
+            s = sorted(xs)
+            mid = len(s) // 2
+            return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+        order = sorted(range(len(collective_s)), key=lambda r: median(collective_s[r]))
+        first, second = order[0], order[1]
+        return first if median(collective_s[second]) - median(collective_s[first]) > noise_s else None
+
+    diagnostics.check_straggler_or_none(by_sorting)
+    assert "通过" in capsys.readouterr().out
+
+
+def test_the_fill_ins_fall_back_to_the_reference_while_unwritten(capsys):
+    assert diagnostics.try_straggler_or_none(None)([[0.03], [0.001], [0.03]], 0.005) == 1
+    assert diagnostics.try_straggler_or_none(None)([[0.03], [0.03], [0.03]], 0.005) is None
+    assert "还没写" in capsys.readouterr().out
+
+
+def test_transports_reads_the_word_after_via():
+    lines = [
+        "[rank 0] vm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "[rank 0] vm:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "[rank 1] vm:1:1 [1] NCCL INFO Channel 00 : 1[1] -> 0[0] via SHM/direct/direct",
+        "[rank 1] NCCL INFO Connected all rings",
+    ]
+    assert diagnose.transports(lines) == ["P2P", "SHM"]
+
+
+def test_10_and_08_read_the_straggler_with_one_reference(capsys):
+    """10's straggler_or_none is 08's straggler_from_collective with a noise: one reference serves both fill-ins."""
+    from mgpu_helpers.checks import stragglers
+
+    assert diagnostics.try_straggler_or_none(None) is stragglers.try_straggler_from_collective(None)
+    assert stragglers.reference_straggler([[0.03] * 3, [0.001, 0.001, 0.4], [0.03] * 3]) == 1  # a median, not a sum
+    assert "还没写" in capsys.readouterr().out
