@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mgpu_helpers.models.occupancy import SmLimits
 from mgpu_helpers.widgets import style
 
-MAX_THREADS_PER_BLOCK = 1024
+MAX_THREADS_PER_BLOCK = SmLimits.max_threads_per_block  # a CUDA limit, the same on every architecture the course runs
 
 
 @dataclass(frozen=True)

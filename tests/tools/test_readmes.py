@@ -87,3 +87,10 @@ def test_every_bench_and_make_target_a_readme_names_exists():
         named = re.findall(r"(?:`|^)make ([a-z][\w-]*)", text, flags=re.M)
         wrong += [f"{readme.relative_to(ROOT)}: make {t}" for t in named if t not in targets]
     assert not wrong, "the READMEs name commands that do not exist:\n" + "\n".join(wrong)
+
+
+def test_the_launcher_readme_lists_every_module_of_the_launcher():
+    readme = (ROOT / "mgpu_helpers/launcher/README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`(\w+)\.py`", readme.split("## Its modules", 1)[1].split("\n## ", 1)[0]))
+    modules = {p.stem for p in (ROOT / "mgpu_helpers/launcher").glob("*.py") if not p.stem.startswith("__")}
+    assert listed == modules, f"launcher/README.md's module table: missing {modules - listed}, gone {listed - modules}"
