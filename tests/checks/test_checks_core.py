@@ -14,7 +14,7 @@ import mgpu_helpers as mh
 ENV = mh.setup(show=False, prewarm=False)
 
 from mgpu_helpers.checks import collectives, core, dataparallel, groups, overlap, p2p, semantics  # noqa: E402
-from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
+from mgpu_helpers.checks.core import CheckFailed, course_code, watch  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -81,7 +81,7 @@ PATHS = {
 @pytest.mark.parametrize("source", list(PATHS.values()), ids=list(PATHS))
 def test_a_forbidden_collective_is_caught_under_any_name(source):
     with pytest.raises(CheckFailed, match=r"不能直接调用 dist\.all_reduce"):
-        core.run_on_ranks(_by_value(source, "f"), "求和", 2, [np.ones(3), np.ones(3)], forbid=("all_reduce",))
+        core.launch_check(_by_value(source, "f"), "求和", 2, [np.ones(3), np.ones(3)], forbid=("all_reduce",))
 
 
 def test_allowed_calls_still_run_and_are_recorded():
@@ -95,7 +95,7 @@ def test_allowed_calls_still_run_and_are_recorded():
             return x""",
         "f",
     )
-    out = core.run_on_ranks(f, "求和", 2, [np.ones(3), 2 * np.ones(3)], forbid=("broadcast",))
+    out = core.launch_check(f, "求和", 2, [np.ones(3), 2 * np.ones(3)], forbid=("broadcast",))
     assert np.allclose(out[0], 3) and np.allclose(out[1], 3)
 
 
@@ -231,7 +231,7 @@ def test_in_process_refusal_lets_the_checker_reference_through():
 
     with (
         pytest.raises(CheckFailed, match="课程自己的 ring_allreduce_seconds"),
-        core.refusing_course_code(sneaky, "t", [(cost_model, "ring_allreduce_seconds")]),
+        course_code.refusing_course_code(sneaky, "t", [(cost_model, "ring_allreduce_seconds")]),
     ):
         sneaky(1, 2, 3e-6, 1e-9)
     assert cost_model.ring_allreduce_seconds(1, 1, 1.0, 1.0) == 0  # the code is put back
@@ -358,7 +358,7 @@ def test_an_answer_that_never_ends_is_reported_within_seconds(name):
     assert time.monotonic() - start < 15, "the hang should be reported within seconds"
     assert __import__("re").search(where, str(info.value)), str(info.value)
     # the kernel session stays usable: the next check runs and passes
-    core.run_on_ranks(_by_value(PATHS["dist.all_reduce"], "f"), "求和", 2, [np.ones(2), np.ones(2)])
+    core.launch_check(_by_value(PATHS["dist.all_reduce"], "f"), "求和", 2, [np.ones(2), np.ones(2)])
 
 
 def test_joining_checkers_report_a_wrong_meeting_point_within_seconds():
@@ -494,7 +494,7 @@ def test_the_checker_may_still_use_its_reference_while_the_learners_code_is_refu
         rules.contiguous_ranges(2, 1)  # the learner's call: refused
         return _own_ranges(n, ws)
 
-    with core.refusing_course_code(_own_ranges, "split", [rules.contiguous_ranges]):
+    with course_code.refusing_course_code(_own_ranges, "split", [rules.contiguous_ranges]):
         sharding.check_contiguous_ranges(_own_ranges)  # the checker computes its expected values with it
         with pytest.raises(CheckFailed, match="课程自己的 contiguous_ranges"):
             sharding.check_contiguous_ranges(own_then_course)
@@ -531,7 +531,7 @@ def test_a_batched_operation_is_named_as_the_learner_wrote_it():
     assert core.call_label("batch:irecv") == "dist.batch_isend_irecv 里的 irecv"
     assert core.call_label("dist.send") == "dist.send"
     with pytest.raises(CheckFailed, match="调用了 dist.batch_isend_irecv 里的 isend") as info:
-        core.refuse_calls([[], [core.DistCall("batch:isend", 0, 3)]], ("isend",), "pass_right", "只许用阻塞调用。")
+        core.refuse_calls([[], [watch.DistCall("batch:isend", 0, 3)]], ("isend",), "pass_right", "只许用阻塞调用。")
     assert "batch:" not in str(info.value)
 
 
