@@ -1,13 +1,23 @@
-"""Is this the course's own code? The course's implementations and a checker's reference are not the learner's.
+"""Is this the course's code? One rule: the course's own code is not the learner's answer.
 
-# -- the course's own code is not the learner's -----------------------------------------------------------
-#
-# One question, asked in two places. On the notebook side, before anything runs: does the learner's function
-# *reach* the course's implementation (or the checker's reference) by any name, import or helper of its own?
-# :func:`course_code_reached` reads the function's bytecode for that. Inside the ranks the same objects are
-# also made to refuse when called (:class:`WatchedCalls`), so a path the bytecode does not show (getattr with
-# a computed name, a copy stored in a list) is caught when it runs.
+A check refuses the learner's function when it *is* the course's implementation of the exercise (or the
+checker's reference), or *calls* it, whatever path reaches it: its public name, an import alias, a wrapper or
+helper of the learner's, another course function the learner called that calls on, ``getattr`` with a name
+built at run time. The course's ``models``, ``widgets`` and ``checks`` compute what exercises ask for and are
+refused to the learner's code the same way. The checker itself may still use its reference.
 
+The rule is asked at two moments, each catching what the other cannot see:
+
+- before anything runs, :func:`refuse_course_code` reads the function (:func:`course_code_reached`): the
+  names its code and its helpers reach, a base class, a Numba kernel's body (compiled, or run by the
+  simulator in threads of its own, out of a run-time hook's sight), a branch the drawn cases never take;
+- while the check runs, :func:`refusing` watches the calls (a ``sys.setprofile`` hook): a call from a frame
+  of the learner's code into a refused function raises :class:`CheckFailed` naming it, under the name the
+  learner used. Inside a rank, :class:`~.watch.WatchedCalls` installs the same hook.
+
+A checker asks with :func:`refuse_course_code` (a lesson's fill-in with :func:`refusing_course_code`, through
+:func:`~.fill_in.fill_in_cell`); while a guard runs (a fill-in's, or an exercise's ``mh.checks.check_x``,
+:func:`guarding_course_code`), the references a checker names are refused at run time as well.
 """
 
 import contextlib
@@ -18,7 +28,6 @@ import sysconfig
 import types
 
 from .failure import CheckFailed, _code_objects, _inner, name_of
-from .watch import SwappedCode
 
 COURSE_PACKAGES = ("mgpu_helpers.lessons", "mgpu_helpers.checks")
 _NOT_LEARNER = ("mgpu_helpers", "torch", "numpy", "numba", "cupy", "builtins", "math", "functools", "itertools")
@@ -120,6 +129,16 @@ def _names_reached(fn):
             yield chain, obj
 
 
+def _label(obj, name: str | None = None) -> str:
+    """How a message names the course's ``obj``: ``mh.<module>.<qualname>``, with ``name`` when the learner's
+    code calls it by another (``（你的代码里叫 borrowed）``)."""
+    name = name.replace("mgpu_helpers", "mh", 1) if name else name
+    module = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
+    qual = getattr(obj, "__qualname__", None)
+    full = (f"{module}.{qual}" if qual and module else module or name or repr(obj)).replace("mgpu_helpers", "mh", 1)
+    return full if name in (None, full, qual) or full.endswith("." + name) else f"{full}（你的代码里叫 {name}）"
+
+
 def code_names(fn) -> set[str]:
     """Every global and attribute name the code of ``fn`` (a function, a Numba kernel, a wrapper) and the
     functions defined inside it refer to."""
@@ -148,15 +167,8 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
             return False
         return _from(obj, packages)
 
-    def label(name, obj) -> str:
-        name = name.replace("mgpu_helpers", "mh", 1) if name else name
-        module = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
-        qual = getattr(obj, "__qualname__", None)
-        full = (f"{module}.{qual}" if qual and module else module or name).replace("mgpu_helpers", "mh", 1)
-        return full if name in (None, full, qual) or full.endswith("." + name) else f"{full}（你的代码里叫 {name}）"
-
     if ours(fn):
-        return label(None, fn)
+        return _label(fn)
     todo, seen = [(fn, 0)], set()
     while todo:
         f, d = todo.pop()
@@ -167,7 +179,7 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
         if isinstance(f, type):  # a class the learner wrote: its bases and its methods
             for base in f.__mro__[1:]:
                 if base is not object and ours(base):
-                    return f"{label(None, base)}（{f.__name__} 的基类）"
+                    return f"{_label(base)}（{f.__name__} 的基类）"
             members = [
                 v.__func__ if isinstance(v, (staticmethod, classmethod)) else getattr(v, "fget", v)
                 for v in vars(f).values()
@@ -178,59 +190,38 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
                 return hit[0]
             for name, obj in _names_reached(member):
                 if ours(obj):
-                    return label(name, obj)
+                    return _label(obj, name)
                 if d < depth and _is_learners(obj) and (callable(obj) or isinstance(obj, type)):
                     todo.append((obj, d + 1))
     return None
 
 
+def course_code_failure(what: str, label: str, advice: str = "", fn=None) -> CheckFailed:
+    """The one message for the course's code in an answer: ``fn`` (when read before the run) or the learner's
+    code (caught calling it) uses ``label``."""
+    who = f"`{name_of(fn)}` 用到了" if fn is not None else "调用了"
+    return CheckFailed(
+        f"{what}：{who}课程自己的 {label}——这是课程自己的实现（或检查用的参考答案），不算你写的代码。"
+        f"{advice or '在你的单元格里自己写出来。'}"
+    )
+
+
 def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = "", names=()) -> None:
-    """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`)."""
+    """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`:
+    ``references``, anything of ``packages``, any of ``names`` in its code). While a guard runs
+    (:func:`refusing`), ``references`` are refused for the rest of the check at run time too, however reached."""
     if name := course_code_reached(fn, references, packages, names):
-        raise CheckFailed(
-            f"{what}：`{name_of(fn)}` 用到了课程自己的 {name}——这是课程自己的实现（或检查用的参考答案），"
-            f"不算你写的代码。{advice or '在你的单元格里自己写出来。'}"
-        )
+        raise course_code_failure(what, name, advice, fn)
+    if _guards:
+        _guards[-1].update(_refused_code(references))
 
 
-@contextlib.contextmanager
-def refusing_course_code(fn, what: str, targets):
-    """While checking ``fn`` in the notebook's own process: ``targets`` (the course's functions, ``[(module,
-    attribute name)]`` or function objects) may not be used. Reached by name (:func:`refuse_course_code`) it is
-    refused at once; reached some other way, the function's code is replaced (every alias runs it) by one that
-    raises :class:`CheckFailed` when the caller is not the course's own code (the checker's reference may
-    still use it). The code is put back afterwards."""
-    objs = [getattr(t[0], t[1]) if isinstance(t, tuple) else t for t in targets]
-    refuse_course_code(fn, what, objs, advice="这一格要你自己写出它的计算。")
-    swapped = SwappedCode()
-
-    def guard(label):
-        def hook(original, args, kwargs):
-            if not _called_for_the_learner(sys._getframe(3)):  # hook <- lambda <- swapped code <- caller
-                return original(*args, **kwargs)  # the checker's own reference
-            raise CheckFailed(f"{what}：调用了课程自己的 {label}；这一格要你自己写出它的计算。")
-
-        return hook
-
-    try:
-        for obj in objs:
-            inner = _inner(obj)
-            if (
-                getattr(inner, "__code__", None) is not None
-                and inner is not _inner(fn)
-                and _in_packages(getattr(inner, "__module__", "") or "", ("mgpu_helpers",))
-            ):
-                swapped.hook(inner, guard(getattr(inner, "__name__", "函数")))
-        yield
-    finally:
-        swapped.restore()
-
+# -- the rule while the check runs: a profile hook on the calls ------------------------------------------------
 
 _LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 _CHECKERS = os.path.join("mgpu_helpers", "checks", "")
-
-
 _GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "widgets", "checks"))
+_guards: list[dict] = []  # the refused code of each running guard, innermost last: code object -> label
 
 
 def _learners(path: str) -> bool:
@@ -238,35 +229,9 @@ def _learners(path: str) -> bool:
     return not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen"))
 
 
-@contextlib.contextmanager
-def guarding_course_code(what: str):
-    """While a fill-in is checked: a function of the course's ``models``, ``widgets`` or ``checks`` called by the
-    learner's own code (directly, through an alias, or from a helper of theirs) raises :class:`CheckFailed`.
-    These compute what fill-ins ask for and are never part of an answer; the checker may still use them."""
-
-    def profile(frame, event, _arg):
-        code = frame.f_code
-        if (
-            event == "call"
-            and any(g in code.co_filename for g in _GUARDED)
-            and frame.f_back is not None
-            and _learners(frame.f_back.f_code.co_filename)
-            and not code.co_filename.endswith("(watcher)")
-        ):
-            module = frame.f_globals.get("__name__", "").replace("mgpu_helpers", "mh", 1)
-            raise CheckFailed(f"{what}：调用了课程自己的 {module}.{code.co_name}；这一格要你自己写出它的计算。")
-
-    before = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(before)
-
-
 def _called_for_the_learner(frame) -> bool:
-    """True when, between ``frame`` (a call of a refused course function) and the checker that started it, a
-    frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
+    """True when, between ``frame`` (the caller of a refused course function) and the checker that started it,
+    a frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
     the learner called that calls on. The checker's own use of its reference has no such frame."""
     while frame is not None:
         path = frame.f_code.co_filename
@@ -276,6 +241,101 @@ def _called_for_the_learner(frame) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _refused_code(references) -> dict:
+    """``{code object: label}`` of ``references``: the course's functions (objects, or ``(object, label)``
+    pairs), each refused by its code, the one thing every alias, wrapper and import path of it shares."""
+    out = {}
+    for item in references:
+        obj, label = item if isinstance(item, tuple) else (item, None)
+        code = getattr(_inner(obj), "__code__", None)
+        if code is not None and _in_packages(getattr(_inner(obj), "__module__", "") or "", ("mgpu_helpers",)):
+            out[code] = label or _label(_inner(obj))
+    return out
+
+
+def _name_used(caller, code) -> str | None:
+    """The name under which the learner's frame ``caller`` holds the function of ``code`` (an alias), if any."""
+    for scope in (caller.f_locals, caller.f_globals):
+        for name, value in list(scope.items()):
+            try:
+                if getattr(_inner(value), "__code__", None) is code:
+                    return name
+            except Exception:  # an object whose attributes cannot be read is not the function
+                continue
+    return None
+
+
+@contextlib.contextmanager
+def refusing(what: str, references=(), advice: str = "", packages: bool = True, failure=None):
+    """While the learner's code runs for a check: a call from it into the course's code raises.
+
+    Refused: ``references`` (the fill-in's own course version, other course functions it may not use: objects
+    or ``(object, label)`` pairs) when a frame of the learner's code runs between the call and the checker
+    (:func:`_called_for_the_learner`: through an alias, a wrapper, another course function), and with
+    ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` modules the learner's code
+    calls directly (a method of an object given to the answer, such as its ``limits``, is the answer's input). ``failure(label)``: the exception to raise (default: :func:`course_code_failure`). Guards nest:
+    an outer guard's rule still holds inside. A refusal the learner's code caught and went on from still fails
+    the check when the guard ends."""
+    refused = _refused_code(references)
+    before = sys.getprofile()
+    raised = []
+
+    def profile(frame, event, arg):
+        if before is not None:
+            before(frame, event, arg)
+        if event != "call":
+            return
+        code, caller = frame.f_code, frame.f_back
+        if code in refused:
+            if not _called_for_the_learner(caller):
+                return  # the checker's own use of its reference
+            label = refused[code]
+        elif (
+            packages
+            and caller is not None
+            and any(g in code.co_filename for g in _GUARDED)
+            # a module's own function: not a method of an object the checker handed over (``limits.max_warps_per_sm``
+            # of the SmLimits an answer is given), nor a watcher or a signal handler (defined inside a function)
+            and "." not in code.co_qualname
+            and _learners(caller.f_code.co_filename)
+        ):
+            label = f"{frame.f_globals.get('__name__', '')}.{code.co_qualname}".replace("mgpu_helpers", "mh", 1)
+        else:
+            return
+        name = _name_used(caller, code) if caller is not None and _learners(caller.f_code.co_filename) else None
+        if name and name != code.co_name:
+            label += f"（你的代码里叫 {name}）"
+        raised.append(failure(label) if failure else course_code_failure(what, label, advice))
+        raise raised[-1]
+
+    _guards.append(refused)
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(before)
+        _guards.pop()
+    if raised:
+        raise raised[0]
+
+
+def guarding_course_code(what: str):
+    """:func:`refusing` the course's ``models``, ``widgets`` and ``checks`` to the learner's code, while an
+    exercise's ``mh.checks.check_x`` runs (its checker adds its own references, :func:`refuse_course_code`)."""
+    return refusing(what)
+
+
+@contextlib.contextmanager
+def refusing_course_code(fn, what: str, targets, packages: bool = False, advice: str = "这一格要你自己写出它的计算。"):
+    """While checking ``fn`` in the notebook's own process: ``targets`` (the course's functions, objects or
+    ``(module, attribute name)``) may not be used by it: read before (:func:`refuse_course_code`) and watched
+    while the check runs (:func:`refusing`; with ``packages``, the course's models, widgets and checks too)."""
+    objs = [getattr(t[0], t[1]) if isinstance(t, tuple) else t for t in targets]
+    refuse_course_code(fn, what, objs, advice=advice)
+    with refusing(what, [obj for obj in objs if _inner(obj) is not _inner(fn)], advice, packages):
+        yield
 
 
 def course_object(name: str):

@@ -8,7 +8,7 @@ the course's own version refused to the learner's code while it is checked (:mod
 
 import os
 
-from .course_code import course_object, guarding_course_code, refusing_course_code, resolve_course
+from .course_code import course_object, refusing_course_code, resolve_course
 from .failure import NOT_DONE, CheckFailed, has_stub, not_done
 
 
@@ -55,8 +55,8 @@ def passed(text: str) -> None:
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
     version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
-    ``check`` runs while ``reference`` and ``refuse`` (other course functions the learner's may not call)
-    refuse to serve the learner's code (:func:`refusing_course_code`). ``reference`` and the items of
+    ``check`` runs while ``reference`` and ``refuse`` (other course functions the learner's may not call), and
+    the course's models, widgets and checks, refuse to serve the learner's code (:func:`refusing_course_code`). ``reference`` and the items of
     ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the
     lessons' modules bring torch or Numba, which the checkers do not import (:func:`course_object`)."""
 
@@ -65,7 +65,7 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
 
         def checked(fn):
             course = [ref] + [obj for obj, _label in resolve_course(refuse)]
-            with refusing_course_code(fn, what, [c for c in course if callable(c)]), guarding_course_code(what):
+            with refusing_course_code(fn, what, [c for c in course if callable(c)], packages=True):
                 check(fn)
 
         # own_code records the checker by name, to run it again when the kept code is loaded

@@ -104,7 +104,7 @@ def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
         raise CheckFailed(
             f"{what}：{getattr(fn, '__name__', 'fn')}({_arguments(args)}) 过了 {seconds:g} "
-            f"秒还没有返回{where}。多半是循环的条件永远成立：检查它在这组输入上会不会停。"
+            f"秒还没有返回{where}。多半是循环没有结束（条件永远成立）：检查它在这组输入上会不会停。"
         ) from None
 
 

@@ -17,7 +17,7 @@ from .watch import WatchedCalls
 # other work: a whole checker launch (forking, joining, the checked work, the result back) takes 0.7-1.0 s
 # for the point-to-point, collective and semantics checks on 2-4 ranks, so the checked work itself is well
 # under a second; 4 s is a margin of several times it, and an answer that never ends is reported within
-# seconds (tests/checks/test_checks_core.py holds every rank-launching checker to that).
+# seconds (tests/checks/test_core_ranks.py holds every rank-launching checker to that).
 HANG_S = 4.0
 
 
@@ -169,8 +169,8 @@ def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
         return not_done(fn, what)
     text = str(exc)
 
-    def named(tag: str) -> str:  # the name after the watcher's tag in the message
-        return text.split(f"{tag} ")[1].split()[0].rstrip("'\".,")
+    def named(tag: str) -> str:  # what follows the watcher's tag in the message, to the end of its line
+        return text.split(f"{tag} ", 1)[1].splitlines()[0].rstrip("'\".,")
 
     if "EXERCISE_NOT_LEFT" in text:
         return CheckFailed(

@@ -12,7 +12,8 @@ import itertools
 import operator
 import types
 
-from .failure import CheckFailed, _inner
+from .course_code import refusing
+from .failure import CheckFailed
 
 P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 COLLECTIVE_CALLS = (
@@ -65,12 +66,6 @@ class SwappedCode:
 
     def __init__(self):
         self._saved = []
-
-    def refuse(self, target, message: str) -> None:
-        """Calling ``target`` raises ``PermissionError(message)``."""
-        key = f"_MGPU_REFUSED_{next(self._count)}"
-        target.__globals__[key] = message
-        self._swap(target, f"raise PermissionError({key})")
 
     def hook(self, target, hook) -> None:
         """``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``; ``original`` runs the old code."""
@@ -133,6 +128,11 @@ def _peer_of(name, args, kwargs):
     return args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
 
 
+def _course_code_in_rank(label: str) -> PermissionError:
+    """The course's code called in a rank: an error whose tag :func:`~.ranks.rank_failure` reads back."""
+    return PermissionError(f"EXERCISE_COURSE_CODE {label}")
+
+
 class WatchedCalls:
     """Inside a rank, around the learner's code: the ``torch.distributed`` functions watched, some refused.
 
@@ -142,8 +142,9 @@ class WatchedCalls:
       such as ``send`` using ``isend``, are not counted twice; a ``batch_isend_irecv`` adds one entry per
       operation); ``inits`` the keyword names and positional values of each ``init_process_group``;
     - ``refuse``: function names whose call raises ``PermissionError("EXERCISE_FORBIDDEN dist.<name>")``;
-      ``course``: ``[(function object, label)]`` of the course's own code or the checker's reference, which
-      raise ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`rank_failure` names both);
+      ``course``: ``[(function object, label)]`` of the course's own code or the checker's reference: called
+      from the learner's code, however reached (:func:`~.course_code.refusing`, the course's one rule), they
+      raise ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`~.ranks.rank_failure` names both);
     - ``on_call(call, result) -> result``: called after each counted call (e.g. to wrap a Work handle).
 
     Use as a context manager (``with WatchedCalls(...) as watched:``); leaving it puts the code back.
@@ -155,6 +156,7 @@ class WatchedCalls:
         self.inits: list = []
         self._depth = 0
         self._swapped = SwappedCode()
+        self._refusing = None
 
     def __enter__(self):
         import torch.distributed.distributed_c10d as c10d
@@ -165,14 +167,17 @@ class WatchedCalls:
                 self._swapped.hook(target, self._watcher(name))
         if self.watch_init:
             self._swapped.hook(c10d.init_process_group, self._init_watcher)
-        for target, label in self.course:
-            target = _inner(target)
-            if getattr(target, "__code__", None) is not None:
-                self._swapped.refuse(target, f"EXERCISE_COURSE_CODE {label}")
+        if self.course:  # the one rule of the course's code (course_code.refusing), in the rank
+            self._refusing = refusing("", self.course, packages=False, failure=_course_code_in_rank)
+            self._refusing.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._swapped.restore()
+        try:
+            if self._refusing is not None:
+                self._refusing.__exit__(*exc)
+        finally:
+            self._swapped.restore()
         return False
 
     def _watcher(self, name):
