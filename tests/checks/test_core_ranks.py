@@ -105,7 +105,8 @@ DEADLOCKS["overlap.check_overlap_dp"] = (
     import torch.distributed as dist
     class answer:
         def __init__(self, model, world_size, optimizer):
-            self.params, self.world_size, self.optimizer, self.pending = list(model.parameters()), world_size, optimizer, []
+            self.params, self.world_size, self.optimizer = list(model.parameters()), world_size, optimizer
+            self.pending = []
             for p in self.params:
                 p.register_post_accumulate_grad_hook(self.on_grad_ready)
         def on_grad_ready(self, p):

@@ -275,9 +275,10 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
     or ``(object, label)`` pairs) when a frame of the learner's code runs between the call and the checker
     (:func:`_called_for_the_learner`: through an alias, a wrapper, another course function), and with
     ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` modules the learner's code
-    calls directly (a method of an object given to the answer, such as its ``limits``, is the answer's input). ``failure(label)``: the exception to raise (default: :func:`course_code_failure`). Guards nest:
-    an outer guard's rule still holds inside. A refusal the learner's code caught and went on from still fails
-    the check when the guard ends."""
+    calls directly (a method of an object given to the answer, such as its ``limits``, is the answer's input).
+    ``failure(label)``: the exception to raise (default: :func:`course_code_failure`). Guards nest: an outer
+    guard's rule still holds inside. A refusal the learner's code caught and went on from still fails the
+    check when the guard ends."""
     refused = _refused_code(references)
     before = sys.getprofile()
     raised = []
@@ -296,8 +297,8 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
             packages
             and caller is not None
             and any(g in code.co_filename for g in _GUARDED)
-            # a module's own function: not a method of an object the checker handed over (``limits.max_warps_per_sm``
-            # of the SmLimits an answer is given), nor a watcher or a signal handler (defined inside a function)
+            # a module's own function: not a method of an object the checker handed over (the answer's
+            # ``limits.max_warps_per_sm``), nor a watcher or a signal handler (defined inside a function)
             and "." not in code.co_qualname
             and _learners(caller.f_code.co_filename)
         ):

@@ -56,9 +56,10 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
     version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
     ``check`` runs while ``reference`` and ``refuse`` (other course functions the learner's may not call), and
-    the course's models, widgets and checks, refuse to serve the learner's code (:func:`refusing_course_code`). ``reference`` and the items of
-    ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``), imported at the call: the
-    lessons' modules bring torch or Numba, which the checkers do not import (:func:`course_object`)."""
+    the course's models, widgets and checks, refuse to serve the learner's code (:func:`refusing_course_code`).
+    ``reference`` and the items of ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``),
+    imported at the call: the lessons' modules bring torch or Numba, which the checkers do not import
+    (:func:`course_object`)."""
 
     def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference

@@ -33,9 +33,9 @@ class RankProblem:
       :class:`CheckFailed` itself for a more precise message;
     - ``where(case, rank) -> str``: how a failure names the case (default: world size and rank);
     - ``forbid``: ``torch.distributed`` names the reader may not call; ``course``: the course's code and the
-      checker's reference (objects or dotted names), refused by name before the run and in the ranks; ``init=False``: ``fn`` joins and leaves
-      the process group itself; ``world_sizes``: the sizes run by default; ``done``: the pass line, with
-      ``{sizes}`` for the world sizes run.
+      checker's reference (objects or dotted names), refused before the run and in the ranks
+      (:mod:`.course_code`); ``init=False``: ``fn`` joins and leaves the process group itself; ``world_sizes``:
+      the sizes run by default; ``done``: the pass line, with ``{sizes}`` for the world sizes run.
     """
 
     name: str
