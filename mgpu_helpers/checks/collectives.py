@@ -26,6 +26,7 @@ from mgpu_helpers.checks.core import (
     first_hint,
     int_values,
     launch,
+    launch_check,
     matching_hint,
     new_rng,
     number_answer,
@@ -33,7 +34,6 @@ from mgpu_helpers.checks.core import (
     rank_tensor,
     refuse_course_code,
     resolve_course,
-    run_on_ranks,
     run_problem,
     which_rank,
 )
@@ -384,7 +384,7 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
     guess = number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
-    counted = run_on_ranks(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)
+    counted = launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)
     if len(set(counted)) != 1:
         raise CheckFailed(f"{what}：各 Rank 数到的字节数不一样：{counted}（块长应当相等）。")
     measured = counted[0]

@@ -29,10 +29,10 @@ from mgpu_helpers.checks.core import (
     fill_in_cell,
     first_hint,
     int_values,
+    launch_check,
     new_rng,
     number_answer,
     passed,
-    run_on_ranks,
 )
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
@@ -137,7 +137,7 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
         data = int_values(rng, n)
         if cyclic:
             data[0] = 0.0
-        problems = review(run_on_ranks(fn, what, world_size, [data] * world_size), data)
+        problems = review(launch_check(fn, what, world_size, [data] * world_size), data)
         if problems:
             raise CheckFailed(
                 f"world_size = {world_size}，输入 {n} 个元素："

@@ -414,7 +414,7 @@ def check_saxpy_cupy(fn) -> None:
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
-            got = call(fn, SAXPY, alpha, d_x, d_y)
+            got = call(fn, SAXPY, alpha, d_x, d_y, seconds=30)  # the first launch compiles the kernel (NVRTC)
             cp.cuda.Device().synchronize()
         except CheckFailed:
             raise

@@ -29,12 +29,12 @@ from mgpu_helpers.checks.core import (
     first_hint,
     int_values,
     launch,
+    launch_check,
     new_rng,
     number_answer,
     passed,
     rank_tensor,
     refuse_course_code,
-    run_on_ranks,
 )
 
 
@@ -53,7 +53,7 @@ def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S
         longest = int(np.argmax(lengths))
         inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0  # zeros in the data
         want, backwards = np.concatenate(inputs), np.concatenate(inputs[::-1])
-        got = run_on_ranks(
+        got = launch_check(
             fn, what, n, inputs, timeout=timeout, course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",)
         )
         for r in range(n):

@@ -15,14 +15,13 @@ from mgpu_helpers.checks.core import (
     CheckFailed,
     answers,
     call,
-    call_limited,
     expect_items,
     fail_first,
     fill_in_cell,
     first_hint,
     passed,
+    refuse_course_code,
 )
-from mgpu_helpers.checks.core import refuse_course_code as core_refuse
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
 
@@ -37,10 +36,8 @@ SPLIT_ZH = {
 }
 
 
-def refuse_course_code(fn, what: str, references, names) -> None:
-    """A :class:`CheckFailed` when ``fn`` is, or calls, the course's own implementation of the fill-in
-    (core.refuse_course_code: by any alias or helper, or any of ``names`` in its code)."""
-    core_refuse(fn, what, references, names=names, advice="用加减乘除和循环自己算出来。")
+# What a refusal of the course's code tells the learner to do instead, in every checker here.
+ARITHMETIC = "用加减乘除和循环自己算出来。"
 
 
 # -- 06: contiguous ranges by count -----------------------------------------------------------------------
@@ -54,12 +51,13 @@ def check_contiguous_ranges(fn) -> None:
         fn,
         what,
         (sharding_rules.contiguous_ranges, ring.chunk_bounds),
-        ("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split"),
+        names=("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split"),
+        advice=ARITHMETIC,
     )
     rng = random.Random()
     cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]  # remainders, fewer items than ranks
     cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
-    for (n, ws), got in answers(fn, what, cases, call_limited):
+    for (n, ws), got in answers(fn, what, cases):
         where = f"n_items = {n}，world_size = {ws}"
         want = sharding_rules.contiguous_ranges(n, ws)  # the course's split is the reference
         expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
@@ -142,11 +140,12 @@ def check_per_rank_memory(fn) -> None:
         fn,
         what,
         (memory.memory_plan, reference_per_rank_memory),
-        ("memory_plan", "compare_strategies", "reference_per_rank_memory"),
+        names=("memory_plan", "compare_strategies", "reference_per_rank_memory"),
+        advice=ARITHMETIC,
     )
     cases = list(_memory_cases(random.Random()))
     for strategy, sizes, weights in cases:
-        got = call_limited(fn, what, strategy, dict(sizes), list(weights))
+        got = call(fn, what, strategy, dict(sizes), list(weights))
         want = reference_per_rank_memory(strategy, sizes, weights)
         where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
         expect_items(
@@ -192,8 +191,8 @@ try_per_rank_memory = fill_in_cell(check_per_rank_memory, reference_per_rank_mem
 
 def _contiguous_property(fn, costs, world_size, what) -> None:
     where = f"costs = {costs}，world_size = {world_size}"
-    got = call_limited(fn, what, list(costs), world_size)
-    again = call_limited(fn, what, list(costs), world_size)
+    got = call(fn, what, list(costs), world_size)
+    again = call(fn, what, list(costs), world_size)
     expect_items(
         got, world_size, f"{where}：应当返回 {world_size} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。"
     )
@@ -224,7 +223,7 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     """``fn(costs, world_size) -> [range, ...]``: contiguous ranges in rank order (the items keep their order),
     each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
     what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
-    refuse_course_code(fn, what, (sharding_rules.assign_by_cost,), ())
+    refuse_course_code(fn, what, (sharding_rules.assign_by_cost,), advice=ARITHMETIC)
     call(fn, what, [3.0, 1.0, 2.0], 2)  # a stub fails here
     # Skewed cases first: a split by count passes many random inputs, none of these. Zeros, fewer items than
     # ranks, a single rank and all-zero costs are in every run.
@@ -278,7 +277,11 @@ def check_rank_memory_fewest_gpus(fn) -> None:
     (equal shares) on which every rank fits; None when adding GPUs never makes it fit."""
     what = "fewest_gpus 要给出装得下所需的最少 GPU 数（永远装不下时返回 None）"
     refuse_course_code(
-        fn, what, (reference_fewest_gpus,), ("memory_plan", "compare_strategies", "reference_fewest_gpus")
+        fn,
+        what,
+        (reference_fewest_gpus,),
+        names=("memory_plan", "compare_strategies", "reference_fewest_gpus"),
+        advice=ARITHMETIC,
     )
     rng = random.Random()
     cases = [
@@ -301,7 +304,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         )
         for _ in range(60)
     ]
-    for case, got in answers(fn, what, cases, call_limited):
+    for case, got in answers(fn, what, cases):
         want = reference_fewest_gpus(*case)
         strategy, cap, p, g, o, a = case
         where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"

@@ -9,6 +9,7 @@ import re
 import signal
 import time
 from contextlib import suppress
+from dataclasses import dataclass
 
 from mgpu_helpers.launcher import flight, native_stacks
 from mgpu_helpers.launcher.errors import LaunchError, RankError, RankTimeout
@@ -16,8 +17,44 @@ from mgpu_helpers.launcher.job import Job
 from mgpu_helpers.launcher.messages import Failed
 from mgpu_helpers.launcher.results import RankResults
 
-_C10D_CALL = re.compile(r'File "[^"]*torch/distributed/[^"]*", line \d+ in (\w+)')
-_USER_FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
+_FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
+_ENTRY = "mgpu_helpers/launcher/rank_process.py"  # the rank's entry point: its main thread runs it
+# Frames of no one's own code: torch, Python's import and start-up machinery, the rank's entry point.
+_MACHINERY = ("torch/", "<frozen", "runpy", _ENTRY)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Where a rank's main thread stood when its stack was dumped: ``frames``, ``(path, line, function)`` from
+    the innermost call out, as faulthandler writes them. The one reading of a rank's stack, for the
+    launcher's timeout message and for the checkers' (:func:`mgpu_helpers.checks.core.ranks.where_ranks_wait`)."""
+
+    frames: tuple
+
+    def dist_call(self) -> str:
+        """``dist.<name>``: the torch.distributed function the rank is blocked in, else ''. (Its private helpers
+        and the ``wrapper`` of torch's call logger are not what the code called.)"""
+        for path, _line, func in self.frames:
+            if "torch/distributed/" in path and func[:1].islower() and func != "wrapper":
+                return f"dist.{func}"
+        return ""
+
+    def in_cuda_sync(self) -> bool:
+        """Blocked in ``torch.cuda.synchronize``: waiting for GPU work queued earlier."""
+        return any("torch/cuda/" in path and func == "synchronize" for path, _line, func in self.frames)
+
+    def code_frames(self, skip=()) -> list:
+        """The frames of code that is someone's own (not :data:`_MACHINERY`, no path containing one of ``skip``),
+        innermost first: the first is the line the rank is waiting on."""
+        return [f for f in self.frames if not any(part in f[0] for part in _MACHINERY + tuple(skip))]
+
+
+def read_stack(stack: str) -> Waiting | None:
+    """The main thread of a rank's faulthandler dump (the thread that runs the rank's entry point), or None."""
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
+        if _ENTRY in block:
+            return Waiting(tuple((path, int(line), func) for path, line, func in _FRAME.findall(block)))
+    return None
 
 
 # Seconds that forking the ranks and joining the process group may take on top of ``timeout``.
@@ -26,20 +63,15 @@ JOIN_GRACE_S = 60.0
 
 def _waiting_in(stack: str) -> str | None:
     """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
-    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack):
-        if "mgpu_helpers/launcher/rank_process.py" not in block:
-            continue  # only the rank's main thread runs our entry point
-        calls = [c for c in _C10D_CALL.findall(block) if not c.startswith("_") and c != "wrapper"]
-        if calls:
-            where = ""
-            for path, line, func in _USER_FRAME.findall(block):
-                if "torch/" not in path and "mgpu_helpers/launcher/rank_process.py" not in path:
-                    where = f" (called from {func}, line {line})"
-                    break
-            return f"dist.{calls[0]}{where}"
-        if re.search(r'torch/cuda/[^"]*", line \d+ in synchronize', block):
-            # NCCL queues collectives on a CUDA stream: the host then blocks where it waits for the GPU.
-            return "torch.cuda.synchronize (waiting for GPU work queued earlier, such as an NCCL collective)"
+    waiting = read_stack(stack)
+    if waiting is None:
+        return None
+    if call := waiting.dist_call():
+        code = waiting.code_frames()
+        return call + (f" (called from {code[0][2]}, line {code[0][1]})" if code else "")
+    if waiting.in_cuda_sync():
+        # NCCL queues collectives on a CUDA stream: the host then blocks where it waits for the GPU.
+        return "torch.cuda.synchronize (waiting for GPU work queued earlier, such as an NCCL collective)"
     return None
 
 

@@ -34,7 +34,7 @@ c.ClearSolutions.code_stub = {{"python": 'raise NotImplementedError("{stub}")'}}
 c.OverwriteCells.add_missing_cells = True
 # A cell still running after this many seconds (an endless loop) is stopped; only its own points are lost.
 c.Execute.timeout = {timeout}
-# An unwritten fill-in fails its check instead of borrowing the course's version (mgpu_helpers/checks/core.py).
+# An unwritten fill-in fails its check instead of borrowing the course's version (mgpu_helpers/checks/core/fill_in.py).
 os.environ["MGPU_GRADING"] = "1"
 # A cell that kills its kernel (a crash) loses its points; a new kernel runs the cells after it.
 from mgpu_helpers.tools.grading import autograde_preprocessors  # noqa: E402

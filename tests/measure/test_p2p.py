@@ -5,7 +5,7 @@ import pytest
 
 import mgpu_helpers as mh
 from mgpu_helpers.checks import collectives as coll_checks
-from mgpu_helpers.checks.core import CheckFailed, RankProblem, run_on_ranks, run_problem
+from mgpu_helpers.checks.core import CheckFailed, RankProblem, launch_check, run_problem
 from mgpu_helpers.models import bandwidth
 
 
@@ -36,7 +36,7 @@ def test_ring_pass_can_go_round_more_than_once():
 def test_counted_bytes_follow_the_schedule_and_the_formula(length, world_size):
     expected = coll_checks.ring_bytes_per_rank(length, world_size)
     inputs = [np.zeros(length, np.float32)] * world_size
-    counted = run_on_ranks(coll_checks.reference_count_sent_bytes, "count", world_size, inputs)
+    counted = launch_check(coll_checks.reference_count_sent_bytes, "count", world_size, inputs)
     assert counted == expected  # counted on running ranks == the schedule's chunk sizes
     if length % world_size == 0:
         assert expected == [bandwidth.bytes_sent_per_rank("all_reduce", 4 * length, world_size)] * world_size

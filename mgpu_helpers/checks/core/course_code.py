@@ -1,0 +1,361 @@
+"""Is this the course's code? One rule: the course's own code is not the learner's answer.
+
+A check refuses the learner's function when it *is* the course's implementation of the exercise (or the
+checker's reference), or *calls* it, whatever path reaches it: its public name, an import alias, a wrapper or
+helper of the learner's, another course function the learner called that calls on, ``getattr`` with a name
+built at run time. The course's ``models``, ``widgets`` and ``checks`` compute what exercises ask for and are
+refused to the learner's code the same way. The checker itself may still use its reference.
+
+The rule is asked at two moments, each catching what the other cannot see:
+
+- before anything runs, :func:`refuse_course_code` reads the function (:func:`course_code_reached`): the
+  names its code and its helpers reach, a base class, a Numba kernel's body (compiled, or run by the
+  simulator in threads of its own, out of a run-time hook's sight), a branch the drawn cases never take;
+- while the check runs, :func:`refusing` watches the calls (a ``sys.setprofile`` hook): a call from a frame
+  of the learner's code into a refused function raises :class:`CheckFailed` naming it, under the name the
+  learner used. Inside a rank, :class:`~.watch.WatchedCalls` installs the same hook.
+
+A checker asks with :func:`refuse_course_code` (a lesson's fill-in with :func:`refusing_course_code`, through
+:func:`~.fill_in.fill_in_cell`); while a guard runs (a fill-in's, or an exercise's ``mh.checks.check_x``,
+:func:`guarding_course_code`), the references a checker names are refused at run time as well.
+"""
+
+import contextlib
+import importlib
+import os
+import sys
+import sysconfig
+import types
+
+from .failure import CheckFailed, _code_objects, _inner, name_of
+
+COURSE_PACKAGES = ("mgpu_helpers.lessons", "mgpu_helpers.checks")
+_NOT_LEARNER = ("mgpu_helpers", "torch", "numpy", "numba", "cupy", "builtins", "math", "functools", "itertools")
+
+
+def _in_packages(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _from(obj, packages) -> bool:
+    """True when ``obj`` (a module, function or class) is defined in one of ``packages``."""
+    if isinstance(obj, types.ModuleType):
+        return _in_packages(obj.__name__, packages)
+    return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
+
+
+def _is_learners(obj) -> bool:
+    """A function or class the learner wrote (not the course's, not a library's): its names are followed too."""
+    return not _in_packages(getattr(obj, "__module__", "") or "", _NOT_LEARNER)
+
+
+def _import(name: str):
+    """The module ``name``, or None when it cannot be imported (a module the machine lacks: the run will say so)."""
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _attribute(obj, name: str, default=None):
+    """``obj.name``, else the submodule ``obj.name`` not imported yet, else ``default``."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        module = _import(f"{obj.__name__}.{name}")
+        return default if module is None else module
+
+
+def _names_reached(fn):
+    """``(dotted name, object)`` for everything ``fn``'s code reaches by name: globals and builtins, with
+    attribute chains resolved through modules and classes (``mh.lessons.p2p.exchange``), imports inside the
+    function (``from torch.distributed import all_reduce as ar``), closure cells and default values."""
+    import builtins
+    import dis
+
+    inner = _inner(fn)
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return
+    scope = getattr(inner, "__globals__", {})
+    cells = {}  # the closure's filled cells
+    for cell_name, cell in zip(code.co_freevars, inner.__closure__ or ()):
+        with contextlib.suppress(ValueError):  # an empty cell
+            cells[cell_name] = cell.cell_contents
+    yield from cells.items()
+    for value in (getattr(inner, "__defaults__", None) or ()) + tuple(
+        (getattr(inner, "__kwdefaults__", None) or {}).values()
+    ):
+        yield "默认参数", value
+    missing = object()
+    for c in _code_objects(code):
+        chain, obj, base = None, None, None  # the a.b.c being read; the module of an import
+        imported, local = None, {}  # what an import just gave; locals bound to imports
+        for ins in dis.get_instructions(c):
+            op = ins.opname
+            if op in ("STORE_FAST", "STORE_DEREF") and imported is not None:
+                local[ins.argval] = imported
+            if op not in ("IMPORT_FROM", "IMPORT_NAME", "SWAP", "POP_TOP"):
+                imported = None
+            if op in ("LOAD_ATTR", "LOAD_METHOD") and obj is not None:
+                # (a chain that reaches None, or an attribute of an instance, ends here: only modules and
+                # classes are read further)
+                obj = _attribute(obj, ins.argval) if isinstance(obj, (types.ModuleType, type)) else None
+                chain = f"{chain}.{ins.argval}"
+                continue
+            if op in ("PRECALL", "CACHE", "EXTENDED_ARG", "PUSH_NULL"):
+                continue
+            if obj is not None:  # the chain ends here: what it names is what is used
+                yield chain, obj
+            chain, obj = None, None
+            if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+                name = ins.argval
+                chain, obj = name, scope.get(name, getattr(builtins, name, None))
+            elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in local:
+                chain, obj = ins.argval, local[ins.argval]
+            elif op == "LOAD_DEREF" and ins.argval in cells:
+                chain, obj = ins.argval, cells[ins.argval]
+            elif op == "IMPORT_NAME":
+                base = _import(ins.argval)
+                if base is not None:
+                    imported = base
+                    yield ins.argval, base
+            elif op == "IMPORT_FROM" and base is not None:
+                value = _attribute(base, ins.argval, missing)
+                if value is not missing:
+                    imported = value
+                    yield f"{base.__name__}.{ins.argval}", value
+        if obj is not None:
+            yield chain, obj
+
+
+def _label(obj, name: str | None = None) -> str:
+    """How a message names the course's ``obj``: ``mh.<module>.<qualname>``, with ``name`` when the learner's
+    code calls it by another (``（你的代码里叫 borrowed）``)."""
+    name = name.replace("mgpu_helpers", "mh", 1) if name else name
+    module = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
+    qual = getattr(obj, "__qualname__", None)
+    full = (f"{module}.{qual}" if qual and module else module or name or repr(obj)).replace("mgpu_helpers", "mh", 1)
+    return full if name in (None, full, qual) or full.endswith("." + name) else f"{full}（你的代码里叫 {name}）"
+
+
+def code_names(fn) -> set[str]:
+    """Every global and attribute name the code of ``fn`` (a function, a Numba kernel, a wrapper) and the
+    functions defined inside it refer to."""
+    return {name for c in _code_objects(getattr(_inner(fn), "__code__", None)) for name in c.co_names}
+
+
+def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4) -> str | None:
+    """The name under which ``fn`` is, or reaches, the course's own code; ``None`` when it does not.
+
+    Counted as the course's: ``references`` (the course's implementation of this fill-in, the checker's
+    reference: by identity; a worked lesson's own cell is the source of mh.lessons, so the same code defined
+    again in a cell is not refused), and any module, function or class defined in
+    ``packages`` (e.g. :data:`COURSE_PACKAGES`). Followed: every name in ``fn``'s code (globals, ``a.b.c``
+    chains, imports inside it, closures, defaults), and, ``depth`` levels deep, the learner's own helper
+    functions and classes it reaches (their methods too), so a helper that calls the course's code, or an
+    alias of it, is found as well. ``names``: names that count as the course's wherever they appear in the
+    code (for a course function reached through an object, e.g. ``model.memory_plan(...)``).
+    """
+    references = tuple(r for r in references if r is not None)
+
+    def ours(obj) -> bool:
+        try:
+            if any(obj is r or _inner(obj) is _inner(r) for r in references):
+                return True
+        except Exception:
+            return False
+        return _from(obj, packages)
+
+    if ours(fn):
+        return _label(fn)
+    todo, seen = [(fn, 0)], set()
+    while todo:
+        f, d = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        members = [f]
+        if isinstance(f, type):  # a class the learner wrote: its bases and its methods
+            for base in f.__mro__[1:]:
+                if base is not object and ours(base):
+                    return f"{_label(base)}（{f.__name__} 的基类）"
+            members = [
+                v.__func__ if isinstance(v, (staticmethod, classmethod)) else getattr(v, "fget", v)
+                for v in vars(f).values()
+            ]
+        for member in members:
+            hit = sorted(code_names(member) & set(names))
+            if hit:
+                return hit[0]
+            for name, obj in _names_reached(member):
+                if ours(obj):
+                    return _label(obj, name)
+                if d < depth and _is_learners(obj) and (callable(obj) or isinstance(obj, type)):
+                    todo.append((obj, d + 1))
+    return None
+
+
+def course_code_failure(what: str, label: str, advice: str = "", fn=None) -> CheckFailed:
+    """The one message for the course's code in an answer: ``fn`` (when read before the run) or the learner's
+    code (caught calling it) uses ``label``."""
+    who = f"`{name_of(fn)}` 用到了" if fn is not None else "调用了"
+    return CheckFailed(
+        f"{what}：{who}课程自己的 {label}——这是课程自己的实现（或检查用的参考答案），不算你写的代码。"
+        f"{advice or '在你的单元格里自己写出来。'}"
+    )
+
+
+def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = "", names=()) -> None:
+    """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`:
+    ``references``, anything of ``packages``, any of ``names`` in its code). While a guard runs
+    (:func:`refusing`), ``references`` are refused for the rest of the check at run time too, however reached."""
+    if name := course_code_reached(fn, references, packages, names):
+        raise course_code_failure(what, name, advice, fn)
+    if _guards:
+        _guards[-1].update(_refused_code(references))
+
+
+# -- the rule while the check runs: a profile hook on the calls ------------------------------------------------
+
+_LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+_CHECKERS = os.path.join("mgpu_helpers", "checks", "")
+_GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "widgets", "checks"))
+_guards: list[dict] = []  # the refused code of each running guard, innermost last: code object -> label
+
+
+def _learners(path: str) -> bool:
+    """A frame of the learner's code (a notebook cell, a file of theirs): not a library's, not the course's."""
+    return not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen"))
+
+
+def _called_for_the_learner(frame) -> bool:
+    """True when, between ``frame`` (the caller of a refused course function) and the checker that started it,
+    a frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
+    the learner called that calls on. The checker's own use of its reference has no such frame."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if _CHECKERS in path and not path.endswith("(watcher)"):
+            return False
+        if _learners(path):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _refused_code(references) -> dict:
+    """``{code object: label}`` of ``references``: the course's functions (objects, or ``(object, label)``
+    pairs), each refused by its code, the one thing every alias, wrapper and import path of it shares."""
+    out = {}
+    for item in references:
+        obj, label = item if isinstance(item, tuple) else (item, None)
+        code = getattr(_inner(obj), "__code__", None)
+        if code is not None and _in_packages(getattr(_inner(obj), "__module__", "") or "", ("mgpu_helpers",)):
+            out[code] = label or _label(_inner(obj))
+    return out
+
+
+def _name_used(caller, code) -> str | None:
+    """The name under which the learner's frame ``caller`` holds the function of ``code`` (an alias), if any."""
+    for scope in (caller.f_locals, caller.f_globals):
+        for name, value in list(scope.items()):
+            try:
+                if getattr(_inner(value), "__code__", None) is code:
+                    return name
+            except Exception:  # an object whose attributes cannot be read is not the function
+                continue
+    return None
+
+
+@contextlib.contextmanager
+def refusing(what: str, references=(), advice: str = "", packages: bool = True, failure=None):
+    """While the learner's code runs for a check: a call from it into the course's code raises.
+
+    Refused: ``references`` (the fill-in's own course version, other course functions it may not use: objects
+    or ``(object, label)`` pairs) when a frame of the learner's code runs between the call and the checker
+    (:func:`_called_for_the_learner`: through an alias, a wrapper, another course function), and with
+    ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` modules the learner's code
+    calls directly (a method of an object given to the answer, such as its ``limits``, is the answer's input).
+    ``failure(label)``: the exception to raise (default: :func:`course_code_failure`). Guards nest: an outer
+    guard's rule still holds inside. A refusal the learner's code caught and went on from still fails the
+    check when the guard ends."""
+    refused = _refused_code(references)
+    before = sys.getprofile()
+    raised = []
+
+    def profile(frame, event, arg):
+        if before is not None:
+            before(frame, event, arg)
+        if event != "call":
+            return
+        code, caller = frame.f_code, frame.f_back
+        if code in refused:
+            if not _called_for_the_learner(caller):
+                return  # the checker's own use of its reference
+            label = refused[code]
+        elif (
+            packages
+            and caller is not None
+            and any(g in code.co_filename for g in _GUARDED)
+            # a module's own function: not a method of an object the checker handed over (the answer's
+            # ``limits.max_warps_per_sm``), nor a watcher or a signal handler (defined inside a function)
+            and "." not in code.co_qualname
+            and _learners(caller.f_code.co_filename)
+        ):
+            label = f"{frame.f_globals.get('__name__', '')}.{code.co_qualname}".replace("mgpu_helpers", "mh", 1)
+        else:
+            return
+        name = _name_used(caller, code) if caller is not None and _learners(caller.f_code.co_filename) else None
+        if name and name != code.co_name:
+            label += f"（你的代码里叫 {name}）"
+        raised.append(failure(label) if failure else course_code_failure(what, label, advice))
+        raise raised[-1]
+
+    _guards.append(refused)
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(before)
+        _guards.pop()
+    if raised:
+        raise raised[0]
+
+
+def guarding_course_code(what: str):
+    """:func:`refusing` the course's ``models``, ``widgets`` and ``checks`` to the learner's code, while an
+    exercise's ``mh.checks.check_x`` runs (its checker adds its own references, :func:`refuse_course_code`)."""
+    return refusing(what)
+
+
+@contextlib.contextmanager
+def refusing_course_code(fn, what: str, targets, packages: bool = False, advice: str = "这一格要你自己写出它的计算。"):
+    """While checking ``fn`` in the notebook's own process: ``targets`` (the course's functions, objects or
+    ``(module, attribute name)``) may not be used by it: read before (:func:`refuse_course_code`) and watched
+    while the check runs (:func:`refusing`; with ``packages``, the course's models, widgets and checks too)."""
+    objs = [getattr(t[0], t[1]) if isinstance(t, tuple) else t for t in targets]
+    refuse_course_code(fn, what, objs, advice=advice)
+    with refusing(what, [obj for obj in objs if _inner(obj) is not _inner(fn)], advice, packages):
+        yield
+
+
+def course_object(name: str):
+    """The object a dotted name names (``"mgpu_helpers.lessons.p2p.exchange"``), its module imported now."""
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def resolve_course(course) -> list:
+    """``[(function object, label)]`` for ``course``: function objects, or dotted names resolved now
+    (``"mgpu_helpers.lessons.p2p.exchange"``); names that do not resolve are left out."""
+    out = []
+    for item in course:
+        if isinstance(item, str):
+            try:
+                out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
+            except (ImportError, AttributeError):  # a name that does not resolve is left out
+                continue
+        elif item is not None:
+            label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
+            out.append((item, label.replace("mgpu_helpers.", "mh.")))
+    return out

@@ -1,0 +1,85 @@
+"""The fill-in protocol: how a lesson's fill-in cell and an exercise's check treat the learner's function.
+
+:func:`fill_in`: while the function is still the generated stub the course's version stands in (so the rest
+of the notebook runs), a wrong answer stops the cell at the mistake, a right one is used (and kept, for a
+later notebook that builds on it). :func:`fill_in_cell` makes the ``try_x(fn)`` a lesson's cell calls, with
+the course's own version refused to the learner's code while it is checked (:mod:`.course_code`).
+"""
+
+import os
+
+from .course_code import course_object, refusing_course_code, resolve_course
+from .failure import NOT_DONE, CheckFailed, has_stub, not_done
+
+
+def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
+    """A lesson's fill-in, checked at once: what the cells after it should use.
+
+    ``check(fn)`` runs the area's checker (it prints ``通过：...`` or raises :class:`CheckFailed` naming the
+    mistake). While ``fn`` is still the generated stub (or ``None``), nothing is checked: this says so and
+    returns ``reference``, the course's own version, so the rest of the notebook runs either way (under
+    nbgrader's autograde, ``$MGPU_GRADING`` set, an unwritten fill-in fails instead). A wrong
+    ``fn`` raises: the cell stops at the mistake, and the cells after it keep the last good value.
+
+    ``keep``: a later notebook builds on this function: once it passes, its source is stored under that name
+    (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
+    """
+    if fn is None or has_stub(fn):
+        if os.environ.get("MGPU_GRADING"):  # nbgrader's autograde (tools/grading.py): unwritten is a fail
+            raise not_done(fn, what)
+        print(f"「{what}」还没写：下面的单元格先用课程的参考实现。写好之后再运行这一格，它会立刻检查你的版本。")
+        return reference
+    try:
+        check(fn)
+    except CheckFailed as exc:
+        if str(exc).startswith(NOT_DONE):  # the stub was reached deeper down (a helper still unwritten)
+            print(f"「{what}」还没写完：{str(exc)[len(NOT_DONE) + 1 :]} 下面的单元格先用课程的参考实现。")
+            return reference
+        raise
+    if keep:
+        from mgpu_helpers import own_code
+
+        if own_code.save(keep, fn, lesson, check) is not None:
+            print(f"你的 {keep} 已经存下：后面的笔记本会用它。")
+    return fn
+
+
+def passed(text: str) -> None:
+    """Say that the check passed, and note it in the learner's progress (:mod:`mgpu_helpers.tracking`)."""
+    from mgpu_helpers import tracking
+
+    print(f"通过：{text}")
+    tracking.record("check", tracking.checker_name())
+
+
+def fill_in_cell(check, reference, what: str, refuse=(), **keep):
+    """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
+    version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
+    ``check`` runs while ``reference`` and ``refuse`` (other course functions the learner's may not call), and
+    the course's models, widgets and checks, refuse to serve the learner's code (:func:`refusing_course_code`).
+    ``reference`` and the items of ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``),
+    imported at the call: the lessons' modules bring torch or Numba, which the checkers do not import
+    (:func:`course_object`)."""
+
+    def try_fill_in(fn):
+        ref = course_object(reference) if isinstance(reference, str) else reference
+
+        def checked(fn):
+            course = [ref] + [obj for obj, _label in resolve_course(refuse)]
+            with refusing_course_code(fn, what, [c for c in course if callable(c)], packages=True):
+                check(fn)
+
+        # own_code records the checker by name, to run it again when the kept code is loaded
+        checked.__name__, checked.__qualname__, checked.__module__ = (
+            check.__name__,
+            check.__qualname__,
+            check.__module__,
+        )
+        return fill_in(fn, checked, ref, what, **keep)
+
+    try_fill_in.__doc__ = (
+        f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
+        "course's while it is unwritten."
+    )
+    try_fill_in.checker = check.__name__  # the name its passing is recorded under (tracking)
+    return try_fill_in

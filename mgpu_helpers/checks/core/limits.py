@@ -1,0 +1,119 @@
+"""Time limits on the learner's Python code: an answer that never ends fails within seconds, naming where it
+was, and the kernel session stays usable.
+
+The limit is a SIGALRM timer (:func:`time_limit`), so it applies in the main thread (a notebook's cells, a
+rank's own code); elsewhere the code runs without one. Limits nest: one started inside another (a checker's
+:func:`deadline` around several :func:`call`) arms the timer for whichever ends first and, on leaving, puts
+the outer one back with the time it has left, so each fires at its own time and is reported as its own.
+"""
+
+import contextlib
+import math
+import signal
+import threading
+import time
+import traceback
+
+from .failure import CheckFailed, not_done
+
+# An answer of the arithmetic fill-ins takes milliseconds; a checker whose answer does real work passes more.
+CALL_LIMIT_S = 2.0
+
+
+class TooLong(Exception):
+    """Raised in the learner's code when a :func:`time_limit` runs out; ``limit`` is the one that did."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`TooLong` in the code run inside after ``seconds``; yields the limit, the ``limit`` of that
+    TooLong, so that a caller tells its own from an outer one's. In a thread other than the main one the code
+    runs without a limit (SIGALRM is delivered to the main thread only)."""
+    limit = object()
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield limit
+        return
+    start = time.monotonic()
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    outer_handler = signal.getsignal(signal.SIGALRM)
+    outer_end = [start + outer_left if outer_left else math.inf]  # inf: no outer timer, or it has fired
+    end = start + seconds
+
+    def ring(signum, frame):
+        if outer_end[0] <= end:  # the outer limit's time came first: its handler decides
+            outer_end[0] = math.inf
+            if callable(outer_handler):
+                outer_handler(signum, frame)
+            # it let the code go on: this limit still holds, for the time it has left
+            signal.setitimer(signal.ITIMER_REAL, max(end - time.monotonic(), 1e-6))
+            return
+        raise TooLong(limit)
+
+    signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_left or seconds))
+    try:
+        yield limit
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer_handler)
+        if outer_end[0] < math.inf:  # the outer timer again, with what it has left (at once if that ran out)
+            signal.setitimer(signal.ITIMER_REAL, max(outer_end[0] - time.monotonic(), 1e-6))
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str):
+    """Stop the learner's Python code after ``seconds`` with a failure that says it never ended (an endless
+    loop), for a checker that runs several calls under one limit (:func:`time_limit`)."""
+    limit = None
+    try:
+        with time_limit(seconds) as limit:
+            yield
+    except TooLong as exc:
+        if exc.limit is not limit:
+            raise
+        raise CheckFailed(
+            f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
+            "（循环变量忘了改，或者条件永远成立）。"
+        ) from None
+
+
+def _arguments(args) -> str:
+    text = ", ".join(map(repr, args))
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
+    """``fn(*args)``, the learner's answer called by a checker: the stub's NotImplementedError becomes the
+    "not done yet" failure, and an answer that does not return within ``seconds`` (a loop that does not stop)
+    fails naming the call and the line it was on (:func:`time_limit`)."""
+    limit = None
+    try:
+        with time_limit(seconds) as limit:
+            return fn(*args)
+    except NotImplementedError:
+        raise not_done(fn, what) from None
+    except TooLong as exc:
+        if exc.limit is not limit:
+            raise
+        code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
+        where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
+        raise CheckFailed(
+            f"{what}：{getattr(fn, '__name__', 'fn')}({_arguments(args)}) 过了 {seconds:g} "
+            f"秒还没有返回{where}。多半是循环没有结束（条件永远成立）：检查它在这组输入上会不会停。"
+        ) from None
+
+
+# The name the checkers used while only some calls were limited: every call is now.
+call_limited = call
+
+
+def answers(fn, what: str, cases, calling=call):
+    """``(case, fn(*case))`` for each case (a tuple of ``fn``'s arguments) in turn, each call through ``calling``
+    (:func:`call`): the learner's answer on every case a checker draws, got only when the loop reaches it."""
+    for case in cases:
+        yield case, calling(fn, what, *case)

@@ -1,0 +1,87 @@
+"""One problem shape for the checkers that launch ranks: a row of a table (:class:`RankProblem`) says what the
+learner's ``fn(rank, world_size, x, *extra)`` must return; :func:`run_problem` draws the cases, runs them on
+every world size and explains the first miss."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .compare import compare, new_rng
+from .fill_in import passed
+from .ranks import HANG_S, launch_check
+
+WORLD_SIZES = (2, 3, 4)
+
+
+@dataclass(frozen=True)
+class RankCase:
+    """One drawn case of a :class:`RankProblem`: the inputs of every rank and what each rank must return."""
+
+    world_size: int
+    inputs: list
+    extra: tuple
+    expected: list
+
+
+@dataclass(frozen=True)
+class RankProblem:
+    """An exercise that runs the reader's ``fn(rank, world_size, x, *extra)`` on ranks (one row of a table).
+
+    - ``name``: the reader's function, as the messages call it; ``what``: what it must do (one sentence);
+    - ``make_case(rng, world_size) -> (inputs, extra)``: fresh random inputs, one per rank, and extra args;
+    - ``reference(inputs, extra, world_size) -> [expected value of each rank]``;
+    - ``explain(case, rank, got) -> str``: a hint for a wrong answer ('' for none); it may also raise
+      :class:`CheckFailed` itself for a more precise message;
+    - ``where(case, rank) -> str``: how a failure names the case (default: world size and rank);
+    - ``forbid``: ``torch.distributed`` names the reader may not call; ``course``: the course's code and the
+      checker's reference (objects or dotted names), refused before the run and in the ranks
+      (:mod:`.course_code`); ``init=False``: ``fn`` joins and leaves the process group itself; ``world_sizes``:
+      the sizes run by default; ``done``: the pass line, with ``{sizes}`` for the world sizes run.
+    """
+
+    name: str
+    what: str
+    make_case: Callable
+    reference: Callable
+    done: str
+    explain: Callable | None = None
+    where: Callable | None = None
+    forbid: tuple = ()
+    course: tuple = ()
+    init: bool = True
+    world_sizes: tuple = WORLD_SIZES
+    dtype: str = "float32"
+
+
+def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
+    """Run ``fn`` on every world size of ``problem``, compare each rank with the reference, explain a miss.
+
+    Prints the pass line and returns the cases run; raises :class:`CheckFailed` naming the world size, the
+    rank and the element at the first difference.
+    """
+    rng = new_rng()
+    sizes = tuple(world_sizes or problem.world_sizes)
+    if not sizes or any(int(w) != w or w < 1 for w in sizes):
+        raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
+    where = problem.where or (lambda case, rank: f"world_size = {case.world_size}，rank {rank}")
+    cases = []
+    for world_size in sizes:
+        inputs, extra = problem.make_case(rng, world_size)
+        case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
+        got = launch_check(
+            fn,
+            problem.what,
+            world_size,
+            inputs,
+            case.extra,
+            problem.forbid,
+            problem.dtype,
+            timeout,
+            init=problem.init,
+            course=problem.course,
+        )
+        for rank in range(world_size):
+            hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
+            compare(got[rank], case.expected[rank], where(case, rank), hint)
+        cases.append(case)
+    passed(problem.done.format(sizes=", ".join(map(str, sizes))))
+    return cases

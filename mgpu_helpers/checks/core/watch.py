@@ -1,0 +1,241 @@
+"""Which ``torch.distributed`` calls the learner's code made, under any name, forbidden ones refused.
+
+Replacing ``dist.all_reduce`` on the module is not enough: a function imported by name (``from
+torch.distributed import all_reduce``, at the top of a cell, arrives in the rank as a reference to the same
+function object), an alias, ``torch.distributed.distributed_c10d.all_reduce`` and torch's own internals all
+hold the function object itself. So the object's ``__code__`` is replaced in place (:class:`SwappedCode`):
+every name and import path that reaches it runs the watcher, and the original body is kept in a copy that
+the watcher calls. :class:`WatchedCalls` does that inside a rank, around the learner's code.
+"""
+
+import itertools
+import operator
+import types
+
+from .course_code import refusing
+from .failure import CheckFailed
+
+P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+COLLECTIVE_CALLS = (
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "all_to_all",
+    "all_to_all_single",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "all_reduce_coalesced",
+    "all_gather_coalesced",
+)
+DIST_CALLS = P2P_CALLS + COLLECTIVE_CALLS
+SENDS = ("dist.send", "dist.isend", "batch:isend")  # how the recorded calls name a message out ...
+RECVS = ("dist.recv", "dist.irecv", "batch:irecv")  # ... and in
+
+# The file name of the watchers' code: under mgpu_helpers/checks/, so a stack through a watcher reads as the
+# course's frames; its suffix tells the watcher itself from a checker (course_code.py looks for it).
+WATCHER_FILE = "mgpu_helpers/checks/core/watch.py (watcher)"
+
+
+def _code_with(freevars: tuple, body: str):
+    """A code object ``f(*args, **kwargs)`` running ``body`` (one line), with exactly ``freevars`` as free
+    variables, so that it can replace the code of any function with that closure (decorated ones too)."""
+    names = ", ".join(freevars)
+    touch = f"        ({names},)\n" if freevars else ""
+    ns: dict = {}
+    source = f"def outer({names}):\n    def f(*args, **kwargs):\n{touch}        {body}\n    return f\n"
+    exec(compile(source, WATCHER_FILE, "exec"), ns)
+    return ns["outer"](*([None] * len(freevars))).__code__
+
+
+class SwappedCode:
+    """Replace the code of function objects in place (every alias and import path of the object runs the new
+    code), and put the old code back with :meth:`restore`. Swaps nest (a watcher inside a watcher): each
+    keeps the code it found, under a key of its own."""
+
+    _count = itertools.count()
+
+    def __init__(self):
+        self._saved = []
+
+    def hook(self, target, hook) -> None:
+        """``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``; ``original`` runs the old code."""
+        original = types.FunctionType(
+            target.__code__, target.__globals__, target.__name__, target.__defaults__, target.__closure__
+        )
+        original.__kwdefaults__ = target.__kwdefaults__
+        key = f"_MGPU_HOOK_{next(self._count)}"
+        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
+        self._swap(target, f"return {key}(args, kwargs)")
+
+    def _swap(self, target, body: str) -> None:
+        code = getattr(target, "__code__", None)
+        if code is None:
+            raise TypeError(f"{target!r} is not a Python function: its code cannot be replaced")
+        self._saved.append((target, code))
+        target.__code__ = _code_with(code.co_freevars, body)
+
+    def restore(self) -> None:
+        for target, code in reversed(self._saved):
+            target.__code__ = code
+        self._saved.clear()
+        # (the keys stay in the module's globals: a copy of the old code may still be running, and each is small)
+
+
+def _numel(x):
+    if isinstance(x, (list, tuple)):
+        parts = [_numel(t) for t in x]
+        return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    return int(x.numel()) if hasattr(x, "numel") else None
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(t) for t in x)
+    return int(x.numel() * x.element_size()) if hasattr(x, "element_size") else 0
+
+
+class DistCall(tuple):
+    """One call the learner's code made: ``(name, peer, numel)`` as a tuple, plus ``.nbytes`` (of the first
+    tensor argument), ``.numels`` (elements of each positional argument, None where not a tensor),
+    ``.async_op``. ``name`` is ``dist.<function>``, or ``batch:isend`` / ``batch:irecv`` for each operation of a
+    ``batch_isend_irecv``; ``peer`` is the dst / src of point-to-point calls, else None."""
+
+    def __new__(cls, name, peer, numel, nbytes=0, numels=(), async_op=False):
+        self = super().__new__(cls, (name, peer, numel))
+        self.nbytes, self.numels, self.async_op = nbytes, tuple(numels), bool(async_op)
+        return self
+
+    def __reduce__(self):
+        return DistCall, (self[0], self[1], self[2], self.nbytes, self.numels, self.async_op)
+
+    name = property(operator.itemgetter(0))
+    peer = property(operator.itemgetter(1))
+    numel = property(operator.itemgetter(2))
+
+
+def _peer_of(name, args, kwargs):
+    key = "dst" if "send" in name else "src"
+    return args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
+
+
+def _course_code_in_rank(label: str) -> PermissionError:
+    """The course's code called in a rank: an error whose tag :func:`~.ranks.rank_failure` reads back."""
+    return PermissionError(f"EXERCISE_COURSE_CODE {label}")
+
+
+class WatchedCalls:
+    """Inside a rank, around the learner's code: the ``torch.distributed`` functions watched, some refused.
+
+    - every function of :data:`DIST_CALLS` (and ``init_process_group`` with ``watch_init``) has its code
+      replaced (:class:`SwappedCode`), so it is watched under any name or import path it is reached by;
+    - ``calls`` lists a :class:`DistCall` for each call the learner's code made (torch's own nested calls,
+      such as ``send`` using ``isend``, are not counted twice; a ``batch_isend_irecv`` adds one entry per
+      operation); ``inits`` the keyword names and positional values of each ``init_process_group``;
+    - ``refuse``: function names whose call raises ``PermissionError("EXERCISE_FORBIDDEN dist.<name>")``;
+      ``course``: ``[(function object, label)]`` of the course's own code or the checker's reference: called
+      from the learner's code, however reached (:func:`~.course_code.refusing`, the course's one rule), they
+      raise ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`~.ranks.rank_failure` names both);
+    - ``on_call(call, result) -> result``: called after each counted call (e.g. to wrap a Work handle).
+
+    Use as a context manager (``with WatchedCalls(...) as watched:``); leaving it puts the code back.
+    """
+
+    def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
+        self.refuse, self.course, self.on_call, self.watch_init = set(refuse), list(course), on_call, watch_init
+        self.calls: list = []
+        self.inits: list = []
+        self._depth = 0
+        self._swapped = SwappedCode()
+        self._refusing = None
+
+    def __enter__(self):
+        import torch.distributed.distributed_c10d as c10d
+
+        for name in DIST_CALLS:
+            target = getattr(c10d, name, None)
+            if getattr(target, "__code__", None) is not None:
+                self._swapped.hook(target, self._watcher(name))
+        if self.watch_init:
+            self._swapped.hook(c10d.init_process_group, self._init_watcher)
+        if self.course:  # the one rule of the course's code (course_code.refusing), in the rank
+            self._refusing = refusing("", self.course, packages=False, failure=_course_code_in_rank)
+            self._refusing.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self._refusing is not None:
+                self._refusing.__exit__(*exc)
+        finally:
+            self._swapped.restore()
+        return False
+
+    def _watcher(self, name):
+        def watcher(original, args, kwargs):
+            outer = self._depth == 0
+            if outer:
+                if name in self.refuse:
+                    raise PermissionError(f"EXERCISE_FORBIDDEN dist.{name}")
+                self._record(name, args, kwargs)
+            self._depth += 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+            if outer and self.on_call is not None:
+                result = self.on_call(self.calls[-1], result)
+            return result
+
+        return watcher
+
+    def _record(self, name, args, kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        peer = _peer_of(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
+        self.calls.append(
+            DistCall(
+                f"dist.{name}",
+                peer,
+                _numel(first),
+                _nbytes(first),
+                [_numel(a) for a in args],
+                kwargs.get("async_op", False),
+            )
+        )
+        if name == "batch_isend_irecv":
+            for op in args[0] if args else kwargs.get("p2p_op_list", []):
+                kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
+                self.calls.append(
+                    DistCall(f"batch:{kind}", op.peer, _numel(op.tensor), _nbytes(op.tensor), [_numel(op.tensor)], True)
+                )
+
+    def _init_watcher(self, original, args, kwargs):
+        plain = (str, int, float, type(None))
+        self.inits.append(
+            {k: (v if isinstance(v, plain) else repr(v)) for k, v in kwargs.items()}
+            | {"_args": [a if isinstance(a, plain) else repr(a) for a in args]}
+        )
+        return original(*args, **kwargs)
+
+
+def call_label(name: str) -> str:
+    """A recorded call's name as the learner wrote it: ``batch:isend`` is an isend inside ``batch_isend_irecv``."""
+    return f"dist.batch_isend_irecv 里的 {name[6:]}" if name.startswith("batch:") else name
+
+
+def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
+    """Raise :class:`CheckFailed` when a rank called one of ``names`` (an exercise's rule, checked on the calls):
+    the first recorded call whose function is one of them."""
+    for rank, calls in enumerate(calls_by_rank):
+        for call_ in calls:
+            if call_[0].split(".")[-1].split(":")[-1] in names:
+                raise CheckFailed(f"{what}：rank {rank} 调用了 {call_label(call_[0])}。{why}")
