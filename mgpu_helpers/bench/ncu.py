@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mgpu_helpers.bench import kernels
 from mgpu_helpers.report import recorded
 from mgpu_helpers.report.tables import format_table as format_text_table
 
@@ -39,7 +40,7 @@ METRICS = {
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
 }
-BLOCKS = (128, 256, 512, 1024)
+BLOCKS = kernels.BLOCKS  # the block sizes the kernels bench measures
 ROW_FIELDS = ("block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct")
 KERNEL_FILTER = "regex:vec_add|vecAdd"
 DATA_DIR = recorded.DATA_DIR  # where a new recording is written and the recorded ones are found (tests move it)

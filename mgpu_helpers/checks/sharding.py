@@ -25,7 +25,7 @@ from mgpu_helpers.checks.core import (
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
 
-PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
+PART_ZH = memory.PART_ZH
 MEMORY_STRATEGIES = ("replicate", "data_parallel", "zero1", "zero2", "zero3")
 SPLIT_ZH = {
     "replicate": "什么都不切",

@@ -17,6 +17,7 @@ launch opens no port on the network and never clashes with another launch.
 """
 
 import atexit
+import dataclasses
 import inspect
 import itertools
 import os
@@ -43,7 +44,16 @@ from mgpu_helpers.launcher.server import close_fds
 from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
-__all__ = ["RankResults", "free_loopback_port", "loopback_env", "prewarm", "run_ranks", "shutdown_server"]
+__all__ = [
+    "RankResults",
+    "ServerState",
+    "free_loopback_port",
+    "loopback_env",
+    "prewarm",
+    "run_ranks",
+    "server_state",
+    "shutdown_server",
+]
 MAX_WORLD_SIZE = 64
 
 
@@ -308,6 +318,31 @@ def prewarm(wait: bool = False) -> None:
         else:
             with _server.lock:
                 _server.start()
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerState:
+    """What the notebook holds of its rank server at one moment (:func:`server_state`)."""
+
+    pid: int | None  # the server process, None when there is none
+    alive: bool  # its process runs
+    ready: bool  # its Ready has been read: it takes jobs
+    forked: bool  # forked by the fork server (else started by this process)
+    socket_open: bool  # the notebook's end of its socket is open (always, for a server the notebook holds)
+
+
+def server_state() -> ServerState:
+    """The rank server as this notebook holds it now (for diagnostics and tests; it changes nothing)."""
+    conn = _server.conn
+    if conn is None:
+        return ServerState(pid=None, alive=False, ready=False, forked=False, socket_open=False)
+    return ServerState(
+        pid=conn.proc.pid,
+        alive=conn.alive(),
+        ready=conn.ready,
+        forked=conn.forked,
+        socket_open=conn.sock.fileno() != -1,
+    )
 
 
 def shutdown_server() -> None:

@@ -23,7 +23,7 @@ TORCH_FUNCTIONS = {
 ROOT = 0
 #: Collectives whose result depends on the reduce op.
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")
-#: The reduce ops by the names notebook 05 gives them (``mh.lessons.ring.REDUCE_OPS``).
+#: The reduce ops by the names notebook 05 gives them (its ``REDUCE_OPS`` is this tuple).
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
 

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from mgpu_helpers.models.bandwidth import BUSBW_FACTORS
 
 PARTS = ("params", "grads", "optimizer", "activations")
+PART_ZH = {
+    "params": "参数",
+    "grads": "梯度",
+    "optimizer": "优化器状态",
+    "activations": "激活",
+}  # how the lessons name them
 
 # For each strategy: which parts are split across ranks (the rest is replicated: every rank holds all of it).
 STRATEGIES = {

@@ -21,7 +21,7 @@ PART_LABELS = {
     "optimizer": "optimizer state",
     "activations": "activations",
 }
-PART_LABELS_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
+PART_LABELS_ZH = memory.PART_ZH
 STRATEGY_ZH = {
     "replicate": "整份复制",
     "data_parallel": "Data Parallel",

@@ -81,20 +81,20 @@ def _rank_state(rank, world_size):
 def test_a_kernels_servers_are_forked_from_one_fork_server_that_has_imported_torch_and_dynamo(fork_served):
     # The ranks of the very first launch have torch._dynamo: nothing is imported per launch, or per rank.
     assert mh.run_ranks(_rank_state, 2, quiet=True).values == [(3, True), (3, True)]
-    first = launch._server.conn.proc
-    assert launch._server.conn.forked and first.pid is not None
+    first = launch.server_state()
+    assert first.forked and first.pid is not None
     parent = psutil.Process(first.pid).ppid()
     assert "mgpu_helpers.launcher.forkserver" in " ".join(psutil.Process(parent).cmdline())
     assert parent != os.getpid()  # not this kernel's child
     launch.shutdown_server()  # ended through its pidfd
     assert _gone([first.pid], 5)
     assert mh.run_ranks(_rank_state, 2, quiet=True).values == [(3, True), (3, True)]
-    assert psutil.Process(launch._server.conn.proc.pid).ppid() == parent  # the same fork server
+    assert psutil.Process(launch.server_state().pid).ppid() == parent  # the same fork server
 
 
 def test_a_forked_server_killed_during_a_launch_is_a_launch_error_and_the_next_launch_gets_a_new_one(fork_served):
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
-    server = launch._server.conn.proc.pid
+    server = launch.server_state().pid
 
     def sleeps(rank, world_size):
         import time
@@ -111,7 +111,7 @@ def test_a_forked_server_killed_during_a_launch_is_a_launch_error_and_the_next_l
         killer.cancel()
     assert _gone([server], 5)
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3  # a new server, forked again
-    assert launch._server.conn.forked and launch._server.conn.proc.pid != server
+    assert launch.server_state().forked and launch.server_state().pid != server
 
 
 def test_the_forked_server_and_its_ranks_go_when_the_kernel_dies_and_the_fork_server_stays(fork_served, tmp_path):
@@ -198,8 +198,8 @@ def test_a_fork_server_that_closes_before_forking_leaves_the_kernel_to_start_its
     try:
         assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
         assert impostor.accepted == 1  # asked once, then a server of the kernel's own
-        assert not launch._server.conn.forked
-        assert psutil.Process(launch._server.conn.proc.pid).ppid() == os.getpid()
+        assert not launch.server_state().forked
+        assert psutil.Process(launch.server_state().pid).ppid() == os.getpid()
         launch.shutdown_server()
         assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
         assert impostor.accepted == 2  # each new server tries the fork server first
@@ -215,7 +215,7 @@ def test_a_name_held_by_another_user_is_never_sent_a_job(fork_served, monkeypatc
     try:
         assert forkserver.connect(dict(os.environ)) is None
         assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
-        assert not launch._server.conn.forked
+        assert not launch.server_state().forked
     finally:
         impostor.close()
 
@@ -223,12 +223,12 @@ def test_a_name_held_by_another_user_is_never_sent_a_job(fork_served, monkeypatc
 def test_an_idle_fork_server_exits_and_the_next_kernel_starts_another(fork_served, monkeypatch):
     monkeypatch.setenv("MGPU_FORKSERVER_IDLE_S", "0.5")
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
-    first = psutil.Process(launch._server.conn.proc.pid).ppid()
+    first = psutil.Process(launch.server_state().pid).ppid()
     assert _gone([first], 30)  # half a second without a kernel
-    assert launch._server.alive()  # this kernel's server is not the fork server's to end
+    assert launch.server_state().alive  # this kernel's server is not the fork server's to end
     launch.shutdown_server()
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
-    assert launch._server.conn.forked and psutil.Process(launch._server.conn.proc.pid).ppid() != first
+    assert launch.server_state().forked and psutil.Process(launch.server_state().pid).ppid() != first
 
 
 def test_the_name_changes_with_the_launchers_files_and_the_import_time_environment(tmp_path, monkeypatch):

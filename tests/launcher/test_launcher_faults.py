@@ -44,17 +44,16 @@ def _wait_until(check, seconds=10.0) -> bool:
 
 def _server_pid() -> int:
     mh.run_ranks(lambda r, ws: r, 1, quiet=True, stream=False)  # up and ready
-    return launch._server.conn.proc.pid
+    return launch.server_state().pid
 
 
 def _under_server() -> list[int]:
     """Processes under the rank server (its jobs' leaders and ranks), the server itself excluded."""
-    conn = launch._server.conn
-    if conn is None:
+    pid = launch.server_state().pid
+    if pid is None:
         return []
-    proc = conn.proc
     try:
-        return [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if not _gone(c.pid)]
+        return [c.pid for c in psutil.Process(pid).children(recursive=True) if not _gone(c.pid)]
     except psutil.NoSuchProcess:
         return []
 
@@ -225,7 +224,7 @@ def test_server_killed_mid_job_raises_launch_error_before_the_timeout_and_next_l
     text = str(info.value)
     assert "rank server died" in text and "SIGKILL" in text and "next launch starts a new rank server" in text
     res = mh.run_ranks(lambda r, ws: os.getppid(), 2, quiet=True, stream=False)
-    assert launch._server.conn.proc.pid != old_server and _gone(old_server)
+    assert launch.server_state().pid != old_server and _gone(old_server)
     assert len(set(res.values)) == 1  # both ranks under one (new) leader
     _assert_nothing_left(watched)
 
@@ -260,11 +259,11 @@ def test_server_started_from_a_short_lived_thread_outlives_it():
     starter = threading.Thread(target=mh.run_ranks, args=(lambda r, ws: r, 1), kwargs=dict(quiet=True))
     starter.start()
     starter.join()
-    server = launch._server.conn.proc.pid
+    server = launch.server_state().pid
     time.sleep(1.0)
     assert not _gone(server), "the rank server died with the thread that started it"
     assert mh.run_ranks(lambda r, ws: r, 2, quiet=True, stream=False).values == [0, 1]
-    assert launch._server.conn.proc.pid == server
+    assert launch.server_state().pid == server
 
 
 def test_threads_starting_launches_at_once_each_get_their_own_answer(watched):
