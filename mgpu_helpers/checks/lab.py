@@ -231,27 +231,9 @@ def check_rs_ag_slowdown(fn) -> None:
 # Notebook 12's fill-ins: the ownership check (on ranks), the busbw of reduce-scatter and all-gather.
 
 
-def _is_course_version(fn, name: str) -> bool:
-    """True when ``fn`` is the course's own ``mh.lessons.lab.<name>`` (or calls it by that path)."""
-    from mgpu_helpers.lessons import lab as lesson
-
-    ours = getattr(lesson, name)
-    code = getattr(fn, "__code__", None)
-    return fn is ours or (
-        code is not None
-        and code.co_code == ours.__code__.co_code
-        and code.co_consts == ours.__code__.co_consts
-        and fn.__module__ == ours.__module__
-    )
-
-
 def _check_ownership_fill_in(fn) -> None:
     """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch); the
-    course's own version is not an answer."""
-    if _is_course_version(fn, "ownership_check"):
-        raise CheckFailed(
-            "ownership_check：这是课程自己的 mh.lessons.lab.ownership_check，等于没有写；写你自己的版本。"
-        )
+    course's own version is refused by :func:`fill_in_cell`, as every fill-in's is."""
     check_ownership_check(fn, world_sizes=(3,))
 
 
@@ -554,7 +536,9 @@ def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
     all-reduce, honest ``ok``; on each world size with a fresh input whose length leaves a remainder (and, on
     the first world size, an input shorter than the world size times two)."""
     what = "ownership_cyclic 要轮流认领元素、算局部平方和、All-Reduce，并如实核对"
-    if _is_course_version(fn, "ownership_check"):
+    from mgpu_helpers.lessons import lab as lesson
+
+    if fn is lesson.ownership_check:
         raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
     _run_ownership(fn, what, world_sizes, review_cyclic, cyclic=True)
     passed(

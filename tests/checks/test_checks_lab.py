@@ -301,3 +301,12 @@ def test_a_wrong_local_result_and_a_malformed_row_are_named():
         "rank 0：shard (0, 5) 上的平方和应当是 30"
     )
     assert "应当是一个 dict" in lab.review_ownership([{"shard": (0, 10)}], DATA)[0]
+
+
+def test_the_course_ownership_check_answers_neither_the_fill_in_nor_ex12s_cyclic_split():
+    from mgpu_helpers.lessons import lab as lesson
+
+    with pytest.raises(checks.CheckFailed, match="课程自己的"):
+        lab.try_ownership_check(lesson.ownership_check)
+    with pytest.raises(checks.CheckFailed, match="轮流分"):
+        checks.check_ownership_cyclic(lesson.ownership_check)
