@@ -12,6 +12,7 @@ BENCHES = {
     "registers": "registers per thread of notebook 02's kernels (--record PATH writes the recorded file)",
     "notebooks": "every notebook under nbval, one process each: seconds and slowest cells, beside a two-cell notebook",
     "peer": "peer access matrix, GPU0<->GPU1 copy bandwidth, all-reduce busbw with and without NCCL P2P",
+    "gpu_failures": "record 01's asynchronous CUDA error and 03's ranks crowding GPU 0 (the files the notebooks read)",
 }
 
 

@@ -185,3 +185,43 @@ def vec_add_unchecked(a, b, c):
     """vecAdd WITHOUT the bounds check: every launched thread touches a[i], b[i], c[i]. Do not copy."""
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     c[i] = a[i] + b[i]
+
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ASYNC_CHILD = """import torch
+
+x = torch.arange(10, device="cuda")
+idx = torch.tensor([3, 12], device="cuda")     # 12 is past the end of x (10 elements)
+y = x[idx]                                     # the bad index
+w = torch.ones(1000, device="cuda").cumsum(0)  # an unrelated kernel
+print("the host went on past the bad index", flush=True)
+total = float(w[-1])                           # one number back to the host
+print("total =", total)
+"""
+
+
+def raised_at(stderr: str) -> tuple[int, str] | None:
+    """The line of async_child.py that the last traceback in ``stderr`` points at: (number, its source)."""
+    hits = re.findall(r'File "[^"]*async_child\.py", line (\d+)', stderr)
+    if not hits:
+        return None
+    n = int(hits[-1])
+    return n, ASYNC_CHILD.splitlines()[n - 1].split("#")[0].strip()
+
+
+def run_async_child(blocking: bool) -> subprocess.CompletedProcess:
+    """Run async_child.py in a fresh process (CUDA_LAUNCH_BLOCKING=1 when ``blocking``); return the finished
+    process: its exit code, what it printed (``stdout``) and its traceback (``stderr``)."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_LAUNCH_BLOCKING"}
+    if blocking:
+        env["CUDA_LAUNCH_BLOCKING"] = "1"  # set before the child starts CUDA
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "async_child.py")
+        path.write_text(ASYNC_CHILD, encoding="utf-8")
+        return subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)

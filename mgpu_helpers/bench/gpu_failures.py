@@ -1,0 +1,274 @@
+"""Record two GPU failures that notebooks 01 and 03 show on machines without a GPU:
+``python -m mgpu_helpers.bench gpu_failures [--out DIR] [--ranks N] [--gpu NAME]``.
+
+1. ``async_error_<gpu>.txt`` (01, 5.4): 01's own script (``lessons.cuda_model.ASYNC_CHILD``: an out-of-bounds
+   index on the GPU, then an unrelated kernel, then a float back to the host) run twice by 01's own
+   ``run_async_child``, each time in a fresh process: plainly, and with ``CUDA_LAUNCH_BLOCKING=1``.
+2. ``one_gpu_per_rank_<gpu>.txt`` (03, "crowd"): ``--ranks`` spawned processes (default 4) use CUDA without
+   ``torch.cuda.set_device``; NVML's per-process memory on each GPU once they hold only a context and again after
+   each allocates 256 MiB. Then, where there are 2 GPUs or more, two NCCL ranks without ``set_device`` all-reduce
+   a tensor on ``"cuda"``; with one GPU that part records why it did not run.
+
+Both files are written by :mod:`mgpu_helpers.bench.failure_records`, which the notebooks read them with. Needs an
+NVIDIA GPU: without one it says so and exits 1, writing nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import queue
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mgpu_helpers.bench import failure_records as fr
+from mgpu_helpers.report import recorded
+
+ALLOC_MIB = 256
+NCCL_TIMEOUT_S = 60
+COMMAND = "python -m mgpu_helpers.bench gpu_failures"
+
+
+def machine_line(gpu_name: str, gpu_count: int) -> str:
+    """``NVIDIA H200 x 2, host; torch 2.11.0, CUDA 13.0; date 2026-12-05 08:00 UTC`` (torch read without
+    initialising CUDA, so this process holds no context that NVML would list)."""
+    import torch
+
+    now = _dt.datetime.now(_dt.UTC)
+    return (
+        f"{gpu_name} x {gpu_count}, {platform.node()}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+        f"date {now:%Y-%m-%d %H:%M} UTC"
+    )
+
+
+# --- 1. the asynchronous error ----------------------------------------------------------------------------------
+
+
+def async_error_record(header: fr.Header, run_child) -> fr.AsyncErrorRecord:
+    """The record of ``run_child(blocking)`` (a ``subprocess.CompletedProcess``) for both runs: 01's
+    ``run_async_child`` on a GPU, a fake in the tests."""
+    from mgpu_helpers.lessons.cuda_model import ASYNC_CHILD
+
+    runs = {}
+    for name, blocking in zip(fr.RUNS, (False, True), strict=True):
+        done = run_child(blocking)
+        runs[name] = fr.ChildRun(done.returncode, done.stdout, done.stderr)
+    return fr.AsyncErrorRecord(header, ASYNC_CHILD, runs)
+
+
+# --- 2. the crowd on GPU 0 --------------------------------------------------------------------------------------
+
+
+def nvml_processes() -> dict[int, dict[int, int | None]]:
+    """``{gpu: {pid: MiB}}`` of every compute process NVML lists (MiB None where the driver gives no figure)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        out = {}
+        for gpu in range(pynvml.nvmlDeviceGetCount()):
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(gpu))
+            out[gpu] = {p.pid: None if p.usedGpuMemory is None else p.usedGpuMemory // 2**20 for p in procs}
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _crowd_worker(rank, barrier, answers):
+    """Use CUDA without set_device (its context lands on the current device), then allocate ALLOC_MIB there,
+    waiting at the barrier after each step while the parent reads NVML."""
+    import torch
+
+    torch.zeros(1, device="cuda")
+    answers.put((rank, os.getpid(), torch.cuda.current_device()))
+    barrier.wait()  # context only: the parent reads NVML
+    barrier.wait()
+    held = torch.empty(ALLOC_MIB * 2**20, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    barrier.wait()  # + ALLOC_MIB: the parent reads NVML again
+    barrier.wait()
+    del held
+
+
+def _answers(answers, procs, timeout_s: float) -> tuple[list, str | None]:
+    """One answer ``(rank, ...)`` from each of ``procs`` (rank = its place in the list) through the queue
+    ``answers``, and what went wrong where not all came: a process that ended without answering stops the wait
+    at once rather than at ``timeout_s``."""
+    got, deadline, ended = [], time.monotonic() + timeout_s, False
+    while len(got) < len(procs):
+        try:
+            got.append(answers.get(timeout=1))
+            continue
+        except queue.Empty:
+            pass
+        answered = {answer[0] for answer in got}
+        silent = [(rank, p.exitcode) for rank, p in enumerate(procs) if rank not in answered and p.exitcode is not None]
+        if silent and ended:  # ended before the last wait too: its answer would have come by now
+            return got, "ended without an answer (rank, exit code): " + ", ".join(map(str, silent))
+        ended = bool(silent)
+        if time.monotonic() > deadline:
+            return got, f"no answer from {len(procs) - len(got)} process(es) within {timeout_s:.0f} s: a hang"
+    return got, None
+
+
+def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
+    """Spawn ``ranks`` processes of :func:`_crowd_worker`: ``([(rank, pid, current device)], NVML's processes
+    with contexts only, NVML's processes after the allocations)``."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # fresh interpreters: nothing inherited from this process's CUDA state
+    barrier, answers = ctx.Barrier(ranks + 1, timeout=180), ctx.Queue()
+    procs = [ctx.Process(target=_crowd_worker, args=(r, barrier, answers)) for r in range(ranks)]
+    for p in procs:
+        p.start()
+    try:
+        seen, problem = _answers(answers, procs, 180)
+        if problem:
+            raise RuntimeError(f"the processes using CUDA without set_device: {problem}")
+        seen.sort()
+        barrier.wait()
+        time.sleep(1)  # NVML's per-process figures lag the allocation a little
+        context_only = nvml_processes()
+        barrier.wait()
+        barrier.wait()
+        time.sleep(1)
+        after_alloc = nvml_processes()
+        barrier.wait()
+    except BaseException:
+        barrier.abort()  # the processes waiting at it stop at once
+        raise
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    return seen, context_only, after_alloc
+
+
+def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.CrowdRow], str]:
+    """One row per GPU each process appears on in NVML; a process NVML does not list (its pid hidden by a
+    container) gets one row on its current device, without figures. Also every process NVML listed, as text."""
+    gpus = sorted(set(context_only) | set(after_alloc))
+    rows = []
+    for rank, pid, current in seen:
+        on = [g for g in gpus if pid in context_only.get(g, {}) or pid in after_alloc.get(g, {})]
+        for gpu in on:
+            rows.append(
+                fr.CrowdRow(
+                    rank, pid, current, gpu, context_only.get(gpu, {}).get(pid), after_alloc.get(gpu, {}).get(pid)
+                )
+            )
+        if not on:
+            rows.append(fr.CrowdRow(rank, pid, current, current, None, None))
+    listed = [
+        f"{g} {pid} {context_only.get(g, {}).get(pid, '-')}/{after_alloc.get(g, {}).get(pid, '-')}"
+        for g in gpus
+        for pid in sorted(set(context_only.get(g, {})) | set(after_alloc.get(g, {})))
+    ]
+    return rows, "; ".join(listed) or "none"
+
+
+def _nccl_worker(rank, store_path, answers):
+    """One of two NCCL ranks without set_device: both use cuda:0."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group(
+            "nccl", store=dist.FileStore(store_path, 2), rank=rank, world_size=2, timeout=timedelta(seconds=30)
+        )
+        x = torch.ones(4, device="cuda")
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        answers.put((rank, "ok", str(x.tolist())))
+        dist.destroy_process_group()
+    except Exception as exc:  # what NCCL says is the recording
+        answers.put((rank, type(exc).__name__, str(exc)[:1500]))
+
+
+def run_nccl_pair(gpu_count: int) -> str:
+    """What two NCCL ranks without set_device give back, one line a rank; with fewer than 2 GPUs, why not run."""
+    if gpu_count < 2:
+        return f"not run: two NCCL ranks on one machine need 2 GPUs, this one has {gpu_count}\n"
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    answers = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="mgpu-nccl-") as tmp:
+        procs = [ctx.Process(target=_nccl_worker, args=(r, os.path.join(tmp, "store"), answers)) for r in range(2)]
+        for p in procs:
+            p.start()
+        got, problem = _answers(answers, procs, NCCL_TIMEOUT_S)  # a crash or a hang is a finding too
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+    lines = [problem] if problem else []
+    lines += [f"rank {rank}: {kind}: {what}".replace("\n", " | ") for rank, kind, what in sorted(got)]
+    return "\n".join(lines) + "\n"
+
+
+# --- the command ------------------------------------------------------------------------------------------------
+
+
+def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ranks: int) -> list[Path]:
+    """Write both files into ``out_dir``; the GPU work comes in as functions so a test can pass fakes:
+    ``header_for(title)`` -> :class:`failure_records.Header`, ``run_child(blocking)`` -> a finished process,
+    ``crowd(ranks)`` -> :func:`run_crowd`'s triple, ``nccl_pair()`` -> :func:`run_nccl_pair`'s text."""
+    title = "PyTorch out-of-bounds index on the GPU, run in fresh processes: plainly, then with CUDA_LAUNCH_BLOCKING=1"
+    async_text = fr.format_async_error(async_error_record(header_for(title), run_child))
+    rows, nvml = crowd_rows(*crowd(ranks))
+    title = (
+        f"One GPU per rank: {ranks} processes use CUDA without torch.cuda.set_device (torch.zeros(1) for the "
+        f"context, then {ALLOC_MIB} MiB); per-process GPU memory from NVML; then 2 NCCL ranks without set_device"
+    )
+    crowd_text = fr.format_crowd(fr.CrowdRecord(header_for(title), rows, nvml, nccl_pair()))
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, text in ((fr.ASYNC_ERROR, async_text), (fr.ONE_GPU_PER_RANK, crowd_text)):
+        path = Path(out_dir) / fr.file_name(stem, gpu)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=None, help="folder for the two files (default: mgpu_helpers/data)")
+    p.add_argument("--ranks", type=int, default=4, help="processes that skip set_device (default 4)")
+    p.add_argument("--gpu", default=None, help="the files' GPU name, e.g. h200 (default: from the GPU's name)")
+    a = p.parse_args(argv)
+    from mgpu_helpers import hardware
+    from mgpu_helpers.bench.ncu import machine_name
+
+    m = hardware.machine()
+    if not m.gpus:
+        print(
+            f"gpu_failures needs an NVIDIA GPU: this machine has none ({m.note or 'NVML found no GPU'}).",
+            file=sys.stderr,
+        )
+        return 1
+    from mgpu_helpers.lessons.cuda_model import run_async_child
+
+    out = a.out or recorded.DATA_DIR
+    command = " ".join([COMMAND, *argv])
+    machine = machine_line(m.gpus[0].name, len(m.gpus))
+    written = record(
+        out,
+        a.gpu or machine_name(m.gpus[0].name),
+        header_for=lambda title: fr.Header(title, machine, command),
+        run_child=run_async_child,
+        crowd=run_crowd,
+        nccl_pair=lambda: run_nccl_pair(len(m.gpus)),
+        ranks=a.ranks,
+    )
+    for path in written:
+        print(path.read_text(encoding="utf-8"))
+        print(f"written to {path}\n")
+    return 0
