@@ -82,7 +82,7 @@ def test_every_bench_and_make_target_a_readme_names_exists():
     wrong = []
     for readme in READMES:
         text = readme.read_text(encoding="utf-8")
-        benches = re.findall(r"mgpu_helpers\.bench ([a-z]+)", text)
+        benches = re.findall(r"mgpu_helpers\.bench ([a-z_]+)", text)
         wrong += [f"{readme.relative_to(ROOT)}: bench {b}" for b in benches if b not in BENCHES]
         named = re.findall(r"(?:`|^)make ([a-z][\w-]*)", text, flags=re.M)
         wrong += [f"{readme.relative_to(ROOT)}: make {t}" for t in named if t not in targets]
