@@ -1,4 +1,5 @@
-"""What the READMEs name exists: each test (`test_x.py::test_name`), test file, bench and make target.
+"""What the READMEs and module lists name exists: each test (`test_x.py::test_name`), test file, bench, make
+target and module.
 
 The READMEs back their claims with the names of the tests that show them (the launcher's "What it survives"
 names some fifty); a test renamed or moved would leave a claim pointing at nothing, so each name is looked up here.
@@ -94,3 +95,11 @@ def test_the_launcher_readme_lists_every_module_of_the_launcher():
     listed = set(re.findall(r"`(\w+)\.py`", readme.split("## Its modules", 1)[1].split("\n## ", 1)[0]))
     modules = {p.stem for p in (ROOT / "mgpu_helpers/launcher").glob("*.py") if not p.stem.startswith("__")}
     assert listed == modules, f"launcher/README.md's module table: missing {modules - listed}, gone {listed - modules}"
+
+
+def test_the_checkers_core_docstring_lists_every_module_of_it():
+    import mgpu_helpers.checks.core as core
+
+    listed = set(re.findall(r":mod:`\.(\w+)`", core.__doc__))
+    modules = {p.stem for p in Path(core.__file__).parent.glob("*.py") if not p.stem.startswith("__")}
+    assert listed == modules, f"checks/core/__init__.py's list: missing {modules - listed}, gone {listed - modules}"
