@@ -2,11 +2,10 @@
 it is stuck in.
 
 torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
-entries; NCCL's older name ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is deprecated in torch 2.13), each with its sequence number and whether it
-completed. It is on in every launch: both NCCL and gloo record into it in torch 2.13. A rank that is stuck
-has its main thread blocked inside the collective, so the buffer is dumped by a small thread of the rank
-that waits for SIGUSR2 (:func:`start_dumper`); the notebook sends that signal at the timeout and reads the
-dumps with :func:`read_dump` and :func:`summarise`.
+entries), each with its sequence number and whether it completed. It is on in every launch: both NCCL and gloo
+record into it in torch 2.13. A rank that is stuck has its main thread blocked inside the collective, so the
+buffer is dumped by a small thread of the rank that waits for SIGUSR2 (:func:`start_dumper`); the notebook
+sends that signal at the timeout and reads the dumps with :func:`read_dump` and :func:`summarise`.
 
 The same thread writes the rank's Python stacks (every thread's) to :func:`stack_path`, whole and then
 renamed, so the notebook never reads a stack cut short. Only for a rank whose thread could not run (its main
@@ -47,10 +46,8 @@ def _write_whole(path: str, write) -> None:
 def start_dumper(job_dir: str, rank: int) -> None:
     """In a rank, before any other thread exists: dump the Python stacks and the flight recorder on each SIGUSR2.
 
-    The signal is blocked in the main thread (and so in every thread started after this), and taken by
-    ``sigwait`` in a thread of its own: Python's signal handlers run in the main thread only, which is the
-    one stuck in the collective. The dump calls into torch, which the stuck collective does not block (it
-    waits with the GIL released).
+    The signal is blocked in every thread and taken by ``sigwait`` in this one: Python's signal handlers run in
+    the main thread only, the one stuck in the collective (which waits with the GIL released).
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
     path = dump_path(job_dir, rank)
@@ -75,11 +72,10 @@ KEEP_LAST = 5  # the dumps of this many hangs are kept; older ones go
 
 
 def keep_dumps(paths: dict) -> str | None:
-    """Copy the ranks' dumps (``{rank: path}``) where they outlive the launch, whose folder is removed: a new
-    folder in ``$MGPU_FLIGHT_DIR`` (default: ``mgpu-flight-<uid>`` in the system's temp folder), a file per rank
-    named as torch names its own dumps, ``fr_trace_rank_<rank>``, so that torch's analyzer reads the folder as
-    it is (``python -m torch.distributed.flight_recorder.fr_trace FOLDER``). Only the last :data:`KEEP_LAST`
-    hangs' folders are kept. None when no rank left a dump."""
+    """Copy the ranks' dumps (``{rank: path}``) where they outlive the launch's folder, and return that folder: a
+    new one in ``$MGPU_FLIGHT_DIR`` (default: ``mgpu-flight-<uid>`` in the temp folder), a file per rank named as
+    torch names its own, so that torch's analyzer reads it as it is (``python -m
+    torch.distributed.flight_recorder.fr_trace FOLDER``). The last :data:`KEEP_LAST` are kept; None: no dump."""
     import shutil
     import tempfile
 

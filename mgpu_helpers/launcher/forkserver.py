@@ -33,20 +33,8 @@ IDLE_EXIT_S = float(os.environ.get("MGPU_FORKSERVER_IDLE_S", "600"))
 # knobs; the rest of a kernel's environment (the classroom's MGPU_PROJECTION, say) reaches its ranks with each
 # job (rank_process sets it), so it needs no fork server of its own.
 IMPORT_TIME_VARS = (
-    "PYTHON",
-    "LD_",
-    "TORCH",
-    "PYTORCH",
-    "OMP_",
-    "MKL_",
-    "KMP_",
-    "GOMP_",
-    "OPENBLAS",
-    "CUDA",
-    "NCCL",
-    "GLOO",
-    "MGPU_FORKSERVER_IDLE_S",
-    "MGPU_IDLE_PRELOAD_S",
+    *("PYTHON", "LD_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS", "CUDA", "NCCL", "GLOO"),
+    *("MGPU_FORKSERVER_IDLE_S", "MGPU_IDLE_PRELOAD_S"),
 )
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -159,13 +159,9 @@ class Job:
 
     def drain(self, seconds: float) -> None:
         """Read until every pipe we read is closed (ranks gone) or ``seconds`` pass, then what is left in them."""
-        end = time.monotonic() + seconds
-        while self.sel.get_map():
-            left = end - time.monotonic()
-            if left > 0:
-                self.pump(min(0.05, left))
-            elif not self.pump(0):
-                break
+        self._pump_until(lambda: not self.sel.get_map(), seconds)
+        while self.sel.get_map() and self.pump(0):
+            pass
 
     # -- state ----------------------------------------------------------------------------------------
     def finished(self, rank: int) -> bool:
@@ -193,11 +189,9 @@ class Job:
         leader = self.leader if self.leader_alive() else None
         if self.status_fd is not None:
             self.close_fd(self.status_fd)
-        # When every rank has exited the leader only has orphans left to end, and does so on its own; a
-        # repeat launch should not wait for that. Nor when every rank has returned its result: each one
-        # flushed its output first and is only leaving the group, so there is nothing left to read, and the
-        # leader kills them the moment it sees the pipe close (about 30 ms of process exits on 2 cores, which
-        # the cell need not wait for). Otherwise make sure the ranks are gone before returning.
+        # Every rank exited (the leader ends the orphans on its own) or returned (it flushed its output first and
+        # is only leaving the group; the leader kills it as the pipe closes): nothing to wait for, and a repeat
+        # launch should not wait for 30 ms of process exits. Otherwise the ranks are gone before this returns.
         if len(self.exits) == self.world_size or all(self.returned(r) for r in range(self.world_size)):
             self.ended = True
         elif leader is not None:

@@ -7,13 +7,9 @@ imported torch once and never touches CUDA, forked for this kernel by the fork s
 are forked from it, so a repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has
 used CUDA can still launch.
 
-The notebook side supervises: it streams each rank's output as ``[rank k]`` lines into the cell, stops
-every rank as soon as one fails, and at the timeout takes each rank's Python stack and flight-recorder
-dump before ending them. An interrupt (Jupyter's SIGINT), or any signal whose Python handler raises (a cell's
-time limit), is taken only in the launcher's waits: for a cold start's ``import torch`` and while ranks are
-supervised (:mod:`mgpu_helpers.launcher.interrupts`), so set-up and clean-up are never left half-done.
-Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a
-launch opens no port on the network and never clashes with another launch.
+The notebook side supervises (:mod:`mgpu_helpers.launcher.supervise`), and takes interrupts only in its waits
+(:mod:`mgpu_helpers.launcher.interrupts`). Rendezvous is a FileStore in a private temp folder and sockets are
+bound to the loopback interface, so a launch opens no port on the network and never clashes with another.
 """
 
 import atexit
@@ -44,16 +40,6 @@ from mgpu_helpers.launcher.server import close_fds
 from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
-__all__ = [
-    "RankResults",
-    "ServerState",
-    "free_loopback_port",
-    "loopback_env",
-    "prewarm",
-    "run_ranks",
-    "server_state",
-    "shutdown_server",
-]
 MAX_WORLD_SIZE = 64
 
 
@@ -335,14 +321,8 @@ def server_state() -> ServerState:
     """The rank server as this notebook holds it now (for diagnostics and tests; it changes nothing)."""
     conn = _server.conn
     if conn is None:
-        return ServerState(pid=None, alive=False, ready=False, forked=False, socket_open=False)
-    return ServerState(
-        pid=conn.proc.pid,
-        alive=conn.alive(),
-        ready=conn.ready,
-        forked=conn.forked,
-        socket_open=conn.sock.fileno() != -1,
-    )
+        return ServerState(None, False, False, False, False)
+    return ServerState(conn.proc.pid, conn.alive(), conn.ready, conn.forked, conn.sock.fileno() != -1)
 
 
 def shutdown_server() -> None:

@@ -10,9 +10,8 @@ a rank whose own threads cannot run at all.
 
 py-spy is optional: where it is not installed, or may not attach (ptrace forbidden: a container without
 ``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the
-launcher's report goes on without native stacks. Each rank writes its pid to :func:`pid_path` when it starts
-(:func:`note_pid`), so that the notebook knows which process is which rank, and where Yama allows only a
-process's ancestors to attach to it (:func:`note_pid` says why that matters) lets py-spy in.
+launcher's report goes on without native stacks. Each rank writes its pid where :func:`take` finds it, and lets
+py-spy in where Yama would not (:func:`note_pid`).
 """
 
 import ctypes
@@ -42,8 +41,8 @@ YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
 
 def _yama_scope() -> int | None:
-    """Yama's ptrace_scope (0: any process of the user may attach, 1: only its ancestors, 2: only an
-    administrator, 3: nobody), or None where Linux has no Yama (or this is not Linux)."""
+    """Yama's ptrace_scope (0: any process of the user may attach, 1: only its ancestors, 2: only root, 3:
+    nobody), or None without Yama."""
     try:
         with open(YAMA_SCOPE) as f:
             return int(f.read())

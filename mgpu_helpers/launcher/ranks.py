@@ -97,13 +97,6 @@ def init_process_group(
     )
 
 
-def default_backend(local_world_size: int) -> str:
-    """NCCL when this host has a GPU for each local rank, gloo otherwise (what ``backend="auto"`` means)."""
-    import torch
-
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size else "gloo"
-
-
 def torchrun_main(fn, *args, backend: str = "auto"):
     """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns.
 
@@ -129,8 +122,10 @@ def torchrun_main(fn, *args, backend: str = "auto"):
         ) from None
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    if backend == "auto":
-        backend = default_backend(local_ws)
+    if backend == "auto":  # NCCL when this host has a GPU for each local rank
+        import torch
+
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_ws else "gloo"
     init_process_group(rank, world_size, backend, "env://", local_rank=local_rank)
     try:
         return fn(rank, world_size, *args)

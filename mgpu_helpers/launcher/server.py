@@ -205,21 +205,25 @@ def import_rank_modules() -> None:
     from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
 
 
-def serve_kernel(sock: socket.socket) -> None:
-    """Serve the kernel at the other end of ``sock``, in a process the fork server forked for it: the kernel gets
-    a pidfd of this process with the Ready, since it cannot wait for a process that is not its child."""
+def _ready_then_serve(sock: socket.socket, fds=()) -> None:
+    """Tell the kernel this server takes jobs (with ``fds``, which it then holds copies of), and serve it."""
     from mgpu_helpers.launcher.messages import Ready
     from mgpu_helpers.launcher.wire import send_msg
 
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    pidfd = os.pidfd_open(os.getpid())
     try:
-        send_msg(sock, pickle.dumps(Ready(os.getpid())), [pidfd])
+        send_msg(sock, pickle.dumps(Ready(os.getpid())), fds)
     except OSError:
-        return  # the kernel went away before it was served
+        return  # the kernel went away before it was served (while we were importing torch, say)
     finally:
-        os.close(pidfd)  # the kernel holds its own copy now
+        close_fds(fds)
     serve(sock)
+
+
+def serve_kernel(sock: socket.socket) -> None:
+    """Serve the kernel at the other end of ``sock``, in a process the fork server forked for it: the kernel gets
+    a pidfd of this process with the Ready, since it cannot wait for a process that is not its child."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _ready_then_serve(sock, [os.pidfd_open(os.getpid())])
 
 
 def main() -> None:
@@ -230,15 +234,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import_rank_modules()
-    from mgpu_helpers.launcher.messages import Ready
-    from mgpu_helpers.launcher.wire import send_msg
-
-    sock = socket.socket(fileno=fd)
-    try:
-        send_msg(sock, pickle.dumps(Ready(os.getpid())))
-    except OSError:
-        return  # the notebook went away while we were importing torch: nothing to serve
-    serve(sock)
+    _ready_then_serve(socket.socket(fileno=fd))
 
 
 if __name__ == "__main__":

@@ -225,15 +225,11 @@ def _raise_launcher_died(job: Job):
             code = job.server_proc.wait(0.25)
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
+    if code == "unknown":  # forked by the fork server: not ours to read its status
+        how = "ended"
+    elif code is not None:
+        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
     if code is not None:
-        how = (
-            "ended"
-            if code == "unknown"
-            # forked by the fork server: not ours to read its status
-            else f"was killed by {_signal_name(-code)}"
-            if code < 0
-            else f"exited with code {code}"
-        )
         raise LaunchError(
             f"the rank server died during this launch (it {how}; out of memory, or killed by hand?), and "
             f"the ranks went with it.{note} The next launch starts a new rank server."
@@ -304,11 +300,11 @@ def _raise_timeout(job: Job):
             "Every rank is blocked in a blocking send/recv: a deadlock. Pair each send with a recv "
             "on the peer (reorder), or use isend/irecv / batch_isend_irecv."
         )
-    lines.append(
+    lines += [
         "The flight recorder's numbers are torch's sequence numbers of the collectives of the "
-        "default group: ranks stuck at different numbers or names disagree on the order."
-    )
-    lines.append("Run with debug=True for torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL).")
+        "default group: ranks stuck at different numbers or names disagree on the order.",
+        "Run with debug=True for torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL).",
+    ]
     for r in stuck:
         lines.append(f"--- Python stack of rank {r} ---\n{stacks.get(r) or '(none taken)'}")
         if beneath := native_stacks.beneath_python(native.get(r, "")):

@@ -1,6 +1,7 @@
 """Length-prefixed frames over pipes and sockets, shared by the notebook side and the rank server."""
 
 import os
+import socket
 import struct
 
 _HEADER = struct.Struct("!Q")
@@ -72,8 +73,6 @@ def recv_exact(sock, size: int) -> bytes:
 
 def send_msg(sock, data: bytes, fds=()) -> None:
     """Send a frame on a Unix socket, with file descriptors attached to its header."""
-    import socket
-
     header = _HEADER.pack(len(data))
     if fds:
         socket.send_fds(sock, [header], list(fds))
@@ -84,8 +83,6 @@ def send_msg(sock, data: bytes, fds=()) -> None:
 
 def recv_msg(sock, maxfds: int = 0) -> tuple[bytes, list[int]]:
     """Receive one frame sent by :func:`send_msg`; returns (data, fds)."""
-    import socket
-
     fds: list[int] = []
     if maxfds:
         header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, maxfds)
