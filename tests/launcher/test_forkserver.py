@@ -4,15 +4,14 @@ and the kernel's own server wherever that cannot be (mgpu_helpers/launcher/forks
 import os
 import signal
 import socket
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from contextlib import suppress
 
 import psutil
 import pytest
+from launcher_procs import gone, printed_pids, start_kernel, wait_gone
 
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import forkserver, launch
@@ -51,22 +50,6 @@ def _fork_servers(idle: str) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _gone(pids, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while any(_alive(p) for p in pids):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _rank_state(rank, world_size):
     import sys
 
@@ -87,7 +70,7 @@ def test_a_kernels_servers_are_forked_from_one_fork_server_that_has_imported_tor
     assert "mgpu_helpers.launcher.forkserver" in " ".join(psutil.Process(parent).cmdline())
     assert parent != os.getpid()  # not this kernel's child
     launch.shutdown_server()  # ended through its pidfd
-    assert _gone([first.pid], 5)
+    assert wait_gone([first.pid], 5)
     assert mh.run_ranks(_rank_state, 2, quiet=True).values == [(3, True), (3, True)]
     assert psutil.Process(launch.server_state().pid).ppid() == parent  # the same fork server
 
@@ -109,15 +92,15 @@ def test_a_forked_server_killed_during_a_launch_is_a_launch_error_and_the_next_l
             mh.run_ranks(sleeps, 2, timeout=30, quiet=True)
     finally:
         killer.cancel()
-    assert _gone([server], 5)
+    assert wait_gone([server], 5)
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3  # a new server, forked again
     assert launch.server_state().forked and launch.server_state().pid != server
 
 
 def test_the_forked_server_and_its_ranks_go_when_the_kernel_dies_and_the_fork_server_stays(fork_served, tmp_path):
-    script = tmp_path / "kernel.py"
-    script.write_text(
-        textwrap.dedent("""
+    kernel = start_kernel(
+        tmp_path,
+        """
         import os, time
         import psutil
         import mgpu_helpers as mh
@@ -126,25 +109,17 @@ def test_the_forked_server_and_its_ranks_go_when_the_kernel_dies_and_the_fork_se
             time.sleep(120)
         if __name__ == "__main__":
             mh.run_ranks(rank_fn, 2, timeout=100)
-    """)
+        """,
     )
-    kernel = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    ranks, servers = set(), set()
-    while len(ranks) < 2:
-        line = kernel.stdout.readline()
-        assert line, "the launching process ended early"
-        if "pids " in line:
-            rank, server = map(int, line.split("pids ")[1].split())
-            ranks.add(rank)
-            servers.add(server)
+    ranks, servers = map(set, zip(*printed_pids(kernel, 2, "pids ")))
     (server,) = servers
     fork_server = psutil.Process(server).ppid()
     assert "mgpu_helpers.launcher.forkserver" in " ".join(psutil.Process(fork_server).cmdline())
     pids = ranks | servers
     kernel.kill()  # like a kernel that dies or is restarted
     kernel.wait()
-    assert _gone(pids, 10)
-    assert _alive(fork_server)  # it serves the next kernel
+    assert wait_gone(pids, 10)
+    assert not gone(fork_server)  # it serves the next kernel
 
 
 class _Impostor:
@@ -224,7 +199,7 @@ def test_an_idle_fork_server_exits_and_the_next_kernel_starts_another(fork_serve
     monkeypatch.setenv("MGPU_FORKSERVER_IDLE_S", "0.5")
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3
     first = psutil.Process(launch.server_state().pid).ppid()
-    assert _gone([first], 30)  # half a second without a kernel
+    assert wait_gone([first], 30)  # half a second without a kernel
     assert launch.server_state().alive  # this kernel's server is not the fork server's to end
     launch.shutdown_server()
     assert mh.run_ranks(_rank_state, 2, quiet=True).values[0][0] == 3

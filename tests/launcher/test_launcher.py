@@ -16,14 +16,13 @@ import time
 
 import psutil
 import pytest
+from launcher_procs import ROOT, cell_output, pids_from, printed_pids, start_kernel, wait_gone
 
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import flight, launch
 
 # They check the process tree under this process: a rank server of its own, not one the fork server forked.
 pytestmark = pytest.mark.usefixtures("own_rank_server")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _allreduce_rank(rank, world_size):
@@ -33,30 +32,6 @@ def _allreduce_rank(rank, world_size):
     t = torch.tensor([rank])
     dist.all_reduce(t)
     return int(t.item())
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(pids, seconds=10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if all(_gone(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return all(_gone(p) for p in pids)
-
-
-def _pids_from(outputs: dict) -> list[int]:
-    """Rank functions below print 'pid <n>' first; collect those pids from an error's outputs."""
-    pids = []
-    for lines in outputs.values():
-        pids += [int(ln.split()[1]) for ln in lines if ln.startswith("pid ")]
-    return pids
 
 
 # ---------------------------------------------------------------------------------------------- the basics
@@ -169,8 +144,8 @@ def test_rank_exception_kills_peers():
     assert err.rank == 1 and err.exc_type == "ValueError"
     assert "bad shard on rank 1" in str(err) and "Traceback" in str(err)
     assert isinstance(err.original, ValueError)
-    pids = _pids_from(err.outputs)
-    assert len(pids) == 3 and _wait_gone(pids)
+    pids = pids_from(err.outputs)
+    assert len(pids) == 3 and wait_gone(pids)
 
 
 def test_rank_os_exit_reported_with_last_output():
@@ -185,7 +160,7 @@ def test_rank_os_exit_reported_with_last_output():
         mh.run_ranks(rank_fn, 2, timeout=50, quiet=True)
     assert info.value.rank == 0 and info.value.exc_type is None
     assert "exited with code 3" in str(info.value) and "about to leave" in str(info.value)
-    assert _wait_gone(_pids_from(info.value.outputs))
+    assert wait_gone(pids_from(info.value.outputs))
 
 
 @pytest.mark.parametrize("how,signame", [("sigkill", "SIGKILL"), ("segfault", "SIGSEGV")])
@@ -203,7 +178,7 @@ def test_rank_killed_by_signal_is_reported(how, signame):
     with pytest.raises(mh.RankError) as info:
         mh.run_ranks(rank_fn, 2, timeout=50, quiet=True)
     assert info.value.rank == 1 and f"killed by {signame}" in str(info.value)
-    assert _wait_gone(_pids_from(info.value.outputs))
+    assert wait_gone(pids_from(info.value.outputs))
 
 
 def test_rank_returning_early_while_peers_wait_is_reported():
@@ -310,26 +285,17 @@ def test_kernel_interrupt_ends_every_rank_and_relaunch_works():
         print("pid", os.getpid(), flush=True)
         time.sleep(60)
 
-    class Spy:
-        def write(self, text):
-            printed.append(text)
-            if text.count("pid ") and sum(t.count("pid ") for t in printed) == 2:
-                # Both ranks are up: press "interrupt" the way Jupyter does (SIGINT to the kernel).
-                os.kill(os.getpid(), signal.SIGINT)
+    def write(text):
+        printed.append(text)
+        if text.count("pid ") and sum(t.count("pid ") for t in printed) == 2:
+            # Both ranks are up: press "interrupt" the way Jupyter does (SIGINT to the kernel).
+            os.kill(os.getpid(), signal.SIGINT)
 
-        def flush(self):
-            pass
-
-    real = sys.stdout
-    sys.stdout = Spy()
-    try:
-        # The ranks sleep past the timeout: KeyboardInterrupt (not RankTimeout) shows it was taken at once.
-        with pytest.raises(KeyboardInterrupt):
-            mh.run_ranks(rank_fn, 2, timeout=50)
-    finally:
-        sys.stdout = real
+    # The ranks sleep past the timeout: KeyboardInterrupt (not RankTimeout) shows it was taken at once.
+    with cell_output(write), pytest.raises(KeyboardInterrupt):
+        mh.run_ranks(rank_fn, 2, timeout=50)
     pids = [int(part.split()[0]) for text in printed for part in text.split("pid ")[1:]]
-    assert len(pids) == 2 and _wait_gone(pids, 5)
+    assert len(pids) == 2 and wait_gone(pids, 5)
     assert dict(os.environ) == env_before and signal.getsignal(signal.SIGINT) is handler_before
     assert mh.run_ranks(_allreduce_rank, 2, quiet=True).values == [1, 1]
 
@@ -351,30 +317,23 @@ def test_a_cold_first_launch_imports_torch_here_while_the_server_imports_its_own
 
 
 def test_ranks_die_with_the_kernel(tmp_path):
-    script = tmp_path / "kernel.py"
-    script.write_text(
-        textwrap.dedent(f"""
-        import os, sys, time
-        sys.path.insert(0, {ROOT!r})
+    kernel = start_kernel(
+        tmp_path,
+        """
+        import os, time
         import mgpu_helpers as mh
         def rank_fn(rank, world_size):
             print("pid", os.getpid(), flush=True)
             time.sleep(120)
         if __name__ == "__main__":
             mh.run_ranks(rank_fn, 2, timeout=100)
-    """)
+        """,
     )
-    kernel = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    pids = []
-    while len(pids) < 2:
-        line = kernel.stdout.readline()
-        assert line, "the launching process ended early"
-        if "pid " in line:
-            pids.append(int(line.split("pid ")[1]))
+    pids = [pid for (pid,) in printed_pids(kernel, 2)]
     server = [c.pid for c in psutil.Process(kernel.pid).children()]
     kernel.kill()  # like a kernel that dies or is restarted
     kernel.wait()
-    assert _wait_gone(pids + server, 10)
+    assert wait_gone(pids + server, 10)
 
 
 # ---------------------------------------------------------------------------------------------- hygiene
@@ -409,7 +368,7 @@ def test_a_launch_whose_ranks_all_returned_does_not_wait_for_them_to_exit_and_th
     res = mh.run_ranks(lambda rank, ws: (rank, os.getpid()), 2, quiet=True, stream=False)
     assert [v[0] for v in res.values] == [0, 1]
     assert waited == []  # every rank had answered: the leader ends them, the cell goes on
-    assert _wait_gone([pid for _, pid in res.values], 5)
+    assert wait_gone([pid for _, pid in res.values], 5)
     with pytest.raises(mh.RankError):  # a rank that fails: its peers are ended before the error is raised
         mh.run_ranks(_fail_or_exit, 2, args=("raise",), quiet=True, stream=False)
     assert waited
@@ -510,14 +469,10 @@ def test_output_is_streamed_live_with_rank_prefix(tmp_path):
     seen = tmp_path / "seen"
     lines = []
 
-    class Cell:
-        def write(self, text):
-            lines.extend(text.splitlines())
-            if sum(ln.endswith("first line") for ln in lines) == 2:
-                seen.touch()
-
-        def flush(self):
-            pass
+    def write(text):
+        lines.extend(text.splitlines())
+        if sum(ln.endswith("first line") for ln in lines) == 2:
+            seen.touch()
 
     def rank_fn(rank, world_size):
         print("first line", flush=True)
@@ -526,12 +481,8 @@ def test_output_is_streamed_live_with_rank_prefix(tmp_path):
         print("second", "line")  # not flushed by hand: ranks are line-buffered
         return rank
 
-    real = sys.stdout
-    sys.stdout = Cell()
-    try:
+    with cell_output(write):
         assert mh.run_ranks(rank_fn, 2, timeout=30, quiet=True).values == [0, 1]
-    finally:
-        sys.stdout = real
     assert sorted(lines) == [
         "[rank 0] first line",
         "[rank 0] second line",

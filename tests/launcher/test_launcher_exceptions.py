@@ -30,6 +30,7 @@ import time
 
 import psutil
 import pytest
+from launcher_procs import cell_output, gone, signal_at_line, wait_until
 
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import job as job_module
@@ -38,8 +39,6 @@ from mgpu_helpers.launcher.messages import Ready
 
 # They check the process tree under this process: a rank server of its own, not one the fork server forked.
 pytestmark = pytest.mark.usefixtures("own_rank_server")
-
-LAUNCHER_DIR = os.path.dirname(os.path.abspath(launch.__file__))
 
 
 class CellTimeLimit(Exception):
@@ -69,22 +68,6 @@ def time_limit_handler():
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _wait_until(check, seconds=10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
-
-
 def _servers() -> list[int]:
     """Live rank servers (real or stand-in) started by this process."""
     found = []
@@ -104,35 +87,7 @@ def _assert_state_whole() -> None:
     if state.alive:
         assert state.socket_open, "the server is alive but its socket is closed"
         assert set(_servers()) <= {state.pid}, "a server is running that the launcher does not hold"
-    assert _wait_until(lambda: len(_servers()) <= (1 if launch.server_state().alive else 0), 5), _servers()
-
-
-def _at_line(n: int, signum: int, after=None):
-    """A trace function that raises ``signum`` at the n-th line of the launcher's code run in this thread.
-
-    With ``after`` (a function name), lines are counted from the moment a function of that name in the
-    launcher returned. A real signal, so it meets whatever handler is installed at that line, exactly as the
-    interrupt button or a timer would.
-    """
-    seen = [0]
-    armed = [after is None]
-
-    def local(frame, event, arg):
-        if event == "return" and frame.f_code.co_name == after:
-            armed[0] = True
-        elif event == "line" and armed[0]:
-            seen[0] += 1
-            if seen[0] == n:
-                sys.settrace(None)
-                signal.raise_signal(signum)
-        return local
-
-    def tracer(frame, event, arg):
-        if frame.f_code.co_filename.startswith(LAUNCHER_DIR):
-            return local
-        return None
-
-    return tracer
+    assert wait_until(lambda: len(_servers()) <= (1 if launch.server_state().alive else 0), 5), _servers()
 
 
 # A stand-in rank server: sends the Ready it is given, then waits for the socket to close.
@@ -170,8 +125,10 @@ def _fds() -> int:
 
 def _assert_next_launch_works_and_nothing_is_left(tmp, fds_before=None):
     assert mh.run_ranks(lambda r, ws: (r, ws), 2, quiet=True, stream=False).values == [(0, 2), (1, 2)]
-    under = lambda: [c.pid for c in psutil.Process(launch.server_state().pid).children(recursive=True) if _alive(c.pid)]
-    assert _wait_until(lambda: under() == [], 10), f"left under the server: {under()}"
+    under = lambda: [
+        c.pid for c in psutil.Process(launch.server_state().pid).children(recursive=True) if not gone(c.pid)
+    ]
+    assert wait_until(lambda: under() == [], 10), f"left under the server: {under()}"
     assert os.listdir(tmp) == [], "a job folder was left behind"
     if fds_before is not None:
         assert _fds() == fds_before, "file descriptors leaked"
@@ -195,7 +152,7 @@ def test_a_signal_at_any_line_of_starting_and_stopping_the_server_leaves_it_whol
     signum, expected = KINDS[kind]
     hit = 0
     for n in range(1, 90):
-        sys.settrace(_at_line(n, signum))
+        sys.settrace(signal_at_line(n, signum))
         try:
             mh.launcher.prewarm()
             mh.shutdown_server()
@@ -250,7 +207,7 @@ def test_an_exception_from_ending_the_server_process_leaves_no_live_server_witho
         _assert_state_whole()
         mh.launcher.prewarm(wait=True)
         assert launch.server_state().pid != old.pid and launch.server_state().ready
-        assert _wait_until(lambda: not _alive(old.pid), 5), "the old server was left running"
+        assert wait_until(lambda: gone(old.pid), 5), "the old server was left running"
         mh.shutdown_server()
         assert _servers() == []
 
@@ -265,7 +222,7 @@ def test_a_signal_just_after_ready_was_read_leaves_the_server_ready(kind, stand_
     signum, expected = KINDS[kind]
     for n in range(1, 25):
         mh.shutdown_server()
-        sys.settrace(_at_line(n, signum, after="recv_msg"))
+        sys.settrace(signal_at_line(n, signum, after="recv_msg"))
         try:
             mh.launcher.prewarm(wait=True)
         except expected:
@@ -311,24 +268,18 @@ def test_signals_right_behind_the_first_never_leave_the_clean_up_unprotected(kin
 
         def handler(s, frame):
             if second:  # the first delivery: arm the second signal, then raise
-                sys.settrace(_at_line(second.pop(), signum))
+                sys.settrace(signal_at_line(second.pop(), signum))
             raise expected(f"signal {s}")
 
-        class Cell:  # the cell's output: the first line triggers the first signal
-            def write(self, text):
-                if "up" in text:
-                    signal.raise_signal(signum)
-
-            def flush(self):
-                pass
+        def write(text):  # the cell's output: the first line triggers the first signal
+            if "up" in text:
+                signal.raise_signal(signum)
 
         signal.signal(signum, handler)
-        real_out, sys.stdout = sys.stdout, Cell()
         try:
-            with pytest.raises(expected):
+            with cell_output(write), pytest.raises(expected):
                 mh.run_ranks(_print_then_sleep, 2, timeout=30, quiet=True)
         finally:
-            sys.stdout = real_out
             sys.settrace(None)
             signal.signal(signum, outside)
         assert os.listdir(private_tmp) == [], f"n={n}: the job folder was left behind"
@@ -345,26 +296,18 @@ def test_systemexit_from_the_cells_output_fails_that_launch_only(every_write, pr
     fds_before = _fds()
     raised = []
 
-    class Widget:
-        def write(self, text):
-            if every_write or not raised:
-                raised.append(text)
-                raise SystemExit("closed by a widget callback")
-
-        def flush(self):
-            pass
+    def widget(text):
+        if every_write or not raised:
+            raised.append(text)
+            raise SystemExit("closed by a widget callback")
 
     def chatty(rank, world_size):
         for i in range(50):
             print("line", i, flush=True)
         time.sleep(60)
 
-    real_out, sys.stdout = sys.stdout, Widget()
-    try:
-        with pytest.raises(SystemExit):
-            mh.run_ranks(chatty, 2, timeout=30, quiet=True)
-    finally:
-        sys.stdout = real_out
+    with cell_output(widget), pytest.raises(SystemExit):
+        mh.run_ranks(chatty, 2, timeout=30, quiet=True)
     assert raised
     _assert_next_launch_works_and_nothing_is_left(private_tmp, fds_before)
 

@@ -16,30 +16,13 @@ import time
 
 import psutil
 import pytest
+from launcher_procs import cell_output, gone, pids_from, signal_at_line, wait_gone, wait_until
 
 import mgpu_helpers as mh
 from mgpu_helpers.launcher import launch
 
 # They check the process tree under this process: a rank server of its own, not one the fork server forked.
 pytestmark = pytest.mark.usefixtures("own_rank_server")
-
-LAUNCHER_DIR = os.path.dirname(os.path.abspath(launch.__file__))
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_until(check, seconds=10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def _server_pid() -> int:
@@ -53,7 +36,7 @@ def _under_server() -> list[int]:
     if pid is None:
         return []
     try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True) if not _gone(c.pid)]
+        return [c.pid for c in psutil.Process(pid).children(recursive=True) if not gone(c.pid)]
     except psutil.NoSuchProcess:
         return []
 
@@ -74,8 +57,8 @@ def _assert_failing_launch_ends_its_peers_quickly():
         mh.run_ranks(_sleep_and_fail, 3, timeout=40, quiet=True, stream=False)
     assert not isinstance(info.value, mh.RankTimeout), "a failing rank's peers were not ended"
     assert info.value.rank == 1 and info.value.exc_type == "ValueError"
-    pids = [int(ln.split()[1]) for lines in info.value.outputs.values() for ln in lines if ln.startswith("pid ")]
-    assert len(pids) == 3 and _wait_until(lambda: all(_gone(p) for p in pids), 5)
+    pids = pids_from(info.value.outputs)
+    assert len(pids) == 3 and wait_gone(pids, 5)
 
 
 @pytest.fixture
@@ -89,36 +72,12 @@ def watched(tmp_path, monkeypatch):
 
 
 def _assert_nothing_left(watched):
-    assert _wait_until(lambda: _under_server() == [], 10), f"left under the server: {_under_server()}"
+    assert wait_until(lambda: _under_server() == [], 10), f"left under the server: {_under_server()}"
     assert os.listdir(watched["tmp"]) == [], "a job folder was left behind"
     assert psutil.Process().num_fds() == watched["fds"], "file descriptors leaked"
 
 
 # --------------------------------------------------------------------------------------------- interrupts
-
-
-def _interrupt_at_line(k: int):
-    """A trace function that sends this process SIGINT at the k-th line run in the launcher's code.
-
-    A real signal, not a raised exception: it reaches whatever SIGINT handler is installed at that moment,
-    exactly as Jupyter's interrupt button would at that line.
-    """
-    seen = [0]
-
-    def local(frame, event, arg):
-        if event == "line":
-            seen[0] += 1
-            if seen[0] == k:
-                sys.settrace(None)
-                signal.raise_signal(signal.SIGINT)
-        return local
-
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(LAUNCHER_DIR):
-            return local
-        return None
-
-    return tracer
 
 
 def _quick(rank, world_size):
@@ -133,7 +92,7 @@ def test_an_interrupt_at_any_line_of_a_launch_leaves_nothing_and_later_launches_
     moments = list(range(1, 280, 4)) + sorted(rng.sample(range(280, 900), 16))
     outcomes = {"interrupted": 0, "returned": 0}
     for k in moments:
-        sys.settrace(_interrupt_at_line(k))
+        sys.settrace(signal_at_line(k, signal.SIGINT))
         try:
             res = mh.run_ranks(_quick, 2, quiet=True, stream=False)
             assert res.values == [0, 1]
@@ -199,9 +158,6 @@ class _WhenRanksAreUp:
                 if len(self.pids) == self.world_size:
                     self.act(self.pids)
 
-    def flush(self):
-        pass
-
 
 def _print_pid_and_sleep(rank, world_size):
     print("pid", os.getpid(), flush=True)
@@ -209,12 +165,9 @@ def _print_pid_and_sleep(rank, world_size):
 
 
 def _launch_with_output_to(cell, world_size=2):
-    real, sys.stdout = sys.stdout, cell
-    try:
-        # The ranks sleep past the timeout: an error other than RankTimeout shows the fault was noticed.
+    # The ranks sleep past the timeout: an error other than RankTimeout shows the fault was noticed.
+    with cell_output(cell.write):
         return mh.run_ranks(_print_pid_and_sleep, world_size, timeout=30, quiet=True)
-    finally:
-        sys.stdout = real
 
 
 def test_server_killed_mid_job_raises_launch_error_before_the_timeout_and_next_launch_starts_a_new_one(watched):
@@ -224,7 +177,7 @@ def test_server_killed_mid_job_raises_launch_error_before_the_timeout_and_next_l
     text = str(info.value)
     assert "rank server died" in text and "SIGKILL" in text and "next launch starts a new rank server" in text
     res = mh.run_ranks(lambda r, ws: os.getppid(), 2, quiet=True, stream=False)
-    assert launch.server_state().pid != old_server and _gone(old_server)
+    assert launch.server_state().pid != old_server and gone(old_server)
     assert len(set(res.values)) == 1  # both ranks under one (new) leader
     _assert_nothing_left(watched)
 
@@ -261,7 +214,7 @@ def test_server_started_from_a_short_lived_thread_outlives_it():
     starter.join()
     server = launch.server_state().pid
     time.sleep(1.0)
-    assert not _gone(server), "the rank server died with the thread that started it"
+    assert not gone(server), "the rank server died with the thread that started it"
     assert mh.run_ranks(lambda r, ws: r, 2, quiet=True, stream=False).values == [0, 1]
     assert launch.server_state().pid == server
 

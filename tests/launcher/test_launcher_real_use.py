@@ -4,37 +4,23 @@ restart, a hang diagnosed by torch's flight recorder. All on the CPU with gloo r
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import stat
 import statistics
 import subprocess
 import sys
-import textwrap
+import tempfile
 import time
 
 import psutil
 import pytest
+from launcher_procs import cell_output, gone, printed_pids, start_kernel, wait_gone
 
 import mgpu_helpers as mh
 
 # They check the process tree under this process: a rank server of its own, not one the fork server forked.
 pytestmark = pytest.mark.usefixtures("own_rank_server")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(pids, seconds=10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not all(_gone(p) for p in pids):
-        time.sleep(0.05)
-    return all(_gone(p) for p in pids)
 
 
 def _settled_server() -> None:
@@ -64,7 +50,7 @@ def test_a_grandchild_holding_the_output_open_does_not_hold_the_launch(own_sessi
         t0 = time.monotonic()
         res = mh.run_ranks(rank_fn, 2, quiet=True, stream=False)
         with_grandchild_s.append(time.monotonic() - t0)
-        assert _wait_gone(res.values, 5), "the grandchildren outlived the launch"
+        assert wait_gone(res.values, 5), "the grandchildren outlived the launch"
     # Waiting for the grandchildren to let go of the output would cost every such launch at least the
     # launcher's 2 s limit on reading what is left; the margin is half of that, against launches of the same run.
     assert statistics.median(with_grandchild_s) < statistics.median(plain_s) + 1.0, (with_grandchild_s, plain_s)
@@ -81,21 +67,10 @@ def test_a_flood_of_output_does_not_stall_the_launch():
         return rank
 
     written = []
-
-    class Sink:  # the cell's output, as fast as it can take lines
-        def write(self, text):
-            written.append(text.count("\n"))
-
-        def flush(self):
-            pass
-
-    real, sys.stdout = sys.stdout, Sink()
-    try:
+    with cell_output(lambda text: written.append(text.count("\n"))):  # a cell as fast as it can take lines
         t0 = time.monotonic()
         res = mh.run_ranks(rank_fn, 2, timeout=120, quiet=True)
         elapsed = time.monotonic() - t0
-    finally:
-        sys.stdout = real
     assert res.values == [0, 1]
     assert sum(written) == 2 * lines  # every line reached the cell
     assert [o[-1] for o in res.outputs] == [f"line {lines - 1} of rank {r}" for r in range(2)]
@@ -135,11 +110,10 @@ def test_an_unpicklable_return_value_names_the_rank_and_what_could_not_be_sent()
 def test_server_and_ranks_are_gone_within_seconds_when_the_kernel_restarts(tmp_path):
     # A stand-in for a Jupyter kernel: it prewarms from a worker thread (as setup() may be called from one),
     # launches, and is killed the way "restart kernel" kills it.
-    script = tmp_path / "kernel.py"
-    script.write_text(
-        textwrap.dedent(f"""
-        import os, sys, threading, time
-        sys.path.insert(0, {ROOT!r})
+    kernel = start_kernel(
+        tmp_path,
+        """
+        import os, threading, time
         import mgpu_helpers as mh
         def rank_fn(rank, world_size):
             print("pid", os.getpid(), flush=True)
@@ -148,20 +122,14 @@ def test_server_and_ranks_are_gone_within_seconds_when_the_kernel_restarts(tmp_p
             t = threading.Thread(target=mh.launcher.prewarm)
             t.start(); t.join()
             mh.run_ranks(rank_fn, 2, timeout=100)
-    """)
+        """,
     )
-    kernel = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    pids = []
-    while len(pids) < 2:
-        line = kernel.stdout.readline()
-        assert line, "the launching process ended early"
-        if "pid " in line:
-            pids.append(int(line.split("pid ")[1]))
+    pids = [pid for (pid,) in printed_pids(kernel, 2)]
     tree = [c.pid for c in psutil.Process(kernel.pid).children(recursive=True)]
     assert set(pids) <= set(tree)
     kernel.send_signal(signal.SIGKILL)
     kernel.wait()
-    assert _wait_gone(tree, 5), [p for p in tree if not _gone(p)]
+    assert wait_gone(tree, 5), [p for p in tree if not gone(p)]
 
 
 def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_flight_recorder():
@@ -187,10 +155,6 @@ def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_fl
     assert "flight recorder: last completed #2 all_reduce, stuck in #3 broadcast" in str(err)
     assert set(err.stacks) == {0, 1} and all("rank_fn" in s for s in err.stacks.values())
     # The dumps themselves outlive the launch, one file per rank, and torch's own analyzer reads the folder.
-    import pickle
-    import subprocess
-    import sys
-
     assert sorted(os.listdir(err.flight_dumps)) == ["fr_trace_rank_0", "fr_trace_rank_1"]
     assert err.flight_dumps in str(err)
     with open(os.path.join(err.flight_dumps, "fr_trace_rank_1"), "rb") as f:
@@ -254,8 +218,6 @@ def test_each_launch_has_a_fresh_private_folder_that_goes_with_it():
 
 
 def test_bench_spawn_baseline_uses_a_fresh_private_folder_and_removes_it(tmp_path, monkeypatch):
-    import tempfile
-
     import torch.multiprocessing as mp
 
     from mgpu_helpers.bench import launch as bench_launch

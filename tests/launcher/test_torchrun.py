@@ -8,10 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+from launcher_procs import ROOT
+
 import mgpu_helpers as mh
 from mgpu_helpers.bench.launch import allreduce_rank
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_same_rank_function_runs_under_run_ranks_and_torchrun(tmp_path):
@@ -55,7 +56,5 @@ def test_same_rank_function_runs_under_run_ranks_and_torchrun(tmp_path):
 
 def test_torchrun_main_outside_torchrun_says_what_to_do(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
-    import pytest
-
     with pytest.raises(RuntimeError, match="started by torchrun"):
         mh.torchrun_main(allreduce_rank)
