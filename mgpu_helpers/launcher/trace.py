@@ -41,11 +41,6 @@ _spans: list[Span] = []
 _range_hook = None  # label -> context manager, opened around every span (a profiler's named range)
 
 
-def range_label(kind: str, name: str) -> str:
-    """The name a span's profiler range carries: ``mgpu.<kind>:<name>``."""
-    return f"mgpu.{kind}:{name or kind}"
-
-
 def set_range_hook(hook) -> None:
     """Open ``hook(label)`` (a context manager) around every later :func:`span` of this process; None: stop."""
     global _range_hook
@@ -58,7 +53,7 @@ def span(kind: str, name: str = ""):
     if kind not in KINDS:
         raise ValueError(f"span kind must be one of {KINDS}, not {kind!r}")
     hook = _range_hook
-    with hook(range_label(kind, name)) if hook else nullcontext():  # the clock runs inside a profiler's range
+    with hook(f"mgpu.{kind}:{name or kind}") if hook else nullcontext():  # the clock runs inside a profiler's range
         start = time.monotonic()
         try:
             yield

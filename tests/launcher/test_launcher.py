@@ -203,20 +203,21 @@ def test_unreturnable_value_is_reported():
         mh.run_ranks(lambda rank, ws: threading.Lock(), 2, quiet=True)
 
 
+def _send_first(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.arange(3.0)
+    dist.send(t, dst=1 - rank)  # both send first: gloo's send blocks until received
+    dist.recv(t, src=1 - rank)
+
+
 def test_deadlock_diagnosed_at_timeout_with_each_rank_stack():
-    def rank_fn(rank, world_size):
-        import torch
-        import torch.distributed as dist
-
-        t = torch.arange(3.0)
-        dist.send(t, dst=1 - rank)  # both send first: gloo's send blocks until received
-        dist.recv(t, src=1 - rank)
-
     with pytest.raises(mh.RankTimeout) as info:
-        mh.run_ranks(rank_fn, 2, timeout=3, quiet=True)
+        mh.run_ranks(_send_first, 2, timeout=3, quiet=True)
     err = info.value
     assert set(err.stacks) == {0, 1}
-    assert all("in send" in s and "rank_fn" in s for s in err.stacks.values())
+    assert all("in send" in s and "_send_first" in s for s in err.stacks.values())
     assert all(w.startswith("dist.send") for w in err.waiting_in.values())
     assert "deadlock" in str(err)
 
@@ -227,13 +228,8 @@ def test_each_stuck_ranks_stack_comes_whole_from_its_dump_thread():
     def ignore_usr1_then_deadlock(rank, world_size):
         import signal
 
-        import torch
-        import torch.distributed as dist
-
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        t = torch.arange(3.0)
-        dist.send(t, dst=1 - rank)
-        dist.recv(t, src=1 - rank)
+        _send_first(rank, world_size)
 
     with pytest.raises(mh.RankTimeout) as info:
         mh.run_ranks(ignore_usr1_then_deadlock, 2, timeout=3, quiet=True)

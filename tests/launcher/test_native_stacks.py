@@ -13,11 +13,12 @@ import mgpu_helpers as mh
 from mgpu_helpers.launcher import native_stacks
 
 
-def _py_spy_can_attach() -> str | None:
-    """None when py-spy reads a sleeping Python process of ours here, else why not (the reason to skip)."""
+@pytest.fixture
+def py_spy_attaches():
+    """Skips, saying why, unless py-spy reads a sleeping Python process of ours here."""
     program = native_stacks.py_spy()
     if program is None:
-        return "py-spy is not installed"
+        pytest.skip("py-spy is not installed")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         time.sleep(0.5)
@@ -26,15 +27,10 @@ def _py_spy_can_attach() -> str | None:
         sleeper.kill()
         sleeper.wait()
     if got.returncode != 0:
-        return f"py-spy cannot attach here (ptrace not allowed?): {got.stderr.strip()[:200]}"
-    return None
+        pytest.skip(f"py-spy cannot attach here (ptrace not allowed?): {got.stderr.strip()[:200]}")
 
 
-def test_a_rank_hung_in_a_gloo_collective_shows_where_it_waits_in_c10d():
-    why = _py_spy_can_attach()
-    if why:
-        pytest.skip(why)
-
+def test_a_rank_hung_in_a_gloo_collective_shows_where_it_waits_in_c10d(py_spy_attaches):
     def rank_fn(rank, world_size):
         import torch
         import torch.distributed as dist
@@ -59,11 +55,7 @@ def test_a_rank_hung_in_a_gloo_collective_shows_where_it_waits_in_c10d():
     assert "No native (C++) stacks" not in str(err)
 
 
-def test_a_rank_whose_peer_never_joins_shows_gloo_waiting_in_the_rendezvous():
-    why = _py_spy_can_attach()
-    if why:
-        pytest.skip(why)
-
+def test_a_rank_whose_peer_never_joins_shows_gloo_waiting_in_the_rendezvous(py_spy_attaches):
     def rank_fn(rank, world_size):
         import os
         import time
