@@ -40,14 +40,9 @@ LABELS = {key: label for key, label, _, _ in ROWS}
 FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 
-def _recorded(name: str) -> dict:
-    """A JSON file of the package's recorded figures (``mgpu_helpers/data/<name>``)."""
-    return read_json(name)
-
-
 def reference() -> dict:
     """The recorded H200 figures: ``{"source": str, "gbps": {row key: GB/s}, "raw": the file's dict}``."""
-    raw = _recorded(REFERENCE_FILE)
+    raw = read_json(REFERENCE_FILE)
     gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
@@ -56,7 +51,7 @@ def fast_reference() -> dict:
     """The recorded H200 figures of the fast and grid-stride kernels (a later run than :func:`reference`, with its
     own torch.add): ``{"source": str, "torch_add": GB/s, "gbps": {row key: GB/s}, "pct": {row key: % of that
     run's torch.add, as recorded}, "raw": the file's dict}``."""
-    raw = _recorded(FAST_REFERENCE_FILE)
+    raw = read_json(FAST_REFERENCE_FILE)
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
     return {
         "source": raw["_source"],
@@ -211,12 +206,8 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     c = cp.empty_like(a)
     want = a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
-    out = {
-        "copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy"),
-        "raw": {},
-        "numba": {},
-        "elementwise": {},
-    }
+    out = {"copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy"), "raw": {}, "numba": {}}
+    out["elementwise"] = {}
     ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
     for bs in progress.iterate(blocks, "block sizes"):
@@ -272,14 +263,10 @@ def main(argv: list[str]) -> int:
 
     if env.mode != "gpu":
         print(
-            "\nbench kernels needs an NVIDIA GPU; none found here "
-            f"({env.machine.note or 'no GPU'}). Recorded figures:\n"
+            f"\nbench kernels needs an NVIDIA GPU; none found here ({env.machine.note or 'no GPU'}). Recorded figures:\n"
         )
-        print(
-            format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")),
-            format_fast_reference(),
-            sep="\n\n",
-        )
+        recorded = format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)"))
+        print(recorded, format_fast_reference(), sep="\n\n")
         if not args.smoke:
             print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
             return 0
