@@ -57,9 +57,8 @@ def make_model(config: TrainConfig = TrainConfig(), device="cpu"):
     import torch
 
     g = torch.Generator().manual_seed(config.seed + 1)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(config.n_features, config.hidden), torch.nn.Tanh(), torch.nn.Linear(config.hidden, 1)
-    ).double()
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(config.n_features, config.hidden), nn.Tanh(), nn.Linear(config.hidden, 1)).double()
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)

@@ -139,13 +139,8 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
     on, _ = allreduce_busbw(world_size, sizes, True, backend, timeout)
     off, _ = allreduce_busbw(world_size, sizes, False, backend, timeout)
     return [
-        {
-            "nbytes": a.nbytes,
-            "busbw_default": a.busbw,
-            "busbw_p2p_off": b.busbw,
-            "ratio": b.busbw / a.busbw if a.busbw else None,
-            "backend": a.backend,
-        }
+        {"nbytes": a.nbytes, "busbw_default": a.busbw, "busbw_p2p_off": b.busbw}
+        | {"ratio": b.busbw / a.busbw if a.busbw else None, "backend": a.backend}
         for a, b in zip(on, off)
     ]
 
@@ -161,11 +156,8 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
     for key, p2p in (("on", True), ("off", False)):
         (row,), res = allreduce_busbw(world_size, [int(nbytes)], p2p, "nccl", timeout, {"NCCL_DEBUG": "INFO"})
         lines = [f"[rank {r}] {ln}" for r, rank_lines in enumerate(res.outputs) for ln in rank_lines if "NCCL" in ln]
-        out[key] = {
-            "busbw": row.busbw,
-            "transports": diagnose.transports(lines),
-            "lines": [ln for ln in lines if " via " in ln],
-        }
+        via = [ln for ln in lines if " via " in ln]
+        out[key] = {"busbw": row.busbw, "transports": diagnose.transports(lines), "lines": via}
     return out
 
 
@@ -216,18 +208,16 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
         for r in measured.get("busbw") or []
     ]
     rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in rec["allreduce_busbw_default_GBps"].items()]
-    lines.append(
-        tables.format_table(
-            [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows],
-            [
-                ("size", "size", "{}"),
-                ("busbw_default", "busbw default", "{:.1f}"),
-                ("busbw_p2p_off", "P2P off", "{:.1f}"),
-                ("ratio", "off/default", "{:.2f}"),
-                ("nccl_tests", "nccl-tests", "{}"),
-                ("off", "recorded P2P off", "{}"),
-            ],
-        )
-    )
+    columns = [
+        ("size", "size", "{}"),
+        ("busbw_default", "busbw default", "{:.1f}"),
+        ("busbw_p2p_off", "P2P off", "{:.1f}"),
+    ]
+    columns += [
+        ("ratio", "off/default", "{:.2f}"),
+        ("nccl_tests", "nccl-tests", "{}"),
+        ("off", "recorded P2P off", "{}"),
+    ]
+    lines.append(tables.format_table([dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows], columns))
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)

@@ -50,16 +50,6 @@ class ProfiledRun:
 # Inside a rank.
 
 
-@contextmanager
-def _profiler_range(label: str):
-    """A torch.profiler range, and an NVTX range when CUDA is up (what Nsight Systems shows)."""
-    import torch
-    from torch.profiler import record_function
-
-    with nvtx_range(label, torch.cuda.is_available() and torch.cuda.is_initialized()), record_function(label):
-        yield
-
-
 def _anchor() -> float:
     """Open a few empty ``mgpu:clock`` ranges and return time.monotonic() (us) at the middle of the last one:
     :func:`clock_offset` finds that range in the trace and so maps the profiler's clock onto monotonic."""
@@ -88,7 +78,7 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
 
         gpu = rank_device().type == "cuda" if cuda == "auto" else bool(cuda)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-        trace.set_range_hook(_profiler_range)
+        trace.set_range_hook(marked_range)  # a torch.profiler range, and NVTX when CUDA is up
         try:
             with profile(activities=activities) as prof:
                 anchor_us = _anchor()
@@ -158,19 +148,11 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
             elif "ts" in e:
                 e["ts"] = float(e["ts"]) + shift
             out.append(e)
-        for s in spans_per_rank[rank] if spans_per_rank else []:
-            out.append(
-                {
-                    "ph": "X",
-                    "cat": SPAN_CATEGORY,
-                    "name": s.name,
-                    "pid": rank,
-                    "tid": SPAN_TID,
-                    "ts": s.start * 1e6,
-                    "dur": max(s.seconds, 0.0) * 1e6,
-                    "args": {"kind": s.kind},
-                }
-            )
+        out += [
+            {"ph": "X", "cat": SPAN_CATEGORY, "name": s.name, "pid": rank, "tid": SPAN_TID, "ts": s.start * 1e6}
+            | {"dur": max(s.seconds, 0.0) * 1e6, "args": {"kind": s.kind}}
+            for s in (spans_per_rank[rank] if spans_per_rank else [])
+        ]
     return {
         "traceEvents": out,
         "displayTimeUnit": "ms",
@@ -180,29 +162,17 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
 
 def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None = None) -> list[dict]:
     """Complete events of ``rank`` whose name matches ``pattern`` (a regular expression), in time order."""
-    rx = re.compile(pattern)
-    evs = [
-        e
-        for e in merged["traceEvents"]
-        if e.get("ph") == "X"
-        and e.get("pid") == rank
-        and rx.search(str(e.get("name", "")))
-        and (category is None or e.get("cat") == category)
-    ]
-    return sorted(evs, key=lambda e: e["ts"])
+    rx, events = re.compile(pattern), merged["traceEvents"]
+    evs = [e for e in events if e.get("ph") == "X" and e.get("pid") == rank and rx.search(str(e.get("name", "")))]
+    return sorted((e for e in evs if category is None or e.get("cat") == category), key=lambda e: e["ts"])
 
 
 def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
     """Per rank, the course's spans in the merged trace, as Span lists (seconds on time.monotonic()): what
     :func:`mgpu_helpers.widgets.straggler.draw_timeline` takes."""
     ranks = sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
-    return [
-        [
-            trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-            for e in rank_events(merged, r, category=SPAN_CATEGORY)
-        ]
-        for r in ranks
-    ]
+    span = lambda e: trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+    return [[span(e) for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -257,9 +227,7 @@ def marked_range(label: str, device=None):
     import torch
     from torch.autograd.profiler import record_function
 
-    if device is None:
-        gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
-    else:
-        gpu = torch.device(device).type == "cuda"
+    cuda_up = torch.cuda.is_available() and torch.cuda.is_initialized()
+    gpu = torch.device(device).type == "cuda" if device is not None else cuda_up
     with torch.cuda.nvtx.range(label) if gpu else nullcontext(), record_function(label):
         yield
