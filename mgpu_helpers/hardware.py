@@ -129,13 +129,8 @@ def detect() -> Machine:
         for k, idx in enumerate(_visible_indices(physical)):
             h = pynvml.nvmlDeviceGetHandleByIndex(idx)
             handles.append(h)
-            gpus.append(
-                GpuInfo(
-                    index=k,
-                    name=_text(pynvml.nvmlDeviceGetName(h)),
-                    memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                )
-            )
+            memory = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+            gpus.append(GpuInfo(index=k, name=_text(pynvml.nvmlDeviceGetName(h)), memory_bytes=memory))
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
         return Machine(gpus=tuple(gpus), links=links, driver=driver)

@@ -99,11 +99,8 @@ def comm_fraction(probe_values) -> float:
 def per_rank_phase_times(values) -> dict:
     """From :func:`mgpu_helpers.measure.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
     "wait": [...], "communicate": [...]}``, each a list per rank of that rank's per-step seconds."""
-    return {
-        "compute": [v["compute_s"] for v in values],
-        "wait": [v["wait_s"] for v in values],
-        "communicate": [v["comm_s"] for v in values],
-    }
+    phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
+    return {phase: [v[key] for v in values] for phase, key in phases.items()}
 
 
 def transports(lines) -> list[str]:
@@ -138,13 +135,6 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
         torch.cuda.synchronize()
         return float(t[0])
 
-    res = run_ranks(
-        one_allreduce,
-        world_size,
-        backend="nccl",
-        timeout=timeout,
-        stream=False,
-        quiet=True,
-        env={"NCCL_DEBUG": level, **(env or {})},
-    )
+    env = {"NCCL_DEBUG": level, **(env or {})}
+    res = run_ranks(one_allreduce, world_size, backend="nccl", timeout=timeout, stream=False, quiet=True, env=env)
     return [f"[rank {r}] {ln}" for r, lines in enumerate(res.outputs) for ln in lines if "NCCL" in ln]

@@ -137,16 +137,9 @@ def straggler_step(
         if label
         else (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
     )
-    out = dict(
-        rank=rank,
-        device=str(device),
-        shard=shard_units[rank],
-        compute_s=[],
-        wait_s=[],
-        comm_s=[],
-        start_skew_s=[],
-        timestamp_barrier=bool(timestamp_barrier),
-    )
+    out = dict(rank=rank, device=str(device), shard=shard_units[rank])
+    out |= {k: [] for k in ("compute_s", "wait_s", "comm_s", "start_skew_s")}
+    out["timestamp_barrier"] = bool(timestamp_barrier)
     for step in range(steps):
         dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
@@ -206,10 +199,5 @@ def scaling_step(
     shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
     units = total_units if weak else total_units / world_size
     run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
-    med = statistics.median
-    return dict(
-        rank=rank,
-        compute_s=med(run["compute_s"]),
-        comm_s=med(run["comm_s"]),
-        step_s=med([c + a for c, a in zip(run["compute_s"], run["comm_s"])]),
-    )
+    med, compute, comm = statistics.median, run["compute_s"], run["comm_s"]
+    return dict(rank=rank, compute_s=med(compute), comm_s=med(comm), step_s=med([c + a for c, a in zip(compute, comm)]))

@@ -294,16 +294,17 @@ def make_lesson(nb, name: str = "", keep_solutions: bool = False):
     return nbtools.clean(les, keep_checked_outputs=True), stubbed
 
 
+def _nbgrader(cell, kind: str, **points) -> None:
+    """nbgrader's metadata of a cell: ``"answer"`` (the learner writes there) or ``"check"`` (autograded, locked)."""
+    check = kind == "check"
+    cell.metadata["nbgrader"] = dict(grade=check, solution=not check, locked=check, schema_version=3)
+    cell.metadata["nbgrader"] |= {"grade_id": f"{kind}-{cell.id}", **points}
+
+
 def _mark_answer(cell, functions) -> None:
     """nbgrader's metadata for a cell where the learner writes a function (a prediction is not graded)."""
     if functions:
-        cell.metadata["nbgrader"] = {
-            "grade": False,
-            "solution": True,
-            "locked": False,
-            "schema_version": 3,
-            "grade_id": f"answer-{cell.id}",
-        }
+        _nbgrader(cell, "answer")
 
 
 def _mark_checks(nb) -> None:
@@ -317,14 +318,7 @@ def _mark_checks(nb) -> None:
             and "nbgrader" not in cell.metadata
             and (CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source)
         ):
-            cell.metadata["nbgrader"] = {
-                "grade": True,
-                "solution": False,
-                "locked": True,
-                "schema_version": 3,
-                "grade_id": f"check-{cell.id}",
-                "points": 1 if CHECK_CALL.search(cell.source) else 0,
-            }
+            _nbgrader(cell, "check", points=1 if CHECK_CALL.search(cell.source) else 0)
 
 
 def _import_instead(cell, default_module, name: str, k: int) -> str:
