@@ -5,14 +5,10 @@
   purpose (``skipped_collective``, ``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are taught
   in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to
   :mod:`mgpu_helpers.lessons.diagnostics`.
-- :func:`run_schedule`: a rank calls the collectives its schedule lists (to check a prediction of where a
-  mismatched schedule hangs).
-- :func:`scaling_probes`: for "more GPUs, no speedup", several configurations of the strong-scaling step
-  (:func:`mgpu_helpers.measure.workloads.scaling_step`), each alone and shared, in one launch. (One slow rank
-  waiting *inside* the all-reduce is :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.)
-- :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
-  for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
-- :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
+- :func:`run_schedule` checks a prediction of where a mismatched schedule hangs; :func:`scaling_probes` is for
+  "more GPUs, no speedup"; :func:`per_rank_phase_times` for "always waiting on the same rank" (look at the
+  distribution per rank, not the global mean). One slow rank waiting *inside* the all-reduce is
+  :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.
 """
 
 import re

@@ -1,15 +1,9 @@
 """Peer access and the paths between GPUs: can GPU i read GPU j's memory, how fast is a copy, what P2P is worth.
 
-- :func:`peer_matrix`: ``cudaDeviceCanAccessPeer`` for every pair (``torch.cuda.can_device_access_peer``).
-- :func:`peer_copy`: a timed copy GPU ``src`` -> GPU ``dst`` and back (CUDA events, GB/s).
-- :func:`compare_p2p`: the all-reduce busbw over 64 MiB .. 1 GiB twice, with NCCL's default transports and with
-  ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes). Two launches
-  of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``): the notebook's own
-  environment is never changed.
-- :func:`p2p_effect`: the same two launches at one size, each with ``NCCL_DEBUG=INFO``: the busbw and the
-  transports NCCL's channel lines name (``via P2P/...`` by default, ``via SHM/...`` with P2P off).
-- :func:`recorded`: the figures recorded on 2 x H200 (``mgpu_helpers/data/peer_h200x2.json`` and the nccl-tests
-  all-reduce table), to compare with.
+:func:`compare_p2p` and :func:`p2p_effect` run the all-reduce with NCCL's default transports and with
+``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes): two launches
+of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``), so the notebook's own
+environment is never changed. :func:`recorded` gives the figures recorded on 2 x H200 to compare with.
 
 Every function that needs two GPUs raises :class:`NeedsGpus` with a message saying so; :func:`measure_all`
 turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.

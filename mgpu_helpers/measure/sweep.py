@@ -1,21 +1,12 @@
 """Measured collective sweeps over message sizes, after NVIDIA nccl-tests' method.
 
-- :func:`run_sweep`: all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
-  all-reduce in two halves) on ``world_size`` ranks over a list of message sizes. Each rank pre-allocates
-  its buffers, runs warm-up iterations, then times a batch of back-to-back operations with no
-  synchronisation per operation, as nccl-tests does. Two differences from nccl-tests (which wraps the batch in
-  a host timer and by default averages over ranks): on a GPU the batch sits between two CUDA events
-  (``perf_counter`` around it on the CPU), and the slowest rank's time is the time of the operation (the
-  collective ends for everybody when it ends for the last rank).
-- :func:`run_repeats`: the same batch timed several times in one launch (all_reduce and rs_ag at one size),
-  so that a ratio of the two comes with the run's own spread.
-- :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
-  slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
-- :func:`buffer_bytes`: the communication buffers of all-reduce and of reduce-scatter + all-gather (the lab
-  compares their results in its own ``compare_rank``).
-
-The recorded nccl-tests tables to compare with are read by :mod:`mgpu_helpers.report.nccltests`; sizes are
-read and written by :mod:`mgpu_helpers.report.sizes`.
+:func:`run_sweep` times all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
+all-reduce in two halves) on ``world_size`` ranks; :func:`run_repeats` times one size several times in one
+launch, :func:`run_step_breakdown` a training-like step per size. Each rank pre-allocates its buffers, warms up,
+then times a batch of back-to-back operations with no synchronisation per operation, as nccl-tests does. Two
+differences from nccl-tests (which wraps the batch in a host timer and by default averages over ranks): on a
+GPU the batch sits between two CUDA events (``perf_counter`` around it on the CPU), and the slowest rank's time
+is the time of the operation (the collective ends for everybody when it ends for the last rank).
 
 Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
 input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with

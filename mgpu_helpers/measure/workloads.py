@@ -4,12 +4,8 @@ Each function here is a rank function ``fn(rank, world_size, ...)`` for :func:`m
 ``torchrun_main``). They run unchanged on gloo CPU ranks and on NCCL GPU ranks; only the default sizes
 depend on the device (small on the CPU, real on a GPU).
 
-- :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce; records compute /
-  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times
-  (``timestamp_barrier=False``: no separate wait, the early ranks wait inside the all-reduce, as in a trace). With
-  ``seconds_per_unit`` its compute is :func:`sleep_units` (deterministic cost: the same time whatever else
-  the machine runs), else :func:`compute_units` (real matmuls, whose time depends on the device and the load).
-- :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
+- :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce, traced;
+- :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model);
 - :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
 """
 
