@@ -252,16 +252,10 @@ def main(argv: list[str]) -> int:
     out = a.out or recorded.DATA_DIR
     command = " ".join([COMMAND, *argv])
     machine = machine_line(m.gpus[0].name, len(m.gpus))
-    written = record(
-        out,
-        a.gpu or machine_name(m.gpus[0].name),
-        header_for=lambda title: fr.Header(title, machine, command),
-        run_child=run_async_child,
-        crowd=run_crowd,
-        nccl_pair=lambda: run_nccl_pair(len(m.gpus)),
-        ranks=a.ranks,
-    )
-    for path in written:
+    header_for = lambda title: fr.Header(title, machine, command)
+    gpu = a.gpu or machine_name(m.gpus[0].name)
+    nccl_pair = lambda: run_nccl_pair(len(m.gpus))
+    for path in record(out, gpu, header_for, run_async_child, run_crowd, nccl_pair, a.ranks):
         print(path.read_text(encoding="utf-8"))
         print(f"written to {path}\n")
     return 0

@@ -310,12 +310,12 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
 
     from mgpu_helpers.widgets import style
 
-    labels = list(bars)
+    labels, small = list(bars), style.current().font_size * 0.8
     fig, ax = plt.subplots(figsize=style.figsize(7.5, 1.4 + 0.38 * len(labels)))
     colours = [style.PALETTE["orange"] if "fast" in lab.lower() else style.PALETTE["blue"] for lab in labels]
     ax.barh(range(len(labels)), [bars[k] for k in labels], color=colours)
     for k, lab in enumerate(labels):
-        ax.text(bars[lab], k, f" {bars[lab]:,.0f}", va="center", fontsize=style.current().font_size * 0.8)
+        ax.text(bars[lab], k, f" {bars[lab]:,.0f}", va="center", fontsize=small)
     lines = [style.PALETTE["vermillion"], style.PALETTE["green"], style.PALETTE["black"]]
     for (name, value), colour in zip((ceilings or {}).items(), lines):
         ax.axvline(value, ls="--", color=colour, lw=style.current().line_width, label=f"{name}: {value:,.0f} GB/s")
@@ -324,13 +324,8 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     ax.set_xlabel("effective bandwidth, GB/s (bytes read + written / time)")
     ax.set_xlim(0, 1.15 * max([*bars.values(), *(ceilings or {}).values()]))
     if ceilings:
-        ax.legend(
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.16 - 0.6 / len(labels)),
-            ncol=len(ceilings),
-            frameon=False,
-            fontsize=style.current().font_size * 0.8,
-        )
+        below = (0.5, -0.16 - 0.6 / len(labels))
+        ax.legend(loc="upper center", bbox_to_anchor=below, ncol=len(ceilings), frameon=False, fontsize=small)
     ax.set_title(title, fontsize=style.current().font_size)
     fig.tight_layout()
     return fig

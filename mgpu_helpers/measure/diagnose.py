@@ -45,8 +45,7 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
     return len(schedules[rank])
 
 
-# --------------------------------------------------------------------------------------------------------
-# "More ranks, no speedup" and "always waiting on one rank".
+# --- "More ranks, no speedup" and "always waiting on one rank" ----------------------------------------------------
 
 
 def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:

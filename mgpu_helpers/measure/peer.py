@@ -110,15 +110,9 @@ def rank_env(p2p: bool) -> dict:
 def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
     """One launch of the all-reduce sweep with P2P on or off (``env``: more variables for the ranks): its rows
     (:class:`mgpu_helpers.measure.sweep.SweepRow`) and the launch's RankResults."""
+    args, env = (list(sizes), ("all_reduce",), None, 5), {**rank_env(p2p), **(env or {})}
     res = run_ranks(
-        sweep.sweep_rank,
-        world_size,
-        args=(list(sizes), ("all_reduce",), None, 5),
-        backend=backend,
-        timeout=timeout,
-        env={**rank_env(p2p), **(env or {})},
-        stream=False,
-        quiet=True,
+        sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, stream=False, quiet=True
     )
     return sweep.combine(res.values, world_size, res.backend), res
 

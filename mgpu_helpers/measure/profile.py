@@ -9,9 +9,7 @@ GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgp
 ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each rank exports its Chrome trace;
 :func:`merge_traces` puts them into one file with one process per rank (``pid`` = rank, named "rank k"), every
 timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
-machine), and the course's spans on a track of their own ("course spans"). From that file,
-:func:`spans_from_trace` gives the per-rank Span lists that
-:func:`mgpu_helpers.widgets.straggler.draw_timeline` draws.
+machine), and the course's spans on a track of their own ("course spans").
 
 Nsight Systems: under torchrun (``mh.torchrun_main``), a rank function that first calls
 ``trace.set_range_hook(profile.nvtx_range)`` shows the course's spans as NVTX ranges above the CUDA and NCCL
@@ -46,8 +44,7 @@ class ProfiledRun:
     trace: dict
 
 
-# --------------------------------------------------------------------------------------------------------
-# Inside a rank.
+# --- Inside a rank ------------------------------------------------------------------------------------------------
 
 
 def _anchor() -> float:
@@ -95,8 +92,7 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
     return profiled_rank
 
 
-# --------------------------------------------------------------------------------------------------------
-# Merging (pure: dicts in, dicts out).
+# --- Merging (pure: dicts in, dicts out) --------------------------------------------------------------------------
 
 
 def clock_offset(events, anchor_us: float) -> float:
@@ -175,8 +171,7 @@ def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
     return [[span(e) for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks]
 
 
-# --------------------------------------------------------------------------------------------------------
-# From a cell (or a script).
+# --- From a cell (or a script) ------------------------------------------------------------------------------------
 
 
 def run_profiled(

@@ -67,8 +67,7 @@ def default_iters(nbytes: int, gpu: bool) -> int:
     return int(min(200, max(20, (2 * GiB) // max(nbytes, 1))))
 
 
-# --------------------------------------------------------------------------------------------------------
-# Inside a rank.
+# --- Inside a rank ------------------------------------------------------------------------------------------------
 
 
 def _flat(new: str, old: str):
@@ -206,8 +205,7 @@ def run_repeats(
     ]
 
 
-# --------------------------------------------------------------------------------------------------------
-# A training-like step per size: compute, wait, communicate.
+# --- A training-like step per size: compute, wait, communicate ----------------------------------------------------
 
 
 def step_rank(
@@ -278,9 +276,7 @@ def run_step_breakdown(
     return combine_steps(res.values), res
 
 
-# --------------------------------------------------------------------------------------------------------
-# All-reduce against reduce-scatter + all-gather: how much buffer memory? (The lab runs the comparison:
-# mh.lessons.lab.compare_rank.)
+# --- All-reduce against reduce-scatter + all-gather: buffer memory (the lab's compare_rank runs the comparison) ----
 
 
 def buffer_bytes(nbytes: int, world_size: int) -> dict:

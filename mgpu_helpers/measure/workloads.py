@@ -86,26 +86,21 @@ def straggler_step(
 ) -> dict:
     """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
 
-    ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
-    matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds one unit takes in the
-    deterministic-cost mode (:func:`sleep_units`); a number, or one number per rank (ranks of different
-    speeds). Records spans with :mod:`mgpu_helpers.launcher.trace`: "compute", "wait" (from this rank's arrival
-    at the collective until the last rank arrived, measured from the all-gathered arrival times) and
-    "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device).
+    ``seconds_per_unit``: None for real matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds
+    one unit takes in the deterministic-cost mode (:func:`sleep_units`); one number, or one per rank (ranks of
+    different speeds). Spans: "compute", "wait" (from this rank's arrival at the collective until the last rank
+    arrived, from the all-gathered arrival times) and "communicate" (the all-reduce of a ``grad_numel`` float32
+    gradient; default by device). ``label`` (a message size, say) goes into every span's name, as
+    "compute (1 KiB)": the lab's step breakdown reads the size back from a trace.
 
     ``timestamp_barrier=False`` leaves out the all-gather of arrival times before the all-reduce, as in a real
-    training step: each rank enters the all-reduce as soon as its compute is done, so the early ranks wait
-    *inside* the collective and their "communicate" span holds that waiting (what a profiler trace shows).
-    The arrival times (when each rank entered the all-reduce) are then all-gathered *after* it, so ``wait_s``
-    (last arrival minus own arrival) is still known, but it is no span of its own: ``comm_s >= wait_s`` on every
-    rank and step.
+    training step: the early ranks wait *inside* the collective, in their "communicate" span (what a profiler
+    trace shows). The arrival times are all-gathered *after* it, so ``wait_s`` is still known, but it is no span
+    of its own: ``comm_s >= wait_s`` on every rank and step.
 
-    ``label`` (a message size, say) goes into every span's name, as "compute (1 KiB)", "wait (1 KiB)" and
-    "all_reduce 1 KiB": the lab's step breakdown reads the size back from a trace.
-
-    Returns a dict with the rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and
-    ``start_skew_s`` (how far apart the ranks left the barrier that starts the step), plus ``result`` (the
-    all-reduced gradient's first value, identical on every rank) and ``timestamp_barrier``.
+    Returns the rank, device, shard, per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and ``start_skew_s``
+    (how far apart the ranks left the barrier that starts the step), ``result`` (the all-reduced gradient's
+    first value, the same on every rank) and ``timestamp_barrier``.
     """
     import torch
     import torch.distributed as dist

@@ -281,17 +281,9 @@ def to_slides(nb, vendor_rel: str = "../vendor") -> str:
     from nbconvert import SlidesExporter
 
     reveal = dict(reveal_scroll=True, reveal_transition="none", reveal_theme="white", reveal_width="1280")
-    return _export(
-        SlidesExporter,
-        nb,
-        vendor_rel,
-        f"{vendor_rel}/{MERMAID_STUB}",
-        reveal_url_prefix=f"{vendor_rel}/reveal.js",
-        reveal_height="720",
-        font_awesome_url="",
-        jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
-        **reveal,
-    )
+    reveal |= dict(reveal_height="720", reveal_url_prefix=f"{vendor_rel}/reveal.js", font_awesome_url="")
+    jquery = f"{vendor_rel}/jquery/dist/jquery.min.js"
+    return _export(SlidesExporter, nb, vendor_rel, f"{vendor_rel}/{MERMAID_STUB}", jquery_url=jquery, **reveal)
 
 
 def _index(entries, slides: bool) -> str:
