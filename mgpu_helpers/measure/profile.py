@@ -163,12 +163,16 @@ def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None
     return sorted((e for e in evs if category is None or e.get("cat") == category), key=lambda e: e["ts"])
 
 
+def ranks_of(merged: dict) -> list[int]:
+    """The ranks of a merged trace (its integer ``pid``s), in order."""
+    return sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
+
+
 def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
     """Per rank, the course's spans in the merged trace, as Span lists (seconds on time.monotonic()): what
     :func:`mgpu_helpers.widgets.straggler.draw_timeline` takes."""
-    ranks = sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
     span = lambda e: trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-    return [[span(e) for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks]
+    return [[span(e) for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks_of(merged)]
 
 
 # --- From a cell (or a script) ------------------------------------------------------------------------------------
