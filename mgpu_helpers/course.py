@@ -33,20 +33,14 @@ class CourseEnv:
         if self.gpus:
             lines += [f"GPU {g.index}:    {g.name}, {g.memory_gib:.0f} GiB" for g in self.gpus]
             if len(self.gpus) > 1:
-                lines.append(
-                    "links:    "
-                    + ", ".join(
-                        f"GPU{i}-GPU{j} {self.machine.links[i][j]}"
-                        for i in range(len(self.gpus))
-                        for j in range(i + 1, len(self.gpus))
-                    )
-                )
+                n, links = len(self.gpus), self.machine.links
+                pairs = [f"GPU{i}-GPU{j} {links[i][j]}" for i in range(n) for j in range(i + 1, n)]
+                lines.append("links:    " + ", ".join(pairs))
         else:
             lines.append(f"GPUs:     none ({self.machine.note or 'not found'})")
         lines.append(f"backend:  {self.backend} (torch.distributed, default for run_ranks)")
-        lines.append(
-            "kernels:  " + ("Numba CUDA simulator (slow, small sizes)" if self.numba_simulator else "Numba on the GPU")
-        )
+        numba = "Numba CUDA simulator (slow, small sizes)" if self.numba_simulator else "Numba on the GPU"
+        lines.append(f"kernels:  {numba}")
         lines.append("CuPy:     " + ("on the GPU" if self.cupy else "needs a GPU: CuPy cells explain and skip"))
         lines.append(f"CPUs:     {self.machine.cpu_count}")
         if self.projection:

@@ -129,13 +129,8 @@ def detect() -> Machine:
         for k, idx in enumerate(_visible_indices(physical)):
             h = pynvml.nvmlDeviceGetHandleByIndex(idx)
             handles.append(h)
-            gpus.append(
-                GpuInfo(
-                    index=k,
-                    name=_text(pynvml.nvmlDeviceGetName(h)),
-                    memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                )
-            )
+            memory = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+            gpus.append(GpuInfo(index=k, name=_text(pynvml.nvmlDeviceGetName(h)), memory_bytes=memory))
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
         return Machine(gpus=tuple(gpus), links=links, driver=driver)
@@ -168,11 +163,10 @@ def choose_backend(world_size: int, backend: str = "auto", gpu_count: int | None
         return "gloo", "gloo asked for: ranks run on the CPU"
     if backend == "nccl":
         if world_size > gpus:
+            use = f"world_size <= {gpus}, or " if gpus else ""
             raise ValueError(
-                f"backend='nccl' needs one GPU per rank: {world_size} ranks asked for, "
-                f"{gpus} GPU(s) here. Use world_size <= {gpus}"
-                + (", " if gpus else "")
-                + "or backend='gloo' (ranks on the CPU)."
+                f"backend='nccl' needs one GPU per rank: {world_size} ranks asked for, {gpus} GPU(s) here. "
+                f"Use {use}backend='gloo' (ranks on the CPU)."
             )
         return "nccl", f"nccl asked for: one GPU per rank ({world_size} of {gpus})"
     if gpus == 0:

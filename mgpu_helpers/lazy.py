@@ -20,10 +20,8 @@ def attach(package: str, submodules=None, attributes: dict | None = None):
     to ``package``) that defines it.
     """
     if submodules is None:
-        spec = importlib.util.find_spec(package)
-        submodules = [
-            m.name for m in pkgutil.iter_modules(spec.submodule_search_locations) if not m.name.startswith("_")
-        ]
+        found = pkgutil.iter_modules(importlib.util.find_spec(package).submodule_search_locations)
+        submodules = [m.name for m in found if not m.name.startswith("_")]
     by_module: dict[str, list[str]] = {}
     for name, module in (attributes or {}).items():
         by_module.setdefault(module, []).append(name)

@@ -44,9 +44,8 @@ def record(kind: str, item: str) -> None:
     notebook = current_notebook()
     if not notebook:
         return
-    line = json.dumps(
-        {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}, ensure_ascii=False
-    )
+    entry = {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}
+    line = json.dumps(entry, ensure_ascii=False)
     try:
         path = record_file()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,11 +69,8 @@ def forget(notebook: str) -> None:
     """Drop every record of ``notebook`` (its copy was reset to the course's)."""
     path = record_file()
     if path.exists():
-        kept = [
-            ln
-            for ln in path.read_text(encoding="utf-8").splitlines()
-            if ln.strip() and json.loads(ln).get("notebook") != notebook
-        ]
+        lines = path.read_text(encoding="utf-8").splitlines()
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("notebook") != notebook]
         path.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
 
 
@@ -124,14 +120,11 @@ def table(folder=None) -> list[dict]:
             if ".course-update" in path.name:
                 continue
             want, got = asks(path), done.get(path.stem, {"check": set(), "prediction": set()})
-            rows.append(
-                {
-                    "notebook": path.stem,
-                    "passed": [c for c in want["check"] if c in got["check"]],
-                    "left": [c for c in want["check"] if c not in got["check"]],
-                    "predictions": (min(len(got["prediction"]), len(want["prediction"])), len(want["prediction"])),
-                }
-            )
+            passed = [c for c in want["check"] if c in got["check"]]
+            left = [c for c in want["check"] if c not in got["check"]]
+            asked = len(want["prediction"])
+            predictions = (min(len(got["prediction"]), asked), asked)
+            rows.append({"notebook": path.stem, "passed": passed, "left": left, "predictions": predictions})
     return rows
 
 
@@ -149,17 +142,7 @@ def progress(folder=None) -> list[dict]:
         }
         for r in rows
     ]
-    print(
-        format_table(
-            lines,
-            [
-                ("notebook", "笔记本", "{}"),
-                ("checks", "检查通过", "{}"),
-                ("predictions", "预测写了", "{}"),
-                ("left", "还没通过的检查", "{}"),
-            ],
-            left=("left",),
-            title=f"学习进度（记录在 {record_file()}）",
-        )
-    )
+    heads = {"notebook": "笔记本", "checks": "检查通过", "predictions": "预测写了", "left": "还没通过的检查"}
+    columns = [(key, head, "{}") for key, head in heads.items()]
+    print(format_table(lines, columns, left=("left",), title=f"学习进度（记录在 {record_file()}）"))
     return rows

@@ -47,30 +47,23 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 def main(argv: list[str]) -> int:
     gpus = hardware.machine().gpu_count
+    raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
-        prog="python -m mgpu_helpers.bench collectives",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m mgpu_helpers.bench collectives", description=__doc__, formatter_class=raw
     )
     p.add_argument("--world-size", type=int, default=max(2, gpus), help="ranks (default: every GPU, at least 2)")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--min-bytes", type=sizes.parse_size, default=None, help="smallest message (default 1K)")
-    p.add_argument(
-        "--max-bytes", type=sizes.parse_size, default=None, help="largest message (default 1G with NCCL, 1M with gloo)"
-    )
+    largest = "largest message (default 1G with NCCL, 1M with gloo)"
+    p.add_argument("--max-bytes", type=sizes.parse_size, default=None, help=largest)
     p.add_argument("--factor", type=int, default=None, help="size step (default 4 with NCCL, 32 with gloo)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per size (default: by size)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--ops", default=",".join(sweep.OPS), help="comma-separated, from " + ",".join(sweep.OPS))
-    p.add_argument(
-        "--check", action="store_true", help="exit 1 if busbw is more than 5%% below nccl-tests at 64 MiB and above"
-    )
-    p.add_argument(
-        "--record-nccl-debug",
-        metavar="PATH",
-        default=None,
-        help="instead of the sweep, record NCCL_DEBUG=INFO lines of one all-reduce to PATH",
-    )
+    check = "exit 1 if busbw is more than 5%% below nccl-tests at 64 MiB and above"
+    p.add_argument("--check", action="store_true", help=check)
+    record = "instead of the sweep, record NCCL_DEBUG=INFO lines of one all-reduce to PATH"
+    p.add_argument("--record-nccl-debug", metavar="PATH", default=None, help=record)
     a = p.parse_args(argv)
     if a.record_nccl_debug:
         return record_nccl_debug(a.record_nccl_debug, a.world_size)
@@ -89,9 +82,8 @@ def main(argv: list[str]) -> int:
         f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
         f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}"
     )
-    rows = sweep.run_sweep(
-        a.world_size, chosen, ops=ops, iters=a.iters, warmup=a.warmup, backend=backend, timeout=600, progress="sizes"
-    )
+    run = dict(iters=a.iters, warmup=a.warmup, backend=backend, timeout=600, progress="sizes")
+    rows = sweep.run_sweep(a.world_size, chosen, ops=ops, **run)
     print(nccltests.sweep_table(rows))
     compared = [d for d in nccltests.compare_with_reference(rows) if d["ratio"] is not None]
     if not compared:

@@ -86,12 +86,6 @@ def find(stem: str, data_dir: Path | None = None) -> Path:
     return preferred if preferred.is_file() or not found else found[0]
 
 
-def _block(text: str) -> list[str]:
-    """A captured output as lines to join with newlines: the next marker starts a line of its own whether or not
-    the output ended with a newline (read back, every line ends with one)."""
-    return text.splitlines()
-
-
 # --- async_error_<gpu>.txt --------------------------------------------------------------------------------------
 
 
@@ -112,11 +106,13 @@ class AsyncErrorRecord:
 
 
 def format_async_error(record: AsyncErrorRecord) -> str:
-    lines = record.header.lines() + ["=== script", *_block(record.script)]
+    # Captured outputs go in as lines: the next marker starts a line of its own whether or not the output ended with
+    # a newline (read back, every line ends with one).
+    lines = record.header.lines() + ["=== script", *record.script.splitlines()]
     for name in RUNS:
         run = record.runs[name]
-        lines += [f"=== {name}", f"--- exit code: {run.returncode}", "--- stdout", *_block(run.stdout)]
-        lines += ["--- stderr", *_block(run.stderr)]
+        lines += [f"=== {name}", f"--- exit code: {run.returncode}", "--- stdout", *run.stdout.splitlines()]
+        lines += ["--- stderr", *run.stderr.splitlines()]
     return "\n".join(lines) + "\n"
 
 
@@ -196,7 +192,7 @@ def format_crowd(record: CrowdRecord) -> str:
         mib = f"{_mib(r.context_only_mib)} {_mib(r.after_alloc_mib)}"
         lines.append(f"{r.rank} {r.pid} {r.current_device} {r.gpu} {mib}")
     lines += [f"# NVML's processes (gpu pid context-only/after MiB): {record.nvml}", f"=== {NCCL_SECTION}"]
-    return "\n".join(lines + _block(record.nccl)) + "\n"
+    return "\n".join(lines + record.nccl.splitlines()) + "\n"
 
 
 def parse_crowd(text: str) -> CrowdRecord:

@@ -153,21 +153,17 @@ def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.Cro
     """One row per GPU each process appears on in NVML; a process NVML does not list (its pid hidden by a
     container) gets one row on its current device, without figures. Also every process NVML listed, as text."""
     gpus = sorted(set(context_only) | set(after_alloc))
+    before, after = ({g: snap.get(g, {}) for g in gpus} for snap in (context_only, after_alloc))
     rows = []
     for rank, pid, current in seen:
-        on = [g for g in gpus if pid in context_only.get(g, {}) or pid in after_alloc.get(g, {})]
-        for gpu in on:
-            rows.append(
-                fr.CrowdRow(
-                    rank, pid, current, gpu, context_only.get(gpu, {}).get(pid), after_alloc.get(gpu, {}).get(pid)
-                )
-            )
+        on = [g for g in gpus if pid in before[g] or pid in after[g]]
+        rows += [fr.CrowdRow(rank, pid, current, g, before[g].get(pid), after[g].get(pid)) for g in on]
         if not on:
             rows.append(fr.CrowdRow(rank, pid, current, current, None, None))
     listed = [
-        f"{g} {pid} {context_only.get(g, {}).get(pid, '-')}/{after_alloc.get(g, {}).get(pid, '-')}"
+        f"{g} {pid} {before[g].get(pid, '-')}/{after[g].get(pid, '-')}"
         for g in gpus
-        for pid in sorted(set(context_only.get(g, {})) | set(after_alloc.get(g, {})))
+        for pid in sorted(set(before[g]) | set(after[g]))
     ]
     return rows, "; ".join(listed) or "none"
 
@@ -180,9 +176,8 @@ def _nccl_worker(rank, store_path, answers):
     import torch.distributed as dist
 
     try:
-        dist.init_process_group(
-            "nccl", store=dist.FileStore(store_path, 2), rank=rank, world_size=2, timeout=timedelta(seconds=30)
-        )
+        store, timeout = dist.FileStore(store_path, 2), timedelta(seconds=30)
+        dist.init_process_group("nccl", store=store, rank=rank, world_size=2, timeout=timeout)
         x = torch.ones(4, device="cuda")
         dist.all_reduce(x)
         torch.cuda.synchronize()
@@ -249,26 +244,18 @@ def main(argv: list[str]) -> int:
 
     m = hardware.machine()
     if not m.gpus:
-        print(
-            f"gpu_failures needs an NVIDIA GPU: this machine has none ({m.note or 'NVML found no GPU'}).",
-            file=sys.stderr,
-        )
+        why = m.note or "NVML found no GPU"
+        print(f"gpu_failures needs an NVIDIA GPU: this machine has none ({why}).", file=sys.stderr)
         return 1
     from mgpu_helpers.lessons.cuda_model import run_async_child
 
     out = a.out or recorded.DATA_DIR
     command = " ".join([COMMAND, *argv])
     machine = machine_line(m.gpus[0].name, len(m.gpus))
-    written = record(
-        out,
-        a.gpu or machine_name(m.gpus[0].name),
-        header_for=lambda title: fr.Header(title, machine, command),
-        run_child=run_async_child,
-        crowd=run_crowd,
-        nccl_pair=lambda: run_nccl_pair(len(m.gpus)),
-        ranks=a.ranks,
-    )
-    for path in written:
+    header_for = lambda title: fr.Header(title, machine, command)
+    gpu = a.gpu or machine_name(m.gpus[0].name)
+    nccl_pair = lambda: run_nccl_pair(len(m.gpus))
+    for path in record(out, gpu, header_for, run_async_child, run_crowd, nccl_pair, a.ranks):
         print(path.read_text(encoding="utf-8"))
         print(f"written to {path}\n")
     return 0

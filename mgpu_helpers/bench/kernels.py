@@ -40,14 +40,9 @@ LABELS = {key: label for key, label, _, _ in ROWS}
 FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 
-def _recorded(name: str) -> dict:
-    """A JSON file of the package's recorded figures (``mgpu_helpers/data/<name>``)."""
-    return read_json(name)
-
-
 def reference() -> dict:
     """The recorded H200 figures: ``{"source": str, "gbps": {row key: GB/s}, "raw": the file's dict}``."""
-    raw = _recorded(REFERENCE_FILE)
+    raw = read_json(REFERENCE_FILE)
     gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
@@ -56,7 +51,7 @@ def fast_reference() -> dict:
     """The recorded H200 figures of the fast and grid-stride kernels (a later run than :func:`reference`, with its
     own torch.add): ``{"source": str, "torch_add": GB/s, "gbps": {row key: GB/s}, "pct": {row key: % of that
     run's torch.add, as recorded}, "raw": the file's dict}``."""
-    raw = _recorded(FAST_REFERENCE_FILE)
+    raw = read_json(FAST_REFERENCE_FILE)
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
     return {
         "source": raw["_source"],
@@ -211,12 +206,8 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     c = cp.empty_like(a)
     want = a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
-    out = {
-        "copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy"),
-        "raw": {},
-        "numba": {},
-        "elementwise": {},
-    }
+    out = {"copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy")}
+    out |= {name: {} for name in ("raw", "numba", "elementwise")}  # {block: GB/s} each
     ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
     for bs in progress.iterate(blocks, "block sizes"):
@@ -272,14 +263,10 @@ def main(argv: list[str]) -> int:
 
     if env.mode != "gpu":
         print(
-            "\nbench kernels needs an NVIDIA GPU; none found here "
-            f"({env.machine.note or 'no GPU'}). Recorded figures:\n"
+            f"\nbench kernels needs an NVIDIA GPU; none found here ({env.machine.note or 'no GPU'}). Recorded figures:\n"
         )
-        print(
-            format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)")),
-            format_fast_reference(),
-            sep="\n\n",
-        )
+        recorded = format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)"))
+        print(recorded, format_fast_reference(), sep="\n\n")
         if not args.smoke:
             print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
             return 0
@@ -323,12 +310,12 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
 
     from mgpu_helpers.widgets import style
 
-    labels = list(bars)
+    labels, small = list(bars), style.current().font_size * 0.8
     fig, ax = plt.subplots(figsize=style.figsize(7.5, 1.4 + 0.38 * len(labels)))
     colours = [style.PALETTE["orange"] if "fast" in lab.lower() else style.PALETTE["blue"] for lab in labels]
     ax.barh(range(len(labels)), [bars[k] for k in labels], color=colours)
     for k, lab in enumerate(labels):
-        ax.text(bars[lab], k, f" {bars[lab]:,.0f}", va="center", fontsize=style.current().font_size * 0.8)
+        ax.text(bars[lab], k, f" {bars[lab]:,.0f}", va="center", fontsize=small)
     lines = [style.PALETTE["vermillion"], style.PALETTE["green"], style.PALETTE["black"]]
     for (name, value), colour in zip((ceilings or {}).items(), lines):
         ax.axvline(value, ls="--", color=colour, lw=style.current().line_width, label=f"{name}: {value:,.0f} GB/s")
@@ -337,13 +324,8 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     ax.set_xlabel("effective bandwidth, GB/s (bytes read + written / time)")
     ax.set_xlim(0, 1.15 * max([*bars.values(), *(ceilings or {}).values()]))
     if ceilings:
-        ax.legend(
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.16 - 0.6 / len(labels)),
-            ncol=len(ceilings),
-            frameon=False,
-            fontsize=style.current().font_size * 0.8,
-        )
+        below = (0.5, -0.16 - 0.6 / len(labels))
+        ax.legend(loc="upper center", bbox_to_anchor=below, ncol=len(ceilings), frameon=False, fontsize=small)
     ax.set_title(title, fontsize=style.current().font_size)
     fig.tight_layout()
     return fig

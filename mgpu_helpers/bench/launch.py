@@ -67,13 +67,8 @@ _CHILD = "from mgpu_helpers.bench.launch import join_and_check\njoin_and_check('
 
 def time_subprocesses(world_size: int) -> float:
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base = dict(
-        os.environ,
-        **loopback_env(),
-        MASTER_PORT=str(free_loopback_port()),
-        WORLD_SIZE=str(world_size),
-        PYTHONPATH=pkg_root,
-    )
+    base = dict(os.environ, **loopback_env(), MASTER_PORT=str(free_loopback_port()), PYTHONPATH=pkg_root)
+    base["WORLD_SIZE"] = str(world_size)
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=dict(base, RANK=str(r))) for r in range(world_size)]
     codes = [p.wait() for p in procs]
@@ -161,19 +156,15 @@ def time_notebook_launcher(world_size: int) -> float | None:
     import io
 
     t0 = time.perf_counter()
+    port = str(free_loopback_port())
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Launching training on 4 CPUs."
-        notebook_launcher(
-            _accelerate_entry, args=(world_size,), num_processes=world_size, use_port=str(free_loopback_port())
-        )
+        notebook_launcher(_accelerate_entry, args=(world_size,), num_processes=world_size, use_port=port)
     return time.perf_counter() - t0
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m mgpu_helpers.bench launch",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    raw = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__, formatter_class=raw)
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")
@@ -206,32 +197,16 @@ def main(argv: list[str]) -> int:
         ("subprocess per rank", med(sub), f"median of {len(sub)}"),
     ]
     print(f"Launch of {n} gloo ranks + process group + one all-reduce, on {os.cpu_count()} CPU core(s)")
-    print(
-        tables.format_table(
-            [{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text} for name, secs, runs_text in rows],
-            [
-                ("variant", "variant", "{}"),
-                ("s", "seconds", "{:.3f}"),
-                ("x", "vs repeat", "{:.1f}x"),
-                ("runs", "runs", "{}"),
-            ],
-            left={"runs"},
-        )
-    )
+    columns = [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x")]
+    table = [{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text} for name, secs, runs_text in rows]
+    print(tables.format_table(table, [*columns, ("runs", "runs", "{}")], left={"runs"}))
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
     ms = {key: med(r[key] for r in runs) * 1000 for key, _ in PHASES}
-    print(
-        tables.format_table(
-            [
-                {"phase": key, "ms": ms[key], "share": 100 * ms[key] / (repeat * 1000), "what": what}
-                for key, what in PHASES
-            ],
-            [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"), ("what", "what", "{}")],
-            left={"what"},
-        )
-    )
+    table = [{"phase": k, "ms": ms[k], "share": 100 * ms[k] / (repeat * 1000), "what": what} for k, what in PHASES]
+    columns = [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"), ("what", "what", "{}")]
+    print(tables.format_table(table, columns, left={"what"}))
     target = 0.08
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")

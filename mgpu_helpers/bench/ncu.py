@@ -92,21 +92,8 @@ def ncu_version(ncu: str) -> str:
 
 
 def command(ncu: str, script: str, n: int) -> list[str]:
-    return [
-        ncu,
-        "--clock-control",
-        "none",
-        "--csv",
-        "--print-units",
-        "base",
-        "--kernel-name",
-        KERNEL_FILTER,
-        "--metrics",
-        ",".join(METRICS),
-        sys.executable,
-        script,
-        str(n),
-    ]
+    options = ["--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", KERNEL_FILTER]
+    return [ncu, *options, "--metrics", ",".join(METRICS), sys.executable, script, str(n)]
 
 
 def parse_csv(text: str) -> list[dict]:
@@ -185,21 +172,15 @@ def format_table(record: dict) -> str:
     """The recorded rows as text, with where and how they were measured."""
     version = record["ncu_version"]
     version = version if re.match(r"\d", version) else f"({version})"
-    head = (
-        f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), "
-        f"{record['date']}, N = {record['n']} float32"
-    )
+    head = f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), {record['date']}, N = {record['n']} float32"
     lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
     lines.append(format_text_table(record["rows"], NCU_COLUMNS))
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m mgpu_helpers.bench ncu",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__, formatter_class=raw)
     p.add_argument("--n", type=int, default=1 << 24, help="elements per vector (default 2**24)")
     p.add_argument("--machine", default=None, help="name in the file name (default: from the GPU's name)")
     p.add_argument("--out", default=None, help="where to write the JSON (default mgpu_helpers/data/ncu_<machine>.json)")

@@ -34,21 +34,8 @@ FLOOR_CELLS = [
 
 def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
     """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run of ``path``."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        path,
-        "--nbval-lax",
-        "--nbval-current-env",
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:xdist",
-        "-q",
-        "--durations=0",
-        "--durations-min=0.2",
-    ]
+    cmd = [sys.executable, "-m", "pytest", path, "--nbval-lax", "--nbval-current-env", "-p", "no:randomly"]
+    cmd += ["-p", "no:xdist", "-q", "--durations=0", "--durations-min=0.2"]
     start = time.perf_counter()
     try:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S)
@@ -73,11 +60,8 @@ def floor_notebook() -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m mgpu_helpers.bench notebooks",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__, formatter_class=raw)
     p.add_argument("--dirs", nargs="+", default=["notebooks"], help="folders of notebooks (default: notebooks)")
     p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
@@ -112,24 +96,14 @@ def main(argv: list[str]) -> int:
         name = os.path.relpath(path, ROOT)
         failed += [] if ok else [name]
         over += [name] if name.startswith("notebooks" + os.sep) and wall > LESSON_TARGET_S else []
-        rows.append(
-            {
-                "notebook": name,
-                "s": wall,
-                "cells": ", ".join(f"{i}: {s:.1f}" for s, i in slowest[: args.top]) + ("" if ok else "  FAILED"),
-            }
-        )
-    print(
-        tables.format_table(
-            rows,
-            [
-                ("notebook", "notebook", "{}"),
-                ("s", "s", "{:.1f}"),
-                ("cells", "slowest cells (code cell index: s)", "{}"),
-            ],
-            left={"cells"},
-        )
-    )
+        cells = ", ".join(f"{i}: {s:.1f}" for s, i in slowest[: args.top]) + ("" if ok else "  FAILED")
+        rows.append({"notebook": name, "s": wall, "cells": cells})
+    columns = [
+        ("notebook", "notebook", "{}"),
+        ("s", "s", "{:.1f}"),
+        ("cells", "slowest cells (code cell index: s)", "{}"),
+    ]
+    print(tables.format_table(rows, columns, left={"cells"}))
     print(
         f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
         f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "

@@ -15,11 +15,8 @@ def main(argv: list[str]) -> int:
     from mgpu_helpers.measure import peer
     from mgpu_helpers.report.sizes import parse_size
 
-    p = argparse.ArgumentParser(
-        prog="python -m mgpu_helpers.bench peer",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench peer", description=__doc__, formatter_class=raw)
     p.add_argument("--world-size", type=int, default=2, help="ranks of the all-reduce (one GPU each)")
     p.add_argument("--copy-bytes", type=parse_size, default=256 << 20, help="bytes of the peer copy (default 256M)")
     a = p.parse_args(argv)

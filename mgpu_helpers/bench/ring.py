@@ -75,15 +75,8 @@ def measure(
     gpu = chosen == "nccl"
     sizes = list(sizes or (GPU_SIZES if gpu else CPU_SIZES))
     iters = iters or (20 if gpu else 5)
-    res = run_ranks(
-        _rank_fn,
-        world_size,
-        args=(sizes, iters, warmup, list(pieces)),
-        backend=chosen,
-        timeout=timeout,
-        stream=False,
-        quiet=True,
-    )
+    args = (sizes, iters, warmup, list(pieces))
+    res = run_ranks(_rank_fn, world_size, args=args, backend=chosen, timeout=timeout, stream=False, quiet=True)
     return res.backend, res.values[0]
 
 
@@ -109,18 +102,8 @@ def format_table(world_size: int, rows) -> str:
         bw_dist = busbw("all_reduce", nbytes, t_dist, world_size) / 1e9
         for p, t in t_ring.items():
             bw = busbw("all_reduce", nbytes, t, world_size) / 1e9
-            lines.append(
-                {
-                    "bytes": nbytes,
-                    "dist_us": t_dist * 1e6,
-                    "dist_busbw": bw_dist,
-                    "pieces": p,
-                    "ring_us": t * 1e6,
-                    "ring_busbw": bw,
-                    "share": bw / bw_dist,
-                    "ok": ok,
-                }
-            )
+            row = dict(bytes=nbytes, dist_us=t_dist * 1e6, dist_busbw=bw_dist, pieces=p, ring_us=t * 1e6)
+            lines.append(row | dict(ring_busbw=bw, share=bw / bw_dist, ok=ok))
     return text_table(lines, RING_COLUMNS)
 
 

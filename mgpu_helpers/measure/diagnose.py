@@ -5,14 +5,10 @@
   purpose (``skipped_collective``, ``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are taught
   in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to
   :mod:`mgpu_helpers.lessons.diagnostics`.
-- :func:`run_schedule`: a rank calls the collectives its schedule lists (to check a prediction of where a
-  mismatched schedule hangs).
-- :func:`scaling_probes`: for "more GPUs, no speedup", several configurations of the strong-scaling step
-  (:func:`mgpu_helpers.measure.workloads.scaling_step`), each alone and shared, in one launch. (One slow rank
-  waiting *inside* the all-reduce is :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.)
-- :func:`per_rank_phase_times`: per-rank lists of compute / wait / communicate seconds from traced runs,
-  for "always waiting on the same rank" (look at the distribution per rank, not the global mean).
-- :func:`nccl_debug_lines`: NCCL's own ``NCCL_DEBUG=INFO`` lines from a real NCCL all-reduce.
+- :func:`run_schedule` checks a prediction of where a mismatched schedule hangs; :func:`scaling_probes` is for
+  "more GPUs, no speedup"; :func:`per_rank_phase_times` for "always waiting on the same rank" (look at the
+  distribution per rank, not the global mean). One slow rank waiting *inside* the all-reduce is
+  :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.
 """
 
 import re
@@ -49,8 +45,7 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
     return len(schedules[rank])
 
 
-# --------------------------------------------------------------------------------------------------------
-# "More ranks, no speedup" and "always waiting on one rank".
+# --- "More ranks, no speedup" and "always waiting on one rank" ----------------------------------------------------
 
 
 def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:
@@ -99,11 +94,8 @@ def comm_fraction(probe_values) -> float:
 def per_rank_phase_times(values) -> dict:
     """From :func:`mgpu_helpers.measure.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
     "wait": [...], "communicate": [...]}``, each a list per rank of that rank's per-step seconds."""
-    return {
-        "compute": [v["compute_s"] for v in values],
-        "wait": [v["wait_s"] for v in values],
-        "communicate": [v["comm_s"] for v in values],
-    }
+    phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
+    return {phase: [v[key] for v in values] for phase, key in phases.items()}
 
 
 def transports(lines) -> list[str]:
@@ -138,13 +130,6 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
         torch.cuda.synchronize()
         return float(t[0])
 
-    res = run_ranks(
-        one_allreduce,
-        world_size,
-        backend="nccl",
-        timeout=timeout,
-        stream=False,
-        quiet=True,
-        env={"NCCL_DEBUG": level, **(env or {})},
-    )
+    env = {"NCCL_DEBUG": level, **(env or {})}
+    res = run_ranks(one_allreduce, world_size, backend="nccl", timeout=timeout, stream=False, quiet=True, env=env)
     return [f"[rank {r}] {ln}" for r, lines in enumerate(res.outputs) for ln in lines if "NCCL" in ln]

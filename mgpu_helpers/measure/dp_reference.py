@@ -2,14 +2,9 @@
 
 Notebook 09 teaches hand-written data parallelism (its cells are exported to
 :mod:`mgpu_helpers.lessons.data_parallel`: sharding, the gradient all-reduce with its stream edges, the
-training loop). What the lesson does *not* teach lives here:
-
-- the problem: :class:`TrainConfig`, :func:`make_dataset`, :func:`make_model`, :func:`mse_loss`;
-- the references the lesson's training must equal: :func:`train_single_process` (one process, the whole
-  batch, no communication), :func:`train_ddp` (``DistributedDataParallel`` does the all-reduce) and
-  :func:`full_gradient`;
-- comparing results: :func:`flat_params`, :func:`max_difference`;
-- timing the phases of a step (with :func:`mgpu_helpers.measure.timing.synchronize_device`): :func:`warm_up`, :func:`traced_phase`.
+training loop). What the lesson does *not* teach lives here: the problem, the references the lesson's training
+must equal (:func:`train_single_process`, :func:`train_ddp`, :func:`full_gradient`), and the timing of a step's
+phases.
 
 Everything is float64: the ways of training add the same numbers in a different order, and in float64 the
 differences stay around 1e-15, far below the tolerance of the comparisons, on the CPU and on GPUs alike.
@@ -57,9 +52,8 @@ def make_model(config: TrainConfig = TrainConfig(), device="cpu"):
     import torch
 
     g = torch.Generator().manual_seed(config.seed + 1)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(config.n_features, config.hidden), torch.nn.Tanh(), torch.nn.Linear(config.hidden, 1)
-    ).double()
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(config.n_features, config.hidden), nn.Tanh(), nn.Linear(config.hidden, 1)).double()
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
@@ -130,8 +124,7 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
     return {"rank": rank, "device": str(device), "params": flat_params(model)}
 
 
-# --------------------------------------------------------------------------------------------------------
-# Timing the phases of a step.
+# --- Timing the phases of a step ----------------------------------------------------------------------------------
 
 
 def warm_up(model, x, y, device) -> None:

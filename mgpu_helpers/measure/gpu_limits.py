@@ -75,8 +75,7 @@ def cupy_driver_blocks_per_sm(kernel, block: int, smem_per_block: int = 0) -> in
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, smem_per_block)
 
 
-# --------------------------------------------------------------------------------------------------------
-# What the compiler gave notebook 02's kernels, recorded on an H200 so that a machine without a GPU can show it.
+# --- What the compiler gave notebook 02's kernels, recorded on an H200 so that a machine without a GPU can show it ---
 
 REGISTERS_FILE = "kernel_registers_h200.json"
 

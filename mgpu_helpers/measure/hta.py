@@ -22,6 +22,8 @@ import tempfile
 import warnings
 from contextlib import contextmanager
 
+from mgpu_helpers.measure.profile import ranks_of
+
 INSTALL = "pip install holistictraceanalysis"
 
 
@@ -55,7 +57,7 @@ def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
     with ``distributedInfo`` first (HTA finds the rank by the first ``"rank": N`` in the file). Returns
     ``{rank: path}``. The events are the merged trace's own, on its clock: HTA reads GPU kernels by their
     ``args.stream``, which merging keeps."""
-    ranks = sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
+    ranks = ranks_of(merged)
     paths = {}
     for rank in ranks:
         path = os.path.join(folder, f"rank{rank}.json")

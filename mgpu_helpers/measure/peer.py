@@ -1,15 +1,9 @@
 """Peer access and the paths between GPUs: can GPU i read GPU j's memory, how fast is a copy, what P2P is worth.
 
-- :func:`peer_matrix`: ``cudaDeviceCanAccessPeer`` for every pair (``torch.cuda.can_device_access_peer``).
-- :func:`peer_copy`: a timed copy GPU ``src`` -> GPU ``dst`` and back (CUDA events, GB/s).
-- :func:`compare_p2p`: the all-reduce busbw over 64 MiB .. 1 GiB twice, with NCCL's default transports and with
-  ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes). Two launches
-  of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``): the notebook's own
-  environment is never changed.
-- :func:`p2p_effect`: the same two launches at one size, each with ``NCCL_DEBUG=INFO``: the busbw and the
-  transports NCCL's channel lines name (``via P2P/...`` by default, ``via SHM/...`` with P2P off).
-- :func:`recorded`: the figures recorded on 2 x H200 (``mgpu_helpers/data/peer_h200x2.json`` and the nccl-tests
-  all-reduce table), to compare with.
+:func:`compare_p2p` and :func:`p2p_effect` run the all-reduce with NCCL's default transports and with
+``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes): two launches
+of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``), so the notebook's own
+environment is never changed. :func:`recorded` gives the figures recorded on 2 x H200 to compare with.
 
 Every function that needs two GPUs raises :class:`NeedsGpus` with a message saying so; :func:`measure_all`
 turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.
@@ -116,15 +110,9 @@ def rank_env(p2p: bool) -> dict:
 def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
     """One launch of the all-reduce sweep with P2P on or off (``env``: more variables for the ranks): its rows
     (:class:`mgpu_helpers.measure.sweep.SweepRow`) and the launch's RankResults."""
+    args, env = (list(sizes), ("all_reduce",), None, 5), {**rank_env(p2p), **(env or {})}
     res = run_ranks(
-        sweep.sweep_rank,
-        world_size,
-        args=(list(sizes), ("all_reduce",), None, 5),
-        backend=backend,
-        timeout=timeout,
-        env={**rank_env(p2p), **(env or {})},
-        stream=False,
-        quiet=True,
+        sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, stream=False, quiet=True
     )
     return sweep.combine(res.values, world_size, res.backend), res
 
@@ -139,13 +127,8 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
     on, _ = allreduce_busbw(world_size, sizes, True, backend, timeout)
     off, _ = allreduce_busbw(world_size, sizes, False, backend, timeout)
     return [
-        {
-            "nbytes": a.nbytes,
-            "busbw_default": a.busbw,
-            "busbw_p2p_off": b.busbw,
-            "ratio": b.busbw / a.busbw if a.busbw else None,
-            "backend": a.backend,
-        }
+        {"nbytes": a.nbytes, "busbw_default": a.busbw, "busbw_p2p_off": b.busbw}
+        | {"ratio": b.busbw / a.busbw if a.busbw else None, "backend": a.backend}
         for a, b in zip(on, off)
     ]
 
@@ -161,11 +144,8 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
     for key, p2p in (("on", True), ("off", False)):
         (row,), res = allreduce_busbw(world_size, [int(nbytes)], p2p, "nccl", timeout, {"NCCL_DEBUG": "INFO"})
         lines = [f"[rank {r}] {ln}" for r, rank_lines in enumerate(res.outputs) for ln in rank_lines if "NCCL" in ln]
-        out[key] = {
-            "busbw": row.busbw,
-            "transports": diagnose.transports(lines),
-            "lines": [ln for ln in lines if " via " in ln],
-        }
+        via = [ln for ln in lines if " via " in ln]
+        out[key] = {"busbw": row.busbw, "transports": diagnose.transports(lines), "lines": via}
     return out
 
 
@@ -216,18 +196,16 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
         for r in measured.get("busbw") or []
     ]
     rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in rec["allreduce_busbw_default_GBps"].items()]
-    lines.append(
-        tables.format_table(
-            [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows],
-            [
-                ("size", "size", "{}"),
-                ("busbw_default", "busbw default", "{:.1f}"),
-                ("busbw_p2p_off", "P2P off", "{:.1f}"),
-                ("ratio", "off/default", "{:.2f}"),
-                ("nccl_tests", "nccl-tests", "{}"),
-                ("off", "recorded P2P off", "{}"),
-            ],
-        )
-    )
+    columns = [
+        ("size", "size", "{}"),
+        ("busbw_default", "busbw default", "{:.1f}"),
+        ("busbw_p2p_off", "P2P off", "{:.1f}"),
+    ]
+    columns += [
+        ("ratio", "off/default", "{:.2f}"),
+        ("nccl_tests", "nccl-tests", "{}"),
+        ("off", "recorded P2P off", "{}"),
+    ]
+    lines.append(tables.format_table([dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows], columns))
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)

@@ -9,9 +9,7 @@ GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgp
 ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each rank exports its Chrome trace;
 :func:`merge_traces` puts them into one file with one process per rank (``pid`` = rank, named "rank k"), every
 timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
-machine), and the course's spans on a track of their own ("course spans"). From that file,
-:func:`spans_from_trace` gives the per-rank Span lists that
-:func:`mgpu_helpers.widgets.straggler.draw_timeline` draws.
+machine), and the course's spans on a track of their own ("course spans").
 
 Nsight Systems: under torchrun (``mh.torchrun_main``), a rank function that first calls
 ``trace.set_range_hook(profile.nvtx_range)`` shows the course's spans as NVTX ranges above the CUDA and NCCL
@@ -46,18 +44,7 @@ class ProfiledRun:
     trace: dict
 
 
-# --------------------------------------------------------------------------------------------------------
-# Inside a rank.
-
-
-@contextmanager
-def _profiler_range(label: str):
-    """A torch.profiler range, and an NVTX range when CUDA is up (what Nsight Systems shows)."""
-    import torch
-    from torch.profiler import record_function
-
-    with nvtx_range(label, torch.cuda.is_available() and torch.cuda.is_initialized()), record_function(label):
-        yield
+# --- Inside a rank ------------------------------------------------------------------------------------------------
 
 
 def _anchor() -> float:
@@ -88,7 +75,7 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
 
         gpu = rank_device().type == "cuda" if cuda == "auto" else bool(cuda)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-        trace.set_range_hook(_profiler_range)
+        trace.set_range_hook(marked_range)  # a torch.profiler range, and NVTX when CUDA is up
         try:
             with profile(activities=activities) as prof:
                 anchor_us = _anchor()
@@ -105,8 +92,7 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
     return profiled_rank
 
 
-# --------------------------------------------------------------------------------------------------------
-# Merging (pure: dicts in, dicts out).
+# --- Merging (pure: dicts in, dicts out) --------------------------------------------------------------------------
 
 
 def clock_offset(events, anchor_us: float) -> float:
@@ -158,19 +144,11 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
             elif "ts" in e:
                 e["ts"] = float(e["ts"]) + shift
             out.append(e)
-        for s in spans_per_rank[rank] if spans_per_rank else []:
-            out.append(
-                {
-                    "ph": "X",
-                    "cat": SPAN_CATEGORY,
-                    "name": s.name,
-                    "pid": rank,
-                    "tid": SPAN_TID,
-                    "ts": s.start * 1e6,
-                    "dur": max(s.seconds, 0.0) * 1e6,
-                    "args": {"kind": s.kind},
-                }
-            )
+        out += [
+            {"ph": "X", "cat": SPAN_CATEGORY, "name": s.name, "pid": rank, "tid": SPAN_TID, "ts": s.start * 1e6}
+            | {"dur": max(s.seconds, 0.0) * 1e6, "args": {"kind": s.kind}}
+            for s in (spans_per_rank[rank] if spans_per_rank else [])
+        ]
     return {
         "traceEvents": out,
         "displayTimeUnit": "ms",
@@ -180,33 +158,24 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
 
 def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None = None) -> list[dict]:
     """Complete events of ``rank`` whose name matches ``pattern`` (a regular expression), in time order."""
-    rx = re.compile(pattern)
-    evs = [
-        e
-        for e in merged["traceEvents"]
-        if e.get("ph") == "X"
-        and e.get("pid") == rank
-        and rx.search(str(e.get("name", "")))
-        and (category is None or e.get("cat") == category)
-    ]
-    return sorted(evs, key=lambda e: e["ts"])
+    rx, events = re.compile(pattern), merged["traceEvents"]
+    evs = [e for e in events if e.get("ph") == "X" and e.get("pid") == rank and rx.search(str(e.get("name", "")))]
+    return sorted((e for e in evs if category is None or e.get("cat") == category), key=lambda e: e["ts"])
+
+
+def ranks_of(merged: dict) -> list[int]:
+    """The ranks of a merged trace (its integer ``pid``s), in order."""
+    return sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
 
 
 def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
     """Per rank, the course's spans in the merged trace, as Span lists (seconds on time.monotonic()): what
     :func:`mgpu_helpers.widgets.straggler.draw_timeline` takes."""
-    ranks = sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
-    return [
-        [
-            trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-            for e in rank_events(merged, r, category=SPAN_CATEGORY)
-        ]
-        for r in ranks
-    ]
+    span = lambda e: trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+    return [[span(e) for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks_of(merged)]
 
 
-# --------------------------------------------------------------------------------------------------------
-# From a cell (or a script).
+# --- From a cell (or a script) ------------------------------------------------------------------------------------
 
 
 def run_profiled(
@@ -257,9 +226,7 @@ def marked_range(label: str, device=None):
     import torch
     from torch.autograd.profiler import record_function
 
-    if device is None:
-        gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
-    else:
-        gpu = torch.device(device).type == "cuda"
+    cuda_up = torch.cuda.is_available() and torch.cuda.is_initialized()
+    gpu = torch.device(device).type == "cuda" if device is not None else cuda_up
     with torch.cuda.nvtx.range(label) if gpu else nullcontext(), record_function(label):
         yield

@@ -44,13 +44,9 @@ def run_traced(
     shard_units = tuple(shard_units)
     if not shard_units or any(u < 0 for u in shard_units):
         raise ValueError(f"give one non-negative shard size per rank, like (12, 6, 4, 2); got {shard_units!r}")
+    args = (shard_units, grad_numel, steps, None, None, seconds_per_unit, timestamp_barrier)
     return launch.run_ranks(
-        workloads.straggler_step,
-        len(shard_units),
-        args=(shard_units, grad_numel, steps, None, None, seconds_per_unit, timestamp_barrier),
-        timeout=timeout,
-        stream=False,
-        quiet=True,
+        workloads.straggler_step, len(shard_units), args=args, timeout=timeout, stream=False, quiet=True
     )
 
 
@@ -112,10 +108,8 @@ def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
     """``[step][rank]``: how much longer than ``shard * s`` each rank's compute took (a late wake-up)."""
     if seconds_per_unit is None:
         raise ValueError("model_margin needs the seconds_per_unit of a deterministic-cost run")
-    if isinstance(seconds_per_unit, (int, float)):
-        per_unit = [float(seconds_per_unit)] * len(values)
-    else:
-        per_unit = [float(s) for s in seconds_per_unit]
+    one = isinstance(seconds_per_unit, (int, float))
+    per_unit = [float(seconds_per_unit)] * len(values) if one else [float(s) for s in seconds_per_unit]
     return [
         [v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
         for k in range(len(values[0]["wait_s"]))
@@ -138,14 +132,7 @@ def run_waiting_inside(shard_units, steps: int = 5, seconds_per_unit=0.020, grad
     compute and communicate spans (as a profiler trace would), ``.values[r]["comm_s"]`` the time inside the
     collective per step and ``.values[r]["wait_s"]`` the part of it that was waiting (known afterwards from the
     all-gathered arrival times). ``seconds_per_unit`` None runs real matmuls instead (not deterministic)."""
-    return run_traced(
-        shard_units,
-        steps=steps,
-        timeout=timeout,
-        seconds_per_unit=seconds_per_unit,
-        grad_numel=grad_numel,
-        timestamp_barrier=False,
-    )
+    return run_traced(shard_units, steps, timeout, seconds_per_unit, grad_numel, timestamp_barrier=False)
 
 
 def median_collective(values) -> list[float]:

@@ -1,21 +1,12 @@
 """Measured collective sweeps over message sizes, after NVIDIA nccl-tests' method.
 
-- :func:`run_sweep`: all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
-  all-reduce in two halves) on ``world_size`` ranks over a list of message sizes. Each rank pre-allocates
-  its buffers, runs warm-up iterations, then times a batch of back-to-back operations with no
-  synchronisation per operation, as nccl-tests does. Two differences from nccl-tests (which wraps the batch in
-  a host timer and by default averages over ranks): on a GPU the batch sits between two CUDA events
-  (``perf_counter`` around it on the CPU), and the slowest rank's time is the time of the operation (the
-  collective ends for everybody when it ends for the last rank).
-- :func:`run_repeats`: the same batch timed several times in one launch (all_reduce and rs_ag at one size),
-  so that a ratio of the two comes with the run's own spread.
-- :func:`run_step_breakdown`: a training-like step per message size (compute, then the wait for the
-  slowest rank, then the all-reduce), synchronised per phase so that each phase can be timed and traced.
-- :func:`buffer_bytes`: the communication buffers of all-reduce and of reduce-scatter + all-gather (the lab
-  compares their results in its own ``compare_rank``).
-
-The recorded nccl-tests tables to compare with are read by :mod:`mgpu_helpers.report.nccltests`; sizes are
-read and written by :mod:`mgpu_helpers.report.sizes`.
+:func:`run_sweep` times all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
+all-reduce in two halves) on ``world_size`` ranks; :func:`run_repeats` times one size several times in one
+launch, :func:`run_step_breakdown` a training-like step per size. Each rank pre-allocates its buffers, warms up,
+then times a batch of back-to-back operations with no synchronisation per operation, as nccl-tests does. Two
+differences from nccl-tests (which wraps the batch in a host timer and by default averages over ranks): on a
+GPU the batch sits between two CUDA events (``perf_counter`` around it on the CPU), and the slowest rank's time
+is the time of the operation (the collective ends for everybody when it ends for the last rank).
 
 Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
 input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
@@ -32,13 +23,7 @@ from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import sizes as sz
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
-# Which nccl-tests formula each measured operation uses.
-BUSBW_AS = {
-    "all_reduce": "all_reduce",
-    "reduce_scatter": "reduce_scatter",
-    "all_gather": "all_gather",
-    "rs_ag": "all_reduce",
-}
+BUSBW_AS = {op: op for op in OPS} | {"rs_ag": "all_reduce"}  # which nccl-tests formula each operation uses
 KiB, MiB, GiB = sz.KiB, sz.MiB, sz.GiB
 
 
@@ -71,6 +56,10 @@ def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]
     return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
 
 
+def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float, stream: bool = False):
+    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=stream, quiet=True)
+
+
 def default_iters(nbytes: int, gpu: bool) -> int:
     """Timed iterations: enough that a batch lasts well over the event resolution, capped for big sizes."""
     if not gpu:
@@ -78,24 +67,22 @@ def default_iters(nbytes: int, gpu: bool) -> int:
     return int(min(200, max(20, (2 * GiB) // max(nbytes, 1))))
 
 
-# --------------------------------------------------------------------------------------------------------
-# Inside a rank.
+# --- Inside a rank ------------------------------------------------------------------------------------------------
 
 
-def all_gather_flat(output, inp, async_op: bool = False):
-    """``all_gather_into_tensor`` under its current name (torch 2.13 renamed it ``all_gather_single``)."""
-    import torch.distributed as dist
+def _flat(new: str, old: str):
+    """A flat collective under its current name (torch 2.13 renamed ``X_tensor`` to ``X_single``)."""
 
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    return fn(output, inp, async_op=async_op)
+    def call(output, inp, async_op: bool = False):
+        import torch.distributed as dist
+
+        return (getattr(dist, new, None) or getattr(dist, old))(output, inp, async_op=async_op)
+
+    return call
 
 
-def reduce_scatter_flat(output, inp, async_op: bool = False):
-    """``reduce_scatter_tensor`` (sum) under its current name (``reduce_scatter_single`` in torch 2.13)."""
-    import torch.distributed as dist
-
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return fn(output, inp, async_op=async_op)
+all_gather_flat = _flat("all_gather_single", "all_gather_into_tensor")
+reduce_scatter_flat = _flat("reduce_scatter_single", "reduce_scatter_tensor")  # sum
 
 
 def make_op(op: str, nbytes: int, world_size: int, device):
@@ -150,20 +137,9 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
     """Rows from every rank's timings: an operation takes as long as its slowest rank."""
     rows = []
     for i, first in enumerate(per_rank[0]):
-        seconds = max(rank_rows[i]["seconds"] for rank_rows in per_rank)
-        nb = first["nbytes"]
-        rows.append(
-            SweepRow(
-                op=first["op"],
-                nbytes=nb,
-                time_us=seconds * 1e6,
-                algbw=bandwidth.algbw(nb, seconds) / 1e9,
-                busbw=bandwidth.busbw(BUSBW_AS[first["op"]], nb, seconds, world_size) / 1e9,
-                world_size=world_size,
-                backend=backend,
-                iters=first["iters"],
-            )
-        )
+        s, op, nb = max(rank_rows[i]["seconds"] for rank_rows in per_rank), first["op"], first["nbytes"]
+        busbw = bandwidth.busbw(BUSBW_AS[op], nb, s, world_size) / 1e9
+        rows.append(SweepRow(op, nb, s * 1e6, bandwidth.algbw(nb, s) / 1e9, busbw, world_size, backend, first["iters"]))
     return rows
 
 
@@ -196,15 +172,7 @@ def run_sweep(
     done = 0
     try:
         for group in groups:
-            res = run_ranks(
-                sweep_rank,
-                world_size,
-                args=(group, tuple(ops), iters, warmup),
-                backend=chosen,
-                timeout=timeout,
-                stream=stream,
-                quiet=True,
-            )
+            res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout, stream)
             rows += combine(res.values, world_size, res.backend)
             done += len(group)
             update(done, len(sizes))
@@ -230,23 +198,14 @@ def run_repeats(
     """Time ``ops`` at ``nbytes`` ``repeats`` times in one launch; returns one ``{op: time_us}`` per round
     (each the slowest rank's, as in :func:`combine`), so that a comparison comes with its own spread."""
     chosen, _ = hardware.choose_backend(world_size, backend)
-    res = run_ranks(
-        repeats_rank,
-        world_size,
-        args=(int(nbytes), tuple(ops), repeats, iters),
-        backend=chosen,
-        timeout=timeout,
-        stream=False,
-        quiet=True,
-    )
+    res = _launch(repeats_rank, world_size, (int(nbytes), tuple(ops), repeats, iters), chosen, timeout)
     return [
         {row.op: row.time_us for row in combine([v[r] for v in res.values], world_size, res.backend)}
         for r in range(repeats)
     ]
 
 
-# --------------------------------------------------------------------------------------------------------
-# A training-like step per size: compute, wait, communicate.
+# --- A training-like step per size: compute, wait, communicate ----------------------------------------------------
 
 
 def step_rank(
@@ -272,24 +231,10 @@ def step_rank(
     out = []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
-        got = straggler_step(
-            rank,
-            world_size,
-            shards,
-            grad_numel=n,
-            steps=steps,
-            m=compute_n,
-            per_unit=compute_repeats,
-            label=sz.format_bytes(n * 4),
-        )
-        out.append(
-            {
-                "nbytes": n * 4,
-                "compute": statistics.median(got["compute_s"]),
-                "wait": statistics.median(got["wait_s"]),
-                "communicate": statistics.median(got["comm_s"]),
-            }
-        )
+        label = sz.format_bytes(n * 4)
+        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=compute_repeats, label=label)
+        phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
+        out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in phases.items()})
     return out
 
 
@@ -308,16 +253,8 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
         wait = max(r[i]["wait"] for r in per_rank)
         comm = statistics.median(r[i]["communicate"] for r in per_rank)
         total = comp + wait + comm
-        rows.append(
-            {
-                "nbytes": first["nbytes"],
-                "compute_us": comp * 1e6,
-                "wait_us": wait * 1e6,
-                "comm_us": comm * 1e6,
-                "step_us": total * 1e6,
-                "efficiency": comp / total,
-            }
-        )
+        us = {"compute_us": comp, "wait_us": wait, "comm_us": comm, "step_us": total}
+        rows.append({"nbytes": first["nbytes"]} | {k: v * 1e6 for k, v in us.items()} | {"efficiency": comp / total})
     return rows
 
 
@@ -335,21 +272,11 @@ def run_step_breakdown(
     (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.results.RankResults` (with spans)."""
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
-    res = run_ranks(
-        step_rank,
-        world_size,
-        args=(sizes, steps, n, 4, slow_rank, slow_factor),
-        backend=chosen,
-        timeout=timeout,
-        stream=False,
-        quiet=True,
-    )
+    res = _launch(step_rank, world_size, (sizes, steps, n, 4, slow_rank, slow_factor), chosen, timeout)
     return combine_steps(res.values), res
 
 
-# --------------------------------------------------------------------------------------------------------
-# All-reduce against reduce-scatter + all-gather: how much buffer memory? (The lab runs the comparison:
-# mh.lessons.lab.compare_rank.)
+# --- All-reduce against reduce-scatter + all-gather: buffer memory (the lab's compare_rank runs the comparison) ----
 
 
 def buffer_bytes(nbytes: int, world_size: int) -> dict:
@@ -364,9 +291,5 @@ def buffer_bytes(nbytes: int, world_size: int) -> dict:
       optimizer states): the 1/n shard.
     """
     n = sz.float32_elements(nbytes, world_size) * 4
-    return {
-        "all_reduce": n,
-        "rs_ag_out_of_place": n + n // world_size,
-        "rs_ag_in_place": n,
-        "reduce_scatter_only": n // world_size,
-    }
+    shard = n // world_size
+    return {"all_reduce": n, "rs_ag_out_of_place": n + shard, "rs_ag_in_place": n, "reduce_scatter_only": shard}

@@ -4,12 +4,8 @@ Each function here is a rank function ``fn(rank, world_size, ...)`` for :func:`m
 ``torchrun_main``). They run unchanged on gloo CPU ranks and on NCCL GPU ranks; only the default sizes
 depend on the device (small on the CPU, real on a GPU).
 
-- :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce; records compute /
-  wait / communicate spans, with the wait at the collective *measured* from the ranks' arrival times
-  (``timestamp_barrier=False``: no separate wait, the early ranks wait inside the all-reduce, as in a trace). With
-  ``seconds_per_unit`` its compute is :func:`sleep_units` (deterministic cost: the same time whatever else
-  the machine runs), else :func:`compute_units` (real matmuls, whose time depends on the device and the load).
-- :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model).
+- :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce, traced;
+- :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model);
 - :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
 """
 
@@ -90,26 +86,21 @@ def straggler_step(
 ) -> dict:
     """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
 
-    ``shard_units``: the size of each rank's shard in units of work. ``seconds_per_unit``: None for real
-    matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds one unit takes in the
-    deterministic-cost mode (:func:`sleep_units`); a number, or one number per rank (ranks of different
-    speeds). Records spans with :mod:`mgpu_helpers.launcher.trace`: "compute", "wait" (from this rank's arrival
-    at the collective until the last rank arrived, measured from the all-gathered arrival times) and
-    "communicate" (the all-reduce of a ``grad_numel`` float32 gradient; default by device).
+    ``seconds_per_unit``: None for real matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds
+    one unit takes in the deterministic-cost mode (:func:`sleep_units`); one number, or one per rank (ranks of
+    different speeds). Spans: "compute", "wait" (from this rank's arrival at the collective until the last rank
+    arrived, from the all-gathered arrival times) and "communicate" (the all-reduce of a ``grad_numel`` float32
+    gradient; default by device). ``label`` (a message size, say) goes into every span's name, as
+    "compute (1 KiB)": the lab's step breakdown reads the size back from a trace.
 
     ``timestamp_barrier=False`` leaves out the all-gather of arrival times before the all-reduce, as in a real
-    training step: each rank enters the all-reduce as soon as its compute is done, so the early ranks wait
-    *inside* the collective and their "communicate" span holds that waiting (what a profiler trace shows).
-    The arrival times (when each rank entered the all-reduce) are then all-gathered *after* it, so ``wait_s``
-    (last arrival minus own arrival) is still known, but it is no span of its own: ``comm_s >= wait_s`` on every
-    rank and step.
+    training step: the early ranks wait *inside* the collective, in their "communicate" span (what a profiler
+    trace shows). The arrival times are all-gathered *after* it, so ``wait_s`` is still known, but it is no span
+    of its own: ``comm_s >= wait_s`` on every rank and step.
 
-    ``label`` (a message size, say) goes into every span's name, as "compute (1 KiB)", "wait (1 KiB)" and
-    "all_reduce 1 KiB": the lab's step breakdown reads the size back from a trace.
-
-    Returns a dict with the rank, device, shard, and per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and
-    ``start_skew_s`` (how far apart the ranks left the barrier that starts the step), plus ``result`` (the
-    all-reduced gradient's first value, identical on every rank) and ``timestamp_barrier``.
+    Returns the rank, device, shard, per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and ``start_skew_s``
+    (how far apart the ranks left the barrier that starts the step), ``result`` (the all-reduced gradient's
+    first value, the same on every rank) and ``timestamp_barrier``.
     """
     import torch
     import torch.distributed as dist
@@ -137,16 +128,9 @@ def straggler_step(
         if label
         else (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
     )
-    out = dict(
-        rank=rank,
-        device=str(device),
-        shard=shard_units[rank],
-        compute_s=[],
-        wait_s=[],
-        comm_s=[],
-        start_skew_s=[],
-        timestamp_barrier=bool(timestamp_barrier),
-    )
+    out = dict(rank=rank, device=str(device), shard=shard_units[rank])
+    out |= {k: [] for k in ("compute_s", "wait_s", "comm_s", "start_skew_s")}
+    out["timestamp_barrier"] = bool(timestamp_barrier)
     for step in range(steps):
         dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
@@ -206,10 +190,5 @@ def scaling_step(
     shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
     units = total_units if weak else total_units / world_size
     run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
-    med = statistics.median
-    return dict(
-        rank=rank,
-        compute_s=med(run["compute_s"]),
-        comm_s=med(run["comm_s"]),
-        step_s=med([c + a for c, a in zip(run["compute_s"], run["comm_s"])]),
-    )
+    med, compute, comm = statistics.median, run["compute_s"], run["comm_s"]
+    return dict(rank=rank, compute_s=med(compute), comm_s=med(comm), step_s=med([c + a for c, a in zip(compute, comm)]))

@@ -4,19 +4,8 @@ import importlib
 import platform
 import sys
 
-PACKAGES = [
-    "torch",
-    "numpy",
-    "numba",
-    "numba.cuda",
-    "cupy",
-    "matplotlib",
-    "ipywidgets",
-    "cloudpickle",
-    "psutil",
-    "pynvml",
-    "tqdm",
-]
+PACKAGES = ["torch", "numpy", "numba", "numba.cuda", "cupy", "matplotlib", "ipywidgets", "cloudpickle", "psutil"]
+PACKAGES += ["pynvml", "tqdm"]
 # Left out on purpose where they cannot run: CuPy has no macOS build (it needs CUDA).
 OPTIONAL = {"cupy": lambda: platform.system() != "Linux"}
 

@@ -99,10 +99,7 @@ def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[st
     a function that holds more than assignments. ``keep_functions``: a function's region stays as it is,
     markers and all (nbgrader's source, :mod:`mgpu_helpers.tools.grading`); predictions are still stubbed.
     """
-    lines = source.split("\n")
-    out: list[str] = []
-    names: list[str] = []
-    i = 0
+    lines, out, names, i = source.split("\n"), [], [], 0
     while i < len(lines):
         ln = lines[i]
         if ln.strip() == END:
@@ -121,15 +118,13 @@ def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[st
             raise MarkerError(f"{BEGIN!r} at line {i + 1} has no {END!r}")
         region = lines[i + 1 : j]
         owner = _top_level_function(lines[:i]) if indent else None
+        if owner is not None and owner not in names:
+            names.append(owner)
         if owner is None:
             out += _stub_assignments(region, i + 1)
+        elif keep_functions:
+            out += lines[i : j + 1]
         else:
-            if owner not in names:
-                names.append(owner)
-            if keep_functions:
-                out += lines[i : j + 1]
-                i = j + 1
-                continue
             out += [r for r in region if r.strip().startswith(HINT_MARK)]
             n = max(1, sum(1 for ln in region if ln.strip() and not ln.strip().startswith("#")))  # lines to write
             out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
@@ -223,87 +218,74 @@ def learner_copy(nb, keep_outputs: bool = False):
 
 
 def make_exercise(nb, name: str = "", keep_solutions: bool = False):
-    """The exercise version of a solution notebook, as the suite tests it (a new notebook; ``nb`` is left as it
-    is; :func:`learner_copy` of it is what the learner opens).
-
-    ``name``: the solution's file name, for the banner added to the first markdown cell.
-    Returns ``(exercise_nb, stubbed_names)``.
-    """
-    ex = copy.deepcopy(nb)
-    stubbed: list[str] = []
-    defining = set()
-    for k, cell in enumerate(ex.cells):
-        if cell.cell_type == "code" and BEGIN in cell.source:
-            cell.source, names = stub_source(cell.source, keep_solutions)
-            stubbed += [n for n in names if n not in stubbed]
-            defining.add(k)
-            _mark_answer(cell, names)
-        elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
-            cell.source = fold_markdown(cell.source)
-    for k, cell in enumerate(ex.cells):
-        if cell.cell_type != "code" or k in defining:
-            continue
-        uses_a_stub = any(re.search(rf"\b{re.escape(n)}\b", cell.source) for n in stubbed)
-        if cell.source.lstrip().startswith(CHECK_MARK) or uses_a_stub:
-            tags = cell.metadata.setdefault("tags", [])
-            if RAISES_TAG not in tags:
-                tags.append(RAISES_TAG)
-    first_md = next((c for c in ex.cells if c.cell_type == "markdown"), None)
-    if first_md is not None and name:
-        first_md.source = first_md.source.rstrip() + BANNER.format(name=name)
-    _mark_checks(ex)
-    return nbtools.clean(ex, keep_checked_outputs=False), stubbed
+    """The exercise version of a solution notebook, as the suite tests it (``name``: the solution's file name, for
+    the banner added to the first markdown cell). Returns ``(exercise_nb, stubbed_names)``."""
+    return _learner_version(nb, name, keep_solutions, lesson=False)
 
 
 def make_lesson(nb, name: str = "", keep_solutions: bool = False):
-    """The learner's version of a worked lesson, as the suite tests it: the worked lesson's checked outputs
-    kept, for nbval to compare (a new notebook; ``nb`` is left as it is; :func:`learner_copy` of it is what
-    the learner opens).
+    """The learner's version of a worked lesson, as the suite tests it: the worked lesson's checked outputs kept,
+    for nbval to compare. Returns ``(lesson_nb, stubbed_names)``; raises :class:`MarkerError` when a checked cell
+    holds a fill-in."""
+    return _learner_version(nb, name, keep_solutions, lesson=True)
 
-    Returns ``(lesson_nb, stubbed_names)``. Raises :class:`MarkerError` when a checked cell holds a fill-in.
-    """
-    les = copy.deepcopy(nb)
-    stubbed: list[str] = []
-    for k, cell in enumerate(les.cells):
-        if cell.cell_type == "code" and WORKED_ONLY_TAG in cell.metadata.get("tags", []):
+
+def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
+    """:func:`make_lesson` or :func:`make_exercise`: a new notebook (``nb`` is left as it is) whose
+    :func:`learner_copy` is what the learner opens."""
+    out, stubbed, defining = copy.deepcopy(nb), [], set()
+    for k, cell in enumerate(out.cells):
+        if cell.cell_type == "markdown" and MD_BEGIN in cell.source:
+            cell.source = fold_markdown(cell.source)
+        if cell.cell_type != "code":
+            continue
+        if lesson and WORKED_ONLY_TAG in cell.metadata.get("tags", []):
             cell.source = _import_instead(cell, nb.metadata.get("mgpu", {}).get("export"), name, k)
             cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != WORKED_ONLY_TAG]
             if not cell.metadata["tags"]:
                 del cell.metadata["tags"]
             cell.metadata.pop("jupyter", None)
             continue
-        if cell.cell_type == "code":
-            if BEGIN in cell.source:
-                if nbtools.is_checked(cell):
-                    raise MarkerError(
-                        f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
-                        "its output would differ between the worked and the learner's version"
-                    )
-                cell.source, names = stub_source(cell.source, keep_solutions)
-                stubbed += [n for n in names if n not in stubbed]
-                _mark_answer(cell, names)
-            lines = cell.source.split("\n")
-            if lines and EXPORT_LINE.match(lines[0].strip()):
-                cell.source = "\n".join(lines[1:])
-        elif cell.cell_type == "markdown" and MD_BEGIN in cell.source:
-            cell.source = fold_markdown(cell.source)
-    first_md = next((c for c in les.cells if c.cell_type == "markdown"), None)
-    if first_md is not None and name and any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells):
-        first_md.source = first_md.source.rstrip() + LESSON_BANNER.format(name=name)
-    _mark_checks(les)
-    return nbtools.clean(les, keep_checked_outputs=True), stubbed
+        if BEGIN in cell.source:
+            if lesson and nbtools.is_checked(cell):
+                raise MarkerError(
+                    f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
+                    "its output would differ between the worked and the learner's version"
+                )
+            cell.source, names = stub_source(cell.source, keep_solutions)
+            stubbed += [n for n in names if n not in stubbed]
+            defining.add(k)
+            _mark_answer(cell, names)
+        first, _, rest = cell.source.partition("\n")
+        if lesson and EXPORT_LINE.match(first.strip()):
+            cell.source = rest
+    for k, cell in enumerate(out.cells):  # an exercise's cells that end in a stub's error say so
+        if lesson or cell.cell_type != "code" or k in defining:
+            continue
+        uses_a_stub = any(re.search(rf"\b{re.escape(n)}\b", cell.source) for n in stubbed)
+        if cell.source.lstrip().startswith(CHECK_MARK) or uses_a_stub:
+            tags = cell.metadata.setdefault("tags", [])
+            if RAISES_TAG not in tags:
+                tags.append(RAISES_TAG)
+    fills_in = not lesson or any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells)
+    first_md = next((c for c in out.cells if c.cell_type == "markdown"), None)
+    if first_md is not None and name and fills_in:
+        first_md.source = first_md.source.rstrip() + (LESSON_BANNER if lesson else BANNER).format(name=name)
+    _mark_checks(out)
+    return nbtools.clean(out, keep_checked_outputs=lesson), stubbed
+
+
+def _nbgrader(cell, kind: str, **points) -> None:
+    """nbgrader's metadata of a cell: ``"answer"`` (the learner writes there) or ``"check"`` (autograded, locked)."""
+    check = kind == "check"
+    cell.metadata["nbgrader"] = dict(grade=check, solution=not check, locked=check, schema_version=3)
+    cell.metadata["nbgrader"] |= {"grade_id": f"{kind}-{cell.id}", **points}
 
 
 def _mark_answer(cell, functions) -> None:
     """nbgrader's metadata for a cell where the learner writes a function (a prediction is not graded)."""
     if functions:
-        cell.metadata["nbgrader"] = {
-            "grade": False,
-            "solution": True,
-            "locked": False,
-            "schema_version": 3,
-            "grade_id": f"answer-{cell.id}",
-        }
+        _nbgrader(cell, "answer")
 
 
 def _mark_checks(nb) -> None:
@@ -317,14 +299,7 @@ def _mark_checks(nb) -> None:
             and "nbgrader" not in cell.metadata
             and (CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source)
         ):
-            cell.metadata["nbgrader"] = {
-                "grade": True,
-                "solution": False,
-                "locked": True,
-                "schema_version": 3,
-                "grade_id": f"check-{cell.id}",
-                "points": 1 if CHECK_CALL.search(cell.source) else 0,
-            }
+            _nbgrader(cell, "check", points=1 if CHECK_CALL.search(cell.source) else 0)
 
 
 def _import_instead(cell, default_module, name: str, k: int) -> str:

@@ -40,15 +40,8 @@ VENDOR_PACKAGES = {"reveal.js": "4.6.0", "mathjax": "2.7.9", "requirejs": "2.3.7
 JQUERY_KEEP = ("dist/jquery.min.js",)
 # Of MathJax only what the TeX-AMS_CHTML-full configuration loads (the full package is 73 MB).
 MATHJAX_KEEP = (
-    "MathJax.js",
-    "config/TeX-AMS_CHTML-full.js",
-    "config/Safe.js",
-    "extensions",
-    "jax/input/TeX",
-    "jax/output/CommonHTML",
-    "jax/element",
-    "fonts/HTML-CSS/TeX/woff",
-    "localization/en",
+    *("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX"),
+    *("jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en"),
 )
 MATHJAX_CONFIG = "mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
 # nbconvert's templates import Mermaid from a CDN (the reveal template always does); the course draws no
@@ -254,55 +247,43 @@ def fold_quiz_answers(nb):
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
-        ids = quiz.asked_ids(source(cell))
-        if ids:
-            cell["outputs"] = [
-                _display(
-                    quiz.static_html(quiz.get(i), quiz.number_of(i)), quiz.static_text(quiz.get(i), quiz.number_of(i))
-                )
-                for i in ids
-            ]
+        asked = [(quiz.get(i), quiz.number_of(i)) for i in quiz.asked_ids(source(cell))]
+        if asked:
+            cell["outputs"] = [_display(quiz.static_html(q, n), quiz.static_text(q, n)) for q, n in asked]
     return nbformat.from_dict(nb)
 
 
 # ---------------------------------------------------------------------------------------------- export
 
 
+def _export(exporter_class, nb, vendor_rel: str, mermaid_url: str, **options) -> str:
+    """``nb`` through nbconvert with images embedded and every script served from ``vendor_rel``."""
+    exporter = exporter_class(
+        embed_images=True,
+        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
+        require_js_url=f"{vendor_rel}/requirejs/require.js",
+        mermaid_js_url=mermaid_url,
+        mermaid_layout_elk_js_url="",
+        **options,
+    )
+    return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
+
+
 def to_html(nb, vendor_rel: str = "vendor") -> str:
     """One notebook as a standalone HTML page (lab template, images embedded, MathJax from ``vendor_rel``)."""
     from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(
-        template_name="lab",
-        embed_images=True,
-        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
-        require_js_url=f"{vendor_rel}/requirejs/require.js",
-        mermaid_js_url=f"./{vendor_rel}/{MERMAID_STUB}",
-        mermaid_layout_elk_js_url="",
-    )
-    return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
+    return _export(HTMLExporter, nb, vendor_rel, f"./{vendor_rel}/{MERMAID_STUB}", template_name="lab")
 
 
 def to_slides(nb, vendor_rel: str = "../vendor") -> str:
     """One notebook as reveal.js slides, every script and style sheet served from ``vendor_rel``."""
     from nbconvert import SlidesExporter
 
-    exporter = SlidesExporter(
-        reveal_url_prefix=f"{vendor_rel}/reveal.js",
-        reveal_scroll=True,
-        reveal_transition="none",
-        reveal_theme="white",
-        reveal_width="1280",
-        reveal_height="720",
-        embed_images=True,
-        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
-        require_js_url=f"{vendor_rel}/requirejs/require.js",
-        font_awesome_url="",
-        jquery_url=f"{vendor_rel}/jquery/dist/jquery.min.js",
-        mermaid_js_url=f"{vendor_rel}/{MERMAID_STUB}",
-        mermaid_layout_elk_js_url="",
-    )
-    return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
+    reveal = dict(reveal_scroll=True, reveal_transition="none", reveal_theme="white", reveal_width="1280")
+    reveal |= dict(reveal_height="720", reveal_url_prefix=f"{vendor_rel}/reveal.js", font_awesome_url="")
+    jquery = f"{vendor_rel}/jquery/dist/jquery.min.js"
+    return _export(SlidesExporter, nb, vendor_rel, f"{vendor_rel}/{MERMAID_STUB}", jquery_url=jquery, **reveal)
 
 
 def _index(entries, slides: bool) -> str:

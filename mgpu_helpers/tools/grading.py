@@ -59,17 +59,10 @@ def autograde_preprocessors() -> list:
             try:
                 return super().preprocess_cell(cell, resources, index)
             except DeadKernelError:
-                cell.outputs.append(
-                    new_output(
-                        "error",
-                        ename="KernelDied",
-                        evalue="",
-                        traceback=[
-                            "KernelDied: 这一格让内核进程退出了（崩溃），"
-                            "它的分数为 0；之后的单元格在一个新的内核里接着运行。"
-                        ],
-                    )
+                died = (
+                    "KernelDied: 这一格让内核进程退出了（崩溃），它的分数为 0；之后的单元格在一个新的内核里接着运行。"
                 )
+                cell.outputs.append(new_output("error", ename="KernelDied", evalue="", traceback=[died]))
                 self.kc.stop_channels()
                 run_sync(self.km.restart_kernel)(now=True)  # an AsyncKernelManager (nbgrader's)
                 self.start_new_kernel_client()
@@ -100,9 +93,8 @@ def setup(folder, names=(), solutions=None, timeout: int = CELL_TIMEOUT_S) -> li
     if missing:
         raise SystemExit(f"no worked notebook named {', '.join(sorted(missing))} in solutions/")
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "nbgrader_config.py").write_text(
-        CONFIG.format(stub=exercises.STUB_TEXT.split("（")[0], timeout=timeout), encoding="utf-8"
-    )
+    config = CONFIG.format(stub=exercises.STUB_TEXT.split("（")[0], timeout=timeout)
+    (folder / "nbgrader_config.py").write_text(config, encoding="utf-8")
     written = []
     for path in chosen:
         target = folder / "source" / path.stem / path.name

@@ -112,16 +112,10 @@ def _pip(args: list[str], dry_run: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python mgpu_helpers/tools/install.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--torch",
-        default=None,
-        help=f"torch requirement (default: by machine; {CPU_TORCH} on a Linux machine without an NVIDIA GPU)",
-    )
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="python mgpu_helpers/tools/install.py", description=__doc__, formatter_class=raw)
+    default = f"default: by machine; {CPU_TORCH} on a Linux machine without an NVIDIA GPU"
+    p.add_argument("--torch", default=None, help=f"torch requirement ({default})")
     p.add_argument("--cpu-index", default=CPU_INDEX, help="PyTorch's CPU index, asked only when needed")
     p.add_argument("--torch-flags", default="", help="extra pip flags for the torch step")
     p.add_argument("--dry-run", action="store_true", help="print the pip commands, run nothing")
@@ -134,11 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     system, gpu = platform.system(), nvidia_gpu_present()
-    print(
-        f"install: {system} {platform.machine()}, Python {platform.python_version()}, "
-        f"{'an NVIDIA GPU' if gpu else 'no NVIDIA GPU'}",
-        flush=True,
-    )
+    found = "an NVIDIA GPU" if gpu else "no NVIDIA GPU"
+    print(f"install: {system} {platform.machine()}, Python {platform.python_version()}, {found}", flush=True)
     have = installed_torch()
     override = a.torch is not None and "+cpu" not in a.torch and a.torch != "torch"
     if have and version_tuple(have[0]) >= MIN_TORCH and not override:

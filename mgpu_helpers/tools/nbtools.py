@@ -155,14 +155,10 @@ def execute(path: str, timeout: int = 600, store_widget_state: bool = True):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        store_widget_state=store_widget_state,
-        resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}},
-    )
-    client.execute()
+    resources = {"metadata": {"path": os.path.dirname(os.path.abspath(path))}}
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", store_widget_state=store_widget_state, resources=resources
+    ).execute()
     return nb
 
 

@@ -58,6 +58,18 @@ def _manifest(ws: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
+def _deliver(target: Path, text: str, known: dict, rel: str) -> None:
+    """Write the course's ``text`` at ``target`` and note its sha256 in the manifest ``known``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    known[rel] = _sha(text)
+
+
+def _save_manifest(ws: Path, known: dict) -> None:
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def update(ws=None, course=tracking.ROOT) -> list[str]:
     """Bring the workspace ``ws`` up to the course's notebooks (see the module's docstring); returns one line,
     in Chinese, for each notebook it added, updated or set a new version beside."""
@@ -85,11 +97,8 @@ def update(ws=None, course=tracking.ROOT) -> list[str]:
                 said.append(f"{rel}：课程更新了，你没有改过它，已换成新版本")
             else:
                 said.append(f"{rel}：{'新加入' if rel not in known else '你删掉了它，已重新放回'}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            known[rel] = _sha(text)
-    ws.mkdir(parents=True, exist_ok=True)
-    (ws / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            _deliver(target, text, known, rel)
+    _save_manifest(ws, known)
     return said
 
 
@@ -104,11 +113,8 @@ def reset(name: str, ws=None, course=tracking.ROOT) -> str:
             if target.exists():
                 target.replace(target.with_name(f"{stem}.before-reset.ipynb"))
             known = _manifest(ws)
-            text = delivered_text(src, kernel_language_info())
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            known[f"{folder}/{src.name}"] = _sha(text)
-            (ws / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            _deliver(target, delivered_text(src, kernel_language_info()), known, f"{folder}/{src.name}")
+            _save_manifest(ws, known)
             tracking.forget(stem)
             return (
                 f"{folder}/{src.name} 已换回课程的版本，它的进度清零；你原来的版本在 {folder}/{stem}.before-reset.ipynb"

@@ -67,6 +67,8 @@ def test_auto_backend_is_nccl_only_with_a_gpu_per_rank(world_size, gpus, want):
 def test_nccl_without_enough_gpus_says_what_to_do():
     with pytest.raises(ValueError, match=r"one GPU per rank: 4 ranks asked for, 2 GPU\(s\) here.*world_size <= 2"):
         hardware.choose_backend(4, "nccl", gpu_count=2)
+    with pytest.raises(ValueError, match=r"0 GPU\(s\) here\. Use backend='gloo' \(ranks on the CPU\)\.$"):
+        hardware.choose_backend(2, "nccl", gpu_count=0)
 
 
 def test_cuda_visible_devices_limits_the_gpus(monkeypatch):
