@@ -206,20 +206,18 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
     sends. Returns the world sizes run."""
     world_sizes = tuple(world_sizes or WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
+    schedule = (
+        "对照 ring_schedule：每一步发哪块、收哪块"
+        if direction == 1
+        else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
+    )
     course = resolve_course(RING_FORBIDDEN_LIB)
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
     rng = new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short)
-        res_values = launch(
-            _instrumented_ring_rank,
-            world_size,
-            (fn, cases, style, course),
-            what,
-            fn,
-            timeout,
-            advice="每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。",
-        )
+        advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
+        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, style, course), what, fn, timeout, advice)
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -235,12 +233,7 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                             np.allclose(got[a:b], want[a:b]),
                             "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。",
                         ),
-                        default=(
-                            "对照 ring_schedule：每一步发哪块、收哪块"
-                            if direction == 1
-                            else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
-                        )
-                        + "；Reduce-Scatter 要加，All-Gather 直接覆盖。",
+                        default=f"{schedule}；Reduce-Scatter 要加，All-Gather 直接覆盖。",
                     )
                 compare(got, want, where, hint)
                 if style == "tensor" and not same:

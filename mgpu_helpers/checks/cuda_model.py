@@ -151,13 +151,8 @@ def _launches(rng, block: int) -> list[tuple[int, int, int]]:
     """``(n, blocks, array length)`` of each launch of a 1-D kernel checker: n the edge cases first, then random
     draws (1, below a block, a remainder, an exact multiple); the fewest blocks that cover n; arrays that reach
     :data:`PAD` elements past the last launched thread."""
-    sizes = [
-        1,
-        int(rng.integers(2, block)),
-        block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
-        block * 2,
-        int(rng.integers(1, 5 * block)),
-    ]
+    sizes = [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block))]
+    sizes += [block * 2, int(rng.integers(1, 5 * block))]
     return [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
 
 
@@ -362,16 +357,11 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
         want = a[:n][::-1]
         if got.dtype != np.int32 or np.array_equal(got[:n], want):
             continue
+        same = lambda v: np.array_equal(got[:n], v)
         hint = first_hint(
-            (
-                np.array_equal(got[:n], a[1 : n + 1][::-1]),
-                "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。",
-            ),
-            (
-                np.array_equal(got[:n], a[::-1][:n]),
-                "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。",
-            ),
-            (np.array_equal(got[:n], a[:n]), "原样拷贝了，没有倒过来。"),
+            (same(a[1 : n + 1][::-1]), "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。"),
+            (same(a[::-1][:n]), "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"),
+            (same(a[:n]), "原样拷贝了，没有倒过来。"),
         )
         compare(got[:n].astype(np.float64), want.astype(np.float64), where, hint, atol=0, rtol=0)
     passed(
@@ -387,28 +377,14 @@ def check_add_into_grid_stride(kernel) -> None:
 
     what = "grid-stride Kernel 要让每个元素恰好加一次"
     rng = new_rng()
-    cases = [
-        (1, 32, 2),
-        (int(rng.integers(2, 64)), 32, 2),
-        (int(rng.integers(150, 400)), 32, 2),
-        (64 * 3, 32, 2),
-        (int(rng.integers(100, 300)), 64, 1),
-        (int(rng.integers(300, 500)), 16, 3),
-    ]
+    cases = [(1, 32, 2), (int(rng.integers(2, 64)), 32, 2), (int(rng.integers(150, 400)), 32, 2), (64 * 3, 32, 2)]
+    cases += [(int(rng.integers(100, 300)), 64, 1), (int(rng.integers(300, 500)), 16, 3)]
     for n, block, grid in cases:
         x = rng.integers(1, 10, n + PAD).astype(np.float64) * rng.choice([-1.0, 1.0], n + PAD)
         y0 = rng.integers(-50, 51, n + PAD).astype(np.float64)
         d_y = cuda.to_device(y0)
-        run_kernel(
-            kernel,
-            what,
-            grid,
-            block,
-            cuda.to_device(x),
-            d_y,
-            np.int32(n),
-            stream_hint="每一轮末尾要 i += cuda.gridsize(1)。",
-        )
+        args = (cuda.to_device(x), d_y, np.int32(n))
+        run_kernel(kernel, what, grid, block, *args, stream_hint="每一轮末尾要 i += cuda.gridsize(1)。")
         got = d_y.copy_to_host()
         where = f"n = {n}，只有 {grid} x {block} = {grid * block} 个线程"
         if not np.array_equal(got[n:], y0[n:]):

@@ -48,20 +48,10 @@ def _start(fn, what: str) -> None:
     require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
 
-    ours = {
-        getattr(cupy_kernels, "blocks_per_sm", None),
-        occ.occupancy,
-        occ.one_wave_blocks,
-        reference_blocks_per_sm,
-        reference_max_regs,
-    }
-    refuse_course_code(
-        fn,
-        what,
-        ours,
-        packages=("mgpu_helpers",),
-        advice="这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。",
-    )
+    ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks}
+    ours |= {reference_blocks_per_sm, reference_max_regs}
+    advice = "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。"
+    refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
 
 
 def _answers(fn, what: str, cases) -> list:
@@ -90,20 +80,8 @@ def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
 def _occupancy_cases(rng):
     # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
     # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
-    cases = [
-        (256, 32),
-        (128, 33),
-        (64, 40),
-        (32, 16),
-        (1024, 64),
-        (1024, 65),
-        (256, 167),
-        (512, 167),
-        (100, 16),
-        (1025, 16),
-        (96, 72),
-        (160, 48),
-    ]
+    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
+    cases += [(1025, 16), (96, 72), (160, 48)]
     cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
     cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
     return [(b, r, name, lim) for name, lim in _sms().items() for b, r in cases]
@@ -252,15 +230,8 @@ def check_vec_add_two(kernel) -> None:
         raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
     rng = new_rng()
     block = 32
-    cases = [
-        (1, block),
-        (block - 3, block),
-        (block + 5, block),
-        (2 * block, block),
-        (3 * block + 1, block),
-        (int(rng.integers(2 * block + 1, 9 * block)), block),
-        (int(rng.integers(65, 300)), 64),
-    ]
+    sizes = [1, block - 3, block + 5, 2 * block, 3 * block + 1, int(rng.integers(2 * block + 1, 9 * block))]
+    cases = [(n, block) for n in sizes] + [(int(rng.integers(65, 300)), 64)]
     for n, bs in cases:
         grid = max(1, -(-n // (2 * bs)))  # ceil(n / (2 * block)) blocks, at least one
         c, writes, want, where = _run_two(kernel, what, n, bs, grid)
@@ -353,15 +324,8 @@ def check_saxpy_structure(fn) -> None:
     names = code_names(fn)
     # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
     # "" when there is none, and then the source's own rules are not checked
-    src = next(
-        (
-            k
-            for c in _code_objects(getattr(fn, "__code__", None))
-            for k in c.co_consts
-            if isinstance(k, str) and "__global__" in k
-        ),
-        "",
-    )
+    consts = (k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts)
+    src = next((k for k in consts if isinstance(k, str) and "__global__" in k), "")
     bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
     fail_first(
@@ -437,14 +401,10 @@ def check_saxpy_cupy(fn) -> None:
                 "然后 return y，不要新建数组。"
             )
         hint = (
-            (
-                "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
-                "Python 的 float 会按 8 字节的 double 传过去。"
-            )
-            if np.mean(np.isclose(buf[:n], want)) < 0.5
-            else ""
+            "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
+            "Python 的 float 会按 8 字节的 double 传过去。"
         )
-        compare(buf[:n], want, where, hint)
+        compare(buf[:n], want, where, hint if np.mean(np.isclose(buf[:n], want)) < 0.5 else "")
     passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
 
@@ -469,20 +429,19 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
     unit, cap = lim.reg_alloc_unit, lim.max_regs_per_thread
     fits = warps * k <= lim.max_warps_per_sm and k <= lim.max_blocks_per_sm and block <= lim.max_threads_per_block
     right_uncapped = (lim.regs_per_sm // lim.sub_partitions // per_part) // unit * unit // lim.warp_size
-    return {
+    unchecked = "没有检查线程数、Block 数的上限（放不下时应当返回 0）"
+    variants = {
         "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(
             cap, lim.regs_per_sm // (block * k)
-        )
-        if fits
-        else 0,
+        ),
         "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(
             cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
-        )
-        if fits
-        else 0,
-        f"忘了每线程最多 {cap} 个寄存器": right_uncapped if fits else 0,
-        "没有检查线程数、Block 数的上限（放不下时应当返回 0）": min(cap, right_uncapped),
+        ),
+        f"忘了每线程最多 {cap} 个寄存器": right_uncapped,
+        unchecked: min(cap, right_uncapped),
     }
+    # A count that cannot reside gives 0 in every version but the one that forgot exactly that.
+    return {m: v if fits or m == unchecked else 0 for m, v in variants.items()}
 
 
 def check_max_regs(fn) -> None:
@@ -518,6 +477,7 @@ def check_max_regs(fn) -> None:
 def one_wave_facts() -> dict:
     """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
     registers per thread, per-SM limits, and where the numbers come from."""
+    regs = None
     if not simulator():
         from numba import cuda
 
@@ -527,24 +487,19 @@ def one_wave_facts() -> dict:
         cupy_kernels.vec_add_grid_stride_launch(d, d, d)  # compiles it, so its registers are known
         cuda.synchronize()
         regs = gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
-        if regs is not None:
-            return {
-                "sm_count": gpu_limits.device_limits().sm_count,
-                "regs_per_thread": regs,
-                "limits": gpu_limits.device_limits(),
-                "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride",
-            }
-    from mgpu_helpers.bench import ncu
+        lim = gpu_limits.device_limits()
+        source = "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"
+    if regs is None:  # no GPU, or no register count read from it
+        from mgpu_helpers.bench import ncu
 
-    ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}  # data/ncu_h200.json
-    regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
-    return {
-        "sm_count": occ.HOPPER.sm_count,
-        "regs_per_thread": regs,
-        "limits": occ.HOPPER,
-        "source": f"没有 GPU：按 H200 的上限（{occ.HOPPER.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
-        "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）",
-    }
+        ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}  # data/ncu_h200.json
+        regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
+        lim = occ.HOPPER
+        source = (
+            f"没有 GPU：按 H200 的上限（{lim.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
+            "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）"
+        )
+    return {"sm_count": lim.sm_count, "regs_per_thread": regs, "limits": lim, "source": source}
 
 
 def check_one_wave_blocks(fn) -> None:
