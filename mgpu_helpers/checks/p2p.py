@@ -151,18 +151,8 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
     empty = [c[0] for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0] + [None]
     got, want = result["got"], np.asarray(data[src])
     # another rank's data, blamed only when it is not also what src sent (short random inputs can coincide)
-    other = (
-        None
-        if np.array_equal(got, want)
-        else next(
-            (
-                k
-                for k, inp in enumerate(data)
-                if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp)
-            ),
-            None,
-        )
-    )
+    others = [k for k, inp in enumerate(data) if k != src and len(got) and np.array_equal(got, inp)]
+    other = None if np.array_equal(got, want) else next(iter(others), None)
     fail_first(
         (
             not result["waitable"],
@@ -372,14 +362,8 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
                         "只能加一次。"
                     )
                 else:  # the sum of the k + 1 ranks on the left only (k >= 1)
-                    k = next(
-                        (
-                            k
-                            for k in range(1, world_size)
-                            if np.allclose(got, sum(inputs[(rank - j) % world_size] for j in range(k + 1)))
-                        ),
-                        None,
-                    )
+                    lefts = [sum(inputs[(rank - j) % world_size] for j in range(k + 1)) for k in range(world_size)]
+                    k = next((k for k in range(1, world_size) if np.allclose(got, lefts[k])), None)
                     hint = (
                         f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
                     )

@@ -85,15 +85,8 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
         inputs = [int_values(rng, length) for _ in range(n)]
         inputs[-1][:] = 0.0  # zeros in the data
         want = np.sum(inputs, axis=0)
-        got = run_traced(
-            fn,
-            what,
-            n,
-            inputs,
-            allowed=RS_NAMES + AG_NAMES,
-            timeout=timeout,
-            rule="dist.reduce_scatter 和 dist.all_gather",
-        )
+        rule = "dist.reduce_scatter 和 dist.all_gather"
+        got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout, rule=rule)
         for r in range(n):
             value, calls = got[r]
             names = [c for c, _ in calls]
@@ -126,13 +119,8 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
 
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
 
-LESSON_OPS = (
-    "reduce",
-    "broadcast",
-    "all_gather",
-    "reduce_scatter",
-    "all_reduce",
-)  # 07 builds all_reduce from reduce_scatter: checked last
+# 07 builds all_reduce from reduce_scatter: checked last
+LESSON_OPS = ("reduce", "broadcast", "all_gather", "reduce_scatter", "all_reduce")
 
 
 def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
@@ -166,12 +154,8 @@ def check_bytes_each_rank_sends(fn) -> None:
     Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top.
     """
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
-    refuse_course_code(
-        fn,
-        what,
-        [reference_bytes_each_rank_sends],
-        packages=("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth"),
-    )
+    ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
+    refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
     rng = random.Random()
     sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
     sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
@@ -180,19 +164,13 @@ def check_bytes_each_rank_sends(fn) -> None:
             for rank in range(world_size):
                 got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                value = (
-                    None
-                    if got is None or isinstance(got, bool)
-                    # a bool: named as a wrong count
-                    else number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
-                )
+                value = None  # None or a bool: named as a wrong count
+                if got is not None and not isinstance(got, bool):
+                    value = number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
                 if value is not None and math.isclose(value, want, abs_tol=1e-6):
                     continue
-                role = {
-                    ("reduce", 0): "（Root）",
-                    ("broadcast", 0): "（Root）",
-                    ("broadcast", world_size - 1): "（链尾）",
-                }.get((op, rank), "")
+                role = "（Root）" if rank == 0 and op in ("reduce", "broadcast") else ""
+                role = "（链尾）" if op == "broadcast" and rank == world_size - 1 else role
                 extra = ""
                 if world_size == 1 and got:
                     extra = "只有一个 Rank 时没有别人可发：0 字节。"
@@ -281,6 +259,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
     what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
     rng = new_rng()
     allowed = RS_NAMES + ("reduce",)
+    rule = "dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather"
     for n in world_sizes:
         sizes = [int(v) for v in rng.integers(1, 5, size=n)]
         sizes[-1] = 0 if n > 2 else sizes[-1]  # a rank with an empty part, every run
@@ -291,16 +270,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
         inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
         whole = np.sum(inputs, axis=0)
         offsets = np.cumsum([0] + sizes)
-        got = run_traced(
-            fn,
-            what,
-            n,
-            inputs,
-            extra=(sizes,),
-            allowed=allowed,
-            timeout=timeout,
-            rule="dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather",
-        )
+        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout, rule=rule)
         for r in range(n):
             value, _calls = got[r]
             want = whole[offsets[r] : offsets[r + 1]]
