@@ -45,8 +45,7 @@ PAD = 5  # sentinel elements after the data (01's and 02's kernel checks): a mis
 WATCHDOG_S = 5.0  # seconds a kernel may run in the simulator before it is stopped
 
 
-# --------------------------------------------------------------------------------------------------------
-# Running the reader's kernel: stub, the course's own code, a loop that never ends, errors.
+# -- Running the reader's kernel: stub, the course's own code, a loop that never ends, errors ------------------
 
 
 class KernelTimeout(Exception):
@@ -156,17 +155,17 @@ def _launches(rng, block: int) -> list[tuple[int, int, int]]:
     return [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
 
 
-def _past_end(got, n: int, sentinel, where: str) -> None:
-    bad = np.flatnonzero(got[n:] != sentinel) if not np.isnan(sentinel) else np.flatnonzero(~np.isnan(got[n:]))
+def fail_past_end(got, n: int, untouched, where: str, fix: str = "边界检查应当是 i < n（不是 i <= n，也不能省）。"):
+    """Fails when an element of ``got`` past the first ``n`` is no longer ``untouched`` (a sentinel, NaN, or the
+    values it held), naming the first one: 01's and 02's kernels write past the end when the bounds check is off."""
+    tail = got[n:]
+    untouched = np.broadcast_to(untouched, tail.shape)
+    bad = np.flatnonzero((tail != untouched) & ~(np.isnan(tail) & np.isnan(untouched)))
     if bad.size:
-        raise CheckFailed(
-            f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-            "边界检查应当是 i < n（不是 i <= n，也不能省）。"
-        )
+        raise CheckFailed(f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。{fix}")
 
 
-# --------------------------------------------------------------------------------------------------------
-# 01: the thread map as a pure function.
+# -- 01: the thread map as a pure function ---------------------------------------------------------------------
 
 
 def _reference(name: str):
@@ -299,8 +298,7 @@ def check_launch_config(fn) -> None:
 try_launch_config = fill_in_cell(check_launch_config, "mgpu_helpers.lessons.cuda_model.launch_config", "launch_config")
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex01: a 2D launch, a reversed copy (int32), the matrix add, an in-place grid-stride loop.
+# -- ex01: a 2D launch, a reversed copy (int32), an in-place grid-stride loop (the matrix add: checks.kernels) ----
 
 
 def check_grid_2d(fn) -> None:
@@ -353,7 +351,7 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
         run_kernel(kernel, what, grid, block, cuda.to_device(a), d_out, np.int32(n))
         got = d_out.copy_to_host()
         where = f"n = {n}（数组长 {length}），启动 [{grid}, {block}]"
-        _past_end(got, n, REVERSE_SENTINEL, where)
+        fail_past_end(got, n, REVERSE_SENTINEL, where)
         want = a[:n][::-1]
         if got.dtype != np.int32 or np.array_equal(got[:n], want):
             continue

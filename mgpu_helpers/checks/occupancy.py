@@ -34,7 +34,7 @@ from mgpu_helpers.checks.core import (
     refuse_course_code,
     require_written,
 )
-from mgpu_helpers.checks.cuda_model import PAD
+from mgpu_helpers.checks.cuda_model import PAD, fail_past_end
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
@@ -68,8 +68,7 @@ def _sms() -> dict:
     return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
 
-# --------------------------------------------------------------------------------------------------------
-# 02 fill-in 1: blocks per SM from threads, blocks and registers.
+# -- 02 fill-in 1: blocks per SM from threads, blocks and registers --------------------------------------------
 
 
 def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
@@ -142,8 +141,7 @@ def check_blocks_per_sm(fn) -> None:
 try_blocks_per_sm = fill_in_cell(check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
 
 
-# --------------------------------------------------------------------------------------------------------
-# 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator.
+# -- 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator ---------------
 
 
 class _Traced:
@@ -235,12 +233,7 @@ def check_vec_add_two(kernel) -> None:
     for n, bs in cases:
         grid = max(1, -(-n // (2 * bs)))  # ceil(n / (2 * block)) blocks, at least one
         c, writes, want, where = _run_two(kernel, what, n, bs, grid)
-        past = np.flatnonzero(~np.isnan(c[n:]))
-        if past.size:
-            raise CheckFailed(
-                f"{where}：下标 {n + int(past[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                "两个元素都要各自检查下标 < n。"
-            )
+        fail_past_end(c, n, np.nan, where, "两个元素都要各自检查下标 < n。")
         if writes is not None:
             counts = np.bincount(np.asarray([w[3] for w in writes], dtype=np.int64), minlength=n + PAD)[:n]
             twice = np.flatnonzero(counts > 1)
@@ -301,8 +294,7 @@ try_vec_add_two = fill_in_cell(
 )
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex02-1: SAXPY as a CuPy RawKernel, y updated in place.
+# -- ex02-1: SAXPY as a CuPy RawKernel, y updated in place -----------------------------------------------------
 
 
 def cupy_usable() -> bool:
@@ -385,12 +377,7 @@ def check_saxpy_cupy(fn) -> None:
         except Exception as exc:
             raise CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
         buf = cp.asnumpy(d_buf)
-        if not np.array_equal(buf[n:], y0[n:]):
-            k = n + int(np.flatnonzero(buf[n:] != y0[n:])[0])
-            raise CheckFailed(
-                f"{where}：下标 {k} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                "Kernel 里要有边界检查 if (i < n)。"
-            )
+        fail_past_end(buf, n, y0[n:], where, "Kernel 里要有边界检查 if (i < n)。")
         want = alpha * x + y0[:n]
         if got is None:
             raise CheckFailed(f"{where}：返回了 None。最后要 return y。")
@@ -408,8 +395,7 @@ def check_saxpy_cupy(fn) -> None:
     passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex02-2: the inverse question, what register budget keeps k blocks resident.
+# -- ex02-2: the inverse question, what register budget keeps k blocks resident --------------------------------
 
 
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
@@ -470,8 +456,7 @@ def check_max_regs(fn) -> None:
     passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex02-3: one wave of the grid-stride kernel on this machine (number first).
+# -- ex02-3: one wave of the grid-stride kernel on this machine (number first) ---------------------------------
 
 
 def one_wave_facts() -> dict:

@@ -49,7 +49,7 @@ NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")  # mgpu_helpers.lessons.p2p
 
 
-# -- inside a rank: watch the calls ---------------------------------------------------------------------------
+# -- running the reader's code on ranks with the calls watched ------------------------------------------------
 
 
 def _watched_main(rank, world_size, body, fn, payload, course):
@@ -58,9 +58,6 @@ def _watched_main(rank, world_size, body, fn, payload, course):
     with WatchedCalls(course=course) as watched:
         out = body(rank, world_size, fn, payload, watched.calls)
     return out, list(watched.calls)
-
-
-# -- on the notebook side: run, and explain a deadlock or a failure ------------------------------------------
 
 
 def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = HANG_S):
