@@ -126,16 +126,17 @@ RING_FORBIDDEN_LIB = (
 )
 
 
-def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
-    """Rank function: run the reader's ring on every case, every send logged (core.WatchedCalls: under any
-    name or import path), the collectives and the course's ring refused."""
+def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
+    """Rank function: run the reader's ring on every case (``in_place``: ``fn(x)``, else ``fn(rank, world_size,
+    x)``), every send logged (core.WatchedCalls: under any name or import path), the collectives and the course's
+    ring refused."""
     results = []
     with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
         for inputs in cases:
             x = rank_tensor(inputs[rank])
             start = len(watched.calls)
-            out = fn(x) if style == "tensor" else fn(rank, world_size, x)
-            out = x if out is None and style == "tensor" else out
+            out = fn(x) if in_place else fn(rank, world_size, x)
+            out = x if out is None and in_place else out
             sends = [
                 (int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:] if c.name in SENDS
             ]
@@ -201,23 +202,26 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
         )
 
 
-def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> tuple:
+def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
     """Run the reader's ring on ``world_sizes`` (None: :data:`WORLD_SIZES`); check values (in place), then the
-    sends. Returns the world sizes run."""
+    sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on lengths below the world size (its
+    exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
+    right = direction == 1
+    name = "ring_all_reduce" if right else "ring_all_reduce_left"
     world_sizes = tuple(world_sizes or WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
     schedule = (
         "对照 ring_schedule：每一步发哪块、收哪块"
-        if direction == 1
+        if right
         else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
     )
     course = resolve_course(RING_FORBIDDEN_LIB)
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
     rng = new_rng()
     for world_size in world_sizes:
-        cases = _ring_cases(rng, world_size, short)
+        cases = _ring_cases(rng, world_size, short=right)
         advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
-        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, style, course), what, fn, timeout, advice)
+        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, right, course), what, fn, timeout, advice)
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -236,20 +240,20 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                         default=f"{schedule}；Reduce-Scatter 要加，All-Gather 直接覆盖。",
                     )
                 compare(got, want, where, hint)
-                if style == "tensor" and not same:
+                if right and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
             check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
-    return world_sizes
+    who, empty, side = ("你的 Ring All-Reduce", "含空块、", "右") if right else (name, "", "左")
+    passed(
+        f"{who} 在 world_size = {', '.join(map(str, world_sizes))}、长度不能整除（{empty}含全零的 Rank）时都等于总和；"
+        f"每个 Rank 只给{side}边发，每条消息一块。"
+    )
 
 
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
-    sizes = run_ring("ring_all_reduce", fn, "tensor", 1, world_sizes, timeout, short=True)
-    passed(
-        f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
-        "时都等于总和；每个 Rank 只给右边发，每条消息一块。"
-    )
+    run_ring(fn, 1, world_sizes, timeout)
 
 
 try_ring_all_reduce = fill_in_cell(
@@ -266,11 +270,8 @@ def reference_ring_all_reduce_left(rank, world_size, x):
     bounds = chunk_bounds(x.numel(), n)
     for phase in ("reduce-scatter", "all-gather"):
         for s in range(n - 1):
-            send, recv = (
-                ((rank + s) % n, (rank + s + 1) % n)
-                if phase == "reduce-scatter"
-                else ((rank - 1 + s) % n, (rank + s) % n)
-            )
+            shift = s if phase == "reduce-scatter" else s - 1  # all-gather: one chunk behind
+            send, recv = (rank + shift) % n, (rank + shift + 1) % n
             (a, b), (c, d) = bounds[send], bounds[recv]
             incoming = x.new_empty(d - c) if phase == "reduce-scatter" else x[c:d]
             ops = [dist.P2POp(dist.isend, x[a:b], left), dist.P2POp(dist.irecv, incoming, right)]
@@ -284,11 +285,7 @@ def reference_ring_all_reduce_left(rank, world_size, x):
 def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
-    sizes = run_ring("ring_all_reduce_left", fn, "args", -1, world_sizes, timeout, short=False)
-    passed(
-        f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
-        "总和；每个 Rank 只给左边发，每条消息一块。"
-    )
+    run_ring(fn, -1, world_sizes, timeout)
 
 
 # -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------

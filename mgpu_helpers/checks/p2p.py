@@ -8,8 +8,8 @@ send, receive and collective is recorded under any name or import path it is rea
 exercise states ("blocking send/recv only", "no collective", "an empty buffer is not sent") is checked
 against the calls really made. The course's own implementation (:mod:`mgpu_helpers.lessons.p2p`) is
 refused the same way (:func:`~mgpu_helpers.checks.core.refuse_course_code` before the run, and in the
-ranks): calling it does not count as writing the code. A deadlock ends after a few seconds with the rank and the call it was
-stuck in.
+ranks): calling it does not count as writing the code. A deadlock ends after a few seconds with the rank and
+the call it was stuck in.
 
 | where | checker | the reader writes |
 | --- | --- | --- |
@@ -61,14 +61,10 @@ def _watched_main(rank, world_size, body, fn, payload, course):
 
 
 def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = HANG_S):
-    """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched; returns, in rank order,
-    ``(value, calls)`` where ``calls`` lists a :class:`~mgpu_helpers.checks.core.DistCall` (``(name, peer,
-    numel)``) for every call made. ``lessons``: the names in mh.lessons.p2p that ``fn`` may not use (refused
-    before the run, by name, and in the ranks, however reached).
-
-    A deadlock becomes a :class:`CheckFailed` naming each rank and the call it was stuck in; the stub
-    becomes the "not done yet" failure; another exception names the rank and its first line.
-    """
+    """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched: ``(value, calls)`` in
+    rank order, a :class:`~mgpu_helpers.checks.core.DistCall` per call made. ``lessons``: the names in
+    mh.lessons.p2p that ``fn`` may not use (refused by name before the run, and in the ranks however reached).
+    A deadlock, the stub or another error becomes a :class:`CheckFailed` (:func:`~mgpu_helpers.checks.core.launch`)."""
     course = resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
     return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
@@ -83,8 +79,7 @@ def _exchange_rounds(rng, world_size):
     Lengths differ from rank to rank (what rank r receives is what its neighbour sends) and include 0;
     the data hold zeros. Both directions, a float and an integer dtype, in every run. In the first round of
     each direction every rank sends something: a rank that sends nothing would break the ring's cycle of
-    waits, and a blocking send-first answer would get through.
-    """
+    waits, and a blocking send-first answer would get through."""
     rounds = []
     for k, (direction, dtype) in enumerate(
         (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))

@@ -76,8 +76,7 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
 
     Traced in each rank: only the reduce-scatter and all-gather families may be called (all_reduce, reduce,
     send/recv ... are refused under any name); a reduce-scatter must be called, and the all-gathers together
-    may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that).
-    """
+    may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
     rng = new_rng()
     for n in world_sizes:
@@ -151,8 +150,7 @@ BYTES_WHY = {
 def check_bytes_each_rank_sends(fn) -> None:
     """``fn(op, nbytes, world_size, rank) -> bytes``: the bytes ``rank`` sends in ``op`` (root 0), as arithmetic.
 
-    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top.
-    """
+    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top."""
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
     ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
     refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
@@ -234,9 +232,7 @@ def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
 
 def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = ""):
     """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
-
-    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits.
-    """
+    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits."""
     return launch(
         _traced_rank_main,
         world_size,

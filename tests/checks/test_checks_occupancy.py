@@ -7,10 +7,10 @@ text at module level of their own namespace (the simulator swaps the module-leve
 from __future__ import annotations
 
 import math
-import textwrap
 import time
 
 import pytest
+from learner_code import by_value
 
 import mgpu_helpers as mh
 from mgpu_helpers import checks
@@ -18,12 +18,6 @@ from mgpu_helpers.checks import occupancy as oc
 from mgpu_helpers.models import occupancy as occ
 
 ENV = mh.setup(show=False, prewarm=False)
-
-
-def by_value(source: str, name: str):
-    ns = {"__name__": "learner_cell"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
 
 
 STUB = """

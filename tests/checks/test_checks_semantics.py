@@ -11,14 +11,9 @@ import mgpu_helpers as mh
 
 mh.setup(show=False, prewarm=False)
 
+from learner_code import by_value  # noqa: E402
+
 from mgpu_helpers.checks import CheckFailed, semantics  # noqa: E402
-
-
-def by_value(source: str, name: str):
-    ns = {"__name__": "semantics_answer"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
-
 
 # -- bytes_each_rank_sends (07, pure) ------------------------------------------------------------------------
 
