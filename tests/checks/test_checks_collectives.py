@@ -16,6 +16,7 @@ from learner_code import by_value  # noqa: E402
 from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import collectives  # noqa: E402
 from mgpu_helpers.checks.core import NOT_DONE, CheckFailed  # noqa: E402
+from mgpu_helpers.models.collectives import expected_outputs  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------
 # 05: the ring all-reduce the learner writes, fn(tensor), to the right.
@@ -237,7 +238,7 @@ def test_a_left_ring_written_differently_passes(capsys):
 
 
 def _expected(ar=None, ag=None, rs=None):
-    ref = {n: (lambda inputs, n=n: collectives.reference_expected(n, inputs)) for n in collectives.EXPECTED_NAMES}
+    ref = {n: (lambda inputs, n=n: expected_outputs(n, inputs)) for n in collectives.EXPECTED_NAMES}
     return {
         "all_reduce": ar or ref["all_reduce"],
         "all_gather": ag or ref["all_gather"],
@@ -286,7 +287,7 @@ def test_expected_outputs_written_differently_pass(capsys):
 
 def test_each_expected_output_goes_through_the_fill_in_protocol(monkeypatch, capsys):
     """Written ones are checked even while another is unwritten; under grading an unwritten one fails."""
-    ref = {n: (lambda inputs, n=n: collectives.reference_expected(n, inputs)) for n in collectives.EXPECTED_NAMES}
+    ref = {n: (lambda inputs, n=n: expected_outputs(n, inputs)) for n in collectives.EXPECTED_NAMES}
     mean = lambda inputs: [[sum(col) / len(inputs) for col in zip(*inputs)]] * len(inputs)
     with pytest.raises(CheckFailed, match="这是平均值"):
         collectives.try_expected_outputs(mean, None, ref["reduce_scatter"])
