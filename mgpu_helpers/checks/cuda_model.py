@@ -194,12 +194,8 @@ def check_thread_ids(fn) -> None:
     cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
     for (grid, block), got in answers(fn, what, cases):
         where = f"grid = {grid}, block = {block}"
-        expect_items(
-            got,
-            5,
-            f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
-            f"实际返回 {type(got).__name__}。",
-        )
+        fields = "(block_idx, thread_idx, global_idx, warp, lane)"
+        expect_items(got, 5, f"{where}：应当返回 5 个数组 {fields}，实际返回 {type(got).__name__}。")
         want = _reference("thread_ids")(grid, block)  # the course's thread map is the reference
         for name, g, w in zip(THREAD_FIELDS, got, want):
             g = np.asarray(g)
@@ -236,21 +232,15 @@ def check_work_and_idle(fn) -> None:
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
-        _whole_numbers(
-            got,
-            want,
-            where,
-            (tuple, list),
-            "(work, idle, no_thread) 三个整数",
-            lambda: (
-                (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
-                (
-                    got[0] == n and n > total,
-                    f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。",
-                ),
-                (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
+        slips = lambda: (
+            (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+            (
+                got[0] == n and n > total,
+                f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。",
             ),
+            (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
         )
+        _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", slips)
     passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
 
 
@@ -267,24 +257,20 @@ def check_launch_config(fn) -> None:
     for (n, block), got in answers(fn, what, cases):
         want = (_blocks(n, block), block)
         where = f"n = {n}, block = {block}"
-        _whole_numbers(
-            got,
-            want,
-            where,
-            tuple,
-            "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的",
-            lambda: (
-                (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
-                (
-                    got[0] == n // block + 1 and n % block == 0 and n,
-                    " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。",
-                ),
-                (
-                    n == 0 and got[0] == 0,
-                    " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。",
-                ),
-                (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"),
+        slips = lambda: (
+            (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
+            (
+                got[0] == n // block + 1 and n % block == 0 and n,
+                " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。",
             ),
+            (
+                n == 0 and got[0] == 0,
+                " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。",
+            ),
+            (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"),
+        )
+        _whole_numbers(
+            got, want, where, tuple, "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的", slips
         )
     try:
         default = fn(1000)
@@ -314,23 +300,14 @@ def check_grid_2d(fn) -> None:
     for (rows, cols, bx, by), got in answers(fn, what, cases):
         want = (_blocks(cols, bx), _blocks(rows, by))
         where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
-        _whole_numbers(
-            got,
-            want,
-            where,
-            tuple,
-            "(grid_x, grid_y) 两个整数",
-            lambda: (
-                (
-                    tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
-                    "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。",
-                ),
-                (
-                    tuple(got) == (cols // bx, rows // by),
-                    "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。",
-                ),
+        slips = lambda: (
+            (
+                tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
+                "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。",
             ),
+            (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"),
         )
+        _whole_numbers(got, want, where, tuple, "(grid_x, grid_y) 两个整数", slips)
     passed(f"grid_2d 在 {len(cases)} 种矩阵和 Block 形状上都对。")
 
 

@@ -315,12 +315,8 @@ def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
             where = f"world_size = {world_size}，rank {rank} 应当收到左边 rank {(rank - 1) % world_size} 的数据"
             compare(got, want, where, hint)
         calls = [c for _, c in values]
-        refuse_calls(
-            calls,
-            NONBLOCKING,
-            what,
-            "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。",
-        )
+        why = "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。"
+        refuse_calls(calls, NONBLOCKING, what, why)
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
         for rank, rank_calls in enumerate(calls):
             sends = [c for c in rank_calls if c[0] == "dist.send"]

@@ -233,16 +233,8 @@ def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
 def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = ""):
     """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
     A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits."""
-    return launch(
-        _traced_rank_main,
-        world_size,
-        (fn, inputs, tuple(extra), tuple(allowed)),
-        what,
-        fn,
-        timeout,
-        advice="多半是各 Rank 调用的 Collective 次序或大小对不上。",
-        rule=rule or ", ".join(allowed),
-    )
+    args, advice = (fn, inputs, tuple(extra), tuple(allowed)), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
+    return launch(_traced_rank_main, world_size, args, what, fn, timeout, advice, rule=rule or ", ".join(allowed))
 
 
 # -- ex07: reduce-scatter of uneven parts --------------------------------------------------------------------
