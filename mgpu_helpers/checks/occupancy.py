@@ -275,15 +275,12 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
         base = 2 * block * blk
         want = {j for j in (base + thread, base + thread + block) if j < n}
         if got != want:
-            pair = {base + 2 * thread, base + 2 * thread + 1}
-            hint = (
-                (
+            hint = "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
+            if got <= {base + 2 * thread, base + 2 * thread + 1}:
+                hint = (
                     "这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
                     "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。"
                 )
-                if got <= pair
-                else "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
-            )
             raise CheckFailed(
                 f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}"
             )
@@ -365,8 +362,7 @@ def check_saxpy_cupy(fn) -> None:
         x = int_values(rng, n)
         x[0] = 0.0  # a zero in the data
         y0 = int_values(rng, n + PAD)
-        d_x = cp.asarray(x)
-        d_buf = cp.asarray(y0)
+        d_x, d_buf = cp.asarray(x), cp.asarray(y0)
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
