@@ -636,8 +636,8 @@ def _out_of_step_cases(rng, count: int = 40):
         [[a, a], [a]],  # one call fewer: 1
         [[a, a, a], [a, a, a], [a, a, b]],  # only the last rank differs: 2
         [[a], [a], [a, b]],  # the last rank has one more: 1
-        [[], []],
-    ]  # nothing called: in step
+        [[], []],  # nothing called: in step
+    ]
     for _ in range(count):
         world_size, length = int(rng.integers(2, 6)), int(rng.integers(1, 6))
         common = [(str(rng.choice(OPS)), int(rng.choice((4, 8, 16)))) for _ in range(length)]

@@ -161,15 +161,9 @@ def reference_env_for(
 def _env_cases(rng, count: int = 30):
     """Argument tuples: one machine (three arguments, so the defaults are used) and several machines (five)."""
     addr = f"10.{rng.integers(0, 256)}.{rng.integers(0, 256)}.{rng.integers(1, 255)}"
-    cases = [
-        (0, 1, 29500),
-        (3, 4, 29500),
-        (1, 2, 61234),  # one rank alone; the last rank; another port
-        (13, 16, 29500, 8, addr),
-        (2, 3, 29400, 1, addr),  # second machine; one process per machine
-        (5, 8, 29400, 4, "127.0.0.1"),
-        (3, 4, 29400, 4, addr),
-    ]  # first of machine 1; all on one machine
+    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234)]  # one rank alone; the last rank; another port
+    cases += [(13, 16, 29500, 8, addr), (2, 3, 29400, 1, addr)]  # second machine; one process per machine
+    cases += [(5, 8, 29400, 4, "127.0.0.1"), (3, 4, 29400, 4, addr)]  # first of machine 1; all on one machine
     for _ in range(count):
         per_node, nodes = int(rng.integers(1, 9)), int(rng.integers(1, 5))
         world_size, port = per_node * nodes, int(rng.integers(20000, 65000))

@@ -265,8 +265,8 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         ("zero2", 16, 8, 8, 0, 0),  # exactly full on 1 GPU: <= fits
         ("zero1", 12, 6, 6, 3, 3),  # replicated parts exactly the capacity, something split
         ("data_parallel", 10, 2, 2, 2, 0),  # nothing split and it fits: 1
-        ("zero3", 5, 0, 0, 0, 0),
-    ]  # an empty job
+        ("zero3", 5, 0, 0, 0, 0),  # an empty job
+    ]
     size = lambda: rng.choice((0, rng.randint(1, 30), rng.randint(1, 300)))
     cases += [
         (rng.choice(MEMORY_STRATEGIES), rng.choice((8, 16, 24, 40, 80)), *(size() for _ in range(4))) for _ in range(60)
