@@ -121,15 +121,8 @@ def _exchange_body(rank, world_size, fn, rounds, calls):
         if waitable:
             for request in requests:
                 request.wait()
-        out.append(
-            dict(
-                kind=type(requests).__name__,
-                waitable=waitable,
-                got=as_numpy(recv_buf),
-                calls=calls[first:],
-                kept=bool((send_buf == before).all()) if send_buf.numel() else True,
-            )
-        )
+        got, kept = as_numpy(recv_buf), send_buf.equal(before)
+        out.append(dict(kind=type(requests).__name__, waitable=waitable, got=got, calls=calls[first:], kept=kept))
     return out
 
 
@@ -208,7 +201,7 @@ def _ring_pass_body(rank, world_size, fn, cases, calls):
         token = rank_tensor(data[rank], dtype)
         before = token.clone()
         arrived = fn(token, steps) if steps is not None else fn(token)
-        kept = bool((token == before).all()) if token.numel() else True
+        kept = token.equal(before)
         arrived = [as_numpy(t) for t in arrived] if isinstance(arrived, (list, tuple)) else type(arrived).__name__
         out.append(dict(arrived=arrived, kept=kept))
     return out
