@@ -169,13 +169,14 @@ def check_bytes_each_rank_sends(fn) -> None:
                     continue
                 role = "（Root）" if rank == 0 and op in ("reduce", "broadcast") else ""
                 role = "（链尾）" if op == "broadcast" and rank == world_size - 1 else role
-                extra = ""
-                if world_size == 1 and got:
-                    extra = "只有一个 Rank 时没有别人可发：0 字节。"
-                elif op in ("all_gather", "reduce_scatter", "all_reduce") and math.isclose(
-                    float(got), want * world_size / (world_size - 1)
-                ):
-                    extra = "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"
+                ring = op in ("all_gather", "reduce_scatter", "all_reduce") and world_size > 1 and value is not None
+                extra = first_hint(
+                    (world_size == 1 and got, "只有一个 Rank 时没有别人可发：0 字节。"),
+                    (
+                        ring and math.isclose(value, want * world_size / (world_size - 1)),
+                        "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。",
+                    ),
+                )
                 raise CheckFailed(
                     f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
                     f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}"
