@@ -281,15 +281,18 @@ def _rank_fn_body(rank, world_size, fn, case, calls):
     return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype)))
 
 
-def _rank_fn_cases(rng, world_sizes, longest: int = 5):
-    """(world_size, dtype, inputs) for :func:`_rank_fn_body`: one length per case (1 to ``longest``), float32
-    and int64 by turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value
-    added twice)."""
+def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
+    """``(world_size, inputs, results, calls)``, rank by rank, of ``fn(rank, world_size, x)`` run on each world size
+    with the calls watched (:func:`run_watched`): one length per case (1 to ``longest``), float32 and int64 by
+    turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value added twice)."""
+    rng = new_rng()
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, longest + 1))
         inputs = [int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
-        yield world_size, ("float32", "int64")[i % 2], inputs
+        case = (inputs, ("float32", "int64")[i % 2])
+        values = run_watched(_rank_fn_body, fn, what, world_size, case, timeout=timeout)
+        yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 
 def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -298,16 +301,14 @@ def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     :mod:`mgpu_helpers.lessons.p2p` are refused, under whatever name they are reached."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, dtype, inputs in _rank_fn_cases(new_rng(), sizes):
-        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
-        for rank, (got, _calls) in enumerate(values):
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout):
+        for rank, got in enumerate(results):
             want = inputs[(rank - 1) % world_size]
             hint = which_rank(got, inputs)
             if hint and not np.array_equal(got, want):
                 hint += "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
             where = f"world_size = {world_size}，rank {rank} 应当收到左边 rank {(rank - 1) % world_size} 的数据"
             compare(got, want, where, hint)
-        calls = [c for _, c in values]
         why = "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。"
         refuse_calls(calls, NONBLOCKING, what, why)
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
@@ -330,10 +331,9 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, dtype, inputs in _rank_fn_cases(new_rng(), sizes, longest=4):
-        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)
-        for rank, (got, _calls) in enumerate(values):
+        for rank, got in enumerate(results):
             hint = ""
             if got is not None and np.shape(got) == np.shape(total) and not np.allclose(got, total):
                 far = (rank + world_size // 2) % world_size
@@ -349,7 +349,6 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
                         f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
                     )
             compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
-        calls = [c for _, c in values]
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
         if world_size > 2:
             steps = world_size // 2
