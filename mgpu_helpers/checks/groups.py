@@ -148,14 +148,7 @@ def reference_env_for(
     machine (default: all on one), meeting at ``master_addr:master_port``: every value a string, as in
     ``os.environ``. Machine k holds ranks k * nproc_per_node .. (k + 1) * nproc_per_node - 1."""
     per_node = world_size if nproc_per_node is None else nproc_per_node
-    return {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_RANK": str(rank % per_node),
-        "LOCAL_WORLD_SIZE": str(per_node),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
-    }
+    return dict(zip(ENV_KEYS, map(str, (rank, world_size, rank % per_node, per_node, master_addr, master_port))))
 
 
 def _env_cases(rng, count: int = 30):
