@@ -126,16 +126,17 @@ RING_FORBIDDEN_LIB = (
 )
 
 
-def _instrumented_ring_rank(rank, world_size, fn, cases, style, course):
-    """Rank function: run the reader's ring on every case, every send logged (core.WatchedCalls: under any
-    name or import path), the collectives and the course's ring refused."""
+def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
+    """Rank function: run the reader's ring on every case (``in_place``: ``fn(x)``, else ``fn(rank, world_size,
+    x)``), every send logged (core.WatchedCalls: under any name or import path), the collectives and the course's
+    ring refused."""
     results = []
     with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
         for inputs in cases:
             x = rank_tensor(inputs[rank])
             start = len(watched.calls)
-            out = fn(x) if style == "tensor" else fn(rank, world_size, x)
-            out = x if out is None and style == "tensor" else out
+            out = fn(x) if in_place else fn(rank, world_size, x)
+            out = x if out is None and in_place else out
             sends = [
                 (int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:] if c.name in SENDS
             ]
@@ -201,25 +202,26 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
         )
 
 
-def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: float, short: bool) -> tuple:
+def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
     """Run the reader's ring on ``world_sizes`` (None: :data:`WORLD_SIZES`); check values (in place), then the
-    sends. Returns the world sizes run."""
+    sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on lengths below the world size (its
+    exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
+    right = direction == 1
+    name = "ring_all_reduce" if right else "ring_all_reduce_left"
     world_sizes = tuple(world_sizes or WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
+    schedule = (
+        "对照 ring_schedule：每一步发哪块、收哪块"
+        if right
+        else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
+    )
     course = resolve_course(RING_FORBIDDEN_LIB)
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
     rng = new_rng()
     for world_size in world_sizes:
-        cases = _ring_cases(rng, world_size, short)
-        res_values = launch(
-            _instrumented_ring_rank,
-            world_size,
-            (fn, cases, style, course),
-            what,
-            fn,
-            timeout,
-            advice="每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。",
-        )
+        cases = _ring_cases(rng, world_size, short=right)
+        advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
+        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, right, course), what, fn, timeout, advice)
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -235,28 +237,23 @@ def run_ring(name: str, fn, style: str, direction: int, world_sizes, timeout: fl
                             np.allclose(got[a:b], want[a:b]),
                             "只有 Reduce-Scatter 后完成的那一块是对的：All-Gather 阶段还要把完成的块传遍全环。",
                         ),
-                        default=(
-                            "对照 ring_schedule：每一步发哪块、收哪块"
-                            if direction == 1
-                            else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
-                        )
-                        + "；Reduce-Scatter 要加，All-Gather 直接覆盖。",
+                        default=f"{schedule}；Reduce-Scatter 要加，All-Gather 直接覆盖。",
                     )
                 compare(got, want, where, hint)
-                if style == "tensor" and not same:
+                if right and not same:
                     raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
             check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
-    return world_sizes
+    who, empty, side = ("你的 Ring All-Reduce", "含空块、", "右") if right else (name, "", "左")
+    passed(
+        f"{who} 在 world_size = {', '.join(map(str, world_sizes))}、长度不能整除（{empty}含全零的 Rank）时都等于总和；"
+        f"每个 Rank 只给{side}边发，每条消息一块。"
+    )
 
 
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
-    sizes = run_ring("ring_all_reduce", fn, "tensor", 1, world_sizes, timeout, short=True)
-    passed(
-        f"你的 Ring All-Reduce 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含空块、含全零的 Rank）"
-        "时都等于总和；每个 Rank 只给右边发，每条消息一块。"
-    )
+    run_ring(fn, 1, world_sizes, timeout)
 
 
 try_ring_all_reduce = fill_in_cell(
@@ -273,11 +270,8 @@ def reference_ring_all_reduce_left(rank, world_size, x):
     bounds = chunk_bounds(x.numel(), n)
     for phase in ("reduce-scatter", "all-gather"):
         for s in range(n - 1):
-            send, recv = (
-                ((rank + s) % n, (rank + s + 1) % n)
-                if phase == "reduce-scatter"
-                else ((rank - 1 + s) % n, (rank + s) % n)
-            )
+            shift = s if phase == "reduce-scatter" else s - 1  # all-gather: one chunk behind
+            send, recv = (rank + shift) % n, (rank + shift + 1) % n
             (a, b), (c, d) = bounds[send], bounds[recv]
             incoming = x.new_empty(d - c) if phase == "reduce-scatter" else x[c:d]
             ops = [dist.P2POp(dist.isend, x[a:b], left), dist.P2POp(dist.irecv, incoming, right)]
@@ -291,11 +285,7 @@ def reference_ring_all_reduce_left(rank, world_size, x):
 def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
-    sizes = run_ring("ring_all_reduce_left", fn, "args", -1, world_sizes, timeout, short=False)
-    passed(
-        f"ring_all_reduce_left 在 world_size = {', '.join(map(str, sizes))}、长度不能整除（含全零的 Rank）时都等于"
-        "总和；每个 Rank 只给左边发，每条消息一块。"
-    )
+    run_ring(fn, -1, world_sizes, timeout)
 
 
 # -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------
@@ -384,10 +374,7 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
     guess = number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
-    counted = launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)
-    if len(set(counted)) != 1:
-        raise CheckFailed(f"{what}：各 Rank 数到的字节数不一样：{counted}（块长应当相等）。")
-    measured = counted[0]
+    measured = launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)[0]
     if abs(guess - measured) > 0.01 * measured:
         why = first_hint(
             (guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
@@ -413,16 +400,9 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
 # -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
 
 
+# The three collectives 05 asks to predict; the reference is the model's expected_outputs (sum; all_gather: one
+# flat list in rank order; reduce_scatter: rank r gets piece r of the sum).
 EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
-
-
-def reference_expected(name: str, inputs) -> list:
-    """Each rank's output of ``name`` (sum) for ``inputs[rank]``: all_reduce, all_gather (one flat list in
-    rank order), reduce_scatter (rank r: piece r of the sum; the length divides by the world size): the
-    model's :func:`~mgpu_helpers.models.collectives.expected_outputs` for these three."""
-    if name not in EXPECTED_NAMES:
-        raise ValueError(f"name must be all_reduce, all_gather or reduce_scatter, not {name!r}")
-    return expected_outputs(name, inputs)
 
 
 def _expected_cases(rng, name: str):
@@ -469,7 +449,7 @@ def check_expected_outputs(fns: dict) -> None:
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
         for inputs in _expected_cases(new_rng(), name):
             got = call(fn, what, [list(r) for r in inputs])
-            want = reference_expected(name, inputs)
+            want = expected_outputs(name, inputs)
             where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
             expect_items(
                 got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。"
@@ -491,7 +471,7 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
         name: fill_in(
             fn,
             lambda fn, name=name: check_expected_outputs({name: fn}),
-            lambda inputs, name=name: reference_expected(name, inputs),
+            lambda inputs, name=name: expected_outputs(name, inputs),
             f"expected_{name}",
         )
         for name, fn in given.items()
@@ -656,8 +636,8 @@ def _out_of_step_cases(rng, count: int = 40):
         [[a, a], [a]],  # one call fewer: 1
         [[a, a, a], [a, a, a], [a, a, b]],  # only the last rank differs: 2
         [[a], [a], [a, b]],  # the last rank has one more: 1
-        [[], []],
-    ]  # nothing called: in step
+        [[], []],  # nothing called: in step
+    ]
     for _ in range(count):
         world_size, length = int(rng.integers(2, 6)), int(rng.integers(1, 6))
         common = [(str(rng.choice(OPS)), int(rng.choice((4, 8, 16)))) for _ in range(length)]

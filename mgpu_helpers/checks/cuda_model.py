@@ -45,8 +45,7 @@ PAD = 5  # sentinel elements after the data (01's and 02's kernel checks): a mis
 WATCHDOG_S = 5.0  # seconds a kernel may run in the simulator before it is stopped
 
 
-# --------------------------------------------------------------------------------------------------------
-# Running the reader's kernel: stub, the course's own code, a loop that never ends, errors.
+# -- Running the reader's kernel: stub, the course's own code, a loop that never ends, errors ------------------
 
 
 class KernelTimeout(Exception):
@@ -151,27 +150,22 @@ def _launches(rng, block: int) -> list[tuple[int, int, int]]:
     """``(n, blocks, array length)`` of each launch of a 1-D kernel checker: n the edge cases first, then random
     draws (1, below a block, a remainder, an exact multiple); the fewest blocks that cover n; arrays that reach
     :data:`PAD` elements past the last launched thread."""
-    sizes = [
-        1,
-        int(rng.integers(2, block)),
-        block * int(rng.integers(1, 4)) + int(rng.integers(1, block)),
-        block * 2,
-        int(rng.integers(1, 5 * block)),
-    ]
+    sizes = [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block))]
+    sizes += [block * 2, int(rng.integers(1, 5 * block))]
     return [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
 
 
-def _past_end(got, n: int, sentinel, where: str) -> None:
-    bad = np.flatnonzero(got[n:] != sentinel) if not np.isnan(sentinel) else np.flatnonzero(~np.isnan(got[n:]))
+def fail_past_end(got, n: int, untouched, where: str, fix: str = "边界检查应当是 i < n（不是 i <= n，也不能省）。"):
+    """Fails when an element of ``got`` past the first ``n`` is no longer ``untouched`` (a sentinel, NaN, or the
+    values it held), naming the first one: 01's and 02's kernels write past the end when the bounds check is off."""
+    tail = got[n:]
+    untouched = np.broadcast_to(untouched, tail.shape)
+    bad = np.flatnonzero((tail != untouched) & ~(np.isnan(tail) & np.isnan(untouched)))
     if bad.size:
-        raise CheckFailed(
-            f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-            "边界检查应当是 i < n（不是 i <= n，也不能省）。"
-        )
+        raise CheckFailed(f"{where}：下标 {n + int(bad[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。{fix}")
 
 
-# --------------------------------------------------------------------------------------------------------
-# 01: the thread map as a pure function.
+# -- 01: the thread map as a pure function ---------------------------------------------------------------------
 
 
 def _reference(name: str):
@@ -200,12 +194,8 @@ def check_thread_ids(fn) -> None:
     cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
     for (grid, block), got in answers(fn, what, cases):
         where = f"grid = {grid}, block = {block}"
-        expect_items(
-            got,
-            5,
-            f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，"
-            f"实际返回 {type(got).__name__}。",
-        )
+        fields = "(block_idx, thread_idx, global_idx, warp, lane)"
+        expect_items(got, 5, f"{where}：应当返回 5 个数组 {fields}，实际返回 {type(got).__name__}。")
         want = _reference("thread_ids")(grid, block)  # the course's thread map is the reference
         for name, g, w in zip(THREAD_FIELDS, got, want):
             g = np.asarray(g)
@@ -242,21 +232,15 @@ def check_work_and_idle(fn) -> None:
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
-        _whole_numbers(
-            got,
-            want,
-            where,
-            (tuple, list),
-            "(work, idle, no_thread) 三个整数",
-            lambda: (
-                (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
-                (
-                    got[0] == n and n > total,
-                    f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。",
-                ),
-                (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
+        slips = lambda: (
+            (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+            (
+                got[0] == n and n > total,
+                f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。",
             ),
+            (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
         )
+        _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", slips)
     passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
 
 
@@ -273,24 +257,20 @@ def check_launch_config(fn) -> None:
     for (n, block), got in answers(fn, what, cases):
         want = (_blocks(n, block), block)
         where = f"n = {n}, block = {block}"
-        _whole_numbers(
-            got,
-            want,
-            where,
-            tuple,
-            "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的",
-            lambda: (
-                (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
-                (
-                    got[0] == n // block + 1 and n % block == 0 and n,
-                    " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。",
-                ),
-                (
-                    n == 0 and got[0] == 0,
-                    " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。",
-                ),
-                (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"),
+        slips = lambda: (
+            (got[0] == n // block and n % block, f" 向下取整丢掉了最后 {n % block} 个元素：要向上取整。"),
+            (
+                got[0] == n // block + 1 and n % block == 0 and n,
+                " n 正好是 block 的整数倍时不需要多一个 Block：n // block + 1 多开了一整块。",
             ),
+            (
+                n == 0 and got[0] == 0,
+                " n = 0 时也要启动 1 个 Block：0 个 Block 的启动会被 CUDA 拒绝，边界检查让它什么也不做。",
+            ),
+            (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"),
+        )
+        _whole_numbers(
+            got, want, where, tuple, "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的", slips
         )
     try:
         default = fn(1000)
@@ -304,8 +284,7 @@ def check_launch_config(fn) -> None:
 try_launch_config = fill_in_cell(check_launch_config, "mgpu_helpers.lessons.cuda_model.launch_config", "launch_config")
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex01: a 2D launch, a reversed copy (int32), the matrix add, an in-place grid-stride loop.
+# -- ex01: a 2D launch, a reversed copy (int32), an in-place grid-stride loop (the matrix add: checks.kernels) ----
 
 
 def check_grid_2d(fn) -> None:
@@ -321,23 +300,14 @@ def check_grid_2d(fn) -> None:
     for (rows, cols, bx, by), got in answers(fn, what, cases):
         want = (_blocks(cols, bx), _blocks(rows, by))
         where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
-        _whole_numbers(
-            got,
-            want,
-            where,
-            tuple,
-            "(grid_x, grid_y) 两个整数",
-            lambda: (
-                (
-                    tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
-                    "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。",
-                ),
-                (
-                    tuple(got) == (cols // bx, rows // by),
-                    "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。",
-                ),
+        slips = lambda: (
+            (
+                tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
+                "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。",
             ),
+            (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"),
         )
+        _whole_numbers(got, want, where, tuple, "(grid_x, grid_y) 两个整数", slips)
     passed(f"grid_2d 在 {len(cases)} 种矩阵和 Block 形状上都对。")
 
 
@@ -358,20 +328,15 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
         run_kernel(kernel, what, grid, block, cuda.to_device(a), d_out, np.int32(n))
         got = d_out.copy_to_host()
         where = f"n = {n}（数组长 {length}），启动 [{grid}, {block}]"
-        _past_end(got, n, REVERSE_SENTINEL, where)
+        fail_past_end(got, n, REVERSE_SENTINEL, where)
         want = a[:n][::-1]
         if got.dtype != np.int32 or np.array_equal(got[:n], want):
             continue
+        same = lambda v: np.array_equal(got[:n], v)
         hint = first_hint(
-            (
-                np.array_equal(got[:n], a[1 : n + 1][::-1]),
-                "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。",
-            ),
-            (
-                np.array_equal(got[:n], a[::-1][:n]),
-                "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。",
-            ),
-            (np.array_equal(got[:n], a[:n]), "原样拷贝了，没有倒过来。"),
+            (same(a[1 : n + 1][::-1]), "差了一位：最后一个元素是 a[n - 1]，所以 out[i] = a[n - 1 - i]。"),
+            (same(a[::-1][:n]), "用了整个数组的长度：数组比 n 长，要用参数 n，不是 a.size 或 len(a)。"),
+            (same(a[:n]), "原样拷贝了，没有倒过来。"),
         )
         compare(got[:n].astype(np.float64), want.astype(np.float64), where, hint, atol=0, rtol=0)
     passed(
@@ -387,28 +352,14 @@ def check_add_into_grid_stride(kernel) -> None:
 
     what = "grid-stride Kernel 要让每个元素恰好加一次"
     rng = new_rng()
-    cases = [
-        (1, 32, 2),
-        (int(rng.integers(2, 64)), 32, 2),
-        (int(rng.integers(150, 400)), 32, 2),
-        (64 * 3, 32, 2),
-        (int(rng.integers(100, 300)), 64, 1),
-        (int(rng.integers(300, 500)), 16, 3),
-    ]
+    cases = [(1, 32, 2), (int(rng.integers(2, 64)), 32, 2), (int(rng.integers(150, 400)), 32, 2), (64 * 3, 32, 2)]
+    cases += [(int(rng.integers(100, 300)), 64, 1), (int(rng.integers(300, 500)), 16, 3)]
     for n, block, grid in cases:
         x = rng.integers(1, 10, n + PAD).astype(np.float64) * rng.choice([-1.0, 1.0], n + PAD)
         y0 = rng.integers(-50, 51, n + PAD).astype(np.float64)
         d_y = cuda.to_device(y0)
-        run_kernel(
-            kernel,
-            what,
-            grid,
-            block,
-            cuda.to_device(x),
-            d_y,
-            np.int32(n),
-            stream_hint="每一轮末尾要 i += cuda.gridsize(1)。",
-        )
+        args = (cuda.to_device(x), d_y, np.int32(n))
+        run_kernel(kernel, what, grid, block, *args, stream_hint="每一轮末尾要 i += cuda.gridsize(1)。")
         got = d_y.copy_to_host()
         where = f"n = {n}，只有 {grid} x {block} = {grid * block} 个线程"
         if not np.array_equal(got[n:], y0[n:]):

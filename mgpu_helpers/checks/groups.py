@@ -105,17 +105,9 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     for world_size in sizes:
         length = int(rng.integers(1, 5))
         inputs = [int_values(rng, length) for _ in range(world_size)]
+        advice = "多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。"
         try:
-            values = launch(
-                _join_sum_main,
-                world_size,
-                (fn, inputs),
-                what,
-                fn,
-                timeout,
-                init=False,
-                advice="多半是各 Rank 没在同一个 store 里碰头：FileStore 的路径、world_size 要和大家一致。",
-            )
+            values = launch(_join_sum_main, world_size, (fn, inputs), what, fn, timeout, advice, init=False)
         except CheckFailed as exc:
             # A rank that leaves right after joining can close its connections while a peer is still making
             # them (gloo: "Connection closed by peer"): the usual cause is a missing collective.
@@ -156,28 +148,15 @@ def reference_env_for(
     machine (default: all on one), meeting at ``master_addr:master_port``: every value a string, as in
     ``os.environ``. Machine k holds ranks k * nproc_per_node .. (k + 1) * nproc_per_node - 1."""
     per_node = world_size if nproc_per_node is None else nproc_per_node
-    return {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_RANK": str(rank % per_node),
-        "LOCAL_WORLD_SIZE": str(per_node),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
-    }
+    return dict(zip(ENV_KEYS, map(str, (rank, world_size, rank % per_node, per_node, master_addr, master_port))))
 
 
 def _env_cases(rng, count: int = 30):
     """Argument tuples: one machine (three arguments, so the defaults are used) and several machines (five)."""
     addr = f"10.{rng.integers(0, 256)}.{rng.integers(0, 256)}.{rng.integers(1, 255)}"
-    cases = [
-        (0, 1, 29500),
-        (3, 4, 29500),
-        (1, 2, 61234),  # one rank alone; the last rank; another port
-        (13, 16, 29500, 8, addr),
-        (2, 3, 29400, 1, addr),  # second machine; one process per machine
-        (5, 8, 29400, 4, "127.0.0.1"),
-        (3, 4, 29400, 4, addr),
-    ]  # first of machine 1; all on one machine
+    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234)]  # one rank alone; the last rank; another port
+    cases += [(13, 16, 29500, 8, addr), (2, 3, 29400, 1, addr)]  # second machine; one process per machine
+    cases += [(5, 8, 29400, 4, "127.0.0.1"), (3, 4, 29400, 4, addr)]  # first of machine 1; all on one machine
     for _ in range(count):
         per_node, nodes = int(rng.integers(1, 9)), int(rng.integers(1, 5))
         world_size, port = per_node * nodes, int(rng.integers(20000, 65000))
@@ -236,7 +215,7 @@ def check_env_for(fn) -> None:
         want = reference_env_for(*case)
         if len(case) == 3 and got["MASTER_ADDR"] in LOOPBACK:
             got = {**got, "MASTER_ADDR": want["MASTER_ADDR"]}  # localhost is as good as 127.0.0.1
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        for key in ENV_KEYS:
             if got[key] != want[key]:
                 raise CheckFailed(
                     f"{case_text}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。" + _env_slip(key, got[key], case)
@@ -309,25 +288,19 @@ def check_init_for(fn, timeout: float = HANG_S) -> None:
                 _init_main, world_size, args=(fn, method), init=False, timeout=timeout, stream=False, quiet=True
             )
         except RankTimeout as exc:
-            raise hang_failure(
-                exc,
-                case,
-                world_size,
-                timeout,
+            advice = (
                 "多半是碰头的地址不对：每个 rank 要去同一个 MASTER_ADDR:MASTER_PORT"
-                "（tcp:// 要把这两个写进 URL：tcp://地址:端口）。",
-            ) from None
+                "（tcp:// 要把这两个写进 URL：tcp://地址:端口）。"
+            )
+            raise hang_failure(exc, case, world_size, timeout, advice) from None
         except RankError as exc:
             if is_stub_error(exc):
                 raise not_done(fn, what) from None
+            hint = "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。"
             about_rank = method == "tcp://" and ("world_size" in str(exc) or "rank" in str(exc).lower())
-            hint = (
-                "。tcp:// 的 URL 里只有地址和端口：rank 和 world_size 要另外传给 init_process_group。"
-                if about_rank
-                else ""
-            )
+            first = str(exc).splitlines()[0]
             raise CheckFailed(
-                f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}{hint}"
+                f"{case}：rank {exc.rank} 出错了（{exc.exc_type}）：{first}{hint if about_rank else ''}"
             ) from None
         for rank, (seen, inits) in enumerate(res.values):
             if len(inits) != 1:

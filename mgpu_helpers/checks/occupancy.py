@@ -34,7 +34,7 @@ from mgpu_helpers.checks.core import (
     refuse_course_code,
     require_written,
 )
-from mgpu_helpers.checks.cuda_model import PAD
+from mgpu_helpers.checks.cuda_model import PAD, fail_past_end
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
@@ -48,20 +48,10 @@ def _start(fn, what: str) -> None:
     require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
 
-    ours = {
-        getattr(cupy_kernels, "blocks_per_sm", None),
-        occ.occupancy,
-        occ.one_wave_blocks,
-        reference_blocks_per_sm,
-        reference_max_regs,
-    }
-    refuse_course_code(
-        fn,
-        what,
-        ours,
-        packages=("mgpu_helpers",),
-        advice="这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。",
-    )
+    ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks}
+    ours |= {reference_blocks_per_sm, reference_max_regs}
+    advice = "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。"
+    refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
 
 
 def _answers(fn, what: str, cases) -> list:
@@ -78,8 +68,7 @@ def _sms() -> dict:
     return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
 
-# --------------------------------------------------------------------------------------------------------
-# 02 fill-in 1: blocks per SM from threads, blocks and registers.
+# -- 02 fill-in 1: blocks per SM from threads, blocks and registers --------------------------------------------
 
 
 def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
@@ -90,20 +79,8 @@ def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
 def _occupancy_cases(rng):
     # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
     # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
-    cases = [
-        (256, 32),
-        (128, 33),
-        (64, 40),
-        (32, 16),
-        (1024, 64),
-        (1024, 65),
-        (256, 167),
-        (512, 167),
-        (100, 16),
-        (1025, 16),
-        (96, 72),
-        (160, 48),
-    ]
+    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
+    cases += [(1025, 16), (96, 72), (160, 48)]
     cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
     cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
     return [(b, r, name, lim) for name, lim in _sms().items() for b, r in cases]
@@ -164,8 +141,7 @@ def check_blocks_per_sm(fn) -> None:
 try_blocks_per_sm = fill_in_cell(check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
 
 
-# --------------------------------------------------------------------------------------------------------
-# 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator.
+# -- 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator ---------------
 
 
 class _Traced:
@@ -252,24 +228,12 @@ def check_vec_add_two(kernel) -> None:
         raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
     rng = new_rng()
     block = 32
-    cases = [
-        (1, block),
-        (block - 3, block),
-        (block + 5, block),
-        (2 * block, block),
-        (3 * block + 1, block),
-        (int(rng.integers(2 * block + 1, 9 * block)), block),
-        (int(rng.integers(65, 300)), 64),
-    ]
+    sizes = [1, block - 3, block + 5, 2 * block, 3 * block + 1, int(rng.integers(2 * block + 1, 9 * block))]
+    cases = [(n, block) for n in sizes] + [(int(rng.integers(65, 300)), 64)]
     for n, bs in cases:
         grid = max(1, -(-n // (2 * bs)))  # ceil(n / (2 * block)) blocks, at least one
         c, writes, want, where = _run_two(kernel, what, n, bs, grid)
-        past = np.flatnonzero(~np.isnan(c[n:]))
-        if past.size:
-            raise CheckFailed(
-                f"{where}：下标 {n + int(past[0])} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                "两个元素都要各自检查下标 < n。"
-            )
+        fail_past_end(c, n, np.nan, where, "两个元素都要各自检查下标 < n。")
         if writes is not None:
             counts = np.bincount(np.asarray([w[3] for w in writes], dtype=np.int64), minlength=n + PAD)[:n]
             twice = np.flatnonzero(counts > 1)
@@ -311,15 +275,12 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
         base = 2 * block * blk
         want = {j for j in (base + thread, base + thread + block) if j < n}
         if got != want:
-            pair = {base + 2 * thread, base + 2 * thread + 1}
-            hint = (
-                (
+            hint = "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
+            if got <= {base + 2 * thread, base + 2 * thread + 1}:
+                hint = (
                     "这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
                     "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。"
                 )
-                if got <= pair
-                else "每个线程要写它分片里的第 t 个和第 t + blockDim.x 个元素（超出 n 的不写）。"
-            )
             raise CheckFailed(
                 f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}"
             )
@@ -330,8 +291,7 @@ try_vec_add_two = fill_in_cell(
 )
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex02-1: SAXPY as a CuPy RawKernel, y updated in place.
+# -- ex02-1: SAXPY as a CuPy RawKernel, y updated in place -----------------------------------------------------
 
 
 def cupy_usable() -> bool:
@@ -353,15 +313,8 @@ def check_saxpy_structure(fn) -> None:
     names = code_names(fn)
     # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
     # "" when there is none, and then the source's own rules are not checked
-    src = next(
-        (
-            k
-            for c in _code_objects(getattr(fn, "__code__", None))
-            for k in c.co_consts
-            if isinstance(k, str) and "__global__" in k
-        ),
-        "",
-    )
+    consts = (k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts)
+    src = next((k for k in consts if isinstance(k, str) and "__global__" in k), "")
     bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
     fail_first(
@@ -409,8 +362,7 @@ def check_saxpy_cupy(fn) -> None:
         x = int_values(rng, n)
         x[0] = 0.0  # a zero in the data
         y0 = int_values(rng, n + PAD)
-        d_x = cp.asarray(x)
-        d_buf = cp.asarray(y0)
+        d_x, d_buf = cp.asarray(x), cp.asarray(y0)
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
@@ -421,12 +373,7 @@ def check_saxpy_cupy(fn) -> None:
         except Exception as exc:
             raise CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
         buf = cp.asnumpy(d_buf)
-        if not np.array_equal(buf[n:], y0[n:]):
-            k = n + int(np.flatnonzero(buf[n:] != y0[n:])[0])
-            raise CheckFailed(
-                f"{where}：下标 {k} 已经超出 n（最后一个合法下标是 {n - 1}），却被写了。"
-                "Kernel 里要有边界检查 if (i < n)。"
-            )
+        fail_past_end(buf, n, y0[n:], where, "Kernel 里要有边界检查 if (i < n)。")
         want = alpha * x + y0[:n]
         if got is None:
             raise CheckFailed(f"{where}：返回了 None。最后要 return y。")
@@ -437,19 +384,14 @@ def check_saxpy_cupy(fn) -> None:
                 "然后 return y，不要新建数组。"
             )
         hint = (
-            (
-                "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
-                "Python 的 float 会按 8 字节的 double 传过去。"
-            )
-            if np.mean(np.isclose(buf[:n], want)) < 0.5
-            else ""
+            "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
+            "Python 的 float 会按 8 字节的 double 传过去。"
         )
-        compare(buf[:n], want, where, hint)
+        compare(buf[:n], want, where, hint if np.mean(np.isclose(buf[:n], want)) < 0.5 else "")
     passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex02-2: the inverse question, what register budget keeps k blocks resident.
+# -- ex02-2: the inverse question, what register budget keeps k blocks resident --------------------------------
 
 
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
@@ -469,20 +411,19 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
     unit, cap = lim.reg_alloc_unit, lim.max_regs_per_thread
     fits = warps * k <= lim.max_warps_per_sm and k <= lim.max_blocks_per_sm and block <= lim.max_threads_per_block
     right_uncapped = (lim.regs_per_sm // lim.sub_partitions // per_part) // unit * unit // lim.warp_size
-    return {
+    unchecked = "没有检查线程数、Block 数的上限（放不下时应当返回 0）"
+    variants = {
         "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(
             cap, lim.regs_per_sm // (block * k)
-        )
-        if fits
-        else 0,
+        ),
         "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(
             cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
-        )
-        if fits
-        else 0,
-        f"忘了每线程最多 {cap} 个寄存器": right_uncapped if fits else 0,
-        "没有检查线程数、Block 数的上限（放不下时应当返回 0）": min(cap, right_uncapped),
+        ),
+        f"忘了每线程最多 {cap} 个寄存器": right_uncapped,
+        unchecked: min(cap, right_uncapped),
     }
+    # A count that cannot reside gives 0 in every version but the one that forgot exactly that.
+    return {m: v if fits or m == unchecked else 0 for m, v in variants.items()}
 
 
 def check_max_regs(fn) -> None:
@@ -511,13 +452,13 @@ def check_max_regs(fn) -> None:
     passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex02-3: one wave of the grid-stride kernel on this machine (number first).
+# -- ex02-3: one wave of the grid-stride kernel on this machine (number first) ---------------------------------
 
 
 def one_wave_facts() -> dict:
     """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
     registers per thread, per-SM limits, and where the numbers come from."""
+    regs = None
     if not simulator():
         from numba import cuda
 
@@ -527,24 +468,19 @@ def one_wave_facts() -> dict:
         cupy_kernels.vec_add_grid_stride_launch(d, d, d)  # compiles it, so its registers are known
         cuda.synchronize()
         regs = gpu_limits.numba_regs_per_thread(cupy_kernels.vec_add_grid_stride)
-        if regs is not None:
-            return {
-                "sm_count": gpu_limits.device_limits().sm_count,
-                "regs_per_thread": regs,
-                "limits": gpu_limits.device_limits(),
-                "source": "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride",
-            }
-    from mgpu_helpers.bench import ncu
+        lim = gpu_limits.device_limits()
+        source = "这台机器的 GPU：SM 数与上限从设备读出，寄存器数来自编译好的 vec_add_grid_stride"
+    if regs is None:  # no GPU, or no register count read from it
+        from mgpu_helpers.bench import ncu
 
-    ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}  # data/ncu_h200.json
-    regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
-    return {
-        "sm_count": occ.HOPPER.sm_count,
-        "regs_per_thread": regs,
-        "limits": occ.HOPPER,
-        "source": f"没有 GPU：按 H200 的上限（{occ.HOPPER.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
-        "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）",
-    }
+        ncu_rows = {r["kernel"]: r for r in ncu.load("h200")["rows"]}  # data/ncu_h200.json
+        regs = ncu_rows["Numba vec_add_fast (4 per thread), block 256"]["registers_per_thread"]
+        lim = occ.HOPPER
+        source = (
+            f"没有 GPU：按 H200 的上限（{lim.sm_count} 个 SM）、每线程 {regs} 个寄存器计算"
+            "（ncu_h200.json 里每线程处理 4 个元素的 vec_add_fast 分到的寄存器数，grid-stride 版本每轮也做 4 个）"
+        )
+    return {"sm_count": lim.sm_count, "regs_per_thread": regs, "limits": lim, "source": source}
 
 
 def check_one_wave_blocks(fn) -> None:

@@ -8,8 +8,8 @@ send, receive and collective is recorded under any name or import path it is rea
 exercise states ("blocking send/recv only", "no collective", "an empty buffer is not sent") is checked
 against the calls really made. The course's own implementation (:mod:`mgpu_helpers.lessons.p2p`) is
 refused the same way (:func:`~mgpu_helpers.checks.core.refuse_course_code` before the run, and in the
-ranks): calling it does not count as writing the code. A deadlock ends after a few seconds with the rank and the call it was
-stuck in.
+ranks): calling it does not count as writing the code. A deadlock ends after a few seconds with the rank and
+the call it was stuck in.
 
 | where | checker | the reader writes |
 | --- | --- | --- |
@@ -49,7 +49,7 @@ NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")  # mgpu_helpers.lessons.p2p
 
 
-# -- inside a rank: watch the calls ---------------------------------------------------------------------------
+# -- running the reader's code on ranks with the calls watched ------------------------------------------------
 
 
 def _watched_main(rank, world_size, body, fn, payload, course):
@@ -60,18 +60,11 @@ def _watched_main(rank, world_size, body, fn, payload, course):
     return out, list(watched.calls)
 
 
-# -- on the notebook side: run, and explain a deadlock or a failure ------------------------------------------
-
-
 def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = HANG_S):
-    """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched; returns, in rank order,
-    ``(value, calls)`` where ``calls`` lists a :class:`~mgpu_helpers.checks.core.DistCall` (``(name, peer,
-    numel)``) for every call made. ``lessons``: the names in mh.lessons.p2p that ``fn`` may not use (refused
-    before the run, by name, and in the ranks, however reached).
-
-    A deadlock becomes a :class:`CheckFailed` naming each rank and the call it was stuck in; the stub
-    becomes the "not done yet" failure; another exception names the rank and its first line.
-    """
+    """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched: ``(value, calls)`` in
+    rank order, a :class:`~mgpu_helpers.checks.core.DistCall` per call made. ``lessons``: the names in
+    mh.lessons.p2p that ``fn`` may not use (refused by name before the run, and in the ranks however reached).
+    A deadlock, the stub or another error becomes a :class:`CheckFailed` (:func:`~mgpu_helpers.checks.core.launch`)."""
     course = resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
     refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
     return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
@@ -86,8 +79,7 @@ def _exchange_rounds(rng, world_size):
     Lengths differ from rank to rank (what rank r receives is what its neighbour sends) and include 0;
     the data hold zeros. Both directions, a float and an integer dtype, in every run. In the first round of
     each direction every rank sends something: a rank that sends nothing would break the ring's cycle of
-    waits, and a blocking send-first answer would get through.
-    """
+    waits, and a blocking send-first answer would get through."""
     rounds = []
     for k, (direction, dtype) in enumerate(
         (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))
@@ -129,15 +121,8 @@ def _exchange_body(rank, world_size, fn, rounds, calls):
         if waitable:
             for request in requests:
                 request.wait()
-        out.append(
-            dict(
-                kind=type(requests).__name__,
-                waitable=waitable,
-                got=as_numpy(recv_buf),
-                calls=calls[first:],
-                kept=bool((send_buf == before).all()) if send_buf.numel() else True,
-            )
-        )
+        got, kept = as_numpy(recv_buf), send_buf.equal(before)
+        out.append(dict(kind=type(requests).__name__, waitable=waitable, got=got, calls=calls[first:], kept=kept))
     return out
 
 
@@ -151,18 +136,8 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
     empty = [c[0] for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0] + [None]
     got, want = result["got"], np.asarray(data[src])
     # another rank's data, blamed only when it is not also what src sent (short random inputs can coincide)
-    other = (
-        None
-        if np.array_equal(got, want)
-        else next(
-            (
-                k
-                for k, inp in enumerate(data)
-                if k != src and len(inp) == len(got) and len(got) and np.array_equal(got, inp)
-            ),
-            None,
-        )
-    )
+    others = [k for k, inp in enumerate(data) if k != src and len(got) and np.array_equal(got, inp)]
+    other = None if np.array_equal(got, want) else next(iter(others), None)
     fail_first(
         (
             not result["waitable"],
@@ -226,7 +201,7 @@ def _ring_pass_body(rank, world_size, fn, cases, calls):
         token = rank_tensor(data[rank], dtype)
         before = token.clone()
         arrived = fn(token, steps) if steps is not None else fn(token)
-        kept = bool((token == before).all()) if token.numel() else True
+        kept = token.equal(before)
         arrived = [as_numpy(t) for t in arrived] if isinstance(arrived, (list, tuple)) else type(arrived).__name__
         out.append(dict(arrived=arrived, kept=kept))
     return out
@@ -306,15 +281,18 @@ def _rank_fn_body(rank, world_size, fn, case, calls):
     return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype)))
 
 
-def _rank_fn_cases(rng, world_sizes, longest: int = 5):
-    """(world_size, dtype, inputs) for :func:`_rank_fn_body`: one length per case (1 to ``longest``), float32
-    and int64 by turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value
-    added twice)."""
+def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
+    """``(world_size, inputs, results, calls)``, rank by rank, of ``fn(rank, world_size, x)`` run on each world size
+    with the calls watched (:func:`run_watched`): one length per case (1 to ``longest``), float32 and int64 by
+    turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value added twice)."""
+    rng = new_rng()
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, longest + 1))
         inputs = [int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
-        yield world_size, ("float32", "int64")[i % 2], inputs
+        case = (inputs, ("float32", "int64")[i % 2])
+        values = run_watched(_rank_fn_body, fn, what, world_size, case, timeout=timeout)
+        yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 
 def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
@@ -323,22 +301,16 @@ def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     :mod:`mgpu_helpers.lessons.p2p` are refused, under whatever name they are reached."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, dtype, inputs in _rank_fn_cases(new_rng(), sizes):
-        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
-        for rank, (got, _calls) in enumerate(values):
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout):
+        for rank, got in enumerate(results):
             want = inputs[(rank - 1) % world_size]
             hint = which_rank(got, inputs)
             if hint and not np.array_equal(got, want):
                 hint += "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
             where = f"world_size = {world_size}，rank {rank} 应当收到左边 rank {(rank - 1) % world_size} 的数据"
             compare(got, want, where, hint)
-        calls = [c for _, c in values]
-        refuse_calls(
-            calls,
-            NONBLOCKING,
-            what,
-            "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。",
-        )
+        why = "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。"
+        refuse_calls(calls, NONBLOCKING, what, why)
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
         for rank, rank_calls in enumerate(calls):
             sends = [c for c in rank_calls if c[0] == "dist.send"]
@@ -359,10 +331,9 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, dtype, inputs in _rank_fn_cases(new_rng(), sizes, longest=4):
-        values = run_watched(_rank_fn_body, fn, what, world_size, (inputs, dtype), timeout=timeout)
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)
-        for rank, (got, _calls) in enumerate(values):
+        for rank, got in enumerate(results):
             hint = ""
             if got is not None and np.shape(got) == np.shape(total) and not np.allclose(got, total):
                 far = (rank + world_size // 2) % world_size
@@ -372,19 +343,12 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
                         "只能加一次。"
                     )
                 else:  # the sum of the k + 1 ranks on the left only (k >= 1)
-                    k = next(
-                        (
-                            k
-                            for k in range(1, world_size)
-                            if np.allclose(got, sum(inputs[(rank - j) % world_size] for j in range(k + 1)))
-                        ),
-                        None,
-                    )
+                    lefts = [sum(inputs[(rank - j) % world_size] for j in range(k + 1)) for k in range(world_size)]
+                    k = next((k for k in range(1, world_size) if np.allclose(got, lefts[k])), None)
                     hint = (
                         f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
                     )
             compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
-        calls = [c for _, c in values]
         refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
         if world_size > 2:
             steps = world_size // 2

@@ -76,8 +76,7 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
 
     Traced in each rank: only the reduce-scatter and all-gather families may be called (all_reduce, reduce,
     send/recv ... are refused under any name); a reduce-scatter must be called, and the all-gathers together
-    may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that).
-    """
+    may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
     rng = new_rng()
     for n in world_sizes:
@@ -85,15 +84,8 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
         inputs = [int_values(rng, length) for _ in range(n)]
         inputs[-1][:] = 0.0  # zeros in the data
         want = np.sum(inputs, axis=0)
-        got = run_traced(
-            fn,
-            what,
-            n,
-            inputs,
-            allowed=RS_NAMES + AG_NAMES,
-            timeout=timeout,
-            rule="dist.reduce_scatter 和 dist.all_gather",
-        )
+        rule = "dist.reduce_scatter 和 dist.all_gather"
+        got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout, rule=rule)
         for r in range(n):
             value, calls = got[r]
             names = [c for c, _ in calls]
@@ -126,13 +118,8 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
 
 # -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
 
-LESSON_OPS = (
-    "reduce",
-    "broadcast",
-    "all_gather",
-    "reduce_scatter",
-    "all_reduce",
-)  # 07 builds all_reduce from reduce_scatter: checked last
+# 07 builds all_reduce from reduce_scatter: checked last
+LESSON_OPS = ("reduce", "broadcast", "all_gather", "reduce_scatter", "all_reduce")
 
 
 def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
@@ -163,15 +150,10 @@ BYTES_WHY = {
 def check_bytes_each_rank_sends(fn) -> None:
     """``fn(op, nbytes, world_size, rank) -> bytes``: the bytes ``rank`` sends in ``op`` (root 0), as arithmetic.
 
-    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top.
-    """
+    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top."""
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
-    refuse_course_code(
-        fn,
-        what,
-        [reference_bytes_each_rank_sends],
-        packages=("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth"),
-    )
+    ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
+    refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
     rng = random.Random()
     sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
     sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
@@ -180,26 +162,21 @@ def check_bytes_each_rank_sends(fn) -> None:
             for rank in range(world_size):
                 got = call_limited(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                value = (
-                    None
-                    if got is None or isinstance(got, bool)
-                    # a bool: named as a wrong count
-                    else number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
-                )
+                value = None  # None or a bool: named as a wrong count
+                if got is not None and not isinstance(got, bool):
+                    value = number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
                 if value is not None and math.isclose(value, want, abs_tol=1e-6):
                     continue
-                role = {
-                    ("reduce", 0): "（Root）",
-                    ("broadcast", 0): "（Root）",
-                    ("broadcast", world_size - 1): "（链尾）",
-                }.get((op, rank), "")
-                extra = ""
-                if world_size == 1 and got:
-                    extra = "只有一个 Rank 时没有别人可发：0 字节。"
-                elif op in ("all_gather", "reduce_scatter", "all_reduce") and math.isclose(
-                    float(got), want * world_size / (world_size - 1)
-                ):
-                    extra = "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"
+                role = "（Root）" if rank == 0 and op in ("reduce", "broadcast") else ""
+                role = "（链尾）" if op == "broadcast" and rank == world_size - 1 else role
+                ring = op in ("all_gather", "reduce_scatter", "all_reduce") and world_size > 1 and value is not None
+                extra = first_hint(
+                    (world_size == 1 and got, "只有一个 Rank 时没有别人可发：0 字节。"),
+                    (
+                        ring and math.isclose(value, want * world_size / (world_size - 1)),
+                        "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。",
+                    ),
+                )
                 raise CheckFailed(
                     f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
                     f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}"
@@ -256,19 +233,9 @@ def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
 
 def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = ""):
     """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
-
-    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits.
-    """
-    return launch(
-        _traced_rank_main,
-        world_size,
-        (fn, inputs, tuple(extra), tuple(allowed)),
-        what,
-        fn,
-        timeout,
-        advice="多半是各 Rank 调用的 Collective 次序或大小对不上。",
-        rule=rule or ", ".join(allowed),
-    )
+    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits."""
+    args, advice = (fn, inputs, tuple(extra), tuple(allowed)), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
+    return launch(_traced_rank_main, world_size, args, what, fn, timeout, advice, rule=rule or ", ".join(allowed))
 
 
 # -- ex07: reduce-scatter of uneven parts --------------------------------------------------------------------
@@ -281,6 +248,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
     what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
     rng = new_rng()
     allowed = RS_NAMES + ("reduce",)
+    rule = "dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather"
     for n in world_sizes:
         sizes = [int(v) for v in rng.integers(1, 5, size=n)]
         sizes[-1] = 0 if n > 2 else sizes[-1]  # a rank with an empty part, every run
@@ -291,16 +259,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
         inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
         whole = np.sum(inputs, axis=0)
         offsets = np.cumsum([0] + sizes)
-        got = run_traced(
-            fn,
-            what,
-            n,
-            inputs,
-            extra=(sizes,),
-            allowed=allowed,
-            timeout=timeout,
-            rule="dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather",
-        )
+        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout, rule=rule)
         for r in range(n):
             value, _calls = got[r]
             want = whole[offsets[r] : offsets[r + 1]]

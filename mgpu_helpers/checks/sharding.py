@@ -47,13 +47,8 @@ def check_contiguous_ranges(fn) -> None:
     """``fn(n_items, world_size) -> [range, ...]``: one contiguous range per rank, in rank order, covering
     0..n_items-1 exactly once, sizes differing by at most one, the first ``n_items % world_size`` one longer."""
     what = "contiguous_ranges 要把 0..n_items-1 切成 world_size 段连续区间"
-    refuse_course_code(
-        fn,
-        what,
-        (sharding_rules.contiguous_ranges, ring.chunk_bounds),
-        names=("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split"),
-        advice=ARITHMETIC,
-    )
+    names = ("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split")
+    refuse_course_code(fn, what, (sharding_rules.contiguous_ranges, ring.chunk_bounds), names=names, advice=ARITHMETIC)
     rng = random.Random()
     cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]  # remainders, fewer items than ranks
     cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
@@ -136,13 +131,8 @@ def check_per_rank_memory(fn) -> None:
     to ``weights`` (one per rank), replicated parts held whole by every rank. Strategies: replicate,
     data_parallel, zero1, zero2, zero3."""
     what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
-    refuse_course_code(
-        fn,
-        what,
-        (memory.memory_plan, reference_per_rank_memory),
-        names=("memory_plan", "compare_strategies", "reference_per_rank_memory"),
-        advice=ARITHMETIC,
-    )
+    names = ("memory_plan", "compare_strategies", "reference_per_rank_memory")
+    refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory), names=names, advice=ARITHMETIC)
     cases = list(_memory_cases(random.Random()))
     for strategy, sizes, weights in cases:
         got = call(fn, what, strategy, dict(sizes), list(weights))
@@ -227,25 +217,11 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     call(fn, what, [3.0, 1.0, 2.0], 2)  # a stub fails here
     # Skewed cases first: a split by count passes many random inputs, none of these. Zeros, fewer items than
     # ranks, a single rank and all-zero costs are in every run.
-    fixed = [
-        ([10] * 4 + [0] * 12, 4),
-        ([0] * 9 + [30, 30, 30], 3),
-        ([9, 8, 7, 1, 1, 1, 1, 2], 4),
-        ([5, 0, 5], 5),
-        ([0, 0, 0, 0], 3),
-        ([7], 1),
-        ([], 2),
-        ([1] * 10, 4),
-        ([50, 1, 1, 1, 1, 1, 1, 50], 2),
-    ]
+    cases = [([10] * 4 + [0] * 12, 4), ([0] * 9 + [30, 30, 30], 3), ([9, 8, 7, 1, 1, 1, 1, 2], 4), ([5, 0, 5], 5)]
+    cases += [([0, 0, 0, 0], 3), ([7], 1), ([], 2), ([1] * 10, 4), ([50, 1, 1, 1, 1, 1, 1, 50], 2)]
     rng = random.Random()
-    cases = fixed + [
-        (
-            [rng.choice((0, rng.randint(0, 20), rng.randint(0, 200))) for _ in range(rng.randint(0, 30))],
-            rng.randint(1, 7),
-        )
-        for _ in range(examples)
-    ]
+    cost = lambda: rng.choice((0, rng.randint(0, 20), rng.randint(0, 200)))
+    cases += [([cost() for _ in range(rng.randint(0, 30))], rng.randint(1, 7)) for _ in range(examples)]
     for costs, ws in cases:
         _contiguous_property(fn, costs, ws, what)
     passed(
@@ -276,13 +252,8 @@ def check_rank_memory_fewest_gpus(fn) -> None:
     """``fn(strategy, capacity, params, grads, optimizer, activations) -> int or None``: the fewest GPUs
     (equal shares) on which every rank fits; None when adding GPUs never makes it fit."""
     what = "fewest_gpus 要给出装得下所需的最少 GPU 数（永远装不下时返回 None）"
-    refuse_course_code(
-        fn,
-        what,
-        (reference_fewest_gpus,),
-        names=("memory_plan", "compare_strategies", "reference_fewest_gpus"),
-        advice=ARITHMETIC,
-    )
+    names = ("memory_plan", "compare_strategies", "reference_fewest_gpus")
+    refuse_course_code(fn, what, (reference_fewest_gpus,), names=names, advice=ARITHMETIC)
     rng = random.Random()
     cases = [
         ("replicate", 16, 24, 0, 0, 0),  # the seed: 24 GB replicated never fits in 16 GB
@@ -294,15 +265,11 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         ("zero2", 16, 8, 8, 0, 0),  # exactly full on 1 GPU: <= fits
         ("zero1", 12, 6, 6, 3, 3),  # replicated parts exactly the capacity, something split
         ("data_parallel", 10, 2, 2, 2, 0),  # nothing split and it fits: 1
-        ("zero3", 5, 0, 0, 0, 0),
-    ]  # an empty job
+        ("zero3", 5, 0, 0, 0, 0),  # an empty job
+    ]
+    size = lambda: rng.choice((0, rng.randint(1, 30), rng.randint(1, 300)))
     cases += [
-        (
-            rng.choice(MEMORY_STRATEGIES),
-            rng.choice((8, 16, 24, 40, 80)),
-            *(rng.choice((0, rng.randint(1, 30), rng.randint(1, 300))) for _ in range(4)),
-        )
-        for _ in range(60)
+        (rng.choice(MEMORY_STRATEGIES), rng.choice((8, 16, 24, 40, 80)), *(size() for _ in range(4))) for _ in range(60)
     ]
     for case, got in answers(fn, what, cases):
         want = reference_fewest_gpus(*case)

@@ -5,25 +5,18 @@ Ring checkers launch ranks: the wrong answers run on 3 ranks only (one launch ea
 pass and a gather to rank 0 already send more than a ring does.
 """
 
-import textwrap
-
 import pytest
 
 import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from learner_code import by_value  # noqa: E402
+
 from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import collectives  # noqa: E402
 from mgpu_helpers.checks.core import NOT_DONE, CheckFailed  # noqa: E402
-
-
-def _by_value(source: str, name: str):
-    """A function defined from source text, travelling to ranks by value (like one defined in a cell)."""
-    ns = {"__name__": "exercise_wrong_answer"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
-
+from mgpu_helpers.models.collectives import expected_outputs  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------
 # 05: the ring all-reduce the learner writes, fn(tensor), to the right.
@@ -123,43 +116,43 @@ def mine(tensor):
 
 def test_whole_tensor_ring_pass_is_rejected_by_its_message_size():
     with pytest.raises(CheckFailed, match="正好是整个张量：那是练习 04 的整张量沿环传递"):
-        collectives.check_ring_all_reduce_right(_by_value(WHOLE_TENSOR_PASS, "whole"), world_sizes=(3,))
+        collectives.check_ring_all_reduce_right(by_value(WHOLE_TENSOR_PASS, "whole"), world_sizes=(3,))
 
 
 def test_gather_to_rank_zero_and_back_is_rejected_by_who_sends():
     with pytest.raises(CheckFailed, match="Gather \\+ Broadcast"):
-        collectives.check_ring_all_reduce_right(_by_value(GATHER_TO_ZERO, "gather_to_zero"), world_sizes=(3,))
+        collectives.check_ring_all_reduce_right(by_value(GATHER_TO_ZERO, "gather_to_zero"), world_sizes=(3,))
 
 
 def test_the_course_ring_under_another_name_is_refused():
     with pytest.raises(CheckFailed, match="课程自己的 mh.lessons.ring.ring_all_reduce"):
-        collectives.check_ring_all_reduce_right(_by_value(COURSE_UNDER_ANOTHER_NAME, "course"), world_sizes=(2,))
+        collectives.check_ring_all_reduce_right(by_value(COURSE_UNDER_ANOTHER_NAME, "course"), world_sizes=(2,))
     with pytest.raises(CheckFailed, match="课程自己的实现"):
         collectives.check_ring_all_reduce_right(mh.lessons.ring.ring_all_reduce, world_sizes=(2,))
 
 
 def test_a_collective_reached_through_distributed_c10d_is_refused():
     with pytest.raises(CheckFailed, match="不能直接调用 dist.all_reduce"):
-        collectives.check_ring_all_reduce_right(_by_value(COLLECTIVE_VIA_C10D, "hidden"), world_sizes=(2,))
+        collectives.check_ring_all_reduce_right(by_value(COLLECTIVE_VIA_C10D, "hidden"), world_sizes=(2,))
 
 
 def test_a_collective_imported_under_another_name_at_the_top_is_refused():
     with pytest.raises(CheckFailed, match="不能直接调用 dist.all_reduce"):
-        collectives.check_ring_all_reduce_right(_by_value(COLLECTIVE_IMPORTED_AT_THE_TOP, "aliased"), world_sizes=(2,))
+        collectives.check_ring_all_reduce_right(by_value(COLLECTIVE_IMPORTED_AT_THE_TOP, "aliased"), world_sizes=(2,))
 
 
 def test_reduce_scatter_without_all_gather_is_told_what_is_missing():
     with pytest.raises(CheckFailed, match="All-Gather 阶段还要把完成的块传遍全环"):
-        collectives.check_ring_all_reduce_right(_by_value(ONLY_REDUCE_SCATTER, "half"), world_sizes=(3,))
+        collectives.check_ring_all_reduce_right(by_value(ONLY_REDUCE_SCATTER, "half"), world_sizes=(3,))
 
 
 def test_a_correct_ring_written_differently_passes(capsys):
-    collectives.check_ring_all_reduce_right(_by_value(RIGHT_WRITTEN_OTHERWISE, "mine"), world_sizes=(2, 3, 4))
+    collectives.check_ring_all_reduce_right(by_value(RIGHT_WRITTEN_OTHERWISE, "mine"), world_sizes=(2, 3, 4))
     assert "通过" in capsys.readouterr().out
 
 
 def test_the_unwritten_fill_in_falls_back_to_the_course_ring(capsys):
-    stub = _by_value('def stub(tensor):\n    raise NotImplementedError("练习：补全这里（约 9 行）")\n', "stub")
+    stub = by_value('def stub(tensor):\n    raise NotImplementedError("练习：补全这里（约 9 行）")\n', "stub")
     assert collectives.try_ring_all_reduce(stub) is mh.lessons.ring.ring_all_reduce
     assert "还没写" in capsys.readouterr().out
 
@@ -211,13 +204,13 @@ def left(rank, world_size, x):
 
 def test_the_right_ring_in_the_left_exercise_is_told_the_direction():
     with pytest.raises(CheckFailed, match="方向反了"):
-        collectives.check_ring_all_reduce(_by_value(LEFT_BUT_GOING_RIGHT, "right"), world_sizes=(3,))
+        collectives.check_ring_all_reduce(by_value(LEFT_BUT_GOING_RIGHT, "right"), world_sizes=(3,))
 
 
 def test_the_checker_reference_is_refused_in_the_left_exercise():
     with pytest.raises(CheckFailed, match="课程自己的实现"):
         collectives.check_ring_all_reduce(collectives.reference_ring_all_reduce_left, world_sizes=(2,))
-    wrapped = _by_value(
+    wrapped = by_value(
         """
         def wrapped(rank, world_size, x):
             from mgpu_helpers.checks import collectives as c
@@ -232,11 +225,11 @@ def test_the_checker_reference_is_refused_in_the_left_exercise():
 def test_gather_to_zero_in_the_left_exercise_is_rejected():
     src = GATHER_TO_ZERO.replace("def gather_to_zero(tensor):", "def g(rank, world_size, tensor):")
     with pytest.raises(CheckFailed, match="Gather \\+ Broadcast"):
-        collectives.check_ring_all_reduce(_by_value(src, "g"), world_sizes=(3,))
+        collectives.check_ring_all_reduce(by_value(src, "g"), world_sizes=(3,))
 
 
 def test_a_left_ring_written_differently_passes(capsys):
-    collectives.check_ring_all_reduce(_by_value(LEFT_WRITTEN_OTHERWISE, "left"), world_sizes=(2, 3, 4))
+    collectives.check_ring_all_reduce(by_value(LEFT_WRITTEN_OTHERWISE, "left"), world_sizes=(2, 3, 4))
     assert "通过" in capsys.readouterr().out
 
 
@@ -245,7 +238,7 @@ def test_a_left_ring_written_differently_passes(capsys):
 
 
 def _expected(ar=None, ag=None, rs=None):
-    ref = {n: (lambda inputs, n=n: collectives.reference_expected(n, inputs)) for n in collectives.EXPECTED_NAMES}
+    ref = {n: (lambda inputs, n=n: expected_outputs(n, inputs)) for n in collectives.EXPECTED_NAMES}
     return {
         "all_reduce": ar or ref["all_reduce"],
         "all_gather": ag or ref["all_gather"],
@@ -294,7 +287,7 @@ def test_expected_outputs_written_differently_pass(capsys):
 
 def test_each_expected_output_goes_through_the_fill_in_protocol(monkeypatch, capsys):
     """Written ones are checked even while another is unwritten; under grading an unwritten one fails."""
-    ref = {n: (lambda inputs, n=n: collectives.reference_expected(n, inputs)) for n in collectives.EXPECTED_NAMES}
+    ref = {n: (lambda inputs, n=n: expected_outputs(n, inputs)) for n in collectives.EXPECTED_NAMES}
     mean = lambda inputs: [[sum(col) / len(inputs) for col in zip(*inputs)]] * len(inputs)
     with pytest.raises(CheckFailed, match="这是平均值"):
         collectives.try_expected_outputs(mean, None, ref["reduce_scatter"])
@@ -359,7 +352,7 @@ def test_speedup_written_differently_passes(capsys):
 
 
 def test_a_ring_that_never_ends_is_reported_with_where_the_ranks_wait():
-    only_sends = _by_value(
+    only_sends = by_value(
         """
         def only_sends(tensor):
             import torch.distributed as dist
@@ -412,7 +405,7 @@ def test_first_out_of_step_written_differently_passes(capsys):
 
 
 def test_all_gather_in_arrival_order_names_the_misplaced_piece():
-    wrong = _by_value(
+    wrong = by_value(
         """
         def arrival_order(rank, world_size, x):
             import torch, torch.distributed as dist
@@ -434,7 +427,7 @@ def test_all_gather_in_arrival_order_names_the_misplaced_piece():
 
 
 def test_calling_the_collective_itself_is_refused_in_a_point_to_point_exercise():
-    cheat = _by_value(
+    cheat = by_value(
         """
         def cheat(rank, world_size, x):
             import torch.distributed as dist
@@ -448,7 +441,7 @@ def test_calling_the_collective_itself_is_refused_in_a_point_to_point_exercise()
 
 
 def test_counting_received_bytes_too_is_reported_as_twice_the_count():
-    both = _by_value(
+    both = by_value(
         """
         def both(rank, world_size, x):
             import torch.distributed as dist

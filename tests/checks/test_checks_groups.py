@@ -9,17 +9,11 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from learner_code import by_value  # noqa: E402
+
 from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import groups  # noqa: E402
 from mgpu_helpers.checks.core import NOT_DONE, CheckFailed  # noqa: E402
-
-
-def _by_value(source: str, name: str):
-    """A function defined from source text, travelling to ranks by value (like one defined in a cell)."""
-    ns = {"__name__": "wrong_answer"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
-
 
 # -- env_for ----------------------------------------------------------------------------------------------------
 
@@ -102,11 +96,11 @@ SIG = "def env_for(rank, world_size, master_port, nproc_per_node=None, master_ad
 )
 def test_env_for_names_the_typical_mistakes(body, why):
     with pytest.raises(CheckFailed, match=why):
-        groups.check_env_for(_by_value(SIG + f"    {body}\n", "env_for"))
+        groups.check_env_for(by_value(SIG + f"    {body}\n", "env_for"))
 
 
 def test_try_env_for_gives_the_reference_while_unwritten(capsys):
-    stub = _by_value(
+    stub = by_value(
         """
         def env_for(rank, world_size, master_port):
             raise NotImplementedError("练习：补全这里（约 3 行）")
@@ -145,7 +139,7 @@ GOOD_REST = """
 
 def _init(body: str, bind: str | None = None):
     head = INIT_HEAD if bind is None else INIT_HEAD.replace(BIND, textwrap.indent(textwrap.dedent(bind), " " * 8))
-    return _by_value(head + textwrap.indent(textwrap.dedent(body), " " * 8), "init_for")
+    return by_value(head + textwrap.indent(textwrap.dedent(body), " " * 8), "init_for")
 
 
 def test_init_for_passing_everything_explicitly_passes(capsys):
@@ -210,7 +204,7 @@ JOIN = """
 
 
 def _join(body: str):
-    return _by_value(JOIN + textwrap.indent(textwrap.dedent(body), " " * 8), "join_and_sum")
+    return by_value(JOIN + textwrap.indent(textwrap.dedent(body), " " * 8), "join_and_sum")
 
 
 def test_join_and_sum_with_positional_store_arguments_passes(capsys):
@@ -335,7 +329,7 @@ def test_placement_that_ignores_cuda_visible_devices_names_the_physical_gpu():
 
 
 def test_joining_without_leaving_the_group_is_reported():
-    stays = _by_value(
+    stays = by_value(
         """
         def stays(rank, world_size, x):
             import os
@@ -352,7 +346,7 @@ def test_joining_without_leaving_the_group_is_reported():
 
 def test_joining_but_not_summing_names_the_rank_and_its_own_input():
     # rank 0 is named unless its own x happens to equal the sum (the other input all zero): then rank 1 is
-    lonely = _by_value(
+    lonely = by_value(
         """
         def lonely(rank, world_size, x):
             import os

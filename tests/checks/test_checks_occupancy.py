@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from learner_code import by_value
 
 import mgpu_helpers as mh
 from mgpu_helpers import checks
@@ -20,10 +21,9 @@ from mgpu_helpers.models import occupancy as occ
 ENV = mh.setup(show=False, prewarm=False)
 
 
-def by_value(source: str, name: str):
-    ns = {"__name__": "learner_cell"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
+def kernel(source: str):
+    """A Numba kernel ``k`` from the text of its def, defined as a learner's cell defines it."""
+    return by_value("from numba import cuda\n\n@cuda.jit\n" + textwrap.dedent(source), "k")
 
 
 STUB = """
@@ -121,9 +121,6 @@ def test_try_blocks_per_sm_gives_the_reference_while_unwritten_and_the_learners_
 TWO = {
     "overlapping-tiles": (
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
             for j in (i, i + cuda.blockDim.x):
@@ -134,9 +131,6 @@ TWO = {
     ),
     "no-block-index": (
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             i = cuda.threadIdx.x
             for j in (i, i + cuda.blockDim.x):
@@ -147,9 +141,6 @@ TWO = {
     ),
     "interleaved-2t-2t+1": (
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             i = cuda.blockIdx.x * 2 * cuda.blockDim.x + 2 * cuda.threadIdx.x
             for j in (i, i + 1):
@@ -160,9 +151,6 @@ TWO = {
     ),
     "second-element-unchecked": (
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             i = cuda.blockIdx.x * 2 * cuda.blockDim.x + cuda.threadIdx.x
             if i < n:
@@ -173,9 +161,6 @@ TWO = {
     ),
     "one-element-only": (
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             i = cuda.blockIdx.x * 2 * cuda.blockDim.x + cuda.threadIdx.x
             if i < n:
@@ -191,22 +176,18 @@ TWO = {
 def test_vec_add_two_names_the_mistake(name):
     source, named = TWO[name]
     with pytest.raises(checks.CheckFailed, match=named):
-        checks.check_vec_add_two(by_value(source, "k"))
+        checks.check_vec_add_two(kernel(source))
 
 
 @pytest.mark.skipif(not ENV.numba_simulator, reason="the simulator stops an endless thread; a GPU cannot")
 def test_vec_add_two_that_never_ends_is_reported_within_seconds():
-    endless = by_value(
+    endless = kernel(
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             i = cuda.blockIdx.x * 2 * cuda.blockDim.x + cuda.threadIdx.x
             while i < n:
                 c[i] = a[i] + b[i]
-        """,
-        "k",
+        """
     )
     t0 = time.monotonic()
     with pytest.raises(checks.CheckFailed, match="循环没有结束"):
@@ -217,34 +198,26 @@ def test_vec_add_two_that_never_ends_is_reported_within_seconds():
 def test_vec_add_two_refuses_the_course_kernel_and_falls_back_for_the_stub(capsys):
     with pytest.raises(checks.CheckFailed, match="课程自己的"):
         checks.check_vec_add_two(mh.lessons.cupy_kernels.vec_add_two)
-    stub = by_value(
+    stub = kernel(
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             raise NotImplementedError("练习：补全这里（约 9 行）")
-        """,
-        "k",
+        """
     )
     assert oc.try_vec_add_two(stub) is mh.lessons.cupy_kernels.vec_add_two
     assert "还没写" in capsys.readouterr().out
 
 
 def test_vec_add_two_written_differently_passes(capsys):
-    right = by_value(
+    right = kernel(
         """
-        from numba import cuda
-
-        @cuda.jit
         def k(a, b, c, n):
             start = 2 * cuda.blockDim.x * cuda.blockIdx.x
             for half in range(2):
                 j = start + half * cuda.blockDim.x + cuda.threadIdx.x
                 if j < n:
                     c[j] = a[j] + b[j]
-        """,
-        "k",
+        """
     )
     checks.check_vec_add_two(right)
     assert capsys.readouterr().out.startswith("通过：")

@@ -12,29 +12,23 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from learner_code import by_value, warm_ranks  # noqa: E402
+
 from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import p2p  # noqa: E402
 from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
-def warm_ranks():
-    """One launch first, so that the rank server is up before the deadlock tests start their clocks."""
-    mh.run_ranks(lambda rank, world_size: rank, 3, backend="gloo", timeout=120, stream=False, quiet=True)
-
-
-def _by_value(source: str, name: str):
-    """A function defined from source text, travelling to ranks by value (like one defined in a cell)."""
-    ns = {"__name__": "wrong_answer"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
+def _warm():
+    warm_ranks()  # the rank server up before the deadlock tests start their clocks
 
 
 # -- exchange -------------------------------------------------------------------------------------------------
 
 
 def test_exchange_by_rank_parity_with_blocking_calls_passes(capsys):
-    parity = _by_value(
+    parity = by_value(
         """
         def exchange(send_buf, dst, recv_buf, src, group=None):
             import torch.distributed as dist
@@ -56,7 +50,7 @@ def test_exchange_by_rank_parity_with_blocking_calls_passes(capsys):
 
 
 def test_exchange_that_sends_first_everywhere_is_a_deadlock_naming_the_rank_and_call():
-    send_first = _by_value(
+    send_first = by_value(
         """
         def exchange(send_buf, dst, recv_buf, src, group=None):
             import torch.distributed as dist
@@ -71,7 +65,7 @@ def test_exchange_that_sends_first_everywhere_is_a_deadlock_naming_the_rank_and_
 
 
 def test_exchange_that_sends_empty_buffers_is_told_to_skip_them():
-    posts_empty = _by_value(
+    posts_empty = by_value(
         """
         def exchange(send_buf, dst, recv_buf, src, group=None):
             import torch.distributed as dist
@@ -85,7 +79,7 @@ def test_exchange_that_sends_empty_buffers_is_told_to_skip_them():
 
 
 def test_exchange_that_forgets_to_return_the_requests_is_told_what_to_return():
-    no_return = _by_value(
+    no_return = by_value(
         """
         def exchange(send_buf, dst, recv_buf, src, group=None):
             import torch.distributed as dist
@@ -101,7 +95,7 @@ def test_exchange_that_forgets_to_return_the_requests_is_told_what_to_return():
 
 
 def test_exchange_with_dst_and_src_swapped_is_rejected_on_three_ranks():
-    swapped = _by_value(
+    swapped = by_value(
         """
         def exchange(send_buf, dst, recv_buf, src, group=None):
             import torch.distributed as dist
@@ -117,7 +111,7 @@ def test_exchange_with_dst_and_src_swapped_is_rejected_on_three_ranks():
 
 
 def test_exchange_that_calls_the_course_implementation_does_not_count():
-    borrowed = _by_value(
+    borrowed = by_value(
         """
         from mgpu_helpers.lessons.p2p import exchange as course_exchange
         def exchange(send_buf, dst, recv_buf, src, group=None):
@@ -130,7 +124,7 @@ def test_exchange_that_calls_the_course_implementation_does_not_count():
 
 
 def test_try_exchange_gives_the_course_version_while_the_stub_is_unwritten(capsys):
-    stub = _by_value(
+    stub = by_value(
         """
         def exchange(send_buf, dst, recv_buf, src, group=None):
             raise NotImplementedError("练习：补全这里（约 7 行）")
@@ -154,7 +148,7 @@ RING_HEAD = """
 
 
 def _ring(body: str):
-    return _by_value(RING_HEAD + textwrap.indent(textwrap.dedent(body), " " * 8), "ring_pass")
+    return by_value(RING_HEAD + textwrap.indent(textwrap.dedent(body), " " * 8), "ring_pass")
 
 
 def test_ring_pass_written_as_a_while_loop_passes(capsys):
@@ -236,7 +230,7 @@ def test_ring_pass_that_calls_the_course_ring_pass_does_not_count():
 
 
 def test_pass_right_with_rank_zero_receiving_first_passes(capsys):
-    zero_first = _by_value(
+    zero_first = by_value(
         """
         def pass_right(rank, world_size, x):
             import torch, torch.distributed as dist
@@ -313,14 +307,14 @@ def test_pass_right_with_rank_zero_receiving_first_passes(capsys):
 )
 def test_pass_right_refuses_what_the_exercise_rules_out(name, source, why):
     with pytest.raises(CheckFailed, match=why):
-        p2p.check_pass_right(_by_value(source, "pass_right"), world_sizes=(3,))
+        p2p.check_pass_right(by_value(source, "pass_right"), world_sizes=(3,))
 
 
 # -- ex04: ring_sum on a two-way ring ---------------------------------------------------------------------------
 
 
 def test_two_way_ring_sum_with_two_batches_per_step_passes(capsys):
-    two_batches = _by_value(
+    two_batches = by_value(
         """
         def ring_sum(rank, world_size, x):
             import torch, torch.distributed as dist
@@ -392,7 +386,7 @@ COLLECTIVE = """
 )
 def test_ring_sum_names_the_typical_mistakes(source, world_sizes, why):
     with pytest.raises(CheckFailed, match=why):
-        p2p.check_ring_sum(_by_value(source, "ring_sum"), world_sizes=world_sizes)
+        p2p.check_ring_sum(by_value(source, "ring_sum"), world_sizes=world_sizes)
 
 
 def test_every_rank_sends_in_the_first_round_of_each_direction():
@@ -410,7 +404,7 @@ def test_every_rank_sends_in_the_first_round_of_each_direction():
 
 
 def test_wrong_direction_in_the_ring_names_the_rank_and_whose_data_arrived():
-    wrong = _by_value(
+    wrong = by_value(
         """
         def pass_left(rank, world_size, x):
             import torch, torch.distributed as dist
@@ -431,7 +425,7 @@ def test_wrong_direction_in_the_ring_names_the_rank_and_whose_data_arrived():
 
 
 def test_send_first_on_every_rank_is_reported_as_a_deadlock():
-    wrong = _by_value(
+    wrong = by_value(
         """
         def send_first(rank, world_size, x):
             import torch, torch.distributed as dist

@@ -11,14 +11,9 @@ import mgpu_helpers as mh
 
 mh.setup(show=False, prewarm=False)
 
+from learner_code import by_value  # noqa: E402
+
 from mgpu_helpers.checks import CheckFailed, semantics  # noqa: E402
-
-
-def by_value(source: str, name: str):
-    ns = {"__name__": "semantics_answer"}
-    exec(textwrap.dedent(source), ns)
-    return ns[name]
-
 
 # -- bytes_each_rank_sends (07, pure) ------------------------------------------------------------------------
 
@@ -54,6 +49,7 @@ def _but(op_wrong, value):
         (_but("broadcast", lambda s, n, r: (n - 1) * s if r == 0 else 0), "broadcast，rank 0（Root）"),
         (_but("broadcast", lambda s, n, r: 0 if r == 0 else s), "broadcast.*链尾"),
         (_but("all_reduce", lambda s, n, r: (n - 1) * s // n), "Reduce-Scatter \\+ All-Gather"),
+        (_but("all_gather", lambda s, n, r: None), "all_gather，rank 0 应当发出 .*你的答案是 None"),
     ],
     ids=[
         "all-reduce as 2 S",
@@ -62,6 +58,7 @@ def _but(op_wrong, value):
         "broadcast as a star from the root",
         "broadcast root silent",
         "all-reduce as one pass",
+        "all-gather without an answer",
     ],
 )
 def test_wrong_bytes_are_named(wrong, message):
