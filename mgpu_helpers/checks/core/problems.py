@@ -53,11 +53,8 @@ class RankProblem:
 
 
 def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
-    """Run ``fn`` on every world size of ``problem``, compare each rank with the reference, explain a miss.
-
-    Prints the pass line and returns the cases run; raises :class:`CheckFailed` naming the world size, the
-    rank and the element at the first difference.
-    """
+    """Run ``fn`` on every world size of ``problem`` and compare each rank with the reference: prints the pass
+    line and returns the cases run, or raises :class:`CheckFailed` at the first difference, explained."""
     rng = new_rng()
     sizes = tuple(world_sizes or problem.world_sizes)
     if not sizes or any(int(w) != w or w < 1 for w in sizes):
