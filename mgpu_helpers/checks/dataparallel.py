@@ -262,13 +262,9 @@ def check_nccl_arguments(fn) -> None:
         (torch.zeros(2, 3, 5, dtype=torch.bfloat16), rng.randint(1, 2**40)),
         (torch.zeros(0, dtype=torch.float16), rng.randint(1, 2**40)),
     ]
-    cases += [
-        (
-            torch.zeros(*[rng.randint(1, 6) for _ in range(rng.randint(1, 3))], dtype=rng.choice(dtypes)),
-            rng.randint(0, 2**40),
-        )
-        for _ in range(8)
-    ]
+    for _ in range(8):
+        shape = [rng.randint(1, 6) for _ in range(rng.randint(1, 3))]
+        cases.append((torch.zeros(*shape, dtype=rng.choice(dtypes)), rng.randint(0, 2**40)))
     for t, stream in cases:
         got, dtype = call(fn, what, t, stream), str(t.dtype).replace("torch.", "")
         where = f"形状 {tuple(t.shape)} 的 {dtype} 张量、stream 指针 {stream}"

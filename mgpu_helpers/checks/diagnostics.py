@@ -146,15 +146,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
     schedules[0] = prefix + ["all_reduce", "broadcast"]
     predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
     try:
-        run_ranks(
-            diagnose.run_schedule,
-            world_size,
-            args=(schedules,),
-            backend="gloo",
-            timeout=timeout,
-            stream=False,
-            quiet=True,
-        )
+        run_ranks(diagnose.run_schedule, world_size, (schedules,), "gloo", timeout, stream=False, quiet=True)
     except RankTimeout as exc:
         measured = _measured_stop(exc)
     else:

@@ -129,11 +129,8 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
             data[0] = 0.0
         problems = review(launch_check(fn, what, world_size, [data] * world_size), data)
         if problems:
-            raise CheckFailed(
-                f"world_size = {world_size}，输入 {n} 个元素："
-                + problems[0]
-                + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else "")
-            )
+            more = f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""
+            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
 
 
 def check_ownership_check(fn, world_sizes=WORLD_SIZES) -> None:

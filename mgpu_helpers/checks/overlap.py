@@ -61,13 +61,8 @@ def _start(obj, what: str) -> None:
     reached from the learner's code are refused."""
     require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
-    refuse_course_code(
-        obj,
-        what,
-        course,
-        packages=COURSE_PACKAGES,
-        advice=f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。",
-    )
+    advice = f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。"
+    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES, advice=advice)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -296,15 +291,8 @@ def check_plan_buckets(fn) -> None:
     what = "plan_buckets"
     _start(fn, what)
     rng = random.Random()
-    cases = [
-        (_numels(), 30),
-        (_numels(), 1),
-        (_numels(), 10**6),
-        ([5, 5, 5, 5], 10),
-        ([3, 200, 4], 50),
-        ([], 8),
-        ([7], 100),
-    ]
+    model = _numels()
+    cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
         got = call_limited(fn, what, list(numels), size)

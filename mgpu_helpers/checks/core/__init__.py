@@ -32,8 +32,8 @@ from .course_code import (
     code_names,
     course_code_reached,
     course_object,
-    guarding_course_code,
     refuse_course_code,
+    refusing,
     resolve_course,
 )
 from .failure import (

@@ -11,7 +11,7 @@ The rule is asked at two moments, each catching what the other cannot see: befor
 base class, a Numba kernel's body, which runs out of a run-time hook's sight, a branch no drawn case takes); while
 the check runs, :func:`refusing` watches the calls (a ``sys.setprofile`` hook; in a rank, through
 :class:`~.watch.WatchedCalls`): a call from the learner's code into a refused function raises, naming it under the
-name the learner used. While a guard runs (:func:`guarding_course_code`, a fill-in's or an exercise's), the
+name the learner used. While a guard runs (:func:`refusing`, around a fill-in's or an exercise's check), the
 references a checker names are refused at run time as well.
 """
 
@@ -134,7 +134,7 @@ def _label(obj, name: str | None = None) -> str:
 
 
 def code_names(fn) -> set[str]:
-    """Every global and attribute name the code of ``fn`` (a Numba kernel, a wrapper too) and its inner functions use."""
+    """Every global and attribute name the code of ``fn`` (a Numba kernel, a wrapper) and its inner functions use."""
     return {name for c in _code_objects(getattr(_inner(fn), "__code__", None)) for name in c.co_names}
 
 
@@ -306,12 +306,6 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
         _guards.pop()
     if raised:
         raise raised[0]
-
-
-def guarding_course_code(what: str):
-    """:func:`refusing` the course's ``models``, ``widgets`` and ``checks`` to the learner's code, while an
-    exercise's ``mh.checks.check_x`` runs (its checker adds its own references, :func:`refuse_course_code`)."""
-    return refusing(what)
 
 
 @contextlib.contextmanager

@@ -64,18 +64,8 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HAN
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
         case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
-        got = launch_check(
-            fn,
-            problem.what,
-            world_size,
-            inputs,
-            case.extra,
-            problem.forbid,
-            problem.dtype,
-            timeout,
-            init=problem.init,
-            course=problem.course,
-        )
+        args = (inputs, case.extra, problem.forbid, problem.dtype, timeout, problem.init, problem.course)
+        got = launch_check(fn, problem.what, world_size, *args)
         for rank in range(world_size):
             hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
             compare(got[rank], case.expected[rank], where(case, rank), hint)

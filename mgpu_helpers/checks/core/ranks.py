@@ -100,16 +100,7 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, 
 
 
 def launch_check(
-    fn,
-    what: str,
-    world_size: int,
-    inputs,
-    extra=(),
-    forbid=(),
-    dtype="float32",
-    timeout=HANG_S,
-    init: bool = True,
-    course=(),
+    fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
 ):
     """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
 

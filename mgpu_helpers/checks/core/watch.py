@@ -61,14 +61,8 @@ class SwappedCode:
         original.__kwdefaults__ = target.__kwdefaults__
         key = f"_MGPU_HOOK_{next(self._count)}"
         target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
-        self._swap(target, f"return {key}(args, kwargs)")
-
-    def _swap(self, target, body: str) -> None:
-        code = getattr(target, "__code__", None)
-        if code is None:
-            raise TypeError(f"{target!r} is not a Python function: its code cannot be replaced")
-        self._saved.append((target, code))
-        target.__code__ = _code_with(code.co_freevars, body)
+        self._saved.append((target, target.__code__))
+        target.__code__ = _code_with(target.__code__.co_freevars, f"return {key}(args, kwargs)")
 
     def restore(self) -> None:
         for target, code in reversed(self._saved):
