@@ -93,8 +93,8 @@ def _watch():
     in sequence), ``unwaited_at_step`` (async collectives not yet waited on when a step ran)."""
     import torch
 
-    seen = {"calls": [], "waited": set(), "async": set(), "in_backward": False, "step": 0, "unwaited_at_step": 0}
-    seen["order"] = []
+    seen = {"calls": [], "order": [], "waited": set(), "async": set(), "in_backward": False, "step": 0}
+    seen["unwaited_at_step"] = 0  # summed over the steps
 
     def seen_call(call, work):
         """Record each collective the learner's code issues; an async Work handle comes back wrapped."""
