@@ -8,14 +8,12 @@ which element, what was expected and what came back. An exercise that is still t
 ``exc_type == "NotImplementedError"``) or sits in a Numba kernel (which on a GPU cannot raise).
 
 Exercises that involve ranks run the reader's function on several world sizes through
-:func:`mgpu_helpers.run_ranks` (the function travels to the ranks by value); each rank builds its input
-from the random values drawn here, so a failure names the rank and the element. Sizes are small: the
-checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on GPUs (NCCL ranks).
+:func:`mgpu_helpers.run_ranks`, each rank on its input drawn here, so a failure names the rank and the element.
+Sizes are small: the checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on GPUs.
 
-Which checker goes with which notebook: each module of this folder is one area and says in its docstring
-which notebooks' fill-ins (``try_x``) and exercises (``check_x``) it checks, and what the learner writes;
-:data:`_PUBLIC` below is the index of the names reached as ``mh.checks.<name>``. The shared machinery is
-:mod:`mgpu_helpers.checks.core`.
+Each module of this folder is one area, and its docstring says which notebooks' fill-ins (``try_x``) and
+exercises (``check_x``) it checks; :data:`_PUBLIC` is the index of the names reached as ``mh.checks.<name>``.
+The shared machinery is :mod:`mgpu_helpers.checks.core`.
 """
 
 from mgpu_helpers.lazy import attach
@@ -57,17 +55,17 @@ _attribute, __dir__, __all__ = attach(
 
 def __getattr__(name: str):
     """``mh.checks.<name>``; an exercise's ``check_x`` runs with the course's models, widgets and checks refused to
-    the learner's code, as a lesson's fill-in does (:func:`core.course_code.guarding_course_code`)."""
+    the learner's code, as a lesson's fill-in does (:func:`core.course_code.refusing`)."""
     obj = _attribute(name)
     if not name.startswith("check_") or not callable(obj):
         return obj
     import functools
 
-    from mgpu_helpers.checks.core import guarding_course_code
+    from mgpu_helpers.checks.core import refusing
 
     @functools.wraps(obj)
     def guarded(*args, **kwargs):
-        with guarding_course_code(name.removeprefix("check_")):
+        with refusing(name.removeprefix("check_")):
             return obj(*args, **kwargs)
 
     # lazy_loader (0.5 and later) keeps what it resolved in this module's namespace, where the next lookup finds

@@ -1,15 +1,10 @@
 """Checkers for notebook 09 and ex09: a data-parallel training step, uneven shards included.
 
-- :func:`check_data_parallel_step` (ex09): ``fn(model, optimizer, x, y, world_size)`` is one step on this rank's
-  shard; the shards are *uneven* in every run (50 rows on 4 ranks = 13/13/12/12, and rows that do not divide
-  the world size on 2 and 3 ranks), so an unweighted average of the local gradients is caught. A wrong result
-  is compared with the usual mistakes, trained in this process, to name the one made.
-- :func:`check_weighted_average` (notebook 09's fill-in): ``fn(local_grads, rows) -> tensor``, the whole-batch
-  mean gradient from per-rank mean gradients over shards of ``rows[r]`` rows.
-- :func:`check_local_gradient` (notebook 09's fill-in): the rank function of step 2 (shard, forward, backward),
-  called in this process for ranks other than 0 and uneven shards.
-- :func:`check_nccl_arguments` (notebook 09's fill-in): the seed's ``ncclAllReduce(grad, grad, count, ...)`` as
-  CuPy's six arguments, on tensors of every dtype and shape (no GPU needed: only addresses and numbers).
+- ex09, :func:`check_data_parallel_step`: one step on this rank's shard; the shards are *uneven* in every run,
+  so an unweighted average is caught, and a wrong result is matched against the usual mistakes, trained here.
+- Notebook 09's fill-ins: :func:`check_weighted_average` (the whole-batch mean from per-rank means),
+  :func:`check_local_gradient` (step 2's rank function, called here for other ranks and uneven shards) and
+  :func:`check_nccl_arguments` (the seed's ``ncclAllReduce`` as CuPy's six arguments: no GPU needed).
 """
 
 import random
@@ -46,9 +41,8 @@ def _dp_rank(rank, world_size, fn, config):
 
 
 def simulated_training(config, world_size: int, combine: str):
-    """Data parallelism simulated in one process: each step, every shard's mean-loss gradient, combined by
-    ``combine``: "weighted" (right: rows_r / N), "mean" (unweighted: 1 / world_size), "sum" (no division).
-    Returns the final flat parameters (numpy)."""
+    """The final flat parameters (numpy) of data parallelism simulated in one process, the shards' mean-loss
+    gradients combined by ``combine``: "weighted" (right: rows_r / N), "mean" (1 / world_size), "sum"."""
     import torch
 
     data = ref.make_dataset(config)
@@ -85,15 +79,8 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_H
         rows = rng.choice(UNEVEN_CASES.get(n, (4 * n + 1,)))
         config = ref.TrainConfig(n_samples=rows, steps=3, seed=rng.randint(0, 10**6))
         sizes = "/".join(str(len(shard_range(rows, r, n))) for r in range(n))
-        values = launch(
-            _dp_rank,
-            n,
-            (fn, config),
-            what,
-            fn,
-            timeout,
-            advice="是不是有的 Rank 少调了一次 All-Reduce？每个 Rank 每一步都要调用同样的 Collective。",
-        )
+        advice = "是不是有的 Rank 少调了一次 All-Reduce？每个 Rank 每一步都要调用同样的 Collective。"
+        values = launch(_dp_rank, n, (fn, config), what, fn, timeout, advice=advice)
         want = ref.train_single_process(config).numpy()
         for r, got in enumerate(values):
             compare(
@@ -275,26 +262,15 @@ def check_nccl_arguments(fn) -> None:
         (torch.zeros(2, 3, 5, dtype=torch.bfloat16), rng.randint(1, 2**40)),
         (torch.zeros(0, dtype=torch.float16), rng.randint(1, 2**40)),
     ]
-    cases += [
-        (
-            torch.zeros(*[rng.randint(1, 6) for _ in range(rng.randint(1, 3))], dtype=rng.choice(dtypes)),
-            rng.randint(0, 2**40),
-        )
-        for _ in range(8)
-    ]
+    for _ in range(8):
+        shape = [rng.randint(1, 6) for _ in range(rng.randint(1, 3))]
+        cases.append((torch.zeros(*shape, dtype=rng.choice(dtypes)), rng.randint(0, 2**40)))
     for t, stream in cases:
-        got = call(fn, what, t, stream)
-        where = f"形状 {tuple(t.shape)} 的 {str(t.dtype).replace('torch.', '')} 张量、stream 指针 {stream}"
+        got, dtype = call(fn, what, t, stream), str(t.dtype).replace("torch.", "")
+        where = f"形状 {tuple(t.shape)} 的 {dtype} 张量、stream 指针 {stream}"
         expect_items(got, 6, f"{where}：应当返回六个值 {ARGUMENTS}，实际得到 {got!r}。")
         got = tuple(got)
-        want = (
-            t.data_ptr(),
-            t.data_ptr(),
-            t.numel(),
-            dp.NCCL_DATATYPES[str(t.dtype).replace("torch.", "")],
-            dp.NCCL_SUM,
-            stream,
-        )
+        want = (t.data_ptr(), t.data_ptr(), t.numel(), dp.NCCL_DATATYPES[dtype], dp.NCCL_SUM, stream)
         k = next((i for i, (g, w) in enumerate(zip(got, want)) if not (type(g) in (int, bool) and g == w)), None)
         if k is None:
             continue

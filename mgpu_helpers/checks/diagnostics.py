@@ -29,16 +29,11 @@ HANG_OPS = (
 def make_hang_evidence(
     world_size: int, completed: int, odd_rank: int, kind: str, majority_op: str, odd_op: str | None = None
 ):
-    """A :class:`mgpu_helpers.RankTimeout` as the launcher would raise it after a hang, built by hand.
-
-    ``collectives[r]`` is what torch's flight recorder says of rank r, ``{"last_completed": (seq, name),
-    "stuck_in": (seq, name)}`` (the recorder numbers collectives from 1; either may be None); ``stacks`` and
-    ``waiting_in`` say where each rank was blocked; ``outputs`` hold ordinary prints. ``kind="mismatch"``: every
-    rank finished collectives 1..completed-1, then ``odd_rank`` entered ``odd_op`` while the others entered
-    ``majority_op`` (number ``completed``). ``kind="late"``: ``odd_rank`` finished only up to ``completed - 2``
-    and never reached collective ``completed - 1`` (it is still computing), where the others wait in
-    ``majority_op``.
-    """
+    """A :class:`mgpu_helpers.RankTimeout` as the launcher would raise it after a hang, built by hand: its
+    ``collectives[r]`` is ``{"last_completed": (seq, name), "stuck_in": (seq, name)}`` (numbered from 1, as the
+    flight recorder does; either may be None). ``kind="mismatch"``: at collective ``completed`` ``odd_rank``
+    entered ``odd_op``, the others ``majority_op``. ``kind="late"``: ``odd_rank`` finished only up to
+    ``completed - 2`` and is still computing, while the others wait in ``majority_op`` at ``completed - 1``."""
     finished = completed - 2 if kind == "late" else completed - 1  # collectives 1..finished: every rank did them
     history = [("all_reduce", "broadcast")[k % 2] for k in range(1, finished + 1)]
     outputs, stacks, waiting, recorded = {}, {}, {}, {}
@@ -119,15 +114,14 @@ def _measured_stop(evidence) -> tuple:
     return (where[odd[0]][0] - 1, odd[0], where[odd[0]][1])
 
 
-def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) -> None:
+def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
     """``fn(schedules) -> (seq, rank, name)``: before anything runs, from the list of collectives each rank will
     call, the number of the collective where the ranks part, the one rank that differs, and what it calls
-    there. Checked on random schedules, then once against a real hang on ``world_size`` ranks."""
+    there. Checked on random schedules, then once against a real hang on ``world_size`` ranks (gloo, CPU tensors,
+    on every machine: ``timeout`` in seconds)."""
     from mgpu_helpers.launcher.launch import run_ranks
 
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
-    if timeout is None:  # gloo ranks (CPU tensors) on every machine
-        timeout = 5.0
     rng = random.Random()
     for _ in range(10):
         n, length = rng.randint(3, 6), rng.randint(2, 7)
@@ -152,15 +146,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float | None = None) ->
     schedules[0] = prefix + ["all_reduce", "broadcast"]
     predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
     try:
-        run_ranks(
-            diagnose.run_schedule,
-            world_size,
-            args=(schedules,),
-            backend="gloo",
-            timeout=timeout,
-            stream=False,
-            quiet=True,
-        )
+        run_ranks(diagnose.run_schedule, world_size, (schedules,), "gloo", timeout, stream=False, quiet=True)
     except RankTimeout as exc:
         measured = _measured_stop(exc)
     else:
@@ -228,13 +214,8 @@ def _straggler_or_none_cases(rng: random.Random):
         if rng.random() < 0.5:
             per = _waiting_case(rng, n, rng.randrange(n), rng.randint(5, 10), rng.random() < 0.5, rng.random() < 0.5)
         else:
-            per = _even_case(
-                rng,
-                n,
-                rng.randint(5, 10),
-                rng.uniform(0.002, 0.05),
-                stall=rng.randrange(n) if rng.random() < 0.5 else None,
-            )
+            stall = rng.randrange(n) if rng.random() < 0.5 else None
+            per = _even_case(rng, n, rng.randint(5, 10), rng.uniform(0.002, 0.05), stall=stall)
         cases.append((per, noise, reference_straggler(per, noise)))
     return cases
 
@@ -277,14 +258,11 @@ def make_flight_dumps(
     rng: random.Random | None = None,
 ) -> dict:
     """``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives torch's own, after a hang at
-    collective number ``at`` (sequence numbers ``first``..``at``: the recorder's ring buffer may have dropped the
-    older ones, so an entry's place in the list is not its number).
-
-    Every rank calls the same collectives up to ``at - 1``. At ``at``: with ``culprit=None`` every rank calls the
-    same one too (a run where the ranks agree: no culprit); ``kind="skipped"``: the culprit has no entry numbered
-    ``at`` (it never reached that collective); ``"name"``: it called another collective; ``"size"``: the same
-    collective with other input sizes. Entries carry torch 2.13's fields; gloo marks none of them started or
-    completed (``state`` stays "scheduled", finished ones are ``retired``), NCCL does."""
+    collective number ``at`` (numbers ``first``..``at``: the ring buffer may have dropped older ones, so an
+    entry's place in the list is not its number). The ranks agree up to ``at - 1``; at ``at`` the ``culprit``
+    (None: nobody) has no entry (``kind="skipped"``), another collective (``"name"``) or other input sizes
+    (``"size"``). Entries carry torch 2.13's fields; gloo marks none started or completed (``state`` stays
+    "scheduled", finished ones are ``retired``), NCCL does."""
     rng = rng or random.Random()
     ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "allgather_into_tensor_coalesced")
     history = [(rng.choice(ops[:4]), [[rng.choice((4, 16, 1024, 4096))]]) for _ in range(first, at + 1)]
@@ -303,11 +281,8 @@ def make_flight_dumps(
             calls[-1] = other_op
         entries = []
         for i, (op, sizes) in enumerate(calls):
-            seq, done = first + i, first + i < at
-            if backend == "gloo":
-                state = "scheduled"
-            else:
-                state = "completed" if done else "started"
+            seq, done, nccl = first + i, first + i < at, backend != "gloo"
+            t = t0 + seq * 1_000_000  # when it was created (each rank a nanosecond apart)
             entries.append(
                 {
                     "record_id": i,
@@ -319,16 +294,14 @@ def make_flight_dumps(
                     "p2p_seq_id": 0,
                     "op_id": seq,
                     "profiling_name": f"{backend}:{op}",
-                    "time_created_ns": t0 + seq * 1_000_000 + r,
+                    "time_created_ns": t + r,
                     "input_sizes": [list(s) for s in sizes],
                     "input_dtypes": ["Float"],
                     "output_sizes": [list(s) for s in sizes],
                     "output_dtypes": ["Float"],
-                    "state": state,
-                    "time_discovered_started_ns": None if backend == "gloo" else t0 + seq * 1_000_000 + 10,
-                    "time_discovered_completed_ns": None
-                    if backend == "gloo" or not done
-                    else t0 + seq * 1_000_000 + 90,
+                    "state": ("completed" if done else "started") if nccl else "scheduled",
+                    "time_discovered_started_ns": t + 10 if nccl else None,
+                    "time_discovered_completed_ns": t + 90 if nccl and done else None,
                     "retired": done,
                     "timeout_ms": 63000,
                     "is_p2p": False,

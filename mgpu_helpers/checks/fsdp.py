@@ -7,6 +7,8 @@ Exercises: :func:`check_cheapest_stage` (the first ZeRO stage whose model states
 :func:`check_shard_bytes` (FSDP2's parameter bytes on one rank, every parameter cut along dim 0).
 """
 
+import itertools
+import math
 import random
 
 from mgpu_helpers.checks.core import (
@@ -30,9 +32,9 @@ PLAN_NAME = {"dp": "data_parallel", "zero1": "zero1", "zero2": "zero2", "zero3":
 
 
 def dtensor_slices(shape, mesh_shape, coords, shard_dims):
-    """DTensor's own answer: ``[(start, length), ...]`` per tensor dim of the shard at mesh ``coords``, with
-    mesh dim ``i`` placed as ``Shard(shard_dims[i])`` (``None``: ``Replicate()``). Where this torch has no
-    such helper (it is private), the same rule written here (``torch.chunk``'s split, mesh dim after mesh dim)."""
+    """DTensor's own answer: ``[(start, length), ...]`` per tensor dim of the shard at mesh ``coords``, mesh dim
+    ``i`` placed as ``Shard(shard_dims[i])`` (``None``: ``Replicate()``); where this torch lacks that private
+    helper, the same rule written here."""
     try:
         from torch.distributed.tensor import Replicate, Shard
         from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
@@ -104,13 +106,6 @@ def _cases(rng):
     return fixed
 
 
-def _coords(mesh_shape):
-    out = [()]
-    for size in mesh_shape:
-        out = [c + (k,) for c in out for k in range(size)]
-    return out
-
-
 def check_local_slices(fn) -> None:
     """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``, one pair per tensor dim:
     the part of a tensor of ``shape`` that the rank at mesh ``coords`` holds, mesh dim ``i`` sharding tensor
@@ -119,18 +114,14 @@ def check_local_slices(fn) -> None:
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
     from torch.distributed.tensor import _utils as dtensor_utils
 
-    refuse_course_code(
-        fn,
-        what,
-        (
-            dtensor_slices,
-            getattr(dtensor_utils, "_compute_local_shape_and_global_offset", None),
-            getattr(dtensor_utils, "compute_local_shape_and_global_offset", None),
-        ),
-        advice="用整数运算自己切出来。",
-        names=("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset", "distribute_tensor"),
-    )
-    calls = [(shape, mesh, coords, dims) for shape, mesh, dims in _cases(random.Random()) for coords in _coords(mesh)]
+    helpers = ("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset")
+    course = (dtensor_slices, *(getattr(dtensor_utils, name, None) for name in helpers))
+    refuse_course_code(fn, what, course, advice="用整数运算自己切出来。", names=(*helpers, "distribute_tensor"))
+    calls = [
+        (shape, mesh, coords, dims)
+        for shape, mesh, dims in _cases(random.Random())
+        for coords in itertools.product(*map(range, mesh))
+    ]
     for (shape, mesh, coords, dims), got in answers(fn, what, calls, call_limited):
         where = f"shape={shape}，mesh_shape={mesh}，coords={coords}，shard_dims={dims}"
         want = dtensor_slices(shape, mesh, coords, dims)
@@ -216,24 +207,13 @@ def check_model_state_bytes(fn) -> None:
     ``"zero1"``, ``"zero2"`` or ``"zero3"`` (mixed precision: fp16 parameters and gradients, K psi of fp32
     optimizer state), on fresh sizes, against 06's memory model."""
     what = "model_state_bytes 要给出一个 Rank 存的模型状态（字节）"
-    refuse_course_code(
-        fn,
-        what,
-        (reference_model_state_bytes,),
-        advice="用加减乘除自己算出来。",
-        names=("memory_plan", "compare_strategies"),
-    )
+    advice, names = "用加减乘除自己算出来。", ("memory_plan", "compare_strategies")
+    refuse_course_code(fn, what, (reference_model_state_bytes,), advice=advice, names=names)
     rng = random.Random()
-    cases = [("dp", 7.5e9, 64, 12), ("zero1", 7.5e9, 64, 12), ("zero2", 7.5e9, 64, 12), ("zero3", 7.5e9, 64, 12)]
-    cases += [
-        (
-            rng.choice(STAGES),
-            rng.randint(1, 400) * 10 ** rng.randint(6, 9),
-            rng.choice([1, 2, 3, 8, 64, 1024]),
-            rng.choice([12, 4, 16]),
-        )
-        for _ in range(30)
-    ]
+    cases = [(stage, 7.5e9, 64, 12) for stage in STAGES]
+    for _ in range(30):
+        psi = rng.randint(1, 400) * 10 ** rng.randint(6, 9)
+        cases.append((rng.choice(STAGES), psi, rng.choice([1, 2, 3, 8, 64, 1024]), rng.choice([12, 4, 16])))
     for (strategy, psi, n, k), got in answers(fn, what, cases, call_limited):
         where = f"strategy={strategy!r}，psi={psi:g}，world_size={n}，k={k}"
         got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
@@ -267,14 +247,9 @@ def check_cheapest_stage(fn) -> None:
     ``capacity`` bytes on every rank; ``None`` when none fits. Boundaries (exactly full) included."""
     what = "cheapest_stage 要选出第一个放得下的 ZeRO 阶段"
     rng = random.Random()
-    cases = [
-        (1e9, 8, 16e9, 12),
-        (1e9, 8, 15.9e9, 12),
-        (7.5e9, 64, 141e9, 12),
-        (70e9, 8, 141e9, 12),
-        (70e9, 1024, 141e9, 12),
-        (1e12, 8, 141e9, 12),
-    ]
+    h200 = 141e9  # one H200's memory in bytes
+    fixed = ((1e9, 8, 16e9), (1e9, 8, 15.9e9), (7.5e9, 64, h200), (70e9, 8, h200), (70e9, 1024, h200), (1e12, 8, h200))
+    cases = [(psi, n, capacity, 12) for psi, n, capacity in fixed]
     for _ in range(40):
         psi, n, k = rng.randint(1, 200) * 1e9, rng.choice([2, 4, 8, 16, 64, 256, 1024]), rng.choice([12, 8, 16])
         stage = rng.choice(STAGES)
@@ -315,26 +290,19 @@ def reference_shard_bytes(shapes, world_size, rank, bytes_per_element=4):
     total = 0
     for shape in shapes:
         ((_, rows),) = dtensor_slices(shape[:1], (world_size,), (rank,), (0,))
-        total += rows * _numel(shape[1:])
+        total += rows * math.prod(shape[1:])
     return total * bytes_per_element
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _shard_bytes_slips(shapes, n, b):
     """The usual wrong answers, each a function of the rank, with what it gets wrong."""
 
     def by_rule(rule, per_row=True, scale=b):
-        return lambda r: scale * sum(_split(s[0], n, r, rule)[1] * (_numel(s[1:]) if per_row else 1) for s in shapes)
+        return lambda r: scale * sum(_split(s[0], n, r, rule)[1] * (math.prod(s[1:]) if per_row else 1) for s in shapes)
 
     return [
         (
-            lambda r: b * sum(map(_numel, shapes)) / n,
+            lambda r: b * sum(map(math.prod, shapes)) / n,
             "FSDP2 不是把所有参数平均分：它逐个参数切第 0 维，不能整除时前面的 Rank 多拿一行。",
         ),
         (by_rule("array_split"), "多出来的行不是前几段各多一行：每段 ceil(行数 / N)，不够的是最后几段。"),

@@ -1,15 +1,10 @@
 """Checkers of the lab (notebook 12) and of ex12.
 
-- Notebook 12's fill-ins, checked at once (``try_*`` fall back to the course's version while unwritten):
-  :func:`try_ownership_check` (the ownership check on ranks, rows reviewed by :func:`review_ownership`) and
-  :func:`try_rs_ag_busbw` (the busbw of reduce-scatter and all-gather, derived as 05 derived all-reduce's).
-- Notebook 12's conclusions, from the learner's own run (gathered by
-  :func:`mgpu_helpers.report.lab.lab_run`): :func:`try_conclusions` prints the review and returns what
-  still stands between the lab and its report; :func:`review_conclusions` holds each claim against it with the run's own margin (the spread of repeated
-  rounds, the range of per-size waits, parts closer than 25%), :func:`conclusion_problem` refuses a missing or
-  placeholder text or one citing fewer than two of the run's numbers, :func:`missing` lists what still
-  stands between the lab and its report, :func:`check_conclusions` prints the verdicts and opens the
-  explanation only when everything holds.
+- Notebook 12's fill-ins (``try_*``): the ownership check on ranks (:func:`review_ownership` reviews its rows)
+  and the busbw of reduce-scatter and all-gather, derived as 05 derived all-reduce's.
+- Notebook 12's conclusions about the learner's own run (:func:`mgpu_helpers.report.lab.lab_run`), each held
+  against that run with its own margin (:func:`review_conclusions`); the free text must cite two of the run's
+  numbers (:func:`conclusion_problem`); the explanation opens only when everything holds (:func:`check_conclusions`).
 - ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
   first, held against the recorded times).
 """
@@ -53,12 +48,9 @@ def _close(a, b) -> bool:
 
 
 def review_ownership(values, data) -> list[str]:
-    """Problems in the rows of an ownership check (rank r's row is ``values[r]``), [] when there are none.
-
-    ``data``: the global input every rank started from. A row holds ``shard = (start, stop)`` (the
-    contiguous piece the rank owns), ``local`` (sum of squares over it), ``result`` (after the all-reduce),
-    ``expected`` (the sum of squares over the whole input) and ``ok`` (the rank's own verdict).
-    """
+    """Problems in the rows of an ownership check on ``data`` (rank r's row is ``values[r]``), [] when none. A row
+    holds ``shard = (start, stop)`` (the contiguous piece the rank owns), ``local`` (sum of squares over it),
+    ``result`` (after the all-reduce), ``expected`` (over the whole input) and ``ok`` (the rank's own verdict)."""
     data = np.asarray(data, dtype=np.float64)
     world_size, n = len(values), len(data)
     want_total = float((data**2).sum())
@@ -101,8 +93,7 @@ def review_ownership(values, data) -> list[str]:
 
 
 def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -> list[str]:
-    """What is wrong in the all-reduce half of one rank's row (``expected``, ``result``, ``ok``): the same rules
-    for contiguous and round-robin ownership."""
+    """What is wrong in the all-reduce half of one rank's row (``expected``, ``result``, ``ok``), either layout."""
     result, local = float(row["result"]), float(row["local"])
     problems = []
     if not _close(row["expected"], want_total):
@@ -127,10 +118,9 @@ def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -
 
 
 def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> None:
-    """Run an ownership check ``fn`` on each world size with a fresh random input of odd length (the shards
-    cannot all be equal); the first problem ``review(values, data)`` finds is the failure. ``cyclic`` (ex12):
-    the first input is just longer than the world size, and every input starts with a zero (a missing
-    element must still show)."""
+    """Run an ownership check ``fn`` on each world size with a fresh input of odd length (the shards cannot all
+    be equal), failing on the first problem ``review(values, data)`` finds. ``cyclic`` (ex12): the first input is
+    just longer than the world size, and every input starts with a zero (a missing element must still show)."""
     rng = new_rng()
     for k, world_size in enumerate(world_sizes):
         n = world_size + 1 if cyclic and k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
@@ -139,11 +129,8 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
             data[0] = 0.0
         problems = review(launch_check(fn, what, world_size, [data] * world_size), data)
         if problems:
-            raise CheckFailed(
-                f"world_size = {world_size}，输入 {n} 个元素："
-                + problems[0]
-                + (f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else "")
-            )
+            more = f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""
+            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
 
 
 def check_ownership_check(fn, world_sizes=WORLD_SIZES) -> None:
@@ -374,12 +361,9 @@ def _claim_verdict(key: str, name: str, value, f: dict, run: dict) -> Verdict:
 
 
 def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
-    """The learner's claims about their own run, one :class:`Verdict` each (None: not written yet).
-
-    ``claims``: ``crossover`` (bytes, a size string, or "none"), ``rs_ag_over_ar`` (the median of the
-    repeated ratios), ``busbw_fraction`` (the best all-reduce busbw / the link's peak), ``waiting_rank``
-    and ``wait_us``. Margins come from the run: the ratio must lie within the repeats' range, the wait within
-    the range of that rank's per-size waits; parts closer than 25% cannot be told apart."""
+    """One :class:`Verdict` per claim of :data:`CLAIM_NAMES` about the learner's own run (``crossover``: bytes, a
+    size string or "none"). Margins come from the run: the ratio within the repeats' range, the wait within that
+    rank's per-size waits; parts closer than 25% cannot be told apart."""
     f = facts(run)
     return [_claim_verdict(key, name, claims.get(key), f, run) for key, name in CLAIM_NAMES.items()]
 

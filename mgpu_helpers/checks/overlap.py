@@ -1,20 +1,11 @@
 """Checkers of notebook 13 and ex13: data parallelism that overlaps, buckets, the overlap proof, ZeRO-1.
 
-The classes the learner writes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks
-(gloo on the CPU, NCCL on GPUs), on a small MLP with parameters of uneven sizes. Each rank watches what the
-learner's code does, not only what it computes:
-
-- every collective of ``torch.distributed`` is logged (which op, how many elements, async or not, whether
-  it was issued while ``backward()`` was still running), under any name it is reached by
-  (:class:`~mgpu_helpers.checks.core.WatchedCalls` replaces the functions' code in the rank);
-- the Work handles of async collectives come back wrapped, so the check knows whether each was waited on
-  before ``optimizer.step()`` ran (a step that reads a gradient still in flight is named);
-- the final parameters are compared with one process training on the whole batch (and, when they differ,
-  with the same run without the division by the world size, to name that mistake).
-
-Using the course's own implementation (``mh.lessons.overlap``) instead of writing the code counts as not
-written: it is refused (:func:`~mgpu_helpers.checks.core.refuse_course_code`), whatever alias it was imported
-under, also as a base class or from a helper of the learner's.
+The classes the learner writes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks, on a
+small MLP with parameters of uneven sizes. Each rank watches what the learner's code does (:func:`_watch`), not
+only what it computes: every collective, under any name (which op, how many elements, async or not, issued during
+``backward()`` or not), and whether each async one was waited on before ``optimizer.step()``. The final parameters
+are compared with one process training on the whole batch (and, when they differ, with the run that forgot to
+divide by the world size). The course's own ``mh.lessons.overlap`` is refused however it is reached.
 """
 
 import random
@@ -66,17 +57,12 @@ METHODS = {
 
 
 def _start(obj, what: str) -> None:
-    """Before anything runs: a stub is not done yet; the course's classes (also as a base class) and anything of
-    mh.lessons / mh.checks reached from the learner's code (core.refuse_course_code) are not the learner's code."""
+    """Before anything runs: a stub is not done yet; the course's classes and anything of mh.lessons / mh.checks
+    reached from the learner's code are refused."""
     require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
-    refuse_course_code(
-        obj,
-        what,
-        course,
-        packages=COURSE_PACKAGES,
-        advice=f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。",
-    )
+    advice = f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。"
+    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES, advice=advice)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -102,26 +88,16 @@ class _WorkProxy:
 
 
 def _watch():
-    """Replace this rank's collectives, ``Tensor.backward`` and the optimizers' ``step`` by watched versions.
-
-    Returns what they see: ``calls`` (op, elements, async, issued during backward, step index), ``order``
-    (collectives and optimizer steps in sequence), ``unwaited_at_step`` (async collectives not yet waited on
-    when a step ran), and ``no_sync`` (set by the caller while a micro-batch should not communicate)."""
+    """Watch this rank's collectives, ``Tensor.backward`` and the optimizers' ``step``. Returns what they see:
+    ``calls`` (op, elements, async, issued during backward, step index), ``order`` (collectives and optimizer steps
+    in sequence), ``unwaited_at_step`` (async collectives not yet waited on when a step ran)."""
     import torch
 
-    seen = {
-        "calls": [],
-        "waited": set(),
-        "async": set(),
-        "in_backward": False,
-        "step": 0,
-        "unwaited_at_step": 0,
-        "order": [],
-    }
+    seen = {"calls": [], "order": [], "waited": set(), "async": set(), "in_backward": False, "step": 0}
+    seen["unwaited_at_step"] = 0  # summed over the steps
 
     def seen_call(call, work):
-        """Each collective the learner's code issues (core.WatchedCalls: under any name): op, elements,
-        async or not, issued during backward, at which step; an async Work handle comes back wrapped."""
+        """Record each collective the learner's code issues; an async Work handle comes back wrapped."""
         op = call.name.split(".")[-1]
         if op not in WATCHED_OPS:
             return work
@@ -161,17 +137,15 @@ def _watch():
 
 
 def watched_train(rank, world_size, cls, train_kwargs):
-    """Rank function: :func:`~mgpu_helpers.lessons.overlap.train_rank` with the learner's ``cls``, watched
-    (:func:`_watch`). Returns the final parameters, the optimizer state's bytes and what was seen."""
+    """Rank function: :func:`~mgpu_helpers.lessons.overlap.train_rank` with the learner's ``cls``, watched."""
     seen = _watch()
     out = _lessons().train_rank(rank, world_size, cls, record=False, **train_kwargs)
-    return {
-        "params": out["params"].numpy(),
-        "state_bytes": out["state_bytes"],
-        "calls": seen["calls"],
-        "unwaited_at_step": seen["unwaited_at_step"],
-        "order": seen["order"],
-    }
+    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"]} | _seen_result(seen)
+
+
+def _seen_result(seen) -> dict:
+    """What a rank function sends back of what :func:`_watch` saw."""
+    return {key: seen[key] for key in ("calls", "unwaited_at_step", "order")}
 
 
 def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
@@ -212,14 +186,7 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
     torch.nn.functional.mse_loss(model(x), y).backward()
     resumed = len(seen["calls"]) > before
     sync.step()
-    return {
-        "params": params,
-        "calls": seen["calls"],
-        "no_sync_calls": no_sync_calls,
-        "resumed_after_error": resumed,
-        "unwaited_at_step": seen["unwaited_at_step"],
-        "order": seen["order"],
-    }
+    return {"params": params, "no_sync_calls": no_sync_calls, "resumed_after_error": resumed} | _seen_result(seen)
 
 
 class _Probe(Exception):
@@ -227,20 +194,11 @@ class _Probe(Exception):
 
 
 def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs):
-    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks, ``kwargs`` the training's settings (the
-    defaults, then ``train_kwargs``); returns the values and ``kwargs``. A hang or an error becomes a
-    CheckFailed that says what."""
+    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks, ``kwargs`` the defaults updated by
+    ``train_kwargs``; returns the values and ``kwargs``."""
     kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
-    values = launch(
-        rank_fn,
-        world_size,
-        (cls, *extra, kwargs),
-        what,
-        cls,
-        TRAIN_HANG_S,
-        advice="常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。",
-    )
-    return values, kwargs
+    advice = "常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。"
+    return launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, TRAIN_HANG_S, advice=advice), kwargs
 
 
 def _reference_rank(rank, world_size, *args):
@@ -333,15 +291,8 @@ def check_plan_buckets(fn) -> None:
     what = "plan_buckets"
     _start(fn, what)
     rng = random.Random()
-    cases = [
-        (_numels(), 30),
-        (_numels(), 1),
-        (_numels(), 10**6),
-        ([5, 5, 5, 5], 10),
-        ([3, 200, 4], 50),
-        ([], 8),
-        ([7], 100),
-    ]
+    model = _numels()
+    cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
         got = call_limited(fn, what, list(numels), size)

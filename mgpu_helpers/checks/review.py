@@ -39,13 +39,10 @@ def not_n_times(n: int) -> str:
 def measured_speedup(
     shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT, steps: int = 5, single=None
 ) -> dict:
-    """Measure the speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units.
-
-    Returns ``speedup`` (median step of one rank / median step of the ranks), ``low`` and ``high``: the range
-    the speed-up can take given this run's own spread (each median step lies between the model's
-    ``max shard * seconds_per_unit`` and that plus :func:`~mgpu_helpers.measure.straggler.step_margin` plus the
-    median all-reduce). ``single``: a one-rank run to reuse (RankResults), so several shardings share it.
-    """
+    """The speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units: ``speedup``
+    (median step of one rank / of the ranks), and ``low``, ``high``, the range this run's own spread allows (a
+    median step lies between the model's and that plus :func:`~mgpu_helpers.measure.straggler.step_margin` plus
+    the median all-reduce). ``single``: a one-rank run (RankResults) to reuse, so several shardings share it."""
     what = "测量加速比"
     runs = [
         single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
@@ -136,6 +133,10 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
     ]
 
 
+def _rank_and_seconds(got) -> bool:
+    return isinstance(got, (tuple, list)) and len(got) == 2 and is_number(got[1])
+
+
 def check_find_straggler(fn) -> None:
     """``fn(values) -> (rank, lost_s)``: the straggler of a run (per-rank records as
     :func:`mgpu_helpers.measure.straggler.run_traced` returns them) and the median seconds per step that
@@ -148,7 +149,7 @@ def check_find_straggler(fn) -> None:
         got = call(fn, what, values)
         medians = [round(1e3 * statistics.median(v["compute_s"]), 1) for v in values]
         where = f"{len(values)} 个 Rank，每个 Rank 计算时间的中位数 {medians} ms"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not is_number(got[1]):
+        if not _rank_and_seconds(got):
             raise CheckFailed(f"{where}：应当返回 (rank, 秒数)，实际得到 {got!r}。")
         rank, lost = got
         if rank != want[0]:
@@ -172,13 +173,7 @@ def check_find_straggler(fn) -> None:
     model_lost = (max(STRAGGLER_SHARDS) - statistics.fmean(STRAGGLER_SHARDS)) * s
     margin = straggler.model_margin(run.values, s) + 0.1 * model_lost
     label = "/".join(str(u) for u in STRAGGLER_SHARDS)
-    if (
-        not isinstance(got, (tuple, list))
-        or len(got) != 2
-        or not is_number(got[1])
-        or got[0] != model_rank
-        or abs(float(got[1]) - model_lost) > margin
-    ):
+    if not _rank_and_seconds(got) or got[0] != model_rank or abs(float(got[1]) - model_lost) > margin:
         raise CheckFailed(
             f"真实的 {len(STRAGGLER_SHARDS)} 个 Rank（Shard {label}，每单位 {1e3 * s:g} ms）：应当是 "
             f"rank {model_rank}、约 {1e3 * model_lost:.0f} ms（误差上限 ±{1e3 * margin:.0f} ms），"
@@ -240,13 +235,7 @@ def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters
     from mgpu_helpers.measure.workloads import straggler_step
 
     step = straggler_step(
-        rank,
-        world_size,
-        shards,
-        grad_numel=4096,
-        steps=steps,
-        seconds_per_unit=seconds_per_unit,
-        timestamp_barrier=False,
+        rank, world_size, shards, 4096, steps, seconds_per_unit=seconds_per_unit, timestamp_barrier=False
     )
     solo = []
     for _ in range(steps if rank == 0 else 0):  # one rank doing every unit alone: the baseline
@@ -278,14 +267,8 @@ def review_run(seed=None, show: bool = True) -> ReviewRun:
     rng.shuffle(shards)
     backend, _ = hardware.choose_backend(REVIEW_WORLD_SIZE, "auto")
     sizes = (64 << 20, 256 << 20) if backend == "nccl" else (1 << 20, 4 << 20)
-    res = run_ranks(
-        _review_rank,
-        REVIEW_WORLD_SIZE,
-        args=(tuple(shards), REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5),
-        timeout=120,
-        stream=False,
-        quiet=True,
-    )
+    args = (tuple(shards), REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5)
+    res = run_ranks(_review_rank, REVIEW_WORLD_SIZE, args=args, timeout=120, stream=False, quiet=True)
     v = res.values
     ms = lambda xs: round(1e3 * statistics.median(xs), 2)
     compute = tuple(ms(r["compute"]) for r in v)

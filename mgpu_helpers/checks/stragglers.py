@@ -1,9 +1,7 @@
 """Checkers for notebook 08 and ex08: the performance model and stragglers.
 
-Notebook 08's fill-ins go through ``try_<name>(fn)`` (:func:`mgpu_helpers.checks.core.fill_in`: while ``fn`` is
-the stub it returns the course's version); the exercises call ``check_<name>(fn)``. A fill-in that calls the
-course's own implementation (``mh.lessons.cost_model``, ``mh.measure.straggler``) is
-refused: :func:`~mgpu_helpers.checks.core.refusing_course_code` looks for it by name and makes it refuse while checking.
+Notebook 08's fill-ins are ``try_<name>(fn)``, ex08's exercises ``check_<name>(fn)``; the course's own
+``mh.lessons.cost_model`` and ``mh.measure.straggler`` are refused to them.
 """
 
 import math
@@ -149,9 +147,9 @@ WAIT_RANK = 0
 def check_wait_prediction(
     fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT, rank: int = WAIT_RANK, steps: int = 5
 ) -> None:
-    """``fn() -> seconds``: the learner's prediction of how long ``rank`` waits at the all-reduce each step
-    with ``shard_units`` at ``seconds_per_unit`` (one number, or one per rank). Runs the deterministic (sleep) straggler step on
-    ``len(shard_units)`` real ranks and compares with the measured median wait, within the run's own margin
+    """``fn() -> seconds``: the learner's prediction of how long ``rank`` waits at the all-reduce each step with
+    ``shard_units`` at ``seconds_per_unit`` (one number, or one per rank), against the deterministic (sleep)
+    straggler step's median wait on real ranks, within the run's own margin
     (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = call(fn, what)
@@ -226,13 +224,8 @@ def collective_cases(rng=None) -> list[tuple[list, int, str]]:
         stalled = None
         if rng.random() < 0.5:  # another rank held up in one step
             stalled = (rng.choice([r for r in range(n) if r != strag]), rng.randrange(5), rng.uniform(0.3, 0.8))
-        cases.append(
-            (
-                _collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled),
-                strag,
-                f"{n} 个 Rank，随机的一组",
-            )
-        )
+        per_rank = _collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled)
+        cases.append((per_rank, strag, f"{n} 个 Rank，随机的一组"))
     return cases
 
 

@@ -2,6 +2,8 @@
 passes; DTensor's rule (the checker's reference) agrees with FSDP2's real shards in a fake world; the FSDP2
 rank function on 2 GPUs (NCCL) gives what it gives on gloo."""
 
+import math
+
 import pytest
 import torch
 
@@ -258,7 +260,7 @@ def test_shard_bytes_written_differently_pass(capsys):
 def _shard_by_rule(rule, per_row=True, scale=True):
     def wrong(shapes, n, rank, b=4):
         rows = [fsdp._split(s[0], n, rank, rule)[1] for s in shapes]
-        return sum(r * (fsdp._numel(s[1:]) if per_row else 1) for r, s in zip(rows, shapes)) * (b if scale else 1)
+        return sum(r * (math.prod(s[1:]) if per_row else 1) for r, s in zip(rows, shapes)) * (b if scale else 1)
 
     return wrong
 
@@ -266,7 +268,7 @@ def _shard_by_rule(rule, per_row=True, scale=True):
 @pytest.mark.parametrize(
     "wrong, message",
     [
-        (lambda shapes, n, rank, b=4: b * sum(fsdp._numel(s) for s in shapes) / n, "不是把所有参数平均分"),
+        (lambda shapes, n, rank, b=4: b * sum(math.prod(s) for s in shapes) / n, "不是把所有参数平均分"),
         (_shard_by_rule("floor"), "不是 行数 // N"),
         (_shard_by_rule("array_split"), "不是前几段各多一行"),
         (_shard_by_rule("unclipped"), "截到行数为止"),

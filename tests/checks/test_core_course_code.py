@@ -117,7 +117,7 @@ def test_in_process_refusal_lets_the_checker_reference_through():
 
     with (
         pytest.raises(CheckFailed, match=r"t：调用了课程自己的 mh\.lessons\.cost_model\.ring_allreduce_seconds——"),
-        refusing_course_code(sneaky, "t", [(cost_model, "ring_allreduce_seconds")]),
+        refusing_course_code(sneaky, "t", hidden),
     ):
         sneaky(1, 2, 3e-6, 1e-9)
     assert cost_model.ring_allreduce_seconds(1, 1, 1.0, 1.0) == 0  # the code is put back

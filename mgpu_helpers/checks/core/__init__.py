@@ -11,6 +11,9 @@
 - :mod:`.problems`: the table shape of the rank-launching exercises (:class:`RankProblem`, :func:`run_problem`).
 """
 
+# The imports below are this package's re-exports (what the checker modules import from it), not unused names.
+# ruff: noqa: F401
+
 from .compare import (
     compare,
     expect_items,
@@ -29,8 +32,8 @@ from .course_code import (
     code_names,
     course_code_reached,
     course_object,
-    guarding_course_code,
     refuse_course_code,
+    refusing,
     resolve_course,
 )
 from .failure import (
@@ -49,57 +52,3 @@ from .limits import answers, call, call_limited, deadline
 from .problems import WORLD_SIZES, RankProblem, run_problem
 from .ranks import HANG_S, TRAIN_HANG_S, as_numpy, hang_failure, launch, launch_check, rank_tensor
 from .watch import COLLECTIVE_CALLS, DIST_CALLS, RECVS, SENDS, WatchedCalls, call_label, refuse_calls
-
-__all__ = [
-    "COLLECTIVE_CALLS",
-    "COURSE_PACKAGES",
-    "DIST_CALLS",
-    "HANG_S",
-    "NOT_DONE",
-    "RECVS",
-    "SENDS",
-    "TRAIN_HANG_S",
-    "WORLD_SIZES",
-    "CheckFailed",
-    "RankProblem",
-    "WatchedCalls",
-    "_code_objects",
-    "_inner",
-    "answers",
-    "as_numpy",
-    "call",
-    "call_label",
-    "call_limited",
-    "code_names",
-    "compare",
-    "course_code_reached",
-    "course_object",
-    "deadline",
-    "expect_items",
-    "fail_first",
-    "fill_in",
-    "fill_in_cell",
-    "first_hint",
-    "guarding_course_code",
-    "has_stub",
-    "hang_failure",
-    "int_values",
-    "is_number",
-    "is_rank_number",
-    "is_stub_error",
-    "launch",
-    "launch_check",
-    "matching_hint",
-    "new_rng",
-    "not_done",
-    "number_answer",
-    "passed",
-    "rank_tensor",
-    "refuse_calls",
-    "refuse_course_code",
-    "require_written",
-    "resolve_course",
-    "run_problem",
-    "show_trace",
-    "which_rank",
-]

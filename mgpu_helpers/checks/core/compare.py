@@ -80,15 +80,11 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
 
 
 def which_rank(got, inputs) -> str:
-    """' (那是 rank k 的数据)' when ``got`` equals one rank's input, else ''."""
-    return next(
-        (
-            f"（那正是 rank {k} 的输入）"
-            for k, inp in enumerate(inputs)
-            if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp)
-        ),
-        "",
-    )
+    """'（那正是 rank k 的输入）' when ``got`` equals rank k's input, else ''."""
+    for k, inp in enumerate(inputs):
+        if got is not None and np.shape(got) == np.shape(inp) and np.allclose(got, inp):
+            return f"（那正是 rank {k} 的输入）"
+    return ""
 
 
 def int_values(rng, shape) -> np.ndarray:

@@ -6,18 +6,13 @@ helper of the learner's, another course function the learner called that calls o
 built at run time. The course's ``models``, ``widgets`` and ``checks`` compute what exercises ask for and are
 refused to the learner's code the same way. The checker itself may still use its reference.
 
-The rule is asked at two moments, each catching what the other cannot see:
-
-- before anything runs, :func:`refuse_course_code` reads the function (:func:`course_code_reached`): the
-  names its code and its helpers reach, a base class, a Numba kernel's body (compiled, or run by the
-  simulator in threads of its own, out of a run-time hook's sight), a branch the drawn cases never take;
-- while the check runs, :func:`refusing` watches the calls (a ``sys.setprofile`` hook): a call from a frame
-  of the learner's code into a refused function raises :class:`CheckFailed` naming it, under the name the
-  learner used. Inside a rank, :class:`~.watch.WatchedCalls` installs the same hook.
-
-A checker asks with :func:`refuse_course_code` (a lesson's fill-in with :func:`refusing_course_code`, through
-:func:`~.fill_in.fill_in_cell`); while a guard runs (a fill-in's, or an exercise's ``mh.checks.check_x``,
-:func:`guarding_course_code`), the references a checker names are refused at run time as well.
+The rule is asked at two moments, each catching what the other cannot see: before anything runs,
+:func:`refuse_course_code` reads the function (:func:`course_code_reached`: the names it and its helpers reach, a
+base class, a Numba kernel's body, which runs out of a run-time hook's sight, a branch no drawn case takes); while
+the check runs, :func:`refusing` watches the calls (a ``sys.setprofile`` hook; in a rank, through
+:class:`~.watch.WatchedCalls`): a call from the learner's code into a refused function raises, naming it under the
+name the learner used. While a guard runs (:func:`refusing`, around a fill-in's or an exercise's check), the
+references a checker names are refused at run time as well.
 """
 
 import contextlib
@@ -38,7 +33,6 @@ def _in_packages(module: str, packages) -> bool:
 
 
 def _from(obj, packages) -> bool:
-    """True when ``obj`` (a module, function or class) is defined in one of ``packages``."""
     if isinstance(obj, types.ModuleType):
         return _in_packages(obj.__name__, packages)
     return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
@@ -58,7 +52,7 @@ def _import(name: str):
 
 
 def _attribute(obj, name: str, default=None):
-    """``obj.name``, else the submodule ``obj.name`` not imported yet, else ``default``."""
+    """``obj.name``, else the submodule ``obj.name`` not imported yet."""
     try:
         return getattr(obj, name)
     except AttributeError:
@@ -140,22 +134,18 @@ def _label(obj, name: str | None = None) -> str:
 
 
 def code_names(fn) -> set[str]:
-    """Every global and attribute name the code of ``fn`` (a function, a Numba kernel, a wrapper) and the
-    functions defined inside it refer to."""
+    """Every global and attribute name the code of ``fn`` (a Numba kernel, a wrapper) and its inner functions use."""
     return {name for c in _code_objects(getattr(_inner(fn), "__code__", None)) for name in c.co_names}
 
 
 def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4) -> str | None:
     """The name under which ``fn`` is, or reaches, the course's own code; ``None`` when it does not.
 
-    Counted as the course's: ``references`` (the course's implementation of this fill-in, the checker's
-    reference: by identity; a worked lesson's own cell is the source of mh.lessons, so the same code defined
-    again in a cell is not refused), and any module, function or class defined in
-    ``packages`` (e.g. :data:`COURSE_PACKAGES`). Followed: every name in ``fn``'s code (globals, ``a.b.c``
-    chains, imports inside it, closures, defaults), and, ``depth`` levels deep, the learner's own helper
-    functions and classes it reaches (their methods too), so a helper that calls the course's code, or an
-    alias of it, is found as well. ``names``: names that count as the course's wherever they appear in the
-    code (for a course function reached through an object, e.g. ``model.memory_plan(...)``).
+    Counted as the course's: ``references`` (by identity: a worked lesson's cell is the source of mh.lessons, so
+    the same code defined again in a cell is not refused), anything defined in ``packages`` (e.g.
+    :data:`COURSE_PACKAGES`), and ``names`` wherever the code uses them (a course function reached through an
+    object, e.g. ``model.memory_plan(...)``). Followed: every name in ``fn``'s code (:func:`_names_reached`) and,
+    ``depth`` levels deep, the learner's own helpers and classes it reaches (their methods too).
     """
     references = tuple(r for r in references if r is not None)
 
@@ -207,9 +197,8 @@ def course_code_failure(what: str, label: str, advice: str = "", fn=None) -> Che
 
 
 def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = "", names=()) -> None:
-    """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`:
-    ``references``, anything of ``packages``, any of ``names`` in its code). While a guard runs
-    (:func:`refusing`), ``references`` are refused for the rest of the check at run time too, however reached."""
+    """Raise :class:`CheckFailed` when ``fn`` is, or reaches, the course's own code (:func:`course_code_reached`).
+    While a guard runs (:func:`refusing`), ``references`` are refused for the rest of the check at run time too."""
     if name := course_code_reached(fn, references, packages, names):
         raise course_code_failure(what, name, advice, fn)
     if _guards:
@@ -271,14 +260,11 @@ def _name_used(caller, code) -> str | None:
 def refusing(what: str, references=(), advice: str = "", packages: bool = True, failure=None):
     """While the learner's code runs for a check: a call from it into the course's code raises.
 
-    Refused: ``references`` (the fill-in's own course version, other course functions it may not use: objects
-    or ``(object, label)`` pairs) when a frame of the learner's code runs between the call and the checker
-    (:func:`_called_for_the_learner`: through an alias, a wrapper, another course function), and with
-    ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` modules the learner's code
-    calls directly (a method of an object given to the answer, such as its ``limits``, is the answer's input).
-    ``failure(label)``: the exception to raise (default: :func:`course_code_failure`). Guards nest: an outer
-    guard's rule still holds inside. A refusal the learner's code caught and went on from still fails the
-    check when the guard ends."""
+    Refused: ``references`` (objects or ``(object, label)`` pairs) when a frame of the learner's code runs between
+    the call and the checker (:func:`_called_for_the_learner`), and with ``packages`` any function of the course's
+    ``models``, ``widgets`` and ``checks`` the learner's code calls directly (a method of an object given to the
+    answer, such as its ``limits``, is the answer's input). ``failure(label)``: the exception to raise. Guards
+    nest. A refusal the learner's code caught and went on from still fails the check when the guard ends."""
     refused = _refused_code(references)
     before = sys.getprofile()
     raised = []
@@ -322,20 +308,12 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
         raise raised[0]
 
 
-def guarding_course_code(what: str):
-    """:func:`refusing` the course's ``models``, ``widgets`` and ``checks`` to the learner's code, while an
-    exercise's ``mh.checks.check_x`` runs (its checker adds its own references, :func:`refuse_course_code`)."""
-    return refusing(what)
-
-
 @contextlib.contextmanager
 def refusing_course_code(fn, what: str, targets, packages: bool = False, advice: str = "这一格要你自己写出它的计算。"):
-    """While checking ``fn`` in the notebook's own process: ``targets`` (the course's functions, objects or
-    ``(module, attribute name)``) may not be used by it: read before (:func:`refuse_course_code`) and watched
-    while the check runs (:func:`refusing`; with ``packages``, the course's models, widgets and checks too)."""
-    objs = [getattr(t[0], t[1]) if isinstance(t, tuple) else t for t in targets]
-    refuse_course_code(fn, what, objs, advice=advice)
-    with refusing(what, [obj for obj in objs if _inner(obj) is not _inner(fn)], advice, packages):
+    """While checking ``fn`` in the notebook's own process: the course's functions ``targets`` refused to it, read
+    before (:func:`refuse_course_code`) and watched while it runs (:func:`refusing`)."""
+    refuse_course_code(fn, what, targets, advice=advice)
+    with refusing(what, [obj for obj in targets if _inner(obj) is not _inner(fn)], advice, packages):
         yield
 
 
@@ -346,8 +324,7 @@ def course_object(name: str):
 
 
 def resolve_course(course) -> list:
-    """``[(function object, label)]`` for ``course``: function objects, or dotted names resolved now
-    (``"mgpu_helpers.lessons.p2p.exchange"``); names that do not resolve are left out."""
+    """``[(function object, label)]`` for ``course``: objects, or dotted names resolved now (unresolved: left out)."""
     out = []
     for item in course:
         if isinstance(item, str):

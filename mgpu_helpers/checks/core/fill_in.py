@@ -15,11 +15,9 @@ from .failure import NOT_DONE, CheckFailed, has_stub, not_done
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
     """A lesson's fill-in, checked at once: what the cells after it should use.
 
-    ``check(fn)`` runs the area's checker (it prints ``通过：...`` or raises :class:`CheckFailed` naming the
-    mistake). While ``fn`` is still the generated stub (or ``None``), nothing is checked: this says so and
-    returns ``reference``, the course's own version, so the rest of the notebook runs either way (under
-    nbgrader's autograde, ``$MGPU_GRADING`` set, an unwritten fill-in fails instead). A wrong
-    ``fn`` raises: the cell stops at the mistake, and the cells after it keep the last good value.
+    ``check(fn)`` prints ``通过：...`` or raises :class:`CheckFailed`. While ``fn`` is still the stub (or ``None``)
+    this says so and returns ``reference``, the course's version, so the rest of the notebook runs (under
+    nbgrader's autograde, ``$MGPU_GRADING`` set, it fails instead). A wrong ``fn`` raises: the cell stops there.
 
     ``keep``: a later notebook builds on this function: once it passes, its source is stored under that name
     (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
@@ -53,13 +51,11 @@ def passed(text: str) -> None:
 
 
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
-    """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker, the course's
-    version ``reference`` and the label ``what`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``).
-    ``check`` runs while ``reference`` and ``refuse`` (other course functions the learner's may not call), and
-    the course's models, widgets and checks, refuse to serve the learner's code (:func:`refusing_course_code`).
-    ``reference`` and the items of ``refuse`` may be dotted names (``"mgpu_helpers.lessons.p2p.exchange"``),
-    imported at the call: the lessons' modules bring torch or Numba, which the checkers do not import
-    (:func:`course_object`)."""
+    """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker and the course's
+    version ``reference`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``), while ``reference``, ``refuse``
+    and the course's models, widgets and checks are refused to the learner's code (:func:`refusing_course_code`).
+    Both may be dotted names, imported at the call: the lessons' modules bring torch or Numba, which the checkers
+    do not import."""
 
     def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference
@@ -70,11 +66,8 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
                 check(fn)
 
         # own_code records the checker by name, to run it again when the kept code is loaded
-        checked.__name__, checked.__qualname__, checked.__module__ = (
-            check.__name__,
-            check.__qualname__,
-            check.__module__,
-        )
+        for attr in ("__name__", "__qualname__", "__module__"):
+            setattr(checked, attr, getattr(check, attr))
         return fill_in(fn, checked, ref, what, **keep)
 
     try_fill_in.__doc__ = (

@@ -66,8 +66,7 @@ def time_limit(seconds: float):
 
 @contextlib.contextmanager
 def deadline(seconds: float, what: str):
-    """Stop the learner's Python code after ``seconds`` with a failure that says it never ended (an endless
-    loop), for a checker that runs several calls under one limit (:func:`time_limit`)."""
+    """Stop the learner's code after ``seconds``, failing as an endless loop: several calls under one limit."""
     limit = None
     try:
         with time_limit(seconds) as limit:

@@ -53,11 +53,8 @@ class RankProblem:
 
 
 def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
-    """Run ``fn`` on every world size of ``problem``, compare each rank with the reference, explain a miss.
-
-    Prints the pass line and returns the cases run; raises :class:`CheckFailed` naming the world size, the
-    rank and the element at the first difference.
-    """
+    """Run ``fn`` on every world size of ``problem`` and compare each rank with the reference: prints the pass
+    line and returns the cases run, or raises :class:`CheckFailed` at the first difference, explained."""
     rng = new_rng()
     sizes = tuple(world_sizes or problem.world_sizes)
     if not sizes or any(int(w) != w or w < 1 for w in sizes):
@@ -67,18 +64,8 @@ def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HAN
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
         case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
-        got = launch_check(
-            fn,
-            problem.what,
-            world_size,
-            inputs,
-            case.extra,
-            problem.forbid,
-            problem.dtype,
-            timeout,
-            init=problem.init,
-            course=problem.course,
-        )
+        args = (inputs, case.extra, problem.forbid, problem.dtype, timeout, problem.init, problem.course)
+        got = launch_check(fn, problem.what, world_size, *args)
         for rank in range(world_size):
             hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
             compare(got[rank], case.expected[rank], where(case, rank), hint)

@@ -12,15 +12,11 @@ from .course_code import refuse_course_code, resolve_course
 from .failure import CheckFailed, is_stub_error, not_done
 from .watch import WatchedCalls
 
-# How long the checked work may run once every rank has joined the process group (start-up is not counted:
-# ``run_ranks`` starts the clock when the last rank is in). Measured on the 2-core course machine shared with
-# other work: a whole checker launch (forking, joining, the checked work, the result back) takes 0.7-1.0 s
-# for the point-to-point, collective and semantics checks on 2-4 ranks, so the checked work itself is well
-# under a second; 4 s is a margin of several times it, and an answer that never ends is reported within
-# seconds (tests/checks/test_core_ranks.py holds every rank-launching checker to that).
+# How long the checked work may run once every rank has joined the process group (``run_ranks`` starts the clock
+# when the last rank is in). On the shared 2-core course machine a whole checker launch (forking, joining, the
+# work, the result back) takes 0.7-1.0 s on 2-4 ranks: 4 s is several times the work itself, and an answer that
+# never ends is reported within seconds (tests/checks/test_core_ranks.py holds every rank-launching checker to it).
 HANG_S = 4.0
-
-
 # Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
 TRAIN_HANG_S = 2 * HANG_S
 
@@ -60,37 +56,15 @@ def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = 
     )
 
 
-def launch(
-    rank_fn,
-    world_size: int,
-    args,
-    what: str,
-    fn,
-    timeout: float = HANG_S,
-    advice: str = "",
-    init: bool = True,
-    backend: str = "auto",
-    rule: str = "",
-    **kwargs,
-):
-    """``run_ranks(rank_fn, world_size, args)`` for a checker: the values in rank order. A hang becomes
+def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice="", rule="", **kwargs):
+    """``run_ranks(rank_fn, world_size, args, **kwargs)`` for a checker: the values in rank order. A hang becomes
     :func:`hang_failure` (``advice``: what to check), an error in the learner's ``fn`` :func:`rank_failure`
     (``rule``: what the exercise allows); both are :class:`CheckFailed`."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
     try:
-        return run_ranks(
-            rank_fn,
-            world_size,
-            args=tuple(args),
-            timeout=timeout,
-            stream=False,
-            quiet=True,
-            init=init,
-            backend=backend,
-            **kwargs,
-        ).values
+        return run_ranks(rank_fn, world_size, tuple(args), timeout=timeout, stream=False, quiet=True, **kwargs).values
     except RankTimeout as exc:
         raise hang_failure(exc, what, world_size, timeout, advice) from None
     except RankError as exc:
@@ -114,11 +88,8 @@ def as_numpy(t):
 
 
 def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
-    """Rank function of the checkers: build this rank's tensor, call the reader's ``fn`` on it, watched
-    (:class:`WatchedCalls`: ``forbid`` and the ``course`` code refuse to run, under any name).
-
-    ``joined=False``: the reader's ``fn`` joins the process group itself and must leave it before returning.
-    """
+    """Rank function of the checkers: ``fn`` on this rank's tensor, watched (:class:`WatchedCalls`: ``forbid`` and
+    the ``course`` code refused); with ``joined=False`` ``fn`` joins the process group and must leave it."""
     import torch.distributed as dist
 
     with WatchedCalls(refuse=forbid, course=course):
@@ -129,42 +100,23 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, 
 
 
 def launch_check(
-    fn,
-    what: str,
-    world_size: int,
-    inputs,
-    extra=(),
-    forbid=(),
-    dtype="float32",
-    timeout=HANG_S,
-    init: bool = True,
-    course=(),
+    fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
 ):
     """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
 
-    ``forbid``: ``torch.distributed`` function names ``fn`` may not call; ``course``: the course's code and
-    the checker's reference (objects or dotted names), which may not be called either. ``init=False``: the
-    ranks start without a process group; ``fn`` joins it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
-    MGPU_BACKEND are set) and must leave it again.
-    """
+    ``forbid``: ``torch.distributed`` names ``fn`` may not call; ``course``: the course's code and the checker's
+    reference (objects or dotted names), refused too. ``init=False``: ``fn`` joins the process group itself (RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_BACKEND are set) and must leave it again."""
     course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course])
-    return launch(
-        _rank_main,
-        world_size,
-        (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course),
-        what,
-        fn,
-        timeout,
-        init=init,
-    )
+    args = (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course)
+    return launch(_rank_main, world_size, args, what, fn, timeout, init=init)
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
-    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` raised by the learner's ``fn``:
-    "not done yet" for the stub, the exercise's own rules (forbidden calls, the course's code, a group left
-    open), else the rank, the exception type and its first line. ``rule``: what the exercise allows, for the
-    message of a forbidden call."""
+    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, the
+    exercise's rules broken (a forbidden call, ``rule`` saying what is allowed; the course's code; a group left
+    open), else the rank, the exception type and its first line."""
     if is_stub_error(exc):
         return not_done(fn, what)
     text = str(exc)

@@ -16,27 +16,14 @@ from .course_code import refusing
 from .failure import CheckFailed
 
 P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+# fmt: off
 COLLECTIVE_CALLS = (
-    "all_reduce",
-    "reduce",
-    "broadcast",
-    "all_gather",
-    "all_gather_into_tensor",
-    "_all_gather_base",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "_reduce_scatter_base",
-    "all_to_all",
-    "all_to_all_single",
-    "all_gather_object",
-    "broadcast_object_list",
-    "gather_object",
-    "scatter_object_list",
-    "all_reduce_coalesced",
+    "all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base", "gather",
+    "scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list", "all_reduce_coalesced",
     "all_gather_coalesced",
 )
+# fmt: on
 DIST_CALLS = P2P_CALLS + COLLECTIVE_CALLS
 SENDS = ("dist.send", "dist.isend", "batch:isend")  # how the recorded calls name a message out ...
 RECVS = ("dist.recv", "dist.irecv", "batch:irecv")  # ... and in
@@ -58,9 +45,8 @@ def _code_with(freevars: tuple, body: str):
 
 
 class SwappedCode:
-    """Replace the code of function objects in place (every alias and import path of the object runs the new
-    code), and put the old code back with :meth:`restore`. Swaps nest (a watcher inside a watcher): each
-    keeps the code it found, under a key of its own."""
+    """Replace the code of function objects in place, and put it back with :meth:`restore`. Swaps nest (a watcher
+    inside a watcher): each keeps the code it found, under a key of its own."""
 
     _count = itertools.count()
 
@@ -75,14 +61,8 @@ class SwappedCode:
         original.__kwdefaults__ = target.__kwdefaults__
         key = f"_MGPU_HOOK_{next(self._count)}"
         target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
-        self._swap(target, f"return {key}(args, kwargs)")
-
-    def _swap(self, target, body: str) -> None:
-        code = getattr(target, "__code__", None)
-        if code is None:
-            raise TypeError(f"{target!r} is not a Python function: its code cannot be replaced")
-        self._saved.append((target, code))
-        target.__code__ = _code_with(code.co_freevars, body)
+        self._saved.append((target, target.__code__))
+        target.__code__ = _code_with(target.__code__.co_freevars, f"return {key}(args, kwargs)")
 
     def restore(self) -> None:
         for target, code in reversed(self._saved):
@@ -134,20 +114,16 @@ def _course_code_in_rank(label: str) -> PermissionError:
 
 
 class WatchedCalls:
-    """Inside a rank, around the learner's code: the ``torch.distributed`` functions watched, some refused.
+    """Inside a rank, around the learner's code (a context manager): the ``torch.distributed`` functions of
+    :data:`DIST_CALLS` (and ``init_process_group`` with ``watch_init``) watched under any name, some refused.
 
-    - every function of :data:`DIST_CALLS` (and ``init_process_group`` with ``watch_init``) has its code
-      replaced (:class:`SwappedCode`), so it is watched under any name or import path it is reached by;
-    - ``calls`` lists a :class:`DistCall` for each call the learner's code made (torch's own nested calls,
-      such as ``send`` using ``isend``, are not counted twice; a ``batch_isend_irecv`` adds one entry per
-      operation); ``inits`` the keyword names and positional values of each ``init_process_group``;
-    - ``refuse``: function names whose call raises ``PermissionError("EXERCISE_FORBIDDEN dist.<name>")``;
-      ``course``: ``[(function object, label)]`` of the course's own code or the checker's reference: called
-      from the learner's code, however reached (:func:`~.course_code.refusing`, the course's one rule), they
-      raise ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`~.ranks.rank_failure` names both);
+    - ``calls``: a :class:`DistCall` for each call the learner's code made (torch's own nested calls, such as
+      ``send`` using ``isend``, not counted twice; one per operation of a ``batch_isend_irecv``); ``inits``: the
+      keyword names and positional values of each ``init_process_group``;
+    - ``refuse``: names whose call raises ``PermissionError("EXERCISE_FORBIDDEN dist.<name>")``; ``course``:
+      ``[(function object, label)]`` refused by :func:`~.course_code.refusing` with
+      ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`~.ranks.rank_failure` names both);
     - ``on_call(call, result) -> result``: called after each counted call (e.g. to wrap a Work handle).
-
-    Use as a context manager (``with WatchedCalls(...) as watched:``); leaving it puts the code back.
     """
 
     def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
@@ -201,16 +177,8 @@ class WatchedCalls:
     def _record(self, name, args, kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
         peer = _peer_of(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
-        self.calls.append(
-            DistCall(
-                f"dist.{name}",
-                peer,
-                _numel(first),
-                _nbytes(first),
-                [_numel(a) for a in args],
-                kwargs.get("async_op", False),
-            )
-        )
+        numels, async_op = [_numel(a) for a in args], kwargs.get("async_op", False)
+        self.calls.append(DistCall(f"dist.{name}", peer, _numel(first), _nbytes(first), numels, async_op))
         if name == "batch_isend_irecv":
             for op in args[0] if args else kwargs.get("p2p_op_list", []):
                 kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
@@ -233,8 +201,7 @@ def call_label(name: str) -> str:
 
 
 def refuse_calls(calls_by_rank, names, what: str, why: str) -> None:
-    """Raise :class:`CheckFailed` when a rank called one of ``names`` (an exercise's rule, checked on the calls):
-    the first recorded call whose function is one of them."""
+    """Raise :class:`CheckFailed` naming the first recorded call of one of ``names`` (an exercise's rule)."""
     for rank, calls in enumerate(calls_by_rank):
         for call_ in calls:
             if call_[0].split(".")[-1].split(":")[-1] in names:
