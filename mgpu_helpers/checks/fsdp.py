@@ -14,7 +14,7 @@ import random
 from mgpu_helpers.checks.core import (
     CheckFailed,
     answers,
-    call_limited,
+    call,
     fill_in_cell,
     first_hint,
     matching_hint,
@@ -122,7 +122,7 @@ def check_local_slices(fn) -> None:
         for shape, mesh, dims in _cases(random.Random())
         for coords in itertools.product(*map(range, mesh))
     ]
-    for (shape, mesh, coords, dims), got in answers(fn, what, calls, call_limited):
+    for (shape, mesh, coords, dims), got in answers(fn, what, calls, call):
         where = f"shape={shape}，mesh_shape={mesh}，coords={coords}，shard_dims={dims}"
         want = dtensor_slices(shape, mesh, coords, dims)
         try:
@@ -214,7 +214,7 @@ def check_model_state_bytes(fn) -> None:
     for _ in range(30):
         psi = rng.randint(1, 400) * 10 ** rng.randint(6, 9)
         cases.append((rng.choice(STAGES), psi, rng.choice([1, 2, 3, 8, 64, 1024]), rng.choice([12, 4, 16])))
-    for (strategy, psi, n, k), got in answers(fn, what, cases, call_limited):
+    for (strategy, psi, n, k), got in answers(fn, what, cases, call):
         where = f"strategy={strategy!r}，psi={psi:g}，world_size={n}，k={k}"
         got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
         want = reference_model_state_bytes(strategy, psi, n, k)
@@ -255,7 +255,7 @@ def check_cheapest_stage(fn) -> None:
         stage = rng.choice(STAGES)
         exact = reference_model_state_bytes(stage, psi, n, k)
         cases.append((psi, n, rng.choice([exact, exact * rng.uniform(0.5, 2.0)]), k))
-    for (psi, n, cap, k), got in answers(fn, what, cases, call_limited):
+    for (psi, n, cap, k), got in answers(fn, what, cases, call):
         want = reference_cheapest_stage(psi, n, cap, k)
         if got == want:
             continue
@@ -325,14 +325,14 @@ def check_shard_bytes(fn) -> None:
         for _ in range(20)
     ]
     cases = [(m, n, r, rng.choice([4, 2])) for m in models for n in [rng.randint(2, 9)] for r in range(n)]
-    for (shapes, n, rank, b), got in answers(fn, what, cases, call_limited):
+    for (shapes, n, rank, b), got in answers(fn, what, cases, call):
         where = f"shapes={shapes}，world_size={n}，rank={rank}，bytes_per_element={b}"
         got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
         want = reference_shard_bytes(shapes, n, rank, b)
         if got != want:
             # which slip it is: the one that gives the learner's answer on every rank of this model
             mine = [
-                number_answer(call_limited(fn, what, shapes, n, r, b), f"{where}：rank {r} 的答案不是一个数。")
+                number_answer(call(fn, what, shapes, n, r, b), f"{where}：rank {r} 的答案不是一个数。")
                 if r != rank
                 else got
                 for r in range(n)

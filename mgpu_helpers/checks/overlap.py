@@ -17,7 +17,7 @@ from mgpu_helpers.checks.core import (
     TRAIN_HANG_S,
     CheckFailed,
     WatchedCalls,
-    call_limited,
+    call,
     fail_first,
     fill_in_cell,
     first_hint,
@@ -295,7 +295,7 @@ def check_plan_buckets(fn) -> None:
     cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
-        got = call_limited(fn, what, list(numels), size)
+        got = call(fn, what, list(numels), size)
         want = _lessons().plan_buckets(numels, size)
         if got == want:
             continue
@@ -404,7 +404,7 @@ def check_overlap_fraction(fn) -> None:
             t = max(b1, c1) + rng.uniform(0.1, 1)  # one rank's backward spans never overlap
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
-        got = call_limited(fn, what, list(spans))
+        got = call(fn, what, list(spans))
         got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
             hint = (
@@ -527,7 +527,7 @@ def check_step_seconds(fn) -> None:
         cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
     for name, ready, comm in cases:
         want = _step_seconds_reference(ready, comm)
-        got = call_limited(fn, what, list(ready), list(comm))
+        got = call(fn, what, list(ready), list(comm))
         got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue

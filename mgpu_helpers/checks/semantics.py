@@ -21,7 +21,7 @@ from mgpu_helpers.checks.core import (
     CheckFailed,
     WatchedCalls,
     as_numpy,
-    call_limited,
+    call,
     compare,
     fail_first,
     fill_in,
@@ -160,7 +160,7 @@ def check_bytes_each_rank_sends(fn) -> None:
     for world_size, nbytes in sizes:
         for op in LESSON_OPS:
             for rank in range(world_size):
-                got = call_limited(fn, what, op, nbytes, world_size, rank)
+                got = call(fn, what, op, nbytes, world_size, rank)
                 want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
                 value = None  # None or a bool: named as a wrong count
                 if got is not None and not isinstance(got, bool):

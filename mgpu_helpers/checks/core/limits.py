@@ -107,10 +107,6 @@ def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         ) from None
 
 
-# The name the checkers used while only some calls were limited: every call is now.
-call_limited = call
-
-
 def answers(fn, what: str, cases, calling=call):
     """``(case, fn(*case))`` for each case (a tuple of ``fn``'s arguments) in turn, each call through ``calling``
     (:func:`call`): the learner's answer on every case a checker draws, got only when the loop reaches it."""
