@@ -130,13 +130,8 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
                 print(exc)
                 return
             res = runner(shards, n_steps.value, seconds_per_unit=cost.value)
-            style.show(
-                draw_timeline(
-                    res.spans,
-                    f"shards {box.value} on {res.backend} ranks",
-                    [f"rank {r} ({shards[r]:g})" for r in range(len(shards))],
-                )
-            )
+            labels = [f"rank {r} ({shards[r]:g})" for r in range(len(shards))]
+            style.show(draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks", labels))
 
     preset.observe(on_preset, names="value")
     button.on_click(on_run)
@@ -188,10 +183,9 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
 
     import matplotlib.pyplot as plt
 
-    st = style.current()
-    n = len(spans_per_rank)
-    fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * n + 1.6))
+    fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.6))
     t0 = _origin(spans_per_rank)
+    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
     inside = []
     for r, spans in enumerate(spans_per_rank):
         comms = [s for s in spans if s.kind == "communicate"]
@@ -200,32 +194,14 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
         for s, w in zip(comms, waits[r]):
             w = min(max(0.0, w), s.seconds)
             if w > 0:
-                ax.barh(
-                    r,
-                    w * 1e3,
-                    left=(s.start - t0) * 1e3,
-                    height=0.6,
-                    color=style.KIND_COLOURS["communicate"],
-                    hatch=WAIT_HATCH,
-                    edgecolor=style.KIND_COLOURS["wait"],
-                    linewidth=0.0,
-                )
+                ax.barh(r, w * 1e3, left=(s.start - t0) * 1e3, height=0.6, linewidth=0.0, **waiting)
     x_end = max((s.end for spans in spans_per_rank for s in spans), default=t0)
     x_end = (x_end - t0) * 1e3 or 1.0
     _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
-    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
-    style.patch_legend(
-        fig,
-        {
-            "compute": style.KIND_COLOURS["compute"],
-            "all-reduce": style.KIND_COLOURS["communicate"],
-            "waiting, inside the all-reduce": waiting,
-        },
-        loc="upper center",
-        ncol=3,
-        fontsize=st.font_size * 0.85,
-    )
+    kinds = {"compute": style.KIND_COLOURS["compute"], "all-reduce": style.KIND_COLOURS["communicate"]}
+    legend = dict(loc="upper center", ncol=3, fontsize=style.current().font_size * 0.85)
+    style.patch_legend(fig, {**kinds, "waiting, inside the all-reduce": waiting}, **legend)
     fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 
