@@ -29,18 +29,10 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
     for op in ops:
         pts = sorted((r["nbytes"], r["busbw"]) for r in rows if r["op"] == op)
         colour = style.PALETTE[OP_COLOURS.get(op, "black")]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=op, linewidth=st.line_width)
+        ax.plot(*zip(*pts), marker="o", color=colour, label=op, linewidth=st.line_width)
         if reference and reference.get(op):
-            ref = sorted(reference[op])
-            ax.plot(
-                [p[0] for p in ref],
-                [p[1] for p in ref],
-                linestyle="--",
-                color=colour,
-                alpha=0.6,
-                linewidth=st.line_width * 0.8,
-                label=f"{op} (nccl-tests, 2 x H200)",
-            )
+            dashed = dict(linestyle="--", color=colour, alpha=0.6, linewidth=st.line_width * 0.8)
+            ax.plot(*zip(*sorted(reference[op])), **dashed, label=f"{op} (nccl-tests, 2 x H200)")
     sizes = sorted({r["nbytes"] for r in rows})
     _size_ticks(ax, sizes)
     ax.set(yscale="log", xlabel="message size", ylabel="busbw (GB/s)")
