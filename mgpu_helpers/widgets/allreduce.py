@@ -251,34 +251,35 @@ def _view_titles(steps, k: int):
 def draw_step(steps, k: int):
     """Figure of frame ``k`` of ``steps`` (:class:`~mgpu_helpers.models.collective_steps.RingSteps`): the one-call
     all-reduce on the left, reduce-scatter + all-gather on the right. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
-    n = steps.world_size
     with cjk_fonts():
-        fig, axes = plt.subplots(1, 2, figsize=style.figsize(2 * (0.75 * n + 1.6), 0.55 * n + 1.0))
-        one, two = _view_titles(steps, k)
-        _draw_frame(axes[0], steps, k, False, one)
-        _draw_frame(axes[1], steps, k, True, two)
+        fig = _frames_figure(steps, [k], sent=False)
         fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.88, wspace=0.1)
+    return fig
+
+
+def _frames_figure(steps, keys, sent: bool):
+    """Frames ``keys`` as columns, one all-reduce in the top row, reduce-scatter + all-gather in the bottom one
+    (side by side for a single frame); ``sent`` adds the bytes each rank has sent to the titles."""
+    import matplotlib.pyplot as plt
+
+    n, cols = steps.world_size, len(keys)
+    shape = (2, cols) if cols > 1 else (1, 2)
+    fig, axes = plt.subplots(*shape, figsize=style.figsize(shape[1] * (0.75 * n + 1.6), shape[0] * (0.55 * n + 1.0)))
+    axes = axes.reshape(2, cols)
+    for col, k in enumerate(keys):
+        extra = f"  [{steps.frames[k].sent[0]:.3g} S]" if sent else ""
+        for row, title in enumerate(_view_titles(steps, k)):
+            _draw_frame(axes[row, col], steps, k, bool(row), title + extra)
     return fig
 
 
 def draw_rs_ag_vs_all_reduce(steps):
     """Static figure: the input, the end of the reduce-scatter half and the end, for both ways (rows), with
     the bytes each rank has sent at each moment. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
-    n = steps.world_size
-    keys = (0, steps.rs_done, len(steps.frames) - 1)
     with cjk_fonts():
-        fig, axes = plt.subplots(2, 3, figsize=style.figsize(3 * (0.75 * n + 1.6), 2 * (0.55 * n + 1.0)))
-        for col, k in enumerate(keys):
-            one, two = _view_titles(steps, k)
-            sent = f"  [{steps.frames[k].sent[0]:.3g} S]"
-            _draw_frame(axes[0, col], steps, k, False, one + sent)
-            _draw_frame(axes[1, col], steps, k, True, two + sent)
+        fig = _frames_figure(steps, (0, steps.rs_done, len(steps.frames) - 1), sent=True)
         fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.92, wspace=0.1, hspace=0.25)
     return fig
 

@@ -15,12 +15,7 @@ from mgpu_helpers.report import tables
 from mgpu_helpers.widgets import style
 from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
-PART_LABELS = {
-    "params": "parameters",
-    "grads": "gradients",
-    "optimizer": "optimizer state",
-    "activations": "activations",
-}
+PART_LABELS = dict(params="parameters", grads="gradients", optimizer="optimizer state", activations="activations")
 PART_LABELS_ZH = memory.PART_ZH
 STRATEGY_ZH = {
     "replicate": "整份复制",
@@ -125,12 +120,8 @@ def draw_strategies(rows, title: str | None = None):
         ax_m.set_xlim(0, top)
         ax_m.set_yticks(ys, names)
         ax_m.invert_yaxis()
-        ax_m.set_xlabel(
-            zh_or_en(
-                f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
-                f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU",
-            )
-        )
+        zh = f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB"
+        ax_m.set_xlabel(zh_or_en(zh, f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU"))
         sent = [r.step_bytes for r in rows]
         known = [b for b in sent if b is not None] or [1.0]
         ax_b.barh(ys, [b or 0 for b in sent], color=style.KIND_COLOURS["communicate"], height=0.6)
