@@ -39,11 +39,10 @@ def reference_header(op: str) -> list[str]:
 
 
 def load_reference(op: str) -> list[dict]:
-    """nccl-tests rows recorded on 2 x H200 for ``op`` (all_reduce, reduce_scatter, all_gather or sendrecv); rs_ag has no nccl-tests
-    counterpart and gives []."""
-    return (
-        parse_nccl_tests(recorded.text(f"nccltests_{op}.txt")) if recorded.path(f"nccltests_{op}.txt").exists() else []
-    )
+    """nccl-tests rows recorded on 2 x H200 for ``op`` (all_reduce, reduce_scatter, all_gather or sendrecv);
+    rs_ag has no nccl-tests counterpart and gives []."""
+    name = f"nccltests_{op}.txt"
+    return parse_nccl_tests(recorded.text(name)) if recorded.path(name).exists() else []
 
 
 # Which nccl-tests column matches how mgpu_helpers.measure.sweep runs each op: all_reduce works in place on
@@ -74,8 +73,7 @@ def compare_with_reference(rows) -> list[dict]:
     recorded table has that size; None elsewhere. Only NCCL rows on 2 ranks are compared: the reference
     was measured with NCCL on 2 GPUs, and gloo on the CPU is a different thing altogether."""
     out = []
-    for r in rows:
-        d = r.as_dict() if hasattr(r, "as_dict") else dict(r)
+    for d in map(tables.as_dict, rows):
         ref = reference_busbw(d["op"], d["nbytes"]) if d.get("world_size") == 2 and d.get("backend") == "nccl" else None
         out.append(
             dict(d, ref_busbw=ref, ratio=d["busbw"] / ref if ref else None, size=sizes.format_bytes(d["nbytes"]))

@@ -81,8 +81,7 @@ def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | No
     """Figure: each rank's input (left) and output (right) of collective ``name``.
 
     ``inputs``: list (per rank) of lists of numbers; ``outputs``: the same, None for a rank that receives
-    nothing. Returns the matplotlib Figure (made with pyplot, so Jupyter's inline backend shows it at the end of
-    the cell; close it with ``plt.close(fig)`` when drawing many).
+    nothing.
     """
     import matplotlib.pyplot as plt
 
@@ -111,7 +110,6 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     ``records[rank]`` is what :func:`mgpu_helpers.lessons.ring.ring_all_reduce_steps` returned on that rank
     (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
     each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
-    Returns the matplotlib Figure (made with pyplot, shown by Jupyter's inline backend).
     """
     import matplotlib.pyplot as plt
 

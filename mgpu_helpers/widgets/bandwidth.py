@@ -5,6 +5,7 @@ plot): :func:`draw_busbw` (busbw per op against size, log-log, with the nccl-tes
 given) and :func:`draw_step_breakdown` (compute / wait / communicate per message size, stacked).
 """
 
+from mgpu_helpers.report import tables
 from mgpu_helpers.report.sizes import format_bytes
 from mgpu_helpers.widgets import style
 
@@ -22,7 +23,7 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
     drawn dashed (e.g. :func:`mgpu_helpers.report.nccltests.reference_curves`). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
     import matplotlib.pyplot as plt
 
-    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in rows]
+    rows = [tables.as_dict(r) for r in rows]
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
     ops = list(dict.fromkeys(r["op"] for r in rows))

@@ -49,11 +49,7 @@ ARROWS = ["one process per GPU;\nNCCL moves\ndevice memory", "a process group\nl
 
 
 def draw_knowledge_map(highlight: int | None = None):
-    """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none).
-
-    Returns the matplotlib Figure (made with pyplot, so Jupyter's inline backend shows it at the end of
-    the cell; close it with ``plt.close(fig)`` when drawing many).
-    """
+    """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 

@@ -208,6 +208,8 @@ def show_sharding(
     """
     import ipywidgets as W
 
+    choices = [(STRATEGY_ZH[s], s) for s in memory.STRATEGIES]
+
     def slider(desc, value, hi):
         return W.FloatSlider(value=value, min=0, max=hi, step=0.5, description=desc, continuous_update=False)
 
@@ -218,16 +220,12 @@ def show_sharding(
         activations=slider("激活 GB", activations, 200),
         world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPU 数", continuous_update=False),
         capacity=slider("单卡 GB", capacity, 192),
-        strategy=W.Dropdown(
-            options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], value=strategy, description="策略"
-        ),
+        strategy=W.Dropdown(options=choices, value=strategy, description="策略"),
         weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False),
     )
     goal = W.HTML()
     note = W.HTML()
-    guess = W.SelectMultiple(
-        options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], rows=len(memory.STRATEGIES), description="我的预测"
-    )
+    guess = W.SelectMultiple(options=choices, rows=len(choices), description="我的预测")
     reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
     out = W.Output()
     answer = W.Output()
@@ -236,8 +234,7 @@ def show_sharding(
     def current():
         v = {k: c.value for k, c in controls.items()}
         w = _weights(v["weights"], v["world_size"])
-        sizes = dict(params=v["params"], grads=v["grads"], optimizer=v["optimizer"], activations=v["activations"])
-        return v, w, sizes
+        return v, w, {part: v[part] for part in memory.PARTS}
 
     def draw_answer():
         v, w, sizes = current()

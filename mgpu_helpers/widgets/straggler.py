@@ -1,16 +1,14 @@
 """Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
 
 Only drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
-take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`) and return a matplotlib
-Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them with the runner it is
-given (:func:`mgpu_helpers.measure.straggler.run_traced` launches real ranks), see the timeline. The waits
-and medians are computed in :mod:`mgpu_helpers.measure.straggler`.
+take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`);
+:func:`show_straggler` runs shards with the runner it is given and draws the timeline. The waits and medians
+are computed in :mod:`mgpu_helpers.measure.straggler`.
 
-Waiting inside the collective: :func:`draw_inside` draws a run without the timestamp barrier (or the model's
-:func:`model_run`) with the waiting hatched *inside* each early rank's all-reduce bar, as a profiler trace
-would hold it. :func:`show_dials` gives two dials, communication against compute and how late the slow rank
-is, and redraws the model at once (no ranks are launched, so it stays quick and works in a static export
-through :func:`draw_dials`).
+Waiting inside the collective: :func:`draw_inside` hatches the waiting *inside* each early rank's all-reduce
+bar, as a profiler trace holds it, for a run without the timestamp barrier or the model's :func:`model_run`;
+:func:`show_dials` redraws the model at once (no ranks are launched, so it stays quick; :func:`draw_dials`
+gives its picture for a static export).
 """
 
 from mgpu_helpers.measure.straggler import wait_by_rank  # the label beside each bar
