@@ -48,10 +48,8 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     import matplotlib.pyplot as plt
 
     st = style.current()
-    rows = sum(len(v) for v in runs.values())
-    fig, axes = plt.subplots(
-        len(runs), 1, sharex=True, squeeze=False, figsize=style.figsize(8, 0.75 * rows + 1.1 * len(runs))
-    )
+    size = style.figsize(8, 0.75 * sum(len(v) for v in runs.values()) + 1.1 * len(runs))
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     right = 0.0
     for ax, (title, spans_per_rank) in zip(axes[:, 0], runs.items()):
         if steps is not None:

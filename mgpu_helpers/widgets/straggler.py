@@ -29,9 +29,8 @@ def _bars(ax, r: int, spans, t0: float, kinds) -> None:
     for kind in kinds:
         ranges = [((s.start - t0) * 1e3, s.seconds * 1e3) for s in spans if s.kind == kind and s.seconds > 0]
         if ranges:
-            ax.broken_barh(
-                ranges, (r - 0.3, 0.6), facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5
-            )
+            look = dict(facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5)
+            ax.broken_barh(ranges, (r - 0.3, 0.6), **look)
 
 
 def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> float:
@@ -77,10 +76,8 @@ def draw_comparison(runs: dict):
     """Several runs (``{title: spans_per_rank}``) stacked, each from its own start, on one shared time axis."""
     import matplotlib.pyplot as plt
 
-    n_rows = sum(len(v) for v in runs.values())
-    fig, axes = plt.subplots(
-        len(runs), 1, sharex=True, squeeze=False, figsize=style.figsize(8, 0.55 * n_rows + 1.2 * len(runs))
-    )
+    size = style.figsize(8, 0.55 * sum(len(v) for v in runs.values()) + 1.2 * len(runs))
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     # The axes share x, so each run's own limit replaces the one before: the longest run sets the scale.
     right = max(_draw(ax, spans, _origin(spans), title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
     axes[0, 0].set_xlim(0, right)
