@@ -20,10 +20,7 @@ BUSBW_FACTORS = {
     "all_reduce": lambda world_size: 2 * (world_size - 1) / world_size,
     "reduce_scatter": lambda world_size: (world_size - 1) / world_size,
     "all_gather": lambda world_size: (world_size - 1) / world_size,
-    "broadcast": lambda world_size: 1.0,
-    "reduce": lambda world_size: 1.0,
-    "sendrecv": lambda world_size: 1.0,
-}
+} | dict.fromkeys(("broadcast", "reduce", "sendrecv"), lambda world_size: 1.0)
 
 
 def _known(op: str, world_size: int) -> None:

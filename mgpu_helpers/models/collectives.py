@@ -11,14 +11,9 @@ import numpy as np
 COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter")
 #: The ``torch.distributed`` functions that carry out each collective: the one-tensor form first (all-gather and
 #: reduce-scatter of whole tensors), then the form that takes a list of tensors where torch has both.
-TORCH_FUNCTIONS = {
-    "broadcast": ("broadcast",),
-    "reduce": ("reduce",),
-    "all_reduce": ("all_reduce",),
+TORCH_FUNCTIONS = {name: (name,) for name in COLLECTIVES} | {
     "all_gather": ("all_gather_into_tensor", "all_gather"),
     "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter"),
-    "gather": ("gather",),
-    "scatter": ("scatter",),
 }
 ROOT = 0
 #: Collectives whose result depends on the reduce op.

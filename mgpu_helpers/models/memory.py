@@ -10,12 +10,8 @@ from dataclasses import dataclass
 from mgpu_helpers.models.bandwidth import BUSBW_FACTORS
 
 PARTS = ("params", "grads", "optimizer", "activations")
-PART_ZH = {
-    "params": "参数",
-    "grads": "梯度",
-    "optimizer": "优化器状态",
-    "activations": "激活",
-}  # how the lessons name them
+# How the lessons name them.
+PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 
 # For each strategy: which parts are split across ranks (the rest is replicated: every rank holds all of it).
 STRATEGIES = {
@@ -94,14 +90,10 @@ class MemoryPlan:
         mean = sum(self.totals) / len(self.totals)
         return max(self.totals) / mean if mean > 0 else 1.0
 
-    def summary(self) -> str:
-        per = ", ".join(f"{t:g}" for t in self.totals)
-        verdict = "fits" if self.fits else "does NOT fit"
-        rep = ", ".join(self.replicated) or "nothing"
-        return (
-            f"{self.strategy} on {len(self.ranks)} rank(s): per rank [{per}] vs capacity "
-            f"{self.capacity:g} -> {verdict}; replicated: {rep}"
-        )
+
+def _check_world_size(world_size) -> None:
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
 
 
 def memory_plan(
@@ -123,8 +115,7 @@ def memory_plan(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
-    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    _check_world_size(world_size)
     if weights is None:
         weights = [1.0] * world_size
     if len(weights) != world_size or any(w < 0 for w in weights) or sum(weights) <= 0:
@@ -138,15 +129,9 @@ def memory_plan(
         RankMemory(r, **{p: sizes[p] * (weights[r] / total_w) if p in sharded else sizes[p] for p in PARTS})
         for r in range(world_size)
     ]
-    replicated = tuple(p for p in PARTS if p not in sharded and sizes[p] > 0)
-    return MemoryPlan(
-        strategy,
-        capacity,
-        tuple(ranks),
-        replicated,
-        tuple(p for p in PARTS if p in sharded and sizes[p] > 0),
-        STRATEGY_NOTES[strategy],
-    )
+    held = [p for p in PARTS if sizes[p] > 0]
+    replicated, split = tuple(p for p in held if p not in sharded), tuple(p for p in held if p in sharded)
+    return MemoryPlan(strategy, capacity, tuple(ranks), replicated, split, STRATEGY_NOTES[strategy])
 
 
 # -- communication per training step ------------------------------------------------------------------------
@@ -182,8 +167,7 @@ def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: 
         return None
     if strategy not in STEP_COLLECTIVES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
-    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    _check_world_size(world_size)
     sizes = dict(params=params, grads=grads)
     return float(sum(BUSBW_FACTORS[op](world_size) * sizes[part] for op, part in STEP_COLLECTIVES[strategy]))
 

@@ -72,14 +72,8 @@ def occupancy(block: int, regs_per_thread: int, smem_per_block: int = 0, limits:
     lim = limits
     warps_per_block = math.ceil(block / lim.warp_size)
     if block > lim.max_threads_per_block:
-        return Occupancy(
-            block,
-            regs_per_thread,
-            0,
-            0,
-            lim.max_warps_per_sm,
-            f"block > {lim.max_threads_per_block} threads: cannot launch",
-        )
+        why = f"block > {lim.max_threads_per_block} threads: cannot launch"
+        return Occupancy(block, regs_per_thread, 0, 0, lim.max_warps_per_sm, why)
     candidates = {"threads": lim.max_warps_per_sm // warps_per_block, "blocks": lim.max_blocks_per_sm}
     if regs_per_thread > 0:
         regs_per_warp = math.ceil(regs_per_thread * lim.warp_size / lim.reg_alloc_unit) * lim.reg_alloc_unit

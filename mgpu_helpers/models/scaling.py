@@ -10,13 +10,3 @@ def speedup(t1_s: float, tn_s: float) -> float:
     if tn_s <= 0:
         raise ValueError(f"tn_s must be positive, got {tn_s}")
     return t1_s / tn_s
-
-
-def strong_scaling_efficiency(t1_s: float, tn_s: float, world_size: int) -> float:
-    """Strong scaling (same total problem on world_size ranks): ``t1 / (world_size * tn)``; 1.0 is perfect."""
-    return speedup(t1_s, tn_s) / world_size
-
-
-def weak_scaling_efficiency(t1_s: float, tn_s: float) -> float:
-    """Weak scaling (problem grows with the ranks, same work per rank): ``t1 / tn``; 1.0 is perfect."""
-    return speedup(t1_s, tn_s)

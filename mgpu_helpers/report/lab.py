@@ -141,11 +141,8 @@ def build_report(
         note="algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
         "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。",
     )
-    report.add_table(
-        "一步的时间拆分：计算 / 等待 / All-Reduce",
-        [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows],
-        STEP_COLUMNS,
-    )
+    steps = [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows]
+    report.add_table("一步的时间拆分：计算 / 等待 / All-Reduce", steps, STEP_COLUMNS)
     report.add_table(
         "All-Reduce 与 Reduce-Scatter + All-Gather",
         compare["rows"],
@@ -171,12 +168,11 @@ def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) 
     median wait at size i (:func:`mgpu_helpers.measure.sweep.per_rank_wait_us`); ``rounds``: the repeated
     ``{op: time_us}`` of :func:`mgpu_helpers.measure.sweep.run_repeats`; ``sweep_rows``: the sweep's rows;
     ``peak_GBps``: the link's peak one way (None when unknown)."""
-    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in sweep_rows]
     return {
         "step_rows": [dict(r) for r in step_rows],
         "wait_us": [list(w) for w in wait_us],
         "rounds": [dict(r) for r in rounds],
-        "sweep_rows": rows,
+        "sweep_rows": [tables.as_dict(r) for r in sweep_rows],
         "peak_GBps": peak_GBps,
         "world_size": world_size,
     }

@@ -9,8 +9,6 @@ import re
 
 from mgpu_helpers.report import recorded, sizes, tables
 
-RECORDED_OPS = ("all_reduce", "reduce_scatter", "all_gather", "sendrecv")
-
 _ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+"
     + r"\s+".join([r"([\d.]+)"] * 3)
@@ -20,26 +18,18 @@ _ROW = re.compile(
 )
 
 
+# The timed columns, out-of-place then in-place.
+_TIMES = ("time_us", "algbw", "busbw", "inplace_time_us", "inplace_algbw", "inplace_busbw")
+
+
 def parse_nccl_tests(text: str) -> list[dict]:
     """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop, time_us, algbw, busbw``
     (out-of-place) and ``inplace_time_us, inplace_algbw, inplace_busbw``; comment lines are skipped."""
     rows = []
     for m in filter(None, map(_ROW.match, text.splitlines())):  # a comment line starts with "#", never matches
-        g = m.groups()
-        rows.append(
-            {
-                "nbytes": int(g[0]),
-                "count": int(g[1]),
-                "type": g[2],
-                "redop": g[3],
-                "time_us": float(g[5]),
-                "algbw": float(g[6]),
-                "busbw": float(g[7]),
-                "inplace_time_us": float(g[9]),
-                "inplace_algbw": float(g[10]),
-                "inplace_busbw": float(g[11]),
-            }
-        )
+        g = m.groups()  # g[4] is the root, g[8] and g[12] the error counts
+        row = {"nbytes": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3]}
+        rows.append(row | dict(zip(_TIMES, map(float, g[5:8] + g[9:12]))))
     return rows
 
 
@@ -49,11 +39,10 @@ def reference_header(op: str) -> list[str]:
 
 
 def load_reference(op: str) -> list[dict]:
-    """nccl-tests rows recorded on 2 x H200 for ``op`` (one of :data:`RECORDED_OPS`); rs_ag has no nccl-tests
-    counterpart and gives []."""
-    return (
-        parse_nccl_tests(recorded.text(f"nccltests_{op}.txt")) if recorded.path(f"nccltests_{op}.txt").exists() else []
-    )
+    """nccl-tests rows recorded on 2 x H200 for ``op`` (all_reduce, reduce_scatter, all_gather or sendrecv);
+    rs_ag has no nccl-tests counterpart and gives []."""
+    name = f"nccltests_{op}.txt"
+    return parse_nccl_tests(recorded.text(name)) if recorded.path(name).exists() else []
 
 
 # Which nccl-tests column matches how mgpu_helpers.measure.sweep runs each op: all_reduce works in place on
@@ -84,8 +73,7 @@ def compare_with_reference(rows) -> list[dict]:
     recorded table has that size; None elsewhere. Only NCCL rows on 2 ranks are compared: the reference
     was measured with NCCL on 2 GPUs, and gloo on the CPU is a different thing altogether."""
     out = []
-    for r in rows:
-        d = r.as_dict() if hasattr(r, "as_dict") else dict(r)
+    for d in map(tables.as_dict, rows):
         ref = reference_busbw(d["op"], d["nbytes"]) if d.get("world_size") == 2 and d.get("backend") == "nccl" else None
         out.append(
             dict(d, ref_busbw=ref, ratio=d["busbw"] / ref if ref else None, size=sizes.format_bytes(d["nbytes"]))
@@ -134,7 +122,8 @@ def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
     from mgpu_helpers.models import bandwidth
 
     tkey, bkey = ("inplace_time_us", "inplace_busbw") if inplace else ("time_us", "busbw")
-    got = {op: recorded_row(op, nbytes) for op in ("all_reduce", "reduce_scatter", "all_gather")}
+    ops = ("all_reduce", "reduce_scatter", "all_gather")
+    got = {op: recorded_row(op, nbytes) for op in ops}
     missing = [op for op, r in got.items() if r is None]
     if missing:
         raise ValueError(
@@ -145,18 +134,10 @@ def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
     rs_ag_us = t["reduce_scatter"] + t["all_gather"]
     rs_ag_busbw = bandwidth.busbw("all_reduce", nbytes, rs_ag_us / 1e6, 2) / 1e9
     launch_us = sum(min(r[tkey] for r in load_reference(op)) for op in ("reduce_scatter", "all_gather"))
-    return {
-        "nbytes": nbytes,
-        "inplace": inplace,
-        "all_reduce_us": t["all_reduce"],
-        "reduce_scatter_us": t["reduce_scatter"],
-        "all_gather_us": t["all_gather"],
-        "rs_ag_us": rs_ag_us,
-        "all_reduce_busbw": got["all_reduce"][bkey],
-        "reduce_scatter_busbw": got["reduce_scatter"][bkey],
-        "all_gather_busbw": got["all_gather"][bkey],
-        "rs_ag_busbw": rs_ag_busbw,
-        "time_ratio": rs_ag_us / t["all_reduce"],
-        "busbw_ratio": rs_ag_busbw / got["all_reduce"][bkey],
-        "launch_us": launch_us,
-    }
+    return (
+        {"nbytes": nbytes, "inplace": inplace}
+        | {f"{op}_us": t[op] for op in ops}
+        | {f"{op}_busbw": got[op][bkey] for op in ops}
+        | {"rs_ag_us": rs_ag_us, "rs_ag_busbw": rs_ag_busbw, "launch_us": launch_us}
+        | {"time_ratio": rs_ag_us / t["all_reduce"], "busbw_ratio": rs_ag_busbw / got["all_reduce"][bkey]}
+    )

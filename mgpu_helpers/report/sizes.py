@@ -9,19 +9,8 @@ import argparse
 import re
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-UNITS = {
-    "": 1,
-    "B": 1,
-    "K": KiB,
-    "KB": KiB,
-    "KIB": KiB,
-    "M": MiB,
-    "MB": MiB,
-    "MIB": MiB,
-    "G": GiB,
-    "GB": GiB,
-    "GIB": GiB,
-}
+# Upper-case unit -> bytes: "", "B", then K, KB, KIB and the same for M and G.
+UNITS = {"": 1, "B": 1} | {p + s: size for p, size in (("K", KiB), ("M", MiB), ("G", GiB)) for s in ("", "B", "IB")}
 FLOAT32_BYTES = 4
 
 

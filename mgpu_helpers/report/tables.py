@@ -8,7 +8,8 @@ None value prints as "-".
 import unicodedata
 
 
-def _as_dict(row) -> dict:
+def as_dict(row) -> dict:
+    """A row as a dict: measured rows are dataclasses with ``as_dict()``, or dicts already."""
     return row.as_dict() if hasattr(row, "as_dict") else dict(row)
 
 
@@ -31,7 +32,7 @@ def format_table(rows, columns, sep: str = "  ", title: str = "", left=()) -> st
     """A fixed-width text table: ``title`` (when given), a header line, a rule, one line per row; the first
     column and those whose key is in ``left`` (text, say) left-aligned, the others right-aligned, each as wide
     as its widest entry, ``sep`` between them."""
-    cells = [[cell_text(_as_dict(r).get(k), f) for k, _, f in columns] for r in rows]
+    cells = [[cell_text(as_dict(r).get(k), f) for k, _, f in columns] for r in rows]
     heads = [h for _, h, _ in columns]
     widths = [max(_width(v) for v in [h] + [line[i] for line in cells]) for i, h in enumerate(heads)]
 
@@ -53,5 +54,5 @@ def markdown_table(rows, columns) -> str:
 
     head = "| " + " | ".join(h for _, h, _ in columns) + " |"
     sep = "| " + " | ".join("---" for _ in columns) + " |"
-    body = ["| " + " | ".join(cell(_as_dict(r).get(k), f) for k, _, f in columns) + " |" for r in rows]
+    body = ["| " + " | ".join(cell(as_dict(r).get(k), f) for k, _, f in columns) + " |" for r in rows]
     return "\n".join([head, sep] + body)

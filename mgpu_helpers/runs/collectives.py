@@ -5,8 +5,8 @@ can pick a collective, an op and a world size and see every rank's input and out
 
 - :func:`run_collective` (inside a rank) calls collective ``name`` on the rank's input and returns its output;
 - :func:`collective_rank_fn` is the rank function for ``run_ranks`` (lists in, lists out);
-- :func:`launch_collective` launches ranks with it and compares with :func:`mgpu_helpers.models.collectives.expected_outputs`;
-- :func:`run_and_draw` does that and draws the result (:func:`mgpu_helpers.widgets.allreduce.draw_collective`).
+- :func:`launch_collective` launches ranks with it and compares with
+  :func:`mgpu_helpers.models.collectives.expected_outputs`; :func:`run_and_draw` also draws the result.
 
 "avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
 """
@@ -112,19 +112,10 @@ def launch_collective(
     return CollectiveRun(name, op, pattern, res.backend, inputs, res.values, ok)
 
 
-def run_and_draw(
-    name: str = "all_reduce",
-    world_size: int = 4,
-    pattern: str = "rank",
-    op: str = "sum",
-    length: int | None = None,
-    backend: str = "auto",
-):
-    """:func:`launch_collective`, then the figure of it. Returns ``(figure, run)``."""
+def run_and_draw(*args, **kwargs):
+    """:func:`launch_collective` (the same arguments), then the figure of it. Returns ``(figure, run)``."""
     from mgpu_helpers.widgets import allreduce
 
-    run = launch_collective(name, world_size, pattern, op, length, backend)
-    fig = allreduce.draw_collective(
-        name, run.inputs, run.outputs, op, title=f"{name} on {world_size} ranks ({run.backend}), pattern '{pattern}'"
-    )
-    return fig, run
+    run = launch_collective(*args, **kwargs)
+    title = f"{run.name} on {len(run.inputs)} ranks ({run.backend}), pattern '{run.pattern}'"
+    return allreduce.draw_collective(run.name, run.inputs, run.outputs, run.op, title=title), run

@@ -1,15 +1,12 @@
 """The all-reduce results widget: each rank's input and output, side by side, from a real run.
 
-Pure drawings (tested, no torch; the inputs and the expected outputs come from
-:mod:`mgpu_helpers.models.collectives`): :func:`draw_collective` (a matplotlib Figure from recorded inputs/outputs; renders in static HTML) and :func:`draw_ring_steps`
-(which chunk each rank holds after every step of the hand-written ring).
-Step by step (pure drawing, data in, figure out): :func:`draw_step` draws one frame of
-:func:`mgpu_helpers.models.collective_steps.ring_all_reduce_steps` for one all-reduce and for a reduce-scatter
-followed by an all-gather; :func:`draw_rs_ag_vs_all_reduce` puts the key frames in one static figure;
-:func:`show_steps` adds a step slider.
-Live part: :func:`show_allreduce` puts ipywidgets around a runner (collective, op, world size, pattern, a
-Run button); the caller passes the runner that launches the ranks,
-:func:`mgpu_helpers.runs.collectives.run_and_draw`.
+Pure drawings (data in, matplotlib Figure out, no torch; the expected outputs come from
+:mod:`mgpu_helpers.models.collectives`): :func:`draw_collective` (recorded inputs and outputs; renders in static
+HTML), :func:`draw_ring_steps` (which chunk each rank holds after every step of the hand-written ring),
+:func:`draw_step` (one frame of :func:`mgpu_helpers.models.collective_steps.ring_all_reduce_steps`: one all-reduce
+beside a reduce-scatter followed by an all-gather) and :func:`draw_rs_ag_vs_all_reduce` (their key frames).
+Widgets: :func:`show_steps` adds a step slider; :func:`show_allreduce` puts controls and a Run button around the
+runner the caller passes, which launches the ranks (:func:`mgpu_helpers.runs.collectives.run_and_draw`).
 """
 
 import numpy as np
@@ -23,6 +20,10 @@ def _fmt(v: float) -> str:
     return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
 
 
+# A box's label: centred, and left out of the layout (hundreds of texts made constrained layout slow).
+_CENTRED = dict(ha="center", va="center", in_layout=False)
+
+
 def _table(ax, rows, title: str, colours) -> None:
     """Draw rows of numbers as a grid of boxes; a None row is drawn as 'nothing received'."""
     st = style.current()
@@ -31,28 +32,11 @@ def _table(ax, rows, title: str, colours) -> None:
     for r, row in enumerate(rows):
         ax.text(-0.55, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size)
         if row is None:
-            ax.text(
-                0,
-                r,
-                "(receives nothing)",
-                ha="left",
-                va="center",
-                fontsize=st.font_size * 0.9,
-                color=style.PALETTE["grey"],
-                style="italic",
-            )
-            continue
-        for i, v in enumerate(row):
+            grey = dict(color=style.PALETTE["grey"], style="italic")
+            ax.text(0, r, "(receives nothing)", ha="left", va="center", fontsize=st.font_size * 0.9, **grey)
+        for i, v in enumerate(row or ()):
             boxes.append(_box(i, r, colours[r % len(colours)]))
-            ax.text(
-                i,
-                r,
-                _fmt(v),
-                ha="center",
-                va="center",
-                fontsize=st.font_size * (0.9 if width < 10 else 0.7),
-                in_layout=False,
-            )
+            ax.text(i, r, _fmt(v), fontsize=st.font_size * (0.9 if width < 10 else 0.7), **_CENTRED)
     _add_boxes(ax, boxes)
     _finish(ax, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
 
@@ -72,19 +56,22 @@ def _add_boxes(ax, boxes) -> None:
     ax.add_collection(PatchCollection(boxes, match_original=True), autolim=False)
 
 
-def _box(x, y, colour):
-    from matplotlib.patches import FancyBboxPatch
+def _box(x, y, colour, rounded: bool = True):
+    """One value's box; plain rectangles where a frame has n * n of them (rounded boxes draw slowly)."""
+    from matplotlib.patches import FancyBboxPatch, Rectangle
 
-    return FancyBboxPatch(
-        (x - 0.42, y - 0.36),
-        0.84,
-        0.72,
-        boxstyle="round,pad=0.02",
-        facecolor=colour,
-        alpha=0.35,
-        edgecolor=colour,
-        linewidth=style.current().line_width / 2,
-    )
+    look = dict(facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=style.current().line_width / 2)
+    if rounded:
+        return FancyBboxPatch((x - 0.42, y - 0.36), 0.84, 0.72, boxstyle="round,pad=0.02", **look)
+    return Rectangle((x - 0.42, y - 0.36), 0.84, 0.72, **look)
+
+
+def _outline(x, y):
+    """The frame around the chunk a rank has just received."""
+    from matplotlib.patches import Rectangle
+
+    black = style.PALETTE["black"]
+    return Rectangle((x - 0.46, y - 0.4), 0.92, 0.8, fill=False, edgecolor=black, linewidth=style.current().line_width)
 
 
 _RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple", "sky", "vermillion", "yellow", "grey")]
@@ -94,8 +81,7 @@ def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | No
     """Figure: each rank's input (left) and output (right) of collective ``name``.
 
     ``inputs``: list (per rank) of lists of numbers; ``outputs``: the same, None for a rank that receives
-    nothing. Returns the matplotlib Figure (made with pyplot, so Jupyter's inline backend shows it at the end of
-    the cell; close it with ``plt.close(fig)`` when drawing many).
+    nothing.
     """
     import matplotlib.pyplot as plt
 
@@ -124,7 +110,6 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     ``records[rank]`` is what :func:`mgpu_helpers.lessons.ring.ring_all_reduce_steps` returned on that rank
     (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
     each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
-    Returns the matplotlib Figure (made with pyplot, shown by Jupyter's inline backend).
     """
     import matplotlib.pyplot as plt
 
@@ -140,8 +125,6 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
     grid = np.atleast_2d(fig.subplots(2 if steps > 1 else 1, cols))
     for ax in grid.flat:
         ax.axis("off")
-    from matplotlib.patches import Rectangle
-
     # The ring's chunks: contiguous, the first length % n one element longer (as torch.tensor_split cuts them).
     chunk_of = np.concatenate([[c] * len(part) for c, part in enumerate(np.array_split(np.arange(length), n))])
     for k in range(steps):
@@ -149,33 +132,16 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
         phase, step, _sent, _recv = records[0][k][:4]
         boxes, outlines = [], []
         for r in range(n):
-            values = np.asarray(records[r][k][-1], dtype=float)
             got = records[r][k][3]
-            for i, v in enumerate(values):
+            for i, v in enumerate(np.asarray(records[r][k][-1], dtype=float)):
                 boxes.append(_box(i, r, _RANK_COLOURS[chunk_of[i] % len(_RANK_COLOURS)]))
                 if got is not None and chunk_of[i] == got:
-                    outlines.append(
-                        Rectangle(
-                            (i - 0.46, r - 0.4),
-                            0.92,
-                            0.8,
-                            fill=False,
-                            edgecolor=style.PALETTE["black"],
-                            linewidth=st.line_width,
-                        )
-                    )
-                ax.text(
-                    i, r, _label(v, n, as_ranks), ha="center", va="center", fontsize=st.font_size * 0.7, in_layout=False
-                )
+                    outlines.append(_outline(i, r))
+                ax.text(i, r, _label(v, n, as_ranks), fontsize=st.font_size * 0.7, **_CENTRED)
             ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
         _add_boxes(ax, boxes + outlines)
-        _finish(
-            ax,
-            (-2.0, length - 0.4),
-            (n - 0.4, -0.8),
-            "input" if phase == "input" else f"{phase} step {step + 1}",
-            st.font_size * 0.85,
-        )
+        title = "input" if phase == "input" else f"{phase} step {step + 1}"
+        _finish(ax, (-2.0, length - 0.4), (n - 0.4, -0.8), title, st.font_size * 0.85)
     return fig
 
 
@@ -243,8 +209,6 @@ def step_caption(steps, k: int) -> str:
 def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
     """One frame on ``ax``: ranks as rows, chunks as columns. ``split``: the reduce-scatter + all-gather view,
     in which, between the two calls, a rank keeps only its own chunk (the others are not part of the result)."""
-    from matplotlib.patches import Rectangle
-
     st = style.current()
     f = steps.frames[k]
     n = steps.world_size
@@ -252,52 +216,15 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
     for r in range(n):
         ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.8)
         for c in range(n):
-            kept = not (split and f.phase == "reduce_scatter" and k == steps.rs_done and c != steps.owned_after_rs(r))
+            if split and f.phase == "reduce_scatter" and k == steps.rs_done and c != steps.owned_after_rs(r):
+                ax.text(c, r, "—", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8, **_CENTRED)
+                continue
             full = len(f.holds[r][c]) == n
-            colour = style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)]
-            if kept:  # plain rectangles: a frame has n * n of them, and rounded boxes draw slowly
-                boxes.append(
-                    Rectangle(
-                        (c - 0.42, r - 0.36),
-                        0.84,
-                        0.72,
-                        facecolor=colour,
-                        alpha=0.35,
-                        edgecolor=colour,
-                        linewidth=st.line_width / 2,
-                    )
-                )
-                ax.text(
-                    c,
-                    r,
-                    _ranks_label(f.holds[r][c], n),
-                    ha="center",
-                    va="center",
-                    fontsize=st.font_size * (0.75 if n <= 4 else 0.55),
-                    in_layout=False,
-                )
-            else:
-                ax.text(
-                    c,
-                    r,
-                    "—",
-                    ha="center",
-                    va="center",
-                    color=style.PALETTE["grey"],
-                    fontsize=st.font_size * 0.8,
-                    in_layout=False,
-                )
-            if f.received[r] == c and kept:
-                outlines.append(
-                    Rectangle(
-                        (c - 0.46, r - 0.4),
-                        0.92,
-                        0.8,
-                        fill=False,
-                        edgecolor=style.PALETTE["black"],
-                        linewidth=st.line_width,
-                    )
-                )
+            boxes.append(_box(c, r, style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)], False))
+            label = _ranks_label(f.holds[r][c], n)
+            ax.text(c, r, label, fontsize=st.font_size * (0.75 if n <= 4 else 0.55), **_CENTRED)
+            if f.received[r] == c:
+                outlines.append(_outline(c, r))
     _add_boxes(ax, boxes + outlines)
     _finish(ax, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
 
@@ -322,34 +249,35 @@ def _view_titles(steps, k: int):
 def draw_step(steps, k: int):
     """Figure of frame ``k`` of ``steps`` (:class:`~mgpu_helpers.models.collective_steps.RingSteps`): the one-call
     all-reduce on the left, reduce-scatter + all-gather on the right. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
-    n = steps.world_size
     with cjk_fonts():
-        fig, axes = plt.subplots(1, 2, figsize=style.figsize(2 * (0.75 * n + 1.6), 0.55 * n + 1.0))
-        one, two = _view_titles(steps, k)
-        _draw_frame(axes[0], steps, k, False, one)
-        _draw_frame(axes[1], steps, k, True, two)
+        fig = _frames_figure(steps, [k], sent=False)
         fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.88, wspace=0.1)
+    return fig
+
+
+def _frames_figure(steps, keys, sent: bool):
+    """Frames ``keys`` as columns, one all-reduce in the top row, reduce-scatter + all-gather in the bottom one
+    (side by side for a single frame); ``sent`` adds the bytes each rank has sent to the titles."""
+    import matplotlib.pyplot as plt
+
+    n, cols = steps.world_size, len(keys)
+    shape = (2, cols) if cols > 1 else (1, 2)
+    fig, axes = plt.subplots(*shape, figsize=style.figsize(shape[1] * (0.75 * n + 1.6), shape[0] * (0.55 * n + 1.0)))
+    axes = axes.reshape(2, cols)
+    for col, k in enumerate(keys):
+        extra = f"  [{steps.frames[k].sent[0]:.3g} S]" if sent else ""
+        for row, title in enumerate(_view_titles(steps, k)):
+            _draw_frame(axes[row, col], steps, k, bool(row), title + extra)
     return fig
 
 
 def draw_rs_ag_vs_all_reduce(steps):
     """Static figure: the input, the end of the reduce-scatter half and the end, for both ways (rows), with
     the bytes each rank has sent at each moment. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
-    n = steps.world_size
-    keys = (0, steps.rs_done, len(steps.frames) - 1)
     with cjk_fonts():
-        fig, axes = plt.subplots(2, 3, figsize=style.figsize(3 * (0.75 * n + 1.6), 2 * (0.55 * n + 1.0)))
-        for col, k in enumerate(keys):
-            one, two = _view_titles(steps, k)
-            sent = f"  [{steps.frames[k].sent[0]:.3g} S]"
-            _draw_frame(axes[0, col], steps, k, False, one + sent)
-            _draw_frame(axes[1, col], steps, k, True, two + sent)
+        fig = _frames_figure(steps, (0, steps.rs_done, len(steps.frames) - 1), sent=True)
         fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.92, wspace=0.1, hspace=0.25)
     return fig
 

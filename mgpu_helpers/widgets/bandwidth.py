@@ -5,6 +5,7 @@ plot): :func:`draw_busbw` (busbw per op against size, log-log, with the nccl-tes
 given) and :func:`draw_step_breakdown` (compute / wait / communicate per message size, stacked).
 """
 
+from mgpu_helpers.report import tables
 from mgpu_helpers.report.sizes import format_bytes
 from mgpu_helpers.widgets import style
 
@@ -22,25 +23,17 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
     drawn dashed (e.g. :func:`mgpu_helpers.report.nccltests.reference_curves`). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
     import matplotlib.pyplot as plt
 
-    rows = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in rows]
+    rows = [tables.as_dict(r) for r in rows]
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
     ops = list(dict.fromkeys(r["op"] for r in rows))
     for op in ops:
         pts = sorted((r["nbytes"], r["busbw"]) for r in rows if r["op"] == op)
         colour = style.PALETTE[OP_COLOURS.get(op, "black")]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=op, linewidth=st.line_width)
+        ax.plot(*zip(*pts), marker="o", color=colour, label=op, linewidth=st.line_width)
         if reference and reference.get(op):
-            ref = sorted(reference[op])
-            ax.plot(
-                [p[0] for p in ref],
-                [p[1] for p in ref],
-                linestyle="--",
-                color=colour,
-                alpha=0.6,
-                linewidth=st.line_width * 0.8,
-                label=f"{op} (nccl-tests, 2 x H200)",
-            )
+            dashed = dict(linestyle="--", color=colour, alpha=0.6, linewidth=st.line_width * 0.8)
+            ax.plot(*zip(*sorted(reference[op])), **dashed, label=f"{op} (nccl-tests, 2 x H200)")
     sizes = sorted({r["nbytes"] for r in rows})
     _size_ticks(ax, sizes)
     ax.set(yscale="log", xlabel="message size", ylabel="busbw (GB/s)")

@@ -10,47 +10,28 @@ darker: that is the time the step waits for communication it could not hide.
 from mgpu_helpers.widgets import style
 
 
+def _bar(ax, y: float, start: float, end: float, t0: float, height: float, kind: str) -> None:
+    """One bar on lane ``y`` from ``start`` to ``end`` (seconds), drawn in ms from ``t0``."""
+    look = dict(color=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5)
+    ax.barh(y, (end - start) * 1e3, left=(start - t0) * 1e3, height=height, **look)
+
+
 def _lanes(ax, spans_per_rank, t0: float) -> float:
     """Draw one run; returns the last end time (ms from ``t0``)."""
     end_ms = 0.0
     for r, spans in enumerate(spans_per_rank):
         backward = [s for s in spans if s.kind == "compute" and s.name.startswith("backward")]
         comm = [s for s in spans if s.kind == "communicate"]
-        y_bw, y_comm = 2 * r, 2 * r + 0.8
         for s in backward:
-            ax.barh(
-                y_bw,
-                s.seconds * 1e3,
-                left=(s.start - t0) * 1e3,
-                height=0.7,
-                color=style.KIND_COLOURS["compute"],
-                edgecolor="white",
-                linewidth=0.5,
-            )
+            _bar(ax, 2 * r, s.start, s.end, t0, 0.7, "compute")
         for s in comm:
             last_bw_end = max((b.end for b in backward if b.start <= s.start), default=s.start)
             hidden_end = min(s.end, last_bw_end)
             if hidden_end > s.start:
-                ax.barh(
-                    y_comm,
-                    (hidden_end - s.start) * 1e3,
-                    left=(s.start - t0) * 1e3,
-                    height=0.55,
-                    color=style.KIND_COLOURS["communicate"],
-                    edgecolor="white",
-                    linewidth=0.5,
-                )
+                _bar(ax, 2 * r + 0.8, s.start, hidden_end, t0, 0.55, "communicate")
             start = max(s.start, hidden_end)
             if s.end > start:
-                ax.barh(
-                    y_comm,
-                    (s.end - start) * 1e3,
-                    left=(start - t0) * 1e3,
-                    height=0.55,
-                    color=style.KIND_COLOURS["wait"],
-                    edgecolor="white",
-                    linewidth=0.5,
-                )
+                _bar(ax, 2 * r + 0.8, start, s.end, t0, 0.55, "wait")
         end_ms = max([end_ms] + [(s.end - t0) * 1e3 for s in spans if s.kind in ("compute", "communicate")])
     ticks = [y for r in range(len(spans_per_rank)) for y in (2 * r, 2 * r + 0.8)]
     names = [n for r in range(len(spans_per_rank)) for n in (f"rank {r} backward", f"rank {r} comm")]
@@ -67,10 +48,8 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     import matplotlib.pyplot as plt
 
     st = style.current()
-    rows = sum(len(v) for v in runs.values())
-    fig, axes = plt.subplots(
-        len(runs), 1, sharex=True, squeeze=False, figsize=style.figsize(8, 0.75 * rows + 1.1 * len(runs))
-    )
+    size = style.figsize(8, 0.75 * sum(len(v) for v in runs.values()) + 1.1 * len(runs))
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     right = 0.0
     for ax, (title, spans_per_rank) in zip(axes[:, 0], runs.items()):
         if steps is not None:
@@ -82,17 +61,10 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     for ax in axes[:, 0]:
         ax.set_xlim(0, right * 1.02 if right else 1)
     axes[-1, 0].set_xlabel("time (ms)")
-    style.patch_legend(
-        fig,
-        {
-            "backward": style.KIND_COLOURS["compute"],
-            "all-reduce during backward": style.KIND_COLOURS["communicate"],
-            "all-reduce after backward (waited for)": style.KIND_COLOURS["wait"],
-        },
-        loc="upper center",
-        ncol=3,
-        fontsize=st.font_size * 0.8,
-    )
+    kinds = {"backward": "compute", "all-reduce during backward": "communicate"}
+    kinds["all-reduce after backward (waited for)"] = "wait"
+    legend = dict(loc="upper center", ncol=3, fontsize=st.font_size * 0.8)
+    style.patch_legend(fig, {label: style.KIND_COLOURS[kind] for label, kind in kinds.items()}, **legend)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 

@@ -49,11 +49,7 @@ ARROWS = ["one process per GPU;\nNCCL moves\ndevice memory", "a process group\nl
 
 
 def draw_knowledge_map(highlight: int | None = None):
-    """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none).
-
-    Returns the matplotlib Figure (made with pyplot, so Jupyter's inline backend shows it at the end of
-    the cell; close it with ``plt.close(fig)`` when drawing many).
-    """
+    """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
@@ -67,75 +63,25 @@ def draw_knowledge_map(highlight: int | None = None):
     for c, (title, colour_key, topics) in enumerate(KNOWLEDGE_MAP):
         colour = style.PALETTE[colour_key]
         strong = highlight is None or highlight == c
-        ax.text(
-            col_x[c] + box_w / 2,
-            5.75,
-            title,
-            ha="center",
-            va="center",
-            weight="bold",
-            fontsize=st.font_size * 1.15,
-            color=colour,
-        )
+        head = dict(ha="center", va="center", weight="bold", fontsize=st.font_size * 1.15, color=colour)
+        ax.text(col_x[c] + box_w / 2, 5.75, title, **head)
+        box = dict(boxstyle="round,pad=0.05", facecolor=colour, edgecolor=colour, linewidth=st.line_width)
+        grey = dict(ha="right", va="center", fontsize=st.font_size * 0.75, color=style.PALETTE["grey"])
         for r, (topic, nb) in enumerate(topics):
             y = top - r * 0.95
-            ax.add_patch(
-                FancyBboxPatch(
-                    (col_x[c], y - box_h / 2),
-                    box_w,
-                    box_h,
-                    boxstyle="round,pad=0.05",
-                    facecolor=colour,
-                    alpha=0.28 if strong else 0.08,
-                    edgecolor=colour,
-                    linewidth=st.line_width,
-                )
-            )
-            ax.text(
-                col_x[c] + 0.15, y, topic, ha="left", va="center", fontsize=st.font_size, alpha=1.0 if strong else 0.5
-            )
-            ax.text(
-                col_x[c] + box_w - 0.1,
-                y,
-                f"nb {nb}",
-                ha="right",
-                va="center",
-                fontsize=st.font_size * 0.75,
-                color=style.PALETTE["grey"],
-            )
+            ax.add_patch(FancyBboxPatch((col_x[c], y - box_h / 2), box_w, box_h, alpha=0.28 if strong else 0.08, **box))
+            ax.text(col_x[c] + 0.15, y, topic, ha="left", va="center", fontsize=st.font_size, alpha=0.5 + 0.5 * strong)
+            ax.text(col_x[c] + box_w - 0.1, y, f"nb {nb}", **grey)
     # The chapter's main arrows: foundation -> tools -> mechanism.
+    arrow = dict(arrowstyle="-|>", mutation_scale=22, linewidth=st.line_width * 1.5, color=style.PALETTE["black"])
+    note = dict(ha="center", va="bottom", fontsize=st.font_size * 0.72, color=style.PALETTE["grey"], style="italic")
     for c in range(2):
-        x0 = col_x[c] + box_w + 0.08
-        x1 = col_x[c + 1] - 0.08
+        x0, x1 = col_x[c] + box_w + 0.08, col_x[c + 1] - 0.08
         for y in (5.75, 2.9):
-            ax.add_patch(
-                FancyArrowPatch(
-                    (x0, y),
-                    (x1, y),
-                    arrowstyle="-|>",
-                    mutation_scale=22,
-                    linewidth=st.line_width * 1.5,
-                    color=style.PALETTE["black"],
-                )
-            )
-        ax.text(
-            (x0 + x1) / 2,
-            3.1,
-            ARROWS[c],
-            ha="center",
-            va="bottom",
-            fontsize=st.font_size * 0.72,
-            color=style.PALETTE["grey"],
-            style="italic",
-        )
-    ax.text(
-        6.5,
-        0.12,
-        "CUDA is the foundation, torch.distributed the tool, communication the core: all three are needed.",
-        ha="center",
-        va="bottom",
-        fontsize=st.font_size * 0.9,
-    )
+            ax.add_patch(FancyArrowPatch((x0, y), (x1, y), **arrow))
+        ax.text((x0 + x1) / 2, 3.1, ARROWS[c], **note)
+    moral = "CUDA is the foundation, torch.distributed the tool, communication the core: all three are needed."
+    ax.text(6.5, 0.12, moral, ha="center", va="bottom", fontsize=st.font_size * 0.9)
     return fig
 
 

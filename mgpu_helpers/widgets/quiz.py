@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from mgpu_helpers.report.recorded import read_json
+from mgpu_helpers.widgets.style import PALETTE
 
 LETTERS = "ABCDEFGHIJ"
 BANK_FILE = "review_questions.json"
@@ -160,12 +161,10 @@ def static_html(q: Question, number: int | None = None, with_answer: bool = True
     title = f"<b>{number}.</b> " if number is not None else ""
     opts = "".join(f"<li>{LETTERS[i]}. {e(o)}</li>" for i, o in enumerate(q.options))
     hint = f"<details><summary>提示</summary>{e(q.hint)}</details>" if q.hint else ""
-    answer = (
-        f"<details><summary>想一想之后再展开：参考答案</summary>{e(answer_text(q))}</details>" if with_answer else ""
-    )
-    return (
-        f"<div class='mgpu-quiz'><p>{title}{e(q.prompt)}</p><ul style='list-style:none'>{opts}</ul>{hint}{answer}</div>"
-    )
+    folded = f"<details><summary>想一想之后再展开：参考答案</summary>{e(answer_text(q))}</details>"
+    answer = folded if with_answer else ""
+    body = f"<p>{title}{e(q.prompt)}</p><ul style='list-style:none'>{opts}</ul>{hint}{answer}"
+    return f"<div class='mgpu-quiz'>{body}</div>"
 
 
 def static_text(q: Question, number: int | None = None) -> str:
@@ -199,13 +198,12 @@ def show(q: Question, number: int | None = None):
     reveal = W.Button(description="看答案", disabled=True, tooltip="先选一个答案并点“检查”")
     feedback = W.HTML()
     head = f"<b>{number}.</b> " if number is not None else ""
-    prompt = W.HTML(
-        f"<p>{head}{html.escape(q.prompt)}{'（多选）' if q.multiple and '多选' not in q.prompt else ''}</p>"
-    )
+    several = "（多选）" if q.multiple and "多选" not in q.prompt else ""
+    prompt = W.HTML(f"<p>{head}{html.escape(q.prompt)}{several}</p>")
 
     def on_check(_):
         fb = check_answer(q, current())
-        colour = "#009E73" if fb.correct else "#D55E00"
+        colour = PALETTE["green" if fb.correct else "vermillion"]
         feedback.value = f"<span style='color:{colour}'>{html.escape(fb.message)}</span>"
         if current() not in (None, []):
             reveal.disabled = False  # tried once: the answer may be opened now

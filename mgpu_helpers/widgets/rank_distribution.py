@@ -21,32 +21,15 @@ def draw_rank_distribution(per_phase: dict, title: str = "per-rank time per step
         data = [np.asarray(v, dtype=float) * 1e3 for v in per_phase[phase]]
         n = len(data)
         colour = style.KIND_COLOURS.get(phase, style.PALETTE["grey"])
-        ax.boxplot(
-            data,
-            positions=range(n),
-            widths=0.5,
-            showfliers=False,
-            medianprops={"color": "black", "linewidth": st.line_width},
-        )
+        median = {"color": "black", "linewidth": st.line_width}
+        ax.boxplot(data, positions=range(n), widths=0.5, showfliers=False, medianprops=median)
         for r, d in enumerate(data):
             x = r + rng.uniform(-0.12, 0.12, size=len(d))
-            ax.scatter(
-                x,
-                d,
-                s=14 * st.line_width / 1.5,
-                color=colour,
-                alpha=0.8,
-                zorder=3,
-                edgecolor="black" if r == highlight else "none",
-            )
+            edge = "black" if r == highlight else "none"
+            ax.scatter(x, d, s=14 * st.line_width / 1.5, color=colour, alpha=0.8, zorder=3, edgecolor=edge)
         everything = np.concatenate(data) if data else np.zeros(1)
-        ax.axhline(
-            everything.mean(),
-            color=style.PALETTE["grey"],
-            linestyle="--",
-            linewidth=st.line_width * 0.8,
-            label="global mean",
-        )
+        mean = dict(color=style.PALETTE["grey"], linestyle="--", linewidth=st.line_width * 0.8, label="global mean")
+        ax.axhline(everything.mean(), **mean)
         ax.set_xticks(range(n), [f"rank {r}" + (" *" if r == highlight else "") for r in range(n)])
         ax.set_title(phase, fontsize=st.font_size)
         ax.set(ylabel="ms per step", ylim=(0, None))

@@ -15,12 +15,7 @@ from mgpu_helpers.report import tables
 from mgpu_helpers.widgets import style
 from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
-PART_LABELS = {
-    "params": "parameters",
-    "grads": "gradients",
-    "optimizer": "optimizer state",
-    "activations": "activations",
-}
+PART_LABELS = dict(params="parameters", grads="gradients", optimizer="optimizer state", activations="activations")
 PART_LABELS_ZH = memory.PART_ZH
 STRATEGY_ZH = {
     "replicate": "整份复制",
@@ -34,49 +29,32 @@ STRATEGY_ZH = {
 }
 
 
+def _fits(ok: bool) -> str:
+    return zh_or_en("装得下", "fits") if ok else zh_or_en("溢出", "OVER")
+
+
 def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: bool = True) -> None:
     st = style.current()
-    n = len(plan.ranks)
-    xs = range(n)
-    bottoms = [0.0] * n
+    xs = range(len(plan.ranks))
+    bottoms = [0.0] * len(plan.ranks)
     for part in memory.PARTS:
         vals = [getattr(r, part) for r in plan.ranks]
         if not any(vals):
             continue
-        hatch = None if part in plan.sharded else "//"
-        ax.bar(
-            xs,
-            vals,
-            bottom=bottoms,
-            color=style.KIND_COLOURS[part],
-            edgecolor="white",
-            hatch=hatch,
-            label=zh_or_en(PART_LABELS_ZH[part], PART_LABELS[part])
-            + ("" if part in plan.sharded else zh_or_en("（复制）", " (replicated)")),
-            width=0.6,
-        )
+        shared = part not in plan.sharded  # hatched: every rank holds all of it
+        name = zh_or_en(PART_LABELS_ZH[part], PART_LABELS[part])
+        label = name + (zh_or_en("（复制）", " (replicated)") if shared else "")
+        look = dict(color=style.KIND_COLOURS[part], edgecolor="white", hatch="//" if shared else None)
+        ax.bar(xs, vals, bottom=bottoms, label=label, width=0.6, **look)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax.axhline(plan.capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-    ax.text(
-        -0.45,
-        plan.capacity,
-        zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}"),
-        va="bottom",
-        ha="left",
-        fontsize=st.font_size * 0.8,
-        bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1),
-    )
+    small = st.font_size * 0.8
+    capacity = zh_or_en(f"单卡容量 {plan.capacity:g}", f"capacity {plan.capacity:g}")
+    box = dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1)
+    ax.text(-0.45, plan.capacity, capacity, va="bottom", ha="left", fontsize=small, bbox=box)
     for r, (total, ok) in enumerate(zip(plan.totals, plan.rank_fits)):
-        rank_fits = zh_or_en("装得下", "fits") if ok else zh_or_en("溢出", "OVER")
-        ax.text(
-            r,
-            total,
-            f"{total:g}\n{rank_fits}",
-            ha="center",
-            va="bottom",
-            fontsize=st.font_size * 0.8,
-            color=style.PALETTE["black" if ok else "vermillion"],
-        )
+        colour = style.PALETTE["black" if ok else "vermillion"]
+        ax.text(r, total, f"{total:g}\n{_fits(ok)}", ha="center", va="bottom", fontsize=small, color=colour)
     ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
     top = top or max(max(plan.totals), plan.capacity)
     ax.set(ylim=(0, top * 1.25), ylabel=zh_or_en("每张卡的显存 (GB)", "memory per GPU (GB)"))
@@ -113,14 +91,8 @@ def draw_plans(plans: dict):
         for ax in axes[0]:
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(lab, h)
-        fig.legend(
-            list(handles.values()),
-            list(handles),
-            loc="upper center",
-            ncol=min(4, len(handles)),
-            frameon=False,
-            fontsize=style.current().font_size * 0.8,
-        )
+        where = dict(loc="upper center", ncol=min(4, len(handles)), frameon=False)
+        fig.legend(list(handles.values()), list(handles), **where, fontsize=style.current().font_size * 0.8)
         fig.tight_layout(rect=(0, 0, 1, 0.86))
     return fig
 
@@ -144,34 +116,18 @@ def draw_strategies(rows, title: str | None = None):
         ax_m.axvline(capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
         top = max(max(r.peak for r in rows), capacity) * 1.35
         for y, r in zip(ys, rows):
-            ax_m.text(
-                r.peak,
-                y,
-                f" {r.peak:g} {zh_or_en('装得下', 'fits') if r.fits else zh_or_en('溢出', 'OVER')}",
-                va="center",
-                fontsize=st.font_size * 0.8,
-            )
+            ax_m.text(r.peak, y, f" {r.peak:g} {_fits(r.fits)}", va="center", fontsize=st.font_size * 0.8)
         ax_m.set_xlim(0, top)
         ax_m.set_yticks(ys, names)
         ax_m.invert_yaxis()
-        ax_m.set_xlabel(
-            zh_or_en(
-                f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB",
-                f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU",
-            )
-        )
+        zh = f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB"
+        ax_m.set_xlabel(zh_or_en(zh, f"memory of the largest rank (GB); dashed = {capacity:g} GB per GPU"))
         sent = [r.step_bytes for r in rows]
         known = [b for b in sent if b is not None] or [1.0]
         ax_b.barh(ys, [b or 0 for b in sent], color=style.KIND_COLOURS["communicate"], height=0.6)
         for y, b in zip(ys, sent):
-            ax_b.text(
-                b or 0,
-                y,
-                " n/a" if b is None else f" {b:.3g}",
-                va="center",
-                fontsize=st.font_size * 0.8,
-                color=style.PALETTE["grey" if b is None else "black"],
-            )
+            text, colour = (" n/a", "grey") if b is None else (f" {b:.3g}", "black")
+            ax_b.text(b or 0, y, text, va="center", fontsize=st.font_size * 0.8, color=style.PALETTE[colour])
         ax_b.set_xlim(0, max(max(known), 1e-9) * 1.35)
         ax_b.set_xlabel(zh_or_en("每步每个 Rank 发出的 GB（环）", "GB each rank sends per step (ring)"))
         if title:
@@ -252,6 +208,8 @@ def show_sharding(
     """
     import ipywidgets as W
 
+    choices = [(STRATEGY_ZH[s], s) for s in memory.STRATEGIES]
+
     def slider(desc, value, hi):
         return W.FloatSlider(value=value, min=0, max=hi, step=0.5, description=desc, continuous_update=False)
 
@@ -262,16 +220,12 @@ def show_sharding(
         activations=slider("激活 GB", activations, 200),
         world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPU 数", continuous_update=False),
         capacity=slider("单卡 GB", capacity, 192),
-        strategy=W.Dropdown(
-            options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], value=strategy, description="策略"
-        ),
+        strategy=W.Dropdown(options=choices, value=strategy, description="策略"),
         weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False),
     )
     goal = W.HTML()
     note = W.HTML()
-    guess = W.SelectMultiple(
-        options=[(STRATEGY_ZH[s], s) for s in memory.STRATEGIES], rows=len(memory.STRATEGIES), description="我的预测"
-    )
+    guess = W.SelectMultiple(options=choices, rows=len(choices), description="我的预测")
     reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
     out = W.Output()
     answer = W.Output()
@@ -280,8 +234,7 @@ def show_sharding(
     def current():
         v = {k: c.value for k, c in controls.items()}
         w = _weights(v["weights"], v["world_size"])
-        sizes = dict(params=v["params"], grads=v["grads"], optimizer=v["optimizer"], activations=v["activations"])
-        return v, w, sizes
+        return v, w, {part: v[part] for part in memory.PARTS}
 
     def draw_answer():
         v, w, sizes = current()

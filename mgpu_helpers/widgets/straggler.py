@@ -1,16 +1,14 @@
 """Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
 
 Only drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
-take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`) and return a matplotlib
-Figure. :func:`show_straggler` wraps them in ipywidgets: choose the shards, run them with the runner it is
-given (:func:`mgpu_helpers.measure.straggler.run_traced` launches real ranks), see the timeline. The waits
-and medians are computed in :mod:`mgpu_helpers.measure.straggler`.
+take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`);
+:func:`show_straggler` runs shards with the runner it is given and draws the timeline. The waits and medians
+are computed in :mod:`mgpu_helpers.measure.straggler`.
 
-Waiting inside the collective: :func:`draw_inside` draws a run without the timestamp barrier (or the model's
-:func:`model_run`) with the waiting hatched *inside* each early rank's all-reduce bar, as a profiler trace
-would hold it. :func:`show_dials` gives two dials, communication against compute and how late the slow rank
-is, and redraws the model at once (no ranks are launched, so it stays quick and works in a static export
-through :func:`draw_dials`).
+Waiting inside the collective: :func:`draw_inside` hatches the waiting *inside* each early rank's all-reduce
+bar, as a profiler trace holds it, for a run without the timestamp barrier or the model's :func:`model_run`;
+:func:`show_dials` redraws the model at once (no ranks are launched, so it stays quick; :func:`draw_dials`
+gives its picture for a static export).
 """
 
 from mgpu_helpers.measure.straggler import wait_by_rank  # the label beside each bar
@@ -31,9 +29,8 @@ def _bars(ax, r: int, spans, t0: float, kinds) -> None:
     for kind in kinds:
         ranges = [((s.start - t0) * 1e3, s.seconds * 1e3) for s in spans if s.kind == kind and s.seconds > 0]
         if ranges:
-            ax.broken_barh(
-                ranges, (r - 0.3, 0.6), facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5
-            )
+            look = dict(facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5)
+            ax.broken_barh(ranges, (r - 0.3, 0.6), **look)
 
 
 def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> float:
@@ -79,10 +76,8 @@ def draw_comparison(runs: dict):
     """Several runs (``{title: spans_per_rank}``) stacked, each from its own start, on one shared time axis."""
     import matplotlib.pyplot as plt
 
-    n_rows = sum(len(v) for v in runs.values())
-    fig, axes = plt.subplots(
-        len(runs), 1, sharex=True, squeeze=False, figsize=style.figsize(8, 0.55 * n_rows + 1.2 * len(runs))
-    )
+    size = style.figsize(8, 0.55 * sum(len(v) for v in runs.values()) + 1.2 * len(runs))
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     # The axes share x, so each run's own limit replaces the one before: the longest run sets the scale.
     right = max(_draw(ax, spans, _origin(spans), title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
     axes[0, 0].set_xlim(0, right)
@@ -130,13 +125,8 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
                 print(exc)
                 return
             res = runner(shards, n_steps.value, seconds_per_unit=cost.value)
-            style.show(
-                draw_timeline(
-                    res.spans,
-                    f"shards {box.value} on {res.backend} ranks",
-                    [f"rank {r} ({shards[r]:g})" for r in range(len(shards))],
-                )
-            )
+            labels = [f"rank {r} ({shards[r]:g})" for r in range(len(shards))]
+            style.show(draw_timeline(res.spans, f"shards {box.value} on {res.backend} ranks", labels))
 
     preset.observe(on_preset, names="value")
     button.on_click(on_run)
@@ -188,10 +178,9 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
 
     import matplotlib.pyplot as plt
 
-    st = style.current()
-    n = len(spans_per_rank)
-    fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * n + 1.6))
+    fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.6))
     t0 = _origin(spans_per_rank)
+    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
     inside = []
     for r, spans in enumerate(spans_per_rank):
         comms = [s for s in spans if s.kind == "communicate"]
@@ -200,32 +189,14 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
         for s, w in zip(comms, waits[r]):
             w = min(max(0.0, w), s.seconds)
             if w > 0:
-                ax.barh(
-                    r,
-                    w * 1e3,
-                    left=(s.start - t0) * 1e3,
-                    height=0.6,
-                    color=style.KIND_COLOURS["communicate"],
-                    hatch=WAIT_HATCH,
-                    edgecolor=style.KIND_COLOURS["wait"],
-                    linewidth=0.0,
-                )
+                ax.barh(r, w * 1e3, left=(s.start - t0) * 1e3, height=0.6, linewidth=0.0, **waiting)
     x_end = max((s.end for spans in spans_per_rank for s in spans), default=t0)
     x_end = (x_end - t0) * 1e3 or 1.0
     _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
-    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
-    style.patch_legend(
-        fig,
-        {
-            "compute": style.KIND_COLOURS["compute"],
-            "all-reduce": style.KIND_COLOURS["communicate"],
-            "waiting, inside the all-reduce": waiting,
-        },
-        loc="upper center",
-        ncol=3,
-        fontsize=st.font_size * 0.85,
-    )
+    kinds = {"compute": style.KIND_COLOURS["compute"], "all-reduce": style.KIND_COLOURS["communicate"]}
+    legend = dict(loc="upper center", ncol=3, fontsize=style.current().font_size * 0.85)
+    style.patch_legend(fig, {**kinds, "waiting, inside the all-reduce": waiting}, **legend)
     fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 

@@ -98,10 +98,8 @@ def _rc(st: Style) -> dict:
         "axes.linewidth": st.line_width / 1.5,
         "patch.linewidth": max(1.0, st.line_width / 1.5),
         "grid.linewidth": 0.8 * scale**0.5,
-        "xtick.major.width": 0.8 * scale**0.5,
-        "ytick.major.width": 0.8 * scale**0.5,
-        "xtick.major.size": 3.5 * scale**0.5,
-        "ytick.major.size": 3.5 * scale**0.5,
+        **{f"{axis}tick.major.width": 0.8 * scale**0.5 for axis in "xy"},
+        **{f"{axis}tick.major.size": 3.5 * scale**0.5 for axis in "xy"},
         # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
         "axes.prop_cycle": [PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "black")],
     }

@@ -121,51 +121,26 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     width = min(14.0, 2.0 + 0.22 * min(tm.block, LABEL_LIMIT) if tm.block <= LABEL_LIMIT else 12.0)
     fig, ax = plt.subplots(figsize=style.figsize(max(6.0, width), 1.8 + 0.45 * rows))
     cmap = ListedColormap([style.KIND_COLOURS["idle"], style.KIND_COLOURS["compute"]])
-    ax.imshow(
-        active.astype(int),
-        cmap=cmap,
-        vmin=0,
-        vmax=1,
-        aspect="auto",
-        interpolation="nearest",
-        extent=(-0.5, tm.block - 0.5, rows - 0.5, -0.5),
-    )
+    extent = (-0.5, tm.block - 0.5, rows - 0.5, -0.5)
+    ax.imshow(active.astype(int), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest", extent=extent)
     for w in range(1, tm.warps_per_block):
         ax.axvline(w * tm.warp_size - 0.5, color="white", lw=st.line_width * 1.5)
     for r in range(1, rows):
         ax.axhline(r - 0.5, color="white", lw=st.line_width)
     # Outline the warps in which some threads work and some idle.
+    vermillion = style.PALETTE["vermillion"]
+    split = dict(fill=False, edgecolor=vermillion, lw=st.line_width * 2.0, zorder=5, label="split warp")
     for b in range(rows):
         for w in range(tm.warps_per_block):
             lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
-            act = active[b, lo:hi]
-            if act.any() and not act.all():
-                ax.add_patch(
-                    Rectangle(
-                        (lo - 0.5, b - 0.5),
-                        hi - lo,
-                        1.0,
-                        fill=False,
-                        edgecolor=style.PALETTE["vermillion"],
-                        lw=st.line_width * 2.0,
-                        zorder=5,
-                        label="split warp",
-                    )
-                )
+            if active[b, lo:hi].any() and not active[b, lo:hi].all():
+                ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, **split))
     if tm.block <= LABEL_LIMIT:
-        size = max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55))
+        label = dict(ha="center", va="center", fontsize=max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55)))
         for b in range(rows):
             for t in range(tm.block):
-                ax.text(
-                    t,
-                    b,
-                    str(b * tm.block + t),
-                    ha="center",
-                    va="center",
-                    fontsize=size,
-                    color="white" if active[b, t] else "black",
-                    in_layout=False,
-                )
+                colour = "white" if active[b, t] else "black"
+                ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
         step = 1 if tm.warps_per_block <= 8 else 4
@@ -179,7 +154,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
         {
             "i < N: works": style.KIND_COLOURS["compute"],
             "i >= N: idle": style.KIND_COLOURS["idle"],
-            "split warp": dict(facecolor="none", edgecolor=style.PALETTE["vermillion"]),
+            "split warp": dict(facecolor="none", edgecolor=vermillion),
         },
         loc="lower center",
         ncol=3,
@@ -187,22 +162,11 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     )
     ax.set_yticks(range(rows), [f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
-    ax.set_title(
-        tm.summary()
-        if len(tm.summary()) < 110
-        else f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle",
-        fontsize=st.font_size,
-    )
+    short = f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle"
+    ax.set_title(tm.summary() if len(tm.summary()) < 110 else short, fontsize=st.font_size)
     if rows < tm.grid:
-        ax.text(
-            1.0,
-            -0.08,
-            f"first {rows} of {tm.grid} blocks",
-            transform=ax.transAxes,
-            ha="right",
-            va="top",
-            fontsize=st.font_size * 0.8,
-        )
+        where = dict(transform=ax.transAxes, ha="right", va="top")
+        ax.text(1.0, -0.08, f"first {rows} of {tm.grid} blocks", fontsize=st.font_size * 0.8, **where)
     fig.tight_layout(rect=(0, 0.1 if rows > 2 else 0.16, 1, 1))
     return fig
 

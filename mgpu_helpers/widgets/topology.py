@@ -19,7 +19,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     (e.g. "recorded on 2 x H200"). Returns the matplotlib Figure.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Rectangle
 
     n = len(links)
     if n == 0 or any(len(row) != n for row in links):
@@ -30,32 +30,15 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     side = max(2.6, 0.75 * n + 1.4)
     fig, ax = plt.subplots(figsize=style.figsize(side + 2.6, side))
     used = set()
+    label = dict(ha="center", va="center", fontsize=st.font_size)
     for i, row in enumerate(links):
         for j, word in enumerate(row):
             cls = link_class(word)
             used.add(cls)
-            ax.add_patch(
-                Rectangle(
-                    (j, i),
-                    1,
-                    1,
-                    facecolor=colours[cls],
-                    edgecolor="white",
-                    linewidth=st.line_width * 1.3,
-                    alpha=0.85 if cls != "self (X)" else 0.35,
-                )
-            )
-            ax.text(
-                j + 0.5,
-                i + 0.5,
-                word,
-                ha="center",
-                va="center",
-                fontsize=st.font_size,
-                color="black",
-                fontweight="bold",
-                in_layout=False,
-            )
+            alpha = 0.85 if cls != "self (X)" else 0.35
+            cell = dict(facecolor=colours[cls], edgecolor="white", linewidth=st.line_width * 1.3, alpha=alpha)
+            ax.add_patch(Rectangle((j, i), 1, 1, **cell))
+            ax.text(j + 0.5, i + 0.5, word, color="black", fontweight="bold", in_layout=False, **label)
     ax.set(xlim=(0, n), ylim=(n, 0))
     ax.set_xticks([k + 0.5 for k in range(n)], names)
     ax.set_yticks([k + 0.5 for k in range(n)], names)
@@ -64,14 +47,9 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
     ax.tick_params(length=0)
     ax.spines[:].set_visible(False)
     ax.set_title(title, fontsize=st.font_size * 1.1, pad=24)
-    order = [name for name in LINK_CLASSES if name in used]
-    ax.legend(
-        handles=[Patch(color=colours[c], label=c) for c in order],
-        loc="center left",
-        bbox_to_anchor=(1.02, 0.5),
-        frameon=False,
-        fontsize=st.font_size * 0.85,
-    )
+    used_colours = {c: colours[c] for c in LINK_CLASSES if c in used}
+    where = dict(loc="center left", bbox_to_anchor=(1.02, 0.5))
+    style.patch_legend(ax, used_colours, **where, fontsize=st.font_size * 0.85)
     if note:
         fig.text(0.02, 0.02, note, fontsize=st.font_size * 0.8, color=style.PALETTE["grey"])
     fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))

@@ -164,7 +164,6 @@ def test_seed_example_two_gpus_200ms_compute_50ms_comm_is_1_6x():
     t2 = cost_model.step_seconds(0.400, 2, comm_s=0.050)
     assert t2 == pytest.approx(0.250)
     assert scaling.speedup(0.400, t2) == pytest.approx(1.6)
-    assert scaling.strong_scaling_efficiency(0.400, t2, 2) == pytest.approx(0.8)
 
 
 def test_straggler_step_is_paced_by_biggest_shard():
