@@ -2,6 +2,22 @@
 
 import textwrap
 
+# 04's exchange as a learner writes it right with blocking calls: odd ranks receive first, so no cycle of waits.
+PARITY_EXCHANGE = """
+def exchange(send_buf, dst, recv_buf, src, group=None):
+    import torch.distributed as dist
+    moves = []
+    if send_buf.numel():
+        moves.append(lambda: dist.send(send_buf, dst, group))
+    if recv_buf.numel():
+        moves.append(lambda: dist.recv(recv_buf, src, group))
+    if dist.get_rank() % 2:
+        moves.reverse()                 # odd ranks receive first: the cycle of waits is broken
+    for move in moves:
+        move()
+    return []
+"""
+
 
 def by_value(source: str, name: str):
     """A function defined from source text, travelling to ranks by value (like one defined in a cell)."""

@@ -11,23 +11,11 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
+from learner_code import PARITY_EXCHANGE  # noqa: E402
+
 from mgpu_helpers import own_code  # noqa: E402
 from mgpu_helpers.checks import p2p  # noqa: E402
 from mgpu_helpers.checks.core import CheckFailed  # noqa: E402
-
-PARITY = """
-def exchange(send_buf, dst, recv_buf, src, group=None):
-    moves = []
-    if send_buf.numel():
-        moves.append(lambda: dist.send(send_buf, dst, group))
-    if recv_buf.numel():
-        moves.append(lambda: dist.recv(recv_buf, src, group))
-    if dist.get_rank() % 2:
-        moves.reverse()                 # odd ranks receive first
-    for move in moves:
-        move()
-    return []
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +40,7 @@ def test_nothing_stored_gives_the_fallback_and_says_so(capsys):
 
 
 def test_a_passing_exchange_is_kept_and_loaded_again(store, capsys, tmp_path):
-    mine = _cell(PARITY, "exchange", tmp_path)
+    mine = _cell(PARITY_EXCHANGE, "exchange", tmp_path)
     assert p2p.try_exchange(mine) is mine
     out = capsys.readouterr().out
     assert "通过" in out and "已经存下" in out

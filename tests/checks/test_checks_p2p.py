@@ -12,7 +12,7 @@ import mgpu_helpers as mh
 
 ENV = mh.setup(show=False, prewarm=False)
 
-from learner_code import by_value, warm_ranks  # noqa: E402
+from learner_code import PARITY_EXCHANGE, by_value, warm_ranks  # noqa: E402
 
 from mgpu_helpers import checks  # noqa: E402
 from mgpu_helpers.checks import p2p  # noqa: E402
@@ -28,23 +28,7 @@ def _warm():
 
 
 def test_exchange_by_rank_parity_with_blocking_calls_passes(capsys):
-    parity = by_value(
-        """
-        def exchange(send_buf, dst, recv_buf, src, group=None):
-            import torch.distributed as dist
-            moves = []
-            if send_buf.numel():
-                moves.append(lambda: dist.send(send_buf, dst, group))
-            if recv_buf.numel():
-                moves.append(lambda: dist.recv(recv_buf, src, group))
-            if dist.get_rank() % 2:
-                moves.reverse()                 # odd ranks receive first: the cycle of waits is broken
-            for move in moves:
-                move()
-            return []
-        """,
-        "exchange",
-    )
+    parity = by_value(PARITY_EXCHANGE, "exchange")
     p2p.check_exchange(parity)
     assert capsys.readouterr().out.startswith("通过：")
 
