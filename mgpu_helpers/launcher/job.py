@@ -1,7 +1,6 @@
 """One launch as the notebook sees it: the pipes it owns, what the ranks sent, and how to end them.
 
-:class:`Job` holds the whole state of a launch, so that supervision (:mod:`mgpu_helpers.launcher.supervise`)
-reads it by name. Ownership rules, because an interrupt or a second thread may come at any moment:
+Ownership rules, because an interrupt or a second thread may come at any moment:
 
 - every file descriptor of the launch is recorded in ``Job.owned`` the moment it exists (the caller holds
   interrupts back while it creates them) and is closed only through :meth:`Job.close_fd`, which forgets it
@@ -14,6 +13,7 @@ reads it by name. Ownership rules, because an interrupt or a second thread may c
 
 import os
 import pickle
+import select
 import selectors
 import shutil
 import signal
@@ -21,6 +21,9 @@ import sys
 import time
 from contextlib import suppress
 from pathlib import Path
+
+import cloudpickle
+import psutil
 
 from mgpu_helpers.launcher import flight
 from mgpu_helpers.launcher.interrupts import interrupts_held
@@ -32,15 +35,9 @@ READ_CHUNK = 1 << 20  # large results (hundreds of MB) arrive in few reads
 
 
 class Job:
-    """The notebook's view of one launch: its settings, pipes, the ranks' results and fate."""
-
     def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool, quiet: bool):
-        self.world_size = world_size
-        self.backend = backend
-        self.reason = reason
-        self.timeout_s = timeout_s
-        self.stream = stream
-        self.quiet = quiet
+        self.world_size, self.backend, self.reason = world_size, backend, reason
+        self.timeout_s, self.stream, self.quiet = timeout_s, stream, quiet
         self.t0 = time.monotonic()
         self.job_dir: str | None = None
         self.flight_dumps: str | None = None  # the flight recorder's dumps, kept after a hang (take_dumps)
@@ -59,7 +56,6 @@ class Job:
         self.owned: set[int] = set()
         self.sel = selectors.DefaultSelector()
 
-    # -- file descriptors ---------------------------------------------------------------------------
     def pipe(self) -> tuple[int, int]:
         """A new pipe owned by this job (call with interrupts held, so that it cannot leak)."""
         r, w = os.pipe()
@@ -67,18 +63,14 @@ class Job:
         return r, w
 
     def close_fd(self, fd: int) -> None:
-        """Close ``fd`` if this job still owns it, exactly once.
-
-        Called while ranks are supervised too, where an interrupt may come: held back here, so that the fd is
-        never forgotten without being closed (a leak) nor closed without being forgotten (closed twice).
-        """
+        """Close ``fd`` if this job still owns it, exactly once. Interrupts are held back, since it is called while
+        ranks are supervised too: the fd is never forgotten unclosed (a leak) nor closed unforgotten (twice)."""
         with interrupts_held():
-            if fd not in self.owned:
-                return
-            self.owned.discard(fd)
-            with suppress(KeyError, ValueError):
-                self.sel.unregister(fd)
-            os.close(fd)
+            if fd in self.owned:
+                self.owned.discard(fd)
+                with suppress(KeyError, ValueError):
+                    self.sel.unregister(fd)
+                os.close(fd)
 
     def watch(self, fd: int, kind: str, rank: int | None) -> None:
         """Read ``fd`` from now on: "out" (a rank's output lines), "res" (its results), "status" (the leader)."""
@@ -90,10 +82,7 @@ class Job:
 
     def attach_leader(self, leader_pid: int, server_proc) -> None:
         """Remember the job's leader (its pid is the ranks' process group) and the server that forked it."""
-        import psutil
-
-        self.pgid = leader_pid
-        self.server_proc = server_proc
+        self.pgid, self.server_proc = leader_pid, server_proc
         with suppress(psutil.Error):
             leader = psutil.Process(leader_pid)
             # The leader waits for us before it exits, so this is it, unless something killed it already
@@ -101,13 +90,11 @@ class Job:
             if leader.ppid() == server_proc.pid:
                 self.leader = leader
                 # A descriptor that becomes readable the moment the leader exits, so the clean-up waits for
-                # exactly that (the leader is alive until we close its status pipe: this is its pid).
-                if hasattr(os, "pidfd_open"):
-                    with suppress(OSError):
-                        self.leader_fd = os.pidfd_open(leader_pid)
-                        self.owned.add(self.leader_fd)
+                # exactly that (the leader is alive until we close its status pipe: this is its pid). Linux only.
+                with suppress(OSError, AttributeError):
+                    self.leader_fd = os.pidfd_open(leader_pid)
+                    self.owned.add(self.leader_fd)
 
-    # -- reading what the ranks send ----------------------------------------------------------------
     def _emit(self, rank: int, lines: list[str]) -> None:
         kept = self.outputs[rank]
         kept.extend(lines)
@@ -123,8 +110,6 @@ class Job:
             if isinstance(msg, RankExit):
                 self.exits[msg.rank] = msg.code
             return
-        import cloudpickle
-
         msg = cloudpickle.loads(frame)
         if isinstance(msg, Running):
             self.running_since[rank] = time.monotonic()
@@ -137,24 +122,19 @@ class Job:
         """Wait up to ``timeout`` s for anything from the ranks and take it in; returns how many pipes spoke."""
         events = self.sel.select(timeout)
         for key, _ in events:
-            fd = key.fd
             kind, rank, reader = key.data
             try:
-                chunk = os.read(fd, READ_CHUNK)
+                chunk = os.read(key.fd, READ_CHUNK)
             except BlockingIOError:
                 continue
-            if not chunk:
-                if kind == "out":
-                    self._emit(rank, reader.flush())
-                if kind == "status":
-                    self.leader_gone = True
-                self.close_fd(fd)
-                continue
             if kind == "out":
-                self._emit(rank, reader.feed(chunk))
+                self._emit(rank, reader.feed(chunk) if chunk else reader.flush())
             else:
                 for frame in reader.feed(chunk):
                     self._handle(kind, rank, frame)
+            if not chunk:
+                self.leader_gone |= kind == "status"
+                self.close_fd(key.fd)
         return len(events)
 
     def drain(self, seconds: float) -> None:
@@ -163,7 +143,6 @@ class Job:
         while self.sel.get_map() and self.pump(0):
             pass
 
-    # -- state ----------------------------------------------------------------------------------------
     def finished(self, rank: int) -> bool:
         return rank in self.results or rank in self.exits
 
@@ -177,7 +156,6 @@ class Job:
         """True while the group ``pgid`` is certainly this job's: we hold the status pipe, it has not closed."""
         return self.leader is not None and self.status_fd in self.owned and not self.leader_gone
 
-    # -- ending -----------------------------------------------------------------------------------
     def signal_ranks(self, signum: int) -> None:
         """Send ``signum`` to the job's process group (the leader ignores the dump signals)."""
         if self.leader_alive():
@@ -195,8 +173,6 @@ class Job:
         if len(self.exits) == self.world_size or all(self.returned(r) for r in range(self.world_size)):
             self.ended = True
         elif leader is not None:
-            import psutil
-
             try:
                 self._wait_leader(2.0)  # it kills the job's process group, itself included
                 self.ended = True
@@ -210,22 +186,16 @@ class Job:
 
     def _wait_leader(self, seconds: float) -> None:
         """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
-        import psutil
-
-        if self.leader_fd in self.owned:
-            import select
-
-            if not select.select([self.leader_fd], [], [], seconds)[0]:
-                raise psutil.TimeoutExpired(seconds, self.leader.pid)
-            return
-        self.leader.wait(seconds)
+        if self.leader_fd not in self.owned:
+            self.leader.wait(seconds)
+        elif not select.select([self.leader_fd], [], [], seconds)[0]:
+            raise psutil.TimeoutExpired(seconds, self.leader.pid)
 
     def finish(self) -> None:
-        """Kill, read what is left, close every descriptor and remove the job's folder.
+        """Kill, read what is left, close every descriptor and remove the job's folder. Call with interrupts held.
 
-        Call with interrupts held. Whatever the first two steps raise (a broken frame, a failing write to the
-        cell), the descriptors are closed and the folder removed; only an exception that is not an error of
-        ours (KeyboardInterrupt, SystemExit) is raised again, after that.
+        Whatever the first two steps raise (a broken frame, a failing write to the cell), the descriptors are
+        closed and the folder removed; only KeyboardInterrupt, SystemExit and the like are raised again, after.
         """
         try:
             self.kill()

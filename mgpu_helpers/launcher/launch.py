@@ -1,19 +1,12 @@
-"""Run a function on N ranks from a notebook cell, and bring back values, output, spans and failures.
+"""``run_ranks`` and the notebook's end of the rank server: check the request, hand the job over, wait.
 
-``run_ranks(fn, world_size)`` sends ``fn`` by value (cloudpickle, so cell-defined functions, closures and
-lambdas work) to the kernel's long-lived *rank server* (:mod:`mgpu_helpers.launcher.server`): a process that has
-imported torch once and never touches CUDA, forked for this kernel by the fork server
-(:mod:`mgpu_helpers.launcher.forkserver`) where there is one, else started here with a clean environment. Ranks
-are forked from it, so a repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has
-used CUDA can still launch.
-
-The notebook side supervises (:mod:`mgpu_helpers.launcher.supervise`), and takes interrupts only in its waits
-(:mod:`mgpu_helpers.launcher.interrupts`). Rendezvous is a FileStore in a private temp folder and sockets are
-bound to the loopback interface, so a launch opens no port on the network and never clashes with another.
+The rank server (:mod:`~mgpu_helpers.launcher.server`) has imported torch once and never touches CUDA; ranks are
+forked from it, so a repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA
+can still launch. Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback
+interface, so a launch opens no port on the network and never clashes with another.
 """
 
 import atexit
-import dataclasses
 import inspect
 import itertools
 import os
@@ -29,6 +22,8 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 
+import cloudpickle
+
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher import flight, forkserver
 from mgpu_helpers.launcher.errors import LaunchError
@@ -41,10 +36,8 @@ from mgpu_helpers.launcher.supervise import supervise
 from mgpu_helpers.launcher.wire import recv_msg, send_msg
 
 MAX_WORLD_SIZE = 64
-
-
-# --------------------------------------------------------------------------------------------------------
-# The rank server: one per notebook kernel, started on first use (or by setup(), in the background).
+START_TIMEOUT_S = 120.0  # a cold start imports torch: seconds, more on a busy machine
+REPLY_TIMEOUT_S = 60.0  # the server answers a job at once (one fork); past this it is stuck
 
 
 class _StarterThread:
@@ -69,7 +62,6 @@ class _StarterThread:
                 reply.put((False, exc))
 
     def call(self, fn):
-        """Run ``fn()`` on the starter thread and return its result (or raise its exception)."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():  # none yet, or we are a forked copy
                 self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter", daemon=True)
@@ -84,17 +76,12 @@ class _StarterThread:
 
 _starter = _StarterThread()
 _job_ids = itertools.count(1)
-START_TIMEOUT_S = 120.0  # a cold start imports torch: seconds, more on a busy machine
-REPLY_TIMEOUT_S = 60.0  # the server answers a job at once (one fork); past this it is stuck
 
 
 @dataclass(slots=True, eq=False)
 class _Conn:
-    """One rank server process and the notebook's end of its socket. ``ready``: its Ready has been read.
-
-    The socket is closed only by :meth:`end`, and only after the connection was detached from
-    :class:`_Server`: a connection that the server holds always has an open socket.
-    """
+    """A rank server process and the notebook's end of its socket (``ready``: its Ready was read). The socket is
+    closed only by :meth:`end`, after :class:`_Server` detached it: a connection it holds has an open socket."""
 
     proc: subprocess.Popen | forkserver.ForkedServer
     sock: socket.socket
@@ -123,15 +110,6 @@ class _Conn:
         return True
 
 
-def _import_torch_here() -> None:
-    """Import torch in this process while the server imports its own (interrupts held: a torch import cut
-    short cannot be repeated). The ranks' results hold tensors more often than not, and unpickling the first
-    one would import torch after the server's import rather than beside it, on a core of its own."""
-    if "torch" not in sys.modules:
-        with suppress(ImportError):
-            import torch  # noqa: F401
-
-
 class _Server:
     """The notebook's end of the rank server.
 
@@ -153,21 +131,19 @@ class _Server:
         return conn is not None and conn.alive()
 
     def start(self) -> None:
-        """Start a server process if there is no live one (returns at once; it imports torch meanwhile)."""
-        if self.alive():
-            return
-        self.stop()
-        _starter.call(self._spawn)
+        """Start a server if there is no live one (at once: it imports torch meanwhile)."""
+        if not self.alive():
+            self.stop()
+            _starter.call(self._spawn)
 
     def _spawn(self) -> None:
         # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
-        env = dict(os.environ)
-        # The server must stay CUDA-free and quiet; PYTHONPATH lets it import this very package.
+        # PYTHONPATH lets the server import this very package.
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False
-        sock = forkserver.connect(env) if use_forkserver else None
-        if sock is not None:
+        if use_forkserver and (sock := forkserver.connect(env)) is not None:
             self.conn = _Conn(forkserver.ForkedServer(), sock)
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -179,7 +155,6 @@ class _Server:
                 env=env,
                 # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
                 start_new_session=True,
-                close_fds=True,
             )
         except BaseException:
             ours.close()
@@ -227,11 +202,10 @@ class _Server:
             raise
 
     def acquire_ready(self, gate) -> _Conn:
-        """Take ``lock`` with a ready server (started if need be), and return it; the caller releases the lock.
+        """Take ``lock`` with a ready server (started if need be) and return it; the caller releases the lock.
 
-        Call with interrupts held. The wait for a cold start's ``import torch`` happens without the lock and
-        with interrupts let through (``gate``): an interrupt ends it at once and leaves the starting server
-        in place, so the next launch goes on waiting for the same one.
+        Call with interrupts held. A cold start's ``import torch`` is waited for without the lock, interrupts let
+        through (``gate``): an interrupt ends the wait and leaves the server starting, for the next launch.
         """
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -253,19 +227,22 @@ class _Server:
                 self.lock.release()
                 raise
             self.lock.release()
-            if not conn.forked:  # a forked server answers in milliseconds: no import here to wait for
-                _import_torch_here()
+            if not conn.forked and "torch" not in sys.modules:  # a forked server is ready in milliseconds
+                # Import torch here while the server imports its own (interrupts held: an import cut short cannot
+                # be repeated): results hold tensors more often than not, and unpickling the first would import
+                # torch after the server's import rather than beside it, on a core of its own.
+                with suppress(ImportError):
+                    import torch  # noqa: F401
             # The only wait: for Ready (or the server's death), at most a second a look. OSError or ValueError:
             # another thread closed the socket meanwhile; look again under the lock.
             with gate.allowed(), suppress(OSError, ValueError):
                 select.select([conn.sock], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
 
     def submit(self, request: JobRequest, fds: list[int], gate) -> tuple[Started, subprocess.Popen]:
-        """Hand a job to a ready server; returns its Started reply (the leader's pid) and the server's Popen.
+        """Hand a job to a ready server; returns its Started reply and the server's Popen. Call with interrupts held.
 
-        Call with interrupts held. Whatever goes wrong between sending the job and reading its reply, the
-        server is dropped: a server whose reply was left unread would answer the next job with this one's
-        leader. Its jobs die with it (PDEATHSIG), and the next launch starts a new one.
+        Whatever goes wrong between sending the job and reading its reply, the server is dropped: one whose reply
+        was left unread would answer the next job with this one's leader. Its jobs die with it (PDEATHSIG).
         """
         conn = self.acquire_ready(gate)
         try:
@@ -292,11 +269,8 @@ atexit.register(_server.stop)
 
 
 def prewarm(wait: bool = False) -> None:
-    """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``.
-
-    Returns at once; with ``wait=True`` it returns once the server takes jobs (the wait can be interrupted,
-    and the server then goes on starting).
-    """
+    """Start the rank server now, so that the first ``run_ranks`` does not wait for ``import torch``; with
+    ``wait=True``, return once it takes jobs (an interrupt ends the wait, and the server goes on starting)."""
     with interrupts_held() as gate:
         if wait:
             _server.acquire_ready(gate)
@@ -306,9 +280,9 @@ def prewarm(wait: bool = False) -> None:
                 _server.start()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True)
 class ServerState:
-    """What the notebook holds of its rank server at one moment (:func:`server_state`)."""
+    """What the notebook holds of its rank server at one moment, for diagnostics and tests."""
 
     pid: int | None  # the server process, None when there is none
     alive: bool  # its process runs
@@ -318,7 +292,6 @@ class ServerState:
 
 
 def server_state() -> ServerState:
-    """The rank server as this notebook holds it now (for diagnostics and tests; it changes nothing)."""
     conn = _server.conn
     if conn is None:
         return ServerState(None, False, False, False, False)
@@ -329,10 +302,6 @@ def shutdown_server() -> None:
     """Stop the rank server (the next launch starts a new one). No rank processes are left behind."""
     with interrupts_held(), _server.lock:
         _server.stop()
-
-
-# --------------------------------------------------------------------------------------------------------
-# Checking the request before anything starts.
 
 
 def _check_request(fn, world_size, args, timeout) -> bytes:
@@ -355,8 +324,6 @@ def _check_request(fn, world_size, args, timeout) -> bytes:
         ) from None
     except ValueError:
         pass  # builtins without a signature: let them try
-    import cloudpickle
-
     try:
         return cloudpickle.dumps((fn, tuple(args)))
     except Exception as exc:
@@ -369,10 +336,8 @@ def _check_request(fn, world_size, args, timeout) -> bytes:
 
 def loopback_env() -> dict:
     """Environment that keeps every socket of a launch on the loopback interface."""
-    env = {"MASTER_ADDR": "127.0.0.1"}
-    if sys.platform.startswith("linux"):
-        env.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
-    return env
+    linux = sys.platform.startswith("linux")
+    return {"MASTER_ADDR": "127.0.0.1", **({"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"} if linux else {})}
 
 
 def free_loopback_port() -> int:
@@ -405,10 +370,8 @@ def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extr
     )
     if debug:
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
-    if extra:
-        env.update({str(k): str(v) for k, v in extra.items()})
-    per_rank = [{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)]
-    return env, per_rank
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return env, [{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)]
 
 
 def run_ranks(
@@ -426,7 +389,7 @@ def run_ranks(
 ) -> RankResults:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` rank processes and return their results.
 
-    - ``fn`` may be defined in a cell, be a closure or a lambda; it and ``args`` travel by cloudpickle.
+    - ``fn`` may be defined in a cell, a closure or a lambda; it and ``args`` travel by cloudpickle.
     - ``backend``: "auto" (NCCL with one GPU per rank when there are enough GPUs, else gloo on the CPU),
       "nccl" or "gloo". With ``init=True`` the default process group is up when fn starts; with
       ``init=False`` fn joins it itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_INIT_METHOD
@@ -439,12 +402,11 @@ def run_ranks(
     - ``debug``: torch's own diagnosis (TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives are named).
     - ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
 
-    Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input
-    (before any rank starts), :class:`RankError` when a rank raises or dies (the others are ended at once),
-    :class:`RankTimeout` at the timeout, :class:`LaunchError` also when the rank server dies under the
-    launch (the next launch starts a new one). A KeyboardInterrupt (or a time limit's exception from a
-    signal handler) ends every rank before it propagates; one that comes while the launch sets up or cleans
-    up is raised as soon as that step is done. An interrupt during a cold start leaves the server starting.
+    Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input (before
+    any rank starts) or a rank server that died under the launch, :class:`RankError` when a rank raises or dies
+    (the others are ended at once), :class:`RankTimeout` at the timeout. A KeyboardInterrupt (or a time limit's
+    exception from a signal handler) ends every rank before it propagates; one that comes while the launch sets
+    up or cleans up is raised once that step is done. An interrupt during a cold start leaves the server starting.
     """
     payload = _check_request(fn, world_size, args, timeout)
     try:
@@ -472,9 +434,7 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
     job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
     store_path = os.path.join(job.job_dir, "store")
     shared_env, per_rank = _rank_envs(world_size, job.backend, store_path, debug, extra_env)
-    out = [job.pipe() for _ in range(world_size)]
-    res = [job.pipe() for _ in range(world_size)]
-    status = job.pipe()
+    out, res, status = [job.pipe() for _ in range(world_size)], [job.pipe() for _ in range(world_size)], job.pipe()
     request = JobRequest(
         job_id=next(_job_ids),
         world_size=world_size,

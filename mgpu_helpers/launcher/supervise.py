@@ -1,15 +1,13 @@
-"""Supervising one launch from the notebook side: noticing failures and explaining them.
-
-:func:`mgpu_helpers.launcher.run_ranks` hands each :class:`~mgpu_helpers.launcher.job.Job` here once its
-ranks are forked. Everything that turns what the ranks sent (lines, result records, exit codes, stacks,
-flight-recorder dumps) into a :class:`RankResults` or a clear :class:`~mgpu_helpers.RankError` lives here.
-"""
+"""Supervising one launch from the notebook side: turning what the ranks sent (lines, results, exit codes, stacks,
+flight-recorder dumps) into a :class:`RankResults` or an error that says what happened."""
 
 import re
 import signal
 import time
 from contextlib import suppress
 from dataclasses import dataclass
+
+import cloudpickle
 
 from mgpu_helpers.launcher import flight, native_stacks
 from mgpu_helpers.launcher.errors import LaunchError, RankError, RankTimeout
@@ -21,13 +19,21 @@ _FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
 _ENTRY = "mgpu_helpers/launcher/rank_process.py"  # the rank's entry point: its main thread runs it
 # Frames of no one's own code: torch, Python's import and start-up machinery, the rank's entry point.
 _MACHINERY = ("torch/", "<frozen", "runpy", _ENTRY)
+# Seconds that forking the ranks and joining the process group may take on top of ``timeout``.
+JOIN_GRACE_S = 60.0
+_HINTS = {  # by where the rank failed: what to do
+    "sending the result": "\nThe return value could not be sent back: return plain Python values, NumPy arrays "
+    "or tensors (they are moved to the CPU for you).",
+    "unpickling the function": "\nThe rank could not rebuild fn: a module it needs may not be importable by the "
+    "ranks. Define fn in the notebook, or make its module importable (same sys.path and folder).",
+}
 
 
 @dataclass(frozen=True)
 class Waiting:
     """Where a rank's main thread stood when its stack was dumped: ``frames``, ``(path, line, function)`` from
-    the innermost call out, as faulthandler writes them. The one reading of a rank's stack, for the
-    launcher's timeout message and for the checkers' (:func:`mgpu_helpers.checks.core.ranks.where_ranks_wait`)."""
+    the innermost call out. The one reading of a rank's stack, for the launcher's timeout message and for the
+    checkers' (:func:`mgpu_helpers.checks.core.ranks.where_ranks_wait`)."""
 
     frames: tuple
 
@@ -40,11 +46,10 @@ class Waiting:
         return ""
 
     def in_cuda_sync(self) -> bool:
-        """Blocked in ``torch.cuda.synchronize``: waiting for GPU work queued earlier."""
         return any("torch/cuda/" in path and func == "synchronize" for path, _line, func in self.frames)
 
     def code_frames(self, skip=()) -> list:
-        """The frames of code that is someone's own (not :data:`_MACHINERY`, no path containing one of ``skip``),
+        """The frames of someone's own code (not :data:`_MACHINERY`, no path containing one of ``skip``),
         innermost first: the first is the line the rank is waiting on."""
         return [f for f in self.frames if not any(part in f[0] for part in _MACHINERY + tuple(skip))]
 
@@ -55,10 +60,6 @@ def read_stack(stack: str) -> Waiting | None:
         if _ENTRY in block:
             return Waiting(tuple((path, int(line), func) for path, line, func in _FRAME.findall(block)))
     return None
-
-
-# Seconds that forking the ranks and joining the process group may take on top of ``timeout``.
-JOIN_GRACE_S = 60.0
 
 
 def _waiting_in(stack: str) -> str | None:
@@ -79,27 +80,27 @@ def _tail(lines: list[str], n: int = 15) -> str:
     return "\n".join("    " + ln for ln in lines[-n:]) or "    (no output)"
 
 
-def _describe_exit(code: int | None) -> str:
+def _how_it_ended(code: int | str | None, exited: str = " without returning a result") -> str:
+    """How a process ended, from its exit code (minus the signal that killed it; "unknown": not ours to read)."""
     if code is None:
         return "ended without a result"
-    if code < 0:
-        return f"was killed by {_signal_name(-code)}"
-    return f"exited with code {code} without returning a result"
-
-
-def _signal_name(signum: int) -> str:
+    if code == "unknown":
+        return "ended"
+    if code >= 0:
+        return f"exited with code {code}{exited}"
     try:
-        return signal.Signals(signum).name
+        return f"was killed by {signal.Signals(-code).name}"
     except ValueError:
-        return f"signal {signum}"
+        return f"was killed by signal {-code}"
 
 
 def _early_returners(job: Job, except_rank: int) -> list[int]:
     return sorted(r for r in job.results if job.returned(r) and r != except_rank)
 
 
-def _outputs(job: Job) -> dict:
-    return {r: list(o) for r, o in enumerate(job.outputs)}
+def _so_far(job: Job) -> dict:
+    """What every RankError carries: each rank's output, and the values of the ranks that returned."""
+    return {"outputs": {r: list(o) for r, o in enumerate(job.outputs)}, "results": partial_results(job)}
 
 
 def partial_results(job: Job) -> RankResults:
@@ -119,23 +120,7 @@ def partial_results(job: Job) -> RankResults:
 
 
 def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
-    original = None
-    if failed.exception_blob is not None:
-        with suppress(Exception):  # the text and traceback still tell the story
-            import cloudpickle
-
-            original = cloudpickle.loads(failed.exception_blob)
-    hint = ""
-    if failed.where.startswith("sending the result"):
-        hint = (
-            "\nThe return value could not be sent back: return plain Python values, NumPy arrays or "
-            "tensors (they are moved to the CPU for you)."
-        )
-    elif failed.where == "unpickling the function":
-        hint = (
-            "\nThe rank could not rebuild fn: a module it needs may not be importable by the ranks. "
-            "Define fn in the notebook, or make its module importable (same sys.path and folder)."
-        )
+    hint = next((h for where, h in _HINTS.items() if failed.where.startswith(where)), "")
     early = _early_returners(job, rank)
     if early and failed.exc_type in ("RuntimeError", "DistBackendError"):
         hint += (
@@ -147,15 +132,11 @@ def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
         f"--- traceback on rank {rank} ---\n{failed.traceback.rstrip()}\n"
         f"--- last output of rank {rank} ---\n{_tail(job.outputs[rank])}{hint}"
     )
-    err = RankError(
-        message,
-        rank=rank,
-        exc_type=failed.exc_type,
-        remote_traceback=failed.traceback,
-        outputs=_outputs(job),
-        results=partial_results(job),
-    )
-    err.original = original
+    err = RankError(message, rank=rank, exc_type=failed.exc_type, remote_traceback=failed.traceback, **_so_far(job))
+    err.original = None
+    if failed.exception_blob is not None:
+        with suppress(Exception):  # the text and traceback still tell the story
+            err.original = cloudpickle.loads(failed.exception_blob)
     return err
 
 
@@ -175,8 +156,7 @@ def supervise(job: Job) -> RankResults:
                 job.pump(0.05)
             if job.leader_gone and len(job.results) < job.world_size:
                 _raise_launcher_died(job)  # the rank's error most likely came from the launcher's death
-            dead = job.died_without_result()
-            if dead:
+            if dead := job.died_without_result():
                 # A rank that died is the root cause; its peers' errors ("connection closed") follow from it.
                 _raise_died(job, dead[0])
             job.kill()
@@ -184,8 +164,7 @@ def supervise(job: Job) -> RankResults:
             raise _rank_error(job, *job.first_error)
         if job.died_without_result():
             job.drain(0.5)  # its result or error may still be in the pipe
-            dead = job.died_without_result()
-            if dead and job.first_error is None:
+            if (dead := job.died_without_result()) and job.first_error is None:
                 _raise_died(job, dead[0])
         if len(job.results) == job.world_size:
             # Every rank has answered and printed what it had to (it flushes before it answers): what is left
@@ -204,11 +183,9 @@ def supervise(job: Job) -> RankResults:
 
 
 def _deadline(job: Job) -> float:
-    """When the job times out: ``timeout_s`` after the last rank joined the process group and began ``fn``.
-
-    Forking the ranks and joining the group is not the learner's code, and on a loaded machine it can take
-    seconds: the clock of ``timeout`` starts once every rank runs ``fn``, so that a hang's time limit can be a
-    few seconds. Joining has a limit of its own, :data:`JOIN_GRACE_S` beyond ``timeout_s`` from the launch."""
+    """``timeout_s`` after the last rank joined the process group and began ``fn``: forking and joining is not
+    the learner's code, and can take seconds on a loaded machine, so that a hang's time limit can be a few
+    seconds. Joining has a limit of its own, :data:`JOIN_GRACE_S` beyond ``timeout_s`` from the launch."""
     if len(job.running_since) == job.world_size:
         return max(job.running_since.values()) + job.timeout_s
     return job.t0 + job.timeout_s + JOIN_GRACE_S
@@ -225,14 +202,10 @@ def _raise_launcher_died(job: Job):
             code = job.server_proc.wait(0.25)
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
-    if code == "unknown":  # forked by the fork server: not ours to read its status
-        how = "ended"
-    elif code is not None:
-        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
     if code is not None:
         raise LaunchError(
-            f"the rank server died during this launch (it {how}; out of memory, or killed by hand?), and "
-            f"the ranks went with it.{note} The next launch starts a new rank server."
+            f"the rank server died during this launch (it {_how_it_ended(code, '')}; out of memory, or killed by "
+            f"hand?), and the ranks went with it.{note} The next launch starts a new rank server."
         )
     raise LaunchError(
         f"the leader process of this launch (pid {job.pgid}, which forks and watches the ranks) died, and "
@@ -245,19 +218,16 @@ def _raise_died(job: Job, r: int):
     job.drain(2.0)
     early = _early_returners(job, r)
     note = f"\nRank(s) {early} had already returned." if early else ""
-    failed = sorted(k for k, res in job.results.items() if isinstance(res, Failed))
-    if failed:
+    if failed := sorted(k for k, res in job.results.items() if isinstance(res, Failed)):
         note += (
             f"\nRank(s) {failed} then failed too ({job.results[failed[0]].exc_type}), most likely "
             f"because rank {r} was gone."
         )
     raise RankError(
-        f"rank {r} {_describe_exit(job.exits.get(r))} while the other ranks were running (they have been "
+        f"rank {r} {_how_it_ended(job.exits.get(r))} while the other ranks were running (they have been "
         f"ended).{note}\n--- last output of rank {r} ---\n{_tail(job.outputs[r])}",
         rank=r,
-        exc_type=None,
-        outputs=_outputs(job),
-        results=partial_results(job),
+        **_so_far(job),
     )
 
 
@@ -289,8 +259,7 @@ def _raise_timeout(job: Job):
             f"  rank(s) {done} had already finished: a rank that returns early leaves its peers "
             "waiting at their next collective or recv."
         )
-    calls = {w.split(" ")[0] for w in waiting.values()}
-    if len(calls) > 1:
+    if len({w.split(" ")[0] for w in waiting.values()}) > 1:
         lines.append(
             "Ranks are blocked in different collectives: every rank must call the same collectives "
             "in the same order (mismatched collectives)."
@@ -328,6 +297,5 @@ def _raise_timeout(job: Job):
         flight_dumps=job.flight_dumps,
         native_stacks=native,
         rank=stuck[0] if stuck else None,
-        outputs=_outputs(job),
-        results=partial_results(job),
+        **_so_far(job),
     )
