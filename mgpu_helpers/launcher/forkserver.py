@@ -1,21 +1,18 @@
 """The fork server: one process per user and library version that has imported what a rank server imports, and
 forks a rank server for each notebook kernel that connects.
 
-A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU, more on a busy machine), and the
-ranks of its first training launch pay ``torch._dynamo`` (about a second each). The fork server pays both once,
-before it forks anything, and every kernel's server after that is a fork, ready in milliseconds. Nothing else
-changes: the forked server serves the one kernel whose connection it was forked for, exits when that socket
-closes (the kernel ended or restarted), and its jobs' leaders and ranks die with it, as under a server the
-kernel started itself (:mod:`mgpu_helpers.launcher.server`). It is not the kernel's child, so it sends the kernel
-a pidfd of itself with its Ready: the kernel watches and ends it through that.
+A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU), and the ranks of its first training
+launch pay ``torch._dynamo`` (about a second each); the fork server pays both once, and every kernel's server after
+that is a fork, ready in milliseconds. The forked server serves the one kernel whose connection it was forked for,
+exits when that socket closes, and its jobs die with it, as under a server the kernel started itself. It is not
+the kernel's child, so it sends the kernel a pidfd of itself with its Ready: the kernel watches and ends it by that.
 
 It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a
-key of the interpreter, the launcher's files and the environment variables read while torch is imported; each
-end checks that the other runs as the same user. The kernel that finds none binds the name itself and hands
-the listening socket to the fork server it starts, so a connection made at once waits in the backlog while
-torch is imported, and two kernels starting at once find one fork server. It exits after ``IDLE_EXIT_S``
-seconds without a connection. Linux only (pidfds); ``MGPU_FORKSERVER=0`` turns it off, and each kernel then
-starts its own server, as it does wherever the fork server fails before its server's Ready.
+key of the interpreter, the launcher's files and the variables read while torch is imported; each end checks
+that the other runs as the same user. The kernel that finds none binds the name itself and hands the listening
+socket to the fork server it starts, so a connection made at once waits in the backlog while torch is imported,
+and two kernels starting at once find one fork server. Linux only (pidfds); ``MGPU_FORKSERVER=0`` turns it off,
+and each kernel then starts its own server, as it does wherever the fork server fails before its server's Ready.
 """
 
 import glob
@@ -41,21 +38,18 @@ PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def enabled() -> bool:
     """Whether kernels here ask the fork server for their rank server (Linux with pidfds, not turned off)."""
-    return (
-        sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get("MGPU_FORKSERVER", "1") != "0"
-    )
+    linux = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+    return linux and os.environ.get("MGPU_FORKSERVER", "1") != "0"
 
 
 def address(env: dict) -> bytes:
     """The fork server's abstract socket name for this user, interpreter, launcher version and environment."""
-    key = hashlib.sha256()
     parts = [sys.executable, PKG] + sorted(f"{k}={v}" for k, v in env.items() if k.startswith(IMPORT_TIME_VARS))
     # The modules a fork server has imported: an edited one means a new fork server, never a stale import.
     for path in sorted(glob.glob(os.path.join(PKG, "*.py")) + glob.glob(os.path.join(PKG, "launcher", "*.py"))):
         st = os.stat(path)
         parts.append(f"{path}:{st.st_mtime_ns}:{st.st_size}")
-    for part in parts:
-        key.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    key = hashlib.sha256(b"".join(part.encode("utf-8", "surrogateescape") + b"\0" for part in parts))
     return f"\0mgpu-course-forkserver-{os.getuid()}-{key.hexdigest()[:32]}".encode()
 
 
@@ -73,17 +67,16 @@ def connect(env: dict) -> socket.socket | None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(name)
+            if peer_uid(sock) == os.getuid():  # else another user holds the name: never send them a job
+                return sock
         except ConnectionRefusedError:
             sock.close()
             _start(name, env)
             continue
         except OSError:
-            sock.close()
-            return None
-        if peer_uid(sock) != os.getuid():  # another user holds the name: never send them a job
-            sock.close()
-            return None
-        return sock
+            pass
+        sock.close()
+        return None
     return None
 
 
@@ -102,7 +95,6 @@ def _start(name: bytes, env: dict) -> None:
             stderr=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            close_fds=True,
         )
     except OSError:
         pass  # EADDRINUSE: another kernel bound it first
@@ -111,10 +103,9 @@ def _start(name: bytes, env: dict) -> None:
 
 
 class ForkedServer:
-    """The launcher's handle on a rank server forked by the fork server, with the part of ``subprocess.Popen``
-    it uses (pid, poll, kill, wait). Not our child: its exit status cannot be read, only that it exited, which
-    poll() and wait() then say as ``"unknown"``. Until its Ready brings the pidfd nothing is known (poll() is
-    None), and ending it is closing its socket: a server forked for a closed socket exits at once."""
+    """The part of ``subprocess.Popen`` the launcher uses, for a server the fork server forked. Not our child: its
+    exit status cannot be read, only that it exited (``"unknown"``). Until its Ready brings the pidfd nothing is
+    known (poll() is None), and ending it is closing its socket: a server forked for a closed socket exits at once."""
 
     def __init__(self) -> None:
         self.pid: int | None = None

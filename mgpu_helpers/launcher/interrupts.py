@@ -1,20 +1,16 @@
 """Holding back the notebook's interrupts while the launcher changes state that must not be left half-done.
 
-Jupyter's "interrupt" is a SIGINT to the kernel, turned into KeyboardInterrupt in the main thread at whatever
-bytecode it happens to be running. A cell's own time limit works the same way: a SIGALRM whose Python handler
-raises its own exception. Landing between "job sent" and "reply read" either would leave the server's reply
-unread; between "pipe created" and "pipe recorded" it would leak a file descriptor; in the clean-up it would
-leave ranks, descriptors or the job's folder behind.
+Jupyter's "interrupt" is a SIGINT, turned into KeyboardInterrupt in the main thread at whatever bytecode it is
+running; a cell's time limit is a SIGALRM whose Python handler raises. Between "job sent" and "reply read" either
+would leave the server's reply unread; between "pipe created" and "pipe recorded" it would leak a descriptor; in
+the clean-up it would leave ranks, descriptors or the job's folder behind.
 
-So the launcher runs with every signal that has a Python handler held back (:class:`interrupts_held`: SIGINT,
-and SIGALRM or any other a cell has set up), and lets them through only in its waits (:meth:`Gate.allowed`:
-waiting for the rank server's ``import torch``, supervising the ranks), where every resource already has
-exactly one owner. A signal that came while held is delivered, to the handler it was meant for, at the next
-wait or as soon as the block ends.
-
-The gate's own handler stays installed for the whole block, and a wait is closed again by the handler itself
-before it delivers a signal: a second interrupt right behind the first can therefore never find the clean-up
-unprotected.
+So the launcher runs with every signal that has a Python handler held back (:class:`interrupts_held`), and lets
+them through only in its waits (:meth:`Gate.allowed`: the rank server's ``import torch``, supervising the ranks),
+where every resource already has exactly one owner. A signal that came while held is delivered, to the handler
+it was meant for, at the next wait or as soon as the block ends. The gate's handler stays installed for the whole
+block, and closes a wait again itself before it delivers a signal: a second interrupt right behind the first can
+never find the clean-up unprotected.
 """
 
 import signal
@@ -47,35 +43,24 @@ class Gate:
         self.previous[signum](signum, frame)  # left installed after the block: act as the handler outside
 
     def _deliver_pending(self) -> None:
-        while self.pending:
-            signum = next(iter(self.pending))
-            frame = self.pending.pop(signum)
-            if self.state == _ALLOWED:
-                self._on_signal(signum, frame)
-            else:
-                self.previous[signum](signum, frame)
+        while self.pending:  # called _ALLOWED or _DONE, never _HOLDING: each goes to the handler outside
+            signum = next(iter(self.pending))  # in the order they came
+            self._on_signal(signum, self.pending.pop(signum))
 
-    def allowed(self) -> "_Allowed":
+    def allowed(self) -> "Gate":
         """Within a held block, a wait where signals are delivered (one held back so far, at once)."""
-        return _Allowed(self)
-
-
-class _Allowed:
-    __slots__ = ("gate",)
-
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
+        return self
 
     def __enter__(self) -> None:
-        self.gate.state = _ALLOWED
-        self.gate._deliver_pending()
+        self.state = _ALLOWED
+        self._deliver_pending()
 
     def __exit__(self, *exc) -> None:
-        self.gate.state = _HOLDING
+        self.state = _HOLDING
 
 
 class _OpenGate(Gate):
-    """Where nothing can be held (not the main thread): waits and the rest alike."""
+    """Where nothing can be held (not the main thread)."""
 
     def allowed(self) -> nullcontext:
         return nullcontext()
@@ -92,11 +77,9 @@ _SIGNALS = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
 
 
 class interrupts_held:
-    """Within the block a signal with a Python handler is recorded instead of handled; see the module text.
-
-    ``with interrupts_held() as gate:`` yields a :class:`Gate`; ``with gate.allowed():`` marks a wait. Only
-    the main thread runs Python signal handlers, so elsewhere this holds nothing back. Written as a class, not
-    a generator: no Python code of contextlib's runs between taking the signals and entering the block.
+    """``with interrupts_held() as gate:`` records, not handles, each signal with a Python handler; ``with
+    gate.allowed():`` marks a wait. Only the main thread runs Python signal handlers, so elsewhere this holds
+    nothing back. A class, not a generator: no code of contextlib's runs between taking the signals and the block.
     """
 
     __slots__ = ("gate",)

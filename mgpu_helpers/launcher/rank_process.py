@@ -1,10 +1,5 @@
-"""The life of one rank process, forked by the rank server's job leader.
-
-It writes its output to a pipe (whole lines, live), its phases and result to another (frames holding the
-records of :mod:`mgpu_helpers.launcher.messages`, cloudpickled), and, when asked with SIGUSR2, its Python
-stacks and torch's flight recorder to files (:mod:`mgpu_helpers.launcher.flight`; SIGUSR1 is faulthandler's
-fallback for the stacks).
-"""
+"""The life of one rank process, forked by the job's leader: its output goes to one pipe (whole lines, live), its
+phases and result to another (cloudpickled records of :mod:`~mgpu_helpers.launcher.messages`)."""
 
 import ctypes
 import faulthandler
@@ -24,7 +19,7 @@ PRELOADABLE = ("torch._dynamo",)
 
 
 def _to_cpu(value):
-    """Move tensors in a (nested) result to the CPU, so the notebook can unpickle them without a GPU."""
+    """Tensors in a (nested) result moved to the CPU, so the notebook can unpickle them without a GPU."""
     import torch  # the rank server imported it before forking this rank
 
     if isinstance(value, torch.Tensor):
@@ -58,27 +53,6 @@ def _failure(exc: BaseException, where: str):
     return Failed(where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
 
 
-def _store_barrier(store, name: str, rank: int, world_size: int) -> None:
-    """Wait until every rank has reached ``name``, through the rendezvous store (not a collective)."""
-    store.set(f"{name}/{rank}", b"1")
-    store.wait([f"{name}/{r}" for r in range(world_size)])
-
-
-def _line_buffer_c_stdio() -> None:
-    """Make C's stdout and stderr line-buffered, as Python's are here.
-
-    C libraries write through C's own ``stdout``: NCCL's log (``NCCL_DEBUG``), CUDA's device ``printf``.
-    On a pipe C buffers it in blocks of 4 KiB, so lines would arrive late and the last block would be lost
-    at ``os._exit``. (Python only does this itself when PYTHONUNBUFFERED is set.) Linux C libraries
-    export ``stdout``/``stderr`` as variables; elsewhere this does nothing.
-    """
-    with suppress(OSError, ValueError, AttributeError):
-        libc = ctypes.CDLL(None)
-        libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
-        for name in ("stdout", "stderr"):
-            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)  # 1 = _IOLBF
-
-
 def _flush_c_stdio() -> None:
     """Flush every C stream (a partial last line included) before ``os._exit``, which does not."""
     with suppress(OSError, AttributeError):
@@ -93,26 +67,28 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     # Line-buffered streams on the pipe: output reaches the cell line by line, as it is printed.
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-    _line_buffer_c_stdio()
+    # C's too. C libraries write through C's own ``stdout``: NCCL's log (``NCCL_DEBUG``), CUDA's device ``printf``.
+    # On a pipe C buffers it in blocks of 4 KiB, so lines would arrive late and the last block would be lost at
+    # ``os._exit`` (Python does this itself only with PYTHONUNBUFFERED). Linux's libc exports ``stdout``/``stderr``.
+    with suppress(OSError, ValueError, AttributeError):
+        libc = ctypes.CDLL(None)
+        libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
+        for name in ("stdout", "stderr"):
+            libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)  # 1 = _IOLBF
     from mgpu_helpers.launcher import flight, native_stacks
 
     # The fallback stack dump, for a rank whose dump thread cannot run (flight.start_dumper writes the whole one).
     stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     flight.start_dumper(job.job_dir, rank)  # first thread of the rank: the mask it sets is inherited
-    # for py-spy's native stacks at a timeout
     native_stacks.note_pid(job.job_dir, rank, int(job.env.get(native_stacks.LAUNCHER_PID, 0)) or None)
-
     world_size = job.world_size
     os.environ.clear()
-    os.environ.update(job.env)
-    os.environ.update(job.rank_env[rank])
+    os.environ.update({**job.env, **job.rank_env[rank]})
     sys.path[:] = job.sys_path
     with suppress(OSError):
         os.chdir(job.cwd)
-
-    code = 0
-    where = "starting"
+    code, where = 0, "starting"
     try:
         import cloudpickle
         import torch.distributed as dist
@@ -152,8 +128,10 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         if store is None and dist.is_initialized():  # init=False: fn joined the group itself and is still in
             store = dist.distributed_c10d._get_default_store()  # it; a peer may still be connecting to us
         if store is not None:
-            # Wait for every rank to finish fn before closing connections a slower peer may still read from.
-            _store_barrier(store, "mgpu/finished", rank, world_size)
+            # Wait for every rank to finish fn before closing connections a slower peer may still read from:
+            # through the rendezvous store, not a collective.
+            store.set(f"mgpu/finished/{rank}", b"1")
+            store.wait([f"mgpu/finished/{r}" for r in range(world_size)])
         if dist.is_initialized():
             dist.destroy_process_group()
     except BaseException as exc:

@@ -1,10 +1,7 @@
-"""The rank server: a CUDA-clean process with torch imported, from which rank processes are forked.
-
-Started by :mod:`mgpu_helpers.launcher.launch` as ``python -m mgpu_helpers.launcher.server FD PARENT_PID``, or
-forked for a kernel by the fork server (:mod:`mgpu_helpers.launcher.forkserver`, :func:`serve_kernel`). It
-never touches CUDA, so forking from it is safe even when the notebook kernel has used a GPU. Each job is
-handled by a *leader* (forked from the server, in a process group of its own) that forks the ranks and
-reports how each one exits. Process tree and who cleans up::
+"""The rank server: a process with torch imported that never touches CUDA, so that forking ranks from it is safe
+even when the notebook kernel has used a GPU. Started by the kernel (``python -m mgpu_helpers.launcher.server FD
+PARENT_PID``) or forked for it by the fork server (:func:`serve_kernel`). Each job has a *leader* (forked from the
+server, in a process group of its own) that forks the ranks and reports how each exits. Who cleans up::
 
     notebook kernel ──(Unix socket)── server (own session; exits when the socket closes, and dies with a
                                          │     kernel that started it: PR_SET_PDEATHSIG)
@@ -28,6 +25,10 @@ import socket
 import sys
 from contextlib import suppress
 
+from mgpu_helpers.launcher import rank_process
+from mgpu_helpers.launcher.messages import RankExit, Ready, Started
+from mgpu_helpers.launcher.wire import recv_msg, send_msg, write_frame
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -50,17 +51,6 @@ def close_fds(fds) -> None:
             os.close(fd)
 
 
-def _my_children() -> list[int]:
-    """Pids of this process's children: Linux lists them per thread; psutil (a scan of /proc) elsewhere."""
-    try:
-        with open(f"/proc/self/task/{os.getpid()}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        import psutil
-
-        return [c.pid for c in psutil.Process().children()]
-
-
 def _end_everything_under_me(rank_pids) -> None:
     """Kill what is left of the job: the ranks, then what was orphaned under this subreaper, then the group.
 
@@ -74,7 +64,14 @@ def _end_everything_under_me(rank_pids) -> None:
     for pid in rank_pids:
         with suppress(ChildProcessError):
             os.waitpid(pid, 0)
-    for pid in _my_children():
+    try:  # our children: Linux lists them per thread; psutil (a scan of /proc) elsewhere
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            orphans = [int(p) for p in f.read().split()]
+    except OSError:
+        import psutil
+
+        orphans = [c.pid for c in psutil.Process().children()]
+    for pid in orphans:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     os.killpg(0, signal.SIGKILL)  # ourselves included: everything has been reported
@@ -82,17 +79,13 @@ def _end_everything_under_me(rank_pids) -> None:
 
 def run_leader(job, fds: list[int], server_pid: int) -> None:
     """Fork the ranks of one job, then report each exit status to the notebook."""
-    from mgpu_helpers.launcher import rank_process
-    from mgpu_helpers.launcher.messages import RankExit
-    from mgpu_helpers.launcher.wire import write_frame
-
     die_with_parent(server_pid)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     # The server ignores SIGCHLD (the kernel reaps for it); here exits must stay zombies until waitpid
     # reads them, and the ranks must inherit the default (subprocess.wait in a rank needs it).
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # stack and flight-recorder dumps are for the ranks
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    for dump_signal in (signal.SIGUSR1, signal.SIGUSR2):  # stack and flight-recorder dumps are for the ranks
+        signal.signal(dump_signal, signal.SIG_IGN)
     n = job.world_size
     out_fds, res_fds, status_fd = fds[:n], fds[n : 2 * n], fds[2 * n]
     leader_pid = os.getpid()
@@ -102,8 +95,8 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
         if pid == 0:
             try:
                 die_with_parent(leader_pid)
-                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-                signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+                for dump_signal in (signal.SIGUSR1, signal.SIGUSR2):
+                    signal.signal(dump_signal, signal.SIG_DFL)
                 close_fds([fd for i, fd in enumerate(out_fds + res_fds) if i % n != rank] + [status_fd])
                 rank_process.main(job, rank, out_fds[rank], res_fds[rank])
             finally:
@@ -141,31 +134,26 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
-# Seconds without a request after which a server that the kernel started itself imports
-# ``rank_process.PRELOADABLE`` (one forked by the fork server has them already): a learner who reads between
-# cells leaves it that long, so a later training launch finds the import done; a notebook run cell after cell
-# (nbval) rarely does, so its launches do not queue behind an import that they may not need (1.5 s was too
-# short: a cell that draws a figure or imports torch in the kernel took that long, and the next launch waited
-# about a second for an import none of its ranks used).
+# Seconds without a request after which a server the kernel started itself imports ``rank_process.PRELOADABLE``
+# (a forked one has them): a learner reading between cells leaves it that long, a notebook run cell after cell
+# (nbval) rarely does, so its launches do not queue behind an import they may not need (1.5 s was too short: a
+# cell drawing a figure took that long, and the next launch waited a second for an import none of its ranks used).
 IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "5"))
 
 
 def import_preloadable() -> None:
-    from mgpu_helpers.launcher.rank_process import PRELOADABLE
-
-    for name in PRELOADABLE:
+    for name in rank_process.PRELOADABLE:
         with suppress(Exception):  # an optional speed-up, never a reason not to serve
             importlib.import_module(name)
 
 
 def serve(sock: socket.socket) -> None:
-    from mgpu_helpers.launcher.messages import Started
-    from mgpu_helpers.launcher.rank_process import PRELOADABLE
-    from mgpu_helpers.launcher.wire import recv_msg, send_msg
-
     server_pid = os.getpid()
     while True:
-        if any(m not in sys.modules for m in PRELOADABLE) and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
+        if (
+            any(m not in sys.modules for m in rank_process.PRELOADABLE)
+            and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]
+        ):
             import_preloadable()
             continue
         try:
@@ -202,14 +190,11 @@ def import_rank_modules() -> None:
     import torch
     import torch.distributed  # noqa: F401
 
-    from mgpu_helpers.launcher import flight, rank_process, ranks, trace  # noqa: F401
+    from mgpu_helpers.launcher import flight, ranks, trace  # noqa: F401
 
 
 def _ready_then_serve(sock: socket.socket, fds=()) -> None:
     """Tell the kernel this server takes jobs (with ``fds``, which it then holds copies of), and serve it."""
-    from mgpu_helpers.launcher.messages import Ready
-    from mgpu_helpers.launcher.wire import send_msg
-
     try:
         send_msg(sock, pickle.dumps(Ready(os.getpid())), fds)
     except OSError:
