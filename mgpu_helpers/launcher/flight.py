@@ -1,16 +1,12 @@
-"""torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one
-it is stuck in.
+"""torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one it is
+stuck in.
 
 torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
-entries), each with its sequence number and whether it completed. It is on in every launch: both NCCL and gloo
-record into it in torch 2.13. A rank that is stuck has its main thread blocked inside the collective, so the
-buffer is dumped by a small thread of the rank that waits for SIGUSR2 (:func:`start_dumper`); the notebook
-sends that signal at the timeout and reads the dumps with :func:`read_dump` and :func:`summarise`.
-
-The same thread writes the rank's Python stacks (every thread's) to :func:`stack_path`, whole and then
-renamed, so the notebook never reads a stack cut short. Only for a rank whose thread could not run (its main
-thread holding the GIL) does the notebook then send SIGUSR1, on which ``faulthandler`` writes the stacks to
-:func:`partial_stack_path` from a signal handler, a line at a time.
+entries), each with its sequence number and whether it completed; NCCL and gloo both record into it (torch 2.13).
+A stuck rank's main thread is blocked inside the collective, so a small thread of the rank dumps the buffer on
+SIGUSR2 (:func:`start_dumper`), and with it the rank's Python stacks, whole and then renamed, so the notebook never
+reads a stack cut short. Only for a rank whose thread could not run (its main thread holding the GIL) does the
+notebook then send SIGUSR1, on which ``faulthandler`` writes the stacks from a signal handler, a line at a time.
 """
 
 import faulthandler
@@ -37,7 +33,7 @@ def partial_stack_path(job_dir: str, rank: int) -> str:
 
 
 def _write_whole(path: str, write) -> None:
-    """``write(f)`` into ``path + ".part"``, then rename it to ``path``: a reader sees all of it or none."""
+    """``write(f)`` into ``path + ".part"``, then rename it: a reader sees all of it or none."""
     with open(path + ".part", "wb") as f:
         write(f)
     os.replace(path + ".part", path)
@@ -45,10 +41,8 @@ def _write_whole(path: str, write) -> None:
 
 def start_dumper(job_dir: str, rank: int) -> None:
     """In a rank, before any other thread exists: dump the Python stacks and the flight recorder on each SIGUSR2.
-
     The signal is blocked in every thread and taken by ``sigwait`` in this one: Python's signal handlers run in
-    the main thread only, the one stuck in the collective (which waits with the GIL released).
-    """
+    the main thread only, the one stuck in the collective (which waits with the GIL released)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
     path = dump_path(job_dir, rank)
 
@@ -72,10 +66,9 @@ KEEP_LAST = 5  # the dumps of this many hangs are kept; older ones go
 
 
 def keep_dumps(paths: dict) -> str | None:
-    """Copy the ranks' dumps (``{rank: path}``) where they outlive the launch's folder, and return that folder: a
-    new one in ``$MGPU_FLIGHT_DIR`` (default: ``mgpu-flight-<uid>`` in the temp folder), a file per rank named as
-    torch names its own, so that torch's analyzer reads it as it is (``python -m
-    torch.distributed.flight_recorder.fr_trace FOLDER``). The last :data:`KEEP_LAST` are kept; None: no dump."""
+    """Copy the ranks' dumps (``{rank: path}``) to a new folder that outlives the launch's, and return it (None: no
+    dump): in ``$MGPU_FLIGHT_DIR`` (default: ``mgpu-flight-<uid>`` in the temp folder), the last :data:`KEEP_LAST`
+    kept, a file per rank named as torch names its own, so that torch's analyzer (``fr_trace``) reads it as it is."""
     import shutil
     import tempfile
 
@@ -95,7 +88,7 @@ def keep_dumps(paths: dict) -> str | None:
             shutil.copyfile(path, target)
         else:
             named = _named_groups(dump)
-            _write_whole(target, lambda f, d=named: pickle.dump(d, f))
+            _write_whole(target, lambda f: pickle.dump(named, f))
     return folder
 
 
@@ -115,7 +108,7 @@ def _named_groups(dump: dict) -> dict:
 
 
 def read_dump(path: str) -> dict | None:
-    """The unpickled dump at ``path``, or None when there is none (the rank never answered)."""
+    """None when there is none (the rank never answered)."""
     try:
         return pickle.loads(Path(path).read_bytes())
     except (OSError, EOFError, pickle.UnpicklingError):
@@ -135,11 +128,8 @@ def _label(entry: dict) -> tuple[int, str]:
 
 
 def summarise(dump: dict | None) -> dict | None:
-    """``{"last_completed": (seq, name) | None, "stuck_in": (seq, name) | None}`` of the default group.
-
-    ``seq`` is torch's sequence number of the collective in that group (p2p calls have their own counter and
-    are named "p2p send" / "p2p recv"). None when the dump is missing or torch could not produce one.
-    """
+    """``{"last_completed": (seq, name) | None, "stuck_in": (seq, name) | None}`` of the default group, or None
+    without a dump. ``seq``: torch's sequence number of the collective (p2p calls count apart, as "p2p send")."""
     if not dump or "entries" not in dump:
         return None
     entries = [e for e in dump["entries"] if e.get("pg_id", 0) == 0] or list(dump["entries"])
@@ -153,10 +143,7 @@ def describe(summary: dict | None) -> str:
     """One line for the RankTimeout message."""
     if summary is None:
         return "flight recorder: no dump"
-
-    def name(item):
-        return "none" if item is None else f"#{item[0]} {item[1]}"
-
+    name = lambda item: "none" if item is None else f"#{item[0]} {item[1]}"
     stuck = summary["stuck_in"]
     # gloo records collectives but not send/recv: a rank stuck in one shows no pending entry.
     stuck_text = name(stuck) if stuck else "none recorded (a send/recv, which gloo does not record?)"

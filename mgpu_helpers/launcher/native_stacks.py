@@ -1,17 +1,12 @@
 """Native (C++) stacks of hung ranks, from ``py-spy dump --native``, taken beside faulthandler's Python stacks.
 
-faulthandler (:mod:`mgpu_helpers.launcher.flight`) shows Python frames only: a rank stuck in a collective ends
-at ``all_reduce`` in ``distributed_c10d.py``, one waiting for a peer to join at ``init_process_group``. Beneath
-that frame the rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the collective was handed to the
-backend, and the rank waits for it to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over
-``c10d::FileStore::wait`` (gloo waits in the rendezvous store for a peer's address: the peer never joined); on a
-GPU, NCCL's and CUDA's own functions. py-spy reads those frames from outside the process (ptrace), so it works on
-a rank whose own threads cannot run at all.
-
-py-spy is optional: where it is not installed, or may not attach (ptrace forbidden: a container without
-``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the
-launcher's report goes on without native stacks. Each rank writes its pid where :func:`take` finds it, and lets
-py-spy in where Yama would not (:func:`note_pid`).
+faulthandler's stack of a rank stuck in a collective ends at ``all_reduce`` in ``distributed_c10d.py``. Beneath it
+the rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the backend has the collective, the rank
+waits for it to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a
+peer never joined); on a GPU, NCCL's and CUDA's own functions. py-spy reads them from outside (ptrace), so it
+works on a rank whose own threads cannot run at all. It is optional: where it is not installed or may not attach
+(a container without ``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in
+one line and the report goes on without native stacks.
 """
 
 import ctypes
@@ -21,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from subprocess import PIPE
 
 # The whole native dump of every rank, at once: py-spy pauses a rank while it reads it (under a second each on
 # an idle machine); a loaded one gets this long before the launch's error is raised without them.
@@ -59,10 +55,9 @@ def note_pid(job_dir: str, rank: int, launcher_pid: int | None) -> None:
     """In a rank, as it starts: write its pid where :func:`take` finds it.
 
     Yama's scope 1, the default of Ubuntu and Debian, lets only a process's ancestors attach to it, and the
-    py-spy that the notebook starts at a timeout is not one of the rank's (the ranks descend from the rank
-    server). Where py-spy is installed, such a rank therefore names the kernel that launched it as its tracer
-    (``PR_SET_PTRACER``): Yama then lets that kernel and the processes it starts, py-spy among them, attach to
-    the rank, and nothing else of the user's."""
+    notebook's py-spy is not one of the rank's (the ranks descend from the rank server). Where py-spy is
+    installed, such a rank names the kernel that launched it as its tracer (``PR_SET_PTRACER``): Yama then lets
+    that kernel and the processes it starts attach to the rank, and nothing else of the user's."""
     with open(pid_path(job_dir, rank), "w") as f:
         f.write(str(os.getpid()))
     if launcher_pid and _yama_scope() == 1 and py_spy() is not None:
@@ -85,10 +80,8 @@ def _pid_of(job_dir: str, rank: int) -> int | None:
 
 def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[dict[int, str], str | None]:
     """``py-spy dump --native`` of each of ``ranks`` (still running), all at once, within ``timeout_s``.
-
     Returns ``({rank: dump text}, why)``: ``why`` is None when every rank's dump came, else one line saying why
-    some or all did not (py-spy missing, not allowed to attach, too slow).
-    """
+    some or all did not (py-spy missing, not allowed to attach, too slow)."""
     program = py_spy()
     if program is None:
         return {}, "py-spy is not installed (pip install py-spy adds them)"
@@ -98,13 +91,8 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
     try:
         for r, pid in pids.items():
             try:
-                running[r] = subprocess.Popen(
-                    [program, "dump", "--native", "--pid", str(pid)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    stdin=subprocess.DEVNULL,
-                    text=True,
-                )
+                command = [program, "dump", "--native", "--pid", str(pid)]
+                running[r] = subprocess.Popen(command, stdout=PIPE, stderr=PIPE, stdin=subprocess.DEVNULL, text=True)
             except OSError as exc:
                 problems[r] = f"py-spy could not start: {exc}"
         for r, proc in running.items():
@@ -126,22 +114,15 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
                 proc.wait()  # not its pipes: a child it left may hold them open
             proc.stdout.close()
             proc.stderr.close()
-    for r in ranks:
-        if r not in pids:
-            problems[r] = "its pid was never written (it did not start)"
-    if not problems:
-        return dumps, None
-    reasons = sorted(set(problems.values()))
-    return dumps, f"rank(s) {sorted(problems)}, " + "; ".join(reasons)
+    problems.update({r: "its pid was never written (it did not start)" for r in ranks if r not in pids})
+    return dumps, (f"rank(s) {sorted(problems)}, " + "; ".join(sorted(set(problems.values())))) if problems else None
 
 
 def _short(name: str) -> str:
     """A C++ symbol without its template and parameter lists: ``c10d::Work::wait``, not a line of 2000 characters."""
-    while True:
-        shorter = re.sub(r"<[^<>]*>|\([^()]*\)", "", name)
-        if shorter == name:
-            return name
+    while (shorter := re.sub(r"<[^<>]*>|\([^()]*\)", "", name)) != name:
         name = shorter
+    return name
 
 
 def beneath_python(dump: str) -> list[str]:

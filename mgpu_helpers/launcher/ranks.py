@@ -1,19 +1,13 @@
-"""Code that runs inside a rank process: process-group set-up, the device of a rank, and ``torchrun``.
-
-The same rank function ``fn(rank, world_size, *args)`` runs under :func:`mgpu_helpers.run_ranks` (from a
-notebook cell) and under ``torchrun`` (from a script, on one or several machines) through
-:func:`torchrun_main`: the launcher is the notebook's front door, not a second distributed engine.
-"""
+"""Code that runs inside a rank process: process-group set-up, the device of a rank, and ``torchrun``, under which
+(:func:`torchrun_main`) the same rank function runs as under :func:`mgpu_helpers.run_ranks`."""
 
 import os
 from datetime import timedelta
 
 
 def rank_device():
-    """The ``torch.device`` this rank computes on: its own GPU under NCCL, the CPU under gloo.
-
-    Call it inside a rank function, after the process group is up (``run_ranks`` does that for you).
-    """
+    """The ``torch.device`` this rank computes on: its own GPU under NCCL, the CPU under gloo. Call it inside a
+    rank function, after the process group is up (``run_ranks`` does that for you)."""
     import torch
     import torch.distributed as dist
 
@@ -23,11 +17,8 @@ def rank_device():
 
 
 def physical_cores(cpus=None) -> list[list[int]]:
-    """The logical CPUs in ``cpus`` (default: those this process may use), grouped by physical core.
-
-    Hyper-threads of one core form one group (Linux's ``/sys`` topology); where that is not readable, each
-    logical CPU is its own group.
-    """
+    """The logical CPUs in ``cpus`` (default: those this process may use), grouped by physical core (Linux's
+    ``/sys`` topology); where that is not readable, each logical CPU is its own group."""
     if cpus is None:
         if not hasattr(os, "sched_getaffinity"):  # not Linux
             return [[c] for c in range(os.cpu_count() or 1)]
@@ -45,13 +36,13 @@ def physical_cores(cpus=None) -> list[list[int]]:
 
 
 def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
-    """The logical CPUs that CPU rank ``local_rank`` of ``local_world_size`` on this host is pinned to.
+    """The logical CPUs that CPU rank ``local_rank`` of ``local_world_size`` on this host is pinned to (None where
+    the platform has no CPU affinity).
 
-    A CPU rank stands in for a device, so its speed must follow its work, not where the scheduler happens
-    to put it: with as many physical cores as ranks, each rank gets an equal run of cores to itself; with
-    fewer, rank r shares core ``r % cores`` with the ranks congruent to it. (Left to the scheduler, four
-    ranks on two cores can end up three on one core and one on the other, and a rank with half the work
-    then finishes last.) None where the platform has no CPU affinity.
+    A CPU rank stands in for a device, so its speed must follow its work, not where the scheduler puts it: with
+    as many physical cores as ranks, each rank gets an equal run of cores to itself; with fewer, rank r shares
+    core ``r % cores``. (Left to the scheduler, four ranks on two cores can end up three on one core and one on
+    the other, and a rank with half the work then finishes last.)
     """
     if not hasattr(os, "sched_setaffinity") or not 0 <= local_rank < local_world_size:
         return None
@@ -87,21 +78,16 @@ def init_process_group(
             torch.set_num_threads(max(1, threads))
     # Under NCCL, CPU tensors still work: they go through gloo ("cpu:gloo,cuda:nccl"), so a rank function
     # written for the CPU runs unchanged on a GPU machine, and GPU tensors take NCCL.
-    pg_backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
-    dist.init_process_group(
-        backend=pg_backend,
-        init_method=init_method,
-        world_size=world_size,
-        rank=rank,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+    timeout = timedelta(seconds=timeout_s)
+    dist.init_process_group(backend=backend, init_method=init_method, world_size=world_size, rank=rank, timeout=timeout)
 
 
 def torchrun_main(fn, *args, backend: str = "auto"):
     """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns.
 
-    Reads RANK, WORLD_SIZE and LOCAL_RANK from the environment that torchrun sets, joins the process group
-    through ``env://`` and leaves it at the end. In a script::
+    Joins the process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the
+    end. In a script::
 
         if __name__ == "__main__":
             print(mh.torchrun_main(my_rank_fn))
