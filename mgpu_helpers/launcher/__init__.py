@@ -1,7 +1,4 @@
-"""The rank launcher: ``run_ranks`` runs a function on N ranks from a notebook cell.
-
-Its modules, one line each, are listed in ``README.md`` beside this file (a test keeps that list whole).
-"""
+"""The rank launcher: ``run_ranks`` runs a function on N ranks from a notebook cell (modules: ``README.md``)."""
 
 from mgpu_helpers.lazy import attach
 

@@ -15,19 +15,9 @@ class RankError(RuntimeError):
     lines so far), ``results`` (the partial :class:`RankResults`, values of ranks that finished).
     """
 
-    def __init__(
-        self,
-        message: str,
-        rank: int | None = None,
-        exc_type: str | None = None,
-        remote_traceback: str = "",
-        outputs=None,
-        results=None,
-    ):
+    def __init__(self, message: str, rank=None, exc_type=None, remote_traceback="", outputs=None, results=None):
         super().__init__(message)
-        self.rank = rank
-        self.exc_type = exc_type
-        self.remote_traceback = remote_traceback
+        self.rank, self.exc_type, self.remote_traceback = rank, exc_type, remote_traceback
         self.outputs = outputs or {}
         self.results = results
 

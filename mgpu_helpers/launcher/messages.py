@@ -13,8 +13,10 @@ its type. Who sends what::
 
 from dataclasses import dataclass
 
+record = dataclass(frozen=True)
 
-@dataclass(frozen=True)
+
+@record
 class JobRequest:
     """One launch, as the server needs it: everything a rank must set up before it calls ``fn``."""
 
@@ -32,50 +34,38 @@ class JobRequest:
     pg_timeout_s: float
 
 
-@dataclass(frozen=True)
-class Ready:
-    """The server has imported torch and takes jobs."""
-
+@record
+class Ready:  # the server has imported torch and takes jobs
     server_pid: int
 
 
-@dataclass(frozen=True)
-class Started:
-    """The server forked the leader of job ``job_id``; its pid is also the process group of the ranks."""
-
+@record
+class Started:  # the server forked the leader of job ``job_id``; its pid is also the ranks' process group
     job_id: int
     leader_pid: int
 
 
-@dataclass(frozen=True)
-class RankExit:
-    """How rank ``rank`` ended: exit code, or minus the signal number that killed it."""
-
+@record
+class RankExit:  # how rank ``rank`` ended: exit code, or minus the signal number that killed it
     rank: int
     code: int
 
 
-@dataclass(frozen=True)
-class Running:
-    """The rank joined the process group (in ``init_s`` seconds) and is calling ``fn``."""
-
+@record
+class Running:  # the rank joined the process group (in ``init_s`` seconds) and is calling ``fn``
     init_s: float
 
 
-@dataclass(frozen=True)
-class Returned:
-    """``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds."""
-
+@record
+class Returned:  # ``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds
     value: object
     init_s: float
     fn_s: float
     spans: list
 
 
-@dataclass(frozen=True)
-class Failed:
-    """Something raised in the rank while ``where`` (e.g. "running the function", "sending the result")."""
-
+@record
+class Failed:  # something raised in the rank while ``where`` (e.g. "running the function", "sending the result")
     where: str
     exc_type: str
     text: str

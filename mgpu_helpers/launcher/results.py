@@ -1,4 +1,4 @@
-"""What a launch brings back: :class:`RankResults`, the public result type of ``run_ranks``."""
+"""What a launch brings back: :class:`RankResults`, the result type of ``run_ranks``."""
 
 from dataclasses import dataclass, field
 

@@ -7,13 +7,11 @@ Inside a rank function::
     with mh.trace.span("communicate", "all_reduce"):
         dist.all_reduce(y)
 
-``run_ranks`` brings each rank's spans back in ``RankResults.spans[rank]``. Times come from
-``time.monotonic()``, one clock for every process of the machine, so spans of different ranks line up.
-On a GPU, call ``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous.
-
-Under a profiler, :func:`set_range_hook` makes every ``span`` also open a named range of that profiler
-(:mod:`mgpu_helpers.measure.profile` sets one: a ``torch.profiler.record_function`` range, and an NVTX range on
-a GPU, so the spans show in Perfetto and in Nsight Systems under the name ``mgpu.<kind>:<name>``).
+``run_ranks`` brings each rank's spans back in ``RankResults.spans[rank]``. Times come from ``time.monotonic()``,
+one clock for every process of the machine, so spans of different ranks line up. On a GPU, call
+``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous. Under a profiler,
+:func:`set_range_hook` makes every ``span`` also open a named range ``mgpu.<kind>:<name>`` of that profiler
+(:mod:`mgpu_helpers.measure.profile` sets one), so the spans show in Perfetto and in Nsight Systems.
 """
 
 import time
@@ -74,7 +72,7 @@ def latest() -> Span:
 
 
 def snapshot() -> list[Span]:
-    """This process's spans so far, in order, without forgetting them (``collect`` still returns them)."""
+    """This process's spans so far, without forgetting them (``collect`` still returns them)."""
     return list(_spans)
 
 

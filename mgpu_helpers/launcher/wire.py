@@ -9,15 +9,10 @@ _HEADER = struct.Struct("!Q")
 
 def write_frame(fd: int, data: bytes) -> None:
     """Write one frame (8-byte big-endian length, then the bytes) to a blocking file descriptor."""
-    _write_all(fd, _HEADER.pack(len(data)))
-    _write_all(fd, data)  # not header + data: that would copy a result of hundreds of MB once more
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    for part in (_HEADER.pack(len(data)), data):  # not header + data: that would copy a result of hundreds of MB
+        view = memoryview(part)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 class FrameReader:
@@ -52,11 +47,8 @@ class LineReader:
         return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
 
     def flush(self) -> list[str]:
-        if not self._buf:
-            return []
-        line = self._buf.decode("utf-8", "replace")
-        self._buf = bytearray()
-        return [line]
+        line, self._buf = self._buf.decode("utf-8", "replace"), bytearray()
+        return [line] if line else []
 
 
 def recv_exact(sock, size: int) -> bytes:
