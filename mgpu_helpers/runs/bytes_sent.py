@@ -1,17 +1,11 @@
 """The bytes each rank sends in a collective, counted message by message as the ranks run.
 
-NCCL and gloo do not report how many bytes each rank put on its links. To measure it, the collectives of
-notebook 07 run here as the bandwidth-optimal schedules that busbw is defined by: the all-reduce is notebook
-05's own ring (:func:`mgpu_helpers.lessons.ring.ring_all_reduce`), and every message it sends goes through
-notebook 04's ``exchange``, which is wrapped here to add up each message's size. Its first ``n - 1`` steps are
-the reduce-scatter, the last ``n - 1`` the all-gather, so the halves count those two collectives. The reduce
-(to rank 0) is a chain ``n-1 -> n-2 -> ... -> 0``: every rank but the root passes on the whole buffer, the
-root only receives. Each result is checked against torch's own collective, so the counted schedule is a
-correct implementation and not a model.
-
-``nbytes`` is the size of the full buffer (the all-gather's result, the reduce-scatter's input), as in
-:func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank` (in a reduce the root sends nothing; that figure is
-what every other rank sends). The buffers are float32.
+NCCL and gloo do not report how many bytes each rank put on its links, so notebook 07's collectives run here as
+the bandwidth-optimal schedules that busbw is defined by: the all-reduce is notebook 05's own ring, every message
+of which goes through notebook 04's ``exchange``, wrapped here to add up each message's size (its first ``n - 1``
+steps are the reduce-scatter, the last ``n - 1`` the all-gather). The reduce (to rank 0) is a chain ``n-1 -> ...
+-> 0``. Each result is checked against torch's own collective: the counted schedule is correct, not a model.
+``nbytes`` is the size of the full buffer, as in :func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank`.
 """
 
 OPS = ("reduce", "all_reduce", "all_gather", "reduce_scatter")
@@ -55,11 +49,8 @@ def chain_reduce(x, rank: int, world_size: int) -> tuple:
 
 
 def count_bytes_sent(rank: int, world_size: int, nbytes: int, ops=OPS) -> dict:
-    """Rank function: run each collective of ``ops`` on a float32 buffer of ``nbytes`` as point-to-point
-    messages, count the bytes this rank sends, and check the result against torch's own collective.
-
-    Returns ``{op: bytes this rank sent}``. ``nbytes`` must be a multiple of ``4 * world_size``.
-    """
+    """Rank function: run each collective of ``ops`` on a float32 buffer of ``nbytes`` (a multiple of
+    ``4 * world_size``) as point-to-point messages; returns ``{op: bytes this rank sent}``."""
     import torch
     import torch.distributed as dist
 
@@ -67,8 +58,7 @@ def count_bytes_sent(rank: int, world_size: int, nbytes: int, ops=OPS) -> dict:
 
     if nbytes % (ELEMENT_BYTES * world_size):
         raise ValueError(f"nbytes must be a multiple of 4 * world_size = {ELEMENT_BYTES * world_size}, got {nbytes}")
-    unknown = [op for op in ops if op not in OPS]
-    if unknown:
+    if unknown := [op for op in ops if op not in OPS]:
         raise ValueError(f"unknown collective(s) {unknown}; choose from {list(OPS)}")
     x = (torch.arange(nbytes // ELEMENT_BYTES, device=rank_device()) % 7 + rank).to(torch.float32)  # exact sums
     if {"all_reduce", "all_gather", "reduce_scatter"} & set(ops):

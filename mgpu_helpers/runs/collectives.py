@@ -1,14 +1,6 @@
-"""The seven collectives of the course run by name on real ranks: what the all-reduce results widget shows.
-
-Notebook 05 calls every collective in its own cells; this module is the widget's runner, so that a learner
-can pick a collective, an op and a world size and see every rank's input and output from a real run.
-
-- :func:`run_collective` (inside a rank) calls collective ``name`` on the rank's input and returns its output;
-- :func:`collective_rank_fn` is the rank function for ``run_ranks`` (lists in, lists out);
-- :func:`launch_collective` launches ranks with it and compares with
-  :func:`mgpu_helpers.models.collectives.expected_outputs`; :func:`run_and_draw` also draws the result.
-
-"avg" on CPU tensors is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
+"""The seven collectives of the course run by name on real ranks, for 05's results widget: a learner picks a
+collective, an op and a world size and sees every rank's input and output from a real run. "avg" on CPU tensors
+is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
 """
 
 from dataclasses import dataclass
@@ -17,12 +9,8 @@ from mgpu_helpers.models.collectives import COLLECTIVES, ROOT
 
 
 def run_collective(name: str, x, op: str = "sum"):
-    """Run collective ``name`` with this rank's input ``x`` (a 1-D tensor on the rank's device).
-
-    Returns this rank's output as a tensor, or None where the rank receives nothing (non-root ranks of
-    reduce and gather); the conventions are :mod:`mgpu_helpers.models.collectives`' (the length of scatter
-    and reduce_scatter must divide by the world size). ``op`` applies to reduce, all_reduce and reduce_scatter.
-    """
+    """This rank's output of collective ``name`` on its input ``x`` (a 1-D tensor on the rank's device), None where
+    it receives nothing; the conventions are :mod:`mgpu_helpers.models.collectives`'. ``op``: for the reductions."""
     import torch
     import torch.distributed as dist
 
@@ -30,10 +18,7 @@ def run_collective(name: str, x, op: str = "sum"):
 
     world_size, rank = dist.get_world_size(), dist.get_rank()
     reduce_op, divide_after = ring.portable_op(op, x)
-
-    def finish(t):
-        return ring.divide_by_world_size(t) if divide_after else t
-
+    finish = lambda t: ring.divide_by_world_size(t) if divide_after else t
     x = x.contiguous()
     out = x.clone()  # broadcast, reduce and all_reduce work in place, on a copy of the input
     if name == "broadcast":
@@ -79,7 +64,7 @@ def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = 
 
 @dataclass(frozen=True)
 class CollectiveRun:
-    """One collective run on real ranks: each rank's input and output, and whether they are right."""
+    """Each rank's input and output, and whether they are right."""
 
     name: str
     op: str
@@ -90,16 +75,9 @@ class CollectiveRun:
     ok: bool
 
 
-def launch_collective(
-    name: str = "all_reduce",
-    world_size: int = 4,
-    pattern: str = "rank",
-    op: str = "sum",
-    length: int | None = None,
-    backend: str = "auto",
-) -> CollectiveRun:
+def launch_collective(name="all_reduce", world_size=4, pattern="rank", op="sum", length=None, backend="auto"):
     """Run collective ``name`` on ``world_size`` ranks with inputs of ``pattern``; compare with the expected
-    outputs (to float tolerance)."""
+    outputs (to float tolerance). Returns a :class:`CollectiveRun`."""
     from mgpu_helpers.launcher.launch import run_ranks
     from mgpu_helpers.models import collectives as reference
 
