@@ -25,14 +25,11 @@ class RankError(RuntimeError):
 class RankTimeout(RankError):
     """Ranks were still running at the timeout: likely a deadlock or mismatched collectives.
 
-    ``stacks`` maps each rank still running to its Python stack (all threads) taken just before it was ended;
-    ``waiting_in`` maps it to the torch.distributed call it was blocked in, when one is on its stack;
-    ``collectives`` maps it to what torch's flight recorder says, ``{"last_completed": (seq, name),
-    "stuck_in": (seq, name)}`` (either may be None), or None when the rank gave no dump; ``flight_dumps`` is the
-    folder of the recorder's dumps themselves, one file per rank (None when there are none), for torch's
-    analyzer ``python -m torch.distributed.flight_recorder.fr_trace FOLDER`` or ``pickle.load``;
-    ``native_stacks`` maps it to ``py-spy dump --native`` of the rank (C++ frames too), where py-spy could
-    take one (:mod:`mgpu_helpers.launcher.native_stacks`).
+    Each rank still running maps, in ``stacks``, to its Python stack (all threads) taken just before it was
+    ended; in ``waiting_in``, to the torch.distributed call it was blocked in; in ``collectives``, to
+    ``{"last_completed": (seq, name), "stuck_in": (seq, name)}`` from torch's flight recorder (None: no dump);
+    in ``native_stacks``, to ``py-spy dump --native`` of it, where py-spy could take one. ``flight_dumps``: the
+    folder of the recorder's dumps, a file per rank, for ``python -m torch.distributed.flight_recorder.fr_trace``.
     """
 
     def __init__(

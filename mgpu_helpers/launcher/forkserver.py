@@ -108,9 +108,7 @@ class ForkedServer:
     known (poll() is None), and ending it is closing its socket: a server forked for a closed socket exits at once."""
 
     def __init__(self) -> None:
-        self.pid: int | None = None
-        self.returncode = None
-        self._fd: int | None = None
+        self.pid = self.returncode = self._fd = None
 
     def adopt(self, pid: int, pidfd: int) -> None:
         self.pid, self._fd = pid, pidfd

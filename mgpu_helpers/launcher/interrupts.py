@@ -15,7 +15,6 @@ never find the clean-up unprotected.
 
 import signal
 import threading
-from contextlib import nullcontext
 
 _HOLDING, _ALLOWED, _DONE = "holding", "allowed", "done"
 
@@ -59,13 +58,6 @@ class Gate:
         self.state = _HOLDING
 
 
-class _OpenGate(Gate):
-    """Where nothing can be held (not the main thread)."""
-
-    def allowed(self) -> nullcontext:
-        return nullcontext()
-
-
 def _unwrapped(signum, handler):
     """The handler outside any finished gate (one left installed by a signal that cut its restoration)."""
     while getattr(handler, "__func__", None) is Gate._on_signal and handler.__self__.state == _DONE:
@@ -85,10 +77,9 @@ class interrupts_held:
     __slots__ = ("gate",)
 
     def __enter__(self) -> Gate:
-        if threading.current_thread() is not threading.main_thread():
-            self.gate = _OpenGate()
-            return self.gate
         gate = self.gate = Gate()
+        if threading.current_thread() is not threading.main_thread():
+            return gate  # it takes no signal: its waits and the rest are alike
         try:
             for signum in _SIGNALS:
                 handler = _unwrapped(signum, signal.getsignal(signum))
@@ -102,8 +93,6 @@ class interrupts_held:
 
     def __exit__(self, *exc) -> None:
         gate = self.gate
-        if isinstance(gate, _OpenGate):
-            return
         # From here the gate's handler acts as the one outside, wherever it is still set: a signal that lands
         # between two of the restorations below and raises leaves a handler that only forwards (the next
         # held block finds it and puts the one outside back).

@@ -1,14 +1,12 @@
 """One launch as the notebook sees it: the pipes it owns, what the ranks sent, and how to end them.
 
 Ownership rules, because an interrupt or a second thread may come at any moment:
-
-- every file descriptor of the launch is recorded in ``Job.owned`` the moment it exists (the caller holds
-  interrupts back while it creates them) and is closed only through :meth:`Job.close_fd`, which forgets it
-  first: a descriptor is never closed twice, so never closed after another thread got the same number;
-- the ranks are ended by closing the job's status pipe: the job's leader (:mod:`mgpu_helpers.launcher.server`)
-  waits for exactly that, then kills its process group and whatever was orphaned under it. The notebook
-  signals the group itself (stack dumps) only while it holds that pipe and has not seen it close, that is
-  while the leader is alive, so the group's number cannot have been reused by another process.
+- every file descriptor of the launch is recorded in ``Job.owned`` the moment it exists (interrupts held) and is
+  closed only through :meth:`Job.close_fd`, which forgets it first: never closed twice, so never closed after
+  another thread got the same number;
+- the ranks are ended by closing the job's status pipe: the job's leader waits for exactly that, then kills its
+  process group and whatever was orphaned under it. The notebook signals the group itself (stack dumps) only
+  while it holds that pipe and has not seen it close, so the group's number cannot have been reused.
 """
 
 import os

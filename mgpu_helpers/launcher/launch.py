@@ -254,11 +254,10 @@ class _Server:
             if not (isinstance(reply, Started) and reply.job_id == request.job_id):
                 raise EOFError(f"the rank server answered job {request.job_id} with {reply!r}")
             return reply, conn.proc
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except BaseException as exc:
             self.stop()
-            raise LaunchError("the rank server went away; run the cell again (a new one starts).") from None
-        except BaseException:
-            self.stop()
+            if isinstance(exc, (OSError, EOFError, pickle.UnpicklingError)):
+                raise LaunchError("the rank server went away; run the cell again (a new one starts).") from None
             raise
         finally:
             self.lock.release()
@@ -359,15 +358,13 @@ def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extr
         "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
         **os.environ,
         **loopback_env(),
+        "MASTER_PORT": str(free_loopback_port()),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MGPU_BACKEND": backend,
+        "MGPU_INIT_METHOD": f"file://{store_path}",
+        "MGPU_LAUNCHER_PID": str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
     }
-    env.update(
-        MASTER_PORT=str(free_loopback_port()),
-        WORLD_SIZE=str(world_size),
-        LOCAL_WORLD_SIZE=str(world_size),
-        MGPU_BACKEND=backend,
-        MGPU_INIT_METHOD=f"file://{store_path}",
-        MGPU_LAUNCHER_PID=str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
-    )
     if debug:
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
     env.update({str(k): str(v) for k, v in (extra or {}).items()})
@@ -390,17 +387,14 @@ def run_ranks(
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` rank processes and return their results.
 
     - ``fn`` may be defined in a cell, a closure or a lambda; it and ``args`` travel by cloudpickle.
-    - ``backend``: "auto" (NCCL with one GPU per rank when there are enough GPUs, else gloo on the CPU),
-      "nccl" or "gloo". With ``init=True`` the default process group is up when fn starts; with
-      ``init=False`` fn joins it itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_INIT_METHOD
-      are set, loopback only).
-    - ``timeout``: seconds for ``fn``, counted from the moment the last rank has joined the process group
-      (forking and joining, slow on a loaded machine, get ``supervise.JOIN_GRACE_S`` more); past it each
-      rank's Python stack and torch's flight recorder (the last collective it completed, the one it is stuck
-      in) are taken, all ranks are ended, and :class:`RankTimeout` is raised.
-    - ``env``: extra environment variables for the ranks only (the notebook's own is never changed).
-    - ``debug``: torch's own diagnosis (TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives are named).
-    - ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
+    - ``backend``: "auto" (NCCL with one GPU per rank when there are enough GPUs, else gloo on the CPU), "nccl"
+      or "gloo". With ``init=False`` fn joins the process group itself (RANK, WORLD_SIZE, MASTER_ADDR,
+      MASTER_PORT and MGPU_INIT_METHOD are set, loopback only).
+    - ``timeout``: seconds for ``fn``, counted once every rank has joined the process group (joining gets
+      ``supervise.JOIN_GRACE_S`` more); past it each rank's Python stack and flight recorder are taken, all ranks
+      are ended, and :class:`RankTimeout` is raised.
+    - ``env``: extra environment variables for the ranks only; ``debug``: TORCH_DISTRIBUTED_DEBUG=DETAIL;
+      ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
 
     Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input (before
     any rank starts) or a rank server that died under the launch, :class:`RankError` when a rank raises or dies

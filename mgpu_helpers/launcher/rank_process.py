@@ -10,6 +10,12 @@ import time
 import traceback
 from contextlib import suppress
 
+import cloudpickle
+
+from mgpu_helpers.launcher import flight, native_stacks, ranks, trace
+from mgpu_helpers.launcher.messages import Failed, Returned, Running
+from mgpu_helpers.launcher.wire import write_frame
+
 # Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP
 # import torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop.
 # The fork server imports them before it forks any server, so every server it forks has them; a server that
@@ -32,20 +38,12 @@ def _to_cpu(value):
 
 
 def _send(res_fd: int, message) -> None:
-    import cloudpickle
-
-    from mgpu_helpers.launcher.wire import write_frame
-
     # Pickled whole before anything is written: a value that cannot be pickled raises here, and the pipe
     # never holds half a frame.
     write_frame(res_fd, cloudpickle.dumps(message))
 
 
 def _failure(exc: BaseException, where: str):
-    import cloudpickle
-
-    from mgpu_helpers.launcher.messages import Failed
-
     try:
         blob = cloudpickle.dumps(exc)
     except Exception:
@@ -75,8 +73,6 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
         for name in ("stdout", "stderr"):
             libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)  # 1 = _IOLBF
-    from mgpu_helpers.launcher import flight, native_stacks
-
     # The fallback stack dump, for a rank whose dump thread cannot run (flight.start_dumper writes the whole one).
     stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
@@ -90,11 +86,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         os.chdir(job.cwd)
     code, where = 0, "starting"
     try:
-        import cloudpickle
         import torch.distributed as dist
-
-        from mgpu_helpers.launcher import ranks, trace
-        from mgpu_helpers.launcher.messages import Returned, Running
 
         # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, which the rank
         # server did before this job's environment existed: read it again now.

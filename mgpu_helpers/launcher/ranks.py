@@ -86,14 +86,9 @@ def init_process_group(
 def torchrun_main(fn, *args, backend: str = "auto"):
     """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns.
 
-    Joins the process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the
-    end. In a script::
-
-        if __name__ == "__main__":
-            print(mh.torchrun_main(my_rank_fn))
-
-    and run ``torchrun --standalone --nproc-per-node 2 script.py`` (add ``--nnodes``/``--rdzv-endpoint``
-    for several machines). Call it once per process: it joins and leaves the default process group.
+    Joins the default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at
+    the end, so call it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ ==
+    "__main__":``, run by ``torchrun --standalone --nproc-per-node 2 script.py``.
     """
     import torch.distributed as dist
 

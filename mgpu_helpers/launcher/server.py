@@ -183,14 +183,11 @@ def serve(sock: socket.socket) -> None:
 
 def import_rank_modules() -> None:
     """The whole point of a rank server (and of the fork server): pay for these imports once, then fork ranks that
-    have them: torch, and what every rank imports (compiled once here, not in each rank of each launch)."""
-    import cloudpickle  # noqa: F401
+    have them: torch, and what every rank imports (the launcher's rank modules come with ``rank_process``)."""
     import numpy  # noqa: F401
     import psutil  # noqa: F401
     import torch
     import torch.distributed  # noqa: F401
-
-    from mgpu_helpers.launcher import flight, ranks, trace  # noqa: F401
 
 
 def _ready_then_serve(sock: socket.socket, fds=()) -> None:

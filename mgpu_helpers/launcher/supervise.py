@@ -241,16 +241,14 @@ def _raise_timeout(job: Job):
     waiting = {r: w for r in stuck if (w := _waiting_in(stacks.get(r, "")))}
     collectives = {r: recorded.get(r) for r in stuck}
     done = sorted(r for r in range(world_size) if job.finished(r))
-    if len(job.running_since) == world_size:
-        lines = [
-            f"{len(stuck)} of {world_size} rank(s) were still running {job.timeout_s:g} s after every rank "
-            "had joined the process group, and have been ended."
-        ]
-    else:
-        lines = [
-            f"{world_size - len(job.running_since)} of {world_size} rank(s) had not joined the process group "
-            f"{job.timeout_s + JOIN_GRACE_S:g} s after the launch; every rank has been ended."
-        ]
+    joined = len(job.running_since)
+    lines = [
+        f"{len(stuck)} of {world_size} rank(s) were still running {job.timeout_s:g} s after every rank had joined "
+        "the process group, and have been ended."
+        if joined == world_size
+        else f"{world_size - joined} of {world_size} rank(s) had not joined the process group "
+        f"{job.timeout_s + JOIN_GRACE_S:g} s after the launch; every rank has been ended."
+    ]
     for r in stuck:
         phase = "in fn" if r in job.running_since else "joining the process group"
         lines.append(f"  rank {r}: {waiting.get(r, phase)}; {flight.describe(collectives[r])}")

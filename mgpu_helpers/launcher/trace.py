@@ -1,17 +1,8 @@
-"""Per-rank spans: what each rank was doing when (compute / communicate / wait), cheap enough to leave on.
+"""Per-rank spans (``with mh.trace.span("communicate", "all_reduce"): ...``): what each rank was doing when,
+cheap enough to leave on; ``run_ranks`` brings them back in ``RankResults.spans[rank]``.
 
-Inside a rank function::
-
-    with mh.trace.span("compute"):
-        y = model(x)
-    with mh.trace.span("communicate", "all_reduce"):
-        dist.all_reduce(y)
-
-``run_ranks`` brings each rank's spans back in ``RankResults.spans[rank]``. Times come from ``time.monotonic()``,
-one clock for every process of the machine, so spans of different ranks line up. On a GPU, call
-``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous. Under a profiler,
-:func:`set_range_hook` makes every ``span`` also open a named range ``mgpu.<kind>:<name>`` of that profiler
-(:mod:`mgpu_helpers.measure.profile` sets one), so the spans show in Perfetto and in Nsight Systems.
+Times come from ``time.monotonic()``, one clock for every process of the machine, so spans of different ranks
+line up. On a GPU, call ``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous.
 """
 
 import time
