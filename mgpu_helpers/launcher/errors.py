@@ -8,12 +8,9 @@ class LaunchError(ValueError):
 
 
 class RankError(RuntimeError):
-    """A rank failed: it raised, died or could not send its result back.
-
-    Attributes: ``rank`` (the first rank that failed), ``exc_type`` (name of the original exception type,
-    or None when the rank died without one), ``remote_traceback`` (text), ``outputs`` (each rank's output
-    lines so far), ``results`` (the partial :class:`RankResults`, values of ranks that finished).
-    """
+    """A rank failed: it raised, died or could not send its result back. ``rank``: the first rank that failed;
+    ``exc_type``: name of the original exception type (None when the rank died without one); ``remote_traceback``
+    (text); ``outputs``: each rank's output lines so far; ``results``: the partial :class:`RankResults`."""
 
     def __init__(self, message: str, rank=None, exc_type=None, remote_traceback="", outputs=None, results=None):
         super().__init__(message)
@@ -25,12 +22,11 @@ class RankError(RuntimeError):
 class RankTimeout(RankError):
     """Ranks were still running at the timeout: likely a deadlock or mismatched collectives.
 
-    Each rank still running maps, in ``stacks``, to its Python stack (all threads) taken just before it was
-    ended; in ``waiting_in``, to the torch.distributed call it was blocked in; in ``collectives``, to
-    ``{"last_completed": (seq, name), "stuck_in": (seq, name)}`` from torch's flight recorder (None: no dump);
-    in ``native_stacks``, to ``py-spy dump --native`` of it, where py-spy could take one. ``flight_dumps``: the
-    folder of the recorder's dumps, a file per rank, for ``python -m torch.distributed.flight_recorder.fr_trace``.
-    """
+    Each rank still running maps, in ``stacks``, to its Python stack (all threads) taken just before it was ended; in
+    ``waiting_in``, to the torch.distributed call it was blocked in; in ``collectives``, to ``{"last_completed": (seq,
+    name), "stuck_in": (seq, name)}`` from torch's flight recorder (None: no dump); in ``native_stacks``, to ``py-spy
+    dump --native`` of it, where py-spy could take one. ``flight_dumps``: the folder of the recorder's dumps, a file per
+    rank, for ``python -m torch.distributed.flight_recorder.fr_trace``."""
 
     def __init__(
         self, message: str, stacks=None, waiting_in=None, collectives=None, flight_dumps=None, native_stacks=None, **kw

@@ -1,18 +1,17 @@
-"""torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one it is
-stuck in.
-
-torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
-entries), each with its sequence number and whether it completed; NCCL and gloo both record into it (torch 2.13).
-A stuck rank's main thread is blocked inside the collective, so a small thread of the rank dumps the buffer on
-SIGUSR2 (:func:`start_dumper`), and with it the rank's Python stacks, whole and then renamed, so the notebook never
-reads a stack cut short. Only for a rank whose thread could not run (its main thread holding the GIL) does the
-notebook then send SIGUSR1, on which ``faulthandler`` writes the stacks from a signal handler, a line at a time.
-"""
+"""torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one it is stuck
+in. torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
+entries), each with its sequence number and whether it completed; NCCL and gloo both record into it (torch 2.13). A
+stuck rank's main thread is blocked inside the collective, so a small thread of the rank dumps the buffer on SIGUSR2
+(:func:`start_dumper`), and with it the rank's Python stacks, whole and then renamed, so the notebook never reads a
+stack cut short. Only for a rank whose thread could not run (its main thread holding the GIL) does the notebook then
+send SIGUSR1, on which ``faulthandler`` writes the stacks from a signal handler, a line at a time."""
 
 import faulthandler
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 from pathlib import Path
 
@@ -69,9 +68,6 @@ def keep_dumps(paths: dict) -> str | None:
     """Copy the ranks' dumps (``{rank: path}``) to a new folder that outlives the launch's, and return it (None: no
     dump): in ``$MGPU_FLIGHT_DIR`` (default: ``mgpu-flight-<uid>`` in the temp folder), the last :data:`KEEP_LAST`
     kept, a file per rank named as torch names its own, so that torch's analyzer (``fr_trace``) reads it as it is."""
-    import shutil
-    import tempfile
-
     found = {r: p for r, p in paths.items() if os.path.exists(p)}
     if not found:
         return None

@@ -1,19 +1,17 @@
-"""The fork server: one process per user and library version that has imported what a rank server imports, and
-forks a rank server for each notebook kernel that connects.
+"""The fork server: one process per user and library version that has imported what a rank server imports, and forks a
+rank server for each notebook kernel that connects.
 
 A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU), and the ranks of its first training
-launch pay ``torch._dynamo`` (about a second each); the fork server pays both once, and every kernel's server after
-that is a fork, ready in milliseconds. The forked server serves the one kernel whose connection it was forked for,
-exits when that socket closes, and its jobs die with it, as under a server the kernel started itself. It is not
-the kernel's child, so it sends the kernel a pidfd of itself with its Ready: the kernel watches and ends it by that.
+launch pay ``torch._dynamo`` (about a second each); the fork server pays both once, and every kernel's server after that
+is a fork, ready in milliseconds, which serves that one kernel and exits when its socket closes. It is not the kernel's
+child, so it sends the kernel a pidfd of itself with its Ready: the kernel watches and ends it by that.
 
-It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a
-key of the interpreter, the launcher's files and the variables read while torch is imported; each end checks
-that the other runs as the same user. The kernel that finds none binds the name itself and hands the listening
-socket to the fork server it starts, so a connection made at once waits in the backlog while torch is imported,
-and two kernels starting at once find one fork server. Linux only (pidfds); ``MGPU_FORKSERVER=0`` turns it off,
-and each kernel then starts its own server, as it does wherever the fork server fails before its server's Ready.
-"""
+It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a key of
+the interpreter, the launcher's files and the variables read while torch is imported; each end checks that the other
+runs as the same user. The kernel that finds none binds the name itself and hands the listening socket to the fork
+server it starts, so a connection made at once waits in the backlog while torch is imported, and two kernels starting at
+once find one fork server. Linux only (pidfds); ``MGPU_FORKSERVER=0`` turns it off, and each kernel then starts its own
+server, as it does wherever the fork server fails before its server's Ready."""
 
 import glob
 import hashlib

@@ -1,17 +1,15 @@
-"""Holding back the notebook's interrupts while the launcher changes state that must not be left half-done.
+"""Holding back the notebook's interrupts while the launcher changes state that must not be left half-done. Jupyter's
+"interrupt" is a SIGINT, turned into KeyboardInterrupt in the main thread at whatever bytecode it is running; a cell's
+time limit is a SIGALRM whose Python handler raises. Between "job sent" and "reply read" either would leave the server's
+reply unread; between "pipe created" and "pipe recorded" it would leak a descriptor; in the clean-up it would leave
+ranks, descriptors or the job's folder behind.
 
-Jupyter's "interrupt" is a SIGINT, turned into KeyboardInterrupt in the main thread at whatever bytecode it is
-running; a cell's time limit is a SIGALRM whose Python handler raises. Between "job sent" and "reply read" either
-would leave the server's reply unread; between "pipe created" and "pipe recorded" it would leak a descriptor; in
-the clean-up it would leave ranks, descriptors or the job's folder behind.
-
-So the launcher runs with every signal that has a Python handler held back (:class:`interrupts_held`), and lets
-them through only in its waits (:meth:`Gate.allowed`: the rank server's ``import torch``, supervising the ranks),
-where every resource already has exactly one owner. A signal that came while held is delivered, to the handler
-it was meant for, at the next wait or as soon as the block ends. The gate's handler stays installed for the whole
-block, and closes a wait again itself before it delivers a signal: a second interrupt right behind the first can
-never find the clean-up unprotected.
-"""
+So the launcher runs with every signal that has a Python handler held back (:class:`interrupts_held`), and lets them
+through only in its waits (:meth:`Gate.allowed`: the rank server's ``import torch``, supervising the ranks), where every
+resource already has exactly one owner. A signal that came while held is delivered, to the handler it was meant for, at
+the next wait or as soon as the block ends. The gate's handler stays installed for the whole block, and closes a wait
+again itself before it delivers a signal: a second interrupt right behind the first can never find the clean-up
+unprotected."""
 
 import signal
 import threading
@@ -70,9 +68,8 @@ _SIGNALS = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
 
 class interrupts_held:
     """``with interrupts_held() as gate:`` records, not handles, each signal with a Python handler; ``with
-    gate.allowed():`` marks a wait. Only the main thread runs Python signal handlers, so elsewhere this holds
-    nothing back. A class, not a generator: no code of contextlib's runs between taking the signals and the block.
-    """
+    gate.allowed():`` marks a wait. Only the main thread runs Python signal handlers, so elsewhere this holds nothing
+    back. A class, not a generator: no code of contextlib's runs between taking the signals and the block."""
 
     __slots__ = ("gate",)
 

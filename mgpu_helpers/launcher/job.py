@@ -190,11 +190,9 @@ class Job:
             raise psutil.TimeoutExpired(seconds, self.leader.pid)
 
     def finish(self) -> None:
-        """Kill, read what is left, close every descriptor and remove the job's folder. Call with interrupts held.
-
-        Whatever the first two steps raise (a broken frame, a failing write to the cell), the descriptors are
-        closed and the folder removed; only KeyboardInterrupt, SystemExit and the like are raised again, after.
-        """
+        """Kill, read what is left, close every descriptor and remove the job's folder. Call with interrupts held:
+        whatever the first two steps raise (a broken frame, a failing write to the cell), the descriptors are
+        closed and the folder removed; only KeyboardInterrupt, SystemExit and the like are raised again, after."""
         try:
             self.kill()
             # Once the job's processes are killed, what they wrote is in the pipes: read it, and do not wait for

@@ -1,10 +1,8 @@
-"""``run_ranks`` and the notebook's end of the rank server: check the request, hand the job over, wait.
-
-The rank server (:mod:`~mgpu_helpers.launcher.server`) has imported torch once and never touches CUDA; ranks are
-forked from it, so a repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA
-can still launch. Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback
-interface, so a launch opens no port on the network and never clashes with another.
-"""
+"""``run_ranks`` and the notebook's end of the rank server: check the request, hand the job over, wait. The rank server
+(:mod:`~mgpu_helpers.launcher.server`) has imported torch once and never touches CUDA; ranks are forked from it, so a
+repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
+Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a launch opens no
+port on the network and never clashes with another."""
 
 import atexit
 import inspect
@@ -41,12 +39,9 @@ REPLY_TIMEOUT_S = 60.0  # the server answers a job at once (one fork); past this
 
 
 class _StarterThread:
-    """A thread that lives as long as the process, and the only one that starts rank servers.
-
-    The server asks Linux for SIGKILL when its parent goes (PR_SET_PDEATHSIG), and Linux sends it when the
-    *thread* that forked it exits, not the process. Forked from whichever thread launched first (a
-    short-lived worker thread, say), the server would die with that thread, in the middle of later jobs.
-    """
+    """A thread that lives as long as the process, and the only one that starts rank servers: the server asks
+    Linux for SIGKILL when its parent goes (PR_SET_PDEATHSIG), and Linux sends it when the *thread* that forked it
+    exits, not the process. Forked from a short-lived worker thread, it would die with it, in later jobs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -113,12 +108,11 @@ class _Conn:
 class _Server:
     """The notebook's end of the rank server.
 
-    Every change of state is one assignment of ``conn`` (or of its ``ready``), made with interrupts held, so
-    whatever exception lands at whatever moment the state is one of: no server; a server starting; a ready
-    server. A detached connection waits in ``retired`` until its process has been ended and reaped, so
-    an exception in the middle of ending it leaves it there to finish, never a half-closed one in use.
-    ``lock`` makes one request and its reply one step; it is held only for steps that do not wait long.
-    """
+    Every change of state is one assignment of ``conn`` (or of its ``ready``), made with interrupts held, so whatever
+    exception lands at whatever moment the state is one of: no server; a server starting; a ready server. A detached
+    connection waits in ``retired`` until its process has been ended and reaped, so an exception in the middle of ending
+    it leaves it there to finish, never a half-closed one in use. ``lock`` makes one request and its reply one step; it
+    is held only for steps that do not wait long."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -203,10 +197,8 @@ class _Server:
 
     def acquire_ready(self, gate) -> _Conn:
         """Take ``lock`` with a ready server (started if need be) and return it; the caller releases the lock.
-
         Call with interrupts held. A cold start's ``import torch`` is waited for without the lock, interrupts let
-        through (``gate``): an interrupt ends the wait and leaves the server starting, for the next launch.
-        """
+        through (``gate``): an interrupt ends the wait and leaves the server starting, for the next launch."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             self.lock.acquire()  # interrupts are held: it cannot be taken and then left taken
@@ -240,10 +232,8 @@ class _Server:
 
     def submit(self, request: JobRequest, fds: list[int], gate) -> tuple[Started, subprocess.Popen]:
         """Hand a job to a ready server; returns its Started reply and the server's Popen. Call with interrupts held.
-
         Whatever goes wrong between sending the job and reading its reply, the server is dropped: one whose reply
-        was left unread would answer the next job with this one's leader. Its jobs die with it (PDEATHSIG).
-        """
+        was left unread would answer the next job with this one's leader. Its jobs die with it (PDEATHSIG)."""
         conn = self.acquire_ready(gate)
         try:
             conn.sock.settimeout(None)  # the job may carry large arguments

@@ -1,9 +1,6 @@
-"""The messages of a launch, as named records: what the notebook, the rank server, a job's leader and the
-ranks say to each other.
-
-Every message is one frame (:mod:`mgpu_helpers.launcher.wire`) holding one pickled record below, so each side
-reads fields by name (``msg.leader_pid``), never by position, and a message of the wrong kind is caught by
-its type. Who sends what::
+"""The messages of a launch, as named records: each is one frame (:mod:`mgpu_helpers.launcher.wire`) holding one
+pickled record below, so each side reads fields by name, never by position, and a message of the wrong kind is
+caught by its type. Who sends what::
 
     notebook -> server   JobRequest (with the job's pipes attached)
     server -> notebook   Ready (torch imported), Started (a leader was forked for the job)

@@ -1,13 +1,11 @@
 """Native (C++) stacks of hung ranks, from ``py-spy dump --native``, taken beside faulthandler's Python stacks.
-
-faulthandler's stack of a rank stuck in a collective ends at ``all_reduce`` in ``distributed_c10d.py``. Beneath it
-the rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the backend has the collective, the rank
-waits for it to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a
-peer never joined); on a GPU, NCCL's and CUDA's own functions. py-spy reads them from outside (ptrace), so it
-works on a rank whose own threads cannot run at all. It is optional: where it is not installed or may not attach
-(a container without ``CAP_SYS_PTRACE``, Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in
-one line and the report goes on without native stacks.
-"""
+faulthandler's stack of a rank stuck in a collective ends at ``all_reduce`` in ``distributed_c10d.py``. Beneath it the
+rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the backend has the collective, the rank waits for it
+to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a peer never joined); on a
+GPU, NCCL's and CUDA's own functions. py-spy reads them from outside (ptrace), so it works on a rank whose own threads
+cannot run at all. It is optional: where it is not installed or may not attach (a container without ``CAP_SYS_PTRACE``,
+Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the report goes on without native
+stacks."""
 
 import ctypes
 import os
@@ -16,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import suppress
+from pathlib import Path
 from subprocess import PIPE
 
 # The whole native dump of every rank, at once: py-spy pauses a rank while it reads it (under a second each on
@@ -52,12 +52,10 @@ def _allow_ptracer(pid: int) -> None:
 
 
 def note_pid(job_dir: str, rank: int, launcher_pid: int | None) -> None:
-    """In a rank, as it starts: write its pid where :func:`take` finds it.
-
-    Yama's scope 1, the default of Ubuntu and Debian, lets only a process's ancestors attach to it, and the
-    notebook's py-spy is not one of the rank's (the ranks descend from the rank server). Where py-spy is
-    installed, such a rank names the kernel that launched it as its tracer (``PR_SET_PTRACER``): Yama then lets
-    that kernel and the processes it starts attach to the rank, and nothing else of the user's."""
+    """In a rank, as it starts: write its pid where :func:`take` finds it. Yama's scope 1, the default of Ubuntu
+    and Debian, lets only a process's ancestors attach to it, and the notebook's py-spy is not one of the rank's.
+    Where py-spy is installed, such a rank names the kernel that launched it as its tracer (``PR_SET_PTRACER``):
+    Yama then lets that kernel and the processes it starts attach to the rank, and nothing else of the user's."""
     with open(pid_path(job_dir, rank), "w") as f:
         f.write(str(os.getpid()))
     if launcher_pid and _yama_scope() == 1 and py_spy() is not None:
@@ -70,14 +68,6 @@ def py_spy() -> str | None:
     return here if os.access(here, os.X_OK) else shutil.which("py-spy")
 
 
-def _pid_of(job_dir: str, rank: int) -> int | None:
-    try:
-        with open(pid_path(job_dir, rank)) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
-
-
 def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[dict[int, str], str | None]:
     """``py-spy dump --native`` of each of ``ranks`` (still running), all at once, within ``timeout_s``.
     Returns ``({rank: dump text}, why)``: ``why`` is None when every rank's dump came, else one line saying why
@@ -85,7 +75,10 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
     program = py_spy()
     if program is None:
         return {}, "py-spy is not installed (pip install py-spy adds them)"
-    pids = {r: p for r in ranks if (p := _pid_of(job_dir, r)) is not None}
+    pids = {}
+    for r in ranks:
+        with suppress(OSError, ValueError):
+            pids[r] = int(Path(pid_path(job_dir, r)).read_text())
     running, dumps, problems = {}, {}, {}
     deadline = time.monotonic() + timeout_s
     try:

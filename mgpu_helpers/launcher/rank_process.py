@@ -1,5 +1,5 @@
-"""The life of one rank process, forked by the job's leader: its output goes to one pipe (whole lines, live), its
-phases and result to another (cloudpickled records of :mod:`~mgpu_helpers.launcher.messages`)."""
+"""The life of one rank process, forked by the job's leader: its output goes to one pipe (whole lines, live), its phases
+and result to another (cloudpickled records of :mod:`~mgpu_helpers.launcher.messages`)."""
 
 import ctypes
 import faulthandler

@@ -36,14 +36,13 @@ def physical_cores(cpus=None) -> list[list[int]]:
 
 
 def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
-    """The logical CPUs that CPU rank ``local_rank`` of ``local_world_size`` on this host is pinned to (None where
-    the platform has no CPU affinity).
+    """The logical CPUs that CPU rank ``local_rank`` of ``local_world_size`` on this host is pinned to (None where the
+    platform has no CPU affinity).
 
-    A CPU rank stands in for a device, so its speed must follow its work, not where the scheduler puts it: with
-    as many physical cores as ranks, each rank gets an equal run of cores to itself; with fewer, rank r shares
-    core ``r % cores``. (Left to the scheduler, four ranks on two cores can end up three on one core and one on
-    the other, and a rank with half the work then finishes last.)
-    """
+    A CPU rank stands in for a device, so its speed must follow its work, not where the scheduler puts it: with as many
+    physical cores as ranks, each rank gets an equal run of cores to itself; with fewer, rank r shares core ``r %
+    cores``. (Left to the scheduler, four ranks on two cores can end up three on one core and one on the other, and a
+    rank with half the work then finishes last.)"""
     if not hasattr(os, "sched_setaffinity") or not 0 <= local_rank < local_world_size:
         return None
     cores = physical_cores()
@@ -86,15 +85,13 @@ def init_process_group(
 def torchrun_main(fn, *args, backend: str = "auto"):
     """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns.
 
-    Joins the default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at
-    the end, so call it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ ==
-    "__main__":``, run by ``torchrun --standalone --nproc-per-node 2 script.py``.
-    """
+    Joins the default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the
+    end, so call it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ == "__main__":``, run
+    by ``torchrun --standalone --nproc-per-node 2 script.py``."""
     import torch.distributed as dist
 
     try:
-        rank = int(os.environ["RANK"])
-        world_size = int(os.environ["WORLD_SIZE"])
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except KeyError as missing:
         raise RuntimeError(
             f"{missing} is not set: torchrun_main() expects to be started by torchrun "

@@ -8,11 +8,10 @@ server, in a process group of its own) that forks the ranks and reports how each
                                          └─ leader of job k (pgid = its pid; dies with the server)
                                               └─ rank 0..n-1 (die with the leader)
 
-The leader lives until the notebook closes the job's status pipe (or the server goes), even after its
-ranks have exited. So while the notebook holds that pipe, the leader's pid, which is the process group of
-the job, cannot be reused, and a ``killpg`` from the notebook always reaches this job. When the pipe
-closes the leader ends its whole group, and every process that was orphaned under it: it is a child
-subreaper, so a rank's child left behind (holding the rank's output open, say) is its child, not init's.
+The leader lives until the notebook closes the job's status pipe (or the server goes), even after its ranks
+have exited: while the notebook holds that pipe, the leader's pid (the job's process group) cannot be reused, and
+a ``killpg`` from the notebook always reaches this job. When the pipe closes the leader ends its whole group, and
+every process orphaned under it: a child subreaper, it inherits a rank's child left behind, not init.
 """
 
 import ctypes
@@ -52,12 +51,10 @@ def close_fds(fds) -> None:
 
 
 def _end_everything_under_me(rank_pids) -> None:
-    """Kill what is left of the job: the ranks, then what was orphaned under this subreaper, then the group.
-
-    The ranks go first and are reaped: a process a rank started (in a session of its own, even) becomes our
-    child as that rank dies, and is then found below. An orphan is a direct child of ours, in whatever session
-    or group it put itself; its pid cannot be reused before we reap it, so killing it by pid is safe.
-    """
+    """Kill what is left of the job: the ranks, then what was orphaned under this subreaper, then the group. The
+    ranks go first and are reaped: a process a rank started (in a session of its own, even) becomes our child as
+    that rank dies, and is then found below. An orphan is a direct child of ours, in whatever session or group it
+    put itself; its pid cannot be reused before we reap it, so killing it by pid is safe."""
     for pid in rank_pids:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -150,10 +147,8 @@ def import_preloadable() -> None:
 def serve(sock: socket.socket) -> None:
     server_pid = os.getpid()
     while True:
-        if (
-            any(m not in sys.modules for m in rank_process.PRELOADABLE)
-            and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]
-        ):
+        preloaded = all(m in sys.modules for m in rank_process.PRELOADABLE)
+        if not preloaded and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
             import_preloadable()
             continue
         try:

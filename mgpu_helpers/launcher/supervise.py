@@ -45,9 +45,6 @@ class Waiting:
                 return f"dist.{func}"
         return ""
 
-    def in_cuda_sync(self) -> bool:
-        return any("torch/cuda/" in path and func == "synchronize" for path, _line, func in self.frames)
-
     def code_frames(self, skip=()) -> list:
         """The frames of someone's own code (not :data:`_MACHINERY`, no path containing one of ``skip``),
         innermost first: the first is the line the rank is waiting on."""
@@ -70,7 +67,7 @@ def _waiting_in(stack: str) -> str | None:
     if call := waiting.dist_call():
         code = waiting.code_frames()
         return call + (f" (called from {code[0][2]}, line {code[0][1]})" if code else "")
-    if waiting.in_cuda_sync():
+    if any("torch/cuda/" in path and func == "synchronize" for path, _line, func in waiting.frames):
         # NCCL queues collectives on a CUDA stream: the host then blocks where it waits for the GPU.
         return "torch.cuda.synchronize (waiting for GPU work queued earlier, such as an NCCL collective)"
     return None
@@ -141,12 +138,10 @@ def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
 
 
 def supervise(job: Job) -> RankResults:
-    """Follow a launched job until every rank has answered; returns its :class:`RankResults`.
-
-    Raises :class:`RankError` as soon as a rank raises or dies (a death wins over the errors it causes in
-    its peers), :class:`LaunchError` when the rank server (or the job's leader) died under the job, and
-    :class:`RankTimeout` past the timeout. The caller ends the ranks either way.
-    """
+    """Follow a launched job until every rank has answered; returns its :class:`RankResults`. Raises
+    :class:`RankError` as soon as a rank raises or dies (a death wins over the errors it causes in its peers),
+    :class:`LaunchError` when the rank server (or the job's leader) died under the job, :class:`RankTimeout` past
+    the timeout. The caller ends the ranks either way."""
     while True:
         job.pump(0.05)
         if job.first_error is not None:

@@ -1,12 +1,10 @@
-"""The bytes each rank sends in a collective, counted message by message as the ranks run.
-
-NCCL and gloo do not report how many bytes each rank put on its links, so notebook 07's collectives run here as
-the bandwidth-optimal schedules that busbw is defined by: the all-reduce is notebook 05's own ring, every message
-of which goes through notebook 04's ``exchange``, wrapped here to add up each message's size (its first ``n - 1``
-steps are the reduce-scatter, the last ``n - 1`` the all-gather). The reduce (to rank 0) is a chain ``n-1 -> ...
--> 0``. Each result is checked against torch's own collective: the counted schedule is correct, not a model.
-``nbytes`` is the size of the full buffer, as in :func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank`.
-"""
+"""The bytes each rank sends in a collective, counted message by message as the ranks run: NCCL and gloo do not report
+how many bytes each rank put on its links, so notebook 07's collectives run here as the bandwidth-optimal schedules that
+busbw is defined by: the all-reduce is notebook 05's own ring, every message of which goes through notebook 04's
+``exchange``, wrapped here to add up each message's size (its first ``n-1`` steps are the reduce-scatter, the last
+``n-1`` the all-gather). The reduce (to rank 0) is a chain ``n-1 -> ... -> 0``. Each result is checked against torch's
+own collective: the counted schedule is correct, not a model. ``nbytes`` is the size of the full buffer, as in
+:func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank`."""
 
 OPS = ("reduce", "all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4  # float32

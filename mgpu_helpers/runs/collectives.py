@@ -1,7 +1,6 @@
-"""The seven collectives of the course run by name on real ranks, for 05's results widget: a learner picks a
-collective, an op and a world size and sees every rank's input and output from a real run. "avg" on CPU tensors
-is notebook 05's portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide.
-"""
+"""The seven collectives of the course run by name on real ranks, for 05's results widget: a learner picks a collective,
+an op and a world size and sees every rank's input and output from a real run. "avg" on CPU tensors is notebook 05's
+portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide."""
 
 from dataclasses import dataclass
 
