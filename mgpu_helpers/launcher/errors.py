@@ -15,8 +15,7 @@ class RankError(RuntimeError):
     def __init__(self, message: str, rank=None, exc_type=None, remote_traceback="", outputs=None, results=None):
         super().__init__(message)
         self.rank, self.exc_type, self.remote_traceback = rank, exc_type, remote_traceback
-        self.outputs = outputs or {}
-        self.results = results
+        self.outputs, self.results = outputs or {}, results
 
 
 class RankTimeout(RankError):
@@ -32,8 +31,5 @@ class RankTimeout(RankError):
         self, message: str, stacks=None, waiting_in=None, collectives=None, flight_dumps=None, native_stacks=None, **kw
     ):
         super().__init__(message, **kw)
-        self.native_stacks = native_stacks or {}
-        self.stacks = stacks or {}
-        self.waiting_in = waiting_in or {}
-        self.collectives = collectives or {}
-        self.flight_dumps = flight_dumps
+        self.stacks, self.waiting_in, self.collectives = stacks or {}, waiting_in or {}, collectives or {}
+        self.native_stacks, self.flight_dumps = native_stacks or {}, flight_dumps

@@ -43,7 +43,6 @@ def start_dumper(job_dir: str, rank: int) -> None:
     The signal is blocked in every thread and taken by ``sigwait`` in this one: Python's signal handlers run in
     the main thread only, the one stuck in the collective (which waits with the GIL released)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
-    path = dump_path(job_dir, rank)
 
     def serve() -> None:
         while True:
@@ -55,7 +54,7 @@ def start_dumper(job_dir: str, rank: int) -> None:
                 data = c10d._dump_fr_trace(includeStackTraces=False)
             except Exception as exc:
                 data = pickle.dumps({"error": f"{type(exc).__name__}: {exc}"})
-            _write_whole(path, lambda f: f.write(data))
+            _write_whole(dump_path(job_dir, rank), lambda f: f.write(data))
 
     threading.Thread(target=serve, name="mgpu-flight-recorder", daemon=True).start()
 

@@ -14,9 +14,7 @@ record = dataclass(frozen=True)
 
 
 @record
-class JobRequest:
-    """One launch, as the server needs it: everything a rank must set up before it calls ``fn``."""
-
+class JobRequest:  # one launch, as the server needs it: everything a rank must set up before it calls ``fn``
     job_id: int
     world_size: int
     backend: str

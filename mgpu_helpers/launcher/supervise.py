@@ -61,8 +61,7 @@ def read_stack(stack: str) -> Waiting | None:
 
 def _waiting_in(stack: str) -> str | None:
     """The torch.distributed call a rank is blocked in, read from its faulthandler dump, if any."""
-    waiting = read_stack(stack)
-    if waiting is None:
+    if (waiting := read_stack(stack)) is None:
         return None
     if call := waiting.dist_call():
         code = waiting.code_frames()

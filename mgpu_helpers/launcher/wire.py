@@ -34,11 +34,8 @@ class FrameReader:
         return frames
 
 
-class LineReader:
+class LineReader(FrameReader):
     """Collects bytes and yields whole decoded lines; ``flush`` returns a last unterminated line."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
 
     def feed(self, chunk: bytes) -> list[str]:
         self._buf += chunk
