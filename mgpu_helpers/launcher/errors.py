@@ -2,9 +2,8 @@
 
 
 class LaunchError(ValueError):
-    """The launch itself could not go ahead: bad input to ``run_ranks``, caught in the cell before any rank
-    starts (nothing was run), or the launcher broke under it (the rank server died or could not start).
-    The message says what to do; after a dead server the next launch starts a new one."""
+    """The launch could not go ahead: bad input to ``run_ranks`` (caught before any rank starts), or the launcher
+    broke under it (the rank server died or could not start; the next launch starts a new one)."""
 
 
 class RankError(RuntimeError):
@@ -19,13 +18,12 @@ class RankError(RuntimeError):
 
 
 class RankTimeout(RankError):
-    """Ranks were still running at the timeout: likely a deadlock or mismatched collectives.
-
-    Each rank still running maps, in ``stacks``, to its Python stack (all threads) taken just before it was ended; in
-    ``waiting_in``, to the torch.distributed call it was blocked in; in ``collectives``, to ``{"last_completed": (seq,
-    name), "stuck_in": (seq, name)}`` from torch's flight recorder (None: no dump); in ``native_stacks``, to ``py-spy
-    dump --native`` of it, where py-spy could take one. ``flight_dumps``: the folder of the recorder's dumps, a file per
-    rank, for ``python -m torch.distributed.flight_recorder.fr_trace``."""
+    """Ranks were still running at the timeout: likely a deadlock or mismatched collectives. Each rank still running
+    maps, in ``stacks``, to its Python stack (all threads) taken just before it was ended; in ``waiting_in``, to the
+    torch.distributed call it was blocked in; in ``collectives``, to ``{"last_completed": (seq, name), "stuck_in": (seq,
+    name)}`` from torch's flight recorder (None: no dump); in ``native_stacks``, to ``py-spy dump --native`` of it,
+    where py-spy could take one. ``flight_dumps``: the folder of the recorder's dumps, a file per rank, for ``python -m
+    torch.distributed.flight_recorder.fr_trace``."""
 
     def __init__(
         self, message: str, stacks=None, waiting_in=None, collectives=None, flight_dumps=None, native_stacks=None, **kw

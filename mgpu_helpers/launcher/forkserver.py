@@ -53,8 +53,7 @@ def address(env: dict) -> bytes:
 
 def peer_uid(sock: socket.socket) -> int:
     """The user id of the process at the other end of a connected Unix socket (from Linux, not from the peer)."""
-    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    return uid
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]  # (pid, uid, gid)
 
 
 def connect(env: dict) -> socket.socket | None:
@@ -145,14 +144,12 @@ def main() -> None:
     server.import_preloadable()
     while select.select([listener], [], [], IDLE_EXIT_S)[0]:
         conn, _ = listener.accept()
-        if peer_uid(conn) == os.getuid():
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    listener.close()
-                    server.serve_kernel(conn)
-                finally:
-                    os._exit(0)
+        if peer_uid(conn) == os.getuid() and os.fork() == 0:
+            try:
+                listener.close()
+                server.serve_kernel(conn)
+            finally:
+                os._exit(0)
         conn.close()
     # Idle for IDLE_EXIT_S: the name goes with the socket, and a later kernel starts a new fork server.
 

@@ -37,20 +37,17 @@ class Job:
         self.world_size, self.backend, self.reason = world_size, backend, reason
         self.timeout_s, self.stream, self.quiet = timeout_s, stream, quiet
         self.t0 = time.monotonic()
-        self.job_dir: str | None = None
-        self.flight_dumps: str | None = None  # the flight recorder's dumps, kept after a hang (take_dumps)
+        self.job_dir = self.flight_dumps = None  # its folder; the flight recorder's dumps, kept after a hang
         self.outputs: list[list[str]] = [[] for _ in range(world_size)]
         self.results: dict[int, Returned | Failed] = {}
         self.exits: dict[int, int] = {}
         self.running_since: dict[int, float] = {}
         self.first_error: tuple[int, Failed] | None = None
-        self.pgid: int | None = None
+        self.pgid = self.status_fd = self.leader_fd = None  # the leader's pid (the ranks' group), its pipe and pidfd
         self.leader = None  # psutil.Process of the leader, checked to be the server's child
         self.server_proc = None  # the rank server's Popen, to tell its death from the leader's
-        self.status_fd: int | None = None
         self.leader_gone = False  # the status pipe closed under us: the leader died
         self.ended = False  # every process of the job is dead, or being killed with nothing to read
-        self.leader_fd: int | None = None  # a pidfd of the leader, where Linux has them
         self.owned: set[int] = set()
         self.sel = selectors.DefaultSelector()
 
@@ -96,8 +93,7 @@ class Job:
     def _emit(self, rank: int, lines: list[str]) -> None:
         kept = self.outputs[rank]
         kept.extend(lines)
-        if len(kept) > OUTPUT_LINES_KEPT:
-            del kept[: len(kept) - OUTPUT_LINES_KEPT]
+        del kept[:-OUTPUT_LINES_KEPT]  # all but the last OUTPUT_LINES_KEPT (none while there are fewer)
         if self.stream and lines:
             sys.stdout.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
             sys.stdout.flush()

@@ -106,13 +106,11 @@ class _Conn:
 
 
 class _Server:
-    """The notebook's end of the rank server.
-
-    Every change of state is one assignment of ``conn`` (or of its ``ready``), made with interrupts held, so whatever
-    exception lands at whatever moment the state is one of: no server; a server starting; a ready server. A detached
-    connection waits in ``retired`` until its process has been ended and reaped, so an exception in the middle of ending
-    it leaves it there to finish, never a half-closed one in use. ``lock`` makes one request and its reply one step; it
-    is held only for steps that do not wait long."""
+    """The notebook's end of the rank server. Every change of state is one assignment of ``conn`` (or of its ``ready``),
+    made with interrupts held, so whatever exception lands at whatever moment the state is one of: no server; a server
+    starting; a ready server. A detached connection waits in ``retired`` until its process has been ended and reaped, so
+    an exception in the middle of ending it leaves it there to finish, never a half-closed one in use. ``lock`` makes
+    one request and its reply one step; it is held only for steps that do not wait long."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -120,13 +118,9 @@ class _Server:
         self.retired: list[_Conn] = []
         self.own_server_next = False  # the fork server failed a start: the next server is our own
 
-    def alive(self) -> bool:
-        conn = self.conn
-        return conn is not None and conn.alive()
-
     def start(self) -> None:
         """Start a server if there is no live one (at once: it imports torch meanwhile)."""
-        if not self.alive():
+        if (conn := self.conn) is None or not conn.alive():
             self.stop()
             _starter.call(self._spawn)
 
@@ -386,12 +380,10 @@ def run_ranks(
     - ``env``: extra environment variables for the ranks only; ``debug``: TORCH_DISTRIBUTED_DEBUG=DETAIL;
       ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
 
-    Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input (before
-    any rank starts) or a rank server that died under the launch, :class:`RankError` when a rank raises or dies
-    (the others are ended at once), :class:`RankTimeout` at the timeout. A KeyboardInterrupt (or a time limit's
-    exception from a signal handler) ends every rank before it propagates; one that comes while the launch sets
-    up or cleans up is raised once that step is done. An interrupt during a cold start leaves the server starting.
-    """
+    Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input or a rank
+    server that died under the launch, :class:`RankError` when a rank raises or dies (the others are ended at once),
+    :class:`RankTimeout` at the timeout. A KeyboardInterrupt (or a time limit's exception from a signal handler) ends
+    every rank before it propagates, at once in the waits, else once the step it came in is done."""
     payload = _check_request(fn, world_size, args, timeout)
     try:
         backend, reason = hardware.choose_backend(world_size, backend)

@@ -1,6 +1,5 @@
-"""The messages of a launch, as named records: each is one frame (:mod:`mgpu_helpers.launcher.wire`) holding one
-pickled record below, so each side reads fields by name, never by position, and a message of the wrong kind is
-caught by its type. Who sends what::
+"""The messages of a launch: each is one frame (:mod:`~mgpu_helpers.launcher.wire`) holding one record below, so a
+field is read by name and a message of the wrong kind is caught by its type. Who sends what::
 
     notebook -> server   JobRequest (with the job's pipes attached)
     server -> notebook   Ready (torch imported), Started (a leader was forked for the job)

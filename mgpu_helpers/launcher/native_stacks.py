@@ -33,22 +33,19 @@ def pid_path(job_dir: str, rank: int) -> str:
 
 PR_SET_PTRACER = 0x59616D61  # "Yama"
 LAUNCHER_PID = "MGPU_LAUNCHER_PID"  # in every rank's environment: the kernel that launched it, and runs py-spy
-YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
 
 def _yama_scope() -> int | None:
     """Yama's ptrace_scope (0: any process of the user may attach, 1: only its ancestors, 2: only root, 3:
     nobody), or None without Yama."""
     try:
-        with open(YAMA_SCOPE) as f:
-            return int(f.read())
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
     except (OSError, ValueError):
         return None
 
 
 def _allow_ptracer(pid: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(pid), ctypes.c_ulong(0), 0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(pid), ctypes.c_ulong(0), 0, 0)
 
 
 def note_pid(job_dir: str, rank: int, launcher_pid: int | None) -> None:
@@ -56,8 +53,7 @@ def note_pid(job_dir: str, rank: int, launcher_pid: int | None) -> None:
     and Debian, lets only a process's ancestors attach to it, and the notebook's py-spy is not one of the rank's.
     Where py-spy is installed, such a rank names the kernel that launched it as its tracer (``PR_SET_PTRACER``):
     Yama then lets that kernel and the processes it starts attach to the rank, and nothing else of the user's."""
-    with open(pid_path(job_dir, rank), "w") as f:
-        f.write(str(os.getpid()))
+    Path(pid_path(job_dir, rank)).write_text(str(os.getpid()))
     if launcher_pid and _yama_scope() == 1 and py_spy() is not None:
         _allow_ptracer(launcher_pid)
 

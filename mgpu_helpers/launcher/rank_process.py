@@ -16,11 +16,10 @@ from mgpu_helpers.launcher import flight, native_stacks, ranks, trace
 from mgpu_helpers.launcher.messages import Failed, Returned, Running
 from mgpu_helpers.launcher.wire import write_frame
 
-# Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP
-# import torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop.
-# The fork server imports them before it forks any server, so every server it forks has them; a server that
-# the kernel started itself imports them once it has been idle a while (``server.IDLE_PRELOAD_S``). They
-# start no threads, so forking after them is safe.
+# Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP import
+# torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop. The fork server imports
+# them before it forks any server, so every server it forks has them; a server that the kernel started itself imports
+# them once it has been idle a while (``server.IDLE_PRELOAD_S``). They start no threads, so forking after them is safe.
 PRELOADABLE = ("torch._dynamo",)
 
 
@@ -41,14 +40,6 @@ def _send(res_fd: int, message) -> None:
     # Pickled whole before anything is written: a value that cannot be pickled raises here, and the pipe
     # never holds half a frame.
     write_frame(res_fd, cloudpickle.dumps(message))
-
-
-def _failure(exc: BaseException, where: str):
-    try:
-        blob = cloudpickle.dumps(exc)
-    except Exception:
-        blob = None  # the exception itself cannot travel; its type name and text still do
-    return Failed(where, type(exc).__name__, str(exc), traceback.format_exc(), blob)
 
 
 def _flush_c_stdio() -> None:
@@ -129,7 +120,11 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     except BaseException as exc:
         code = 1
         try:
-            _send(res_fd, _failure(exc, where))
+            blob = cloudpickle.dumps(exc)
+        except Exception:
+            blob = None  # the exception itself cannot travel; its type name and text still do
+        try:
+            _send(res_fd, Failed(where, type(exc).__name__, str(exc), traceback.format_exc(), blob))
         except Exception:
             traceback.print_exc()
     finally:

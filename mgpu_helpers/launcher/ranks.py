@@ -37,12 +37,10 @@ def physical_cores(cpus=None) -> list[list[int]]:
 
 def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
     """The logical CPUs that CPU rank ``local_rank`` of ``local_world_size`` on this host is pinned to (None where the
-    platform has no CPU affinity).
-
-    A CPU rank stands in for a device, so its speed must follow its work, not where the scheduler puts it: with as many
-    physical cores as ranks, each rank gets an equal run of cores to itself; with fewer, rank r shares core ``r %
-    cores``. (Left to the scheduler, four ranks on two cores can end up three on one core and one on the other, and a
-    rank with half the work then finishes last.)"""
+    platform has no CPU affinity). A CPU rank stands in for a device, so its speed must follow its work, not where the
+    scheduler puts it: with as many physical cores as ranks, each rank gets an equal run of cores to itself; with fewer,
+    rank r shares core ``r % cores``. (Left to the scheduler, four ranks on two cores can end up three on one core and
+    one on the other, and a rank with half the work then finishes last.)"""
     if not hasattr(os, "sched_setaffinity") or not 0 <= local_rank < local_world_size:
         return None
     cores = physical_cores()
@@ -83,11 +81,10 @@ def init_process_group(
 
 
 def torchrun_main(fn, *args, backend: str = "auto"):
-    """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns.
-
-    Joins the default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the
-    end, so call it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ == "__main__":``, run
-    by ``torchrun --standalone --nproc-per-node 2 script.py``."""
+    """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns. Joins the
+    default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the end, so call
+    it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ == "__main__":``, run by ``torchrun
+    --standalone --nproc-per-node 2 script.py``."""
     import torch.distributed as dist
 
     try:
@@ -98,13 +95,12 @@ def torchrun_main(fn, *args, backend: str = "auto"):
             "(e.g. `torchrun --standalone --nproc-per-node 2 script.py`). "
             "In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead."
         ) from None
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     if backend == "auto":  # NCCL when this host has a GPU for each local rank
         import torch
 
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_ws else "gloo"
-    init_process_group(rank, world_size, backend, "env://", local_rank=local_rank)
+    init_process_group(rank, world_size, backend, "env://")  # LOCAL_RANK read there
     try:
         return fn(rank, world_size, *args)
     finally:

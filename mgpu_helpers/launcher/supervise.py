@@ -130,9 +130,8 @@ def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
     )
     err = RankError(message, rank=rank, exc_type=failed.exc_type, remote_traceback=failed.traceback, **_so_far(job))
     err.original = None
-    if failed.exception_blob is not None:
-        with suppress(Exception):  # the text and traceback still tell the story
-            err.original = cloudpickle.loads(failed.exception_blob)
+    with suppress(Exception):  # no blob, or one that cannot be rebuilt: the text and traceback still tell the story
+        err.original = cloudpickle.loads(failed.exception_blob)
     return err
 
 
@@ -168,12 +167,10 @@ def supervise(job: Job) -> RankResults:
             _raise_launcher_died(job)
         if time.monotonic() > _deadline(job):
             _raise_timeout(job)
-    result = partial_results(job)
+    res = partial_results(job)
     if not job.quiet:
-        print(
-            f"[run_ranks] {job.world_size} rank(s), backend {job.backend} ({job.reason}), {result.launch_seconds:.2f} s"
-        )
-    return result
+        print(f"[run_ranks] {job.world_size} rank(s), backend {job.backend} ({job.reason}), {res.launch_seconds:.2f} s")
+    return res
 
 
 def _deadline(job: Job) -> float:

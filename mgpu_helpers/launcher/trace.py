@@ -1,8 +1,7 @@
 """Per-rank spans (``with mh.trace.span("communicate", "all_reduce"): ...``): what each rank was doing when, cheap
-enough to leave on; ``run_ranks`` brings them back in ``RankResults.spans[rank]``.
-
-Times come from ``time.monotonic()``, one clock for every process of the machine, so spans of different ranks line up.
-On a GPU, call ``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous."""
+enough to leave on; ``run_ranks`` brings them back in ``RankResults.spans[rank]``. Times come from
+``time.monotonic()``, one clock for every process of the machine, so spans of different ranks line up. On a GPU,
+call ``torch.cuda.synchronize()`` inside the span you time: CUDA work is asynchronous."""
 
 import time
 from contextlib import contextmanager, nullcontext

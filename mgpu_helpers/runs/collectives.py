@@ -56,8 +56,7 @@ def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = 
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    x = torch.tensor(inputs[rank], device=rank_device())
-    out = run_collective(name, x, op)
+    out = run_collective(name, torch.tensor(inputs[rank], device=rank_device()), op)
     return None if out is None else out.cpu().tolist()
 
 
