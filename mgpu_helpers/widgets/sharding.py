@@ -1,14 +1,11 @@
 """Sharding widget: memory each rank needs under a strategy, stacked by part, and the bytes each step sends.
 
-The numbers come from :mod:`mgpu_helpers.models.memory` (:func:`~mgpu_helpers.models.memory.memory_plan`,
-:func:`~mgpu_helpers.models.memory.compare_strategies`); this module only draws them.
-:func:`draw_memory_plan` / :func:`draw_plans` / :func:`draw_strategies` return a matplotlib Figure (static
-HTML, tests); :func:`show_sharding` wraps them in ipywidgets: a goal, the learner's choice of the strategies
-that fit, then the answer (memory and communication per strategy, uneven weights allowed).
-
-Labels are Chinese where matplotlib finds a Chinese font, otherwise English
-(:func:`mgpu_helpers.widgets.style.zh_or_en`); the text printed under each figure is always Chinese.
+Draws what :mod:`mgpu_helpers.models.memory` computes. :func:`show_sharding` states a goal, takes the learner's
+choice of the strategies that fit, and only then shows the answer. Figure labels are Chinese where matplotlib
+has a Chinese font (:func:`~mgpu_helpers.widgets.style.zh_or_en`); the text printed under a figure always is.
 """
+
+import matplotlib.pyplot as plt
 
 from mgpu_helpers.models import memory
 from mgpu_helpers.report import tables
@@ -66,8 +63,6 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
 
 def draw_memory_plan(plan, title: str | None = None):
     """Stacked per-rank memory bars (hatched = replicated part), the capacity line, fits/OVER labels."""
-    import matplotlib.pyplot as plt
-
     with cjk_fonts():
         fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
         _draw(ax, plan, title)
@@ -77,12 +72,9 @@ def draw_memory_plan(plan, title: str | None = None):
 
 def draw_plans(plans: dict):
     """Several plans side by side (``{title: MemoryPlan}``), on one memory scale."""
-    import matplotlib.pyplot as plt
-
+    size = style.figsize(3.4 * len(plans) + 1.8, 3.8)
     with cjk_fonts():
-        fig, axes = plt.subplots(
-            1, len(plans), sharey=True, squeeze=False, figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8)
-        )
+        fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False, figsize=size)
         top = max(max(max(p.totals), p.capacity) for p in plans.values())
         for ax, (title, plan) in zip(axes[0], plans.items()):
             _draw(ax, plan, title, top=top, legend=False)
@@ -98,13 +90,9 @@ def draw_plans(plans: dict):
 
 
 def draw_strategies(rows, title: str | None = None):
-    """Every strategy of one job (rows of :func:`mgpu_helpers.models.memory.compare_strategies`), two panels:
-    the largest rank's memory against one GPU's capacity, and the bytes each rank sends per step.
-
-    A strategy whose traffic the model cannot tell is written "n/a" in the second panel.
-    """
-    import matplotlib.pyplot as plt
-
+    """Every strategy of one job (rows of :func:`~mgpu_helpers.models.memory.compare_strategies`), two panels:
+    the largest rank's memory against one GPU's capacity, and the bytes each rank sends per step ("n/a" where
+    the model cannot tell)."""
     st = style.current()
     names = [zh_or_en(STRATEGY_ZH[r.strategy], r.strategy) for r in rows]
     ys = list(range(len(rows)))
@@ -154,26 +142,16 @@ def describe(plan) -> str:
 def describe_strategies(rows) -> str:
     """The table of :func:`draw_strategies` as Chinese text: memory, verdict and bytes per step, per strategy."""
     dp = next((r.step_bytes for r in rows if r.strategy == "data_parallel"), None)
-    cells = [
-        {
-            "name": STRATEGY_ZH[r.strategy],
-            "peak": r.peak,
-            "fits": "是" if r.fits else "否",
-            "sent": "不在模型内" if r.step_bytes is None else f"{r.step_bytes:.3g}",
-            "rel": f"{r.step_bytes / dp:.2g} 倍" if dp and r.step_bytes is not None else "",
-        }
-        for r in rows
-    ]
-    return tables.format_table(
-        cells,
-        [
-            ("name", "策略", "{}"),
-            ("peak", "最大 Rank (GB)", "{:g}"),
-            ("fits", "装得下", "{}"),
-            ("sent", "每步发出 (GB)", "{}"),
-            ("rel", "相对 Data Parallel", "{}"),
-        ],
-    )
+    heads = {"name": "策略", "peak": "最大 Rank (GB)", "fits": "装得下", "sent": "每步发出 (GB)"}
+    columns = [(k, h, "{:g}" if k == "peak" else "{}") for k, h in (heads | {"rel": "相对 Data Parallel"}).items()]
+    cells = []
+    for r in rows:
+        known = r.step_bytes is not None
+        sent, rel = (
+            (f"{r.step_bytes:.3g}", f"{r.step_bytes / dp:.2g} 倍" if dp else "") if known else ("不在模型内", "")
+        )
+        cells.append(dict(name=STRATEGY_ZH[r.strategy], peak=r.peak, fits="是" if r.fits else "否", sent=sent, rel=rel))
+    return tables.format_table(cells, columns)
 
 
 def _weights(text: str, world_size: int):
@@ -181,10 +159,7 @@ def _weights(text: str, world_size: int):
     text = text.strip()
     if not text:
         return None
-    try:
-        values = tuple(float(v) for v in text.replace("，", ",").split(","))
-    except ValueError:
-        raise ValueError(f"权重要写成用逗号分开的 {world_size} 个数，例如 14, 10；现在是 {text!r}") from None
+    values = style.parse_numbers(text, f"权重要写成用逗号分开的 {world_size} 个数，例如 14, 10；现在是 {text!r}")
     if len(values) != world_size:
         raise ValueError(f"权重要有 {world_size} 个（每个 GPU 一个），现在有 {len(values)} 个：{text!r}")
     return values
@@ -200,12 +175,9 @@ def show_sharding(
     strategy: str = "replicate",
     weights: str = "",
 ):
-    """ipywidgets with a task: sizes (GB), GPUs, memory per GPU, uneven weights and a strategy.
-
-    The top line states the goal; the learner ticks the strategies they think fit and presses the button;
-    only then the answer appears: every strategy's largest rank against the capacity and the bytes it sends
-    per step, drawn and printed. The chosen strategy's per-rank bars are drawn all along.
-    """
+    """ipywidgets with a task: sizes (GB), GPUs, memory per GPU, uneven weights and a strategy. The learner ticks
+    the strategies they think fit; only after the button does every strategy's answer (memory and bytes per
+    step) appear. The chosen strategy's per-rank bars are drawn all along."""
     import ipywidgets as W
 
     choices = [(STRATEGY_ZH[s], s) for s in memory.STRATEGIES]
@@ -274,17 +246,6 @@ def show_sharding(
         c.observe(redraw, names="value")
     reveal.on_click(on_reveal)
     redraw()
-    c = controls
-    return W.VBox(
-        [
-            goal,
-            W.HBox([c["params"], c["grads"]]),
-            W.HBox([c["optimizer"], c["activations"]]),
-            W.HBox([c["world_size"], c["capacity"], c["weights"]]),
-            c["strategy"],
-            note,
-            out,
-            W.HBox([guess, reveal]),
-            answer,
-        ]
-    )
+    layout = ("params grads", "optimizer activations", "world_size capacity weights")
+    rows = [W.HBox([controls[k] for k in row.split()]) for row in layout]
+    return W.VBox([goal, *rows, controls["strategy"], note, out, W.HBox([guess, reveal]), answer])

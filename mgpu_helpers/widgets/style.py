@@ -5,6 +5,7 @@ take their sizes from :func:`current` so that projection mode (large fonts, thic
 changes every figure at once.
 """
 
+import re
 from dataclasses import dataclass
 
 from mgpu_helpers.report import recorded
@@ -156,6 +157,15 @@ def show_in(out, draw, *args, text: str = "") -> None:
         show(draw(*args))
         if text:
             print(text)
+
+
+def parse_numbers(text: str, error: str) -> tuple[float, ...]:
+    """The numbers of a widget's text box, between commas (either width) or slashes; a part that is not a number
+    raises ValueError(``error``), the widget's own sentence saying what to write."""
+    try:
+        return tuple(float(p) for p in re.split(r"[,，/]", text) if p.strip())
+    except ValueError:
+        raise ValueError(error) from None
 
 
 def patch_legend(owner, patches: dict, **kwargs):
