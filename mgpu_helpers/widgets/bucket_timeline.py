@@ -1,11 +1,11 @@
 """Bucket timeline: per rank, the backward on one lane and each collective, from issue to completion, on another.
 
-Only drawing. :func:`draw_bucket_timelines` takes ``{title: spans_per_rank}`` (what
-:func:`mgpu_helpers.measure.profile.spans_from_trace` reads from a merged trace, or ``RankResults.spans``): the
-``compute`` spans named ``backward ...`` and the ``communicate`` spans recorded by
-:mod:`mgpu_helpers.measure.comm_spans`. The part of each collective that lies after the backward ended is drawn
-darker: that is the time the step waits for communication it could not hide.
+The spans are ``compute`` spans named ``backward ...`` and the ``communicate`` spans of
+:mod:`mgpu_helpers.measure.comm_spans`. The part of a collective after the backward ended is drawn in the wait
+colour: the time the step waits for communication it could not hide.
 """
+
+import matplotlib.pyplot as plt
 
 from mgpu_helpers.widgets import style
 
@@ -41,12 +41,8 @@ def _lanes(ax, spans_per_rank, t0: float) -> float:
 
 
 def draw_bucket_timelines(runs: dict, steps: int | None = None):
-    """Several runs (``{title: spans_per_rank}``) stacked on one time axis, each from its own first span.
-
-    ``steps``: draw only the first ``steps`` backward spans of each rank and the collectives that start
-    before the next one (default: everything)."""
-    import matplotlib.pyplot as plt
-
+    """Several runs (``{title: spans_per_rank}``) stacked on one time axis, each from its own first span;
+    ``steps``: only the first ``steps`` backward spans of each rank and what starts before the next one."""
     st = style.current()
     size = style.figsize(8, 0.75 * sum(len(v) for v in runs.values()) + 1.1 * len(runs))
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
@@ -70,10 +66,7 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
 
 
 def _first_steps(spans, steps: int):
-    backward = sorted(
-        (s for s in spans if s.kind == "compute" and s.name.startswith("backward")), key=lambda s: s.start
-    )
+    backward = sorted(s.start for s in spans if s.kind == "compute" and s.name.startswith("backward"))
     if len(backward) <= steps:
         return list(spans)
-    cut = backward[steps].start
-    return [s for s in spans if s.start < cut]
+    return [s for s in spans if s.start < backward[steps]]

@@ -1,9 +1,8 @@
-"""The chapter's knowledge map: CUDA basics -> torch.distributed tools -> communication patterns.
+"""The chapter's knowledge map: CUDA basics -> torch.distributed tools -> communication patterns, each topic with
+the notebook that teaches it. Labels are English (the course's terms): no Chinese font needed."""
 
-:data:`KNOWLEDGE_MAP` holds the content (three columns of topics, each with the notebook that teaches it,
-and the links between them); :func:`draw_knowledge_map` draws it with matplotlib boxes and arrows.
-Labels are English (the course's terms), so the figure renders with matplotlib's default fonts.
-"""
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from mgpu_helpers.widgets import style
 
@@ -50,9 +49,6 @@ ARROWS = ["one process per GPU;\nNCCL moves\ndevice memory", "a process group\nl
 
 def draw_knowledge_map(highlight: int | None = None):
     """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
     st = style.current()
     fig = plt.figure(figsize=style.figsize(13, 6.2))
     ax = fig.add_axes([0, 0, 1, 1])

@@ -3,10 +3,8 @@
     env = mh.setup(projection=True)     # or set MGPU_PROJECTION=1 before starting Jupyter
     mh.projection_mode(on=True)         # switch later, from any cell
 
-What changes: the drawing style (:func:`mgpu_helpers.widgets.style.set_projection`: large fonts, thick lines, larger
-figures, the Okabe-Ito colours without the pale yellow, black axes and text) and, inside a notebook, the size of
-every ipywidgets control (a ``<style>`` element shown in the cell's output, see
-``mgpu_helpers/data/projection.css``).
+It changes the drawing style (:func:`mgpu_helpers.widgets.style.set_projection`) and, in a notebook, the size of
+every ipywidgets control (``mgpu_helpers/data/projection.css``).
 """
 
 import os
@@ -31,12 +29,9 @@ def _in_kernel() -> bool:
 
 
 def projection_mode(on: bool = True) -> style.Style:
-    """Switch projection mode on (or off with ``on=False``) for every figure drawn from now on.
-
-    In a notebook, switching on also displays a ``<style>`` element that enlarges the widget controls; it acts
-    while that output is on the page (clear the output or restart the kernel to drop it). Returns the
-    :class:`~mgpu_helpers.widgets.style.Style` now in force.
-    """
+    """Switch projection mode on (or off) for every figure drawn from now on; returns the style now in force.
+    In a notebook, switching on also displays a ``<style>`` element that enlarges the widget controls while that
+    output is on the page (clear it or restart the kernel to drop it)."""
     st = style.set_projection(on)
     if on and _in_kernel():
         from IPython.display import HTML, display

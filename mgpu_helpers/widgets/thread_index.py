@@ -1,15 +1,16 @@
 """Thread-index widget: from (grid, block, N) to every thread's global index, warp and idle state.
 
-- :func:`thread_map` is the arithmetic (pure, unit-tested): ``i = blockIdx.x * blockDim.x + threadIdx.x``,
-  warp = ``threadIdx.x // 32`` inside its block, idle = ``i >= N`` (the threads the bounds check stops);
-- :func:`draw_thread_map` draws it (matplotlib; renders in static HTML);
-- :func:`show_thread_index` wraps the drawing in sliders (ipywidgets, imported only there).
+:func:`thread_map` is the arithmetic (``i = blockIdx.x * blockDim.x + threadIdx.x``, warp = ``threadIdx.x // 32``
+inside its block, idle = ``i >= N``: the threads the bounds check stops); the rest draws it.
 """
 
 import math
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Rectangle
 
 from mgpu_helpers.models.occupancy import SmLimits
 from mgpu_helpers.widgets import style
@@ -82,11 +83,8 @@ class ThreadMap:
 
 
 def thread_map(grid: int, block: int, n: int, warp_size: int = 32) -> ThreadMap:
-    """The arithmetic of a 1-D launch: see :class:`ThreadMap`.
-
-    Raises ValueError for a grid < 1, a block outside 1..1024 (the hardware limit; a real launch with 1025
-    threads per block fails) or n < 0.
-    """
+    """The arithmetic of a 1-D launch (:class:`ThreadMap`); ValueError for a grid < 1, a block outside 1..1024
+    (a real launch with 1025 threads per block fails) or n < 0."""
     if grid < 1:
         raise ValueError(f"grid must be >= 1 block, not {grid}")
     if not 1 <= block <= MAX_THREADS_PER_BLOCK:
@@ -107,14 +105,8 @@ LABEL_LIMIT = 64  # write each thread's global index in its cell only when a blo
 
 def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     """Draw ``tm``: one row per block, one cell per thread (blue = works, grey = idle), a line between warps,
-    each split warp outlined in vermillion; global indices written in the cells when blocks are small.
-
-    Shows the first ``max_blocks`` blocks. Returns the matplotlib Figure (not shown: the caller displays it).
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
-
+    each split warp outlined in vermillion; global indices written in the cells when blocks are small. Shows
+    the first ``max_blocks`` blocks."""
     rows = min(tm.grid, max_blocks)
     active = tm.active.reshape(tm.grid, tm.block)[:rows]
     st = style.current()
@@ -144,22 +136,12 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
         step = 1 if tm.warps_per_block <= 8 else 4
-        centres = [
-            (w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5
-            for w in range(0, tm.warps_per_block, step)
-        ]
-        top.set_xticks(centres, [f"warp {w}" for w in range(0, tm.warps_per_block, step)], fontsize=st.font_size * 0.8)
-    style.patch_legend(
-        fig,
-        {
-            "i < N: works": style.KIND_COLOURS["compute"],
-            "i >= N: idle": style.KIND_COLOURS["idle"],
-            "split warp": dict(facecolor="none", edgecolor=vermillion),
-        },
-        loc="lower center",
-        ncol=3,
-        fontsize=st.font_size * 0.85,
-    )
+        warps = range(0, tm.warps_per_block, step)
+        centres = [(w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5 for w in warps]
+        top.set_xticks(centres, [f"warp {w}" for w in warps], fontsize=st.font_size * 0.8)
+    legend = {"i < N: works": style.KIND_COLOURS["compute"], "i >= N: idle": style.KIND_COLOURS["idle"]}
+    legend["split warp"] = dict(facecolor="none", edgecolor=vermillion)
+    style.patch_legend(fig, legend, loc="lower center", ncol=3, fontsize=st.font_size * 0.85)
     ax.set_yticks(range(rows), [f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
     short = f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle"

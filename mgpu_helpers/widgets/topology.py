@@ -1,9 +1,7 @@
-"""Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path.
+"""Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path."""
 
-:func:`draw_link_matrix` takes a square matrix of ``nvidia-smi topo -m`` words (``env.machine.links`` read
-through NVML on a GPU machine, or :func:`mgpu_helpers.report.recorded.topology_matrix` elsewhere) and returns a
-Figure; :func:`machine_or_recorded` picks this machine's matrix or the recorded 2 x H200 copy.
-"""
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
 
 from mgpu_helpers.models.topology import LINK_CLASSES, link_class
 from mgpu_helpers.widgets import style
@@ -13,14 +11,8 @@ COLOURS = dict(zip(LINK_CLASSES, ("green", "sky", "orange", "vermillion", "grey"
 
 
 def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str = ""):
-    """Draw ``links`` (a square list of lists of words like "X", "NV18", "SYS") as a coloured matrix.
-
-    ``names`` labels rows and columns (default GPU0, GPU1, ...); ``note`` is written under the matrix
-    (e.g. "recorded on 2 x H200"). Returns the matplotlib Figure.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
+    """``links`` (a square list of lists of words like "X", "NV18", "SYS") as a coloured matrix; ``names`` label
+    rows and columns (default GPU0, GPU1, ...), ``note`` is written under it."""
     n = len(links)
     if n == 0 or any(len(row) != n for row in links):
         raise ValueError("links must be a non-empty square matrix")
