@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One visible GPU."""
-
     index: int
     name: str
     memory_bytes: int
@@ -24,11 +22,8 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class Machine:
-    """The facts the course needs about this machine.
-
-    ``links[i][j]`` is how GPU i reaches GPU j, in ``nvidia-smi topo -m`` words
-    ("X" for itself, "NV18" for 18 NVLinks, "PIX"/"PXB"/"PHB"/"NODE"/"SYS" for PCIe paths).
-    """
+    """The facts the course needs about this machine. ``links[i][j]``: how GPU i reaches GPU j, in ``nvidia-smi
+    topo -m`` words ("X" for itself, "NV18" for 18 NVLinks, "PIX"/"PXB"/"PHB"/"NODE"/"SYS" for PCIe paths)."""
 
     gpus: tuple[GpuInfo, ...] = ()
     links: tuple[tuple[str, ...], ...] = ()
@@ -72,11 +67,11 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _nvlink_counts(pynvml, handles) -> list[list[int]]:
-    """How many active NVLinks join each pair of GPUs (0 where none, or NVLink is not supported)."""
+def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
+    """The words of each pair: NV<count> where active NVLinks join the two GPUs, else their PCIe path."""
     bus_ids = [_text(pynvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
     n = len(handles)
-    counts = [[0] * n for _ in range(n)]
+    nvl = [[0] * n for _ in range(n)]
     for i, h in enumerate(handles):
         for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
             try:
@@ -87,12 +82,7 @@ def _nvlink_counts(pynvml, handles) -> list[list[int]]:
                 continue
             for j, bus in enumerate(bus_ids):
                 if j != i and bus.lower().endswith(remote.lower()[-12:]):
-                    counts[i][j] += 1
-    return counts
-
-
-def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
-    nvl = _nvlink_counts(pynvml, handles)
+                    nvl[i][j] += 1
 
     def link(i: int, j: int) -> str:
         if i == j:
@@ -104,15 +94,12 @@ def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
         except pynvml.NVMLError:
             return "?"
 
-    return tuple(tuple(link(i, j) for j in range(len(handles))) for i in range(len(handles)))
+    return tuple(tuple(link(i, j) for j in range(n)) for i in range(n))
 
 
 def detect() -> Machine:
-    """Read the GPUs, their memory and links through NVML; a machine without a driver has none.
-
-    Honours CUDA_VISIBLE_DEVICES. Never raises: a missing library or driver means CPU mode,
-    with the reason in ``Machine.note``.
-    """
+    """The GPUs, their memory and links through NVML, as CUDA_VISIBLE_DEVICES shows them. Never raises: a missing
+    library or driver means CPU mode, with the reason in ``Machine.note``."""
     if os.environ.get("MGPU_FORCE_CPU") == "1":
         return Machine(note="MGPU_FORCE_CPU=1: GPUs ignored")
     try:
@@ -151,11 +138,8 @@ def machine(refresh: bool = False) -> Machine:
 
 
 def choose_backend(world_size: int, backend: str = "auto", gpu_count: int | None = None) -> tuple[str, str]:
-    """Pick the torch.distributed backend for ``world_size`` ranks.
-
-    Returns ``(backend, reason)``. "auto" means NCCL with one GPU per rank when there are enough GPUs,
-    else gloo on the CPU. Asking for "nccl" with more ranks than GPUs raises ValueError saying what to do.
-    """
+    """``(backend, reason)`` for ``world_size`` ranks: "auto" is NCCL with one GPU per rank when there are enough
+    GPUs, else gloo on the CPU; "nccl" with more ranks than GPUs raises ValueError saying what to do."""
     gpus = machine().gpu_count if gpu_count is None else gpu_count
     if backend not in ("auto", "nccl", "gloo"):
         raise ValueError(f"backend must be 'auto', 'nccl' or 'gloo', not {backend!r}")

@@ -1,19 +1,9 @@
 """The learner's own code, kept for the notebooks that build on it: 04's ``exchange`` feeds 05.
 
-When a fill-in that a later notebook uses passes its check (:func:`mgpu_helpers.checks.core.fill_in` with
-``keep=``), :func:`save` writes the function's source (IPython keeps every cell's source, so
-``inspect.getsource`` works on a cell-defined function) to one file per name in :func:`store_dir`; a later
-notebook, in its own kernel session and with no command in between, calls :func:`mine`::
-
-    exchange = mh.mine("exchange", fallback=mh.lessons.p2p.exchange)
-
-which prints, in Chinese, whose version it uses. Loading is safe: a stored source that no longer imports, or
-that fails its own check again (the checker that accepted it is named in the file and run once more, quietly),
-gives the fallback with a sentence saying why; it never stops the notebook.
-
-Where the files live: ``$MGPU_OWN_CODE_DIR`` if set (tests use a temporary folder), else ``build/mine/`` under
-the course's root (the folder holding ``mgpu_helpers/``; ``build/`` is git-ignored) when it is writable, else
-``~/.cache/mgpu-course/mine/``.
+A fill-in that passes its check with ``keep=`` is saved (its source: IPython keeps every cell's); a later
+notebook, in its own kernel, calls ``exchange = mh.mine("exchange", fallback=mh.lessons.p2p.exchange)``, which
+says in Chinese whose version it uses. A stored source that no longer imports, or fails its check again (the
+checker that accepted it is named in the file and run once more, quietly), gives the fallback: never a stop.
 """
 
 import contextlib
@@ -32,7 +22,7 @@ _HEADER = re.compile(r"^# mgpu-own-code: name=(?P<name>\w+) lesson=(?P<lesson>[\
 
 
 def store_dir() -> Path:
-    """The folder of the stored functions (made on first use); see the module's docstring."""
+    """``$MGPU_OWN_CODE_DIR``, else ``build/mine/`` of the checkout (git-ignored) where writable, else the cache."""
     if os.environ.get(ENV_DIR):
         return Path(os.environ[ENV_DIR])
     root = Path(__file__).resolve().parents[1]
@@ -48,9 +38,8 @@ def _path(name: str) -> Path:
 
 
 def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
-    """Keep ``fn``'s source as ``name`` (``lesson``: the notebook it was written in, for the message;
-    ``check``: the checker that accepted it, run again when it is loaded). Returns the file, or ``None``
-    when the source cannot be read (a function typed at a bare console) or the folder is not writable."""
+    """Keep ``fn``'s source as ``name`` (``check``: the checker that accepted it, run again on loading). Returns
+    the file, or ``None`` where the source cannot be read (a bare console) or the folder is not writable."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -74,33 +63,9 @@ def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
     return path
 
 
-def _load(path: Path, name: str):
-    """The function ``name`` from a stored file, defined in a fresh namespace (by value when sent to ranks)."""
-    text = path.read_text(encoding="utf-8")
-    ns = {"__name__": f"mgpu_own_code_{name}", "__file__": str(path)}
-    exec(compile(text, str(path), "exec"), ns)
-    fn = ns.get(name)
-    if not callable(fn):
-        raise NameError(f"{name} is not defined in {path}")
-    return fn, _HEADER.search(text)
-
-
-def _recheck(fn, header) -> None:
-    """Run the checker named in the file's header on ``fn`` again, its printing held back."""
-    dotted = header["check"] if header else ""
-    if not dotted:
-        return
-    module, _, attr = dotted.rpartition(".")
-    check = getattr(importlib.import_module(module), attr)
-    with contextlib.redirect_stdout(io.StringIO()):
-        check(fn)
-
-
 def mine(name: str, fallback, lesson: str = ""):
-    """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which.
-
-    ``lesson``: the notebook it comes from, for the message when nothing is stored yet (the stored file
-    names its own notebook)."""
+    """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which
+    (``lesson``: the notebook to name while nothing is stored; a stored file names its own)."""
     path = _path(name)
     if not path.exists():
         print(
@@ -109,9 +74,18 @@ def mine(name: str, fallback, lesson: str = ""):
         )
         return fallback
     try:
-        fn, header = _load(path, name)
+        # Defined in a fresh namespace (sent to ranks by value), then its checker runs again, printing held back.
+        text = path.read_text(encoding="utf-8")
+        ns = {"__name__": f"mgpu_own_code_{name}", "__file__": str(path)}
+        exec(compile(text, str(path), "exec"), ns)
+        fn, header = ns.get(name), _HEADER.search(text)
+        if not callable(fn):
+            raise NameError(f"{name} is not defined in {path}")
         lesson = (header["lesson"] if header else "") or lesson
-        _recheck(fn, header)
+        if header and header["check"]:
+            module, _, attr = header["check"].rpartition(".")
+            with contextlib.redirect_stdout(io.StringIO()):
+                getattr(importlib.import_module(module), attr)(fn)
     except Exception as exc:  # a file that no longer imports or no longer passes: never stop here
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         print(f"存下的 {name}（{path}）这次没能用上：{first[:200]}。先用课程的版本。")

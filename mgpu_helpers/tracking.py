@@ -1,15 +1,9 @@
 """The learner's progress: which checks passed and which predictions were written, notebook by notebook.
 
-Checks record themselves as they pass (:func:`mgpu_helpers.checks.core.passed`), and so does a prediction held
-against its measurement (:mod:`mgpu_helpers.widgets.predict`): one JSON line each, appended to
-:func:`record_file`. :func:`table` reads them back beside what each notebook asks for, so no notebook has to run
-again: ``mh.progress()`` in a notebook, ``python -m mgpu_helpers.tools.workspace progress`` in a terminal.
-
-- A record belongs to the notebook its kernel runs, which Jupyter names in ``JPY_SESSION_NAME``; a check run
-  anywhere else (a test, a console) is not recorded.
-- What a notebook asks for is read from the notebook: every ``mh.checks...try_x(...)`` / ``check_x(...)`` call
-  is a check, every ``name = None  # 你的...`` line a prediction (that is how the learner's copy leaves them).
-- Where: ``$MGPU_PROGRESS_FILE``, else ``progress.jsonl`` in the workspace (:func:`workspace_dir`).
+Passing checks and written predictions each append a JSON line to :func:`record_file`, under the notebook the
+kernel runs (Jupyter's ``JPY_SESSION_NAME``; a test or a console records nothing). :func:`table` reads them
+back beside what each notebook asks for, read from the notebook itself (every ``mh.checks...try_x(...)`` /
+``check_x(...)`` call, every ``name = None  # 你的...`` line), so no notebook has to run again.
 """
 
 import json
@@ -45,12 +39,11 @@ def record(kind: str, item: str) -> None:
     if not notebook:
         return
     entry = {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}
-    line = json.dumps(entry, ensure_ascii=False)
     try:
         path = record_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
     except OSError:  # a read-only place: progress is a convenience, never a reason to stop a notebook
         pass
 
@@ -108,8 +101,8 @@ def asks(path) -> dict:
 
 
 def table(folder=None) -> list[dict]:
-    """One row per notebook of ``folder`` (the workspace, else the course's own copies): what passed, what is
-    left, how many predictions were written."""
+    """Per notebook of ``folder`` (the workspace, else the course's own copies): what passed, what is left, how
+    many predictions were written."""
     base = Path(folder) if folder else workspace_dir()
     if not any((base / f).is_dir() for f in FOLDERS):
         base = ROOT
@@ -123,8 +116,8 @@ def table(folder=None) -> list[dict]:
             passed = [c for c in want["check"] if c in got["check"]]
             left = [c for c in want["check"] if c not in got["check"]]
             asked = len(want["prediction"])
-            predictions = (min(len(got["prediction"]), asked), asked)
-            rows.append({"notebook": path.stem, "passed": passed, "left": left, "predictions": predictions})
+            row = {"notebook": path.stem, "passed": passed, "left": left}
+            rows.append(row | {"predictions": (min(len(got["prediction"]), asked), asked)})
     return rows
 
 
