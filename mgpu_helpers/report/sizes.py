@@ -1,8 +1,5 @@
-"""Message sizes: the binary units, reading a size ('64M'), writing one ('64 MiB'), lists of sizes.
-
-One grammar for every command and notebook of the course: a whole number followed by an optional binary
-unit, case-insensitive: ``B``, ``K``/``KB``/``KiB``, ``M``/``MB``/``MiB``, ``G``/``GB``/``GiB`` (all powers of
-1024, as nccl-tests reads ``-b 1K -e 1G``).
+"""Message sizes: one grammar for every command and notebook, a whole number with an optional binary unit
+(``B``, ``K``/``KB``/``KiB``, ``M`` ..., ``G`` ..., any case; powers of 1024, as nccl-tests reads ``-b 1K -e 1G``).
 """
 
 import argparse
@@ -19,11 +16,8 @@ class SizeError(argparse.ArgumentTypeError, ValueError):
 
 
 def parse_size(text) -> int:
-    """'1K' -> 1024, '64M' -> 67108864, '1GiB' -> 1073741824, '4096' -> 4096 (binary units).
-
-    Raises :class:`SizeError` (a ``ValueError``) saying how to write a size for anything else, including
-    fractions ('1.5M') and zero or negative sizes.
-    """
+    """'1K' -> 1024, '64M' -> 67108864, '4096' -> 4096; :class:`SizeError` saying how to write a size for anything
+    else (fractions, zero and negative sizes too)."""
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).upper() not in UNITS or int(m.group(1)) == 0:
         raise SizeError(
