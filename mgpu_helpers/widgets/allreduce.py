@@ -197,52 +197,38 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
     _finish(ax, boxes + outlines, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
 
 
-def _view_titles(steps, k: int):
-    f = steps.frames[k]
-    if f.phase == "input":
-        where = zh_or_en("输入", "input")
-    else:
-        where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{steps.world_size - 1}"
-    one = zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
-    if f.phase == "reduce_scatter" and k == steps.rs_done:
-        two = zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
-    else:
-        call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
-        two = zh_or_en(
-            f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}"
-        )
-    return one, two
-
-
 def draw_step(steps, k: int):
     """Frame ``k`` of ``steps`` (a ``RingSteps``): one all-reduce left, reduce-scatter + all-gather right."""
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
-    with cjk_fonts():
-        fig = _frames_figure(steps, [k], sent=False)
-        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.88, wspace=0.1)
-    return fig
-
-
-def _frames_figure(steps, keys, sent: bool):
-    """Frames ``keys`` as columns, one all-reduce in the top row, reduce-scatter + all-gather in the bottom one
-    (side by side for a single frame); ``sent`` adds the bytes each rank has sent to the titles."""
-    n, cols = steps.world_size, len(keys)
-    shape = (2, cols) if cols > 1 else (1, 2)
-    fig, axes = plt.subplots(*shape, figsize=style.figsize(shape[1] * (0.75 * n + 1.6), shape[0] * (0.55 * n + 1.0)))
-    axes = axes.reshape(2, cols)
-    for col, k in enumerate(keys):
-        extra = f"  [{steps.frames[k].sent[0]:.3g} S]" if sent else ""
-        for row, title in enumerate(_view_titles(steps, k)):
-            _draw_frame(axes[row, col], steps, k, bool(row), title + extra)
-    return fig
+    return _frames_figure(steps, [k], sent=False, top=0.88)
 
 
 def draw_rs_ag_vs_all_reduce(steps):
     """The input, the end of the reduce-scatter half and the end, both ways (rows), with the bytes sent so far."""
+    return _frames_figure(steps, (0, steps.rs_done, len(steps.frames) - 1), sent=True, top=0.92)
+
+
+def _frames_figure(steps, keys, sent: bool, top: float):
+    """Frames ``keys`` as columns, one all-reduce in the top row, reduce-scatter + all-gather in the bottom one
+    (side by side for a single frame); ``sent`` adds the bytes each rank has sent to the titles."""
+    n, cols = steps.world_size, len(keys)
+    shape = (2, cols) if cols > 1 else (1, 2)
     with cjk_fonts():
-        fig = _frames_figure(steps, (0, steps.rs_done, len(steps.frames) - 1), sent=True)
-        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.92, wspace=0.1, hspace=0.25)
+        fig, axes = plt.subplots(*shape, figsize=style.figsize(shape[1] * (0.75 * n + 1.6), shape[0] * (0.55 * n + 1)))
+        for col, k in enumerate(keys):
+            f = steps.frames[k]
+            where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{n - 1}"
+            where = zh_or_en("输入", "input") if f.phase == "input" else where
+            call, nth = ("all_gather", "二") if f.phase == "all_gather" else ("reduce_scatter", "一")
+            two = zh_or_en(f"{call}（两次调用之{nth}）· {where}", f"{call} - {where}")
+            if f.phase == "reduce_scatter" and k == steps.rs_done:
+                two = zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
+            one = zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
+            extra = f"  [{f.sent[0]:.3g} S]" if sent else ""
+            for row, title in enumerate((one, two)):
+                _draw_frame(axes.reshape(2, cols)[row, col], steps, k, bool(row), title + extra)
+        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=top, wspace=0.1, hspace=0.25)
     return fig
 
 

@@ -14,16 +14,9 @@ from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
 PART_LABELS = dict(params="parameters", grads="gradients", optimizer="optimizer state", activations="activations")
 PART_LABELS_ZH = memory.PART_ZH
-STRATEGY_ZH = {
-    "replicate": "整份复制",
-    "data_parallel": "Data Parallel",
-    "tensor_parallel": "Tensor Parallel",
-    "pipeline_parallel": "Pipeline Parallel",
-    "zero1": "ZeRO-1",
-    "zero2": "ZeRO-2",
-    "zero3": "ZeRO-3",
-    "unified_memory": "Unified Memory",
-}
+# How the lessons write each strategy: the method's English name ("Data Parallel", ZeRO's own spelling).
+STRATEGY_ZH = {s: s.replace("_", " ").title() for s in memory.STRATEGIES} | {"replicate": "整份复制"}
+STRATEGY_ZH |= {f"zero{k}": f"ZeRO-{k}" for k in (1, 2, 3)}
 
 
 def _fits(ok: bool) -> str:
@@ -195,12 +188,10 @@ def show_sharding(
         strategy=W.Dropdown(options=choices, value=strategy, description="策略"),
         weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False),
     )
-    goal = W.HTML()
-    note = W.HTML()
+    goal, note = W.HTML(), W.HTML()
     guess = W.SelectMultiple(options=choices, rows=len(choices), description="我的预测")
     reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
-    out = W.Output()
-    answer = W.Output()
+    out, answer = W.Output(), W.Output()
     state = {"revealed": False}
 
     def current():

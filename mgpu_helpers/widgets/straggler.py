@@ -43,8 +43,9 @@ def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> flo
     return x_end * room
 
 
-def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> float:
-    """One run on ``ax``; returns the time axis' right end (ms)."""
+def _draw(ax, spans_per_rank, title: str, labels=None) -> float:
+    """One run on ``ax``, from its first span; returns the time axis' right end (ms)."""
+    t0 = _origin(spans_per_rank)
     for r, spans in enumerate(spans_per_rank):
         _bars(ax, r, spans, t0, DRAWN_KINDS)
     ends = [max((s.end for s in spans), default=t0) for spans in spans_per_rank]
@@ -52,16 +53,12 @@ def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> float:
     return _label_rows(ax, [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)], x_end, 1.22, title, labels)
 
 
-def _legend(fig) -> None:
-    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
-
-
 def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None):
     """One run's spans, one row per rank, in ms from the first span; the wait of each rank written at right."""
     fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.4))
-    _draw(ax, spans_per_rank, _origin(spans_per_rank), title, labels)
+    _draw(ax, spans_per_rank, title, labels)
     ax.set_xlabel("time (ms)")
-    _legend(fig)
+    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
     fig.tight_layout(rect=(0, 0, 1, 0.92))
     return fig
 
@@ -71,10 +68,10 @@ def draw_comparison(runs: dict):
     size = style.figsize(8, 0.55 * sum(len(v) for v in runs.values()) + 1.2 * len(runs))
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     # The axes share x, so each run's own limit replaces the one before: the longest run sets the scale.
-    right = max(_draw(ax, spans, _origin(spans), title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
+    right = max(_draw(ax, spans, title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
     axes[0, 0].set_xlim(0, right)
     axes[-1, 0].set_xlabel("time (ms)")
-    _legend(fig)
+    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     return fig
 
@@ -125,8 +122,6 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
 
 # -- waiting inside the collective: a measured run without the timestamp barrier, or the model -----------------
 
-WAIT_HATCH = "////"
-
 
 def model_run(world_size=4, compute_ms=100.0, comm_ms=30.0, late_ms=60.0, slow_rank=1, steps=2):
     """A modelled synchronous run: every rank computes ``compute_ms`` (the slow rank ``late_ms`` longer), then
@@ -138,8 +133,7 @@ def model_run(world_size=4, compute_ms=100.0, comm_ms=30.0, late_ms=60.0, slow_r
         raise ValueError(f"slow_rank must be in 0..{world_size - 1}, got {slow_rank}")
     if min(compute_ms, comm_ms, late_ms) < 0:
         raise ValueError("compute_ms, comm_ms and late_ms must be >= 0")
-    spans = [[] for _ in range(world_size)]
-    waits = [[] for _ in range(world_size)]
+    spans, waits = [[] for _ in range(world_size)], [[] for _ in range(world_size)]
     t = 0.0
     for _ in range(steps):
         arrive = [t + (compute_ms + (late_ms if r == slow_rank else 0.0)) / 1e3 for r in range(world_size)]
@@ -159,7 +153,7 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
 
     fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.6))
     t0 = _origin(spans_per_rank)
-    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
+    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch="////", edgecolor=style.KIND_COLOURS["wait"])
     inside = []
     for r, spans in enumerate(spans_per_rank):
         comms = [s for s in spans if s.kind == "communicate"]
@@ -207,8 +201,7 @@ def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
     ratio = W.FloatSlider(value=comm_ratio, min=0.0, max=2.0, step=0.05, description="通信 / 计算", **dial)
     late = W.FloatSlider(value=late_ms, min=0.0, max=200.0, step=5.0, description="慢的 Rank 晚到 (ms)", **dial)
     slow = W.IntSlider(value=1, min=0, max=world_size - 1, description="慢的是 rank", **dial)
-    caption = W.HTML()
-    out = W.Output()
+    caption, out = W.HTML(), W.Output()
 
     def redraw(_=None):
         comm_ms = ratio.value * compute_ms

@@ -18,32 +18,12 @@ PALETTE = {
     "black": "#000000",
     "grey": "#999999",
 }
-# Each kind of time or memory, everywhere in the course.
-KIND_COLOURS = {
-    "compute": PALETTE["blue"],
-    "communicate": PALETTE["orange"],
-    "wait": PALETTE["vermillion"],
-    "other": PALETTE["grey"],
-    "params": PALETTE["blue"],
-    "grads": PALETTE["orange"],
-    "optimizer": PALETTE["green"],
-    "activations": PALETTE["purple"],
-    "idle": PALETTE["grey"],
-}
-
-
-CJK_FONTS = (
-    "Noto Sans CJK SC",
-    "Noto Sans SC",
-    "Source Han Sans SC",
-    "WenQuanYi Zen Hei",
-    "WenQuanYi Micro Hei",
-    "SimHei",
-    "Microsoft YaHei",
-    "PingFang SC",
-    "Heiti SC",
-    "AR PL UMing CN",
-)
+# Each kind of time or memory, everywhere in the course (by the palette's names).
+_KINDS = dict(compute="blue", communicate="orange", wait="vermillion", other="grey", params="blue", grads="orange")
+KIND_COLOURS = {k: PALETTE[c] for k, c in (_KINDS | dict(optimizer="green", activations="purple", idle="grey")).items()}
+# Fonts with Chinese glyphs, the first installed one wins: Linux's, then Windows' and macOS', then a last resort.
+_LINUX_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei")
+CJK_FONTS = (*_LINUX_FONTS, "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
 
 
 def cjk_font() -> str | None:

@@ -20,13 +20,9 @@ MAX_THREADS_PER_BLOCK = SmLimits.max_threads_per_block  # a CUDA limit, the same
 
 @dataclass(frozen=True)
 class ThreadMap:
-    """Every thread of a 1-D launch ``kernel[grid, block]`` over ``n`` elements, in launch order.
-
-    Arrays have one entry per thread (length ``grid * block``): ``block_idx`` (blockIdx.x), ``thread_idx``
-    (threadIdx.x), ``global_idx`` (blockIdx.x * blockDim.x + threadIdx.x), ``warp_in_block``
-    (threadIdx.x // warp_size), ``warp`` (the warp's number across the whole grid), ``active``
-    (global_idx < n: the thread passes the bounds check and does work).
-    """
+    """Every thread of a 1-D launch ``kernel[grid, block]`` over ``n`` elements, in launch order, one entry per
+    thread in each array: ``warp`` is the warp's number across the grid, ``active`` is ``global_idx < n`` (the
+    thread passes the bounds check and does work)."""
 
     grid: int
     block: int
@@ -95,8 +91,7 @@ def thread_map(grid: int, block: int, n: int, warp_size: int = 32) -> ThreadMap:
     thread_idx = np.tile(np.arange(block), grid)
     global_idx = block_idx * block + thread_idx
     warp_in_block = thread_idx // warp_size
-    warps_per_block = math.ceil(block / warp_size)
-    warp = block_idx * warps_per_block + warp_in_block
+    warp = block_idx * math.ceil(block / warp_size) + warp_in_block
     return ThreadMap(grid, block, n, warp_size, block_idx, thread_idx, global_idx, warp_in_block, warp, global_idx < n)
 
 
