@@ -47,21 +47,6 @@ class CourseEnv:
         return f"CourseEnv(mode={self.mode!r}, gpus={len(self.gpus)}, backend={self.backend!r})"
 
 
-def _switch_numba_simulator(on: bool) -> bool:
-    """Turn Numba's CUDA simulator on or off; it is read once, when numba is first imported."""
-    if "numba" in sys.modules:
-        current = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-        if current != on:
-            warnings.warn(
-                "numba was imported before mgpu_helpers.setup(), so the CUDA simulator can no longer be "
-                f"switched {'on' if on else 'off'}. Restart the kernel and run setup() first.",
-                stacklevel=3,
-            )
-        return current
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if on else "0"
-    return on
-
-
 def private_cache_dir(name: str = "cupy") -> str:
     """``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/mgpu-course/<name>``, created private (0700) and checked to be
     this user's own: not a fixed name in /tmp, which another user of a classroom server could create first and
@@ -97,7 +82,16 @@ def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> 
     ``MGPU_PROJECTION=1``) switches on projection mode (:mod:`mgpu_helpers.widgets.projection`)."""
     m = hardware.machine(refresh=True)
     gpu_mode = m.mode == "gpu"
-    sim = _switch_numba_simulator(not gpu_mode)
+    sim = not gpu_mode  # Numba reads its CUDA simulator switch once, when numba is first imported
+    if "numba" not in sys.modules:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if sim else "0"
+    elif sim != (os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"):
+        warnings.warn(
+            "numba was imported before mgpu_helpers.setup(), so the CUDA simulator can no longer be "
+            f"switched {'on' if sim else 'off'}. Restart the kernel and run setup() first.",
+            stacklevel=2,
+        )
+        sim = not sim
     if "CUPY_CACHE_DIR" not in os.environ:  # unless the user chose one
         try:
             os.environ["CUPY_CACHE_DIR"] = private_cache_dir("cupy")

@@ -21,20 +21,18 @@ PRELUDE = "import numpy as np\nimport torch\nimport torch.distributed as dist\n\
 _HEADER = re.compile(r"^# mgpu-own-code: name=(?P<name>\w+) lesson=(?P<lesson>[\w-]*) check=(?P<check>[\w.]*)$", re.M)
 
 
-def store_dir() -> Path:
-    """``$MGPU_OWN_CODE_DIR``, else ``build/mine/`` of the checkout (git-ignored) where writable, else the cache."""
-    if os.environ.get(ENV_DIR):
-        return Path(os.environ[ENV_DIR])
-    root = Path(__file__).resolve().parents[1]
-    if os.access(root, os.W_OK) and (root / "mgpu_helpers").is_dir():
-        return root / "build" / "mine"
-    return Path.home() / ".cache" / "mgpu-course" / "mine"
-
-
 def _path(name: str) -> Path:
+    """In ``$MGPU_OWN_CODE_DIR``, else ``build/mine/`` of the checkout (git-ignored) where writable, else the cache."""
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise ValueError(f"name must be a Python identifier, not {name!r}")
-    return store_dir() / f"{name}.py"
+    root = Path(__file__).resolve().parents[1]
+    if os.environ.get(ENV_DIR):
+        folder = Path(os.environ[ENV_DIR])
+    elif os.access(root, os.W_OK) and (root / "mgpu_helpers").is_dir():
+        folder = root / "build" / "mine"
+    else:
+        folder = Path.home() / ".cache" / "mgpu-course" / "mine"
+    return folder / f"{name}.py"
 
 
 def save(name: str, fn, lesson: str = "", check=None) -> Path | None:

@@ -28,14 +28,9 @@ def record_file() -> Path:
     return Path(os.environ.get("MGPU_PROGRESS_FILE") or workspace_dir() / "progress.jsonl")
 
 
-def current_notebook() -> str:
-    """The notebook this kernel runs (its name without ``.ipynb``), or "" outside a Jupyter notebook."""
-    return Path(os.environ.get("JPY_SESSION_NAME", "")).stem
-
-
 def record(kind: str, item: str) -> None:
     """Note that ``item`` (a checker's name, a prediction's label) of this notebook passed or was written."""
-    notebook = current_notebook()
+    notebook = Path(os.environ.get("JPY_SESSION_NAME", "")).stem  # "" outside a Jupyter notebook
     if not notebook:
         return
     entry = {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}

@@ -1,16 +1,7 @@
 """Bandwidth by the nccl-tests formulas, and the bytes each collective moves and leaves on each rank (pure).
 
-NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw scaled by the share
-of the data each rank moves over its links (``bytes_sent_per_rank / seconds``), comparable with a link's bandwidth:
-
-=================  ========================================
-all_reduce         busbw = algbw * 2 (world_size - 1) / world_size
-reduce_scatter     busbw = algbw * (world_size - 1) / world_size
-all_gather         busbw = algbw * (world_size - 1) / world_size
-broadcast, reduce  busbw = algbw
-send/recv          busbw = algbw
-=================  ========================================
-
+NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw times the share of
+the data each rank moves over its links (:data:`BUSBW_FACTORS`), so that it compares with a link's bandwidth.
 For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it.
 """
 

@@ -48,8 +48,12 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     right = 0.0
     for ax, (title, spans_per_rank) in zip(axes[:, 0], runs.items()):
-        if steps is not None:
-            spans_per_rank = [_first_steps(spans, steps) for spans in spans_per_rank]
+        if steps is not None:  # each rank's spans that start before its (steps + 1)-th backward
+            cut = []
+            for spans in spans_per_rank:
+                bw = sorted(s.start for s in spans if s.kind == "compute" and s.name.startswith("backward"))
+                cut.append([s for s in spans if len(bw) <= steps or s.start < bw[steps]])
+            spans_per_rank = cut
         starts = [s.start for spans in spans_per_rank for s in spans]
         right = max(right, _lanes(ax, spans_per_rank, min(starts) if starts else 0.0))
         ax.set_title(title, fontsize=st.font_size)
@@ -63,10 +67,3 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     style.patch_legend(fig, {label: style.KIND_COLOURS[kind] for label, kind in kinds.items()}, **legend)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
-
-
-def _first_steps(spans, steps: int):
-    backward = sorted(s.start for s in spans if s.kind == "compute" and s.name.startswith("backward"))
-    if len(backward) <= steps:
-        return list(spans)
-    return [s for s in spans if s.start < backward[steps]]
