@@ -42,14 +42,8 @@ def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -
     raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
 
 
-# Each reduce op over the ranks (axis 0 of ``inputs[rank][i]``).
-_REDUCERS = {
-    "sum": lambda a: a.sum(axis=0),
-    "avg": lambda a: a.sum(axis=0) / a.shape[0],
-    "max": lambda a: a.max(axis=0),
-    "min": lambda a: a.min(axis=0),
-    "prod": lambda a: a.prod(axis=0),
-}
+# Each reduce op, applied over the ranks (axis 0 of ``inputs[rank][i]``).
+_REDUCERS = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
 
 
 def expected_outputs(name: str, inputs, op: str = "sum") -> list:
@@ -58,7 +52,7 @@ def expected_outputs(name: str, inputs, op: str = "sum") -> list:
     n, length = a.shape
     if name in REDUCING and op not in _REDUCERS:
         raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
-    reduced = _REDUCERS[op](a) if name in REDUCING else None
+    reduced = _REDUCERS[op](a, axis=0) if name in REDUCING else None
     if name == "broadcast":
         return [a[ROOT].tolist() for _ in range(n)]
     if name == "reduce":

@@ -12,16 +12,9 @@ PARTS = ("params", "grads", "optimizer", "activations")
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 
 # For each strategy: which parts are split across ranks (the rest is replicated: every rank holds all of it).
-STRATEGIES = {
-    "replicate": (),
-    "data_parallel": ("activations",),
-    "tensor_parallel": ("params", "grads", "optimizer"),
-    "pipeline_parallel": ("params", "grads", "optimizer", "activations"),
-    "zero1": ("optimizer", "activations"),
-    "zero2": ("optimizer", "grads", "activations"),
-    "zero3": ("params", "grads", "optimizer", "activations"),
-    "unified_memory": (),
-}
+STRATEGIES = {"replicate": (), "data_parallel": ("activations",), "tensor_parallel": ("params", "grads", "optimizer")}
+STRATEGIES |= {"pipeline_parallel": PARTS, "zero1": ("optimizer", "activations")}
+STRATEGIES |= {"zero2": ("optimizer", "grads", "activations"), "zero3": PARTS, "unified_memory": ()}
 
 STRATEGY_NOTES = {
     "replicate": "every rank holds a full copy of everything; adding ranks adds no capacity",

@@ -25,13 +25,8 @@ LINK_MEANINGS = {
     "SYS": "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI), slowest",
 }
 # The kinds of path the words name, fastest first (a figure colours the matrix by these).
-LINK_CLASSES = {
-    "NVLink": ("NV#",),
-    "PCIe switch (PIX/PXB)": ("PIX", "PXB"),
-    "host bridge (PHB/NODE)": ("PHB", "NODE"),
-    "across CPU sockets (SYS)": ("SYS",),
-    "self (X)": ("X",),
-}
+LINK_CLASSES = {"NVLink": ("NV#",), "PCIe switch (PIX/PXB)": ("PIX", "PXB"), "host bridge (PHB/NODE)": ("PHB", "NODE")}
+LINK_CLASSES |= {"across CPU sockets (SYS)": ("SYS",), "self (X)": ("X",)}
 
 
 class TopoMatrix(NamedTuple):

@@ -73,23 +73,12 @@ PLACEHOLDER = "✎"
 # The sweep's text-table columns, with the size in bytes and the reference's unit written out.
 _SWEEP, _REF_BUSBW = nccltests.SWEEP_COLUMNS, ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}")
 SWEEP_COLUMNS = [*_SWEEP[:2], ("nbytes", "bytes", "{:d}"), *_SWEEP[2:5], _REF_BUSBW, _SWEEP[6]]
-STEP_COLUMNS = [
-    ("size", "all-reduce size", "{}"),
-    ("compute_us", "compute (us)", "{:.0f}"),
-    ("wait_us", "wait (us)", "{:.0f}"),
-    ("comm_us", "all-reduce (us)", "{:.0f}"),
-    ("efficiency", "compute share", "{:.0%}"),
-    ("limited_by", "largest part", "{}"),
-]
-RANK_COLUMNS = [
-    ("rank", "rank", "{}"),
-    ("device", "device", "{}"),
-    ("shard", "shard [start, stop)", "{}"),
-    ("local", "local result", "{:.0f}"),
-    ("result", "all-reduce result", "{:.0f}"),
-    ("expected", "expected", "{:.0f}"),
-    ("ok", "correct", "{}"),
-]
+STEP_COLUMNS = [("size", "all-reduce size", "{}"), ("compute_us", "compute (us)", "{:.0f}")]
+STEP_COLUMNS += [("wait_us", "wait (us)", "{:.0f}"), ("comm_us", "all-reduce (us)", "{:.0f}")]
+STEP_COLUMNS += [("efficiency", "compute share", "{:.0%}"), ("limited_by", "largest part", "{}")]
+RANK_COLUMNS = [("rank", "rank", "{}"), ("device", "device", "{}"), ("shard", "shard [start, stop)", "{}")]
+RANK_COLUMNS += [("local", "local result", "{:.0f}"), ("result", "all-reduce result", "{:.0f}")]
+RANK_COLUMNS += [("expected", "expected", "{:.0f}"), ("ok", "correct", "{}")]
 CLAIM_COLUMNS = [("claim", "结论", "{}"), ("verdict", "测量是否支持", "{}"), ("evidence", "依据", "{}")]
 
 

@@ -6,41 +6,20 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from mgpu_helpers.widgets import style
 
+# Each column's topics, with the notebook that teaches each.
+_CUDA = [("Host vs Device", "01"), ("Kernel, Grid / Block / Thread", "01"), ("SIMT and warps", "01")]
+_CUDA += [("cudaMalloc/cudaMemcpy, checks", "01"), ("block size, registers, occupancy", "02")]
+_TOOLS = [("process group: init_process_group", "03"), ("backend: nccl (GPU) / gloo (CPU)", "03")]
+_TOOLS += [("init_method: env:// tcp:// file://", "03"), ("rank, world_size, device", "03")]
+_TOOLS += [("launch: spawn / torchrun / run_ranks", "03")]
+_COMM = [("point-to-point: send / recv", "04"), ("isend / irecv, batch_isend_irecv", "04")]
+_COMM += [("Broadcast, Reduce, Gather / Scatter", "05"), ("All-Reduce (DDP gradients)", "05")]
+_COMM += [("All-Gather, Reduce-Scatter, ring, busbw", "05")]
 # (column title, colour key, [(topic, notebook), ...])
 KNOWLEDGE_MAP = [
-    (
-        "CUDA basics (the foundation)",
-        "blue",
-        [
-            ("Host vs Device", "01"),
-            ("Kernel, Grid / Block / Thread", "01"),
-            ("SIMT and warps", "01"),
-            ("cudaMalloc/cudaMemcpy, checks", "01"),
-            ("block size, registers, occupancy", "02"),
-        ],
-    ),
-    (
-        "torch.distributed (the tools)",
-        "orange",
-        [
-            ("process group: init_process_group", "03"),
-            ("backend: nccl (GPU) / gloo (CPU)", "03"),
-            ("init_method: env:// tcp:// file://", "03"),
-            ("rank, world_size, device", "03"),
-            ("launch: spawn / torchrun / run_ranks", "03"),
-        ],
-    ),
-    (
-        "communication (the core mechanism)",
-        "green",
-        [
-            ("point-to-point: send / recv", "04"),
-            ("isend / irecv, batch_isend_irecv", "04"),
-            ("Broadcast, Reduce, Gather / Scatter", "05"),
-            ("All-Reduce (DDP gradients)", "05"),
-            ("All-Gather, Reduce-Scatter, ring, busbw", "05"),
-        ],
-    ),
+    ("CUDA basics (the foundation)", "blue", _CUDA),
+    ("torch.distributed (the tools)", "orange", _TOOLS),
+    ("communication (the core mechanism)", "green", _COMM),
 ]
 
 # What each arrow between two columns means.

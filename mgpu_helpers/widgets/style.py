@@ -7,17 +7,8 @@ from dataclasses import dataclass
 from mgpu_helpers.report import recorded
 
 # Okabe & Ito (2008), colour-blind-safe.
-PALETTE = {
-    "blue": "#0072B2",
-    "orange": "#E69F00",
-    "green": "#009E73",
-    "vermillion": "#D55E00",
-    "sky": "#56B4E9",
-    "purple": "#CC79A7",
-    "yellow": "#F0E442",
-    "black": "#000000",
-    "grey": "#999999",
-}
+PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00", "sky": "#56B4E9"}
+PALETTE |= {"purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000", "grey": "#999999"}
 # Each kind of time or memory, everywhere in the course (by the palette's names).
 _KINDS = dict(compute="blue", communicate="orange", wait="vermillion", other="grey", params="blue", grads="orange")
 KIND_COLOURS = {k: PALETTE[c] for k, c in (_KINDS | dict(optimizer="green", activations="purple", idle="grey")).items()}
