@@ -1,10 +1,6 @@
-"""The learner's progress: which checks passed and which predictions were written, notebook by notebook.
-
-Passing checks and written predictions each append a JSON line to :func:`record_file`, under the notebook the
-kernel runs (Jupyter's ``JPY_SESSION_NAME``; a test or a console records nothing). :func:`table` reads them
-back beside what each notebook asks for, read from the notebook itself (every ``mh.checks...try_x(...)`` /
-``check_x(...)`` call, every ``name = None  # 你的...`` line), so no notebook has to run again.
-"""
+"""The learner's progress: passing checks and written predictions each append a JSON line to :func:`record_file`,
+under the notebook the kernel runs (a test or a console records nothing); :func:`table` reads them back beside what
+each notebook asks for, read from the notebook itself, so that no notebook has to run again."""
 
 import json
 import os
@@ -121,15 +117,12 @@ def progress(folder=None) -> list[dict]:
     from mgpu_helpers.report.tables import format_table
 
     rows = [r for r in table(folder) if r["passed"] or r["left"] or r["predictions"][1]]
-    lines = [
-        {
-            "notebook": r["notebook"],
-            "checks": f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}",
-            "predictions": "{} / {}".format(*r["predictions"]),
-            "left": "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过",
-        }
-        for r in rows
-    ]
+    lines = []
+    for r in rows:
+        left = "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过"
+        checks = f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}"
+        predictions = "{} / {}".format(*r["predictions"])
+        lines.append(dict(notebook=r["notebook"], checks=checks, predictions=predictions, left=left))
     heads = {"notebook": "笔记本", "checks": "检查通过", "predictions": "预测写了", "left": "还没通过的检查"}
     columns = [(key, head, "{}") for key, head in heads.items()]
     print(format_table(lines, columns, left=("left",), title=f"学习进度（记录在 {record_file()}）"))
