@@ -98,9 +98,9 @@ def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer
     if any(v < 0 for v in sizes.values()):
         raise ValueError(f"sizes must be >= 0, got {sizes}")
     sharded = STRATEGIES[strategy]
-    total_w = float(sum(weights))
+    share = [w / float(sum(weights)) for w in weights]
     ranks = [
-        RankMemory(r, **{p: sizes[p] * (weights[r] / total_w) if p in sharded else sizes[p] for p in PARTS})
+        RankMemory(r, **{p: sizes[p] * share[r] if p in sharded else sizes[p] for p in PARTS})
         for r in range(world_size)
     ]
     held = [p for p in PARTS if sizes[p] > 0]

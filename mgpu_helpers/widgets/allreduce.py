@@ -150,8 +150,6 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
     return w.VBox([w.HBox([coll, opw]), w.HBox([ws, pat, run]), out])
 
 
-# -- step by step: one all-reduce against a reduce-scatter then an all-gather ------------------------------------
-
 # chunk colours without green: green marks a chunk that sums every rank
 _CHUNK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "sky", "purple", "yellow", "vermillion", "grey")]
 

@@ -11,21 +11,16 @@ import os
 
 from mgpu_helpers.widgets import style
 
-ENV_VAR = "MGPU_PROJECTION"
-
 
 def requested_by_environment() -> bool:
     """True when ``MGPU_PROJECTION`` is set to 1/true/yes/on (e.g. for every kernel of a classroom server)."""
-    return os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get("MGPU_PROJECTION", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and hasattr(ip, "kernel")
+    from IPython import get_ipython  # installed with ipywidgets
+
+    return hasattr(get_ipython(), "kernel")  # None outside IPython
 
 
 def projection_mode(on: bool = True) -> style.Style:

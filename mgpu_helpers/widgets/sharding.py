@@ -139,10 +139,8 @@ def describe_strategies(rows) -> str:
     columns = [(k, h, "{:g}" if k == "peak" else "{}") for k, h in (heads | {"rel": "相对 Data Parallel"}).items()]
     cells = []
     for r in rows:
-        known = r.step_bytes is not None
-        sent, rel = (
-            (f"{r.step_bytes:.3g}", f"{r.step_bytes / dp:.2g} 倍" if dp else "") if known else ("不在模型内", "")
-        )
+        b = r.step_bytes
+        sent, rel = ("不在模型内", "") if b is None else (f"{b:.3g}", f"{b / dp:.2g} 倍" if dp else "")
         cells.append(dict(name=STRATEGY_ZH[r.strategy], peak=r.peak, fits="是" if r.fits else "否", sent=sent, rel=rel))
     return tables.format_table(cells, columns)
 

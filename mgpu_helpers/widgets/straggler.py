@@ -120,9 +120,6 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
     return W.VBox([W.HBox([box, preset]), W.HBox([n_steps, button]), cost, out])
 
 
-# -- waiting inside the collective: a measured run without the timestamp barrier, or the model -----------------
-
-
 def model_run(world_size=4, compute_ms=100.0, comm_ms=30.0, late_ms=60.0, slow_rank=1, steps=2):
     """A modelled synchronous run: every rank computes ``compute_ms`` (the slow rank ``late_ms`` longer), then
     enters the all-reduce, which ends ``comm_ms`` after the last rank arrived. Returns ``(spans_per_rank,

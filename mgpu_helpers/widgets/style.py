@@ -56,6 +56,10 @@ def current() -> Style:
     return _current
 
 
+# Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
+_CYCLE = ("blue", "orange", "green", "vermillion", "sky", "purple", "black")
+
+
 def set_projection(on: bool = True) -> Style:
     """Switch projection mode (large fonts, thick lines, high-contrast colours) on or off for every figure drawn
     from now on, plain matplotlib plots too (through rcParams). Returns the style now in force."""
@@ -73,10 +77,7 @@ def set_projection(on: bool = True) -> Style:
         "grid.linewidth": 0.8 * scale**0.5,
         **{f"{axis}tick.major.width": 0.8 * scale**0.5 for axis in "xy"},
         **{f"{axis}tick.major.size": 3.5 * scale**0.5 for axis in "xy"},
-        # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
-        "axes.prop_cycle": mpl.cycler(
-            color=[PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "black")]
-        ),
+        "axes.prop_cycle": mpl.cycler(color=[PALETTE[k] for k in _CYCLE]),
         "axes.titleweight": "bold" if st.projection else "normal",
     }
     ink = PALETTE["black"] if st.projection else "black"
