@@ -13,8 +13,7 @@ from mgpu_helpers import hardware
 
 @dataclass(frozen=True)
 class CourseEnv:
-    """What :func:`setup` found and chose: ``backend`` is what ``run_ranks`` uses by default for as many ranks as
-    there are GPUs; ``cupy`` whether CuPy kernels can run here."""
+    """What :func:`setup` found and chose (``backend``: ``run_ranks``' default for one rank per GPU)."""
 
     mode: str
     gpus: tuple

@@ -98,8 +98,7 @@ def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
 
 
 def detect() -> Machine:
-    """The GPUs, their memory and links through NVML, as CUDA_VISIBLE_DEVICES shows them. Never raises: a missing
-    library or driver means CPU mode, with the reason in ``Machine.note``."""
+    """NVML's GPUs as CUDA_VISIBLE_DEVICES shows them; never raises (CPU mode, the reason in ``note``)."""
     if os.environ.get("MGPU_FORCE_CPU") == "1":
         return Machine(note="MGPU_FORCE_CPU=1: GPUs ignored")
     try:

@@ -9,8 +9,7 @@ import lazy_loader
 
 
 def attach(package: str, submodules=None, attributes: dict | None = None):
-    """``(__getattr__, __dir__, __all__)`` for ``package``. ``submodules``: default every module in the package's
-    folder, found without importing any; ``attributes``: public name -> the submodule that defines it."""
+    """``(__getattr__, __dir__, __all__)``; ``submodules`` default: every module found in the package's folder."""
     if submodules is None:
         found = pkgutil.iter_modules(importlib.util.find_spec(package).submodule_search_locations)
         submodules = [m.name for m in found if not m.name.startswith("_")]

@@ -62,8 +62,7 @@ def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
 
 
 def mine(name: str, fallback, lesson: str = ""):
-    """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which
-    (``lesson``: the notebook to name while nothing is stored; a stored file names its own)."""
+    """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which."""
     path = _path(name)
     if not path.exists():
         print(

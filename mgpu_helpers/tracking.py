@@ -92,8 +92,7 @@ def asks(path) -> dict:
 
 
 def table(folder=None) -> list[dict]:
-    """Per notebook of ``folder`` (the workspace, else the course's own copies): what passed, what is left, how
-    many predictions were written."""
+    """Per notebook of ``folder`` (default the workspace): checks passed and left, predictions written."""
     base = Path(folder) if folder else workspace_dir()
     if not any((base / f).is_dir() for f in FOLDERS):
         base = ROOT

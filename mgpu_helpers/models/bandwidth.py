@@ -33,8 +33,7 @@ def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
 
 
 def bytes_sent_per_rank(op: str, nbytes: float, world_size: int) -> float:
-    """Bytes each rank sends over its links in a bandwidth-optimal algorithm (ring, or a pipelined chain, which
-    passes every byte on): the busbw factor times ``nbytes``."""
+    """Bytes each rank sends in a ring (or pipelined chain): the busbw factor times ``nbytes``."""
     _known(op, world_size)
     if world_size == 1:
         return 0.0

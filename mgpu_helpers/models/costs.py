@@ -6,8 +6,7 @@ follows nccl-tests (the whole unreduced / gathered buffer for reduce_scatter and
 
 
 def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:
-    """(multiplier of alpha, multiplier of beta) in ``cost(nbytes, world_size, alpha, beta)``: the cost is linear
-    in both, so they are the cost at (1, 0) and (0, 1)."""
+    """(multiplier of alpha, of beta) in ``cost``: it is linear in both, so its value at (1, 0) and (0, 1)."""
     return cost(nbytes, world_size, 1.0, 0.0), cost(nbytes, world_size, 0.0, 1.0)
 
 

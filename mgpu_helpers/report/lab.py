@@ -116,8 +116,7 @@ def build_report(title, setup, topology, rank_rows, sweep_rows, step_rows, compa
 
 
 def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) -> dict:
-    """Everything one run of the lab measured that its conclusions are checked against, as plain data
-    (``wait_us[rank][i]``: each rank's median wait at size i; ``peak_GBps``: the link's one way, or None)."""
+    """Everything one run of the lab measured that its conclusions are checked against, as plain data."""
     return {
         "step_rows": [dict(r) for r in step_rows],
         "wait_us": [list(w) for w in wait_us],

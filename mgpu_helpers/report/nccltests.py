@@ -46,8 +46,7 @@ def recorded_row(op: str, nbytes: int) -> dict | None:
 
 
 def reference_busbw(op: str, nbytes: int, inplace: bool | None = None) -> float | None:
-    """Recorded busbw of ``op`` at exactly ``nbytes`` (None if not recorded), in place or out of place (default:
-    as the sweep runs ``op``)."""
+    """Recorded busbw of ``op`` at ``nbytes`` or None; ``inplace`` default: as the sweep runs ``op``."""
     inplace = REFERENCE_INPLACE.get(op, False) if inplace is None else inplace
     r = recorded_row(op, nbytes)
     return None if r is None else r["inplace_busbw" if inplace else "busbw"]

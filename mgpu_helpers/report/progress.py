@@ -23,8 +23,7 @@ def iterate(items, desc: str = "", total: int | None = None, **kwargs):
 
 
 def callback(progress, desc: str = "progress"):
-    """``(update, close)`` for a measuring function's ``progress`` argument: None or False, no bar; True or a
-    description, a tqdm bar created on the first ``update(done, total)``."""
+    """``(update, close)`` for a ``progress`` argument: None/False no bar, True or a description a tqdm bar."""
     if progress is None or progress is False:
         return (lambda done, total: None), (lambda: None)
     if progress is not True and not isinstance(progress, str):

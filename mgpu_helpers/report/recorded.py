@@ -30,6 +30,5 @@ def topology_matrix() -> topology.TopoMatrix:
 
 
 def nvlink_speeds() -> dict:
-    """``{"GPU0": [GB/s of each link, ...], ...}`` from ``nvidia-smi nvlink -s`` recorded on that host: per
-    direction, so their sum is one GPU's NVLink bandwidth each way."""
+    """``{"GPU0": [GB/s of each link, ...]}`` of ``nvidia-smi nvlink -s`` on that host, per direction."""
     return topology.parse_nvlink_speeds(text("nvlink_h200x2.txt"))

@@ -16,8 +16,7 @@ class SizeError(argparse.ArgumentTypeError, ValueError):
 
 
 def parse_size(text) -> int:
-    """'1K' -> 1024, '64M' -> 67108864, '4096' -> 4096; :class:`SizeError` saying how to write a size for anything
-    else (fractions, zero and negative sizes too)."""
+    """'1K' -> 1024, '64M', '4096' (binary units); :class:`SizeError` saying how to write one otherwise."""
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).upper() not in UNITS or int(m.group(1)) == 0:
         raise SizeError(

@@ -65,8 +65,7 @@ _RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple",
 
 
 def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | None = None):
-    """Each rank's input (left) and output (right) of collective ``name``; an output is None where a rank
-    receives nothing."""
+    """Each rank's input (left) and output (right, None: receives nothing) of collective ``name``."""
     n = len(inputs)
     width = max([len(r) for r in list(inputs) + list(outputs) if r is not None] + [1])
     w_in = max(len(r) for r in inputs)
@@ -121,8 +120,7 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
 
 
 def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum"):
-    """ipywidgets: pick the collective, op, world size and input pattern; Run calls ``runner(name, world_size,
-    pattern, op) -> (figure, run)`` (e.g. :func:`mgpu_helpers.runs.collectives.run_and_draw`)."""
+    """ipywidgets: collective, op, world size and inputs; Run calls ``runner(name, world_size, pattern, op)``."""
     import ipywidgets as w
 
     coll = w.Dropdown(options=list(COLLECTIVES), value=name, description="collective")

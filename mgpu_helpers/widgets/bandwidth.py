@@ -37,8 +37,7 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
 
 
 def draw_step_breakdown(step_rows, title: str = "one step: compute, wait, all-reduce"):
-    """Stacked compute, wait and communicate bars per message size, the compute share written above each
-    (``step_rows`` from :func:`mgpu_helpers.measure.sweep.combine_steps`)."""
+    """Stacked compute, wait, communicate bars per message size, the compute share above each."""
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
     xs = range(len(step_rows))

@@ -29,8 +29,7 @@ def ratio_text(predicted: float, measured: float) -> str:
 
 
 def compare(name: str, predicted: float, measured: float, unit: str = "", show: bool = True) -> str:
-    """One line: the prediction, the measurement and their ratio; printed when ``show``, always returned.
-    Raises ``ValueError`` with what to write when the prediction is not a number."""
+    """One line: prediction, measurement and their ratio (printed when ``show``); ValueError if not a number."""
     if predicted is None:
         return _said(name, f"{name}：测量 {_fmt(float(measured), unit)}。{UNWRITTEN}", show, written=False)
     try:

@@ -149,8 +149,7 @@ def static_text(q: Question, number: int | None = None) -> str:
 
 
 def show(q: Question, number: int | None = None):
-    """ipywidgets: the options, a "检查" button that checks the answer, "提示", and "看答案", which opens only
-    after the learner has checked an answer at least once."""
+    """ipywidgets: the options, "检查", "提示", and "看答案", which opens only after a first check."""
     import ipywidgets as W
 
     labels = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)]
@@ -197,6 +196,5 @@ def show(q: Question, number: int | None = None):
 
 
 def ask(qid: str, name: str = BANK_FILE):
-    """The widget of question ``qid`` from the data file, numbered by its place there: one cell per
-    question, ``mh.widgets.quiz.ask("review-1")``."""
+    """The widget of question ``qid``, numbered by its place in the data file: one cell per question."""
     return show(get(qid, name), number_of(qid, name))

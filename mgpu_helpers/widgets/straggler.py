@@ -30,8 +30,7 @@ def _bars(ax, r: int, spans, t0: float, kinds) -> None:
 
 
 def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> float:
-    """Each rank's note right of its row, the rank names, the time axis to ``room`` x ``x_end``, the title;
-    returns the axis' right end."""
+    """Notes right of the rows, rank names, x axis to ``room`` x ``x_end``, title; returns the axis' end."""
     st = style.current()
     for r, note in enumerate(notes):
         ax.text(x_end * 1.01, r, note, va="center", fontsize=st.font_size * 0.8)
@@ -190,8 +189,7 @@ def draw_dials(world_size=4, compute_ms=100.0, comm_ratio=0.3, late_ms=60.0, slo
 
 
 def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0):
-    """ipywidgets: dials for communication against compute and for how late the slow rank is, redrawing
-    :func:`draw_dials` at once."""
+    """ipywidgets: dials for communication / compute and the slow rank's delay, redrawing :func:`draw_dials`."""
     import ipywidgets as W
 
     dial = dict(continuous_update=False, style={"description_width": "initial"})

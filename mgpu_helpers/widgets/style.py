@@ -26,8 +26,7 @@ def cjk_font() -> str | None:
 
 
 def zh_or_en(zh: str, en: str) -> str:
-    """A figure label: Chinese where a Chinese font is installed, else English (a figure without the font would
-    show empty boxes)."""
+    """A figure label: Chinese where a Chinese font is installed (else empty boxes), else English."""
     return zh if cjk_font() else en
 
 
@@ -107,8 +106,7 @@ def show(fig) -> None:
 
 
 def show_in(out, draw, *args, text: str = "") -> None:
-    """Replace what the ipywidgets Output ``out`` shows by the figure ``draw(*args)`` and ``text`` under it; an
-    error while drawing is shown in ``out`` too."""
+    """Replace what the Output ``out`` shows by the figure ``draw(*args)`` and ``text`` under it."""
     with out:
         out.clear_output(wait=True)
         show(draw(*args))

@@ -59,8 +59,7 @@ class ThreadMap:
         return math.ceil(self.block / self.warp_size)
 
     def warp_states(self) -> dict[str, int]:
-        """How many warps are all active ("full"), part active part idle ("split": the bounds check diverges
-        inside the warp), or all idle ("idle")."""
+        """Warps all active ("full"), split by the bounds check ("split"), or all idle ("idle")."""
         threads = np.bincount(self.warp)  # every warp of the grid has threads
         working = np.bincount(self.warp, weights=self.active)
         full, idle = int((working == threads).sum()), int((working == 0).sum())
@@ -117,17 +116,15 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     # Outline the warps in which some threads work and some idle.
     vermillion = style.PALETTE["vermillion"]
     split = dict(fill=False, edgecolor=vermillion, lw=st.line_width * 2.0, zorder=5, label="split warp")
-    for b in range(rows):
-        for w in range(tm.warps_per_block):
-            lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
-            if active[b, lo:hi].any() and not active[b, lo:hi].all():
-                ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, **split))
+    for b, w in np.ndindex(rows, tm.warps_per_block):
+        lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
+        if active[b, lo:hi].any() and not active[b, lo:hi].all():
+            ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, **split))
     if tm.block <= LABEL_LIMIT:
         label = dict(ha="center", va="center", fontsize=max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55)))
-        for b in range(rows):
-            for t in range(tm.block):
-                colour = "white" if active[b, t] else "black"
-                ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
+        for b, t in np.ndindex(rows, tm.block):
+            colour = "white" if active[b, t] else "black"
+            ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
         step = 1 if tm.warps_per_block <= 8 else 4
@@ -155,8 +152,7 @@ def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
     s_grid = W.IntSlider(value=grid, min=1, max=16, description="grid (blocks)")
     s_block = W.IntSlider(value=block, min=1, max=MAX_THREADS_PER_BLOCK, description="block (threads)")
     s_n = W.IntSlider(value=n, min=0, max=4096, description="N")
-    text = W.HTML()
-    out = W.Output()
+    text, out = W.HTML(), W.Output()
 
     def redraw(_=None):
         tm = thread_map(s_grid.value, s_block.value, s_n.value)

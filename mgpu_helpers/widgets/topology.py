@@ -49,8 +49,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
 
 
 def machine_or_recorded(env):
-    """``(TopoMatrix, note)``: this machine's links from NVML when it has 2 or more GPUs, else the matrix
-    recorded on 2 x H200 (the note says which)."""
+    """``(TopoMatrix, note)``: this machine's NVML links where it has 2+ GPUs, else the 2 x H200 recording."""
     from mgpu_helpers.models import topology
     from mgpu_helpers.report import recorded
 
