@@ -38,25 +38,17 @@ def _path(name: str) -> Path:
 def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
     """Keep ``fn``'s source as ``name`` (``check``: the checker that accepted it, run again on loading). Returns
     the file, or ``None`` where the source cannot be read (a bare console) or the folder is not writable."""
+    check_name = f"{check.__module__}.{check.__qualname__}" if check is not None else ""
+    check_name = "" if "<" in check_name else check_name  # a checker defined inside a function cannot be found again
+    head = f"# mgpu-own-code: name={name} lesson={lesson} check={check_name}\n"
+    head += f"# {fn.__name__}, as written in notebook {lesson or '?'}; kept by mgpu_helpers.own_code.\n"
+    alias = f"\n\n{name} = {fn.__name__}\n" if fn.__name__ != name else ""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
-        return None
-    check_name = f"{check.__module__}.{check.__qualname__}" if check is not None else ""
-    if "<" in check_name:  # a checker defined inside a function cannot be found again
-        check_name = ""
-    text = (
-        f"# mgpu-own-code: name={name} lesson={lesson} check={check_name}\n"
-        f"# {fn.__name__}, as written in notebook {lesson or '?'}; kept by mgpu_helpers.own_code.\n"
-        f"{PRELUDE}\n\n{source}"
-    )
-    if fn.__name__ != name:
-        text += f"\n\n{name} = {fn.__name__}\n"
-    path = _path(name)
-    try:
+        path = _path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError:
+        path.write_text(f"{head}{PRELUDE}\n\n{source}{alias}", encoding="utf-8")
+    except (OSError, TypeError):
         return None
     return path
 

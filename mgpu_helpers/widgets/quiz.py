@@ -152,19 +152,14 @@ def show(q: Question, number: int | None = None):
     """ipywidgets: the options, "检查", "提示", and "看答案", which opens only after a first check."""
     import ipywidgets as W
 
-    labels = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)]
-    if q.multiple:
-        wide = W.Layout(width="auto")
-        picks = [W.Checkbox(value=False, description=lab, indent=False, layout=wide) for lab in labels]
-        chooser = W.VBox(picks)
+    labels, wide = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)], W.Layout(width="auto")
+    picks = [W.Checkbox(value=False, description=lab, indent=False, layout=wide) for lab in labels if q.multiple]
+    chooser = W.VBox(picks) if q.multiple else W.RadioButtons(options=labels, value=None, layout=wide)
 
-        def current():
+    def current():
+        if q.multiple:
             return [i for i, p in enumerate(picks) if p.value]
-    else:
-        chooser = W.RadioButtons(options=labels, value=None, layout=W.Layout(width="auto"))
-
-        def current():
-            return None if chooser.value is None else labels.index(chooser.value)
+        return None if chooser.value is None else labels.index(chooser.value)
 
     check = W.Button(description="检查", button_style="primary")
     hint = W.Button(description="提示", disabled=not q.hint)
