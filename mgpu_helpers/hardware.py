@@ -48,14 +48,12 @@ def _visible_indices(count: int) -> list[int]:
         return list(range(count))
     chosen = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        if not part.lstrip("-").isdigit():
-            # UUIDs or MIG names: we cannot map them without more NVML calls; keep the order given.
+        if not part.lstrip("-").isdigit():  # UUIDs or MIG names: not mapped without more NVML calls; kept in order
             chosen.append(len(chosen))
-            continue
-        idx = int(part)
-        if idx < 0 or idx >= count:
+        elif 0 <= int(part) < count:
+            chosen.append(int(part))
+        else:
             break  # CUDA stops at the first invalid entry
-        chosen.append(idx)
     return chosen
 
 
@@ -110,13 +108,9 @@ def detect() -> Machine:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return Machine(note=f"no NVIDIA driver ({type(exc).__name__})")
     try:
-        physical = pynvml.nvmlDeviceGetCount()
-        handles, gpus = [], []
-        for k, idx in enumerate(_visible_indices(physical)):
-            h = pynvml.nvmlDeviceGetHandleByIndex(idx)
-            handles.append(h)
-            memory = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
-            gpus.append(GpuInfo(index=k, name=_text(pynvml.nvmlDeviceGetName(h)), memory_bytes=memory))
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in _visible_indices(pynvml.nvmlDeviceGetCount())]
+        memory = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
+        gpus = [GpuInfo(k, _text(pynvml.nvmlDeviceGetName(h)), memory[k]) for k, h in enumerate(handles)]
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
         return Machine(gpus=tuple(gpus), links=links, driver=driver)

@@ -62,9 +62,7 @@ def records() -> dict:
     """``{notebook: {"check": set of checker names, "prediction": set of labels}}`` from the record file."""
     out: dict = {}
     path = record_file()
-    if not path.exists():
-        return out
-    for ln in path.read_text(encoding="utf-8").splitlines():
+    for ln in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
         try:
             r = json.loads(ln)
         except ValueError:

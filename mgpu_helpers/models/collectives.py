@@ -73,11 +73,10 @@ def expected_outputs(name: str, inputs, op: str = "sum") -> list:
 
 def outputs_match(got, want, rtol: float = 1e-6) -> bool:
     """True when every rank's output equals the expected one (None where None is expected)."""
-    if len(got) != len(want):
-        return False
-    for g, w in zip(got, want):
-        if (g is None) != (w is None):
-            return False
-        if g is not None and (len(g) != len(w) or not np.allclose(g, w, rtol=rtol, atol=1e-9)):
-            return False
-    return True
+
+    def same(g, w):
+        if g is None or w is None:
+            return g is w
+        return len(g) == len(w) and np.allclose(g, w, rtol=rtol, atol=1e-9)
+
+    return len(got) == len(want) and all(map(same, got, want))
