@@ -1,8 +1,5 @@
-"""What machine is this: GPUs, the links between them, and the mode the course runs in.
-
-Everything here reads NVML through nvidia-ml-py (the driver's own library), never the text of nvidia-smi,
-and never initialises CUDA: the notebook kernel that calls it must stay free to fork or to use CUDA later.
-"""
+"""What machine is this: GPUs, the links between them, and the mode the course runs in. Read through NVML
+(nvidia-ml-py), never nvidia-smi's text, and without initialising CUDA: the kernel must stay free to fork."""
 
 import contextlib
 import os

@@ -1,9 +1,7 @@
 """The learner's own code, kept for the notebooks that build on it: 04's ``exchange`` feeds 05.
 
-A fill-in that passes its check with ``keep=`` is saved (its source: IPython keeps every cell's); a later
-notebook, in its own kernel, calls ``exchange = mh.mine("exchange", fallback=mh.lessons.p2p.exchange)``, which
-says in Chinese whose version it uses. A stored source that no longer imports, or fails its check again (the
-checker that accepted it is named in the file and run once more, quietly), gives the fallback: never a stop.
+A fill-in that passes its check with ``keep=`` is saved; a later notebook calls ``mh.mine("exchange",
+fallback=...)``. A stored source that no longer imports or passes its check (run again, quietly) gives the fallback.
 """
 
 import contextlib

@@ -1,8 +1,5 @@
-"""What every rank holds after each step of a ring all-reduce: the reduce-scatter half, then the all-gather half.
-
-The ring schedule: at reduce-scatter step ``s`` rank ``r`` sends chunk ``(r - s - 1) % n`` to rank ``r + 1``; at
-all-gather step ``s`` it passes on chunk ``(r - s) % n``. Each chunk is recorded as the set of ranks it sums.
-"""
+"""What every rank holds after each step of a ring all-reduce (each chunk as the set of ranks it sums): at
+reduce-scatter step ``s`` rank ``r`` sends on chunk ``(r - s - 1) % n``, at all-gather step ``s`` ``(r - s) % n``."""
 
 from dataclasses import dataclass
 

@@ -1,8 +1,5 @@
-"""The seven collectives of the course by name, and what each must give every rank, computed with NumPy (pure).
-
-Conventions: the root is rank 0; ``scatter`` splits the root's input into ``world_size`` equal pieces and
-``reduce_scatter`` reduces, then gives rank r piece r; ``all_gather`` and ``gather`` concatenate in rank order.
-"""
+"""The seven collectives of the course by name, and what each must give every rank (NumPy, pure). The root is
+rank 0; scatter and reduce_scatter give rank r piece r; gather and all_gather concatenate in rank order."""
 
 import numpy as np
 

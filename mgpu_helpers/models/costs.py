@@ -1,8 +1,5 @@
-"""Fitting alpha and beta of an alpha-beta cost model to measured times (pure).
-
-The cost formulas are notebook 08's (:mod:`mgpu_helpers.lessons.cost_model`); the caller passes one. ``nbytes``
-follows nccl-tests (the whole unreduced / gathered buffer for reduce_scatter and all_gather).
-"""
+"""Fitting alpha and beta of an alpha-beta cost model (notebook 08's, passed in) to measured times (pure);
+``nbytes`` as nccl-tests counts it."""
 
 
 def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:

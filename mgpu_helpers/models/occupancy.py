@@ -1,8 +1,5 @@
-"""Occupancy arithmetic: how many blocks of a kernel fit on one SM, and what a register spill reserves.
-
-Pure, following the CUDA occupancy calculator (``cuda_occupancy.h``); notebook 02 checks it against the driver's
-own answer, and :mod:`mgpu_helpers.measure.gpu_limits` reads the current GPU's per-SM limits.
-"""
+"""Occupancy arithmetic as the CUDA occupancy calculator (``cuda_occupancy.h``) does it: blocks of a kernel per SM,
+and what a register spill reserves. Notebook 02 checks it against the driver's own answer."""
 
 import math
 from dataclasses import dataclass

@@ -1,10 +1,7 @@
 """The ``nvidia-smi topo -m`` matrix and ``nvidia-smi nvlink -s``: parse them and explain their words (pure).
 
-``NV18`` means "a bonded set of 18 NVLinks" (nvidia-smi's legend), a count of links, not one cable: on 8-GPU
-HGX boards each GPU's NVLinks go to NVSwitch chips, and GPU-to-GPU traffic crosses them (4-GPU boards and
-NVLink bridges link the GPUs directly). ``nvidia-smi nvlink -s`` gives each link's
-speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per direction); a datasheet's
-900 GB/s for the same GPU counts both directions together.
+``NV18`` is a count of bonded NVLinks, not one cable (through NVSwitch chips on 8-GPU HGX boards). ``nvlink -s``
+gives each link's speed one way (18 x 26.562 = 478 GB/s on the H200 host); a datasheet's 900 GB/s counts both.
 """
 
 import itertools

@@ -1,8 +1,5 @@
 """Collectives drawn as grids of boxes, one row per rank: a real run's inputs and outputs, the hand-written ring's
-steps, and one all-reduce beside a reduce-scatter then an all-gather (:mod:`mgpu_helpers.models.collective_steps`).
-
-Pure drawings (no torch); the widgets only add controls, and :func:`show_allreduce` runs the runner it is given.
-"""
+steps, and one all-reduce beside a reduce-scatter then an all-gather. Pure drawings; the widgets add controls."""
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -1,9 +1,5 @@
-"""Bucket timeline: per rank, the backward on one lane and each collective, from issue to completion, on another.
-
-The spans are ``compute`` spans named ``backward ...`` and the ``communicate`` spans of
-:mod:`mgpu_helpers.measure.comm_spans`. The part of a collective after the backward ended is drawn in the wait
-colour: the time the step waits for communication it could not hide.
-"""
+"""Bucket timeline: per rank, the backward on one lane and each collective, from issue to completion, on another;
+the part of a collective after the backward ended is drawn in the wait colour: communication not hidden."""
 
 import matplotlib.pyplot as plt
 

@@ -1,9 +1,5 @@
-"""Predict, then measure: the learner's guess set beside what the machine measured, in one line.
-
-A prediction cell holds ``None`` until the learner writes it (the notebook still runs unattended); then the
-measurement, then :func:`compare` (numbers) or :func:`compare_choice` (choices). The line says how far the guess
-was, never whether the learner "passed": a prediction is for thinking, not a grade.
-"""
+"""Predict, then measure: the learner's guess (``None`` until written, so a notebook still runs unattended) beside
+the measurement, in one line that says how far it was, never whether the learner "passed"."""
 
 import math
 

@@ -1,11 +1,6 @@
-"""Projection mode: every figure and widget readable on a 1280x720 projector from the back of a room.
-
-    env = mh.setup(projection=True)     # or set MGPU_PROJECTION=1 before starting Jupyter
-    mh.projection_mode(on=True)         # switch later, from any cell
-
-It changes the drawing style (:func:`mgpu_helpers.widgets.style.set_projection`) and, in a notebook, the size of
-every ipywidgets control (``mgpu_helpers/data/projection.css``).
-"""
+"""Projection mode: every figure and widget readable on a 1280x720 projector from the back of a room:
+``mh.setup(projection=True)`` (or ``MGPU_PROJECTION=1``), or ``mh.projection_mode()`` from any cell. It changes the
+drawing style and, in a notebook, the size of every ipywidgets control (``data/projection.css``)."""
 
 import os
 

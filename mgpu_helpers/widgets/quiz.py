@@ -1,9 +1,5 @@
-"""Review questions that wait for the learner: the answer is checked, never shown before the learner tries.
-
-The questions live in ``data/review_questions.json``, so a notebook's source holds only a question's id
-(``mh.widgets.quiz.ask("review-1")``, one cell each) and its outputs hold no answer; "看答案" opens only after a
-first check. The static HTML export puts :func:`static_html` (answer folded in ``<details>``) in the widget's place.
-"""
+"""Review questions that wait for the learner: the answer is checked, and shown only after a first try. The
+questions live in ``data/review_questions.json``, so a notebook holds only ids and its outputs no answer."""
 
 import functools
 import html

@@ -1,9 +1,5 @@
-"""Sharding widget: memory each rank needs under a strategy, stacked by part, and the bytes each step sends.
-
-Draws what :mod:`mgpu_helpers.models.memory` computes. :func:`show_sharding` states a goal, takes the learner's
-choice of the strategies that fit, and only then shows the answer. Figure labels are Chinese where matplotlib
-has a Chinese font (:func:`~mgpu_helpers.widgets.style.zh_or_en`); the text printed under a figure always is.
-"""
+"""Sharding widget: memory each rank needs under a strategy, and the bytes each step sends (from
+:mod:`mgpu_helpers.models.memory`). Figure labels are Chinese where matplotlib has a Chinese font."""
 
 import matplotlib.pyplot as plt
 

@@ -1,9 +1,5 @@
-"""Straggler timelines: per-rank compute / wait / communicate spans (``RankResults.spans``) of a traced run.
-
-Only drawing; the waits are computed in :mod:`mgpu_helpers.measure.straggler`. :func:`draw_inside` hatches the
-waiting *inside* each early rank's all-reduce bar, as a profiler trace holds it (a run without the timestamp
-barrier, or :func:`model_run`); :func:`show_dials` redraws the model at once, launching no ranks.
-"""
+"""Straggler timelines of traced runs (``RankResults.spans``); :func:`draw_inside` hatches the waiting *inside*
+each early rank's all-reduce, as a profiler trace holds it (a run without the timestamp barrier, or the model)."""
 
 import matplotlib.pyplot as plt
 

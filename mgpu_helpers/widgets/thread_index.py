@@ -1,8 +1,5 @@
-"""Thread-index widget: from (grid, block, N) to every thread's global index, warp and idle state.
-
-:func:`thread_map` is the arithmetic (``i = blockIdx.x * blockDim.x + threadIdx.x``, warp = ``threadIdx.x // 32``
-inside its block, idle = ``i >= N``: the threads the bounds check stops); the rest draws it.
-"""
+"""Thread-index widget: from (grid, block, N) to every thread's global index ``blockIdx.x * blockDim.x +
+threadIdx.x``, its warp and whether the bounds check ``i < N`` stops it."""
 
 import math
 from dataclasses import dataclass
