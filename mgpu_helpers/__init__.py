@@ -1,13 +1,8 @@
-"""mgpu_helpers: the helper library of the mgpu-course notebooks.
+"""mgpu_helpers: the helper library of the mgpu-course notebooks: ``import mgpu_helpers as mh; env = mh.setup()``.
 
-One import line in every notebook::
-
-    import mgpu_helpers as mh
-    env = mh.setup()
-
-Everything else is reached as ``mh.something`` (``mh.run_ranks``, ``mh.widgets.sharding``), each module imported
-on first use: not numba, because Numba's CUDA simulator must be switched on (by :func:`setup`) before numba is
-first imported, nor torch, which a kernel should not pay for until it needs it. ``README.md`` maps the layers.
+Everything else is reached as ``mh.something``, each module imported on first use: not numba, because Numba's CUDA
+simulator must be switched on (by :func:`setup`) before numba is first imported, nor torch, which a kernel should
+not pay for until it needs it. ``README.md`` maps the layers.
 """
 
 from mgpu_helpers.lazy import attach

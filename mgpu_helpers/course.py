@@ -75,10 +75,8 @@ def private_cache_dir(name: str = "cupy") -> str:
 
 
 def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> CourseEnv:
-    """Detect the machine (NVML, no CUDA initialisation) and get the notebook ready: in CPU mode Numba's CUDA
-    simulator is switched on (before numba is imported); CuPy's kernel cache goes to a :func:`private_cache_dir`;
-    ``prewarm`` starts the rank server so the first ``run_ranks`` is quick; ``projection`` (or
-    ``MGPU_PROJECTION=1``) switches on projection mode (:mod:`mgpu_helpers.widgets.projection`)."""
+    """Detect the machine and get the notebook ready: in CPU mode Numba's CUDA simulator is switched on; CuPy's kernel
+    cache goes to a :func:`private_cache_dir`; ``prewarm`` starts the rank server: the first ``run_ranks`` is fast."""
     m = hardware.machine(refresh=True)
     gpu_mode = m.mode == "gpu"
     sim = not gpu_mode  # Numba reads its CUDA simulator switch once, when numba is first imported

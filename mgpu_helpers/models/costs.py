@@ -8,9 +8,8 @@ def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:
 
 
 def fit_alpha_beta(cost, nbytes: list, seconds: list, world_size: int, relative: bool = False) -> tuple[float, float]:
-    """Least-squares ``(alpha, beta)`` of ``cost`` for measured ``seconds`` at message sizes ``nbytes`` (at least
-    two sizes, ``world_size`` >= 2). ``relative=True`` minimises relative errors, so small messages (latency)
-    count as much as big ones (bandwidth). Negative estimates (noise on tiny messages) are clipped to 0."""
+    """Least-squares ``(alpha, beta)`` of ``cost`` for ``seconds`` measured at sizes ``nbytes``; ``relative``: small
+    messages (latency) count as much as big ones (bandwidth). Negative estimates (noise) are clipped to 0."""
     if world_size < 2:
         raise ValueError("fitting needs world_size >= 2 ranks: with one rank nothing is sent")
     if len(nbytes) != len(seconds) or len(set(nbytes)) < 2:

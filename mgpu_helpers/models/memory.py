@@ -84,9 +84,8 @@ def _check_world_size(world_size) -> None:
 
 
 def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None):
-    """The :class:`MemoryPlan` of ``world_size`` ranks under ``strategy`` (a key of :data:`STRATEGIES`) against a
-    per-GPU ``capacity``. Sharded parts are split in proportion to ``weights`` (one number per rank, e.g.
-    ``(14, 10)``; default equal shares); replicated parts are held whole by every rank."""
+    """The :class:`MemoryPlan` of ``world_size`` ranks under ``strategy`` against a per-GPU ``capacity``; sharded
+    parts are split in proportion to ``weights`` (one number per rank, default equal), replicated ones held whole."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
     _check_world_size(world_size)
@@ -130,8 +129,7 @@ STEP_NOT_MODELLED = {
 
 def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: float = 0.0):
     """What each rank sends in one training step under ``strategy`` (ring collectives), in the unit of the sizes;
-    ``None`` where these sizes cannot tell (:data:`STEP_NOT_MODELLED`). With ``grads == params``: data parallel,
-    ZeRO-1 and ZeRO-2 send ``2 (n-1)/n`` of it, ZeRO-3 ``3 (n-1)/n``."""
+    ``None`` where these sizes cannot tell (:data:`STEP_NOT_MODELLED`)."""
     if strategy in STEP_NOT_MODELLED:
         return None
     if strategy not in STEP_COLLECTIVES:

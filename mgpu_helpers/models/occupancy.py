@@ -33,9 +33,8 @@ HOPPER = SmLimits()
 
 @dataclass(frozen=True)
 class Occupancy:
-    """What fits on one SM: ``blocks_per_sm`` resident blocks, ``fraction`` = active warps / max warps,
-    ``limiter`` = which resource ran out first ("threads", "registers", "blocks", "shared memory", or the
-    reason the block cannot launch at all)."""
+    """What fits on one SM; ``limiter``: the resource that ran out first ("threads", "registers", "blocks", "shared
+    memory"), or why the block cannot launch."""
 
     block: int
     regs_per_thread: int

@@ -1,14 +1,6 @@
-"""The lab report: Markdown with tables, and the figures as PNG files next to it.
-
-    report = LabReport("All-Reduce lab")
-    report.add_text("Setup", "2 ranks ...")
-    report.add_table("Sweep", rows, [("op", "op", "{}"), ("nbytes", "bytes", "{:d}")])
-    report.add_figure("Bandwidth", "busbw", fig, "busbw by message size")
-    path = report.write(out_dir)        # out_dir/report.md + out_dir/busbw.png
-
-:func:`build_report` puts notebook 12's results together: what the learner measured and what the learner
-concluded; the report writes no conclusion itself.
-"""
+"""The lab report: Markdown with tables, and the figures as PNG files next to it (``LabReport(title)``, its
+``add_text`` / ``add_table`` / ``add_figure``, then ``write(out_dir)``). :func:`build_report` puts notebook 12's
+results together: what the learner measured and concluded; the report writes no conclusion itself."""
 
 import datetime as _dt
 import os
@@ -83,10 +75,8 @@ CLAIM_COLUMNS = [("claim", "结论", "{}"), ("verdict", "测量是否支持", "{
 
 
 def build_report(title, setup, topology, rank_rows, sweep_rows, step_rows, compare, review, conclusion, figures):
-    """The lab report from the lab's results, all plain data: ``sweep_rows`` with the nccl-tests columns
-    (:func:`~mgpu_helpers.report.nccltests.compare_with_reference`); ``compare``: ``{"rows": [...], "note": str}``
-    for all-reduce vs reduce-scatter + all-gather; ``review``: the verdicts of
-    :func:`mgpu_helpers.checks.lab.review_conclusions`; ``figures``: ``{name: (caption, Figure)}``."""
+    """The lab report from the lab's results, all plain data (``compare``: ``{"rows": [...], "note": str}``;
+    ``review``: verdicts of :func:`mgpu_helpers.checks.lab.review_conclusions`; ``figures``: name -> (caption, fig))."""
     if conclusion is None or not str(conclusion).strip() or PLACEHOLDER in str(conclusion):
         raise ValueError(
             "the report needs the learner's own conclusion: my_conclusion is still None or the "

@@ -87,10 +87,8 @@ def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:
 
 
 def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
-    """Reduce-scatter then all-gather against one all-reduce of ``nbytes``, all from one column of the recorded
-    files: each op's time (us) and busbw, their sum ``rs_ag_us`` (``rs_ag_busbw``: counted as an all-reduce, 2
-    ranks), the ratios to the all-reduce, and ``launch_us``, the two launches' fixed cost (the smallest recorded
-    reduce-scatter and all-gather times: their messages are too small for bandwidth to matter)."""
+    """Reduce-scatter then all-gather against one all-reduce of ``nbytes``, from one column of the recorded files:
+    times (us), busbw, the sums and ratios, and ``launch_us``: the two launches' fixed cost (the smallest times)."""
     from mgpu_helpers.models import bandwidth
 
     tkey, bkey = ("inplace_time_us", "inplace_busbw") if inplace else ("time_us", "busbw")

@@ -83,9 +83,8 @@ def _label(value: float, world_size: int, as_ranks: bool) -> str:
 
 
 def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None):
-    """What each rank holds after every step of the ring all-reduce (``records[rank]``: what
-    :func:`mgpu_helpers.lessons.ring.ring_all_reduce_steps` returned there), the chunk just received outlined.
-    With ``as_ranks`` and inputs 2**rank, each value is written as the ranks it sums, e.g. "1+2"."""
+    """What each rank holds after every step of the hand-written ring (``records[rank]``), the chunk just received
+    outlined; ``as_ranks``: with inputs 2**rank, each value written as the ranks it sums ("1+2")."""
     n = len(records)
     steps = len(records[0]) if max_steps is None else min(max_steps, len(records[0]))
     length = len(records[0][0][-1])

@@ -19,9 +19,8 @@ def _in_kernel() -> bool:
 
 
 def projection_mode(on: bool = True) -> style.Style:
-    """Switch projection mode on (or off) for every figure drawn from now on; returns the style now in force.
-    In a notebook, switching on also displays a ``<style>`` element that enlarges the widget controls while that
-    output is on the page (clear it or restart the kernel to drop it)."""
+    """Switch projection mode on or off for every figure drawn from now on; in a notebook, switching on also
+    enlarges the widget controls while that output is on the page. Returns the style now in force."""
     st = style.set_projection(on)
     if on and _in_kernel():
         from IPython.display import HTML, display

@@ -79,9 +79,8 @@ def draw_plans(plans: dict):
 
 
 def draw_strategies(rows, title: str | None = None):
-    """Every strategy of one job (rows of :func:`~mgpu_helpers.models.memory.compare_strategies`), two panels:
-    the largest rank's memory against one GPU's capacity, and the bytes each rank sends per step ("n/a" where
-    the model cannot tell)."""
+    """Every strategy of one job (rows of ``compare_strategies``): the largest rank's memory against one GPU's
+    capacity, and the bytes each rank sends per step ("n/a" where the model cannot tell)."""
     st = style.current()
     names = [zh_or_en(STRATEGY_ZH[r.strategy], r.strategy) for r in rows]
     ys = list(range(len(rows)))
@@ -162,9 +161,8 @@ def show_sharding(
     strategy: str = "replicate",
     weights: str = "",
 ):
-    """ipywidgets with a task: sizes (GB), GPUs, memory per GPU, uneven weights and a strategy. The learner ticks
-    the strategies they think fit; only after the button does every strategy's answer (memory and bytes per
-    step) appear. The chosen strategy's per-rank bars are drawn all along."""
+    """ipywidgets with a task: which strategies fit this job? The learner ticks them; only after the button does
+    every strategy's answer appear. The chosen strategy's per-rank bars are drawn all along."""
     import ipywidgets as W
 
     choices = [(STRATEGY_ZH[s], s) for s in memory.STRATEGIES]

@@ -81,9 +81,8 @@ def parse_shards(text: str) -> tuple:
 
 
 def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
-    """ipywidgets: a shard box ("12/6/4/2"), presets, a Run button, real matmuls or deterministic sleeps;
-    ``runner(shards, steps, seconds_per_unit=...)`` returns the traced ``RankResults`` (e.g.
-    :func:`mgpu_helpers.measure.straggler.run_traced`)."""
+    """ipywidgets: shard sizes ("12/6/4/2"), presets and a Run button; ``runner(shards, steps, seconds_per_unit=...)``
+    returns the traced ``RankResults`` (e.g. :func:`mgpu_helpers.measure.straggler.run_traced`)."""
     import ipywidgets as W
 
     box = W.Text(value=default, description="Shard")

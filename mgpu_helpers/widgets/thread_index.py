@@ -95,9 +95,8 @@ LABEL_LIMIT = 64  # write each thread's global index in its cell only when a blo
 
 
 def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
-    """Draw ``tm``: one row per block, one cell per thread (blue = works, grey = idle), a line between warps,
-    each split warp outlined in vermillion; global indices written in the cells when blocks are small. Shows
-    the first ``max_blocks`` blocks."""
+    """One row per block of ``tm`` (the first ``max_blocks``), one cell per thread (blue works, grey idles), white
+    lines between warps, split warps outlined; each thread's global index written where blocks are small."""
     rows = min(tm.grid, max_blocks)
     active = tm.active.reshape(tm.grid, tm.block)[:rows]
     st = style.current()
