@@ -29,17 +29,16 @@ def callback(progress, desc: str = "progress"):
     if progress is not True and not isinstance(progress, str):
         raise TypeError(f"progress must be None, True or a description; got {type(progress).__name__}")
     label = desc if progress is True else progress
-    state = {"bar": None}
+    made = []  # the bar, once the first update knows its total
 
     def update(done: int, total: int) -> None:
-        if state["bar"] is None:
-            state["bar"] = bar(total, label)
-        b = state["bar"]
-        b.total = total
-        b.update(done - b.n)
+        if not made:
+            made.append(bar(total, label))
+        made[0].total = total
+        made[0].update(done - made[0].n)
 
     def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].close()
+        for b in made:
+            b.close()
 
     return update, close

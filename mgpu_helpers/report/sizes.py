@@ -38,10 +38,9 @@ def sizes_between(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:
     """Message sizes from ``min_bytes`` to ``max_bytes`` (inclusive), each ``factor`` times the previous."""
     if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
         raise ValueError(f"need 0 < min_bytes <= max_bytes and factor >= 2, got {min_bytes}, {max_bytes}, {factor}")
-    out, n = [], int(min_bytes)
-    while n <= max_bytes:
-        out.append(n)
-        n *= factor
+    out = [int(min_bytes)]
+    while out[-1] * factor <= max_bytes:
+        out.append(out[-1] * factor)
     return out
 
 
@@ -50,5 +49,4 @@ def float32_elements(nbytes: int, world_size: int) -> int:
     (at least one element per rank), so that reduce-scatter and all-gather split it evenly."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
-    per_rank = max(1, int(nbytes) // (FLOAT32_BYTES * world_size))
-    return per_rank * world_size
+    return max(1, int(nbytes) // (FLOAT32_BYTES * world_size)) * world_size
