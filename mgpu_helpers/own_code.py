@@ -55,10 +55,8 @@ def mine(name: str, fallback, lesson: str = ""):
     """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which."""
     path = _path(name)
     if not path.exists():
-        print(
-            f"{lesson + ' 的 ' if lesson else ''}{name} 还没通过检查，先用课程的版本。"
-            f"（在 {lesson or '前面的'} 笔记本里写好 {name} 并通过检查后，这里就会用你的。）"
-        )
+        first = f"{lesson + ' 的 ' if lesson else ''}{name} 还没通过检查，先用课程的版本。"
+        print(first + f"（在 {lesson or '前面的'} 笔记本里写好 {name} 并通过检查后，这里就会用你的。）")
         return fallback
     try:
         # Defined in a fresh namespace (sent to ranks by value), then its checker runs again, printing held back.

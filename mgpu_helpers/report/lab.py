@@ -16,8 +16,7 @@ def default_dir(root: str | None = None) -> str:
         here = os.getcwd()
         inside = os.path.basename(here) in ("notebooks", "solutions", "exercises")
         root = os.path.dirname(here) if inside else here
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join(root, "lab_reports", stamp)
+    return os.path.join(root, "lab_reports", _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
 @dataclass
@@ -30,8 +29,7 @@ class LabReport:
         self.sections.append((heading, text.strip()))
 
     def add_table(self, heading: str, rows, columns, note: str = "") -> None:
-        text = tables.markdown_table(rows, columns)
-        self.sections.append((heading, (note.strip() + "\n\n" if note else "") + text))
+        self.sections.append((heading, (note.strip() + "\n\n" if note else "") + tables.markdown_table(rows, columns)))
 
     def add_code(self, heading: str, text: str) -> None:
         self.sections.append((heading, "```\n" + text.rstrip() + "\n```"))

@@ -50,8 +50,8 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
                 bw = sorted(s.start for s in spans if s.kind == "compute" and s.name.startswith("backward"))
                 cut.append([s for s in spans if len(bw) <= steps or s.start < bw[steps]])
             spans_per_rank = cut
-        starts = [s.start for spans in spans_per_rank for s in spans]
-        right = max(right, _lanes(ax, spans_per_rank, min(starts) if starts else 0.0))
+        t0 = min((s.start for spans in spans_per_rank for s in spans), default=0.0)
+        right = max(right, _lanes(ax, spans_per_rank, t0))
         ax.set_title(title, fontsize=st.font_size)
         ax.grid(axis="x", alpha=0.3)
     for ax in axes[:, 0]:

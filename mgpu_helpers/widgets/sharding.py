@@ -90,10 +90,9 @@ def draw_strategies(rows, title: str | None = None):
         colours = [style.PALETTE["green"] if r.fits else style.PALETTE["vermillion"] for r in rows]
         ax_m.barh(ys, [r.peak for r in rows], color=colours, height=0.6)
         ax_m.axvline(capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-        top = max(max(r.peak for r in rows), capacity) * 1.35
         for y, r in zip(ys, rows):
             ax_m.text(r.peak, y, f" {r.peak:g} {_fits(r.fits)}", va="center", fontsize=st.font_size * 0.8)
-        ax_m.set_xlim(0, top)
+        ax_m.set_xlim(0, max(max(r.peak for r in rows), capacity) * 1.35)
         ax_m.set_yticks(ys, names)
         ax_m.invert_yaxis()
         zh = f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB"

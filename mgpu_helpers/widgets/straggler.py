@@ -11,8 +11,7 @@ DRAWN_KINDS = ("compute", "wait", "communicate")
 
 
 def _origin(spans_per_rank) -> float:
-    starts = [s.start for spans in spans_per_rank for s in spans]
-    return min(starts) if starts else 0.0
+    return min((s.start for spans in spans_per_rank for s in spans), default=0.0)
 
 
 def _bars(ax, r: int, spans, t0: float, kinds) -> None:
