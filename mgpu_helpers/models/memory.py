@@ -89,8 +89,7 @@ def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
     _check_world_size(world_size)
-    if weights is None:
-        weights = [1.0] * world_size
+    weights = [1.0] * world_size if weights is None else weights
     if len(weights) != world_size or any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(f"weights must be {world_size} non-negative numbers with a positive sum, got {weights!r}")
     sizes = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
