@@ -1,37 +1,17 @@
-"""mgpu_helpers: the helper library of the mgpu-course notebooks.
+"""mgpu_helpers: the helper library of the mgpu-course notebooks: ``import mgpu_helpers as mh; env = mh.setup()``.
 
-One import line in every notebook::
-
-    import mgpu_helpers as mh
-    env = mh.setup()
-
-Everything else is reached as ``mh.something`` (``mh.run_ranks``, ``mh.widgets.sharding``,
-``mh.models.costs``), each module imported on first use: importing this package imports neither numba, cupy
-nor torch, because Numba's CUDA simulator must be switched on (by :func:`setup`) before numba is first
-imported, and the notebook kernel should not pay for torch until it needs it. ``README.md`` beside this file
-maps the layers.
+Everything else is reached as ``mh.something``, each module imported on first use: not numba, because Numba's CUDA
+simulator must be switched on (by :func:`setup`) before numba is first imported, nor torch, which a kernel should
+not pay for until it needs it. ``README.md`` maps the layers.
 """
 
 from mgpu_helpers.lazy import attach
 
+_SUBMODULES = "bench checks course hardware launcher lessons measure models own_code report runs tools tracking widgets"
+
 __getattr__, __dir__, __all__ = attach(
     __name__,
-    submodules=[
-        "bench",
-        "checks",
-        "course",
-        "hardware",
-        "launcher",
-        "lessons",
-        "measure",
-        "models",
-        "own_code",
-        "report",
-        "runs",
-        "tools",
-        "tracking",
-        "widgets",
-    ],
+    submodules=_SUBMODULES.split(),
     attributes={
         "CourseEnv": "course",
         "setup": "course",

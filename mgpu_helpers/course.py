@@ -13,12 +13,7 @@ from mgpu_helpers import hardware
 
 @dataclass(frozen=True)
 class CourseEnv:
-    """What :func:`setup` found and chose.
-
-    ``mode`` is "gpu" or "cpu"; ``gpus`` the visible GPUs; ``backend`` what ``run_ranks`` uses by default
-    for as many ranks as there are GPUs (gloo when there are none); ``numba_simulator`` whether Numba kernels
-    run in the CUDA simulator; ``cupy`` whether CuPy kernels can run here.
-    """
+    """What :func:`setup` found and chose (``backend``: ``run_ranks``' default for one rank per GPU)."""
 
     mode: str
     gpus: tuple
@@ -51,29 +46,11 @@ class CourseEnv:
         return f"CourseEnv(mode={self.mode!r}, gpus={len(self.gpus)}, backend={self.backend!r})"
 
 
-def _switch_numba_simulator(on: bool) -> bool:
-    """Turn Numba's CUDA simulator on or off; it is read once, when numba is first imported."""
-    if "numba" in sys.modules:
-        current = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-        if current != on:
-            warnings.warn(
-                "numba was imported before mgpu_helpers.setup(), so the CUDA simulator can no longer be "
-                f"switched {'on' if on else 'off'}. Restart the kernel and run setup() first.",
-                stacklevel=3,
-            )
-        return current
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if on else "0"
-    return on
-
-
 def private_cache_dir(name: str = "cupy") -> str:
-    """``<user cache>/mgpu-course/<name>``, created private (0700) and checked to be this user's own.
-
-    The user's cache directory is ``$XDG_CACHE_HOME`` or ``~/.cache``. Not a fixed name in /tmp: on a shared
-    classroom server another user could create that first and plant compiled kernels in it. A folder of
-    ours that others could write to is emptied (its content cannot be trusted) and made private. Raises
-    PermissionError, saying what to do, when a folder on the way is not ours or is a link.
-    """
+    """``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/mgpu-course/<name>``, created private (0700) and checked to be
+    this user's own: not a fixed name in /tmp, which another user of a classroom server could create first and
+    plant compiled kernels in. A folder of ours that others could write to is emptied (its content cannot be
+    trusted) and made private; PermissionError, saying what to do, when one on the way is not ours or a link."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     os.makedirs(base, mode=0o700, exist_ok=True)
     path = base
@@ -97,43 +74,33 @@ def private_cache_dir(name: str = "cupy") -> str:
     return path
 
 
-def _use_private_cupy_cache() -> None:
-    """Point CuPy's kernel cache at :func:`private_cache_dir`, unless the user chose one already."""
-    if "CUPY_CACHE_DIR" in os.environ:
-        return
-    try:
-        os.environ["CUPY_CACHE_DIR"] = private_cache_dir("cupy")
-    except OSError as exc:
-        warnings.warn(f"CuPy's kernel cache stays where CuPy puts it: {exc}", stacklevel=3)
-
-
 def setup(show: bool = True, prewarm: bool = True, projection: bool = False) -> CourseEnv:
-    """Detect the machine, choose CPU or GPU mode, and get the notebook ready.
-
-    - GPUs: count, names, memory and links, read through NVML (no CUDA initialisation);
-    - CPU mode: switches on Numba's CUDA simulator (before numba is imported) so kernels still run;
-    - keeps CuPy's kernel cache in a private folder of the user's cache directory (:func:`private_cache_dir`);
-    - starts the rank server in the background so the first ``run_ranks`` is quick (``prewarm``);
-    - ``projection=True`` (or the environment variable ``MGPU_PROJECTION=1``) switches on projection mode:
-      large fonts, thick lines, high-contrast colours and bigger widget controls, for a classroom projector
-      (see :mod:`mgpu_helpers.widgets.projection`);
-    - prints a short summary when ``show`` is true.
-
-    Returns a :class:`CourseEnv`.
-    """
+    """Detect the machine and get the notebook ready: in CPU mode Numba's CUDA simulator is switched on; CuPy's kernel
+    cache goes to a :func:`private_cache_dir`; ``prewarm`` starts the rank server: the first ``run_ranks`` is fast."""
     m = hardware.machine(refresh=True)
     gpu_mode = m.mode == "gpu"
-    sim = _switch_numba_simulator(not gpu_mode)
-    _use_private_cupy_cache()
+    sim = not gpu_mode  # Numba reads its CUDA simulator switch once, when numba is first imported
+    if "numba" not in sys.modules:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if sim else "0"
+    elif sim != (os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"):
+        warnings.warn(
+            "numba was imported before mgpu_helpers.setup(), so the CUDA simulator can no longer be "
+            f"switched {'on' if sim else 'off'}. Restart the kernel and run setup() first.",
+            stacklevel=2,
+        )
+        sim = not sim
+    if "CUPY_CACHE_DIR" not in os.environ:  # unless the user chose one
+        try:
+            os.environ["CUPY_CACHE_DIR"] = private_cache_dir("cupy")
+        except OSError as exc:
+            warnings.warn(f"CuPy's kernel cache stays where CuPy puts it: {exc}", stacklevel=2)
     backend, _ = hardware.choose_backend(max(1, m.gpu_count), "auto", m.gpu_count)
     from mgpu_helpers.widgets import projection as _projection
 
     projection = bool(projection) or _projection.requested_by_environment()
     if projection:
         _projection.projection_mode(on=True)
-    env = CourseEnv(
-        mode=m.mode, gpus=m.gpus, backend=backend, numba_simulator=sim, cupy=gpu_mode, machine=m, projection=projection
-    )
+    env = CourseEnv(m.mode, m.gpus, backend, numba_simulator=sim, cupy=gpu_mode, machine=m, projection=projection)
     if prewarm:
         from mgpu_helpers.launcher.launch import prewarm as _prewarm
 

@@ -1,8 +1,5 @@
-"""What machine is this: GPUs, the links between them, and the mode the course runs in.
-
-Everything here reads NVML through nvidia-ml-py (the driver's own library), never the text of nvidia-smi,
-and never initialises CUDA: the notebook kernel that calls it must stay free to fork or to use CUDA later.
-"""
+"""What machine is this: GPUs, the links between them, and the mode the course runs in. Read through NVML
+(nvidia-ml-py), never nvidia-smi's text, and without initialising CUDA: the kernel must stay free to fork."""
 
 import contextlib
 import os
@@ -11,8 +8,6 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One visible GPU."""
-
     index: int
     name: str
     memory_bytes: int
@@ -24,11 +19,8 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class Machine:
-    """The facts the course needs about this machine.
-
-    ``links[i][j]`` is how GPU i reaches GPU j, in ``nvidia-smi topo -m`` words
-    ("X" for itself, "NV18" for 18 NVLinks, "PIX"/"PXB"/"PHB"/"NODE"/"SYS" for PCIe paths).
-    """
+    """The facts the course needs about this machine. ``links[i][j]``: how GPU i reaches GPU j, in ``nvidia-smi
+    topo -m`` words ("X" for itself, "NV18" for 18 NVLinks, "PIX"/"PXB"/"PHB"/"NODE"/"SYS" for PCIe paths)."""
 
     gpus: tuple[GpuInfo, ...] = ()
     links: tuple[tuple[str, ...], ...] = ()
@@ -53,14 +45,12 @@ def _visible_indices(count: int) -> list[int]:
         return list(range(count))
     chosen = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        if not part.lstrip("-").isdigit():
-            # UUIDs or MIG names: we cannot map them without more NVML calls; keep the order given.
+        if not part.lstrip("-").isdigit():  # UUIDs or MIG names: not mapped without more NVML calls; kept in order
             chosen.append(len(chosen))
-            continue
-        idx = int(part)
-        if idx < 0 or idx >= count:
+        elif 0 <= int(part) < count:
+            chosen.append(int(part))
+        else:
             break  # CUDA stops at the first invalid entry
-        chosen.append(idx)
     return chosen
 
 
@@ -72,11 +62,11 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _nvlink_counts(pynvml, handles) -> list[list[int]]:
-    """How many active NVLinks join each pair of GPUs (0 where none, or NVLink is not supported)."""
+def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
+    """The words of each pair: NV<count> where active NVLinks join the two GPUs, else their PCIe path."""
     bus_ids = [_text(pynvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
     n = len(handles)
-    counts = [[0] * n for _ in range(n)]
+    nvl = [[0] * n for _ in range(n)]
     for i, h in enumerate(handles):
         for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
             try:
@@ -87,12 +77,7 @@ def _nvlink_counts(pynvml, handles) -> list[list[int]]:
                 continue
             for j, bus in enumerate(bus_ids):
                 if j != i and bus.lower().endswith(remote.lower()[-12:]):
-                    counts[i][j] += 1
-    return counts
-
-
-def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
-    nvl = _nvlink_counts(pynvml, handles)
+                    nvl[i][j] += 1
 
     def link(i: int, j: int) -> str:
         if i == j:
@@ -104,15 +89,11 @@ def _links(pynvml, handles) -> tuple[tuple[str, ...], ...]:
         except pynvml.NVMLError:
             return "?"
 
-    return tuple(tuple(link(i, j) for j in range(len(handles))) for i in range(len(handles)))
+    return tuple(tuple(link(i, j) for j in range(n)) for i in range(n))
 
 
 def detect() -> Machine:
-    """Read the GPUs, their memory and links through NVML; a machine without a driver has none.
-
-    Honours CUDA_VISIBLE_DEVICES. Never raises: a missing library or driver means CPU mode,
-    with the reason in ``Machine.note``.
-    """
+    """NVML's GPUs as CUDA_VISIBLE_DEVICES shows them; never raises (CPU mode, the reason in ``note``)."""
     if os.environ.get("MGPU_FORCE_CPU") == "1":
         return Machine(note="MGPU_FORCE_CPU=1: GPUs ignored")
     try:
@@ -124,13 +105,9 @@ def detect() -> Machine:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return Machine(note=f"no NVIDIA driver ({type(exc).__name__})")
     try:
-        physical = pynvml.nvmlDeviceGetCount()
-        handles, gpus = [], []
-        for k, idx in enumerate(_visible_indices(physical)):
-            h = pynvml.nvmlDeviceGetHandleByIndex(idx)
-            handles.append(h)
-            memory = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
-            gpus.append(GpuInfo(index=k, name=_text(pynvml.nvmlDeviceGetName(h)), memory_bytes=memory))
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in _visible_indices(pynvml.nvmlDeviceGetCount())]
+        memory = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
+        gpus = [GpuInfo(k, _text(pynvml.nvmlDeviceGetName(h)), memory[k]) for k, h in enumerate(handles)]
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
         return Machine(gpus=tuple(gpus), links=links, driver=driver)
@@ -151,11 +128,8 @@ def machine(refresh: bool = False) -> Machine:
 
 
 def choose_backend(world_size: int, backend: str = "auto", gpu_count: int | None = None) -> tuple[str, str]:
-    """Pick the torch.distributed backend for ``world_size`` ranks.
-
-    Returns ``(backend, reason)``. "auto" means NCCL with one GPU per rank when there are enough GPUs,
-    else gloo on the CPU. Asking for "nccl" with more ranks than GPUs raises ValueError saying what to do.
-    """
+    """``(backend, reason)`` for ``world_size`` ranks: "auto" is NCCL with one GPU per rank when there are enough
+    GPUs, else gloo on the CPU; "nccl" with more ranks than GPUs raises ValueError saying what to do."""
     gpus = machine().gpu_count if gpu_count is None else gpu_count
     if backend not in ("auto", "nccl", "gloo"):
         raise ValueError(f"backend must be 'auto', 'nccl' or 'gloo', not {backend!r}")

@@ -1,19 +1,7 @@
 """The learner's own code, kept for the notebooks that build on it: 04's ``exchange`` feeds 05.
 
-When a fill-in that a later notebook uses passes its check (:func:`mgpu_helpers.checks.core.fill_in` with
-``keep=``), :func:`save` writes the function's source (IPython keeps every cell's source, so
-``inspect.getsource`` works on a cell-defined function) to one file per name in :func:`store_dir`; a later
-notebook, in its own kernel session and with no command in between, calls :func:`mine`::
-
-    exchange = mh.mine("exchange", fallback=mh.lessons.p2p.exchange)
-
-which prints, in Chinese, whose version it uses. Loading is safe: a stored source that no longer imports, or
-that fails its own check again (the checker that accepted it is named in the file and run once more, quietly),
-gives the fallback with a sentence saying why; it never stops the notebook.
-
-Where the files live: ``$MGPU_OWN_CODE_DIR`` if set (tests use a temporary folder), else ``build/mine/`` under
-the course's root (the folder holding ``mgpu_helpers/``; ``build/`` is git-ignored) when it is writable, else
-``~/.cache/mgpu-course/mine/``.
+A fill-in that passes its check with ``keep=`` is saved; a later notebook calls ``mh.mine("exchange",
+fallback=...)``. A stored source that no longer imports or passes its check (run again, quietly) gives the fallback.
 """
 
 import contextlib
@@ -31,87 +19,58 @@ PRELUDE = "import numpy as np\nimport torch\nimport torch.distributed as dist\n\
 _HEADER = re.compile(r"^# mgpu-own-code: name=(?P<name>\w+) lesson=(?P<lesson>[\w-]*) check=(?P<check>[\w.]*)$", re.M)
 
 
-def store_dir() -> Path:
-    """The folder of the stored functions (made on first use); see the module's docstring."""
-    if os.environ.get(ENV_DIR):
-        return Path(os.environ[ENV_DIR])
-    root = Path(__file__).resolve().parents[1]
-    if os.access(root, os.W_OK) and (root / "mgpu_helpers").is_dir():
-        return root / "build" / "mine"
-    return Path.home() / ".cache" / "mgpu-course" / "mine"
-
-
 def _path(name: str) -> Path:
+    """In ``$MGPU_OWN_CODE_DIR``, else ``build/mine/`` of the checkout (git-ignored) where writable, else the cache."""
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise ValueError(f"name must be a Python identifier, not {name!r}")
-    return store_dir() / f"{name}.py"
+    root = Path(__file__).resolve().parents[1]
+    if os.environ.get(ENV_DIR):
+        folder = Path(os.environ[ENV_DIR])
+    elif os.access(root, os.W_OK) and (root / "mgpu_helpers").is_dir():
+        folder = root / "build" / "mine"
+    else:
+        folder = Path.home() / ".cache" / "mgpu-course" / "mine"
+    return folder / f"{name}.py"
 
 
 def save(name: str, fn, lesson: str = "", check=None) -> Path | None:
-    """Keep ``fn``'s source as ``name`` (``lesson``: the notebook it was written in, for the message;
-    ``check``: the checker that accepted it, run again when it is loaded). Returns the file, or ``None``
-    when the source cannot be read (a function typed at a bare console) or the folder is not writable."""
+    """Keep ``fn``'s source as ``name`` (``check``: the checker that accepted it, run again on loading). Returns
+    the file, or ``None`` where the source cannot be read (a bare console) or the folder is not writable."""
+    check_name = f"{check.__module__}.{check.__qualname__}" if check is not None else ""
+    check_name = "" if "<" in check_name else check_name  # a checker defined inside a function cannot be found again
+    head = f"# mgpu-own-code: name={name} lesson={lesson} check={check_name}\n"
+    head += f"# {fn.__name__}, as written in notebook {lesson or '?'}; kept by mgpu_helpers.own_code.\n"
+    alias = f"\n\n{name} = {fn.__name__}\n" if fn.__name__ != name else ""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError):
-        return None
-    check_name = f"{check.__module__}.{check.__qualname__}" if check is not None else ""
-    if "<" in check_name:  # a checker defined inside a function cannot be found again
-        check_name = ""
-    text = (
-        f"# mgpu-own-code: name={name} lesson={lesson} check={check_name}\n"
-        f"# {fn.__name__}, as written in notebook {lesson or '?'}; kept by mgpu_helpers.own_code.\n"
-        f"{PRELUDE}\n\n{source}"
-    )
-    if fn.__name__ != name:
-        text += f"\n\n{name} = {fn.__name__}\n"
-    path = _path(name)
-    try:
+        path = _path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError:
+        path.write_text(f"{head}{PRELUDE}\n\n{source}{alias}", encoding="utf-8")
+    except (OSError, TypeError):
         return None
     return path
 
 
-def _load(path: Path, name: str):
-    """The function ``name`` from a stored file, defined in a fresh namespace (by value when sent to ranks)."""
-    text = path.read_text(encoding="utf-8")
-    ns = {"__name__": f"mgpu_own_code_{name}", "__file__": str(path)}
-    exec(compile(text, str(path), "exec"), ns)
-    fn = ns.get(name)
-    if not callable(fn):
-        raise NameError(f"{name} is not defined in {path}")
-    return fn, _HEADER.search(text)
-
-
-def _recheck(fn, header) -> None:
-    """Run the checker named in the file's header on ``fn`` again, its printing held back."""
-    dotted = header["check"] if header else ""
-    if not dotted:
-        return
-    module, _, attr = dotted.rpartition(".")
-    check = getattr(importlib.import_module(module), attr)
-    with contextlib.redirect_stdout(io.StringIO()):
-        check(fn)
-
-
 def mine(name: str, fallback, lesson: str = ""):
-    """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which.
-
-    ``lesson``: the notebook it comes from, for the message when nothing is stored yet (the stored file
-    names its own notebook)."""
+    """The learner's stored ``name`` if it still loads and passes its check, else ``fallback``; prints which."""
     path = _path(name)
     if not path.exists():
-        print(
-            f"{lesson + ' 的 ' if lesson else ''}{name} 还没通过检查，先用课程的版本。"
-            f"（在 {lesson or '前面的'} 笔记本里写好 {name} 并通过检查后，这里就会用你的。）"
-        )
+        first = f"{lesson + ' 的 ' if lesson else ''}{name} 还没通过检查，先用课程的版本。"
+        print(first + f"（在 {lesson or '前面的'} 笔记本里写好 {name} 并通过检查后，这里就会用你的。）")
         return fallback
     try:
-        fn, header = _load(path, name)
+        # Defined in a fresh namespace (sent to ranks by value), then its checker runs again, printing held back.
+        text = path.read_text(encoding="utf-8")
+        ns = {"__name__": f"mgpu_own_code_{name}", "__file__": str(path)}
+        exec(compile(text, str(path), "exec"), ns)
+        fn, header = ns.get(name), _HEADER.search(text)
+        if not callable(fn):
+            raise NameError(f"{name} is not defined in {path}")
         lesson = (header["lesson"] if header else "") or lesson
-        _recheck(fn, header)
+        if header and header["check"]:
+            module, _, attr = header["check"].rpartition(".")
+            with contextlib.redirect_stdout(io.StringIO()):
+                getattr(importlib.import_module(module), attr)(fn)
     except Exception as exc:  # a file that no longer imports or no longer passes: never stop here
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         print(f"存下的 {name}（{path}）这次没能用上：{first[:200]}。先用课程的版本。")

@@ -1,16 +1,6 @@
-"""The learner's progress: which checks passed and which predictions were written, notebook by notebook.
-
-Checks record themselves as they pass (:func:`mgpu_helpers.checks.core.passed`), and so does a prediction held
-against its measurement (:mod:`mgpu_helpers.widgets.predict`): one JSON line each, appended to
-:func:`record_file`. :func:`table` reads them back beside what each notebook asks for, so no notebook has to run
-again: ``mh.progress()`` in a notebook, ``python -m mgpu_helpers.tools.workspace progress`` in a terminal.
-
-- A record belongs to the notebook its kernel runs, which Jupyter names in ``JPY_SESSION_NAME``; a check run
-  anywhere else (a test, a console) is not recorded.
-- What a notebook asks for is read from the notebook: every ``mh.checks...try_x(...)`` / ``check_x(...)`` call
-  is a check, every ``name = None  # 你的...`` line a prediction (that is how the learner's copy leaves them).
-- Where: ``$MGPU_PROGRESS_FILE``, else ``progress.jsonl`` in the workspace (:func:`workspace_dir`).
-"""
+"""The learner's progress: passing checks and written predictions each append a JSON line to :func:`record_file`,
+under the notebook the kernel runs (a test or a console records nothing); :func:`table` reads them back beside what
+each notebook asks for, read from the notebook itself, so that no notebook has to run again."""
 
 import json
 import os
@@ -34,23 +24,17 @@ def record_file() -> Path:
     return Path(os.environ.get("MGPU_PROGRESS_FILE") or workspace_dir() / "progress.jsonl")
 
 
-def current_notebook() -> str:
-    """The notebook this kernel runs (its name without ``.ipynb``), or "" outside a Jupyter notebook."""
-    return Path(os.environ.get("JPY_SESSION_NAME", "")).stem
-
-
 def record(kind: str, item: str) -> None:
     """Note that ``item`` (a checker's name, a prediction's label) of this notebook passed or was written."""
-    notebook = current_notebook()
+    notebook = Path(os.environ.get("JPY_SESSION_NAME", "")).stem  # "" outside a Jupyter notebook
     if not notebook:
         return
     entry = {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}
-    line = json.dumps(entry, ensure_ascii=False)
     try:
         path = record_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
     except OSError:  # a read-only place: progress is a convenience, never a reason to stop a notebook
         pass
 
@@ -78,9 +62,7 @@ def records() -> dict:
     """``{notebook: {"check": set of checker names, "prediction": set of labels}}`` from the record file."""
     out: dict = {}
     path = record_file()
-    if not path.exists():
-        return out
-    for ln in path.read_text(encoding="utf-8").splitlines():
+    for ln in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
         try:
             r = json.loads(ln)
         except ValueError:
@@ -108,8 +90,7 @@ def asks(path) -> dict:
 
 
 def table(folder=None) -> list[dict]:
-    """One row per notebook of ``folder`` (the workspace, else the course's own copies): what passed, what is
-    left, how many predictions were written."""
+    """Per notebook of ``folder`` (default the workspace): checks passed and left, predictions written."""
     base = Path(folder) if folder else workspace_dir()
     if not any((base / f).is_dir() for f in FOLDERS):
         base = ROOT
@@ -123,8 +104,8 @@ def table(folder=None) -> list[dict]:
             passed = [c for c in want["check"] if c in got["check"]]
             left = [c for c in want["check"] if c not in got["check"]]
             asked = len(want["prediction"])
-            predictions = (min(len(got["prediction"]), asked), asked)
-            rows.append({"notebook": path.stem, "passed": passed, "left": left, "predictions": predictions})
+            row = {"notebook": path.stem, "passed": passed, "left": left}
+            rows.append(row | {"predictions": (min(len(got["prediction"]), asked), asked)})
     return rows
 
 
@@ -133,15 +114,12 @@ def progress(folder=None) -> list[dict]:
     from mgpu_helpers.report.tables import format_table
 
     rows = [r for r in table(folder) if r["passed"] or r["left"] or r["predictions"][1]]
-    lines = [
-        {
-            "notebook": r["notebook"],
-            "checks": f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}",
-            "predictions": "{} / {}".format(*r["predictions"]),
-            "left": "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过",
-        }
-        for r in rows
-    ]
+    lines = []
+    for r in rows:
+        left = "、".join(c.lstrip("_").removeprefix("check_") for c in r["left"]) or "全部通过"
+        checks = f"{len(r['passed'])} / {len(r['passed']) + len(r['left'])}"
+        predictions = "{} / {}".format(*r["predictions"])
+        lines.append(dict(notebook=r["notebook"], checks=checks, predictions=predictions, left=left))
     heads = {"notebook": "笔记本", "checks": "检查通过", "predictions": "预测写了", "left": "还没通过的检查"}
     columns = [(key, head, "{}") for key, head in heads.items()]
     print(format_table(lines, columns, left=("left",), title=f"学习进度（记录在 {record_file()}）"))

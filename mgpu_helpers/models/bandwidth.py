@@ -1,19 +1,8 @@
 """Bandwidth by the nccl-tests formulas, and the bytes each collective moves and leaves on each rank (pure).
 
-NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw scaled by the share
-of the data each rank must move over its links, so that busbw compares with the link bandwidth whatever the
-number of ranks:
-
-=================  ========================================
-all_reduce         busbw = algbw * 2 (world_size - 1) / world_size
-reduce_scatter     busbw = algbw * (world_size - 1) / world_size
-all_gather         busbw = algbw * (world_size - 1) / world_size
-broadcast, reduce  busbw = algbw
-send/recv          busbw = algbw
-=================  ========================================
-
-For all_gather and reduce_scatter, ``nbytes`` is the size of the whole (gathered / unreduced) buffer, as
-nccl-tests counts it.
+NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw times the share of
+the data each rank moves over its links (:data:`BUSBW_FACTORS`), so that it compares with a link's bandwidth.
+For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it.
 """
 
 BUSBW_FACTORS = {
@@ -31,7 +20,7 @@ def _known(op: str, world_size: int) -> None:
 
 
 def algbw(nbytes: float, seconds: float) -> float:
-    """Algorithm bandwidth in bytes per second: the message size over the time of the operation."""
+    """Algorithm bandwidth in bytes per second."""
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
     return nbytes / seconds
@@ -44,12 +33,7 @@ def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
 
 
 def bytes_sent_per_rank(op: str, nbytes: float, world_size: int) -> float:
-    """Bytes each rank sends over its links in a bandwidth-optimal algorithm (ring, or pipelined chain).
-
-    ``nbytes`` as in :func:`busbw`. This is the quantity that makes busbw comparable with the link bandwidth:
-    ``bytes_sent_per_rank / seconds == busbw``. all_reduce: 2 (w-1)/w nbytes; reduce_scatter and all_gather:
-    (w-1)/w nbytes; reduce, broadcast, sendrecv: nbytes (a pipelined chain passes every byte on).
-    """
+    """Bytes each rank sends in a ring (or pipelined chain): the busbw factor times ``nbytes``."""
     _known(op, world_size)
     if world_size == 1:
         return 0.0
@@ -57,11 +41,7 @@ def bytes_sent_per_rank(op: str, nbytes: float, world_size: int) -> float:
 
 
 def result_bytes_per_rank(op: str, nbytes: float, world_size: int, rank: int = 0, root: int = 0) -> float:
-    """Bytes of result each rank holds afterwards (the memory the output needs on that rank).
-
-    all_reduce, all_gather, broadcast: nbytes on every rank; reduce: nbytes on ``root``, 0 elsewhere;
-    reduce_scatter: nbytes / world_size on every rank.
-    """
+    """Bytes of result rank ``rank`` holds afterwards (the memory its output needs)."""
     if op in ("all_reduce", "all_gather", "broadcast"):
         return float(nbytes)
     if op == "reduce":

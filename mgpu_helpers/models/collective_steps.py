@@ -1,21 +1,13 @@
-"""What every rank holds after each step of a ring all-reduce: the reduce-scatter half, then the all-gather half.
-
-:func:`ring_all_reduce_steps` follows a bandwidth-optimal ring schedule (at
-reduce-scatter step ``s`` rank ``r`` sends chunk ``(r - s - 1) % n`` to rank ``r + 1``; at all-gather step ``s``
-it passes on chunk ``(r - s) % n``), without running anything: each chunk of each rank is recorded as the set
-of ranks whose data it already sums. The all-reduce widget (:func:`mgpu_helpers.widgets.allreduce.show_steps`)
-draws these frames; notebook 07 uses them to set one all-reduce against a reduce-scatter followed by an
-all-gather, and notebook 12 can reuse them.
-"""
+"""What every rank holds after each step of a ring all-reduce (each chunk as the set of ranks it sums): at
+reduce-scatter step ``s`` rank ``r`` sends on chunk ``(r - s - 1) % n``, at all-gather step ``s`` ``(r - s) % n``."""
 
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Frame:
-    """The ring after one step. ``holds[rank][chunk]``: the ranks whose data that chunk sums;
-    ``received[rank]``: the chunk that rank has just received (None at the input);
-    ``sent[rank]``: what it has sent so far, as a fraction of the whole buffer S."""
+    """``holds[rank][chunk]``: the ranks that chunk sums; ``received[rank]``: the chunk just received (None at
+    the input); ``sent[rank]``: what it has sent so far, as a fraction of the whole buffer S."""
 
     phase: str  # "input", "reduce_scatter" or "all_gather"
     step: int  # 0-based within the phase (-1 for the input)
@@ -26,8 +18,7 @@ class Frame:
 
 @dataclass(frozen=True)
 class RingSteps:
-    """All frames of a ring all-reduce of ``world_size`` ranks: the input, n - 1 reduce-scatter steps, n - 1
-    all-gather steps. ``rs_done`` is the index of the frame where the reduce-scatter half ends."""
+    """The input, n - 1 reduce-scatter and n - 1 all-gather frames; ``rs_done``: where the first half ends."""
 
     world_size: int
     frames: tuple
@@ -44,7 +35,7 @@ class RingSteps:
 
 
 def ring_all_reduce_steps(world_size: int) -> RingSteps:
-    """Every step of a ring all-reduce over ``world_size`` ranks, one chunk per rank (see the module docstring)."""
+    """Every step of a ring all-reduce over ``world_size`` ranks, one chunk per rank."""
     if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
         raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
     n = int(world_size)

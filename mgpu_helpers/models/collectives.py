@@ -1,10 +1,5 @@
-"""The seven collectives of the course by name, and what each must give every rank, computed with NumPy (pure).
-
-Conventions (shared with the runner :mod:`mgpu_helpers.runs.collectives` and the widget
-:mod:`mgpu_helpers.widgets.allreduce`): the root is rank 0; ``scatter`` splits the root's input into
-``world_size`` equal pieces and ``reduce_scatter`` reduces, then gives rank r piece r; ``all_gather`` and
-``gather`` concatenate the inputs in rank order. Notebook 05 checks its runs against :func:`expected_outputs`.
-"""
+"""The seven collectives of the course by name, and what each must give every rank (NumPy, pure). The root is
+rank 0; scatter and reduce_scatter give rank r piece r; gather and all_gather concatenate in rank order."""
 
 import numpy as np
 
@@ -29,12 +24,8 @@ def default_length(name: str, world_size: int) -> int:
 
 
 def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -> list[list[float]]:
-    """Each rank's input as a list of floats: ``inputs[rank][i]``.
-
-    Patterns: "rank" (every element = rank, the seed's example: all-reduce gives 0+1+...), "rank+1",
-    "one-hot" (element ``i`` is 1 where ``i % world_size == rank``), "powers of two" (every element =
-    2**rank, so a sum shows which ranks it contains), "random" (small whole numbers from ``seed``).
-    """
+    """``inputs[rank][i]`` of a pattern: "rank", "rank+1", "one-hot" (element ``i`` is 1 where ``i % world_size ==
+    rank``), "powers of two" (2**rank: a sum shows which ranks it holds), "random" (small whole numbers)."""
     if world_size < 1 or length < 1:
         raise ValueError(f"world_size and length must be >= 1, got {world_size}, {length}")
     same = {"rank": lambda r: r, "rank+1": lambda r: r + 1, "powers of two": lambda r: 2**r}  # per rank
@@ -48,35 +39,23 @@ def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -
     raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
 
 
-# Each reduce op over the ranks (axis 0 of ``inputs[rank][i]``).
-_REDUCERS = {
-    "sum": lambda a: a.sum(axis=0),
-    "avg": lambda a: a.sum(axis=0) / a.shape[0],
-    "max": lambda a: a.max(axis=0),
-    "min": lambda a: a.min(axis=0),
-    "prod": lambda a: a.prod(axis=0),
-}
-
-
-def _reduce(a: np.ndarray, op: str) -> np.ndarray:
-    if op not in _REDUCERS:
-        raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
-    return _REDUCERS[op](a)
+# Each reduce op, applied over the ranks (axis 0 of ``inputs[rank][i]``).
+_REDUCERS = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
 
 
 def expected_outputs(name: str, inputs, op: str = "sum") -> list:
-    """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing).
-
-    Conventions: see the module's docstring.
-    """
+    """What collective ``name`` gives each rank (list of floats, or None where a rank gets nothing)."""
     a = np.asarray(inputs, dtype=float)
     n, length = a.shape
+    if name in REDUCING and op not in _REDUCERS:
+        raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
+    reduced = _REDUCERS[op](a, axis=0) if name in REDUCING else None
     if name == "broadcast":
         return [a[ROOT].tolist() for _ in range(n)]
     if name == "reduce":
-        return [_reduce(a, op).tolist() if r == ROOT else None for r in range(n)]
+        return [reduced.tolist() if r == ROOT else None for r in range(n)]
     if name == "all_reduce":
-        return [_reduce(a, op).tolist() for _ in range(n)]
+        return [reduced.tolist() for _ in range(n)]
     if name == "all_gather":
         return [a.reshape(-1).tolist() for _ in range(n)]
     if name == "gather":
@@ -84,18 +63,17 @@ def expected_outputs(name: str, inputs, op: str = "sum") -> list:
     if name in ("scatter", "reduce_scatter"):
         if length % n:
             raise ValueError(f"{name} needs a length divisible by world_size={n}, got {length}")
-        whole = a[ROOT] if name == "scatter" else _reduce(a, op)
+        whole = a[ROOT] if name == "scatter" else reduced
         return [p.tolist() for p in np.split(whole, n)]
     raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
 
 
 def outputs_match(got, want, rtol: float = 1e-6) -> bool:
     """True when every rank's output equals the expected one (None where None is expected)."""
-    if len(got) != len(want):
-        return False
-    for g, w in zip(got, want):
-        if (g is None) != (w is None):
-            return False
-        if g is not None and (len(g) != len(w) or not np.allclose(g, w, rtol=rtol, atol=1e-9)):
-            return False
-    return True
+
+    def same(g, w):
+        if g is None or w is None:
+            return g is w
+        return len(g) == len(w) and np.allclose(g, w, rtol=rtol, atol=1e-9)
+
+    return len(got) == len(want) and all(map(same, got, want))

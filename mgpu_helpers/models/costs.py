@@ -1,29 +1,15 @@
-"""Fitting alpha and beta of an alpha-beta cost model to measured times (pure).
-
-The cost formulas themselves are taught in notebook 08 and exported from there to
-:mod:`mgpu_helpers.lessons.cost_model` (``ring_allreduce_seconds`` and friends); the caller passes one, so
-they are not written a second time. ``nbytes`` follows nccl-tests: the buffer on each rank for all_reduce,
-the whole (unreduced / gathered) buffer for reduce_scatter and all_gather.
-"""
+"""Fitting alpha and beta of an alpha-beta cost model (notebook 08's, passed in) to measured times (pure);
+``nbytes`` as nccl-tests counts it."""
 
 
 def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:
-    """(multiplier of alpha, multiplier of beta) in ``cost(nbytes, world_size, alpha, beta)``.
-
-    An alpha-beta cost is linear in alpha and beta, so the multipliers are the cost at (1, 0) and (0, 1).
-    """
+    """(multiplier of alpha, of beta) in ``cost``: it is linear in both, so its value at (1, 0) and (0, 1)."""
     return cost(nbytes, world_size, 1.0, 0.0), cost(nbytes, world_size, 0.0, 1.0)
 
 
 def fit_alpha_beta(cost, nbytes: list, seconds: list, world_size: int, relative: bool = False) -> tuple[float, float]:
-    """Least-squares ``(alpha, beta)`` of the cost model ``cost(nbytes, world_size, alpha, beta)`` (e.g.
-    notebook 08's ``ring_allreduce_seconds``) for measured ``seconds`` at message sizes ``nbytes``.
-
-    ``nbytes`` and ``seconds`` are sequences of the same length (at least two different sizes) measured
-    with ``world_size`` >= 2 ranks. ``relative=True`` minimises relative errors (each point weighted by 1/t^2),
-    so small messages (latency) count as much as big ones (bandwidth); the default minimises absolute errors,
-    dominated by the biggest messages. Negative estimates (noise on tiny messages) are clipped to 0.
-    """
+    """Least-squares ``(alpha, beta)`` of ``cost`` for ``seconds`` measured at sizes ``nbytes``; ``relative``: small
+    messages (latency) count as much as big ones (bandwidth). Negative estimates (noise) are clipped to 0."""
     if world_size < 2:
         raise ValueError("fitting needs world_size >= 2 ranks: with one rank nothing is sent")
     if len(nbytes) != len(seconds) or len(set(nbytes)) < 2:

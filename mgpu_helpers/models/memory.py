@@ -1,8 +1,6 @@
-"""Memory each rank needs under a parallel strategy, against one GPU's capacity (pure).
+"""Memory each rank needs under a parallel strategy, against one GPU's capacity, and the bytes it sends per step.
 
-``memory_plan("zero3", world_size=4, capacity=16, params=6, grads=6, optimizer=12, activations=8)`` says,
-rank by rank, how much of each part (parameters, gradients, optimizer state, activations) that rank holds,
-whether it fits, and what every rank holds whole (replicated). Notebook 06 and its sharding widget use it.
+Sizes are of the whole job, in one unit for all (e.g. GB): parameters, gradients, optimizer state, activations.
 """
 
 from dataclasses import dataclass
@@ -14,16 +12,9 @@ PARTS = ("params", "grads", "optimizer", "activations")
 PART_ZH = {"params": "参数", "grads": "梯度", "optimizer": "优化器状态", "activations": "激活"}
 
 # For each strategy: which parts are split across ranks (the rest is replicated: every rank holds all of it).
-STRATEGIES = {
-    "replicate": (),
-    "data_parallel": ("activations",),
-    "tensor_parallel": ("params", "grads", "optimizer"),
-    "pipeline_parallel": ("params", "grads", "optimizer", "activations"),
-    "zero1": ("optimizer", "activations"),
-    "zero2": ("optimizer", "grads", "activations"),
-    "zero3": ("params", "grads", "optimizer", "activations"),
-    "unified_memory": (),
-}
+STRATEGIES = {"replicate": (), "data_parallel": ("activations",), "tensor_parallel": ("params", "grads", "optimizer")}
+STRATEGIES |= {"pipeline_parallel": PARTS, "zero1": ("optimizer", "activations")}
+STRATEGIES |= {"zero2": ("optimizer", "grads", "activations"), "zero3": PARTS, "unified_memory": ()}
 
 STRATEGY_NOTES = {
     "replicate": "every rank holds a full copy of everything; adding ranks adds no capacity",
@@ -42,8 +33,6 @@ STRATEGY_NOTES = {
 
 @dataclass(frozen=True)
 class RankMemory:
-    """Memory one rank needs, by part (same unit as the inputs, e.g. GB)."""
-
     rank: int
     params: float
     grads: float
@@ -57,8 +46,6 @@ class RankMemory:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """What :func:`memory_plan` found: per-rank memory, the capacity, what is replicated or sharded."""
-
     strategy: str
     capacity: float
     ranks: tuple
@@ -86,7 +73,7 @@ class MemoryPlan:
 
     @property
     def imbalance(self) -> float:
-        """max / mean of the per-rank totals (1.0 = perfectly balanced)."""
+        """max / mean of the per-rank totals (1.0: balanced)."""
         mean = sum(self.totals) / len(self.totals)
         return max(self.totals) / mean if mean > 0 else 1.0
 
@@ -96,45 +83,28 @@ def _check_world_size(world_size) -> None:
         raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
 
 
-def memory_plan(
-    strategy: str,
-    world_size: int,
-    capacity: float,
-    params: float = 0.0,
-    grads: float = 0.0,
-    optimizer: float = 0.0,
-    activations: float = 0.0,
-    weights=None,
-) -> MemoryPlan:
-    """Memory each of ``world_size`` ranks needs under ``strategy``, against a per-GPU ``capacity``.
-
-    ``params``, ``grads``, ``optimizer``, ``activations``: sizes of the whole job (one unit for all, e.g.
-    GB); ``strategy``: a key of :data:`STRATEGIES`. Sharded parts are split in proportion to ``weights``
-    (one number per rank; default equal shares, e.g. ``(14, 10)`` for an uneven split of two ranks);
-    replicated parts are held whole by every rank. Returns a :class:`MemoryPlan`.
-    """
+def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None):
+    """The :class:`MemoryPlan` of ``world_size`` ranks under ``strategy`` against a per-GPU ``capacity``; sharded
+    parts are split in proportion to ``weights`` (one number per rank, default equal), replicated ones held whole."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
     _check_world_size(world_size)
-    if weights is None:
-        weights = [1.0] * world_size
+    weights = [1.0] * world_size if weights is None else weights
     if len(weights) != world_size or any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(f"weights must be {world_size} non-negative numbers with a positive sum, got {weights!r}")
     sizes = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
     if any(v < 0 for v in sizes.values()):
         raise ValueError(f"sizes must be >= 0, got {sizes}")
     sharded = STRATEGIES[strategy]
-    total_w = float(sum(weights))
+    share = [w / float(sum(weights)) for w in weights]
     ranks = [
-        RankMemory(r, **{p: sizes[p] * (weights[r] / total_w) if p in sharded else sizes[p] for p in PARTS})
+        RankMemory(r, **{p: sizes[p] * share[r] if p in sharded else sizes[p] for p in PARTS})
         for r in range(world_size)
     ]
     held = [p for p in PARTS if sizes[p] > 0]
     replicated, split = tuple(p for p in held if p not in sharded), tuple(p for p in held if p in sharded)
     return MemoryPlan(strategy, capacity, tuple(ranks), replicated, split, STRATEGY_NOTES[strategy])
 
-
-# -- communication per training step ------------------------------------------------------------------------
 
 # The collectives each strategy runs in one training step, as (collective, part it moves). A ring moves
 # (n - 1) / n of the buffer per rank for an all-gather or a reduce-scatter, twice that for an all-reduce
@@ -157,12 +127,8 @@ STEP_NOT_MODELLED = {
 
 
 def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: float = 0.0):
-    """What each rank sends in one training step under ``strategy`` (ring collectives), in the unit of the sizes.
-
-    Returns ``None`` for the strategies whose traffic these sizes cannot tell (:data:`STEP_NOT_MODELLED`).
-    With ``grads == params``: data parallel, ZeRO-1 and ZeRO-2 send ``2 (n-1)/n`` of it, ZeRO-3 ``3 (n-1)/n``
-    (1.5 times as much); replicate sends nothing (every rank works alone).
-    """
+    """What each rank sends in one training step under ``strategy`` (ring collectives), in the unit of the sizes;
+    ``None`` where these sizes cannot tell (:data:`STEP_NOT_MODELLED`)."""
     if strategy in STEP_NOT_MODELLED:
         return None
     if strategy not in STEP_COLLECTIVES:
@@ -184,22 +150,9 @@ class StrategyRow:
 
 
 def compare_strategies(
-    world_size: int,
-    capacity: float,
-    params: float = 0.0,
-    grads: float = 0.0,
-    optimizer: float = 0.0,
-    activations: float = 0.0,
-    weights=None,
-    strategies=tuple(STRATEGIES),
+    world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None, strategies=STRATEGIES
 ) -> list:
-    """Every strategy on one job: per-rank memory (the largest rank), whether it fits, bytes sent per step.
-
-    ``weights`` split the sharded parts unevenly, as in :func:`memory_plan`. Returns one :class:`StrategyRow`
-    per strategy, in the order given. The sharding widget draws this table.
-    """
+    """One :class:`StrategyRow` per strategy on one job, in the order given (``weights`` as in :func:`memory_plan`)."""
     plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in strategies]
-    return [
-        StrategyRow(p.strategy, p, max(p.totals), p.fits, step_bytes_sent(p.strategy, world_size, params, grads))
-        for p in plans
-    ]
+    sent = [step_bytes_sent(p.strategy, world_size, params, grads) for p in plans]
+    return [StrategyRow(p.strategy, p, max(p.totals), p.fits, b) for p, b in zip(plans, sent)]

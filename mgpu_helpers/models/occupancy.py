@@ -1,10 +1,5 @@
-"""Occupancy arithmetic: how many blocks of a kernel fit on one SM, and what a register spill reserves.
-
-Pure functions of the block size, registers per thread and shared memory per block, following the CUDA
-occupancy calculator (``cuda_occupancy.h``): no numba, no CuPy, no GPU. Notebook 02 checks :func:`occupancy`
-against the driver's own answer on a GPU; the per-SM limits of the current GPU are read by
-:mod:`mgpu_helpers.measure.gpu_limits`.
-"""
+"""Occupancy arithmetic as the CUDA occupancy calculator (``cuda_occupancy.h``) does it: blocks of a kernel per SM,
+and what a register spill reserves. Notebook 02 checks it against the driver's own answer."""
 
 import math
 from dataclasses import dataclass
@@ -38,9 +33,8 @@ HOPPER = SmLimits()
 
 @dataclass(frozen=True)
 class Occupancy:
-    """What fits on one SM: ``blocks_per_sm`` resident blocks, ``fraction`` = active warps / max warps,
-    ``limiter`` = which resource ran out first ("threads", "registers", "blocks", "shared memory", or the
-    reason the block cannot launch at all)."""
+    """What fits on one SM; ``limiter``: the resource that ran out first ("threads", "registers", "blocks", "shared
+    memory"), or why the block cannot launch."""
 
     block: int
     regs_per_thread: int
@@ -59,14 +53,9 @@ class Occupancy:
 
 
 def occupancy(block: int, regs_per_thread: int, smem_per_block: int = 0, limits: SmLimits = HOPPER) -> Occupancy:
-    """Resident blocks and warps per SM for a kernel, as the CUDA occupancy calculator (cuda_occupancy.h)
-    computes them: the smallest of the limits set by threads, blocks, registers and shared memory per SM.
-
-    ``block``: threads per block; ``regs_per_thread``: from ``get_regs_per_thread()`` / ``attributes['num_regs']``;
-    ``smem_per_block``: static + dynamic shared memory in bytes. A block that cannot run at all (more than
-    ``max_threads_per_block`` threads, or more registers than one SM has) gives ``blocks_per_sm == 0``: the
-    launch fails with "too many resources requested for launch" (or "invalid argument" past 1024 threads).
-    """
+    """Resident blocks and warps per SM: the smallest of the limits set by threads, blocks, registers and shared
+    memory (``smem_per_block``: static + dynamic, bytes). A block that cannot run at all gives ``blocks_per_sm ==
+    0``: the launch fails with "too many resources requested for launch" ("invalid argument" past 1024 threads)."""
     if block < 1 or regs_per_thread < 0 or smem_per_block < 0:
         raise ValueError("block must be >= 1, registers and shared memory >= 0")
     lim = limits

@@ -1,8 +1,4 @@
-"""Speed-up and scaling efficiency of measured or modelled step times (pure).
-
-The step-time model itself (``step_seconds``, the ring all-reduce cost) is taught in notebook 08 and exported
-to :mod:`mgpu_helpers.lessons.cost_model`.
-"""
+"""Speed-up of measured or modelled step times (pure; the step-time model is notebook 08's)."""
 
 
 def speedup(t1_s: float, tn_s: float) -> float:

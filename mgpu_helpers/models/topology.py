@@ -1,15 +1,7 @@
 """The ``nvidia-smi topo -m`` matrix and ``nvidia-smi nvlink -s``: parse them and explain their words (pure).
 
-On a GPU machine the course reads the links through NVML (``env.machine.links``, same words as
-nvidia-smi); on a CPU-only machine :func:`mgpu_helpers.report.recorded.topology_matrix` gives the matrix
-recorded on a 2 x NVIDIA H200 host, clearly labelled as a recording, and
-:func:`mgpu_helpers.report.recorded.nvlink_speeds` the speed of each NVLink recorded there.
-
-``NV18`` means "a bonded set of 18 NVLinks" (nvidia-smi's legend), a count of links, not one cable: on 8-GPU
-HGX boards each GPU's NVLinks go to NVSwitch chips, and GPU-to-GPU traffic crosses them (4-GPU boards and
-NVLink bridges link the GPUs directly). ``nvidia-smi nvlink -s`` gives each link's
-speed in one direction (26.562 GB/s on the H200 host: 18 x 26.562 = 478 GB/s per direction); a datasheet's
-900 GB/s for the same GPU counts both directions together.
+``NV18`` is a count of bonded NVLinks, not one cable (through NVSwitch chips on 8-GPU HGX boards). ``nvlink -s``
+gives each link's speed one way (18 x 26.562 = 478 GB/s on the H200 host); a datasheet's 900 GB/s counts both.
 """
 
 import itertools
@@ -30,19 +22,13 @@ LINK_MEANINGS = {
     "SYS": "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI), slowest",
 }
 # The kinds of path the words name, fastest first (a figure colours the matrix by these).
-LINK_CLASSES = {
-    "NVLink": ("NV#",),
-    "PCIe switch (PIX/PXB)": ("PIX", "PXB"),
-    "host bridge (PHB/NODE)": ("PHB", "NODE"),
-    "across CPU sockets (SYS)": ("SYS",),
-    "self (X)": ("X",),
-}
+LINK_CLASSES = {"NVLink": ("NV#",), "PCIe switch (PIX/PXB)": ("PIX", "PXB"), "host bridge (PHB/NODE)": ("PHB", "NODE")}
+LINK_CLASSES |= {"across CPU sockets (SYS)": ("SYS",), "self (X)": ("X",)}
 
 
 class TopoMatrix(NamedTuple):
-    """A parsed topology: ``names`` (GPU names in order), ``links[i][j]`` (words like "NV18", "SYS"),
-    ``columns`` (per GPU, the other columns: CPU Affinity, NUMA Affinity ...), ``source`` (where it came
-    from: a comment line of the file, "NVML", or "")."""
+    """``links[i][j]``: words like "NV18", "SYS"; ``columns``: per GPU, the other columns (CPU Affinity ...);
+    ``source``: where it came from (a comment line of the file, "NVML", or "")."""
 
     names: tuple
     links: tuple
@@ -50,24 +36,16 @@ class TopoMatrix(NamedTuple):
     source: str
 
 
-def _is_header(line: str) -> bool:
-    """The column line: its first non-empty cell is GPU0 and, unlike the GPU0 row, it is not followed by X."""
-    cells = [c.strip() for c in line.split("\t")]
-    if cells and cells[0] == "":
-        cells = cells[1:]
-    return len(cells) >= 2 and cells[0] == "GPU0" and cells[1] != "X"
-
-
 def parse_topo_matrix(text: str) -> TopoMatrix:
-    """Parse the text of ``nvidia-smi topo -m`` (ANSI codes and ``#`` comment lines allowed).
-
-    Returns a :class:`TopoMatrix` restricted to the GPUs (NIC rows/columns, if any, are left out of
-    ``links``). Raises ValueError when no GPU header is found or the matrix is not square.
-    """
+    """The GPUs of ``nvidia-smi topo -m``'s text (ANSI codes and ``#`` comment lines allowed; NIC rows and
+    columns left out of ``links``); ValueError when no GPU header is found or the matrix is not square."""
     lines = [_ANSI.sub("", ln).rstrip("\n") for ln in text.splitlines()]
     source = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("#")), "")
     body = [ln for ln in lines if not ln.startswith("#")]
-    header_i = next((i for i, ln in enumerate(body) if _is_header(ln)), None)
+    # The column line: its first cell (after an empty one) is GPU0 and, unlike the GPU0 row, not followed by X.
+    firsts = [[c.strip() for c in ln.split("\t")] for ln in body]
+    firsts = [cells[1:] if cells and cells[0] == "" else cells for cells in firsts]
+    header_i = next((i for i, c in enumerate(firsts) if len(c) >= 2 and c[0] == "GPU0" and c[1] != "X"), None)
     if header_i is None:
         raise ValueError("no `nvidia-smi topo -m` header (a line of column names starting with GPU0) found")
     header = [h.strip() for h in body[header_i].split("\t") if h.strip()]
@@ -85,18 +63,13 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     for g in gpus:
         if g not in rows:
             raise ValueError(f"the matrix has a {g} column but no {g} row")
-        cells = rows[g]
-        links.append(tuple(cells[devices.index(o)] for o in gpus))
-        rest = [c for c in cells[len(devices) :] if c]
-        columns[g] = dict(zip(extra, rest))
+        links.append(tuple(rows[g][devices.index(o)] for o in gpus))
+        columns[g] = dict(zip(extra, [c for c in rows[g][len(devices) :] if c]))
     return TopoMatrix(tuple(gpus), tuple(links), columns, source)
 
 
 def parse_nvlink_speeds(text: str) -> dict:
-    """``{"GPU0": [GB/s of each link, ...], ...}`` from the output of ``nvidia-smi nvlink -s``.
-
-    The speeds are per direction; their sum is one GPU's NVLink bandwidth each way.
-    """
+    """``{"GPU0": [GB/s of each link, ...], ...}`` from ``nvidia-smi nvlink -s`` (per direction)."""
     speeds, gpu = {}, None
     for line in text.splitlines():
         head = re.match(r"^GPU (\d+):", line)
@@ -142,9 +115,8 @@ def link_class(word: str) -> str:
 
 def pairs(topo: TopoMatrix) -> list[tuple[str, str, str]]:
     """Each pair of distinct GPUs once: (gpu_a, gpu_b, link word), fastest paths first."""
-    out = [
-        (topo.names[i], topo.names[j], topo.links[i][j]) for i, j in itertools.combinations(range(len(topo.names)), 2)
-    ]
+    n = range(len(topo.names))
+    out = [(topo.names[i], topo.names[j], topo.links[i][j]) for i, j in itertools.combinations(n, 2)]
     order = list(LINK_MEANINGS)  # the legend lists the words fastest first
 
     def speed(p):
@@ -163,13 +135,13 @@ def format_matrix(names, rows) -> str:
     return "\n".join(lines)
 
 
+NV_NOTE = "NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` are per direction"
+
+
 def summary(topo: TopoMatrix) -> str:
     """A few lines: the matrix, then each GPU pair with what its link means."""
-    lines = [format_matrix(topo.names, topo.links)] + [
-        f"{a}-{b}: {word} = {link_meaning(word)}" for a, b, word in pairs(topo)
-    ]
+    lines = [format_matrix(topo.names, topo.links)]
+    lines += [f"{a}-{b}: {word} = {link_meaning(word)}" for a, b, word in pairs(topo)]
     if any(word.startswith("NV") for _, _, word in pairs(topo)):
-        lines.append(
-            "NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` are per direction"
-        )
+        lines.append(NV_NOTE)
     return "\n".join(lines)

@@ -1,5 +1,4 @@
-"""How measured figures are read, written and compared: byte sizes and units, text tables, progress bars, the
-recorded nccl-tests tables, and the lab report. Nothing here launches ranks or times anything (``mh.measure``)."""
+"""How measured figures are read, written and compared; nothing here launches ranks or times anything."""
 
 from mgpu_helpers.lazy import attach
 

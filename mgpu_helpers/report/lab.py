@@ -1,38 +1,26 @@
-"""The lab report: Markdown with tables, and the figures as PNG files next to it.
-
-    report = LabReport("All-Reduce lab")
-    report.add_text("Setup", "2 ranks ...")
-    report.add_table("Sweep", rows, [("op", "op", "{}"), ("nbytes", "bytes", "{:d}")])
-    report.add_figure("Bandwidth", "busbw", fig, "busbw by message size")
-    path = report.write(out_dir)        # out_dir/report.md + out_dir/busbw.png
-
-``out_dir`` defaults to ``lab_reports/<timestamp>/`` under the current folder (lab_reports/ is ignored by
-git); tests pass a temporary folder. :func:`build_report` puts notebook 12's results together: the
-report holds what the learner measured and what the learner concluded, and writes no conclusion itself.
-"""
+"""The lab report: Markdown with tables, and the figures as PNG files next to it (``LabReport(title)``, its
+``add_text`` / ``add_table`` / ``add_figure``, then ``write(out_dir)``). :func:`build_report` puts notebook 12's
+results together: what the learner measured and concluded; the report writes no conclusion itself."""
 
 import datetime as _dt
 import os
 from dataclasses import dataclass, field
 
-from mgpu_helpers.report import sizes, tables
+from mgpu_helpers.report import nccltests, sizes, tables
 
 
 def default_dir(root: str | None = None) -> str:
-    """``<root>/lab_reports/<YYYYmmdd-HHMMSS>`` (root: the current folder, or the repository root when
-    run from notebooks/, solutions/ or exercises/)."""
+    """``<root>/lab_reports/<YYYYmmdd-HHMMSS>`` (git-ignored; root: the current folder, or the repository root
+    when run from notebooks/, solutions/ or exercises/)."""
     if root is None:
         here = os.getcwd()
         inside = os.path.basename(here) in ("notebooks", "solutions", "exercises")
         root = os.path.dirname(here) if inside else here
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join(root, "lab_reports", stamp)
+    return os.path.join(root, "lab_reports", _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
 @dataclass
 class LabReport:
-    """A report built section by section, written as ``report.md`` plus one PNG per figure."""
-
     title: str
     sections: list = field(default_factory=list)  # (heading, markdown)
     figures: dict = field(default_factory=dict)  # file stem -> Figure
@@ -41,8 +29,7 @@ class LabReport:
         self.sections.append((heading, text.strip()))
 
     def add_table(self, heading: str, rows, columns, note: str = "") -> None:
-        text = tables.markdown_table(rows, columns)
-        self.sections.append((heading, (note.strip() + "\n\n" if note else "") + text))
+        self.sections.append((heading, (note.strip() + "\n\n" if note else "") + tables.markdown_table(rows, columns)))
 
     def add_code(self, heading: str, text: str) -> None:
         self.sections.append((heading, "```\n" + text.rstrip() + "\n```"))
@@ -73,58 +60,21 @@ class LabReport:
 # The mark of the lab's placeholder text: a conclusion that still holds it is not the learner's.
 PLACEHOLDER = "✎"
 
-# Column sets the lab uses.
-SWEEP_COLUMNS = [
-    ("op", "op", "{}"),
-    ("size", "size", "{}"),
-    ("nbytes", "bytes", "{:d}"),
-    ("time_us", "time (us)", "{:.1f}"),
-    ("algbw", "algbw (GB/s)", "{:.3f}"),
-    ("busbw", "busbw (GB/s)", "{:.3f}"),
-    ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}"),
-    ("ratio", "ours / nccl-tests", "{:.2f}"),
-]
-STEP_COLUMNS = [
-    ("size", "all-reduce size", "{}"),
-    ("compute_us", "compute (us)", "{:.0f}"),
-    ("wait_us", "wait (us)", "{:.0f}"),
-    ("comm_us", "all-reduce (us)", "{:.0f}"),
-    ("efficiency", "compute share", "{:.0%}"),
-    ("limited_by", "largest part", "{}"),
-]
-RANK_COLUMNS = [
-    ("rank", "rank", "{}"),
-    ("device", "device", "{}"),
-    ("shard", "shard [start, stop)", "{}"),
-    ("local", "local result", "{:.0f}"),
-    ("result", "all-reduce result", "{:.0f}"),
-    ("expected", "expected", "{:.0f}"),
-    ("ok", "correct", "{}"),
-]
+# The sweep's text-table columns, with the size in bytes and the reference's unit written out.
+_SWEEP, _REF_BUSBW = nccltests.SWEEP_COLUMNS, ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}")
+SWEEP_COLUMNS = [*_SWEEP[:2], ("nbytes", "bytes", "{:d}"), *_SWEEP[2:5], _REF_BUSBW, _SWEEP[6]]
+STEP_COLUMNS = [("size", "all-reduce size", "{}"), ("compute_us", "compute (us)", "{:.0f}")]
+STEP_COLUMNS += [("wait_us", "wait (us)", "{:.0f}"), ("comm_us", "all-reduce (us)", "{:.0f}")]
+STEP_COLUMNS += [("efficiency", "compute share", "{:.0%}"), ("limited_by", "largest part", "{}")]
+RANK_COLUMNS = [("rank", "rank", "{}"), ("device", "device", "{}"), ("shard", "shard [start, stop)", "{}")]
+RANK_COLUMNS += [("local", "local result", "{:.0f}"), ("result", "all-reduce result", "{:.0f}")]
+RANK_COLUMNS += [("expected", "expected", "{:.0f}"), ("ok", "correct", "{}")]
 CLAIM_COLUMNS = [("claim", "结论", "{}"), ("verdict", "测量是否支持", "{}"), ("evidence", "依据", "{}")]
 
 
-def build_report(
-    title: str,
-    setup: str,
-    topology: str,
-    rank_rows,
-    sweep_rows,
-    step_rows,
-    compare: dict,
-    review,
-    conclusion: str,
-    figures: dict,
-) -> LabReport:
-    """The lab report from the lab's results (all plain data, so tests can build one without ranks).
-
-    ``rank_rows``: the learner's ownership check, one dict per rank; ``sweep_rows``: sweep rows as dicts
-    with the nccl-tests columns (:func:`mgpu_helpers.report.nccltests.compare_with_reference`);
-    ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``compare``: ``{"rows": [...],
-    "note": str}`` for all-reduce vs reduce-scatter + all-gather; ``review``: the verdicts of
-    :func:`mgpu_helpers.checks.lab.review_conclusions` on the learner's claims; ``conclusion``: the learner's
-    own paragraph; ``figures``: ``{name: (caption, Figure)}``, saved as PNG next to the report.
-    """
+def build_report(title, setup, topology, rank_rows, sweep_rows, step_rows, compare, review, conclusion, figures):
+    """The lab report from the lab's results, all plain data (``compare``: ``{"rows": [...], "note": str}``;
+    ``review``: verdicts of :func:`mgpu_helpers.checks.lab.review_conclusions`; ``figures``: name -> (caption, fig))."""
     if conclusion is None or not str(conclusion).strip() or PLACEHOLDER in str(conclusion):
         raise ValueError(
             "the report needs the learner's own conclusion: my_conclusion is still None or the "
@@ -134,25 +84,17 @@ def build_report(
     report.add_text("环境", setup)
     report.add_code("拓扑摘要", topology)
     report.add_table("逐 Rank 输出", [dict(r, ok="yes" if r.get("ok") else "NO") for r in rank_rows], RANK_COLUMNS)
+    note = "algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
+    note += "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。"
     report.add_table(
-        "消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）",
-        sweep_rows,
-        SWEEP_COLUMNS,
-        note="algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
-        "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。",
+        "消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）", sweep_rows, SWEEP_COLUMNS, note=note
     )
     steps = [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows]
     report.add_table("一步的时间拆分：计算 / 等待 / All-Reduce", steps, STEP_COLUMNS)
+    heads = {"approach": "做法", "result": "每个 Rank 得到", "buffer": "通信 Buffer / Rank", "time": "时间"}
+    columns = [(key, head, "{}") for key, head in heads.items()]
     report.add_table(
-        "All-Reduce 与 Reduce-Scatter + All-Gather",
-        compare["rows"],
-        [
-            ("approach", "做法", "{}"),
-            ("result", "每个 Rank 得到", "{}"),
-            ("buffer", "通信 Buffer / Rank", "{}"),
-            ("time", "时间", "{}"),
-        ],
-        note=compare.get("note", ""),
+        "All-Reduce 与 Reduce-Scatter + All-Gather", compare["rows"], columns, note=compare.get("note", "")
     )
     for name, (caption, fig) in figures.items():
         report.add_figure(caption, name, fig, caption)
@@ -162,12 +104,7 @@ def build_report(
 
 
 def lab_run(step_rows, wait_us, rounds, sweep_rows, peak_GBps, world_size: int) -> dict:
-    """Everything one run of the lab measured that its conclusions are checked against, as plain data.
-
-    ``step_rows``: :func:`mgpu_helpers.measure.sweep.combine_steps` rows; ``wait_us[rank][i]``: each rank's
-    median wait at size i (:func:`mgpu_helpers.measure.sweep.per_rank_wait_us`); ``rounds``: the repeated
-    ``{op: time_us}`` of :func:`mgpu_helpers.measure.sweep.run_repeats`; ``sweep_rows``: the sweep's rows;
-    ``peak_GBps``: the link's peak one way (None when unknown)."""
+    """Everything one run of the lab measured that its conclusions are checked against, as plain data."""
     return {
         "step_rows": [dict(r) for r in step_rows],
         "wait_us": [list(w) for w in wait_us],

@@ -1,30 +1,21 @@
-"""The nccl-tests tables recorded on 2 x H200 (``mgpu_helpers/data/nccltests_*.txt``): read them, look a
-size up, set a sweep beside them, and take the recorded reduce-scatter + all-gather against all-reduce apart.
-
-Every file is the unchanged output of NVIDIA nccl-tests (``all_reduce_perf`` etc.); its comment lines say
-where and how it was measured (:func:`reference_header`). Bandwidths are GB/s (1e9 bytes per second).
+"""The nccl-tests tables recorded on 2 x H200 (``data/nccltests_*.txt``, the unchanged output of ``*_perf``, whose
+comment lines say where and how): look a size up, set a sweep beside them. Bandwidths are GB/s (1e9 bytes/s).
 """
 
 import re
 
 from mgpu_helpers.report import recorded, sizes, tables
 
-_ROW = re.compile(
-    r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+"
-    + r"\s+".join([r"([\d.]+)"] * 3)
-    + r"\s+(\S+)\s+"
-    + r"\s+".join([r"([\d.]+)"] * 3)
-    + r"\s+(\S+)\s*$"
-)
-
+# size, count, type, redop, root, then time, algbw, busbw and the error count, out of place then in place
+_TIMED = r"\s+([\d.]+)" * 3 + r"\s+(\S+)"
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + _TIMED * 2 + r"\s*$")
 
 # The timed columns, out-of-place then in-place.
 _TIMES = ("time_us", "algbw", "busbw", "inplace_time_us", "inplace_algbw", "inplace_busbw")
 
 
 def parse_nccl_tests(text: str) -> list[dict]:
-    """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop, time_us, algbw, busbw``
-    (out-of-place) and ``inplace_time_us, inplace_algbw, inplace_busbw``; comment lines are skipped."""
+    """Rows of an nccl-tests ``*_perf`` output: ``nbytes, count, type, redop`` and the :data:`_TIMES`."""
     rows = []
     for m in filter(None, map(_ROW.match, text.splitlines())):  # a comment line starts with "#", never matches
         g = m.groups()  # g[4] is the root, g[8] and g[12] the error counts
@@ -34,13 +25,12 @@ def parse_nccl_tests(text: str) -> list[dict]:
 
 
 def reference_header(op: str) -> list[str]:
-    """The comment lines of the recorded reference for ``op`` (where and how it was measured)."""
+    """The comment lines of the recorded reference for ``op``."""
     return [ln.rstrip() for ln in recorded.text(f"nccltests_{op}.txt").splitlines() if ln.startswith("#")]
 
 
 def load_reference(op: str) -> list[dict]:
-    """nccl-tests rows recorded on 2 x H200 for ``op`` (all_reduce, reduce_scatter, all_gather or sendrecv);
-    rs_ag has no nccl-tests counterpart and gives []."""
+    """The recorded rows of ``op``; [] for one not recorded (rs_ag has no nccl-tests counterpart)."""
     name = f"nccltests_{op}.txt"
     return parse_nccl_tests(recorded.text(name)) if recorded.path(name).exists() else []
 
@@ -56,8 +46,7 @@ def recorded_row(op: str, nbytes: int) -> dict | None:
 
 
 def reference_busbw(op: str, nbytes: int, inplace: bool | None = None) -> float | None:
-    """nccl-tests busbw (GB/s) recorded for ``op`` at exactly ``nbytes``: the in-place or out-of-place
-    column (default: the one that matches how the sweep runs ``op``); None if not recorded."""
+    """Recorded busbw of ``op`` at ``nbytes`` or None; ``inplace`` default: as the sweep runs ``op``."""
     inplace = REFERENCE_INPLACE.get(op, False) if inplace is None else inplace
     r = recorded_row(op, nbytes)
     return None if r is None else r["inplace_busbw" if inplace else "busbw"]
@@ -69,9 +58,8 @@ def reference_curves(ops=("all_reduce", "reduce_scatter", "all_gather")) -> dict
 
 
 def compare_with_reference(rows) -> list[dict]:
-    """Each sweep row as a dict plus ``ref_busbw`` (GB/s) and ``ratio`` (ours / reference) where the
-    recorded table has that size; None elsewhere. Only NCCL rows on 2 ranks are compared: the reference
-    was measured with NCCL on 2 GPUs, and gloo on the CPU is a different thing altogether."""
+    """Each sweep row as a dict plus ``ref_busbw`` and ``ratio`` (ours / reference) where recorded. Only NCCL rows
+    on 2 ranks are compared: the reference was measured so, and gloo on the CPU is another thing altogether."""
     out = []
     for d in map(tables.as_dict, rows):
         ref = reference_busbw(d["op"], d["nbytes"]) if d.get("world_size") == 2 and d.get("backend") == "nccl" else None
@@ -81,26 +69,14 @@ def compare_with_reference(rows) -> list[dict]:
     return out
 
 
-SWEEP_COLUMNS = [
-    ("op", "op", "{}"),
-    ("size", "size", "{}"),
-    ("time_us", "time (us)", "{:.1f}"),
-    ("algbw", "algbw (GB/s)", "{:.3f}"),
-    ("busbw", "busbw (GB/s)", "{:.3f}"),
-    ("ref_busbw", "nccl-tests busbw", "{:.2f}"),
-    ("ratio", "ours / nccl-tests", "{:.2f}"),
-]
+SWEEP_COLUMNS = [("op", "op", "{}"), ("size", "size", "{}"), ("time_us", "time (us)", "{:.1f}")]
+SWEEP_COLUMNS += [("algbw", "algbw (GB/s)", "{:.3f}"), ("busbw", "busbw (GB/s)", "{:.3f}")]
+SWEEP_COLUMNS += [("ref_busbw", "nccl-tests busbw", "{:.2f}"), ("ratio", "ours / nccl-tests", "{:.2f}")]
 
 
 def sweep_table(rows, reference: bool = True) -> str:
-    """Sweep rows as a text table (:func:`mgpu_helpers.report.tables.format_table`), with the recorded
-    nccl-tests busbw and our share of it when ``reference``."""
-    columns = SWEEP_COLUMNS if reference else SWEEP_COLUMNS[:5]
-    return tables.format_table(compare_with_reference(rows), columns)
-
-
-# --------------------------------------------------------------------------------------------------------
-# The recorded reduce-scatter + all-gather against one all-reduce.
+    """Sweep rows as a text table, with the recorded busbw and our share of it when ``reference``."""
+    return tables.format_table(compare_with_reference(rows), SWEEP_COLUMNS if reference else SWEEP_COLUMNS[:5])
 
 
 def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:
@@ -111,14 +87,8 @@ def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:
 
 
 def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
-    """Reduce-scatter then all-gather against one all-reduce of ``nbytes``, from the recorded files.
-
-    All three in the same column (out-of-place by default). Returns the times (us) of all_reduce,
-    reduce_scatter, all_gather and their sum ``rs_ag_us``; each op's busbw; ``rs_ag_busbw`` (the sum's time
-    counted as an all-reduce, 2 ranks); ``time_ratio`` = rs_ag / all_reduce time and ``busbw_ratio`` = rs_ag
-    / all_reduce busbw (its inverse); ``launch_us``: the two launches' fixed cost, the smallest recorded
-    reduce-scatter and all-gather times (their messages are too small for bandwidth to matter).
-    """
+    """Reduce-scatter then all-gather against one all-reduce of ``nbytes``, from one column of the recorded files:
+    times (us), busbw, the sums and ratios, and ``launch_us``: the two launches' fixed cost (the smallest times)."""
     from mgpu_helpers.models import bandwidth
 
     tkey, bkey = ("inplace_time_us", "inplace_busbw") if inplace else ("time_us", "busbw")

@@ -1,14 +1,5 @@
-"""Progress bars for the loops a learner waits on: ``tqdm.auto``, the bar people know.
-
-``tqdm.auto`` draws an ipywidgets bar in a notebook and a text bar in a terminal; in the static export
-(:mod:`mgpu_helpers.tools.export`) the widget is replaced by the bar's last text, e.g.
-``sizes: 100%|##########| 3/3 [00:02<00:00, 1.20it/s]``.
-
-- :func:`bar`: a tqdm bar over a known ``total`` (``with bar(3, "sizes") as b: ... b.update()``).
-- :func:`iterate`: a loop wrapped in a bar (``for key, fn in iterate(rows.items(), "kernels"): ...``).
-- :func:`callback`: turn a ``progress=`` argument (None, True or a description) into ``(update, close)``;
-  the measuring functions take any of these.
-"""
+"""Progress bars for the loops a learner waits on: ``tqdm.auto``, an ipywidgets bar in a notebook and a text bar
+in a terminal (the static export shows the bar's last text)."""
 
 import sys
 
@@ -32,27 +23,22 @@ def iterate(items, desc: str = "", total: int | None = None, **kwargs):
 
 
 def callback(progress, desc: str = "progress"):
-    """``(update, close)`` for a ``progress`` argument.
-
-    ``None`` or ``False``: no bar (both do nothing). ``True`` or a string: a tqdm bar (the string is its
-    description), created on the first ``update(done, total)``.
-    """
+    """``(update, close)`` for a ``progress`` argument: None/False no bar, True or a description a tqdm bar."""
     if progress is None or progress is False:
         return (lambda done, total: None), (lambda: None)
     if progress is not True and not isinstance(progress, str):
         raise TypeError(f"progress must be None, True or a description; got {type(progress).__name__}")
     label = desc if progress is True else progress
-    state = {"bar": None}
+    made = []  # the bar, once the first update knows its total
 
     def update(done: int, total: int) -> None:
-        if state["bar"] is None:
-            state["bar"] = bar(total, label)
-        b = state["bar"]
-        b.total = total
-        b.update(done - b.n)
+        if not made:
+            made.append(bar(total, label))
+        made[0].total = total
+        made[0].update(done - made[0].n)
 
     def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].close()
+        for b in made:
+            b.close()
 
     return update, close

@@ -1,8 +1,6 @@
-"""The files of ``mgpu_helpers/data/``: recorded figures (each names where it was measured), the review questions and
-the projection-mode stylesheet. The library and the notebooks find and read them here.
-
-The package always lies on disk as files (the course installs its checkout in editable mode), so :data:`DATA_DIR` is
-a plain folder: ``python -m mgpu_helpers.bench ncu`` writes a new recording into it.
+"""The files of ``mgpu_helpers/data/`` (recordings, each naming where it was measured; the review questions; the
+projection stylesheet), read here only. The course installs its checkout in editable mode, so :data:`DATA_DIR`
+is a plain folder, which ``python -m mgpu_helpers.bench ncu`` writes new recordings into.
 """
 
 import json
@@ -19,12 +17,10 @@ def path(name: str) -> Path:
 
 
 def text(name: str) -> str:
-    """The text of ``data/<name>``."""
     return path(name).read_text(encoding="utf-8")
 
 
 def read_json(name: str):
-    """The JSON value in ``data/<name>``."""
     return json.loads(text(name))
 
 
@@ -34,6 +30,5 @@ def topology_matrix() -> topology.TopoMatrix:
 
 
 def nvlink_speeds() -> dict:
-    """``{"GPU0": [GB/s of each link, ...], ...}`` from ``nvidia-smi nvlink -s`` recorded on that host: per
-    direction, so their sum is one GPU's NVLink bandwidth each way."""
+    """``{"GPU0": [GB/s of each link, ...]}`` of ``nvidia-smi nvlink -s`` on that host, per direction."""
     return topology.parse_nvlink_speeds(text("nvlink_h200x2.txt"))

@@ -1,8 +1,5 @@
-"""Message sizes: the binary units, reading a size ('64M'), writing one ('64 MiB'), lists of sizes.
-
-One grammar for every command and notebook of the course: a whole number followed by an optional binary
-unit, case-insensitive: ``B``, ``K``/``KB``/``KiB``, ``M``/``MB``/``MiB``, ``G``/``GB``/``GiB`` (all powers of
-1024, as nccl-tests reads ``-b 1K -e 1G``).
+"""Message sizes: one grammar for every command and notebook, a whole number with an optional binary unit
+(``B``, ``K``/``KB``/``KiB``, ``M`` ..., ``G`` ..., any case; powers of 1024, as nccl-tests reads ``-b 1K -e 1G``).
 """
 
 import argparse
@@ -19,11 +16,7 @@ class SizeError(argparse.ArgumentTypeError, ValueError):
 
 
 def parse_size(text) -> int:
-    """'1K' -> 1024, '64M' -> 67108864, '1GiB' -> 1073741824, '4096' -> 4096 (binary units).
-
-    Raises :class:`SizeError` (a ``ValueError``) saying how to write a size for anything else, including
-    fractions ('1.5M') and zero or negative sizes.
-    """
+    """'1K' -> 1024, '64M', '4096' (binary units); :class:`SizeError` saying how to write one otherwise."""
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).upper() not in UNITS or int(m.group(1)) == 0:
         raise SizeError(
@@ -45,10 +38,9 @@ def sizes_between(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:
     """Message sizes from ``min_bytes`` to ``max_bytes`` (inclusive), each ``factor`` times the previous."""
     if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
         raise ValueError(f"need 0 < min_bytes <= max_bytes and factor >= 2, got {min_bytes}, {max_bytes}, {factor}")
-    out, n = [], int(min_bytes)
-    while n <= max_bytes:
-        out.append(n)
-        n *= factor
+    out = [int(min_bytes)]
+    while out[-1] * factor <= max_bytes:
+        out.append(out[-1] * factor)
     return out
 
 
@@ -57,5 +49,4 @@ def float32_elements(nbytes: int, world_size: int) -> int:
     (at least one element per rank), so that reduce-scatter and all-gather split it evenly."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
-    per_rank = max(1, int(nbytes) // (FLOAT32_BYTES * world_size))
-    return per_rank * world_size
+    return max(1, int(nbytes) // (FLOAT32_BYTES * world_size)) * world_size

@@ -1,9 +1,5 @@
-"""Tables of measured rows, as fixed-width text (for a terminal or a cell) and as Markdown (for a report).
-
-Both take the same column description: ``(key, header, format)`` triples, e.g.
-``("busbw", "busbw (GB/s)", "{:.2f}")``; rows are dicts (or objects with ``as_dict()``); a missing or
-None value prints as "-".
-"""
+"""Tables of measured rows as fixed-width text and as Markdown. Columns are ``(key, header, format)`` triples,
+e.g. ``("busbw", "busbw (GB/s)", "{:.2f}")``; rows are dicts or have ``as_dict()``."""
 
 import unicodedata
 
@@ -29,9 +25,8 @@ def _width(text: str) -> int:
 
 
 def format_table(rows, columns, sep: str = "  ", title: str = "", left=()) -> str:
-    """A fixed-width text table: ``title`` (when given), a header line, a rule, one line per row; the first
-    column and those whose key is in ``left`` (text, say) left-aligned, the others right-aligned, each as wide
-    as its widest entry, ``sep`` between them."""
+    """A fixed-width text table under ``title``: a header line, a rule, one line per row; the first column and
+    those whose key is in ``left`` left-aligned, the others right-aligned."""
     cells = [[cell_text(as_dict(r).get(k), f) for k, _, f in columns] for r in rows]
     heads = [h for _, h, _ in columns]
     widths = [max(_width(v) for v in [h] + [line[i] for line in cells]) for i, h in enumerate(heads)]

@@ -1,9 +1,6 @@
-"""The course's widgets. Each module has a pure drawing function (matplotlib, works in static HTML and in
-tests) and a thin ipywidgets wrapper around it. Import the module you need; nothing here imports ipywidgets
-until a widget is built.
-
-A drawing function returns its Figure made with pyplot, so Jupyter's inline backend shows it at the end of the
-cell; close it with ``plt.close(fig)`` when drawing many (``style.show`` displays and closes it)."""
+"""The course's widgets: pure drawing functions (matplotlib, for static HTML and tests) with thin ipywidgets
+wrappers, which import ipywidgets only when a widget is built. A drawing returns its pyplot Figure, which
+Jupyter shows at the end of the cell; ``style.show`` displays and closes it."""
 
 from mgpu_helpers.lazy import attach
 

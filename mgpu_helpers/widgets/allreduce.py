@@ -1,15 +1,10 @@
-"""The all-reduce results widget: each rank's input and output, side by side, from a real run.
+"""Collectives drawn as grids of boxes, one row per rank: a real run's inputs and outputs, the hand-written ring's
+steps, and one all-reduce beside a reduce-scatter then an all-gather. Pure drawings; the widgets add controls."""
 
-Pure drawings (data in, matplotlib Figure out, no torch; the expected outputs come from
-:mod:`mgpu_helpers.models.collectives`): :func:`draw_collective` (recorded inputs and outputs; renders in static
-HTML), :func:`draw_ring_steps` (which chunk each rank holds after every step of the hand-written ring),
-:func:`draw_step` (one frame of :func:`mgpu_helpers.models.collective_steps.ring_all_reduce_steps`: one all-reduce
-beside a reduce-scatter followed by an all-gather) and :func:`draw_rs_ag_vs_all_reduce` (their key frames).
-Widgets: :func:`show_steps` adds a step slider; :func:`show_allreduce` puts controls and a Run button around the
-runner the caller passes, which launches the ranks (:func:`mgpu_helpers.runs.collectives.run_and_draw`).
-"""
-
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import PatchCollection
+from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from mgpu_helpers.models.collectives import COLLECTIVES, PATTERNS, REDUCE_OPS, REDUCING
 from mgpu_helpers.widgets import style
@@ -37,29 +32,20 @@ def _table(ax, rows, title: str, colours) -> None:
         for i, v in enumerate(row or ()):
             boxes.append(_box(i, r, colours[r % len(colours)]))
             ax.text(i, r, _fmt(v), fontsize=st.font_size * (0.9 if width < 10 else 0.7), **_CENTRED)
-    _add_boxes(ax, boxes)
-    _finish(ax, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
+    _finish(ax, boxes, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
 
 
-def _finish(ax, xlim, ylim, title: str, title_size: float) -> None:
-    """A grid of boxes' axes: these limits, equal aspect, no axis lines, the title."""
+def _finish(ax, boxes, xlim, ylim, title: str, title_size: float) -> None:
+    """The boxes as one collection, drawn in list order (one artist, not one ``add_patch`` each: hundreds of
+    patches drew slowly), then these limits, equal aspect, no axis lines and the title."""
+    ax.add_collection(PatchCollection(boxes, match_original=True), autolim=False)
     ax.set(xlim=xlim, ylim=ylim, aspect="equal")
     ax.axis("off")
     ax.set_title(title, fontsize=title_size, y=1.0)  # a fixed y: no costly title placement
 
 
-def _add_boxes(ax, boxes) -> None:
-    """Add the boxes as one collection, drawn in list order: one artist to lay out and draw, not one per box
-    (each ``add_patch`` also updated the data limits, which the caller sets anyway)."""
-    from matplotlib.collections import PatchCollection
-
-    ax.add_collection(PatchCollection(boxes, match_original=True), autolim=False)
-
-
 def _box(x, y, colour, rounded: bool = True):
     """One value's box; plain rectangles where a frame has n * n of them (rounded boxes draw slowly)."""
-    from matplotlib.patches import FancyBboxPatch, Rectangle
-
     look = dict(facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=style.current().line_width / 2)
     if rounded:
         return FancyBboxPatch((x - 0.42, y - 0.36), 0.84, 0.72, boxstyle="round,pad=0.02", **look)
@@ -68,8 +54,6 @@ def _box(x, y, colour, rounded: bool = True):
 
 def _outline(x, y):
     """The frame around the chunk a rank has just received."""
-    from matplotlib.patches import Rectangle
-
     black = style.PALETTE["black"]
     return Rectangle((x - 0.46, y - 0.4), 0.92, 0.8, fill=False, edgecolor=black, linewidth=style.current().line_width)
 
@@ -78,13 +62,7 @@ _RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple",
 
 
 def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | None = None):
-    """Figure: each rank's input (left) and output (right) of collective ``name``.
-
-    ``inputs``: list (per rank) of lists of numbers; ``outputs``: the same, None for a rank that receives
-    nothing.
-    """
-    import matplotlib.pyplot as plt
-
+    """Each rank's input (left) and output (right, None: receives nothing) of collective ``name``."""
     n = len(inputs)
     width = max([len(r) for r in list(inputs) + list(outputs) if r is not None] + [1])
     w_in = max(len(r) for r in inputs)
@@ -105,23 +83,16 @@ def _label(value: float, world_size: int, as_ranks: bool) -> str:
 
 
 def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None):
-    """Figure: what each rank holds after every step of the ring all-reduce.
-
-    ``records[rank]`` is what :func:`mgpu_helpers.lessons.ring.ring_all_reduce_steps` returned on that rank
-    (one element per chunk works best). With ``as_ranks`` and inputs 2**rank (pattern "powers of two"),
-    each value is written as the ranks it sums, e.g. "1+2". The chunk a rank has just received is outlined.
-    """
-    import matplotlib.pyplot as plt
-
+    """What each rank holds after every step of the hand-written ring (``records[rank]``), the chunk just received
+    outlined; ``as_ranks``: with inputs 2**rank, each value written as the ranks it sums ("1+2")."""
     n = len(records)
     steps = len(records[0]) if max_steps is None else min(max_steps, len(records[0]))
     length = len(records[0][0][-1])
     st = style.current()
     # Two rows: the input then the reduce-scatter steps; the all-gather steps below them.
     cols = max(1, (steps + 1) // 2) if steps > 1 else 1
-    fig = plt.figure(
-        figsize=style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n)), layout="constrained"
-    )
+    size = style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n))
+    fig = plt.figure(figsize=size, layout="constrained")
     grid = np.atleast_2d(fig.subplots(2 if steps > 1 else 1, cols))
     for ax in grid.flat:
         ax.axis("off")
@@ -139,18 +110,13 @@ def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None
                     outlines.append(_outline(i, r))
                 ax.text(i, r, _label(v, n, as_ranks), fontsize=st.font_size * 0.7, **_CENTRED)
             ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
-        _add_boxes(ax, boxes + outlines)
         title = "input" if phase == "input" else f"{phase} step {step + 1}"
-        _finish(ax, (-2.0, length - 0.4), (n - 0.4, -0.8), title, st.font_size * 0.85)
+        _finish(ax, boxes + outlines, (-2.0, length - 0.4), (n - 0.4, -0.8), title, st.font_size * 0.85)
     return fig
 
 
 def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", pattern: str = "rank", op: str = "sum"):
-    """ipywidgets: pick the collective, op, world size and input pattern; Run calls ``runner``.
-
-    ``runner(name, world_size, pattern, op) -> (figure, run)`` with ``run.ok``, e.g.
-    :func:`mgpu_helpers.runs.collectives.run_and_draw`, which starts real ranks.
-    """
+    """ipywidgets: collective, op, world size and inputs; Run calls ``runner(name, world_size, pattern, op)``."""
     import ipywidgets as w
 
     coll = w.Dropdown(options=list(COLLECTIVES), value=name, description="collective")
@@ -167,11 +133,8 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
             try:
                 fig, result = runner(coll.value, ws.value, pat.value, opw.value)
                 style.show(fig)
-                print(
-                    "every rank's output matches the expected result"
-                    if result.ok
-                    else "MISMATCH: some rank's output differs from the expected result"
-                )
+                ok = "every rank's output matches" if result.ok else "MISMATCH: some rank's output differs from"
+                print(ok + " the expected result")
             except Exception as exc:  # show the error in the widget, keep the widget usable
                 print(f"{type(exc).__name__}: {exc}")
             finally:
@@ -180,8 +143,6 @@ def show_allreduce(runner, world_size: int = 4, name: str = "all_reduce", patter
     run.on_click(on_run)
     return w.VBox([w.HBox([coll, opw]), w.HBox([ws, pat, run]), out])
 
-
-# -- step by step: one all-reduce against a reduce-scatter then an all-gather ------------------------------------
 
 # chunk colours without green: green marks a chunk that sums every rank
 _CHUNK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "sky", "purple", "yellow", "vermillion", "grey")]
@@ -207,8 +168,8 @@ def step_caption(steps, k: int) -> str:
 
 
 def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
-    """One frame on ``ax``: ranks as rows, chunks as columns. ``split``: the reduce-scatter + all-gather view,
-    in which, between the two calls, a rank keeps only its own chunk (the others are not part of the result)."""
+    """Ranks as rows, chunks as columns. ``split``: the reduce-scatter + all-gather view, in which, between the
+    two calls, a rank keeps only its own chunk (the others are not part of the result)."""
     st = style.current()
     f = steps.frames[k]
     n = steps.world_size
@@ -225,66 +186,46 @@ def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
             ax.text(c, r, label, fontsize=st.font_size * (0.75 if n <= 4 else 0.55), **_CENTRED)
             if f.received[r] == c:
                 outlines.append(_outline(c, r))
-    _add_boxes(ax, boxes + outlines)
-    _finish(ax, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
-
-
-def _view_titles(steps, k: int):
-    f = steps.frames[k]
-    if f.phase == "input":
-        where = zh_or_en("输入", "input")
-    else:
-        where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{steps.world_size - 1}"
-    one = zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
-    if f.phase == "reduce_scatter" and k == steps.rs_done:
-        two = zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
-    else:
-        call = "reduce_scatter" if f.phase != "all_gather" else "all_gather"
-        two = zh_or_en(
-            f"{call}（两次调用之{'一' if call == 'reduce_scatter' else '二'}）· {where}", f"{call} - {where}"
-        )
-    return one, two
+    _finish(ax, boxes + outlines, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
 
 
 def draw_step(steps, k: int):
-    """Figure of frame ``k`` of ``steps`` (:class:`~mgpu_helpers.models.collective_steps.RingSteps`): the one-call
-    all-reduce on the left, reduce-scatter + all-gather on the right. Returns the matplotlib Figure."""
+    """Frame ``k`` of ``steps`` (a ``RingSteps``): one all-reduce left, reduce-scatter + all-gather right."""
     if not 0 <= k < len(steps.frames):
         raise ValueError(f"step must be in 0..{len(steps.frames) - 1}, got {k}")
-    with cjk_fonts():
-        fig = _frames_figure(steps, [k], sent=False)
-        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.88, wspace=0.1)
-    return fig
-
-
-def _frames_figure(steps, keys, sent: bool):
-    """Frames ``keys`` as columns, one all-reduce in the top row, reduce-scatter + all-gather in the bottom one
-    (side by side for a single frame); ``sent`` adds the bytes each rank has sent to the titles."""
-    import matplotlib.pyplot as plt
-
-    n, cols = steps.world_size, len(keys)
-    shape = (2, cols) if cols > 1 else (1, 2)
-    fig, axes = plt.subplots(*shape, figsize=style.figsize(shape[1] * (0.75 * n + 1.6), shape[0] * (0.55 * n + 1.0)))
-    axes = axes.reshape(2, cols)
-    for col, k in enumerate(keys):
-        extra = f"  [{steps.frames[k].sent[0]:.3g} S]" if sent else ""
-        for row, title in enumerate(_view_titles(steps, k)):
-            _draw_frame(axes[row, col], steps, k, bool(row), title + extra)
-    return fig
+    return _frames_figure(steps, [k], sent=False, top=0.88)
 
 
 def draw_rs_ag_vs_all_reduce(steps):
-    """Static figure: the input, the end of the reduce-scatter half and the end, for both ways (rows), with
-    the bytes each rank has sent at each moment. Returns the matplotlib Figure."""
+    """The input, the end of the reduce-scatter half and the end, both ways (rows), with the bytes sent so far."""
+    return _frames_figure(steps, (0, steps.rs_done, len(steps.frames) - 1), sent=True, top=0.92)
+
+
+def _frames_figure(steps, keys, sent: bool, top: float):
+    """Frames ``keys`` as columns, one all-reduce in the top row, reduce-scatter + all-gather in the bottom one
+    (side by side for a single frame); ``sent`` adds the bytes each rank has sent to the titles."""
+    n, cols = steps.world_size, len(keys)
+    shape = (2, cols) if cols > 1 else (1, 2)
     with cjk_fonts():
-        fig = _frames_figure(steps, (0, steps.rs_done, len(steps.frames) - 1), sent=True)
-        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.92, wspace=0.1, hspace=0.25)
+        fig, axes = plt.subplots(*shape, figsize=style.figsize(shape[1] * (0.75 * n + 1.6), shape[0] * (0.55 * n + 1)))
+        for col, k in enumerate(keys):
+            f = steps.frames[k]
+            where = f"{'RS' if f.phase == 'reduce_scatter' else 'AG'} {f.step + 1}/{n - 1}"
+            where = zh_or_en("输入", "input") if f.phase == "input" else where
+            call, nth = ("all_gather", "二") if f.phase == "all_gather" else ("reduce_scatter", "一")
+            two = zh_or_en(f"{call}（两次调用之{nth}）· {where}", f"{call} - {where}")
+            if f.phase == "reduce_scatter" and k == steps.rs_done:
+                two = zh_or_en("Reduce-Scatter 结束：只留自己那一片", "after reduce_scatter: own chunk only")
+            one = zh_or_en(f"All-Reduce（一次调用）· {where}", f"all_reduce (one call) - {where}")
+            extra = f"  [{f.sent[0]:.3g} S]" if sent else ""
+            for row, title in enumerate((one, two)):
+                _draw_frame(axes.reshape(2, cols)[row, col], steps, k, bool(row), title + extra)
+        fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=top, wspace=0.1, hspace=0.25)
     return fig
 
 
 def show_steps(steps):
-    """ipywidgets: a step slider over the frames of ``steps``; each move redraws :func:`draw_step` and prints
-    :func:`step_caption`. Takes the data, computes nothing itself."""
+    """ipywidgets: a step slider over the frames of ``steps``, redrawing :func:`draw_step` and its caption."""
     import ipywidgets as w
 
     slider = w.IntSlider(value=0, min=0, max=len(steps.frames) - 1, description="第几步", continuous_update=False)

@@ -1,9 +1,7 @@
-"""Figures of measured collectives: bus bandwidth over message size, and a step split into its phases.
+"""Figures of rows measured by :mod:`mgpu_helpers.measure.sweep`: bus bandwidth over message size, and a step
+split into compute / wait / communicate per message size."""
 
-Pure drawing from rows already measured by :mod:`mgpu_helpers.measure.sweep` (nothing is computed here but the
-plot): :func:`draw_busbw` (busbw per op against size, log-log, with the nccl-tests reference where
-given) and :func:`draw_step_breakdown` (compute / wait / communicate per message size, stacked).
-"""
+import matplotlib.pyplot as plt
 
 from mgpu_helpers.report import tables
 from mgpu_helpers.report.sizes import format_bytes
@@ -12,17 +10,9 @@ from mgpu_helpers.widgets import style
 OP_COLOURS = {"all_reduce": "blue", "reduce_scatter": "orange", "all_gather": "green", "rs_ag": "purple"}
 
 
-def _size_ticks(ax, sizes):
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes, [format_bytes(s) for s in sizes], rotation=45, ha="right")
-    ax.minorticks_off()
-
-
 def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth by message size"):
     """busbw (GB/s) against message size, one line per op; ``reference``: ``{op: [(nbytes, busbw), ...]}``
-    drawn dashed (e.g. :func:`mgpu_helpers.report.nccltests.reference_curves`). ``rows``: :class:`~mgpu_helpers.measure.sweep.SweepRow` objects or dicts."""
-    import matplotlib.pyplot as plt
-
+    drawn dashed (e.g. :func:`mgpu_helpers.report.nccltests.reference_curves`); ``rows``: ``SweepRow`` or dicts."""
     rows = [tables.as_dict(r) for r in rows]
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
@@ -35,7 +25,9 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
             dashed = dict(linestyle="--", color=colour, alpha=0.6, linewidth=st.line_width * 0.8)
             ax.plot(*zip(*sorted(reference[op])), **dashed, label=f"{op} (nccl-tests, 2 x H200)")
     sizes = sorted({r["nbytes"] for r in rows})
-    _size_ticks(ax, sizes)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [format_bytes(s) for s in sizes], rotation=45, ha="right")
+    ax.minorticks_off()
     ax.set(yscale="log", xlabel="message size", ylabel="busbw (GB/s)")
     ax.set_title(title, fontsize=st.font_size)
     ax.grid(alpha=0.3, which="both")
@@ -45,10 +37,7 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
 
 
 def draw_step_breakdown(step_rows, title: str = "one step: compute, wait, all-reduce"):
-    """Stacked bars per message size (us, log scale off): compute, wait, communicate; the compute share
-    (efficiency) written above each bar. ``step_rows`` from :func:`mgpu_helpers.measure.sweep.combine_steps`."""
-    import matplotlib.pyplot as plt
-
+    """Stacked compute, wait, communicate bars per message size, the compute share above each."""
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
     xs = range(len(step_rows))

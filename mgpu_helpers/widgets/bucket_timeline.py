@@ -1,11 +1,7 @@
-"""Bucket timeline: per rank, the backward on one lane and each collective, from issue to completion, on another.
+"""Bucket timeline: per rank, the backward on one lane and each collective, from issue to completion, on another;
+the part of a collective after the backward ended is drawn in the wait colour: communication not hidden."""
 
-Only drawing. :func:`draw_bucket_timelines` takes ``{title: spans_per_rank}`` (what
-:func:`mgpu_helpers.measure.profile.spans_from_trace` reads from a merged trace, or ``RankResults.spans``): the
-``compute`` spans named ``backward ...`` and the ``communicate`` spans recorded by
-:mod:`mgpu_helpers.measure.comm_spans`. The part of each collective that lies after the backward ended is drawn
-darker: that is the time the step waits for communication it could not hide.
-"""
+import matplotlib.pyplot as plt
 
 from mgpu_helpers.widgets import style
 
@@ -41,21 +37,21 @@ def _lanes(ax, spans_per_rank, t0: float) -> float:
 
 
 def draw_bucket_timelines(runs: dict, steps: int | None = None):
-    """Several runs (``{title: spans_per_rank}``) stacked on one time axis, each from its own first span.
-
-    ``steps``: draw only the first ``steps`` backward spans of each rank and the collectives that start
-    before the next one (default: everything)."""
-    import matplotlib.pyplot as plt
-
+    """Several runs (``{title: spans_per_rank}``) stacked on one time axis, each from its own first span;
+    ``steps``: only the first ``steps`` backward spans of each rank and what starts before the next one."""
     st = style.current()
     size = style.figsize(8, 0.75 * sum(len(v) for v in runs.values()) + 1.1 * len(runs))
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     right = 0.0
     for ax, (title, spans_per_rank) in zip(axes[:, 0], runs.items()):
-        if steps is not None:
-            spans_per_rank = [_first_steps(spans, steps) for spans in spans_per_rank]
-        starts = [s.start for spans in spans_per_rank for s in spans]
-        right = max(right, _lanes(ax, spans_per_rank, min(starts) if starts else 0.0))
+        if steps is not None:  # each rank's spans that start before its (steps + 1)-th backward
+            cut = []
+            for spans in spans_per_rank:
+                bw = sorted(s.start for s in spans if s.kind == "compute" and s.name.startswith("backward"))
+                cut.append([s for s in spans if len(bw) <= steps or s.start < bw[steps]])
+            spans_per_rank = cut
+        t0 = min((s.start for spans in spans_per_rank for s in spans), default=0.0)
+        right = max(right, _lanes(ax, spans_per_rank, t0))
         ax.set_title(title, fontsize=st.font_size)
         ax.grid(axis="x", alpha=0.3)
     for ax in axes[:, 0]:
@@ -67,13 +63,3 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
     style.patch_legend(fig, {label: style.KIND_COLOURS[kind] for label, kind in kinds.items()}, **legend)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
-
-
-def _first_steps(spans, steps: int):
-    backward = sorted(
-        (s for s in spans if s.kind == "compute" and s.name.startswith("backward")), key=lambda s: s.start
-    )
-    if len(backward) <= steps:
-        return list(spans)
-    cut = backward[steps].start
-    return [s for s in spans if s.start < cut]

@@ -1,47 +1,25 @@
-"""The chapter's knowledge map: CUDA basics -> torch.distributed tools -> communication patterns.
+"""The chapter's knowledge map: CUDA basics -> torch.distributed tools -> communication patterns, each topic with
+the notebook that teaches it. Labels are English (the course's terms): no Chinese font needed."""
 
-:data:`KNOWLEDGE_MAP` holds the content (three columns of topics, each with the notebook that teaches it,
-and the links between them); :func:`draw_knowledge_map` draws it with matplotlib boxes and arrows.
-Labels are English (the course's terms), so the figure renders with matplotlib's default fonts.
-"""
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from mgpu_helpers.widgets import style
 
+# Each column's topics, with the notebook that teaches each.
+_CUDA = [("Host vs Device", "01"), ("Kernel, Grid / Block / Thread", "01"), ("SIMT and warps", "01")]
+_CUDA += [("cudaMalloc/cudaMemcpy, checks", "01"), ("block size, registers, occupancy", "02")]
+_TOOLS = [("process group: init_process_group", "03"), ("backend: nccl (GPU) / gloo (CPU)", "03")]
+_TOOLS += [("init_method: env:// tcp:// file://", "03"), ("rank, world_size, device", "03")]
+_TOOLS += [("launch: spawn / torchrun / run_ranks", "03")]
+_COMM = [("point-to-point: send / recv", "04"), ("isend / irecv, batch_isend_irecv", "04")]
+_COMM += [("Broadcast, Reduce, Gather / Scatter", "05"), ("All-Reduce (DDP gradients)", "05")]
+_COMM += [("All-Gather, Reduce-Scatter, ring, busbw", "05")]
 # (column title, colour key, [(topic, notebook), ...])
 KNOWLEDGE_MAP = [
-    (
-        "CUDA basics (the foundation)",
-        "blue",
-        [
-            ("Host vs Device", "01"),
-            ("Kernel, Grid / Block / Thread", "01"),
-            ("SIMT and warps", "01"),
-            ("cudaMalloc/cudaMemcpy, checks", "01"),
-            ("block size, registers, occupancy", "02"),
-        ],
-    ),
-    (
-        "torch.distributed (the tools)",
-        "orange",
-        [
-            ("process group: init_process_group", "03"),
-            ("backend: nccl (GPU) / gloo (CPU)", "03"),
-            ("init_method: env:// tcp:// file://", "03"),
-            ("rank, world_size, device", "03"),
-            ("launch: spawn / torchrun / run_ranks", "03"),
-        ],
-    ),
-    (
-        "communication (the core mechanism)",
-        "green",
-        [
-            ("point-to-point: send / recv", "04"),
-            ("isend / irecv, batch_isend_irecv", "04"),
-            ("Broadcast, Reduce, Gather / Scatter", "05"),
-            ("All-Reduce (DDP gradients)", "05"),
-            ("All-Gather, Reduce-Scatter, ring, busbw", "05"),
-        ],
-    ),
+    ("CUDA basics (the foundation)", "blue", _CUDA),
+    ("torch.distributed (the tools)", "orange", _TOOLS),
+    ("communication (the core mechanism)", "green", _COMM),
 ]
 
 # What each arrow between two columns means.
@@ -50,9 +28,6 @@ ARROWS = ["one process per GPU;\nNCCL moves\ndevice memory", "a process group\nl
 
 def draw_knowledge_map(highlight: int | None = None):
     """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
     st = style.current()
     fig = plt.figure(figsize=style.figsize(13, 6.2))
     ax = fig.add_axes([0, 0, 1, 1])

@@ -1,13 +1,10 @@
-"""Predict, then measure: the learner's guess set beside what the machine measured, in one line.
-
-A notebook first asks for a prediction in a cell of its own (a number or a choice; ``None`` until the learner
-writes it, so that the notebook still runs unattended), then measures, then calls :func:`compare` (numbers) or
-:func:`compare_choice` (choices). The line says how far the guess was, never whether the learner "passed": a
-prediction is for thinking, not a grade. A prediction still ``None`` gets the measurement and a reminder that
-the point was to guess first.
-"""
+"""Predict, then measure: the learner's guess (``None`` until written, so a notebook still runs unattended) beside
+the measurement, in one line that says how far it was, never whether the learner "passed"."""
 
 import math
+
+# What a prediction still None is told beside the measurement.
+UNWRITTEN = "你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，对照着看才知道自己的直觉差在哪里。"
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -28,53 +25,34 @@ def ratio_text(predicted: float, measured: float) -> str:
 
 
 def compare(name: str, predicted: float, measured: float, unit: str = "", show: bool = True) -> str:
-    """One line: the prediction, the measurement and their ratio; printed when ``show``, always returned.
-
-    Raises ``ValueError`` with what to write when the prediction is not a number (``None``: not written yet).
-    """
+    """One line: prediction, measurement and their ratio (printed when ``show``); ValueError if not a number."""
     if predicted is None:
-        return _unwritten(name, _fmt(float(measured), unit), show)
+        return _said(name, f"{name}：测量 {_fmt(float(measured), unit)}。{UNWRITTEN}", show, written=False)
     try:
         predicted = float(predicted)
     except (TypeError, ValueError):
         raise ValueError(f"{name}：预测要写成一个数（例如 0.5），现在是 {predicted!r}") from None
-    _written(name)
-    return _said(
-        f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，"
-        f"{ratio_text(predicted, float(measured))}。",
-        show,
-    )
+    ratio = ratio_text(predicted, float(measured))
+    return _said(name, f"{name}：你的预测 {_fmt(predicted, unit)}，测量 {_fmt(float(measured), unit)}，{ratio}。", show)
 
 
 def compare_choice(name: str, predicted, measured, options, show: bool = True) -> str:
     """The same for a choice among ``options`` (any values); raises ``ValueError`` for a choice not offered."""
     options = list(options)
     if predicted is None:
-        return _unwritten(name, repr(measured), show)
+        return _said(name, f"{name}：测量 {measured!r}。{UNWRITTEN}", show, written=False)
     if predicted not in options:
         raise ValueError(f"{name}：预测要从 {options} 里选一个，现在是 {predicted!r}")
-    _written(name)
     verdict = "和测量一致" if predicted == measured else f"测量的结果是 {measured!r}"
-    return _said(f"{name}：你的预测 {predicted!r}，{verdict}。", show)
+    return _said(name, f"{name}：你的预测 {predicted!r}，{verdict}。", show)
 
 
-def _unwritten(name: str, measured: str, show: bool) -> str:
-    return _said(
-        f"{name}：测量 {measured}。你还没写预测（上面那格还是 None）：下一次先写下你的猜测再运行，"
-        "对照着看才知道自己的直觉差在哪里。",
-        show,
-    )
-
-
-def _written(name: str) -> None:
-    """A prediction was written: the learner's progress notes it (:mod:`mgpu_helpers.tracking`)."""
+def _said(name: str, line: str, show: bool, written: bool = True) -> str:
+    """``line``, printed first when ``show``; a written prediction is noted in the learner's progress."""
     from mgpu_helpers import tracking
 
-    tracking.record("prediction", name)
-
-
-def _said(line: str, show: bool) -> str:
-    """``line``, printed first when ``show``."""
+    if written:
+        tracking.record("prediction", name)
     if show:
         print(line)
     return line

@@ -1,42 +1,26 @@
-"""Projection mode: every figure and widget readable on a 1280x720 projector from the back of a room.
-
-    env = mh.setup(projection=True)     # or set MGPU_PROJECTION=1 before starting Jupyter
-    mh.projection_mode(on=True)         # switch later, from any cell
-
-What changes: the drawing style (:func:`mgpu_helpers.widgets.style.set_projection`: large fonts, thick lines, larger
-figures, the Okabe-Ito colours without the pale yellow, black axes and text) and, inside a notebook, the size of
-every ipywidgets control (a ``<style>`` element shown in the cell's output, see
-``mgpu_helpers/data/projection.css``).
-"""
+"""Projection mode: every figure and widget readable on a 1280x720 projector from the back of a room:
+``mh.setup(projection=True)`` (or ``MGPU_PROJECTION=1``), or ``mh.projection_mode()`` from any cell. It changes the
+drawing style and, in a notebook, the size of every ipywidgets control (``data/projection.css``)."""
 
 import os
 
 from mgpu_helpers.widgets import style
 
-ENV_VAR = "MGPU_PROJECTION"
-
 
 def requested_by_environment() -> bool:
     """True when ``MGPU_PROJECTION`` is set to 1/true/yes/on (e.g. for every kernel of a classroom server)."""
-    return os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get("MGPU_PROJECTION", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and hasattr(ip, "kernel")
+    from IPython import get_ipython  # installed with ipywidgets
+
+    return hasattr(get_ipython(), "kernel")  # None outside IPython
 
 
 def projection_mode(on: bool = True) -> style.Style:
-    """Switch projection mode on (or off with ``on=False``) for every figure drawn from now on.
-
-    In a notebook, switching on also displays a ``<style>`` element that enlarges the widget controls; it acts
-    while that output is on the page (clear the output or restart the kernel to drop it). Returns the
-    :class:`~mgpu_helpers.widgets.style.Style` now in force.
-    """
+    """Switch projection mode on or off for every figure drawn from now on; in a notebook, switching on also
+    enlarges the widget controls while that output is on the page. Returns the style now in force."""
     st = style.set_projection(on)
     if on and _in_kernel():
         from IPython.display import HTML, display

@@ -1,17 +1,5 @@
-"""Review questions that wait for the learner: the answer is checked, never shown before the learner tries.
-
-The questions live in a data file of the package (``data/review_questions.json``: prompt, options in the
-order shown, the correct option(s), a hint, the explanation and notes on wrong options), so a notebook's
-source holds only a question's id and its outputs hold no answer:
-
-- :func:`ask`: one notebook cell per question, ``mh.widgets.quiz.ask("review-1")``: the ipywidgets version
-  (choose, "检查", "提示"; "看答案" only after a first check);
-- :func:`check_answer`: pure; takes an option index, a letter ("B"), or several for multi-answer questions,
-  returns :class:`Feedback`;
-- :func:`static_html` / :func:`static_text`: the question without a kernel; ``static_html`` folds the answer
-  in ``<details>`` (the static HTML export, ``python -m mgpu_helpers.tools.export``, puts it in place of the
-  widget; see :func:`asked_ids`).
-"""
+"""Review questions that wait for the learner: the answer is checked, and shown only after a first try. The
+questions live in ``data/review_questions.json``, so a notebook holds only ids and its outputs no answer."""
 
 import functools
 import html
@@ -61,15 +49,10 @@ class Question:
     @classmethod
     def from_dict(cls, d: dict) -> "Question":
         """From one entry of the data file (JSON: lists for tuples, string keys for ``wrong``)."""
-        answer = d["answer"]
+        answer, wrong = d["answer"], {int(k): v for k, v in d.get("wrong", {}).items()}
+        answer = tuple(answer) if isinstance(answer, list) else answer
         return cls(
-            prompt=d["prompt"],
-            options=tuple(d["options"]),
-            answer=tuple(answer) if isinstance(answer, list) else answer,
-            explanation=d["explanation"],
-            hint=d.get("hint", ""),
-            wrong={int(k): v for k, v in d.get("wrong", {}).items()},
-            qid=d.get("id", ""),
+            d["prompt"], tuple(d["options"]), answer, d["explanation"], d.get("hint", ""), wrong, d.get("id", "")
         )
 
 
@@ -77,9 +60,6 @@ class Question:
 class Feedback:
     correct: bool
     message: str
-
-
-# ---------------------------------------------------------------------------------------------- the bank
 
 
 @functools.cache
@@ -110,9 +90,6 @@ def asked_ids(source: str) -> list[str]:
     return ASK_CALL.findall(source)
 
 
-# ---------------------------------------------------------------------------------------------- checking
-
-
 def _to_index(choice, n: int) -> int:
     if isinstance(choice, str):
         c = choice.strip().upper().rstrip(".")
@@ -125,11 +102,8 @@ def _to_index(choice, n: int) -> int:
 
 
 def check_answer(q: Question, choice) -> Feedback:
-    """Check ``choice`` (index, letter, or an iterable of them for multi-answer questions) against ``q``.
-
-    Returns Feedback(correct, message): the explanation when right; otherwise what is wrong with the
-    chosen option (when the question says) and the hint. ``None`` or an empty choice asks to choose first.
-    """
+    """Check ``choice`` (index, letter, or an iterable of them for multi-answer questions) against ``q``: the
+    explanation when right, else what is wrong with the chosen option (where the question says) and the hint."""
     if choice is None or (not isinstance(choice, (str, int)) and len(choice) == 0):
         return Feedback(False, "请先选择一个选项。")
     picks = [choice] if isinstance(choice, (str, int)) else list(choice)
@@ -149,9 +123,6 @@ def answer_text(q: Question) -> str:
     letters = "、".join(LETTERS[i] for i in sorted(q.correct))
     notes = " ".join(f"{LETTERS[i]} 错在：{q.wrong[i]}" for i in sorted(q.wrong))
     return f"{letters}。{q.explanation}" + (f" {notes}" if notes else "")
-
-
-# ---------------------------------------------------------------------------------------------- showing
 
 
 def static_html(q: Question, number: int | None = None, with_answer: bool = True) -> str:
@@ -174,24 +145,17 @@ def static_text(q: Question, number: int | None = None) -> str:
 
 
 def show(q: Question, number: int | None = None):
-    """ipywidgets: the options, a "检查" button that checks the answer, "提示", and "看答案", which opens only
-    after the learner has checked an answer at least once."""
+    """ipywidgets: the options, "检查", "提示", and "看答案", which opens only after a first check."""
     import ipywidgets as W
 
-    labels = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)]
-    if q.multiple:
-        picks = [
-            W.Checkbox(value=False, description=lab, indent=False, layout=W.Layout(width="auto")) for lab in labels
-        ]
-        chooser = W.VBox(picks)
+    labels, wide = [f"{LETTERS[i]}. {o}" for i, o in enumerate(q.options)], W.Layout(width="auto")
+    picks = [W.Checkbox(value=False, description=lab, indent=False, layout=wide) for lab in labels if q.multiple]
+    chooser = W.VBox(picks) if q.multiple else W.RadioButtons(options=labels, value=None, layout=wide)
 
-        def current():
+    def current():
+        if q.multiple:
             return [i for i, p in enumerate(picks) if p.value]
-    else:
-        chooser = W.RadioButtons(options=labels, value=None, layout=W.Layout(width="auto"))
-
-        def current():
-            return None if chooser.value is None else labels.index(chooser.value)
+        return None if chooser.value is None else labels.index(chooser.value)
 
     check = W.Button(description="检查", button_style="primary")
     hint = W.Button(description="提示", disabled=not q.hint)
@@ -223,6 +187,5 @@ def show(q: Question, number: int | None = None):
 
 
 def ask(qid: str, name: str = BANK_FILE):
-    """The widget of question ``qid`` from the data file, numbered by its place there: one cell per
-    question, ``mh.widgets.quiz.ask("review-1")``."""
+    """The widget of question ``qid``, numbered by its place in the data file: one cell per question."""
     return show(get(qid, name), number_of(qid, name))

@@ -1,18 +1,14 @@
-"""Per-rank time distributions: one box (and its points) per rank and phase, not one global mean.
+"""Per-rank time distributions: one box (and its points) per rank and phase, beside the global mean it hides."""
 
-:func:`draw_rank_distribution` takes ``{"compute": [[s, ...] per rank], "wait": [...], ...}`` (seconds per
-step, e.g. from :func:`mgpu_helpers.measure.diagnose.per_rank_phase_times`) and returns a Figure with one panel
-per phase; the global mean of each phase is drawn as a dashed line, to show what it hides.
-"""
+import matplotlib.pyplot as plt
+import numpy as np
 
 from mgpu_helpers.widgets import style
 
 
 def draw_rank_distribution(per_phase: dict, title: str = "per-rank time per step", highlight=None):
-    """Box + strip plot, one panel per phase, one box per rank (ms). ``highlight``: a rank to mark."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    """Box + strip plot, one panel per phase, one box per rank (ms). ``per_phase``: ``{"compute": [[s, ...] per
+    rank], ...}`` (e.g. :func:`mgpu_helpers.measure.diagnose.per_rank_phase_times`); ``highlight``: a rank to mark."""
     phases = [k for k in ("compute", "wait", "communicate") if k in per_phase] or list(per_phase)
     st = style.current()
     fig, axes = plt.subplots(1, len(phases), figsize=style.figsize(3.4 * len(phases), 3.4), squeeze=False)

@@ -1,14 +1,7 @@
-"""Sharding widget: memory each rank needs under a strategy, stacked by part, and the bytes each step sends.
+"""Sharding widget: memory each rank needs under a strategy, and the bytes each step sends (from
+:mod:`mgpu_helpers.models.memory`). Figure labels are Chinese where matplotlib has a Chinese font."""
 
-The numbers come from :mod:`mgpu_helpers.models.memory` (:func:`~mgpu_helpers.models.memory.memory_plan`,
-:func:`~mgpu_helpers.models.memory.compare_strategies`); this module only draws them.
-:func:`draw_memory_plan` / :func:`draw_plans` / :func:`draw_strategies` return a matplotlib Figure (static
-HTML, tests); :func:`show_sharding` wraps them in ipywidgets: a goal, the learner's choice of the strategies
-that fit, then the answer (memory and communication per strategy, uneven weights allowed).
-
-Labels are Chinese where matplotlib finds a Chinese font, otherwise English
-(:func:`mgpu_helpers.widgets.style.zh_or_en`); the text printed under each figure is always Chinese.
-"""
+import matplotlib.pyplot as plt
 
 from mgpu_helpers.models import memory
 from mgpu_helpers.report import tables
@@ -17,16 +10,9 @@ from mgpu_helpers.widgets.style import cjk_fonts, zh_or_en
 
 PART_LABELS = dict(params="parameters", grads="gradients", optimizer="optimizer state", activations="activations")
 PART_LABELS_ZH = memory.PART_ZH
-STRATEGY_ZH = {
-    "replicate": "整份复制",
-    "data_parallel": "Data Parallel",
-    "tensor_parallel": "Tensor Parallel",
-    "pipeline_parallel": "Pipeline Parallel",
-    "zero1": "ZeRO-1",
-    "zero2": "ZeRO-2",
-    "zero3": "ZeRO-3",
-    "unified_memory": "Unified Memory",
-}
+# How the lessons write each strategy: the method's English name ("Data Parallel", ZeRO's own spelling).
+STRATEGY_ZH = {s: s.replace("_", " ").title() for s in memory.STRATEGIES} | {"replicate": "整份复制"}
+STRATEGY_ZH |= {f"zero{k}": f"ZeRO-{k}" for k in (1, 2, 3)}
 
 
 def _fits(ok: bool) -> str:
@@ -66,8 +52,6 @@ def _draw(ax, plan, title: str | None = None, top: float | None = None, legend: 
 
 def draw_memory_plan(plan, title: str | None = None):
     """Stacked per-rank memory bars (hatched = replicated part), the capacity line, fits/OVER labels."""
-    import matplotlib.pyplot as plt
-
     with cjk_fonts():
         fig, ax = plt.subplots(figsize=style.figsize(max(5.5, 1.0 * len(plan.ranks) + 4.5), 3.6))
         _draw(ax, plan, title)
@@ -77,12 +61,9 @@ def draw_memory_plan(plan, title: str | None = None):
 
 def draw_plans(plans: dict):
     """Several plans side by side (``{title: MemoryPlan}``), on one memory scale."""
-    import matplotlib.pyplot as plt
-
+    size = style.figsize(3.4 * len(plans) + 1.8, 3.8)
     with cjk_fonts():
-        fig, axes = plt.subplots(
-            1, len(plans), sharey=True, squeeze=False, figsize=style.figsize(3.4 * len(plans) + 1.8, 3.8)
-        )
+        fig, axes = plt.subplots(1, len(plans), sharey=True, squeeze=False, figsize=size)
         top = max(max(max(p.totals), p.capacity) for p in plans.values())
         for ax, (title, plan) in zip(axes[0], plans.items()):
             _draw(ax, plan, title, top=top, legend=False)
@@ -98,13 +79,8 @@ def draw_plans(plans: dict):
 
 
 def draw_strategies(rows, title: str | None = None):
-    """Every strategy of one job (rows of :func:`mgpu_helpers.models.memory.compare_strategies`), two panels:
-    the largest rank's memory against one GPU's capacity, and the bytes each rank sends per step.
-
-    A strategy whose traffic the model cannot tell is written "n/a" in the second panel.
-    """
-    import matplotlib.pyplot as plt
-
+    """Every strategy of one job (rows of ``compare_strategies``): the largest rank's memory against one GPU's
+    capacity, and the bytes each rank sends per step ("n/a" where the model cannot tell)."""
     st = style.current()
     names = [zh_or_en(STRATEGY_ZH[r.strategy], r.strategy) for r in rows]
     ys = list(range(len(rows)))
@@ -114,10 +90,9 @@ def draw_strategies(rows, title: str | None = None):
         colours = [style.PALETTE["green"] if r.fits else style.PALETTE["vermillion"] for r in rows]
         ax_m.barh(ys, [r.peak for r in rows], color=colours, height=0.6)
         ax_m.axvline(capacity, color=style.PALETTE["black"], linestyle="--", linewidth=st.line_width)
-        top = max(max(r.peak for r in rows), capacity) * 1.35
         for y, r in zip(ys, rows):
             ax_m.text(r.peak, y, f" {r.peak:g} {_fits(r.fits)}", va="center", fontsize=st.font_size * 0.8)
-        ax_m.set_xlim(0, top)
+        ax_m.set_xlim(0, max(max(r.peak for r in rows), capacity) * 1.35)
         ax_m.set_yticks(ys, names)
         ax_m.invert_yaxis()
         zh = f"最大的 Rank 要装的显存 (GB)，虚线 = 单卡 {capacity:g} GB"
@@ -154,26 +129,14 @@ def describe(plan) -> str:
 def describe_strategies(rows) -> str:
     """The table of :func:`draw_strategies` as Chinese text: memory, verdict and bytes per step, per strategy."""
     dp = next((r.step_bytes for r in rows if r.strategy == "data_parallel"), None)
-    cells = [
-        {
-            "name": STRATEGY_ZH[r.strategy],
-            "peak": r.peak,
-            "fits": "是" if r.fits else "否",
-            "sent": "不在模型内" if r.step_bytes is None else f"{r.step_bytes:.3g}",
-            "rel": f"{r.step_bytes / dp:.2g} 倍" if dp and r.step_bytes is not None else "",
-        }
-        for r in rows
-    ]
-    return tables.format_table(
-        cells,
-        [
-            ("name", "策略", "{}"),
-            ("peak", "最大 Rank (GB)", "{:g}"),
-            ("fits", "装得下", "{}"),
-            ("sent", "每步发出 (GB)", "{}"),
-            ("rel", "相对 Data Parallel", "{}"),
-        ],
-    )
+    heads = {"name": "策略", "peak": "最大 Rank (GB)", "fits": "装得下", "sent": "每步发出 (GB)"}
+    columns = [(k, h, "{:g}" if k == "peak" else "{}") for k, h in (heads | {"rel": "相对 Data Parallel"}).items()]
+    cells = []
+    for r in rows:
+        b = r.step_bytes
+        sent, rel = ("不在模型内", "") if b is None else (f"{b:.3g}", f"{b / dp:.2g} 倍" if dp else "")
+        cells.append(dict(name=STRATEGY_ZH[r.strategy], peak=r.peak, fits="是" if r.fits else "否", sent=sent, rel=rel))
+    return tables.format_table(cells, columns)
 
 
 def _weights(text: str, world_size: int):
@@ -181,10 +144,7 @@ def _weights(text: str, world_size: int):
     text = text.strip()
     if not text:
         return None
-    try:
-        values = tuple(float(v) for v in text.replace("，", ",").split(","))
-    except ValueError:
-        raise ValueError(f"权重要写成用逗号分开的 {world_size} 个数，例如 14, 10；现在是 {text!r}") from None
+    values = style.parse_numbers(text, f"权重要写成用逗号分开的 {world_size} 个数，例如 14, 10；现在是 {text!r}")
     if len(values) != world_size:
         raise ValueError(f"权重要有 {world_size} 个（每个 GPU 一个），现在有 {len(values)} 个：{text!r}")
     return values
@@ -200,12 +160,8 @@ def show_sharding(
     strategy: str = "replicate",
     weights: str = "",
 ):
-    """ipywidgets with a task: sizes (GB), GPUs, memory per GPU, uneven weights and a strategy.
-
-    The top line states the goal; the learner ticks the strategies they think fit and presses the button;
-    only then the answer appears: every strategy's largest rank against the capacity and the bytes it sends
-    per step, drawn and printed. The chosen strategy's per-rank bars are drawn all along.
-    """
+    """ipywidgets with a task: which strategies fit this job? The learner ticks them; only after the button does
+    every strategy's answer appear. The chosen strategy's per-rank bars are drawn all along."""
     import ipywidgets as W
 
     choices = [(STRATEGY_ZH[s], s) for s in memory.STRATEGIES]
@@ -223,12 +179,10 @@ def show_sharding(
         strategy=W.Dropdown(options=choices, value=strategy, description="策略"),
         weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False),
     )
-    goal = W.HTML()
-    note = W.HTML()
+    goal, note = W.HTML(), W.HTML()
     guess = W.SelectMultiple(options=choices, rows=len(choices), description="我的预测")
     reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
-    out = W.Output()
-    answer = W.Output()
+    out, answer = W.Output(), W.Output()
     state = {"revealed": False}
 
     def current():
@@ -274,17 +228,6 @@ def show_sharding(
         c.observe(redraw, names="value")
     reveal.on_click(on_reveal)
     redraw()
-    c = controls
-    return W.VBox(
-        [
-            goal,
-            W.HBox([c["params"], c["grads"]]),
-            W.HBox([c["optimizer"], c["activations"]]),
-            W.HBox([c["world_size"], c["capacity"], c["weights"]]),
-            c["strategy"],
-            note,
-            out,
-            W.HBox([guess, reveal]),
-            answer,
-        ]
-    )
+    layout = ("params grads", "optimizer activations", "world_size capacity weights")
+    rows = [W.HBox([controls[k] for k in row.split()]) for row in layout]
+    return W.VBox([goal, *rows, controls["strategy"], note, out, W.HBox([guess, reveal]), answer])

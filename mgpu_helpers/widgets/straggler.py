@@ -1,15 +1,7 @@
-"""Straggler timeline: per-rank compute / wait / communicate spans of a real traced run.
+"""Straggler timelines of traced runs (``RankResults.spans``); :func:`draw_inside` hatches the waiting *inside*
+each early rank's all-reduce, as a profiler trace holds it (a run without the timestamp barrier, or the model)."""
 
-Only drawing: :func:`draw_timeline` (one run) and :func:`draw_comparison` (several runs on one time scale)
-take ``RankResults.spans`` (a list per rank of :class:`mgpu_helpers.launcher.trace.Span`);
-:func:`show_straggler` runs shards with the runner it is given and draws the timeline. The waits and medians
-are computed in :mod:`mgpu_helpers.measure.straggler`.
-
-Waiting inside the collective: :func:`draw_inside` hatches the waiting *inside* each early rank's all-reduce
-bar, as a profiler trace holds it, for a run without the timestamp barrier or the model's :func:`model_run`;
-:func:`show_dials` redraws the model at once (no ranks are launched, so it stays quick; :func:`draw_dials`
-gives its picture for a static export).
-"""
+import matplotlib.pyplot as plt
 
 from mgpu_helpers.measure.straggler import wait_by_rank  # the label beside each bar
 from mgpu_helpers.widgets import style
@@ -19,8 +11,7 @@ DRAWN_KINDS = ("compute", "wait", "communicate")
 
 
 def _origin(spans_per_rank) -> float:
-    starts = [s.start for spans in spans_per_rank for s in spans]
-    return min(starts) if starts else 0.0
+    return min((s.start for spans in spans_per_rank for s in spans), default=0.0)
 
 
 def _bars(ax, r: int, spans, t0: float, kinds) -> None:
@@ -34,8 +25,7 @@ def _bars(ax, r: int, spans, t0: float, kinds) -> None:
 
 
 def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> float:
-    """Each rank's note right of its row, the rank names, the time axis to ``room`` x ``x_end``, the title;
-    returns the axis' right end."""
+    """Notes right of the rows, rank names, x axis to ``room`` x ``x_end``, title; returns the axis' end."""
     st = style.current()
     for r, note in enumerate(notes):
         ax.text(x_end * 1.01, r, note, va="center", fontsize=st.font_size * 0.8)
@@ -47,8 +37,9 @@ def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> flo
     return x_end * room
 
 
-def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> float:
-    """One run on ``ax``; returns the time axis' right end (ms)."""
+def _draw(ax, spans_per_rank, title: str, labels=None) -> float:
+    """One run on ``ax``, from its first span; returns the time axis' right end (ms)."""
+    t0 = _origin(spans_per_rank)
     for r, spans in enumerate(spans_per_rank):
         _bars(ax, r, spans, t0, DRAWN_KINDS)
     ends = [max((s.end for s in spans), default=t0) for spans in spans_per_rank]
@@ -56,60 +47,49 @@ def _draw(ax, spans_per_rank, t0: float, title: str, labels=None) -> float:
     return _label_rows(ax, [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)], x_end, 1.22, title, labels)
 
 
-def _legend(fig) -> None:
-    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
-
-
 def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None):
     """One run's spans, one row per rank, in ms from the first span; the wait of each rank written at right."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.4))
-    _draw(ax, spans_per_rank, _origin(spans_per_rank), title, labels)
+    _draw(ax, spans_per_rank, title, labels)
     ax.set_xlabel("time (ms)")
-    _legend(fig)
+    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
     fig.tight_layout(rect=(0, 0, 1, 0.92))
     return fig
 
 
 def draw_comparison(runs: dict):
     """Several runs (``{title: spans_per_rank}``) stacked, each from its own start, on one shared time axis."""
-    import matplotlib.pyplot as plt
-
     size = style.figsize(8, 0.55 * sum(len(v) for v in runs.values()) + 1.2 * len(runs))
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
     # The axes share x, so each run's own limit replaces the one before: the longest run sets the scale.
-    right = max(_draw(ax, spans, _origin(spans), title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
+    right = max(_draw(ax, spans, title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
     axes[0, 0].set_xlim(0, right)
     axes[-1, 0].set_xlabel("time (ms)")
-    _legend(fig)
+    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     return fig
 
 
 def parse_shards(text: str) -> tuple:
     """ "12/6/4/2" -> (12.0, 6.0, 4.0, 2.0); raises ValueError for anything else (1..8 positive numbers)."""
-    parts = [p for p in text.replace(",", "/").split("/") if p.strip()]
-    vals = tuple(float(p) for p in parts)
+    message = f"请输入 1 到 8 个正数的 Shard 大小，例如 12/6/4/2；现在是 {text!r}"
+    vals = style.parse_numbers(text, message)
     if not 1 <= len(vals) <= 8 or any(v <= 0 for v in vals):
-        raise ValueError(f"请输入 1 到 8 个正数的 Shard 大小，例如 12/6/4/2；现在是 {text!r}")
+        raise ValueError(message)
     return vals
 
 
 def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
-    """ipywidgets: a shard box ("12/6/4/2"), presets, a Run button, real matmuls or deterministic sleeps.
-
-    ``runner(shards, steps, seconds_per_unit=...)`` returns the traced run (a ``RankResults``), e.g.
-    :func:`mgpu_helpers.measure.straggler.run_traced`."""
+    """ipywidgets: shard sizes ("12/6/4/2"), presets and a Run button; ``runner(shards, steps, seconds_per_unit=...)``
+    returns the traced ``RankResults`` (e.g. :func:`mgpu_helpers.measure.straggler.run_traced`)."""
     import ipywidgets as W
 
     box = W.Text(value=default, description="Shard")
     preset = W.Dropdown(options=["(自己输入)"] + list(PRESETS), value="(自己输入)", description="预设")
     n_steps = W.IntSlider(value=steps, min=1, max=5, description="步数")
     button = W.Button(description="在真实的 Rank 上运行", button_style="primary")
-    cost = W.Dropdown(
-        options=[("真实的矩阵乘法", None), ("每单位睡 10 ms（确定成本）", 0.010)], value=None, description="计算"
-    )
+    costs = [("真实的矩阵乘法", None), ("每单位睡 10 ms（确定成本）", 0.010)]
+    cost = W.Dropdown(options=costs, value=None, description="计算")
     out = W.Output()
 
     def on_preset(change):
@@ -133,31 +113,17 @@ def show_straggler(runner, default: str = "12/6/4/2", steps: int = 2):
     return W.VBox([W.HBox([box, preset]), W.HBox([n_steps, button]), cost, out])
 
 
-# -- waiting inside the collective: a measured run without the timestamp barrier, or the model -----------------
-
-WAIT_HATCH = "////"
-
-
-def model_run(
-    world_size: int = 4,
-    compute_ms: float = 100.0,
-    comm_ms: float = 30.0,
-    late_ms: float = 60.0,
-    slow_rank: int = 1,
-    steps: int = 2,
-):
+def model_run(world_size=4, compute_ms=100.0, comm_ms=30.0, late_ms=60.0, slow_rank=1, steps=2):
     """A modelled synchronous run: every rank computes ``compute_ms`` (the slow rank ``late_ms`` longer), then
-    enters the all-reduce at once; the all-reduce ends ``comm_ms`` after the last rank arrived. Returns
-    ``(spans_per_rank, waits)`` like a run without the timestamp barrier: ``waits[r][k]`` is the part of rank
-    r's collective in step k that was waiting."""
+    enters the all-reduce, which ends ``comm_ms`` after the last rank arrived. Returns ``(spans_per_rank,
+    waits)`` like a run without the timestamp barrier: ``waits[r][k]``, the waiting in rank r's k-th one."""
     from mgpu_helpers.launcher.trace import Span
 
     if not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be in 0..{world_size - 1}, got {slow_rank}")
     if min(compute_ms, comm_ms, late_ms) < 0:
         raise ValueError("compute_ms, comm_ms and late_ms must be >= 0")
-    spans = [[] for _ in range(world_size)]
-    waits = [[] for _ in range(world_size)]
+    spans, waits = [[] for _ in range(world_size)], [[] for _ in range(world_size)]
     t = 0.0
     for _ in range(steps):
         arrive = [t + (compute_ms + (late_ms if r == slow_rank else 0.0)) / 1e3 for r in range(world_size)]
@@ -172,15 +138,12 @@ def model_run(
 
 def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-reduce", labels=None):
     """Compute and all-reduce bars per rank; the first ``waits[r][k]`` seconds of rank r's k-th all-reduce are
-    hatched: waiting for the last rank, inside the collective. Each row ends with the median time inside the
-    collective. Returns the Figure."""
+    hatched: waiting for the last rank, inside the collective. Each row ends with its median time inside."""
     import statistics
-
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.6))
     t0 = _origin(spans_per_rank)
-    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch=WAIT_HATCH, edgecolor=style.KIND_COLOURS["wait"])
+    waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch="////", edgecolor=style.KIND_COLOURS["wait"])
     inside = []
     for r, spans in enumerate(spans_per_rank):
         comms = [s for s in spans if s.kind == "communicate"]
@@ -190,8 +153,7 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
             w = min(max(0.0, w), s.seconds)
             if w > 0:
                 ax.barh(r, w * 1e3, left=(s.start - t0) * 1e3, height=0.6, linewidth=0.0, **waiting)
-    x_end = max((s.end for spans in spans_per_rank for s in spans), default=t0)
-    x_end = (x_end - t0) * 1e3 or 1.0
+    x_end = (max((s.end for spans in spans_per_rank for s in spans), default=t0) - t0) * 1e3 or 1.0
     _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
     kinds = {"compute": style.KIND_COLOURS["compute"], "all-reduce": style.KIND_COLOURS["communicate"]}
@@ -212,9 +174,7 @@ def dial_caption(world_size: int, compute_ms: float, comm_ms: float, late_ms: fl
     )
 
 
-def draw_dials(
-    world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0, slow_rank: int = 1
-):
+def draw_dials(world_size=4, compute_ms=100.0, comm_ratio=0.3, late_ms=60.0, slow_rank=1):
     """The dials' picture for one setting (for a static page): ``comm_ratio`` = communication / compute."""
     comm_ms = comm_ratio * compute_ms
     spans, waits = model_run(world_size, compute_ms, comm_ms, late_ms, slow_rank)
@@ -223,16 +183,14 @@ def draw_dials(
 
 
 def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float = 0.3, late_ms: float = 60.0):
-    """ipywidgets: a dial for communication against compute and one for how late the slow rank is; the model
-    timeline is redrawn at once with the waiting hatched inside the early ranks' all-reduce."""
+    """ipywidgets: dials for communication / compute and the slow rank's delay, redrawing :func:`draw_dials`."""
     import ipywidgets as W
 
     dial = dict(continuous_update=False, style={"description_width": "initial"})
     ratio = W.FloatSlider(value=comm_ratio, min=0.0, max=2.0, step=0.05, description="通信 / 计算", **dial)
     late = W.FloatSlider(value=late_ms, min=0.0, max=200.0, step=5.0, description="慢的 Rank 晚到 (ms)", **dial)
     slow = W.IntSlider(value=1, min=0, max=world_size - 1, description="慢的是 rank", **dial)
-    caption = W.HTML()
-    out = W.Output()
+    caption, out = W.HTML(), W.Output()
 
     def redraw(_=None):
         comm_ms = ratio.value * compute_ms

@@ -1,52 +1,20 @@
-"""One look for every figure and widget of the course.
+"""One look for every figure and widget of the course: the Okabe-Ito palette (readable with every common
+colour-vision deficiency), and sizes read from :func:`current`, so that projection mode changes every figure."""
 
-Colours are the Okabe-Ito palette (readable with every common colour-vision deficiency). Drawing functions
-take their sizes from :func:`current` so that projection mode (large fonts, thick lines, for a classroom)
-changes every figure at once.
-"""
-
+import re
 from dataclasses import dataclass
 
 from mgpu_helpers.report import recorded
 
 # Okabe & Ito (2008), colour-blind-safe.
-PALETTE = {
-    "blue": "#0072B2",
-    "orange": "#E69F00",
-    "green": "#009E73",
-    "vermillion": "#D55E00",
-    "sky": "#56B4E9",
-    "purple": "#CC79A7",
-    "yellow": "#F0E442",
-    "black": "#000000",
-    "grey": "#999999",
-}
-# What each kind of time or memory is drawn in, everywhere in the course.
-KIND_COLOURS = {
-    "compute": PALETTE["blue"],
-    "communicate": PALETTE["orange"],
-    "wait": PALETTE["vermillion"],
-    "other": PALETTE["grey"],
-    "params": PALETTE["blue"],
-    "grads": PALETTE["orange"],
-    "optimizer": PALETTE["green"],
-    "activations": PALETTE["purple"],
-    "idle": PALETTE["grey"],
-}
-
-
-CJK_FONTS = (
-    "Noto Sans CJK SC",
-    "Noto Sans SC",
-    "Source Han Sans SC",
-    "WenQuanYi Zen Hei",
-    "WenQuanYi Micro Hei",
-    "SimHei",
-    "Microsoft YaHei",
-    "PingFang SC",
-    "Heiti SC",
-    "AR PL UMing CN",
-)
+PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00", "sky": "#56B4E9"}
+PALETTE |= {"purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000", "grey": "#999999"}
+# Each kind of time or memory, everywhere in the course (by the palette's names).
+_KINDS = dict(compute="blue", communicate="orange", wait="vermillion", other="grey", params="blue", grads="orange")
+KIND_COLOURS = {k: PALETTE[c] for k, c in (_KINDS | dict(optimizer="green", activations="purple", idle="grey")).items()}
+# Fonts with Chinese glyphs, the first installed one wins: Linux's, then Windows' and macOS', then a last resort.
+_LINUX_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei")
+CJK_FONTS = (*_LINUX_FONTS, "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
 
 
 def cjk_font() -> str | None:
@@ -58,13 +26,12 @@ def cjk_font() -> str | None:
 
 
 def zh_or_en(zh: str, en: str) -> str:
-    """A figure label: Chinese where a Chinese font is installed, else English (a figure without the font would
-    show empty boxes)."""
+    """A figure label: Chinese where a Chinese font is installed (else empty boxes), else English."""
     return zh if cjk_font() else en
 
 
 def cjk_fonts():
-    """rcParams that put the Chinese font first (a no-op context without one): draw inside it."""
+    """A context that puts the Chinese font first (a no-op without one): draw inside it."""
     import matplotlib as mpl
 
     font = cjk_font()
@@ -88,9 +55,18 @@ def current() -> Style:
     return _current
 
 
-def _rc(st: Style) -> dict:
-    """The matplotlib rcParams of a style: text, lines, markers and axes scale with it."""
-    scale = st.line_width / _NORMAL.line_width
+# Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
+_CYCLE = ("blue", "orange", "green", "vermillion", "sky", "purple", "black")
+
+
+def set_projection(on: bool = True) -> Style:
+    """Switch projection mode (large fonts, thick lines, high-contrast colours) on or off for every figure drawn
+    from now on, plain matplotlib plots too (through rcParams). Returns the style now in force."""
+    import matplotlib as mpl
+
+    global _current
+    _current = st = _PROJECTION if on else _NORMAL
+    scale = st.line_width / _NORMAL.line_width  # text, lines, markers and axes scale with the style
     rc = {
         "font.size": st.font_size,
         "lines.linewidth": st.line_width,
@@ -100,37 +76,19 @@ def _rc(st: Style) -> dict:
         "grid.linewidth": 0.8 * scale**0.5,
         **{f"{axis}tick.major.width": 0.8 * scale**0.5 for axis in "xy"},
         **{f"{axis}tick.major.size": 3.5 * scale**0.5 for axis in "xy"},
-        # Okabe-Ito without yellow, which is too pale on a white screen in a bright room.
-        "axes.prop_cycle": [PALETTE[k] for k in ("blue", "orange", "green", "vermillion", "sky", "purple", "black")],
+        "axes.prop_cycle": mpl.cycler(color=[PALETTE[k] for k in _CYCLE]),
+        "axes.titleweight": "bold" if st.projection else "normal",
     }
     ink = PALETTE["black"] if st.projection else "black"
     rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), ink))
-    rc["axes.titleweight"] = "bold" if st.projection else "normal"
-    return rc
-
-
-def set_projection(on: bool = True) -> Style:
-    """Switch projection mode (large fonts, thick lines, high-contrast colours) for every figure drawn from
-    now on: the drawing functions read :func:`current`, and plain matplotlib plots follow the rcParams set
-    here. ``on=False`` goes back to the normal look. Returns the style now in force."""
-    global _current
-    _current = _PROJECTION if on else _NORMAL
-    try:
-        import matplotlib as mpl
-    except ImportError:
-        return _current
-    rc = _rc(_current)
-    rc["axes.prop_cycle"] = mpl.cycler(color=rc["axes.prop_cycle"])
     mpl.rcParams.update(rc)
     return _current
 
 
 def projection_css() -> str:
-    """A ``<style>`` element with ``data/projection.css``, to display once in a notebook (projection mode): ipywidgets 8
-    sizes its controls through CSS variables, and larger values make sliders, buttons, labels, drop-downs and
-    printed output readable from the back of a room."""
-    css = recorded.text("projection.css")
-    return f'<style id="mgpu-projection">{css}</style>'
+    """A ``<style>`` element with ``data/projection.css`` (ipywidgets 8 sizes its controls through CSS variables:
+    larger values make them readable from the back of a room)."""
+    return f'<style id="mgpu-projection">{recorded.text("projection.css")}</style>'
 
 
 def figsize(width: float, height: float) -> tuple[float, float]:
@@ -139,8 +97,7 @@ def figsize(width: float, height: float) -> tuple[float, float]:
 
 
 def show(fig) -> None:
-    """Display ``fig`` in the current output as an image and close it (closing keeps a widget's redraws from
-    piling up figures)."""
+    """Display ``fig`` and close it (closing keeps a widget's redraws from piling up figures)."""
     import matplotlib.pyplot as plt
     from IPython.display import display
 
@@ -149,8 +106,7 @@ def show(fig) -> None:
 
 
 def show_in(out, draw, *args, text: str = "") -> None:
-    """Replace what the ipywidgets Output ``out`` shows by the figure ``draw(*args)`` (see :func:`show`) and
-    ``text`` printed under it; an error while drawing is shown in ``out`` too."""
+    """Replace what the Output ``out`` shows by the figure ``draw(*args)`` and ``text`` under it."""
     with out:
         out.clear_output(wait=True)
         show(draw(*args))
@@ -158,10 +114,18 @@ def show_in(out, draw, *args, text: str = "") -> None:
             print(text)
 
 
+def parse_numbers(text: str, error: str) -> tuple[float, ...]:
+    """The numbers of a widget's text box, between commas (either width) or slashes; a part that is not a number
+    raises ValueError(``error``), the widget's own sentence saying what to write."""
+    try:
+        return tuple(float(p) for p in re.split(r"[,，/]", text) if p.strip())
+    except ValueError:
+        raise ValueError(error) from None
+
+
 def patch_legend(owner, patches: dict, **kwargs):
-    """A frameless legend of coloured patches on ``owner`` (a figure or an axes): ``patches`` maps each label
-    to its colour, or to the keywords of its ``matplotlib.patches.Patch`` (hatch, edge colour ...); ``kwargs``
-    go to ``owner.legend`` (loc, ncol, fontsize ...)."""
+    """A frameless legend of coloured patches on a figure or axes: ``patches`` maps each label to its colour, or
+    to the keywords of its ``matplotlib.patches.Patch`` (hatch, edge colour ...)."""
     from matplotlib.patches import Patch
 
     handles = [Patch(label=label, **(p if isinstance(p, dict) else {"color": p})) for label, p in patches.items()]

@@ -1,15 +1,13 @@
-"""Thread-index widget: from (grid, block, N) to every thread's global index, warp and idle state.
-
-- :func:`thread_map` is the arithmetic (pure, unit-tested): ``i = blockIdx.x * blockDim.x + threadIdx.x``,
-  warp = ``threadIdx.x // 32`` inside its block, idle = ``i >= N`` (the threads the bounds check stops);
-- :func:`draw_thread_map` draws it (matplotlib; renders in static HTML);
-- :func:`show_thread_index` wraps the drawing in sliders (ipywidgets, imported only there).
-"""
+"""Thread-index widget: from (grid, block, N) to every thread's global index ``blockIdx.x * blockDim.x +
+threadIdx.x``, its warp and whether the bounds check ``i < N`` stops it."""
 
 import math
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Rectangle
 
 from mgpu_helpers.models.occupancy import SmLimits
 from mgpu_helpers.widgets import style
@@ -19,13 +17,9 @@ MAX_THREADS_PER_BLOCK = SmLimits.max_threads_per_block  # a CUDA limit, the same
 
 @dataclass(frozen=True)
 class ThreadMap:
-    """Every thread of a 1-D launch ``kernel[grid, block]`` over ``n`` elements, in launch order.
-
-    Arrays have one entry per thread (length ``grid * block``): ``block_idx`` (blockIdx.x), ``thread_idx``
-    (threadIdx.x), ``global_idx`` (blockIdx.x * blockDim.x + threadIdx.x), ``warp_in_block``
-    (threadIdx.x // warp_size), ``warp`` (the warp's number across the whole grid), ``active``
-    (global_idx < n: the thread passes the bounds check and does work).
-    """
+    """Every thread of a 1-D launch ``kernel[grid, block]`` over ``n`` elements, in launch order, one entry per
+    thread in each array: ``warp`` is the warp's number across the grid, ``active`` is ``global_idx < n`` (the
+    thread passes the bounds check and does work)."""
 
     grid: int
     block: int
@@ -62,8 +56,7 @@ class ThreadMap:
         return math.ceil(self.block / self.warp_size)
 
     def warp_states(self) -> dict[str, int]:
-        """How many warps are all active ("full"), part active part idle ("split": the bounds check diverges
-        inside the warp), or all idle ("idle")."""
+        """Warps all active ("full"), split by the bounds check ("split"), or all idle ("idle")."""
         threads = np.bincount(self.warp)  # every warp of the grid has threads
         working = np.bincount(self.warp, weights=self.active)
         full, idle = int((working == threads).sum()), int((working == 0).sum())
@@ -82,11 +75,8 @@ class ThreadMap:
 
 
 def thread_map(grid: int, block: int, n: int, warp_size: int = 32) -> ThreadMap:
-    """The arithmetic of a 1-D launch: see :class:`ThreadMap`.
-
-    Raises ValueError for a grid < 1, a block outside 1..1024 (the hardware limit; a real launch with 1025
-    threads per block fails) or n < 0.
-    """
+    """The arithmetic of a 1-D launch (:class:`ThreadMap`); ValueError for a grid < 1, a block outside 1..1024
+    (a real launch with 1025 threads per block fails) or n < 0."""
     if grid < 1:
         raise ValueError(f"grid must be >= 1 block, not {grid}")
     if not 1 <= block <= MAX_THREADS_PER_BLOCK:
@@ -97,8 +87,7 @@ def thread_map(grid: int, block: int, n: int, warp_size: int = 32) -> ThreadMap:
     thread_idx = np.tile(np.arange(block), grid)
     global_idx = block_idx * block + thread_idx
     warp_in_block = thread_idx // warp_size
-    warps_per_block = math.ceil(block / warp_size)
-    warp = block_idx * warps_per_block + warp_in_block
+    warp = block_idx * math.ceil(block / warp_size) + warp_in_block
     return ThreadMap(grid, block, n, warp_size, block_idx, thread_idx, global_idx, warp_in_block, warp, global_idx < n)
 
 
@@ -106,15 +95,8 @@ LABEL_LIMIT = 64  # write each thread's global index in its cell only when a blo
 
 
 def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
-    """Draw ``tm``: one row per block, one cell per thread (blue = works, grey = idle), a line between warps,
-    each split warp outlined in vermillion; global indices written in the cells when blocks are small.
-
-    Shows the first ``max_blocks`` blocks. Returns the matplotlib Figure (not shown: the caller displays it).
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
-
+    """One row per block of ``tm`` (the first ``max_blocks``), one cell per thread (blue works, grey idles), white
+    lines between warps, split warps outlined; each thread's global index written where blocks are small."""
     rows = min(tm.grid, max_blocks)
     active = tm.active.reshape(tm.grid, tm.block)[:rows]
     st = style.current()
@@ -130,36 +112,24 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     # Outline the warps in which some threads work and some idle.
     vermillion = style.PALETTE["vermillion"]
     split = dict(fill=False, edgecolor=vermillion, lw=st.line_width * 2.0, zorder=5, label="split warp")
-    for b in range(rows):
-        for w in range(tm.warps_per_block):
-            lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
-            if active[b, lo:hi].any() and not active[b, lo:hi].all():
-                ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, **split))
+    for b, w in np.ndindex(rows, tm.warps_per_block):
+        lo, hi = w * tm.warp_size, min((w + 1) * tm.warp_size, tm.block)
+        if active[b, lo:hi].any() and not active[b, lo:hi].all():
+            ax.add_patch(Rectangle((lo - 0.5, b - 0.5), hi - lo, 1.0, **split))
     if tm.block <= LABEL_LIMIT:
         label = dict(ha="center", va="center", fontsize=max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55)))
-        for b in range(rows):
-            for t in range(tm.block):
-                colour = "white" if active[b, t] else "black"
-                ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
+        for b, t in np.ndindex(rows, tm.block):
+            colour = "white" if active[b, t] else "black"
+            ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
         step = 1 if tm.warps_per_block <= 8 else 4
-        centres = [
-            (w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5
-            for w in range(0, tm.warps_per_block, step)
-        ]
-        top.set_xticks(centres, [f"warp {w}" for w in range(0, tm.warps_per_block, step)], fontsize=st.font_size * 0.8)
-    style.patch_legend(
-        fig,
-        {
-            "i < N: works": style.KIND_COLOURS["compute"],
-            "i >= N: idle": style.KIND_COLOURS["idle"],
-            "split warp": dict(facecolor="none", edgecolor=vermillion),
-        },
-        loc="lower center",
-        ncol=3,
-        fontsize=st.font_size * 0.85,
-    )
+        warps = range(0, tm.warps_per_block, step)
+        centres = [(w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5 for w in warps]
+        top.set_xticks(centres, [f"warp {w}" for w in warps], fontsize=st.font_size * 0.8)
+    legend = {"i < N: works": style.KIND_COLOURS["compute"], "i >= N: idle": style.KIND_COLOURS["idle"]}
+    legend["split warp"] = dict(facecolor="none", edgecolor=vermillion)
+    style.patch_legend(fig, legend, loc="lower center", ncol=3, fontsize=st.font_size * 0.85)
     ax.set_yticks(range(rows), [f"block {b}" for b in range(rows)])
     ax.set_xlabel("threadIdx.x" + (f"   (warps of {tm.warp_size}: white lines)" if tm.warps_per_block > 1 else ""))
     short = f"grid={tm.grid}, block={tm.block}, N={tm.n}: {tm.active_threads} work, {tm.idle_threads} idle"
@@ -178,8 +148,7 @@ def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
     s_grid = W.IntSlider(value=grid, min=1, max=16, description="grid (blocks)")
     s_block = W.IntSlider(value=block, min=1, max=MAX_THREADS_PER_BLOCK, description="block (threads)")
     s_n = W.IntSlider(value=n, min=0, max=4096, description="N")
-    text = W.HTML()
-    out = W.Output()
+    text, out = W.HTML(), W.Output()
 
     def redraw(_=None):
         tm = thread_map(s_grid.value, s_block.value, s_n.value)

@@ -1,9 +1,7 @@
-"""Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path.
+"""Topology drawn as a matrix: how each GPU reaches each other GPU, coloured by the kind of path."""
 
-:func:`draw_link_matrix` takes a square matrix of ``nvidia-smi topo -m`` words (``env.machine.links`` read
-through NVML on a GPU machine, or :func:`mgpu_helpers.report.recorded.topology_matrix` elsewhere) and returns a
-Figure; :func:`machine_or_recorded` picks this machine's matrix or the recorded 2 x H200 copy.
-"""
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
 
 from mgpu_helpers.models.topology import LINK_CLASSES, link_class
 from mgpu_helpers.widgets import style
@@ -13,14 +11,8 @@ COLOURS = dict(zip(LINK_CLASSES, ("green", "sky", "orange", "vermillion", "grey"
 
 
 def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str = ""):
-    """Draw ``links`` (a square list of lists of words like "X", "NV18", "SYS") as a coloured matrix.
-
-    ``names`` labels rows and columns (default GPU0, GPU1, ...); ``note`` is written under the matrix
-    (e.g. "recorded on 2 x H200"). Returns the matplotlib Figure.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
+    """``links`` (a square list of lists of words like "X", "NV18", "SYS") as a coloured matrix; ``names`` label
+    rows and columns (default GPU0, GPU1, ...), ``note`` is written under it."""
     n = len(links)
     if n == 0 or any(len(row) != n for row in links):
         raise ValueError("links must be a non-empty square matrix")
@@ -39,17 +31,15 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
             cell = dict(facecolor=colours[cls], edgecolor="white", linewidth=st.line_width * 1.3, alpha=alpha)
             ax.add_patch(Rectangle((j, i), 1, 1, **cell))
             ax.text(j + 0.5, i + 0.5, word, color="black", fontweight="bold", in_layout=False, **label)
-    ax.set(xlim=(0, n), ylim=(n, 0))
+    ax.set(xlim=(0, n), ylim=(n, 0), aspect="equal")
     ax.set_xticks([k + 0.5 for k in range(n)], names)
     ax.set_yticks([k + 0.5 for k in range(n)], names)
     ax.xaxis.tick_top()
-    ax.set_aspect("equal")
     ax.tick_params(length=0)
     ax.spines[:].set_visible(False)
     ax.set_title(title, fontsize=st.font_size * 1.1, pad=24)
-    used_colours = {c: colours[c] for c in LINK_CLASSES if c in used}
-    where = dict(loc="center left", bbox_to_anchor=(1.02, 0.5))
-    style.patch_legend(ax, used_colours, **where, fontsize=st.font_size * 0.85)
+    legend = dict(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=st.font_size * 0.85)
+    style.patch_legend(ax, {c: colours[c] for c in LINK_CLASSES if c in used}, **legend)
     if note:
         fig.text(0.02, 0.02, note, fontsize=st.font_size * 0.8, color=style.PALETTE["grey"])
     fig.tight_layout(rect=(0, 0.05 if note else 0, 1, 1))
@@ -57,8 +47,7 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
 
 
 def machine_or_recorded(env):
-    """``(TopoMatrix, note)``: this machine's links from NVML when it has 2 or more GPUs, else the matrix
-    recorded on 2 x H200 (the note says which)."""
+    """``(TopoMatrix, note)``: this machine's NVML links where it has 2+ GPUs, else the 2 x H200 recording."""
     from mgpu_helpers.models import topology
     from mgpu_helpers.report import recorded
 
