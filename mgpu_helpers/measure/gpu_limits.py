@@ -1,8 +1,6 @@
-"""What the current GPU and its compiler report: per-SM limits, a kernel's registers, the driver's occupancy.
-
-The arithmetic on these numbers is pure and lives in :mod:`mgpu_helpers.models.occupancy`; this module only
-asks the device (through Numba or CuPy). Import after ``mh.setup()``. Without a GPU the Numba queries answer
-with the Hopper defaults (:data:`~mgpu_helpers.models.occupancy.HOPPER`) or ``None``; the CuPy ones need a GPU.
+"""What the current GPU and its compiler report: per-SM limits, a kernel's registers, the driver's occupancy
+(the arithmetic on them is :mod:`mgpu_helpers.models.occupancy`'s). Import after ``mh.setup()``. Without a GPU
+the Numba queries answer with the Hopper defaults or ``None``; the CuPy ones need a GPU.
 """
 
 import functools
@@ -12,7 +10,6 @@ from mgpu_helpers.models.occupancy import HOPPER, SmLimits
 
 
 def device_limits() -> SmLimits:
-    """The current GPU's per-SM limits read through Numba (the Hopper defaults in the simulator)."""
     if simulator():
         return HOPPER
     from numba import cuda
@@ -31,8 +28,7 @@ def device_limits() -> SmLimits:
 
 
 def numba_regs_per_thread(kernel) -> int | None:
-    """Registers per thread of a Numba kernel's (first) compiled version; None in the simulator or before the
-    kernel has been compiled (launch it once first)."""
+    """Registers per thread of a Numba kernel's first compiled version; None in the simulator or before a launch."""
     if simulator() or not getattr(kernel, "overloads", None):
         return None
     regs = kernel.get_regs_per_thread()
@@ -42,7 +38,6 @@ def numba_regs_per_thread(kernel) -> int | None:
 
 
 def cupy_limits() -> SmLimits:
-    """The current GPU's per-SM limits read through CuPy (needs a GPU)."""
     import cupy as cp
 
     return _cupy_limits(cp.cuda.Device().id)
@@ -68,20 +63,17 @@ def _cupy_limits(device_id: int) -> SmLimits:
 
 
 def cupy_driver_blocks_per_sm(kernel, block: int, smem_per_block: int = 0) -> int:
-    """The driver's own occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor) for a compiled CuPy
-    ``RawKernel`` at ``block`` threads per block: to check :func:`~mgpu_helpers.models.occupancy.occupancy`."""
+    """The driver's own occupancy answer for a compiled CuPy ``RawKernel``, to check the model's."""
     from cupy_backends.cuda.api import driver
 
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, smem_per_block)
 
 
-# --- What the compiler gave notebook 02's kernels, recorded on an H200 so that a machine without a GPU can show it ---
-
 REGISTERS_FILE = "kernel_registers_h200.json"
 
 
 def recorded_registers() -> dict:
-    """The figures of :func:`mgpu_helpers.bench.registers.kernel_registers` recorded on an H200 (``data/kernel_registers_h200.json``)."""
+    """Notebook 02's kernels' registers as recorded on an H200 (``bench registers``), for machines without a GPU."""
     from mgpu_helpers.report.recorded import read_json
 
     return read_json(REGISTERS_FILE)
