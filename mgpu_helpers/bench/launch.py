@@ -1,13 +1,7 @@
-"""``python -m mgpu_helpers.bench launch``: how long a launch of N ranks doing one all-reduce takes.
-
-Measured in one run, side by side (a busy machine slows every row alike, so compare within one run):
-- ``run_ranks`` repeat: the server is up, ranks are forked from it; and where that time goes, phase by phase;
-- ``run_ranks`` in a new kernel: its rank server forked by the fork server (warm), and the launch;
-- ``run_ranks`` cold: a rank server of the kernel's own (``MGPU_FORKSERVER=0``: a fresh ``import torch``);
-- accelerate's ``notebook_launcher`` (forks the notebook through torch elastic), where accelerate is installed;
-- ``torch.multiprocessing.spawn`` of a module-level function (a fresh interpreter per rank, every time);
-- one plain ``subprocess`` per rank, each running the same work through ``torchrun``-style env:// init.
-Every variant joins a gloo process group over loopback, all-reduces one tensor and checks the sum.
+"""``python -m mgpu_helpers.bench launch``: how long a launch of N ranks doing one all-reduce takes, side by side:
+``run_ranks`` repeated (phase by phase), from a new kernel, cold (``MGPU_FORKSERVER=0``), against accelerate's
+``notebook_launcher``, ``torch.multiprocessing.spawn`` and a subprocess per rank. Every variant joins a gloo group
+over loopback, all-reduces one tensor and checks the sum.
 """
 
 import argparse
@@ -25,7 +19,6 @@ from mgpu_helpers.report import progress, tables
 
 
 def allreduce_rank(rank: int, world_size: int) -> int:
-    """The work every variant does: all-reduce the rank number; returns the sum."""
     import torch
     import torch.distributed as dist
 
@@ -35,7 +28,6 @@ def allreduce_rank(rank: int, world_size: int) -> int:
 
 
 def join_and_check(init_method: str, **rank_and_size) -> None:
-    """What a baseline's rank does: join a gloo group, all-reduce its rank number, check the sum, leave."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=init_method, **rank_and_size)
@@ -51,8 +43,7 @@ def _spawn_entry(rank: int, world_size: int, store: str) -> None:
 def time_mp_spawn(world_size: int) -> float:
     import torch.multiprocessing as mp
 
-    # The FileStore's file must not exist yet: a name inside a private new folder (never tempfile.mktemp,
-    # whose name another user could take first).
+    # The FileStore's file must not exist yet: a name in a private new folder (tempfile.mktemp's could be taken).
     with (
         tempfile.TemporaryDirectory(prefix="mgpu-bench-", ignore_cleanup_errors=True) as folder,
         mock.patch.dict(os.environ, loopback_env()),
@@ -78,8 +69,8 @@ def time_subprocesses(world_size: int) -> float:
 
 
 def _cell_function():
-    """The rank function as a notebook cell defines it: sent by value (a module-level one would make every
-    rank import its module, which a cell's function does not), timing its own all-reduce."""
+    """The rank function as a cell defines it: sent by value (a module-level one would make every rank import its
+    module), timing its own all-reduce."""
 
     def allreduce_in_cell(rank, world_size):
         import time
@@ -107,7 +98,7 @@ PHASES = [
 
 
 def _timed_launch(world_size: int) -> dict:
-    """One repeat launch of the cell function, with the moments between its phases (seconds)."""
+    """One launch of the cell function: its total and phases (seconds)."""
     marks = {}
     real_submit, real_supervise = launch._server.submit, launch.supervise
 
@@ -127,8 +118,7 @@ def _timed_launch(world_size: int) -> dict:
         res = launch.run_ranks(_cell_function(), world_size, backend="gloo", quiet=True, stream=False)
         end = time.monotonic()
     assert [v[0] for v in res.values] == [world_size * (world_size - 1) // 2] * world_size
-    starts = [v[1] for v in res.values]
-    ends = [v[2] for v in res.values]
+    starts, ends = [v[1] for v in res.values], [v[2] for v in res.values]
     init_begin = min(s - i for s, i in zip(starts, res.init_seconds))
     return {
         "total": end - t0,
@@ -147,7 +137,6 @@ def _accelerate_entry(world_size: int) -> None:
 
 
 def time_notebook_launcher(world_size: int) -> float | None:
-    """accelerate's notebook_launcher on the same work; None where accelerate is not installed."""
     try:
         from accelerate import notebook_launcher
     except ImportError:
@@ -163,8 +152,7 @@ def time_notebook_launcher(world_size: int) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__, formatter_class=raw)
+    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__)
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")

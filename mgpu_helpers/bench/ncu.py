@@ -1,19 +1,8 @@
 """Nsight Compute figures of the course's vecAdd kernels: ``python -m mgpu_helpers.bench ncu [--n N] [--machine NAME]``.
 
-Runs ``ncu`` on a small child script that launches, once each, the seed's Numba ``vec_add`` at block sizes
-128 / 256 / 512 / 1024 (the sizes notebook 02 sweeps) and the course's fast kernels (Numba ``vec_add_fast`` and
-CuPy ``vecAddFast``, block 256), with::
-
-    ncu --clock-control none --csv --print-units base --kernel-name regex:"vec_add|vecAdd" \
-        --metrics launch__registers_per_thread,launch__block_size,\
-sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-        python child.py
-
-``--clock-control none`` leaves the GPU's clocks alone (ncu would otherwise lock them to base clocks, which
-the course machines do not allow). The CSV is parsed (:func:`parse_csv`) into one row per launch: registers per
-thread, achieved occupancy (warps active, % of the SM's peak) and DRAM throughput (% of peak), and written to
-``mgpu_helpers/data/ncu_<machine>.json`` with the machine, GPU, date and ncu version. :func:`load` returns a
-recorded table (what notebook 02 shows). Without ``ncu`` or without a GPU it says so and exits 1.
+``ncu`` profiles a child script that launches each kernel once, and its CSV becomes
+``mgpu_helpers/data/ncu_<machine>.json`` (what notebook 02 shows). ``--clock-control none`` leaves the GPU's
+clocks alone: ncu would otherwise lock them to base clocks, which the course machines do not allow.
 """
 
 import argparse
@@ -80,12 +69,10 @@ else:
 
 
 def find_ncu() -> str | None:
-    """The ncu executable: on PATH, else CUDA's default location."""
     return shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
 
 
 def ncu_version(ncu: str) -> str:
-    """'2025.3.1.0' from ``ncu --version`` (the whole last line where the format differs)."""
     out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
     m = re.search(r"Version\s+([\d.]+)", out)
     return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
@@ -97,10 +84,8 @@ def command(ncu: str, script: str, n: int) -> list[str]:
 
 
 def parse_csv(text: str) -> list[dict]:
-    """One dict per profiled launch from ncu's ``--csv`` output (the default "details" page: one line per
-    launch and metric; columns found by name, ncu's own ``==PROF==`` lines and the script's output skipped):
-    ``{"id", "kernel", "block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct"}``,
-    in launch order. ``block_size`` is the metric, or the "Block Size" column's x·y·z where the metric is absent."""
+    """One dict per profiled launch, in launch order, from ncu's ``--csv`` "details" page (one line per launch and
+    metric; ncu's ``==PROF==`` lines and the script's output skipped). ``block_size``: the metric, else x·y·z."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     if not lines:
         raise ValueError("no CSV lines in ncu's output: was it run with --csv, and did it profile a kernel?")
@@ -122,7 +107,7 @@ def parse_csv(text: str) -> list[dict]:
 
 
 def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
-    """Name each parsed launch after the child script's plan, checking kernel name and block size agree."""
+    """Each launch named after the child script's plan, checking kernel name and block size agree."""
     out, queue = [], list(plan)
     for launch in launches:
         match = next((p for p in queue if re.search(p[1], launch["kernel"]) and p[2] == launch.get("block_size")), None)
@@ -137,7 +122,7 @@ def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
 
 
 def machine_name(gpu_name: str, gpu_count: int = 1) -> str:
-    """'NVIDIA H200' -> 'h200' (the file name's machine part)."""
+    """'NVIDIA H200' -> 'h200'."""
     slug = re.sub(r"[^a-z0-9]+", "_", gpu_name.lower().replace("nvidia", "")).strip("_")
     return slug or "gpu"
 
@@ -147,8 +132,7 @@ def path_for(machine: str) -> str:
 
 
 def load(machine: str | None = None) -> dict:
-    """A recorded table: ``{"machine", "gpu", "date", "ncu_version", "n", "command", "rows": [...]}``.
-    ``machine`` None: the only (or first, by name) ``ncu_*.json`` in the package's data."""
+    """A recorded table; ``machine`` None: the first ``ncu_*.json`` by name."""
     if machine is None:
         found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
         if not found:
@@ -169,7 +153,6 @@ NCU_COLUMNS = [
 
 
 def format_table(record: dict) -> str:
-    """The recorded rows as text, with where and how they were measured."""
     version = record["ncu_version"]
     version = version if re.match(r"\d", version) else f"({version})"
     head = f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), {record['date']}, N = {record['n']} float32"

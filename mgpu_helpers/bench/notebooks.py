@@ -1,11 +1,6 @@
-"""How long a learner waits: every notebook run top to bottom under nbval, one process each, as ``make test`` does.
-
-``python -m mgpu_helpers.bench notebooks`` runs each lesson in ``notebooks/`` (``--dirs`` adds ``solutions``
-and ``exercises``) in its own pytest process, one after the other, and prints per notebook the seconds it took
-and its slowest cells, then the total against the course's targets (12 s a lesson, 90 s the course on a 2-core
-machine). The baseline, from the same run: a notebook of two cells (``mh.setup()`` and one 2-rank launch), the
-fixed cost every notebook pays for its kernel, its imports and its rank server. The fork server is started (or
-found) first and its start timed apart: a learner's first notebook of a session waits for it once, the rest fork.
+"""How long a learner waits: every notebook run top to bottom under nbval, one process each, as ``make test`` does,
+beside a two-cell notebook (``mh.setup()`` and one 2-rank launch): the fixed cost every notebook pays. The fork
+server's start is timed apart: a learner's first notebook of a session waits for it once, the rest fork.
 """
 
 import argparse
@@ -33,7 +28,7 @@ FLOOR_CELLS = [
 
 
 def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
-    """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run of ``path``."""
+    """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run."""
     cmd = [sys.executable, "-m", "pytest", path, "--nbval-lax", "--nbval-current-env", "-p", "no:randomly"]
     cmd += ["-p", "no:xdist", "-q", "--durations=0", "--durations-min=0.2"]
     start = time.perf_counter()
@@ -50,7 +45,6 @@ def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
 
 
 def floor_notebook() -> str:
-    """Write the two-cell baseline notebook under build/ and return its path."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in FLOOR_CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = os.path.join(ROOT, "build", "bench", "floor.ipynb")
@@ -60,8 +54,7 @@ def floor_notebook() -> str:
 
 
 def main(argv: list[str]) -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__, formatter_class=raw)
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__)
     p.add_argument("--dirs", nargs="+", default=["notebooks"], help="folders of notebooks (default: notebooks)")
     p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
