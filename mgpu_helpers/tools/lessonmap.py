@@ -1,12 +1,9 @@
 """Which modules of the library each worked lesson uses: a table generated from the code, kept in
-``mgpu_helpers/README.md`` between two marker lines, so that "what does lesson 12 touch?" has an answer that
-cannot drift.
+``mgpu_helpers/README.md`` between two marker lines, so that "what does lesson 12 touch?" cannot drift.
 
-A lesson uses a module when its code cells, or the lessons module it exports (:mod:`nbexport`), name it:
-``mh.<part>.<module>...`` (``import mgpu_helpers as mh``), ``mh.<name>`` for a name the package hands out
-(``mh.run_ranks`` lives in ``launcher.launch``), or ``import`` / ``from ... import`` of ``mgpu_helpers``. A name
-that is no module is traced to the module that defines it, which may import that module (never numba, CuPy or
-torch: the packages load their modules lazily and import those inside functions).
+A lesson uses a module its code cells, or the lessons module it exports, name (``mh.a.b``, ``mh.run_ranks``, an
+import). A name that is no module is traced to the module defining it, by importing that module (never numba,
+CuPy or torch: the packages load their modules lazily and import those inside functions).
 
     python -m mgpu_helpers.tools.lessonmap          # rewrite the table in mgpu_helpers/README.md
     python -m mgpu_helpers.tools.lessonmap --check  # exit 1 when the committed table is out of date
@@ -35,15 +32,14 @@ _MAGIC = re.compile(r"^(\s*)[%!].*$", re.M)  # IPython's line magics and shell l
 
 
 def python_of_cell(code: str) -> str:
-    """A code cell as Python: a cell magic's first line (``%%time``) and every line magic or ``!`` line blanked."""
+    """A code cell as Python: a cell magic's first line and every line magic or ``!`` line blanked."""
     if code.lstrip().startswith("%%"):
         code = code.split("\n", 1)[1] if "\n" in code else ""
     return _MAGIC.sub(r"\1pass", code)
 
 
 def references(code: str) -> set[tuple[str, ...]]:
-    """Every dotted name below ``mgpu_helpers`` that ``code`` reaches, as a tuple of names (``("lessons", "ring",
-    "chunk_bounds")``): the longest ``mh.a.b.c`` chains and the names its imports bring in."""
+    """Every dotted name below ``mgpu_helpers`` that ``code`` reaches (``("lessons", "ring", "chunk_bounds")``)."""
     tree = ast.parse(code)
     roots = {"mh", PACKAGE}  # the course's alias and the package's own name
     found: set[tuple[str, ...]] = set()
@@ -70,8 +66,7 @@ def references(code: str) -> set[tuple[str, ...]]:
 
 @functools.cache
 def module_of(path: tuple[str, ...]) -> str:
-    """The module that ``mgpu_helpers.<path>`` is or lives in, relative to the package (``"launcher.launch"``);
-    a package's name when the path names the package itself or nothing it defines."""
+    """The module ``mgpu_helpers.<path>`` is or lives in (``"launcher.launch"``), or the package's name."""
     folder = os.path.join(ROOT, PACKAGE)
     for i, name in enumerate(path):
         if os.path.isfile(os.path.join(folder, name, "__init__.py")):
@@ -96,7 +91,7 @@ def _modules(code: str, where: str) -> set[str]:
 
 
 def lesson_row(path: str, root: str = ROOT) -> tuple[str, list[str], list[str]]:
-    """``(lesson, lessons modules it writes, library modules it uses)`` for the worked notebook at ``path``."""
+    """``(lesson, lessons modules it writes, library modules it uses)``."""
     rel = os.path.relpath(path, root)
     nb = json.loads(read_text(path))
     used: set[str] = set()
@@ -122,12 +117,10 @@ def _grouped(modules: list[str]) -> str:
 
 
 def lesson_paths(root: str = ROOT) -> list[str]:
-    """The worked lessons (those nbexport reads), in course order."""
     return sorted(p for pattern in NOTEBOOK_GLOBS for p in glob.glob(os.path.join(root, pattern)))
 
 
 def table(root: str = ROOT) -> str:
-    """The Markdown table: one row per worked lesson, in course order."""
     lines = ["| lesson | writes | uses |", "| --- | --- | --- |"]
     for lesson, writes, used in (lesson_row(p, root) for p in lesson_paths(root)):
         lines.append(f"| `{lesson}` | {', '.join(f'`{w}`' for w in writes) or '-'} | {_grouped(used) or '-'} |")
@@ -135,7 +128,6 @@ def table(root: str = ROOT) -> str:
 
 
 def with_table(readme: str, text: str) -> str:
-    """``readme`` with ``text`` between the marker lines (which must both be there, in order)."""
     start, stop = readme.find(BEGIN), readme.find(END)
     if start < 0 or stop < start:
         raise ValueError(f"{README} needs the two marker lines, in order:\n{BEGIN}\n{END}")
@@ -143,7 +135,6 @@ def with_table(readme: str, text: str) -> str:
 
 
 def out_of_date(root: str = ROOT) -> list[str]:
-    """A line saying the README's table differs from the code, or nothing when it is current."""
     readme = read_text(os.path.join(root, README)) or ""
     if with_table(readme, table(root)) != readme:
         return [f"the lesson table in {README} is not what the notebooks use now"]

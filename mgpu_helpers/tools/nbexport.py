@@ -1,16 +1,11 @@
 """Export the code a notebook teaches into a generated module of the library: one hand-edited copy, in the cell.
 
-A code cell whose first line is ``#| export`` (nbdev's marker; d2l's ``#@save`` does the same) is copied into
-``mgpu_helpers/lessons/<name>.py``, where ``<name>`` comes from the notebook's metadata
-``{"mgpu": {"export": "<name>"}}``; ``#| export <name>`` on a cell sends that cell to another module. Later
-notebooks, checkers, benchmarks and tests import the generated module (``mh.lessons.<name>``), so the learner
-edits and re-runs the very code the rest of the course uses.
+A code cell whose first line is ``#| export`` (nbdev's marker) goes to ``mgpu_helpers/lessons/<name>.py``, the
+name from the notebook's metadata ``{"mgpu": {"export": "<name>"}}`` or ``#| export <name>``. The rest of the
+course imports the generated module, so the learner edits and re-runs the very code it uses.
 
     python -m mgpu_helpers.tools.nbexport          # write every generated module
-    python -m mgpu_helpers.tools.nbexport --check  # exit 1, naming each module that is out of date
-
-A generated module's first line says it is generated and names its notebook; ``--check`` (and
-tests/tools/test_nbexport.py) also reports a generated module that no notebook exports any more.
+    python -m mgpu_helpers.tools.nbexport --check  # exit 1, naming each module out of date (or exported no more)
 """
 
 import argparse
@@ -31,11 +26,11 @@ HEADER = "# Generated from {notebook} by `python -m mgpu_helpers.tools.nbexport`
 
 
 class ExportError(ValueError):
-    """A notebook's export markers do not name a module, or name it in a way that cannot be written."""
+    """A notebook's export markers name no module, or one that cannot be written."""
 
 
 def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
-    """Module name -> the exported cells' code (marker line removed), in notebook order."""
+    """Module name -> the exported cells' code (marker line removed)."""
     default = nb.get("metadata", {}).get("mgpu", {}).get("export")
     modules: dict[str, list[str]] = {}
     for k, cell in enumerate(nb.get("cells", [])):
@@ -58,7 +53,6 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
 
 
 def render(notebook: str, nb, cells: list[str]) -> str:
-    """The generated module's text: header, docstring naming the lesson, then the cells in order."""
     title = next((line.lstrip("#").strip() for line in markdown_lines(nb) if line.startswith("#")), "")
     doc = (
         f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one '
@@ -69,7 +63,7 @@ def render(notebook: str, nb, cells: list[str]) -> str:
 
 
 def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
-    """Path of each generated module (relative to ``root``) -> (its notebook, the text it must have)."""
+    """Path of each generated module -> (its notebook, the text it must have)."""
     out: dict[str, tuple[str, str]] = {}
     paths = [p for pattern in NOTEBOOK_GLOBS for p in sorted(glob.glob(os.path.join(root, pattern)))]
     for path in paths:
@@ -90,8 +84,7 @@ def _generated_on_disk(root: str) -> list[str]:
 
 def out_of_sync(root: str = ROOT) -> list[str]:
     """One line per generated module that is missing, stale, or no longer exported by any notebook."""
-    problems = []
-    expected = expected_modules(root)
+    problems, expected = [], expected_modules(root)
     for rel, (notebook, text) in expected.items():
         old = read_text(os.path.join(root, rel))
         if old is None:
@@ -105,7 +98,7 @@ def out_of_sync(root: str = ROOT) -> list[str]:
 
 
 def write_all(root: str = ROOT) -> list[str]:
-    """Write every generated module; returns the paths written (changed ones only)."""
+    """Write every generated module; returns the paths that changed."""
     expected = expected_modules(root)
     return [rel for rel, (_, text) in expected.items() if write_if_changed(os.path.join(root, rel), text)]
 
