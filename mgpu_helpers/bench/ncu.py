@@ -121,10 +121,9 @@ def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
     return out
 
 
-def machine_name(gpu_name: str, gpu_count: int = 1) -> str:
+def machine_name(gpu_name: str) -> str:
     """'NVIDIA H200' -> 'h200'."""
-    slug = re.sub(r"[^a-z0-9]+", "_", gpu_name.lower().replace("nvidia", "")).strip("_")
-    return slug or "gpu"
+    return re.sub(r"[^a-z0-9]+", "_", gpu_name.lower().replace("nvidia", "")).strip("_") or "gpu"
 
 
 def path_for(machine: str) -> str:
@@ -136,10 +135,8 @@ def load(machine: str | None = None) -> dict:
     if machine is None:
         found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
         if not found:
-            raise FileNotFoundError(
-                "no Nsight Compute figures recorded: run `python -m mgpu_helpers.bench ncu` "
-                "on a machine with an NVIDIA GPU and ncu"
-            )
+            how = "run `python -m mgpu_helpers.bench ncu` on a machine with an NVIDIA GPU and ncu"
+            raise FileNotFoundError(f"no Nsight Compute figures recorded: {how}")
         machine = found[0][len("ncu_") : -len(".json")]
     return json.loads(Path(path_for(machine)).read_text(encoding="utf-8"))
 
@@ -153,8 +150,7 @@ NCU_COLUMNS = [
 
 
 def format_table(record: dict) -> str:
-    version = record["ncu_version"]
-    version = version if re.match(r"\d", version) else f"({version})"
+    version = record["ncu_version"] if re.match(r"\d", record["ncu_version"]) else f"({record['ncu_version']})"
     head = f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), {record['date']}, N = {record['n']} float32"
     lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
     lines.append(format_text_table(record["rows"], NCU_COLUMNS))
@@ -162,8 +158,7 @@ def format_table(record: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__, formatter_class=raw)
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__)
     p.add_argument("--n", type=int, default=1 << 24, help="elements per vector (default 2**24)")
     p.add_argument("--machine", default=None, help="name in the file name (default: from the GPU's name)")
     p.add_argument("--out", default=None, help="where to write the JSON (default mgpu_helpers/data/ncu_<machine>.json)")
@@ -174,11 +169,8 @@ def main(argv: list[str]) -> int:
         return 0
     ncu = find_ncu()
     if ncu is None:
-        print(
-            "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit "
-            "(/usr/local/cuda/bin/ncu). The recorded figures: python -m mgpu_helpers.bench ncu --show",
-            file=sys.stderr,
-        )
+        why = "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit (/usr/local/cuda/bin/ncu)."
+        print(why, "The recorded figures: python -m mgpu_helpers.bench ncu --show", file=sys.stderr)
         return 1
     from mgpu_helpers import hardware
 
@@ -198,18 +190,11 @@ def main(argv: list[str]) -> int:
         print(out.stdout[-3000:], out.stderr[-3000:], sep="\n", file=sys.stderr)
         print(f"ncu exited with {out.returncode}", file=sys.stderr)
         return 1
-    rows = label_rows(parse_csv(out.stdout))
-    machine = a.machine or machine_name(m.gpus[0].name)
-    record = {
-        "machine": machine,
-        "gpu": m.gpus[0].name,
-        "date": _dt.date.today().isoformat(),
-        "ncu_version": ncu_version(ncu),
-        "n": a.n,
-        "command": " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)]),
-        "source": "python -m mgpu_helpers.bench ncu",
-        "rows": rows,
-    }
+    rows, gpu = label_rows(parse_csv(out.stdout)), m.gpus[0].name
+    machine = a.machine or machine_name(gpu)
+    record = dict(machine=machine, gpu=gpu, date=_dt.date.today().isoformat(), ncu_version=ncu_version(ncu), n=a.n)
+    command_line = " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)])
+    record |= dict(command=command_line, source="python -m mgpu_helpers.bench ncu", rows=rows)
     path = a.out or path_for(machine)
     Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(format_table(record))

@@ -28,12 +28,12 @@ from mgpu_helpers.tools.nbtools import execute, markdown_lines, source
 # Pinned front-end packages (npm), unpacked into the vendor folder. nbconvert's reveal template is written
 # for reveal.js 4; its MathJax configuration for MathJax 2.
 VENDOR_PACKAGES = {"reveal.js": "4.6.0", "mathjax": "2.7.9", "requirejs": "2.3.7", "jquery": "2.2.4"}
-JQUERY_KEEP = ("dist/jquery.min.js",)
-# Of MathJax only what the TeX-AMS_CHTML-full configuration loads (the full package is 73 MB).
-MATHJAX_KEEP = (
-    *("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX"),
-    *("jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en"),
-)
+# What is unpacked where not all: of MathJax what the TeX-AMS_CHTML-full configuration loads (the whole is 73 MB).
+VENDOR_KEEP = {
+    "jquery": ("dist/jquery.min.js",),
+    "mathjax": ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX")
+    + ("jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en"),
+}
 MATHJAX_CONFIG = "mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
 # nbconvert's templates import Mermaid from a CDN (the reveal template always does); the course draws no
 # Mermaid diagrams, so the pages import this local stand-in instead.
@@ -57,16 +57,13 @@ def title_of(nb, fallback: str = "") -> str:
 
 
 def _unpack(tgz: str, dest: str, keep=None) -> None:
+    """The files below the package's top folder (only ``keep``'s paths, where given)."""
+    wanted = lambda rel: rel and (not keep or any(rel == k or rel.startswith(k + "/") for k in keep))
     with tarfile.open(tgz) as tar:
         members = []
         for m in tar.getmembers():
-            rel = m.name.split("/", 1)[1] if "/" in m.name else ""
-            if not rel or (keep and not any(rel == k or rel.startswith(k + "/") for k in keep)):
-                continue
-            if not (m.isfile() or m.isdir()):
-                continue
-            m.name = rel
-            members.append(m)
+            m.name = m.name.split("/", 1)[1] if "/" in m.name else ""
+            members += [m] if wanted(m.name) and (m.isfile() or m.isdir()) else []
         tar.extractall(dest, members=members, filter="data")
 
 
@@ -89,9 +86,7 @@ def ensure_vendor(where: str | None = None) -> str:
         for name, ver in missing.items():
             dest = os.path.join(where, name)
             shutil.rmtree(dest, ignore_errors=True)
-            _unpack(
-                os.path.join(tmp, f"{name}-{ver}.tgz"), dest, {"mathjax": MATHJAX_KEEP, "jquery": JQUERY_KEEP}.get(name)
-            )
+            _unpack(os.path.join(tmp, f"{name}-{ver}.tgz"), dest, VENDOR_KEEP.get(name))
             if name == "reveal.js":
                 _drop_web_fonts(os.path.join(dest, "dist", "theme"))
             Path(dest, ".version-" + ver).touch()
@@ -129,8 +124,7 @@ def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) 
     if model_id in seen or model_id not in state:
         return
     seen.add(model_id)
-    model = state[model_id]
-    name, s = model.get("model_name", ""), model.get("state", {})
+    name, s = state[model_id].get("model_name", ""), state[model_id].get("state", {})
     if name == "OutputModel":
         outputs.extend(s.get("outputs", []))
     elif name in ("HTMLModel", "HTMLMathModel", "LabelModel"):
@@ -161,8 +155,7 @@ def progress_line(model_id: str, state: dict) -> str | None:
     """A progress bar widget as the line a terminal shows (``sizes: 100%|##########| 3/3 [...]``), or None.
     ``tqdm.auto`` displays an HBox of [HTML description, FloatProgress, HTML counts]."""
     model = state.get(model_id, {})
-    s = model.get("state", {})
-    kids = [state.get(_ref(c) or "", {}) for c in s.get("children", [])]
+    kids = [state.get(_ref(c) or "", {}) for c in model.get("state", {}).get("children", [])]
     bars = [k for k in kids if k.get("model_name") in PROGRESS_MODELS]
     if model.get("model_name") in PROGRESS_MODELS:
         bars, kids = [model], [model]
@@ -200,10 +193,8 @@ def flatten_widgets(nb):
             controls, inner = [], []
             _walk(view.get("model_id", ""), state, controls, inner, set())
             note = "interactive widget (needs a running kernel)"
-            if controls:
-                note += ": " + "; ".join(html.escape(str(c)) for c in controls)
-            new.append(_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note))
-            new.extend(inner)
+            note += (": " + "; ".join(html.escape(str(c)) for c in controls)) if controls else ""
+            new += [_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note), *inner]
         if "outputs" in cell:
             cell["outputs"] = new
     nb.get("metadata", {}).pop("widgets", None)
@@ -216,9 +207,7 @@ def fold_quiz_answers(nb):
     from mgpu_helpers.widgets import quiz
 
     nb = copy.deepcopy(nb)
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code":
-            continue
+    for cell in (c for c in nb.get("cells", []) if c.get("cell_type") == "code"):
         asked = [(quiz.get(i), quiz.number_of(i)) for i in quiz.asked_ids(source(cell))]
         if asked:
             cell["outputs"] = [_display(quiz.static_html(q, n), quiz.static_text(q, n)) for q, n in asked]
@@ -227,14 +216,8 @@ def fold_quiz_answers(nb):
 
 def _export(exporter_class, nb, vendor_rel: str, mermaid_url: str, **options) -> str:
     """``nb`` through nbconvert with images embedded and every script served from ``vendor_rel``."""
-    exporter = exporter_class(
-        embed_images=True,
-        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
-        require_js_url=f"{vendor_rel}/requirejs/require.js",
-        mermaid_js_url=mermaid_url,
-        mermaid_layout_elk_js_url="",
-        **options,
-    )
+    options |= dict(mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}", require_js_url=f"{vendor_rel}/requirejs/require.js")
+    exporter = exporter_class(embed_images=True, mermaid_js_url=mermaid_url, mermaid_layout_elk_js_url="", **options)
     return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
 
 
