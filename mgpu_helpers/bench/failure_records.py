@@ -137,18 +137,10 @@ class CrowdRecord:
     nccl: str  # the two NCCL ranks' answers, one line each (or why they did not run)
 
 
-def _mib(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _parse_mib(word: str) -> int | None:
-    return None if word == "-" else int(word)
-
-
 def format_crowd(record: CrowdRecord) -> str:
     lines = record.header.lines() + [CROWD_COLUMNS]
     for r in record.rows:
-        mib = f"{_mib(r.context_only_mib)} {_mib(r.after_alloc_mib)}"
+        mib = " ".join("-" if v is None else str(v) for v in (r.context_only_mib, r.after_alloc_mib))
         lines.append(f"{r.rank} {r.pid} {r.current_device} {r.gpu} {mib}")
     lines += [f"# NVML's processes (gpu pid context-only/after MiB): {record.nvml}", f"=== {NCCL_SECTION}"]
     return "\n".join(lines + record.nccl.splitlines()) + "\n"
@@ -159,19 +151,17 @@ def parse_crowd(text: str) -> CrowdRecord:
     header = Header.parse(lines)
     if CROWD_COLUMNS not in lines:
         raise ValueError(f"the recording has no table: no line {CROWD_COLUMNS!r}")
-    rows, nvml = [], ""
-    body = lines[lines.index(CROWD_COLUMNS) + 1 :]
+    rows, body = [], lines[lines.index(CROWD_COLUMNS) + 1 :]
     for i, line in enumerate(body):
         if line.startswith(("#", "===")):
             body = body[i:]
             break
         rank, pid, current, gpu, context, after = line.split()
-        rows.append(CrowdRow(int(rank), int(pid), int(current), int(gpu), _parse_mib(context), _parse_mib(after)))
+        mib = [None if word == "-" else int(word) for word in (context, after)]
+        rows.append(CrowdRow(int(rank), int(pid), int(current), int(gpu), *mib))
     else:
         body = []
-    for line in body:
-        if line.startswith("# NVML's processes"):
-            nvml = line.split(": ", 1)[1]
+    nvml = ([ln.split(": ", 1)[1] for ln in body if ln.startswith("# NVML's processes")] or [""])[-1]
     sections = _sections(body, "=== ")
     if NCCL_SECTION not in sections:
         raise ValueError(f"the recording has no '=== {NCCL_SECTION}' section")

@@ -38,10 +38,8 @@ def async_error_record(header: fr.Header, run_child) -> fr.AsyncErrorRecord:
     """Both runs of ``run_child(blocking)`` (01's ``run_async_child``; a fake in the tests)."""
     from mgpu_helpers.lessons.cuda_model import ASYNC_CHILD
 
-    runs = {}
-    for name, blocking in zip(fr.RUNS, (False, True), strict=True):
-        done = run_child(blocking)
-        runs[name] = fr.ChildRun(done.returncode, done.stdout, done.stderr)
+    done = {name: run_child(blocking) for name, blocking in zip(fr.RUNS, (False, True), strict=True)}
+    runs = {name: fr.ChildRun(d.returncode, d.stdout, d.stderr) for name, d in done.items()}
     return fr.AsyncErrorRecord(header, ASYNC_CHILD, runs)
 
 
@@ -109,14 +107,12 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
         if problem:
             raise RuntimeError(f"the processes using CUDA without set_device: {problem}")
         seen.sort()
-        barrier.wait()
-        time.sleep(1)  # NVML's per-process figures lag the allocation a little
-        context_only = nvml_processes()
-        barrier.wait()
-        barrier.wait()
-        time.sleep(1)
-        after_alloc = nvml_processes()
-        barrier.wait()
+        snapshots = []
+        for _ in range(2):  # with contexts only, then after the allocations
+            barrier.wait()
+            time.sleep(1)  # NVML's per-process figures lag the allocation a little
+            snapshots.append(nvml_processes())
+            barrier.wait()
     except BaseException:
         barrier.abort()  # the processes waiting at it stop at once
         raise
@@ -125,7 +121,7 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
             p.join(30)
             if p.is_alive():
                 p.kill()
-    return seen, context_only, after_alloc
+    return seen, *snapshots
 
 
 def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.CrowdRow], str]:

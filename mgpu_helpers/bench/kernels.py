@@ -44,22 +44,16 @@ def fast_reference() -> dict:
     """The fast and grid-stride kernels' H200 figures, with GB/s and % of that run's own torch.add by row key."""
     raw = read_json(FAST_REFERENCE_FILE)
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
-    return {
-        "source": raw["_source"],
-        "torch_add": raw["torch_add_GBps"],
-        "gbps": {k: v[0] for k, v in rows.items()},
-        "pct": {k: v[1] for k, v in rows.items()},
-        "raw": raw,
-    }
+    gbps, pct = ({k: v[i] for k, v in rows.items()} for i in (0, 1))
+    return {"source": raw["_source"], "torch_add": raw["torch_add_GBps"], "gbps": gbps, "pct": pct, "raw": raw}
 
 
 def format_fast_reference(ref: dict | None = None) -> str:
     ref = fast_reference() if ref is None else ref
     width = max(len(LABELS[k]) for k in ref["gbps"])
     lines = [f"recorded on one H200, N = 2**28 float32, torch.add {ref['torch_add']:.0f} GB/s in the same run:"]
-    lines += [
-        f"  {LABELS[k]:{width}s} | {v:7.0f} GB/s | {ref['pct'][k]:5.1f}% of torch.add" for k, v in ref["gbps"].items()
-    ]
+    row = "  {:{}s} | {:7.0f} GB/s | {:5.1f}% of torch.add"
+    lines += [row.format(LABELS[k], width, v, ref["pct"][k]) for k, v in ref["gbps"].items()]
     return "\n".join(lines)
 
 
@@ -124,8 +118,7 @@ def measure(n: int, repeats: int) -> dict:
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.report import progress
 
-    out = {}
-    f32 = 4
+    out, f32 = {}, 4
     # torch: the ceilings.
     ta, tb = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
     tc = torch.empty_like(ta)
@@ -137,8 +130,7 @@ def measure(n: int, repeats: int) -> dict:
 
     # CuPy: the seed's C kernel, the ElementwiseKernel, the fast float4 kernel.
     ca, cb = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
-    cc = cp.empty_like(ca)
-    want = ca + cb
+    cc, want = cp.empty_like(ca), ca + cb
     cupy_rows = {
         "cupy_raw": lambda: CK.vec_add_cupy_raw(ca, cb, cc, block=256),
         "cupy_elementwise": lambda: CK.vec_add_cupy_elementwise(ca, cb, cc),
@@ -177,8 +169,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     from mgpu_helpers.report import progress
 
     a, b = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
-    c = cp.empty_like(a)
-    want = a + b
+    c, want = cp.empty_like(a), a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
     out = {"copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy")}
     out |= {name: {} for name in ("raw", "numba", "elementwise")}  # {block: GB/s} each
@@ -206,8 +197,7 @@ def smoke(n: int) -> dict:
 
     rng = np.random.default_rng(0)
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-    da, db = cuda.to_device(a), cuda.to_device(b)
-    dc = cuda.device_array(n, dtype=np.float32)
+    da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, dtype=np.float32)
     rows = {f"numba_bs{bs}": (lambda bs=bs: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
     rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc)
     rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc)

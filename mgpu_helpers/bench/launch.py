@@ -58,8 +58,8 @@ _CHILD = "from mgpu_helpers.bench.launch import join_and_check\njoin_and_check('
 
 def time_subprocesses(world_size: int) -> float:
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base = dict(os.environ, **loopback_env(), MASTER_PORT=str(free_loopback_port()), PYTHONPATH=pkg_root)
-    base["WORLD_SIZE"] = str(world_size)
+    port, size = str(free_loopback_port()), str(world_size)
+    base = dict(os.environ, **loopback_env(), MASTER_PORT=port, PYTHONPATH=pkg_root, WORLD_SIZE=size)
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=dict(base, RANK=str(r))) for r in range(world_size)]
     codes = [p.wait() for p in procs]

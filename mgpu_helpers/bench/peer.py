@@ -14,9 +14,3 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     print(peer.format_report(peer.measure_all(a.world_size, a.copy_bytes)))
     return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))

@@ -107,9 +107,3 @@ def main(argv: list[str]) -> int:
     print(f"ring all-reduce vs dist.all_reduce, {a.world_size} ranks, backend {backend}, float32")
     print(format_table(a.world_size, rows))
     return 0 if all(ok for *_x, ok in rows) else 1
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))

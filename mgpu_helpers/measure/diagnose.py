@@ -11,6 +11,8 @@ import statistics
 
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.launcher.ranks import rank_device
+from mgpu_helpers.measure import workloads
+from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
 
 def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
@@ -46,9 +48,6 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure import workloads
-    from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
-
     device = rank_device()
     if device.type == "cpu":
         torch.set_num_threads(1)
@@ -79,8 +78,7 @@ def comm_fraction(probe_values) -> float:
 
 def per_rank_phase_times(values) -> dict:
     """``{phase: [each rank's per-step seconds]}`` from :func:`~.workloads.straggler_step` results."""
-    phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
-    return {phase: [v[key] for v in values] for phase, key in phases.items()}
+    return {phase: [v[key] for v in values] for phase, key in workloads.PHASE_KEYS.items()}
 
 
 def transports(lines) -> list[str]:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import timing
+from mgpu_helpers.measure.workloads import PHASE_KEYS, straggler_step
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import sizes as sz
 
@@ -105,9 +106,8 @@ def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: i
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    device = rank_device()
+    device, out = rank_device(), []
     gpu = device.type == "cuda"
-    out = []
     for nbytes in sizes:
         for op in ops:
             run, actual = make_op(op, int(nbytes), world_size, device)
@@ -138,11 +138,9 @@ def run_sweep(
     from mgpu_helpers.report import progress as bars
 
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
-    show = progress is not None and progress is not False
-    groups = [[s] for s in sizes] if show else [sizes]
+    groups = [[s] for s in sizes] if progress is not None and progress is not False else [sizes]
     update, close = bars.callback(progress, "sizes")
-    rows: list[SweepRow] = []
-    done = 0
+    rows, done = [], 0
     update(0, len(sizes))
     try:
         for group in groups:
@@ -178,16 +176,12 @@ def step_rank(
     """Rank function: per size, the median seconds of each phase of :func:`~.workloads.straggler_step`. The
     compute is the same for every size (a backward that does not change while its gradient bucket grows);
     ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size in their names."""
-    from mgpu_helpers.measure.workloads import straggler_step
-
-    shards = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size))
-    out = []
+    shards, out = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size)), []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
         label = sz.format_bytes(n * 4)
         got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=compute_repeats, label=label)
-        phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
-        out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in phases.items()})
+        out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in PHASE_KEYS.items()})
     return out
 
 
@@ -201,8 +195,7 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
     (compute's share of the step). Which part limits the step is left to the reader (notebook 12 asks)."""
     rows = []
     for i, first in enumerate(per_rank[0]):
-        comp = max(r[i]["compute"] for r in per_rank)
-        wait = max(r[i]["wait"] for r in per_rank)
+        comp, wait = (max(r[i][phase] for r in per_rank) for phase in ("compute", "wait"))
         comm = statistics.median(r[i]["communicate"] for r in per_rank)
         total = comp + wait + comm
         us = {"compute_us": comp, "wait_us": wait, "comm_us": comm, "step_us": total}

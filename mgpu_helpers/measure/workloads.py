@@ -13,6 +13,7 @@ from mgpu_helpers.measure.timing import synchronize_device, time_batch
 # Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
 CPU_SIZES = dict(m=128, per_unit=80)
 GPU_SIZES = dict(m=4096, per_unit=4)
+PHASE_KEYS = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}  # a phase's key in a step's results
 
 
 def compute_units(units: float, device, m: int | None = None, per_unit: int | None = None, seed: int = 0):

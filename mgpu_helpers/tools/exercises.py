@@ -207,9 +207,8 @@ def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
             continue
         if lesson and WORKED_ONLY_TAG in cell.metadata.get("tags", []):
             cell.source = _import_instead(cell, nb.metadata.get("mgpu", {}).get("export"), name, k)
-            cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != WORKED_ONLY_TAG]
-            if not cell.metadata["tags"]:
-                del cell.metadata["tags"]
+            tags = [t for t in cell.metadata.pop("tags") if t != WORKED_ONLY_TAG]
+            cell.metadata |= {"tags": tags} if tags else {}
             cell.metadata.pop("jupyter", None)
             continue
         if BEGIN in cell.source:
@@ -334,11 +333,10 @@ def out_of_sync() -> list[str]:
         elif old != render(sol):
             problems.append(f"{rel} is not what {os.path.relpath(sol, ROOT)} generates")
     wanted = {learner_path(sol) for sol in sols}
-    for folder in (EXERCISES_DIR, NOTEBOOKS_DIR):
-        for extra in sorted(glob.glob(os.path.join(folder, "*.ipynb"))):
-            if extra not in wanted:
-                problems.append(f"{os.path.relpath(extra, ROOT)} has no worked notebook in solutions/")
-    return problems
+    extra = [p for d in (EXERCISES_DIR, NOTEBOOKS_DIR) for p in sorted(glob.glob(os.path.join(d, "*.ipynb")))]
+    return problems + [
+        f"{os.path.relpath(p, ROOT)} has no worked notebook in solutions/" for p in extra if p not in wanted
+    ]
 
 
 def main(argv: list[str]) -> int:
@@ -349,11 +347,8 @@ def main(argv: list[str]) -> int:
         for path in generate():
             print(f"wrote {os.path.relpath(path, ROOT)}")
         return 0
-    if nbtools.report(
-        out_of_sync(),
-        "notebooks/ and exercises/ are not in sync with solutions/: "
-        "run `python -m mgpu_helpers.tools.exercises generate`",
-    ):
+    fix = "notebooks/ and exercises/ are not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises generate`"
+    if nbtools.report(out_of_sync(), fix):
         return 1
     print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")
     return 0

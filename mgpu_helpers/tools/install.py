@@ -103,10 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the pip commands, run nothing")
     a = p.parse_args(argv)
     if sys.version_info[:2] < MIN_PYTHON:
+        need, this = ".".join(map(str, MIN_PYTHON)), f"{platform.python_version()} ({sys.executable})"
         print(
-            f"the course needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
-            f"{platform.python_version()} ({sys.executable}). Try: make lab PYTHON=python3.11",
-            file=sys.stderr,
+            f"the course needs Python {need} or newer; this is {this}. Try: make lab PYTHON=python3.11", file=sys.stderr
         )
         return 2
     system, gpu = platform.system(), nvidia_gpu_present()
@@ -126,12 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                     "install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index", flush=True
                 )
         else:
-            print(
-                f"install: could not install torch ({' / '.join(' '.join(x) for x in attempts)}). Put the "
-                "wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build: "
-                "make lab TORCH=torch",
-                file=sys.stderr,
-            )
+            tried = " / ".join(" ".join(x) for x in attempts)
+            how = "Put the wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build"
+            print(f"install: could not install torch ({tried}). {how}: make lab TORCH=torch", file=sys.stderr)
             return 1
         have = None if a.dry_run else installed_torch()
     extras = ["test"] + [e for e in [cupy_extra(system, gpu, have[1] if have else None)] if e]
