@@ -67,10 +67,8 @@ def main(argv: list[str]) -> int:
     if hi < lo:
         p.error(f"--max-bytes {sizes.format_bytes(hi)} is below --min-bytes {sizes.format_bytes(lo)}")
     chosen = sizes.sizes_between(lo, hi, a.factor or (4 if gpu else 32))
-    print(
-        f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
-        f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}"
-    )
+    between = f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}"
+    print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes {between}; ops {', '.join(ops)}")
     run = dict(iters=a.iters, warmup=a.warmup, backend=backend, timeout=600, progress="sizes")
     rows = sweep.run_sweep(a.world_size, chosen, ops=ops, **run)
     print(nccltests.sweep_table(rows))
@@ -80,8 +78,6 @@ def main(argv: list[str]) -> int:
         return 0
     bad = target_check(rows)
     if any(d["nbytes"] >= TARGET_FROM for d in compared):
-        print(
-            "target: busbw within 5% of nccl-tests from 64 MiB up: "
-            + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad))
-        )
+        verdict = "met" if not bad else "MISSED:\n  " + "\n  ".join(bad)
+        print(f"target: busbw within 5% of nccl-tests from 64 MiB up: {verdict}")
     return 1 if (a.check and bad) else 0

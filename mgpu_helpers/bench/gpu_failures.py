@@ -23,8 +23,7 @@ COMMAND = "python -m mgpu_helpers.bench gpu_failures"
 
 
 def machine_line(gpu_name: str, gpu_count: int) -> str:
-    """``NVIDIA H200 x 2, host; torch 2.11.0, CUDA 13.0; date ...``, without initialising CUDA here (NVML would
-    list this process's context)."""
+    """Read without initialising CUDA here: NVML would list this process's context."""
     import torch
 
     now = _dt.datetime.now(_dt.UTC)
@@ -125,8 +124,7 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
 
 
 def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.CrowdRow], str]:
-    """One row per GPU each process appears on in NVML (one without figures where a container hides its pid),
-    and every process NVML listed, as text."""
+    """One row per GPU a process appears on in NVML (without figures where a container hides it); NVML's list."""
     gpus = sorted(set(context_only) | set(after_alloc))
     before, after = ({g: snap.get(g, {}) for g in gpus} for snap in (context_only, after_alloc))
     rows = []

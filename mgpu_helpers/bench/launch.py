@@ -69,8 +69,7 @@ def time_subprocesses(world_size: int) -> float:
 
 
 def _cell_function():
-    """The rank function as a cell defines it: sent by value (a module-level one would make every rank import its
-    module), timing its own all-reduce."""
+    """The rank function as a cell defines it: sent by value (no rank imports its module), timing its all-reduce."""
 
     def allreduce_in_cell(rank, world_size):
         import time
@@ -178,12 +177,9 @@ def main(argv: list[str]) -> int:
         ("run_ranks, new kernel (fork server up)", new_kernel, "1 run"),
         ("run_ranks, cold (own server: import torch)", cold, "1 run"),
     ]
-    if accel[0] is not None:
-        rows.append(("accelerate notebook_launcher", med(accel), f"median of {len(accel)}"))
-    rows += [
-        ("torch.multiprocessing.spawn", med(spawn), f"median of {len(spawn)}"),
-        ("subprocess per rank", med(sub), f"median of {len(sub)}"),
-    ]
+    baselines = [("accelerate notebook_launcher", accel)] if accel[0] is not None else []
+    baselines += [("torch.multiprocessing.spawn", spawn), ("subprocess per rank", sub)]
+    rows += [(name, med(times), f"median of {len(times)}") for name, times in baselines]
     print(f"Launch of {n} gloo ranks + process group + one all-reduce, on {os.cpu_count()} CPU core(s)")
     columns = [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x")]
     table = [{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text} for name, secs, runs_text in rows]

@@ -60,12 +60,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
     args = p.parse_args(argv)
 
-    paths = [
-        path
-        for d in args.dirs
-        for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))
-        if not args.names or any(n in os.path.basename(path) for n in args.names)
-    ]
+    found = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))]
+    paths = [p for p in found if not args.names or any(n in os.path.basename(p) for n in args.names)]
     if not paths:
         p.error(
             f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
@@ -76,10 +72,8 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     launch.prewarm(wait=True)  # the fork server up, as every notebook but a session's first finds it
     launch.shutdown_server()
-    print(
-        f"fork server ready in {time.perf_counter() - start:.1f} s (0 s: it was up; the first notebook of a "
-        "session waits this long once)"
-    )
+    ready = f"fork server ready in {time.perf_counter() - start:.1f} s"
+    print(f"{ready} (0 s: it was up; the first notebook of a session waits this long once)")
     floor_s, _, floor_ok = run_notebook(floor_notebook())
     print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
     total, failed, over, rows = 0.0, [], [], []
@@ -91,11 +85,8 @@ def main(argv: list[str]) -> int:
         over += [name] if name.startswith("notebooks" + os.sep) and wall > LESSON_TARGET_S else []
         cells = ", ".join(f"{i}: {s:.1f}" for s, i in slowest[: args.top]) + ("" if ok else "  FAILED")
         rows.append({"notebook": name, "s": wall, "cells": cells})
-    columns = [
-        ("notebook", "notebook", "{}"),
-        ("s", "s", "{:.1f}"),
-        ("cells", "slowest cells (code cell index: s)", "{}"),
-    ]
+    heads = {"notebook": "notebook", "s": "s", "cells": "slowest cells (code cell index: s)"}
+    columns = [(key, head, "{:.1f}" if key == "s" else "{}") for key, head in heads.items()]
     print(tables.format_table(rows, columns, left={"cells"}))
     print(
         f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "

@@ -5,8 +5,7 @@ from mgpu_helpers.measure import gpu_limits
 
 
 def kernel_registers(n: int = 1 << 20) -> dict:
-    """Registers (and local bytes) per thread of notebook 02's kernels; Numba's ``vec_add`` is launched once on
-    ``n`` elements so that it is compiled. Needs a GPU."""
+    """Registers (and local bytes) per thread of notebook 02's kernels (``vec_add`` launched once to compile it)."""
     import cupy as cp
     from numba import cuda
 

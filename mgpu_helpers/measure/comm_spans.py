@@ -106,8 +106,7 @@ def recording(ops=TIMED_OPS):
     import torch.distributed.distributed_c10d as c10d
 
     originals = {op: getattr(dist, op) for op in ops}
-    watcher_box: list = []
-    callbacks: list = []
+    watcher_box, callbacks = [], []
     for op, fn in originals.items():
         wrapped = _wrap(op, fn, watcher_box, callbacks)
         setattr(dist, op, wrapped)

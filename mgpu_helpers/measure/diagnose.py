@@ -16,8 +16,7 @@ from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
 
 def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
-    """Call, in order, the collectives ``schedules[rank]`` names on a small CPU tensor; returns how many completed.
-    Schedules that disagree between ranks hang (checking a prediction of where)."""
+    """Call the collectives ``schedules[rank]`` names, in order; how many completed (disagreeing schedules hang)."""
     import torch
     import torch.distributed as dist
 
@@ -92,8 +91,7 @@ def medians(per_rank) -> list[float]:
 
 
 def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0, env=None) -> list[str]:
-    """The ranks' NCCL log lines (``[rank k] ...``) of one all-reduce with ``NCCL_DEBUG=level`` set for the ranks
-    only; empty (nothing run) without enough GPUs for NCCL."""
+    """The ranks' NCCL lines of one all-reduce under ``NCCL_DEBUG=level``; empty without the GPUs for NCCL."""
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 

@@ -92,8 +92,7 @@ def full_gradient(config: TrainConfig = TrainConfig()):
 
 
 def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
-    """Rank function: the same training under ``DistributedDataParallel``. Pass notebook 09's own ``shard``, so
-    DDP and the hand-written loop see the very same shards."""
+    """Rank function: the training under DDP; pass notebook 09's ``shard``, so both loops see the same shards."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from mgpu_helpers.launcher.ranks import rank_device

@@ -8,6 +8,19 @@ import functools
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models.occupancy import HOPPER, SmLimits
 
+# SmLimits field: (Numba's device attribute, CuPy's); None: Numba reports none, the Hopper default stays
+LIMIT_ATTRIBUTES = {
+    "regs_per_sm": ("MAX_REGISTERS_PER_MULTIPROCESSOR", "MaxRegistersPerMultiprocessor"),
+    "regs_per_block": ("MAX_REGISTERS_PER_BLOCK", "MaxRegistersPerBlock"),
+    "max_threads_per_sm": ("MAX_THREADS_PER_MULTIPROCESSOR", "MaxThreadsPerMultiProcessor"),
+    "max_blocks_per_sm": ("MAX_BLOCKS_PER_MULTIPROCESSOR", "MaxBlocksPerMultiprocessor"),
+    "max_threads_per_block": ("MAX_THREADS_PER_BLOCK", "MaxThreadsPerBlock"),
+    "smem_per_sm": ("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", "MaxSharedMemoryPerMultiprocessor"),
+    "smem_reserved_per_block": (None, "ReservedSharedMemoryPerBlock"),
+    "warp_size": ("WARP_SIZE", "WarpSize"),
+    "sm_count": ("MULTIPROCESSOR_COUNT", "MultiProcessorCount"),
+}
+
 
 def device_limits() -> SmLimits:
     if simulator():
@@ -15,16 +28,7 @@ def device_limits() -> SmLimits:
     from numba import cuda
 
     dev = cuda.get_current_device()
-    return SmLimits(
-        regs_per_sm=dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
-        regs_per_block=dev.MAX_REGISTERS_PER_BLOCK,
-        max_threads_per_sm=dev.MAX_THREADS_PER_MULTIPROCESSOR,
-        max_blocks_per_sm=dev.MAX_BLOCKS_PER_MULTIPROCESSOR,
-        max_threads_per_block=dev.MAX_THREADS_PER_BLOCK,
-        smem_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-        warp_size=dev.WARP_SIZE,
-        sm_count=dev.MULTIPROCESSOR_COUNT,
-    )
+    return SmLimits(**{field: getattr(dev, name) for field, (name, _) in LIMIT_ATTRIBUTES.items() if name})
 
 
 def numba_regs_per_thread(kernel) -> int | None:
@@ -48,18 +52,9 @@ def _cupy_limits(device_id: int) -> SmLimits:
     import cupy as cp
 
     at = cp.cuda.Device(device_id).attributes
-    h = HOPPER
-    return SmLimits(
-        regs_per_sm=at.get("MaxRegistersPerMultiprocessor", h.regs_per_sm),
-        regs_per_block=at.get("MaxRegistersPerBlock", h.regs_per_block),
-        max_threads_per_sm=at.get("MaxThreadsPerMultiProcessor", h.max_threads_per_sm),
-        max_blocks_per_sm=at.get("MaxBlocksPerMultiprocessor", h.max_blocks_per_sm),
-        max_threads_per_block=at.get("MaxThreadsPerBlock", h.max_threads_per_block),
-        smem_per_sm=at.get("MaxSharedMemoryPerMultiprocessor", h.smem_per_sm),
-        smem_reserved_per_block=at.get("ReservedSharedMemoryPerBlock", h.smem_reserved_per_block),
-        warp_size=at.get("WarpSize", h.warp_size),
-        sm_count=at["MultiProcessorCount"],
-    )
+    # An attribute CuPy does not report keeps the Hopper default, except the SM count: no architecture has one.
+    get = lambda field, name: at[name] if field == "sm_count" else at.get(name, getattr(HOPPER, field))
+    return SmLimits(**{field: get(field, name) for field, (_, name) in LIMIT_ATTRIBUTES.items()})
 
 
 def cupy_driver_blocks_per_sm(kernel, block: int, smem_per_block: int = 0) -> int:

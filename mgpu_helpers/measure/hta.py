@@ -43,8 +43,7 @@ def why_not(merged: dict) -> str | None:
 
 
 def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
-    """``{rank: path}``: each rank's events in a Chrome trace of its own, ``distributedInfo`` first (HTA takes the
-    rank from the first ``"rank": N`` in the file)."""
+    """``{rank: path}``: each rank's events in a file of its own, whose ``distributedInfo`` HTA reads the rank from."""
     ranks = ranks_of(merged)
     paths = {}
     for rank in ranks:

@@ -83,16 +83,10 @@ def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int 
     _need(max(src, dst) + 1, "a peer copy")
     a = torch.arange(nbytes // 4, dtype=torch.float32, device=f"cuda:{src}")
     b = torch.empty_like(a, device=f"cuda:{dst}")
-    there = _time_copy(b, a, repeats)
-    back = _time_copy(a, b, repeats)
+    there, back = _time_copy(b, a, repeats), _time_copy(a, b, repeats)
     assert torch.equal(a.cpu(), b.cpu()), "the peer copy changed the data"
-    gbps = timing.bandwidth_gbps
-    return {
-        f"{src}->{dst}": gbps(a.numel() * 4, there),
-        f"{dst}->{src}": gbps(a.numel() * 4, back),
-        "nbytes": a.numel() * 4,
-        "peer_access": bool(torch.cuda.can_device_access_peer(src, dst)),
-    }
+    n, gbps, peer = a.numel() * 4, timing.bandwidth_gbps, bool(torch.cuda.can_device_access_peer(src, dst))
+    return {f"{src}->{dst}": gbps(n, there), f"{dst}->{src}": gbps(n, back), "nbytes": n, "peer_access": peer}
 
 
 def rank_env(p2p: bool) -> dict:
@@ -122,8 +116,7 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
 
 
 def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.0) -> dict:
-    """``{"on"/"off": {"busbw", "transports", "lines"}}``: one all-reduce at ``nbytes`` each way, under
-    ``NCCL_DEBUG=INFO``, with the transports its lines name."""
+    """``{"on"/"off": {"busbw", "transports", "lines"}}`` of one all-reduce each way under ``NCCL_DEBUG=INFO``."""
     from mgpu_helpers.measure import diagnose
 
     _need(world_size, "the all-reduce with and without NCCL P2P")
@@ -165,16 +158,12 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
         f"{rec['nvlink_GBps_per_gpu']:.0f} GB/s per GPU and direction",
         "",
     ]
-    if measured.get("copy"):
-        c = measured["copy"]
-        pairs = [k for k in c if "->" in k]
-        lines.append(
-            f"peer copy ({sizes.format_bytes(c['nbytes'])}): "
-            + ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in pairs)
-            + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s"
-        )
+    recorded_copy = f"recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s"
+    if c := measured.get("copy"):
+        pairs = ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in c if "->" in k)
+        lines.append(f"peer copy ({sizes.format_bytes(c['nbytes'])}): {pairs}; {recorded_copy}")
     else:
-        lines.append(f"peer copy: not measured here; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
+        lines.append(f"peer copy: not measured here; {recorded_copy}")
     ref_off = {int(k): v for k, v in rec.get("allreduce_busbw_p2p_disabled_GBps", {}).items()}
     rows = [
         dict(r, nccl_tests=rec["allreduce_busbw_default_GBps"].get(r["nbytes"]), off=ref_off.get(r["nbytes"]))

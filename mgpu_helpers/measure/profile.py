@@ -48,8 +48,7 @@ def _anchor() -> float:
 
 
 def profiled(fn, trace_dir: str, cuda: str = "auto"):
-    """A rank function running ``fn`` under torch.profiler, its Chrome trace exported to ``trace_dir/rank<k>.json``;
-    ``cuda``: "auto" (CUDA activity when this rank has a GPU), True or False."""
+    """A rank function running ``fn`` under torch.profiler; ``cuda="auto"``: CUDA activity where it has a GPU."""
 
     def profiled_rank(rank, world_size, *args):
         import torch

@@ -18,8 +18,7 @@ import statistics
 def run_traced(
     shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_unit=None, grad_numel=None, timestamp_barrier=True
 ):
-    """Run the straggler step on ``len(shard_units)`` real ranks; returns RankResults.
-    ``timestamp_barrier=False``: no wait span; the early ranks wait inside the all-reduce."""
+    """RankResults of the straggler step on real ranks (``timestamp_barrier=False``: no wait span)."""
     from mgpu_helpers.launcher import launch
     from mgpu_helpers.measure import workloads
 
@@ -88,8 +87,7 @@ def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
 
 
 def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, int]]:
-    """Pairs (a, b) predicted to differ by more than twice ``margin`` whose measured waits are ordered the other
-    way round (empty when the run agrees)."""
+    """Pairs (a, b) predicted apart by over twice ``margin`` whose measured waits are the other way round."""
     pairs = itertools.product(range(len(waits)), repeat=2)
     return [(a, b) for a, b in pairs if predicted[a] - predicted[b] > 2 * margin and not waits[a] > waits[b]]
 

@@ -249,8 +249,7 @@ def _nbgrader(cell, kind: str, **points) -> None:
 
 
 def _mark_checks(nb) -> None:
-    """Autograded: a check of the learner's code (a point), and hidden tests (no points: they guard the notebook's
-    own results)."""
+    """Autograded: a check of the learner's code (a point), hidden tests (none: they guard the notebook's own)."""
     from mgpu_helpers.tracking import CHECK_CALL
 
     for cell in nb.cells:
@@ -347,7 +346,8 @@ def main(argv: list[str]) -> int:
         for path in generate():
             print(f"wrote {os.path.relpath(path, ROOT)}")
         return 0
-    fix = "notebooks/ and exercises/ are not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises generate`"
+    fix = "notebooks/ and exercises/ are not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises"
+    fix += " generate`"
     if nbtools.report(out_of_sync(), fix):
         return 1
     print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")

@@ -175,8 +175,7 @@ def progress_line(model_id: str, state: dict) -> str | None:
 
 
 def flatten_widgets(nb):
-    """A copy of ``nb`` with every widget replaced by what it showed (a one-line note where its state was not
-    stored), and the widget state dropped."""
+    """A copy of ``nb`` with every widget replaced by what it showed, and the widget state dropped."""
     nb = copy.deepcopy(nb)
     state = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.get("cells", []):
@@ -202,8 +201,7 @@ def flatten_widgets(nb):
 
 
 def fold_quiz_answers(nb):
-    """A copy of ``nb`` in which each ``quiz.ask`` cell shows its questions with hint and answer folded in
-    ``<details>``, executed or not."""
+    """A copy of ``nb`` in which each ``quiz.ask`` cell shows its questions, hint and answer folded."""
     from mgpu_helpers.widgets import quiz
 
     nb = copy.deepcopy(nb)

@@ -40,16 +40,12 @@ def python_of_cell(code: str) -> str:
 
 def references(code: str) -> set[tuple[str, ...]]:
     """Every dotted name below ``mgpu_helpers`` that ``code`` reaches (``("lessons", "ring", "chunk_bounds")``)."""
-    tree = ast.parse(code)
     roots = {"mh", PACKAGE}  # the course's alias and the package's own name
-    found: set[tuple[str, ...]] = set()
-    inner: set[int] = set()  # attribute nodes that are part of a longer chain
-    for node in ast.walk(tree):
+    found, inner = set(), set()  # inner: attribute nodes that are part of a longer chain
+    for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == PACKAGE and len(parts) > 1:
-                    found.add(tuple(parts[1:]))
+            parts = [alias.name.split(".") for alias in node.names]
+            found.update(tuple(p[1:]) for p in parts if p[0] == PACKAGE and len(p) > 1)
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == PACKAGE:
             below = tuple(node.module.split(".")[1:])
             found.update(below + (alias.name,) for alias in node.names if alias.name != "*")
@@ -98,11 +94,11 @@ def lesson_row(path: str, root: str = ROOT) -> tuple[str, list[str], list[str]]:
     for k, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") == "code":
             used |= _modules(python_of_cell(source(cell)), f"{rel} cell {k}")
-    writes = [f"lessons.{name}" for name in exported_cells(nb, rel)]
-    for module in writes:  # the generated copy: the same code, plus whatever nbexport puts around it
-        generated = read_text(os.path.join(root, LESSONS_DIR, module.split(".")[1] + ".py"))
-        if generated is not None:
-            used |= _modules(generated, f"{LESSONS_DIR}/{module.split('.')[1]}.py")
+    exported = exported_cells(nb, rel)
+    for name in exported:  # the generated copy: the same code, plus whatever nbexport puts around it
+        generated = read_text(os.path.join(root, LESSONS_DIR, f"{name}.py"))
+        used |= _modules(generated, f"{LESSONS_DIR}/{name}.py") if generated is not None else set()
+    writes = [f"lessons.{name}" for name in exported]
     lesson = os.path.splitext(os.path.basename(path))[0]
     return lesson, writes, sorted(used - set(writes))
 

@@ -75,10 +75,8 @@ def update(ws=None, course=tracking.ROOT) -> list[str]:
                     offered = beside.read_text(encoding="utf-8") if beside.exists() else None
                     if known.get(rel) != _sha(text) and offered != text:
                         beside.write_text(text, encoding="utf-8")
-                        said.append(
-                            f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
-                            f"课程的新版本放在旁边：{folder}/{beside.name}"
-                        )
+                        kept = f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
+                        said.append(f"{kept}课程的新版本放在旁边：{folder}/{beside.name}")
                     continue
                 said.append(f"{rel}：课程更新了，你没有改过它，已换成新版本")
             else:
@@ -102,9 +100,8 @@ def reset(name: str, ws=None, course=tracking.ROOT) -> str:
             _deliver(target, delivered_text(src, kernel_language_info()), known, f"{folder}/{src.name}")
             _save_manifest(ws, known)
             tracking.forget(stem)
-            return (
-                f"{folder}/{src.name} 已换回课程的版本，它的进度清零；你原来的版本在 {folder}/{stem}.before-reset.ipynb"
-            )
+            kept = f"{folder}/{stem}.before-reset.ipynb"
+            return f"{folder}/{src.name} 已换回课程的版本，它的进度清零；你原来的版本在 {kept}"
     raise SystemExit(f"课程里没有叫 {name} 的笔记本（看一看 notebooks/ 和 exercises/ 里的文件名）")
 
 
