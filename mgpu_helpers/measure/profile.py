@@ -99,13 +99,12 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
     out = []
     for rank, (tr, anchor_us, cpu_pid) in enumerate(zip(rank_traces, anchors_us, cpu_pids)):
         events = tr.get("traceEvents", [])
-        shift = clock_offset(events, anchor_us)
+        shift, named = clock_offset(events, anchor_us), set()
         out += [
             {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
             {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
             {"ph": "M", "name": "thread_name", "pid": rank, "tid": SPAN_TID, "args": {"name": "course spans"}},
         ]
-        named = set()
         for e in events:
             tid = _new_tid(e, cpu_pid)
             if tid is None or e.get("name") in ("process_name", "process_labels", "process_sort_index"):
@@ -127,11 +126,8 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
             | {"dur": max(s.seconds, 0.0) * 1e6, "args": {"kind": s.kind}}
             for s in (spans_per_rank[rank] if spans_per_rank else [])
         ]
-    return {
-        "traceEvents": out,
-        "displayTimeUnit": "ms",
-        "otherData": {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)},
-    }
+    clock = {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)}
+    return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": clock}
 
 
 def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None = None) -> list[dict]:

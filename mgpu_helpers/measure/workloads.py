@@ -84,13 +84,6 @@ def straggler_step(
     units = float(shard_units[rank])
     if seconds_per_unit is not None and not isinstance(seconds_per_unit, (int, float)):
         seconds_per_unit = seconds_per_unit[rank]
-
-    def work(amount, seed=0):
-        if seconds_per_unit is None:
-            compute_units(amount, device, m, per_unit, seed=seed)
-        else:
-            sleep_units(amount, seconds_per_unit)
-
     if grad_numel is None:  # 16 KiB on the CPU, 64 MiB on a GPU
         grad_numel = (1 << 24) if device.type == "cuda" else (1 << 12)
     grad = torch.full((grad_numel,), float(rank + 1), device=device)
@@ -98,18 +91,18 @@ def straggler_step(
         compute_units(0.5, device, m, per_unit)  # warm-up: the first matmul pays one-off costs
     dist.all_reduce(grad.clone())  # warm-up: connections and this size's algorithm set up
     synchronize_device(device)
-    names = (
-        (f"compute ({label})", f"wait ({label})", f"all_reduce {label}")
-        if label
-        else (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
-    )
+    plain = (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
+    names = (f"compute ({label})", f"wait ({label})", f"all_reduce {label}") if label else plain
     out = dict(rank=rank, device=str(device), shard=shard_units[rank])
     out |= {k: [] for k in ("compute_s", "wait_s", "comm_s", "start_skew_s")}
     out["timestamp_barrier"] = bool(timestamp_barrier)
     for step in range(steps):
         dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
-            work(units, seed=step)
+            if seconds_per_unit is None:
+                compute_units(units, device, m, per_unit, seed=step)
+            else:
+                sleep_units(units, seconds_per_unit)
         compute = trace.latest()  # each figure is its span's own time: what a trace shows
         if timestamp_barrier:  # waiting measured before the collective, as its own span
             starts, arrivals = _gather_times((compute.start, compute.end), device, world_size)

@@ -34,9 +34,7 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
     default = nb.get("metadata", {}).get("mgpu", {}).get("export")
     modules: dict[str, list[str]] = {}
     for k, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        lines = source(cell).splitlines()
+        lines = source(cell).splitlines() if cell.get("cell_type") == "code" else []
         match = MARKER.match(lines[0].strip()) if lines else None
         if not match:
             continue

@@ -96,10 +96,8 @@ def clean(nb, keep_checked_outputs: bool = True):
     nb = copy.deepcopy(nb)
     old = nb.get("metadata", {})
     nb["metadata"] = {k: v for k, v in old.items() if k in ("celltoolbar", "mgpu")}
-    if "language_info" in old:
-        nb["metadata"]["language_info"] = {"name": "python"}
-    nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
-    nb["metadata"]["rise"] = dict(RISE_SETTINGS)
+    nb["metadata"] |= {"language_info": {"name": "python"}} if "language_info" in old else {}
+    nb["metadata"] |= {"kernelspec": dict(KERNELSPEC), "rise": dict(RISE_SETTINGS)}
     for cell, kind in zip(nb.get("cells", []), slide_types(nb.get("cells", []))):
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA}
         cell["metadata"]["slideshow"] = {"slide_type": kind}
@@ -148,8 +146,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("refresh", "clean", "check"):
         print(__doc__)
         return 2
-    cmd, paths = argv[0], argv[1:]
-    bad = []
+    cmd, paths, bad = argv[0], argv[1:], []
     for path in paths:
         if cmd == "check":
             bad += problems(path)
