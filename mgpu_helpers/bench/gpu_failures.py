@@ -192,11 +192,9 @@ def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ran
     )
     crowd_text = fr.format_crowd(fr.CrowdRecord(header_for(title), rows, nvml, nccl_pair()))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    written = []
-    for stem, text in ((fr.ASYNC_ERROR, async_text), (fr.ONE_GPU_PER_RANK, crowd_text)):
-        path = Path(out_dir) / fr.file_name(stem, gpu)
+    written = [Path(out_dir) / fr.file_name(stem, gpu) for stem in (fr.ASYNC_ERROR, fr.ONE_GPU_PER_RANK)]
+    for path, text in zip(written, (async_text, crowd_text)):
         path.write_text(text, encoding="utf-8")
-        written.append(path)
     return written
 
 

@@ -68,23 +68,6 @@ def time_subprocesses(world_size: int) -> float:
     return time.perf_counter() - t0
 
 
-def _cell_function():
-    """The rank function as a cell defines it: sent by value (no rank imports its module), timing its all-reduce."""
-
-    def allreduce_in_cell(rank, world_size):
-        import time
-
-        import torch
-        import torch.distributed as dist
-
-        start = time.monotonic()
-        t = torch.tensor([rank])
-        dist.all_reduce(t)
-        return int(t.item()), start, time.monotonic()
-
-    return allreduce_in_cell
-
-
 PHASES = [
     ("request", "check fn, pickle it, job folder and pipes (notebook)"),
     ("hand-over", "send the job; the server forks its leader and answers"),
@@ -97,9 +80,21 @@ PHASES = [
 
 
 def _timed_launch(world_size: int) -> dict:
-    """One launch of the cell function: its total and phases (seconds)."""
+    """One launch of a rank function as a cell defines it, sent by value (no rank imports its module) and timing
+    its own all-reduce: the total and the phases (seconds)."""
     marks = {}
     real_submit, real_supervise = launch._server.submit, launch.supervise
+
+    def allreduce_in_cell(rank, world_size):
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        start = time.monotonic()
+        t = torch.tensor([rank])
+        dist.all_reduce(t)
+        return int(t.item()), start, time.monotonic()
 
     def submit(*a, **kw):
         marks["submit"] = time.monotonic()
@@ -114,7 +109,7 @@ def _timed_launch(world_size: int) -> dict:
 
     with mock.patch.object(launch._server, "submit", submit), mock.patch.object(launch, "supervise", supervise):
         t0 = time.monotonic()
-        res = launch.run_ranks(_cell_function(), world_size, backend="gloo", quiet=True, stream=False)
+        res = launch.run_ranks(allreduce_in_cell, world_size, backend="gloo", quiet=True, stream=False)
         end = time.monotonic()
     assert [v[0] for v in res.values] == [world_size * (world_size - 1) // 2] * world_size
     starts, ends = [v[1] for v in res.values], [v[2] for v in res.values]

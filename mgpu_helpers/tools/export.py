@@ -87,17 +87,13 @@ def ensure_vendor(where: str | None = None) -> str:
             dest = os.path.join(where, name)
             shutil.rmtree(dest, ignore_errors=True)
             _unpack(os.path.join(tmp, f"{name}-{ver}.tgz"), dest, VENDOR_KEEP.get(name))
-            if name == "reveal.js":
-                _drop_web_fonts(os.path.join(dest, "dist", "theme"))
+            # reveal.js's themes @import Google web fonts; offline the browser falls back to local fonts anyway.
+            themes = glob.glob(os.path.join(dest, "dist", "theme", "*.css")) if name == "reveal.js" else []
+            for css in map(Path, themes):
+                text = css.read_text(encoding="utf-8")
+                css.write_text(re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text), encoding="utf-8")
             Path(dest, ".version-" + ver).touch()
     return where
-
-
-def _drop_web_fonts(theme_dir: str) -> None:
-    """reveal.js themes @import Google web fonts; offline the browser falls back to local fonts anyway."""
-    for css in map(Path, glob.glob(os.path.join(theme_dir, "*.css"))):
-        text = css.read_text(encoding="utf-8")
-        css.write_text(re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text), encoding="utf-8")
 
 
 def copy_vendor(out: str, where: str | None = None) -> str:

@@ -75,11 +75,6 @@ def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _generated_on_disk(root: str) -> list[str]:
-    paths = sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py")))
-    return [os.path.relpath(p, root) for p in paths if read_text(p).startswith("# Generated from ")]
-
-
 def out_of_sync(root: str = ROOT) -> list[str]:
     """One line per generated module that is missing, stale, or no longer exported by any notebook."""
     problems, expected = [], expected_modules(root)
@@ -89,10 +84,11 @@ def out_of_sync(root: str = ROOT) -> list[str]:
             problems.append(f"{rel} is missing: {notebook} exports it")
         elif old != text:
             problems.append(f"{rel} differs from what {notebook} exports")
-    for rel in _generated_on_disk(root):
-        if rel not in expected:
-            problems.append(f"{rel} is generated but no notebook exports it any more: delete it")
-    return problems
+    on_disk = [os.path.relpath(p, root) for p in sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py")))]
+    generated = [rel for rel in on_disk if read_text(os.path.join(root, rel)).startswith("# Generated from ")]
+    return problems + [
+        f"{rel} is generated but no notebook exports it any more: delete it" for rel in generated if rel not in expected
+    ]
 
 
 def write_all(root: str = ROOT) -> list[str]:
