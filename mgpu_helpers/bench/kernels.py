@@ -217,7 +217,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("--smoke", action="store_true", help="without a GPU: run the Numba kernels in the simulator")
     p.add_argument("--json", metavar="PATH", help="also write the measured GB/s to PATH")
     args = p.parse_args(argv)
-
     from mgpu_helpers import course
 
     env = course.setup(show=False, prewarm=False)  # simulator on before numba is imported when there is no GPU

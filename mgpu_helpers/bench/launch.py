@@ -152,7 +152,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")
     opts = ap.parse_args(argv)
     n = opts.world_size
-
     launch.prewarm(wait=True)  # the fork server up (started if there was none)
     launch.shutdown_server()
     new_kernel = _timed_launch(n)["total"]  # a server forked for this kernel, then the launch
@@ -164,7 +163,6 @@ def main(argv: list[str]) -> int:
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
     sub = [time_subprocesses(n) for _ in progress.iterate(range(opts.baseline_repeats), "subprocesses")]
     launch.shutdown_server()
-
     med = statistics.median
     repeat = med(r["total"] for r in runs)
     rows = [

@@ -59,7 +59,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
     args = p.parse_args(argv)
-
     found = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))]
     paths = [p for p in found if not args.names or any(n in os.path.basename(p) for n in args.names)]
     if not paths:
