@@ -112,10 +112,8 @@ def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
     for launch in launches:
         match = next((p for p in queue if re.search(p[1], launch["kernel"]) and p[2] == launch.get("block_size")), None)
         if match is None:
-            raise ValueError(
-                f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')}) "
-                "is not one the child script makes"
-            )
+            what = f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')})"
+            raise ValueError(f"{what} is not one the child script makes")
         queue.remove(match)
         out.append({"kernel": match[0], **{k: launch.get(k) for k in ROW_FIELDS}})
     return out

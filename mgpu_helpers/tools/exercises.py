@@ -35,8 +35,8 @@ import tokenize
 
 from mgpu_helpers.tools import nbtools
 from mgpu_helpers.tools.nbexport import MARKER as EXPORT_LINE
+from mgpu_helpers.tools.nbexport import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOLUTIONS_DIR = os.path.join(ROOT, "solutions")
 EXERCISES_DIR = os.path.join(ROOT, "exercises")
 NOTEBOOKS_DIR = os.path.join(ROOT, "notebooks")
@@ -65,7 +65,7 @@ BANNER = (
     "再运行下面的 `check` 单元格。自己试过之后，参考答案在 `solutions/{name}`。"
 )
 
-_DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")
+_TOP_DEF = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")  # unindented: a top-level def or class
 
 
 class MarkerError(ValueError):
@@ -121,10 +121,8 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         if not targets or not all(isinstance(t, ast.Name) for t in targets):
-            raise MarkerError(
-                f"the solution region at line {line_no} is not inside a function: outside a function "
-                "a region may hold only assignments to names (a prediction, a number)"
-            )
+            rule = "outside a function a region may hold only assignments to names (a prediction, a number)"
+            raise MarkerError(f"the solution region at line {line_no} is not inside a function: {rule}")
         comment = _comment(region[node.lineno - 1])
         out.append(" = ".join(t.id for t in targets) + " = None" + (f"  {comment}" if comment else ""))
     return out
@@ -142,9 +140,8 @@ def _comment(line: str) -> str:
 def _top_level_function(lines_above: list[str]) -> str | None:
     """The unindented ``def`` or ``class`` the next line belongs to (None at the cell's top level)."""
     for ln in reversed(lines_above):
-        m = _DEF.match(ln)
-        if m and m.group(1) == "":
-            return m.group(2)
+        if m := _TOP_DEF.match(ln):
+            return m.group(1)
         if ln and not ln[0].isspace() and not ln.startswith(("@", "#", ")")):
             return None  # another top-level statement: the region is outside any function
     return None
@@ -213,10 +210,8 @@ def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
             continue
         if BEGIN in cell.source:
             if lesson and nbtools.is_checked(cell):
-                raise MarkerError(
-                    f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
-                    "its output would differ between the worked and the learner's version"
-                )
+                why = "its output would differ between the worked and the learner's version"
+                raise MarkerError(f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: {why}")
             cell.source, names = stub_source(cell.source, keep_solutions)
             stubbed += [n for n in names if n not in stubbed]
             defining.add(k)
@@ -265,10 +260,8 @@ def _import_instead(cell, default_module, name: str, k: int) -> str:
     marker = EXPORT_LINE.match(lines[0].strip())  # `#| export [NAME]`
     module = marker and (marker.group("name") or default_module)
     if not module:
-        raise MarkerError(
-            f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: "
-            "the learner's version could not load what it defines"
-        )
+        why = "the learner's version could not load what it defines"
+        raise MarkerError(f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: {why}")
     names = []
     for node in ast.parse("\n".join(lines[1:])).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

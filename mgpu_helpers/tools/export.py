@@ -75,10 +75,8 @@ def ensure_vendor(where: str | None = None) -> str:
     if not missing:
         return where
     if shutil.which("npm") is None:
-        raise RuntimeError(
-            f"the offline copies of {', '.join(missing)} are not in {where} and npm is not "
-            "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)"
-        )
+        how = "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)"
+        raise RuntimeError(f"the offline copies of {', '.join(missing)} are not in {where} and npm is not {how}")
     os.makedirs(where, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         specs = [f"{n}@{v}" for n, v in missing.items()]
