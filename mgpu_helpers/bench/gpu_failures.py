@@ -26,11 +26,8 @@ def machine_line(gpu_name: str, gpu_count: int) -> str:
     """Read without initialising CUDA here: NVML would list this process's context."""
     import torch
 
-    now = _dt.datetime.now(_dt.UTC)
-    return (
-        f"{gpu_name} x {gpu_count}, {platform.node()}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
-        f"date {now:%Y-%m-%d %H:%M} UTC"
-    )
+    versions, now = f"torch {torch.__version__}, CUDA {torch.version.cuda}", _dt.datetime.now(_dt.UTC)
+    return f"{gpu_name} x {gpu_count}, {platform.node()}; {versions}; date {now:%Y-%m-%d %H:%M} UTC"
 
 
 def async_error_record(header: fr.Header, run_child) -> fr.AsyncErrorRecord:

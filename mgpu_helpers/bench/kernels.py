@@ -82,11 +82,8 @@ def format_table(table: Table) -> str:
 def fast_verdict(measured: dict) -> list[str]:
     base = measured.get("torch_add")
     fractions = {key: measured[key] / base for key in ("numba_fast", "cupy_fast") if base and measured.get(key)}
-    return [
-        f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({'meets' if frac >= FAST_TARGET else 'MISSES'} the "
-        f"{100 * FAST_TARGET:.0f}% target)"
-        for key, frac in fractions.items()
-    ]
+    verdict = lambda frac: f"{'meets' if frac >= FAST_TARGET else 'MISSES'} the {100 * FAST_TARGET:.0f}% target"
+    return [f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({verdict(frac)})" for key, frac in fractions.items()]
 
 
 def _gbps(fn, nbytes: int, repeats: int, library: str, warmup: int = 2) -> float:
@@ -232,10 +229,8 @@ def main(argv: list[str]) -> int:
             return 0
         n, device = args.n or 4096, "simulator"
         measured = smoke(n)
-        print(
-            f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b "
-            "(simulator GB/s below are Python speed, not GPU speed)\n"
-        )
+        speed = "(simulator GB/s below are Python speed, not GPU speed)"
+        print(f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b {speed}\n")
         print(format_table(Table(measured, ref["gbps"], title="simulator smoke")))
     else:
         n, device = args.n or 2**28, env.gpus[0].name

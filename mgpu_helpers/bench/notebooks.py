@@ -62,10 +62,9 @@ def main(argv: list[str]) -> int:
     found = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))]
     paths = [p for p in found if not args.names or any(n in os.path.basename(p) for n in args.names)]
     if not paths:
-        p.error(
-            f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
-            "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)"
-        )
+        what = f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}"
+        how = "give part of a file name, like 08 or stragglers, and folders that hold notebooks"
+        p.error(f"{what}: {how} (notebooks, solutions, exercises)")
     from mgpu_helpers.launcher import launch
 
     start = time.perf_counter()
@@ -87,11 +86,9 @@ def main(argv: list[str]) -> int:
     heads = {"notebook": "notebook", "s": "s", "cells": "slowest cells (code cell index: s)"}
     columns = [(key, head, "{:.1f}" if key == "s" else "{}") for key, head in heads.items()]
     print(tables.format_table(rows, columns, left={"cells"}))
-    print(
-        f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
-        f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
-        f"{COURSE_TARGET_S:.0f} s"
-    )
+    targets = f"every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= {COURSE_TARGET_S:.0f} s"
+    each = f"{total / max(1, len(paths)):.1f} s each, baseline {floor_s:.1f} s"
+    print(f"total {total:.1f} s for {len(paths)} notebooks ({each}); targets on 2 cores: {targets}")
     if over:
         print("over the lesson target: " + ", ".join(over))
     if failed:

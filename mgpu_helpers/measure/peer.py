@@ -30,10 +30,8 @@ def gpu_count() -> int:
 def _need(count: int, what: str) -> None:
     have = gpu_count()
     if have < count:
-        raise NeedsGpus(
-            f"{what} needs {count} NVIDIA GPUs; this machine has {have}. "
-            f"The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer)."
-        )
+        recorded_figures = "The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer)."
+        raise NeedsGpus(f"{what} needs {count} NVIDIA GPUs; this machine has {have}. {recorded_figures}")
 
 
 def peer_matrix() -> list[list[bool | None]]:
@@ -96,9 +94,8 @@ def rank_env(p2p: bool) -> dict:
 def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
     """``(SweepRows, RankResults)`` of one all-reduce sweep with P2P on or off."""
     args, env = (list(sizes), ("all_reduce",), None, 5), {**rank_env(p2p), **(env or {})}
-    res = run_ranks(
-        sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, stream=False, quiet=True
-    )
+    quiet = dict(stream=False, quiet=True)
+    res = run_ranks(sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, **quiet)
     return sweep.combine(res.values, world_size, res.backend), res
 
 

@@ -117,9 +117,8 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
         raise MarkerError(f"the solution region at line {line_no} does not parse: {exc}") from None
     out = [r for r in region if r.strip().startswith(HINT_MARK)]
     for node in tree.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
+        annotated = [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = node.targets if isinstance(node, ast.Assign) else annotated
         if not targets or not all(isinstance(t, ast.Name) for t in targets):
             rule = "outside a function a region may hold only assignments to names (a prediction, a number)"
             raise MarkerError(f"the solution region at line {line_no} is not inside a function: {rule}")
@@ -326,9 +325,8 @@ def out_of_sync() -> list[str]:
             problems.append(f"{rel} is not what {os.path.relpath(sol, ROOT)} generates")
     wanted = {learner_path(sol) for sol in sols}
     extra = [p for d in (EXERCISES_DIR, NOTEBOOKS_DIR) for p in sorted(glob.glob(os.path.join(d, "*.ipynb")))]
-    return problems + [
-        f"{os.path.relpath(p, ROOT)} has no worked notebook in solutions/" for p in extra if p not in wanted
-    ]
+    orphans = [os.path.relpath(p, ROOT) for p in extra if p not in wanted]
+    return problems + [f"{rel} has no worked notebook in solutions/" for rel in orphans]
 
 
 def main(argv: list[str]) -> int:

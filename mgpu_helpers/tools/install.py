@@ -104,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if sys.version_info[:2] < MIN_PYTHON:
         need, this = ".".join(map(str, MIN_PYTHON)), f"{platform.python_version()} ({sys.executable})"
-        print(
-            f"the course needs Python {need} or newer; this is {this}. Try: make lab PYTHON=python3.11", file=sys.stderr
-        )
+        why = f"the course needs Python {need} or newer; this is {this}. Try: make lab PYTHON=python3.11"
+        print(why, file=sys.stderr)
         return 2
     system, gpu = platform.system(), nvidia_gpu_present()
     found = "an NVIDIA GPU" if gpu else "no NVIDIA GPU"
@@ -121,9 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             if _pip(args, a.dry_run) == 0:
                 break
             if i + 1 < len(attempts):
-                print(
-                    "install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index", flush=True
-                )
+                next_try = "install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index"
+                print(next_try, flush=True)
         else:
             tried = " / ".join(" ".join(x) for x in attempts)
             how = "Put the wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build"

@@ -40,10 +40,9 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
             continue
         name = match.group("name") or default
         if not name:
-            raise ExportError(
-                f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module: "
-                f'add "mgpu": {{"export": "<module>"}} to its metadata, or write `#| export <module>`'
-            )
+            fix = 'add "mgpu": {"export": "<module>"} to its metadata, or write `#| export <module>`'
+            what = f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module"
+            raise ExportError(f"{what}: {fix}")
         # nbgrader's solution markers are for the learner's version (tools/exercises.py), not the library.
         code = [ln for ln in lines[1:] if ln.strip() not in SOLUTION_MARKERS]
         modules.setdefault(name, []).append("\n".join(code).strip("\n"))
@@ -86,9 +85,8 @@ def out_of_sync(root: str = ROOT) -> list[str]:
             problems.append(f"{rel} differs from what {notebook} exports")
     on_disk = [os.path.relpath(p, root) for p in sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py")))]
     generated = [rel for rel in on_disk if read_text(os.path.join(root, rel)).startswith("# Generated from ")]
-    return problems + [
-        f"{rel} is generated but no notebook exports it any more: delete it" for rel in generated if rel not in expected
-    ]
+    orphans = [rel for rel in generated if rel not in expected]
+    return problems + [f"{rel} is generated but no notebook exports it any more: delete it" for rel in orphans]
 
 
 def write_all(root: str = ROOT) -> list[str]:
