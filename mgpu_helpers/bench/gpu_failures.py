@@ -130,11 +130,8 @@ def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.Cro
         rows += [fr.CrowdRow(rank, pid, current, g, before[g].get(pid), after[g].get(pid)) for g in on]
         if not on:
             rows.append(fr.CrowdRow(rank, pid, current, current, None, None))
-    listed = [
-        f"{g} {pid} {before[g].get(pid, '-')}/{after[g].get(pid, '-')}"
-        for g in gpus
-        for pid in sorted(set(before[g]) | set(after[g]))
-    ]
+    pids = {g: sorted(set(before[g]) | set(after[g])) for g in gpus}
+    listed = [f"{g} {pid} {before[g].get(pid, '-')}/{after[g].get(pid, '-')}" for g in gpus for pid in pids[g]]
     return rows, "; ".join(listed) or "none"
 
 

@@ -39,13 +39,9 @@ def main(argv: list[str]) -> int:
     import cupy as cp
     import numba
 
-    out = {
-        "_source": f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}",
-        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
-        "cupy": cp.__version__,
-        "numba": numba.__version__,
-        **kernel_registers(),
-    }
+    source = f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}"
+    versions = {"cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__, "numba": numba.__version__}
+    out = {"_source": source, **versions, **kernel_registers()}
     with open(args.record, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(out, indent=1))

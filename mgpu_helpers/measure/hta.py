@@ -48,10 +48,8 @@ def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
     paths = {}
     for rank in ranks:
         path = os.path.join(folder, f"rank{rank}.json")
-        trace = {
-            "distributedInfo": {"rank": rank, "world_size": len(ranks)},
-            "traceEvents": [e for e in merged["traceEvents"] if e.get("pid") == rank],
-        }
+        events = [e for e in merged["traceEvents"] if e.get("pid") == rank]
+        trace = {"distributedInfo": {"rank": rank, "world_size": len(ranks)}, "traceEvents": events}
         with open(path, "w", encoding="utf-8") as f:
             json.dump(trace, f)
         paths[rank] = path

@@ -48,10 +48,8 @@ def format_matrix(matrix) -> str:
 
     if not matrix:
         return "(no GPUs)"
-    return text_matrix(
-        [f"GPU{i}" for i in range(len(matrix))],
-        [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix],
-    )
+    cells = [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix]
+    return text_matrix([f"GPU{i}" for i in range(len(matrix))], cells)
 
 
 def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
@@ -162,11 +160,9 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
     else:
         lines.append(f"peer copy: not measured here; {recorded_copy}")
     ref_off = {int(k): v for k, v in rec.get("allreduce_busbw_p2p_disabled_GBps", {}).items()}
-    rows = [
-        dict(r, nccl_tests=rec["allreduce_busbw_default_GBps"].get(r["nbytes"]), off=ref_off.get(r["nbytes"]))
-        for r in measured.get("busbw") or []
-    ]
-    rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in rec["allreduce_busbw_default_GBps"].items()]
+    ref = rec["allreduce_busbw_default_GBps"]
+    rows = [dict(r, nccl_tests=ref.get(r["nbytes"]), off=ref_off.get(r["nbytes"])) for r in measured.get("busbw") or []]
+    rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in ref.items()]
     heads = {"size": "size", "busbw_default": "busbw default", "busbw_p2p_off": "P2P off", "ratio": "off/default"}
     heads |= {"nccl_tests": "nccl-tests", "off": "recorded P2P off"}
     formats = {"busbw_default": "{:.1f}", "busbw_p2p_off": "{:.1f}", "ratio": "{:.2f}"}

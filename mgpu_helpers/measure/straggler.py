@@ -26,9 +26,8 @@ def run_traced(
     if not shard_units or any(u < 0 for u in shard_units):
         raise ValueError(f"give one non-negative shard size per rank, like (12, 6, 4, 2); got {shard_units!r}")
     args = (shard_units, grad_numel, steps, None, None, seconds_per_unit, timestamp_barrier)
-    return launch.run_ranks(
-        workloads.straggler_step, len(shard_units), args=args, timeout=timeout, stream=False, quiet=True
-    )
+    quiet = dict(stream=False, quiet=True)
+    return launch.run_ranks(workloads.straggler_step, len(shard_units), args=args, timeout=timeout, **quiet)
 
 
 def wait_by_rank(spans_per_rank) -> list[float]:

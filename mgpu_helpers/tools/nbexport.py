@@ -51,10 +51,9 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
 
 def render(notebook: str, nb, cells: list[str]) -> str:
     title = next((line.lstrip("#").strip() for line in markdown_lines(nb) if line.startswith("#")), "")
-    doc = (
-        f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one '
-        f'`#| export` cell of that notebook, in order."""'
-    )
+    about = f" ({title})" if title else ""
+    blocks = "Each block below is one `#| export` cell of that notebook, in order."
+    doc = f'"""The code taught in {notebook}{about}.\n\n{blocks}"""'
     body = "\n\n\n".join(cells)
     return f"{HEADER.format(notebook=notebook)}\n{doc}\n\n{body}\n"
 
