@@ -163,8 +163,7 @@ def progress_line(model_id: str, state: dict) -> str | None:
     if len(kids) == 1:  # a bare bar: its description and percentage
         return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
     at = kids.index(bars[0])  # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
-    left = " ".join(t for t in map(_plain_text, kids[:at]) if t)
-    right = " ".join(t for t in map(_plain_text, kids[at + 1 :]) if t)
+    left, right = (" ".join(t for t in map(_plain_text, part) if t) for part in (kids[:at], kids[at + 1 :]))
     return (left + drawn + (" " + right if right else "")).strip()
 
 

@@ -47,10 +47,8 @@ def read_text(path: str) -> str | None:
 
 def report(problems, fix: str = "") -> int:
     """A check's command-line ending: each problem, then ``fix`` (what to run); the exit status."""
-    for p in problems:
-        print(p)
-    if problems and fix:
-        print(fix)
+    if problems:
+        print(*problems, *([fix] if fix else []), sep="\n")
     return 1 if problems else 0
 
 
