@@ -12,7 +12,6 @@ CuPy or torch: the packages load their modules lazily and import those inside fu
 import argparse
 import ast
 import functools
-import glob
 import importlib
 import json
 import os
@@ -20,7 +19,7 @@ import re
 import sys
 from types import ModuleType
 
-from mgpu_helpers.tools.nbexport import LESSONS_DIR, NOTEBOOK_GLOBS, ROOT, exported_cells
+from mgpu_helpers.tools.nbexport import LESSONS_DIR, ROOT, exported_cells, lesson_paths
 from mgpu_helpers.tools.nbtools import read_text, report, source, write_if_changed
 
 PACKAGE = "mgpu_helpers"
@@ -112,10 +111,6 @@ def _grouped(modules: list[str]) -> str:
     return " · ".join(f"`{p}`: {', '.join(names)}" if names else f"`{p}`" for p, names in sorted(parts.items()))
 
 
-def lesson_paths(root: str = ROOT) -> list[str]:
-    return sorted(p for pattern in NOTEBOOK_GLOBS for p in glob.glob(os.path.join(root, pattern)))
-
-
 def table(root: str = ROOT) -> str:
     lines = ["| lesson | writes | uses |", "| --- | --- | --- |"]
     for lesson, writes, used in (lesson_row(p, root) for p in lesson_paths(root)):
@@ -132,9 +127,8 @@ def with_table(readme: str, text: str) -> str:
 
 def out_of_date(root: str = ROOT) -> list[str]:
     readme = read_text(os.path.join(root, README)) or ""
-    if with_table(readme, table(root)) != readme:
-        return [f"the lesson table in {README} is not what the notebooks use now"]
-    return []
+    stale = with_table(readme, table(root)) != readme
+    return [f"the lesson table in {README} is not what the notebooks use now"] if stale else []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,11 +58,15 @@ def render(notebook: str, nb, cells: list[str]) -> str:
     return f"{HEADER.format(notebook=notebook)}\n{doc}\n\n{body}\n"
 
 
+def lesson_paths(root: str = ROOT) -> list[str]:
+    """The worked lessons, in course order."""
+    return sorted(p for pattern in NOTEBOOK_GLOBS for p in glob.glob(os.path.join(root, pattern)))
+
+
 def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
     """Path of each generated module -> (its notebook, the text it must have)."""
     out: dict[str, tuple[str, str]] = {}
-    paths = [p for pattern in NOTEBOOK_GLOBS for p in sorted(glob.glob(os.path.join(root, pattern)))]
-    for path in paths:
+    for path in lesson_paths(root):
         rel = os.path.relpath(path, root)
         nb = json.loads(read_text(path))
         for name, cells in exported_cells(nb, rel).items():
