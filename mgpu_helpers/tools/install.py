@@ -82,9 +82,7 @@ def cupy_extra(system: str, gpu: bool, torch_cuda: str | None) -> str | None:
     """The extra of ``pyproject.toml`` that brings the right CuPy, or None."""
     if system != "Linux":
         return None
-    if gpu and torch_cuda:
-        return CUPY_EXTRA_BY_CUDA_MAJOR.get(version_tuple(torch_cuda)[0])
-    return "cuda12"
+    return CUPY_EXTRA_BY_CUDA_MAJOR.get(version_tuple(torch_cuda)[0]) if gpu and torch_cuda else "cuda12"
 
 
 def _pip(args: list[str], dry_run: bool) -> int:
