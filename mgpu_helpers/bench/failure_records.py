@@ -35,13 +35,10 @@ class Header:
     def parse(cls, lines: list[str]) -> Header:
         if len(lines) < 3 or not all(ln.startswith("# ") for ln in lines[:3]):
             raise ValueError("a recording starts with three '# ' lines: title, machine, command")
-        fields = [lines[0][2:]]
         for line, key in zip(lines[1:3], ("machine", "command"), strict=True):
-            prefix = f"# {key}: "
-            if not line.startswith(prefix):
+            if not line.startswith(prefix := f"# {key}: "):
                 raise ValueError(f"expected a line starting {prefix!r}, got {line!r}")
-            fields.append(line[len(prefix) :])
-        return cls(*fields)
+        return cls(lines[0][2:], *(line.split(": ", 1)[1] for line in lines[1:3]))
 
 
 def file_name(stem: str, gpu: str) -> str:

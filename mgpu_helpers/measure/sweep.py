@@ -84,16 +84,12 @@ def make_op(op: str, nbytes: int, world_size: int, device):
     n = sz.float32_elements(nbytes, world_size)
     full = torch.ones(n, dtype=torch.float32, device=device)
     part = torch.ones(n // world_size, dtype=torch.float32, device=device)
-
-    def rs_ag():
-        reduce_scatter_flat(part, full)  # each rank: the sum of its slice
-        all_gather_flat(full, part)  # everyone: every summed slice = the all-reduce
-
     runs = {
         "all_reduce": lambda: dist.all_reduce(full),
         "reduce_scatter": lambda: reduce_scatter_flat(part, full),
         "all_gather": lambda: all_gather_flat(full, part),
-        "rs_ag": rs_ag,
+        # each rank sums its slice, then everyone gathers every summed slice: the all-reduce
+        "rs_ag": lambda: (reduce_scatter_flat(part, full), all_gather_flat(full, part)),
     }
     if op not in runs:
         raise ValueError(f"unknown op {op!r}; one of {OPS}")
