@@ -48,10 +48,8 @@ def median_worst_wait(values) -> float:
 
 def median_step_seconds(values) -> float:
     """The median over steps of the slowest rank's compute + wait + all-reduce."""
-    steps = len(values[0]["wait_s"])
-    return statistics.median(
-        max(v["compute_s"][k] + v["wait_s"][k] + v["comm_s"][k] for v in values) for k in range(steps)
-    )
+    slowest = lambda k: max(v["compute_s"][k] + v["wait_s"][k] + v["comm_s"][k] for v in values)
+    return statistics.median(slowest(k) for k in range(len(values[0]["wait_s"])))
 
 
 def noise_floor(balanced_values) -> float:

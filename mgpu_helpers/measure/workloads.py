@@ -80,8 +80,7 @@ def straggler_step(
     import torch
     import torch.distributed as dist
 
-    device = rank_device()
-    units = float(shard_units[rank])
+    device, units = rank_device(), float(shard_units[rank])
     if seconds_per_unit is not None and not isinstance(seconds_per_unit, (int, float)):
         seconds_per_unit = seconds_per_unit[rank]
     if grad_numel is None:  # 16 KiB on the CPU, 64 MiB on a GPU
@@ -132,8 +131,7 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     import torch
     import torch.distributed as dist
 
-    device = rank_device()
-    medians = []
+    device, medians = rank_device(), []
     for nbytes in sizes_bytes:
         x = torch.ones(max(1, int(nbytes) // 4), device=device)
         dist.all_reduce(x)  # warm-up (connection and buffer set-up)
