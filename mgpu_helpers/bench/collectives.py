@@ -1,9 +1,5 @@
-"""``python -m mgpu_helpers.bench collectives``: collective bandwidth over message sizes, next to nccl-tests.
-
-Runs :func:`mgpu_helpers.measure.sweep.run_sweep` (all_reduce, reduce_scatter, all_gather and rs_ag = reduce-scatter
-then all-gather) and prints time, algbw and busbw per size, with the nccl-tests busbw recorded on
-2 x H200 where the sizes match (NCCL, 2 ranks). On GPUs the default sweep is 1 KiB .. 1 GiB; on the CPU
-(gloo) small sizes only.
+"""``python -m mgpu_helpers.bench collectives``: collective bandwidth over message sizes, next to nccl-tests'
+busbw recorded on 2 x H200 where the sizes match (NCCL, 2 ranks).
 
     python -m mgpu_helpers.bench collectives                         # all GPUs (or 2 gloo ranks)
     python -m mgpu_helpers.bench collectives --world-size 2 --min-bytes 64M --max-bytes 1G --check
@@ -18,10 +14,10 @@ from mgpu_helpers.report import nccltests, sizes
 
 TARGET_FROM = 64 << 20  # busbw must be within 5% of nccl-tests from this size up
 TARGET_RATIO = 0.95
+PROG = "python -m mgpu_helpers.bench collectives"
 
 
 def target_check(rows) -> list[str]:
-    """Rows at or above 64 MiB whose busbw is more than 5% below the recorded nccl-tests figure."""
     return [
         f"{d['op']} {d['size']}: {d['busbw']:.1f} GB/s vs nccl-tests {d['ref_busbw']:.1f} ({d['ratio']:.2f})"
         for d in nccltests.compare_with_reference(rows)
@@ -30,27 +26,20 @@ def target_check(rows) -> list[str]:
 
 
 def record_nccl_debug(path: str, world_size: int) -> int:
-    """Run one all-reduce with NCCL_DEBUG=INFO and write the ranks' NCCL lines to ``path``."""
     lines = diagnose.nccl_debug_lines(world_size)
     if not lines:
         print("no NCCL lines: this needs NCCL ranks (one GPU per rank).")
         return 1
+    head = "# Recorded: NCCL_DEBUG=INFO output of a 2-rank all-reduce (python -m mgpu_helpers.bench collectives"
     with open(path, "w") as f:
-        f.write(
-            "# Recorded: NCCL_DEBUG=INFO output of a 2-rank all-reduce (python -m mgpu_helpers.bench "
-            "collectives --record-nccl-debug)\n"
-        )
-        f.write("\n".join(lines) + "\n")
+        f.write(head + " --record-nccl-debug)\n" + "\n".join(lines) + "\n")
     print(f"{len(lines)} lines written to {path}")
     return 0
 
 
 def main(argv: list[str]) -> int:
     gpus = hardware.machine().gpu_count
-    raw = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(
-        prog="python -m mgpu_helpers.bench collectives", description=__doc__, formatter_class=raw
-    )
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world-size", type=int, default=max(2, gpus), help="ranks (default: every GPU, at least 2)")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--min-bytes", type=sizes.parse_size, default=None, help="smallest message (default 1K)")
@@ -78,10 +67,8 @@ def main(argv: list[str]) -> int:
     if hi < lo:
         p.error(f"--max-bytes {sizes.format_bytes(hi)} is below --min-bytes {sizes.format_bytes(lo)}")
     chosen = sizes.sizes_between(lo, hi, a.factor or (4 if gpu else 32))
-    print(
-        f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes "
-        f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}; ops {', '.join(ops)}"
-    )
+    between = f"{sizes.format_bytes(chosen[0])} .. {sizes.format_bytes(chosen[-1])}"
+    print(f"{a.world_size} ranks, backend {backend} ({reason}); {len(chosen)} sizes {between}; ops {', '.join(ops)}")
     run = dict(iters=a.iters, warmup=a.warmup, backend=backend, timeout=600, progress="sizes")
     rows = sweep.run_sweep(a.world_size, chosen, ops=ops, **run)
     print(nccltests.sweep_table(rows))
@@ -91,8 +78,6 @@ def main(argv: list[str]) -> int:
         return 0
     bad = target_check(rows)
     if any(d["nbytes"] >= TARGET_FROM for d in compared):
-        print(
-            "target: busbw within 5% of nccl-tests from 64 MiB up: "
-            + ("met" if not bad else "MISSED:\n  " + "\n  ".join(bad))
-        )
+        verdict = "met" if not bad else "MISSED:\n  " + "\n  ".join(bad)
+        print(f"target: busbw within 5% of nccl-tests from 64 MiB up: {verdict}")
     return 1 if (a.check and bad) else 0

@@ -1,35 +1,10 @@
-"""The text of the two GPU-failure recordings: how ``python -m mgpu_helpers.bench gpu_failures`` writes them and how
-notebooks 01 and 03 read them back, in one place so that writer and reader cannot drift apart.
+"""The text of the two GPU-failure recordings, written by ``bench gpu_failures`` and read by notebooks 01 and 03,
+in one place so that writer and reader cannot drift apart. Pure text, no torch: read on machines without a GPU.
 
-``async_error_<gpu>.txt`` (01, 5.4): a PyTorch out-of-bounds index on the GPU, the script run twice in fresh
-processes, plainly and with ``CUDA_LAUNCH_BLOCKING=1``::
-
-    # <title>
-    # machine: <GPU> x <count>, <host>; torch <version>, CUDA <version>; date <UTC>
-    # command: <the command that wrote the file>
-    === script
-    <the script, as run>
-    === default
-    --- exit code: 1
-    --- stdout
-    <what it printed>
-    --- stderr
-    <its traceback>
-    === blocking
-    ... (the same three parts)
-
-``one_gpu_per_rank_<gpu>.txt`` (03, "crowd"): processes that used CUDA without ``torch.cuda.set_device`` and the
-memory NVML lists for each on each GPU, then two NCCL ranks without ``set_device``::
-
-    # <title>, # machine: ..., # command: ... (as above)
-    rank pid current_device gpu context_only_MiB after_alloc_MiB
-    0 4242 0 0 518 774
-    ...                        (one row per GPU a process appears on; "-" where NVML gave no figure)
-    # NVML's processes (gpu pid context-only/after MiB): 0 4242 518/774; ...
-    === nccl
-    <what each NCCL rank gave back, one line a rank, or why it did not run>
-
-Pure text, no torch: the notebooks read these files on machines without a GPU.
+Both start with three lines, ``# <title>``, ``# machine: ...``, ``# command: ...``. Then ``async_error_<gpu>.txt``
+has ``=== script`` and, per run (``=== default``, ``=== blocking``), ``--- exit code: N``, ``--- stdout`` and
+``--- stderr`` sections; ``one_gpu_per_rank_<gpu>.txt`` a table (one row per GPU a process appears on, ``-``
+where NVML gave no figure), NVML's process list, and an ``=== nccl`` section.
 """
 
 from __future__ import annotations
@@ -49,8 +24,6 @@ NCCL_SECTION = "nccl"
 
 @dataclasses.dataclass(frozen=True)
 class Header:
-    """The first lines of a recording: what it is, where and when it was measured, and the command that wrote it."""
-
     title: str
     machine: str
     command: str
@@ -60,39 +33,28 @@ class Header:
 
     @classmethod
     def parse(cls, lines: list[str]) -> Header:
-        """From the file's first three lines; raises ValueError naming what is missing."""
         if len(lines) < 3 or not all(ln.startswith("# ") for ln in lines[:3]):
             raise ValueError("a recording starts with three '# ' lines: title, machine, command")
-        fields = [lines[0][2:]]
         for line, key in zip(lines[1:3], ("machine", "command"), strict=True):
-            prefix = f"# {key}: "
-            if not line.startswith(prefix):
+            if not line.startswith(prefix := f"# {key}: "):
                 raise ValueError(f"expected a line starting {prefix!r}, got {line!r}")
-            fields.append(line[len(prefix) :])
-        return cls(*fields)
+        return cls(lines[0][2:], *(line.split(": ", 1)[1] for line in lines[1:3]))
 
 
 def file_name(stem: str, gpu: str) -> str:
-    """``async_error`` and ``h200`` -> ``async_error_h200.txt``."""
     return f"{stem}_{gpu}.txt"
 
 
 def find(stem: str, data_dir: Path | None = None) -> Path:
-    """The recording ``<stem>_<gpu>.txt`` in the course's data: the H200's where there is one, else the first by
-    name; where none is recorded yet, the H200's path (which does not exist, and names the file to make)."""
+    """The H200's recording where there is one, else the first by name; where none is, the H200's (missing) path."""
     data_dir = Path(data_dir or recorded.DATA_DIR)
     preferred = data_dir / file_name(stem, PREFERRED_GPU)
     found = sorted(data_dir.glob(file_name(stem, "*")))
     return preferred if preferred.is_file() or not found else found[0]
 
 
-# --- async_error_<gpu>.txt --------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True)
 class ChildRun:
-    """One run of the script in a process of its own."""
-
     returncode: int
     stdout: str
     stderr: str
@@ -106,8 +68,7 @@ class AsyncErrorRecord:
 
 
 def format_async_error(record: AsyncErrorRecord) -> str:
-    # Captured outputs go in as lines: the next marker starts a line of its own whether or not the output ended with
-    # a newline (read back, every line ends with one).
+    # Outputs go in as lines: the next marker starts a line of its own whether or not an output ended with a newline.
     lines = record.header.lines() + ["=== script", *record.script.splitlines()]
     for name in RUNS:
         run = record.runs[name]
@@ -117,7 +78,6 @@ def format_async_error(record: AsyncErrorRecord) -> str:
 
 
 def _sections(lines: list[str], marker: str) -> dict[str, list[str]]:
-    """{name: its lines} for each ``<marker><name>`` line and the lines up to the next one."""
     out: dict[str, list[str]] = {}
     current = None
     for line in lines:
@@ -151,11 +111,7 @@ def parse_async_error(text: str) -> AsyncErrorRecord:
 
 
 def read_async_error(path: Path) -> AsyncErrorRecord:
-    """What notebook 01 shows without a GPU: the script, and each run's exit code, output and traceback."""
     return parse_async_error(Path(path).read_text(encoding="utf-8"))
-
-
-# --- one_gpu_per_rank_<gpu>.txt ---------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,18 +134,10 @@ class CrowdRecord:
     nccl: str  # the two NCCL ranks' answers, one line each (or why they did not run)
 
 
-def _mib(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _parse_mib(word: str) -> int | None:
-    return None if word == "-" else int(word)
-
-
 def format_crowd(record: CrowdRecord) -> str:
     lines = record.header.lines() + [CROWD_COLUMNS]
     for r in record.rows:
-        mib = f"{_mib(r.context_only_mib)} {_mib(r.after_alloc_mib)}"
+        mib = " ".join("-" if v is None else str(v) for v in (r.context_only_mib, r.after_alloc_mib))
         lines.append(f"{r.rank} {r.pid} {r.current_device} {r.gpu} {mib}")
     lines += [f"# NVML's processes (gpu pid context-only/after MiB): {record.nvml}", f"=== {NCCL_SECTION}"]
     return "\n".join(lines + record.nccl.splitlines()) + "\n"
@@ -200,19 +148,17 @@ def parse_crowd(text: str) -> CrowdRecord:
     header = Header.parse(lines)
     if CROWD_COLUMNS not in lines:
         raise ValueError(f"the recording has no table: no line {CROWD_COLUMNS!r}")
-    rows, nvml = [], ""
-    body = lines[lines.index(CROWD_COLUMNS) + 1 :]
+    rows, body = [], lines[lines.index(CROWD_COLUMNS) + 1 :]
     for i, line in enumerate(body):
         if line.startswith(("#", "===")):
             body = body[i:]
             break
         rank, pid, current, gpu, context, after = line.split()
-        rows.append(CrowdRow(int(rank), int(pid), int(current), int(gpu), _parse_mib(context), _parse_mib(after)))
+        mib = [None if word == "-" else int(word) for word in (context, after)]
+        rows.append(CrowdRow(int(rank), int(pid), int(current), int(gpu), *mib))
     else:
         body = []
-    for line in body:
-        if line.startswith("# NVML's processes"):
-            nvml = line.split(": ", 1)[1]
+    nvml = ([ln.split(": ", 1)[1] for ln in body if ln.startswith("# NVML's processes")] or [""])[-1]
     sections = _sections(body, "=== ")
     if NCCL_SECTION not in sections:
         raise ValueError(f"the recording has no '=== {NCCL_SECTION}' section")
@@ -220,5 +166,4 @@ def parse_crowd(text: str) -> CrowdRecord:
 
 
 def read_crowd(path: Path) -> CrowdRecord:
-    """What notebook 03 shows without a GPU: where each process's context and memory landed, and NCCL's answer."""
     return parse_crowd(Path(path).read_text(encoding="utf-8"))

@@ -1,16 +1,5 @@
-"""Record two GPU failures that notebooks 01 and 03 show on machines without a GPU:
-``python -m mgpu_helpers.bench gpu_failures [--out DIR] [--ranks N] [--gpu NAME]``.
-
-1. ``async_error_<gpu>.txt`` (01, 5.4): 01's own script (``lessons.cuda_model.ASYNC_CHILD``: an out-of-bounds
-   index on the GPU, then an unrelated kernel, then a float back to the host) run twice by 01's own
-   ``run_async_child``, each time in a fresh process: plainly, and with ``CUDA_LAUNCH_BLOCKING=1``.
-2. ``one_gpu_per_rank_<gpu>.txt`` (03, "crowd"): ``--ranks`` spawned processes (default 4) use CUDA without
-   ``torch.cuda.set_device``; NVML's per-process memory on each GPU once they hold only a context and again after
-   each allocates 256 MiB. Then, where there are 2 GPUs or more, two NCCL ranks without ``set_device`` all-reduce
-   a tensor on ``"cuda"``; with one GPU that part records why it did not run.
-
-Both files are written by :mod:`mgpu_helpers.bench.failure_records`, which the notebooks read them with. Needs an
-NVIDIA GPU: without one it says so and exits 1, writing nothing.
+"""Record two GPU failures that notebooks 01 and 03 show on machines without a GPU (bench/README.md says what):
+``python -m mgpu_helpers.bench gpu_failures [--out DIR] [--ranks N] [--gpu NAME]``. Needs an NVIDIA GPU.
 """
 
 from __future__ import annotations
@@ -34,37 +23,24 @@ COMMAND = "python -m mgpu_helpers.bench gpu_failures"
 
 
 def machine_line(gpu_name: str, gpu_count: int) -> str:
-    """``NVIDIA H200 x 2, host; torch 2.11.0, CUDA 13.0; date 2026-12-05 08:00 UTC`` (torch read without
-    initialising CUDA, so this process holds no context that NVML would list)."""
+    """Read without initialising CUDA here: NVML would list this process's context."""
     import torch
 
-    now = _dt.datetime.now(_dt.UTC)
-    return (
-        f"{gpu_name} x {gpu_count}, {platform.node()}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
-        f"date {now:%Y-%m-%d %H:%M} UTC"
-    )
-
-
-# --- 1. the asynchronous error ----------------------------------------------------------------------------------
+    versions, now = f"torch {torch.__version__}, CUDA {torch.version.cuda}", _dt.datetime.now(_dt.UTC)
+    return f"{gpu_name} x {gpu_count}, {platform.node()}; {versions}; date {now:%Y-%m-%d %H:%M} UTC"
 
 
 def async_error_record(header: fr.Header, run_child) -> fr.AsyncErrorRecord:
-    """The record of ``run_child(blocking)`` (a ``subprocess.CompletedProcess``) for both runs: 01's
-    ``run_async_child`` on a GPU, a fake in the tests."""
+    """Both runs of ``run_child(blocking)`` (01's ``run_async_child``; a fake in the tests)."""
     from mgpu_helpers.lessons.cuda_model import ASYNC_CHILD
 
-    runs = {}
-    for name, blocking in zip(fr.RUNS, (False, True), strict=True):
-        done = run_child(blocking)
-        runs[name] = fr.ChildRun(done.returncode, done.stdout, done.stderr)
+    done = {name: run_child(blocking) for name, blocking in zip(fr.RUNS, (False, True), strict=True)}
+    runs = {name: fr.ChildRun(d.returncode, d.stdout, d.stderr) for name, d in done.items()}
     return fr.AsyncErrorRecord(header, ASYNC_CHILD, runs)
 
 
-# --- 2. the crowd on GPU 0 --------------------------------------------------------------------------------------
-
-
 def nvml_processes() -> dict[int, dict[int, int | None]]:
-    """``{gpu: {pid: MiB}}`` of every compute process NVML lists (MiB None where the driver gives no figure)."""
+    """``{gpu: {pid: MiB or None}}`` of every compute process NVML lists."""
     import pynvml
 
     pynvml.nvmlInit()
@@ -79,8 +55,7 @@ def nvml_processes() -> dict[int, dict[int, int | None]]:
 
 
 def _crowd_worker(rank, barrier, answers):
-    """Use CUDA without set_device (its context lands on the current device), then allocate ALLOC_MIB there,
-    waiting at the barrier after each step while the parent reads NVML."""
+    """Use CUDA without set_device, then allocate ALLOC_MIB, waiting after each while the parent reads NVML."""
     import torch
 
     torch.zeros(1, device="cuda")
@@ -95,9 +70,8 @@ def _crowd_worker(rank, barrier, answers):
 
 
 def _answers(answers, procs, timeout_s: float) -> tuple[list, str | None]:
-    """One answer ``(rank, ...)`` from each of ``procs`` (rank = its place in the list) through the queue
-    ``answers``, and what went wrong where not all came: a process that ended without answering stops the wait
-    at once rather than at ``timeout_s``."""
+    """One answer ``(rank, ...)`` from each of ``procs``, and what went wrong where not all came: a process that
+    ended without answering stops the wait at once rather than at ``timeout_s``."""
     got, deadline, ended = [], time.monotonic() + timeout_s, False
     while len(got) < len(procs):
         try:
@@ -116,8 +90,7 @@ def _answers(answers, procs, timeout_s: float) -> tuple[list, str | None]:
 
 
 def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
-    """Spawn ``ranks`` processes of :func:`_crowd_worker`: ``([(rank, pid, current device)], NVML's processes
-    with contexts only, NVML's processes after the allocations)``."""
+    """``([(rank, pid, current device)], NVML's processes with contexts only, and after the allocations)``."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")  # fresh interpreters: nothing inherited from this process's CUDA state
@@ -130,14 +103,12 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
         if problem:
             raise RuntimeError(f"the processes using CUDA without set_device: {problem}")
         seen.sort()
-        barrier.wait()
-        time.sleep(1)  # NVML's per-process figures lag the allocation a little
-        context_only = nvml_processes()
-        barrier.wait()
-        barrier.wait()
-        time.sleep(1)
-        after_alloc = nvml_processes()
-        barrier.wait()
+        snapshots = []
+        for _ in range(2):  # with contexts only, then after the allocations
+            barrier.wait()
+            time.sleep(1)  # NVML's per-process figures lag the allocation a little
+            snapshots.append(nvml_processes())
+            barrier.wait()
     except BaseException:
         barrier.abort()  # the processes waiting at it stop at once
         raise
@@ -146,12 +117,11 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
             p.join(30)
             if p.is_alive():
                 p.kill()
-    return seen, context_only, after_alloc
+    return seen, *snapshots
 
 
 def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.CrowdRow], str]:
-    """One row per GPU each process appears on in NVML; a process NVML does not list (its pid hidden by a
-    container) gets one row on its current device, without figures. Also every process NVML listed, as text."""
+    """One row per GPU a process appears on in NVML (without figures where a container hides it); NVML's list."""
     gpus = sorted(set(context_only) | set(after_alloc))
     before, after = ({g: snap.get(g, {}) for g in gpus} for snap in (context_only, after_alloc))
     rows = []
@@ -160,16 +130,12 @@ def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.Cro
         rows += [fr.CrowdRow(rank, pid, current, g, before[g].get(pid), after[g].get(pid)) for g in on]
         if not on:
             rows.append(fr.CrowdRow(rank, pid, current, current, None, None))
-    listed = [
-        f"{g} {pid} {before[g].get(pid, '-')}/{after[g].get(pid, '-')}"
-        for g in gpus
-        for pid in sorted(set(before[g]) | set(after[g]))
-    ]
+    pids = {g: sorted(set(before[g]) | set(after[g])) for g in gpus}
+    listed = [f"{g} {pid} {before[g].get(pid, '-')}/{after[g].get(pid, '-')}" for g in gpus for pid in pids[g]]
     return rows, "; ".join(listed) or "none"
 
 
 def _nccl_worker(rank, store_path, answers):
-    """One of two NCCL ranks without set_device: both use cuda:0."""
     from datetime import timedelta
 
     import torch
@@ -188,7 +154,7 @@ def _nccl_worker(rank, store_path, answers):
 
 
 def run_nccl_pair(gpu_count: int) -> str:
-    """What two NCCL ranks without set_device give back, one line a rank; with fewer than 2 GPUs, why not run."""
+    """What two NCCL ranks without set_device give back, one line a rank, or why they did not run."""
     if gpu_count < 2:
         return f"not run: two NCCL ranks on one machine need 2 GPUs, this one has {gpu_count}\n"
     import multiprocessing as mp
@@ -209,13 +175,8 @@ def run_nccl_pair(gpu_count: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- the command ------------------------------------------------------------------------------------------------
-
-
 def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ranks: int) -> list[Path]:
-    """Write both files into ``out_dir``; the GPU work comes in as functions so a test can pass fakes:
-    ``header_for(title)`` -> :class:`failure_records.Header`, ``run_child(blocking)`` -> a finished process,
-    ``crowd(ranks)`` -> :func:`run_crowd`'s triple, ``nccl_pair()`` -> :func:`run_nccl_pair`'s text."""
+    """Write both files into ``out_dir``; the GPU work comes in as functions, so a test can pass fakes."""
     title = "PyTorch out-of-bounds index on the GPU, run in fresh processes: plainly, then with CUDA_LAUNCH_BLOCKING=1"
     async_text = fr.format_async_error(async_error_record(header_for(title), run_child))
     rows, nvml = crowd_rows(*crowd(ranks))
@@ -225,11 +186,9 @@ def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ran
     )
     crowd_text = fr.format_crowd(fr.CrowdRecord(header_for(title), rows, nvml, nccl_pair()))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    written = []
-    for stem, text in ((fr.ASYNC_ERROR, async_text), (fr.ONE_GPU_PER_RANK, crowd_text)):
-        path = Path(out_dir) / fr.file_name(stem, gpu)
+    written = [Path(out_dir) / fr.file_name(stem, gpu) for stem in (fr.ASYNC_ERROR, fr.ONE_GPU_PER_RANK)]
+    for path, text in zip(written, (async_text, crowd_text)):
         path.write_text(text, encoding="utf-8")
-        written.append(path)
     return written
 
 

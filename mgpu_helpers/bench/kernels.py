@@ -1,15 +1,8 @@
 """Vector-add bandwidth: ``python -m mgpu_helpers.bench kernels [--n N] [--repeats R] [--smoke] [--json PATH]``.
 
-Effective bandwidth = bytes read + written / time (CUDA events, median of ``--repeats`` runs) at N float32
-elements (default 2**28) for: the seed's vecAdd in Numba at block 128/256/512/1024, the same C kernel as a CuPy
-``RawKernel``, CuPy's ``ElementwiseKernel``, the course's fast Numba and CuPy kernels, and torch copy and
-``torch.add`` as the ceilings, and the grid-stride (one-wave) versions the fast kernels replaced. One table, with
-each row as a % of torch.add measured in the same run, beside the figures recorded on an H200
-(mgpu_helpers/data/kernels_h200x2.json); the fast and grid-stride kernels' recorded figures come from a later run
-with its own torch.add (mgpu_helpers/data/kernels_h200_fast.json) and are printed below the table.
-
-Without a GPU it says so, prints the recorded table and exits 0; ``--smoke`` then runs the Numba kernels in the
-CUDA simulator at a small N and checks their results (times from the simulator say nothing about a GPU).
+Each row is also a % of torch.add measured in the same run, beside the figures recorded on an H200; the fast and
+grid-stride kernels' recorded figures come from a later run with its own torch.add, printed below the table.
+Without a GPU it prints the recorded figures; ``--smoke`` then checks the Numba kernels in the CUDA simulator.
 """
 
 import argparse
@@ -41,34 +34,26 @@ FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 
 def reference() -> dict:
-    """The recorded H200 figures: ``{"source": str, "gbps": {row key: GB/s}, "raw": the file's dict}``."""
+    """The recorded H200 figures: ``{"source", "gbps": {row key: GB/s}, "raw": the file's dict}``."""
     raw = read_json(REFERENCE_FILE)
     gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
 
 def fast_reference() -> dict:
-    """The recorded H200 figures of the fast and grid-stride kernels (a later run than :func:`reference`, with its
-    own torch.add): ``{"source": str, "torch_add": GB/s, "gbps": {row key: GB/s}, "pct": {row key: % of that
-    run's torch.add, as recorded}, "raw": the file's dict}``."""
+    """The fast and grid-stride kernels' H200 figures, with GB/s and % of that run's own torch.add by row key."""
     raw = read_json(FAST_REFERENCE_FILE)
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
-    return {
-        "source": raw["_source"],
-        "torch_add": raw["torch_add_GBps"],
-        "gbps": {k: v[0] for k, v in rows.items()},
-        "pct": {k: v[1] for k, v in rows.items()},
-        "raw": raw,
-    }
+    gbps, pct = ({k: v[i] for k, v in rows.items()} for i in (0, 1))
+    return {"source": raw["_source"], "torch_add": raw["torch_add_GBps"], "gbps": gbps, "pct": pct, "raw": raw}
 
 
 def format_fast_reference(ref: dict | None = None) -> str:
-    """The recorded fast / grid-stride figures as text, one line per row, each against its own run's torch.add."""
     ref = fast_reference() if ref is None else ref
     width = max(len(LABELS[k]) for k in ref["gbps"])
     lines = [f"recorded on one H200, N = 2**28 float32, torch.add {ref['torch_add']:.0f} GB/s in the same run:"]
-    for key in ref["gbps"]:
-        lines.append(f"  {LABELS[key]:{width}s} | {ref['gbps'][key]:7.0f} GB/s | {ref['pct'][key]:5.1f}% of torch.add")
+    row = "  {:{}s} | {:7.0f} GB/s | {:5.1f}% of torch.add"
+    lines += [row.format(LABELS[k], width, v, ref["pct"][k]) for k, v in ref["gbps"].items()]
     return "\n".join(lines)
 
 
@@ -81,52 +66,34 @@ class Table:
     title: str = ""
 
 
-def _pct(value, base):
-    return f"{100 * value / base:.0f}%" if value is not None and base else None
-
-
-def _gb(value):
-    if value is None:
-        return None
-    return f"{value:.1f}" if value >= 10 else f"{value:.5f}"  # simulator smoke figures are tiny
-
-
 def format_table(table: Table) -> str:
-    """The bench's table as text: kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
-    base_m, base_r = table.measured.get("torch_add"), table.recorded.get("torch_add")
-
-    def row(label, m, r):
-        return {"label": label, "m": _gb(m), "m%": _pct(m, base_m), "r": _gb(r), "r%": _pct(r, base_r)}
-
-    rows = [row(label, table.measured.get(key), table.recorded.get(key)) for key, label, _, _ in ROWS]
-    columns = [
-        (key, head, "{}")
-        for key, head in (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))
-    ]
-    return tables.format_table(rows, columns, sep=" | ", title=table.title)
+    """kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
+    pct = lambda v, base: f"{100 * v / base:.0f}%" if v is not None and base else None
+    gb = lambda v: None if v is None else f"{v:.1f}" if v >= 10 else f"{v:.5f}"  # simulator figures are tiny
+    rows = []
+    for key, label, _, _ in ROWS:
+        m, r = table.measured.get(key), table.recorded.get(key)
+        rows.append({"label": label, "m": gb(m), "m%": pct(m, table.measured.get("torch_add"))})
+        rows[-1] |= {"r": gb(r), "r%": pct(r, table.recorded.get("torch_add"))}
+    heads = (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))
+    return tables.format_table(rows, [(key, head, "{}") for key, head in heads], sep=" | ", title=table.title)
 
 
 def fast_verdict(measured: dict) -> list[str]:
-    """One line per fast kernel: does it reach FAST_TARGET of torch.add?"""
     base = measured.get("torch_add")
     fractions = {key: measured[key] / base for key in ("numba_fast", "cupy_fast") if base and measured.get(key)}
-    return [
-        f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({'meets' if frac >= FAST_TARGET else 'MISSES'} the "
-        f"{100 * FAST_TARGET:.0f}% target)"
-        for key, frac in fractions.items()
-    ]
+    verdict = lambda frac: f"{'meets' if frac >= FAST_TARGET else 'MISSES'} the {100 * FAST_TARGET:.0f}% target"
+    return [f"{LABELS[key]}: {100 * frac:.1f}% of torch.add ({verdict(frac)})" for key, frac in fractions.items()]
 
 
 def _gbps(fn, nbytes: int, repeats: int, library: str, warmup: int = 2) -> float:
-    """GB/s of ``fn()`` moving ``nbytes``, from the median of ``repeats`` timings (:func:`time_gpu`)."""
     from mgpu_helpers.measure import timing
 
     return timing.bandwidth_gbps(nbytes, statistics.median(timing.time_gpu(fn, repeats, warmup, library)))
 
 
 def _checked_gbps(fn, result, want, what: str, nbytes: int, repeats: int, library: str) -> float:
-    """Zero ``result`` (a CuPy array, or a CuPy view of Numba's), run ``fn`` once and check that ``result``
-    equals ``want``, then :func:`_gbps`. Numba's and CuPy's launches share the legacy default stream."""
+    """:func:`_gbps` after one checked run of ``fn`` (Numba's and CuPy's launches share the default stream)."""
     import cupy as cp
 
     result.fill(0)
@@ -138,7 +105,7 @@ def _checked_gbps(fn, result, want, what: str, nbytes: int, repeats: int, librar
 
 
 def measure(n: int, repeats: int) -> dict:
-    """Run every row on the current GPU; returns {row key: GB/s}. Checks each kernel's result on the device."""
+    """{row key: GB/s} on the current GPU, each kernel's result checked."""
     import cupy as cp
     import numpy as np
     import torch
@@ -148,8 +115,7 @@ def measure(n: int, repeats: int) -> dict:
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.report import progress
 
-    out = {}
-    f32 = 4
+    out, f32 = {}, 4
     # torch: the ceilings.
     ta, tb = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
     tc = torch.empty_like(ta)
@@ -161,8 +127,7 @@ def measure(n: int, repeats: int) -> dict:
 
     # CuPy: the seed's C kernel, the ElementwiseKernel, the fast float4 kernel.
     ca, cb = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
-    cc = cp.empty_like(ca)
-    want = ca + cb
+    cc, want = cp.empty_like(ca), ca + cb
     cupy_rows = {
         "cupy_raw": lambda: CK.vec_add_cupy_raw(ca, cb, cc, block=256),
         "cupy_elementwise": lambda: CK.vec_add_cupy_elementwise(ca, cb, cc),
@@ -192,9 +157,7 @@ SWEEP_BLOCKS = (32, 64, 128, 256, 512, 1024)
 
 
 def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
-    """On the GPU: the seed's kernel (CuPy RawKernel and Numba) and the ElementwiseKernel at each block size,
-    plus CuPy's device-to-device copy as the ceiling. Returns {"copy": GB/s, "raw": {block: GB/s},
-    "numba": {block: GB/s}, "elementwise": {block: GB/s}}; every result is checked against a + b."""
+    """GB/s of the seed's kernel (CuPy and Numba) and the ElementwiseKernel per block size, beside CuPy's copy."""
     import cupy as cp
     from numba import cuda
 
@@ -203,8 +166,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     from mgpu_helpers.report import progress
 
     a, b = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
-    c = cp.empty_like(a)
-    want = a + b
+    c, want = cp.empty_like(a), a + b
     nbytes = 3 * n * 4  # vecAdd reads a and b, writes c
     out = {"copy": _gbps(lambda: cp.copyto(c, a), 2 * n * 4, repeats, "cupy")}
     out |= {name: {} for name in ("raw", "numba", "elementwise")}  # {block: GB/s} each
@@ -223,8 +185,7 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
 
 
 def smoke(n: int) -> dict:
-    """The Numba kernels in the simulator at a small n: results checked against NumPy; returns {row: GB/s}
-    (simulator wall-clock: meaningless as a GPU figure)."""
+    """The Numba kernels in the simulator, checked against NumPy (their GB/s say nothing about a GPU)."""
     import numpy as np
     from numba import cuda
 
@@ -233,8 +194,7 @@ def smoke(n: int) -> dict:
 
     rng = np.random.default_rng(0)
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-    da, db = cuda.to_device(a), cuda.to_device(b)
-    dc = cuda.device_array(n, dtype=np.float32)
+    da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, dtype=np.float32)
     rows = {f"numba_bs{bs}": (lambda bs=bs: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
     rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc)
     rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc)
@@ -254,58 +214,41 @@ def main(argv: list[str]) -> int:
     p.add_argument("--smoke", action="store_true", help="without a GPU: run the Numba kernels in the simulator")
     p.add_argument("--json", metavar="PATH", help="also write the measured GB/s to PATH")
     args = p.parse_args(argv)
-
     from mgpu_helpers import course
 
     env = course.setup(show=False, prewarm=False)  # simulator on before numba is imported when there is no GPU
     ref = reference()
     print(f"reference: {ref['source']}")
-
     if env.mode != "gpu":
-        print(
-            f"\nbench kernels needs an NVIDIA GPU; none found here ({env.machine.note or 'no GPU'}). Recorded figures:\n"
-        )
+        why = env.machine.note or "no GPU"
+        print(f"\nbench kernels needs an NVIDIA GPU; none found here ({why}). Recorded figures:\n")
         recorded = format_table(Table({}, ref["gbps"], title="N = 2**28 float32, H200 (recorded)"))
         print(recorded, format_fast_reference(), sep="\n\n")
         if not args.smoke:
             print("\n(run with --smoke to check the Numba kernels in the CUDA simulator)")
             return 0
-        n = args.n or 4096
+        n, device = args.n or 4096, "simulator"
         measured = smoke(n)
-        print(
-            f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b "
-            "(simulator GB/s below are Python speed, not GPU speed)\n"
-        )
+        speed = "(simulator GB/s below are Python speed, not GPU speed)"
+        print(f"\nsmoke: Numba kernels in the CUDA simulator, N = {n}: results equal NumPy's a + b {speed}\n")
         print(format_table(Table(measured, ref["gbps"], title="simulator smoke")))
-        _dump(args.json, n, measured, "simulator")
-        return 0
-
-    n = args.n or 2**28
-    gpu = env.gpus[0].name
-    print(f"measuring on GPU 0 ({gpu}), N = {n} float32, median of {args.repeats} runs, CUDA events\n")
-    measured = measure(n, args.repeats)
-    print(
-        format_table(Table(measured, ref["gbps"], title=f"{gpu}, N = {n}")),
-        format_fast_reference(),
-        sep="\n\n",
-        end="\n\n",
-    )
-    for line in fast_verdict(measured):
-        print(line)
-    _dump(args.json, n, measured, gpu)
+    else:
+        n, device = args.n or 2**28, env.gpus[0].name
+        print(f"measuring on GPU 0 ({device}), N = {n} float32, median of {args.repeats} runs, CUDA events\n")
+        measured = measure(n, args.repeats)
+        table = format_table(Table(measured, ref["gbps"], title=f"{device}, N = {n}"))
+        print(table, format_fast_reference(), sep="\n\n", end="\n\n")
+        for line in fast_verdict(measured):
+            print(line)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"n": n, "device": device, "GBps": measured}, f, indent=1)
+        print(f"wrote {args.json}")
     return 0
 
 
-def _dump(path, n, measured, device) -> None:
-    if path:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"n": n, "device": device, "GBps": measured}, f, indent=1)
-        print(f"wrote {path}")
-
-
 def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
-    """Horizontal bars of GB/s (``{label: GB/s}``) with dashed vertical lines for ``ceilings`` (``{label: GB/s}``,
-    e.g. the device's copy bandwidth). Returns the matplotlib Figure."""
+    """Horizontal bars of GB/s, with dashed lines at ``ceilings`` (e.g. the device's copy bandwidth)."""
     import matplotlib.pyplot as plt
 
     from mgpu_helpers.widgets import style

@@ -1,13 +1,7 @@
-"""``python -m mgpu_helpers.bench launch``: how long a launch of N ranks doing one all-reduce takes.
-
-Measured in one run, side by side (a busy machine slows every row alike, so compare within one run):
-- ``run_ranks`` repeat: the server is up, ranks are forked from it; and where that time goes, phase by phase;
-- ``run_ranks`` in a new kernel: its rank server forked by the fork server (warm), and the launch;
-- ``run_ranks`` cold: a rank server of the kernel's own (``MGPU_FORKSERVER=0``: a fresh ``import torch``);
-- accelerate's ``notebook_launcher`` (forks the notebook through torch elastic), where accelerate is installed;
-- ``torch.multiprocessing.spawn`` of a module-level function (a fresh interpreter per rank, every time);
-- one plain ``subprocess`` per rank, each running the same work through ``torchrun``-style env:// init.
-Every variant joins a gloo process group over loopback, all-reduces one tensor and checks the sum.
+"""``python -m mgpu_helpers.bench launch``: how long a launch of N ranks doing one all-reduce takes, side by side:
+``run_ranks`` repeated (phase by phase), from a new kernel, cold (``MGPU_FORKSERVER=0``), against accelerate's
+``notebook_launcher``, ``torch.multiprocessing.spawn`` and a subprocess per rank. Every variant joins a gloo group
+over loopback, all-reduces one tensor and checks the sum.
 """
 
 import argparse
@@ -25,7 +19,6 @@ from mgpu_helpers.report import progress, tables
 
 
 def allreduce_rank(rank: int, world_size: int) -> int:
-    """The work every variant does: all-reduce the rank number; returns the sum."""
     import torch
     import torch.distributed as dist
 
@@ -35,7 +28,6 @@ def allreduce_rank(rank: int, world_size: int) -> int:
 
 
 def join_and_check(init_method: str, **rank_and_size) -> None:
-    """What a baseline's rank does: join a gloo group, all-reduce its rank number, check the sum, leave."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=init_method, **rank_and_size)
@@ -51,8 +43,7 @@ def _spawn_entry(rank: int, world_size: int, store: str) -> None:
 def time_mp_spawn(world_size: int) -> float:
     import torch.multiprocessing as mp
 
-    # The FileStore's file must not exist yet: a name inside a private new folder (never tempfile.mktemp,
-    # whose name another user could take first).
+    # The FileStore's file must not exist yet: a name in a private new folder (tempfile.mktemp's could be taken).
     with (
         tempfile.TemporaryDirectory(prefix="mgpu-bench-", ignore_cleanup_errors=True) as folder,
         mock.patch.dict(os.environ, loopback_env()),
@@ -67,32 +58,14 @@ _CHILD = "from mgpu_helpers.bench.launch import join_and_check\njoin_and_check('
 
 def time_subprocesses(world_size: int) -> float:
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base = dict(os.environ, **loopback_env(), MASTER_PORT=str(free_loopback_port()), PYTHONPATH=pkg_root)
-    base["WORLD_SIZE"] = str(world_size)
+    port, size = str(free_loopback_port()), str(world_size)
+    base = dict(os.environ, **loopback_env(), MASTER_PORT=port, PYTHONPATH=pkg_root, WORLD_SIZE=size)
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=dict(base, RANK=str(r))) for r in range(world_size)]
     codes = [p.wait() for p in procs]
     if any(codes):
         raise RuntimeError(f"subprocess ranks failed: {codes}")
     return time.perf_counter() - t0
-
-
-def _cell_function():
-    """The rank function as a notebook cell defines it: sent by value (a module-level one would make every
-    rank import its module, which a cell's function does not), timing its own all-reduce."""
-
-    def allreduce_in_cell(rank, world_size):
-        import time
-
-        import torch
-        import torch.distributed as dist
-
-        start = time.monotonic()
-        t = torch.tensor([rank])
-        dist.all_reduce(t)
-        return int(t.item()), start, time.monotonic()
-
-    return allreduce_in_cell
 
 
 PHASES = [
@@ -107,9 +80,21 @@ PHASES = [
 
 
 def _timed_launch(world_size: int) -> dict:
-    """One repeat launch of the cell function, with the moments between its phases (seconds)."""
+    """One launch of a rank function as a cell defines it, sent by value (no rank imports its module) and timing
+    its own all-reduce: the total and the phases (seconds)."""
     marks = {}
     real_submit, real_supervise = launch._server.submit, launch.supervise
+
+    def allreduce_in_cell(rank, world_size):
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        start = time.monotonic()
+        t = torch.tensor([rank])
+        dist.all_reduce(t)
+        return int(t.item()), start, time.monotonic()
 
     def submit(*a, **kw):
         marks["submit"] = time.monotonic()
@@ -124,11 +109,10 @@ def _timed_launch(world_size: int) -> dict:
 
     with mock.patch.object(launch._server, "submit", submit), mock.patch.object(launch, "supervise", supervise):
         t0 = time.monotonic()
-        res = launch.run_ranks(_cell_function(), world_size, backend="gloo", quiet=True, stream=False)
+        res = launch.run_ranks(allreduce_in_cell, world_size, backend="gloo", quiet=True, stream=False)
         end = time.monotonic()
     assert [v[0] for v in res.values] == [world_size * (world_size - 1) // 2] * world_size
-    starts = [v[1] for v in res.values]
-    ends = [v[2] for v in res.values]
+    starts, ends = [v[1] for v in res.values], [v[2] for v in res.values]
     init_begin = min(s - i for s, i in zip(starts, res.init_seconds))
     return {
         "total": end - t0,
@@ -147,7 +131,6 @@ def _accelerate_entry(world_size: int) -> None:
 
 
 def time_notebook_launcher(world_size: int) -> float | None:
-    """accelerate's notebook_launcher on the same work; None where accelerate is not installed."""
     try:
         from accelerate import notebook_launcher
     except ImportError:
@@ -163,14 +146,12 @@ def time_notebook_launcher(world_size: int) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__, formatter_class=raw)
+    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__)
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")
     opts = ap.parse_args(argv)
     n = opts.world_size
-
     launch.prewarm(wait=True)  # the fork server up (started if there was none)
     launch.shutdown_server()
     new_kernel = _timed_launch(n)["total"]  # a server forked for this kernel, then the launch
@@ -182,7 +163,6 @@ def main(argv: list[str]) -> int:
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
     sub = [time_subprocesses(n) for _ in progress.iterate(range(opts.baseline_repeats), "subprocesses")]
     launch.shutdown_server()
-
     med = statistics.median
     repeat = med(r["total"] for r in runs)
     rows = [
@@ -190,12 +170,9 @@ def main(argv: list[str]) -> int:
         ("run_ranks, new kernel (fork server up)", new_kernel, "1 run"),
         ("run_ranks, cold (own server: import torch)", cold, "1 run"),
     ]
-    if accel[0] is not None:
-        rows.append(("accelerate notebook_launcher", med(accel), f"median of {len(accel)}"))
-    rows += [
-        ("torch.multiprocessing.spawn", med(spawn), f"median of {len(spawn)}"),
-        ("subprocess per rank", med(sub), f"median of {len(sub)}"),
-    ]
+    baselines = [("accelerate notebook_launcher", accel)] if accel[0] is not None else []
+    baselines += [("torch.multiprocessing.spawn", spawn), ("subprocess per rank", sub)]
+    rows += [(name, med(times), f"median of {len(times)}") for name, times in baselines]
     print(f"Launch of {n} gloo ranks + process group + one all-reduce, on {os.cpu_count()} CPU core(s)")
     columns = [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x")]
     table = [{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text} for name, secs, runs_text in rows]

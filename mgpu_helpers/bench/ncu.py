@@ -1,19 +1,8 @@
 """Nsight Compute figures of the course's vecAdd kernels: ``python -m mgpu_helpers.bench ncu [--n N] [--machine NAME]``.
 
-Runs ``ncu`` on a small child script that launches, once each, the seed's Numba ``vec_add`` at block sizes
-128 / 256 / 512 / 1024 (the sizes notebook 02 sweeps) and the course's fast kernels (Numba ``vec_add_fast`` and
-CuPy ``vecAddFast``, block 256), with::
-
-    ncu --clock-control none --csv --print-units base --kernel-name regex:"vec_add|vecAdd" \
-        --metrics launch__registers_per_thread,launch__block_size,\
-sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-        python child.py
-
-``--clock-control none`` leaves the GPU's clocks alone (ncu would otherwise lock them to base clocks, which
-the course machines do not allow). The CSV is parsed (:func:`parse_csv`) into one row per launch: registers per
-thread, achieved occupancy (warps active, % of the SM's peak) and DRAM throughput (% of peak), and written to
-``mgpu_helpers/data/ncu_<machine>.json`` with the machine, GPU, date and ncu version. :func:`load` returns a
-recorded table (what notebook 02 shows). Without ``ncu`` or without a GPU it says so and exits 1.
+``ncu`` profiles a child script that launches each kernel once, and its CSV becomes
+``mgpu_helpers/data/ncu_<machine>.json`` (what notebook 02 shows). ``--clock-control none`` leaves the GPU's
+clocks alone: ncu would otherwise lock them to base clocks, which the course machines do not allow.
 """
 
 import argparse
@@ -80,12 +69,10 @@ else:
 
 
 def find_ncu() -> str | None:
-    """The ncu executable: on PATH, else CUDA's default location."""
     return shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
 
 
 def ncu_version(ncu: str) -> str:
-    """'2025.3.1.0' from ``ncu --version`` (the whole last line where the format differs)."""
     out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
     m = re.search(r"Version\s+([\d.]+)", out)
     return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
@@ -97,10 +84,8 @@ def command(ncu: str, script: str, n: int) -> list[str]:
 
 
 def parse_csv(text: str) -> list[dict]:
-    """One dict per profiled launch from ncu's ``--csv`` output (the default "details" page: one line per
-    launch and metric; columns found by name, ncu's own ``==PROF==`` lines and the script's output skipped):
-    ``{"id", "kernel", "block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct"}``,
-    in launch order. ``block_size`` is the metric, or the "Block Size" column's x·y·z where the metric is absent."""
+    """One dict per profiled launch, in launch order, from ncu's ``--csv`` "details" page (one line per launch and
+    metric; ncu's ``==PROF==`` lines and the script's output skipped). ``block_size``: the metric, else x·y·z."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     if not lines:
         raise ValueError("no CSV lines in ncu's output: was it run with --csv, and did it profile a kernel?")
@@ -122,24 +107,21 @@ def parse_csv(text: str) -> list[dict]:
 
 
 def label_rows(launches: list[dict], plan=PLAN) -> list[dict]:
-    """Name each parsed launch after the child script's plan, checking kernel name and block size agree."""
+    """Each launch named after the child script's plan, checking kernel name and block size agree."""
     out, queue = [], list(plan)
     for launch in launches:
         match = next((p for p in queue if re.search(p[1], launch["kernel"]) and p[2] == launch.get("block_size")), None)
         if match is None:
-            raise ValueError(
-                f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')}) "
-                "is not one the child script makes"
-            )
+            what = f"launch {launch['id']} ({launch['kernel'][:60]}, block {launch.get('block_size')})"
+            raise ValueError(f"{what} is not one the child script makes")
         queue.remove(match)
         out.append({"kernel": match[0], **{k: launch.get(k) for k in ROW_FIELDS}})
     return out
 
 
-def machine_name(gpu_name: str, gpu_count: int = 1) -> str:
-    """'NVIDIA H200' -> 'h200' (the file name's machine part)."""
-    slug = re.sub(r"[^a-z0-9]+", "_", gpu_name.lower().replace("nvidia", "")).strip("_")
-    return slug or "gpu"
+def machine_name(gpu_name: str) -> str:
+    """'NVIDIA H200' -> 'h200'."""
+    return re.sub(r"[^a-z0-9]+", "_", gpu_name.lower().replace("nvidia", "")).strip("_") or "gpu"
 
 
 def path_for(machine: str) -> str:
@@ -147,15 +129,12 @@ def path_for(machine: str) -> str:
 
 
 def load(machine: str | None = None) -> dict:
-    """A recorded table: ``{"machine", "gpu", "date", "ncu_version", "n", "command", "rows": [...]}``.
-    ``machine`` None: the only (or first, by name) ``ncu_*.json`` in the package's data."""
+    """A recorded table; ``machine`` None: the first ``ncu_*.json`` by name."""
     if machine is None:
         found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
         if not found:
-            raise FileNotFoundError(
-                "no Nsight Compute figures recorded: run `python -m mgpu_helpers.bench ncu` "
-                "on a machine with an NVIDIA GPU and ncu"
-            )
+            how = "run `python -m mgpu_helpers.bench ncu` on a machine with an NVIDIA GPU and ncu"
+            raise FileNotFoundError(f"no Nsight Compute figures recorded: {how}")
         machine = found[0][len("ncu_") : -len(".json")]
     return json.loads(Path(path_for(machine)).read_text(encoding="utf-8"))
 
@@ -169,9 +148,7 @@ NCU_COLUMNS = [
 
 
 def format_table(record: dict) -> str:
-    """The recorded rows as text, with where and how they were measured."""
-    version = record["ncu_version"]
-    version = version if re.match(r"\d", version) else f"({version})"
+    version = record["ncu_version"] if re.match(r"\d", record["ncu_version"]) else f"({record['ncu_version']})"
     head = f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), {record['date']}, N = {record['n']} float32"
     lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
     lines.append(format_text_table(record["rows"], NCU_COLUMNS))
@@ -179,8 +156,7 @@ def format_table(record: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__, formatter_class=raw)
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__)
     p.add_argument("--n", type=int, default=1 << 24, help="elements per vector (default 2**24)")
     p.add_argument("--machine", default=None, help="name in the file name (default: from the GPU's name)")
     p.add_argument("--out", default=None, help="where to write the JSON (default mgpu_helpers/data/ncu_<machine>.json)")
@@ -191,11 +167,8 @@ def main(argv: list[str]) -> int:
         return 0
     ncu = find_ncu()
     if ncu is None:
-        print(
-            "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit "
-            "(/usr/local/cuda/bin/ncu). The recorded figures: python -m mgpu_helpers.bench ncu --show",
-            file=sys.stderr,
-        )
+        why = "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit (/usr/local/cuda/bin/ncu)."
+        print(why, "The recorded figures: python -m mgpu_helpers.bench ncu --show", file=sys.stderr)
         return 1
     from mgpu_helpers import hardware
 
@@ -215,18 +188,11 @@ def main(argv: list[str]) -> int:
         print(out.stdout[-3000:], out.stderr[-3000:], sep="\n", file=sys.stderr)
         print(f"ncu exited with {out.returncode}", file=sys.stderr)
         return 1
-    rows = label_rows(parse_csv(out.stdout))
-    machine = a.machine or machine_name(m.gpus[0].name)
-    record = {
-        "machine": machine,
-        "gpu": m.gpus[0].name,
-        "date": _dt.date.today().isoformat(),
-        "ncu_version": ncu_version(ncu),
-        "n": a.n,
-        "command": " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)]),
-        "source": "python -m mgpu_helpers.bench ncu",
-        "rows": rows,
-    }
+    rows, gpu = label_rows(parse_csv(out.stdout)), m.gpus[0].name
+    machine = a.machine or machine_name(gpu)
+    record = dict(machine=machine, gpu=gpu, date=_dt.date.today().isoformat(), ncu_version=ncu_version(ncu), n=a.n)
+    command_line = " ".join(["ncu"] + cmd[1:-3] + ["python", "vecadd_child.py", str(a.n)])
+    record |= dict(command=command_line, source="python -m mgpu_helpers.bench ncu", rows=rows)
     path = a.out or path_for(machine)
     Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(format_table(record))

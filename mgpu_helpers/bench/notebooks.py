@@ -1,11 +1,6 @@
-"""How long a learner waits: every notebook run top to bottom under nbval, one process each, as ``make test`` does.
-
-``python -m mgpu_helpers.bench notebooks`` runs each lesson in ``notebooks/`` (``--dirs`` adds ``solutions``
-and ``exercises``) in its own pytest process, one after the other, and prints per notebook the seconds it took
-and its slowest cells, then the total against the course's targets (12 s a lesson, 90 s the course on a 2-core
-machine). The baseline, from the same run: a notebook of two cells (``mh.setup()`` and one 2-rank launch), the
-fixed cost every notebook pays for its kernel, its imports and its rank server. The fork server is started (or
-found) first and its start timed apart: a learner's first notebook of a session waits for it once, the rest fork.
+"""How long a learner waits: every notebook run top to bottom under nbval, one process each, as ``make test`` does,
+beside a two-cell notebook (``mh.setup()`` and one 2-rank launch): the fixed cost every notebook pays. The fork
+server's start is timed apart: a learner's first notebook of a session waits for it once, the rest fork.
 """
 
 import argparse
@@ -33,7 +28,7 @@ FLOOR_CELLS = [
 
 
 def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
-    """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run of ``path``."""
+    """(wall seconds, [(seconds, code cell index)] slowest first, passed) of one nbval run."""
     cmd = [sys.executable, "-m", "pytest", path, "--nbval-lax", "--nbval-current-env", "-p", "no:randomly"]
     cmd += ["-p", "no:xdist", "-q", "--durations=0", "--durations-min=0.2"]
     start = time.perf_counter()
@@ -50,7 +45,6 @@ def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
 
 
 def floor_notebook() -> str:
-    """Write the two-cell baseline notebook under build/ and return its path."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in FLOOR_CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = os.path.join(ROOT, "build", "bench", "floor.ipynb")
@@ -60,33 +54,24 @@ def floor_notebook() -> str:
 
 
 def main(argv: list[str]) -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__, formatter_class=raw)
+    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__)
     p.add_argument("--dirs", nargs="+", default=["notebooks"], help="folders of notebooks (default: notebooks)")
     p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
     args = p.parse_args(argv)
-
-    paths = [
-        path
-        for d in args.dirs
-        for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))
-        if not args.names or any(n in os.path.basename(path) for n in args.names)
-    ]
+    found = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))]
+    paths = [p for p in found if not args.names or any(n in os.path.basename(p) for n in args.names)]
     if not paths:
-        p.error(
-            f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}: give part of a "
-            "file name, like 08 or stragglers, and folders that hold notebooks (notebooks, solutions, exercises)"
-        )
+        what = f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}"
+        how = "give part of a file name, like 08 or stragglers, and folders that hold notebooks"
+        p.error(f"{what}: {how} (notebooks, solutions, exercises)")
     from mgpu_helpers.launcher import launch
 
     start = time.perf_counter()
     launch.prewarm(wait=True)  # the fork server up, as every notebook but a session's first finds it
     launch.shutdown_server()
-    print(
-        f"fork server ready in {time.perf_counter() - start:.1f} s (0 s: it was up; the first notebook of a "
-        "session waits this long once)"
-    )
+    ready = f"fork server ready in {time.perf_counter() - start:.1f} s"
+    print(f"{ready} (0 s: it was up; the first notebook of a session waits this long once)")
     floor_s, _, floor_ok = run_notebook(floor_notebook())
     print(f"baseline (kernel + mh.setup() + one 2-rank launch): {floor_s:5.1f} s{'' if floor_ok else '  FAILED'}")
     total, failed, over, rows = 0.0, [], [], []
@@ -98,17 +83,12 @@ def main(argv: list[str]) -> int:
         over += [name] if name.startswith("notebooks" + os.sep) and wall > LESSON_TARGET_S else []
         cells = ", ".join(f"{i}: {s:.1f}" for s, i in slowest[: args.top]) + ("" if ok else "  FAILED")
         rows.append({"notebook": name, "s": wall, "cells": cells})
-    columns = [
-        ("notebook", "notebook", "{}"),
-        ("s", "s", "{:.1f}"),
-        ("cells", "slowest cells (code cell index: s)", "{}"),
-    ]
+    heads = {"notebook": "notebook", "s": "s", "cells": "slowest cells (code cell index: s)"}
+    columns = [(key, head, "{:.1f}" if key == "s" else "{}") for key, head in heads.items()]
     print(tables.format_table(rows, columns, left={"cells"}))
-    print(
-        f"total {total:.1f} s for {len(paths)} notebooks ({total / max(1, len(paths)):.1f} s each, baseline "
-        f"{floor_s:.1f} s); targets on 2 cores: every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= "
-        f"{COURSE_TARGET_S:.0f} s"
-    )
+    targets = f"every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= {COURSE_TARGET_S:.0f} s"
+    each = f"{total / max(1, len(paths)):.1f} s each, baseline {floor_s:.1f} s"
+    print(f"total {total:.1f} s for {len(paths)} notebooks ({each}); targets on 2 cores: {targets}")
     if over:
         print("over the lesson target: " + ", ".join(over))
     if failed:

@@ -1,17 +1,11 @@
-"""Registers per thread of notebook 02's kernels on this GPU, recorded for machines without one.
-
-``python -m mgpu_helpers.bench registers --record PATH`` writes what :func:`kernel_registers` finds; the file
-the course reads (``data/kernel_registers_h200.json``, through
-:func:`mgpu_helpers.measure.gpu_limits.recorded_registers`) was written this way on an H200.
-"""
+"""Registers per thread of notebook 02's kernels on this GPU, recorded for machines without one
+(``data/kernel_registers_h200.json`` was written by ``--record`` on an H200)."""
 
 from mgpu_helpers.measure import gpu_limits
 
 
 def kernel_registers(n: int = 1 << 20) -> dict:
-    """Registers (and local bytes) per thread of notebook 02's kernels on this GPU: the seed's C vecAdd as a CuPy
-    RawKernel, ``manyRegs`` free and under ``__launch_bounds__(1024)``, and Numba's ``vec_add`` (launched once
-    on ``n`` elements so that it is compiled). Needs a GPU."""
+    """Registers (and local bytes) per thread of notebook 02's kernels (``vec_add`` launched once to compile it)."""
     import cupy as cp
     from numba import cuda
 
@@ -23,12 +17,9 @@ def kernel_registers(n: int = 1 << 20) -> dict:
     c = cp.empty_like(a)
     cuda_model.vec_add[(n + 255) // 256, 256](cuda.as_cuda_array(a), cuda.as_cuda_array(a), cuda.as_cuda_array(c), n)
     cuda.synchronize()
-    return {
-        "seed_vecAdd_cupy": {"registers": seed["num_regs"], "local_bytes": seed["local_size_bytes"]},
-        "manyRegs": {"registers": free["num_regs"], "local_bytes": free["local_size_bytes"]},
-        "manyRegs_launch_bounds_1024": {"registers": bounded["num_regs"], "local_bytes": bounded["local_size_bytes"]},
-        "numba_vec_add": {"registers": gpu_limits.numba_regs_per_thread(cuda_model.vec_add)},
-    }
+    compiled = {"seed_vecAdd_cupy": seed, "manyRegs": free, "manyRegs_launch_bounds_1024": bounded}
+    out = {k: {"registers": at["num_regs"], "local_bytes": at["local_size_bytes"]} for k, at in compiled.items()}
+    return out | {"numba_vec_add": {"registers": gpu_limits.numba_regs_per_thread(cuda_model.vec_add)}}
 
 
 def main(argv: list[str]) -> int:
@@ -48,13 +39,9 @@ def main(argv: list[str]) -> int:
     import cupy as cp
     import numba
 
-    out = {
-        "_source": f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}",
-        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
-        "cupy": cp.__version__,
-        "numba": numba.__version__,
-        **kernel_registers(),
-    }
+    source = f"python -m mgpu_helpers.bench registers --record, on one {env.gpus[0].name}"
+    versions = {"cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__, "numba": numba.__version__}
+    out = {"_source": source, **versions, **kernel_registers()}
     with open(args.record, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(out, indent=1))

@@ -1,13 +1,9 @@
 """The hand-written ring all-reduce against ``dist.all_reduce``: time and busbw over message sizes.
 
-    python -m mgpu_helpers.bench ring                    # 2 ranks; GPUs (NCCL) if there are 2, else CPU
     python -m mgpu_helpers.bench ring --world-size 4 --sizes 1K,64K,4M --iters 10 --pieces 1,2
 
-On GPUs the default sizes go up to 256 MiB (float32), timed with CUDA events between barriers (the timing
-loop of :func:`mgpu_helpers.measure.timing.time_batch`); on the CPU (gloo) they stay small. busbw follows
-nccl-tests (``mgpu_helpers.models.bandwidth.busbw``), so the two columns compare directly; the slowest
-rank's time is the one reported. Sizes read like nccl-tests' (``mgpu_helpers.report.sizes.parse_size``).
-Every size is also checked: the ring's result must equal ``dist.all_reduce``'s.
+The slowest rank's time is the one reported, busbw as nccl-tests counts it; every size is also checked: the
+ring's result must equal ``dist.all_reduce``'s.
 """
 
 import argparse
@@ -19,7 +15,6 @@ CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
 
 
 def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
-    """Rank function: for each size, time the ring (each ``pieces``) and dist.all_reduce; rows of results."""
     import torch
     import torch.distributed as dist
 
@@ -57,17 +52,8 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
     return rows
 
 
-def measure(
-    world_size: int = 2,
-    sizes=None,
-    iters: int | None = None,
-    warmup: int = 3,
-    pieces=(1,),
-    backend: str = "auto",
-    timeout: float = 300.0,
-):
-    """Run the comparison on ``world_size`` ranks. Returns ``(backend, rows)`` with rows
-    ``(nbytes, seconds_dist, {pieces: seconds_ring}, ring_equals_dist)``."""
+def measure(world_size=2, sizes=None, iters=None, warmup=3, pieces=(1,), backend="auto", timeout=300.0):
+    """``(backend, rows)``, each row ``(nbytes, seconds_dist, {pieces: seconds_ring}, ring_equals_dist)``."""
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 
@@ -93,7 +79,6 @@ RING_COLUMNS = [
 
 
 def format_table(world_size: int, rows) -> str:
-    """Text table: size, dist.all_reduce time and busbw, then for each ``pieces`` the ring's and its share."""
     from mgpu_helpers.models.bandwidth import busbw
     from mgpu_helpers.report.tables import format_table as text_table
 
@@ -122,9 +107,3 @@ def main(argv: list[str]) -> int:
     print(f"ring all-reduce vs dist.all_reduce, {a.world_size} ranks, backend {backend}, float32")
     print(format_table(a.world_size, rows))
     return 0 if all(ok for *_x, ok in rows) else 1
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))

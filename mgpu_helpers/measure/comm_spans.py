@@ -1,21 +1,12 @@
-"""Spans of collectives from the moment they are issued to the moment they complete, on every rank.
+"""Spans of collectives from issue to completion, on every rank: an async collective returns at once, and its
+real end is what overlap is about.
 
-A blocking ``dist.all_reduce`` is easy to time: the call returns when it is done. An async one
-(``async_op=True``) returns at once, and its real end is what overlap is about. Inside :func:`recording`,
-the collectives of ``torch.distributed`` named in :data:`TIMED_OPS` are wrapped so that each records a
-``communicate`` span (:func:`mgpu_helpers.launcher.trace.record`) named ``"<op> <bytes>"`` from issue to
-completion, whatever the caller does with its handle:
-
-- on CPU tensors (gloo), by a callback on the work's future, which gloo's own thread runs when the
-  collective completes;
-- on CUDA tensors (NCCL), whose future completes on the stream and not on the host, by a watcher thread
-  that polls ``work.is_completed()`` (it queries the collective's CUDA end event) every 0.2 ms;
-- on CPU tensors whose work has no future (gloo's reduce-scatter and all-gather), at the return of
-  ``wait()``: an upper bound of the end, exact for the blocking form.
-
-The caller's code is unchanged: ``dist.all_reduce(g, async_op=True)`` still returns its Work, and the
-blocking form still blocks. Only calls made through the ``torch.distributed`` module attributes are seen
-(a name imported with ``from torch.distributed import all_reduce`` before :func:`recording` is not).
+Inside :func:`recording` each collective of :data:`TIMED_OPS` records a ``communicate`` span ``"<op> <bytes>"``,
+whatever the caller does with its handle: on CPU tensors (gloo) by a callback on the work's future, which gloo's
+thread runs at completion; on CUDA tensors (NCCL), whose future completes on the stream and not on the host, by a
+thread polling ``work.is_completed()`` every 0.2 ms; where gloo's work has no future (reduce-scatter, all-gather),
+at the return of ``wait()`` (an upper bound, exact for the blocking form). Only calls through the
+``torch.distributed`` module attributes are seen, not a name imported from it before :func:`recording`.
 """
 
 import threading
@@ -25,7 +16,6 @@ from contextlib import contextmanager
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
-#: The functions wrapped unless told otherwise: the one-tensor forms of the collectives a training step issues.
 TIMED_OPS = tuple(TORCH_FUNCTIONS[name][0] for name in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"))
 POLL_S = 2e-4
 
@@ -35,8 +25,6 @@ def _nbytes(tensor) -> int:
 
 
 class _Watcher:
-    """Polls CUDA works until they complete; records each one's span at its completion."""
-
     def __init__(self):
         self.works: list = []
         self.lock = threading.Lock()
@@ -100,7 +88,7 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
             except RuntimeError:  # gloo's reduce-scatter and all-gather have none: end at wait()
                 work = _EndsAtWait(work, start, name)
             else:
-                # The chained future is kept so that leaving recording() waits until every span is written.
+                # Kept so that leaving recording() waits until every span is written.
                 callbacks.append(future.then(lambda _f: trace.record("communicate", start, time.monotonic(), name)))
         if async_op:
             return work
@@ -114,13 +102,11 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
 
 @contextmanager
 def recording(ops=TIMED_OPS):
-    """Inside the ``with`` block, every collective of ``ops`` records its issue-to-completion span."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
     originals = {op: getattr(dist, op) for op in ops}
-    watcher_box: list = []
-    callbacks: list = []
+    watcher_box, callbacks = [], []
     for op, fn in originals.items():
         wrapped = _wrap(op, fn, watcher_box, callbacks)
         setattr(dist, op, wrapped)

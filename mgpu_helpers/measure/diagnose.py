@@ -1,14 +1,9 @@
-"""Evidence for the three symptoms of the diagnostics handbook: no speedup, a hung collective, one slow rank.
+"""Evidence for the diagnostics handbook's symptoms: no speedup, a hung collective, one slow rank.
 
-- Which collective each rank was in at a hang is torch's flight recorder's to say: the launcher dumps it at the
-  timeout (:class:`mgpu_helpers.RankTimeout`'s ``collectives`` and ``flight_dumps``). The scenarios that hang on
-  purpose (``skipped_collective``, ``mismatched_order``, ``mismatched_count``, the fixed ``matched``) are taught
-  in solutions/10_diagnostics.ipynb (the learner's notebooks/10_diagnostics.ipynb) and exported to
-  :mod:`mgpu_helpers.lessons.diagnostics`.
-- :func:`run_schedule` checks a prediction of where a mismatched schedule hangs; :func:`scaling_probes` is for
-  "more GPUs, no speedup"; :func:`per_rank_phase_times` for "always waiting on the same rank" (look at the
-  distribution per rank, not the global mean). One slow rank waiting *inside* the all-reduce is
-  :func:`mgpu_helpers.measure.straggler.run_waiting_inside`.
+Where each rank stopped at a hang is torch's flight recorder's to say (the launcher dumps it at the timeout:
+:class:`mgpu_helpers.RankTimeout`); the scenarios that hang on purpose are lesson 10's own
+(:mod:`mgpu_helpers.lessons.diagnostics`). "Always waiting on the same rank": look at the distribution per rank
+(:func:`per_rank_phase_times`), not the global mean.
 """
 
 import re
@@ -16,12 +11,12 @@ import statistics
 
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.launcher.ranks import rank_device
+from mgpu_helpers.measure import workloads
+from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
 
 def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
-    """Call, in order, the collectives ``schedules[rank]`` names ("all_reduce", "broadcast", "barrier", ...) on
-    a small CPU tensor; returns how many completed (``verbose``: print each before calling it). Schedules that
-    disagree between ranks hang, and torch's flight recorder then says where each rank stopped."""
+    """Call the collectives ``schedules[rank]`` names, in order; how many completed (disagreeing schedules hang)."""
     import torch
     import torch.distributed as dist
 
@@ -45,22 +40,12 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
     return len(schedules[rank])
 
 
-# --- "More ranks, no speedup" and "always waiting on one rank" ----------------------------------------------------
-
-
 def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:
-    """For each ``name: (total_units, grad_numel)`` of ``configs``: ``{"alone": step_s, "shared": {...}}``.
-
-    ``alone`` is the whole job on this rank with no all-reduce (one rank by itself has no one to reduce
-    with): the one-rank step. ``shared`` is :func:`mgpu_helpers.measure.workloads.scaling_step`'s medians
-    with the job split over the ranks. One launch for all configurations; the shared steps are traced,
-    their span names start with the configuration's name.
-    """
+    """For "more ranks, no speedup": per ``name: (total_units, grad_numel)``, ``alone_s`` (the whole job on this rank,
+    no all-reduce: the one-rank step) and :func:`~.workloads.scaling_step`'s medians with the job split over the
+    ranks, whose spans are named after the configuration."""
     import torch
     import torch.distributed as dist
-
-    from mgpu_helpers.measure import workloads
-    from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
     device = rank_device()
     if device.type == "cpu":
@@ -85,35 +70,28 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
 
 
 def comm_fraction(probe_values) -> float:
-    """Share of the step spent in the all-reduce, on the slowest rank: ``probe_values`` are the per-rank
-    medians of :func:`mgpu_helpers.measure.workloads.scaling_step` (or the ``shared`` part of :func:`scaling_probes`)."""
+    """The all-reduce's share of the slowest rank's step, from per-rank :func:`~.workloads.scaling_step` medians."""
     slowest = max(probe_values, key=lambda v: v["step_s"])
     return slowest["comm_s"] / slowest["step_s"]
 
 
 def per_rank_phase_times(values) -> dict:
-    """From :func:`mgpu_helpers.measure.workloads.straggler_step` results (one dict per rank): ``{"compute": [...],
-    "wait": [...], "communicate": [...]}``, each a list per rank of that rank's per-step seconds."""
-    phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
-    return {phase: [v[key] for v in values] for phase, key in phases.items()}
+    """``{phase: [each rank's per-step seconds]}`` from :func:`~.workloads.straggler_step` results."""
+    return {phase: [v[key] for v in values] for phase, key in workloads.PHASE_KEYS.items()}
 
 
 def transports(lines) -> list[str]:
-    """The transports NCCL names in its ``NCCL_DEBUG=INFO`` channel lines (``... via P2P/CUMEM/read``,
-    ``via SHM/direct/direct``, ``via NET/...``): the word after ``via``, each once, in order of appearance."""
+    """The transports (``P2P``, ``SHM``, ``NET``) NCCL's ``NCCL_DEBUG=INFO`` lines name after ``via``, each once."""
     named = [m.group(1).split("/")[0] for m in (re.search(r"\bvia (\S+)", ln) for ln in lines) if m]
     return list(dict.fromkeys(named))
 
 
 def medians(per_rank) -> list[float]:
-    """Median of each rank's list."""
     return [statistics.median(v) for v in per_rank]
 
 
 def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0, env=None) -> list[str]:
-    """Run one NCCL all-reduce with ``NCCL_DEBUG=level`` (plus the variables of ``env``, for the ranks only)
-    and return the ranks' NCCL log lines, each prefixed ``[rank k]``. Empty without enough GPUs for NCCL
-    (nothing is run then)."""
+    """The ranks' NCCL lines of one all-reduce under ``NCCL_DEBUG=level``; empty without the GPUs for NCCL."""
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 

@@ -1,10 +1,5 @@
-"""The data-parallel lesson's test bench: the problem, the references it must match, and its timing plumbing.
-
-Notebook 09 teaches hand-written data parallelism (its cells are exported to
-:mod:`mgpu_helpers.lessons.data_parallel`: sharding, the gradient all-reduce with its stream edges, the
-training loop). What the lesson does *not* teach lives here: the problem, the references the lesson's training
-must equal (:func:`train_single_process`, :func:`train_ddp`, :func:`full_gradient`), and the timing of a step's
-phases.
+"""What notebook 09 (hand-written data parallelism) does not teach: the problem, the references its training
+must equal, and the timing of a step's phases.
 
 Everything is float64: the ways of training add the same numbers in a different order, and in float64 the
 differences stay around 1e-15, far below the tolerance of the comparisons, on the CPU and on GPUs alike.
@@ -30,10 +25,7 @@ class TrainConfig:
 
 
 def make_dataset(config: TrainConfig = TrainConfig()):
-    """The whole batch ``(x, y)``: float64 CPU tensors of shape (n_samples, n_features) and (n_samples, 1).
-
-    Generated from ``config.seed``, so every rank can build it (or just its shard) without communication.
-    """
+    """The whole batch ``(x, y)``, from ``config.seed``: every rank builds it without communication."""
     import torch
 
     g = torch.Generator().manual_seed(config.seed)
@@ -44,11 +36,7 @@ def make_dataset(config: TrainConfig = TrainConfig()):
 
 
 def make_model(config: TrainConfig = TrainConfig(), device="cpu"):
-    """The MLP ``Linear(n_features, hidden) -> Tanh -> Linear(hidden, 1)`` with seeded float64 weights.
-
-    Built on the CPU from the seed, then moved: every rank (and the single process) starts from the very
-    same weights, whatever its device.
-    """
+    """The MLP, built on the CPU from the seed, then moved: every rank starts from the same weights on any device."""
     import torch
 
     g = torch.Generator().manual_seed(config.seed + 1)
@@ -61,19 +49,16 @@ def make_model(config: TrainConfig = TrainConfig(), device="cpu"):
 
 
 def mse_loss(model, x, y):
-    """The mean squared error of ``model`` on ``(x, y)``: the loss every way of training minimises."""
     return ((model(x) - y) ** 2).mean()
 
 
 def flat_params(model):
-    """All parameters of ``model`` as one flat float64 CPU tensor (detached)."""
     import torch
 
     return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])
 
 
 def max_difference(a, b) -> float:
-    """Largest absolute difference between two flat parameter tensors."""
     return float((a - b).abs().max())
 
 
@@ -86,8 +71,7 @@ def train_single_process(config: TrainConfig = TrainConfig(), device="cpu"):
 
 
 def _train(model, x, y, config: TrainConfig) -> None:
-    """``config.steps`` steps of SGD with momentum on the whole ``(x, y)`` given (``model``: a module, or its DDP
-    wrapper, which all-reduces (averages) the gradients during backward)."""
+    """``config.steps`` steps of SGD with momentum (``model`` may be a DDP wrapper, which averages the gradients)."""
     import torch
 
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
@@ -98,7 +82,7 @@ def _train(model, x, y, config: TrainConfig) -> None:
 
 
 def full_gradient(config: TrainConfig = TrainConfig()):
-    """The gradient of the mean loss over the whole batch at the initial weights (one process, CPU)."""
+    """The gradient of the whole batch's mean loss at the initial weights (one process, CPU)."""
     import torch
 
     x, y = make_dataset(config)
@@ -108,11 +92,7 @@ def full_gradient(config: TrainConfig = TrainConfig()):
 
 
 def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
-    """Rank function: the same training with ``DistributedDataParallel`` doing the gradient all-reduce.
-
-    ``shard(dataset, rank, world_size)`` picks this rank's rows: pass the lesson's own (notebook 09's
-    ``shard``), so DDP and the hand-written loop see the very same shards. Returns ``{"rank", "device", "params"}``.
-    """
+    """Rank function: the training under DDP; pass notebook 09's ``shard``, so both loops see the same shards."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from mgpu_helpers.launcher.ranks import rank_device
@@ -124,13 +104,9 @@ def train_ddp(rank: int, world_size: int, config: TrainConfig, shard) -> dict:
     return {"rank": rank, "device": str(device), "params": flat_params(model)}
 
 
-# --- Timing the phases of a step ----------------------------------------------------------------------------------
-
-
 def warm_up(model, x, y, device) -> None:
-    """One untimed backward and all-reduce, so that the first timed step does not carry one-time costs
-    (loading the GPU kernels, creating the NCCL communicator). The gradients it leaves must be zeroed by
-    the caller's next ``zero_grad``; the weights are not touched."""
+    """One untimed backward and all-reduce, so the first timed step carries no one-time costs (kernels loading,
+    the NCCL communicator). The caller's next ``zero_grad`` clears the gradients it leaves."""
     import torch
     import torch.distributed as dist
 
@@ -140,12 +116,9 @@ def warm_up(model, x, y, device) -> None:
 
 
 def traced_phase(device, enabled: bool = True):
-    """``phase(kind, name)``: a trace span that, on a GPU, waits for the queued work before it closes.
-
-    Without the synchronisation a span would measure the queueing, and the wait would land in whichever
-    later line first reads a result. Only a traced run synchronises (``enabled=False`` gives a phase that
-    records nothing and waits for nothing), so the untraced loop keeps the GPU's queue full.
-    """
+    """``phase(kind, name)``: a trace span that, on a GPU, waits for the queued work before it closes (else it
+    would measure the queueing). ``enabled=False`` records and waits for nothing, so an untraced loop keeps the
+    GPU's queue full."""
     from mgpu_helpers.launcher import trace
 
     @contextmanager

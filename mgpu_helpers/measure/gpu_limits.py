@@ -1,8 +1,6 @@
-"""What the current GPU and its compiler report: per-SM limits, a kernel's registers, the driver's occupancy.
-
-The arithmetic on these numbers is pure and lives in :mod:`mgpu_helpers.models.occupancy`; this module only
-asks the device (through Numba or CuPy). Import after ``mh.setup()``. Without a GPU the Numba queries answer
-with the Hopper defaults (:data:`~mgpu_helpers.models.occupancy.HOPPER`) or ``None``; the CuPy ones need a GPU.
+"""What the current GPU and its compiler report: per-SM limits, a kernel's registers, the driver's occupancy
+(the arithmetic on them is :mod:`mgpu_helpers.models.occupancy`'s). Import after ``mh.setup()``. Without a GPU
+the Numba queries answer with the Hopper defaults or ``None``; the CuPy ones need a GPU.
 """
 
 import functools
@@ -10,29 +8,31 @@ import functools
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models.occupancy import HOPPER, SmLimits
 
+# SmLimits field: (Numba's device attribute, CuPy's); None: Numba reports none, the Hopper default stays
+LIMIT_ATTRIBUTES = {
+    "regs_per_sm": ("MAX_REGISTERS_PER_MULTIPROCESSOR", "MaxRegistersPerMultiprocessor"),
+    "regs_per_block": ("MAX_REGISTERS_PER_BLOCK", "MaxRegistersPerBlock"),
+    "max_threads_per_sm": ("MAX_THREADS_PER_MULTIPROCESSOR", "MaxThreadsPerMultiProcessor"),
+    "max_blocks_per_sm": ("MAX_BLOCKS_PER_MULTIPROCESSOR", "MaxBlocksPerMultiprocessor"),
+    "max_threads_per_block": ("MAX_THREADS_PER_BLOCK", "MaxThreadsPerBlock"),
+    "smem_per_sm": ("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", "MaxSharedMemoryPerMultiprocessor"),
+    "smem_reserved_per_block": (None, "ReservedSharedMemoryPerBlock"),
+    "warp_size": ("WARP_SIZE", "WarpSize"),
+    "sm_count": ("MULTIPROCESSOR_COUNT", "MultiProcessorCount"),
+}
+
 
 def device_limits() -> SmLimits:
-    """The current GPU's per-SM limits read through Numba (the Hopper defaults in the simulator)."""
     if simulator():
         return HOPPER
     from numba import cuda
 
     dev = cuda.get_current_device()
-    return SmLimits(
-        regs_per_sm=dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
-        regs_per_block=dev.MAX_REGISTERS_PER_BLOCK,
-        max_threads_per_sm=dev.MAX_THREADS_PER_MULTIPROCESSOR,
-        max_blocks_per_sm=dev.MAX_BLOCKS_PER_MULTIPROCESSOR,
-        max_threads_per_block=dev.MAX_THREADS_PER_BLOCK,
-        smem_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-        warp_size=dev.WARP_SIZE,
-        sm_count=dev.MULTIPROCESSOR_COUNT,
-    )
+    return SmLimits(**{field: getattr(dev, name) for field, (name, _) in LIMIT_ATTRIBUTES.items() if name})
 
 
 def numba_regs_per_thread(kernel) -> int | None:
-    """Registers per thread of a Numba kernel's (first) compiled version; None in the simulator or before the
-    kernel has been compiled (launch it once first)."""
+    """Registers per thread of a Numba kernel's first compiled version; None in the simulator or before a launch."""
     if simulator() or not getattr(kernel, "overloads", None):
         return None
     regs = kernel.get_regs_per_thread()
@@ -42,7 +42,6 @@ def numba_regs_per_thread(kernel) -> int | None:
 
 
 def cupy_limits() -> SmLimits:
-    """The current GPU's per-SM limits read through CuPy (needs a GPU)."""
     import cupy as cp
 
     return _cupy_limits(cp.cuda.Device().id)
@@ -53,35 +52,23 @@ def _cupy_limits(device_id: int) -> SmLimits:
     import cupy as cp
 
     at = cp.cuda.Device(device_id).attributes
-    h = HOPPER
-    return SmLimits(
-        regs_per_sm=at.get("MaxRegistersPerMultiprocessor", h.regs_per_sm),
-        regs_per_block=at.get("MaxRegistersPerBlock", h.regs_per_block),
-        max_threads_per_sm=at.get("MaxThreadsPerMultiProcessor", h.max_threads_per_sm),
-        max_blocks_per_sm=at.get("MaxBlocksPerMultiprocessor", h.max_blocks_per_sm),
-        max_threads_per_block=at.get("MaxThreadsPerBlock", h.max_threads_per_block),
-        smem_per_sm=at.get("MaxSharedMemoryPerMultiprocessor", h.smem_per_sm),
-        smem_reserved_per_block=at.get("ReservedSharedMemoryPerBlock", h.smem_reserved_per_block),
-        warp_size=at.get("WarpSize", h.warp_size),
-        sm_count=at["MultiProcessorCount"],
-    )
+    # An attribute CuPy does not report keeps the Hopper default, except the SM count: no architecture has one.
+    get = lambda field, name: at[name] if field == "sm_count" else at.get(name, getattr(HOPPER, field))
+    return SmLimits(**{field: get(field, name) for field, (_, name) in LIMIT_ATTRIBUTES.items()})
 
 
 def cupy_driver_blocks_per_sm(kernel, block: int, smem_per_block: int = 0) -> int:
-    """The driver's own occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor) for a compiled CuPy
-    ``RawKernel`` at ``block`` threads per block: to check :func:`~mgpu_helpers.models.occupancy.occupancy`."""
+    """The driver's own occupancy answer for a compiled CuPy ``RawKernel``, to check the model's."""
     from cupy_backends.cuda.api import driver
 
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, smem_per_block)
 
 
-# --- What the compiler gave notebook 02's kernels, recorded on an H200 so that a machine without a GPU can show it ---
-
 REGISTERS_FILE = "kernel_registers_h200.json"
 
 
 def recorded_registers() -> dict:
-    """The figures of :func:`mgpu_helpers.bench.registers.kernel_registers` recorded on an H200 (``data/kernel_registers_h200.json``)."""
+    """Notebook 02's kernels' registers as recorded on an H200 (``bench registers``), for machines without a GPU."""
     from mgpu_helpers.report.recorded import read_json
 
     return read_json(REGISTERS_FILE)

@@ -1,18 +1,10 @@
-"""HolisticTraceAnalysis (HTA) on the course's profiler traces: its communication/computation overlap per rank.
+"""HolisticTraceAnalysis (HTA) on the course's merged profiler traces: its communication/computation overlap.
 
-Notebook 13 reads overlap from the course's spans (:func:`mgpu_helpers.lessons.overlap.overlap_fraction`): of the
-time each collective was outstanding on the host, from its issue to its completion, the share that falls inside
-a backward span. HTA's ``get_comm_comp_overlap`` reads the GPU instead: of the time NCCL's kernels ran, the share
-during which a compute kernel ran too. The two agree where the backward keeps the GPU busy throughout and a
-collective's kernel runs the moment it is issued; they differ by what the GPU did (an idle gap inside a backward
-counts for the course, not for HTA) and by what a collective waited for before its kernel began (its peers,
-the stream ahead of it: the course counts that wait, HTA does not).
-
-HTA reads GPU kernels only: on the CPU (gloo) the traces have none, and :func:`why_not` says so. It is optional
-(``pip install holistictraceanalysis``, in the ``test`` extra); :func:`why_not` says that too, in one line.
-
-The traces are the ones :func:`mgpu_helpers.measure.profile.run_profiled` merged: :func:`write_rank_traces` writes
-each rank's events back into a file of its own with the ``distributedInfo`` that HTA reads the rank from.
+Notebook 13's overlap (:func:`mgpu_helpers.lessons.overlap.overlap_fraction`) is, of the time each collective was
+outstanding on the host, the share inside a backward span; HTA's is, of the time NCCL's kernels ran, the share
+during which a compute kernel ran too. They agree where the backward keeps the GPU busy and a collective's kernel
+runs the moment it is issued; an idle gap inside a backward, or a collective waiting for its peers or the stream
+ahead, counts for the course and not for HTA. HTA reads GPU kernels only, and is optional (the ``test`` extra).
 """
 
 import json
@@ -28,7 +20,6 @@ INSTALL = "pip install holistictraceanalysis"
 
 
 def has_gpu_kernels(merged: dict) -> bool:
-    """Whether the trace holds GPU kernels: events of category "kernel" (torch.profiler's CUDA activity)."""
     return any(e.get("cat") == "kernel" and e.get("ph") == "X" for e in merged.get("traceEvents", []))
 
 
@@ -41,7 +32,6 @@ def installed() -> bool:
 
 
 def why_not(merged: dict) -> str | None:
-    """One line saying why HTA cannot read ``merged``'s overlap here, or None when it can."""
     if not has_gpu_kernels(merged):
         return (
             "the trace has no GPU kernels (gloo communicates on the CPU): HTA's communication/computation "
@@ -53,18 +43,13 @@ def why_not(merged: dict) -> str | None:
 
 
 def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
-    """Each rank's events of the merged trace (``pid`` = rank) as a Chrome trace file of its own in ``folder``,
-    with ``distributedInfo`` first (HTA finds the rank by the first ``"rank": N`` in the file). Returns
-    ``{rank: path}``. The events are the merged trace's own, on its clock: HTA reads GPU kernels by their
-    ``args.stream``, which merging keeps."""
+    """``{rank: path}``: each rank's events in a file of its own, whose ``distributedInfo`` HTA reads the rank from."""
     ranks = ranks_of(merged)
     paths = {}
     for rank in ranks:
         path = os.path.join(folder, f"rank{rank}.json")
-        trace = {
-            "distributedInfo": {"rank": rank, "world_size": len(ranks)},
-            "traceEvents": [e for e in merged["traceEvents"] if e.get("pid") == rank],
-        }
+        events = [e for e in merged["traceEvents"] if e.get("pid") == rank]
+        trace = {"distributedInfo": {"rank": rank, "world_size": len(ranks)}, "traceEvents": events}
         with open(path, "w", encoding="utf-8") as f:
             json.dump(trace, f)
         paths[rank] = path
@@ -73,8 +58,7 @@ def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
 
 @contextmanager
 def _hta_quiet():
-    """HTA logs each file it parses as a warning, and pandas 3 warns of the calls HTA 0.5 makes: a notebook
-    wants only the numbers."""
+    """HTA logs each file it parses as a warning, and pandas 3 warns of HTA 0.5's calls: a notebook wants numbers."""
     logger = logging.getLogger("hta")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -87,9 +71,7 @@ def _hta_quiet():
 
 
 def comm_comp_overlap(merged: dict) -> dict[int, float]:
-    """HTA's communication/computation overlap of each rank of ``merged``, as a fraction (0 to 1): of the time
-    NCCL kernels ran on the rank's GPU, the share during which a compute kernel ran. Raises RuntimeError with
-    :func:`why_not`'s line where HTA cannot read it."""
+    """``{rank: HTA's overlap, 0 to 1}``; RuntimeError with :func:`why_not`'s line where HTA cannot read it."""
     why = why_not(merged)
     if why:
         raise RuntimeError(why)

@@ -1,12 +1,8 @@
 """Peer access and the paths between GPUs: can GPU i read GPU j's memory, how fast is a copy, what P2P is worth.
 
-:func:`compare_p2p` and :func:`p2p_effect` run the all-reduce with NCCL's default transports and with
-``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory instead of NVLink / PCIe peer writes): two launches
-of :func:`mgpu_helpers.run_ranks`, the variable set for the ranks only (``env=``), so the notebook's own
-environment is never changed. :func:`recorded` gives the figures recorded on 2 x H200 to compare with.
-
-Every function that needs two GPUs raises :class:`NeedsGpus` with a message saying so; :func:`measure_all`
-turns that into a ``skipped`` entry, so a notebook cell or ``python -m mgpu_helpers.bench peer`` prints it.
+P2P off is ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory), set for the ranks only (``env=``), so the
+notebook's own environment never changes. What needs two GPUs raises :class:`NeedsGpus`, which
+:func:`measure_all` turns into a ``skipped`` line.
 """
 
 import statistics
@@ -21,11 +17,11 @@ P2P_VARIABLE = "NCCL_P2P_DISABLE"
 
 
 class NeedsGpus(RuntimeError):
-    """Raised where a measurement needs more GPUs than this machine has; the message says what it needs."""
+    """A measurement needs more GPUs than this machine has; the message says what it needs."""
 
 
 def gpu_count() -> int:
-    """GPUs torch sees here (0 without CUDA), without creating a CUDA context when there are none."""
+    """GPUs torch sees, without creating a CUDA context when there are none."""
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -34,14 +30,12 @@ def gpu_count() -> int:
 def _need(count: int, what: str) -> None:
     have = gpu_count()
     if have < count:
-        raise NeedsGpus(
-            f"{what} needs {count} NVIDIA GPUs; this machine has {have}. "
-            f"The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer)."
-        )
+        recorded_figures = "The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer)."
+        raise NeedsGpus(f"{what} needs {count} NVIDIA GPUs; this machine has {have}. {recorded_figures}")
 
 
 def peer_matrix() -> list[list[bool | None]]:
-    """``m[i][j]``: can GPU i access GPU j's memory directly (None on the diagonal). [] without GPUs."""
+    """``m[i][j]``: can GPU i access GPU j's memory directly (None on the diagonal)."""
     import torch
 
     n = gpu_count()
@@ -54,15 +48,12 @@ def format_matrix(matrix) -> str:
 
     if not matrix:
         return "(no GPUs)"
-    return text_matrix(
-        [f"GPU{i}" for i in range(len(matrix))],
-        [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix],
-    )
+    cells = [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix]
+    return text_matrix([f"GPU{i}" for i in range(len(matrix))], cells)
 
 
 def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
-    """GB/s of a copy within this machine's memory (CPU tensors, each byte counted once, best of ``repeats``):
-    the "link" between gloo ranks on one machine, whose messages go through shared memory."""
+    """GB/s of a copy in host memory (best of ``repeats``): the "link" between gloo ranks on one machine."""
     import torch
 
     src = torch.ones(nbytes // 4)
@@ -72,8 +63,7 @@ def host_copy_GBps(nbytes: int = 64 << 20, repeats: int = 5) -> float:
 
 
 def _time_copy(dst, src, repeats: int) -> float:
-    """Median seconds of ``dst.copy_(src)`` between two GPUs. torch runs a device-to-device copy on the
-    source device's current stream (and syncs the destination's), so the events go on that stream."""
+    """Median seconds of ``dst.copy_(src)``: torch runs it on the source's current stream, so the events go there."""
     import torch
 
     with torch.cuda.device(src.device):  # the warm-up copy enables peer access between the pair
@@ -83,45 +73,32 @@ def _time_copy(dst, src, repeats: int) -> float:
 
 
 def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int = 10) -> dict:
-    """Copy ``nbytes`` GPU ``src`` -> GPU ``dst`` and back; ``{"src->dst": GB/s, "dst->src": GB/s, "nbytes",
-    "peer_access": bool}``, each the median of ``repeats`` timed copies, the data checked after."""
+    """GB/s of ``nbytes`` GPU ``src`` -> GPU ``dst`` and back (medians of ``repeats``), the data checked after."""
     import torch
 
     _need(max(src, dst) + 1, "a peer copy")
     a = torch.arange(nbytes // 4, dtype=torch.float32, device=f"cuda:{src}")
     b = torch.empty_like(a, device=f"cuda:{dst}")
-    there = _time_copy(b, a, repeats)
-    back = _time_copy(a, b, repeats)
+    there, back = _time_copy(b, a, repeats), _time_copy(a, b, repeats)
     assert torch.equal(a.cpu(), b.cpu()), "the peer copy changed the data"
-    gbps = timing.bandwidth_gbps
-    return {
-        f"{src}->{dst}": gbps(a.numel() * 4, there),
-        f"{dst}->{src}": gbps(a.numel() * 4, back),
-        "nbytes": a.numel() * 4,
-        "peer_access": bool(torch.cuda.can_device_access_peer(src, dst)),
-    }
+    n, gbps, peer = a.numel() * 4, timing.bandwidth_gbps, bool(torch.cuda.can_device_access_peer(src, dst))
+    return {f"{src}->{dst}": gbps(n, there), f"{dst}->{src}": gbps(n, back), "nbytes": n, "peer_access": peer}
 
 
 def rank_env(p2p: bool) -> dict:
-    """The variables one launch gives its ranks: NCCL's P2P transport on (its default) or off."""
     return {P2P_VARIABLE: "0" if p2p else "1"}
 
 
 def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
-    """One launch of the all-reduce sweep with P2P on or off (``env``: more variables for the ranks): its rows
-    (:class:`mgpu_helpers.measure.sweep.SweepRow`) and the launch's RankResults."""
+    """``(SweepRows, RankResults)`` of one all-reduce sweep with P2P on or off."""
     args, env = (list(sizes), ("all_reduce",), None, 5), {**rank_env(p2p), **(env or {})}
-    res = run_ranks(
-        sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, stream=False, quiet=True
-    )
+    quiet = dict(stream=False, quiet=True)
+    res = run_ranks(sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, **quiet)
     return sweep.combine(res.values, world_size, res.backend), res
 
 
 def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout: float = 600.0) -> list[dict]:
-    """Per size: ``{"nbytes", "busbw_default", "busbw_p2p_off", "ratio"}`` (GB/s; ratio = off / default).
-
-    ``backend="gloo"`` runs the same two launches on the CPU (the variable means nothing to gloo: a test
-    of the plumbing, not a measurement); NCCL needs ``world_size`` GPUs."""
+    """Per size, busbw (GB/s) with P2P on and off, and off / on. ``backend="gloo"`` tests the plumbing only."""
     if backend == "nccl":
         _need(world_size, "the all-reduce with and without NCCL P2P")
     on, _ = allreduce_busbw(world_size, sizes, True, backend, timeout)
@@ -134,9 +111,7 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
 
 
 def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.0) -> dict:
-    """``{"on": {...}, "off": {...}}``, each ``{"busbw": GB/s, "transports": [...], "lines": [...]}``: one NCCL
-    all-reduce sweep at ``nbytes`` with NCCL's default transports and one with ``NCCL_P2P_DISABLE=1``, both
-    with ``NCCL_DEBUG=INFO`` set for the ranks only. Needs ``world_size`` GPUs (:class:`NeedsGpus`)."""
+    """``{"on"/"off": {"busbw", "transports", "lines"}}`` of one all-reduce each way under ``NCCL_DEBUG=INFO``."""
     from mgpu_helpers.measure import diagnose
 
     _need(world_size, "the all-reduce with and without NCCL P2P")
@@ -150,8 +125,7 @@ def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.
 
 
 def recorded() -> dict:
-    """The 2 x H200 figures: the data file's dict plus ``allreduce_busbw_default_GBps`` ({nbytes: GB/s},
-    nccl-tests in place) for :data:`SIZES`."""
+    """The 2 x H200 figures, with nccl-tests' busbw for :data:`SIZES`."""
     rec = read_json("peer_h200x2.json")
     rec["allreduce_busbw_default_GBps"] = {n: nccltests.reference_busbw("all_reduce", n) for n in SIZES}
     rec["nvlink_GBps_per_gpu"] = rec["nvlink_links_per_gpu"] * rec["nvlink_link_GBps"]
@@ -159,7 +133,7 @@ def recorded() -> dict:
 
 
 def measure_all(world_size: int = 2, copy_bytes: int = 256 << 20) -> dict:
-    """Everything this machine can measure: ``{"matrix", "copy", "busbw", "skipped": [messages]}``."""
+    """Everything this machine can measure, and why the rest was skipped."""
     out = {"matrix": peer_matrix(), "copy": None, "busbw": None, "skipped": []}
     for key, fn in (("copy", lambda: peer_copy(0, 1, copy_bytes)), ("busbw", lambda: compare_p2p(world_size))):
         try:
@@ -170,7 +144,6 @@ def measure_all(world_size: int = 2, copy_bytes: int = 256 << 20) -> dict:
 
 
 def format_report(measured: dict, rec: dict | None = None) -> str:
-    """What was measured beside what was recorded on 2 x H200, as text."""
     rec = recorded() if rec is None else rec
     lines = [
         "peer access (measured here):",
@@ -180,32 +153,20 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
         f"{rec['nvlink_GBps_per_gpu']:.0f} GB/s per GPU and direction",
         "",
     ]
-    if measured.get("copy"):
-        c = measured["copy"]
-        pairs = [k for k in c if "->" in k]
-        lines.append(
-            f"peer copy ({sizes.format_bytes(c['nbytes'])}): "
-            + ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in pairs)
-            + f"; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s"
-        )
+    recorded_copy = f"recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s"
+    if c := measured.get("copy"):
+        pairs = ", ".join(f"GPU{k.replace('->', ' -> GPU')} {c[k]:.1f} GB/s" for k in c if "->" in k)
+        lines.append(f"peer copy ({sizes.format_bytes(c['nbytes'])}): {pairs}; {recorded_copy}")
     else:
-        lines.append(f"peer copy: not measured here; recorded GPU0 -> GPU1 {rec['peer_copy_GBps']['0->1']:.1f} GB/s")
+        lines.append(f"peer copy: not measured here; {recorded_copy}")
     ref_off = {int(k): v for k, v in rec.get("allreduce_busbw_p2p_disabled_GBps", {}).items()}
-    rows = [
-        dict(r, nccl_tests=rec["allreduce_busbw_default_GBps"].get(r["nbytes"]), off=ref_off.get(r["nbytes"]))
-        for r in measured.get("busbw") or []
-    ]
-    rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in rec["allreduce_busbw_default_GBps"].items()]
-    columns = [
-        ("size", "size", "{}"),
-        ("busbw_default", "busbw default", "{:.1f}"),
-        ("busbw_p2p_off", "P2P off", "{:.1f}"),
-    ]
-    columns += [
-        ("ratio", "off/default", "{:.2f}"),
-        ("nccl_tests", "nccl-tests", "{}"),
-        ("off", "recorded P2P off", "{}"),
-    ]
+    ref = rec["allreduce_busbw_default_GBps"]
+    rows = [dict(r, nccl_tests=ref.get(r["nbytes"]), off=ref_off.get(r["nbytes"])) for r in measured.get("busbw") or []]
+    rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in ref.items()]
+    heads = {"size": "size", "busbw_default": "busbw default", "busbw_p2p_off": "P2P off", "ratio": "off/default"}
+    heads |= {"nccl_tests": "nccl-tests", "off": "recorded P2P off"}
+    formats = {"busbw_default": "{:.1f}", "busbw_p2p_off": "{:.1f}", "ratio": "{:.2f}"}
+    columns = [(key, head, formats.get(key, "{}")) for key, head in heads.items()]
     lines.append(tables.format_table([dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows], columns))
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)

@@ -1,21 +1,10 @@
 """Real profiler traces of rank functions: ``torch.profiler`` on every rank, merged into one Perfetto file.
 
-    run = profile.run_profiled(fn, world_size=2, trace_path="allreduce.trace.json")
-    run.trace_path        # open in https://ui.perfetto.dev or chrome://tracing: one process per rank
-    run.results.values    # what fn returned on each rank (a RankResults, as from mh.run_ranks)
-
-Each rank runs ``fn`` under ``torch.profiler.profile`` (CPU activity; CUDA activity too when the rank has a
-GPU, so NCCL's kernels appear on their CUDA stream) with the course's :func:`mgpu_helpers.launcher.trace.span`
-ranges recorded as ``record_function`` ranges (and NVTX ranges on a GPU). Each rank exports its Chrome trace;
-:func:`merge_traces` puts them into one file with one process per rank (``pid`` = rank, named "rank k"), every
-timestamp moved onto ``time.monotonic()`` (the clock of the course's spans, one clock for every process of the
-machine), and the course's spans on a track of their own ("course spans").
-
-Nsight Systems: under torchrun (``mh.torchrun_main``), a rank function that first calls
-``trace.set_range_hook(profile.nvtx_range)`` shows the course's spans as NVTX ranges above the CUDA and NCCL
-rows (mgpu_helpers/launcher/README.md, "Profiling", has the command). Inside a rank function,
-:func:`marked_range` names a part of a step the way the field's tools show it: an NVTX range on a GPU (Nsight
-Systems), a ``record_function`` range in torch.profiler's trace (both on a GPU, the latter alone on the CPU).
+Each rank runs ``fn`` under ``torch.profiler.profile`` (CUDA activity too on a GPU, so NCCL's kernels appear on
+their stream), the course's spans recorded as ``record_function`` ranges. :func:`merge_traces` makes one process
+per rank and moves every timestamp onto ``time.monotonic()``, the course spans' clock, one for every process of
+the machine. For Nsight Systems under torchrun, ``trace.set_range_hook(profile.nvtx_range)`` shows the spans as
+NVTX ranges (mgpu_helpers/launcher/README.md, "Profiling").
 """
 
 import json
@@ -37,14 +26,11 @@ ANCHOR = "mgpu:clock"
 
 @dataclass
 class ProfiledRun:
-    """What :func:`run_profiled` brings back: the launch's results (values = ``fn``'s) and the merged trace."""
+    """The launch's results (values = ``fn``'s) and the merged trace."""
 
     results: object
     trace_path: str
     trace: dict
-
-
-# --- Inside a rank ------------------------------------------------------------------------------------------------
 
 
 def _anchor() -> float:
@@ -62,10 +48,7 @@ def _anchor() -> float:
 
 
 def profiled(fn, trace_dir: str, cuda: str = "auto"):
-    """A rank function that runs ``fn(rank, world_size, *args)`` under torch.profiler and exports this rank's
-    Chrome trace to ``trace_dir/rank<k>.json``. Returns ``{"value", "trace_file", "anchor_us", "pid"}``.
-
-    ``cuda``: "auto" (CUDA activity when this rank has a GPU), True or False."""
+    """A rank function running ``fn`` under torch.profiler; ``cuda="auto"``: CUDA activity where it has a GPU."""
 
     def profiled_rank(rank, world_size, *args):
         import torch
@@ -92,12 +75,8 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
     return profiled_rank
 
 
-# --- Merging (pure: dicts in, dicts out) --------------------------------------------------------------------------
-
-
 def clock_offset(events, anchor_us: float) -> float:
-    """Microseconds to add to this trace's timestamps to put them on time.monotonic(): from the shortest
-    ``mgpu:clock`` range, whose middle was ``anchor_us`` on the monotonic clock."""
+    """Microseconds that put this trace's timestamps on time.monotonic(), from the last ``mgpu:clock`` range."""
     anchors = [e for e in events if e.get("name") == ANCHOR and e.get("ph") == "X"]
     if not anchors:
         raise ValueError(f"no {ANCHOR!r} range in the trace: was it recorded by profile.profiled()?")
@@ -115,19 +94,17 @@ def _new_tid(event, cpu_pid) -> int | None:
 
 
 def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict:
-    """One Chrome trace from each rank's: ``pid`` = rank with process_name "rank k", timestamps on
-    time.monotonic() (us), GPU streams as threads "GPU d stream s" of their rank, and ``spans_per_rank`` (the
-    course's Span lists) as complete events on the "course spans" thread (cat ``mgpu_span``)."""
+    """One Chrome trace: ``pid`` = rank, timestamps on time.monotonic() (us), GPU streams as threads of their rank,
+    and ``spans_per_rank`` as complete events on the "course spans" thread."""
     out = []
     for rank, (tr, anchor_us, cpu_pid) in enumerate(zip(rank_traces, anchors_us, cpu_pids)):
         events = tr.get("traceEvents", [])
-        shift = clock_offset(events, anchor_us)
+        shift, named = clock_offset(events, anchor_us), set()
         out += [
             {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
             {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
             {"ph": "M", "name": "thread_name", "pid": rank, "tid": SPAN_TID, "args": {"name": "course spans"}},
         ]
-        named = set()
         for e in events:
             tid = _new_tid(e, cpu_pid)
             if tid is None or e.get("name") in ("process_name", "process_labels", "process_sort_index"):
@@ -149,11 +126,8 @@ def merge_traces(rank_traces, anchors_us, cpu_pids, spans_per_rank=None) -> dict
             | {"dur": max(s.seconds, 0.0) * 1e6, "args": {"kind": s.kind}}
             for s in (spans_per_rank[rank] if spans_per_rank else [])
         ]
-    return {
-        "traceEvents": out,
-        "displayTimeUnit": "ms",
-        "otherData": {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)},
-    }
+    clock = {"clock": "time.monotonic() in microseconds", "ranks": len(rank_traces)}
+    return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": clock}
 
 
 def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None = None) -> list[dict]:
@@ -164,27 +138,20 @@ def rank_events(merged: dict, rank: int, pattern: str = "", category: str | None
 
 
 def ranks_of(merged: dict) -> list[int]:
-    """The ranks of a merged trace (its integer ``pid``s), in order."""
     return sorted({e["pid"] for e in merged["traceEvents"] if isinstance(e.get("pid"), int)})
 
 
 def spans_from_trace(merged: dict) -> list[list[trace.Span]]:
-    """Per rank, the course's spans in the merged trace, as Span lists (seconds on time.monotonic()): what
-    :func:`mgpu_helpers.widgets.straggler.draw_timeline` takes."""
+    """Per rank, the course's spans in the merged trace, as Span lists (what ``draw_timeline`` takes)."""
     span = lambda e: trace.Span(e["args"]["kind"], e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
     return [[span(e) for e in rank_events(merged, r, category=SPAN_CATEGORY)] for r in ranks_of(merged)]
-
-
-# --- From a cell (or a script) ------------------------------------------------------------------------------------
 
 
 def run_profiled(
     fn, world_size: int, trace_path: str | None = None, args=(), cuda: str = "auto", **run_ranks_kwargs
 ) -> ProfiledRun:
-    """Run ``fn`` on ``world_size`` ranks (:func:`mgpu_helpers.run_ranks`) under torch.profiler; write the merged
-    trace to ``trace_path`` (default ``<fn name>.trace.json`` in the current folder: beside the notebook, which
-    Jupyter runs in its own folder) and return a :class:`ProfiledRun`.
-    ``run_ranks_kwargs`` go to run_ranks (backend, timeout, env, ...)."""
+    """Run ``fn`` on ranks under torch.profiler and write the merged trace to ``trace_path`` (default
+    ``<fn name>.trace.json`` in the current folder: beside the notebook, which Jupyter runs in its folder)."""
     from mgpu_helpers.launcher.launch import run_ranks
 
     trace_path = os.path.abspath(trace_path or f"{getattr(fn, '__name__', 'ranks')}.trace.json")
@@ -201,7 +168,7 @@ def run_profiled(
 
 @contextmanager
 def nvtx_range(label: str, on: bool | None = None):
-    """An NVTX range (Nsight Systems shows it) when ``on``, by default when CUDA is available; else nothing."""
+    """An NVTX range when ``on`` (by default when CUDA is available); else nothing."""
     import torch
 
     on = torch.cuda.is_available() if on is None else on
@@ -216,13 +183,8 @@ def nvtx_range(label: str, on: bool | None = None):
 
 @contextmanager
 def marked_range(label: str, device=None):
-    """A named range of a training step that the field's tools show.
-
-    On a CUDA ``device`` (by default: when CUDA is initialised) an NVTX range (``torch.cuda.nvtx.range``),
-    which Nsight Systems draws above the CUDA and NCCL rows; on every device a
-    ``torch.autograd.profiler.record_function`` range, which torch.profiler's trace (:func:`run_profiled`)
-    shows. Without a profiler or Nsight Systems running, both do next to nothing.
-    """
+    """A named range of a step as the field's tools show it: NVTX on a CUDA ``device`` (by default when CUDA is
+    initialised) for Nsight Systems, and ``record_function`` for torch.profiler. Next to free when neither runs."""
     import torch
     from torch.autograd.profiler import record_function
 

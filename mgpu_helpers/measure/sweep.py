@@ -1,16 +1,11 @@
 """Measured collective sweeps over message sizes, after NVIDIA nccl-tests' method.
 
-:func:`run_sweep` times all_reduce, reduce_scatter, all_gather and rs_ag (reduce-scatter then all-gather, an
-all-reduce in two halves) on ``world_size`` ranks; :func:`run_repeats` times one size several times in one
-launch, :func:`run_step_breakdown` a training-like step per size. Each rank pre-allocates its buffers, warms up,
-then times a batch of back-to-back operations with no synchronisation per operation, as nccl-tests does. Two
-differences from nccl-tests (which wraps the batch in a host timer and by default averages over ranks): on a
-GPU the batch sits between two CUDA events (``perf_counter`` around it on the CPU), and the slowest rank's time
-is the time of the operation (the collective ends for everybody when it ends for the last rank).
-
-Sizes follow nccl-tests: ``nbytes`` is the size of the whole buffer (for reduce_scatter the unreduced
-input, for all_gather the gathered output), and bandwidths are in GB/s (1e9 bytes per second), with
-busbw from :func:`mgpu_helpers.models.bandwidth.busbw`. rs_ag is counted as an all-reduce.
+Each rank pre-allocates its buffers, warms up, then times a batch of back-to-back operations with no
+synchronisation between them, as nccl-tests does; unlike nccl-tests (a host timer, averaged over ranks), on a
+GPU the batch sits between two CUDA events, and the slowest rank's time is the operation's (a collective ends
+for everybody when it ends for the last rank). ``nbytes`` is the whole buffer, as in nccl-tests (reduce_scatter's
+unreduced input, all_gather's gathered output); bandwidths in GB/s (1e9 B/s). rs_ag (reduce-scatter then
+all-gather) is counted as an all-reduce.
 """
 
 import statistics
@@ -19,6 +14,7 @@ from dataclasses import asdict, dataclass
 from mgpu_helpers import hardware
 from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import timing
+from mgpu_helpers.measure.workloads import PHASE_KEYS, straggler_step
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import sizes as sz
 
@@ -50,8 +46,6 @@ def default_sizes(gpu: bool) -> list[int]:
 
 
 def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]:
-    """The backend that runs (:func:`mgpu_helpers.hardware.choose_backend`) and ``sizes`` (default: its
-    :func:`default_sizes`)."""
     chosen, _ = hardware.choose_backend(world_size, backend)
     return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
 
@@ -65,9 +59,6 @@ def default_iters(nbytes: int, gpu: bool) -> int:
     if not gpu:
         return 10 if nbytes <= 64 * KiB else 5
     return int(min(200, max(20, (2 * GiB) // max(nbytes, 1))))
-
-
-# --- Inside a rank ------------------------------------------------------------------------------------------------
 
 
 def _flat(new: str, old: str):
@@ -86,26 +77,19 @@ reduce_scatter_flat = _flat("reduce_scatter_single", "reduce_scatter_tensor")  #
 
 
 def make_op(op: str, nbytes: int, world_size: int, device):
-    """Allocate the buffers of ``op`` for ``nbytes`` once and return ``(run, actual_nbytes)``.
-
-    ``run()`` issues one operation on the pre-allocated buffers (no allocation inside the timed loop).
-    """
+    """``(run, actual_nbytes)``: the buffers allocated once, so ``run()`` allocates nothing inside the timed loop."""
     import torch
     import torch.distributed as dist
 
     n = sz.float32_elements(nbytes, world_size)
     full = torch.ones(n, dtype=torch.float32, device=device)
     part = torch.ones(n // world_size, dtype=torch.float32, device=device)
-
-    def rs_ag():
-        reduce_scatter_flat(part, full)  # each rank: the sum of its slice
-        all_gather_flat(full, part)  # everyone: every summed slice = the all-reduce
-
     runs = {
         "all_reduce": lambda: dist.all_reduce(full),
         "reduce_scatter": lambda: reduce_scatter_flat(part, full),
         "all_gather": lambda: all_gather_flat(full, part),
-        "rs_ag": rs_ag,
+        # each rank sums its slice, then everyone gathers every summed slice: the all-reduce
+        "rs_ag": lambda: (reduce_scatter_flat(part, full), all_gather_flat(full, part)),
     }
     if op not in runs:
         raise ValueError(f"unknown op {op!r}; one of {OPS}")
@@ -113,14 +97,13 @@ def make_op(op: str, nbytes: int, world_size: int, device):
 
 
 def sweep_rank(rank: int, world_size: int, sizes, ops=OPS, iters=None, warmup: int = 5) -> list[dict]:
-    """Rank function: time every (op, size) on this rank. Returns ``[{op, nbytes, seconds, iters}]``."""
+    """Rank function: ``[{op, nbytes, seconds, iters}]`` for every (op, size)."""
     import torch
 
     from mgpu_helpers.launcher.ranks import rank_device
 
-    device = rank_device()
+    device, out = rank_device(), []
     gpu = device.type == "cuda"
-    out = []
     for nbytes in sizes:
         for op in ops:
             run, actual = make_op(op, int(nbytes), world_size, device)
@@ -144,32 +127,17 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
 
 
 def run_sweep(
-    world_size: int = 2,
-    sizes=None,
-    ops=OPS,
-    iters=None,
-    warmup: int = 5,
-    backend: str = "auto",
-    timeout: float = 300.0,
-    progress=None,
-    stream: bool = False,
+    world_size=2, sizes=None, ops=OPS, iters=None, warmup=5, backend="auto", timeout=300.0, progress=None, stream=False
 ) -> list[SweepRow]:
-    """Measure ``ops`` over ``sizes`` on ``world_size`` ranks; returns one :class:`SweepRow` per (size, op).
-
-    ``sizes`` defaults to :func:`default_sizes` for the backend that runs (NCCL: 1 KiB .. 1 GiB).
-    ``progress``: ``True`` or a description (``"sizes"``) shows a ``tqdm.auto`` bar, a function
-    ``update(done, total)`` is called after each size (see :func:`mgpu_helpers.report.progress.callback`);
-    the sizes then run in one launch each (so the bar moves); without it every size runs in a single launch.
-    """
+    """One :class:`SweepRow` per (size, op). ``progress`` (:func:`mgpu_helpers.report.progress.callback`) runs
+    each size in a launch of its own, so the bar moves; without it every size runs in a single launch."""
     from mgpu_helpers.report import progress as bars
 
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
-    show = progress is not None and progress is not False
-    groups = [[s] for s in sizes] if show else [sizes]
+    groups = [[s] for s in sizes] if progress is not None and progress is not False else [sizes]
     update, close = bars.callback(progress, "sizes")
-    rows: list[SweepRow] = []
+    rows, done = [], 0
     update(0, len(sizes))
-    done = 0
     try:
         for group in groups:
             res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout, stream)
@@ -182,21 +150,14 @@ def run_sweep(
 
 
 def repeats_rank(rank: int, world_size: int, nbytes: int, ops, repeats: int, iters=None, warmup: int = 5) -> list:
-    """Rank function: ``repeats`` rounds of :func:`sweep_rank` at one size; per round ``[{op, nbytes, seconds}]``."""
+    """Rank function: ``repeats`` rounds of :func:`sweep_rank` at one size."""
     return [sweep_rank(rank, world_size, [nbytes], ops, iters, warmup if r == 0 else 1) for r in range(repeats)]
 
 
 def run_repeats(
-    world_size: int = 2,
-    nbytes: int = MiB,
-    ops=("all_reduce", "rs_ag"),
-    repeats: int = 5,
-    backend: str = "auto",
-    iters=None,
-    timeout: float = 300.0,
+    world_size=2, nbytes=MiB, ops=("all_reduce", "rs_ag"), repeats=5, backend="auto", iters=None, timeout=300.0
 ) -> list[dict]:
-    """Time ``ops`` at ``nbytes`` ``repeats`` times in one launch; returns one ``{op: time_us}`` per round
-    (each the slowest rank's, as in :func:`combine`), so that a comparison comes with its own spread."""
+    """One ``{op: time_us}`` per round of one launch, so that a comparison comes with its own spread."""
     chosen, _ = hardware.choose_backend(world_size, backend)
     res = _launch(repeats_rank, world_size, (int(nbytes), tuple(ops), repeats, iters), chosen, timeout)
     return [
@@ -205,52 +166,32 @@ def run_repeats(
     ]
 
 
-# --- A training-like step per size: compute, wait, communicate ----------------------------------------------------
-
-
 def step_rank(
-    rank: int,
-    world_size: int,
-    sizes,
-    steps: int = 5,
-    compute_n: int = 128,
-    compute_repeats: int = 4,
-    slow_rank=None,
-    slow_factor: int = 3,
+    rank, world_size, sizes, steps=5, compute_n=128, compute_repeats=4, slow_rank=None, slow_factor=3
 ) -> list[dict]:
-    """Rank function: for each size, ``steps`` steps of compute, wait for the slowest rank, all-reduce ``nbytes``.
-
-    Each size runs :func:`mgpu_helpers.measure.workloads.straggler_step`: the compute is ``compute_repeats``
-    matrix products of ``compute_n`` x ``compute_n`` (the same for every size: a model whose backward does not
-    change while its gradient bucket grows), and ``slow_rank`` does ``slow_factor`` times as much; its spans
-    carry the size in their names. Returns per size the median seconds of each phase on this rank.
-    """
-    from mgpu_helpers.measure.workloads import straggler_step
-
-    shards = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size))
-    out = []
+    """Rank function: per size, the median seconds of each phase of :func:`~.workloads.straggler_step`. The
+    compute is the same for every size (a backward that does not change while its gradient bucket grows);
+    ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size in their names."""
+    shards, out = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size)), []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
         label = sz.format_bytes(n * 4)
         got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=compute_repeats, label=label)
-        phases = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}
-        out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in phases.items()})
+        out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in PHASE_KEYS.items()})
     return out
 
 
 def per_rank_wait_us(per_rank: list[list[dict]]) -> list[list[float]]:
-    """``[rank][size index]``: each rank's median wait for the slowest rank (us), from :func:`step_rank` results."""
+    """``[rank][size index]``: each rank's median wait (us), from :func:`step_rank` results."""
     return [[row["wait"] * 1e6 for row in rows] for rows in per_rank]
 
 
 def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
-    """Per size: compute = slowest rank's, wait = the longest wait, communicate = median over ranks (us);
-    ``efficiency`` = compute / (compute + wait + communicate), the share of the step spent computing.
-    Which part limits the step is left to the reader (notebook 12 asks for it)."""
+    """Per size (us): the slowest rank's compute, the longest wait, the median communicate, and ``efficiency``
+    (compute's share of the step). Which part limits the step is left to the reader (notebook 12 asks)."""
     rows = []
     for i, first in enumerate(per_rank[0]):
-        comp = max(r[i]["compute"] for r in per_rank)
-        wait = max(r[i]["wait"] for r in per_rank)
+        comp, wait = (max(r[i][phase] for r in per_rank) for phase in ("compute", "wait"))
         comm = statistics.median(r[i]["communicate"] for r in per_rank)
         total = comp + wait + comm
         us = {"compute_us": comp, "wait_us": wait, "comm_us": comm, "step_us": total}
@@ -259,37 +200,20 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
 
 
 def run_step_breakdown(
-    world_size: int = 2,
-    sizes=None,
-    steps: int = 5,
-    compute_n=None,
-    backend: str = "auto",
-    timeout: float = 300.0,
-    slow_rank=None,
-    slow_factor: int = 3,
+    world_size=2, sizes=None, steps=5, compute_n=None, backend="auto", timeout=300.0, slow_rank=None, slow_factor=3
 ):
-    """Run :func:`step_rank` on ``world_size`` ranks. Returns ``(rows, results)``: the combined rows
-    (see :func:`combine_steps`) and the raw :class:`~mgpu_helpers.launcher.results.RankResults` (with spans)."""
+    """``(rows of combine_steps, the raw RankResults with spans)`` of :func:`step_rank` on ``world_size`` ranks."""
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
     res = _launch(step_rank, world_size, (sizes, steps, n, 4, slow_rank, slow_factor), chosen, timeout)
     return combine_steps(res.values), res
 
 
-# --- All-reduce against reduce-scatter + all-gather: buffer memory (the lab's compare_rank runs the comparison) ----
-
-
 def buffer_bytes(nbytes: int, world_size: int) -> dict:
-    """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``:
-
-    - ``all_reduce``: in place, the gradient buffer itself (every rank keeps the full sum);
-    - ``rs_ag_out_of_place``: the gradient buffer plus a separate 1/n shard that reduce-scatter writes and
-      all-gather reads;
-    - ``rs_ag_in_place``: the gradient buffer only: NCCL's in-place reduce-scatter writes rank r's summed
-      slice into slice r of the input buffer itself, and the in-place all-gather sends from that slice;
-    - ``reduce_scatter_only``: what a rank must keep when it only needs its own part of the sum (sharded
-      optimizer states): the 1/n shard.
-    """
+    """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``.
+    ``rs_ag_in_place`` needs no shard buffer: NCCL's in-place reduce-scatter writes rank r's summed slice into
+    slice r of the input, and the in-place all-gather sends from there. ``reduce_scatter_only``: a rank that needs
+    only its part of the sum (sharded optimizer states)."""
     n = sz.float32_elements(nbytes, world_size) * 4
     shard = n // world_size
     return {"all_reduce": n, "rs_ag_out_of_place": n + shard, "rs_ag_in_place": n, "reduce_scatter_only": shard}

@@ -1,12 +1,6 @@
 """Rank functions shared by the notebooks: real, traced work whose cost is known in advance.
 
-Each function here is a rank function ``fn(rank, world_size, ...)`` for :func:`mgpu_helpers.run_ranks` (or
-``torchrun_main``). They run unchanged on gloo CPU ranks and on NCCL GPU ranks; only the default sizes
-depend on the device (small on the CPU, real on a GPU).
-
-- :func:`straggler_step`: compute proportional to the rank's shard, then an all-reduce, traced;
-- :func:`time_allreduce`: all-reduce time over message sizes (for fitting the alpha-beta model);
-- :func:`scaling_step`: a fixed total job split over the ranks plus a gradient all-reduce (strong scaling).
+They run unchanged on gloo CPU ranks and NCCL GPU ranks; only the default sizes depend on the device.
 """
 
 import statistics
@@ -19,14 +13,11 @@ from mgpu_helpers.measure.timing import synchronize_device, time_batch
 # Matrix size and matmuls per unit of shard, by device type: one unit costs a few ms on either.
 CPU_SIZES = dict(m=128, per_unit=80)
 GPU_SIZES = dict(m=4096, per_unit=4)
+PHASE_KEYS = {"compute": "compute_s", "wait": "wait_s", "communicate": "comm_s"}  # a phase's key in a step's results
 
 
 def compute_units(units: float, device, m: int | None = None, per_unit: int | None = None, seed: int = 0):
-    """Do ``units`` units of deterministic work on ``device``; returns a small tensor summarising it.
-
-    One unit = ``per_unit`` matmuls of an m x m float32 matrix, so the cost is proportional to ``units``
-    (fractional units round to whole matmuls). The values stay bounded; the result depends on ``seed``.
-    """
+    """``units`` units of work on ``device`` (one unit: ``per_unit`` m x m matmuls); a small tensor summarising it."""
     import torch
 
     if device.type == "cpu":
@@ -34,8 +25,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
         # many threads the launcher gave it (several threads per rank on a busy machine spin and thrash).
         torch.set_num_threads(1)
     sizes = GPU_SIZES if device.type == "cuda" else CPU_SIZES
-    m = m or sizes["m"]
-    per_unit = per_unit or sizes["per_unit"]
+    m, per_unit = m or sizes["m"], per_unit or sizes["per_unit"]
     # A constant matrix made on the device: no host-side set-up cost inside the timed span. Rows sum
     # to 0.5, so y <- a @ y + 1 stays bounded (no overflow, no denormals). ``seed`` shifts the start.
     a = torch.full((m, m), 0.5 / m, device=device)
@@ -48,21 +38,15 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
 
 
 def sleep_units(units: float, seconds_per_unit: float) -> None:
-    """Deterministic-cost work: sleep ``units * seconds_per_unit`` seconds.
-
-    A sleeping rank uses no CPU, so its time does not depend on how many other processes share the cores
-    (only the wake-up can be late, by the scheduler's latency, which :func:`straggler_step` measures). Use it
-    where a lesson or a test asserts an ordering or a ratio of times; use :func:`compute_units` to see real
-    work, whose time depends on the device and the load.
-    """
+    """Deterministic-cost work: a sleeping rank uses no CPU, so its time does not depend on what shares the cores
+    (only its wake-up can be late). For asserting an ordering or a ratio of times; :func:`compute_units` is real."""
     if units < 0 or seconds_per_unit < 0:
         raise ValueError(f"units and seconds_per_unit must be >= 0, got {units}, {seconds_per_unit}")
     time.sleep(units * seconds_per_unit)  # after a signal Python sleeps on for the time left (PEP 475)
 
 
 def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
-    """All-gather a few times of every rank (time.monotonic: one clock for all processes of a host); per time
-    given, a tuple of every rank's."""
+    """Per time given (time.monotonic: one clock for a host's processes), a tuple of every rank's."""
     import torch
     import torch.distributed as dist
 
@@ -73,49 +57,32 @@ def _gather_times(times, device, world_size: int) -> list[tuple[float, ...]]:
 
 
 def straggler_step(
-    rank: int,
-    world_size: int,
+    rank,
+    world_size,
     shard_units,
-    grad_numel: int | None = None,
-    steps: int = 1,
-    m: int | None = None,
-    per_unit: int | None = None,
+    grad_numel=None,
+    steps=1,
+    m=None,
+    per_unit=None,
     seconds_per_unit=None,
-    timestamp_barrier: bool = True,
-    label: str = "",
+    timestamp_barrier=True,
+    label="",
 ) -> dict:
-    """One synchronous step per ``steps``: compute proportional to ``shard_units[rank]``, then all-reduce.
+    """``steps`` synchronous steps: compute proportional to ``shard_units[rank]``, then all-reduce, traced.
 
-    ``seconds_per_unit``: None for real matmuls (:func:`compute_units`, sizes ``m``/``per_unit``), or the seconds
-    one unit takes in the deterministic-cost mode (:func:`sleep_units`); one number, or one per rank (ranks of
-    different speeds). Spans: "compute", "wait" (from this rank's arrival at the collective until the last rank
-    arrived, from the all-gathered arrival times) and "communicate" (the all-reduce of a ``grad_numel`` float32
-    gradient; default by device). ``label`` (a message size, say) goes into every span's name, as
-    "compute (1 KiB)": the lab's step breakdown reads the size back from a trace.
-
-    ``timestamp_barrier=False`` leaves out the all-gather of arrival times before the all-reduce, as in a real
-    training step: the early ranks wait *inside* the collective, in their "communicate" span (what a profiler
-    trace shows). The arrival times are all-gathered *after* it, so ``wait_s`` is still known, but it is no span
-    of its own: ``comm_s >= wait_s`` on every rank and step.
-
-    Returns the rank, device, shard, per-step lists ``compute_s``, ``wait_s``, ``comm_s`` and ``start_skew_s``
-    (how far apart the ranks left the barrier that starts the step), ``result`` (the all-reduced gradient's
-    first value, the same on every rank) and ``timestamp_barrier``.
+    ``seconds_per_unit``: None for real matmuls, or the sleep of one unit (one number, or one per rank).
+    ``label`` (a message size) goes into every span's name: the lab's step breakdown reads it back from a trace.
+    The "wait" span runs from this rank's arrival until the last rank's, from the all-gathered arrival times.
+    ``timestamp_barrier=False`` gathers them *after* the all-reduce, as in a real step: the early ranks wait
+    inside the collective (what a profiler shows), and ``wait_s`` is known but no span: ``comm_s >= wait_s``.
+    ``start_skew_s``: how far apart the ranks left the barrier that starts each step.
     """
     import torch
     import torch.distributed as dist
 
-    device = rank_device()
-    units = float(shard_units[rank])
+    device, units = rank_device(), float(shard_units[rank])
     if seconds_per_unit is not None and not isinstance(seconds_per_unit, (int, float)):
         seconds_per_unit = seconds_per_unit[rank]
-
-    def work(amount, seed=0):
-        if seconds_per_unit is None:
-            compute_units(amount, device, m, per_unit, seed=seed)
-        else:
-            sleep_units(amount, seconds_per_unit)
-
     if grad_numel is None:  # 16 KiB on the CPU, 64 MiB on a GPU
         grad_numel = (1 << 24) if device.type == "cuda" else (1 << 12)
     grad = torch.full((grad_numel,), float(rank + 1), device=device)
@@ -123,18 +90,18 @@ def straggler_step(
         compute_units(0.5, device, m, per_unit)  # warm-up: the first matmul pays one-off costs
     dist.all_reduce(grad.clone())  # warm-up: connections and this size's algorithm set up
     synchronize_device(device)
-    names = (
-        (f"compute ({label})", f"wait ({label})", f"all_reduce {label}")
-        if label
-        else (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
-    )
+    plain = (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
+    names = (f"compute ({label})", f"wait ({label})", f"all_reduce {label}") if label else plain
     out = dict(rank=rank, device=str(device), shard=shard_units[rank])
     out |= {k: [] for k in ("compute_s", "wait_s", "comm_s", "start_skew_s")}
     out["timestamp_barrier"] = bool(timestamp_barrier)
     for step in range(steps):
         dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
-            work(units, seed=step)
+            if seconds_per_unit is None:
+                compute_units(units, device, m, per_unit, seed=step)
+            else:
+                sleep_units(units, seconds_per_unit)
         compute = trace.latest()  # each figure is its span's own time: what a trace shows
         if timestamp_barrier:  # waiting measured before the collective, as its own span
             starts, arrivals = _gather_times((compute.start, compute.end), device, world_size)
@@ -159,17 +126,12 @@ def straggler_step(
 
 
 def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, iters: int = 10) -> list[float]:
-    """Seconds per ``dist.all_reduce`` of a float32 buffer, for each size in ``sizes_bytes``.
-
-    Each measurement times ``iters`` back-to-back calls (so that the ranks' start skew and the timer
-    are spread over many calls) after a barrier; returns, per size, the median over ``repeats`` of the
-    time per call, as seen by this rank. On a GPU the time includes the kernels (synchronised).
-    """
+    """Per size, this rank's median over ``repeats`` of the seconds per ``dist.all_reduce``, each a batch of
+    ``iters`` calls after a barrier (spreading the start skew and the timer over many calls)."""
     import torch
     import torch.distributed as dist
 
-    device = rank_device()
-    medians = []
+    device, medians = rank_device(), []
     for nbytes in sizes_bytes:
         x = torch.ones(max(1, int(nbytes) // 4), device=device)
         dist.all_reduce(x)  # warm-up (connection and buffer set-up)
@@ -185,9 +147,7 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
 def scaling_step(
     rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3, weak: bool = False
 ) -> dict:
-    """Strong (or weak) scaling step: ``total_units / world_size`` units of compute (``total_units`` per
-    rank when ``weak``), then an all-reduce of ``grad_numel`` float32: :func:`straggler_step` with equal
-    shards and no timestamp barrier. Returns medians of compute, comm and step seconds on this rank."""
+    """Strong (or ``weak``) scaling: equal shards of ``total_units`` and no timestamp barrier; this rank's medians."""
     units = total_units if weak else total_units / world_size
     run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
     med, compute, comm = statistics.median, run["compute_s"], run["comm_s"]

@@ -3,44 +3,25 @@
     python -m mgpu_helpers.tools.exercises generate   # write notebooks/ and exercises/ from solutions/
     python -m mgpu_helpers.tools.exercises check      # exit 1 if regenerating would change a committed file
 
-``solutions/`` holds the worked version of everything a learner opens:
+``solutions/NN_name.ipynb`` (a lesson) -> ``notebooks/``; ``solutions/exNN_name.ipynb`` (an exercise) ->
+``exercises/``. In a worked notebook (nbgrader's markers):
 
-- ``solutions/NN_name.ipynb`` (a lesson, worked) -> ``notebooks/NN_name.ipynb`` (the lesson the learner opens);
-- ``solutions/exNN_name.ipynb`` (an exercise, solved) -> ``exercises/exNN_name.ipynb``.
+- ``### BEGIN/END SOLUTION`` inside a function becomes ``raise NotImplementedError("练习：补全这里（约 N 行）")``,
+  N the code lines removed; the ``def`` and docstring above stay (the spec), and so do ``# ✎`` hint lines. Outside
+  a function a region may hold only assignments (a prediction): each becomes ``name = None``;
+- markdown between ``<!-- BEGIN/END SOLUTION -->`` (an answer) stays, folded in a ``<details>`` block;
+- ``### BEGIN/END HIDDEN TESTS`` are left out (a cell of nothing else, whole); the suite runs the learner's copy
+  with them put back (:func:`tested_version`), as nbgrader's autograder does;
+- in a lesson, an ``#| export`` cell tagged ``worked-only`` becomes an import of what it defines from the
+  generated module, so the cells after it run without its source being there.
 
-In a worked notebook (nbgrader's markers):
-
-- code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` inside a function (or a method) becomes one line at the
-  marker's indentation: ``raise NotImplementedError("练习：补全这里（约 N 行）")``, N being the number of code
-  lines removed (blank lines and comment-only lines not counted). The ``def`` line and docstring above the
-  marker stay, so the reader sees the signature and the spec; comment lines of the region that start with
-  ``# ✎`` stay too (a hint of what to write);
-- a region outside any function may hold assignments only (a prediction, a number the learner works out):
-  each ``name = value`` becomes ``name = None``, keeping the comment of its first line;
-- markdown between ``<!-- BEGIN SOLUTION -->`` and ``<!-- END SOLUTION -->`` (the answer to a question) stays,
-  folded: inside the ``<details>`` block it already sits in, or in one of its own, opened after trying;
-- code between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS`` (the worked notebook's assertions) is left
-  out of the learner's copy, and a cell that holds nothing else is left out whole. The test suite runs the
-  learner's copy with them put back (:func:`tested_version`), as nbgrader's autograder does;
-- in a lesson, an ``#| export`` code cell tagged ``worked-only`` (the course's full version of what a fill-in
-  asks for) becomes one line that imports the names it defines from the generated module, so the cells after
-  it run in the learner's version without its source being there.
-
-The two kinds differ in what happens after a stub:
-
-- an **exercise**: a code cell that uses a function whose body was stubbed (its name appears in the cell), or
-  whose first line is ``# EXERCISE_CHECK``, gets the cell tag ``raises-exception``: an untouched exercise
-  notebook then runs top to bottom ("Run All", nbval) and stops nowhere, while every such cell still ends
-  in the stub's error (or the checker's "这个练习还没有完成"). Exercise notebooks carry no outputs;
-- a **lesson**: no tags. The cell right after a fill-in passes the learner's function to its checker
-  (``f = mh.checks.<area>.try_f(f)``), which gives back the reference while ``f`` is still the stub, saying so,
-  so the cells that build on it run either way. The ``#| export`` line (a maintainer's marker, see
-  :mod:`mgpu_helpers.tools.nbexport`) is dropped. A checked cell may not hold a fill-in.
-
-The copy a learner opens (:func:`learner_copy`) holds no outputs and no maintainer's markers: nothing there answers
-a question before the learner runs the cell that checks it. The version the test suite runs
-(:func:`tested_version`) is that copy with the hidden tests, the ``# NBVAL_CHECK_OUTPUT`` lines and the worked
-notebook's checked outputs put back, so nbval checks that the learner's copy prints what the worked one does.
+In an **exercise**, a cell that uses a stubbed function, or starts with ``# EXERCISE_CHECK``, is tagged
+``raises-exception``: an untouched exercise runs top to bottom (nbval) while each such cell still ends in the
+stub's error. A **lesson** gets no tags: the cell after a fill-in passes the learner's function to its checker,
+which gives back the reference while it is still the stub, so later cells run either way; a checked cell may not
+hold a fill-in. The copy a learner opens holds no outputs and no maintainer's markers: nothing there answers a
+question before the learner runs the cell that checks it; nbval compares the tested version's checked outputs
+with the worked notebook's.
 """
 
 import ast
@@ -54,8 +35,8 @@ import tokenize
 
 from mgpu_helpers.tools import nbtools
 from mgpu_helpers.tools.nbexport import MARKER as EXPORT_LINE
+from mgpu_helpers.tools.nbexport import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOLUTIONS_DIR = os.path.join(ROOT, "solutions")
 EXERCISES_DIR = os.path.join(ROOT, "exercises")
 NOTEBOOKS_DIR = os.path.join(ROOT, "notebooks")
@@ -84,7 +65,7 @@ BANNER = (
     "再运行下面的 `check` 单元格。自己试过之后，参考答案在 `solutions/{name}`。"
 )
 
-_DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")
+_TOP_DEF = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)\s*[(:]")  # unindented: a top-level def or class
 
 
 class MarkerError(ValueError):
@@ -92,13 +73,8 @@ class MarkerError(ValueError):
 
 
 def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[str]]:
-    """Replace each solution region of a code cell by its stub (see the module's docstring).
-
-    Returns ``(new_source, names)``: ``names`` are the top-level functions whose bodies were stubbed, in
-    order of appearance (no repeats). Raises :class:`MarkerError` for an unpaired marker, or a region outside
-    a function that holds more than assignments. ``keep_functions``: a function's region stays as it is,
-    markers and all (nbgrader's source, :mod:`mgpu_helpers.tools.grading`); predictions are still stubbed.
-    """
+    """``(source with each solution region stubbed, the top-level functions stubbed)``. ``keep_functions``: a
+    function's region stays, markers and all (nbgrader's source); predictions are still stubbed."""
     lines, out, names, i = source.split("\n"), [], [], 0
     while i < len(lines):
         ln = lines[i]
@@ -133,7 +109,7 @@ def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[st
 
 
 def _stub_assignments(region: list[str], line_no: int) -> list[str]:
-    """A region outside any function: every ``name = value`` becomes ``name = None`` (first-line comment kept)."""
+    """Every ``name = value`` becomes ``name = None``, its first line's comment kept."""
     text = "\n".join(region)
     try:
         tree = ast.parse(text)
@@ -141,44 +117,37 @@ def _stub_assignments(region: list[str], line_no: int) -> list[str]:
         raise MarkerError(f"the solution region at line {line_no} does not parse: {exc}") from None
     out = [r for r in region if r.strip().startswith(HINT_MARK)]
     for node in tree.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
+        annotated = [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = node.targets if isinstance(node, ast.Assign) else annotated
         if not targets or not all(isinstance(t, ast.Name) for t in targets):
-            raise MarkerError(
-                f"the solution region at line {line_no} is not inside a function: outside a function "
-                "a region may hold only assignments to names (a prediction, a number)"
-            )
+            rule = "outside a function a region may hold only assignments to names (a prediction, a number)"
+            raise MarkerError(f"the solution region at line {line_no} is not inside a function: {rule}")
         comment = _comment(region[node.lineno - 1])
         out.append(" = ".join(t.id for t in targets) + " = None" + (f"  {comment}" if comment else ""))
     return out
 
 
 def _comment(line: str) -> str:
-    """The line's ``#`` comment ("" when it has none), ignoring a ``#`` inside a string."""
+    """The line's ``#`` comment, or "" (a ``#`` inside a string is none)."""
     try:
-        return next(
-            (t.string for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.COMMENT), ""
-        )
+        tokens = tokenize.generate_tokens(io.StringIO(line).readline)
+        return next((t.string for t in tokens if t.type == tokenize.COMMENT), "")
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return ""
 
 
 def _top_level_function(lines_above: list[str]) -> str | None:
-    """Name of the unindented ``def`` or ``class`` the next line belongs to (None when the last top-level line
-    is neither: the region is at the top level of the cell)."""
+    """The unindented ``def`` or ``class`` the next line belongs to (None at the cell's top level)."""
     for ln in reversed(lines_above):
-        m = _DEF.match(ln)
-        if m and m.group(1) == "":
-            return m.group(2)
+        if m := _TOP_DEF.match(ln):
+            return m.group(1)
         if ln and not ln[0].isspace() and not ln.startswith(("@", "#", ")")):
             return None  # another top-level statement: the region is outside any function
     return None
 
 
 def fold_markdown(source: str) -> str:
-    """Fold the ``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->`` parts of a markdown cell: the markers go,
-    the answer stays inside the ``<details>`` block it sits in, or gets a ``<details>`` block of its own."""
+    """The answers of a markdown cell without markers, inside the ``<details>`` they sit in, or one of their own."""
     pattern = re.compile(re.escape(MD_BEGIN) + r"(.*?)" + re.escape(MD_END), re.S)
     if source.count(MD_BEGIN) != source.count(MD_END) or len(pattern.findall(source)) != source.count(MD_BEGIN):
         raise MarkerError("unpaired <!-- BEGIN/END SOLUTION --> markers in a markdown cell")
@@ -193,8 +162,7 @@ def fold_markdown(source: str) -> str:
 
 
 def without_hidden_tests(source: str) -> str | None:
-    """A code cell's source without its ``### BEGIN/END HIDDEN TESTS`` regions; None when nothing but comments
-    and blank lines is left (the cell is a hidden test as a whole)."""
+    """A code cell's source without its hidden tests; None when only comments are left (a hidden test cell)."""
     found = HIDDEN_REGION.findall(source)
     if source.count(HIDDEN_BEGIN) != source.count(HIDDEN_END) or len(found) != source.count(HIDDEN_BEGIN):
         raise MarkerError("unpaired ### BEGIN/END HIDDEN TESTS markers in a code cell")
@@ -205,9 +173,8 @@ def without_hidden_tests(source: str) -> str | None:
 
 
 def learner_copy(nb, keep_outputs: bool = False):
-    """The copy a learner opens, from the version the suite tests (:func:`tested_version`): the hidden tests
-    and the ``# NBVAL_CHECK_OUTPUT`` lines left out, and no outputs (``keep_outputs`` keeps those of a run, for
-    a copy of a run that is shown as it ran). A new notebook; ``nb`` is left as it is."""
+    """The copy a learner opens, from :func:`tested_version`'s: no hidden tests, no ``# NBVAL_CHECK_OUTPUT`` lines,
+    and no outputs (``keep_outputs`` keeps a run's, for a copy shown as it ran)."""
     out = copy.deepcopy(nb)
     for cell in out.cells:
         if cell.cell_type == "code":
@@ -218,21 +185,16 @@ def learner_copy(nb, keep_outputs: bool = False):
 
 
 def make_exercise(nb, name: str = "", keep_solutions: bool = False):
-    """The exercise version of a solution notebook, as the suite tests it (``name``: the solution's file name, for
-    the banner added to the first markdown cell). Returns ``(exercise_nb, stubbed_names)``."""
+    """``(exercise notebook as the suite tests it, stubbed names)``; ``name``: the solution's file, for the banner."""
     return _learner_version(nb, name, keep_solutions, lesson=False)
 
 
 def make_lesson(nb, name: str = "", keep_solutions: bool = False):
-    """The learner's version of a worked lesson, as the suite tests it: the worked lesson's checked outputs kept,
-    for nbval to compare. Returns ``(lesson_nb, stubbed_names)``; raises :class:`MarkerError` when a checked cell
-    holds a fill-in."""
+    """``(learner's lesson as the suite tests it, checked outputs kept, stubbed names)``."""
     return _learner_version(nb, name, keep_solutions, lesson=True)
 
 
 def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
-    """:func:`make_lesson` or :func:`make_exercise`: a new notebook (``nb`` is left as it is) whose
-    :func:`learner_copy` is what the learner opens."""
     out, stubbed, defining = copy.deepcopy(nb), [], set()
     for k, cell in enumerate(out.cells):
         if cell.cell_type == "markdown" and MD_BEGIN in cell.source:
@@ -241,21 +203,19 @@ def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
             continue
         if lesson and WORKED_ONLY_TAG in cell.metadata.get("tags", []):
             cell.source = _import_instead(cell, nb.metadata.get("mgpu", {}).get("export"), name, k)
-            cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != WORKED_ONLY_TAG]
-            if not cell.metadata["tags"]:
-                del cell.metadata["tags"]
+            tags = [t for t in cell.metadata.pop("tags") if t != WORKED_ONLY_TAG]
+            cell.metadata |= {"tags": tags} if tags else {}
             cell.metadata.pop("jupyter", None)
             continue
         if BEGIN in cell.source:
             if lesson and nbtools.is_checked(cell):
-                raise MarkerError(
-                    f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: "
-                    "its output would differ between the worked and the learner's version"
-                )
+                why = "its output would differ between the worked and the learner's version"
+                raise MarkerError(f"cell {k} of {name or 'the lesson'} is checked by nbval and holds a fill-in: {why}")
             cell.source, names = stub_source(cell.source, keep_solutions)
             stubbed += [n for n in names if n not in stubbed]
             defining.add(k)
-            _mark_answer(cell, names)
+            if names:  # a cell where the learner writes a function (a prediction is not graded)
+                _nbgrader(cell, "answer")
         first, _, rest = cell.source.partition("\n")
         if lesson and EXPORT_LINE.match(first.strip()):
             cell.source = rest
@@ -276,42 +236,31 @@ def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
 
 
 def _nbgrader(cell, kind: str, **points) -> None:
-    """nbgrader's metadata of a cell: ``"answer"`` (the learner writes there) or ``"check"`` (autograded, locked)."""
+    """nbgrader's metadata: ``"answer"`` (the learner writes there) or ``"check"`` (autograded, locked)."""
     check = kind == "check"
     cell.metadata["nbgrader"] = dict(grade=check, solution=not check, locked=check, schema_version=3)
     cell.metadata["nbgrader"] |= {"grade_id": f"{kind}-{cell.id}", **points}
 
 
-def _mark_answer(cell, functions) -> None:
-    """nbgrader's metadata for a cell where the learner writes a function (a prediction is not graded)."""
-    if functions:
-        _nbgrader(cell, "answer")
-
-
 def _mark_checks(nb) -> None:
-    """nbgrader's metadata for the autograded cells: a check of the learner's code (a point), and a cell with
-    hidden tests (no points: they guard the notebook's own results, and run where the learner's code does)."""
+    """Autograded: a check of the learner's code (a point), hidden tests (none: they guard the notebook's own)."""
     from mgpu_helpers.tracking import CHECK_CALL
 
     for cell in nb.cells:
-        if (
-            cell.cell_type == "code"
-            and "nbgrader" not in cell.metadata
-            and (CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source)
-        ):
+        if cell.cell_type != "code" or "nbgrader" in cell.metadata:
+            continue
+        if CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source:
             _nbgrader(cell, "check", points=1 if CHECK_CALL.search(cell.source) else 0)
 
 
 def _import_instead(cell, default_module, name: str, k: int) -> str:
-    """The learner's line for a ``worked-only`` cell: import what the cell defines from its generated module."""
+    """The learner's line for a ``worked-only`` cell: import what it defines from its generated module."""
     lines = cell.source.split("\n")
     marker = EXPORT_LINE.match(lines[0].strip())  # `#| export [NAME]`
     module = marker and (marker.group("name") or default_module)
     if not module:
-        raise MarkerError(
-            f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: "
-            "the learner's version could not load what it defines"
-        )
+        why = "the learner's version could not load what it defines"
+        raise MarkerError(f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: {why}")
     names = []
     for node in ast.parse("\n".join(lines[1:])).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -327,14 +276,12 @@ def is_lesson(path: str) -> bool:
 
 
 def solution_paths() -> list[str]:
-    """Every worked notebook: the lessons ``NN_name`` and the exercises ``exNN_name``."""
     return sorted(glob.glob(os.path.join(SOLUTIONS_DIR, "*.ipynb")))
 
 
 def tested_version(solution_path: str, keep_solutions: bool = False):
-    """The learner's notebook for ``solution_path`` as the suite runs it: the committed copy with the hidden
-    tests, the ``# NBVAL_CHECK_OUTPUT`` lines and (in a lesson) the worked notebook's checked outputs.
-    ``keep_solutions``: the functions' solutions stay, between their markers (nbgrader's source)."""
+    """The learner's notebook as the suite runs it: with the hidden tests, the ``# NBVAL_CHECK_OUTPUT`` lines and
+    (in a lesson) the checked outputs. ``keep_solutions``: the solutions stay between their markers (nbgrader)."""
     import nbformat
 
     nb = nbformat.read(solution_path, as_version=4)
@@ -343,8 +290,7 @@ def tested_version(solution_path: str, keep_solutions: bool = False):
 
 
 def render(solution_path: str, tested=None) -> str:
-    """The learner's notebook for ``solution_path``, as the exact text that is committed (``tested``: its
-    :func:`tested_version`, where the caller has it already)."""
+    """The learner's notebook as the exact committed text (``tested``: its :func:`tested_version`, if at hand)."""
     import nbformat
 
     out = learner_copy(tested if tested is not None else tested_version(solution_path))
@@ -354,13 +300,12 @@ def render(solution_path: str, tested=None) -> str:
 
 
 def learner_path(solution_path: str) -> str:
-    """Where the learner's version of a worked notebook goes: notebooks/ for a lesson, exercises/ otherwise."""
     folder = NOTEBOOKS_DIR if is_lesson(solution_path) else EXERCISES_DIR
     return os.path.join(folder, os.path.basename(solution_path))
 
 
 def generate() -> list[str]:
-    """Write every learner's notebook; returns the paths written (only those whose text changed)."""
+    """Write every learner's notebook; returns the paths whose text changed."""
     paths = {sol: learner_path(sol) for sol in solution_paths()}
     return [path for sol, path in paths.items() if nbtools.write_if_changed(path, render(sol))]
 
@@ -379,11 +324,9 @@ def out_of_sync() -> list[str]:
         elif old != render(sol):
             problems.append(f"{rel} is not what {os.path.relpath(sol, ROOT)} generates")
     wanted = {learner_path(sol) for sol in sols}
-    for folder in (EXERCISES_DIR, NOTEBOOKS_DIR):
-        for extra in sorted(glob.glob(os.path.join(folder, "*.ipynb"))):
-            if extra not in wanted:
-                problems.append(f"{os.path.relpath(extra, ROOT)} has no worked notebook in solutions/")
-    return problems
+    extra = [p for d in (EXERCISES_DIR, NOTEBOOKS_DIR) for p in sorted(glob.glob(os.path.join(d, "*.ipynb")))]
+    orphans = [os.path.relpath(p, ROOT) for p in extra if p not in wanted]
+    return problems + [f"{rel} has no worked notebook in solutions/" for rel in orphans]
 
 
 def main(argv: list[str]) -> int:
@@ -394,11 +337,9 @@ def main(argv: list[str]) -> int:
         for path in generate():
             print(f"wrote {os.path.relpath(path, ROOT)}")
         return 0
-    if nbtools.report(
-        out_of_sync(),
-        "notebooks/ and exercises/ are not in sync with solutions/: "
-        "run `python -m mgpu_helpers.tools.exercises generate`",
-    ):
+    fix = "notebooks/ and exercises/ are not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises"
+    fix += " generate`"
+    if nbtools.report(out_of_sync(), fix):
         return 1
     print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")
     return 0

@@ -2,19 +2,10 @@
 
     python -m mgpu_helpers.tools.export [--out build/site] [--execute] [--slides] [notebooks ...]
 
-- every notebook (default: notebooks/*.ipynb, in course order) becomes ``OUT/NN_name.html`` (nbconvert's lab
-  template, images embedded); with ``--execute`` it is run first (nbclient), so every figure is in the page;
-- a widget has no kernel behind it in a static page: each displayed widget is replaced by what it showed
-  (the figures and text of its Output areas, its HTML, and its controls' values written out), so its static
-  drawing appears in the HTML and no widget JavaScript is fetched from a CDN;
-- a review question (a cell calling ``quiz.ask("id")``) becomes the question with its hint and answer folded
-  in ``<details>`` (:func:`fold_quiz_answers`): the answer comes from the package's data file, never from
-  the notebook, and waits until the reader opens it;
-- ``--slides`` also writes ``OUT/slides/NN_name.slides.html`` (reveal.js, from the slide metadata that
-  ``nbtools clean`` puts on every cell);
-- ``OUT/index.html`` lists the notebooks in course order, titled by each notebook's first heading;
-- reveal.js, MathJax, require.js and jQuery are served from ``OUT/vendor/`` (fetched once with ``npm pack`` into
-  ``build/vendor/``, never committed), so pages and slides work offline.
+A widget has no kernel behind it in a static page: each is replaced by what it showed, so no widget JavaScript is
+fetched from a CDN. A review question's answer comes from the package's data, folded until the reader opens it.
+reveal.js, MathJax, require.js and jQuery are served from ``OUT/vendor/`` (fetched once with ``npm pack`` into
+``build/vendor/``, never committed), so pages and slides work offline.
 """
 
 import argparse
@@ -37,12 +28,12 @@ from mgpu_helpers.tools.nbtools import execute, markdown_lines, source
 # Pinned front-end packages (npm), unpacked into the vendor folder. nbconvert's reveal template is written
 # for reveal.js 4; its MathJax configuration for MathJax 2.
 VENDOR_PACKAGES = {"reveal.js": "4.6.0", "mathjax": "2.7.9", "requirejs": "2.3.7", "jquery": "2.2.4"}
-JQUERY_KEEP = ("dist/jquery.min.js",)
-# Of MathJax only what the TeX-AMS_CHTML-full configuration loads (the full package is 73 MB).
-MATHJAX_KEEP = (
-    *("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX"),
-    *("jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en"),
-)
+# What is unpacked where not all: of MathJax what the TeX-AMS_CHTML-full configuration loads (the whole is 73 MB).
+VENDOR_KEEP = {
+    "jquery": ("dist/jquery.min.js",),
+    "mathjax": ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions", "jax/input/TeX")
+    + ("jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff", "localization/en"),
+}
 MATHJAX_CONFIG = "mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
 # nbconvert's templates import Mermaid from a CDN (the reveal template always does); the course draws no
 # Mermaid diagrams, so the pages import this local stand-in instead.
@@ -56,7 +47,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 def title_of(nb, fallback: str = "") -> str:
-    """The text of the notebook's first Markdown heading (any level), without Markdown markup."""
+    """The notebook's first Markdown heading, without markup."""
     for line in markdown_lines(nb):
         m = re.match(r"\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
         if m:
@@ -65,65 +56,46 @@ def title_of(nb, fallback: str = "") -> str:
     return fallback
 
 
-# ---------------------------------------------------------------------------------------------- vendor assets
-
-
 def _unpack(tgz: str, dest: str, keep=None) -> None:
+    """The files below the package's top folder (only ``keep``'s paths, where given)."""
+    wanted = lambda rel: rel and (not keep or any(rel == k or rel.startswith(k + "/") for k in keep))
     with tarfile.open(tgz) as tar:
         members = []
         for m in tar.getmembers():
-            rel = m.name.split("/", 1)[1] if "/" in m.name else ""
-            if not rel or (keep and not any(rel == k or rel.startswith(k + "/") for k in keep)):
-                continue
-            if not (m.isfile() or m.isdir()):
-                continue
-            m.name = rel
-            members.append(m)
+            m.name = m.name.split("/", 1)[1] if "/" in m.name else ""
+            members += [m] if wanted(m.name) and (m.isfile() or m.isdir()) else []
         tar.extractall(dest, members=members, filter="data")
 
 
 def ensure_vendor(where: str | None = None) -> str:
-    """The folder holding reveal.js/, mathjax/ and requirejs/, fetched with ``npm pack`` when missing.
-
-    Raises RuntimeError (saying what to install) when a package is missing and npm is not there.
-    """
+    """The folder of the front-end packages, fetched with ``npm pack`` when missing (RuntimeError without npm)."""
     where = where or os.environ.get("MGPU_VENDOR_DIR", os.path.join(os.getcwd(), "build", "vendor"))
-    missing = {
-        name: ver
-        for name, ver in VENDOR_PACKAGES.items()
-        if not os.path.exists(os.path.join(where, name, ".version-" + ver))
-    }
+    have = lambda name, ver: os.path.exists(os.path.join(where, name, ".version-" + ver))
+    missing = {name: ver for name, ver in VENDOR_PACKAGES.items() if not have(name, ver)}
     if not missing:
         return where
     if shutil.which("npm") is None:
-        raise RuntimeError(
-            f"the offline copies of {', '.join(missing)} are not in {where} and npm is not "
-            "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)"
-        )
+        how = "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)"
+        raise RuntimeError(f"the offline copies of {', '.join(missing)} are not in {where} and npm is not {how}")
     os.makedirs(where, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         specs = [f"{n}@{v}" for n, v in missing.items()]
         subprocess.run(["npm", "pack", "--silent", *specs], cwd=tmp, check=True, capture_output=True, timeout=600)
         for name, ver in missing.items():
-            tgz = os.path.join(tmp, f"{name}-{ver}.tgz")
             dest = os.path.join(where, name)
             shutil.rmtree(dest, ignore_errors=True)
-            _unpack(tgz, dest, {"mathjax": MATHJAX_KEEP, "jquery": JQUERY_KEEP}.get(name))
-            if name == "reveal.js":
-                _drop_web_fonts(os.path.join(dest, "dist", "theme"))
+            _unpack(os.path.join(tmp, f"{name}-{ver}.tgz"), dest, VENDOR_KEEP.get(name))
+            # reveal.js's themes @import Google web fonts; offline the browser falls back to local fonts anyway.
+            themes = glob.glob(os.path.join(dest, "dist", "theme", "*.css")) if name == "reveal.js" else []
+            for css in map(Path, themes):
+                text = css.read_text(encoding="utf-8")
+                css.write_text(re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text), encoding="utf-8")
             Path(dest, ".version-" + ver).touch()
     return where
 
 
-def _drop_web_fonts(theme_dir: str) -> None:
-    """reveal.js themes @import Google web fonts; offline the browser falls back to local fonts anyway."""
-    for css in map(Path, glob.glob(os.path.join(theme_dir, "*.css"))):
-        text = css.read_text(encoding="utf-8")
-        css.write_text(re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text), encoding="utf-8")
-
-
 def copy_vendor(out: str, where: str | None = None) -> str:
-    """Copy the vendored front-end files into ``out/vendor`` (what the pages link to); returns that path."""
+    """Copy the vendored front-end files into ``out/vendor``, which the pages link to."""
     src = ensure_vendor(where)
     dest = os.path.join(out, "vendor")
     for name in VENDOR_PACKAGES:
@@ -132,26 +104,21 @@ def copy_vendor(out: str, where: str | None = None) -> str:
     return dest
 
 
-# ---------------------------------------------------------------------------------------------- widgets
-
-
 def _ref(value):
     return value[len("IPY_MODEL_") :] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None
 
 
 def _display(html_text: str, text: str | None = None) -> dict:
-    """A display_data output of ``html_text``, with ``text`` as its plain-text form where given."""
-    data = {"text/html": html_text} if text is None else {"text/html": html_text, "text/plain": text}
+    data = {"text/html": html_text} | ({} if text is None else {"text/plain": text})
     return {"output_type": "display_data", "metadata": {}, "data": data}
 
 
 def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) -> None:
-    """Collect, depth first, the controls (as text) and the Output areas' outputs of one widget tree."""
+    """Collect, depth first, the controls (as text) and the outputs of one widget tree."""
     if model_id in seen or model_id not in state:
         return
     seen.add(model_id)
-    model = state[model_id]
-    name, s = model.get("model_name", ""), model.get("state", {})
+    name, s = state[model_id].get("model_name", ""), state[model_id].get("state", {})
     if name == "OutputModel":
         outputs.extend(s.get("outputs", []))
     elif name in ("HTMLModel", "HTMLMathModel", "LabelModel"):
@@ -173,19 +140,16 @@ PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
 
 
 def _plain_text(model: dict) -> str:
-    """An HTML or Label widget's value as plain text (tags dropped, entities and tqdm's spaces undone)."""
+    """An HTML or Label widget's value as plain text (entities and tqdm's spaces undone)."""
     text = re.sub(r"<[^>]+>", "", str(model.get("state", {}).get("value", "")))
     return html.unescape(text).replace("\u2007", " ").replace("\xa0", " ").strip()
 
 
 def progress_line(model_id: str, state: dict) -> str | None:
-    """A progress bar widget as the line a terminal shows, or None if ``model_id`` is not one.
-
-    ``tqdm.auto`` in a notebook displays an HBox of [HTML description, FloatProgress, HTML counts], e.g.
-    ``sizes: 100%|##########| 3/3 [00:02<00:00, 1.20it/s]``; a bare IntProgress/FloatProgress gives its bar."""
+    """A progress bar widget as the line a terminal shows (``sizes: 100%|##########| 3/3 [...]``), or None.
+    ``tqdm.auto`` displays an HBox of [HTML description, FloatProgress, HTML counts]."""
     model = state.get(model_id, {})
-    s = model.get("state", {})
-    kids = [state.get(_ref(c) or "", {}) for c in s.get("children", [])]
+    kids = [state.get(_ref(c) or "", {}) for c in model.get("state", {}).get("children", [])]
     bars = [k for k in kids if k.get("model_name") in PROGRESS_MODELS]
     if model.get("model_name") in PROGRESS_MODELS:
         bars, kids = [model], [model]
@@ -199,15 +163,12 @@ def progress_line(model_id: str, state: dict) -> str | None:
     if len(kids) == 1:  # a bare bar: its description and percentage
         return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
     at = kids.index(bars[0])  # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
-    left = " ".join(t for t in map(_plain_text, kids[:at]) if t)
-    right = " ".join(t for t in map(_plain_text, kids[at + 1 :]) if t)
+    left, right = (" ".join(t for t in map(_plain_text, part) if t) for part in (kids[:at], kids[at + 1 :]))
     return (left + drawn + (" " + right if right else "")).strip()
 
 
 def flatten_widgets(nb):
-    """A copy of ``nb`` in which every displayed widget is replaced by what it showed, and the widget state
-    dropped: the page then needs no widget JavaScript. A widget whose state was not stored (the notebook
-    was not executed here) becomes a one-line note."""
+    """A copy of ``nb`` with every widget replaced by what it showed, and the widget state dropped."""
     nb = copy.deepcopy(nb)
     state = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.get("cells", []):
@@ -224,60 +185,40 @@ def flatten_widgets(nb):
             controls, inner = [], []
             _walk(view.get("model_id", ""), state, controls, inner, set())
             note = "interactive widget (needs a running kernel)"
-            if controls:
-                note += ": " + "; ".join(html.escape(str(c)) for c in controls)
-            new.append(_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note))
-            new.extend(inner)
+            note += (": " + "; ".join(html.escape(str(c)) for c in controls)) if controls else ""
+            new += [_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note), *inner]
         if "outputs" in cell:
             cell["outputs"] = new
     nb.get("metadata", {}).pop("widgets", None)
     return nbformat.from_dict(nb)
 
 
-# ---------------------------------------------------------------------------------------------- quizzes
-
-
 def fold_quiz_answers(nb):
-    """A copy of ``nb`` in which every cell that asks review questions (``mh.widgets.quiz.ask("id")``) shows,
-    in place of its widget, each question with its hint and answer folded in ``<details>``: executed or not,
-    the static page has the question, and the answer waits until the reader opens it."""
+    """A copy of ``nb`` in which each ``quiz.ask`` cell shows its questions, hint and answer folded."""
     from mgpu_helpers.widgets import quiz
 
     nb = copy.deepcopy(nb)
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code":
-            continue
+    for cell in (c for c in nb.get("cells", []) if c.get("cell_type") == "code"):
         asked = [(quiz.get(i), quiz.number_of(i)) for i in quiz.asked_ids(source(cell))]
         if asked:
             cell["outputs"] = [_display(quiz.static_html(q, n), quiz.static_text(q, n)) for q, n in asked]
     return nbformat.from_dict(nb)
 
 
-# ---------------------------------------------------------------------------------------------- export
-
-
 def _export(exporter_class, nb, vendor_rel: str, mermaid_url: str, **options) -> str:
     """``nb`` through nbconvert with images embedded and every script served from ``vendor_rel``."""
-    exporter = exporter_class(
-        embed_images=True,
-        mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}",
-        require_js_url=f"{vendor_rel}/requirejs/require.js",
-        mermaid_js_url=mermaid_url,
-        mermaid_layout_elk_js_url="",
-        **options,
-    )
+    options |= dict(mathjax_url=f"{vendor_rel}/{MATHJAX_CONFIG}", require_js_url=f"{vendor_rel}/requirejs/require.js")
+    exporter = exporter_class(embed_images=True, mermaid_js_url=mermaid_url, mermaid_layout_elk_js_url="", **options)
     return exporter.from_notebook_node(flatten_widgets(fold_quiz_answers(nb)))[0]
 
 
 def to_html(nb, vendor_rel: str = "vendor") -> str:
-    """One notebook as a standalone HTML page (lab template, images embedded, MathJax from ``vendor_rel``)."""
     from nbconvert import HTMLExporter
 
     return _export(HTMLExporter, nb, vendor_rel, f"./{vendor_rel}/{MERMAID_STUB}", template_name="lab")
 
 
 def to_slides(nb, vendor_rel: str = "../vendor") -> str:
-    """One notebook as reveal.js slides, every script and style sheet served from ``vendor_rel``."""
     from nbconvert import SlidesExporter
 
     reveal = dict(reveal_scroll=True, reveal_transition="none", reveal_theme="white", reveal_width="1280")
@@ -287,10 +228,8 @@ def to_slides(nb, vendor_rel: str = "../vendor") -> str:
 
 
 def _index(entries, slides: bool) -> str:
-    items = []
-    for page, title, stem in entries:
-        extra = f" · <a href='slides/{stem}.slides.html'>slides</a>" if slides else ""
-        items.append(f"<li><a href='{html.escape(page)}'>{html.escape(title)}</a>{extra}</li>")
+    extra = lambda stem: f" · <a href='slides/{stem}.slides.html'>slides</a>" if slides else ""
+    items = [f"<li><a href='{html.escape(p)}'>{html.escape(t)}</a>{extra(s)}</li>" for p, t, s in entries]
     return (
         "<!DOCTYPE html>\n<html lang='zh-CN'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -301,11 +240,8 @@ def _index(entries, slides: bool) -> str:
     )
 
 
-def build_site(
-    out: str, notebooks=None, run: bool = False, slides: bool = False, timeout: int = 600, log=print
-) -> list[tuple[str, str, str]]:
-    """Export ``notebooks`` (default: the course) into ``out``; returns ``[(page, title, stem), ...]`` in
-    course order (the index page lists the same)."""
+def build_site(out, notebooks=None, run=False, slides=False, timeout=600, log=print) -> list[tuple[str, str, str]]:
+    """Export ``notebooks`` (default: the course) into ``out``; ``[(page, title, stem)]`` in course order."""
     notebooks = list(notebooks) if notebooks is not None else sorted(glob.glob(os.path.join("notebooks", "*.ipynb")))
     if not notebooks:
         raise FileNotFoundError("no notebooks to export (notebooks/*.ipynb matched nothing)")

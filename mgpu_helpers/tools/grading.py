@@ -2,19 +2,9 @@
 
     python -m mgpu_helpers.tools.grading setup DIR [NAME ...]
 
-writes ``DIR/nbgrader_config.py`` and, for each named notebook (default: every exercise, ``exNN_*``), nbgrader's
-source ``DIR/source/NAME/NAME.ipynb``: an assignment per notebook, named as the notebook. From there on it is
-nbgrader's own commands, run in DIR (README.md, "Teachers"): ``generate_assignment``, ``release_assignment``
-(or hand out ``release/``), ``collect``, ``autograde``, ``generate_feedback``, ``export``.
-
-The source is the learner's copy (:func:`mgpu_helpers.tools.exercises.tested_version`) with the worked
-functions still between ``### BEGIN SOLUTION`` / ``### END SOLUTION`` for nbgrader to clear, the hidden tests
-between nbgrader's own markers, and the cell metadata every learner's copy carries: the cells where the learner
-writes a function are solution cells, each check of the learner's code an autograded test cell worth a point.
-The configuration makes nbgrader's release match the learner's copy (the same stub), put back a check cell a
-submission deleted, stop a cell that runs past a time limit (an endless loop costs that cell's points, not the
-grading of the others), go on in a new kernel after a cell that crashed its kernel, and set ``MGPU_GRADING``, so that an unwritten fill-in fails its check instead of
-borrowing the course's version.
+writes ``DIR/nbgrader_config.py`` and nbgrader's source ``DIR/source/NAME/NAME.ipynb`` for each named notebook
+(default: every exercise); from there on it is nbgrader's own commands, run in DIR (README.md, "Teachers"). The
+source is the learner's copy with the worked functions still between nbgrader's markers for it to clear.
 """
 
 import sys
@@ -53,8 +43,6 @@ def autograde_preprocessors() -> list:
     from nbgrader.preprocessors import Execute
 
     class CrashSafeExecute(Execute):
-        """nbgrader's ``Execute``; a cell whose kernel dies gets an error saying so, and a new kernel runs on."""
-
         def preprocess_cell(self, cell, resources, index):
             try:
                 return super().preprocess_cell(cell, resources, index)
@@ -72,7 +60,6 @@ def autograde_preprocessors() -> list:
 
 
 def grading_source(solution_path: str):
-    """nbgrader's source notebook for the worked notebook at ``solution_path`` (see the module's docstring)."""
     nb = exercises.tested_version(solution_path, keep_solutions=True)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -81,9 +68,7 @@ def grading_source(solution_path: str):
 
 
 def setup(folder, names=(), solutions=None, timeout: int = CELL_TIMEOUT_S) -> list[Path]:
-    """Write nbgrader's course folder ``folder``: its configuration and one assignment per notebook named in
-    ``names`` (file stems; default: every exercise), taken from ``solutions`` (default: the course's worked
-    notebooks). Returns the source notebooks written."""
+    """Write nbgrader's course folder; returns the source notebooks written."""
     import nbformat
 
     folder = Path(folder)

@@ -2,18 +2,12 @@
 
 Which build of torch, and which CuPy, depend on the machine; everything else comes from ``pyproject.toml``:
 
-- **Linux without an NVIDIA GPU** (x86-64 or aarch64): the CPU build ``torch==2.13.0+cpu``. pip first looks
-  where it is told to look by default (a local wheel folder in ``PIP_FIND_LINKS``, the configured indexes);
-  only if that finds no CPU build does it ask PyPI's mirror of PyTorch's CPU index,
-  https://download.pytorch.org/whl/cpu. A machine that has the wheel locally therefore never waits on an
+- **Linux without an NVIDIA GPU**: ``torch==2.13.0+cpu``, first by pip's default lookup (a local wheel folder in
+  ``PIP_FIND_LINKS``), and only then from PyTorch's CPU index, so a machine with the wheel never waits on an
   index it cannot reach. The ``+cpu`` pin makes pip fail, naming the wheel, rather than fall back to PyPI's
-  default Linux build, which is a CUDA build of several GB. CuPy: ``cupy-cuda12x`` (it imports without a GPU,
-  and the CuPy cells then say that they need one).
-- **Linux with an NVIDIA GPU**: PyPI's default torch (a CUDA build), then the CuPy wheel for the same CUDA
-  major as that torch (``cupy-cuda12x`` or ``cupy-cuda13x``).
-- **macOS (Apple silicon)**: PyPI's default torch (CPU and MPS; PyTorch publishes no ``+cpu`` build there).
-  numba-cuda ships Linux and Windows wheels only, so ``pyproject.toml`` gives macOS its last pure-Python wheel
-  (0.20.1), which carries the CUDA simulator the course uses without a GPU. No CuPy: it needs CUDA.
+  Linux build, a CUDA build of several GB. CuPy ``cupy-cuda12x`` (it imports without a GPU).
+- **Linux with an NVIDIA GPU**: PyPI's torch (CUDA), and the CuPy wheel for that torch's CUDA major.
+- **macOS**: PyPI's torch (there is no ``+cpu`` build); no CuPy (it needs CUDA).
 - A torch that is already installed and new enough is kept (a GPU image's own CUDA build, a re-run).
 
 ``--torch SPEC``: a ``+cpu`` requirement names the CPU build (``make``'s ``TORCH``, default ``torch==2.13.0+cpu``);
@@ -40,11 +34,7 @@ CUPY_EXTRA_BY_CUDA_MAJOR = {12: "cuda12", 13: "cuda13"}
 
 
 def nvidia_gpu_present() -> bool:
-    """True when the NVIDIA driver lists a GPU (``nvidia-smi -L``, else the driver's /proc entries).
-
-    The course's own check (:mod:`mgpu_helpers.hardware`) reads NVML through nvidia-ml-py, which is not
-    installed yet when this runs; the driver's command-line tool is enough to choose a build.
-    """
+    """Whether the NVIDIA driver lists a GPU: nvidia-ml-py (the course's own check) is not installed yet."""
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
@@ -58,8 +48,7 @@ def nvidia_gpu_present() -> bool:
 
 
 def installed_torch() -> tuple[str, str | None] | None:
-    """(version, CUDA version or None) of the torch importable here, or None; read in a child process so
-    that this process never imports torch."""
+    """(version, CUDA version or None) of the torch importable here, or None; read in a child process."""
     code = "import torch; print(torch.__version__); print(torch.version.cuda or '')"
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -79,30 +68,21 @@ def version_tuple(version: str) -> tuple[int, ...]:
 def torch_attempts(
     system: str, gpu: bool, torch_spec: str | None = None, cpu_index: str = CPU_INDEX, extra_flags: tuple = ()
 ) -> list[list[str]]:
-    """The pip ``install`` argument lists to try, in order, until one succeeds (pure: tested).
-
-    ``torch_spec``: a ``+cpu`` requirement names the CPU build to use where the machine gets one (Linux
-    without a GPU); any other requirement is taken as given, on every machine. Linux without a GPU: the CPU
-    build, first through pip's default lookup, then with ``cpu_index`` added. A GPU, or macOS: PyPI's default.
-    """
+    """The pip ``install`` argument lists to try, in order, until one succeeds."""
     flags = list(extra_flags)
     if torch_spec and "+cpu" not in torch_spec:
         return [flags + [torch_spec]]
     if system == "Linux" and not gpu:
         spec = torch_spec or CPU_TORCH
         return [flags + [spec], flags + ["--extra-index-url", cpu_index, spec]]
-    # A GPU: PyPI's Linux build is the CUDA one. macOS: PyTorch builds no +cpu wheel; the default is CPU/MPS.
     return [flags + [f"torch>={'.'.join(map(str, MIN_TORCH))}"]]
 
 
 def cupy_extra(system: str, gpu: bool, torch_cuda: str | None) -> str | None:
-    """The extra of ``pyproject.toml`` that brings the right CuPy: by the CUDA major of torch on a GPU,
-    ``cuda12`` on Linux without a GPU, none on macOS (or for a CUDA major CuPy has no wheel for)."""
+    """The extra of ``pyproject.toml`` that brings the right CuPy, or None."""
     if system != "Linux":
         return None
-    if gpu and torch_cuda:
-        return CUPY_EXTRA_BY_CUDA_MAJOR.get(version_tuple(torch_cuda)[0])
-    return "cuda12"
+    return CUPY_EXTRA_BY_CUDA_MAJOR.get(version_tuple(torch_cuda)[0]) if gpu and torch_cuda else "cuda12"
 
 
 def _pip(args: list[str], dry_run: bool) -> int:
@@ -121,11 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the pip commands, run nothing")
     a = p.parse_args(argv)
     if sys.version_info[:2] < MIN_PYTHON:
-        print(
-            f"the course needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
-            f"{platform.python_version()} ({sys.executable}). Try: make lab PYTHON=python3.11",
-            file=sys.stderr,
-        )
+        need, this = ".".join(map(str, MIN_PYTHON)), f"{platform.python_version()} ({sys.executable})"
+        why = f"the course needs Python {need} or newer; this is {this}. Try: make lab PYTHON=python3.11"
+        print(why, file=sys.stderr)
         return 2
     system, gpu = platform.system(), nvidia_gpu_present()
     found = "an NVIDIA GPU" if gpu else "no NVIDIA GPU"
@@ -140,16 +118,12 @@ def main(argv: list[str] | None = None) -> int:
             if _pip(args, a.dry_run) == 0:
                 break
             if i + 1 < len(attempts):
-                print(
-                    "install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index", flush=True
-                )
+                next_try = "install: no CPU build of torch found by the default lookup; asking PyTorch's CPU index"
+                print(next_try, flush=True)
         else:
-            print(
-                f"install: could not install torch ({' / '.join(' '.join(x) for x in attempts)}). Put the "
-                "wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build: "
-                "make lab TORCH=torch",
-                file=sys.stderr,
-            )
+            tried = " / ".join(" ".join(x) for x in attempts)
+            how = "Put the wheel in a folder named by PIP_FIND_LINKS, or reach the network, or give your own build"
+            print(f"install: could not install torch ({tried}). {how}: make lab TORCH=torch", file=sys.stderr)
             return 1
         have = None if a.dry_run else installed_torch()
     extras = ["test"] + [e for e in [cupy_extra(system, gpu, have[1] if have else None)] if e]

@@ -1,12 +1,9 @@
 """Which modules of the library each worked lesson uses: a table generated from the code, kept in
-``mgpu_helpers/README.md`` between two marker lines, so that "what does lesson 12 touch?" has an answer that
-cannot drift.
+``mgpu_helpers/README.md`` between two marker lines, so that "what does lesson 12 touch?" cannot drift.
 
-A lesson uses a module when its code cells, or the lessons module it exports (:mod:`nbexport`), name it:
-``mh.<part>.<module>...`` (``import mgpu_helpers as mh``), ``mh.<name>`` for a name the package hands out
-(``mh.run_ranks`` lives in ``launcher.launch``), or ``import`` / ``from ... import`` of ``mgpu_helpers``. A name
-that is no module is traced to the module that defines it, which may import that module (never numba, CuPy or
-torch: the packages load their modules lazily and import those inside functions).
+A lesson uses a module its code cells, or the lessons module it exports, name (``mh.a.b``, ``mh.run_ranks``, an
+import). A name that is no module is traced to the module defining it, by importing that module (never numba,
+CuPy or torch: the packages load their modules lazily and import those inside functions).
 
     python -m mgpu_helpers.tools.lessonmap          # rewrite the table in mgpu_helpers/README.md
     python -m mgpu_helpers.tools.lessonmap --check  # exit 1 when the committed table is out of date
@@ -15,7 +12,6 @@ torch: the packages load their modules lazily and import those inside functions)
 import argparse
 import ast
 import functools
-import glob
 import importlib
 import json
 import os
@@ -23,7 +19,7 @@ import re
 import sys
 from types import ModuleType
 
-from mgpu_helpers.tools.nbexport import LESSONS_DIR, NOTEBOOK_GLOBS, ROOT, exported_cells
+from mgpu_helpers.tools.nbexport import LESSONS_DIR, ROOT, exported_cells, lesson_paths
 from mgpu_helpers.tools.nbtools import read_text, report, source, write_if_changed
 
 PACKAGE = "mgpu_helpers"
@@ -35,25 +31,20 @@ _MAGIC = re.compile(r"^(\s*)[%!].*$", re.M)  # IPython's line magics and shell l
 
 
 def python_of_cell(code: str) -> str:
-    """A code cell as Python: a cell magic's first line (``%%time``) and every line magic or ``!`` line blanked."""
+    """A code cell as Python: a cell magic's first line and every line magic or ``!`` line blanked."""
     if code.lstrip().startswith("%%"):
         code = code.split("\n", 1)[1] if "\n" in code else ""
     return _MAGIC.sub(r"\1pass", code)
 
 
 def references(code: str) -> set[tuple[str, ...]]:
-    """Every dotted name below ``mgpu_helpers`` that ``code`` reaches, as a tuple of names (``("lessons", "ring",
-    "chunk_bounds")``): the longest ``mh.a.b.c`` chains and the names its imports bring in."""
-    tree = ast.parse(code)
+    """Every dotted name below ``mgpu_helpers`` that ``code`` reaches (``("lessons", "ring", "chunk_bounds")``)."""
     roots = {"mh", PACKAGE}  # the course's alias and the package's own name
-    found: set[tuple[str, ...]] = set()
-    inner: set[int] = set()  # attribute nodes that are part of a longer chain
-    for node in ast.walk(tree):
+    found, inner = set(), set()  # inner: attribute nodes that are part of a longer chain
+    for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == PACKAGE and len(parts) > 1:
-                    found.add(tuple(parts[1:]))
+            parts = [alias.name.split(".") for alias in node.names]
+            found.update(tuple(p[1:]) for p in parts if p[0] == PACKAGE and len(p) > 1)
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == PACKAGE:
             below = tuple(node.module.split(".")[1:])
             found.update(below + (alias.name,) for alias in node.names if alias.name != "*")
@@ -70,8 +61,7 @@ def references(code: str) -> set[tuple[str, ...]]:
 
 @functools.cache
 def module_of(path: tuple[str, ...]) -> str:
-    """The module that ``mgpu_helpers.<path>`` is or lives in, relative to the package (``"launcher.launch"``);
-    a package's name when the path names the package itself or nothing it defines."""
+    """The module ``mgpu_helpers.<path>`` is or lives in (``"launcher.launch"``), or the package's name."""
     folder = os.path.join(ROOT, PACKAGE)
     for i, name in enumerate(path):
         if os.path.isfile(os.path.join(folder, name, "__init__.py")):
@@ -96,18 +86,18 @@ def _modules(code: str, where: str) -> set[str]:
 
 
 def lesson_row(path: str, root: str = ROOT) -> tuple[str, list[str], list[str]]:
-    """``(lesson, lessons modules it writes, library modules it uses)`` for the worked notebook at ``path``."""
+    """``(lesson, lessons modules it writes, library modules it uses)``."""
     rel = os.path.relpath(path, root)
     nb = json.loads(read_text(path))
     used: set[str] = set()
     for k, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") == "code":
             used |= _modules(python_of_cell(source(cell)), f"{rel} cell {k}")
-    writes = [f"lessons.{name}" for name in exported_cells(nb, rel)]
-    for module in writes:  # the generated copy: the same code, plus whatever nbexport puts around it
-        generated = read_text(os.path.join(root, LESSONS_DIR, module.split(".")[1] + ".py"))
-        if generated is not None:
-            used |= _modules(generated, f"{LESSONS_DIR}/{module.split('.')[1]}.py")
+    exported = exported_cells(nb, rel)
+    for name in exported:  # the generated copy: the same code, plus whatever nbexport puts around it
+        generated = read_text(os.path.join(root, LESSONS_DIR, f"{name}.py"))
+        used |= _modules(generated, f"{LESSONS_DIR}/{name}.py") if generated is not None else set()
+    writes = [f"lessons.{name}" for name in exported]
     lesson = os.path.splitext(os.path.basename(path))[0]
     return lesson, writes, sorted(used - set(writes))
 
@@ -121,13 +111,7 @@ def _grouped(modules: list[str]) -> str:
     return " · ".join(f"`{p}`: {', '.join(names)}" if names else f"`{p}`" for p, names in sorted(parts.items()))
 
 
-def lesson_paths(root: str = ROOT) -> list[str]:
-    """The worked lessons (those nbexport reads), in course order."""
-    return sorted(p for pattern in NOTEBOOK_GLOBS for p in glob.glob(os.path.join(root, pattern)))
-
-
 def table(root: str = ROOT) -> str:
-    """The Markdown table: one row per worked lesson, in course order."""
     lines = ["| lesson | writes | uses |", "| --- | --- | --- |"]
     for lesson, writes, used in (lesson_row(p, root) for p in lesson_paths(root)):
         lines.append(f"| `{lesson}` | {', '.join(f'`{w}`' for w in writes) or '-'} | {_grouped(used) or '-'} |")
@@ -135,7 +119,6 @@ def table(root: str = ROOT) -> str:
 
 
 def with_table(readme: str, text: str) -> str:
-    """``readme`` with ``text`` between the marker lines (which must both be there, in order)."""
     start, stop = readme.find(BEGIN), readme.find(END)
     if start < 0 or stop < start:
         raise ValueError(f"{README} needs the two marker lines, in order:\n{BEGIN}\n{END}")
@@ -143,11 +126,9 @@ def with_table(readme: str, text: str) -> str:
 
 
 def out_of_date(root: str = ROOT) -> list[str]:
-    """A line saying the README's table differs from the code, or nothing when it is current."""
     readme = read_text(os.path.join(root, README)) or ""
-    if with_table(readme, table(root)) != readme:
-        return [f"the lesson table in {README} is not what the notebooks use now"]
-    return []
+    stale = with_table(readme, table(root)) != readme
+    return [f"the lesson table in {README} is not what the notebooks use now"] if stale else []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,16 +1,11 @@
 """Export the code a notebook teaches into a generated module of the library: one hand-edited copy, in the cell.
 
-A code cell whose first line is ``#| export`` (nbdev's marker; d2l's ``#@save`` does the same) is copied into
-``mgpu_helpers/lessons/<name>.py``, where ``<name>`` comes from the notebook's metadata
-``{"mgpu": {"export": "<name>"}}``; ``#| export <name>`` on a cell sends that cell to another module. Later
-notebooks, checkers, benchmarks and tests import the generated module (``mh.lessons.<name>``), so the learner
-edits and re-runs the very code the rest of the course uses.
+A code cell whose first line is ``#| export`` (nbdev's marker) goes to ``mgpu_helpers/lessons/<name>.py``, the
+name from the notebook's metadata ``{"mgpu": {"export": "<name>"}}`` or ``#| export <name>``. The rest of the
+course imports the generated module, so the learner edits and re-runs the very code it uses.
 
     python -m mgpu_helpers.tools.nbexport          # write every generated module
-    python -m mgpu_helpers.tools.nbexport --check  # exit 1, naming each module that is out of date
-
-A generated module's first line says it is generated and names its notebook; ``--check`` (and
-tests/tools/test_nbexport.py) also reports a generated module that no notebook exports any more.
+    python -m mgpu_helpers.tools.nbexport --check  # exit 1, naming each module out of date (or exported no more)
 """
 
 import argparse
@@ -31,26 +26,23 @@ HEADER = "# Generated from {notebook} by `python -m mgpu_helpers.tools.nbexport`
 
 
 class ExportError(ValueError):
-    """A notebook's export markers do not name a module, or name it in a way that cannot be written."""
+    """A notebook's export markers name no module, or one that cannot be written."""
 
 
 def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
-    """Module name -> the exported cells' code (marker line removed), in notebook order."""
+    """Module name -> the exported cells' code (marker line removed)."""
     default = nb.get("metadata", {}).get("mgpu", {}).get("export")
     modules: dict[str, list[str]] = {}
     for k, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        lines = source(cell).splitlines()
+        lines = source(cell).splitlines() if cell.get("cell_type") == "code" else []
         match = MARKER.match(lines[0].strip()) if lines else None
         if not match:
             continue
         name = match.group("name") or default
         if not name:
-            raise ExportError(
-                f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module: "
-                f'add "mgpu": {{"export": "<module>"}} to its metadata, or write `#| export <module>`'
-            )
+            fix = 'add "mgpu": {"export": "<module>"} to its metadata, or write `#| export <module>`'
+            what = f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module"
+            raise ExportError(f"{what}: {fix}")
         # nbgrader's solution markers are for the learner's version (tools/exercises.py), not the library.
         code = [ln for ln in lines[1:] if ln.strip() not in SOLUTION_MARKERS]
         modules.setdefault(name, []).append("\n".join(code).strip("\n"))
@@ -58,21 +50,23 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
 
 
 def render(notebook: str, nb, cells: list[str]) -> str:
-    """The generated module's text: header, docstring naming the lesson, then the cells in order."""
     title = next((line.lstrip("#").strip() for line in markdown_lines(nb) if line.startswith("#")), "")
-    doc = (
-        f'"""The code taught in {notebook}{f" ({title})" if title else ""}.\n\nEach block below is one '
-        f'`#| export` cell of that notebook, in order."""'
-    )
+    about = f" ({title})" if title else ""
+    blocks = "Each block below is one `#| export` cell of that notebook, in order."
+    doc = f'"""The code taught in {notebook}{about}.\n\n{blocks}"""'
     body = "\n\n\n".join(cells)
     return f"{HEADER.format(notebook=notebook)}\n{doc}\n\n{body}\n"
 
 
+def lesson_paths(root: str = ROOT) -> list[str]:
+    """The worked lessons, in course order."""
+    return sorted(p for pattern in NOTEBOOK_GLOBS for p in glob.glob(os.path.join(root, pattern)))
+
+
 def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
-    """Path of each generated module (relative to ``root``) -> (its notebook, the text it must have)."""
+    """Path of each generated module -> (its notebook, the text it must have)."""
     out: dict[str, tuple[str, str]] = {}
-    paths = [p for pattern in NOTEBOOK_GLOBS for p in sorted(glob.glob(os.path.join(root, pattern)))]
-    for path in paths:
+    for path in lesson_paths(root):
         rel = os.path.relpath(path, root)
         nb = json.loads(read_text(path))
         for name, cells in exported_cells(nb, rel).items():
@@ -83,29 +77,23 @@ def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _generated_on_disk(root: str) -> list[str]:
-    paths = sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py")))
-    return [os.path.relpath(p, root) for p in paths if read_text(p).startswith("# Generated from ")]
-
-
 def out_of_sync(root: str = ROOT) -> list[str]:
     """One line per generated module that is missing, stale, or no longer exported by any notebook."""
-    problems = []
-    expected = expected_modules(root)
+    problems, expected = [], expected_modules(root)
     for rel, (notebook, text) in expected.items():
         old = read_text(os.path.join(root, rel))
         if old is None:
             problems.append(f"{rel} is missing: {notebook} exports it")
         elif old != text:
             problems.append(f"{rel} differs from what {notebook} exports")
-    for rel in _generated_on_disk(root):
-        if rel not in expected:
-            problems.append(f"{rel} is generated but no notebook exports it any more: delete it")
-    return problems
+    on_disk = [os.path.relpath(p, root) for p in sorted(glob.glob(os.path.join(root, LESSONS_DIR, "*.py")))]
+    generated = [rel for rel in on_disk if read_text(os.path.join(root, rel)).startswith("# Generated from ")]
+    orphans = [rel for rel in generated if rel not in expected]
+    return problems + [f"{rel} is generated but no notebook exports it any more: delete it" for rel in orphans]
 
 
 def write_all(root: str = ROOT) -> list[str]:
-    """Write every generated module; returns the paths written (changed ones only)."""
+    """Write every generated module; returns the paths that changed."""
     expected = expected_modules(root)
     return [rel for rel, (_, text) in expected.items() if write_if_changed(os.path.join(root, rel), text)]
 

@@ -4,15 +4,9 @@
     python -m mgpu_helpers.tools.nbtools clean  solutions/*.ipynb                # strip without running
     python -m mgpu_helpers.tools.nbtools check  notebooks/*.ipynb                # exit 1 if one is not clean
 
-(The worked lessons and solutions in solutions/ are the ones edited and refreshed; notebooks/ and exercises/ are
-generated from them by ``python -m mgpu_helpers.tools.exercises generate``.)
-
-A clean notebook has no execution counts, no outputs except in cells that start with
-``# NBVAL_CHECK_OUTPUT`` (their expected output, which nbval compares), and no machine-specific metadata.
-Only the worked notebooks of solutions/ keep those outputs: the copies a learner opens keep none at all.
-
-Every cell also gets slide metadata (``slideshow.slide_type``, see :func:`slide_types`), so each notebook can be
-presented as it is: RISE in JupyterLab, or ``python -m mgpu_helpers.tools.export --slides`` (reveal.js, offline).
+A clean notebook has no execution counts, no machine-specific metadata, and no outputs except, in solutions/,
+those of cells starting ``# NBVAL_CHECK_OUTPUT`` (which nbval compares). Every cell gets slide metadata
+(:func:`slide_types`), so each notebook can be presented as it is (RISE, or ``tools.export --slides``).
 """
 
 import copy
@@ -28,12 +22,11 @@ KEEP_CELL_METADATA = ("tags", "slideshow", "editable", "deletable", "jupyter", "
 
 
 def source(cell) -> str:
-    """A cell's source as one string (a plain dict may hold it as a list of lines)."""
+    """A cell's source as one string (a plain dict may hold a list of lines)."""
     return "".join(cell.get("source", ""))
 
 
 def markdown_lines(nb):
-    """Every line of the notebook's Markdown cells, in notebook order."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
             yield from source(cell).splitlines()
@@ -44,27 +37,23 @@ def is_checked(cell) -> bool:
 
 
 def keeps_outputs(path: str) -> bool:
-    """True for a worked notebook (in a folder named ``solutions``): the copies a learner opens keep no outputs."""
+    """True for a worked notebook (in ``solutions``): the copies a learner opens keep no outputs."""
     return os.path.basename(os.path.dirname(os.path.abspath(path))) == "solutions"
 
 
 def read_text(path: str) -> str | None:
-    """The text of the file at ``path``, or None when there is none."""
     return Path(path).read_text(encoding="utf-8") if os.path.exists(path) else None
 
 
 def report(problems, fix: str = "") -> int:
-    """A check's command-line ending: each problem on its line, then ``fix`` (what to run) when there are any;
-    the exit status, 1 with problems, else 0."""
-    for p in problems:
-        print(p)
-    if problems and fix:
-        print(fix)
+    """A check's command-line ending: each problem, then ``fix`` (what to run); the exit status."""
+    if problems:
+        print(*problems, *([fix] if fix else []), sep="\n")
     return 1 if problems else 0
 
 
 def write_if_changed(path: str, text: str) -> bool:
-    """Write ``text`` to ``path`` (making its folder) unless the file holds it already; True when written."""
+    """Write ``text`` to ``path`` unless the file holds it already; True when written."""
     if read_text(path) == text:
         return False
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -81,13 +70,8 @@ RISE_SETTINGS = {"scroll": True, "width": 1280, "height": 720, "theme": "white",
 
 
 def slide_types(cells) -> list[str]:
-    """The slide type of each cell, by a fixed rule (no hand-set metadata to drift):
-
-    - the first cell, and a Markdown cell starting with ``# `` or ``## ``: "slide" (a new section);
-    - a Markdown cell starting with ``### ``: "subslide";
-    - any other cell: "-" (same slide), unless the slide so far would pass :data:`SLIDE_LINES` lines with it,
-      then "subslide" (code cells count :data:`CODE_OUTPUT_LINES` more for their output).
-    """
+    """The slide type of each cell, by a fixed rule (no hand-set metadata to drift): "slide" at the first cell and
+    a ``# `` or ``## `` heading, "subslide" at ``### `` or where the slide would pass :data:`SLIDE_LINES`."""
     kinds, used = [], 0
     for i, cell in enumerate(cells):
         text = source(cell).strip()
@@ -106,14 +90,12 @@ def slide_types(cells) -> list[str]:
 
 
 def clean(nb, keep_checked_outputs: bool = True):
-    """Return a cleaned copy of a notebook (an nbformat NotebookNode or plain dict)."""
+    """A cleaned copy of a notebook (a NotebookNode or plain dict)."""
     nb = copy.deepcopy(nb)
     old = nb.get("metadata", {})
     nb["metadata"] = {k: v for k, v in old.items() if k in ("celltoolbar", "mgpu")}
-    if "language_info" in old:
-        nb["metadata"]["language_info"] = {"name": "python"}
-    nb["metadata"]["kernelspec"] = dict(KERNELSPEC)
-    nb["metadata"]["rise"] = dict(RISE_SETTINGS)
+    nb["metadata"] |= {"language_info": {"name": "python"}} if "language_info" in old else {}
+    nb["metadata"] |= {"kernelspec": dict(KERNELSPEC), "rise": dict(RISE_SETTINGS)}
     for cell, kind in zip(nb.get("cells", []), slide_types(nb.get("cells", []))):
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL_METADATA}
         cell["metadata"]["slideshow"] = {"slide_type": kind}
@@ -138,7 +120,7 @@ def clean(nb, keep_checked_outputs: bool = True):
 
 
 def problems(path: str) -> list[str]:
-    """Why the notebook at ``path`` is not clean (an empty list when it is)."""
+    """Why the notebook at ``path`` is not clean."""
     nb = nbformat.read(path, as_version=4)
     want = clean(nb, keep_checked_outputs=keeps_outputs(path))
     if nbformat.writes(nb) != nbformat.writes(want):
@@ -146,19 +128,15 @@ def problems(path: str) -> list[str]:
     return []
 
 
-def execute(path: str, timeout: int = 600, store_widget_state: bool = True):
+def execute(path: str, timeout: int = 600):
     """Run a notebook top to bottom in its own folder with this Python's kernel; returns the run notebook.
-
-    ``store_widget_state``: keep the widgets' state in the notebook (the static export draws from it). On by
-    default: with it off, nbclient 0.11 raises a KeyError when an ``ipywidgets.Output`` widget prints (its
-    output hook writes into the widget state it did not record); :func:`clean` drops that state anyway."""
+    The widget state is stored (the static export draws from it; :func:`clean` drops it): without it nbclient 0.11
+    raises a KeyError when an ``ipywidgets.Output`` prints (its hook writes into state it did not record)."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    resources = {"metadata": {"path": os.path.dirname(os.path.abspath(path))}}
-    NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", store_widget_state=store_widget_state, resources=resources
-    ).execute()
+    where = {"metadata": {"path": os.path.dirname(os.path.abspath(path))}}
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True, resources=where).execute()
     return nb
 
 
@@ -166,8 +144,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("refresh", "clean", "check"):
         print(__doc__)
         return 2
-    cmd, paths = argv[0], argv[1:]
-    bad = []
+    cmd, paths, bad = argv[0], argv[1:], []
     for path in paths:
         if cmd == "check":
             bad += problems(path)

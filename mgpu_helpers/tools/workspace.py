@@ -4,22 +4,11 @@
     python -m mgpu_helpers.tools.workspace reset NAME  # one notebook back to the course's version, progress too
     python -m mgpu_helpers.tools.workspace progress    # the progress table (mh.progress() in a notebook)
 
-``make lab`` runs ``update`` and opens JupyterLab in the workspace: ``$MGPU_WORKSPACE``, else ``workspace/`` in
-the checkout (git-ignored), with ``notebooks/`` and ``exercises/`` as in the course. The course's own copies stay
-as committed, so ``git pull`` never meets the learner's answers.
-
-An update treats each notebook of the course as nbgitpuller treats a file:
-
-- new in the course, or deleted from the workspace: copied in;
-- not changed by the learner since the course delivered it: replaced by the course's new version;
-- changed by the learner, and changed by the course too: left as it is, with the course's new version beside it
-  as ``NAME.course-update.ipynb``;
-- otherwise: nothing.
-
-"Changed by the learner" means: no longer what the course delivered, whose sha256 ``.mgpu-workspace.json``
-keeps. Every delivered notebook carries the ``language_info`` of this Python's kernel, which JupyterLab writes
-into a notebook when its kernel starts: the same value already there, opening a notebook does not mark it
-modified.
+The workspace (``$MGPU_WORKSPACE``, else the git-ignored ``workspace/``) is where ``make lab`` opens JupyterLab,
+so ``git pull`` never meets the learner's answers. An update treats each notebook as nbgitpuller treats a file:
+one the learner has not changed since delivery (its sha256 is in ``.mgpu-workspace.json``) is replaced; one both
+sides changed is left, the course's version put beside it as ``NAME.course-update.ipynb``. Delivered notebooks
+carry this kernel's ``language_info``, which JupyterLab writes when a kernel starts: opening one marks nothing.
 """
 
 import hashlib
@@ -34,8 +23,8 @@ UPDATE_SUFFIX = ".course-update.ipynb"
 
 
 def kernel_language_info() -> dict:
-    """What this Python's IPython kernel tells JupyterLab about its language (ipykernel's own value), read in a
-    process of its own: importing ipykernel here would make every later ``tqdm.auto`` bar a notebook widget."""
+    """This Python's ipykernel ``language_info``, read in a process of its own: importing ipykernel here would make
+    every later ``tqdm.auto`` bar a notebook widget."""
     import subprocess
 
     code = "import json; from ipykernel.ipkernel import IPythonKernel as K; print(json.dumps(K.language_info))"
@@ -43,7 +32,6 @@ def kernel_language_info() -> dict:
 
 
 def delivered_text(path: Path, language_info: dict) -> str:
-    """The course's notebook at ``path`` as the workspace receives it (its ``language_info`` this kernel's)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     nb.setdefault("metadata", {})["language_info"] = language_info
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
@@ -59,7 +47,6 @@ def _manifest(ws: Path) -> dict:
 
 
 def _deliver(target: Path, text: str, known: dict, rel: str) -> None:
-    """Write the course's ``text`` at ``target`` and note its sha256 in the manifest ``known``."""
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     known[rel] = _sha(text)
@@ -71,8 +58,7 @@ def _save_manifest(ws: Path, known: dict) -> None:
 
 
 def update(ws=None, course=tracking.ROOT) -> list[str]:
-    """Bring the workspace ``ws`` up to the course's notebooks (see the module's docstring); returns one line,
-    in Chinese, for each notebook it added, updated or set a new version beside."""
+    """Bring the workspace up to the course's notebooks; one line (Chinese) for each it added, updated or offered."""
     ws, course = Path(ws or tracking.workspace_dir()), Path(course)
     known, info, said = _manifest(ws), kernel_language_info(), []
     for folder in tracking.FOLDERS:
@@ -89,10 +75,8 @@ def update(ws=None, course=tracking.ROOT) -> list[str]:
                     offered = beside.read_text(encoding="utf-8") if beside.exists() else None
                     if known.get(rel) != _sha(text) and offered != text:
                         beside.write_text(text, encoding="utf-8")
-                        said.append(
-                            f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
-                            f"课程的新版本放在旁边：{folder}/{beside.name}"
-                        )
+                        kept = f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
+                        said.append(f"{kept}课程的新版本放在旁边：{folder}/{beside.name}")
                     continue
                 said.append(f"{rel}：课程更新了，你没有改过它，已换成新版本")
             else:
@@ -103,8 +87,8 @@ def update(ws=None, course=tracking.ROOT) -> list[str]:
 
 
 def reset(name: str, ws=None, course=tracking.ROOT) -> str:
-    """Put the course's version of notebook ``name`` (with or without ``.ipynb``) back in the workspace, and
-    forget its progress; the learner's version is kept as ``NAME.before-reset.ipynb``."""
+    """Put the course's version of notebook ``name`` back and forget its progress; the learner's version is kept
+    as ``NAME.before-reset.ipynb``."""
     ws, course, stem = Path(ws or tracking.workspace_dir()), Path(course), Path(name).stem
     for folder in tracking.FOLDERS:
         src = course / folder / f"{stem}.ipynb"
@@ -116,9 +100,8 @@ def reset(name: str, ws=None, course=tracking.ROOT) -> str:
             _deliver(target, delivered_text(src, kernel_language_info()), known, f"{folder}/{src.name}")
             _save_manifest(ws, known)
             tracking.forget(stem)
-            return (
-                f"{folder}/{src.name} 已换回课程的版本，它的进度清零；你原来的版本在 {folder}/{stem}.before-reset.ipynb"
-            )
+            kept = f"{folder}/{stem}.before-reset.ipynb"
+            return f"{folder}/{src.name} 已换回课程的版本，它的进度清零；你原来的版本在 {kept}"
     raise SystemExit(f"课程里没有叫 {name} 的笔记本（看一看 notebooks/ 和 exercises/ 里的文件名）")
 
 
