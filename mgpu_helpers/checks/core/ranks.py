@@ -1,10 +1,6 @@
-"""Launching a checker's work on ranks: a hang or an error told in the learner's terms.
-
-:func:`launch` runs a rank function through :func:`mgpu_helpers.run_ranks` for a checker: a hang is reported
-after :data:`HANG_S` seconds with the call and line each rank waits in (:func:`hang_failure`), an error in
-the learner's code names the rank and the mistake (:func:`rank_failure`). :func:`launch_check` runs the
-learner's ``fn(rank, world_size, x, *extra)`` itself, watched (:class:`~.watch.WatchedCalls`).
-"""
+"""Launching a checker's work on ranks (:func:`mgpu_helpers.run_ranks`), a hang or an error told in the learner's
+terms: a hang after :data:`HANG_S` seconds with the call and line each rank waits in, an error in the learner's
+code with the rank and the mistake."""
 
 import numpy as np
 
@@ -57,9 +53,8 @@ def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = 
 
 
 def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice="", rule="", **kwargs):
-    """``run_ranks(rank_fn, world_size, args, **kwargs)`` for a checker: the values in rank order. A hang becomes
-    :func:`hang_failure` (``advice``: what to check), an error in the learner's ``fn`` :func:`rank_failure`
-    (``rule``: what the exercise allows); both are :class:`CheckFailed`."""
+    """``run_ranks(rank_fn, world_size, args, **kwargs).values`` for a checker; a hang or an error in the learner's
+    ``fn`` becomes a :class:`CheckFailed` (``advice``: what to check on a hang; ``rule``: what the exercise allows)."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
@@ -88,8 +83,6 @@ def as_numpy(t):
 
 
 def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
-    """Rank function of the checkers: ``fn`` on this rank's tensor, watched (:class:`WatchedCalls`: ``forbid`` and
-    the ``course`` code refused); with ``joined=False`` ``fn`` joins the process group and must leave it."""
     import torch.distributed as dist
 
     with WatchedCalls(refuse=forbid, course=course):
@@ -114,9 +107,8 @@ def launch_check(
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
-    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, the
-    exercise's rules broken (a forbidden call, ``rule`` saying what is allowed; the course's code; a group left
-    open), else the rank, the exception type and its first line."""
+    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, a rule
+    of the exercise broken (the tags of :class:`~.watch.WatchedCalls` and :func:`_rank_main`), else the error."""
     if is_stub_error(exc):
         return not_done(fn, what)
     text = str(exc)
