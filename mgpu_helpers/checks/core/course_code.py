@@ -28,12 +28,6 @@ def _in_packages(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def _from(obj, packages) -> bool:
-    if isinstance(obj, types.ModuleType):
-        return _in_packages(obj.__name__, packages)
-    return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
-
-
 def _import(name: str):
     """The module ``name``, or None when it cannot be imported (a module the machine lacks: the run will say so)."""
     try:
@@ -67,10 +61,8 @@ def _names_reached(fn):
         with contextlib.suppress(ValueError):  # an empty cell
             cells[cell_name] = cell.cell_contents
     yield from cells.items()
-    for value in (getattr(inner, "__defaults__", None) or ()) + tuple(
-        (getattr(inner, "__kwdefaults__", None) or {}).values()
-    ):
-        yield "默认参数", value
+    kwdefaults = getattr(inner, "__kwdefaults__", None) or {}
+    yield from (("默认参数", v) for v in (getattr(inner, "__defaults__", None) or ()) + tuple(kwdefaults.values()))
     missing = object()
     for c in _code_objects(code):
         chain, obj, base = None, None, None  # the a.b.c being read; the module of an import
@@ -82,8 +74,7 @@ def _names_reached(fn):
             if op not in ("IMPORT_FROM", "IMPORT_NAME", "SWAP", "POP_TOP"):
                 imported = None
             if op in ("LOAD_ATTR", "LOAD_METHOD") and obj is not None:
-                # (a chain that reaches None, or an attribute of an instance, ends here: only modules and
-                # classes are read further)
+                # (only modules and classes are read further: a chain through an instance ends here)
                 obj = _attribute(obj, ins.argval) if isinstance(obj, (types.ModuleType, type)) else None
                 chain = f"{chain}.{ins.argval}"
                 continue
@@ -93,8 +84,7 @@ def _names_reached(fn):
                 yield chain, obj
             chain, obj = None, None
             if op in ("LOAD_GLOBAL", "LOAD_NAME"):
-                name = ins.argval
-                chain, obj = name, scope.get(name, getattr(builtins, name, None))
+                chain, obj = ins.argval, scope.get(ins.argval, getattr(builtins, ins.argval, None))
             elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in local:
                 chain, obj = ins.argval, local[ins.argval]
             elif op == "LOAD_DEREF" and ins.argval in cells:
@@ -143,7 +133,9 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
                 return True
         except Exception:
             return False
-        return _from(obj, packages)
+        if isinstance(obj, types.ModuleType):
+            return _in_packages(obj.__name__, packages)
+        return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
 
     if ours(fn):
         return _label(fn)
@@ -163,8 +155,7 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
                 for v in vars(f).values()
             ]
         for member in members:
-            hit = sorted(code_names(member) & set(names))
-            if hit:
+            if hit := sorted(code_names(member) & set(names)):
                 return hit[0]
             for name, obj in _names_reached(member):
                 if ours(obj):
@@ -209,9 +200,8 @@ def _learners(path: str) -> bool:
 
 
 def _called_for_the_learner(frame) -> bool:
-    """True when, between ``frame`` (the caller of a refused course function) and the checker that started it,
-    a frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
-    the learner called that calls on. The checker's own use of its reference has no such frame."""
+    """True when a frame of the learner's code (their function, a wrapper of theirs, a course function they called)
+    runs between ``frame`` and the checker: the checker's own use of its reference has none."""
     while frame is not None:
         path = frame.f_code.co_filename
         if _CHECKERS in path and not path.endswith("(watcher)"):

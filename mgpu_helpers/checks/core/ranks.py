@@ -95,11 +95,9 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, 
 def launch_check(
     fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
 ):
-    """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
-
-    ``forbid``: ``torch.distributed`` names ``fn`` may not call; ``course``: the course's code and the checker's
-    reference (objects or dotted names), refused too. ``init=False``: ``fn`` joins the process group itself (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_BACKEND are set) and must leave it again."""
+    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks: the values in rank order. ``forbid``:
+    ``torch.distributed`` names refused to ``fn``; ``course``: the course's code and the checker's reference (objects or
+    dotted names), refused too. ``init=False``: ``fn`` joins the process group itself and must leave it again."""
     course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course])
     args = (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course)

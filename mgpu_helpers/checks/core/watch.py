@@ -83,10 +83,9 @@ def _nbytes(x) -> int:
 
 
 class DistCall(tuple):
-    """One call the learner's code made: ``(name, peer, numel)`` as a tuple, plus ``.nbytes`` (of the first
-    tensor argument), ``.numels`` (elements of each positional argument, None where not a tensor),
-    ``.async_op``. ``name`` is ``dist.<function>``, or ``batch:isend`` / ``batch:irecv`` for each operation of a
-    ``batch_isend_irecv``; ``peer`` is the dst / src of point-to-point calls, else None."""
+    """One call the learner's code made, ``(name, peer, numel)``, plus ``.nbytes`` (of the first tensor argument),
+    ``.numels`` (per positional argument, None where not a tensor) and ``.async_op``. ``name``: ``dist.<function>``, or
+    ``batch:isend`` / ``batch:irecv`` per operation of a ``batch_isend_irecv``; ``peer``: a point-to-point call's."""
 
     def __new__(cls, name, peer, numel, nbytes=0, numels=(), async_op=False):
         self = super().__new__(cls, (name, peer, numel))
@@ -101,28 +100,19 @@ class DistCall(tuple):
     numel = property(operator.itemgetter(2))
 
 
-def _peer_of(name, args, kwargs):
-    key = "dst" if "send" in name else "src"
-    return args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
-
-
 class WatchedCalls:
-    """Inside a rank, around the learner's code: the functions of :data:`DIST_CALLS` (and ``init_process_group``
-    with ``watch_init``) watched under any name.
-
-    ``calls``: a :class:`DistCall` for each call the learner's code made (torch's own nested calls, such as ``send``
-    using ``isend``, not counted twice; one per operation of a ``batch_isend_irecv``); ``inits``: the arguments of
-    each ``init_process_group``. ``refuse``: names whose call raises ``EXERCISE_FORBIDDEN``; ``course``: ``[(function,
-    label)]`` whose call raises ``EXERCISE_COURSE_CODE`` (tags :func:`~.ranks.rank_failure` reads back).
-    ``on_call(call, result) -> result``: called after each counted call (e.g. to wrap a Work handle)."""
+    """Inside a rank, around the learner's code: the functions of :data:`DIST_CALLS` (and ``init_process_group`` with
+    ``watch_init``) watched under any name. ``calls``: a :class:`DistCall` per call the learner's code made (torch's
+    own nested calls not counted twice); ``inits``: the arguments of each ``init_process_group``. ``refuse``: names
+    whose call raises ``EXERCISE_FORBIDDEN``; ``course``: ``[(function, label)]`` whose call raises
+    ``EXERCISE_COURSE_CODE`` (:func:`~.ranks.rank_failure` reads both). ``on_call(call, result) -> result``: after each
+    counted call (e.g. to wrap a Work handle)."""
 
     def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
         self.refuse, self.course, self.on_call, self.watch_init = set(refuse), list(course), on_call, watch_init
         self.calls: list = []
         self.inits: list = []
-        self._depth = 0
-        self._swapped = SwappedCode()
-        self._refusing = None
+        self._depth, self._swapped, self._refusing = 0, SwappedCode(), None
 
     def __enter__(self):
         import torch.distributed.distributed_c10d as c10d
@@ -167,22 +157,19 @@ class WatchedCalls:
 
     def _record(self, name, args, kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
-        peer = _peer_of(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
+        key = "dst" if "send" in name else "src"  # the peer of a point-to-point call
+        peer = args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
+        peer = peer if name in ("send", "recv", "isend", "irecv") else None
         numels, async_op = [_numel(a) for a in args], kwargs.get("async_op", False)
         self.calls.append(DistCall(f"dist.{name}", peer, _numel(first), _nbytes(first), numels, async_op))
         if name == "batch_isend_irecv":
             for op in args[0] if args else kwargs.get("p2p_op_list", []):
-                kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
-                self.calls.append(
-                    DistCall(f"batch:{kind}", op.peer, _numel(op.tensor), _nbytes(op.tensor), [_numel(op.tensor)], True)
-                )
+                kind, t = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv", op.tensor
+                self.calls.append(DistCall(f"batch:{kind}", op.peer, _numel(t), _nbytes(t), [_numel(t)], True))
 
     def _init_watcher(self, original, args, kwargs):
-        plain = (str, int, float, type(None))
-        self.inits.append(
-            {k: (v if isinstance(v, plain) else repr(v)) for k, v in kwargs.items()}
-            | {"_args": [a if isinstance(a, plain) else repr(a) for a in args]}
-        )
+        plain = lambda v: v if isinstance(v, (str, int, float, type(None))) else repr(v)
+        self.inits.append({k: plain(v) for k, v in kwargs.items()} | {"_args": [plain(a) for a in args]})
         return original(*args, **kwargs)
 
 
