@@ -104,8 +104,6 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = core.TR
 
 
 # -- notebook 09's fill-ins -----------------------------------------------------------------------------------
-
-
 def reference_weighted_average(local_grads, rows):
     """The whole-batch mean gradient from per-shard mean gradients: ``sum(rows[r] * g[r]) / sum(rows)``
     (a shard with no rows has no gradient to add: its entry is ignored)."""
@@ -145,16 +143,12 @@ def check_weighted_average(fn) -> None:
         hint, g = "", np.asarray(grads_)
         if got is not None and np.shape(got) == want.shape:
             gv = np.asarray(torch.as_tensor(got), dtype=np.float64)
+            plain = np.allclose(gv, g.mean(0))
+            by_ranks = np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows))
             hint = core.first_hint(
-                (
-                    np.allclose(gv, g.mean(0)),
-                    "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。",
-                ),
+                (plain, "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"),
                 (np.allclose(gv, g.sum(0)), "这是和，不是平均。"),
-                (
-                    np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)),
-                    "加权之后要除以总行数，不是 Rank 数。",
-                ),
+                (by_ranks, "加权之后要除以总行数，不是 Rank 数。"),
                 (np.isnan(gv).any(), "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"),
             )
         core.compare(got, want, f"{desc}（rows = {rows}）", hint, atol=1e-9, rtol=1e-9)
@@ -187,19 +181,16 @@ def check_local_gradient(fn) -> None:
                 f'{where}：应当返回一个含 "rows"、"loss" 和 "grad" 的 dict，实际得到 {type(got).__name__}。'
             )
         if got["rows"] != len(x):
-            hint = (
-                "用的是整批数据，没有切片。"
-                if got["rows"] == n
-                else "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
-            )
+            hint = "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
+            hint = "用的是整批数据，没有切片。" if got["rows"] == n else hint
             raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
         g = torch.as_tensor(got["grad"]).reshape(-1)
         summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
-        hint = (
-            "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
-            if summed
-            else "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
-        )
+        hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
+        if not summed:
+            hint = (
+                "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
+            )
         core.compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
         if abs(float(got["loss"]) - float(loss)) > 1e-10:
             raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")
@@ -213,9 +204,8 @@ try_local_gradient = core.fill_in_cell(
 
 
 def check_nccl_arguments(fn) -> None:
-    """``fn(tensor, stream_ptr) -> (sendbuf, recvbuf, count, datatype, op, stream)``: CuPy's ``allReduce``
-    arguments for the seed's in-place SUM all-reduce of ``tensor``. Every run holds a 2-D tensor (count is not its
-    length), float64 and bfloat16 (the datatype follows the dtype), an empty tensor and the default stream (0)."""
+    """``fn(tensor, stream_ptr) -> (sendbuf, recvbuf, count, datatype, op, stream)``: CuPy's ``allReduce`` arguments of
+    the seed's in-place SUM; every run holds a 2-D tensor, float64 and bfloat16, an empty tensor, the default stream."""
     import torch
 
     from mgpu_helpers.lessons import data_parallel as dp

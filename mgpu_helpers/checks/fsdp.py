@@ -15,9 +15,8 @@ PLAN_NAME = {"dp": "data_parallel", "zero1": "zero1", "zero2": "zero2", "zero3":
 
 
 def dtensor_slices(shape, mesh_shape, coords, shard_dims):
-    """DTensor's own answer: ``[(start, length), ...]`` per tensor dim of the shard at mesh ``coords``, mesh dim
-    ``i`` placed as ``Shard(shard_dims[i])`` (``None``: ``Replicate()``); where this torch lacks that private
-    helper, the same rule written here."""
+    """DTensor's own ``[(start, length), ...]`` of the shard at mesh ``coords``, mesh dim ``i`` placed as
+    ``Shard(shard_dims[i])`` (``None``: ``Replicate()``); the same rule written here where torch lacks the helper."""
     try:
         from torch.distributed.tensor import Replicate, Shard
         from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
@@ -64,31 +63,25 @@ def _same(got, want) -> bool:
     return len(got) == len(want) and all(gn == wn and (wn == 0 or gs == ws) for (gs, gn), (ws, wn) in zip(got, want))
 
 
-def _cases(rng):
-    fixed = [((5, 3), (4,), (0,)), ((7, 5), (2, 3), (0, 0)), ((7, 5), (2, 3), (0, 1)), ((6, 4), (2, 2), (None, 1))]
-    fixed += [((3,), (4,), (0,)), ((9, 4), (4, 2), (1, 0)), ((12, 7), (2,), (0,)), ((10, 10), (3, 3), (0, 0))]
-    for _ in range(16):
-        mesh = (rng.randint(2, 8),) if rng.random() < 0.4 else (rng.randint(2, 4), rng.randint(2, 4))
-        shape = tuple(rng.randint(1, 20) for _ in range(rng.randint(1, 3)))
-        # the first mesh dim shards a tensor dim, a second one may replicate
-        dims = tuple(
-            rng.choice([None, *range(len(shape))]) if k else rng.randrange(len(shape)) for k in range(len(mesh))
-        )
-        fixed.append((shape, mesh, dims))
-    return fixed
-
-
 def check_local_slices(fn) -> None:
-    """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``, one pair per tensor dim: the part
-    of a tensor that the rank at mesh ``coords`` holds, mesh dim ``i`` sharding tensor dim ``shard_dims[i]``
-    (``None``: replicated), against DTensor's own rule on every rank of fresh shapes, uneven ones included."""
+    """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``: the part the rank at mesh ``coords``
+    holds, against DTensor's own rule on every rank of fresh shapes, uneven ones included."""
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
     from torch.distributed.tensor import _utils as dtensor_utils
 
     helpers = ("compute_local_shape_and_global_offset", "_compute_local_shape_and_global_offset")
     course = (dtensor_slices, *(getattr(dtensor_utils, name, None) for name in helpers))
     core.refuse_course_code(fn, what, course, advice="用整数运算自己切出来。", names=(*helpers, "distribute_tensor"))
-    calls = [(s, m, c, d) for s, m, d in _cases(random.Random()) for c in itertools.product(*map(range, m))]
+    rng = random.Random()
+    fixed = [((5, 3), (4,), (0,)), ((7, 5), (2, 3), (0, 0)), ((7, 5), (2, 3), (0, 1)), ((6, 4), (2, 2), (None, 1))]
+    fixed += [((3,), (4,), (0,)), ((9, 4), (4, 2), (1, 0)), ((12, 7), (2,), (0,)), ((10, 10), (3, 3), (0, 0))]
+    for _ in range(16):
+        mesh = (rng.randint(2, 8),) if rng.random() < 0.4 else (rng.randint(2, 4), rng.randint(2, 4))
+        shape = tuple(rng.randint(1, 20) for _ in range(rng.randint(1, 3)))
+        n = len(shape)  # the first mesh dim shards a tensor dim, a second one may replicate:
+        dims = tuple(rng.choice([None, *range(n)]) if k else rng.randrange(n) for k in range(len(mesh)))
+        fixed.append((shape, mesh, dims))
+    calls = [(s, m, c, d) for s, m, d in fixed for c in itertools.product(*map(range, m))]
     for args, got in core.answers(fn, what, calls):
         shape, mesh, coords, dims = args
         where = f"shape={shape}，mesh_shape={mesh}，coords={coords}，shard_dims={dims}"
@@ -99,30 +92,28 @@ def check_local_slices(fn) -> None:
             raise CheckFailed(f"{where}：应当返回每个张量维一个 (start, length)，实际得到 {got!r}。") from None
         if _same(got, want):
             continue
+        slip = lambda **rule: _same(got, _slips(*args, **rule))  # the shard by one of the usual wrong rules
         hint = core.first_hint(
             (
                 len(got) != len(shape),
                 f"要给张量的每一维（共 {len(shape)} 维）各一个 (start, length)，没被切的维是 (0, 该维长度)。",
             ),
             (
-                _same(got, _slips(*args, rule="floor")),
+                slip(rule="floor"),
                 "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
                 "前面的段都是满的，最后几段更短，甚至是空的。",
             ),
             (
-                _same(got, _slips(*args, rule="array_split")),
+                slip(rule="array_split"),
                 "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
                 "每段 ceil(n / N)，不够的是最后几段。",
             ),
+            (slip(rule="unclipped"), "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。"),
             (
-                _same(got, _slips(*args, rule="unclipped")),
-                "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。",
-            ),
-            (
-                _same(got, _slips(*args, nested=False)),
+                slip(nested=False),
                 "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，不是重新切整条。",
             ),
-            (_same(got, _slips(*args, swap=True)), "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。"),
+            (slip(swap=True), "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。"),
             default="对照 DTensor 自己的切法：沿网格维依次切，每段 ceil(n / N)。",
         )
         raise CheckFailed(f"{where}：DTensor 给这个 Rank 的是 {want}，你的答案是 {got}。{hint}")
@@ -142,9 +133,8 @@ def reference_model_state_bytes(strategy: str, psi: float, world_size: int, k: f
 
 
 def check_model_state_bytes(fn) -> None:
-    """``fn(strategy, psi, world_size, k=12) -> bytes``: the model states one rank holds under ``"dp"``,
-    ``"zero1"``, ``"zero2"`` or ``"zero3"`` (mixed precision: fp16 parameters and gradients, K psi of fp32
-    optimizer state), on fresh sizes, against 06's memory model."""
+    """``fn(strategy, psi, world_size, k=12) -> bytes``: the model states one rank holds under ``"dp"``, ``"zero1"``,
+    ``"zero2"`` or ``"zero3"`` (fp16 parameters and gradients, K psi of fp32 optimizer state), against 06's model."""
     what = "model_state_bytes 要给出一个 Rank 存的模型状态（字节）"
     names = ("memory_plan", "compare_strategies")
     core.refuse_course_code(fn, what, (reference_model_state_bytes,), advice="用加减乘除自己算出来。", names=names)
@@ -159,24 +149,17 @@ def check_model_state_bytes(fn) -> None:
         want = reference_model_state_bytes(strategy, psi, n, k)
         if abs(got - want) <= 1e-9 * want:
             continue
-        slips = [  # the usual wrong formulas (None: not a slip of this strategy)
+        only = lambda value, *stages: value if strategy in stages else None  # a slip of these strategies alone
+        fp32 = (8 + k) * psi / (n if strategy == "zero3" else 1)  # parameters and gradients of 4 bytes
+        slips = [  # the usual wrong formulas
+            (only(4 * psi + k * psi / n, "zero2"), "ZeRO-2 把梯度也切开了：2Ψ 的梯度每个 Rank 只存 1/N。"),
+            (only(2 * psi + (2 + k) * psi / n, "zero1"), "ZeRO-1 只切优化器状态：梯度（2Ψ）还是每个 Rank 一整份。"),
             (
-                4 * psi + k * psi / n if strategy == "zero2" else None,
-                "ZeRO-2 把梯度也切开了：2Ψ 的梯度每个 Rank 只存 1/N。",
-            ),
-            (
-                2 * psi + (2 + k) * psi / n if strategy == "zero1" else None,
-                "ZeRO-1 只切优化器状态：梯度（2Ψ）还是每个 Rank 一整份。",
-            ),
-            (
-                (8 + k) * psi / (n if strategy == "zero3" else 1) if strategy in ("dp", "zero3") else None,
+                only(fp32, "dp", "zero3"),
                 "混合精度下参数和梯度是 16 位（每个 2 字节），4 字节的 fp32 主副本已经算在 K 里。",
             ),
-            (
-                (4 + k) * psi / n if strategy in ("zero1", "zero2") else None,
-                "ZeRO-1/2 不切参数：2Ψ 的 fp16 参数每个 Rank 一整份。",
-            ),
-            ((4 + k) * psi if strategy != "dp" else None, "这个策略要切开的部分没有除以 N。"),
+            (only((4 + k) * psi / n, "zero1", "zero2"), "ZeRO-1/2 不切参数：2Ψ 的 fp16 参数每个 Rank 一整份。"),
+            (only((4 + k) * psi, "zero1", "zero2", "zero3"), "这个策略要切开的部分没有除以 N。"),
         ]
         hint = core.matching_hint(
             got,
@@ -198,9 +181,8 @@ def reference_cheapest_stage(psi, world_size, capacity, k=12):
 
 
 def check_cheapest_stage(fn) -> None:
-    """``fn(psi, world_size, capacity, k=12) -> "dp" | "zero1" | "zero2" | "zero3" | None``: the first stage,
-    in that order (each shards more and, from ZeRO-3 on, communicates more), whose model states fit
-    ``capacity`` bytes on every rank; ``None`` when none fits. Boundaries (exactly full) included."""
+    """``fn(psi, world_size, capacity, k=12) -> stage | None``: the first of :data:`STAGES` (each shards, and from
+    ZeRO-3 on communicates, more) whose model states fit ``capacity`` bytes on every rank, exactly full included."""
     what = "cheapest_stage 要选出第一个放得下的 ZeRO 阶段"
     rng = random.Random()
     h200 = 141e9  # one H200's memory in bytes
@@ -216,16 +198,14 @@ def check_cheapest_stage(fn) -> None:
             continue
         fits = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) <= cap]
         strictly = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) < cap]
+        dropped_k, greedy = (
+            k != 12 and got == reference_cheapest_stage(psi, n, cap),
+            want is not None and got == "zero3",
+        )
         hint = core.first_hint(
-            (
-                k != 12 and got == reference_cheapest_stage(psi, n, cap),
-                f"k 要传下去：这一组的优化器状态是每个参数 {k} 字节，不是 12。",
-            ),
+            (dropped_k, f"k 要传下去：这一组的优化器状态是每个参数 {k} 字节，不是 12。"),
             (got not in STAGES + (None,), f"要返回 {STAGES} 中的一个名字，或者 None；实际得到 {got!r}。"),
-            (
-                want is not None and got == "zero3",
-                "不要总挑最省内存的：切得越多，通信越多（ZeRO-3 每步多一次 All-Gather）；要的是第一个放得下的。",
-            ),
+            (greedy, "不要总挑最省内存的：切得越多，通信越多（ZeRO-3 每步多一次 All-Gather）；要的是第一个放得下的。"),
             (want is None and got is not None, "一个阶段都放不下时返回 None（连 ZeRO-3 都超出容量）。"),
             (got == (strictly[0] if strictly else None), "正好等于容量也算放得下（<=，不是 <）。"),
             (fits and got == fits[-1], "按 dp、zero1、zero2、zero3 的顺序找第一个放得下的，不是最后一个。"),
@@ -244,9 +224,8 @@ def reference_shard_bytes(shapes, world_size, rank, bytes_per_element=4):
 
 
 def check_shard_bytes(fn) -> None:
-    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes``: what FSDP2 leaves on ``rank`` of a model
-    whose parameters have ``shapes``, every parameter cut along dim 0 as ``torch.chunk`` cuts; fresh models,
-    rows fewer than ranks included."""
+    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes``: what FSDP2 leaves on ``rank``, every parameter
+    cut along dim 0 as ``torch.chunk`` cuts; fresh models, rows fewer than ranks included."""
     what = "shard_bytes 要给出 FSDP2 留在一个 Rank 上的参数字节数"
     rng = random.Random()
     models = [[(12, 7), (12,), (5, 12), (5,), (3, 5), (3,)]]
@@ -272,11 +251,9 @@ def check_shard_bytes(fn) -> None:
                 scale * sum(_split(s[0], n, r, rule)[1] * (math.prod(s[1:]) if per_row else 1) for s in shapes)
             )
 
+        even = lambda r: b * sum(map(math.prod, shapes)) / n  # every parameter's bytes spread evenly
         slips = [
-            (
-                lambda r: b * sum(map(math.prod, shapes)) / n,
-                "FSDP2 不是把所有参数平均分：它逐个参数切第 0 维，不能整除时前面的 Rank 多拿一行。",
-            ),
+            (even, "FSDP2 不是把所有参数平均分：它逐个参数切第 0 维，不能整除时前面的 Rank 多拿一行。"),
             (by_rule("array_split"), "多出来的行不是前几段各多一行：每段 ceil(行数 / N)，不够的是最后几段。"),
             (by_rule("floor"), "段长是 ceil(行数 / N)，不是 行数 // N（最后一段收下余数的是另一种切法）。"),
             (by_rule("unclipped"), "最后几段要截到行数为止，可能是 0 行。"),

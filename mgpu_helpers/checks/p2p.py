@@ -1,12 +1,8 @@
-"""Checkers for notebook 04 (fill-ins ``try_exchange``, ``try_ring_pass``) and ex04 (``check_pass_right``,
-``check_ring_sum``): point-to-point messages, watched call by call on the ranks.
-
-Every run holds the edge cases: an odd world size (3), tensors of length 0, zeros in the data, float and integer
-dtypes, both directions round the ring. The ``torch.distributed`` calls are watched in each rank before the
-reader's code runs (:class:`~mgpu_helpers.checks.core.WatchedCalls`, under any name or import path), so an
-exercise's rule ("blocking send/recv only", "no collective", "an empty buffer is not sent") is checked against the
-calls really made, and :mod:`mgpu_helpers.lessons.p2p` is refused the same way: calling it is not writing it.
-"""
+"""Checkers for notebook 04 (``try_exchange``, ``try_ring_pass``) and ex04 (``check_pass_right``, ``check_ring_sum``):
+point-to-point messages on ranks, the edge cases in every run (an odd world size, tensors of length 0, zeros, float
+and integer dtypes, both directions). The ``torch.distributed`` calls are watched in each rank under any name
+(:class:`~mgpu_helpers.checks.core.WatchedCalls`), so an exercise's rule ("blocking send/recv only", "no collective",
+"an empty buffer is not sent") is checked against the calls made; mh.lessons.p2p is refused the same way."""
 
 import numpy as np
 
@@ -34,7 +30,7 @@ def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CO
 
 
 def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
-    """Per world size: ``make_rounds(rng, world_size)``, ``body`` run on the ranks, then ``explain(world_size,
+    """Per world size, ``body`` on the ranks with fresh ``make_rounds(rng, world_size)``, then ``explain(world_size,
     round, rank, result)`` (which raises on a mistake) for every rank's result of every round."""
     rng = core.new_rng()
     for world_size in world_sizes:
@@ -46,8 +42,6 @@ def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explai
 
 
 # -- 04: exchange, one step of the ring -----------------------------------------------------------------------
-
-
 def _exchange_rounds(rng, world_size):
     """(direction, dtype, lengths sent by each rank, data of each rank) per round: both directions, a float and an
     integer dtype, uneven lengths, zeros in the data. In the first round of each direction every rank sends: a
@@ -99,6 +93,7 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
     # another rank's data, blamed only when it is not also what src sent (short random inputs can coincide)
     others = [k for k, inp in enumerate(data) if k != src and len(got) and np.array_equal(got, inp)]
     other = None if np.array_equal(got, want) else next(iter(others), None)
+    lost = lengths[src] and np.all(got == SENTINEL)  # nothing arrived
     core.fail_first(
         (
             not result["waitable"],
@@ -111,10 +106,7 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
             "（下一节切块时块可能是空的，空消息只会白白多一次等待）。",
         ),
         (not result["kept"], f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。"),
-        (
-            lengths[src] and np.all(got == SENTINEL),
-            f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去（或者用阻塞的 recv 收完）。",
-        ),
+        (lost, f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去（或者用阻塞的 recv 收完）。"),
         (
             other is not None,
             f"{case}：收到的是 rank {other} 的数据，应当是 src = rank {src} 的。"
@@ -125,9 +117,8 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
 
 
 def check_exchange(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> None:
-    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring, both ways, on uneven lengths with
-    zeros, float32 and int64: no deadlock, the right data, empty buffers skipped, ``send_buf`` untouched, a list
-    of requests returned."""
+    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring, both ways: no deadlock, the right
+    data, empty buffers skipped, ``send_buf`` untouched, a list of requests returned."""
     what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
     _check_rounds(fn, what, world_sizes, timeout, _exchange_rounds, _exchange_body, _explain_exchange_round)
     core.passed(
@@ -142,8 +133,6 @@ try_exchange = core.fill_in_cell(
 
 
 # -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
-
-
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
     for _length, steps, dtype, data in cases:
@@ -157,12 +146,8 @@ def _ring_pass_body(rank, world_size, fn, cases, calls):
 
 
 def _ring_cases(rng, world_size):
-    cases = []
-    for length, steps, dtype in (
-        (int(rng.integers(1, 5)), None, "float32"),
-        (0, None, "float32"),
-        (int(rng.integers(2, 5)), world_size + 1, "int64"),
-    ):
+    cases, short, longer = [], int(rng.integers(1, 5)), int(rng.integers(2, 5))
+    for length, steps, dtype in ((short, None, "float32"), (0, None, "float32"), (longer, world_size + 1, "int64")):
         data = [core.int_values(rng, length) for _ in range(world_size)]
         if length:
             data[0][0] = 0
@@ -193,16 +178,11 @@ def _explain_ring(world_size, case, rank, result):
             core.compare(got, want, f"{where}，第 {step + 1} 步")
         if not np.array_equal(got, want):
             k = next((k for k, inp in enumerate(data) if len(inp) and np.array_equal(got, inp)), None)
+            own, reused = step and k == (rank - 1) % world_size, step and k == (rank - n_steps) % world_size
             hint = core.first_hint(
                 (k is None, ""),
-                (
-                    step and k == (rank - 1) % world_size,
-                    f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。",
-                ),
-                (
-                    step and k == (rank - n_steps) % world_size,
-                    "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。",
-                ),
+                (own, f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。"),
+                (reused, "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"),
                 default=f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。",
             )
             core.compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
@@ -223,17 +203,14 @@ try_ring_pass = core.fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.rin
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
-
-
 def _rank_fn_body(rank, world_size, fn, case, calls):
     inputs, dtype = case
     return core.as_numpy(fn(rank, world_size, core.rank_tensor(inputs[rank], dtype)))
 
 
 def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
-    """``(world_size, inputs, results, calls)``, rank by rank, of ``fn(rank, world_size, x)`` on each world size:
-    lengths 1 to ``longest``, float32 and int64 by turns, one zero in rank 0's data (only one: a whole rank of
-    zeros would hide a value added twice)."""
+    """``(world_size, inputs, results, calls)`` of ``fn(rank, world_size, x)`` on each world size, float32 and int64 by
+    turns, one zero in rank 0's data (only one: a whole rank of zeros would hide a value added twice)."""
     rng = core.new_rng()
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, longest + 1))
@@ -293,12 +270,8 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)
         for rank, got in enumerate(results):
-            core.compare(
-                got,
-                total,
-                f"world_size = {world_size}，rank {rank}",
-                _ring_sum_hint(got, total, inputs, rank, world_size),
-            )
+            hint = _ring_sum_hint(got, total, inputs, rank, world_size)
+            core.compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
         core.refuse_calls(calls, core.COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
         steps = world_size // 2
         for rank, rank_calls in enumerate(calls if world_size > 2 else ()):

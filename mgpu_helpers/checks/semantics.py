@@ -50,15 +50,11 @@ def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = c
         course = ("mgpu_helpers.checks.semantics.reference_all_gather_uneven",)
         got = core.launch_check(fn, what, n, inputs, timeout=timeout, course=course)
         for r in range(n):
+            padded = got[r] is not None and np.size(got[r]) == n * max(lengths)
+            reversed_ = isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards)
             hint = core.first_hint(
-                (
-                    got[r] is not None and np.size(got[r]) == n * max(lengths),
-                    "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。",
-                ),
-                (
-                    isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards),
-                    "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……",
-                ),
+                (padded, "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。"),
+                (reversed_, "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……"),
             )
             core.compare(got[r], want, f"world_size = {n}，各 Rank 长度 {lengths}，rank {r}", hint)
     core.passed(
@@ -67,11 +63,9 @@ def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = c
 
 
 def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; len(x) % world_size == 0.
-
-    Only the reduce-scatter and all-gather families may be called, a reduce-scatter must be, and the all-gathers
-    together may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times
-    that)."""
+    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather, ``len(x) % world_size == 0``.
+    Only those two families may be called, a reduce-scatter must be, and the all-gathers together may fill no more
+    than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
     rng = core.new_rng()
     for n in world_sizes:
@@ -134,9 +128,8 @@ def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
 
 
 def check_bytes_each_rank_sends(fn) -> None:
-    """``fn(op, nbytes, world_size, rank) -> bytes``: the bytes ``rank`` sends in ``op`` (root 0), as arithmetic.
-
-    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top."""
+    """``fn(op, nbytes, world_size, rank) -> bytes`` that ``rank`` sends in ``op`` (root 0): one rank, two, odd world
+    sizes, the root and the chain's far end in every run; random sizes on top."""
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
     ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
     core.refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
@@ -154,12 +147,10 @@ def check_bytes_each_rank_sends(fn) -> None:
         role = "（Root）" if rank == 0 and op in ("reduce", "broadcast") else ""
         role = "（链尾）" if op == "broadcast" and rank == world_size - 1 else role
         ring = op in ("all_gather", "reduce_scatter", "all_reduce") and world_size > 1 and value is not None
+        n_steps = ring and math.isclose(value, want * world_size / (world_size - 1))
         extra = core.first_hint(
             (world_size == 1 and got, "只有一个 Rank 时没有别人可发：0 字节。"),
-            (
-                ring and math.isclose(value, want * world_size / (world_size - 1)),
-                "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。",
-            ),
+            (n_steps, "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"),
         )
         raise CheckFailed(
             f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
@@ -199,9 +190,8 @@ def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = core.HANG_S):
 
 
 def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x, sizes) -> tensor``: x (length ``sum(sizes)``) on every rank; rank r returns
-    its part ``sizes[r]`` of the sum over ranks (its offset is the sum of the sizes before it). No all-reduce,
-    no all-gather: nobody may receive the whole sum."""
+    """``fn(rank, world_size, x, sizes) -> tensor``: rank r's part ``sizes[r]`` of the sum over ranks (its offset the
+    sum of the sizes before it). No all-reduce, no all-gather: nobody may receive the whole sum."""
     what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
     rng = core.new_rng()
     rule = "dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather"
@@ -224,9 +214,8 @@ def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float
                 equal_block = whole[r * sizes[r] : (r + 1) * sizes[r]]
                 if equal_block.shape == np.shape(value) and np.allclose(value, equal_block):
                     hint = "取的是第 r 个等长块；各段长度不同，rank r 的起点是它前面各段长度之和。"
-            core.compare(
-                value, whole[offsets[r] : offsets[r + 1]], f"world_size = {n}，sizes = {sizes}，rank {r}", hint
-            )
+            want = whole[offsets[r] : offsets[r + 1]]
+            core.compare(value, want, f"world_size = {n}，sizes = {sizes}，rank {r}", hint)
     core.passed(
         f"reduce_scatter_uneven 在 world_size = {', '.join(map(str, world_sizes))}、长度不同（含 0）的各段上，"
         "每个 Rank 都只拿到了自己那一段的总和。"

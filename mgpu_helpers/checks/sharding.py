@@ -48,12 +48,9 @@ def check_contiguous_ranges(fn) -> None:
             raise CheckFailed(
                 f"{where}：得到 {list(got)}，{wrong}；每个下标恰好属于一个 Rank（注意 range 的 stop 不包含在内）。"
             )
-        sizes = [len(r) for r in got]
+        sizes, gap = [len(r) for r in got], any(a.stop != b.start for a, b in zip(got, got[1:]))
         core.fail_first(
-            (
-                any(a.stop != b.start for a, b in zip(got, got[1:])),
-                f"{where}：得到 {list(got)}，各段没有按 rank 顺序首尾相接。",
-            ),
+            (gap, f"{where}：得到 {list(got)}，各段没有按 rank 顺序首尾相接。"),
             (
                 max(sizes) - min(sizes) > 1,
                 f"{where}：各段长度 {sizes} 相差不止 1：余下的 {n % ws} 个要一个一个分给不同的 Rank，"
@@ -101,9 +98,8 @@ def _memory_cases(rng):
 
 
 def check_per_rank_memory(fn) -> None:
-    """``fn(strategy, sizes, weights) -> [dict part -> GB, one per rank]``: sharded parts split in proportion
-    to ``weights`` (one per rank), replicated parts held whole by every rank. Strategies: replicate,
-    data_parallel, zero1, zero2, zero3."""
+    """``fn(strategy, sizes, weights) -> [dict part -> GB, one per rank]``: sharded parts split in proportion to
+    ``weights``, replicated parts held whole by every rank, for each of :data:`MEMORY_STRATEGIES`."""
     what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
     names = ("memory_plan", "compare_strategies", "reference_per_rank_memory")
     core.refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory), names=names, advice=ARITHMETIC)
@@ -111,10 +107,8 @@ def check_per_rank_memory(fn) -> None:
     for strategy, sizes, weights in cases:
         got = core.call(fn, what, strategy, dict(sizes), list(weights))
         want = reference_per_rank_memory(strategy, sizes, weights)
-        where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
-        core.expect_items(
-            got, len(weights), f"{where}：应当返回 {len(weights)} 个字典（每个 Rank 一个），实际得到 {got!r}。"
-        )
+        where, n = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}", len(weights)
+        core.expect_items(got, n, f"{where}：应当返回 {n} 个字典（每个 Rank 一个），实际得到 {got!r}。")
         for r, (g, w) in enumerate(zip(got, want)):
             if not isinstance(g, dict) or set(g) != set(w):
                 raise CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
@@ -123,20 +117,15 @@ def check_per_rank_memory(fn) -> None:
                 if isinstance(value, (int, float)) and math.isclose(float(value), w[part], rel_tol=1e-9, abs_tol=1e-9):
                     continue
                 split = part in memory.STRATEGIES[strategy]
-                evenly = len(weights) > 1 and math.isclose(float(value) * len(weights), sizes[part])
+                evenly = n > 1 and math.isclose(float(value) * n, sizes[part])  # split (or not) by the rank count
+                whole, uneven = split and float(value) == sizes[part], split and len(set(weights)) > 1 and evenly
                 why = core.first_hint(
-                    (
-                        split and float(value) == sizes[part],
-                        f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。",
-                    ),
+                    (whole, f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。"),
                     (
                         not split and evenly,
                         f"{strategy} {SPLIT_ZH[strategy]}，{PART_ZH[part]}是每个 Rank 各存一整份的，不能除以 Rank 数。",
                     ),
-                    (
-                        split and len(set(weights)) > 1 and evenly,
-                        "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。",
-                    ),
+                    (uneven, "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。"),
                     default=f"{strategy} {SPLIT_ZH[strategy]}；切分的部分按 权重 / 权重之和 分，其余每个 Rank 一整份。",
                 )
                 raise CheckFailed(f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，实际是 {value!r}。{why}")
@@ -236,6 +225,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"
         if got == want and (got is None or core.is_rank_number(got)):
             continue
+        one_more = want is not None and core.is_number(got) and got == want + 1
         core.fail_first(
             (
                 want is None,
@@ -243,10 +233,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
                 f"应当返回 None，实际得到 {got!r}。",
             ),
             (got is None, f"{where}：{want} 张卡就装得下，应当返回 {want}，实际得到 None。"),
-            (
-                want is not None and core.is_number(got) and got == want + 1,
-                f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。",
-            ),
+            (one_more, f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。"),
             (
                 True,
                 f"{where}：应当是 {want} 张，实际得到 {got!r}。复制的部分不随卡数变小："

@@ -28,15 +28,10 @@ def check_ring_allreduce_seconds(fn) -> None:
         if core.is_number(got) and math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
             continue
         lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
+        one_phase, whole_buffer = (n - 1) * alpha + (n - 1) / n * nbytes * beta, lat + 2 * (n - 1) * nbytes * beta
         slips = [
-            (
-                (n - 1) * alpha + (n - 1) / n * nbytes * beta,
-                "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，两个阶段各走 world_size − 1 步。",
-            ),
-            (
-                lat + 2 * (n - 1) * nbytes * beta,
-                "每一步每个 Rank 只发一块，nbytes / world_size 字节，不是整个 Buffer。",
-            ),
+            (one_phase, "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，两个阶段各走 world_size − 1 步。"),
+            (whole_buffer, "每一步每个 Rank 只发一块，nbytes / world_size 字节，不是整个 Buffer。"),
             (2 * n * alpha + bw, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
             (lat + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。"),
         ]
@@ -122,9 +117,8 @@ WAIT_RANK = 0
 def check_wait_prediction(
     fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT, rank: int = WAIT_RANK, steps: int = 5
 ) -> None:
-    """``fn() -> seconds``: how long ``rank`` waits at the all-reduce each step with ``shard_units`` at
-    ``seconds_per_unit`` (one number, or one per rank), against the median wait measured on real ranks, within
-    the run's own margin (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
+    """``fn() -> seconds``: ``rank``'s wait at the all-reduce each step, ``shard_units`` at ``seconds_per_unit`` (one or
+    one per rank), against the median measured on real ranks within the run's own margin plus 10%."""
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = core.call(fn, what)
     guess = core.number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
@@ -148,12 +142,9 @@ def check_wait_prediction(
 
 
 # -- 08: which rank is the straggler, read from the time each rank spent inside the collective ---------------
-
-
 def _collective_case(rng, world_size, straggler, late_s, stalled=None, steps=5):
-    """Per-rank lists of per-step times inside the all-reduce when ``straggler`` arrives ``late_s`` after the
-    others (they wait inside the collective, it does not), plus about 2 ms of work. ``stalled=(rank, step, s)``: in
-    that one step another rank was held up ``s`` seconds (it arrives last and everyone else waits for it)."""
+    """Per-rank lists of per-step times inside the all-reduce (about 2 ms of work) when ``straggler`` arrives ``late_s``
+    late; ``stalled=(rank, step, s)``: in that step another rank was held up ``s`` and everyone else waits for it."""
     out = [[0.0] * steps for _ in range(world_size)]
     for k in range(steps):
         arrive = [0.0] * world_size
@@ -168,19 +159,16 @@ def _collective_case(rng, world_size, straggler, late_s, stalled=None, steps=5):
 def collective_cases(rng=None) -> list[tuple[list, int, str]]:
     """``(collective_s per rank per step, straggler rank, what the case is)``: the fixed edge cases, then random."""
     rng = rng or random.Random()
+    case = lambda *args, **stalled: _collective_case(rng, *args, **stalled)
     cases = [
-        (_collective_case(rng, 2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
-        (_collective_case(rng, 4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
+        (case(2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
+        (case(4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
         (
-            _collective_case(rng, 4, 2, 0.100, stalled=(1, 0, 0.5)),
+            case(4, 2, 0.100, stalled=(1, 0, 0.5)),
             2,
             "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s",
         ),
-        (
-            _collective_case(rng, 8, 5, 0.060, stalled=(0, 2, 0.4)),
-            5,
-            "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s",
-        ),
+        (case(8, 5, 0.060, stalled=(0, 2, 0.4)), 5, "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s"),
     ]
     for _ in range(20):
         n = rng.randint(2, 8)
@@ -241,15 +229,10 @@ def _straggler_reading_hints(collective_s, noise_s, got, want) -> str:
     return said or ("Rank 号从 0 开始数。" if want is not None and got == want + 1 else "")
 
 
-def _rank_or_none(rank) -> str:
-    return "None（没有唯一的 Straggler）" if rank is None else f"rank {rank}"
-
-
 def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
-    """The one check of "the straggler is the rank with the shortest time inside the collective": ``fn`` on each
-    case ``(collective_s, noise_s, want, story)`` against :func:`reference_straggler`'s ``want``; ``with_noise``:
-    ``fn(collective_s, noise_s)`` may answer None (10), else ``fn(collective_s)`` names a rank (08). The course's
-    own readers are refused. The caller says what passed (its name is the one the progress records)."""
+    """The one check of "the straggler is the rank with the shortest time inside the collective": ``fn`` on each case
+    ``(collective_s, noise_s, want, story)``; ``with_noise``: ``fn(collective_s, noise_s)`` may answer None (10), else
+    ``fn(collective_s)`` names a rank (08). The caller says what passed (its name is the one progress records)."""
     course = core.course_code_reached(fn, COURSE_READERS, names=("medians",))
     if course is not None:
         raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
@@ -265,13 +248,13 @@ def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
         got = None if got is None else int(got)
         if got != want:
             hints = _straggler_reading_hints(collective_s, noise_s, got, want)
-            raise CheckFailed(f"{where}：应当是 {_rank_or_none(want)}，你的答案是 {_rank_or_none(got)}。{hints}")
+            said = lambda rank: "None（没有唯一的 Straggler）" if rank is None else f"rank {rank}"
+            raise CheckFailed(f"{where}：应当是 {said(want)}，你的答案是 {said(got)}。{hints}")
 
 
 def check_straggler_from_collective(fn, cases=None) -> None:
-    """``fn(collective_s) -> rank``: ``collective_s[r]`` is the list of rank r's times inside the all-reduce,
-    one per step. The straggler is the rank whose collective is SHORT (the others waited in it for it);
-    one stalled step of another rank must not change the answer (a median per rank, not a sum or one step)."""
+    """``fn(collective_s) -> rank``, ``collective_s[r]`` rank r's times inside the all-reduce per step: the rank
+    whose collective is SHORT (the others waited in it for it), by the median (one stalled step must not change it)."""
     what = "straggler_from_collective 要从每个 Rank 在 Collective 里的时间找出 Straggler"
     cases = cases or collective_cases()
     hold_straggler_readings(fn, what, [(c, 0.0, strag, story) for c, strag, story in cases], with_noise=False)
