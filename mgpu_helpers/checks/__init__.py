@@ -1,11 +1,9 @@
 """Exercise checkers: run the reader's code on fresh random inputs, compare with a reference, explain.
 
-Every ``check_xxx(fn)`` prints one ``通过：...`` line when ``fn`` is right, and otherwise raises :class:`CheckFailed`
-whose message says, in Chinese, what is wrong (which rank, which element, what was expected and what came back).
-An exercise still the generated stub fails with a message starting with :data:`NOT_DONE`, also when the stub
-raised inside a rank or sits in a Numba kernel. Sizes are small: the checks run in seconds on a CPU (Numba's
-simulator, gloo ranks) and unchanged on GPUs. Each module is one area and says which notebooks it checks;
-the shared machinery is :mod:`mgpu_helpers.checks.core`.
+Every ``check_xxx(fn)`` prints one ``通过：...`` line when ``fn`` is right, else raises :class:`CheckFailed` saying in
+Chinese what is wrong (which rank, which element, what was expected and what came back); a stub still unwritten
+fails with :data:`NOT_DONE`, in a rank or a Numba kernel too. Sizes are small: the checks run in seconds on a CPU
+(Numba's simulator, gloo ranks) and unchanged on GPUs. Each module is one area and says which notebooks it checks.
 """
 
 from mgpu_helpers.lazy import attach

@@ -1,10 +1,6 @@
-"""Checkers for notebook 09 and ex09: a data-parallel training step, uneven shards included.
-
-ex09's ``check_data_parallel_step`` runs one step on each rank's shard; the shards are *uneven* in every run, so an
-unweighted average is caught, and a wrong result is matched against the usual mistakes, trained here. Notebook
-09's fill-ins: the whole-batch mean from per-rank means, step 2's rank function (called here for other ranks and
-uneven shards) and the seed's ``ncclAllReduce`` as CuPy's six arguments (no GPU needed).
-"""
+"""Checkers for notebook 09 and ex09: a data-parallel training step on shards that are *uneven* in every run (an
+unweighted average is caught; a wrong result is matched against the usual mistakes, trained here), and 09's
+fill-ins: the whole-batch mean from per-rank means, step 2's rank function, the seed's ``ncclAllReduce`` arguments."""
 
 import random
 

@@ -198,10 +198,8 @@ def check_cheapest_stage(fn) -> None:
             continue
         fits = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) <= cap]
         strictly = [s for s in STAGES if reference_model_state_bytes(s, psi, n, k) < cap]
-        dropped_k, greedy = (
-            k != 12 and got == reference_cheapest_stage(psi, n, cap),
-            want is not None and got == "zero3",
-        )
+        dropped_k = k != 12 and got == reference_cheapest_stage(psi, n, cap)
+        greedy = want is not None and got == "zero3"
         hint = core.first_hint(
             (dropped_k, f"k 要传下去：这一组的优化器状态是每个参数 {k} 字节，不是 12。"),
             (got not in STAGES + (None,), f"要返回 {STAGES} 中的一个名字，或者 None；实际得到 {got!r}。"),

@@ -1,8 +1,6 @@
-"""Checkers of notebook 07 and ex07: collective semantics. Fill-ins: ``try_bytes_each_rank_sends`` (the bytes each
-rank sends in reduce, broadcast, all-reduce, all-gather, reduce-scatter: arithmetic) and ``try_all_gather_uneven``
-(pieces of different lengths, on ranks). Exercises: ``check_reduce_scatter_uneven`` (each rank keeps a part of its
-own length), ``check_all_reduce_rs_ag`` (all-reduce from a reduce-scatter and an all-gather: the calls made and
-the elements they move are traced in each rank, every other collective refused under any name)."""
+"""Checkers of notebook 07 and ex07: collective semantics. Fill-ins: the bytes each rank sends (arithmetic), an
+all-gather of pieces of different lengths. Exercises: a reduce-scatter of uneven parts, all-reduce from a reduce-scatter
+and an all-gather (the calls and the elements they move traced in each rank, other collectives refused)."""
 
 import functools
 import math
@@ -195,6 +193,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float
     what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
     rng = core.new_rng()
     rule = "dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather"
+    allowed = RS_NAMES + ("reduce",)
     for n in world_sizes:
         sizes = [int(v) for v in rng.integers(1, 5, size=n)]
         sizes[-1] = 0 if n > 2 else sizes[-1]  # a rank with an empty part, every run
@@ -203,9 +202,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float
         inputs = [core.int_values(rng, sum(sizes)) for _ in range(n)]
         inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
         whole, offsets = np.sum(inputs, axis=0), np.cumsum([0] + sizes)
-        got = run_traced(
-            fn, what, n, inputs, extra=(sizes,), allowed=RS_NAMES + ("reduce",), timeout=timeout, rule=rule
-        )
+        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout, rule=rule)
         for r, (value, _calls) in enumerate(got):
             hint = ""
             if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:

@@ -1,7 +1,5 @@
-"""Checkers of notebook 06 and ex06: split rules (who owns which items) and memory per rank. Fill-ins:
-``try_contiguous_ranges`` (the split by count, uneven sizes), ``try_per_rank_memory`` (each rank's memory by
-part, per strategy, uneven weights). Exercises: ``check_shard_contiguous_by_cost`` (an order-keeping split by
-cost), ``check_rank_memory_fewest_gpus`` (the fewest GPUs that hold a job)."""
+"""Checkers of notebook 06 and ex06: split rules (who owns which items) and memory per rank. Fill-ins: the split by
+count, each rank's memory by part; exercises: an order-keeping split by cost, the fewest GPUs that hold a job."""
 
 import math
 import random

@@ -1,15 +1,12 @@
 """Is this the course's code? One rule: the course's own code (the exercise's implementation in mh.lessons, the
-checker's reference, and the ``models``, ``widgets`` and ``checks`` that compute what exercises ask for) is not the
-learner's answer, whether the learner's function *is* it or *calls* it, by any path: a name, an alias, a wrapper or
-helper of theirs, a course function that calls on, ``getattr`` with a name built at run time. The checker itself
-may still use its reference.
+checker's reference, the ``models``, ``widgets`` and ``checks`` that compute what exercises ask for) is not the
+learner's answer, whether their function *is* it or *calls* it by any path (an alias, a wrapper or helper of theirs,
+a course function that calls on, ``getattr`` with a built name). The checker itself may still use its reference.
 
-The rule is asked at two moments, each catching what the other cannot see: before the run,
-:func:`refuse_course_code` reads the code (the names it and its helpers reach, a base class, a Numba kernel's body
-that runs out of a hook's sight, a branch no drawn case takes); while the check runs, :func:`refusing` watches the
-calls (a ``sys.setprofile`` hook; in a rank through :class:`~.watch.WatchedCalls`) and names a refused function
-under the name the learner used.
-"""
+The rule is asked at two moments, each catching what the other cannot see: before the run
+:func:`refuse_course_code` reads the code (what it and its helpers reach, a base class, a Numba kernel's body, a
+branch no drawn case takes); while it runs :func:`refusing` watches the calls (a ``sys.setprofile`` hook; in a rank
+through :class:`~.watch.WatchedCalls`) and names a refused function under the name the learner used."""
 
 import contextlib
 import importlib
@@ -119,12 +116,10 @@ def code_names(fn) -> set[str]:
 
 
 def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4) -> str | None:
-    """The name under which ``fn`` is, or reaches, the course's own code; ``None`` when it does not.
-
-    The course's: ``references`` (by identity: a worked lesson's cell is the source of mh.lessons, so the same code
-    defined again in a cell is not refused), anything defined in ``packages``, and ``names`` wherever the code uses
-    them (a course function reached through an object, ``model.memory_plan(...)``). Followed ``depth`` levels
-    deep: the learner's own helpers and classes it reaches (their methods too)."""
+    """The name under which ``fn`` is, or reaches, the course's own code: ``references`` (by identity: a lesson's cell
+    is the source of mh.lessons, so the same code defined again in a cell is not refused), anything defined in
+    ``packages``, ``names`` wherever the code uses them (``model.memory_plan(...)``); ``None`` when it does not. The
+    learner's own helpers and classes it reaches are followed ``depth`` levels deep (their methods too)."""
     references = tuple(r for r in references if r is not None)
 
     def ours(obj) -> bool:
@@ -187,7 +182,6 @@ def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = 
 
 
 # -- the rule while the check runs: a profile hook on the calls ------------------------------------------------
-
 _LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 _CHECKERS = os.path.join("mgpu_helpers", "checks", "")
 _GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "widgets", "checks"))
@@ -238,12 +232,11 @@ def _name_used(caller, code) -> str | None:
 
 @contextlib.contextmanager
 def refusing(what: str, references=(), advice: str = "", packages: bool = True, failure=None):
-    """While the learner's code runs for a check: a call from it into the course's code raises ``failure(label)``.
-
-    Refused: ``references`` (objects or ``(object, label)`` pairs) when a frame of the learner's code runs between
-    the call and the checker, and with ``packages`` any function of the course's ``models``, ``widgets`` and
-    ``checks`` the learner's code calls directly. Guards nest. A refusal the learner's code caught and went on from
-    still fails the check when the guard ends."""
+    """While the learner's code runs for a check, a call from it into the course's code raises ``failure(label)``:
+    ``references`` (objects or ``(object, label)`` pairs) when a frame of the learner's code runs between the call
+    and the checker, and with ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` the
+    learner's code calls directly. Guards nest. A refusal the learner's code caught still fails the check when the
+    guard ends."""
     refused = _refused_code(references)
     before = sys.getprofile()
     raised = []
@@ -306,10 +299,8 @@ def resolve_course(course) -> list:
     out = []
     for item in course:
         if isinstance(item, str):
-            try:
+            with contextlib.suppress(ImportError, AttributeError):  # a name that does not resolve is left out
                 out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
-            except (ImportError, AttributeError):  # a name that does not resolve is left out
-                continue
         elif item is not None:
             label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
             out.append((item, label.replace("mgpu_helpers.", "mh.")))

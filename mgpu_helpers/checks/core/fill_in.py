@@ -10,9 +10,9 @@ from .failure import NOT_DONE, CheckFailed, has_stub, not_done
 
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
     """A lesson's fill-in, checked at once (``check(fn)`` prints ``通过：...`` or raises): what the cells after it
-    should use. While ``fn`` is the stub (or ``None``) this says so and returns ``reference`` (under nbgrader's
-    autograde, ``$MGPU_GRADING`` set, it fails instead). ``keep``: once it passes, ``fn``'s source is stored under
-    that name (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number) for ``mh.mine(keep, ...)``."""
+    should use; while ``fn`` is the stub (or ``None``) ``reference``, said so (under nbgrader's autograde,
+    ``$MGPU_GRADING``, it fails instead). ``keep``: once it passes, ``fn`` is stored under that name (``lesson``:
+    this notebook's number)."""
     if fn is None or has_stub(fn):
         if os.environ.get("MGPU_GRADING"):  # nbgrader's autograde (tools/grading.py): unwritten is a fail
             raise not_done(fn, what)
@@ -42,10 +42,10 @@ def passed(text: str) -> None:
 
 
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
-    """``try_x(fn)``, the function a lesson's fill-in cell calls: :func:`fill_in` with ``check`` and the course's
-    ``reference`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``), ``reference``, ``refuse`` and the course's
-    models, widgets and checks refused to the learner's code. Both may be dotted names, imported at the call: the
-    lessons' modules bring torch or Numba, which the checkers do not import."""
+    """``try_x(fn)``, what a lesson's fill-in cell calls: :func:`fill_in` with ``check`` and the course's
+    ``reference``, which with ``refuse`` and the course's models, widgets and checks is refused to the learner's
+    code. Both may be dotted names, imported at the call: the lessons' modules bring torch or Numba, which the
+    checkers do not import."""
 
     def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference
@@ -60,8 +60,6 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
             setattr(checked, attr, getattr(check, attr))
         return fill_in(fn, checked, ref, what, **keep)
 
-    try_fill_in.__doc__ = (
-        f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, else the course's."
-    )
+    try_fill_in.__doc__ = f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes."
     try_fill_in.checker = check.__name__  # the name its passing is recorded under (tracking)
     return try_fill_in

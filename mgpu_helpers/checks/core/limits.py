@@ -1,11 +1,8 @@
-"""Time limits on the learner's Python code: an answer that never ends fails within seconds, naming where it
-was, and the kernel session stays usable.
+"""Time limits on the learner's Python code: an answer that never ends fails within seconds, naming where it was.
 
 The limit is a SIGALRM timer, so it applies in the main thread only (a notebook's cells, a rank's own code).
-Limits nest: one started inside another (a checker's :func:`deadline` around several :func:`call`) arms the timer
-for whichever ends first and, on leaving, puts the outer one back with the time it has left, so each fires at its
-own time and is reported as its own.
-"""
+Limits nest: one started inside another (a :func:`deadline` around several :func:`call`) arms the timer for
+whichever ends first and, on leaving, puts the outer one back with the time it has left."""
 
 import contextlib
 import math

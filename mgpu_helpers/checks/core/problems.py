@@ -21,14 +21,11 @@ class RankCase:  # one drawn case of a RankProblem: the inputs of every rank and
 
 @dataclass(frozen=True)
 class RankProblem:
-    """An exercise that runs the reader's ``fn(rank, world_size, x, *extra)`` on ranks (one row of a table).
-
-    ``name``: the reader's function as the messages call it; ``what``: what it must do (one sentence);
-    ``make_case(rng, world_size) -> (inputs, extra)``: fresh inputs, one per rank, and extra args;
-    ``reference(inputs, extra, world_size) -> [expected value of each rank]``; ``done``: the pass line, with
-    ``{sizes}`` for the world sizes run; ``explain(case, rank, got) -> str``: a hint for a wrong answer (it may
-    raise :class:`CheckFailed` itself); ``where(case, rank) -> str``: how a failure names the case; ``forbid``,
-    ``course``, ``init``: as :func:`~.ranks.launch_check`'s."""
+    """An exercise that runs the reader's ``fn(rank, world_size, x, *extra)`` on ranks (one row of a table): ``name`` as
+    messages call it; ``what`` it must do; ``make_case(rng, world_size) -> (inputs, extra)``, one input per rank;
+    ``reference(inputs, extra, world_size) -> [expected value of each rank]``; ``done``: the pass line (``{sizes}``:
+    the world sizes run); ``explain(case, rank, got) -> hint`` (or it raises :class:`CheckFailed` itself); ``where(case,
+    rank)``: how a failure names the case; ``forbid``, ``course``, ``init``: as :func:`~.ranks.launch_check`'s."""
 
     name: str
     what: str

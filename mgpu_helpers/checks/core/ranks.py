@@ -8,10 +8,9 @@ from .course_code import refuse_course_code, resolve_course
 from .failure import CheckFailed, is_stub_error, not_done
 from .watch import WatchedCalls
 
-# How long the checked work may run once every rank has joined the process group (``run_ranks`` starts the clock
-# when the last rank is in). On the shared 2-core course machine a whole checker launch (forking, joining, the
-# work, the result back) takes 0.7-1.0 s on 2-4 ranks: 4 s is several times the work itself, and an answer that
-# never ends is reported within seconds (tests/checks/test_core_ranks.py holds every rank-launching checker to it).
+# How long the checked work may run once every rank has joined the process group. On the shared 2-core course
+# machine a whole checker launch (forking, joining, the work, the result back) takes 0.7-1.0 s on 2-4 ranks: 4 s is
+# several times that, and an endless answer is reported within seconds (tests/checks/test_core_ranks.py holds to it).
 HANG_S = 4.0
 # Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
 TRAIN_HANG_S = 2 * HANG_S
