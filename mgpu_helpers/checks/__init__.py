@@ -36,11 +36,8 @@ _PUBLIC = {
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
     "check_ownership_cyclic",
 }
-_attribute, __dir__, __all__ = attach(
-    __name__,
-    submodules=None,  # every module of this folder
-    attributes={name: module for module, names in _PUBLIC.items() for name in names.split()},
-)
+_NAMES = {name: module for module, names in _PUBLIC.items() for name in names.split()}
+_attribute, __dir__, __all__ = attach(__name__, submodules=None, attributes=_NAMES)  # submodules: every module here
 
 
 def __getattr__(name: str):

@@ -32,7 +32,7 @@ def check_contiguous_ranges(fn) -> None:
     cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]  # remainders, fewer items than ranks
     cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
     for (n, ws), got in core.answers(fn, what, cases):
-        where = f"n_items = {n}，world_size = {ws}"
+        where, want = f"n_items = {n}，world_size = {ws}", sharding_rules.contiguous_ranges(n, ws)  # the reference
         core.expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
         if not all(isinstance(r, range) and r.step == 1 for r in got):
             raise CheckFailed(f"{where}：每一段要是步长为 1 的 range(start, stop)，实际得到 {list(got)!r}。")
@@ -55,9 +55,9 @@ def check_contiguous_ranges(fn) -> None:
                 "而不是全堆在一个 Rank 上（或者每段都取上取整）。",
             ),
             (
-                list(got) != sharding_rules.contiguous_ranges(n, ws),  # the course's split is the reference
+                list(got) != want,
                 f"{where}：得到 {list(got)}，长度 {sizes}；约定是前 n_items % world_size 个 Rank "
-                f"各多拿一个（和 05 节环的分块一样），应当是 {sharding_rules.contiguous_ranges(n, ws)}。",
+                f"各多拿一个（和 05 节环的分块一样），应当是 {want}。",
             ),
         )
     core.passed(f"contiguous_ranges 在 {len(cases)} 组（含有余数、元素比 Rank 少、0 个元素）上都切对了。")

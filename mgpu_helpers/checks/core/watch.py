@@ -95,9 +95,7 @@ class DistCall(tuple):
     def __reduce__(self):
         return DistCall, (self[0], self[1], self[2], self.nbytes, self.numels, self.async_op)
 
-    name = property(operator.itemgetter(0))
-    peer = property(operator.itemgetter(1))
-    numel = property(operator.itemgetter(2))
+    name, peer, numel = (property(operator.itemgetter(i)) for i in range(3))
 
 
 class WatchedCalls:
