@@ -13,8 +13,7 @@ def first_hint(*slips, default: str = "") -> str:
 
 
 def fail_first(*slips) -> None:
-    """Raise :class:`CheckFailed` with the text of the first ``(it is this mistake, text)`` pair that holds (every
-    condition is evaluated, so each must be safe to)."""
+    """Raise :class:`CheckFailed` with the text of the first ``(holds, text)`` pair that holds (all are evaluated)."""
     if text := first_hint(*slips):
         raise CheckFailed(text)
 
@@ -26,8 +25,7 @@ def matching_hint(got, slips, default: str = "", **tolerance) -> str:
 
 
 def expect_items(got, count: int, failure: str, numbers: bool = False) -> None:
-    """Raise :class:`CheckFailed` saying ``failure`` unless ``got`` is a tuple or list of ``count`` items (real
-    numbers with ``numbers``)."""
+    """Raise :class:`CheckFailed` saying ``failure`` unless ``got`` is a tuple or list of ``count`` items."""
     if not isinstance(got, (tuple, list)) or len(got) != count or numbers and not all(map(is_number, got)):
         raise CheckFailed(failure)
 

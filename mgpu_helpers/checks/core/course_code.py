@@ -163,8 +163,7 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
 
 
 def course_code_failure(what: str, label: str, advice: str = "", fn=None) -> CheckFailed:
-    """The one message for the course's code in an answer: ``fn`` (read before the run) or the learner's code
-    (caught calling it) uses ``label``."""
+    """The one message for the course's code ``label`` in an answer: read in ``fn``, or caught being called."""
     who = f"`{name_of(fn)}` 用到了" if fn is not None else "调用了"
     return CheckFailed(
         f"{what}：{who}课程自己的 {label}——这是课程自己的实现（或检查用的参考答案），不算你写的代码。"
@@ -207,8 +206,7 @@ def _called_for_the_learner(frame) -> bool:
 
 
 def _refused_code(references) -> dict:
-    """``{code object: label}`` of the course's functions ``references``: a function is refused by its code, the one
-    thing every alias, wrapper and import path of it shares."""
+    """``{code object: label}`` of the course's functions: refused by their code, what aliases and wrappers share."""
     out = {}
     for item in references:
         obj, label = item if isinstance(item, tuple) else (item, None)

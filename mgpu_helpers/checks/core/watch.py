@@ -43,8 +43,7 @@ def _code_with(freevars: tuple, body: str):
 
 
 class SwappedCode:
-    """Replace the code of function objects in place, put back by :meth:`restore`. Swaps nest: each keeps the code
-    it found, under a key of its own."""
+    """Replace the code of function objects in place, put back by :meth:`restore`; swaps nest."""
 
     _count = itertools.count()
 
