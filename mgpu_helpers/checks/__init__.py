@@ -1,24 +1,14 @@
 """Exercise checkers: run the reader's code on fresh random inputs, compare with a reference, explain.
 
-Every ``check_xxx(fn)`` prints one ``通过：...`` line when ``fn`` is right, and otherwise raises
-:class:`CheckFailed` (an ``AssertionError``) whose message says, in Chinese, what is wrong: which rank,
-which element, what was expected and what came back. An exercise that is still the generated stub
-(``raise NotImplementedError("练习：...")``) fails with a message that starts with
-``这个练习还没有完成`` (:data:`NOT_DONE`), also when the stub raised inside a rank (``mh.RankError`` with
-``exc_type == "NotImplementedError"``) or sits in a Numba kernel (which on a GPU cannot raise).
-
-Exercises that involve ranks run the reader's function on several world sizes through
-:func:`mgpu_helpers.run_ranks`, each rank on its input drawn here, so a failure names the rank and the element.
-Sizes are small: the checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on GPUs.
-
-Each module of this folder is one area, and its docstring says which notebooks' fill-ins (``try_x``) and
-exercises (``check_x``) it checks; :data:`_PUBLIC` is the index of the names reached as ``mh.checks.<name>``.
-The shared machinery is :mod:`mgpu_helpers.checks.core`.
+Every ``check_xxx(fn)`` prints one ``通过：...`` line when ``fn`` is right, else raises :class:`CheckFailed` saying in
+Chinese what is wrong (which rank, which element, what was expected and what came back); a stub still unwritten
+fails with :data:`NOT_DONE`, in a rank or a Numba kernel too. Sizes are small: the checks run in seconds on a CPU
+(Numba's simulator, gloo ranks) and unchanged on GPUs. Each module is one area and says which notebooks it checks.
 """
 
 from mgpu_helpers.lazy import attach
 
-# The public names of each module, reached as ``mh.checks.<name>`` (the modules themselves are reached too).
+# The public names of each module, reached as ``mh.checks.<name>`` (the modules themselves too).
 _PUBLIC = {
     "core": "CheckFailed fill_in NOT_DONE RankProblem run_problem show_trace",
     "overlap": "check_accumulate_dp check_step_seconds",
@@ -46,11 +36,8 @@ _PUBLIC = {
     "lab": "check_ownership_check check_rs_ag_slowdown check_rs_ag_busbw check_conclusions try_conclusions "
     "check_ownership_cyclic",
 }
-_attribute, __dir__, __all__ = attach(
-    __name__,
-    submodules=None,  # every module of this folder
-    attributes={name: module for module, names in _PUBLIC.items() for name in names.split()},
-)
+_NAMES = {name: module for module, names in _PUBLIC.items() for name in names.split()}
+_attribute, __dir__, __all__ = attach(__name__, submodules=None, attributes=_NAMES)  # submodules: every module here
 
 
 def __getattr__(name: str):

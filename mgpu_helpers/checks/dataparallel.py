@@ -1,29 +1,18 @@
-"""Checkers for notebook 09 and ex09: a data-parallel training step, uneven shards included.
-
-- ex09, :func:`check_data_parallel_step`: one step on this rank's shard; the shards are *uneven* in every run,
-  so an unweighted average is caught, and a wrong result is matched against the usual mistakes, trained here.
-- Notebook 09's fill-ins: :func:`check_weighted_average` (the whole-batch mean from per-rank means),
-  :func:`check_local_gradient` (step 2's rank function, called here for other ranks and uneven shards) and
-  :func:`check_nccl_arguments` (the seed's ``ncclAllReduce`` as CuPy's six arguments: no GPU needed).
-"""
+"""Checkers for notebook 09 and ex09: a data-parallel training step on shards that are *uneven* in every run (an
+unweighted average is caught; a wrong result is matched against the usual mistakes, trained here), and 09's
+fill-ins: the whole-batch mean from per-rank means, step 2's rank function, the seed's ``ncclAllReduce`` arguments."""
 
 import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    TRAIN_HANG_S,
-    CheckFailed,
-    call,
-    compare,
-    expect_items,
-    fill_in_cell,
-    first_hint,
-    launch,
-    passed,
-)
+from mgpu_helpers.checks import core
+from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.lessons.data_parallel import shard
 from mgpu_helpers.measure import dp_reference as ref
+
+UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}  # rows that never divide the world size
+ARGUMENTS = ("sendbuf", "recvbuf", "count", "datatype", "op", "stream")
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -45,56 +34,20 @@ def simulated_training(config, world_size: int, combine: str):
     gradients combined by ``combine``: "weighted" (right: rows_r / N), "mean" (1 / world_size), "sum"."""
     import torch
 
-    data = ref.make_dataset(config)
-    shards = [shard(data, r, world_size) for r in range(world_size)]
+    shards = [shard(ref.make_dataset(config), r, world_size) for r in range(world_size)]
     model = ref.make_model(config)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     params = list(model.parameters())
     for _ in range(config.steps):
         total = [torch.zeros_like(p) for p in params]
-        for x, y in shards:
-            if len(x) == 0:
-                continue
-            grads = torch.autograd.grad(ref.mse_loss(model, x, y), params)
+        for x, y in (s for s in shards if len(s[0])):
             w = {"weighted": len(x) / config.n_samples, "mean": 1 / world_size, "sum": 1.0}[combine]
-            for t, g in zip(total, grads):
+            for t, g in zip(total, torch.autograd.grad(ref.mse_loss(model, x, y), params)):
                 t += w * g
         for p, t in zip(params, total):
             p.grad = t
         opt.step()
     return ref.flat_params(model).numpy()
-
-
-UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}  # rows that never divide the world size
-
-
-def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = TRAIN_HANG_S) -> None:
-    """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
-    ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
-    from mgpu_helpers.lessons.data_parallel import shard_range
-
-    what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
-    rng = random.Random()
-    for n in world_sizes:
-        rows = rng.choice(UNEVEN_CASES.get(n, (4 * n + 1,)))
-        config = ref.TrainConfig(n_samples=rows, steps=3, seed=rng.randint(0, 10**6))
-        sizes = "/".join(str(len(shard_range(rows, r, n))) for r in range(n))
-        advice = "是不是有的 Rank 少调了一次 All-Reduce？每个 Rank 每一步都要调用同样的 Collective。"
-        values = launch(_dp_rank, n, (fn, config), what, fn, timeout, advice=advice)
-        want = ref.train_single_process(config).numpy()
-        for r, got in enumerate(values):
-            compare(
-                got,
-                want,
-                f"world_size = {n}，Shard {sizes} 行，训练 {config.steps} 步后 rank {r} 的参数与单进程整批训练不同",
-                _which_mistake(got, want, config, n, sizes),
-                atol=1e-9,
-                rtol=1e-9,
-            )
-    passed(
-        f"data_parallel_step 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 行数不同的 Shard 上"
-        "训练几步后，每个 Rank 的参数都等于单进程整批训练。"
-    )
 
 
 def _which_mistake(got, want, config, n, sizes) -> str:
@@ -122,30 +75,31 @@ def _which_mistake(got, want, config, n, sizes) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------------------
-# Notebook 09's fill-ins.
+def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = core.TRAIN_HANG_S) -> None:
+    """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
+    ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
+    from mgpu_helpers.lessons.data_parallel import shard_range
+
+    what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
+    rng = random.Random()
+    for n in world_sizes:
+        rows = rng.choice(UNEVEN_CASES.get(n, (4 * n + 1,)))
+        config = ref.TrainConfig(n_samples=rows, steps=3, seed=rng.randint(0, 10**6))
+        sizes = "/".join(str(len(shard_range(rows, r, n))) for r in range(n))
+        advice = "是不是有的 Rank 少调了一次 All-Reduce？每个 Rank 每一步都要调用同样的 Collective。"
+        values = core.launch(_dp_rank, n, (fn, config), what, fn, timeout, advice=advice)
+        want = ref.train_single_process(config).numpy()
+        for r, got in enumerate(values):
+            where = f"world_size = {n}，Shard {sizes} 行，训练 {config.steps} 步后 rank {r} 的参数与单进程整批训练不同"
+            hint = _which_mistake(got, want, config, n, sizes)
+            core.compare(got, want, where, hint, atol=1e-9, rtol=1e-9)
+    core.passed(
+        f"data_parallel_step 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 行数不同的 Shard 上"
+        "训练几步后，每个 Rank 的参数都等于单进程整批训练。"
+    )
 
 
-def _grad_cases(rng):
-    """(local mean gradients, rows per rank, what the case is): fixed edge cases, then random draws."""
-
-    def grads(n, d=6):
-        return [rng.integers(-9, 10, size=d).astype(np.float64) for _ in range(n)]
-
-    cases = [
-        (grads(4), [13, 13, 12, 12], "50 行分给 4 个 Rank"),
-        (grads(2), [24, 24], "两片一样大"),
-        (grads(4), [1, 1, 1, 0], "3 行分给 4 个 Rank：rank 3 一行也没有"),
-        (grads(3), [7, 1, 2], "很不均匀的三片"),
-    ]
-    for _ in range(15):
-        n = int(rng.integers(2, 9))
-        rows = [int(v) for v in rng.integers(0, 30, size=n)]
-        rows[int(rng.integers(n))] += 1  # at least one row in all
-        cases.append((grads(n, int(rng.integers(1, 9))), rows, f"{n} 个 Rank，随机的行数"))
-    return cases
-
-
+# -- notebook 09's fill-ins -----------------------------------------------------------------------------------
 def reference_weighted_average(local_grads, rows):
     """The whole-batch mean gradient from per-shard mean gradients: ``sum(rows[r] * g[r]) / sum(rows)``
     (a shard with no rows has no gradient to add: its entry is ignored)."""
@@ -164,34 +118,40 @@ def check_weighted_average(fn) -> None:
     import torch
 
     what = "weighted_average 要从各 Rank 的局部平均梯度算出整批的平均梯度"
-    for grads, rows, desc in _grad_cases(np.random.default_rng()):
-        local = [
-            torch.tensor(g) if k else torch.full(g.shape, float("nan"), dtype=torch.float64)
-            for g, k in zip(grads, rows)
-        ]
-        got = call(fn, what, [g.clone() for g in local], list(rows))
-        want = reference_weighted_average([torch.tensor(g) for g in grads], rows).numpy()
-        hint = ""
-        g = np.asarray(grads)
+    rng = np.random.default_rng()
+    grads = lambda n, d=6: [rng.integers(-9, 10, size=d).astype(np.float64) for _ in range(n)]
+    cases = [
+        (grads(4), [13, 13, 12, 12], "50 行分给 4 个 Rank"),
+        (grads(2), [24, 24], "两片一样大"),
+        (grads(4), [1, 1, 1, 0], "3 行分给 4 个 Rank：rank 3 一行也没有"),
+        (grads(3), [7, 1, 2], "很不均匀的三片"),
+    ]
+    for _ in range(15):
+        n = int(rng.integers(2, 9))
+        rows = [int(v) for v in rng.integers(0, 30, size=n)]
+        rows[int(rng.integers(n))] += 1  # at least one row in all
+        cases.append((grads(n, int(rng.integers(1, 9))), rows, f"{n} 个 Rank，随机的行数"))
+    for grads_, rows, desc in cases:
+        nan = lambda g: torch.full(g.shape, float("nan"), dtype=torch.float64)
+        local = [torch.tensor(g) if k else nan(g) for g, k in zip(grads_, rows)]
+        got = core.call(fn, what, [g.clone() for g in local], list(rows))
+        want = reference_weighted_average([torch.tensor(g) for g in grads_], rows).numpy()
+        hint, g = "", np.asarray(grads_)
         if got is not None and np.shape(got) == want.shape:
             gv = np.asarray(torch.as_tensor(got), dtype=np.float64)
-            hint = first_hint(
-                (
-                    np.allclose(gv, g.mean(0)),
-                    "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。",
-                ),
+            plain = np.allclose(gv, g.mean(0))
+            by_ranks = np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows))
+            hint = core.first_hint(
+                (plain, "这是不加权的平均：行数不同的 Shard，每个样本的分量不一样大。按行数加权。"),
                 (np.allclose(gv, g.sum(0)), "这是和，不是平均。"),
-                (
-                    np.allclose(gv, (g * np.asarray(rows)[:, None]).sum(0) / len(rows)),
-                    "加权之后要除以总行数，不是 Rank 数。",
-                ),
+                (by_ranks, "加权之后要除以总行数，不是 Rank 数。"),
                 (np.isnan(gv).any(), "没有行的 Rank 没有梯度（这里是 NaN）：它不该参与加权。"),
             )
-        compare(got, want, f"{desc}（rows = {rows}）", hint, atol=1e-9, rtol=1e-9)
-    passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
+        core.compare(got, want, f"{desc}（rows = {rows}）", hint, atol=1e-9, rtol=1e-9)
+    core.passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
 
 
-try_weighted_average = fill_in_cell(check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
+try_weighted_average = core.fill_in_cell(check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
 
 
 def check_local_gradient(fn) -> None:
@@ -202,7 +162,7 @@ def check_local_gradient(fn) -> None:
     what = "local_gradient 要在本 Rank 的那片数据上做一次 forward + backward"
     rng = random.Random()
     cases = [(1, 4, 50), (3, 4, 50), (2, 3, 7), (0, 2, 48), (4, 5, 5)]
-    cases += [(lambda w: (rng.randrange(w), w, rng.randint(w, 60)))(rng.randint(2, 8)) for _ in range(3)]
+    cases += [(rng.randrange(w), w, rng.randint(w, 60)) for w in (rng.randint(2, 8) for _ in range(3))]
     for rank, ws, n in cases:
         config = ref.TrainConfig(n_samples=n, seed=rng.randint(0, 10**6))
         x, y = shard(ref.make_dataset(config), rank, ws)
@@ -210,72 +170,61 @@ def check_local_gradient(fn) -> None:
         loss = ref.mse_loss(model, x, y)
         loss.backward()
         want = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        got = call(fn, what, rank, ws, config)
+        got = core.call(fn, what, rank, ws, config)
         where = f"rank {rank}，world_size = {ws}，{n} 行"
         if not isinstance(got, dict) or "grad" not in got or "rows" not in got:
             raise CheckFailed(
                 f'{where}：应当返回一个含 "rows"、"loss" 和 "grad" 的 dict，实际得到 {type(got).__name__}。'
             )
         if got["rows"] != len(x):
-            hint = (
-                "用的是整批数据，没有切片。"
-                if got["rows"] == n
-                else "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
-            )
+            hint = "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
+            hint = "用的是整批数据，没有切片。" if got["rows"] == n else hint
             raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
         g = torch.as_tensor(got["grad"]).reshape(-1)
         summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
-        hint = (
-            "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
-            if summed
-            else "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
-        )
-        compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
+        hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
+        if not summed:
+            hint = (
+                "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
+            )
+        core.compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
         if abs(float(got["loss"]) - float(loss)) > 1e-10:
             raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")
-    passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
+    core.passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
 
 
 LOCAL_GRADIENT = "mgpu_helpers.lessons.data_parallel.local_gradient"
-try_local_gradient = fill_in_cell(
+try_local_gradient = core.fill_in_cell(
     check_local_gradient, LOCAL_GRADIENT, "本地的 forward + backward", refuse=[LOCAL_GRADIENT]
 )
 
 
-ARGUMENTS = ("sendbuf", "recvbuf", "count", "datatype", "op", "stream")
-
-
 def check_nccl_arguments(fn) -> None:
-    """``fn(tensor, stream_ptr) -> (sendbuf, recvbuf, count, datatype, op, stream)``: CuPy's ``allReduce``
-    arguments for the seed's in-place SUM all-reduce of ``tensor``. Every run holds a 2-D tensor (count is not its
-    length), float64 and bfloat16 (the datatype follows the dtype), an empty tensor and the default stream (0)."""
+    """``fn(tensor, stream_ptr) -> (sendbuf, recvbuf, count, datatype, op, stream)``: CuPy's ``allReduce`` arguments of
+    the seed's in-place SUM; every run holds a 2-D tensor, float64 and bfloat16, an empty tensor, the default stream."""
     import torch
 
     from mgpu_helpers.lessons import data_parallel as dp
 
     what = "nccl_arguments 要按伪代码给出 CuPy allReduce 的六个参数 (sendbuf, recvbuf, count, datatype, op, stream)"
     rng = random.Random()
-    dtypes = (torch.float16, torch.float32, torch.float64, torch.bfloat16)
-    cases = [
-        (torch.zeros(3, 4), 0),
-        (torch.zeros(7, dtype=torch.float64), rng.randint(1, 2**40)),
-        (torch.zeros(2, 3, 5, dtype=torch.bfloat16), rng.randint(1, 2**40)),
-        (torch.zeros(0, dtype=torch.float16), rng.randint(1, 2**40)),
-    ]
+    dtypes, pointer = (torch.float16, torch.float32, torch.float64, torch.bfloat16), lambda: rng.randint(1, 2**40)
+    cases = [(torch.zeros(3, 4), 0), (torch.zeros(7, dtype=torch.float64), pointer())]
+    cases += [(torch.zeros(2, 3, 5, dtype=torch.bfloat16), pointer()), (torch.zeros(0, dtype=torch.float16), pointer())]
     for _ in range(8):
         shape = [rng.randint(1, 6) for _ in range(rng.randint(1, 3))]
         cases.append((torch.zeros(*shape, dtype=rng.choice(dtypes)), rng.randint(0, 2**40)))
     for t, stream in cases:
-        got, dtype = call(fn, what, t, stream), str(t.dtype).replace("torch.", "")
+        got, dtype = core.call(fn, what, t, stream), str(t.dtype).replace("torch.", "")
         where = f"形状 {tuple(t.shape)} 的 {dtype} 张量、stream 指针 {stream}"
-        expect_items(got, 6, f"{where}：应当返回六个值 {ARGUMENTS}，实际得到 {got!r}。")
+        core.expect_items(got, 6, f"{where}：应当返回六个值 {ARGUMENTS}，实际得到 {got!r}。")
         got = tuple(got)
         want = (t.data_ptr(), t.data_ptr(), t.numel(), dp.NCCL_DATATYPES[dtype], dp.NCCL_SUM, stream)
         k = next((i for i, (g, w) in enumerate(zip(got, want)) if not (type(g) in (int, bool) and g == w)), None)
         if k is None:
             continue
         g = got[k]
-        why = first_hint(
+        why = core.first_hint(
             (isinstance(g, torch.Tensor), "CuPy 要的是 Buffer 在显存里的地址（一个整数），不是张量对象。"),
             (k == 1 and g != t.data_ptr(), "伪代码里两个 Buffer 都写的是 grad：原地归约，接收的就是发送的那一块。"),
             (k == 2 and g == t.numel() * t.element_size(), "count 数的是元素，不是字节。"),
@@ -290,9 +239,11 @@ def check_nccl_arguments(fn) -> None:
             default="Buffer 的地址是张量数据在设备上的起始地址。" if k == 0 else "",
         )
         raise CheckFailed(f"{where}：第 {k + 1} 个参数 {ARGUMENTS[k]} 应当是 {want[k]!r}，你给的是 {g!r}。{why}")
-    passed(f"nccl_arguments 在 {len(cases)} 个张量上（多维、四种 dtype、空张量、默认 Stream）都给出了正确的六个参数。")
+    core.passed(
+        f"nccl_arguments 在 {len(cases)} 个张量上（多维、四种 dtype、空张量、默认 Stream）都给出了正确的六个参数。"
+    )
 
 
-try_nccl_arguments = fill_in_cell(
+try_nccl_arguments = core.fill_in_cell(
     check_nccl_arguments, "mgpu_helpers.lessons.data_parallel.nccl_arguments", "nccl_arguments：伪代码第 03–04 行的参数"
 )

@@ -3,30 +3,25 @@ Notebook 01's fill-ins and ex01's other exercises are checked in checks.cuda_mod
 
 import numpy as np
 
-from mgpu_helpers.checks.core import CheckFailed, compare, int_values, new_rng, passed
+from mgpu_helpers.checks import core
 
 
 def check_matrix_add(kernel) -> None:
-    """2D vecAdd: ``kernel(a, b, c, rows, cols)`` launched on a 2D grid, x along columns, y along rows.
-
-    Each launch goes through :func:`mgpu_helpers.checks.cuda_model.run_kernel`: the stub is "not done yet", and
-    a loop that never ends is refused or stopped within seconds."""
+    """2D vecAdd: ``kernel(a, b, c, rows, cols)`` launched on a 2D grid, x along columns, y along rows, through
+    :func:`mgpu_helpers.checks.cuda_model.run_kernel` (the stub is "not done yet", an endless loop is stopped)."""
     from numba import cuda
 
     from mgpu_helpers.checks.cuda_model import run_kernel
 
     what = "二维 Kernel 要从 (x, y) 算出 (row, col) 并对两个方向做边界检查"
-    rng = new_rng()
-
-    def not_mult8(lo, hi):  # a side that leaves idle threads in its last block, every run
-        return int(rng.choice([v for v in range(lo, hi) if v % 8]))
-
+    rng = core.new_rng()
+    # a side that leaves idle threads in its last block, every run
+    not_mult8 = lambda lo, hi: int(rng.choice([v for v in range(lo, hi) if v % 8]))
     shapes = [(not_mult8(3, 14), not_mult8(15, 26)), (not_mult8(15, 24), not_mult8(2, 8)), (5, 13)]
     for rows, cols in shapes:
-        block = (8, 8)
-        grid = ((cols + 7) // 8, (rows + 7) // 8)  # x covers the columns, y the rows
+        block, grid = (8, 8), ((cols + 7) // 8, (rows + 7) // 8)  # x covers the columns, y the rows
         shape = (grid[1] * 8 + 2, grid[0] * 8 + 3)  # every launched thread's (row, col) lies inside
-        a, b = int_values(rng, shape), int_values(rng, shape)
+        a, b = core.int_values(rng, shape), core.int_values(rng, shape)
         d_c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
         run_kernel(kernel, what, grid, block, cuda.to_device(a), cuda.to_device(b), d_c, np.int32(rows), np.int32(cols))
         got = d_c.copy_to_host()
@@ -35,7 +30,7 @@ def check_matrix_add(kernel) -> None:
         outside = np.argwhere(~np.isnan(got) & ~inside)
         if outside.size:
             r, cc = (int(v) for v in outside[0])
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：元素 [{r}, {cc}] 在矩阵之外（合法范围 row < {rows}、col < {cols}），却被写了。"
                 "两个方向都要检查：row < rows 并且 col < cols。"
             )
@@ -43,5 +38,7 @@ def check_matrix_add(kernel) -> None:
         hint = (
             "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。" if swapped else ""
         )
-        compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, hint)
-    passed("二维 Kernel 在 " + "、".join(f"{r}x{c}" for r, c in shapes) + " 的矩阵上与 NumPy 一致，矩阵外没有被写。")
+        core.compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, hint)
+    core.passed(
+        "二维 Kernel 在 " + "、".join(f"{r}x{c}" for r, c in shapes) + " 的矩阵上与 NumPy 一致，矩阵外没有被写。"
+    )

@@ -1,103 +1,62 @@
-"""Checkers for notebook 04 and ex04: point-to-point messages, watched call by call on the ranks.
-
-Every check runs the reader's code on ranks (gloo on a CPU, NCCL with a GPU per rank) with fresh random
-tensors and the edge cases in every run: an odd world size (3), tensors of length 0, zeros in the data,
-float and integer dtypes, both directions round the ring. Inside each rank the ``torch.distributed``
-calls are watched before the reader's code runs (:class:`~mgpu_helpers.checks.core.WatchedCalls`: every
-send, receive and collective is recorded under any name or import path it is reached by), so a rule an
-exercise states ("blocking send/recv only", "no collective", "an empty buffer is not sent") is checked
-against the calls really made. The course's own implementation (:mod:`mgpu_helpers.lessons.p2p`) is
-refused the same way (:func:`~mgpu_helpers.checks.core.refuse_course_code` before the run, and in the
-ranks): calling it does not count as writing the code. A deadlock ends after a few seconds with the rank and
-the call it was stuck in.
-
-| where | checker | the reader writes |
-| --- | --- | --- |
-| 04 | :func:`try_exchange` | ``exchange(send_buf, dst, recv_buf, src, group=None) -> requests`` |
-| 04 | :func:`try_ring_pass` | ``ring_pass(token, steps=None) -> [tensor from the left, each step]`` |
-| ex04 | :func:`check_pass_right` | ``pass_right(rank, world_size, x)`` with blocking send/recv only |
-| ex04 | :func:`check_ring_sum` | ``ring_sum(rank, world_size, x)``: the sum on a two-way ring |
-"""
+"""Checkers for notebook 04 (``try_exchange``, ``try_ring_pass``) and ex04 (``check_pass_right``, ``check_ring_sum``):
+point-to-point messages on ranks, the edge cases in every run (an odd world size, tensors of length 0, zeros, float
+and integer dtypes, both directions). The ``torch.distributed`` calls are watched in each rank under any name
+(:class:`~mgpu_helpers.checks.core.WatchedCalls`), so an exercise's rule ("blocking send/recv only", "no collective",
+"an empty buffer is not sent") is checked against the calls made; mh.lessons.p2p is refused the same way."""
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    COLLECTIVE_CALLS,
-    HANG_S,
-    RECVS,
-    SENDS,
-    CheckFailed,
-    WatchedCalls,
-    as_numpy,
-    call_label,
-    compare,
-    fail_first,
-    fill_in_cell,
-    first_hint,
-    int_values,
-    launch,
-    new_rng,
-    passed,
-    rank_tensor,
-    refuse_calls,
-    refuse_course_code,
-    resolve_course,
-    which_rank,
-)
+from mgpu_helpers.checks import core
+from mgpu_helpers.checks.core import CheckFailed
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
 LESSON_CODE = ("exchange", "ring_pass")  # mgpu_helpers.lessons.p2p
-
-
-# -- running the reader's code on ranks with the calls watched ------------------------------------------------
+SENTINEL = -7777
+ROUNDS = (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))  # exchange's, in order
 
 
 def _watched_main(rank, world_size, body, fn, payload, course):
-    """Rank function of these checkers: watch the calls (the course's ``course`` code refused), run
-    ``body(rank, world_size, fn, payload, calls)``; returns ``(what body returned, the calls made)``."""
-    with WatchedCalls(course=course) as watched:
+    with core.WatchedCalls(course=course) as watched:
         out = body(rank, world_size, fn, payload, watched.calls)
     return out, list(watched.calls)
 
 
-def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = HANG_S):
-    """Run ``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched: ``(value, calls)`` in
-    rank order, a :class:`~mgpu_helpers.checks.core.DistCall` per call made. ``lessons``: the names in
-    mh.lessons.p2p that ``fn`` may not use (refused by name before the run, and in the ranks however reached).
-    A deadlock, the stub or another error becomes a :class:`CheckFailed` (:func:`~mgpu_helpers.checks.core.launch`)."""
-    course = resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
-    refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
-    return launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
+def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = core.HANG_S):
+    """``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched: ``(value, calls)`` in rank
+    order. ``lessons``: the names in mh.lessons.p2p refused to ``fn``, before the run and in the ranks."""
+    course = core.resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
+    core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
+    return core.launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
+
+
+def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
+    """Per world size, ``body`` on the ranks with fresh ``make_rounds(rng, world_size)``, then ``explain(world_size,
+    round, rank, result)`` (which raises on a mistake) for every rank's result of every round."""
+    rng = core.new_rng()
+    for world_size in world_sizes:
+        rounds = make_rounds(rng, world_size)
+        values = run_watched(body, fn, what, world_size, rounds, lessons=lessons, timeout=timeout)
+        for rank, (out, _calls) in enumerate(values):
+            for rnd, result in zip(rounds, out):
+                explain(world_size, rnd, rank, result)
 
 
 # -- 04: exchange, one step of the ring -----------------------------------------------------------------------
-
-
 def _exchange_rounds(rng, world_size):
-    """The rounds one launch runs: (direction, dtype, lengths sent by each rank, data of each rank).
-
-    Lengths differ from rank to rank (what rank r receives is what its neighbour sends) and include 0;
-    the data hold zeros. Both directions, a float and an integer dtype, in every run. In the first round of
-    each direction every rank sends something: a rank that sends nothing would break the ring's cycle of
-    waits, and a blocking send-first answer would get through."""
+    """(direction, dtype, lengths sent by each rank, data of each rank) per round: both directions, a float and an
+    integer dtype, uneven lengths, zeros in the data. In the first round of each direction every rank sends: a
+    rank that sends nothing would break the ring's cycle of waits, and a blocking send-first answer get through."""
     rounds = []
-    for k, (direction, dtype) in enumerate(
-        (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))
-    ):
+    for k, (direction, dtype) in enumerate(ROUNDS):
         lengths = [int(n) for n in rng.integers(1, 6, size=world_size)]
         if k >= 2:
             lengths[int(rng.integers(0, world_size))] = 0  # one rank sends nothing this round
-        data = []
-        for n in lengths:
-            v = int_values(rng, n)
-            if n > 1:
-                v[int(rng.integers(0, n))] = 0  # zeros in the data
-            data.append(v)
+        data = [core.int_values(rng, n) for n in lengths]
+        for v in data:
+            if len(v) > 1:
+                v[int(rng.integers(0, len(v)))] = 0  # zeros in the data
         rounds.append((direction, dtype, lengths, data))
     return rounds
-
-
-SENTINEL = -7777
 
 
 def _peers(rank, world_size, direction):
@@ -107,21 +66,17 @@ def _peers(rank, world_size, direction):
 
 
 def _exchange_body(rank, world_size, fn, rounds, calls):
-    """Each round: every rank calls ``fn`` once (send to one neighbour, receive from the other), waits on
-    what it returned; reports what arrived, whether send_buf changed and the calls of that round."""
+    """Each round every rank calls ``fn`` once and waits on what it returned."""
     out = []
     for direction, dtype, lengths, data in rounds:
         dst, src = _peers(rank, world_size, direction)
-        send_buf = rank_tensor(data[rank], dtype)
-        before = send_buf.clone()
-        recv_buf = rank_tensor(np.full(lengths[src], SENTINEL), dtype)
-        first = len(calls)
+        send_buf = core.rank_tensor(data[rank], dtype)
+        before, recv_buf, first = send_buf.clone(), core.rank_tensor(np.full(lengths[src], SENTINEL), dtype), len(calls)
         requests = fn(send_buf, dst, recv_buf, src)
         waitable = isinstance(requests, (list, tuple)) and all(hasattr(r, "wait") for r in requests)
-        if waitable:
-            for request in requests:
-                request.wait()
-        got, kept = as_numpy(recv_buf), send_buf.equal(before)
+        for request in requests if waitable else ():
+            request.wait()
+        got, kept = core.as_numpy(recv_buf), send_buf.equal(before)
         out.append(dict(kind=type(requests).__name__, waitable=waitable, got=got, calls=calls[first:], kept=kept))
     return out
 
@@ -133,12 +88,13 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
         f"world_size = {world_size}，rank {rank} 调用 exchange(send_buf, dst={dst}, recv_buf, src={src})"
         f"（{dtype}，send_buf 长 {lengths[rank]}，recv_buf 长 {lengths[src]}）"
     )
-    empty = [c[0] for c in result["calls"] if c[0] in SENDS + RECVS and c[2] == 0] + [None]
+    empty = [c[0] for c in result["calls"] if c[0] in core.SENDS + core.RECVS and c[2] == 0] + [None]
     got, want = result["got"], np.asarray(data[src])
     # another rank's data, blamed only when it is not also what src sent (short random inputs can coincide)
     others = [k for k, inp in enumerate(data) if k != src and len(got) and np.array_equal(got, inp)]
     other = None if np.array_equal(got, want) else next(iter(others), None)
-    fail_first(
+    lost = lengths[src] and np.all(got == SENTINEL)  # nothing arrived
+    core.fail_first(
         (
             not result["waitable"],
             f"{case}：返回的是 {result['kind']}，应当是一个请求的列表（每个都有 .wait()）。"
@@ -146,75 +102,53 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
         ),
         (
             empty[0],
-            f"{case}：发出了一个空张量的 {call_label(empty[0] or '')}。长度为 0 的缓冲区要跳过，不发也不收"
+            f"{case}：发出了一个空张量的 {core.call_label(empty[0] or '')}。长度为 0 的缓冲区要跳过，不发也不收"
             "（下一节切块时块可能是空的，空消息只会白白多一次等待）。",
         ),
         (not result["kept"], f"{case}：send_buf 被改掉了。exchange 只往 recv_buf 里写，要发的数据不能动。"),
-        (
-            lengths[src] and np.all(got == SENTINEL),
-            f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去（或者用阻塞的 recv 收完）。",
-        ),
+        (lost, f"{case}：recv_buf 里什么也没收到。要从 src 收，并且在返回之前把请求交出去（或者用阻塞的 recv 收完）。"),
         (
             other is not None,
             f"{case}：收到的是 rank {other} 的数据，应当是 src = rank {src} 的。"
             "dst 是发给谁，src 是从谁收：两个参数别用反。",
         ),
     )
-    compare(got, want, case)
+    core.compare(got, want, case)
 
 
-def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
-    """Per world size: ``make_rounds(rng, world_size)``, run ``body`` on the ranks (:func:`run_watched`), then
-    ``explain(world_size, round, rank, result)`` for every rank's result of every round (it raises on a mistake)."""
-    rng = new_rng()
-    for world_size in world_sizes:
-        rounds = make_rounds(rng, world_size)
-        values = run_watched(body, fn, what, world_size, rounds, lessons=lessons, timeout=timeout)
-        for rank, (out, _calls) in enumerate(values):
-            for rnd, result in zip(rounds, out):
-                explain(world_size, rnd, rank, result)
-
-
-def check_exchange(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
-    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring (to the right and to the
-    left), on uneven lengths with zeros, float32 and int64: no deadlock, the right data, empty buffers
-    skipped, ``send_buf`` untouched, a list of requests returned."""
+def check_exchange(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> None:
+    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring, both ways: no deadlock, the right
+    data, empty buffers skipped, ``send_buf`` untouched, a list of requests returned."""
     what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
     _check_rounds(fn, what, world_sizes, timeout, _exchange_rounds, _exchange_body, _explain_exchange_round)
-    passed(
+    core.passed(
         f"exchange 在 world_size = {', '.join(map(str, world_sizes))} 上往右、往左都交换对了"
         "（长度不一、含 0 长度和 0 值、float32 与 int64），没有死锁，空缓冲区没有发。"
     )
 
 
-try_exchange = fill_in_cell(
+try_exchange = core.fill_in_cell(
     check_exchange, "mgpu_helpers.lessons.p2p.exchange", "exchange", keep="exchange", lesson="04"
 )
 
 
 # -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
-
-
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
     for _length, steps, dtype, data in cases:
-        token = rank_tensor(data[rank], dtype)
+        token = core.rank_tensor(data[rank], dtype)
         before = token.clone()
         arrived = fn(token, steps) if steps is not None else fn(token)
         kept = token.equal(before)
-        arrived = [as_numpy(t) for t in arrived] if isinstance(arrived, (list, tuple)) else type(arrived).__name__
+        arrived = [core.as_numpy(t) for t in arrived] if isinstance(arrived, (list, tuple)) else type(arrived).__name__
         out.append(dict(arrived=arrived, kept=kept))
     return out
 
 
 def _ring_cases(rng, world_size):
-    cases = []
-    for length, steps, dtype in (
-        (int(rng.integers(1, 5)), None, "float32"),
-        (0, None, "float32"),
-        (int(rng.integers(2, 5)), world_size + 1, "int64"),
-    ):
-        data = [int_values(rng, length) for _ in range(world_size)]
+    cases, short, longer = [], int(rng.integers(1, 5)), int(rng.integers(2, 5))
+    for length, steps, dtype in ((short, None, "float32"), (0, None, "float32"), (longer, world_size + 1, "int64")):
+        data = [core.int_values(rng, length) for _ in range(world_size)]
         if length:
             data[0][0] = 0
         cases.append((length, steps, dtype, data))
@@ -229,7 +163,7 @@ def _explain_ring(world_size, case, rank, result):
     arrived = result["arrived"]
     if not isinstance(arrived, list):
         raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
-    fail_first(
+    core.fail_first(
         (
             len(arrived) != n_steps,
             f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
@@ -241,92 +175,94 @@ def _explain_ring(world_size, case, rank, result):
         origin = (rank - step - 1) % world_size
         want = np.asarray(data[origin])
         if np.shape(got) != np.shape(want):
-            compare(got, want, f"{where}，第 {step + 1} 步")
+            core.compare(got, want, f"{where}，第 {step + 1} 步")
         if not np.array_equal(got, want):
             k = next((k for k, inp in enumerate(data) if len(inp) and np.array_equal(got, inp)), None)
-            hint = first_hint(
+            own, reused = step and k == (rank - 1) % world_size, step and k == (rank - n_steps) % world_size
+            hint = core.first_hint(
                 (k is None, ""),
-                (
-                    step and k == (rank - 1) % world_size,
-                    f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。",
-                ),
-                (
-                    step and k == (rank - n_steps) % world_size,
-                    "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。",
-                ),
+                (own, f"这是左边 rank {k} 自己的 token：它每一步都在发自己的 token。收到的东西要继续往右传。"),
+                (reused, "每一步的结果都一样：多半是所有步共用了一块接收缓冲区，每一步要一块新的。"),
                 default=f"那是 rank {k} 的 token；第 {step + 1} 步应当收到 rank {origin} 的。",
             )
-            compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
+            core.compare(got, want, f"{where}，第 {step + 1} 步应当收到 rank {origin} 的 token", hint)
 
 
-def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = HANG_S) -> None:
+def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> None:
     """``fn(token, steps=None)`` inside a process group: the list of tokens that arrived from the left."""
     what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
     # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
     _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=("ring_pass",))
-    passed(
+    core.passed(
         f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
         "（也走过不止一圈，也传过空张量和 int64）。"
     )
 
 
-try_ring_pass = fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.ring_pass", "ring_pass")
+try_ring_pass = core.fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.ring_pass", "ring_pass")
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
-
-
 def _rank_fn_body(rank, world_size, fn, case, calls):
     inputs, dtype = case
-    return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype)))
+    return core.as_numpy(fn(rank, world_size, core.rank_tensor(inputs[rank], dtype)))
 
 
 def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
-    """``(world_size, inputs, results, calls)``, rank by rank, of ``fn(rank, world_size, x)`` run on each world size
-    with the calls watched (:func:`run_watched`): one length per case (1 to ``longest``), float32 and int64 by
-    turns, a zero in rank 0's data every run (only one: a whole rank of zeros would hide a value added twice)."""
-    rng = new_rng()
+    """``(world_size, inputs, results, calls)`` of ``fn(rank, world_size, x)`` on each world size, float32 and int64 by
+    turns, one zero in rank 0's data (only one: a whole rank of zeros would hide a value added twice)."""
+    rng = core.new_rng()
     for i, world_size in enumerate(world_sizes):
         length = int(rng.integers(1, longest + 1))
-        inputs = [int_values(rng, length) for _ in range(world_size)]
+        inputs = [core.int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
         case = (inputs, ("float32", "int64")[i % 2])
         values = run_watched(_rank_fn_body, fn, what, world_size, case, timeout=timeout)
         yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 
-def check_pass_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, with blocking
-    ``dist.send`` / ``dist.recv`` only: isend/irecv, batch_isend_irecv, collectives and the course's
-    :mod:`mgpu_helpers.lessons.p2p` are refused, under whatever name they are reached."""
+    ``dist.send`` / ``dist.recv`` only (isend/irecv, batch_isend_irecv, collectives and mh.lessons.p2p refused)."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout):
         for rank, got in enumerate(results):
             want = inputs[(rank - 1) % world_size]
-            hint = which_rank(got, inputs)
+            hint = core.which_rank(got, inputs)
             if hint and not np.array_equal(got, want):
                 hint += "右边是 (rank + 1) % world_size，左边是 (rank - 1) % world_size。"
             where = f"world_size = {world_size}，rank {rank} 应当收到左边 rank {(rank - 1) % world_size} 的数据"
-            compare(got, want, where, hint)
+            core.compare(got, want, where, hint)
         why = "这一题只许用阻塞的 dist.send / dist.recv，靠收发的顺序避免死锁；非阻塞和成组提交留到练习 2。"
-        refuse_calls(calls, NONBLOCKING, what, why)
-        refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
+        core.refuse_calls(calls, NONBLOCKING, what, why)
+        core.refuse_calls(calls, core.COLLECTIVE_CALLS, what, "这一题要用点对点的 send/recv 自己传，不能用集合通信。")
         for rank, rank_calls in enumerate(calls):
             sends = [c for c in rank_calls if c[0] == "dist.send"]
             if len(sends) != 1 or sends[0][1] != (rank + 1) % world_size:
                 raise CheckFailed(
                     f"{what}：world_size = {world_size} 时 rank {rank} 发了 {len(sends)} 条消息"
-                    f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank "
-                    f"{(rank + 1) % world_size}。"
+                    f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank {(rank + 1) % world_size}。"
                 )
-    passed(
+    core.passed(
         f"pass_right 在 world_size = {', '.join(map(str, sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
         "没有死锁（奇数个 Rank 也一样）。"
     )
 
 
-def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def _ring_sum_hint(got, total, inputs, rank, world_size) -> str:
+    """A value added twice (even world size: both directions reach the far rank last), or one direction only."""
+    if got is None or np.shape(got) != np.shape(total) or np.allclose(got, total):
+        return ""
+    far = (rank + world_size // 2) % world_size
+    if world_size % 2 == 0 and np.allclose(got, total + inputs[far]):
+        return f"rank {far} 的值加了两次：world_size 为偶数时，最后一步从左右两边来的是同一个 Rank 的值，只能加一次。"
+    lefts = [sum(inputs[(rank - j) % world_size] for j in range(k + 1)) for k in range(world_size)]
+    k = next((k for k in range(1, world_size) if np.allclose(got, lefts[k])), None)
+    return f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
+
+
+def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)``: the element-wise sum of every rank's x on a two-way ring, in at most
     ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
@@ -334,33 +270,19 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = HANG_S) -> None:
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)
         for rank, got in enumerate(results):
-            hint = ""
-            if got is not None and np.shape(got) == np.shape(total) and not np.allclose(got, total):
-                far = (rank + world_size // 2) % world_size
-                if world_size % 2 == 0 and np.allclose(got, total + inputs[far]):
-                    hint = (
-                        f"rank {far} 的值加了两次：world_size 为偶数时，最后一步从左右两边来的是同一个 Rank 的值，"
-                        "只能加一次。"
+            hint = _ring_sum_hint(got, total, inputs, rank, world_size)
+            core.compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
+        core.refuse_calls(calls, core.COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
+        steps = world_size // 2
+        for rank, rank_calls in enumerate(calls if world_size > 2 else ()):
+            for peer in ((rank + 1) % world_size, (rank - 1) % world_size):
+                n = sum(1 for name, p, _ in rank_calls if name in core.SENDS and p == peer)
+                if n > steps:
+                    raise CheckFailed(
+                        f"{what}：world_size = {world_size} 时 rank {rank} 给 rank {peer} 发了 {n} 条消息，"
+                        f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。"
                     )
-                else:  # the sum of the k + 1 ranks on the left only (k >= 1)
-                    lefts = [sum(inputs[(rank - j) % world_size] for j in range(k + 1)) for k in range(world_size)]
-                    k = next((k for k in range(1, world_size) if np.allclose(got, lefts[k])), None)
-                    hint = (
-                        f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
-                    )
-            compare(got, total, f"world_size = {world_size}，rank {rank}", hint)
-        refuse_calls(calls, COLLECTIVE_CALLS, what, "这一题要用点对点的收发自己传，不能用集合通信。")
-        if world_size > 2:
-            steps = world_size // 2
-            for rank, rank_calls in enumerate(calls):
-                for peer in ((rank + 1) % world_size, (rank - 1) % world_size):
-                    n = sum(1 for name, p, _ in rank_calls if name in SENDS and p == peer)
-                    if n > steps:
-                        raise CheckFailed(
-                            f"{what}：world_size = {world_size} 时 rank {rank} 给 rank {peer} 发了 {n} 条消息，"
-                            f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。"
-                        )
-    passed(
+    core.passed(
         f"ring_sum 在 world_size = {', '.join(map(str, sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
         "（偶数个 Rank 时对面那个 Rank 也只加了一次）。"
     )

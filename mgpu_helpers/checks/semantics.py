@@ -1,12 +1,6 @@
-"""Checkers of notebook 07 and ex07: collective semantics.
-
-Lesson fill-ins (``try_*``, see :func:`~mgpu_helpers.checks.core.fill_in`): :func:`try_bytes_each_rank_sends`
-(the bytes each rank sends in reduce, broadcast, all-reduce, all-gather, reduce-scatter; pure arithmetic) and
-:func:`try_all_gather_uneven` (pieces of different lengths, on ranks). Exercises:
-:func:`check_reduce_scatter_uneven` (each rank keeps a part of its own length), :func:`check_all_reduce_rs_ag`
-(all-reduce from a reduce-scatter and an all-gather: the calls made and the elements they move are traced in
-each rank, every other collective refused under any name).
-"""
+"""Checkers of notebook 07 and ex07: collective semantics. Fill-ins: the bytes each rank sends (arithmetic), an
+all-gather of pieces of different lengths. Exercises: a reduce-scatter of uneven parts, all-reduce from a reduce-scatter
+and an all-gather (the calls and the elements they move traced in each rank, other collectives refused)."""
 
 import functools
 import math
@@ -14,92 +8,79 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    DIST_CALLS,
-    HANG_S,
-    WORLD_SIZES,
-    CheckFailed,
-    WatchedCalls,
-    as_numpy,
-    call,
-    compare,
-    fail_first,
-    fill_in,
-    fill_in_cell,
-    first_hint,
-    int_values,
-    launch,
-    launch_check,
-    new_rng,
-    number_answer,
-    passed,
-    rank_tensor,
-    refuse_course_code,
-)
+from mgpu_helpers.checks import core
+from mgpu_helpers.checks.core import CheckFailed
+
+RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
+AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
 
 
-def check_all_gather_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
+def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
+    with core.WatchedCalls(refuse=set(core.DIST_CALLS) - set(allowed)) as watched:
+        out = fn(rank, world_size, core.rank_tensor(inputs[rank], "float32"), *extra)
+    return core.as_numpy(out), [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
+
+
+def run_traced(
+    fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = core.HANG_S, rule: str = ""
+):
+    """``fn(rank, world_size, x, *extra)`` on ranks, every ``torch.distributed`` call watched: ``[(value, calls)]``
+    per rank, a call ``(name, elements of its first argument)``. A call outside ``allowed`` fails the check."""
+    args, advice = (fn, inputs, tuple(extra), tuple(allowed)), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
+    return core.launch(_traced_rank_main, world_size, args, what, fn, timeout, advice, rule=rule or ", ".join(allowed))
+
+
+def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)``: x has a different length on each rank; return the concatenation in
     rank order on every rank."""
     what = "all_gather_uneven 要先交换长度、再收齐各 Rank 长度不同的片段，按 rank 顺序拼接"
-    rng = new_rng()
+    rng = core.new_rng()
     for n in world_sizes:
         lengths = [int(v) for v in rng.integers(1, 6, size=n)]
         if len(set(lengths)) == 1:
             lengths[0] += 1
         if n > 2:
             lengths[int(rng.integers(1, n))] = 0  # a rank with nothing to add, every run
-        inputs = [int_values(rng, k) for k in lengths]
+        inputs = [core.int_values(rng, k) for k in lengths]
         longest = int(np.argmax(lengths))
         inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0  # zeros in the data
         want, backwards = np.concatenate(inputs), np.concatenate(inputs[::-1])
-        got = launch_check(
-            fn, what, n, inputs, timeout=timeout, course=("mgpu_helpers.checks.semantics.reference_all_gather_uneven",)
-        )
+        course = ("mgpu_helpers.checks.semantics.reference_all_gather_uneven",)
+        got = core.launch_check(fn, what, n, inputs, timeout=timeout, course=course)
         for r in range(n):
             padded = got[r] is not None and np.size(got[r]) == n * max(lengths)
-            backwards_ = isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards)
-            hint = first_hint(
+            reversed_ = isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards)
+            hint = core.first_hint(
                 (padded, "长度等于 world_size x 最长片段：填充（padding）的部分要按每个 Rank 的真实长度截掉。"),
-                (backwards_, "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……"),
+                (reversed_, "片段的顺序反了：rank 0 的片段在最前，然后是 rank 1、rank 2……"),
             )
-            compare(got[r], want, f"world_size = {n}，各 Rank 长度 {lengths}，rank {r}", hint)
-    passed(f"all_gather_uneven 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 长度不同的片段上都拼对了。")
+            core.compare(got[r], want, f"world_size = {n}，各 Rank 长度 {lengths}，rank {r}", hint)
+    core.passed(
+        f"all_gather_uneven 在 world_size = {', '.join(map(str, world_sizes))}、各 Rank 长度不同的片段上都拼对了。"
+    )
 
 
-RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
-AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
-
-
-def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
-    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; len(x) % world_size == 0.
-
-    Traced in each rank: only the reduce-scatter and all-gather families may be called (all_reduce, reduce,
-    send/recv ... are refused under any name); a reduce-scatter must be called, and the all-gathers together
-    may fill no more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
+def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
+    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather, ``len(x) % world_size == 0``.
+    Only those two families may be called, a reduce-scatter must be, and the all-gathers together may fill no more
+    than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
-    rng = new_rng()
+    rng = core.new_rng()
     for n in world_sizes:
         length = n * int(rng.integers(1, 4))
-        inputs = [int_values(rng, length) for _ in range(n)]
+        inputs = [core.int_values(rng, length) for _ in range(n)]
         inputs[-1][:] = 0.0  # zeros in the data
-        want = np.sum(inputs, axis=0)
         rule = "dist.reduce_scatter 和 dist.all_gather"
         got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout, rule=rule)
-        for r in range(n):
-            value, calls = got[r]
+        for r, (value, calls) in enumerate(got):
             names = [c for c, _ in calls]
             gathered = sum(k for c, k in calls if c in AG_NAMES)
-            whole = (
-                "All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
-                if gathered >= n * length
-                else ""
-            )
-            fail_first(
+            whole = "All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
+            core.fail_first(
                 (
                     not any(c in RS_NAMES for c in names),
-                    f"{what}：world_size = {n}，rank {r} 没有调用 "
-                    f"dist.reduce_scatter（调用了 {names or '无'}）。{whole}",
+                    f"{what}：world_size = {n}，rank {r} 没有调用 dist.reduce_scatter"
+                    f"（调用了 {names or '无'}）。{whole if gathered >= n * length else ''}",
                 ),
                 (
                     gathered > length,
@@ -109,35 +90,16 @@ def check_all_reduce_rs_ag(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S)
             )
             own_part = value is not None and np.size(value) == length // n
             hint = "这只是自己那一段（Reduce-Scatter 的结果）：再 All-Gather 一次拼回完整向量。" if own_part else ""
-            compare(value, want, f"world_size = {n}，长度 {length}，rank {r}", hint)
-    passed(
+            core.compare(value, np.sum(inputs, axis=0), f"world_size = {n}，长度 {length}，rank {r}", hint)
+    core.passed(
         f"all_reduce_rs_ag 在 world_size = {', '.join(map(str, world_sizes))} 上与 All-Reduce 的结果相同，"
         "只用了 Reduce-Scatter 和 All-Gather，All-Gather 只搬了每个 Rank 的那一段。"
     )
 
 
-# -- 07: the bytes each rank sends, as arithmetic --------------------------------------------------------------
+# -- 07: the bytes each rank sends, as arithmetic (all_reduce last: 07 builds it from reduce_scatter) -----------
 
-# 07 builds all_reduce from reduce_scatter: checked last
 LESSON_OPS = ("reduce", "broadcast", "all_gather", "reduce_scatter", "all_reduce")
-
-
-def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
-    """The checker's reference: bytes rank ``rank`` sends in ``op`` (ring for all-gather / reduce-scatter, both
-    for all-reduce; a chain ``n-1 -> ... -> 0`` for reduce and ``0 -> 1 -> ... -> n-1`` for broadcast, root 0)."""
-    n = world_size
-    if op == "reduce":
-        return 0 if rank == 0 else nbytes
-    if op == "broadcast":
-        return 0 if rank == n - 1 else nbytes
-    one_pass = (n - 1) * nbytes // n
-    if op == "all_reduce":
-        return 2 * one_pass
-    if op in ("all_gather", "reduce_scatter"):
-        return one_pass
-    raise ValueError(f"unknown collective {op!r}; one of {LESSON_OPS}")
-
-
 BYTES_WHY = {
     "reduce": "Reduce 沿链 n-1 → … → 1 → 0 传部分和：除 Root 外每个 Rank 把整块往下传一次，Root 只收不发。",
     "broadcast": "Broadcast 沿链 0 → 1 → … → n-1 往下传：除了链尾，每个 Rank 把整块往下传一次；链尾只收不发。",
@@ -147,53 +109,60 @@ BYTES_WHY = {
 }
 
 
-def check_bytes_each_rank_sends(fn) -> None:
-    """``fn(op, nbytes, world_size, rank) -> bytes``: the bytes ``rank`` sends in ``op`` (root 0), as arithmetic.
+def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
+    """The checker's reference: bytes rank ``rank`` sends in ``op`` (ring for all-gather / reduce-scatter, both
+    for all-reduce; a chain ``n-1 -> ... -> 0`` for reduce and ``0 -> 1 -> ... -> n-1`` for broadcast, root 0)."""
+    one_pass = (world_size - 1) * nbytes // world_size
+    sends = {
+        "reduce": 0 if rank == 0 else nbytes,
+        "broadcast": 0 if rank == world_size - 1 else nbytes,
+        "all_gather": one_pass,
+        "reduce_scatter": one_pass,
+        "all_reduce": 2 * one_pass,
+    }
+    if op not in sends:
+        raise ValueError(f"unknown collective {op!r}; one of {LESSON_OPS}")
+    return sends[op]
 
-    Every run holds one rank, two ranks, odd world sizes, the root and the chain's far end; random sizes on top."""
+
+def check_bytes_each_rank_sends(fn) -> None:
+    """``fn(op, nbytes, world_size, rank) -> bytes`` that ``rank`` sends in ``op`` (root 0): one rank, two, odd world
+    sizes, the root and the chain's far end in every run; random sizes on top."""
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
     ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
-    refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
+    core.refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
     rng = random.Random()
     sizes = [(1, 4096), (2, 48 * 1024), (3, 24 * 1024), (4, 48 * 1024), (5, 5 * 1000), (8, 8 * 4)]
     sizes += [(w, w * 4 * rng.randint(1, 5000)) for w in (rng.randint(2, 8) for _ in range(6))]
-    for world_size, nbytes in sizes:
-        for op in LESSON_OPS:
-            for rank in range(world_size):
-                got = call(fn, what, op, nbytes, world_size, rank)
-                want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
-                value = None  # None or a bool: named as a wrong count
-                if got is not None and not isinstance(got, bool):
-                    value = number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
-                if value is not None and math.isclose(value, want, abs_tol=1e-6):
-                    continue
-                role = "（Root）" if rank == 0 and op in ("reduce", "broadcast") else ""
-                role = "（链尾）" if op == "broadcast" and rank == world_size - 1 else role
-                ring = op in ("all_gather", "reduce_scatter", "all_reduce") and world_size > 1 and value is not None
-                extra = first_hint(
-                    (world_size == 1 and got, "只有一个 Rank 时没有别人可发：0 字节。"),
-                    (
-                        ring and math.isclose(value, want * world_size / (world_size - 1)),
-                        "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。",
-                    ),
-                )
-                raise CheckFailed(
-                    f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
-                    f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}"
-                )
-    n_cases = len(LESSON_OPS) * sum(world_size for world_size, _ in sizes)
-    passed(
+    cases = [(op, nbytes, ws, rank) for ws, nbytes in sizes for op in LESSON_OPS for rank in range(ws)]
+    for (op, nbytes, world_size, rank), got in core.answers(fn, what, cases):
+        want = reference_bytes_each_rank_sends(op, nbytes, world_size, rank)
+        value = None  # None or a bool: named as a wrong count
+        if got is not None and not isinstance(got, bool):
+            value = core.number_answer(got, f"{what}：{op} 的答案要是一个数（字节），现在是 {got!r}。")
+        if value is not None and math.isclose(value, want, abs_tol=1e-6):
+            continue
+        role = "（Root）" if rank == 0 and op in ("reduce", "broadcast") else ""
+        role = "（链尾）" if op == "broadcast" and rank == world_size - 1 else role
+        ring = op in ("all_gather", "reduce_scatter", "all_reduce") and world_size > 1 and value is not None
+        n_steps = ring and math.isclose(value, want * world_size / (world_size - 1))
+        extra = core.first_hint(
+            (world_size == 1 and got, "只有一个 Rank 时没有别人可发：0 字节。"),
+            (n_steps, "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"),
+        )
+        raise CheckFailed(
+            f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
+            f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}"
+        )
+    core.passed(
         f"bytes_each_rank_sends 在 {len(sizes)} 组（1 个 Rank、奇数个 Rank、Root 与链尾、随机大小）、"
-        f"五种 Collective 的 {n_cases} 个 Rank 上都对。"
+        f"五种 Collective 的 {len(cases)} 个 Rank 上都对。"
     )
 
 
-try_bytes_each_rank_sends = fill_in_cell(
+try_bytes_each_rank_sends = core.fill_in_cell(
     check_bytes_each_rank_sends, reference_bytes_each_rank_sends, "每个 Rank 发出的字节"
 )
-
-
-# -- 07: the uneven all-gather, as a fill-in ------------------------------------------------------------------
 
 
 def reference_all_gather_uneven(rank, world_size, x):
@@ -212,57 +181,29 @@ def reference_all_gather_uneven(rank, world_size, x):
     return torch.cat([b[:k] for b, k in zip(bufs, sizes)])
 
 
-def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = HANG_S):
+def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = core.HANG_S):
     """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
     check = functools.partial(check_all_gather_uneven, world_sizes=world_sizes, timeout=timeout)
-    return fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
+    return core.fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
 
 
-# -- tracing the collectives a rank calls -----------------------------------------------------------------------
-
-
-def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
-    """Rank side: every ``torch.distributed`` call watched (core.WatchedCalls: under any name or import path);
-    the ones not in ``allowed`` refused, the others recorded as ``(name, elements of its first argument,
-    the output)``. Returns ``(fn's result as NumPy, calls)``."""
-    x = rank_tensor(inputs[rank], "float32")
-    with WatchedCalls(refuse=set(DIST_CALLS) - set(allowed)) as watched:
-        out = fn(rank, world_size, x, *extra)
-    return as_numpy(out), [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
-
-
-def run_traced(fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = HANG_S, rule: str = ""):
-    """Run ``fn(rank, world_size, x, *extra)`` on ranks with the collectives traced; ``[(value, calls)]`` per rank.
-    A call outside ``allowed`` fails the check, naming it; a hang is reported with where each rank waits."""
-    args, advice = (fn, inputs, tuple(extra), tuple(allowed)), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
-    return launch(_traced_rank_main, world_size, args, what, fn, timeout, advice, rule=rule or ", ".join(allowed))
-
-
-# -- ex07: reduce-scatter of uneven parts --------------------------------------------------------------------
-
-
-def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HANG_S) -> None:
-    """``fn(rank, world_size, x, sizes) -> tensor``: x (length ``sum(sizes)``) on every rank; rank r returns
-    its part ``sizes[r]`` of the sum over ranks (its offset is the sum of the sizes before it). No all-reduce,
-    no all-gather: nobody may receive the whole sum."""
+def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
+    """``fn(rank, world_size, x, sizes) -> tensor``: rank r's part ``sizes[r]`` of the sum over ranks (its offset the
+    sum of the sizes before it). No all-reduce, no all-gather: nobody may receive the whole sum."""
     what = "reduce_scatter_uneven 要让 rank r 只拿到总和里属于自己的那一段（长度 sizes[r]）"
-    rng = new_rng()
-    allowed = RS_NAMES + ("reduce",)
+    rng = core.new_rng()
     rule = "dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather"
+    allowed = RS_NAMES + ("reduce",)
     for n in world_sizes:
         sizes = [int(v) for v in rng.integers(1, 5, size=n)]
         sizes[-1] = 0 if n > 2 else sizes[-1]  # a rank with an empty part, every run
         if len(set(sizes)) == 1:
             sizes[0] += 1
-        total = sum(sizes)
-        inputs = [int_values(rng, total) for _ in range(n)]
+        inputs = [core.int_values(rng, sum(sizes)) for _ in range(n)]
         inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
-        whole = np.sum(inputs, axis=0)
-        offsets = np.cumsum([0] + sizes)
+        whole, offsets = np.sum(inputs, axis=0), np.cumsum([0] + sizes)
         got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout, rule=rule)
-        for r in range(n):
-            value, _calls = got[r]
-            want = whole[offsets[r] : offsets[r + 1]]
+        for r, (value, _calls) in enumerate(got):
             hint = ""
             if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:
                 hint = "长度是最长的那一段：填充的部分要按 sizes[rank] 截掉。"
@@ -270,8 +211,9 @@ def check_reduce_scatter_uneven(fn, world_sizes=WORLD_SIZES, timeout: float = HA
                 equal_block = whole[r * sizes[r] : (r + 1) * sizes[r]]
                 if equal_block.shape == np.shape(value) and np.allclose(value, equal_block):
                     hint = "取的是第 r 个等长块；各段长度不同，rank r 的起点是它前面各段长度之和。"
-            compare(value, want, f"world_size = {n}，sizes = {sizes}，rank {r}", hint)
-    passed(
+            want = whole[offsets[r] : offsets[r + 1]]
+            core.compare(value, want, f"world_size = {n}，sizes = {sizes}，rank {r}", hint)
+    core.passed(
         f"reduce_scatter_uneven 在 world_size = {', '.join(map(str, world_sizes))}、长度不同（含 0）的各段上，"
         "每个 Rank 都只拿到了自己那一段的总和。"
     )

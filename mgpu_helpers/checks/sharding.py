@@ -1,27 +1,11 @@
-"""Checkers of notebook 06 and ex06: split rules (who owns which items) and memory per rank.
-
-Lesson fill-ins (``try_*``: the reference while the fill-in is unwritten, see :func:`~mgpu_helpers.checks.core.fill_in`):
-:func:`try_contiguous_ranges` (the split by count, uneven sizes) and :func:`try_per_rank_memory` (each rank's
-memory by part, per strategy, uneven weights). Exercises: :func:`check_shard_contiguous_by_cost` (an
-order-keeping split by cost) and :func:`check_rank_memory_fewest_gpus` (the fewest GPUs that hold a job).
-"""
+"""Checkers of notebook 06 and ex06: split rules (who owns which items) and memory per rank. Fill-ins: the split by
+count, each rank's memory by part; exercises: an order-keeping split by cost, the fewest GPUs that hold a job."""
 
 import math
 import random
 
-import numpy as np
-
-from mgpu_helpers.checks.core import (
-    CheckFailed,
-    answers,
-    call,
-    expect_items,
-    fail_first,
-    fill_in_cell,
-    first_hint,
-    passed,
-    refuse_course_code,
-)
+from mgpu_helpers.checks import core
+from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
 
@@ -34,13 +18,7 @@ SPLIT_ZH = {
     "zero2": "切优化器状态、梯度和激活",
     "zero3": "四部分都切",
 }
-
-
-# What a refusal of the course's code tells the learner to do instead, in every checker here.
-ARITHMETIC = "用加减乘除和循环自己算出来。"
-
-
-# -- 06: contiguous ranges by count -----------------------------------------------------------------------
+ARITHMETIC = "用加减乘除和循环自己算出来。"  # what a refusal of the course's code says to do instead
 
 
 def check_contiguous_ranges(fn) -> None:
@@ -48,57 +26,50 @@ def check_contiguous_ranges(fn) -> None:
     0..n_items-1 exactly once, sizes differing by at most one, the first ``n_items % world_size`` one longer."""
     what = "contiguous_ranges 要把 0..n_items-1 切成 world_size 段连续区间"
     names = ("chunk_bounds", "contiguous_ranges", "tensor_split", "array_split")
-    refuse_course_code(fn, what, (sharding_rules.contiguous_ranges, ring.chunk_bounds), names=names, advice=ARITHMETIC)
+    course = (sharding_rules.contiguous_ranges, ring.chunk_bounds)
+    core.refuse_course_code(fn, what, course, names=names, advice=ARITHMETIC)
     rng = random.Random()
     cases = [(10, 4), (8, 4), (3, 4), (0, 3), (7, 1), (1, 2), (11, 3), (13, 5)]  # remainders, fewer items than ranks
     cases += [(rng.randint(0, 60), rng.randint(1, 9)) for _ in range(40)]
-    for (n, ws), got in answers(fn, what, cases):
-        where = f"n_items = {n}，world_size = {ws}"
-        want = sharding_rules.contiguous_ranges(n, ws)  # the course's split is the reference
-        expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
+    for (n, ws), got in core.answers(fn, what, cases):
+        where, want = f"n_items = {n}，world_size = {ws}", sharding_rules.contiguous_ranges(n, ws)  # the reference
+        core.expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
         if not all(isinstance(r, range) and r.step == 1 for r in got):
             raise CheckFailed(f"{where}：每一段要是步长为 1 的 range(start, stop)，实际得到 {list(got)!r}。")
         covered = sorted(i for r in got for i in r)
         if covered != list(range(n)):
             dup = sorted({i for i in covered if covered.count(i) > 1})
             miss = sorted(set(range(n)) - set(covered))
+            wrong = "有下标超出了 0..n_items-1"
+            if dup or miss:
+                wrong = f"下标 {dup[0]} 分给了两个 Rank" if dup else f"下标 {miss[0]} 没有分给任何 Rank"
             raise CheckFailed(
-                f"{where}：得到 {list(got)}，"
-                + (
-                    f"下标 {dup[0]} 分给了两个 Rank"
-                    if dup
-                    else f"下标 {miss[0]} 没有分给任何 Rank"
-                    if miss
-                    else "有下标超出了 0..n_items-1"
-                )
-                + "；每个下标恰好属于一个 Rank（注意 range 的 stop 不包含在内）。"
+                f"{where}：得到 {list(got)}，{wrong}；每个下标恰好属于一个 Rank（注意 range 的 stop 不包含在内）。"
             )
-        if any(a.stop != b.start for a, b in zip(got, got[1:])):
-            raise CheckFailed(f"{where}：得到 {list(got)}，各段没有按 rank 顺序首尾相接。")
-        sizes = [len(r) for r in got]
-        if max(sizes) - min(sizes) > 1:
-            raise CheckFailed(
+        sizes, gap = [len(r) for r in got], any(a.stop != b.start for a, b in zip(got, got[1:]))
+        core.fail_first(
+            (gap, f"{where}：得到 {list(got)}，各段没有按 rank 顺序首尾相接。"),
+            (
+                max(sizes) - min(sizes) > 1,
                 f"{where}：各段长度 {sizes} 相差不止 1：余下的 {n % ws} 个要一个一个分给不同的 Rank，"
-                "而不是全堆在一个 Rank 上（或者每段都取上取整）。"
-            )
-        if list(got) != want:
-            raise CheckFailed(
+                "而不是全堆在一个 Rank 上（或者每段都取上取整）。",
+            ),
+            (
+                list(got) != want,
                 f"{where}：得到 {list(got)}，长度 {sizes}；约定是前 n_items % world_size 个 Rank "
-                f"各多拿一个（和 05 节环的分块一样），应当是 {want}。"
-            )
-    passed(f"contiguous_ranges 在 {len(cases)} 组（含有余数、元素比 Rank 少、0 个元素）上都切对了。")
+                f"各多拿一个（和 05 节环的分块一样），应当是 {want}。",
+            ),
+        )
+    core.passed(f"contiguous_ranges 在 {len(cases)} 组（含有余数、元素比 Rank 少、0 个元素）上都切对了。")
 
 
-try_contiguous_ranges = fill_in_cell(
+try_contiguous_ranges = core.fill_in_cell(
     check_contiguous_ranges,
     sharding_rules.contiguous_ranges,
     "按个数连续切分 contiguous_ranges",
     keep="contiguous_ranges",
     lesson="06",
 )
-
-
-# -- 06: memory of each rank, by part ----------------------------------------------------------------------
 
 
 def reference_per_rank_memory(strategy, sizes, weights):
@@ -108,17 +79,15 @@ def reference_per_rank_memory(strategy, sizes, weights):
 
 
 def _memory_cases(rng):
-    """The seed's cases first (24 GB replicated on 4; 14/10 and 12/12 on 2), zeros, one rank, then random."""
+    """The seed's cases first (24 GB replicated on 4; 14/10 and 12/12 on 2), then 06's job on 4 GPUs and distinct
+    sizes per part with uneven weights (one rank with none) under every strategy, one rank, then random."""
     seed = dict(params=24, grads=0, optimizer=0, activations=0)
-    for strategy, weights in (("replicate", (1, 1, 1, 1)), ("zero3", (14, 10)), ("zero3", (12, 12))):
-        yield strategy, seed, weights
-    # 06's job on 4 GPUs, every strategy; then distinct sizes per part, uneven weights, one rank with none
+    yield from (("replicate", seed, (1, 1, 1, 1)), ("zero3", seed, (14, 10)), ("zero3", seed, (12, 12)))
     for sizes, weights in (
         (dict(params=6, grads=6, optimizer=12, activations=8), (1, 1, 1, 1)),
         (dict(params=3, grads=5, optimizer=11, activations=7), (3, 1, 0, 2)),
     ):
-        for strategy in MEMORY_STRATEGIES:
-            yield strategy, sizes, weights
+        yield from ((strategy, sizes, weights) for strategy in MEMORY_STRATEGIES)
     yield "data_parallel", dict(params=5, grads=5, optimizer=10, activations=9), (1,)
     for _ in range(40):
         ws = rng.randint(1, 8)
@@ -127,94 +96,53 @@ def _memory_cases(rng):
 
 
 def check_per_rank_memory(fn) -> None:
-    """``fn(strategy, sizes, weights) -> [dict part -> GB, one per rank]``: sharded parts split in proportion
-    to ``weights`` (one per rank), replicated parts held whole by every rank. Strategies: replicate,
-    data_parallel, zero1, zero2, zero3."""
+    """``fn(strategy, sizes, weights) -> [dict part -> GB, one per rank]``: sharded parts split in proportion to
+    ``weights``, replicated parts held whole by every rank, for each of :data:`MEMORY_STRATEGIES`."""
     what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
     names = ("memory_plan", "compare_strategies", "reference_per_rank_memory")
-    refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory), names=names, advice=ARITHMETIC)
+    core.refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory), names=names, advice=ARITHMETIC)
     cases = list(_memory_cases(random.Random()))
     for strategy, sizes, weights in cases:
-        got = call(fn, what, strategy, dict(sizes), list(weights))
+        got = core.call(fn, what, strategy, dict(sizes), list(weights))
         want = reference_per_rank_memory(strategy, sizes, weights)
-        where = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}"
-        expect_items(
-            got, len(weights), f"{where}：应当返回 {len(weights)} 个字典（每个 Rank 一个），实际得到 {got!r}。"
-        )
+        where, n = f"{strategy}，各部分 {sizes} GB，权重 {list(weights)}", len(weights)
+        core.expect_items(got, n, f"{where}：应当返回 {n} 个字典（每个 Rank 一个），实际得到 {got!r}。")
         for r, (g, w) in enumerate(zip(got, want)):
             if not isinstance(g, dict) or set(g) != set(w):
                 raise CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
             for part in memory.PARTS:
-                if isinstance(g[part], (int, float)) and math.isclose(
-                    float(g[part]), w[part], rel_tol=1e-9, abs_tol=1e-9
-                ):
+                value = g[part]
+                if isinstance(value, (int, float)) and math.isclose(float(value), w[part], rel_tol=1e-9, abs_tol=1e-9):
                     continue
                 split = part in memory.STRATEGIES[strategy]
-                why = first_hint(
+                evenly = n > 1 and math.isclose(float(value) * n, sizes[part])  # split (or not) by the rank count
+                whole, uneven = split and float(value) == sizes[part], split and len(set(weights)) > 1 and evenly
+                why = core.first_hint(
+                    (whole, f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。"),
                     (
-                        split and float(g[part]) == sizes[part],
-                        f"{strategy} 会切分{PART_ZH[part]}，可你让每个 Rank 存了一整份。",
-                    ),
-                    (
-                        not split and len(weights) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]),
+                        not split and evenly,
                         f"{strategy} {SPLIT_ZH[strategy]}，{PART_ZH[part]}是每个 Rank 各存一整份的，不能除以 Rank 数。",
                     ),
-                    (
-                        split and len(set(weights)) > 1 and math.isclose(float(g[part]) * len(weights), sizes[part]),
-                        "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。",
-                    ),
+                    (uneven, "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。"),
                     default=f"{strategy} {SPLIT_ZH[strategy]}；切分的部分按 权重 / 权重之和 分，其余每个 Rank 一整份。",
                 )
-                raise CheckFailed(
-                    f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，实际是 {g[part]!r}。{why}"
-                )
-    passed(
+                raise CheckFailed(f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，实际是 {value!r}。{why}")
+    core.passed(
         f"per_rank_memory 在 {len(cases)} 组（关卡的 24 GB 模型、14/10 与 12/12、权重不等、单个 Rank、随机大小）上都对。"
     )
 
 
-try_per_rank_memory = fill_in_cell(check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory")
-
-
-# -- ex06: an order-keeping split by cost -----------------------------------------------------------------
-
-
-def _contiguous_property(fn, costs, world_size, what) -> None:
-    where = f"costs = {costs}，world_size = {world_size}"
-    got = call(fn, what, list(costs), world_size)
-    again = call(fn, what, list(costs), world_size)
-    expect_items(
-        got, world_size, f"{where}：应当返回 {world_size} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。"
-    )
-    if list(got) != list(again):
-        raise CheckFailed(f"{where}：两次调用得到不同的结果 {list(got)} 和 {list(again)}；切分必须可重复。")
-    if not all(isinstance(r, range) and r.step == 1 for r in got):
-        raise CheckFailed(
-            f"{where}：得到 {list(got)!r}；每个 Rank 要拿一段连续的 range(start, stop)，"
-            "样本的先后顺序不能打乱（LPT 那样挑着分就不连续了）。"
-        )
-    if got[0].start != 0 or got[-1].stop != len(costs) or any(a.stop != b.start for a, b in zip(got, got[1:])):
-        raise CheckFailed(
-            f"{where}：得到 {list(got)}；各段要按 rank 顺序首尾相接，从 0 开始、到 "
-            f"{len(costs)} 结束，每个下标恰好一次。"
-        )
-    if costs:
-        loads = [sum(costs[i] for i in r) for r in got]
-        bound = sum(costs) / world_size + max(costs)
-        worst = max(range(world_size), key=lambda r: loads[r])
-        if loads[worst] > bound + 1e-9:
-            raise CheckFailed(
-                f"{where}：rank {worst} 的总成本 {loads[worst]:g} 超过了 平均 + 最大单项 = {bound:g}"
-                f"（各 Rank 的负载 {loads}）。按个数切不看成本；切点要由累计成本决定。"
-            )
+try_per_rank_memory = core.fill_in_cell(
+    check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory"
+)
 
 
 def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     """``fn(costs, world_size) -> [range, ...]``: contiguous ranges in rank order (the items keep their order),
     each index once, reproducible, ``max load <= sum(costs) / world_size + max(costs)``."""
     what = "shard_contiguous_by_cost 要按累计成本把样本切成 world_size 段连续区间"
-    refuse_course_code(fn, what, (sharding_rules.assign_by_cost,), advice=ARITHMETIC)
-    call(fn, what, [3.0, 1.0, 2.0], 2)  # a stub fails here
+    core.refuse_course_code(fn, what, (sharding_rules.assign_by_cost,), advice=ARITHMETIC)
+    core.call(fn, what, [3.0, 1.0, 2.0], 2)  # a stub fails here
     # Skewed cases first: a split by count passes many random inputs, none of these. Zeros, fewer items than
     # ranks, a single rank and all-zero costs are in every run.
     cases = [([10] * 4 + [0] * 12, 4), ([0] * 9 + [30, 30, 30], 3), ([9, 8, 7, 1, 1, 1, 1, 2], 4), ([5, 0, 5], 5)]
@@ -223,14 +151,33 @@ def check_shard_contiguous_by_cost(fn, examples: int = 300) -> None:
     cost = lambda: rng.choice((0, rng.randint(0, 20), rng.randint(0, 200)))
     cases += [([cost() for _ in range(rng.randint(0, 30))], rng.randint(1, 7)) for _ in range(examples)]
     for costs, ws in cases:
-        _contiguous_property(fn, costs, ws, what)
-    passed(
+        where = f"costs = {costs}，world_size = {ws}"
+        got, again = core.call(fn, what, list(costs), ws), core.call(fn, what, list(costs), ws)
+        core.expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
+        if list(got) != list(again):
+            raise CheckFailed(f"{where}：两次调用得到不同的结果 {list(got)} 和 {list(again)}；切分必须可重复。")
+        if not all(isinstance(r, range) and r.step == 1 for r in got):
+            raise CheckFailed(
+                f"{where}：得到 {list(got)!r}；每个 Rank 要拿一段连续的 range(start, stop)，"
+                "样本的先后顺序不能打乱（LPT 那样挑着分就不连续了）。"
+            )
+        if got[0].start != 0 or got[-1].stop != len(costs) or any(a.stop != b.start for a, b in zip(got, got[1:])):
+            raise CheckFailed(
+                f"{where}：得到 {list(got)}；各段要按 rank 顺序首尾相接，从 0 开始、到 "
+                f"{len(costs)} 结束，每个下标恰好一次。"
+            )
+        loads = [sum(costs[i] for i in r) for r in got]
+        bound = sum(costs) / ws + max(costs, default=0)
+        worst = max(range(ws), key=lambda r: loads[r])
+        if loads[worst] > bound + 1e-9:
+            raise CheckFailed(
+                f"{where}：rank {worst} 的总成本 {loads[worst]:g} 超过了 平均 + 最大单项 = {bound:g}"
+                f"（各 Rank 的负载 {loads}）。按个数切不看成本；切点要由累计成本决定。"
+            )
+    core.passed(
         f"shard_contiguous_by_cost 在 {len(cases)} 组成本上（含偏斜、0 成本、样本比 Rank 少）：连续、保持顺序、"
         "每个下标恰好一次、最大负载 ≤ 平均 + 最大单项。"
     )
-
-
-# -- ex06: the fewest GPUs that hold a job ----------------------------------------------------------------
 
 
 def reference_fewest_gpus(strategy, capacity, params, grads, optimizer, activations):
@@ -253,7 +200,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
     (equal shares) on which every rank fits; None when adding GPUs never makes it fit."""
     what = "fewest_gpus 要给出装得下所需的最少 GPU 数（永远装不下时返回 None）"
     names = ("memory_plan", "compare_strategies", "reference_fewest_gpus")
-    refuse_course_code(fn, what, (reference_fewest_gpus,), names=names, advice=ARITHMETIC)
+    core.refuse_course_code(fn, what, (reference_fewest_gpus,), names=names, advice=ARITHMETIC)
     rng = random.Random()
     cases = [
         ("replicate", 16, 24, 0, 0, 0),  # the seed: 24 GB replicated never fits in 16 GB
@@ -268,30 +215,27 @@ def check_rank_memory_fewest_gpus(fn) -> None:
         ("zero3", 5, 0, 0, 0, 0),  # an empty job
     ]
     size = lambda: rng.choice((0, rng.randint(1, 30), rng.randint(1, 300)))
-    cases += [
-        (rng.choice(MEMORY_STRATEGIES), rng.choice((8, 16, 24, 40, 80)), *(size() for _ in range(4))) for _ in range(60)
-    ]
-    for case, got in answers(fn, what, cases):
+    draw = lambda: (rng.choice(MEMORY_STRATEGIES), rng.choice((8, 16, 24, 40, 80)), *(size() for _ in range(4)))
+    cases += [draw() for _ in range(60)]
+    for case, got in core.answers(fn, what, cases):
         want = reference_fewest_gpus(*case)
         strategy, cap, p, g, o, a = case
         where = f"{strategy}，单卡 {cap} GB，参数 {p} 梯度 {g} 优化器 {o} 激活 {a} GB"
-        if got == want and (got is None or (isinstance(got, (int, np.integer)) and not isinstance(got, bool))):
+        if got == want and (got is None or core.is_rank_number(got)):
             continue
-        fail_first(
+        one_more = want is not None and core.is_number(got) and got == want + 1
+        core.fail_first(
             (
                 want is None,
                 f"{where}：无论加多少张卡都装不下（每个 Rank 各存一整份的部分已经 ≥ 单卡容量），"
                 f"应当返回 None，实际得到 {got!r}。",
             ),
             (got is None, f"{where}：{want} 张卡就装得下，应当返回 {want}，实际得到 None。"),
-            (
-                want is not None and isinstance(got, (int, float)) and not isinstance(got, bool) and got == want + 1,
-                f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。",
-            ),
+            (one_more, f"{where}：应当是 {want}，实际 {got!r}；刚好等于单卡容量也算装得下（≤，不是 <）。"),
             (
                 True,
                 f"{where}：应当是 {want} 张，实际得到 {got!r}。复制的部分不随卡数变小："
                 "先看它本身装不装得下，剩下的容量再去装切分的部分。",
             ),
         )
-    passed(f"fewest_gpus 在 {len(cases)} 组（关卡的 24 GB 模型、刚好装满、永远装不下、随机大小）上都对。")
+    core.passed(f"fewest_gpus 在 {len(cases)} 组（关卡的 24 GB 模型、刚好装满、永远装不下、随机大小）上都对。")

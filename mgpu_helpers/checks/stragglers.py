@@ -1,26 +1,15 @@
-"""Checkers for notebook 08 and ex08: the performance model and stragglers.
-
-Notebook 08's fill-ins are ``try_<name>(fn)``, ex08's exercises ``check_<name>(fn)``; the course's own
-``mh.lessons.cost_model`` and ``mh.measure.straggler`` are refused to them.
-"""
+"""Checkers for notebook 08 (fill-ins ``try_<name>``) and ex08 (``check_<name>``): the performance model and
+stragglers. The course's own ``mh.lessons.cost_model`` and ``mh.measure.straggler`` are refused to them."""
 
 import math
 import random
 import statistics
 
-from mgpu_helpers.checks.core import (
-    CheckFailed,
-    answers,
-    call,
-    course_code_reached,
-    fill_in_cell,
-    is_number,
-    is_rank_number,
-    matching_hint,
-    number_answer,
-    passed,
-)
+from mgpu_helpers.checks import core
+from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.measure import diagnose, straggler
+
+COST_MODEL = "mgpu_helpers.lessons.cost_model"
 
 
 def check_ring_allreduce_seconds(fn) -> None:
@@ -34,43 +23,29 @@ def check_ring_allreduce_seconds(fn) -> None:
         (rng.randint(1, 1 << 32), rng.randint(1, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9))
         for _ in range(50)
     ]
-    for (nbytes, n, alpha, beta), got in answers(fn, what, cases):
+    for (nbytes, n, alpha, beta), got in core.answers(fn, what, cases):
         want = cost_model.ring_allreduce_seconds(nbytes, n, alpha, beta)
-        if not is_number(got) or not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
-            lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
-            raise CheckFailed(
-                f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
-                f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。"
-                f"{_ring_hint(got, nbytes, n, alpha, beta)}"
-            )
-    passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致（含 1 个 Rank）。")
+        if core.is_number(got) and math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-15):
+            continue
+        lat, bw = 2 * (n - 1) * alpha, 2 * (n - 1) / n * nbytes * beta
+        one_phase, whole_buffer = (n - 1) * alpha + (n - 1) / n * nbytes * beta, lat + 2 * (n - 1) * nbytes * beta
+        slips = [
+            (one_phase, "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，两个阶段各走 world_size − 1 步。"),
+            (whole_buffer, "每一步每个 Rank 只发一块，nbytes / world_size 字节，不是整个 Buffer。"),
+            (2 * n * alpha + bw, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
+            (lat + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。"),
+        ]
+        why = "要返回一个数（秒）。"
+        if core.is_number(got):
+            why = core.matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
+        raise CheckFailed(
+            f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
+            f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。{' ' + why if why else ''}"
+        )
+    core.passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致（含 1 个 Rank）。")
 
 
-def _ring_hint(got, nbytes, n, alpha, beta) -> str:
-    """Name the usual slip when ``got`` is one of the usual wrong formulas."""
-    if not is_number(got):
-        return " 要返回一个数（秒）。"
-    slips = [
-        (
-            (n - 1) * alpha + (n - 1) / n * nbytes * beta,
-            "这只是一个阶段：All-Reduce = Reduce-Scatter + All-Gather，两个阶段各走 world_size − 1 步。",
-        ),
-        (
-            2 * (n - 1) * alpha + 2 * (n - 1) * nbytes * beta,
-            "每一步每个 Rank 只发一块，nbytes / world_size 字节，不是整个 Buffer。",
-        ),
-        (2 * n * alpha + 2 * (n - 1) / n * nbytes * beta, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
-        (
-            2 * (n - 1) * alpha + 2 * nbytes * beta,
-            "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。",
-        ),
-    ]
-    why = matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
-    return " " + why if why else ""
-
-
-COST_MODEL = "mgpu_helpers.lessons.cost_model"
-try_ring_allreduce_seconds = fill_in_cell(
+try_ring_allreduce_seconds = core.fill_in_cell(
     check_ring_allreduce_seconds,
     f"{COST_MODEL}.ring_allreduce_seconds",
     "环形 All-Reduce 的 alpha-beta 代价",
@@ -79,15 +54,12 @@ try_ring_allreduce_seconds = fill_in_cell(
 
 
 def best_rebalance(shards, seconds) -> list[int]:
-    """Reference: whole units to ranks so that the slowest predicted rank is as fast as possible.
-
-    Each rank's time per unit is ``seconds[r] / shards[r]``; units go one at a time to the rank that would
-    finish it earliest (optimal for equal units on ranks of different speeds)."""
+    """Reference: whole units, one at a time, to the rank that would finish it earliest (each rank's time per unit
+    is ``seconds[r] / shards[r]``): the slowest predicted rank as fast as any whole-unit split makes it."""
     per_unit = [s / k for s, k in zip(seconds, shards)]
     new = [0] * len(shards)
     for _ in range(int(sum(shards))):
-        r = min(range(len(new)), key=lambda r: ((new[r] + 1) * per_unit[r], r))
-        new[r] += 1
+        new[min(range(len(new)), key=lambda r: ((new[r] + 1) * per_unit[r], r))] += 1
     return new
 
 
@@ -98,12 +70,10 @@ def check_rebalance(fn) -> None:
     rng = random.Random()
     cases = [([12, 6, 4, 2], [0.12, 0.06, 0.04, 0.02])]  # equal speeds: 6/6/6/6
     for _ in range(40):
-        n = rng.randint(2, 6)
-        shards = [rng.randint(1, 20) for _ in range(n)]
-        per_unit = [rng.choice([0.01, 0.01, 0.015, 0.02, 0.03]) for _ in range(n)]
-        cases.append((shards, [k * u for k, u in zip(shards, per_unit)]))
+        shards = [rng.randint(1, 20) for _ in range(rng.randint(2, 6))]
+        cases.append((shards, [k * rng.choice([0.01, 0.01, 0.015, 0.02, 0.03]) for k in shards]))
     for shards, seconds in cases:
-        got = call(fn, what, list(shards), list(seconds))
+        got = core.call(fn, what, list(shards), list(seconds))
         where = f"shards = {shards}，实测 {[round(s, 4) for s in seconds]} s"
         if got is None or len(got) != len(shards):
             raise CheckFailed(f"{where}：应当返回 {len(shards)} 个整数（每个 Rank 一个），实际得到 {got!r}。")
@@ -122,7 +92,7 @@ def check_rebalance(fn) -> None:
                 f"最好的整数分法 {best} 让最慢的 Rank 只要 {best_max:.4g} s。"
                 "每个 Rank 每单位的时间 = 实测时间 / 原来的单位数。"
             )
-    passed(f"rebalance 在 {len(cases)} 组随机的分片和速度上，都让最慢的 Rank 和最优整数分法一样快。")
+    core.passed(f"rebalance 在 {len(cases)} 组随机的分片和速度上，都让最慢的 Rank 和最优整数分法一样快。")
 
 
 def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
@@ -147,76 +117,58 @@ WAIT_RANK = 0
 def check_wait_prediction(
     fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT, rank: int = WAIT_RANK, steps: int = 5
 ) -> None:
-    """``fn() -> seconds``: the learner's prediction of how long ``rank`` waits at the all-reduce each step with
-    ``shard_units`` at ``seconds_per_unit`` (one number, or one per rank), against the deterministic (sleep)
-    straggler step's median wait on real ranks, within the run's own margin
-    (:func:`mgpu_helpers.measure.straggler.model_margin`) plus 10%."""
+    """``fn() -> seconds``: ``rank``'s wait at the all-reduce each step, ``shard_units`` at ``seconds_per_unit`` (one or
+    one per rank), against the median measured on real ranks within the run's own margin plus 10%."""
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
-    guess = call(fn, what)
-    guess = number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
+    guess = core.call(fn, what)
+    guess = core.number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
     res = traced_run(shard_units, steps, seconds_per_unit, what)
     measured = straggler.median_waits(res.values)[rank]
     tolerance = straggler.model_margin(res.values, seconds_per_unit) + 0.1 * measured + 1e-3
-    shards = "/".join(f"{u:g}" for u in shard_units)
-    per_unit = (
-        seconds_per_unit if isinstance(seconds_per_unit, (tuple, list)) else [seconds_per_unit] * len(shard_units)
-    )
-    speeds = "/".join(f"{1e3 * s:g}" for s in per_unit)
     if abs(guess - measured) > tolerance:
-        nudge = (
-            "Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
-            if abs(guess) < 1e-3
-            else ""
-        )
+        n = len(shard_units)
+        per_unit = seconds_per_unit if isinstance(seconds_per_unit, (tuple, list)) else [seconds_per_unit] * n
+        nudge = "Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
         raise CheckFailed(
-            f"Shard {shards}、每单位 {speeds} ms：{len(shard_units)} 个 Rank 上量到 "
-            f"rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
-            f"你的预测是 {guess:.3f} s。{nudge}想一想：所有 Rank 同时出发，rank {rank} 算完自己的 "
-            f"{shard_units[rank]:g} 个单位后，要等到谁算完？"
+            f"Shard {'/'.join(f'{u:g}' for u in shard_units)}、每单位 {'/'.join(f'{1e3 * s:g}' for s in per_unit)} ms："
+            f"{n} 个 Rank 上量到 rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
+            f"你的预测是 {guess:.3f} s。{nudge if abs(guess) < 1e-3 else ''}想一想：所有 Rank 同时出发，"
+            f"rank {rank} 算完自己的 {shard_units[rank]:g} 个单位后，要等到谁算完？"
         )
-    passed(
+    core.passed(
         f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
         f"（误差上限 ±{tolerance:.3f} s）。"
     )
 
 
-# --------------------------------------------------------------------------------------------------------
-# Notebook 08: which rank is the straggler, read from the time each rank spent inside the collective.
-
-
-def _collective_case(rng, world_size, straggler, late_s, base_s=0.002, stalled=None, steps=5):
-    """Per-rank lists of per-step times inside the all-reduce when ``straggler`` arrives ``late_s`` after
-    the others: they wait inside the collective, it does not. ``stalled=(rank, step, s)``: in that one step
-    another rank was held up ``s`` seconds (then it arrives last and everyone else waits for it)."""
+# -- 08: which rank is the straggler, read from the time each rank spent inside the collective ---------------
+def _collective_case(rng, world_size, straggler, late_s, stalled=None, steps=5):
+    """Per-rank lists of per-step times inside the all-reduce (about 2 ms of work) when ``straggler`` arrives ``late_s``
+    late; ``stalled=(rank, step, s)``: in that step another rank was held up ``s`` and everyone else waits for it."""
     out = [[0.0] * steps for _ in range(world_size)]
     for k in range(steps):
         arrive = [0.0] * world_size
         arrive[straggler] = late_s
         if stalled is not None and stalled[1] == k:
             arrive[stalled[0]] += stalled[2]
-        last = max(arrive)
         for r in range(world_size):
-            out[r][k] = last - arrive[r] + base_s * rng.uniform(0.8, 1.3)
+            out[r][k] = max(arrive) - arrive[r] + 0.002 * rng.uniform(0.8, 1.3)
     return out
 
 
 def collective_cases(rng=None) -> list[tuple[list, int, str]]:
-    """``(collective_s per rank per step, straggler rank, what the case is)``: the fixed edge cases first,
-    then random draws."""
+    """``(collective_s per rank per step, straggler rank, what the case is)``: the fixed edge cases, then random."""
     rng = rng or random.Random()
+    case = lambda *args, **stalled: _collective_case(rng, *args, **stalled)
     cases = [
-        (_collective_case(rng, 2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
-        (_collective_case(rng, 4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
+        (case(2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
+        (case(4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
         (
-            _collective_case(rng, 4, 2, 0.100, stalled=(1, 0, 0.5)),
+            case(4, 2, 0.100, stalled=(1, 0, 0.5)),
             2,
             "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s",
         ),
-        (
-            _collective_case(rng, 8, 5, 0.060, stalled=(0, 2, 0.4)),
-            5,
-            "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s",
-        ),
+        (case(8, 5, 0.060, stalled=(0, 2, 0.4)), 5, "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s"),
     ]
     for _ in range(20):
         n = rng.randint(2, 8)
@@ -252,111 +204,95 @@ READ_SUM = "你按各步之和（或平均值）比的；有一步卡住时，�
 
 def _straggler_reading_hints(collective_s, noise_s, got, want) -> str:
     """Every usual reading that gives ``got`` instead of ``want`` (a stalled step can fool several), said."""
-    n = len(collective_s)
     medians = [statistics.median(v) for v in collective_s]
     first_step = reference_straggler([[v[0]] for v in collective_s], noise_s)
     by_mean = reference_straggler([[statistics.fmean(v)] for v in collective_s], noise_s)
-    spread_ms = 1e3 * (max(medians) - min(medians))
-    verdict = [  # 10 only: a verdict of None where there is one straggler, or a rank where there is none
+    even = 1e3 * (max(medians) - min(medians)) <= 2e3 * noise_s + 0.1  # every rank as long, within the noise
+    slips = [  # 10 only: a verdict of None where there is one straggler, or a rank where there is none
         (
-            want is None and got is not None and spread_ms <= 2e3 * noise_s + 0.1,
+            want is None and got is not None and even,
             "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。",
         ),
         (
-            want is None and got is not None and spread_ms > 2e3 * noise_s + 0.1,
+            want is None and got is not None and not even,
             "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。",
         ),
         (
             want is not None and got is None,
             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。",
         ),
-    ]
-    readings = [
-        (got is not None and got == max(range(n), key=medians.__getitem__), READ_LONGEST),
+        (got is not None and got == max(range(len(medians)), key=medians.__getitem__), READ_LONGEST),
         (got is not None and got == first_step, READ_ONE_STEP),
         (got == by_mean, READ_SUM),
     ]
-    said = "".join(text for holds, text in verdict + readings if holds)
-    counted_from_one = want is not None and got == want + 1
-    return said or ("Rank 号从 0 开始数。" if counted_from_one else "")
+    said = "".join(text for holds, text in slips if holds)
+    return said or ("Rank 号从 0 开始数。" if want is not None and got == want + 1 else "")
 
 
 def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
-    """The one check of "the straggler is the rank with the shortest time inside the collective": ``fn`` on each
-    case ``(collective_s, noise_s, want, story)`` against :func:`reference_straggler`'s ``want``; ``with_noise``:
-    ``fn(collective_s, noise_s)`` may answer None (10), else ``fn(collective_s)`` names a rank (08). The course's
-    own readers are refused. The caller says what passed (its name is the one the progress records)."""
-    course = course_code_reached(fn, COURSE_READERS, names=("medians",))
+    """The one check of "the straggler is the rank with the shortest time inside the collective": ``fn`` on each case
+    ``(collective_s, noise_s, want, story)``; ``with_noise``: ``fn(collective_s, noise_s)`` may answer None (10), else
+    ``fn(collective_s)`` names a rank (08). The caller says what passed (its name is the one progress records)."""
+    course = core.course_code_reached(fn, COURSE_READERS, names=("medians",))
     if course is not None:
         raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
     for collective_s, noise_s, want, story in cases:
         args = ([list(c) for c in collective_s], noise_s) if with_noise else ([list(c) for c in collective_s],)
-        got = call(fn, what, *args)
+        got = core.call(fn, what, *args)
         table = "，".join(f"rank {r} {1e3 * statistics.median(c):.1f} ms" for r, c in enumerate(collective_s))
         noise = f"，噪声 {1e3 * noise_s:g} ms" if with_noise else ""
         where = f"{story}（每个 Rank 在 Collective 里的时间，各步中位数：{table}{noise}）"
-        if not (is_rank_number(got) or with_noise and got is None):
+        if not (core.is_rank_number(got) or with_noise and got is None):
             kind = "Rank 号（整数）或 None" if with_noise else "Rank 号（整数）"
             raise CheckFailed(f"{where}：应当返回一个 {kind}，实际得到 {got!r}。")
         got = None if got is None else int(got)
         if got != want:
             hints = _straggler_reading_hints(collective_s, noise_s, got, want)
-            raise CheckFailed(f"{where}：应当是 {_rank_or_none(want)}，你的答案是 {_rank_or_none(got)}。{hints}")
-
-
-def _rank_or_none(rank) -> str:
-    return "None（没有唯一的 Straggler）" if rank is None else f"rank {rank}"
+            said = lambda rank: "None（没有唯一的 Straggler）" if rank is None else f"rank {rank}"
+            raise CheckFailed(f"{where}：应当是 {said(want)}，你的答案是 {said(got)}。{hints}")
 
 
 def check_straggler_from_collective(fn, cases=None) -> None:
-    """``fn(collective_s) -> rank``: ``collective_s[r]`` is the list of rank r's times inside the all-reduce,
-    one per step. The straggler is the rank whose collective is SHORT (the others waited in it for it);
-    one stalled step of another rank must not change the answer (a median per rank, not a sum or one step)."""
+    """``fn(collective_s) -> rank``, ``collective_s[r]`` rank r's times inside the all-reduce per step: the rank
+    whose collective is SHORT (the others waited in it for it), by the median (one stalled step must not change it)."""
     what = "straggler_from_collective 要从每个 Rank 在 Collective 里的时间找出 Straggler"
     cases = cases or collective_cases()
     hold_straggler_readings(fn, what, [(c, 0.0, strag, story) for c, strag, story in cases], with_noise=False)
-    passed(
+    core.passed(
         "straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。"
     )
 
 
-try_straggler_from_collective = fill_in_cell(
+try_straggler_from_collective = core.fill_in_cell(
     check_straggler_from_collective, reference_straggler, "从 Collective 的时间找 Straggler", refuse=COURSE_READERS
 )
 
 
-# --------------------------------------------------------------------------------------------------------
-# ex08, exercise 1: where latency and bandwidth cost the same.
-
-
 def check_allreduce_crossover_bytes(fn) -> None:
-    """``fn(world_size, alpha, beta) -> bytes``: the message size at which a ring all-reduce's bandwidth term
+    """ex08, exercise 1: ``fn(world_size, alpha, beta) -> bytes`` at which a ring all-reduce's bandwidth term
     equals its latency term (``2(n-1) alpha = 2(n-1)/n N beta``, so ``N = n alpha / beta``)."""
     what = "allreduce_crossover_bytes 要给出带宽项等于延迟项时的消息大小（字节）"
     rng = random.Random()
     cases = [(2, 8.6e-6, 1 / 295e9), (8, 20e-6, 1 / 100e9), (3, 5e-6, 1e-10)]
     cases += [(rng.randint(2, 16), rng.uniform(1e-6, 5e-5), rng.uniform(1e-12, 1e-9)) for _ in range(30)]
-    for (n, alpha, beta), got in answers(fn, what, cases):
+    for (n, alpha, beta), got in core.answers(fn, what, cases):
         want = n * alpha / beta
         where = f"world_size = {n}，alpha = {alpha:.3g} s，1/beta = {1 / beta / 1e9:.3g} GB/s"
-        got = number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
+        got = core.number_answer(got, f"{where}：应当返回一个数（字节），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9):
             continue
-        cancel = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。"
-        why = matching_hint(
-            got,
-            [
-                (
-                    alpha / beta,
-                    "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，n 要乘回来。",
-                ),
-                ((n - 1) * alpha / beta, cancel),
-                (2 * (n - 1) * alpha / beta, cancel),
-                (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
-                (want / 1e9, "要的是字节，不是 GB。"),
-                (want / 2**30, "要的是字节，不是 GB。"),
-            ],
-            rel_tol=1e-9,
-        )
+        cancel, units = "两边都有 2(n−1)：先把它约掉，再看带宽项里剩下的 1/n。", "要的是字节，不是 GB。"
+        slips = [
+            (
+                alpha / beta,
+                "alpha / beta 是一条消息 alpha + b·beta 的转折点；环上每步每个 Rank 只发 N/n 字节，n 要乘回来。",
+            ),
+            ((n - 1) * alpha / beta, cancel),
+            (2 * (n - 1) * alpha / beta, cancel),
+            (alpha / beta / n, "n 放错了一边：带宽项是 2(n−1)/n · N · beta，解出 N 时 n 到分子上。"),
+            (want / 1e9, units),
+            (want / 2**30, units),
+        ]
+        why = core.matching_hint(got, slips, rel_tol=1e-9)
         raise CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
-    passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")
+    core.passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")

@@ -1,15 +1,10 @@
-"""The checkers' shared machinery, one module per job; this package re-exports what the checker modules use.
-
-- :mod:`.failure`: :class:`CheckFailed` (shown in a notebook as its message alone) and the unwritten stub;
-- :mod:`.fill_in`: the fill-in protocol: a stub falls back to the course's version, a wrong answer stops;
-- :mod:`.compare`: the learner's answer against the reference, the usual mistakes named;
-- :mod:`.limits`: every call of the learner's answer under a time limit (SIGALRM, nesting safely);
-- :mod:`.course_code`: the one rule that tells the course's own code from the learner's;
-- :mod:`.watch`: which ``torch.distributed`` calls the learner's code made, under any name (code swapping);
-- :mod:`.ranks`: launching on ranks: a hang reported after :data:`HANG_S` seconds with where each rank waits,
-  an error naming the rank and the mistake;
-- :mod:`.problems`: the table shape of the rank-launching exercises (:class:`RankProblem`, :func:`run_problem`).
-"""
+"""The checkers' shared machinery, one module per job; this package re-exports what the checker modules use:
+:mod:`.failure` (:class:`CheckFailed`, the unwritten stub), :mod:`.fill_in` (a stub falls back to the course's
+version, a wrong answer stops), :mod:`.compare` (the answer against the reference, the usual mistakes named),
+:mod:`.limits` (time limits on the learner's code), :mod:`.course_code` (the one rule that tells the course's own
+code from the learner's), :mod:`.watch` (which ``torch.distributed`` calls the learner's code made), :mod:`.ranks`
+(launching on ranks, a hang or an error in the learner's terms), :mod:`.problems` (the rank-launching exercises'
+table shape)."""
 
 # The imports below are this package's re-exports (what the checker modules import from it), not unused names.
 # ruff: noqa: F401

@@ -13,8 +13,7 @@ def first_hint(*slips, default: str = "") -> str:
 
 
 def fail_first(*slips) -> None:
-    """Raise :class:`CheckFailed` with the text of the first ``(it is this mistake, text)`` pair that holds: a
-    checker's rules in order, each with its message (every condition is evaluated, so each must be safe to)."""
+    """Raise :class:`CheckFailed` with the text of the first ``(holds, text)`` pair that holds (all are evaluated)."""
     if text := first_hint(*slips):
         raise CheckFailed(text)
 
@@ -26,15 +25,13 @@ def matching_hint(got, slips, default: str = "", **tolerance) -> str:
 
 
 def expect_items(got, count: int, failure: str, numbers: bool = False) -> None:
-    """Raise :class:`CheckFailed` saying ``failure`` unless ``got`` is a tuple or list of ``count`` items (with
-    ``numbers``: each a real number, :func:`is_number`)."""
+    """Raise :class:`CheckFailed` saying ``failure`` unless ``got`` is a tuple or list of ``count`` items."""
     if not isinstance(got, (tuple, list)) or len(got) != count or numbers and not all(map(is_number, got)):
         raise CheckFailed(failure)
 
 
 def number_answer(got, failure: str) -> float:
-    """``float(got)`` when the learner returned a real number (:func:`is_number`; a NumPy scalar counts as its
-    value), else a :class:`CheckFailed` saying ``failure``."""
+    """``float(got)`` when the learner returned a real number (a NumPy scalar too), else :class:`CheckFailed`."""
     value = got.item() if isinstance(got, np.generic) else got
     if not is_number(value):
         raise CheckFailed(failure)
@@ -68,9 +65,8 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
     want = np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
         raise CheckFailed(f"{where}：结果的形状是 {got.shape}，应当是 {want.shape}。{hint}".rstrip())
-    ok = np.isclose(got, want, atol=atol, rtol=rtol) & ~np.isnan(got)
-    if not ok.all():
-        bad = np.argwhere(~ok)
+    bad = np.argwhere(~(np.isclose(got, want, atol=atol, rtol=rtol) & ~np.isnan(got)))
+    if len(bad):
         k = tuple(int(i) for i in bad[0])
         idx = k[0] if len(k) == 1 else list(k)
         raise CheckFailed(

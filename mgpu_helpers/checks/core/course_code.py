@@ -1,19 +1,12 @@
-"""Is this the course's code? One rule: the course's own code is not the learner's answer.
+"""Is this the course's code? One rule: the course's own code (the exercise's implementation in mh.lessons, the
+checker's reference, the ``models``, ``widgets`` and ``checks`` that compute what exercises ask for) is not the
+learner's answer, whether their function *is* it or *calls* it by any path (an alias, a wrapper or helper of theirs,
+a course function that calls on, ``getattr`` with a built name). The checker itself may still use its reference.
 
-A check refuses the learner's function when it *is* the course's implementation of the exercise (or the
-checker's reference), or *calls* it, whatever path reaches it: its public name, an import alias, a wrapper or
-helper of the learner's, another course function the learner called that calls on, ``getattr`` with a name
-built at run time. The course's ``models``, ``widgets`` and ``checks`` compute what exercises ask for and are
-refused to the learner's code the same way. The checker itself may still use its reference.
-
-The rule is asked at two moments, each catching what the other cannot see: before anything runs,
-:func:`refuse_course_code` reads the function (:func:`course_code_reached`: the names it and its helpers reach, a
-base class, a Numba kernel's body, which runs out of a run-time hook's sight, a branch no drawn case takes); while
-the check runs, :func:`refusing` watches the calls (a ``sys.setprofile`` hook; in a rank, through
-:class:`~.watch.WatchedCalls`): a call from the learner's code into a refused function raises, naming it under the
-name the learner used. While a guard runs (:func:`refusing`, around a fill-in's or an exercise's check), the
-references a checker names are refused at run time as well.
-"""
+The rule is asked at two moments, each catching what the other cannot see: before the run
+:func:`refuse_course_code` reads the code (what it and its helpers reach, a base class, a Numba kernel's body, a
+branch no drawn case takes); while it runs :func:`refusing` watches the calls (a ``sys.setprofile`` hook; in a rank
+through :class:`~.watch.WatchedCalls`) and names a refused function under the name the learner used."""
 
 import contextlib
 import importlib
@@ -30,17 +23,6 @@ _NOT_LEARNER = ("mgpu_helpers", "torch", "numpy", "numba", "cupy", "builtins", "
 
 def _in_packages(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
-
-
-def _from(obj, packages) -> bool:
-    if isinstance(obj, types.ModuleType):
-        return _in_packages(obj.__name__, packages)
-    return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
-
-
-def _is_learners(obj) -> bool:
-    """A function or class the learner wrote (not the course's, not a library's): its names are followed too."""
-    return not _in_packages(getattr(obj, "__module__", "") or "", _NOT_LEARNER)
 
 
 def _import(name: str):
@@ -61,9 +43,8 @@ def _attribute(obj, name: str, default=None):
 
 
 def _names_reached(fn):
-    """``(dotted name, object)`` for everything ``fn``'s code reaches by name: globals and builtins, with
-    attribute chains resolved through modules and classes (``mh.lessons.p2p.exchange``), imports inside the
-    function (``from torch.distributed import all_reduce as ar``), closure cells and default values."""
+    """``(dotted name, object)`` for everything ``fn``'s code reaches by name: globals and builtins, attribute
+    chains through modules and classes, imports inside the function, closure cells and default values."""
     import builtins
     import dis
 
@@ -77,10 +58,8 @@ def _names_reached(fn):
         with contextlib.suppress(ValueError):  # an empty cell
             cells[cell_name] = cell.cell_contents
     yield from cells.items()
-    for value in (getattr(inner, "__defaults__", None) or ()) + tuple(
-        (getattr(inner, "__kwdefaults__", None) or {}).values()
-    ):
-        yield "默认参数", value
+    kwdefaults = getattr(inner, "__kwdefaults__", None) or {}
+    yield from (("默认参数", v) for v in (getattr(inner, "__defaults__", None) or ()) + tuple(kwdefaults.values()))
     missing = object()
     for c in _code_objects(code):
         chain, obj, base = None, None, None  # the a.b.c being read; the module of an import
@@ -92,8 +71,7 @@ def _names_reached(fn):
             if op not in ("IMPORT_FROM", "IMPORT_NAME", "SWAP", "POP_TOP"):
                 imported = None
             if op in ("LOAD_ATTR", "LOAD_METHOD") and obj is not None:
-                # (a chain that reaches None, or an attribute of an instance, ends here: only modules and
-                # classes are read further)
+                # (only modules and classes are read further: a chain through an instance ends here)
                 obj = _attribute(obj, ins.argval) if isinstance(obj, (types.ModuleType, type)) else None
                 chain = f"{chain}.{ins.argval}"
                 continue
@@ -103,8 +81,7 @@ def _names_reached(fn):
                 yield chain, obj
             chain, obj = None, None
             if op in ("LOAD_GLOBAL", "LOAD_NAME"):
-                name = ins.argval
-                chain, obj = name, scope.get(name, getattr(builtins, name, None))
+                chain, obj = ins.argval, scope.get(ins.argval, getattr(builtins, ins.argval, None))
             elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in local:
                 chain, obj = ins.argval, local[ins.argval]
             elif op == "LOAD_DEREF" and ins.argval in cells:
@@ -139,14 +116,10 @@ def code_names(fn) -> set[str]:
 
 
 def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4) -> str | None:
-    """The name under which ``fn`` is, or reaches, the course's own code; ``None`` when it does not.
-
-    Counted as the course's: ``references`` (by identity: a worked lesson's cell is the source of mh.lessons, so
-    the same code defined again in a cell is not refused), anything defined in ``packages`` (e.g.
-    :data:`COURSE_PACKAGES`), and ``names`` wherever the code uses them (a course function reached through an
-    object, e.g. ``model.memory_plan(...)``). Followed: every name in ``fn``'s code (:func:`_names_reached`) and,
-    ``depth`` levels deep, the learner's own helpers and classes it reaches (their methods too).
-    """
+    """The name under which ``fn`` is, or reaches, the course's own code: ``references`` (by identity: a lesson's cell
+    is the source of mh.lessons, so the same code defined again in a cell is not refused), anything defined in
+    ``packages``, ``names`` wherever the code uses them (``model.memory_plan(...)``); ``None`` when it does not. The
+    learner's own helpers and classes it reaches are followed ``depth`` levels deep (their methods too)."""
     references = tuple(r for r in references if r is not None)
 
     def ours(obj) -> bool:
@@ -155,7 +128,9 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
                 return True
         except Exception:
             return False
-        return _from(obj, packages)
+        if isinstance(obj, types.ModuleType):
+            return _in_packages(obj.__name__, packages)
+        return callable(obj) and _in_packages(getattr(obj, "__module__", "") or "", packages)
 
     if ours(fn):
         return _label(fn)
@@ -175,20 +150,20 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
                 for v in vars(f).values()
             ]
         for member in members:
-            hit = sorted(code_names(member) & set(names))
-            if hit:
+            if hit := sorted(code_names(member) & set(names)):
                 return hit[0]
             for name, obj in _names_reached(member):
                 if ours(obj):
                     return _label(obj, name)
-                if d < depth and _is_learners(obj) and (callable(obj) or isinstance(obj, type)):
+                # a function or class the learner wrote (not the course's, not a library's): followed too
+                learners = not _in_packages(getattr(obj, "__module__", "") or "", _NOT_LEARNER)
+                if d < depth and learners and (callable(obj) or isinstance(obj, type)):
                     todo.append((obj, d + 1))
     return None
 
 
 def course_code_failure(what: str, label: str, advice: str = "", fn=None) -> CheckFailed:
-    """The one message for the course's code in an answer: ``fn`` (when read before the run) or the learner's
-    code (caught calling it) uses ``label``."""
+    """The one message for the course's code ``label`` in an answer: read in ``fn``, or caught being called."""
     who = f"`{name_of(fn)}` 用到了" if fn is not None else "调用了"
     return CheckFailed(
         f"{what}：{who}课程自己的 {label}——这是课程自己的实现（或检查用的参考答案），不算你写的代码。"
@@ -206,7 +181,6 @@ def refuse_course_code(fn, what: str, references=(), packages=(), advice: str = 
 
 
 # -- the rule while the check runs: a profile hook on the calls ------------------------------------------------
-
 _LIBRARIES = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 _CHECKERS = os.path.join("mgpu_helpers", "checks", "")
 _GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "widgets", "checks"))
@@ -219,9 +193,8 @@ def _learners(path: str) -> bool:
 
 
 def _called_for_the_learner(frame) -> bool:
-    """True when, between ``frame`` (the caller of a refused course function) and the checker that started it,
-    a frame of the learner's own code runs: the learner's function, a wrapper of theirs, or a course function
-    the learner called that calls on. The checker's own use of its reference has no such frame."""
+    """True when a frame of the learner's code (their function, a wrapper of theirs, a course function they called)
+    runs between ``frame`` and the checker: the checker's own use of its reference has none."""
     while frame is not None:
         path = frame.f_code.co_filename
         if _CHECKERS in path and not path.endswith("(watcher)"):
@@ -233,8 +206,7 @@ def _called_for_the_learner(frame) -> bool:
 
 
 def _refused_code(references) -> dict:
-    """``{code object: label}`` of ``references``: the course's functions (objects, or ``(object, label)``
-    pairs), each refused by its code, the one thing every alias, wrapper and import path of it shares."""
+    """``{code object: label}`` of the course's functions: refused by their code, what aliases and wrappers share."""
     out = {}
     for item in references:
         obj, label = item if isinstance(item, tuple) else (item, None)
@@ -258,13 +230,11 @@ def _name_used(caller, code) -> str | None:
 
 @contextlib.contextmanager
 def refusing(what: str, references=(), advice: str = "", packages: bool = True, failure=None):
-    """While the learner's code runs for a check: a call from it into the course's code raises.
-
-    Refused: ``references`` (objects or ``(object, label)`` pairs) when a frame of the learner's code runs between
-    the call and the checker (:func:`_called_for_the_learner`), and with ``packages`` any function of the course's
-    ``models``, ``widgets`` and ``checks`` the learner's code calls directly (a method of an object given to the
-    answer, such as its ``limits``, is the answer's input). ``failure(label)``: the exception to raise. Guards
-    nest. A refusal the learner's code caught and went on from still fails the check when the guard ends."""
+    """While the learner's code runs for a check, a call from it into the course's code raises ``failure(label)``:
+    ``references`` (objects or ``(object, label)`` pairs) when a frame of the learner's code runs between the call
+    and the checker, and with ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` the
+    learner's code calls directly. Guards nest. A refusal the learner's code caught still fails the check when the
+    guard ends."""
     refused = _refused_code(references)
     before = sys.getprofile()
     raised = []
@@ -310,8 +280,7 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
 
 @contextlib.contextmanager
 def refusing_course_code(fn, what: str, targets, packages: bool = False, advice: str = "这一格要你自己写出它的计算。"):
-    """While checking ``fn`` in the notebook's own process: the course's functions ``targets`` refused to it, read
-    before (:func:`refuse_course_code`) and watched while it runs (:func:`refusing`)."""
+    """The course's functions ``targets`` refused to ``fn``, read before and watched while it runs."""
     refuse_course_code(fn, what, targets, advice=advice)
     with refusing(what, [obj for obj in targets if _inner(obj) is not _inner(fn)], advice, packages):
         yield
@@ -328,10 +297,8 @@ def resolve_course(course) -> list:
     out = []
     for item in course:
         if isinstance(item, str):
-            try:
+            with contextlib.suppress(ImportError, AttributeError):  # a name that does not resolve is left out
                 out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
-            except (ImportError, AttributeError):  # a name that does not resolve is left out
-                continue
         elif item is not None:
             label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
             out.append((item, label.replace("mgpu_helpers.", "mh.")))

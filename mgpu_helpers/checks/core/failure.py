@@ -1,9 +1,6 @@
-"""What a failed check is, and how an exercise still unwritten is told apart from a wrong one.
-
-:class:`CheckFailed` is what every checker raises (its message says, in Chinese, what is wrong); a lesson's
-generated stub holds :data:`STUB_MARK` and raises ``NotImplementedError``, which the checkers turn into the
-"not done yet" failure (:func:`not_done`, message starting with :data:`NOT_DONE`).
-"""
+"""What a failed check is (:class:`CheckFailed`, its message in Chinese), and how an exercise still unwritten is
+told apart from a wrong one: a lesson's generated stub holds :data:`STUB_MARK` and raises ``NotImplementedError``,
+which the checkers turn into the failure :func:`not_done`, whose message starts with :data:`NOT_DONE`."""
 
 import sys
 import traceback
@@ -14,10 +11,8 @@ STUB_MARK = "练习：补全这里"
 
 
 class CheckFailed(AssertionError):
-    """A checker found something wrong; the message says what, in Chinese.
-
-    In IPython (a notebook) it shows as that message alone, not as a traceback through the checkers' code
-    (IPython's ``_render_traceback_`` hook); :func:`show_trace` prints the whole traceback for who wants it."""
+    """A checker found something wrong; in IPython it shows as its message alone, not as a traceback through the
+    checkers' code (IPython's ``_render_traceback_`` hook); :func:`show_trace` prints the whole traceback."""
 
     def _render_traceback_(self):
         return [
@@ -29,8 +24,7 @@ class CheckFailed(AssertionError):
 
 
 def show_trace() -> None:
-    """Print the whole traceback of the last error a notebook cell raised (a failed check shows only its
-    message): IPython keeps it in ``sys.last_value``."""
+    """Print the whole traceback of the last error a notebook cell raised (IPython keeps it in ``sys.last_value``)."""
     exc = getattr(sys, "last_value", None)
     if exc is None:
         print("还没有出错的单元格。")
@@ -68,18 +62,14 @@ def _code_objects(code):
 
 
 def has_stub(fn) -> bool:
-    """True when ``fn`` (a function, a Numba kernel, or a class: one of its methods) still holds the generated
-    stub's text."""
+    """True while ``fn`` (a function, a Numba kernel, or a class: one of its methods) holds the stub's text."""
     if isinstance(fn, type):
         return any(has_stub(method) for method in vars(fn).values() if callable(method))
-    return any(
-        isinstance(const, str) and STUB_MARK in const
-        for c in _code_objects(getattr(_inner(fn), "__code__", None))
-        for const in c.co_consts
-    )
+    code = getattr(_inner(fn), "__code__", None)
+    return any(isinstance(const, str) and STUB_MARK in const for c in _code_objects(code) for const in c.co_consts)
 
 
 def require_written(fn, what: str) -> None:
-    """Raise the "not done yet" failure while ``fn`` still holds the generated stub (:func:`has_stub`)."""
+    """Raise the "not done yet" failure while ``fn`` still holds the generated stub."""
     if has_stub(fn):
         raise not_done(fn, what)

@@ -1,10 +1,6 @@
-"""The fill-in protocol: how a lesson's fill-in cell and an exercise's check treat the learner's function.
-
-:func:`fill_in`: while the function is still the generated stub the course's version stands in (so the rest
-of the notebook runs), a wrong answer stops the cell at the mistake, a right one is used (and kept, for a
-later notebook that builds on it). :func:`fill_in_cell` makes the ``try_x(fn)`` a lesson's cell calls, with
-the course's own version refused to the learner's code while it is checked (:mod:`.course_code`).
-"""
+"""The fill-in protocol: while the learner's function is still the generated stub the course's version stands in
+(so the rest of the notebook runs), a wrong answer stops the cell at the mistake, a right one is used (and kept,
+for a later notebook that builds on it)."""
 
 import os
 
@@ -13,15 +9,10 @@ from .failure import NOT_DONE, CheckFailed, has_stub, not_done
 
 
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
-    """A lesson's fill-in, checked at once: what the cells after it should use.
-
-    ``check(fn)`` prints ``通过：...`` or raises :class:`CheckFailed`. While ``fn`` is still the stub (or ``None``)
-    this says so and returns ``reference``, the course's version, so the rest of the notebook runs (under
-    nbgrader's autograde, ``$MGPU_GRADING`` set, it fails instead). A wrong ``fn`` raises: the cell stops there.
-
-    ``keep``: a later notebook builds on this function: once it passes, its source is stored under that name
-    (:mod:`mgpu_helpers.own_code`; ``lesson``: this notebook's number), for ``mh.mine(keep, fallback=...)``.
-    """
+    """A lesson's fill-in, checked at once (``check(fn)`` prints ``通过：...`` or raises): what the cells after it
+    should use; while ``fn`` is the stub (or ``None``) ``reference``, said so (under nbgrader's autograde,
+    ``$MGPU_GRADING``, it fails instead). ``keep``: once it passes, ``fn`` is stored under that name (``lesson``:
+    this notebook's number)."""
     if fn is None or has_stub(fn):
         if os.environ.get("MGPU_GRADING"):  # nbgrader's autograde (tools/grading.py): unwritten is a fail
             raise not_done(fn, what)
@@ -51,11 +42,10 @@ def passed(text: str) -> None:
 
 
 def fill_in_cell(check, reference, what: str, refuse=(), **keep):
-    """The function a lesson's fill-in cell calls, ``try_x(fn)``: :func:`fill_in` with this checker and the course's
-    version ``reference`` (``keep``: :func:`fill_in`'s ``keep`` and ``lesson``), while ``reference``, ``refuse``
-    and the course's models, widgets and checks are refused to the learner's code (:func:`refusing_course_code`).
-    Both may be dotted names, imported at the call: the lessons' modules bring torch or Numba, which the checkers
-    do not import."""
+    """``try_x(fn)``, what a lesson's fill-in cell calls: :func:`fill_in` with ``check`` and the course's
+    ``reference``, which with ``refuse`` and the course's models, widgets and checks is refused to the learner's
+    code. Both may be dotted names, imported at the call: the lessons' modules bring torch or Numba, which the
+    checkers do not import."""
 
     def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference
@@ -70,9 +60,6 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
             setattr(checked, attr, getattr(check, attr))
         return fill_in(fn, checked, ref, what, **keep)
 
-    try_fill_in.__doc__ = (
-        f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes, the "
-        "course's while it is unwritten."
-    )
+    try_fill_in.__doc__ = f"The fill-in「{what}」: the learner's version once ``{check.__name__}`` passes."
     try_fill_in.checker = check.__name__  # the name its passing is recorded under (tracking)
     return try_fill_in

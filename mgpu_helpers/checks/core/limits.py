@@ -1,11 +1,8 @@
-"""Time limits on the learner's Python code: an answer that never ends fails within seconds, naming where it
-was, and the kernel session stays usable.
+"""Time limits on the learner's Python code: an answer that never ends fails within seconds, naming where it was.
 
-The limit is a SIGALRM timer (:func:`time_limit`), so it applies in the main thread (a notebook's cells, a
-rank's own code); elsewhere the code runs without one. Limits nest: one started inside another (a checker's
-:func:`deadline` around several :func:`call`) arms the timer for whichever ends first and, on leaving, puts
-the outer one back with the time it has left, so each fires at its own time and is reported as its own.
-"""
+The limit is a SIGALRM timer, so it applies in the main thread only (a notebook's cells, a rank's own code).
+Limits nest: one started inside another (a :func:`deadline` around several :func:`call`) arms the timer for
+whichever ends first and, on leaving, puts the outer one back with the time it has left."""
 
 import contextlib
 import math
@@ -21,7 +18,7 @@ CALL_LIMIT_S = 2.0
 
 
 class TooLong(Exception):
-    """Raised in the learner's code when a :func:`time_limit` runs out; ``limit`` is the one that did."""
+    """Raised in the learner's code when the :func:`time_limit` ``limit`` runs out."""
 
     def __init__(self, limit):
         super().__init__()
@@ -30,9 +27,8 @@ class TooLong(Exception):
 
 @contextlib.contextmanager
 def time_limit(seconds: float):
-    """Raise :class:`TooLong` in the code run inside after ``seconds``; yields the limit, the ``limit`` of that
-    TooLong, so that a caller tells its own from an outer one's. In a thread other than the main one the code
-    runs without a limit (SIGALRM is delivered to the main thread only)."""
+    """Raise :class:`TooLong` in the code run inside after ``seconds``; yields the ``limit`` that TooLong will
+    carry, so that a caller tells its own from an outer one's."""
     limit = object()
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield limit
@@ -80,15 +76,9 @@ def deadline(seconds: float, what: str):
         ) from None
 
 
-def _arguments(args) -> str:
-    text = ", ".join(map(repr, args))
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
-    """``fn(*args)``, the learner's answer called by a checker: the stub's NotImplementedError becomes the
-    "not done yet" failure, and an answer that does not return within ``seconds`` (a loop that does not stop)
-    fails naming the call and the line it was on (:func:`time_limit`)."""
+    """``fn(*args)``, the learner's answer called by a checker: the stub becomes the "not done yet" failure, and an
+    answer that does not return within ``seconds`` fails naming the call and the line it was on."""
     limit = None
     try:
         with time_limit(seconds) as limit:
@@ -101,14 +91,15 @@ def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
+        shown = ", ".join(map(repr, args))
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
         raise CheckFailed(
-            f"{what}：{getattr(fn, '__name__', 'fn')}({_arguments(args)}) 过了 {seconds:g} "
+            f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} "
             f"秒还没有返回{where}。多半是循环没有结束（条件永远成立）：检查它在这组输入上会不会停。"
         ) from None
 
 
 def answers(fn, what: str, cases, calling=call):
-    """``(case, fn(*case))`` for each case (a tuple of ``fn``'s arguments) in turn, each call through ``calling``
-    (:func:`call`): the learner's answer on every case a checker draws, got only when the loop reaches it."""
+    """``(case, calling(fn, what, *case))`` for each case (a tuple of ``fn``'s arguments), lazily."""
     for case in cases:
         yield case, calling(fn, what, *case)

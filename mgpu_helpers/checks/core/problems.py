@@ -1,6 +1,5 @@
 """One problem shape for the checkers that launch ranks: a row of a table (:class:`RankProblem`) says what the
-learner's ``fn(rank, world_size, x, *extra)`` must return; :func:`run_problem` draws the cases, runs them on
-every world size and explains the first miss."""
+learner's ``fn(rank, world_size, x, *extra)`` must return; :func:`run_problem` runs it on every world size."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,9 +12,7 @@ WORLD_SIZES = (2, 3, 4)
 
 
 @dataclass(frozen=True)
-class RankCase:
-    """One drawn case of a :class:`RankProblem`: the inputs of every rank and what each rank must return."""
-
+class RankCase:  # one drawn case of a RankProblem: the inputs of every rank and what each rank must return
     world_size: int
     inputs: list
     extra: tuple
@@ -24,19 +21,11 @@ class RankCase:
 
 @dataclass(frozen=True)
 class RankProblem:
-    """An exercise that runs the reader's ``fn(rank, world_size, x, *extra)`` on ranks (one row of a table).
-
-    - ``name``: the reader's function, as the messages call it; ``what``: what it must do (one sentence);
-    - ``make_case(rng, world_size) -> (inputs, extra)``: fresh random inputs, one per rank, and extra args;
-    - ``reference(inputs, extra, world_size) -> [expected value of each rank]``;
-    - ``explain(case, rank, got) -> str``: a hint for a wrong answer ('' for none); it may also raise
-      :class:`CheckFailed` itself for a more precise message;
-    - ``where(case, rank) -> str``: how a failure names the case (default: world size and rank);
-    - ``forbid``: ``torch.distributed`` names the reader may not call; ``course``: the course's code and the
-      checker's reference (objects or dotted names), refused before the run and in the ranks
-      (:mod:`.course_code`); ``init=False``: ``fn`` joins and leaves the process group itself; ``world_sizes``:
-      the sizes run by default; ``done``: the pass line, with ``{sizes}`` for the world sizes run.
-    """
+    """An exercise that runs the reader's ``fn(rank, world_size, x, *extra)`` on ranks (one row of a table): ``name`` as
+    messages call it; ``what`` it must do; ``make_case(rng, world_size) -> (inputs, extra)``, one input per rank;
+    ``reference(inputs, extra, world_size) -> [expected value of each rank]``; ``done``: the pass line (``{sizes}``:
+    the world sizes run); ``explain(case, rank, got) -> hint`` (or it raises :class:`CheckFailed` itself); ``where(case,
+    rank)``: how a failure names the case; ``forbid``, ``course``, ``init``: as :func:`~.ranks.launch_check`'s."""
 
     name: str
     what: str
@@ -53,8 +42,7 @@ class RankProblem:
 
 
 def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
-    """Run ``fn`` on every world size of ``problem`` and compare each rank with the reference: prints the pass
-    line and returns the cases run, or raises :class:`CheckFailed` at the first difference, explained."""
+    """Prints the pass line and returns the cases run, or raises :class:`CheckFailed` at the first difference."""
     rng = new_rng()
     sizes = tuple(world_sizes or problem.world_sizes)
     if not sizes or any(int(w) != w or w < 1 for w in sizes):

@@ -1,10 +1,6 @@
-"""Launching a checker's work on ranks: a hang or an error told in the learner's terms.
-
-:func:`launch` runs a rank function through :func:`mgpu_helpers.run_ranks` for a checker: a hang is reported
-after :data:`HANG_S` seconds with the call and line each rank waits in (:func:`hang_failure`), an error in
-the learner's code names the rank and the mistake (:func:`rank_failure`). :func:`launch_check` runs the
-learner's ``fn(rank, world_size, x, *extra)`` itself, watched (:class:`~.watch.WatchedCalls`).
-"""
+"""Launching a checker's work on ranks (:func:`mgpu_helpers.run_ranks`), a hang or an error told in the learner's
+terms: a hang after :data:`HANG_S` seconds with the call and line each rank waits in, an error in the learner's
+code with the rank and the mistake."""
 
 import numpy as np
 
@@ -12,10 +8,9 @@ from .course_code import refuse_course_code, resolve_course
 from .failure import CheckFailed, is_stub_error, not_done
 from .watch import WatchedCalls
 
-# How long the checked work may run once every rank has joined the process group (``run_ranks`` starts the clock
-# when the last rank is in). On the shared 2-core course machine a whole checker launch (forking, joining, the
-# work, the result back) takes 0.7-1.0 s on 2-4 ranks: 4 s is several times the work itself, and an answer that
-# never ends is reported within seconds (tests/checks/test_core_ranks.py holds every rank-launching checker to it).
+# How long the checked work may run once every rank has joined the process group. On the shared 2-core course
+# machine a whole checker launch (forking, joining, the work, the result back) takes 0.7-1.0 s on 2-4 ranks: 4 s is
+# several times that, and an endless answer is reported within seconds (tests/checks/test_core_ranks.py holds to it).
 HANG_S = 4.0
 # Checkers whose ranks train a model (an optimizer's first step imports torch._dynamo): twice the limit.
 TRAIN_HANG_S = 2 * HANG_S
@@ -57,9 +52,8 @@ def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = 
 
 
 def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice="", rule="", **kwargs):
-    """``run_ranks(rank_fn, world_size, args, **kwargs)`` for a checker: the values in rank order. A hang becomes
-    :func:`hang_failure` (``advice``: what to check), an error in the learner's ``fn`` :func:`rank_failure`
-    (``rule``: what the exercise allows); both are :class:`CheckFailed`."""
+    """``run_ranks(rank_fn, world_size, args, **kwargs).values`` for a checker; a hang or an error in the learner's
+    ``fn`` becomes a :class:`CheckFailed` (``advice``: what to check on a hang; ``rule``: what the exercise allows)."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
@@ -88,8 +82,6 @@ def as_numpy(t):
 
 
 def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
-    """Rank function of the checkers: ``fn`` on this rank's tensor, watched (:class:`WatchedCalls`: ``forbid`` and
-    the ``course`` code refused); with ``joined=False`` ``fn`` joins the process group and must leave it."""
     import torch.distributed as dist
 
     with WatchedCalls(refuse=forbid, course=course):
@@ -102,11 +94,9 @@ def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, 
 def launch_check(
     fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
 ):
-    """Run ``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks; returns the values in rank order.
-
-    ``forbid``: ``torch.distributed`` names ``fn`` may not call; ``course``: the course's code and the checker's
-    reference (objects or dotted names), refused too. ``init=False``: ``fn`` joins the process group itself (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MGPU_BACKEND are set) and must leave it again."""
+    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks: the values in rank order. ``forbid``:
+    ``torch.distributed`` names refused to ``fn``; ``course``: the course's code and the checker's reference (objects or
+    dotted names), refused too. ``init=False``: ``fn`` joins the process group itself and must leave it again."""
     course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course])
     args = (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course)
@@ -114,9 +104,8 @@ def launch_check(
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
-    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, the
-    exercise's rules broken (a forbidden call, ``rule`` saying what is allowed; the course's code; a group left
-    open), else the rank, the exception type and its first line."""
+    """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, a rule
+    of the exercise broken (the tags of :class:`~.watch.WatchedCalls` and :func:`_rank_main`), else the error."""
     if is_stub_error(exc):
         return not_done(fn, what)
     text = str(exc)

@@ -1,11 +1,9 @@
-"""Which ``torch.distributed`` calls the learner's code made, under any name, forbidden ones refused.
+"""Which ``torch.distributed`` calls the learner's code made in a rank, under any name, forbidden ones refused.
 
-Replacing ``dist.all_reduce`` on the module is not enough: a function imported by name (``from
-torch.distributed import all_reduce``, at the top of a cell, arrives in the rank as a reference to the same
-function object), an alias, ``torch.distributed.distributed_c10d.all_reduce`` and torch's own internals all
-hold the function object itself. So the object's ``__code__`` is replaced in place (:class:`SwappedCode`):
-every name and import path that reaches it runs the watcher, and the original body is kept in a copy that
-the watcher calls. :class:`WatchedCalls` does that inside a rank, around the learner's code.
+Replacing ``dist.all_reduce`` on the module is not enough: a name imported at the top of a cell arrives in the
+rank as a reference to the function object itself, as do an alias and torch's own internals. So the object's
+``__code__`` is replaced in place (:class:`SwappedCode`): every path that reaches it runs the watcher, which calls
+the original body, kept in a copy.
 """
 
 import itertools
@@ -34,8 +32,8 @@ WATCHER_FILE = "mgpu_helpers/checks/core/watch.py (watcher)"
 
 
 def _code_with(freevars: tuple, body: str):
-    """A code object ``f(*args, **kwargs)`` running ``body`` (one line), with exactly ``freevars`` as free
-    variables, so that it can replace the code of any function with that closure (decorated ones too)."""
+    """A code object ``f(*args, **kwargs)`` running ``body`` (one line) with exactly ``freevars`` as free variables:
+    it can replace the code of any function with that closure (decorated ones too)."""
     names = ", ".join(freevars)
     touch = f"        ({names},)\n" if freevars else ""
     ns: dict = {}
@@ -45,8 +43,7 @@ def _code_with(freevars: tuple, body: str):
 
 
 class SwappedCode:
-    """Replace the code of function objects in place, and put it back with :meth:`restore`. Swaps nest (a watcher
-    inside a watcher): each keeps the code it found, under a key of its own."""
+    """Replace the code of function objects in place, put back by :meth:`restore`; swaps nest."""
 
     _count = itertools.count()
 
@@ -85,10 +82,9 @@ def _nbytes(x) -> int:
 
 
 class DistCall(tuple):
-    """One call the learner's code made: ``(name, peer, numel)`` as a tuple, plus ``.nbytes`` (of the first
-    tensor argument), ``.numels`` (elements of each positional argument, None where not a tensor),
-    ``.async_op``. ``name`` is ``dist.<function>``, or ``batch:isend`` / ``batch:irecv`` for each operation of a
-    ``batch_isend_irecv``; ``peer`` is the dst / src of point-to-point calls, else None."""
+    """One call the learner's code made, ``(name, peer, numel)``, plus ``.nbytes`` (of the first tensor argument),
+    ``.numels`` (per positional argument, None where not a tensor) and ``.async_op``. ``name``: ``dist.<function>``, or
+    ``batch:isend`` / ``batch:irecv`` per operation of a ``batch_isend_irecv``; ``peer``: a point-to-point call's."""
 
     def __new__(cls, name, peer, numel, nbytes=0, numels=(), async_op=False):
         self = super().__new__(cls, (name, peer, numel))
@@ -98,41 +94,22 @@ class DistCall(tuple):
     def __reduce__(self):
         return DistCall, (self[0], self[1], self[2], self.nbytes, self.numels, self.async_op)
 
-    name = property(operator.itemgetter(0))
-    peer = property(operator.itemgetter(1))
-    numel = property(operator.itemgetter(2))
-
-
-def _peer_of(name, args, kwargs):
-    key = "dst" if "send" in name else "src"
-    return args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
-
-
-def _course_code_in_rank(label: str) -> PermissionError:
-    """The course's code called in a rank: an error whose tag :func:`~.ranks.rank_failure` reads back."""
-    return PermissionError(f"EXERCISE_COURSE_CODE {label}")
+    name, peer, numel = (property(operator.itemgetter(i)) for i in range(3))
 
 
 class WatchedCalls:
-    """Inside a rank, around the learner's code (a context manager): the ``torch.distributed`` functions of
-    :data:`DIST_CALLS` (and ``init_process_group`` with ``watch_init``) watched under any name, some refused.
-
-    - ``calls``: a :class:`DistCall` for each call the learner's code made (torch's own nested calls, such as
-      ``send`` using ``isend``, not counted twice; one per operation of a ``batch_isend_irecv``); ``inits``: the
-      keyword names and positional values of each ``init_process_group``;
-    - ``refuse``: names whose call raises ``PermissionError("EXERCISE_FORBIDDEN dist.<name>")``; ``course``:
-      ``[(function object, label)]`` refused by :func:`~.course_code.refusing` with
-      ``PermissionError("EXERCISE_COURSE_CODE <label>")`` (:func:`~.ranks.rank_failure` names both);
-    - ``on_call(call, result) -> result``: called after each counted call (e.g. to wrap a Work handle).
-    """
+    """Inside a rank, around the learner's code: the functions of :data:`DIST_CALLS` (and ``init_process_group`` with
+    ``watch_init``) watched under any name. ``calls``: a :class:`DistCall` per call the learner's code made (torch's
+    own nested calls not counted twice); ``inits``: the arguments of each ``init_process_group``. ``refuse``: names
+    whose call raises ``EXERCISE_FORBIDDEN``; ``course``: ``[(function, label)]`` whose call raises
+    ``EXERCISE_COURSE_CODE`` (:func:`~.ranks.rank_failure` reads both). ``on_call(call, result) -> result``: after each
+    counted call (e.g. to wrap a Work handle)."""
 
     def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
         self.refuse, self.course, self.on_call, self.watch_init = set(refuse), list(course), on_call, watch_init
         self.calls: list = []
         self.inits: list = []
-        self._depth = 0
-        self._swapped = SwappedCode()
-        self._refusing = None
+        self._depth, self._swapped, self._refusing = 0, SwappedCode(), None
 
     def __enter__(self):
         import torch.distributed.distributed_c10d as c10d
@@ -144,7 +121,8 @@ class WatchedCalls:
         if self.watch_init:
             self._swapped.hook(c10d.init_process_group, self._init_watcher)
         if self.course:  # the one rule of the course's code (course_code.refusing), in the rank
-            self._refusing = refusing("", self.course, packages=False, failure=_course_code_in_rank)
+            failure = lambda label: PermissionError(f"EXERCISE_COURSE_CODE {label}")
+            self._refusing = refusing("", self.course, packages=False, failure=failure)
             self._refusing.__enter__()
         return self
 
@@ -176,22 +154,19 @@ class WatchedCalls:
 
     def _record(self, name, args, kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
-        peer = _peer_of(name, args, kwargs) if name in ("send", "recv", "isend", "irecv") else None
+        key = "dst" if "send" in name else "src"  # the peer of a point-to-point call
+        peer = args[1] if len(args) > 1 else kwargs.get(key, kwargs.get(f"group_{key}"))
+        peer = peer if name in ("send", "recv", "isend", "irecv") else None
         numels, async_op = [_numel(a) for a in args], kwargs.get("async_op", False)
         self.calls.append(DistCall(f"dist.{name}", peer, _numel(first), _nbytes(first), numels, async_op))
         if name == "batch_isend_irecv":
             for op in args[0] if args else kwargs.get("p2p_op_list", []):
-                kind = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv"
-                self.calls.append(
-                    DistCall(f"batch:{kind}", op.peer, _numel(op.tensor), _nbytes(op.tensor), [_numel(op.tensor)], True)
-                )
+                kind, t = "isend" if "send" in getattr(op.op, "__name__", "") else "irecv", op.tensor
+                self.calls.append(DistCall(f"batch:{kind}", op.peer, _numel(t), _nbytes(t), [_numel(t)], True))
 
     def _init_watcher(self, original, args, kwargs):
-        plain = (str, int, float, type(None))
-        self.inits.append(
-            {k: (v if isinstance(v, plain) else repr(v)) for k, v in kwargs.items()}
-            | {"_args": [a if isinstance(a, plain) else repr(a) for a in args]}
-        )
+        plain = lambda v: v if isinstance(v, (str, int, float, type(None))) else repr(v)
+        self.inits.append({k: plain(v) for k, v in kwargs.items()} | {"_args": [plain(a) for a in args]})
         return original(*args, **kwargs)
 
 
