@@ -8,35 +8,7 @@ import math
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    COLLECTIVE_CALLS,
-    HANG_S,
-    SENDS,
-    WORLD_SIZES,
-    CheckFailed,
-    RankProblem,
-    WatchedCalls,
-    answers,
-    as_numpy,
-    call,
-    compare,
-    expect_items,
-    fill_in,
-    fill_in_cell,
-    first_hint,
-    int_values,
-    launch,
-    launch_check,
-    matching_hint,
-    new_rng,
-    number_answer,
-    passed,
-    rank_tensor,
-    refuse_course_code,
-    resolve_course,
-    run_problem,
-    which_rank,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.lessons.ring import chunk_bounds, ring_all_reduce, ring_schedule
 from mgpu_helpers.models.bandwidth import BUSBW_FACTORS, algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
@@ -54,20 +26,20 @@ def _broadcast_case(rng, world_size):
     """A source other than rank 0 in every run (world size 2: src 1; 3: the last rank; larger: random, rank 0
     included), and a zero in the data that is sent."""
     length = int(rng.integers(1, 6))
-    inputs = [int_values(rng, length) for _ in range(world_size)]
+    inputs = [core.int_values(rng, length) for _ in range(world_size)]
     src = {1: 0, 2: 1, 3: 2}.get(world_size, int(rng.integers(0, world_size)))
     inputs[src][int(rng.integers(0, length))] = 0.0  # zeros in the data that is sent
     return inputs, (src,)
 
 
-BROADCAST = RankProblem(
+BROADCAST = core.RankProblem(
     name="broadcast_p2p",
     what="broadcast_p2p 要让每个 Rank 都拿到 src 的数据",
     make_case=_broadcast_case,
     reference=lambda inputs, extra, world_size: [inputs[extra[0]]] * world_size,
-    explain=lambda case, rank, got: which_rank(got, case.inputs),
+    explain=lambda case, rank, got: core.which_rank(got, case.inputs),
     where=lambda case, rank: f"world_size = {case.world_size}，src = {case.extra[0]}，rank {rank}",
-    forbid=COLLECTIVE_CALLS,
+    forbid=core.COLLECTIVE_CALLS,
     done="broadcast_p2p 在 world_size = {sizes}、随机的 src 上都对。",
 )
 
@@ -78,7 +50,7 @@ BROADCAST = RankProblem(
 def _gather_case(rng, world_size):
     """Equal lengths (all-gather's rule), a zero in the last rank's data."""
     length = int(rng.integers(1, 4))
-    inputs = [int_values(rng, length) for _ in range(world_size)]
+    inputs = [core.int_values(rng, length) for _ in range(world_size)]
     inputs[-1][int(rng.integers(0, length))] = 0.0
     return inputs, ()
 
@@ -92,21 +64,21 @@ def _explain_gather_order(case, rank, got):
     for pos in range(case.world_size):
         piece = np.asarray(got[pos * length : (pos + 1) * length])
         if not np.allclose(piece, inputs[pos]):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"world_size = {case.world_size}，rank {rank}：结果里第 {pos} 段（下标 {pos * length}.."
                 f"{(pos + 1) * length - 1}）应当是 rank {pos} 的数据 {inputs[pos].tolist()}，"
-                f"实际是 {piece.tolist()}{which_rank(piece, inputs)}。按 rank 顺序放，不是按收到的顺序。"
+                f"实际是 {piece.tolist()}{core.which_rank(piece, inputs)}。按 rank 顺序放，不是按收到的顺序。"
             )
     return ""
 
 
-ALL_GATHER = RankProblem(
+ALL_GATHER = core.RankProblem(
     name="all_gather_p2p",
     what="all_gather_p2p 要把所有 Rank 的 x 按 rank 顺序拼起来",
     make_case=_gather_case,
     reference=lambda inputs, extra, world_size: [np.concatenate(inputs)] * world_size,
     explain=_explain_gather_order,
-    forbid=COLLECTIVE_CALLS,
+    forbid=core.COLLECTIVE_CALLS,
     done="all_gather_p2p 在 world_size = {sizes} 上按 rank 顺序拼齐了。",
 )
 
@@ -131,16 +103,18 @@ def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
     x)``), every send logged (core.WatchedCalls: under any name or import path), the collectives and the course's
     ring refused."""
     results = []
-    with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
+    with core.WatchedCalls(refuse=core.COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
         for inputs in cases:
-            x = rank_tensor(inputs[rank])
+            x = core.rank_tensor(inputs[rank])
             start = len(watched.calls)
             out = fn(x) if in_place else fn(rank, world_size, x)
             out = x if out is None and in_place else out
             sends = [
-                (int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:] if c.name in SENDS
+                (int(c.peer) if c.peer is not None else -1, c.nbytes)
+                for c in watched.calls[start:]
+                if c.name in core.SENDS
             ]
-            results.append((as_numpy(out), sends, out is x))
+            results.append((core.as_numpy(out), sends, out is x))
     return results
 
 
@@ -152,7 +126,7 @@ def _ring_cases(rng, world_size: int, short: bool) -> list:
         lengths[1] += 1
     if short and world_size > 2:
         lengths.append(world_size - 1)
-    cases = [[int_values(rng, length) for _ in range(world_size)] for length in lengths]
+    cases = [[core.int_values(rng, length) for _ in range(world_size)] for length in lengths]
     cases[0][-1][:] = 0.0  # a rank of zeros: a product or a copy instead of a sum shows
     return cases
 
@@ -168,7 +142,7 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
     sent = [sum(b for _d, b in log) for log in logs]
     peers = [{d for d, _b in log} for log in logs]
     if n >= 3 and all(peers[r] == {0} for r in range(1, n)):
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{name}，{where}：rank 1..{n - 1} 都只给 rank 0 发。先把数据收到 rank 0、加好再发回去，"
             f"结果是对的，但那是 Gather + Broadcast：rank 0 一个人发出 {sent[0]} 字节，别人都在等它。"
             f"环上每个 Rank 只给{side}发，每次一块。"
@@ -176,14 +150,14 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
     for rank, log in enumerate(logs):
         wrong_peer = sorted(peers[rank] - {(rank + direction) % n})
         if wrong_peer:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，{where}：rank {rank} 给 rank {wrong_peer} 发了消息；"
                 f"环上每个 Rank 只给{side}发（方向反了吗？）。"
             )
         biggest = max((b for _d, b in log), default=0)
         if biggest > chunk:
             whole = "，正好是整个张量：那是练习 04 的整张量沿环传递" if biggest == nbytes else ""
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
                 f"每一步只发一块（最长的一块 {chunk} 字节）。"
             )
@@ -196,7 +170,7 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
             if total < round(n * formula)
             else "多了：每个块在每个阶段只沿环走 world_size - 1 步。"
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} "
             f"和环该发的 {formula:g} 差得太远，{why}"
         )
@@ -208,20 +182,22 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
     exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
     right = direction == 1
     name = "ring_all_reduce" if right else "ring_all_reduce_left"
-    world_sizes = tuple(world_sizes or WORLD_SIZES)
+    world_sizes = tuple(world_sizes or core.WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
     schedule = (
         "对照 ring_schedule：每一步发哪块、收哪块"
         if right
         else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
     )
-    course = resolve_course(RING_FORBIDDEN_LIB)
-    refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
-    rng = new_rng()
+    course = core.resolve_course(RING_FORBIDDEN_LIB)
+    core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
+    rng = core.new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short=right)
         advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
-        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, right, course), what, fn, timeout, advice)
+        res_values = core.launch(
+            _instrumented_ring_rank, world_size, (fn, cases, right, course), what, fn, timeout, advice
+        )
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -231,7 +207,7 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
                 a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]  # done by reduce-scatter
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
-                    hint = first_hint(
+                    hint = core.first_hint(
                         (np.allclose(got, inputs[rank]), "结果还是这个 Rank 自己的输入：收到的块加上了吗？"),
                         (
                             np.allclose(got[a:b], want[a:b]),
@@ -239,24 +215,24 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
                         ),
                         default=f"{schedule}；Reduce-Scatter 要加，All-Gather 直接覆盖。",
                     )
-                compare(got, want, where, hint)
+                core.compare(got, want, where, hint)
                 if right and not same:
-                    raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
+                    raise core.CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
             check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
     who, empty, side = ("你的 Ring All-Reduce", "含空块、", "右") if right else (name, "", "左")
-    passed(
+    core.passed(
         f"{who} 在 world_size = {', '.join(map(str, world_sizes))}、长度不能整除（{empty}含全零的 Rank）时都等于总和；"
         f"每个 Rank 只给{side}边发，每条消息一块。"
     )
 
 
-def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
     (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
     run_ring(fn, 1, world_sizes, timeout)
 
 
-try_ring_all_reduce = fill_in_cell(
+try_ring_all_reduce = core.fill_in_cell(
     check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce", "Ring All-Reduce"
 )
 
@@ -282,7 +258,7 @@ def reference_ring_all_reduce_left(rank, world_size, x):
     return x
 
 
-def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_ring_all_reduce(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
     rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
     run_ring(fn, -1, world_sizes, timeout)
@@ -321,7 +297,7 @@ def _explain_bytes(case, rank, got):
     return next((text for value, text in slips if got == value), formula)
 
 
-RING_BYTES = RankProblem(
+RING_BYTES = core.RankProblem(
     name="count_sent_bytes",
     what="count_sent_bytes 要数出这个 Rank 在 ring_all_reduce 里一共发出了多少字节",
     make_case=_bytes_case,
@@ -336,20 +312,20 @@ RING_BYTES = RankProblem(
 )
 
 
-def check_broadcast(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_broadcast(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x, src)`` returns rank ``src``'s x on every rank (send/recv only)."""
-    run_problem(BROADCAST, fn, world_sizes, timeout)
+    core.run_problem(BROADCAST, fn, world_sizes, timeout)
 
 
-def check_all_gather(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_all_gather(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` returns every rank's x concatenated in rank order (send/recv only)."""
-    run_problem(ALL_GATHER, fn, world_sizes, timeout)
+    core.run_problem(ALL_GATHER, fn, world_sizes, timeout)
 
 
-def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_count_sent_bytes(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this
     rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
-    for case in run_problem(RING_BYTES, fn, world_sizes, timeout):
+    for case in core.run_problem(RING_BYTES, fn, world_sizes, timeout):
         nbytes = 4 * len(case.inputs[0])
         print(
             f"  world_size = {case.world_size}，S = {nbytes} 字节：每个 Rank 发出 {case.expected}，"
@@ -360,23 +336,23 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> Non
 def reference_count_sent_bytes(rank, world_size, x):
     """The checker's own count: run the course's ring with every send watched (core.WatchedCalls), return
     the bytes this rank sent."""
-    with WatchedCalls() as watched:
+    with core.WatchedCalls() as watched:
         ring_all_reduce(x)
-    return sum(c.nbytes for c in watched.calls if c.name in SENDS)
+    return sum(c.nbytes for c in watched.calls if c.name in core.SENDS)
 
 
-def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
+def check_ring_bytes_guess(fn, timeout: float = core.HANG_S) -> None:
     """Number first: ``fn()`` returns the reader's number of bytes one rank sends in a ring all-reduce of
     :data:`GUESS_ELEMENTS` float32 on :data:`GUESS_WORLD_SIZE` ranks; the bytes are then counted on running
     ranks and the guess is held against the count (within 1%)."""
     what = f"ring_bytes_guess：{GUESS_WORLD_SIZE} 个 Rank、{GUESS_ELEMENTS} 个 float32 时每个 Rank 发出的字节数"
-    guess = call(fn, what)
-    guess = number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
+    guess = core.call(fn, what)
+    guess = core.number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
-    measured = launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)[0]
+    measured = core.launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)[0]
     if abs(guess - measured) > 0.01 * measured:
-        why = first_hint(
+        why = core.first_hint(
             (guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
             (
                 abs(guess - measured / 2) <= 0.01 * measured,
@@ -388,10 +364,10 @@ def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
             ),
             default="数一数：两个阶段各几步？每一步发多大的一块？",
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 {measured} 字节。{why}"
         )
-    passed(
+    core.passed(
         f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
         f"（S = {nbytes}，2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, GUESS_WORLD_SIZE):g}）。"
     )
@@ -407,9 +383,9 @@ EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
 
 def _expected_cases(rng, name: str):
     """World sizes 2, 3, 4; lengths that do not divide (all_reduce, all_gather), a zero row, random rows."""
-    for n in WORLD_SIZES:
+    for n in core.WORLD_SIZES:
         length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
-        rows = [int_values(rng, length).tolist() for _ in range(n)]
+        rows = [core.int_values(rng, length).tolist() for _ in range(n)]
         rows[0] = [0.0] * length
         yield rows
 
@@ -422,7 +398,7 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
     rs = name == "reduce_scatter"
     other = next((k for k in range(n) if rs and k != rank and same(np.split(rows.sum(axis=0), n)[k])), None)
-    return first_hint(
+    return core.first_hint(
         (same(rows[rank]), "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"),
         (same(rows.mean(axis=0)), "这是平均值：op=SUM 是求和，不除以 world_size。"),
         (
@@ -447,18 +423,18 @@ def check_expected_outputs(fns: dict) -> None:
         raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
     for name, fn in ((name, fns[name]) for name in names):
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
-        for inputs in _expected_cases(new_rng(), name):
-            got = call(fn, what, [list(r) for r in inputs])
+        for inputs in _expected_cases(core.new_rng(), name):
+            got = core.call(fn, what, [list(r) for r in inputs])
             want = expected_outputs(name, inputs)
             where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
-            expect_items(
+            core.expect_items(
                 got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。"
             )
             for rank in range(len(inputs)):
-                compare(
+                core.compare(
                     got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank])
                 )
-    passed(
+    core.passed(
         f"{'、'.join('expected_' + name for name in names)} 算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。"
     )
 
@@ -468,7 +444,7 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
     (checked once written, the course's answer while unwritten)."""
     given = dict(zip(EXPECTED_NAMES, (expected_all_reduce, expected_all_gather, expected_reduce_scatter)))
     return {
-        name: fill_in(
+        name: core.fill_in(
             fn,
             lambda fn, name=name: check_expected_outputs({name: fn}),
             lambda inputs, name=name: expected_outputs(name, inputs),
@@ -536,7 +512,7 @@ def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, 
         return None
     if world_size == 1:
         return "一个 Rank 时没有人可发：busbw 是 0（系数里的 n-1 是 0）。"
-    return matching_hint(got, busbw_slips(op, nbytes, seconds, world_size, unit), rel_tol=rel_tol)
+    return core.matching_hint(got, busbw_slips(op, nbytes, seconds, world_size, unit), rel_tol=rel_tol)
 
 
 def hold_busbw(fn, op: str, name: str, cases=()) -> int:
@@ -545,28 +521,28 @@ def hold_busbw(fn, op: str, name: str, cases=()) -> int:
     and twenty random ones. ``name``: the learner's function, in the messages. Returns the number of cases; the
     caller says what passed (the progress records the caller's name)."""
     what = f"{name} 要算出 {BUSBW_OPS[op]} 的 busbw（字节/秒）"
-    rng = new_rng()
+    rng = core.new_rng()
     cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3), *cases]
     cases += [
         (float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 17))) for _ in range(20)
     ]
-    for (nbytes, seconds, n), got in answers(fn, what, cases):
+    for (nbytes, seconds, n), got in core.answers(fn, what, cases):
         where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
-        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
+        got = core.number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
         why = busbw_mistake(got, op, nbytes, seconds, n)
         if why is not None:
             want = busbw(op, nbytes, seconds, n)
-            raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
+            raise core.CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     return len(cases)
 
 
 def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth (:func:`hold_busbw`)."""
     count = hold_busbw(fn, "all_reduce", "all_reduce_busbw")
-    passed(f"all_reduce_busbw 在 {count} 组（含 n = 1、2、8）上都对。")
+    core.passed(f"all_reduce_busbw 在 {count} 组（含 n = 1、2、8）上都对。")
 
 
-try_all_reduce_busbw = fill_in_cell(
+try_all_reduce_busbw = core.fill_in_cell(
     check_all_reduce_busbw,
     lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
     "All-Reduce 的 busbw",
@@ -578,13 +554,13 @@ try_all_reduce_busbw = fill_in_cell(
 def check_comm_share_speedup(fn) -> None:
     """``fn(share_before, share_after) -> speed-up``: compute fixed, communication's share of the step drops."""
     what = "comm_share_speedup 要算出通信占比从 before 降到 after 时每步快几倍"
-    rng = new_rng()
+    rng = core.new_rng()
     cases = [(0.3, 0.1), (0.5, 0.5), (0.0, 0.0), (0.2, 0.0), (0.9, 0.3)]
     cases += [tuple(float(v) for v in sorted(rng.uniform(0, 0.95, 2), reverse=True)) for _ in range(20)]
-    for (before, after), got in answers(fn, what, cases):
+    for (before, after), got in core.answers(fn, what, cases):
         want = comm_share_speedup(before, after)
         where = f"通信占一步 {before:.0%} → {after:.0%}"
-        got = number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
+        got = core.number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
         guesses = [
@@ -599,12 +575,12 @@ def check_comm_share_speedup(fn) -> None:
                 "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。",
             ),
         ]
-        why = matching_hint(got, guesses, rel_tol=1e-9)
-        raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
-    passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
+        why = core.matching_hint(got, guesses, rel_tol=1e-9)
+        raise core.CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
+    core.passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
 
 
-try_comm_share_speedup = fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
+try_comm_share_speedup = core.fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
 
 
 # -- notebook 05: a collective mismatch, found the way TORCH_DISTRIBUTED_DEBUG=DETAIL finds it ------------------
@@ -661,7 +637,7 @@ def _explain_out_of_step(calls, got, want) -> str:
     shortest = min(len(c) for c in calls)
     zipped = next((k for k in range(shortest) if len({tuple(c[k]) for c in calls}) > 1), None)
     pairwise = reference_first_out_of_step(calls[:2])
-    return first_hint(
+    return core.first_hint(
         (want is not None and got == want + 1, "序号从 0 数起：第一个集合通信是 0 号。"),
         (got == names_only and got != want, "只比了名字：同一种集合通信、元素个数不同，也对不上（count 也要一样）。"),
         (
@@ -676,14 +652,18 @@ def _explain_out_of_step(calls, got, want) -> str:
 def check_first_out_of_step(fn) -> None:
     """``fn(calls) -> k or None`` on fixed and random lists of each rank's (name, count) calls."""
     what = "first_out_of_step 要找出第一个步调不一致的集合通信的序号"
-    cases = _out_of_step_cases(new_rng())
-    for (calls,), got in answers(fn, what, [([list(c) for c in case],) for case in cases]):
+    cases = _out_of_step_cases(core.new_rng())
+    for (calls,), got in core.answers(fn, what, [([list(c) for c in case],) for case in cases]):
         want = reference_first_out_of_step(calls)
         if got == want and (got is None) == (want is None) and not isinstance(got, bool):
             continue
         shown = "；".join(f"rank {r}: {[f'{n}({c})' for n, c in rank]}" for r, rank in enumerate(calls))
-        raise CheckFailed(f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{_explain_out_of_step(calls, got, want)}")
-    passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
+        raise core.CheckFailed(
+            f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{_explain_out_of_step(calls, got, want)}"
+        )
+    core.passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
 
 
-try_first_out_of_step = fill_in_cell(check_first_out_of_step, reference_first_out_of_step, "第一个步调不一致的集合通信")
+try_first_out_of_step = core.fill_in_cell(
+    check_first_out_of_step, reference_first_out_of_step, "第一个步调不一致的集合通信"
+)

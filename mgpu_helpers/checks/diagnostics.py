@@ -5,15 +5,7 @@ fill-ins, ``try_*``); reading the evidence of a hang and predicting where a hang
 import copy
 import random
 
-from mgpu_helpers.checks.core import (
-    CheckFailed,
-    call,
-    course_code_reached,
-    expect_items,
-    fill_in_cell,
-    first_hint,
-    passed,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.stragglers import COURSE_READERS, hold_straggler_readings, reference_straggler
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose
@@ -77,10 +69,10 @@ def check_find_mismatch(fn) -> None:
         odd = rng.randrange(n)
         major = rng.choice(HANG_OPS[:4])
         other = rng.choice([c for c in HANG_OPS[:4] if c != major])
-        got = call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
+        got = core.call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
         want = (odd, completed, other) if kind == "mismatch" else (odd, completed - 1, None)
         if got is None or len(tuple(got)) != 3:
-            raise CheckFailed(f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
+            raise core.CheckFailed(f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
             others = ", ".join(str(r) for r in range(n) if r != odd)
             if kind == "mismatch":
@@ -90,11 +82,11 @@ def check_find_mismatch(fn) -> None:
                     f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
                     f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）"
                 )
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
                 "看每个 Rank 的 flight recorder 摘要 evidence.collectives[r]，找和多数不一样的那个。"
             )
-    passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
+    core.passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
 
 
 def _schedule_story(schedules) -> str:
@@ -130,10 +122,10 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
         schedules = [list(base) for _ in range(n)]
         schedules[odd][k] = rng.choice([c for c in HANG_OPS if c != base[k]])
         want = (k, odd, schedules[odd][k])
-        got = call(fn, what, copy.deepcopy(schedules))
-        expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
+        got = core.call(fn, what, copy.deepcopy(schedules))
+        core.expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{n} 个 Rank 的调用顺序（{_schedule_story(schedules)}）：前 {k} 个 Collective 大家一样，"
                 f"第 #{k} 个上 rank {odd} 调用 {schedules[odd][k]}，别人调用 {base[k]}。应当回答 {want}，"
                 f"你的回答是 {tuple(got)}。序号从 0 开始数。"
@@ -144,7 +136,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
     prefix = [rng.choice(("all_reduce", "broadcast")) for _ in range(k)]
     schedules = [prefix + ["broadcast", "all_reduce"] for _ in range(world_size)]
     schedules[0] = prefix + ["all_reduce", "broadcast"]
-    predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
+    predicted = tuple(core.call(fn, what, copy.deepcopy(schedules)))
     try:
         run_ranks(diagnose.run_schedule, world_size, (schedules,), "gloo", timeout, stream=False, quiet=True)
     except RankTimeout as exc:
@@ -152,11 +144,11 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
     else:
         raise RuntimeError("the mismatched schedules were expected to hang")
     if predicted != measured:
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"真实运行（{_schedule_story(schedules)}）停在 #{measured[0]}：rank {measured[1]} 在 "
             f"{measured[2]} 里，你预测的是 {predicted}。"
         )
-    passed(
+    core.passed(
         f"predict_hang 在 10 组随机调用顺序上都说对了；{world_size} 个 Rank 真的运行之后，"
         f"停在 #{measured[0]}、rank {measured[1]} 的 {measured[2]} 里，和你的预测一致。"
     )
@@ -231,13 +223,13 @@ def check_straggler_or_none(fn) -> None:
         (per, noise, want, f"{len(per)} 个 Rank") for per, noise, want in _straggler_or_none_cases(random.Random())
     ]
     hold_straggler_readings(fn, what, cases, with_noise=True)
-    passed(
+    core.passed(
         "straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
         "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。"
     )
 
 
-try_straggler_or_none = fill_in_cell(
+try_straggler_or_none = core.fill_in_cell(
     check_straggler_or_none, reference_straggler, "straggler_or_none：等人还是链路慢", refuse=COURSE_READERS
 )
 
@@ -387,23 +379,23 @@ def check_culprit(fn) -> None:
     rank whose recorded call first differs from the others', the collective number, and whether it skipped it,
     called another collective ("name") or another size ("size"); None when all ranks recorded the same calls."""
     what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
-    course = course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))
+    course = core.course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))
     if course is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
+        raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
     rng = random.Random()
     rounds = 0
     for dumps, want in _culprit_cases(rng):
         rounds += 1
-        got = call(fn, what, copy.deepcopy(dumps))
+        got = core.call(fn, what, copy.deepcopy(dumps))
         if got is not None:
-            expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
+            core.expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
             got = tuple(got)
         if got == want:
             continue
         n = len(dumps)
         if want is None:
             seqs = [e["collective_seq_id"] for e in dumps[0]["entries"]]
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{what}：{n} 个 Rank 记下的调用完全一样（序号 {seqs[0]}..{seqs[-1]}），没有谁走岔，"
                 f"应当返回 None，你的函数给出 {got!r}。"
             )
@@ -411,7 +403,7 @@ def check_culprit(fn) -> None:
         story = f"{n} 个 Rank，序号 {seq} 上：{_calls_story(dumps, seq)}"
         seqs = [e["collective_seq_id"] for e in dumps[(rank + 1) % n]["entries"]]
         if got is None:
-            why = first_hint(
+            why = core.first_hint(
                 (kind == "size", "这个 Rank 调用的 Collective 名字和别人一样，只是 input_sizes 不同：也要比较大小。"),
                 (
                     kind == "skipped",
@@ -421,7 +413,7 @@ def check_culprit(fn) -> None:
                 default=f"rank {rank} 的这一条和别人的不一样。",
             )
         else:
-            why = first_hint(
+            why = core.first_hint(
                 (
                     got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
                     "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
@@ -442,11 +434,11 @@ def check_culprit(fn) -> None:
                     '"size" 名字相同、input_sizes 不同）。',
                 ),
             )
-        raise CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
-    passed(
+        raise core.CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
+    core.passed(
         f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
         "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。"
     )
 
 
-try_culprit = fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")
+try_culprit = core.fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")

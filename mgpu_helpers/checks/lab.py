@@ -16,19 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.collectives import hold_busbw
-from mgpu_helpers.checks.core import (
-    WORLD_SIZES,
-    CheckFailed,
-    call,
-    fill_in_cell,
-    first_hint,
-    int_values,
-    launch_check,
-    new_rng,
-    number_answer,
-    passed,
-)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
@@ -101,7 +90,7 @@ def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -
             f"rank {rank} 的期望值 expected = {float(row['expected']):g}，但整段输入的平方和是 {want_total:g}。"
         )
     if not _close(result, want_total):
-        why = first_hint(
+        why = core.first_hint(
             (
                 world_size > 1 and _close(result, local),
                 "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。",
@@ -121,26 +110,26 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
     """Run an ownership check ``fn`` on each world size with a fresh input of odd length (the shards cannot all
     be equal), failing on the first problem ``review(values, data)`` finds. ``cyclic`` (ex12): the first input is
     just longer than the world size, and every input starts with a zero (a missing element must still show)."""
-    rng = new_rng()
+    rng = core.new_rng()
     for k, world_size in enumerate(world_sizes):
         n = world_size + 1 if cyclic and k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
-        data = int_values(rng, n)
+        data = core.int_values(rng, n)
         if cyclic:
             data[0] = 0.0
-        problems = review(launch_check(fn, what, world_size, [data] * world_size), data)
+        problems = review(core.launch_check(fn, what, world_size, [data] * world_size), data)
         if problems:
             more = f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""
-            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
+            raise core.CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
 
 
-def check_ownership_check(fn, world_sizes=WORLD_SIZES) -> None:
+def check_ownership_check(fn, world_sizes=core.WORLD_SIZES) -> None:
     """``fn(rank, world_size, data) -> dict``: own a contiguous shard of ``data``, sum its squares, all-reduce,
     compare with the whole input's sum of squares; run on each world size with a fresh random input whose
     length is usually not a multiple of the world size."""
     _run_ownership(
         fn, "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较", world_sizes, review_ownership
     )
-    passed(
+    core.passed(
         f"ownership_check 在 world_size = {list(world_sizes)}、长度不整除的随机输入上：shard 不重不漏、"
         "局部结果正确，每个 rank 都得到整段的结果并如实报告。"
     )
@@ -182,17 +171,17 @@ def check_rs_ag_slowdown(fn) -> None:
     """``fn() -> float``: the learner's number, RS+AG time / all-reduce time at 1 GiB on 2 x H200, against
     the recorded nccl-tests times (out-of-place columns of the three files); within 3%."""
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
-    got = call(fn, what)
-    got = number_answer(got, f"{what}；现在返回的是 {got!r}。")
+    got = core.call(fn, what)
+    got = core.number_answer(got, f"{what}；现在返回的是 {got!r}。")
     rec = nccltests.recorded_split(sizes.GiB)
     want = rec["time_ratio"]
     if math.isclose(got, want, rel_tol=0.03):
-        passed(
+        core.passed(
             f"你的 {got:.3f} 与记录的时间之比 {want:.3f} 一致（{rec['rs_ag_us']:.0f} us 对 "
             f"{rec['all_reduce_us']:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。"
         )
         return
-    why = first_hint(
+    why = core.first_hint(
         (
             math.isclose(got, 1 / want, rel_tol=0.03),
             "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。",
@@ -208,7 +197,7 @@ def check_rs_ag_slowdown(fn) -> None:
         ),
         default="每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。",
     )
-    raise CheckFailed(
+    raise core.CheckFailed(
         f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
         f"你的是 {got:.3f}。{why}"
     )
@@ -224,7 +213,7 @@ def _check_ownership_fill_in(fn) -> None:
     check_ownership_check(fn, world_sizes=(3,))
 
 
-try_ownership_check = fill_in_cell(
+try_ownership_check = core.fill_in_cell(
     _check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check", "ownership_check：所有权检查"
 )
 
@@ -236,10 +225,10 @@ def check_rs_ag_busbw(fn) -> None:
     sent), two and three ranks, the recorded 1 GiB reduce-scatter."""
     recorded = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
     count = hold_busbw(fn, "reduce_scatter", "rs_ag_busbw", recorded)
-    passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
+    core.passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
 
 
-try_rs_ag_busbw = fill_in_cell(
+try_rs_ag_busbw = core.fill_in_cell(
     check_rs_ag_busbw,
     "mgpu_helpers.lessons.lab.rs_ag_busbw",
     "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
@@ -300,7 +289,7 @@ def _crossover_verdict(claim, f) -> Verdict:
             text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。"
         )
     ok = not clearly_under[idx] and not any(clearly_over[:idx])
-    why = first_hint(
+    why = core.first_hint(
         (clearly_under[idx], "在这个规模上通信还明显比计算短。"),
         (any(clearly_over[:idx]), "更小的规模上通信已经明显比计算长了。"),
     )
@@ -488,7 +477,7 @@ def review_cyclic(values, data) -> list[str]:
         owned = [int(i) for i in row["owned"]]
         want = list(range(rank, n, world_size))
         if owned != want:
-            why = first_hint(
+            why = core.first_hint(
                 (sorted(owned) == want, "元素对了，顺序要从小到大。"),
                 (
                     owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
@@ -515,7 +504,7 @@ def review_cyclic(values, data) -> list[str]:
     return problems
 
 
-def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
+def check_ownership_cyclic(fn, world_sizes=core.WORLD_SIZES) -> None:
     """``fn(rank, world_size, data) -> dict``: round-robin ownership (rank r owns r, r + n, ...), sum of squares,
     all-reduce, honest ``ok``; on each world size with a fresh input whose length leaves a remainder (and, on
     the first world size, an input shorter than the world size times two)."""
@@ -523,9 +512,9 @@ def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
     from mgpu_helpers.lessons import lab as lesson
 
     if fn is lesson.ownership_check:
-        raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
+        raise core.CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
     _run_ownership(fn, what, world_sizes, review_cyclic, cyclic=True)
-    passed(
+    core.passed(
         f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
         "结果正确并如实报告。"
     )

@@ -17,23 +17,7 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    CheckFailed,
-    _code_objects,
-    call,
-    code_names,
-    compare,
-    course_object,
-    deadline,
-    fail_first,
-    fill_in_cell,
-    int_values,
-    new_rng,
-    not_done,
-    passed,
-    refuse_course_code,
-    require_written,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.cuda_model import PAD, fail_past_end
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
@@ -45,20 +29,20 @@ SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 def _start(fn, what: str) -> None:
     """Before the arithmetic is checked: a stub is not done yet, and the learner's function may not hand the work
     to the model or to the course's own version."""
-    require_written(fn, what)
+    core.require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
 
     ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks}
     ours |= {reference_blocks_per_sm, reference_max_regs}
     advice = "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。"
-    refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
+    core.refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
 
 
 def _answers(fn, what: str, cases) -> list:
     """``fn(a, b, limits)`` for each case ``(a, b, name, limits)``, the whole run under a deadline; a float
     that is a whole number counts as that int."""
-    with deadline(5, what):
-        answers = [call(fn, what, a, b, lim) for a, b, _, lim in cases]
+    with core.deadline(5, what):
+        answers = [core.call(fn, what, a, b, lim) for a, b, _, lim in cases]
     return [int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v for v in answers]
 
 
@@ -118,11 +102,11 @@ def check_blocks_per_sm(fn) -> None:
     occupancy model for two kinds of SM, on fixed edge cases and fresh random ones."""
     what = "blocks_per_sm 要算出每个 SM 同时驻留几个 Block"
     _start(fn, what)
-    cases = _occupancy_cases(new_rng())
+    cases = _occupancy_cases(core.new_rng())
     for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_blocks_per_sm(block, regs, lim)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
                 f"你的函数返回 {got!r}。整除用 //。"
             )
@@ -130,15 +114,17 @@ def check_blocks_per_sm(fn) -> None:
             mistake = next((m for m, v in _blocks_variants(block, regs, lim).items() if v == got), "")
             warps = -(-block // lim.warp_size)
             per_warp = -(-regs * lim.warp_size // lim.reg_alloc_unit) * lim.reg_alloc_unit
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want} 个 Block/SM，你的函数返回 {got!r}。"
                 + (f"看起来是{mistake}。" if mistake else "")
                 + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）"
             )
-    passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
+    core.passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
 
 
-try_blocks_per_sm = fill_in_cell(check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
+try_blocks_per_sm = core.fill_in_cell(
+    check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block"
+)
 
 
 # -- 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator ---------------
@@ -184,8 +170,8 @@ def _run_two(kernel, what, n, block, grid):
     """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
     from numba import cuda
 
-    rng = new_rng()
-    a, b = int_values(rng, n + PAD), int_values(rng, n + PAD)
+    rng = core.new_rng()
+    a, b = core.int_values(rng, n + PAD), core.int_values(rng, n + PAD)
     c = np.full(n + PAD, np.nan, dtype=np.float32)
     where = f"n = {n}，启动 [{grid}, {block}]"
     try:
@@ -199,19 +185,19 @@ def _run_two(kernel, what, n, block, grid):
             cuda.synchronize()
             c, writes = d_c.copy_to_host(), None
     except NotImplementedError:
-        raise not_done(kernel, what) from None
+        raise core.not_done(kernel, what) from None
     except Exception as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "ENDLESS" in text:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：有线程访问数组的次数远超它该做的 2 个元素（{text.split('ENDLESS ')[1]}），"
                 "多半是循环没有结束（下标忘了增加）。这个 Kernel 不需要循环。"
             ) from None
         if "OUTSIDE" in text:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：访问了缓冲区之外的下标（{text.split('OUTSIDE ')[1]}）。每个元素都要先检查下标 < n 再读写。"
             ) from None
-        raise CheckFailed(f"{where}：Kernel 运行出错（{type(exc).__name__}：{text}）。") from None
+        raise core.CheckFailed(f"{where}：Kernel 运行出错（{type(exc).__name__}：{text}）。") from None
     return c, writes, a + b, where
 
 
@@ -223,10 +209,10 @@ def check_vec_add_two(kernel) -> None:
     ones; in the simulator it also counts the writes of every element (exactly once) and checks that each
     warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
-    require_written(kernel, what)
-    if kernel is course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
-        raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
-    rng = new_rng()
+    core.require_written(kernel, what)
+    if kernel is core.course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
+        raise core.CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
+    rng = core.new_rng()
     block = 32
     sizes = [1, block - 3, block + 5, 2 * block, 3 * block + 1, int(rng.integers(2 * block + 1, 9 * block))]
     cases = [(n, block) for n in sizes] + [(int(rng.integers(65, 300)), 64)]
@@ -247,14 +233,14 @@ def check_vec_add_two(kernel) -> None:
                         f"每个 Block 的分片有 2 × blockDim = {2 * bs} 个元素：分片的起点是 "
                         "blockIdx.x × 2 × blockDim.x，不是 blockIdx.x × blockDim.x。"
                     )
-                raise CheckFailed(f"{where}：元素 {k} 被写了 {counts[k]} 次（(Block, 线程) = {who[:3]}）。{hint}")
+                raise core.CheckFailed(f"{where}：元素 {k} 被写了 {counts[k]} 次（(Block, 线程) = {who[:3]}）。{hint}")
         missing = np.flatnonzero(np.isnan(c[:n]))
         if missing.size:
             k = int(missing[0])
             second = k % (2 * bs) >= bs
             hint = f"每个线程的第二个元素是 i + blockDim.x（这里是 i + {bs}），它没被写。" if second else ""
-            raise CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
-        compare(c[:n], want[:n], where)
+            raise core.CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
+        core.compare(c[:n], want[:n], where)
         if writes is not None:
             _check_layout(writes, where, n, bs)
     layout = (
@@ -262,7 +248,7 @@ def check_vec_add_two(kernel) -> None:
         if simulator()
         else "（在 GPU 上只能看结果；每个元素写几次、访问是否连续，在模拟器里才数得出来）"
     )
-    passed(f"vec_add_two 在 n = {', '.join(str(n) for n, _ in cases)} 上与 NumPy 一致{layout}。")
+    core.passed(f"vec_add_two 在 n = {', '.join(str(n) for n, _ in cases)} 上与 NumPy 一致{layout}。")
 
 
 def _check_layout(writes, where: str, n: int, block: int) -> None:
@@ -281,12 +267,12 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
                     "这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
                     "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。"
                 )
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}"
             )
 
 
-try_vec_add_two = fill_in_cell(
+try_vec_add_two = core.fill_in_cell(
     check_vec_add_two, "mgpu_helpers.lessons.cupy_kernels.vec_add_two", "vec_add_two：每线程两个元素"
 )
 
@@ -310,14 +296,14 @@ def cupy_usable() -> bool:
 def check_saxpy_structure(fn) -> None:
     """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
     check, and no new array is allocated for the result (y is updated in place)."""
-    names = code_names(fn)
+    names = core.code_names(fn)
     # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
     # "" when there is none, and then the source's own rules are not checked
-    consts = (k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts)
+    consts = (k for c in core._code_objects(getattr(fn, "__code__", None)) for k in c.co_consts)
     src = next((k for k in consts if isinstance(k, str) and "__global__" in k), "")
     bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
-    fail_first(
+    core.fail_first(
         (
             "RawKernel" not in names and "RawModule" not in names,
             f"{SAXPY}：函数里没有用到 cp.RawKernel。"
@@ -343,7 +329,7 @@ def check_saxpy_structure(fn) -> None:
 def check_saxpy_cupy(fn) -> None:
     """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
     returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
-    require_written(fn, SAXPY)
+    core.require_written(fn, SAXPY)
     check_saxpy_structure(fn)
     if not cupy_usable():  # said plainly: a check that could not run here is not a pass
         print(
@@ -354,32 +340,32 @@ def check_saxpy_cupy(fn) -> None:
         return
     import cupy as cp
 
-    rng = new_rng()
+    rng = core.new_rng()
     # 1 element, one under a block, a multiple of the block, and random sizes that are not.
     sizes = [1, 255, 256 * int(rng.integers(2, 9)), int(rng.integers(2, 255)), int(rng.integers(257, 5000))]
     for n in sizes:
         alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))  # exact in float32: sums stay exact
-        x = int_values(rng, n)
+        x = core.int_values(rng, n)
         x[0] = 0.0  # a zero in the data
-        y0 = int_values(rng, n + PAD)
+        y0 = core.int_values(rng, n + PAD)
         d_x, d_buf = cp.asarray(x), cp.asarray(y0)
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
-            got = call(fn, SAXPY, alpha, d_x, d_y, seconds=30)  # the first launch compiles the kernel (NVRTC)
+            got = core.call(fn, SAXPY, alpha, d_x, d_y, seconds=30)  # the first launch compiles the kernel (NVRTC)
             cp.cuda.Device().synchronize()
-        except CheckFailed:
+        except core.CheckFailed:
             raise
         except Exception as exc:
-            raise CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
+            raise core.CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
         buf = cp.asnumpy(d_buf)
         fail_past_end(buf, n, y0[n:], where, "Kernel 里要有边界检查 if (i < n)。")
         want = alpha * x + y0[:n]
         if got is None:
-            raise CheckFailed(f"{where}：返回了 None。最后要 return y。")
+            raise core.CheckFailed(f"{where}：返回了 None。最后要 return y。")
         if not (isinstance(got, cp.ndarray) and got.data.ptr == d_y.data.ptr and got.size == n):
             hint = "（y 本身没有变）" if np.array_equal(buf[:n], y0[:n]) else ""
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：返回的不是传进来的 y{hint}。练习要求原地更新：Kernel 把结果写进 y，"
                 "然后 return y，不要新建数组。"
             )
@@ -387,8 +373,8 @@ def check_saxpy_cupy(fn) -> None:
             "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
             "Python 的 float 会按 8 字节的 double 传过去。"
         )
-        compare(buf[:n], want, where, hint if np.mean(np.isclose(buf[:n], want)) < 0.5 else "")
-    passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
+        core.compare(buf[:n], want, where, hint if np.mean(np.isclose(buf[:n], want)) < 0.5 else "")
+    core.passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
 
 # -- ex02-2: the inverse question, what register budget keeps k blocks resident --------------------------------
@@ -432,7 +418,7 @@ def check_max_regs(fn) -> None:
     compiler), against a search over the occupancy model, on edge cases and random draws, for two SMs."""
     what = "max_regs_per_thread 要算出每线程最多能用几个寄存器"
     _start(fn, what)
-    rng = new_rng()
+    rng = core.new_rng()
     fixed = [(1024, 1), (1024, 2), (256, 1), (256, 4), (128, 8), (100, 3), (32, 32), (32, 33), (512, 5), (96, 7)]
     drawn = [(int(rng.integers(1, 1025)), int(rng.integers(1, 9))) for _ in range(30)]
     drawn += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 17))) for _ in range(30)]
@@ -441,7 +427,7 @@ def check_max_regs(fn) -> None:
         want = reference_max_regs(block, k, lim)
         if got != want:
             mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
                 + (
                     f"看起来是{mistake}。"
@@ -449,7 +435,7 @@ def check_max_regs(fn) -> None:
                     else "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
                 )
             )
-    passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
+    core.passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
 
 
 # -- ex02-3: one wave of the grid-stride kernel on this machine (number first) ---------------------------------
@@ -491,8 +477,8 @@ def check_one_wave_blocks(fn) -> None:
     _start(fn, what)
     facts = one_wave_facts()
     sm, lim = facts["sm_count"], facts["limits"]
-    with deadline(5, what):
-        got = call(fn, what, sm, facts["regs_per_thread"], lim)
+    with core.deadline(5, what):
+        got = core.call(fn, what, sm, facts["regs_per_thread"], lim)
     per_sm = reference_blocks_per_sm(256, facts["regs_per_thread"], lim)
     if simulator():
         want, by = per_sm * sm, "占用率模型"
@@ -512,7 +498,7 @@ def check_one_wave_blocks(fn) -> None:
             else -1: "只按线程数算了；再看看寄存器和 Block 数的上限。",
         }
         hint = slips.get(got, "") if isinstance(got, (int, np.integer)) else ""
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），你的答案是 {got!r}。{hint}".rstrip()
         )
-    passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")
+    core.passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")

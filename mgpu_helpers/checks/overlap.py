@@ -12,21 +12,7 @@ import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    COURSE_PACKAGES,
-    TRAIN_HANG_S,
-    CheckFailed,
-    WatchedCalls,
-    call,
-    fail_first,
-    fill_in_cell,
-    first_hint,
-    launch,
-    number_answer,
-    passed,
-    refuse_course_code,
-    require_written,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
 WIDTHS = (7, 12, 5, 3)  # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
@@ -59,10 +45,10 @@ METHODS = {
 def _start(obj, what: str) -> None:
     """Before anything runs: a stub is not done yet; the course's classes and anything of mh.lessons / mh.checks
     reached from the learner's code are refused."""
-    require_written(obj, what)
+    core.require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
     advice = f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。"
-    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES, advice=advice)
+    core.refuse_course_code(obj, what, course, packages=core.COURSE_PACKAGES, advice=advice)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -111,7 +97,7 @@ def _watch():
             return _WorkProxy(work, index, seen)
         return work
 
-    WatchedCalls(on_call=seen_call).__enter__()  # left in place: the rank ends after the run
+    core.WatchedCalls(on_call=seen_call).__enter__()  # left in place: the rank ends after the run
 
     backward = torch.Tensor.backward
 
@@ -198,7 +184,7 @@ def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs)
     ``train_kwargs``; returns the values and ``kwargs``."""
     kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
     advice = "常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。"
-    return launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, TRAIN_HANG_S, advice=advice), kwargs
+    return core.launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, core.TRAIN_HANG_S, advice=advice), kwargs
 
 
 def _reference_rank(rank, world_size, *args):
@@ -222,12 +208,12 @@ def _compare_params(values, world_size, kwargs, what, sgd=True):
         if np.allclose(got, want, atol=1e-5):
             continue
         if sgd and np.allclose(got, _reference(world_size, kwargs, divide=False), atol=1e-5):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{what}：world_size = {world_size} 时，参数和「梯度求和、没有平均」的结果一样："
                 f"All-Reduce 得到的是 {world_size} 个 Rank 的和，还要除以 world_size。"
             )
         k = int(np.argmax(np.abs(got - want)))
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}：world_size = {world_size}，rank {rank} 训练 {kwargs['steps']} 步后的参数和单进程"
             f"整批训练的不同（第 {k} 个参数元素应当是 {want[k]:.6g}，实际是 {got[k]:.6g}）。"
         )
@@ -238,7 +224,7 @@ def _numels(widths=WIDTHS):
 
 
 def _common_rules(values, what):
-    fail_first(
+    core.fail_first(
         (not values[0]["calls"], f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。"),
         (
             any(v["unwaited_at_step"] for v in values),
@@ -262,7 +248,7 @@ def check_overlap_dp(cls) -> None:
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0]  # the first step's collectives
         reduces = [c for c in calls if c[0] == "all_reduce"]
-        fail_first(
+        core.fail_first(
             (
                 not any(c[3] for c in calls),
                 f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，"
@@ -280,7 +266,7 @@ def check_overlap_dp(cls) -> None:
             ),
         )
         _compare_params(values, world_size, kwargs, what)
-    passed(
+    core.passed(
         f"{what}：每个梯度一好就异步 All-Reduce、step 前等齐并取平均；2 和 3 个 Rank 上 {STEPS} 步后的参数"
         "与单进程整批训练一致。"
     )
@@ -295,17 +281,17 @@ def check_plan_buckets(fn) -> None:
     cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
-        got = call(fn, what, list(numels), size)
+        got = core.call(fn, what, list(numels), size)
         want = _lessons().plan_buckets(numels, size)
         if got == want:
             continue
         where = f"numels = {numels}，bucket_numel = {size}"
         if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in got):
-            raise CheckFailed(f"{what}（{where}）：要返回桶的列表，每个桶是参数下标的列表；实际是 {got!r}。")
+            raise core.CheckFailed(f"{what}（{where}）：要返回桶的列表，每个桶是参数下标的列表；实际是 {got!r}。")
         flat = [i for b in got for i in b]
         missing = sorted(set(range(len(numels))) - set(flat))
         extra = sorted({i for i in flat if flat.count(i) > 1})
-        fail_first(
+        core.fail_first(
             (
                 sorted(flat) != list(range(len(numels))),
                 f"{what}（{where}）：每个参数正好进一个桶；"
@@ -324,7 +310,7 @@ def check_plan_buckets(fn) -> None:
                 "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。",
             ),
         )
-    passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
+    core.passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
 
 
 def check_bucket_dp(cls) -> None:
@@ -338,7 +324,7 @@ def check_bucket_dp(cls) -> None:
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
-        fail_first(
+        core.fail_first(
             (
                 not any(c[3] for c in calls),
                 f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。",
@@ -359,7 +345,7 @@ def check_bucket_dp(cls) -> None:
             ),
         )
         _compare_params(values, world_size, kwargs, what)
-    passed(
+    core.passed(
         f"{what}：每个桶满了才发、一桶一次、顺序与计划一致；含一个比桶还大的参数；2 和 3 个 Rank 上的参数与"
         "单进程整批训练一致。"
     )
@@ -404,8 +390,8 @@ def check_overlap_fraction(fn) -> None:
             t = max(b1, c1) + rng.uniform(0.1, 1)  # one rank's backward spans never overlap
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
-        got = call(fn, what, list(spans))
-        got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
+        got = core.call(fn, what, list(spans))
+        got = core.number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
             hint = (
                 "只算名字以 backward 开头的 compute 段。"
@@ -414,8 +400,8 @@ def check_overlap_fraction(fn) -> None:
                 if got > want and want < 1
                 else ""
             )
-            raise CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
-    passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
+            raise core.CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
+    core.passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
 
 
 def check_zero1(cls) -> None:
@@ -429,7 +415,7 @@ def check_zero1(cls) -> None:
         first = order[: order.index("optimizer.step") + 2] if "optimizer.step" in order else order
         gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
         steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
-        fail_first(
+        core.fail_first(
             (
                 "all_reduce" in order,
                 f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 "
@@ -452,11 +438,11 @@ def check_zero1(cls) -> None:
         _compare_params(values, world_size, kwargs, what, sgd=False)
         want_bytes = 2 * -(-numel // world_size) * 4  # Adam's two float32 moments of this rank's shard
         if values[0]["state_bytes"] > want_bytes:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{what}：每个 Rank 的 Adam 状态有 {values[0]['state_bytes']} 字节，ZeRO-1 应当只有自己那一段的 "
                 f"{want_bytes} 字节：优化器要只管 self.local。"
             )
-    passed(
+    core.passed(
         f"{what}：Reduce-Scatter → 本段 Adam → All-Gather；2 和 3 个 Rank 上参数与单进程 Adam 一致，"
         "每个 Rank 的 Adam 状态只有 1/n。"
     )
@@ -474,7 +460,7 @@ def check_accumulate_dp(cls) -> None:
         _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
-        fail_first(
+        core.fail_first(
             (
                 v["no_sync_calls"],
                 f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
@@ -496,7 +482,7 @@ def check_accumulate_dp(cls) -> None:
             ),
         )
         _compare_params(values, world_size, kwargs, what)
-    passed(
+    core.passed(
         f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
         "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。"
     )
@@ -512,7 +498,7 @@ def _step_seconds_reference(ready_s, comm_s):
 def check_step_seconds(fn) -> None:
     """ex13 ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends, with one channel."""
     what = "step_seconds"
-    require_written(fn, what)
+    core.require_written(fn, what)
     cases = [
         ("通信比计算短，每个桶都赶得上", [0.02, 0.04, 0.06], [0.005, 0.005, 0.005]),
         ("通信比计算长，桶要排队", [0.01, 0.02, 0.03], [0.03, 0.03, 0.03]),
@@ -527,11 +513,11 @@ def check_step_seconds(fn) -> None:
         cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
     for name, ready, comm in cases:
         want = _step_seconds_reference(ready, comm)
-        got = call(fn, what, list(ready), list(comm))
-        got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
+        got = core.call(fn, what, list(ready), list(comm))
+        got = core.number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
         if abs(got - want) <= 1e-9:
             continue
-        hint = first_hint(
+        hint = core.first_hint(
             (
                 abs(got - (ready[-1] + sum(comm))) <= 1e-9,
                 "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。",
@@ -542,20 +528,20 @@ def check_step_seconds(fn) -> None:
             ),
             default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。",
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}（{name}：ready_s = {[round(r, 4) for r in ready]}，comm_s = "
             f"{[round(c, 4) for c in comm]}）：应当是 {want:.4g} 秒，实际是 {got:.4g}。{hint}"
         )
-    passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
+    core.passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
 
 
 # --------------------------------------------------------------------------------------------------------
 # The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
 
-try_overlap_dp = fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
-try_plan_buckets = fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
-try_bucket_dp = fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
-try_overlap_fraction = fill_in_cell(
+try_overlap_dp = core.fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
+try_plan_buckets = core.fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
+try_bucket_dp = core.fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
+try_overlap_fraction = core.fill_in_cell(
     check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction", "overlap_fraction"
 )
-try_zero1 = fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")
+try_zero1 = core.fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")

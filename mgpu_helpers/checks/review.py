@@ -11,8 +11,8 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.collectives import busbw_mistake
-from mgpu_helpers.checks.core import CheckFailed, call, expect_items, first_hint, is_number, is_rank_number, passed
 from mgpu_helpers.checks.stragglers import READ_LONGEST, traced_run
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import bandwidth, scaling
@@ -64,8 +64,8 @@ def check_speedup_prediction(fn) -> None:
     and 6/6/6/6 over one rank doing all 24 units (10 ms per unit). Runs them on real ranks and compares each
     with the measured speed-up, within the range this run's own spread allows plus 10%."""
     what = "predicted_speedups 要给出两个数：12/6/4/2 和 6/6/6/6 在四个 Rank 上各比一个 Rank 快几倍"
-    guess = call(fn, what)
-    expect_items(
+    guess = core.call(fn, what)
+    core.expect_items(
         guess, 2, f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。", numbers=True
     )
     ms = 1e3 * SPEEDUP_SECONDS_PER_UNIT
@@ -84,12 +84,12 @@ def check_speedup_prediction(fn) -> None:
             )
             if name == "uneven" and math.isclose(float(g), len(shards)):
                 nudge = not_n_times(len(shards)) + nudge
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
                 f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
             )
         lines.append(f"{label} 你预测 {float(g):.2f}×，量到 {m['speedup']:.2f}×")
-    passed("；".join(lines) + "。")
+    core.passed("；".join(lines) + "。")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
 
 
 def _rank_and_seconds(got) -> bool:
-    return isinstance(got, (tuple, list)) and len(got) == 2 and is_number(got[1])
+    return isinstance(got, (tuple, list)) and len(got) == 2 and core.is_number(got[1])
 
 
 def check_find_straggler(fn) -> None:
@@ -146,11 +146,11 @@ def check_find_straggler(fn) -> None:
     for _ in range(30):
         values = _synthetic_values(rng)
         want = reference_straggler(values)
-        got = call(fn, what, values)
+        got = core.call(fn, what, values)
         medians = [round(1e3 * statistics.median(v["compute_s"]), 1) for v in values]
         where = f"{len(values)} 个 Rank，每个 Rank 计算时间的中位数 {medians} ms"
         if not _rank_and_seconds(got):
-            raise CheckFailed(f"{where}：应当返回 (rank, 秒数)，实际得到 {got!r}。")
+            raise core.CheckFailed(f"{where}：应当返回 (rank, 秒数)，实际得到 {got!r}。")
         rank, lost = got
         if rank != want[0]:
             waits = [statistics.median(v["wait_s"]) for v in values]
@@ -159,27 +159,27 @@ def check_find_straggler(fn) -> None:
                 why += f"rank {rank} 等得最久，它恰恰是最快到达的那个；Straggler 是别人都在等的 Rank。"
             if rank == max(range(len(values)), key=lambda r: sum(values[r]["compute_s"])):
                 why += f"rank {rank} 的计算总和最大，是因为它有一步被卡住了；一步的意外不代表它每步都慢，用中位数。"
-            raise CheckFailed(f"{where}：Straggler 是 rank {want[0]}，你给的是 rank {rank}。{why}")
+            raise core.CheckFailed(f"{where}：Straggler 是 rank {want[0]}，你给的是 rank {rank}。{why}")
         if not math.isclose(float(lost), want[1], rel_tol=1e-6, abs_tol=1e-9):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：每步因为不均衡多花的时间（每步 最大计算 − 平均计算，取各步中位数）"
                 f"应当是 {1e3 * want[1]:.2f} ms，你给的是 {1e3 * float(lost):.2f} ms。"
                 "如果一步都按最慢的 Rank 走、而工作能均分，每步能省下多少？"
             )
     s = STRAGGLER_SECONDS_PER_UNIT
     run = traced_run(STRAGGLER_SHARDS, 5, s, what)
-    got = call(fn, what, run.values)
+    got = core.call(fn, what, run.values)
     model_rank = max(range(len(STRAGGLER_SHARDS)), key=lambda r: STRAGGLER_SHARDS[r])
     model_lost = (max(STRAGGLER_SHARDS) - statistics.fmean(STRAGGLER_SHARDS)) * s
     margin = straggler.model_margin(run.values, s) + 0.1 * model_lost
     label = "/".join(str(u) for u in STRAGGLER_SHARDS)
     if not _rank_and_seconds(got) or got[0] != model_rank or abs(float(got[1]) - model_lost) > margin:
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"真实的 {len(STRAGGLER_SHARDS)} 个 Rank（Shard {label}，每单位 {1e3 * s:g} ms）：应当是 "
             f"rank {model_rank}、约 {1e3 * model_lost:.0f} ms（误差上限 ±{1e3 * margin:.0f} ms），"
             f"你的函数给出 {got!r}。"
         )
-    passed(
+    core.passed(
         f"find_straggler 在 30 组带一次意外卡顿的随机记录上都对；真实的 Shard {label} 上找出 rank {got[0]}，"
         f"每步多花 {1e3 * float(got[1]):.0f} ms（模型 {1e3 * model_lost:.0f} ms）。"
     )
@@ -299,7 +299,7 @@ def print_review_run(run: ReviewRun) -> None:
 
 
 def _near(got, want, rel: float) -> bool:
-    return is_number(got) and math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-9)
+    return core.is_number(got) and math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-9)
 
 
 def review_answers(run: ReviewRun) -> dict:
@@ -324,18 +324,18 @@ def _straggler_mistake(run: ReviewRun, got) -> str | None:
     n, longest = run.world_size, max(range(run.world_size), key=lambda r: run.allreduce_ms[r])
     if got == run.straggler:
         return None
-    return first_hint(
+    return core.first_hint(
         (got == longest, f"rank {longest}：{READ_LONGEST}等待被算成了“通信”。"),
-        (not is_rank_number(got) or not 0 <= got < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
+        (not core.is_rank_number(got) or not 0 <= got < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
         default=AGAIN,
     )
 
 
 def _comm_mistake(run: ReviewRun, got) -> str | None:
     want = review_answers(run)["comm_ms"]
-    if _near(got, want, 0.05) or is_number(got) and abs(float(got) - want) <= 0.05:
+    if _near(got, want, 0.05) or core.is_number(got) and abs(float(got) - want) <= 0.05:
         return None
-    return first_hint(
+    return core.first_hint(
         (_near(got, max(run.allreduce_ms), 0.05), "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。"),
         (_near(got, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
         (_near(got, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。"),
@@ -344,7 +344,7 @@ def _comm_mistake(run: ReviewRun, got) -> str | None:
 
 
 def _busbw_mistake(run: ReviewRun, got) -> str | None:
-    if not is_number(got):
+    if not core.is_number(got):
         return "要写一个数（GB/s）。"
     nbytes, seconds = run.sweep[-1]
     why = busbw_mistake(float(got), "all_reduce", nbytes, seconds, run.world_size, unit=1e9, rel_tol=0.02)
@@ -355,7 +355,7 @@ def _speedup_mistake(run: ReviewRun, got) -> str | None:
     want, n = review_answers(run)["speedup"], run.world_size
     if _near(got, want, 0.02):
         return None
-    return first_hint(
+    return core.first_hint(
         (_near(got, 1 / want, 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
         (
             _near(got, scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms)), 0.02),
@@ -413,4 +413,4 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
             wrong += 1
             print(f"不对：{label}：你的答案 {got!r}。{why}")
     if wrong:
-        raise CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")
+        raise core.CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")
