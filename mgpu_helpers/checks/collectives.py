@@ -19,16 +19,12 @@ GUESS_WORLD_SIZE = 4
 GUESS_ELEMENTS = 1_000_000  # float32: S = 4,000,000 bytes
 
 
-# -- broadcast ------------------------------------------------------------------------------------------------
-
-
 def _broadcast_case(rng, world_size):
-    """A source other than rank 0 in every run (world size 2: src 1; 3: the last rank; larger: random, rank 0
-    included), and a zero in the data that is sent."""
+    """A source other than rank 0 on 2 and 3 ranks (larger: random), a zero in the data that is sent."""
     length = int(rng.integers(1, 6))
     inputs = [core.int_values(rng, length) for _ in range(world_size)]
     src = {1: 0, 2: 1, 3: 2}.get(world_size, int(rng.integers(0, world_size)))
-    inputs[src][int(rng.integers(0, length))] = 0.0  # zeros in the data that is sent
+    inputs[src][int(rng.integers(0, length))] = 0.0
     return inputs, (src,)
 
 
@@ -44,9 +40,6 @@ BROADCAST = core.RankProblem(
 )
 
 
-# -- all-gather -----------------------------------------------------------------------------------------------
-
-
 def _gather_case(rng, world_size):
     """Equal lengths (all-gather's rule), a zero in the last rank's data."""
     length = int(rng.integers(1, 4))
@@ -57,8 +50,7 @@ def _gather_case(rng, world_size):
 
 def _explain_gather_order(case, rank, got):
     """A result of the right length with a piece in the wrong place: name the piece and whose data it is."""
-    inputs = case.inputs
-    length = len(inputs[0])
+    inputs, length = case.inputs, len(case.inputs[0])
     if got is None or np.shape(got) != np.shape(case.expected[rank]):
         return ""
     for pos in range(case.world_size):
@@ -83,9 +75,7 @@ ALL_GATHER = core.RankProblem(
 )
 
 
-# -- ring all-reduce: the result, and the bytes and neighbours of every send ------------------------------
-#
-# A sum computed some other way gives the same numbers (ex04's whole-tensor ring pass; gather to rank 0 and
+# The ring all-reduce: the result, and the bytes and neighbours of every send. A sum computed some other way gives the same numbers (ex04's whole-tensor ring pass; gather to rank 0 and
 # send back; the collective itself), so the values alone prove nothing. The ranks run the reader's function
 # with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
 # by a refusal, wherever the reader's code reaches them from.
@@ -99,21 +89,17 @@ RING_FORBIDDEN_LIB = (
 
 
 def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
-    """Rank function: run the reader's ring on every case (``in_place``: ``fn(x)``, else ``fn(rank, world_size,
-    x)``), every send logged (core.WatchedCalls: under any name or import path), the collectives and the course's
-    ring refused."""
+    """Rank function: the reader's ring (``in_place``: ``fn(x)``) on every case, every send logged, the collectives
+    and the course's ring refused."""
     results = []
-    with core.WatchedCalls(refuse=core.COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
+    with core.WatchedCalls(refuse=core.COLLECTIVE_CALLS, course=course) as watched:
         for inputs in cases:
             x = core.rank_tensor(inputs[rank])
             start = len(watched.calls)
             out = fn(x) if in_place else fn(rank, world_size, x)
             out = x if out is None and in_place else out
-            sends = [
-                (int(c.peer) if c.peer is not None else -1, c.nbytes)
-                for c in watched.calls[start:]
-                if c.name in core.SENDS
-            ]
+            calls = watched.calls[start:]
+            sends = [(-1 if c.peer is None else int(c.peer), c.nbytes) for c in calls if c.name in core.SENDS]
             results.append((core.as_numpy(out), sends, out is x))
     return results
 
@@ -134,9 +120,8 @@ def _ring_cases(rng, world_size: int, short: bool) -> list:
 def check_ring_sends(name: str, world_size: int, length: int, logs: list, direction: int) -> None:
     """The ring's rules, from the sends logged on each rank: to the neighbour only, one chunk per message,
     2(n - 1) chunks in all per rank. Raises :class:`CheckFailed` naming the rank and the rule."""
-    n, itemsize = world_size, 4
-    nbytes = length * itemsize
-    chunk = -(-length // n) * itemsize  # the longest chunk, in bytes
+    n, nbytes = world_size, length * 4
+    chunk = -(-length // n) * 4  # the longest chunk, in bytes (float32)
     side = "右边 (rank + 1) % world_size " if direction == 1 else "左边 (rank - 1) % world_size "
     where = f"world_size = {n}，长度 {length}（S = {nbytes} 字节）"
     sent = [sum(b for _d, b in log) for log in logs]
@@ -162,14 +147,11 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
                 f"每一步只发一块（最长的一块 {chunk} 字节）。"
             )
     formula = bytes_sent_per_rank("all_reduce", nbytes, n)
-    total = sum(sent)
-    if total != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
+    if sum(sent) != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
         rank = max(range(n), key=lambda r: abs(sent[r] - formula))
-        why = (
-            "少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。"
-            if total < round(n * formula)
-            else "多了：每个块在每个阶段只沿环走 world_size - 1 步。"
-        )
+        why = "多了：每个块在每个阶段只沿环走 world_size - 1 步。"
+        if sum(sent) < round(n * formula):
+            why = "少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。"
         raise core.CheckFailed(
             f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} "
             f"和环该发的 {formula:g} 差得太远，{why}"
@@ -177,27 +159,23 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
 
 
 def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
-    """Run the reader's ring on ``world_sizes`` (None: :data:`WORLD_SIZES`); check values (in place), then the
-    sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on lengths below the world size (its
-    exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
+    """Check the values (in place), then the sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on
+    lengths below the world size (its exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
     right = direction == 1
     name = "ring_all_reduce" if right else "ring_all_reduce_left"
     world_sizes = tuple(world_sizes or core.WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
-    schedule = (
-        "对照 ring_schedule：每一步发哪块、收哪块"
-        if right
-        else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
-    )
+    schedule = "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
+    if right:
+        schedule = "对照 ring_schedule：每一步发哪块、收哪块"
     course = core.resolve_course(RING_FORBIDDEN_LIB)
     core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
     rng = core.new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short=right)
         advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
-        res_values = core.launch(
-            _instrumented_ring_rank, world_size, (fn, cases, right, course), what, fn, timeout, advice
-        )
+        args = (fn, cases, right, course)
+        res_values = core.launch(_instrumented_ring_rank, world_size, args, what, fn, timeout, advice)
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -227,8 +205,7 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
 
 
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
-    (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
+    """05's fill-in: ``fn(tensor)`` sums ``tensor`` in place with a ring to the right (rank + 1)."""
     run_ring(fn, 1, world_sizes, timeout)
 
 
@@ -259,20 +236,15 @@ def reference_ring_all_reduce_left(rank, world_size, x):
 
 
 def check_ring_all_reduce(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
-    rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
+    """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to rank - 1."""
     run_ring(fn, -1, world_sizes, timeout)
 
 
-# -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------
-
-
 def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list[int]:
-    """Bytes each rank sends in ``mh.lessons.ring.ring_all_reduce`` of ``length`` elements: the sizes of the
-    chunks it sends at every step of the schedule (exact, also for uneven chunks)."""
+    """Bytes each rank sends in ``mh.lessons.ring.ring_all_reduce`` of ``length`` elements, from the schedule
+    (exact, also for uneven chunks)."""
     sizes = [(stop - start) * itemsize for start, stop in chunk_bounds(length, world_size)]
-    schedule = ring_schedule(world_size)
-    return [sum(sizes[who[rank][0]] for _phase, _step, who in schedule) for rank in range(world_size)]
+    return [sum(sizes[who[rank][0]] for _p, _s, who in ring_schedule(world_size)) for rank in range(world_size)]
 
 
 def _bytes_case(rng, world_size):
@@ -285,8 +257,7 @@ def _explain_bytes(case, rank, got):
         got = float(got)
     except (TypeError, ValueError):
         return "count_sent_bytes 要返回一个数（这个 Rank 发出的字节数）。"
-    nbytes = 4 * len(case.inputs[0])
-    want = case.expected[rank]
+    nbytes, want = 4 * len(case.inputs[0]), case.expected[rank]
     slips = (
         (0, "一个字节都没数到：是不是包装没有装上（要在调用 ring_all_reduce 之前替换 dist.batch_isend_irecv）？"),
         (2 * want, "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"),
@@ -323,8 +294,7 @@ def check_all_gather(fn, world_sizes=None, timeout: float = core.HANG_S) -> None
 
 
 def check_count_sent_bytes(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this
-    rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
+    """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this rank sent."""
     for case in core.run_problem(RING_BYTES, fn, world_sizes, timeout):
         nbytes = 4 * len(case.inputs[0])
         print(
@@ -334,32 +304,28 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = core.HANG_S) -
 
 
 def reference_count_sent_bytes(rank, world_size, x):
-    """The checker's own count: run the course's ring with every send watched (core.WatchedCalls), return
-    the bytes this rank sent."""
+    """The checker's own count: the bytes this rank sends in the course's ring."""
     with core.WatchedCalls() as watched:
         ring_all_reduce(x)
     return sum(c.nbytes for c in watched.calls if c.name in core.SENDS)
 
 
 def check_ring_bytes_guess(fn, timeout: float = core.HANG_S) -> None:
-    """Number first: ``fn()`` returns the reader's number of bytes one rank sends in a ring all-reduce of
-    :data:`GUESS_ELEMENTS` float32 on :data:`GUESS_WORLD_SIZE` ranks; the bytes are then counted on running
-    ranks and the guess is held against the count (within 1%)."""
+    """Number first: ``fn()`` guesses the bytes one rank sends in a ring all-reduce of :data:`GUESS_ELEMENTS`
+    float32 on :data:`GUESS_WORLD_SIZE` ranks, held against the bytes counted on running ranks (within 1%)."""
     what = f"ring_bytes_guess：{GUESS_WORLD_SIZE} 个 Rank、{GUESS_ELEMENTS} 个 float32 时每个 Rank 发出的字节数"
     guess = core.call(fn, what)
     guess = core.number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
     measured = core.launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)[0]
-    if abs(guess - measured) > 0.01 * measured:
+    near = lambda value, scale: abs(guess - value) <= 0.01 * scale
+    if not near(measured, measured):
         why = core.first_hint(
             (guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
+            (near(measured / 2, measured), "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
             (
-                abs(guess - measured / 2) <= 0.01 * measured,
-                "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。",
-            ),
-            (
-                abs(guess - 2 * nbytes) <= 0.01 * nbytes,
+                near(2 * nbytes, nbytes),
                 "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。",
             ),
             default="数一数：两个阶段各几步？每一步发多大的一块？",
@@ -371,9 +337,6 @@ def check_ring_bytes_guess(fn, timeout: float = core.HANG_S) -> None:
         f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
         f"（S = {nbytes}，2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, GUESS_WORLD_SIZE):g}）。"
     )
-
-
-# -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
 
 
 # The three collectives 05 asks to predict; the reference is the model's expected_outputs (sum; all_gather: one
@@ -421,19 +384,16 @@ def check_expected_outputs(fns: dict) -> None:
     names = [name for name in EXPECTED_NAMES if name in fns]
     if not names:
         raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
-    for name, fn in ((name, fns[name]) for name in names):
+    for name in names:
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
         for inputs in _expected_cases(core.new_rng(), name):
-            got = core.call(fn, what, [list(r) for r in inputs])
+            got, n = core.call(fns[name], what, [list(r) for r in inputs]), len(inputs)
             want = expected_outputs(name, inputs)
-            where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
-            core.expect_items(
-                got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。"
-            )
-            for rank in range(len(inputs)):
-                core.compare(
-                    got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank])
-                )
+            where = f"expected_{name}，{n} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
+            core.expect_items(got, n, f"{where}：要返回一个列表，每个 Rank 一项（{n} 项），实际得到 {got!r:.80}。")
+            for rank in range(n):
+                hint = _explain_expected(name, inputs, rank, got[rank])
+                core.compare(got[rank], want[rank], f"{where}，rank {rank}", hint)
     core.passed(
         f"{'、'.join('expected_' + name for name in names)} 算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。"
     )
@@ -457,20 +417,15 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
 try_expected_outputs.checker = check_expected_outputs.__name__  # the name its passing is recorded under
 
 
-# -- busbw: one check, for each collective the course asks it of (05: all-reduce; 12: reduce-scatter and
-# all-gather; 11: a number read off a run), the factors from models.bandwidth ----------------------------------
-
-
+# busbw: one check for each collective the course asks it of (05: all-reduce; 12: reduce-scatter and all-gather;
+# 11: a number read off a run).
 BUSBW_OPS = {"all_reduce": "All-Reduce", "reduce_scatter": "Reduce-Scatter / All-Gather"}  # as the messages say
 
 
 def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0) -> list:
-    """``[(wrong value, what it is)]``: the usual wrong answers for ``op``'s busbw of ``nbytes`` in ``seconds`` on
-    ``world_size`` ranks, in bytes/s over ``unit`` (1: bytes/s; 1e9: GB/s), first match first
-    (:func:`~mgpu_helpers.checks.core.matching_hint`). Every value is a factor other than
-    :data:`~mgpu_helpers.models.bandwidth.BUSBW_FACTORS`' or a slip of units."""
-    n, factor = world_size, BUSBW_FACTORS[op]
-    alg = algbw(nbytes, seconds)
+    """``[(wrong value, what it is)]``, first match first: the usual wrong answers for ``op``'s busbw, in bytes/s
+    over ``unit`` (1: bytes/s; 1e9: GB/s): a factor other than ``BUSBW_FACTORS``' or a slip of units."""
+    n, factor, alg = world_size, BUSBW_FACTORS[op], algbw(nbytes, seconds)
     want = alg * factor(n)
     limit = 2.0 if op == "all_reduce" else 1.0  # the factor as the ranks grow many
     other = "reduce_scatter" if op == "all_reduce" else "all_reduce"
@@ -505,8 +460,7 @@ def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: f
 
 
 def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0, rel_tol=1e-6):
-    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``, within ``rel_tol``), else what to say: the
-    slip it matches (:func:`busbw_slips`), or that one rank sends nothing."""
+    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``, within ``rel_tol``), else what to say."""
     want = busbw(op, nbytes, seconds, world_size) / unit
     if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-9):
         return None
@@ -516,10 +470,9 @@ def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, 
 
 
 def hold_busbw(fn, op: str, name: str, cases=()) -> int:
-    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth, nccl-tests' definition, on the
-    fixed ``cases`` ``(nbytes, seconds, world_size)`` (eight ranks first: the wrong factors differ there; one rank)
-    and twenty random ones. ``name``: the learner's function, in the messages. Returns the number of cases; the
-    caller says what passed (the progress records the caller's name)."""
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth (nccl-tests'), on fixed cases (eight
+    ranks first: the wrong factors differ there), ``cases`` and twenty random ones. Returns the number of cases:
+    the caller says what passed (the progress records the caller's name)."""
     what = f"{name} 要算出 {BUSBW_OPS[op]} 的 busbw（字节/秒）"
     rng = core.new_rng()
     cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3), *cases]
@@ -563,12 +516,10 @@ def check_comm_share_speedup(fn) -> None:
         got = core.number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
+        ratio = before / after if after > 0 else None
         guesses = [
             ((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
-            (
-                before / after if after > 0 else None,
-                "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。",
-            ),
+            (ratio, "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。"),
             (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
             (
                 1 / (1 - before + after),
@@ -583,20 +534,12 @@ def check_comm_share_speedup(fn) -> None:
 try_comm_share_speedup = core.fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
 
 
-# -- notebook 05: a collective mismatch, found the way TORCH_DISTRIBUTED_DEBUG=DETAIL finds it ------------------
-
-
 def reference_first_out_of_step(calls):
-    """The sequence number (from 0) of the first collective on which the ranks are out of step, or None.
-
-    ``calls[r]`` lists rank r's collectives in the order it calls them, each ``(name, count)``. At number k
-    the ranks are in step when every rank has a k-th call and all of them are the same name with the same count;
-    a rank that has no k-th call while another has one is out of step at k (the others wait for it)."""
+    """Notebook 05's mismatch, found as TORCH_DISTRIBUTED_DEBUG=DETAIL finds it: the number (from 0) of the first
+    collective on which the ranks' ``(name, count)`` calls differ, or None. A rank that has no k-th call while
+    another has one is out of step at k (the others wait for it)."""
     longest = max((len(c) for c in calls), default=0)
-    for k in range(longest):
-        if len({tuple(c[k]) if k < len(c) else None for c in calls}) > 1:
-            return k
-    return None
+    return next((k for k in range(longest) if len({tuple(c[k]) if k < len(c) else None for c in calls}) > 1), None)
 
 
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
@@ -620,19 +563,17 @@ def _out_of_step_cases(rng, count: int = 40):
         calls = [list(common) for _ in range(world_size)]
         if rng.random() < 0.8:
             r, k = int(rng.integers(0, world_size)), int(rng.integers(0, length))
-            kind = rng.integers(0, 3)
-            if kind == 0:
-                calls[r][k] = (calls[r][k][0], calls[r][k][1] * 2)
-            elif kind == 1:
-                calls[r][k] = ("all_gather" if calls[r][k][0] != "all_gather" else "broadcast", calls[r][k][1])
+            kind, (name, count) = int(rng.integers(0, 3)), calls[r][k]
+            other = "all_gather" if name != "all_gather" else "broadcast"
+            if kind == 2:
+                del calls[r][k:]  # the rank stops calling
             else:
-                del calls[r][k:]
+                calls[r][k] = (name, count * 2) if kind == 0 else (other, count)
         cases.append(calls)
     return cases
 
 
 def _explain_out_of_step(calls, got, want) -> str:
-    """The usual slip behind ``got`` for ``calls``."""
     names_only = reference_first_out_of_step([[(n, 0) for n, _c in rank] for rank in calls])
     shortest = min(len(c) for c in calls)
     zipped = next((k for k in range(shortest) if len({tuple(c[k]) for c in calls}) > 1), None)
