@@ -1,14 +1,8 @@
-"""Checkers for notebook 02 and ex02: occupancy arithmetic, a two-elements-per-thread kernel, a CuPy RawKernel.
+"""Checkers for notebook 02 (``blocks_per_sm``, the kernel ``vec_add_two``) and ex02 (``saxpy_cupy``, a RawKernel
+that needs a GPU; ``max_regs_per_thread``, as ``__launch_bounds__(block, k)`` asks the compiler; one wave of blocks).
 
-- 02 (lesson fill-ins, through :func:`try_blocks_per_sm` and :func:`try_vec_add_two`): ``blocks_per_sm`` (threads,
-  blocks and registers per SM) and the Numba kernel ``vec_add_two`` (two elements per thread in a block tile);
-- ex02: ``saxpy_cupy`` (a RawKernel updating y in place; needs a GPU, its structure is checked everywhere),
-  ``max_regs_per_thread`` (the inverse question: what register budget still lets k blocks reside, as
-  ``__launch_bounds__(block, k)`` asks the compiler), and one wave of blocks on this machine (number first).
-
-Every checker compares with the occupancy model :func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA
-occupancy calculator's algorithm) and names the typical mistake it recognises. Calling the model (or the course's
-own version in ``mh.lessons``) instead of writing the arithmetic is refused.
+The arithmetic is held against the occupancy model :func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA
+occupancy calculator's algorithm), the typical mistakes named; calling the model (or ``mh.lessons``) is refused.
 """
 
 import itertools
@@ -27,8 +21,7 @@ SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 
 def _start(fn, what: str) -> None:
-    """Before the arithmetic is checked: a stub is not done yet, and the learner's function may not hand the work
-    to the model or to the course's own version."""
+    """A stub is not done yet; handing the work to the model or to the course's own version is refused."""
     core.require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
 
@@ -39,8 +32,7 @@ def _start(fn, what: str) -> None:
 
 
 def _answers(fn, what: str, cases) -> list:
-    """``fn(a, b, limits)`` for each case ``(a, b, name, limits)``, the whole run under a deadline; a float
-    that is a whole number counts as that int."""
+    """``fn(a, b, limits)`` for each case ``(a, b, name, limits)`` under one deadline; a whole float counts as int."""
     with core.deadline(5, what):
         answers = [core.call(fn, what, a, b, lim) for a, b, _, lim in cases]
     return [int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v for v in answers]
@@ -52,22 +44,9 @@ def _sms() -> dict:
     return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
 
-# -- 02 fill-in 1: blocks per SM from threads, blocks and registers --------------------------------------------
-
-
 def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
-    """The checker's answer: resident blocks per SM without shared memory (the occupancy model's)."""
+    """02's fill-in 1, the checker's answer: resident blocks per SM without shared memory (the model's)."""
     return occ.occupancy(block, regs_per_thread, limits=limits).blocks_per_sm
-
-
-def _occupancy_cases(rng):
-    # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
-    # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
-    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
-    cases += [(1025, 16), (96, 72), (160, 48)]
-    cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
-    cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
-    return [(b, r, name, lim) for name, lim in _sms().items() for b, r in cases]
 
 
 def _blocks_variants(block, regs, lim) -> dict[str, int]:
@@ -77,20 +56,20 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
     per_warp = -(-regs * lim.warp_size // unit) * unit
     by_threads = lim.max_warps_per_sm // warps
     by_regs = (lim.regs_per_sm // parts // per_warp) * parts // warps
+    unrounded = (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps
+    unsplit, cap = lim.regs_per_sm // per_warp // warps, lim.max_blocks_per_sm
     launch_anyway = f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0"
     variants = {
         "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）": min(
-            by_threads, lim.max_blocks_per_sm, (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps
+            by_threads, cap, unrounded
         ),
         "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）": min(
-            by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps
+            by_threads, cap, unsplit
         ),
         "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）": min(by_threads, by_regs),
-        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）": min(
-            lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs
-        ),
-        launch_anyway: min(by_threads, lim.max_blocks_per_sm, by_regs),
-        "只看了线程数（寄存器也可能先用完）": min(by_threads, lim.max_blocks_per_sm),
+        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）": min(lim.max_threads_per_sm // block, cap, by_regs),
+        launch_anyway: min(by_threads, cap, by_regs),
+        "只看了线程数（寄存器也可能先用完）": min(by_threads, cap),
     }
     # A block too big to launch gives 0 in every version but the one that forgot exactly that.
     big = block > lim.max_threads_per_block
@@ -98,11 +77,17 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
 
 
 def check_blocks_per_sm(fn) -> None:
-    """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), against the
-    occupancy model for two kinds of SM, on fixed edge cases and fresh random ones."""
+    """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), for two kinds of SM."""
     what = "blocks_per_sm 要算出每个 SM 同时驻留几个 Block"
     _start(fn, what)
-    cases = _occupancy_cases(core.new_rng())
+    rng = core.new_rng()
+    # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
+    # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
+    fixed = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
+    fixed += [(1025, 16), (96, 72), (160, 48)]
+    fixed += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
+    fixed += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
+    cases = [(b, r, name, lim) for name, lim in _sms().items() for b, r in fixed]
     for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_blocks_per_sm(block, regs, lim)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
@@ -127,20 +112,12 @@ try_blocks_per_sm = core.fill_in_cell(
 )
 
 
-# -- 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator ---------------
-
-
 class _Traced:
-    """A 1-D array handed to a kernel in the simulator that records who touches which element.
-
-    Each access is (blockIdx.x, threadIdx.x, k-th access of that thread, index). It refuses indices outside
-    the buffer and stops a thread that makes far more accesses than the work needs (an endless loop)."""
+    """02's fill-in 2 in the simulator: a 1-D array that records each write as (blockIdx.x, threadIdx.x, k-th access
+    of that thread, index), refuses indices outside the buffer and stops a thread making far too many accesses."""
 
     def __init__(self, values: np.ndarray, budget: int):
-        self.values = values
-        self.writes: list[tuple[int, int, int, int]] = []
-        self._count: dict = {}
-        self._budget = budget
+        self.values, self.writes, self._count, self._budget = values, [], {}, budget
         self.shape, self.size, self.ndim, self.dtype = values.shape, values.size, 1, values.dtype
 
     def __len__(self):
@@ -167,7 +144,7 @@ class _Traced:
 
 
 def _run_two(kernel, what, n, block, grid):
-    """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
+    """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b, where)."""
     from numba import cuda
 
     rng = core.new_rng()
@@ -202,12 +179,9 @@ def _run_two(kernel, what, n, block, grid):
 
 
 def check_vec_add_two(kernel) -> None:
-    """``kernel(a, b, c, n)``: each thread adds two elements of its block's tile of ``2 * blockDim`` elements,
-    ``i`` and ``i + blockDim`` (``i`` = tile start + threadIdx), launched with ceil(n / (2 * block)) blocks.
-
-    Checked on sizes that fill no tile, end inside the first or second half of the last tile, and on random
-    ones; in the simulator it also counts the writes of every element (exactly once) and checks that each
-    warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
+    """``kernel(a, b, c, n)``: each thread adds elements ``i`` and ``i + blockDim`` of its block's tile of
+    ``2 * blockDim`` (``i`` = tile start + threadIdx). In the simulator the writes are counted too (each element
+    once, each warp's k-th write on consecutive elements: coalesced), which a result alone cannot show."""
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
     core.require_written(kernel, what)
     if kernel is core.course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
@@ -277,9 +251,6 @@ try_vec_add_two = core.fill_in_cell(
 )
 
 
-# -- ex02-1: SAXPY as a CuPy RawKernel, y updated in place -----------------------------------------------------
-
-
 def cupy_usable() -> bool:
     """True when CuPy can reach a GPU (CuPy imports without one, but every allocation then fails)."""
     try:
@@ -294,8 +265,7 @@ def cupy_usable() -> bool:
 
 
 def check_saxpy_structure(fn) -> None:
-    """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
-    check, and no new array is allocated for the result (y is updated in place)."""
+    """ex02-1 without a GPU: a RawKernel from a CUDA C source with ``extern "C"`` and a bounds check, no new array."""
     names = core.code_names(fn)
     # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
     # "" when there is none, and then the source's own rules are not checked
@@ -327,8 +297,7 @@ def check_saxpy_structure(fn) -> None:
 
 
 def check_saxpy_cupy(fn) -> None:
-    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
-    returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
+    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` in place with a CuPy ``RawKernel``, returning y; run on a GPU only."""
     core.require_written(fn, SAXPY)
     check_saxpy_structure(fn)
     if not cupy_usable():  # said plainly: a check that could not run here is not a pass
@@ -377,12 +346,9 @@ def check_saxpy_cupy(fn) -> None:
     core.passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
 
-# -- ex02-2: the inverse question, what register budget keeps k blocks resident --------------------------------
-
-
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
-    """The most registers per thread (<= limits.max_regs_per_thread) with which ``min_blocks`` blocks of
-    ``block`` threads still reside on one SM at once; 0 if no register count allows it."""
+    """ex02-2: the most registers per thread with which ``min_blocks`` blocks of ``block`` threads still reside
+    on one SM; 0 if no register count allows it."""
     fitting = itertools.takewhile(
         lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
         range(1, limits.max_regs_per_thread + 1),
@@ -398,13 +364,10 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
     fits = warps * k <= lim.max_warps_per_sm and k <= lim.max_blocks_per_sm and block <= lim.max_threads_per_block
     right_uncapped = (lim.regs_per_sm // lim.sub_partitions // per_part) // unit * unit // lim.warp_size
     unchecked = "没有检查线程数、Block 数的上限（放不下时应当返回 0）"
+    unrounded, unsplit = lim.regs_per_sm // (block * k), lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
     variants = {
-        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(
-            cap, lim.regs_per_sm // (block * k)
-        ),
-        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(
-            cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
-        ),
+        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(cap, unrounded),
+        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(cap, unsplit),
         f"忘了每线程最多 {cap} 个寄存器": right_uncapped,
         unchecked: min(cap, right_uncapped),
     }
@@ -413,9 +376,7 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
 
 
 def check_max_regs(fn) -> None:
-    """``fn(block, min_blocks, limits) -> int``: the register budget per thread that still lets ``min_blocks``
-    blocks of ``block`` threads reside on one SM (what ``__launch_bounds__(block, min_blocks)`` tells the
-    compiler), against a search over the occupancy model, on edge cases and random draws, for two SMs."""
+    """``fn(block, min_blocks, limits) -> int``: :func:`reference_max_regs`, on edge cases and random draws."""
     what = "max_regs_per_thread 要算出每线程最多能用几个寄存器"
     _start(fn, what)
     rng = core.new_rng()
@@ -427,23 +388,17 @@ def check_max_regs(fn) -> None:
         want = reference_max_regs(block, k, lim)
         if got != want:
             mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
+            hint = "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
             raise core.CheckFailed(
                 f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
-                + (
-                    f"看起来是{mistake}。"
-                    if mistake
-                    else "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
-                )
+                + (f"看起来是{mistake}。" if mistake else hint)
             )
     core.passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
 
 
-# -- ex02-3: one wave of the grid-stride kernel on this machine (number first) ---------------------------------
-
-
 def one_wave_facts() -> dict:
-    """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
-    registers per thread, per-SM limits, and where the numbers come from."""
+    """ex02-3: this machine's SM count, per-SM limits and the registers of 02's grid-stride kernel at block 256,
+    and where the numbers come from."""
     regs = None
     if not simulator():
         from numba import cuda
@@ -470,9 +425,8 @@ def one_wave_facts() -> dict:
 
 
 def check_one_wave_blocks(fn) -> None:
-    """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
-    grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
-    (GPU) or the occupancy model (no GPU). The usual slips are named."""
+    """``fn(sm_count, regs_per_thread, limits) -> int``: the blocks in one wave, against the driver's answer for the
+    compiled kernel (GPU) or the occupancy model (no GPU)."""
     what = "one_wave_blocks 要给出一波有几个 Block"
     _start(fn, what)
     facts = one_wave_facts()
