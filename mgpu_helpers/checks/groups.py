@@ -1,31 +1,17 @@
-"""Checkers for notebook 03 and ex03: process groups (a rank's environment, joining a group by hand, where a
-rank runs)."""
+"""Checkers for notebook 03 and ex03: process groups (a rank's environment, joining a group by hand, where a rank runs)."""
 
 import numpy as np
 
 from mgpu_helpers.checks import core
 
-FIELDS = ("node", "local_rank", "physical_gpu")
-
 
 def reference_placement(rank: int, nproc_per_node: int, visible: list[int]) -> tuple[int, int, int]:
     """Where global ``rank`` runs when every node starts ``nproc_per_node`` ranks and rank k of a node uses
     ``cuda:k``, with ``CUDA_VISIBLE_DEVICES`` = ``visible`` on every node: ``(node, local_rank, physical GPU)``."""
-    local_rank = rank % nproc_per_node
-    return rank // nproc_per_node, local_rank, visible[local_rank]
-
-
-def _placement_cases(rng, count: int = 40):
-    cases = [(5, 4, [0, 1, 2, 3]), (1, 2, [1, 0]), (6, 8, [7, 6, 5, 4, 3, 2, 1, 0])]  # the easy-to-miss ones
-    for _ in range(count):
-        nproc = int(rng.integers(1, 9))
-        visible = [int(g) for g in rng.permutation(8)[:nproc]]
-        cases.append((int(rng.integers(0, 4 * nproc)), nproc, visible))
-    return cases
+    return rank // nproc_per_node, rank % nproc_per_node, visible[rank % nproc_per_node]
 
 
 def _explain_placement(field: str, rank: int, nproc: int, visible: list[int], got) -> str:
-    local = rank % nproc
     return core.first_hint(
         (field == "node", "每台机器起 nproc_per_node 个进程，rank 按机器依次编号：第几台机器看整除。"),
         (
@@ -34,8 +20,8 @@ def _explain_placement(field: str, rank: int, nproc: int, visible: list[int], go
         ),
         (field == "local_rank", "local_rank 是 rank 除以 nproc_per_node 的余数。"),
         (
-            got == local,
-            f"cuda:{local} 是进程里看到的编号；CUDA_VISIBLE_DEVICES={','.join(map(str, visible))} "
+            got == rank % nproc,
+            f"cuda:{rank % nproc} 是进程里看到的编号；CUDA_VISIBLE_DEVICES={','.join(map(str, visible))} "
             "时它是列表里的第 local_rank 个物理 GPU。",
         ),
         default="物理 GPU 要从 CUDA_VISIBLE_DEVICES 的列表里按 local_rank 取。",
@@ -45,11 +31,15 @@ def _explain_placement(field: str, rank: int, nproc: int, visible: list[int], go
 def check_placement(fn) -> None:
     """``fn(rank, nproc_per_node, visible) -> (node, local_rank, physical_gpu)`` on fixed and random cases."""
     what = "placement 要给出 (node, local_rank, physical_gpu)"
-    for rank, nproc, visible in _placement_cases(core.new_rng()):
+    rng = core.new_rng()
+    cases = [(5, 4, [0, 1, 2, 3]), (1, 2, [1, 0]), (6, 8, [7, 6, 5, 4, 3, 2, 1, 0])]  # the easy-to-miss ones
+    for nproc in (int(rng.integers(1, 9)) for _ in range(40)):
+        cases.append((int(rng.integers(0, 4 * nproc)), nproc, [int(g) for g in rng.permutation(8)[:nproc]]))
+    for rank, nproc, visible in cases:
         got = core.call(fn, what, rank, nproc, list(visible))
         want = reference_placement(rank, nproc, visible)
         core.expect_items(got, 3, f"{what}：要返回三个数 (node, local_rank, physical_gpu)，现在是 {got!r}。")
-        for field, g, w in zip(FIELDS, got, want):
+        for field, g, w in zip(("node", "local_rank", "physical_gpu"), got, want):
             if g != w:
                 raise core.CheckFailed(
                     f"rank {rank}，每台机器 {nproc} 个进程，CUDA_VISIBLE_DEVICES="
@@ -59,11 +49,8 @@ def check_placement(fn) -> None:
     core.passed("placement 在几十种 (rank, nproc_per_node, CUDA_VISIBLE_DEVICES) 组合上都对。")
 
 
-# -- ex03: joining a process group through a store made by hand ----------------------------------------------
-
-
 def _join_sum_main(rank, world_size, fn, inputs):
-    """Rank function of :func:`check_join_and_sum`: record the init call, run ``fn``; a group left open is an
+    """Rank function of ex03's :func:`check_join_and_sum`: record the init call, run ``fn``; a group left open is an
     error that :func:`~mgpu_helpers.checks.core.rank_failure` names, as for every checker whose ``fn`` joins."""
     import torch
     import torch.distributed as dist
@@ -115,8 +102,6 @@ def check_join_and_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> No
     )
 
 
-# -- notebook 03: the environment a launcher sets, and joining a group by hand ----------------------------------
-
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -124,9 +109,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def reference_env_for(
     rank: int, world_size: int, master_port: int, nproc_per_node: int | None = None, master_addr: str = "127.0.0.1"
 ) -> dict:
-    """The variables ``torchrun`` sets for ``rank`` of ``world_size`` processes, ``nproc_per_node`` on each
-    machine (default: all on one), meeting at ``master_addr:master_port``: every value a string, as in
-    ``os.environ``. Machine k holds ranks k * nproc_per_node .. (k + 1) * nproc_per_node - 1."""
+    """The variables ``torchrun`` sets for ``rank`` of ``world_size`` processes, ``nproc_per_node`` on each machine
+    (default: all on one), meeting at ``master_addr:master_port``: every value a string, as in ``os.environ``."""
     per_node = world_size if nproc_per_node is None else nproc_per_node
     return dict(zip(ENV_KEYS, map(str, (rank, world_size, rank % per_node, per_node, master_addr, master_port))))
 
@@ -174,8 +158,7 @@ def _env_slip(key: str, got: str, case: tuple) -> str:
 
 
 def check_env_for(fn) -> None:
-    """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: the six
-    variables, strings, on one machine and on several."""
+    """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: the six variables."""
     what = "env_for 要给出一个 rank 的六个环境变量"
     for case, got in core.answers(fn, what, _env_cases(core.new_rng())):
         case_text = f"rank {case[0]}，world_size = {case[1]}，MASTER_PORT = {case[2]}" + (
@@ -209,8 +192,8 @@ try_env_for = core.fill_in_cell(check_env_for, reference_env_for, "env_for")
 
 
 def reference_init_for(rank: int, world_size: int, method: str) -> None:
-    """Join the default process group through ``method`` ("env://", "tcp://" or "file://") as a script does,
-    with the backend the course chose (``MGPU_BACKEND``); nccl binds the process to ``cuda:LOCAL_RANK`` first."""
+    """Join the default group through ``method`` ("env://", "tcp://" or "file://") with the course's backend
+    (``MGPU_BACKEND``); nccl binds the process to ``cuda:LOCAL_RANK`` first."""
     import os
     from datetime import timedelta
 
@@ -224,17 +207,14 @@ def reference_init_for(rank: int, world_size: int, method: str) -> None:
     if method == "env://":  # address, port, rank and world size all from the environment
         dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
         return
-    url = (
-        os.environ["MGPU_INIT_METHOD"]
-        if method == "file://"
-        else f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-    )
+    url = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    url = os.environ["MGPU_INIT_METHOD"] if method == "file://" else url
     dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank, timeout=timeout)
 
 
 def _init_main(rank, world_size, fn, method):
-    """Rank function of :func:`check_init_for`: record the reader's init_process_group call, run ``fn``,
-    all-reduce the rank in the group it joined, leave; returns (what the group says, the init calls)."""
+    """Rank function of :func:`check_init_for`: run ``fn``, all-reduce in the group it joined, leave; returns (what
+    the group says, the init calls)."""
     import torch
     import torch.distributed as dist
 
@@ -253,8 +233,8 @@ def _init_main(rank, world_size, fn, method):
 
 
 def check_init_for(fn, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, method)`` joins the default group through ``method`` (env:// on 3 ranks, tcp://
-    on 2); the init call itself is recorded and held against the method, then the group is used."""
+    """``fn(rank, world_size, method)`` joins the default group through ``method`` (env:// on 3 ranks, tcp:// on 2);
+    the init call itself is held against the method, then the group is used."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
@@ -264,9 +244,7 @@ def check_init_for(fn, timeout: float = core.HANG_S) -> None:
     for method, world_size in (("env://", 3), ("tcp://", 2)):
         case = f"method = {method!r}，{world_size} 个 rank"
         try:
-            res = run_ranks(
-                _init_main, world_size, args=(fn, method), init=False, timeout=timeout, stream=False, quiet=True
-            )
+            res = run_ranks(_init_main, world_size, (fn, method), init=False, timeout=timeout, stream=False, quiet=True)
         except RankTimeout as exc:
             advice = (
                 "多半是碰头的地址不对：每个 rank 要去同一个 MASTER_ADDR:MASTER_PORT"
@@ -285,10 +263,8 @@ def check_init_for(fn, timeout: float = core.HANG_S) -> None:
         for rank, (seen, inits) in enumerate(res.values):
             if len(inits) != 1:
                 raise core.CheckFailed(f"{case}：rank {rank} 调用了 {len(inits)} 次 init_process_group，应当正好一次。")
-            init = inits[0]
-            url = init.get("init_method")
-            if url is None and len(init["_args"]) > 1:
-                url = init["_args"][1]
+            args = inits[0]["_args"]  # init_method is the second positional argument
+            url = inits[0].get("init_method", args[1] if len(args) > 1 else None)
             core.fail_first(
                 (
                     method == "env://" and url not in (None, "env://"),
@@ -320,16 +296,8 @@ def check_init_for(fn, timeout: float = core.HANG_S) -> None:
 # once as rank 5 of 8 (4 per machine: LOCAL_RANK 1) under a pretended nccl, with torch.cuda.set_device and
 # dist.init_process_group replaced by recorders, so that this is checked on a machine without GPUs too.
 
-BIND_CASE = dict(
-    RANK="5",
-    WORLD_SIZE="8",
-    LOCAL_RANK="1",
-    LOCAL_WORLD_SIZE="4",
-    MGPU_BACKEND="nccl",
-    MASTER_ADDR="127.0.0.1",
-    MASTER_PORT="29500",
-    MGPU_INIT_METHOD="file:///nonexistent/store",
-)
+BIND_CASE = dict(RANK="5", WORLD_SIZE="8", LOCAL_RANK="1", LOCAL_WORLD_SIZE="4", MGPU_BACKEND="nccl")
+BIND_CASE |= dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", MGPU_INIT_METHOD="file:///nonexistent/store")
 
 
 def _device_index(device):
@@ -342,8 +310,8 @@ def _device_index(device):
 
 
 def _bind_main(rank, world_size, fn):
-    """Rank function of :func:`check_binds_gpu`: ``fn(5, 8, "env://")`` with BIND_CASE's environment and nccl
-    pretended; returns the recorded events, in order: ("set_device", k) and ("init", device_id index or None)."""
+    """Rank function of :func:`check_binds_gpu`: ``fn(5, 8, "env://")`` under BIND_CASE; returns the events, in
+    order: ("set_device", k) and ("init", device_id index or None)."""
     import os
     from unittest import mock
 
@@ -370,9 +338,7 @@ def binding_slip(events) -> str:
     inits = [i for i, (kind, _d) in enumerate(events) if kind == "init"]
     if not inits:
         return ""  # no init at all: the launch in check_init_for says so
-    before = [d for kind, d in events[: inits[0]] if kind == "set_device"]
-    device_id = events[inits[0]][1]
-    chosen = [d for d in before + [device_id] if d is not None]
+    chosen = [d for _kind, d in events[: inits[0] + 1] if d is not None]  # set_device calls, then device_id=
     case = (
         f"用 nccl、作为第二台机器上的 rank {rank}（每台 {BIND_CASE['LOCAL_WORLD_SIZE']} 个进程，"
         f"LOCAL_RANK={local}）运行 init_for 时，"
@@ -402,8 +368,7 @@ def binding_slip(events) -> str:
 
 
 def check_binds_gpu(fn, timeout: float = core.HANG_S) -> None:
-    """Under nccl, ``fn`` picks this rank's GPU (``cuda:LOCAL_RANK``) before it joins: ``torch.cuda.set_device``
-    or ``init_process_group(device_id=...)``; recorded in one rank with nccl pretended (no GPU needed)."""
+    """Under nccl, ``fn`` picks ``cuda:LOCAL_RANK`` before it joins (``set_device`` or ``device_id=``)."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
