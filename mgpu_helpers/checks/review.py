@@ -27,10 +27,6 @@ STRAGGLER_SHARDS = (4, 9, 6)
 STRAGGLER_SECONDS_PER_UNIT = 0.010
 
 
-# --------------------------------------------------------------------------------------------------------
-# Exercise 1: a number first, then ranks measure it.
-
-
 def not_n_times(n: int) -> str:
     """The usual slip of a speed-up on uneven shards, said the same in ex11 and in 11's part 3."""
     return f"{n} 个 Rank 不会自动快 {n} 倍："
@@ -39,15 +35,13 @@ def not_n_times(n: int) -> str:
 def measured_speedup(
     shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT, steps: int = 5, single=None
 ) -> dict:
-    """The speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units: ``speedup``
-    (median step of one rank / of the ranks), and ``low``, ``high``, the range this run's own spread allows (a
-    median step lies between the model's and that plus :func:`~mgpu_helpers.measure.straggler.step_margin` plus
-    the median all-reduce). ``single``: a one-rank run (RankResults) to reuse, so several shardings share it."""
+    """The speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units, and ``low``, ``high``:
+    the range this run's own spread allows (a median step lies between the model's and that plus
+    :func:`~mgpu_helpers.measure.straggler.step_margin` plus the median all-reduce). ``single``: a one-rank run
+    (RankResults) to reuse, so several shardings share it."""
     what = "测量加速比"
-    runs = [
-        single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
-        traced_run(tuple(shards), steps, seconds_per_unit, what),
-    ]
+    single = single if single is not None else traced_run((total,), steps, seconds_per_unit, what)
+    runs = [single, traced_run(tuple(shards), steps, seconds_per_unit, what)]
     ideal = [total * seconds_per_unit, max(shards) * seconds_per_unit]
     step = [straggler.median_step_seconds(r.values) for r in runs]
     slack = [
@@ -60,30 +54,23 @@ def measured_speedup(
 
 
 def check_speedup_prediction(fn) -> None:
-    """``fn() -> (uneven, balanced)``: the learner's predicted speed-ups of four ranks with shards 12/6/4/2
-    and 6/6/6/6 over one rank doing all 24 units (10 ms per unit). Runs them on real ranks and compares each
-    with the measured speed-up, within the range this run's own spread allows plus 10%."""
+    """ex11, number first: ``fn() -> (uneven, balanced)``, the speed-ups of four ranks with :data:`SPEEDUP_SHARDS`
+    over one rank doing all 24 units, each held against a real run, within its own spread plus 10%."""
     what = "predicted_speedups 要给出两个数：12/6/4/2 和 6/6/6/6 在四个 Rank 上各比一个 Rank 快几倍"
     guess = core.call(fn, what)
-    core.expect_items(
-        guess, 2, f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。", numbers=True
-    )
-    ms = 1e3 * SPEEDUP_SECONDS_PER_UNIT
-    single = None
-    lines = []
+    shape = f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。"
+    core.expect_items(guess, 2, shape, numbers=True)
+    ms, single, lines = 1e3 * SPEEDUP_SECONDS_PER_UNIT, None, []
     for (name, shards), g in zip(SPEEDUP_SHARDS.items(), guess):
         m = measured_speedup(shards, single=single)
         single = m["single"]  # one single-rank run serves both shardings
         low, high = m["low"] * 0.9, m["high"] * 1.1
         label = "/".join(str(u) for u in shards)
         if not low <= float(g) <= high:
-            nudge = (
-                f"一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
-                if name == "uneven"
-                else "四份一样大时，一步只剩下多少个单位的时间？"
-            )
-            if name == "uneven" and math.isclose(float(g), len(shards)):
-                nudge = not_n_times(len(shards)) + nudge
+            nudge = "四份一样大时，一步只剩下多少个单位的时间？"
+            if name == "uneven":
+                nudge = f"一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
+                nudge = (not_n_times(len(shards)) if math.isclose(float(g), len(shards)) else "") + nudge
             raise core.CheckFailed(
                 f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
                 f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
@@ -92,20 +79,13 @@ def check_speedup_prediction(fn) -> None:
     core.passed("；".join(lines) + "。")
 
 
-# --------------------------------------------------------------------------------------------------------
-# Exercise 2: the straggler and what it costs, from per-rank evidence (not the average).
-
-
 def reference_straggler(values) -> tuple[int, float]:
-    """(the rank with the largest median compute, the median over steps of max compute - mean compute)."""
-    medians = [statistics.median(v["compute_s"]) for v in values]
+    """ex11's straggler and its cost: (the rank with the largest median compute, the median over steps of max
+    compute - mean compute)."""
+    compute = [v["compute_s"] for v in values]
+    medians = [statistics.median(c) for c in compute]
     rank = max(range(len(values)), key=lambda r: medians[r])
-    steps = len(values[0]["compute_s"])
-    lost = statistics.median(
-        max(v["compute_s"][k] for v in values) - statistics.fmean(v["compute_s"][k] for v in values)
-        for k in range(steps)
-    )
-    return rank, lost
+    return rank, statistics.median(max(step) - statistics.fmean(step) for step in zip(*compute))
 
 
 def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
@@ -120,15 +100,10 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
     stalled, k = rng.choice(others), rng.randrange(steps)
     compute[stalled][k] = base[slow] * rng.uniform(5.0, 8.0)
     last = [max(compute[q][s] for q in range(n)) for s in range(steps)]
+    comm = [[rng.uniform(1e-4, 1e-3) for _ in range(steps)] for _ in range(n)]
+    wait = [[last[s] - compute[r][s] for s in range(steps)] for r in range(n)]
     return [
-        dict(
-            rank=r,
-            shard=None,
-            compute_s=compute[r],
-            wait_s=[last[s] - compute[r][s] for s in range(steps)],
-            comm_s=[rng.uniform(1e-4, 1e-3) for _ in range(steps)],
-            start_skew_s=[0.0] * steps,
-        )
+        dict(rank=r, shard=None, compute_s=compute[r], wait_s=wait[r], comm_s=comm[r], start_skew_s=[0.0] * steps)
         for r in range(n)
     ]
 
@@ -138,9 +113,8 @@ def _rank_and_seconds(got) -> bool:
 
 
 def check_find_straggler(fn) -> None:
-    """``fn(values) -> (rank, lost_s)``: the straggler of a run (per-rank records as
-    :func:`mgpu_helpers.measure.straggler.run_traced` returns them) and the median seconds per step that
-    uneven work costs (max compute - mean compute). Random records with a stalled step first, then a real run."""
+    """``fn(values) -> (rank, lost_s)``: :func:`reference_straggler` on per-rank records as
+    :func:`mgpu_helpers.measure.straggler.run_traced` returns them; random ones with a stalled step, then a real run."""
     what = "find_straggler 要从逐 Rank 的记录里找出 Straggler，并给出每步因此多花的秒数"
     rng = random.Random()
     for _ in range(30):
@@ -185,7 +159,6 @@ def check_find_straggler(fn) -> None:
     )
 
 
-# --------------------------------------------------------------------------------------------------------
 # Notebook 11, part 3: numbers the learner reads off a run made on this machine, in 11 itself.
 #
 # One launch of three ranks does two things: the straggler step of 08 (each rank sleeps shard * unit, then
@@ -377,34 +350,22 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     n, s = run.world_size, run.straggler
     nbytes, _seconds = run.sweep[-1]
     factor = bandwidth.BUSBW_FACTORS["all_reduce"](n)
-    questions = [  # (label, the answer, what is wrong with it, what the right one is)
-        (
-            "1. Straggler 是哪个 Rank",
-            straggler,
-            _straggler_mistake,
-            f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
-        ),
-        (
-            "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
-            comm_ms,
-            _comm_mistake,
-            f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
-        ),
-        (
-            f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
-            busbw_gbps,
-            _busbw_mistake,
-            f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
-        ),
-        (
-            f"4. {n} 个 Rank 比一个 Rank 快几倍",
-            speedup,
-            _speedup_mistake,
-            f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
-        ),
-    ]
+    labels = (
+        "1. Straggler 是哪个 Rank",
+        "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
+        f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
+        f"4. {n} 个 Rank 比一个 Rank 快几倍",
+    )
+    rights = (  # what the right answer is, said once it is given
+        f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
+        f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
+        f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
+        f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
+    )
+    answers = (straggler, comm_ms, busbw_gbps, speedup)
+    mistakes = (_straggler_mistake, _comm_mistake, _busbw_mistake, _speedup_mistake)
     wrong = 0
-    for label, got, mistake, done in questions:
+    for label, got, mistake, done in zip(labels, answers, mistakes, rights):
         if got is None:
             print(f"{label}：还没写（上面那格还是 None）。")
         elif (why := mistake(run, got)) is None:
