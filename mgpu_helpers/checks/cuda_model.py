@@ -1,18 +1,12 @@
 """Checkers for notebook 01's fill-ins and for ex01: the thread map, the launch arithmetic, Numba kernels.
 
-Every kernel checker launches the reader's kernel on fresh random inputs, with the edge cases in every run
-(n = 1, n smaller than a block, n not a multiple of the block, n an exact multiple), into arrays longer than
-the data and pre-filled with a sentinel, so that a write past the end is seen (a GPU would not say a word).
+Kernels run on fresh random inputs with the edge cases in every run, into arrays longer than the data and
+pre-filled with a sentinel, so that a write past the end is seen (a GPU would not say a word).
 
-An answer that never ends is reported within seconds:
-
-- before launching, :func:`stuck_loop` reads the kernel's source and refuses a ``while`` loop whose body
-  assigns none of the names its condition reads (the grid-stride loop that forgets ``i += stride``);
-- in the simulator every launch also runs under :func:`watchdog`: each simulated thread checks a deadline
-  on every line of the kernel and stops with :class:`KernelTimeout`, naming the line and the thread's local
-  values, so the cell ends and the kernel session stays usable. On a GPU no such watchdog exists: a kernel
-  that loops for ever keeps the GPU busy until the Jupyter kernel is restarted (an interrupt does not stop
-  it), which is why the source check runs first on every machine.
+An answer that never ends is reported within seconds: before launching, :func:`stuck_loop` refuses a ``while``
+loop whose body assigns none of the names its condition reads; in the simulator every launch also runs under
+:func:`watchdog`, so the cell ends and the kernel session stays usable. On a GPU no watchdog exists: a kernel that
+loops for ever keeps the GPU busy until the Jupyter kernel is restarted, which is why the source check runs first.
 """
 
 import ast
@@ -32,26 +26,20 @@ PAD = 5  # sentinel elements after the data (01's and 02's kernel checks): a mis
 WATCHDOG_S = 5.0  # seconds a kernel may run in the simulator before it is stopped
 
 
-# -- Running the reader's kernel: stub, the course's own code, a loop that never ends, errors ------------------
-
-
 class KernelTimeout(Exception):
     """A simulated kernel ran past the watchdog's deadline."""
 
 
 def stuck_loop(kernel) -> str | None:
     """A ``while`` loop of the kernel whose body assigns none of the names its condition reads, as text
-    ('第 N 行 `while i < n:`'), or None. Reads the source (a notebook cell's source is kept by IPython);
-    None when the source cannot be read."""
+    ('第 N 行 `while i < n:`'), or None (also when the source cannot be read)."""
     try:
         src = textwrap.dedent(inspect.getsource(core._inner(kernel)))
         first = core._inner(kernel).__code__.co_firstlineno
         tree = ast.parse(src)
     except (OSError, TypeError, SyntaxError):
         return None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.While):
-            continue
+    for node in (n for n in ast.walk(tree) if isinstance(n, ast.While)):
         body = [n for stmt in node.body for n in ast.walk(stmt)]
         if any(isinstance(n, (ast.Break, ast.Return)) for n in body):
             continue  # the loop has a way out
@@ -68,8 +56,7 @@ def watchdog(kernel, seconds: float | None = None):
     """While active, every simulator thread started runs ``kernel``'s lines under a deadline: past it the
     thread raises :class:`KernelTimeout` with the line and its local values (the simulator then re-raises it
     at the launch). Only the kernel's own frames are traced, so other code runs at full speed."""
-    code = core._inner(kernel).__code__
-    seconds = WATCHDOG_S if seconds is None else seconds
+    code, seconds = core._inner(kernel).__code__, WATCHDOG_S if seconds is None else seconds
     deadline = time.monotonic() + seconds
 
     def local(frame, event, arg):
@@ -79,10 +66,7 @@ def watchdog(kernel, seconds: float | None = None):
             raise KernelTimeout(f"过了 {seconds:g} 秒还在第 {frame.f_lineno} 行（{shown or '没有整数局部变量'}）")
         return local
 
-    def start(frame, event, arg):
-        return local if frame.f_code is code else None
-
-    threading.settrace(start)
+    threading.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
     try:
         yield
     finally:
@@ -94,8 +78,7 @@ def run_kernel(kernel, what: str, grid, block, *args, stream_hint: str = "") -> 
     from numba import cuda
 
     core.require_written(kernel, what)
-    loop = stuck_loop(kernel)
-    if loop:
+    if loop := stuck_loop(kernel):
         raise core.CheckFailed(
             f"{what}：{loop} 的循环体没有改变条件里的任何变量，这个循环永远不会结束"
             f"（在 GPU 上整个 Kernel 会一直占着 GPU）。{stream_hint or '每一轮末尾要让下标前进。'}"
@@ -135,18 +118,9 @@ def _whole_numbers(got, want: tuple, where: str, kinds, returns: str, slips) -> 
         raise core.CheckFailed(f"{where}：应当是 {want}，实际是 {tuple(got)}。{core.first_hint(*slips())}".rstrip())
 
 
-def _launches(rng, block: int) -> list[tuple[int, int, int]]:
-    """``(n, blocks, array length)`` of each launch of a 1-D kernel checker: n the edge cases first, then random
-    draws (1, below a block, a remainder, an exact multiple); the fewest blocks that cover n; arrays that reach
-    :data:`PAD` elements past the last launched thread."""
-    sizes = [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block))]
-    sizes += [block * 2, int(rng.integers(1, 5 * block))]
-    return [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
-
-
 def fail_past_end(got, n: int, untouched, where: str, fix: str = "边界检查应当是 i < n（不是 i <= n，也不能省）。"):
     """Fails when an element of ``got`` past the first ``n`` is no longer ``untouched`` (a sentinel, NaN, or the
-    values it held), naming the first one: 01's and 02's kernels write past the end when the bounds check is off."""
+    values it held): 01's and 02's kernels write past the end when the bounds check is off."""
     tail = got[n:]
     untouched = np.broadcast_to(untouched, tail.shape)
     bad = np.flatnonzero((tail != untouched) & ~(np.isnan(tail) & np.isnan(untouched)))
@@ -156,9 +130,6 @@ def fail_past_end(got, n: int, untouched, where: str, fix: str = "边界检查�
         )
 
 
-# -- 01: the thread map as a pure function ---------------------------------------------------------------------
-
-
 def _reference(name: str):
     """The course's own ``mh.lessons.cuda_model.<name>``: refused as an answer, and the reference it is held to."""
     from mgpu_helpers.lessons import cuda_model
@@ -166,7 +137,6 @@ def _reference(name: str):
     return getattr(cuda_model, name)
 
 
-THREAD_FIELDS = ("block_idx", "thread_idx", "global_idx", "warp", "lane")
 THREAD_SLIPS = {  # a field computed the typical wrong way (:func:`check_thread_ids`), and what to say
     "global_idx": "乘的是 Block 的个数 grid：要乘每个 Block 的线程数 blockDim.x（这里是 block）。",
     "warp": "Warp 是按全局下标分的：Warp 从不跨 Block，要用块内编号 threadIdx.x // 32。",
@@ -176,8 +146,8 @@ THREAD_SLIPS = {  # a field computed the typical wrong way (:func:`check_thread_
 
 
 def check_thread_ids(fn) -> None:
-    """``fn(grid, block) -> (block_idx, thread_idx, global_idx, warp, lane)``: one entry per launched thread,
-    in launch order; ``warp`` is the warp's number inside its block, ``lane`` the place inside the warp."""
+    """01's thread map, ``fn(grid, block) -> (block_idx, thread_idx, global_idx, warp, lane)``: one entry per
+    launched thread, in launch order; ``warp`` is the warp's number inside its block."""
     what = "thread_ids 要算出每个线程的 Block 号、块内编号、全局下标、Warp 和 lane"
     core.refuse_course_code(fn, what, [_reference("thread_ids")], advice="在练习格里自己写出函数体。")
     rng = random.Random()
@@ -185,10 +155,10 @@ def check_thread_ids(fn) -> None:
     cases += [(rng.randint(1, 6), rng.randint(1, 300)) for _ in range(6)]
     for (grid, block), got in core.answers(fn, what, cases):
         where = f"grid = {grid}, block = {block}"
-        fields = "(block_idx, thread_idx, global_idx, warp, lane)"
-        core.expect_items(got, 5, f"{where}：应当返回 5 个数组 {fields}，实际返回 {type(got).__name__}。")
+        shape = f"{where}：应当返回 5 个数组 (block_idx, thread_idx, global_idx, warp, lane)，实际返回 {type(got).__name__}。"
+        core.expect_items(got, 5, shape)
         want = _reference("thread_ids")(grid, block)  # the course's thread map is the reference
-        for name, g, w in zip(THREAD_FIELDS, got, want):
+        for name, g, w in zip(("block_idx", "thread_idx", "global_idx", "warp", "lane"), got, want):
             g = np.asarray(g)
             if g.shape != w.shape:
                 raise core.CheckFailed(
@@ -197,13 +167,9 @@ def check_thread_ids(fn) -> None:
             if np.array_equal(g, w):
                 continue
             k = int(np.flatnonzero(g != w)[0])
-            slip = {
-                "global_idx": want[0] * grid + want[1],
-                "warp": want[2] // 32,
-                "lane": want[2] % 32,
-                "block_idx": np.arange(grid * block) // max(grid, 1),
-            }.get(name)
-            hint = THREAD_SLIPS[name] if slip is not None and np.array_equal(g, slip) else ""
+            slip = dict(global_idx=want[0] * grid + want[1], warp=want[2] // 32, lane=want[2] % 32)
+            slip["block_idx"] = np.arange(grid * block) // max(grid, 1)
+            hint = THREAD_SLIPS[name] if name in slip and np.array_equal(g, slip[name]) else ""
             raise core.CheckFailed(
                 f"{where}：第 {k} 个线程的 {name} 应当是 {int(w[k])}，实际是 {g[k]!r}。{hint}".rstrip()
             )
@@ -225,12 +191,10 @@ def check_work_and_idle(fn) -> None:
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
+        few = n > total
         slips = lambda: (
-            (got[1] == total - n and n > total, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
-            (
-                got[0] == n and n > total,
-                f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。",
-            ),
+            (got[1] == total - n and few, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+            (got[0] == n and few, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
             (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
         )
         _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", slips)
@@ -264,9 +228,8 @@ def check_launch_config(fn) -> None:
             ),
             (got[1] != block, " 第二个数是调用者给的 block，不要换成别的。"),
         )
-        _whole_numbers(
-            got, want, where, tuple, "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的", slips
-        )
+        returns = "(blocks, block) 两个整数，就像 kernel[blocks, block] 的方括号里写的"
+        _whole_numbers(got, want, where, tuple, returns, slips)
     try:
         default = fn(1000)
     except TypeError:
@@ -281,27 +244,20 @@ try_launch_config = core.fill_in_cell(
 )
 
 
-# -- ex01: a 2D launch, a reversed copy (int32), an in-place grid-stride loop (the matrix add: checks.kernels) ----
-
-
 def check_grid_2d(fn) -> None:
-    """``fn(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x runs along the columns, y along the rows,
-    each the fewest blocks that cover its side."""
+    """ex01's 2D launch, ``fn(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x along the columns, y along
+    the rows, each the fewest blocks that cover its side (the matrix add is checks.kernels')."""
     what = "grid_2d 要按 x 对应列、y 对应行，两个方向分别向上取整"
     rng = random.Random()
     cases = [(3, 5, 8, 8), (16, 16, 8, 8), (17, 9, 8, 8), (1, 1, 16, 16), (100, 30, 32, 8), (7, 200, 16, 4)]
-    cases += [
-        (rng.randint(1, 5000), rng.randint(1, 5000), rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 4, 8, 16]))
-        for _ in range(40)
-    ]
+    sides = [(rng.randint(1, 5000), rng.randint(1, 5000)) for _ in range(40)]
+    cases += [(rows, cols, rng.choice([4, 8, 16, 32]), rng.choice([1, 2, 4, 8, 16])) for rows, cols in sides]
     for (rows, cols, bx, by), got in core.answers(fn, what, cases):
         want = (_blocks(cols, bx), _blocks(rows, by))
         where = f"{rows} 行 x {cols} 列，block = ({bx}, {by})"
+        swapped = ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0]))
         slips = lambda: (
-            (
-                tuple(got) in ((_blocks(rows, bx), _blocks(cols, by)), (want[1], want[0])),
-                "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。",
-            ),
+            (tuple(got) in swapped, "x、y 弄反了：x 方向（grid_x、block_x）数的是列 cols，y 方向数的是行 rows。"),
             (tuple(got) == (cols // bx, rows // by), "向下取整丢掉了最后不满一个 Block 的那几列或几行：要向上取整。"),
         )
         _whole_numbers(got, want, where, tuple, "(grid_x, grid_y) 两个整数", slips)
@@ -312,13 +268,15 @@ REVERSE_SENTINEL = -(2**31)
 
 
 def check_reverse_copy(kernel, block: int = 32) -> None:
-    """``kernel(a, out, n)`` on int32 arrays: ``out[i] = a[n - 1 - i]`` for i < n; ``a`` and ``out`` are
-    longer than n (the length of the array is not n)."""
+    """``kernel(a, out, n)`` on int32 arrays longer than n: ``out[i] = a[n - 1 - i]`` for i < n."""
     from numba import cuda
 
     what = "reverse_copy Kernel 要把 a 的前 n 个元素倒着写进 out"
     rng = core.new_rng()
-    launches = _launches(rng, block)
+    # n: 1, below a block, a remainder, an exact multiple, random; the arrays reach PAD past the last thread
+    sizes = [1, int(rng.integers(2, block)), block * int(rng.integers(1, 4)) + int(rng.integers(1, block))]
+    sizes += [block * 2, int(rng.integers(1, 5 * block))]
+    launches = [(n, _blocks(n, block), _blocks(n, block) * block + PAD) for n in sizes]
     for n, grid, length in launches:
         a = rng.integers(-(2**30), 2**30, length).astype(np.int32)  # beyond float32's exact integers
         d_out = cuda.to_device(np.full(length, REVERSE_SENTINEL, np.int32))
@@ -342,9 +300,8 @@ def check_reverse_copy(kernel, block: int = 32) -> None:
 
 
 def check_add_into_grid_stride(kernel) -> None:
-    """``kernel(x, y, n)``: ``y[i] += x[i]`` for every i < n exactly once, whatever the grid (grid-stride).
-
-    ``x`` holds no zeros, so an element visited twice shows ``y + 2x``: the check counts the visits."""
+    """``kernel(x, y, n)``: ``y[i] += x[i]`` for every i < n exactly once, whatever the grid (grid-stride). ``x``
+    holds no zeros, so an element visited twice shows ``y + 2x``: the check counts the visits."""
     from numba import cuda
 
     what = "grid-stride Kernel 要让每个元素恰好加一次"
