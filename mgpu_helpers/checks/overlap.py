@@ -1,13 +1,12 @@
 """Checkers of notebook 13 and ex13: data parallelism that overlaps, buckets, the overlap proof, ZeRO-1.
 
-The classes the learner writes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks, on a
-small MLP with parameters of uneven sizes. Each rank watches what the learner's code does (:func:`_watch`), not
-only what it computes: every collective, under any name (which op, how many elements, async or not, issued during
-``backward()`` or not), and whether each async one was waited on before ``optimizer.step()``. The final parameters
-are compared with one process training on the whole batch (and, when they differ, with the run that forgot to
-divide by the world size). The course's own ``mh.lessons.overlap`` is refused however it is reached.
+The learner's classes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks (a small MLP,
+parameters of uneven sizes). Each rank watches what the code does (:func:`_watch`), not only what it computes:
+every collective under any name, and whether each async one was waited on before ``optimizer.step()``. The final
+parameters are compared with one process training on the whole batch. ``mh.lessons.overlap`` is refused.
 """
 
+import contextlib
 import random
 
 import numpy as np
@@ -15,12 +14,13 @@ import numpy as np
 from mgpu_helpers.checks import core
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
-WIDTHS = (7, 12, 5, 3)  # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
+WIDTHS = (7, 12, 5, 3)
+NUMELS = [n for a, b in zip(WIDTHS, WIDTHS[1:]) for n in (a * b, b)]  # 84, 12, 60, 5, 15, 3: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
-#: The calls of the learner's that the checker records: the seven collectives in every form torch has, and
-#: ``all_to_all_single``.
+#: The calls the checker records: the seven collectives in every form torch has, and ``all_to_all_single``.
 WATCHED_OPS = (*(function for forms in TORCH_FUNCTIONS.values() for function in forms), "all_to_all_single")
 WORLD_SIZES = (2, 3)
+SEEN = ("calls", "unwaited_at_step", "order")  # what a rank sends back of what _watch saw
 
 
 def _lessons():
@@ -29,30 +29,18 @@ def _lessons():
     return mh.lessons.overlap
 
 
-# --------------------------------------------------------------------------------------------------------
-# Using the course's implementation is not writing the code.
-
 COURSE_NAMES = ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets", "overlap_fraction")
 # What each class's cell asks for (a function's cell: the function itself).
-METHODS = {
-    "OverlapDP": ("on_grad_ready", "step"),
-    "BucketDP": ("on_grad_ready", "step"),
-    "Zero1": ("step",),
-    "AccumulateDP": ("no_sync", "on_grad_ready", "step"),
-}
+METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready", "step"), "Zero1": ("step",)}
+METHODS["AccumulateDP"] = ("no_sync", "on_grad_ready", "step")
 
 
 def _start(obj, what: str) -> None:
-    """Before anything runs: a stub is not done yet; the course's classes and anything of mh.lessons / mh.checks
-    reached from the learner's code are refused."""
+    """Before anything runs: a stub is not done yet; the course's classes and mh.lessons / mh.checks are refused."""
     core.require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
     advice = f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。"
     core.refuse_course_code(obj, what, course, packages=core.COURSE_PACKAGES, advice=advice)
-
-
-# --------------------------------------------------------------------------------------------------------
-# What runs on each rank.
 
 
 class _WorkProxy:
@@ -74,16 +62,15 @@ class _WorkProxy:
 
 
 def _watch():
-    """Watch this rank's collectives, ``Tensor.backward`` and the optimizers' ``step``. Returns what they see:
-    ``calls`` (op, elements, async, issued during backward, step index), ``order`` (collectives and optimizer steps
-    in sequence), ``unwaited_at_step`` (async collectives not yet waited on when a step ran)."""
+    """Watch this rank's collectives, ``Tensor.backward`` and the optimizers' ``step``: ``calls`` (op, elements,
+    async, issued during backward, step index), ``order`` (collectives and optimizer steps in sequence),
+    ``unwaited_at_step`` (async collectives not yet waited on when a step ran)."""
     import torch
 
     seen = {"calls": [], "order": [], "waited": set(), "async": set(), "in_backward": False, "step": 0}
     seen["unwaited_at_step"] = 0  # summed over the steps
 
-    def seen_call(call, work):
-        """Record each collective the learner's code issues; an async Work handle comes back wrapped."""
+    def seen_call(call, work):  # an async Work handle comes back wrapped
         op = call.name.split(".")[-1]
         if op not in WATCHED_OPS:
             return work
@@ -126,18 +113,12 @@ def watched_train(rank, world_size, cls, train_kwargs):
     """Rank function: :func:`~mgpu_helpers.lessons.overlap.train_rank` with the learner's ``cls``, watched."""
     seen = _watch()
     out = _lessons().train_rank(rank, world_size, cls, record=False, **train_kwargs)
-    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"]} | _seen_result(seen)
-
-
-def _seen_result(seen) -> dict:
-    """What a rank function sends back of what :func:`_watch` saw."""
-    return {key: seen[key] for key in ("calls", "unwaited_at_step", "order")}
+    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"]} | {k: seen[k] for k in SEEN}
 
 
 def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
-    """Rank function: training with gradient accumulation, watched. Each step's rows of this rank are cut into
-    ``micro_batches`` equal micro-batches; every one but the last runs its backward inside ``sync.no_sync()``;
-    each micro-batch's loss is divided by ``micro_batches`` (so the sum is the step's mean loss)."""
+    """Rank function: gradient accumulation, watched. Each step's rows are cut into ``micro_batches``; all but the
+    last run their backward inside ``sync.no_sync()``; each loss is divided by ``micro_batches``."""
     import torch
 
     lesson = _lessons()
@@ -163,16 +144,13 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
         sync.step()
     params = lesson.flat_params(model).numpy()
     # Syncing must come back on however no_sync() ends: after an error inside it, a backward communicates again.
-    try:
-        with sync.no_sync():
-            raise _Probe()
-    except _Probe:
-        pass
+    with contextlib.suppress(_Probe), sync.no_sync():
+        raise _Probe()
     before = len(seen["calls"])
     torch.nn.functional.mse_loss(model(x), y).backward()
     resumed = len(seen["calls"]) > before
     sync.step()
-    return {"params": params, "no_sync_calls": no_sync_calls, "resumed_after_error": resumed} | _seen_result(seen)
+    return dict(params=params, no_sync_calls=no_sync_calls, resumed_after_error=resumed) | {k: seen[k] for k in SEEN}
 
 
 class _Probe(Exception):
@@ -180,8 +158,7 @@ class _Probe(Exception):
 
 
 def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs):
-    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks, ``kwargs`` the defaults updated by
-    ``train_kwargs``; returns the values and ``kwargs``."""
+    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks; returns the values and ``kwargs``."""
     kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
     advice = "常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。"
     return core.launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, core.TRAIN_HANG_S, advice=advice), kwargs
@@ -219,10 +196,6 @@ def _compare_params(values, world_size, kwargs, what, sgd=True):
         )
 
 
-def _numels(widths=WIDTHS):
-    return [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
-
-
 def _common_rules(values, what):
     core.fail_first(
         (not values[0]["calls"], f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。"),
@@ -234,15 +207,11 @@ def _common_rules(values, what):
     )
 
 
-# --------------------------------------------------------------------------------------------------------
-# The checkers.
-
-
 def check_overlap_dp(cls) -> None:
     """``OverlapDP``: one async all-reduce per gradient from its hook, waited before the step, averaged."""
     what = "OverlapDP"
     _start(cls, what)
-    n_params = len(_numels())
+    n_params = len(NUMELS)
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what)
         _common_rules(values, what)
@@ -277,7 +246,7 @@ def check_plan_buckets(fn) -> None:
     what = "plan_buckets"
     _start(fn, what)
     rng = random.Random()
-    model = _numels()
+    model = NUMELS
     cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
@@ -319,7 +288,7 @@ def check_bucket_dp(cls) -> None:
     _start(cls, what)
     for world_size, bucket in zip(WORLD_SIZES, (30, 70)):  # 84 elements: one parameter outgrows each
         reference_plan = _lessons().plan_buckets  # the learner's plan is checked on its own
-        sizes = [sum(_numels()[i] for i in b) for b in reference_plan(_numels(), bucket)]
+        sizes = [sum(NUMELS[i] for i in b) for b in reference_plan(NUMELS, bucket)]
         values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": reference_plan})
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
@@ -357,12 +326,8 @@ def check_overlap_fraction(fn) -> None:
 
     what = "overlap_fraction"
     _start(fn, what)
-
-    def bw(a, b, k=0):
-        return Span("compute", f"backward {k}", a, b)
-
-    def comm(a, b):
-        return Span("communicate", "all_reduce 4096", a, b)
+    bw = lambda a, b, k=0: Span("compute", f"backward {k}", a, b)
+    comm = lambda a, b: Span("communicate", "all_reduce 4096", a, b)
 
     cases = [
         ("通信全在 backward 之后", [bw(0, 1), comm(1.5, 2.0)], 0.0),
@@ -381,10 +346,9 @@ def check_overlap_fraction(fn) -> None:
         spans, inside, total, t = [], 0.0, 0.0, 0.0
         for k in range(rng.randint(1, 3)):
             b0, b1 = t, t + rng.uniform(0.5, 2)
-            spans.append(bw(b0, b1, k))
             c0 = rng.uniform(b0, b1)
             c1 = c0 + rng.uniform(0.1, 2)
-            spans.append(comm(c0, c1))
+            spans += [bw(b0, b1, k), comm(c0, c1)]
             inside += min(c1, b1) - c0
             total += c1 - c0
             t = max(b1, c1) + rng.uniform(0.1, 1)  # one rank's backward spans never overlap
@@ -408,7 +372,7 @@ def check_zero1(cls) -> None:
     """``Zero1``: reduce-scatter the gradients, step the shard, all-gather the parameters, 1/n of the state."""
     what = "Zero1"
     _start(cls, what)
-    numel = sum(_numels())
+    numel = sum(NUMELS)
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what, optimizer="adam")
         order = values[0]["order"]
@@ -453,7 +417,7 @@ def check_accumulate_dp(cls) -> None:
     gradient per step, from the hooks of the last micro-batch; waited, averaged."""
     what = "AccumulateDP"
     _start(cls, what)
-    n_params = len(_numels())
+    n_params = len(NUMELS)
     for world_size, micro in ((2, 2), (3, 4)):
         # 4 rows a rank, split into micro-batches
         values, kwargs = _run(cls, world_size, what, watched_accumulate, (micro,), rows_per_rank=4)
@@ -488,13 +452,6 @@ def check_accumulate_dp(cls) -> None:
     )
 
 
-def _step_seconds_reference(ready_s, comm_s):
-    t = 0.0
-    for ready, comm in zip(ready_s, comm_s):
-        t = max(t, ready) + comm
-    return t
-
-
 def check_step_seconds(fn) -> None:
     """ex13 ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends, with one channel."""
     what = "step_seconds"
@@ -512,18 +469,18 @@ def check_step_seconds(fn) -> None:
         ready = sorted(rng.uniform(0, 0.1) for _ in range(n))
         cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
     for name, ready, comm in cases:
-        want = _step_seconds_reference(ready, comm)
+        want = 0.0  # one channel: a bucket starts once it is ready and the one before it is done
+        for r, c in zip(ready, comm):
+            want = max(want, r) + c
         got = core.call(fn, what, list(ready), list(comm))
         got = core.number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
-        if abs(got - want) <= 1e-9:
+        near = lambda value: abs(got - value) <= 1e-9
+        if near(want):
             continue
         hint = core.first_hint(
+            (near(ready[-1] + sum(comm)), "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"),
             (
-                abs(got - (ready[-1] + sum(comm))) <= 1e-9,
-                "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。",
-            ),
-            (
-                abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9,
+                near(max(r + c for r, c in zip(ready, comm))),
                 "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。",
             ),
             default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。",
@@ -534,9 +491,6 @@ def check_step_seconds(fn) -> None:
         )
     core.passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
 
-
-# --------------------------------------------------------------------------------------------------------
-# The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
 
 try_overlap_dp = core.fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
 try_plan_buckets = core.fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
