@@ -75,11 +75,9 @@ ALL_GATHER = core.RankProblem(
 )
 
 
-# The ring all-reduce: the result, and the bytes and neighbours of every send. A sum computed some other way gives the same numbers (ex04's whole-tensor ring pass; gather to rank 0 and
-# send back; the collective itself), so the values alone prove nothing. The ranks run the reader's function
-# with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
-# by a refusal, wherever the reader's code reaches them from.
-
+# The ring all-reduce: a sum computed some other way gives the same numbers (ex04's whole-tensor ring pass;
+# gather to rank 0 and send back; the collective itself), so the values alone prove nothing. The ranks run the
+# reader's function with every send counted and with the collectives and the course's own ring refused.
 RING_FORBIDDEN_LIB = (
     "mgpu_helpers.lessons.ring.ring_all_reduce",
     "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
@@ -133,8 +131,7 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
             f"环上每个 Rank 只给{side}发，每次一块。"
         )
     for rank, log in enumerate(logs):
-        wrong_peer = sorted(peers[rank] - {(rank + direction) % n})
-        if wrong_peer:
+        if wrong_peer := sorted(peers[rank] - {(rank + direction) % n}):
             raise core.CheckFailed(
                 f"{name}，{where}：rank {rank} 给 rank {wrong_peer} 发了消息；"
                 f"环上每个 Rank 只给{side}发（方向反了吗？）。"
@@ -160,7 +157,7 @@ def check_ring_sends(name: str, world_size: int, length: int, logs: list, direct
 
 def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
     """Check the values (in place), then the sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on
-    lengths below the world size (its exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
+    lengths below the world size (its exchange skips empty chunks); to the left (ex05-3): ``fn(rank, size, x)``."""
     right = direction == 1
     name = "ring_all_reduce" if right else "ring_all_reduce_left"
     world_sizes = tuple(world_sizes or core.WORLD_SIZES)
@@ -361,19 +358,14 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
     rs = name == "reduce_scatter"
     other = next((k for k in range(n) if rs and k != rank and same(np.split(rows.sum(axis=0), n)[k])), None)
+    row_sums, own_piece = name == "all_reduce" and same(rows.sum(axis=1)), rs and same(np.split(rows[rank], n)[rank])
     return core.first_hint(
         (same(rows[rank]), "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"),
         (same(rows.mean(axis=0)), "这是平均值：op=SUM 是求和，不除以 world_size。"),
-        (
-            name == "all_reduce" and same(rows.sum(axis=1)),
-            "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。",
-        ),
+        (row_sums, "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"),
         (name == "all_gather" and same(rows[::-1].reshape(-1)), "顺序反了：第 k 段是 rank k 的数据。"),
         (rs and same(rows.sum(axis=0)), "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"),
-        (
-            rs and same(np.split(rows[rank], n)[rank]),
-            "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。",
-        ),
+        (own_piece, "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"),
         (other is not None, f"这是第 {other} 段的和；rank {rank} 拿的是第 {rank} 段。"),
     )
 
@@ -482,8 +474,7 @@ def hold_busbw(fn, op: str, name: str, cases=()) -> int:
     for (nbytes, seconds, n), got in core.answers(fn, what, cases):
         where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
         got = core.number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
-        why = busbw_mistake(got, op, nbytes, seconds, n)
-        if why is not None:
+        if (why := busbw_mistake(got, op, nbytes, seconds, n)) is not None:
             want = busbw(op, nbytes, seconds, n)
             raise core.CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     return len(cases)
@@ -516,15 +507,12 @@ def check_comm_share_speedup(fn) -> None:
         got = core.number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
-        ratio = before / after if after > 0 else None
+        ratio, steps = before / after if after > 0 else None, 1 / (1 - before + after)
         guesses = [
             ((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
             (ratio, "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。"),
             (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
-            (
-                1 / (1 - before + after),
-                "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。",
-            ),
+            (steps, "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。"),
         ]
         why = core.matching_hint(got, guesses, rel_tol=1e-9)
         raise core.CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")

@@ -323,16 +323,14 @@ def check_add_into_grid_stride(kernel) -> None:
         if (visits == 1).all() and np.array_equal(got[:n], y0[:n] + x[:n]):
             continue
         k = int(np.flatnonzero(visits != 1)[0]) if (visits != 1).any() else 0
+        skipped = (visits == 0).any()
         hint = core.first_hint(
             (
                 (visits > 1).any(),
                 "有元素被加了不止一次：几个线程走到了同一个下标。起点要是全局下标 cuda.grid(1)，"
                 "步长要是整个 Grid 的线程数 cuda.gridsize(1)（不是 blockDim.x、gridDim.x 或 1）。",
             ),
-            (
-                (visits == 0).any(),
-                "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。",
-            ),
+            (skipped, "有元素一次也没有加：每个线程要循环，步长是整个 Grid 的线程数 cuda.gridsize(1)，一直走到 n。"),
         )
         raise core.CheckFailed(
             f"{where}：y[{k}] 应当恰好加一次 x[{k}]，实际加了 {int(visits[k])} 次"

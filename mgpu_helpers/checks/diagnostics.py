@@ -288,8 +288,7 @@ def reference_culprit(dumps):
         if len(missing) == 1 and len(here) > 1:
             return (missing[0], seq, "skipped")
         common, _ = Counter(v for v in here.values() if v is not None).most_common(1)[0]
-        odd = [r for r, v in here.items() if v is not None and v != common]
-        if odd:
+        if odd := [r for r, v in here.items() if v is not None and v != common]:
             return (odd[0], seq, "name" if here[odd[0]][0] != common[0] else "size")
     return None
 
@@ -323,8 +322,7 @@ def check_culprit(fn) -> None:
     rank whose recorded call first differs from the others', the collective number, and whether it skipped it,
     called another collective ("name") or another size ("size"); None when all ranks recorded the same calls."""
     what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
-    course = core.course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))
-    if course is not None:
+    if (course := core.course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))) is not None:
         raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
     rng = random.Random()
     rounds = 0

@@ -1,4 +1,4 @@
-"""Checkers for notebook 03 and ex03: process groups (a rank's environment, joining a group by hand, where a rank runs)."""
+"""Checkers for notebook 03 and ex03: a rank's environment, joining a process group by hand, where a rank runs."""
 
 import numpy as np
 
@@ -12,12 +12,10 @@ def reference_placement(rank: int, nproc_per_node: int, visible: list[int]) -> t
 
 
 def _explain_placement(field: str, rank: int, nproc: int, visible: list[int], got) -> str:
+    global_rank = field == "local_rank" and got == rank
     return core.first_hint(
         (field == "node", "每台机器起 nproc_per_node 个进程，rank 按机器依次编号：第几台机器看整除。"),
-        (
-            field == "local_rank" and got == rank,
-            "local_rank 是这台机器上的编号，不是全局的 rank：两台机器各有自己的 0, 1, ……",
-        ),
+        (global_rank, "local_rank 是这台机器上的编号，不是全局的 rank：两台机器各有自己的 0, 1, ……"),
         (field == "local_rank", "local_rank 是 rank 除以 nproc_per_node 的余数。"),
         (
             got == rank % nproc,
@@ -133,12 +131,10 @@ def _env_slip(key: str, got: str, case: tuple) -> str:
     """Why ``got`` is a wrong value of ``key`` for ``case``: the typical mistake named where one fits."""
     rank, world_size, _port, per_node, _addr = (*case, None, "127.0.0.1")[:5]
     per_node = world_size if per_node is None else per_node
+    several = per_node < world_size  # machines
     if key == "LOCAL_RANK":
         return core.first_hint(
-            (
-                got == str(rank) and per_node < world_size,
-                "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。",
-            ),
+            (got == str(rank) and several, "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。"),
             (got == str(rank // per_node), "这是这个 rank 所在机器的编号，不是它在本机上排第几。"),
             default="LOCAL_RANK 是这个 rank 在自己那台机器上排第几（从 0 数起）。",
         )
@@ -146,7 +142,7 @@ def _env_slip(key: str, got: str, case: tuple) -> str:
         "RANK": "rank 从 0 数起，就是这个进程的编号。",
         "WORLD_SIZE": "WORLD_SIZE 是所有机器上进程的总数。",
         "LOCAL_WORLD_SIZE": core.first_hint(
-            (got == str(world_size) and per_node < world_size, "LOCAL_WORLD_SIZE 是本机的进程数，不是所有机器的总数。"),
+            (got == str(world_size) and several, "LOCAL_WORLD_SIZE 是本机的进程数，不是所有机器的总数。"),
             default="LOCAL_WORLD_SIZE 是本机的进程数：单机时就是 world_size。",
         ),
         "MASTER_ADDR": core.first_hint(
@@ -158,7 +154,7 @@ def _env_slip(key: str, got: str, case: tuple) -> str:
 
 
 def check_env_for(fn) -> None:
-    """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: the six variables."""
+    """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: six variables."""
     what = "env_for 要给出一个 rank 的六个环境变量"
     for case, got in core.answers(fn, what, _env_cases(core.new_rng())):
         case_text = f"rank {case[0]}，world_size = {case[1]}，MASTER_PORT = {case[2]}" + (
@@ -265,20 +261,16 @@ def check_init_for(fn, timeout: float = core.HANG_S) -> None:
                 raise core.CheckFailed(f"{case}：rank {rank} 调用了 {len(inits)} 次 init_process_group，应当正好一次。")
             args = inits[0]["_args"]  # init_method is the second positional argument
             url = inits[0].get("init_method", args[1] if len(args) > 1 else None)
+            not_tcp = method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://"))
+            wrong_group = seen is None or seen["rank"] != rank or seen["world_size"] != world_size
             core.fail_first(
                 (
                     method == "env://" and url not in (None, "env://"),
                     f"{case}：rank {rank} 用的 init_method 是 {url!r}。"
                     'env:// 分支要写 init_method="env://"：地址、端口、rank 和 world_size 都从环境变量里读。',
                 ),
-                (
-                    method == "tcp://" and not (isinstance(url, str) and url.startswith("tcp://")),
-                    f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。",
-                ),
-                (
-                    seen is None or seen["rank"] != rank or seen["world_size"] != world_size,
-                    f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。",
-                ),
+                (not_tcp, f"{case}：rank {rank} 用的 init_method 是 {url!r}，应当是 tcp://地址:端口。"),
+                (wrong_group, f"{case}：rank {rank} 入组后进程组说的是 {seen!r}：rank 或 world_size 不对。"),
                 (
                     seen is not None and seen.get("bound") not in (None, rank),
                     f"{case}：nccl 的 rank {rank} 入组后当前 GPU 是 cuda:{seen.get('bound')}，应当是 cuda:{rank}"

@@ -77,11 +77,9 @@ def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -
     if not _close(expected, want_total):
         problems.append(f"rank {rank} 的期望值 expected = {expected:g}，但整段输入的平方和是 {want_total:g}。")
     if not _close(result, want_total):
+        own = world_size > 1 and _close(result, local)
         why = core.first_hint(
-            (
-                world_size > 1 and _close(result, local),
-                "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。",
-            ),
+            (own, "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
             (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"),
         )
         problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
@@ -103,8 +101,7 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
         data = core.int_values(rng, n)
         if cyclic:
             data[0] = 0.0
-        problems = review(core.launch_check(fn, what, world_size, [data] * world_size), data)
-        if problems:
+        if problems := review(core.launch_check(fn, what, world_size, [data] * world_size), data):
             more = f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""
             raise core.CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
 
@@ -151,15 +148,11 @@ def check_rs_ag_slowdown(fn) -> None:
             f"{ar_us:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。"
         )
         return
+    inverse = math.isclose(got, 1 / want, rel_tol=0.03)
+    percent = math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05)
     why = core.first_hint(
-        (
-            math.isclose(got, 1 / want, rel_tol=0.03),
-            "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。",
-        ),
-        (
-            math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05),
-            "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。",
-        ),
+        (inverse, "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"),
+        (percent, "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"),
         (
             got < 1.0 + 2 * launch_us / ar_us,
             f"只算两次启动延迟（约 {launch_us:.0f} us，"
@@ -427,12 +420,10 @@ def review_cyclic(values, data) -> list[str]:
         owned = [int(i) for i in row["owned"]]
         want = list(range(rank, n, world_size))
         if owned != want:
+            contiguous = len(owned) > 1 and owned == list(range(owned[0], owned[0] + len(owned)))
             why = core.first_hint(
                 (sorted(owned) == want, "元素对了，顺序要从小到大。"),
-                (
-                    owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
-                    "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。",
-                ),
+                (contiguous, "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"),
                 (
                     owned == list(range(rank + 1, n, world_size))
                     or owned == list(range(rank * world_size, n, world_size)),

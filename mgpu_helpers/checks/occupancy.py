@@ -297,7 +297,7 @@ def check_saxpy_structure(fn) -> None:
 
 
 def check_saxpy_cupy(fn) -> None:
-    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` in place with a CuPy ``RawKernel``, returning y; run on a GPU only."""
+    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` in place with a CuPy ``RawKernel``, returning y (GPU only)."""
     core.require_written(fn, SAXPY)
     check_saxpy_structure(fn)
     if not cupy_usable():  # said plainly: a check that could not run here is not a pass

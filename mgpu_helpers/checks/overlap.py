@@ -293,15 +293,10 @@ def check_bucket_dp(cls) -> None:
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
+        late, blocking = not any(c[3] for c in calls), any(c[3] and not c[2] for c in calls)
         core.fail_first(
-            (
-                not any(c[3] for c in calls),
-                f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。",
-            ),
-            (
-                any(c[3] and not c[2] for c in calls),
-                f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。",
-            ),
+            (late, f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。"),
+            (blocking, f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。"),
             (
                 len(got) > len(sizes) and sum(got) >= sum(sizes),
                 f"{what}：bucket_numel = {bucket} 时计划有 "
@@ -379,20 +374,16 @@ def check_zero1(cls) -> None:
         first = order[: order.index("optimizer.step") + 2] if "optimizer.step" in order else order
         gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
         steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
+        has_rs = {"reduce_scatter_tensor", "reduce_scatter"} & set(order)
+        has_ag = {"all_gather_into_tensor", "all_gather"} & set(order)
         core.fail_first(
             (
                 "all_reduce" in order,
                 f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 "
                 "reduce_scatter_tensor，更新后再 all_gather_into_tensor。",
             ),
-            (
-                not {"reduce_scatter_tensor", "reduce_scatter"} & set(order),
-                f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。",
-            ),
-            (
-                not {"all_gather_into_tensor", "all_gather"} & set(order),
-                f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。",
-            ),
+            (not has_rs, f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。"),
+            (not has_ag, f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。"),
             (
                 gathers and steps and gathers[0] < steps[0],
                 f"{what}：All-Gather 发生在 optimizer.step() 之前："
@@ -424,6 +415,7 @@ def check_accumulate_dp(cls) -> None:
         _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
+        late = not any(c[3] for c in reduces)
         core.fail_first(
             (
                 v["no_sync_calls"],
@@ -435,10 +427,7 @@ def check_accumulate_dp(cls) -> None:
                 f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
                 f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。",
             ),
-            (
-                not any(c[3] for c in reduces),
-                f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。",
-            ),
+            (late, f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"),
             (
                 not v["resumed_after_error"],
                 f"{what}：no_sync() 里的代码出了错（抛出异常）以后，下一次 backward "
@@ -477,12 +466,10 @@ def check_step_seconds(fn) -> None:
         near = lambda value: abs(got - value) <= 1e-9
         if near(want):
             continue
+        unqueued = max(r + c for r, c in zip(ready, comm))
         hint = core.first_hint(
             (near(ready[-1] + sum(comm)), "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"),
-            (
-                near(max(r + c for r, c in zip(ready, comm))),
-                "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。",
-            ),
+            (near(unqueued), "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。"),
             default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。",
         )
         raise core.CheckFailed(

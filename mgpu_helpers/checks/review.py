@@ -328,17 +328,13 @@ def _speedup_mistake(run: ReviewRun, got) -> str | None:
     want, n = review_answers(run)["speedup"], run.world_size
     if _near(got, want, 0.02):
         return None
+    mean_step = scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms))
+    model = _near(got, sum(run.shards) / max(run.shards), 0.005)
     return core.first_hint(
         (_near(got, 1 / want, 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
-        (
-            _near(got, scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms)), 0.02),
-            "一步要等最慢的 Rank：用最长的那一步，不是平均。",
-        ),
+        (_near(got, mean_step, 0.02), "一步要等最慢的 Rank：用最长的那一步，不是平均。"),
         (_near(got, float(n), 0.02), not_n_times(n) + "Shard 不一样大。"),
-        (
-            _near(got, sum(run.shards) / max(run.shards), 0.005),
-            "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。",
-        ),
+        (model, "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。"),
         default=AGAIN,
     )
 
