@@ -87,8 +87,7 @@ RING_FORBIDDEN_LIB = (
 
 
 def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
-    """Rank function: the reader's ring (``in_place``: ``fn(x)``) on every case, every send logged, the collectives
-    and the course's ring refused."""
+    """Rank function: the reader's ring on every case, every send logged, the collectives refused."""
     results = []
     with core.WatchedCalls(refuse=core.COLLECTIVE_CALLS, course=course) as watched:
         for inputs in cases:
@@ -117,7 +116,7 @@ def _ring_cases(rng, world_size: int, short: bool) -> list:
 
 def check_ring_sends(name: str, world_size: int, length: int, logs: list, direction: int) -> None:
     """The ring's rules, from the sends logged on each rank: to the neighbour only, one chunk per message,
-    2(n - 1) chunks in all per rank. Raises :class:`CheckFailed` naming the rank and the rule."""
+    2(n - 1) chunks in all per rank."""
     n, nbytes = world_size, length * 4
     chunk = -(-length // n) * 4  # the longest chunk, in bytes (float32)
     side = "右边 (rank + 1) % world_size " if direction == 1 else "左边 (rank - 1) % world_size "
@@ -238,8 +237,7 @@ def check_ring_all_reduce(fn, world_sizes=None, timeout: float = core.HANG_S) ->
 
 
 def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list[int]:
-    """Bytes each rank sends in ``mh.lessons.ring.ring_all_reduce`` of ``length`` elements, from the schedule
-    (exact, also for uneven chunks)."""
+    """Bytes each rank sends in ``ring_all_reduce`` of ``length`` elements, from the schedule (uneven chunks too)."""
     sizes = [(stop - start) * itemsize for start, stop in chunk_bounds(length, world_size)]
     return [sum(sizes[who[rank][0]] for _p, _s, who in ring_schedule(world_size)) for rank in range(world_size)]
 
@@ -341,15 +339,6 @@ def check_ring_bytes_guess(fn, timeout: float = core.HANG_S) -> None:
 EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
-def _expected_cases(rng, name: str):
-    """World sizes 2, 3, 4; lengths that do not divide (all_reduce, all_gather), a zero row, random rows."""
-    for n in core.WORLD_SIZES:
-        length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
-        rows = [core.int_values(rng, length).tolist() for _ in range(n)]
-        rows[0] = [0.0] * length
-        yield rows
-
-
 def _explain_expected(name: str, inputs, rank: int, got) -> str:
     if got is None:
         return ""
@@ -371,15 +360,17 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
 
 
 def check_expected_outputs(fns: dict) -> None:
-    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of all_reduce, all_gather, reduce_scatter
-    given (inputs: one list of numbers per rank); fresh inputs on 2, 3, 4 ranks, a zero row, uneven lengths."""
+    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of :data:`EXPECTED_NAMES` given."""
     names = [name for name in EXPECTED_NAMES if name in fns]
     if not names:
         raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
     for name in names:
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
-        for inputs in _expected_cases(core.new_rng(), name):
-            got, n = core.call(fns[name], what, [list(r) for r in inputs]), len(inputs)
+        rng = core.new_rng()
+        for n in core.WORLD_SIZES:  # lengths that do not divide (all_reduce, all_gather), a zero row
+            length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
+            inputs = [[0.0] * length] + [core.int_values(rng, length).tolist() for _ in range(n - 1)]
+            got = core.call(fns[name], what, [list(r) for r in inputs])
             want = expected_outputs(name, inputs)
             where = f"expected_{name}，{n} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
             core.expect_items(got, n, f"{where}：要返回一个列表，每个 Rank 一项（{n} 项），实际得到 {got!r:.80}。")
@@ -392,8 +383,7 @@ def check_expected_outputs(fns: dict) -> None:
 
 
 def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_reduce_scatter) -> dict:
-    """05's fill-in, ``{name: fn}``: each of the three predictions through :func:`~mgpu_helpers.checks.core.fill_in`
-    (checked once written, the course's answer while unwritten)."""
+    """05's fill-in, ``{name: fn}``: each of the three predictions through :func:`~mgpu_helpers.checks.core.fill_in`."""
     given = dict(zip(EXPECTED_NAMES, (expected_all_reduce, expected_all_gather, expected_reduce_scatter)))
     return {
         name: core.fill_in(

@@ -180,8 +180,7 @@ try_thread_ids = core.fill_in_cell(check_thread_ids, "mgpu_helpers.lessons.cuda_
 
 
 def check_work_and_idle(fn) -> None:
-    """``fn(grid, block, n) -> (work, idle, no_thread)``: threads that pass ``i < n``, threads the bounds
-    check stops, and elements no thread reaches (the grid is too small)."""
+    """``fn(grid, block, n) -> (work, idle, no_thread)``: threads past ``i < n``, threads stopped, elements missed."""
     what = "work_and_idle 要数出干活的线程、闲置的线程和没有线程的元素"
     core.refuse_course_code(fn, what, [_reference("work_and_idle")], advice="在练习格里自己写出函数体。")
     rng = random.Random()

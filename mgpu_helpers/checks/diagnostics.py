@@ -54,8 +54,7 @@ def make_hang_evidence(
 
 
 def check_find_mismatch(fn) -> None:
-    """``fn(evidence) -> (rank, seq, name)``: the rank to look at first in a hang's evidence, the number of
-    the collective where it parted from the others, and the collective it is in (None when in none)."""
+    """``fn(evidence) -> (rank, seq, name)``: the odd rank of a hang, where it parted and the collective it is in."""
     what = "find_mismatch 要从挂起的证据里找出和别人不一样的 Rank"
     rng = random.Random()
     rounds = 12
@@ -227,11 +226,7 @@ def make_flight_dumps(world_size: int, at: int, culprit=None, kind=None, first=1
     t0 = 1_796_445_700_000_000_000
     dumps = {}
     for r in range(world_size):
-        calls = list(history)
-        if r == culprit and kind == "skipped":
-            calls = calls[:-1]
-        elif r == culprit:
-            calls[-1] = other_op
+        calls = history if r != culprit else history[:-1] + ([] if kind == "skipped" else [other_op])
         entries = []
         for i, (op, sizes) in enumerate(calls):
             seq, done, nccl = first + i, first + i < at, backend != "gloo"
@@ -261,17 +256,13 @@ def make_flight_dumps(world_size: int, at: int, culprit=None, kind=None, first=1
                 }
             )
         reached = first + len(calls) - 1
+        status = dict(last_enqueued_collective=reached, last_started_collective=-1)
+        status["last_completed_collective"] = min(reached, at - 1)
         dumps[r] = {
             "version": "2.10",
             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world_size)))}},
             "comm_lib_version": "N/A",
-            "pg_status": {
-                "0": {
-                    "last_enqueued_collective": reached,
-                    "last_started_collective": -1,
-                    "last_completed_collective": min(reached, at - 1),
-                }
-            },
+            "pg_status": {"0": status},
             "entries": entries,
         }
     return dumps
@@ -294,8 +285,7 @@ def reference_culprit(dumps):
 
 
 def _culprit_cases(rng):
-    """(dumps, want) with the edge cases in every run (rank 0 the culprit, two ranks, no culprit, each kind, an
-    NCCL-shaped dump), then random ones."""
+    """(dumps, want): the edge cases in every run (rank 0, two ranks, no culprit, each kind, NCCL), then random."""
     spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo")]
     spec += [(4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
     for _ in range(6):
@@ -318,16 +308,12 @@ def _calls_story(dumps, seq) -> str:
 
 
 def check_culprit(fn) -> None:
-    """``fn(dumps) -> (rank, seq, kind) | None``: from every rank's flight-recorder dump (``{rank: dict}``), the
-    rank whose recorded call first differs from the others', the collective number, and whether it skipped it,
-    called another collective ("name") or another size ("size"); None when all ranks recorded the same calls."""
+    """``fn(dumps) -> (rank, seq, kind) | None``: :func:`reference_culprit`, written by the learner."""
     what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
     if (course := core.course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))) is not None:
         raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
-    rng = random.Random()
-    rounds = 0
-    for dumps, want in _culprit_cases(rng):
-        rounds += 1
+    cases = list(_culprit_cases(random.Random()))
+    for dumps, want in cases:
         got = core.call(fn, what, copy.deepcopy(dumps))
         if got is not None:
             core.expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
@@ -355,16 +341,14 @@ def check_culprit(fn) -> None:
                 default=f"rank {rank} 的这一条和别人的不一样。",
             )
         else:
+            wrong_seq = got[0] == rank and got[1] != seq
             why = core.first_hint(
                 (
-                    got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
+                    wrong_seq and seq in seqs and got[1] == seqs.index(seq),
                     "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
                     "更早的记录，下标和序号对不上）。",
                 ),
-                (
-                    got[0] == rank and got[1] != seq,
-                    "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。",
-                ),
+                (wrong_seq, "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。"),
                 (
                     got[0] != rank and got[1] == seq,
                     f"rank {got[0]} 的记录和多数一样；和多数不一样（或缺了这条）的是 rank {rank}。"
@@ -378,7 +362,7 @@ def check_culprit(fn) -> None:
             )
         raise core.CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
     core.passed(
-        f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
+        f"culprit 在 {len(cases)} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
         "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。"
     )
 

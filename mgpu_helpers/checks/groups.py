@@ -62,8 +62,7 @@ def _join_sum_main(rank, world_size, fn, inputs):
 
 
 def check_join_and_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)`` joins the default group itself through a ``dist.FileStore`` it makes
-    (``store=``), sums x over all ranks, leaves the group and returns the sum (on the CPU)."""
+    """``fn(rank, world_size, x)`` joins through a ``dist.FileStore`` it makes, sums x, leaves, returns the sum."""
     what = "join_and_sum 要自己建 FileStore 加入进程组，all_reduce 之后离开"
     sizes = tuple(world_sizes or (2, 3, 4))
     rng = core.new_rng()
@@ -209,8 +208,7 @@ def reference_init_for(rank: int, world_size: int, method: str) -> None:
 
 
 def _init_main(rank, world_size, fn, method):
-    """Rank function of :func:`check_init_for`: run ``fn``, all-reduce in the group it joined, leave; returns (what
-    the group says, the init calls)."""
+    """Rank function of :func:`check_init_for`: ``fn``, an all-reduce in its group; (what the group says, inits)."""
     import torch
     import torch.distributed as dist
 

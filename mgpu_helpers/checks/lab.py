@@ -107,8 +107,7 @@ def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> 
 
 
 def check_ownership_check(fn, world_sizes=core.WORLD_SIZES) -> None:
-    """``fn(rank, world_size, data) -> dict``: own a contiguous shard of ``data``, sum its squares, all-reduce,
-    compare with the whole input's sum of squares."""
+    """``fn(rank, world_size, data) -> dict``: the rows :func:`review_ownership` reviews."""
     what = "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较"
     _run_ownership(fn, what, world_sizes, review_ownership)
     core.passed(
@@ -176,8 +175,7 @@ try_ownership_check = core.fill_in_cell(
 
 
 def check_rs_ag_busbw(fn) -> None:
-    """``fn(nbytes, seconds, world_size) -> bytes/s``: the bus bandwidth of a reduce-scatter or an all-gather of an
-    nbytes buffer, by 05's definition and check (:func:`~mgpu_helpers.checks.collectives.hold_busbw`)."""
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: a reduce-scatter's or all-gather's busbw, by 05's check."""
     recorded = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
     count = hold_busbw(fn, "reduce_scatter", "rs_ag_busbw", recorded)
     core.passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
@@ -382,8 +380,7 @@ EXPLANATION = """\
 
 
 def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
-    """Notebook 12's check of the learner's conclusions: one line per claim, then either what is still
-    missing or the explanation (it opens only when every claim holds and the text cites the run)."""
+    """Notebook 12's conclusions: one line per claim, then what is missing, or the explanation once nothing is."""
     verdicts = review_conclusions(claims, run)
     for v in verdicts:  # ✓ supported, ✗ contradicted, ? cannot say
         print(v.line())
@@ -446,8 +443,7 @@ def review_cyclic(values, data) -> list[str]:
 
 
 def check_ownership_cyclic(fn, world_sizes=core.WORLD_SIZES) -> None:
-    """ex12's ``fn(rank, world_size, data) -> dict``: round-robin ownership (rank r owns r, r + n, ...), sum of
-    squares, all-reduce, honest ``ok``."""
+    """ex12's ``fn(rank, world_size, data) -> dict``: the rows :func:`review_cyclic` reviews."""
     what = "ownership_cyclic 要轮流认领元素、算局部平方和、All-Reduce，并如实核对"
     from mgpu_helpers.lessons import lab as lesson
 

@@ -347,8 +347,7 @@ def check_saxpy_cupy(fn) -> None:
 
 
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
-    """ex02-2: the most registers per thread with which ``min_blocks`` blocks of ``block`` threads still reside
-    on one SM; 0 if no register count allows it."""
+    """ex02-2: the most registers per thread that still let ``min_blocks`` blocks reside on one SM (0: none do)."""
     fitting = itertools.takewhile(
         lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
         range(1, limits.max_regs_per_thread + 1),
@@ -397,8 +396,7 @@ def check_max_regs(fn) -> None:
 
 
 def one_wave_facts() -> dict:
-    """ex02-3: this machine's SM count, per-SM limits and the registers of 02's grid-stride kernel at block 256,
-    and where the numbers come from."""
+    """ex02-3: SM count, per-SM limits and registers of 02's grid-stride kernel here, and where they come from."""
     regs = None
     if not simulator():
         from numba import cuda
@@ -425,8 +423,7 @@ def one_wave_facts() -> dict:
 
 
 def check_one_wave_blocks(fn) -> None:
-    """``fn(sm_count, regs_per_thread, limits) -> int``: the blocks in one wave, against the driver's answer for the
-    compiled kernel (GPU) or the occupancy model (no GPU)."""
+    """``fn(sm_count, regs_per_thread, limits) -> int``: one wave, against the driver's (GPU) or the model's count."""
     what = "one_wave_blocks 要给出一波有几个 Block"
     _start(fn, what)
     facts = one_wave_facts()

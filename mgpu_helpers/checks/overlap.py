@@ -246,8 +246,7 @@ def check_plan_buckets(fn) -> None:
     what = "plan_buckets"
     _start(fn, what)
     rng = random.Random()
-    model = NUMELS
-    cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
+    cases = [(NUMELS, 30), (NUMELS, 1), (NUMELS, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
         got = core.call(fn, what, list(numels), size)
@@ -352,12 +351,12 @@ def check_overlap_fraction(fn) -> None:
         got = core.call(fn, what, list(spans))
         got = core.number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
-            hint = (
-                "只算名字以 backward 开头的 compute 段。"
-                if name.startswith("还有一段 forward")
-                else "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
-                if got > want and want < 1
-                else ""
+            hint = core.first_hint(
+                (name.startswith("还有一段 forward"), "只算名字以 backward 开头的 compute 段。"),
+                (
+                    got > want and want < 1,
+                    "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。",
+                ),
             )
             raise core.CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
     core.passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
@@ -404,8 +403,7 @@ def check_zero1(cls) -> None:
 
 
 def check_accumulate_dp(cls) -> None:
-    """ex13 ``AccumulateDP``: micro-batches inside ``no_sync()`` do not communicate; one all-reduce per
-    gradient per step, from the hooks of the last micro-batch; waited, averaged."""
+    """ex13 ``AccumulateDP``: no communication inside ``no_sync()``; one all-reduce per gradient per step."""
     what = "AccumulateDP"
     _start(cls, what)
     n_params = len(NUMELS)

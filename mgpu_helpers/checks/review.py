@@ -80,8 +80,7 @@ def check_speedup_prediction(fn) -> None:
 
 
 def reference_straggler(values) -> tuple[int, float]:
-    """ex11's straggler and its cost: (the rank with the largest median compute, the median over steps of max
-    compute - mean compute)."""
+    """ex11: (the rank with the largest median compute, the median over steps of max - mean compute)."""
     compute = [v["compute_s"] for v in values]
     medians = [statistics.median(c) for c in compute]
     rank = max(range(len(values)), key=lambda r: medians[r])
@@ -340,8 +339,7 @@ def _speedup_mistake(run: ReviewRun, got) -> str | None:
 
 
 def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbps=None, speedup=None) -> None:
-    """11's part 3: each answer held against ``run``; prints one line per answer (passed, not written yet, or
-    what the wrong number is), then raises :class:`CheckFailed` if any was wrong."""
+    """11's part 3: one line per answer held against ``run``, then a failure if any was wrong."""
     want = review_answers(run)
     n, s = run.world_size, run.straggler
     nbytes, _seconds = run.sweep[-1]
