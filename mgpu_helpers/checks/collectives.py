@@ -497,12 +497,13 @@ def check_comm_share_speedup(fn) -> None:
         got = core.number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
-        ratio, steps = before / after if after > 0 else None, 1 / (1 - before + after)
+        ratio = before / after if after > 0 else None
+        mixed = 1 / (1 - before + after)  # the shares taken for the steps' lengths
         guesses = [
             ((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
             (ratio, "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。"),
             (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
-            (steps, "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。"),
+            (mixed, "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。"),
         ]
         why = core.matching_hint(got, guesses, rel_tol=1e-9)
         raise core.CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")

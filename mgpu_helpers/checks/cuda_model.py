@@ -56,7 +56,8 @@ def watchdog(kernel, seconds: float | None = None):
     """While active, every simulator thread started runs ``kernel``'s lines under a deadline: past it the
     thread raises :class:`KernelTimeout` with the line and its local values (the simulator then re-raises it
     at the launch). Only the kernel's own frames are traced, so other code runs at full speed."""
-    code, seconds = core._inner(kernel).__code__, WATCHDOG_S if seconds is None else seconds
+    code = core._inner(kernel).__code__
+    seconds = WATCHDOG_S if seconds is None else seconds
     deadline = time.monotonic() + seconds
 
     def local(frame, event, arg):
@@ -190,10 +191,10 @@ def check_work_and_idle(fn) -> None:
         total = grid * block
         want = (min(n, total), max(0, total - n), max(0, n - total))
         where = f"grid = {grid}, block = {block}, N = {n}"
-        few = n > total
+        too_few = n > total  # fewer threads than elements
         slips = lambda: (
-            (got[1] == total - n and few, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
-            (got[0] == n and few, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
+            (got[1] == total - n and too_few, "线程比元素少时没有线程闲置：闲置数不会是负数。"),
+            (got[0] == n and too_few, f"只有 {total} 个线程：干活的线程最多这么多，剩下的元素没有线程（no_thread）。"),
             (got[2] != want[2], "no_thread 是 N 比线程总数多出来的部分，线程够时是 0。"),
         )
         _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", slips)

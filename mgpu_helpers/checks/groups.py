@@ -64,8 +64,7 @@ def _join_sum_main(rank, world_size, fn, inputs):
 def check_join_and_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` joins through a ``dist.FileStore`` it makes, sums x, leaves, returns the sum."""
     what = "join_and_sum 要自己建 FileStore 加入进程组，all_reduce 之后离开"
-    sizes = tuple(world_sizes or (2, 3, 4))
-    rng = core.new_rng()
+    sizes, rng = tuple(world_sizes or (2, 3, 4)), core.new_rng()
     for world_size in sizes:
         length = int(rng.integers(1, 5))
         inputs = [core.int_values(rng, length) for _ in range(world_size)]
@@ -156,9 +155,10 @@ def check_env_for(fn) -> None:
     """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: six variables."""
     what = "env_for 要给出一个 rank 的六个环境变量"
     for case, got in core.answers(fn, what, _env_cases(core.new_rng())):
-        case_text = f"rank {case[0]}，world_size = {case[1]}，MASTER_PORT = {case[2]}" + (
+        machines = (
             f"，每台机器 {case[3]} 个进程，master_addr = {case[4]!r}" if len(case) > 3 else "（单机，用默认参数）"
         )
+        case_text = f"rank {case[0]}，world_size = {case[1]}，MASTER_PORT = {case[2]}{machines}"
         if not isinstance(got, dict):
             raise core.CheckFailed(f"{case_text}：要返回一个 dict（变量名 -> 值），现在是 {type(got).__name__}。")
         if missing := [k for k in ENV_KEYS if k not in got]:

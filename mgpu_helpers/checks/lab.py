@@ -220,11 +220,9 @@ def facts(run) -> dict:
 
 
 def _crossover_verdict(claim, f) -> Verdict:
-    steps = f["steps"]
-    text = "通信开始压过计算的规模：" + ("测过的规模里没有" if claim == "none" else sizes.format_bytes(claim))
-    table = "，".join(
-        f"{sizes.format_bytes(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us" for r in steps
-    )
+    steps, size = f["steps"], sizes.format_bytes
+    text = "通信开始压过计算的规模：" + ("测过的规模里没有" if claim == "none" else size(claim))
+    table = "，".join(f"{size(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us" for r in steps)
     clearly_over = [r["comm_us"] * TOO_CLOSE > r["compute_us"] for r in steps]
     clearly_under = [r["comm_us"] < r["compute_us"] * TOO_CLOSE for r in steps]
     if claim == "none":
@@ -232,9 +230,7 @@ def _crossover_verdict(claim, f) -> Verdict:
         return Verdict(text, ok, f"测到：{table}。" + ("" if ok else "有规模上通信明显比计算长。"))
     idx = next((i for i, r in enumerate(steps) if r["nbytes"] == claim), None)
     if idx is None:
-        return Verdict(
-            text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。"
-        )
+        return Verdict(text, False, f"这个规模没有测（测过的是 {', '.join(size(r['nbytes']) for r in steps)}）。")
     ok = not clearly_under[idx] and not any(clearly_over[:idx])
     why = core.first_hint(
         (clearly_under[idx], "在这个规模上通信还明显比计算短。"),

@@ -83,11 +83,11 @@ def check_blocks_per_sm(fn) -> None:
     rng = core.new_rng()
     # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
     # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
-    fixed = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
-    fixed += [(1025, 16), (96, 72), (160, 48)]
-    fixed += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
-    fixed += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
-    cases = [(b, r, name, lim) for name, lim in _sms().items() for b, r in fixed]
+    pairs = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
+    pairs += [(1025, 16), (96, 72), (160, 48)]
+    pairs += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
+    pairs += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
+    cases = [(b, r, name, lim) for name, lim in _sms().items() for b, r in pairs]
     for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_blocks_per_sm(block, regs, lim)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):

@@ -74,8 +74,7 @@ def _watch():
         op = call.name.split(".")[-1]
         if op not in WATCHED_OPS:
             return work
-        index = len(seen["calls"])
-        numels = call.numels
+        index, numels = len(seen["calls"]), call.numels
         big = numels[1] if op in ("all_gather_into_tensor", "reduce_scatter_tensor") and len(numels) > 1 else numels[0]
         seen["calls"].append((op, big or 0, call.async_op, seen["in_backward"], seen["step"]))
         seen["order"].append(op)
@@ -86,12 +85,10 @@ def _watch():
 
     core.WatchedCalls(on_call=seen_call).__enter__()  # left in place: the rank ends after the run
 
-    backward = torch.Tensor.backward
-
-    def watched_backward(self, *args, **kwargs):
+    def watched_backward(self, *args, _backward=torch.Tensor.backward, **kwargs):
         seen["in_backward"] = True
         try:
-            return backward(self, *args, **kwargs)
+            return _backward(self, *args, **kwargs)
         finally:
             seen["in_backward"] = False
 

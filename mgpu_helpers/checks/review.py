@@ -69,8 +69,8 @@ def check_speedup_prediction(fn) -> None:
         if not low <= float(g) <= high:
             nudge = "四份一样大时，一步只剩下多少个单位的时间？"
             if name == "uneven":
-                nudge = f"一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
-                nudge = (not_n_times(len(shards)) if math.isclose(float(g), len(shards)) else "") + nudge
+                slip = not_n_times(len(shards)) if math.isclose(float(g), len(shards)) else ""
+                nudge = f"{slip}一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
             raise core.CheckFailed(
                 f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
                 f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
