@@ -102,8 +102,7 @@ def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
 
 
 def _ring_cases(rng, world_size: int, short: bool) -> list:
-    """Lengths that do not divide (3n + 1, then a random one), zeros in one rank's input; ``short`` adds a
-    length below the world size (empty chunks) where the reader's tools allow it."""
+    """Lengths that do not divide, a rank of zeros; ``short``: a length below the world size too (empty chunks)."""
     lengths = [3 * world_size + 1, int(rng.integers(world_size, 6 * world_size + 5))]
     if lengths[1] % world_size == 0:
         lengths[1] += 1
@@ -115,8 +114,7 @@ def _ring_cases(rng, world_size: int, short: bool) -> list:
 
 
 def check_ring_sends(name: str, world_size: int, length: int, logs: list, direction: int) -> None:
-    """The ring's rules, from the sends logged on each rank: to the neighbour only, one chunk per message,
-    2(n - 1) chunks in all per rank."""
+    """The ring's rules, from each rank's logged sends: to the neighbour only, one chunk a message, 2(n - 1) chunks."""
     n, nbytes = world_size, length * 4
     chunk = -(-length // n) * 4  # the longest chunk, in bytes (float32)
     side = "右边 (rank + 1) % world_size " if direction == 1 else "左边 (rank - 1) % world_size "

@@ -245,8 +245,7 @@ try_launch_config = core.fill_in_cell(
 
 
 def check_grid_2d(fn) -> None:
-    """ex01's 2D launch, ``fn(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x along the columns, y along
-    the rows, each the fewest blocks that cover its side (the matrix add is checks.kernels')."""
+    """ex01: ``fn(rows, cols, block_x, block_y) -> (grid_x, grid_y)``: x along the columns, y along the rows."""
     what = "grid_2d 要按 x 对应列、y 对应行，两个方向分别向上取整"
     rng = random.Random()
     cases = [(3, 5, 8, 8), (16, 16, 8, 8), (17, 9, 8, 8), (1, 1, 16, 16), (100, 30, 32, 8), (7, 200, 16, 4)]

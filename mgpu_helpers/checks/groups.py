@@ -227,8 +227,7 @@ def _init_main(rank, world_size, fn, method):
 
 
 def check_init_for(fn, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, method)`` joins the default group through ``method`` (env:// on 3 ranks, tcp:// on 2);
-    the init call itself is held against the method, then the group is used."""
+    """``fn(rank, world_size, method)`` joins through ``method`` itself (env:// on 3 ranks, tcp:// on 2)."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 

@@ -318,8 +318,7 @@ SIZE_NUMBERS = {1, 4, 16, 32, 64, 256, 1024}
 
 
 def cited_numbers(text: str, run) -> list[str]:
-    """The numbers in ``text`` that match something the run measured (within 10%); bare message-size
-    numbers ("1 MiB", "32 KiB") do not count."""
+    """The numbers in ``text`` within 10% of one the run measured; bare sizes ("1 MiB", "32 KiB") do not count."""
     known = _run_numbers(run)
     words = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])", text)
     return [
