@@ -186,8 +186,7 @@ def check_vec_add_two(kernel) -> None:
     core.require_written(kernel, what)
     if kernel is core.course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
         raise core.CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
-    rng = core.new_rng()
-    block = 32
+    rng, block = core.new_rng(), 32
     sizes = [1, block - 3, block + 5, 2 * block, 3 * block + 1, int(rng.integers(2 * block + 1, 9 * block))]
     cases = [(n, block) for n in sizes] + [(int(rng.integers(65, 300)), 64)]
     for n, bs in cases:
@@ -211,7 +210,7 @@ def check_vec_add_two(kernel) -> None:
         missing = np.flatnonzero(np.isnan(c[:n]))
         if missing.size:
             k = int(missing[0])
-            second = k % (2 * bs) >= bs
+            second = k % (2 * bs) >= bs  # in the second half of its tile
             hint = f"每个线程的第二个元素是 i + blockDim.x（这里是 i + {bs}），它没被写。" if second else ""
             raise core.CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
         core.compare(c[:n], want[:n], where)
