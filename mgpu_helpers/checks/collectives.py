@@ -407,18 +407,16 @@ def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: f
     over ``unit`` (1: bytes/s; 1e9: GB/s): a factor other than ``BUSBW_FACTORS``' or a slip of units."""
     n, factor, alg = world_size, BUSBW_FACTORS[op], algbw(nbytes, seconds)
     want = alg * factor(n)
-    limit = 2.0 if op == "all_reduce" else 1.0  # the factor as the ranks grow many
-    other = "reduce_scatter" if op == "all_reduce" else "all_reduce"
+    # the factor as the ranks grow many, and the other op's factor (counting one phase of an all-reduce, or both)
+    limit, other = (2.0, "reduce_scatter") if op == "all_reduce" else (1.0, "all_reduce")
+    one_phase = "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 和 All-Gather 各只是 All-Reduce 的一半。"
+    if op == "all_reduce":
+        one_phase = "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。"
     slips = [
         (alg, "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍（自己那一块留在手里）。"),
         (alg * limit, f"{limit:g} 是 Rank 很多时的极限；{n} 个 Rank 时每个 Rank 发出的比 {limit:g}S 少。"),
         (alg * factor(4) if n != 4 else None, "系数写死成了 4 个 Rank 的值：它随 world_size 变。"),
-        (
-            alg * BUSBW_FACTORS[other](n),
-            "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。"
-            if op == "all_reduce"
-            else "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 和 All-Gather 各只是 All-Reduce 的一半。",
-        ),
+        (alg * BUSBW_FACTORS[other](n), one_phase),
         (want * n, "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
         (want / (n - 1) if n > 1 else None, "一块 S/n 要在环上走 n-1 步，不是一步。"),
         (2 * want, "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。"),
