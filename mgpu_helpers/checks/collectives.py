@@ -8,35 +8,7 @@ import math
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    COLLECTIVE_CALLS,
-    HANG_S,
-    SENDS,
-    WORLD_SIZES,
-    CheckFailed,
-    RankProblem,
-    WatchedCalls,
-    answers,
-    as_numpy,
-    call,
-    compare,
-    expect_items,
-    fill_in,
-    fill_in_cell,
-    first_hint,
-    int_values,
-    launch,
-    launch_check,
-    matching_hint,
-    new_rng,
-    number_answer,
-    passed,
-    rank_tensor,
-    refuse_course_code,
-    resolve_course,
-    run_problem,
-    which_rank,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.lessons.ring import chunk_bounds, ring_all_reduce, ring_schedule
 from mgpu_helpers.models.bandwidth import BUSBW_FACTORS, algbw, busbw, bytes_sent_per_rank
 from mgpu_helpers.models.collectives import expected_outputs
@@ -47,77 +19,65 @@ GUESS_WORLD_SIZE = 4
 GUESS_ELEMENTS = 1_000_000  # float32: S = 4,000,000 bytes
 
 
-# -- broadcast ------------------------------------------------------------------------------------------------
-
-
 def _broadcast_case(rng, world_size):
-    """A source other than rank 0 in every run (world size 2: src 1; 3: the last rank; larger: random, rank 0
-    included), and a zero in the data that is sent."""
+    """A source other than rank 0 on 2 and 3 ranks (larger: random), a zero in the data that is sent."""
     length = int(rng.integers(1, 6))
-    inputs = [int_values(rng, length) for _ in range(world_size)]
+    inputs = [core.int_values(rng, length) for _ in range(world_size)]
     src = {1: 0, 2: 1, 3: 2}.get(world_size, int(rng.integers(0, world_size)))
-    inputs[src][int(rng.integers(0, length))] = 0.0  # zeros in the data that is sent
+    inputs[src][int(rng.integers(0, length))] = 0.0
     return inputs, (src,)
 
 
-BROADCAST = RankProblem(
+BROADCAST = core.RankProblem(
     name="broadcast_p2p",
     what="broadcast_p2p 要让每个 Rank 都拿到 src 的数据",
     make_case=_broadcast_case,
     reference=lambda inputs, extra, world_size: [inputs[extra[0]]] * world_size,
-    explain=lambda case, rank, got: which_rank(got, case.inputs),
+    explain=lambda case, rank, got: core.which_rank(got, case.inputs),
     where=lambda case, rank: f"world_size = {case.world_size}，src = {case.extra[0]}，rank {rank}",
-    forbid=COLLECTIVE_CALLS,
+    forbid=core.COLLECTIVE_CALLS,
     done="broadcast_p2p 在 world_size = {sizes}、随机的 src 上都对。",
 )
-
-
-# -- all-gather -----------------------------------------------------------------------------------------------
 
 
 def _gather_case(rng, world_size):
     """Equal lengths (all-gather's rule), a zero in the last rank's data."""
     length = int(rng.integers(1, 4))
-    inputs = [int_values(rng, length) for _ in range(world_size)]
+    inputs = [core.int_values(rng, length) for _ in range(world_size)]
     inputs[-1][int(rng.integers(0, length))] = 0.0
     return inputs, ()
 
 
 def _explain_gather_order(case, rank, got):
     """A result of the right length with a piece in the wrong place: name the piece and whose data it is."""
-    inputs = case.inputs
-    length = len(inputs[0])
+    inputs, length = case.inputs, len(case.inputs[0])
     if got is None or np.shape(got) != np.shape(case.expected[rank]):
         return ""
     for pos in range(case.world_size):
         piece = np.asarray(got[pos * length : (pos + 1) * length])
         if not np.allclose(piece, inputs[pos]):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"world_size = {case.world_size}，rank {rank}：结果里第 {pos} 段（下标 {pos * length}.."
                 f"{(pos + 1) * length - 1}）应当是 rank {pos} 的数据 {inputs[pos].tolist()}，"
-                f"实际是 {piece.tolist()}{which_rank(piece, inputs)}。按 rank 顺序放，不是按收到的顺序。"
+                f"实际是 {piece.tolist()}{core.which_rank(piece, inputs)}。按 rank 顺序放，不是按收到的顺序。"
             )
     return ""
 
 
-ALL_GATHER = RankProblem(
+ALL_GATHER = core.RankProblem(
     name="all_gather_p2p",
     what="all_gather_p2p 要把所有 Rank 的 x 按 rank 顺序拼起来",
     make_case=_gather_case,
     reference=lambda inputs, extra, world_size: [np.concatenate(inputs)] * world_size,
     explain=_explain_gather_order,
-    forbid=COLLECTIVE_CALLS,
+    forbid=core.COLLECTIVE_CALLS,
     done="all_gather_p2p 在 world_size = {sizes} 上按 rank 顺序拼齐了。",
 )
 
 
-# -- ring all-reduce: the result, and the bytes and neighbours of every send ------------------------------
-#
-# A sum computed some other way gives the same numbers (ex04's whole-tensor ring pass; gather to rank 0 and
-# send back; the collective itself), so the values alone prove nothing. The ranks run the reader's function
-# with every send counted (destination, bytes) and with the collectives and the course's own ring replaced
-# by a refusal, wherever the reader's code reaches them from.
-
+# The ring all-reduce: a sum computed some other way gives the same numbers (ex04's whole-tensor ring pass;
+# gather to rank 0 and send back; the collective itself), so the values alone prove nothing. The ranks run the
+# reader's function with every send counted and with the collectives and the course's own ring refused.
 RING_FORBIDDEN_LIB = (
     "mgpu_helpers.lessons.ring.ring_all_reduce",
     "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
@@ -127,101 +87,89 @@ RING_FORBIDDEN_LIB = (
 
 
 def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
-    """Rank function: run the reader's ring on every case (``in_place``: ``fn(x)``, else ``fn(rank, world_size,
-    x)``), every send logged (core.WatchedCalls: under any name or import path), the collectives and the course's
-    ring refused."""
+    """Rank function: the reader's ring on every case, every send logged, the collectives refused."""
     results = []
-    with WatchedCalls(refuse=COLLECTIVE_CALLS, course=course) as watched:  # the ring is built from messages
+    with core.WatchedCalls(refuse=core.COLLECTIVE_CALLS, course=course) as watched:
         for inputs in cases:
-            x = rank_tensor(inputs[rank])
+            x = core.rank_tensor(inputs[rank])
             start = len(watched.calls)
             out = fn(x) if in_place else fn(rank, world_size, x)
             out = x if out is None and in_place else out
-            sends = [
-                (int(c.peer) if c.peer is not None else -1, c.nbytes) for c in watched.calls[start:] if c.name in SENDS
-            ]
-            results.append((as_numpy(out), sends, out is x))
+            calls = watched.calls[start:]
+            sends = [(-1 if c.peer is None else int(c.peer), c.nbytes) for c in calls if c.name in core.SENDS]
+            results.append((core.as_numpy(out), sends, out is x))
     return results
 
 
 def _ring_cases(rng, world_size: int, short: bool) -> list:
-    """Lengths that do not divide (3n + 1, then a random one), zeros in one rank's input; ``short`` adds a
-    length below the world size (empty chunks) where the reader's tools allow it."""
+    """Lengths that do not divide, a rank of zeros; ``short``: a length below the world size too (empty chunks)."""
     lengths = [3 * world_size + 1, int(rng.integers(world_size, 6 * world_size + 5))]
     if lengths[1] % world_size == 0:
         lengths[1] += 1
     if short and world_size > 2:
         lengths.append(world_size - 1)
-    cases = [[int_values(rng, length) for _ in range(world_size)] for length in lengths]
+    cases = [[core.int_values(rng, length) for _ in range(world_size)] for length in lengths]
     cases[0][-1][:] = 0.0  # a rank of zeros: a product or a copy instead of a sum shows
     return cases
 
 
 def check_ring_sends(name: str, world_size: int, length: int, logs: list, direction: int) -> None:
-    """The ring's rules, from the sends logged on each rank: to the neighbour only, one chunk per message,
-    2(n - 1) chunks in all per rank. Raises :class:`CheckFailed` naming the rank and the rule."""
-    n, itemsize = world_size, 4
-    nbytes = length * itemsize
-    chunk = -(-length // n) * itemsize  # the longest chunk, in bytes
+    """The ring's rules, from each rank's logged sends: to the neighbour only, one chunk a message, 2(n - 1) chunks."""
+    n, nbytes = world_size, length * 4
+    chunk = -(-length // n) * 4  # the longest chunk, in bytes (float32)
     side = "右边 (rank + 1) % world_size " if direction == 1 else "左边 (rank - 1) % world_size "
     where = f"world_size = {n}，长度 {length}（S = {nbytes} 字节）"
     sent = [sum(b for _d, b in log) for log in logs]
     peers = [{d for d, _b in log} for log in logs]
     if n >= 3 and all(peers[r] == {0} for r in range(1, n)):
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{name}，{where}：rank 1..{n - 1} 都只给 rank 0 发。先把数据收到 rank 0、加好再发回去，"
             f"结果是对的，但那是 Gather + Broadcast：rank 0 一个人发出 {sent[0]} 字节，别人都在等它。"
             f"环上每个 Rank 只给{side}发，每次一块。"
         )
     for rank, log in enumerate(logs):
-        wrong_peer = sorted(peers[rank] - {(rank + direction) % n})
-        if wrong_peer:
-            raise CheckFailed(
+        if wrong_peer := sorted(peers[rank] - {(rank + direction) % n}):
+            raise core.CheckFailed(
                 f"{name}，{where}：rank {rank} 给 rank {wrong_peer} 发了消息；"
                 f"环上每个 Rank 只给{side}发（方向反了吗？）。"
             )
         biggest = max((b for _d, b in log), default=0)
         if biggest > chunk:
             whole = "，正好是整个张量：那是练习 04 的整张量沿环传递" if biggest == nbytes else ""
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，{where}：rank {rank} 一条消息发了 {biggest} 字节{whole}。Ring All-Reduce "
                 f"每一步只发一块（最长的一块 {chunk} 字节）。"
             )
     formula = bytes_sent_per_rank("all_reduce", nbytes, n)
-    total = sum(sent)
-    if total != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
+    if sum(sent) != round(n * formula) or max(sent) > 2 * (n - 1) * chunk:
         rank = max(range(n), key=lambda r: abs(sent[r] - formula))
-        why = (
-            "少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。"
-            if total < round(n * formula)
-            else "多了：每个块在每个阶段只沿环走 world_size - 1 步。"
-        )
-        raise CheckFailed(
+        why = "多了：每个块在每个阶段只沿环走 world_size - 1 步。"
+        if sum(sent) < round(n * formula):
+            why = "少了：两个阶段各要走 world_size - 1 步，每步每个 Rank 发一块。"
+        raise core.CheckFailed(
             f"{name}，{where}：各 Rank 发出的字节数是 {sent}，rank {rank} 的 {sent[rank]} "
             f"和环该发的 {formula:g} 差得太远，{why}"
         )
 
 
 def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
-    """Run the reader's ring on ``world_sizes`` (None: :data:`WORLD_SIZES`); check values (in place), then the
-    sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on lengths below the world size (its
-    exchange skips empty chunks); to the left (ex05-3): ``fn(rank, world_size, x)``."""
+    """Check the values (in place), then the sends. To the right (05's fill-in): ``fn(tensor)`` in place, also on
+    lengths below the world size (its exchange skips empty chunks); to the left (ex05-3): ``fn(rank, size, x)``."""
     right = direction == 1
     name = "ring_all_reduce" if right else "ring_all_reduce_left"
-    world_sizes = tuple(world_sizes or WORLD_SIZES)
+    world_sizes = tuple(world_sizes or core.WORLD_SIZES)
     what = f"{name} 要用环（先 Reduce-Scatter 再 All-Gather）原地求出所有 Rank 的和"
-    schedule = (
-        "对照 ring_schedule：每一步发哪块、收哪块"
-        if right
-        else "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
-    )
-    course = resolve_course(RING_FORBIDDEN_LIB)
-    refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
-    rng = new_rng()
+    schedule = "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
+    if right:
+        schedule = "对照 ring_schedule：每一步发哪块、收哪块"
+    course = core.resolve_course(RING_FORBIDDEN_LIB)
+    core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
+    rng = core.new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short=right)
         advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
-        res_values = launch(_instrumented_ring_rank, world_size, (fn, cases, right, course), what, fn, timeout, advice)
+        args = (fn, cases, right, course)
+        res_values = core.launch(_instrumented_ring_rank, world_size, args, what, fn, timeout, advice)
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -231,7 +179,7 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
                 a, b = chunk_bounds(length, world_size)[(rank + direction) % world_size]  # done by reduce-scatter
                 hint = ""
                 if got is not None and np.shape(got) == np.shape(want) and not np.allclose(got, want):
-                    hint = first_hint(
+                    hint = core.first_hint(
                         (np.allclose(got, inputs[rank]), "结果还是这个 Rank 自己的输入：收到的块加上了吗？"),
                         (
                             np.allclose(got[a:b], want[a:b]),
@@ -239,24 +187,23 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
                         ),
                         default=f"{schedule}；Reduce-Scatter 要加，All-Gather 直接覆盖。",
                     )
-                compare(got, want, where, hint)
+                core.compare(got, want, where, hint)
                 if right and not same:
-                    raise CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
+                    raise core.CheckFailed(f"{where}：要原地改写传进来的张量并返回它，返回的是另一个张量。")
             check_ring_sends(name, world_size, length, [res_values[r][k][1] for r in range(world_size)], direction)
     who, empty, side = ("你的 Ring All-Reduce", "含空块、", "右") if right else (name, "", "左")
-    passed(
+    core.passed(
         f"{who} 在 world_size = {', '.join(map(str, world_sizes))}、长度不能整除（{empty}含全零的 Rank）时都等于总和；"
         f"每个 Rank 只给{side}边发，每条消息一块。"
     )
 
 
-def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = HANG_S) -> None:
-    """05's fill-in: ``fn(tensor)`` sums ``tensor`` over the default group in place with a ring to the right
-    (rank + 1), one chunk per message; checked on 2, 3, 4 ranks, uneven lengths, zeros, empty chunks."""
+def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
+    """05's fill-in: ``fn(tensor)`` sums ``tensor`` in place with a ring to the right (rank + 1)."""
     run_ring(fn, 1, world_sizes, timeout)
 
 
-try_ring_all_reduce = fill_in_cell(
+try_ring_all_reduce = core.fill_in_cell(
     check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce", "Ring All-Reduce"
 )
 
@@ -282,21 +229,15 @@ def reference_ring_all_reduce_left(rank, world_size, x):
     return x
 
 
-def check_ring_all_reduce(fn, world_sizes=None, timeout: float = HANG_S) -> None:
-    """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to
-    rank - 1 only, one chunk per message, 2(n - 1)/n of the tensor per rank; lengths need not divide."""
+def check_ring_all_reduce(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
+    """ex05-3: ``fn(rank, world_size, x)``: the ring all-reduce (sum) turned round, every rank sending to rank - 1."""
     run_ring(fn, -1, world_sizes, timeout)
 
 
-# -- bytes sent by each rank of a ring all-reduce ------------------------------------------------------------
-
-
 def ring_bytes_per_rank(length: int, world_size: int, itemsize: int = 4) -> list[int]:
-    """Bytes each rank sends in ``mh.lessons.ring.ring_all_reduce`` of ``length`` elements: the sizes of the
-    chunks it sends at every step of the schedule (exact, also for uneven chunks)."""
+    """Bytes each rank sends in ``ring_all_reduce`` of ``length`` elements, from the schedule (uneven chunks too)."""
     sizes = [(stop - start) * itemsize for start, stop in chunk_bounds(length, world_size)]
-    schedule = ring_schedule(world_size)
-    return [sum(sizes[who[rank][0]] for _phase, _step, who in schedule) for rank in range(world_size)]
+    return [sum(sizes[who[rank][0]] for _p, _s, who in ring_schedule(world_size)) for rank in range(world_size)]
 
 
 def _bytes_case(rng, world_size):
@@ -309,8 +250,7 @@ def _explain_bytes(case, rank, got):
         got = float(got)
     except (TypeError, ValueError):
         return "count_sent_bytes 要返回一个数（这个 Rank 发出的字节数）。"
-    nbytes = 4 * len(case.inputs[0])
-    want = case.expected[rank]
+    nbytes, want = 4 * len(case.inputs[0]), case.expected[rank]
     slips = (
         (0, "一个字节都没数到：是不是包装没有装上（要在调用 ring_all_reduce 之前替换 dist.batch_isend_irecv）？"),
         (2 * want, "正好是两倍：把收到的（irecv）也算进去了，只数 op.op is dist.isend 的那些。"),
@@ -321,7 +261,7 @@ def _explain_bytes(case, rank, got):
     return next((text for value, text in slips if got == value), formula)
 
 
-RING_BYTES = RankProblem(
+RING_BYTES = core.RankProblem(
     name="count_sent_bytes",
     what="count_sent_bytes 要数出这个 Rank 在 ring_all_reduce 里一共发出了多少字节",
     make_case=_bytes_case,
@@ -336,20 +276,19 @@ RING_BYTES = RankProblem(
 )
 
 
-def check_broadcast(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_broadcast(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x, src)`` returns rank ``src``'s x on every rank (send/recv only)."""
-    run_problem(BROADCAST, fn, world_sizes, timeout)
+    core.run_problem(BROADCAST, fn, world_sizes, timeout)
 
 
-def check_all_gather(fn, world_sizes=None, timeout: float = HANG_S) -> None:
+def check_all_gather(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` returns every rank's x concatenated in rank order (send/recv only)."""
-    run_problem(ALL_GATHER, fn, world_sizes, timeout)
+    core.run_problem(ALL_GATHER, fn, world_sizes, timeout)
 
 
-def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> None:
-    """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this
-    rank sent, counted as the ranks run; compared with the schedule's exact count, rank by rank."""
-    for case in run_problem(RING_BYTES, fn, world_sizes, timeout):
+def check_count_sent_bytes(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
+    """``fn(rank, world_size, x)`` runs ``mh.lessons.ring.ring_all_reduce(x)`` and returns the bytes this rank sent."""
+    for case in core.run_problem(RING_BYTES, fn, world_sizes, timeout):
         nbytes = 4 * len(case.inputs[0])
         print(
             f"  world_size = {case.world_size}，S = {nbytes} 字节：每个 Rank 发出 {case.expected}，"
@@ -358,60 +297,44 @@ def check_count_sent_bytes(fn, world_sizes=None, timeout: float = HANG_S) -> Non
 
 
 def reference_count_sent_bytes(rank, world_size, x):
-    """The checker's own count: run the course's ring with every send watched (core.WatchedCalls), return
-    the bytes this rank sent."""
-    with WatchedCalls() as watched:
+    """The checker's own count: the bytes this rank sends in the course's ring."""
+    with core.WatchedCalls() as watched:
         ring_all_reduce(x)
-    return sum(c.nbytes for c in watched.calls if c.name in SENDS)
+    return sum(c.nbytes for c in watched.calls if c.name in core.SENDS)
 
 
-def check_ring_bytes_guess(fn, timeout: float = HANG_S) -> None:
-    """Number first: ``fn()`` returns the reader's number of bytes one rank sends in a ring all-reduce of
-    :data:`GUESS_ELEMENTS` float32 on :data:`GUESS_WORLD_SIZE` ranks; the bytes are then counted on running
-    ranks and the guess is held against the count (within 1%)."""
+def check_ring_bytes_guess(fn, timeout: float = core.HANG_S) -> None:
+    """Number first: ``fn()`` guesses the bytes one rank sends in a ring all-reduce of :data:`GUESS_ELEMENTS`
+    float32 on :data:`GUESS_WORLD_SIZE` ranks, held against the bytes counted on running ranks (within 1%)."""
     what = f"ring_bytes_guess：{GUESS_WORLD_SIZE} 个 Rank、{GUESS_ELEMENTS} 个 float32 时每个 Rank 发出的字节数"
-    guess = call(fn, what)
-    guess = number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
+    guess = core.call(fn, what)
+    guess = core.number_answer(guess, f"{what}：要返回一个数（字节数），现在是 {guess!r}。")
     nbytes = 4 * GUESS_ELEMENTS
     inputs = [np.zeros(GUESS_ELEMENTS, dtype=np.float32) for _ in range(GUESS_WORLD_SIZE)]
-    measured = launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)[0]
-    if abs(guess - measured) > 0.01 * measured:
-        why = first_hint(
+    measured = core.launch_check(reference_count_sent_bytes, what, GUESS_WORLD_SIZE, inputs, timeout=timeout)[0]
+    near = lambda value, scale: abs(guess - value) <= 0.01 * scale
+    if not near(measured, measured):
+        why = core.first_hint(
             (guess == nbytes, "你的数正好是张量的大小 S：每个 Rank 并不把整个张量发出去，每一步只发一块。"),
+            (near(measured / 2, measured), "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。"),
             (
-                abs(guess - measured / 2) <= 0.01 * measured,
-                "正好是一半：别忘了 All-Gather 阶段也要发 world_size - 1 块。",
-            ),
-            (
-                abs(guess - 2 * nbytes) <= 0.01 * nbytes,
+                near(2 * nbytes, nbytes),
                 "2S 是 world_size 很大时的极限；world_size = 4 时每个 Rank 发 2(n-1) 块，每块 S/n。",
             ),
             default="数一数：两个阶段各几步？每一步发多大的一块？",
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}：你的答案 {guess:.0f}，在 {GUESS_WORLD_SIZE} 个 Rank 上数到每个 Rank 发出 {measured} 字节。{why}"
         )
-    passed(
+    core.passed(
         f"你的答案 {guess:.0f} 字节；{GUESS_WORLD_SIZE} 个 Rank 上实测每个 Rank 发出 {measured} 字节"
         f"（S = {nbytes}，2(n-1)/n·S = {bytes_sent_per_rank('all_reduce', nbytes, GUESS_WORLD_SIZE):g}）。"
     )
 
 
-# -- 05's small computations: what each collective leaves on each rank, busbw, the step's speed-up -----------
-
-
 # The three collectives 05 asks to predict; the reference is the model's expected_outputs (sum; all_gather: one
 # flat list in rank order; reduce_scatter: rank r gets piece r of the sum).
 EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
-
-
-def _expected_cases(rng, name: str):
-    """World sizes 2, 3, 4; lengths that do not divide (all_reduce, all_gather), a zero row, random rows."""
-    for n in WORLD_SIZES:
-        length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
-        rows = [int_values(rng, length).tolist() for _ in range(n)]
-        rows[0] = [0.0] * length
-        yield rows
 
 
 def _explain_expected(name: str, inputs, rank: int, got) -> str:
@@ -422,53 +345,46 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
     rs = name == "reduce_scatter"
     other = next((k for k in range(n) if rs and k != rank and same(np.split(rows.sum(axis=0), n)[k])), None)
-    return first_hint(
+    row_sums, own_piece = name == "all_reduce" and same(rows.sum(axis=1)), rs and same(np.split(rows[rank], n)[rank])
+    return core.first_hint(
         (same(rows[rank]), "这是这个 Rank 自己的输入：集合通信之后它手里有别人的数据了。"),
         (same(rows.mean(axis=0)), "这是平均值：op=SUM 是求和，不除以 world_size。"),
-        (
-            name == "all_reduce" and same(rows.sum(axis=1)),
-            "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。",
-        ),
+        (row_sums, "你把每个 Rank 自己的一行加成了一个数；All-Reduce 是各 Rank 之间按元素（按列）相加。"),
         (name == "all_gather" and same(rows[::-1].reshape(-1)), "顺序反了：第 k 段是 rank k 的数据。"),
         (rs and same(rows.sum(axis=0)), "这是完整的和（All-Reduce 的结果）；Reduce-Scatter 之后 rank r 只留第 r 段。"),
-        (
-            rs and same(np.split(rows[rank], n)[rank]),
-            "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。",
-        ),
+        (own_piece, "这是自己输入的第 r 段，没有求和：那是各自切一段，不是 Reduce-Scatter。"),
         (other is not None, f"这是第 {other} 段的和；rank {rank} 拿的是第 {rank} 段。"),
     )
 
 
 def check_expected_outputs(fns: dict) -> None:
-    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of all_reduce, all_gather, reduce_scatter
-    given (inputs: one list of numbers per rank); fresh inputs on 2, 3, 4 ranks, a zero row, uneven lengths."""
+    """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of :data:`EXPECTED_NAMES` given."""
     names = [name for name in EXPECTED_NAMES if name in fns]
     if not names:
         raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
-    for name, fn in ((name, fns[name]) for name in names):
+    for name in names:
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
-        for inputs in _expected_cases(new_rng(), name):
-            got = call(fn, what, [list(r) for r in inputs])
+        rng = core.new_rng()
+        for n in core.WORLD_SIZES:  # lengths that do not divide (all_reduce, all_gather), a zero row
+            length = n * int(rng.integers(1, 4)) if name == "reduce_scatter" else int(rng.integers(1, 3)) * n + 1
+            inputs = [[0.0] * length] + [core.int_values(rng, length).tolist() for _ in range(n - 1)]
+            got = core.call(fns[name], what, [list(r) for r in inputs])
             want = expected_outputs(name, inputs)
-            where = f"expected_{name}，{len(inputs)} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
-            expect_items(
-                got, len(inputs), f"{where}：要返回一个列表，每个 Rank 一项（{len(inputs)} 项），实际得到 {got!r:.80}。"
-            )
-            for rank in range(len(inputs)):
-                compare(
-                    got[rank], want[rank], f"{where}，rank {rank}", _explain_expected(name, inputs, rank, got[rank])
-                )
-    passed(
+            where = f"expected_{name}，{n} 个 Rank，输入 {[[int(v) for v in r] for r in inputs]}"
+            core.expect_items(got, n, f"{where}：要返回一个列表，每个 Rank 一项（{n} 项），实际得到 {got!r:.80}。")
+            for rank in range(n):
+                hint = _explain_expected(name, inputs, rank, got[rank])
+                core.compare(got[rank], want[rank], f"{where}，rank {rank}", hint)
+    core.passed(
         f"{'、'.join('expected_' + name for name in names)} 算对了（2、3、4 个 Rank，长度不能整除，含全零的 Rank）。"
     )
 
 
 def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_reduce_scatter) -> dict:
-    """05's fill-in, ``{name: fn}``: each of the three predictions through :func:`~mgpu_helpers.checks.core.fill_in`
-    (checked once written, the course's answer while unwritten)."""
+    """05's fill-in, ``{name: fn}``: each of the three predictions through :func:`~mgpu_helpers.checks.core.fill_in`."""
     given = dict(zip(EXPECTED_NAMES, (expected_all_reduce, expected_all_gather, expected_reduce_scatter)))
     return {
-        name: fill_in(
+        name: core.fill_in(
             fn,
             lambda fn, name=name: check_expected_outputs({name: fn}),
             lambda inputs, name=name: expected_outputs(name, inputs),
@@ -481,33 +397,26 @@ def try_expected_outputs(expected_all_reduce, expected_all_gather, expected_redu
 try_expected_outputs.checker = check_expected_outputs.__name__  # the name its passing is recorded under
 
 
-# -- busbw: one check, for each collective the course asks it of (05: all-reduce; 12: reduce-scatter and
-# all-gather; 11: a number read off a run), the factors from models.bandwidth ----------------------------------
-
-
+# busbw: one check for each collective the course asks it of (05: all-reduce; 12: reduce-scatter and all-gather;
+# 11: a number read off a run).
 BUSBW_OPS = {"all_reduce": "All-Reduce", "reduce_scatter": "Reduce-Scatter / All-Gather"}  # as the messages say
 
 
 def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0) -> list:
-    """``[(wrong value, what it is)]``: the usual wrong answers for ``op``'s busbw of ``nbytes`` in ``seconds`` on
-    ``world_size`` ranks, in bytes/s over ``unit`` (1: bytes/s; 1e9: GB/s), first match first
-    (:func:`~mgpu_helpers.checks.core.matching_hint`). Every value is a factor other than
-    :data:`~mgpu_helpers.models.bandwidth.BUSBW_FACTORS`' or a slip of units."""
-    n, factor = world_size, BUSBW_FACTORS[op]
-    alg = algbw(nbytes, seconds)
+    """``[(wrong value, what it is)]``, first match first: the usual wrong answers for ``op``'s busbw, in bytes/s
+    over ``unit`` (1: bytes/s; 1e9: GB/s): a factor other than ``BUSBW_FACTORS``' or a slip of units."""
+    n, factor, alg = world_size, BUSBW_FACTORS[op], algbw(nbytes, seconds)
     want = alg * factor(n)
-    limit = 2.0 if op == "all_reduce" else 1.0  # the factor as the ranks grow many
-    other = "reduce_scatter" if op == "all_reduce" else "all_reduce"
+    # the factor as the ranks grow many, and the other op's factor (counting one phase of an all-reduce, or both)
+    limit, other = (2.0, "reduce_scatter") if op == "all_reduce" else (1.0, "all_reduce")
+    one_phase = "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 和 All-Gather 各只是 All-Reduce 的一半。"
+    if op == "all_reduce":
+        one_phase = "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。"
     slips = [
         (alg, "这是 algbw = S/t，还没乘修正系数：数一数每个 Rank 发出的字节是 S 的几倍（自己那一块留在手里）。"),
         (alg * limit, f"{limit:g} 是 Rank 很多时的极限；{n} 个 Rank 时每个 Rank 发出的比 {limit:g}S 少。"),
         (alg * factor(4) if n != 4 else None, "系数写死成了 4 个 Rank 的值：它随 world_size 变。"),
-        (
-            alg * BUSBW_FACTORS[other](n),
-            "只数了一个阶段：Reduce-Scatter 之后，All-Gather 阶段每个 Rank 也要发。"
-            if op == "all_reduce"
-            else "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 和 All-Gather 各只是 All-Reduce 的一半。",
-        ),
+        (alg * BUSBW_FACTORS[other](n), one_phase),
         (want * n, "每一步只发 S/n 的一块，不是整个 Buffer：还要除以 n。"),
         (want / (n - 1) if n > 1 else None, "一块 S/n 要在环上走 n-1 步，不是一步。"),
         (2 * want, "乘了 2：busbw 是每个 Rank 单方向发出的速率，不算两个方向之和。"),
@@ -529,44 +438,41 @@ def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: f
 
 
 def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0, rel_tol=1e-6):
-    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``, within ``rel_tol``), else what to say: the
-    slip it matches (:func:`busbw_slips`), or that one rank sends nothing."""
+    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``, within ``rel_tol``), else what to say."""
     want = busbw(op, nbytes, seconds, world_size) / unit
     if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-9):
         return None
     if world_size == 1:
         return "一个 Rank 时没有人可发：busbw 是 0（系数里的 n-1 是 0）。"
-    return matching_hint(got, busbw_slips(op, nbytes, seconds, world_size, unit), rel_tol=rel_tol)
+    return core.matching_hint(got, busbw_slips(op, nbytes, seconds, world_size, unit), rel_tol=rel_tol)
 
 
 def hold_busbw(fn, op: str, name: str, cases=()) -> int:
-    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth, nccl-tests' definition, on the
-    fixed ``cases`` ``(nbytes, seconds, world_size)`` (eight ranks first: the wrong factors differ there; one rank)
-    and twenty random ones. ``name``: the learner's function, in the messages. Returns the number of cases; the
-    caller says what passed (the progress records the caller's name)."""
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth (nccl-tests'), on fixed cases (eight
+    ranks first: the wrong factors differ there), ``cases`` and twenty random ones. Returns the number of cases:
+    the caller says what passed (the progress records the caller's name)."""
     what = f"{name} 要算出 {BUSBW_OPS[op]} 的 busbw（字节/秒）"
-    rng = new_rng()
+    rng = core.new_rng()
     cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3), *cases]
     cases += [
         (float(rng.integers(1, 2**31)), float(rng.uniform(1e-5, 2.0)), int(rng.integers(2, 17))) for _ in range(20)
     ]
-    for (nbytes, seconds, n), got in answers(fn, what, cases):
+    for (nbytes, seconds, n), got in core.answers(fn, what, cases):
         where = f"S = {nbytes:g} 字节，t = {seconds:g} 秒，n = {n}"
-        got = number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
-        why = busbw_mistake(got, op, nbytes, seconds, n)
-        if why is not None:
+        got = core.number_answer(got, f"{where}：要返回一个数（字节/秒），实际得到 {got!r}。")
+        if (why := busbw_mistake(got, op, nbytes, seconds, n)) is not None:
             want = busbw(op, nbytes, seconds, n)
-            raise CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
+            raise core.CheckFailed(f"{where}：busbw 应当是 {want:.6g} 字节/秒，你的函数给出 {got:.6g}。{why}")
     return len(cases)
 
 
 def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth (:func:`hold_busbw`)."""
     count = hold_busbw(fn, "all_reduce", "all_reduce_busbw")
-    passed(f"all_reduce_busbw 在 {count} 组（含 n = 1、2、8）上都对。")
+    core.passed(f"all_reduce_busbw 在 {count} 组（含 n = 1、2、8）上都对。")
 
 
-try_all_reduce_busbw = fill_in_cell(
+try_all_reduce_busbw = core.fill_in_cell(
     check_all_reduce_busbw,
     lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
     "All-Reduce 的 busbw",
@@ -578,49 +484,37 @@ try_all_reduce_busbw = fill_in_cell(
 def check_comm_share_speedup(fn) -> None:
     """``fn(share_before, share_after) -> speed-up``: compute fixed, communication's share of the step drops."""
     what = "comm_share_speedup 要算出通信占比从 before 降到 after 时每步快几倍"
-    rng = new_rng()
+    rng = core.new_rng()
     cases = [(0.3, 0.1), (0.5, 0.5), (0.0, 0.0), (0.2, 0.0), (0.9, 0.3)]
     cases += [tuple(float(v) for v in sorted(rng.uniform(0, 0.95, 2), reverse=True)) for _ in range(20)]
-    for (before, after), got in answers(fn, what, cases):
+    for (before, after), got in core.answers(fn, what, cases):
         want = comm_share_speedup(before, after)
         where = f"通信占一步 {before:.0%} → {after:.0%}"
-        got = number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
+        got = core.number_answer(got, f"{where}：要返回一个数（快了几倍），实际得到 {got!r}。")
         if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
             continue
+        ratio = before / after if after > 0 else None
+        mixed = 1 / (1 - before + after)  # the shares taken for the steps' lengths
         guesses = [
             ((1 - before) / (1 - after) if after < 1 else None, "倒过来了：快了几倍是 旧步时 ÷ 新步时，应当大于 1。"),
-            (
-                before / after if after > 0 else None,
-                "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。",
-            ),
+            (ratio, "占比之比不是步时之比：先用不变的计算时间把两次的一步各写出来，再相除。"),
             (1 + before - after, "占比相减不是步时之比：先用不变的计算时间把两次的一步各写出来。"),
-            (
-                1 / (1 - before + after),
-                "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。",
-            ),
+            (mixed, "通信占一步的 s 时，计算占 1 - s：计算时间不变，一步就是计算时间的几倍？两次分别算出来再相除。"),
         ]
-        why = matching_hint(got, guesses, rel_tol=1e-9)
-        raise CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
-    passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
+        why = core.matching_hint(got, guesses, rel_tol=1e-9)
+        raise core.CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
+    core.passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
 
 
-try_comm_share_speedup = fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
-
-
-# -- notebook 05: a collective mismatch, found the way TORCH_DISTRIBUTED_DEBUG=DETAIL finds it ------------------
+try_comm_share_speedup = core.fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
 
 
 def reference_first_out_of_step(calls):
-    """The sequence number (from 0) of the first collective on which the ranks are out of step, or None.
-
-    ``calls[r]`` lists rank r's collectives in the order it calls them, each ``(name, count)``. At number k
-    the ranks are in step when every rank has a k-th call and all of them are the same name with the same count;
-    a rank that has no k-th call while another has one is out of step at k (the others wait for it)."""
+    """Notebook 05's mismatch, found as TORCH_DISTRIBUTED_DEBUG=DETAIL finds it: the number (from 0) of the first
+    collective on which the ranks' ``(name, count)`` calls differ, or None. A rank that has no k-th call while
+    another has one is out of step at k (the others wait for it)."""
     longest = max((len(c) for c in calls), default=0)
-    for k in range(longest):
-        if len({tuple(c[k]) if k < len(c) else None for c in calls}) > 1:
-            return k
-    return None
+    return next((k for k in range(longest) if len({tuple(c[k]) if k < len(c) else None for c in calls}) > 1), None)
 
 
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
@@ -644,24 +538,22 @@ def _out_of_step_cases(rng, count: int = 40):
         calls = [list(common) for _ in range(world_size)]
         if rng.random() < 0.8:
             r, k = int(rng.integers(0, world_size)), int(rng.integers(0, length))
-            kind = rng.integers(0, 3)
-            if kind == 0:
-                calls[r][k] = (calls[r][k][0], calls[r][k][1] * 2)
-            elif kind == 1:
-                calls[r][k] = ("all_gather" if calls[r][k][0] != "all_gather" else "broadcast", calls[r][k][1])
+            kind, (name, count) = int(rng.integers(0, 3)), calls[r][k]
+            other = "all_gather" if name != "all_gather" else "broadcast"
+            if kind == 2:
+                del calls[r][k:]  # the rank stops calling
             else:
-                del calls[r][k:]
+                calls[r][k] = (name, count * 2) if kind == 0 else (other, count)
         cases.append(calls)
     return cases
 
 
 def _explain_out_of_step(calls, got, want) -> str:
-    """The usual slip behind ``got`` for ``calls``."""
     names_only = reference_first_out_of_step([[(n, 0) for n, _c in rank] for rank in calls])
     shortest = min(len(c) for c in calls)
     zipped = next((k for k in range(shortest) if len({tuple(c[k]) for c in calls}) > 1), None)
     pairwise = reference_first_out_of_step(calls[:2])
-    return first_hint(
+    return core.first_hint(
         (want is not None and got == want + 1, "序号从 0 数起：第一个集合通信是 0 号。"),
         (got == names_only and got != want, "只比了名字：同一种集合通信、元素个数不同，也对不上（count 也要一样）。"),
         (
@@ -676,14 +568,18 @@ def _explain_out_of_step(calls, got, want) -> str:
 def check_first_out_of_step(fn) -> None:
     """``fn(calls) -> k or None`` on fixed and random lists of each rank's (name, count) calls."""
     what = "first_out_of_step 要找出第一个步调不一致的集合通信的序号"
-    cases = _out_of_step_cases(new_rng())
-    for (calls,), got in answers(fn, what, [([list(c) for c in case],) for case in cases]):
+    cases = _out_of_step_cases(core.new_rng())
+    for (calls,), got in core.answers(fn, what, [([list(c) for c in case],) for case in cases]):
         want = reference_first_out_of_step(calls)
         if got == want and (got is None) == (want is None) and not isinstance(got, bool):
             continue
         shown = "；".join(f"rank {r}: {[f'{n}({c})' for n, c in rank]}" for r, rank in enumerate(calls))
-        raise CheckFailed(f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{_explain_out_of_step(calls, got, want)}")
-    passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
+        raise core.CheckFailed(
+            f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{_explain_out_of_step(calls, got, want)}"
+        )
+    core.passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
 
 
-try_first_out_of_step = fill_in_cell(check_first_out_of_step, reference_first_out_of_step, "第一个步调不一致的集合通信")
+try_first_out_of_step = core.fill_in_cell(
+    check_first_out_of_step, reference_first_out_of_step, "第一个步调不一致的集合通信"
+)

@@ -4,26 +4,16 @@ fill-ins, ``try_*``); reading the evidence of a hang and predicting where a hang
 
 import copy
 import random
+from collections import Counter
 
-from mgpu_helpers.checks.core import (
-    CheckFailed,
-    call,
-    course_code_reached,
-    expect_items,
-    fill_in_cell,
-    first_hint,
-    passed,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.stragglers import COURSE_READERS, hold_straggler_readings, reference_straggler
 from mgpu_helpers.launcher.errors import RankTimeout
 from mgpu_helpers.measure import diagnose
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
 #: The calls a made-up hang's ranks are caught in: four collectives (the first four: a rank's majority op) and barrier.
-HANG_OPS = (
-    *(TORCH_FUNCTIONS[name][0] for name in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")),
-    "barrier",
-)
+HANG_OPS = (*(TORCH_FUNCTIONS[n][0] for n in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")), "barrier")
 
 
 def make_hang_evidence(
@@ -37,11 +27,10 @@ def make_hang_evidence(
     finished = completed - 2 if kind == "late" else completed - 1  # collectives 1..finished: every rank did them
     history = [("all_reduce", "broadcast")[k % 2] for k in range(1, finished + 1)]
     outputs, stacks, waiting, recorded = {}, {}, {}, {}
+    done = (finished, history[-1]) if history else None
     for r in range(world_size):
-        lines = [f"rank {r} ready, world_size {world_size}"] + [
-            f"step {k}: loss {1.0 / (k + 2):.4f}" for k in range(1, finished + 1)
-        ]
-        done = (finished, history[-1]) if history else None
+        lines = [f"rank {r} ready, world_size {world_size}"]
+        lines += [f"step {k}: loss {1.0 / (k + 2):.4f}" for k in range(1, finished + 1)]
         if kind == "late" and r == odd_rank:
             outputs[r] = lines + [f"step {finished + 1}: loading a slow batch"]
             recorded[r] = {"last_completed": done, "stuck_in": None}
@@ -65,60 +54,40 @@ def make_hang_evidence(
 
 
 def check_find_mismatch(fn) -> None:
-    """``fn(evidence) -> (rank, seq, name)``: the rank to look at first in a hang's evidence, the number of
-    the collective where it parted from the others, and the collective it is in (None when in none)."""
+    """``fn(evidence) -> (rank, seq, name)``: the odd rank of a hang, where it parted and the collective it is in."""
     what = "find_mismatch 要从挂起的证据里找出和别人不一样的 Rank"
     rng = random.Random()
     rounds = 12
     for _ in range(rounds):
-        n = rng.randint(3, 6)
-        kind = rng.choice(["mismatch", "late"])
-        completed = rng.randint(2, 9)
-        odd = rng.randrange(n)
-        major = rng.choice(HANG_OPS[:4])
+        n, kind, completed = rng.randint(3, 6), rng.choice(["mismatch", "late"]), rng.randint(2, 9)
+        odd, major = rng.randrange(n), rng.choice(HANG_OPS[:4])
         other = rng.choice([c for c in HANG_OPS[:4] if c != major])
-        got = call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
+        got = core.call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
         want = (odd, completed, other) if kind == "mismatch" else (odd, completed - 1, None)
         if got is None or len(tuple(got)) != 3:
-            raise CheckFailed(f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
+            raise core.CheckFailed(f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
             others = ", ".join(str(r) for r in range(n) if r != odd)
-            if kind == "mismatch":
-                story = f"rank {others} 都停在 #{completed} {major}，只有 rank {odd} 停在 #{completed} {other}"
-            else:
+            story = f"rank {others} 都停在 #{completed} {major}，只有 rank {odd} 停在 #{completed} {other}"
+            if kind == "late":
                 story = (
                     f"rank {others} 都停在 #{completed - 1} {major}，rank {odd} 最后完成的是 #{completed - 2}，"
                     f"根本没有进入 #{completed - 1}（它不在任何 Collective 里）"
                 )
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{n} 个 Rank 的证据：{story}。应当回答 {want}，你的回答是 {tuple(got)}。"
                 "看每个 Rank 的 flight recorder 摘要 evidence.collectives[r]，找和多数不一样的那个。"
             )
-    passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
+    core.passed(f"find_mismatch 在 {rounds} 份随机的挂起证据（调用不一致、某个 Rank 没到）上都找对了。")
 
 
 def _schedule_story(schedules) -> str:
     return "；".join(f"rank {r}: {' → '.join(ops)}" for r, ops in enumerate(schedules))
 
 
-def _measured_stop(evidence) -> tuple:
-    """(seq, rank, name) read from a real hang: the one rank whose collective, in the flight recorder, differs from
-    the rest; seq is the schedule's position, counted from 0 (the recorder counts from 1)."""
-    from collections import Counter
-
-    where = {r: c and c["stuck_in"] for r, c in evidence.collectives.items()}
-    common, _ = Counter(where.values()).most_common(1)[0]
-    odd = [r for r in sorted(where) if where[r] != common]
-    if len(odd) != 1 or where[odd[0]] is None:
-        raise RuntimeError(f"the hang did not stop as the schedules say (each rank's pending collective: {where})")
-    return (where[odd[0]][0] - 1, odd[0], where[odd[0]][1])
-
-
 def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
-    """``fn(schedules) -> (seq, rank, name)``: before anything runs, from the list of collectives each rank will
-    call, the number of the collective where the ranks part, the one rank that differs, and what it calls
-    there. Checked on random schedules, then once against a real hang on ``world_size`` ranks (gloo, CPU tensors,
-    on every machine: ``timeout`` in seconds)."""
+    """``fn(schedules) -> (seq, rank, name)``: before anything runs, from each rank's list of collectives, where the
+    ranks part, the one rank that differs and what it calls there. Random schedules, then one real hang (gloo)."""
     from mgpu_helpers.launcher.launch import run_ranks
 
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
@@ -130,10 +99,10 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
         schedules = [list(base) for _ in range(n)]
         schedules[odd][k] = rng.choice([c for c in HANG_OPS if c != base[k]])
         want = (k, odd, schedules[odd][k])
-        got = call(fn, what, copy.deepcopy(schedules))
-        expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
+        got = core.call(fn, what, copy.deepcopy(schedules))
+        core.expect_items(got, 3, f"应当返回 (seq, rank, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{n} 个 Rank 的调用顺序（{_schedule_story(schedules)}）：前 {k} 个 Collective 大家一样，"
                 f"第 #{k} 个上 rank {odd} 调用 {schedules[odd][k]}，别人调用 {base[k]}。应当回答 {want}，"
                 f"你的回答是 {tuple(got)}。序号从 0 开始数。"
@@ -144,38 +113,36 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
     prefix = [rng.choice(("all_reduce", "broadcast")) for _ in range(k)]
     schedules = [prefix + ["broadcast", "all_reduce"] for _ in range(world_size)]
     schedules[0] = prefix + ["all_reduce", "broadcast"]
-    predicted = tuple(call(fn, what, copy.deepcopy(schedules)))
+    predicted = tuple(core.call(fn, what, copy.deepcopy(schedules)))
     try:
         run_ranks(diagnose.run_schedule, world_size, (schedules,), "gloo", timeout, stream=False, quiet=True)
-    except RankTimeout as exc:
-        measured = _measured_stop(exc)
+    except RankTimeout as exc:  # (seq from 0, rank, name): the one rank whose pending collective differs
+        where = {r: c and c["stuck_in"] for r, c in exc.collectives.items()}
+        common, _ = Counter(where.values()).most_common(1)[0]
+        odd = [r for r in sorted(where) if where[r] != common]
+        if len(odd) != 1 or where[odd[0]] is None:
+            raise RuntimeError(
+                f"the hang did not stop as the schedules say (each rank's pending collective: {where})"
+            ) from exc
+        measured = (where[odd[0]][0] - 1, odd[0], where[odd[0]][1])  # the flight recorder counts from 1
     else:
         raise RuntimeError("the mismatched schedules were expected to hang")
     if predicted != measured:
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"真实运行（{_schedule_story(schedules)}）停在 #{measured[0]}：rank {measured[1]} 在 "
             f"{measured[2]} 里，你预测的是 {predicted}。"
         )
-    passed(
+    core.passed(
         f"predict_hang 在 10 组随机调用顺序上都说对了；{world_size} 个 Rank 真的运行之后，"
         f"停在 #{measured[0]}、rank {measured[1]} 的 {measured[2]} 里，和你的预测一致。"
     )
 
 
-# --------------------------------------------------------------------------------------------------------
-# The fill-ins of notebook 10: the rank that waits least (the one the others wait for); the culprit of a hang, below.
-
-
-def _waiting_case(
-    rng: random.Random, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False, factors=None
-):
-    """Per-rank lists of seconds inside an all-reduce: the late rank only transfers, the others wait too.
-
-    ``hiccup``: the late rank's last step stalls (a slow link, a page fault), enough to lift its mean above
-    the others'. ``warmup``: its first step is long (connections set up), longer than the others' first.
-    ``factors``: how long each early rank waits, relative to the others (default: random near 1)."""
-    transfer = rng.uniform(0.001, 0.004)
-    late_by = rng.uniform(0.02, 0.06)
+def _waiting_case(rng, n: int, late: int, steps: int, hiccup: bool = False, warmup: bool = False, factors=None):
+    """Notebook 10's fill-in, per-rank seconds inside an all-reduce: the late rank only transfers, the others wait
+    too. ``hiccup``: the late rank's last step stalls, lifting its mean above the others'; ``warmup``: its first
+    step is long; ``factors``: how long each early rank waits, relative to the others (default: random near 1)."""
+    transfer, late_by = rng.uniform(0.001, 0.004), rng.uniform(0.02, 0.06)
     early = iter(factors or [rng.uniform(0.8, 1.2) for _ in range(n)])
     out = []
     for r in range(n):
@@ -188,7 +155,7 @@ def _waiting_case(
     return out
 
 
-def _even_case(rng: random.Random, n: int, steps: int, slow_s: float, stall: int | None = None):
+def _even_case(rng, n: int, steps: int, slow_s: float, stall: int | None = None):
     """Every rank equally long inside the collective (a slow path, nobody waits for anybody): ``slow_s`` give or
     take 1%; ``stall``: that rank's first step is stuck five times longer (its mean rises, its median does not)."""
     out = [[slow_s * rng.uniform(0.99, 1.01) for _ in range(steps)] for _ in range(n)]
@@ -197,7 +164,7 @@ def _even_case(rng: random.Random, n: int, steps: int, slow_s: float, stall: int
     return out
 
 
-def _straggler_or_none_cases(rng: random.Random):
+def _straggler_or_none_cases(rng):
     """(collective_s, noise_s, want) with the edge cases in every run, then random ones."""
     noise = 0.005
     two_late = _waiting_case(rng, 4, 1, 6, factors=[1.0, 1.0, 1.0])
@@ -221,48 +188,33 @@ def _straggler_or_none_cases(rng: random.Random):
 
 
 def check_straggler_or_none(fn) -> None:
-    """``fn(collective_s, noise_s) -> rank or None``: ``collective_s[r]`` is rank r's per-step seconds inside the
-    all-reduce (waiting included). A rank whose median is shorter than every other rank's by more than ``noise_s``
-    is the straggler (the others waited for it); otherwise no single rank is to blame (None: look at the path).
-    Both verdicts, a stalled step, two late ranks and the straggler as rank 0 are in every run. 08's check
-    (:func:`~mgpu_helpers.checks.stragglers.hold_straggler_readings`) with the noise: the same readings named."""
+    """``fn(collective_s, noise_s) -> rank or None``: the rank whose median time inside the all-reduce is shorter
+    than every other's by more than ``noise_s`` (the others waited for it), else None (look at the path). 08's
+    check (:func:`~mgpu_helpers.checks.stragglers.hold_straggler_readings`) with the noise."""
     what = "straggler_or_none 要判断：是有一个 Rank 让别人等（返回它的编号），还是没有（返回 None）"
     cases = [
         (per, noise, want, f"{len(per)} 个 Rank") for per, noise, want in _straggler_or_none_cases(random.Random())
     ]
     hold_straggler_readings(fn, what, cases, with_noise=True)
-    passed(
+    core.passed(
         "straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
         "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。"
     )
 
 
-try_straggler_or_none = fill_in_cell(
+try_straggler_or_none = core.fill_in_cell(
     check_straggler_or_none, reference_straggler, "straggler_or_none：等人还是链路慢", refuse=COURSE_READERS
 )
-
-
-# --------------------------------------------------------------------------------------------------------
-# Notebook 10's hang fill-in: the culprit rank, read from every rank's flight-recorder dump.
 
 FR_KINDS = ("skipped", "name", "size")
 
 
-def make_flight_dumps(
-    world_size: int,
-    at: int,
-    culprit: int | None = None,
-    kind: str | None = None,
-    first: int = 1,
-    backend: str = "gloo",
-    rng: random.Random | None = None,
-) -> dict:
-    """``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives torch's own, after a hang at
-    collective number ``at`` (numbers ``first``..``at``: the ring buffer may have dropped older ones, so an
-    entry's place in the list is not its number). The ranks agree up to ``at - 1``; at ``at`` the ``culprit``
-    (None: nobody) has no entry (``kind="skipped"``), another collective (``"name"``) or other input sizes
-    (``"size"``). Entries carry torch 2.13's fields; gloo marks none started or completed (``state`` stays
-    "scheduled", finished ones are ``retired``), NCCL does."""
+def make_flight_dumps(world_size: int, at: int, culprit=None, kind=None, first=1, backend="gloo", rng=None) -> dict:
+    """Notebook 10's hang fill-in, ``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives
+    torch's own, after a hang at collective number ``at`` (numbers ``first``..``at``: the ring buffer may have
+    dropped older ones, so an entry's place in the list is not its number). At ``at`` the ``culprit`` (None:
+    nobody) has no entry (``kind="skipped"``), another collective (``"name"``) or other input sizes (``"size"``).
+    Entries carry torch 2.13's fields; gloo marks none started or completed (finished ones are ``retired``)."""
     rng = rng or random.Random()
     ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "allgather_into_tensor_coalesced")
     history = [(rng.choice(ops[:4]), [[rng.choice((4, 16, 1024, 4096))]]) for _ in range(first, at + 1)]
@@ -274,11 +226,7 @@ def make_flight_dumps(
     t0 = 1_796_445_700_000_000_000
     dumps = {}
     for r in range(world_size):
-        calls = list(history)
-        if r == culprit and kind == "skipped":
-            calls = calls[:-1]
-        elif r == culprit:
-            calls[-1] = other_op
+        calls = history if r != culprit else history[:-1] + ([] if kind == "skipped" else [other_op])
         entries = []
         for i, (op, sizes) in enumerate(calls):
             seq, done, nccl = first + i, first + i < at, backend != "gloo"
@@ -308,17 +256,13 @@ def make_flight_dumps(
                 }
             )
         reached = first + len(calls) - 1
+        status = dict(last_enqueued_collective=reached, last_started_collective=-1)
+        status["last_completed_collective"] = min(reached, at - 1)
         dumps[r] = {
             "version": "2.10",
             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world_size)))}},
             "comm_lib_version": "N/A",
-            "pg_status": {
-                "0": {
-                    "last_enqueued_collective": reached,
-                    "last_started_collective": -1,
-                    "last_completed_collective": min(reached, at - 1),
-                }
-            },
+            "pg_status": {"0": status},
             "entries": entries,
         }
     return dumps
@@ -326,43 +270,24 @@ def make_flight_dumps(
 
 def reference_culprit(dumps):
     """``(rank, seq, kind)``: the first collective number where the ranks' recorded calls differ, the one rank
-    that differs there, and how (``"skipped"``: it has no call with that number; ``"name"``: it called another
-    collective; ``"size"``: the same collective with other input sizes). None when every rank recorded the same
-    calls. ``dumps`` is ``{rank: dump}`` as ``pickle.load`` gives each rank's flight-recorder dump."""
-    from collections import Counter
-
-    calls = {
-        r: {
-            e["collective_seq_id"]: (e["profiling_name"], repr(e["input_sizes"]))
-            for e in d["entries"]
-            if not e.get("is_p2p")
-        }
-        for r, d in dumps.items()
-    }
+    that differs there, and how (``"skipped"``, ``"name"`` or ``"size"``); None when all recorded the same."""
+    key = lambda e: (e["profiling_name"], repr(e["input_sizes"]))
+    calls = {r: {e["collective_seq_id"]: key(e) for e in d["entries"] if not e.get("is_p2p")} for r, d in dumps.items()}
     for seq in sorted(set().union(*calls.values())):
         here = {r: c.get(seq) for r, c in calls.items()}
         missing = [r for r, v in here.items() if v is None]
         if len(missing) == 1 and len(here) > 1:
             return (missing[0], seq, "skipped")
         common, _ = Counter(v for v in here.values() if v is not None).most_common(1)[0]
-        odd = [r for r, v in here.items() if v is not None and v != common]
-        if odd:
+        if odd := [r for r, v in here.items() if v is not None and v != common]:
             return (odd[0], seq, "name" if here[odd[0]][0] != common[0] else "size")
     return None
 
 
-def _culprit_cases(rng: random.Random):
-    """(dumps, want) with the edge cases in every run (rank 0 the culprit, two ranks, no culprit, each kind, an
-    NCCL-shaped dump), then random ones."""
-    spec = [
-        (3, 0, "name", "gloo"),
-        (2, 0, "skipped", "gloo"),
-        (4, None, None, "gloo"),
-        (5, 3, "size", "gloo"),
-        (4, 2, "skipped", "nccl"),
-        (3, 1, "size", "nccl"),
-        (8, None, None, "nccl"),
-    ]
+def _culprit_cases(rng):
+    """(dumps, want): the edge cases in every run (rank 0, two ranks, no culprit, each kind, NCCL), then random."""
+    spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo")]
+    spec += [(4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
     for _ in range(6):
         n = rng.randint(3, 8)
         kind = rng.choice(FR_KINDS + (None,))
@@ -383,27 +308,22 @@ def _calls_story(dumps, seq) -> str:
 
 
 def check_culprit(fn) -> None:
-    """``fn(dumps) -> (rank, seq, kind) | None``: from every rank's flight-recorder dump (``{rank: dict}``), the
-    rank whose recorded call first differs from the others', the collective number, and whether it skipped it,
-    called another collective ("name") or another size ("size"); None when all ranks recorded the same calls."""
+    """``fn(dumps) -> (rank, seq, kind) | None``: :func:`reference_culprit`, written by the learner."""
     what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
-    course = course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))
-    if course is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
-    rng = random.Random()
-    rounds = 0
-    for dumps, want in _culprit_cases(rng):
-        rounds += 1
-        got = call(fn, what, copy.deepcopy(dumps))
+    if (course := core.course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))) is not None:
+        raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
+    cases = list(_culprit_cases(random.Random()))
+    for dumps, want in cases:
+        got = core.call(fn, what, copy.deepcopy(dumps))
         if got is not None:
-            expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
+            core.expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
             got = tuple(got)
         if got == want:
             continue
         n = len(dumps)
         if want is None:
             seqs = [e["collective_seq_id"] for e in dumps[0]["entries"]]
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{what}：{n} 个 Rank 记下的调用完全一样（序号 {seqs[0]}..{seqs[-1]}），没有谁走岔，"
                 f"应当返回 None，你的函数给出 {got!r}。"
             )
@@ -411,7 +331,7 @@ def check_culprit(fn) -> None:
         story = f"{n} 个 Rank，序号 {seq} 上：{_calls_story(dumps, seq)}"
         seqs = [e["collective_seq_id"] for e in dumps[(rank + 1) % n]["entries"]]
         if got is None:
-            why = first_hint(
+            why = core.first_hint(
                 (kind == "size", "这个 Rank 调用的 Collective 名字和别人一样，只是 input_sizes 不同：也要比较大小。"),
                 (
                     kind == "skipped",
@@ -421,16 +341,14 @@ def check_culprit(fn) -> None:
                 default=f"rank {rank} 的这一条和别人的不一样。",
             )
         else:
-            why = first_hint(
+            wrong_seq = got[0] == rank and got[1] != seq
+            why = core.first_hint(
                 (
-                    got[0] == rank and got[1] != seq and seq in seqs and got[1] == seqs.index(seq),
+                    wrong_seq and seq in seqs and got[1] == seqs.index(seq),
                     "你给的是这条记录在 entries 列表里的下标；要的是它的 collective_seq_id（ring buffer 可能已经丢掉了"
                     "更早的记录，下标和序号对不上）。",
                 ),
-                (
-                    got[0] == rank and got[1] != seq,
-                    "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。",
-                ),
+                (wrong_seq, "序号要用 entries 里的 collective_seq_id，而且是**第一个**各 Rank 不一致的序号。"),
                 (
                     got[0] != rank and got[1] == seq,
                     f"rank {got[0]} 的记录和多数一样；和多数不一样（或缺了这条）的是 rank {rank}。"
@@ -442,11 +360,11 @@ def check_culprit(fn) -> None:
                     '"size" 名字相同、input_sizes 不同）。',
                 ),
             )
-        raise CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
-    passed(
-        f"culprit 在 {rounds} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
+        raise core.CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
+    core.passed(
+        f"culprit 在 {len(cases)} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
         "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。"
     )
 
 
-try_culprit = fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")
+try_culprit = core.fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")

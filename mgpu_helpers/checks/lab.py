@@ -1,12 +1,7 @@
-"""Checkers of the lab (notebook 12) and of ex12.
-
-- Notebook 12's fill-ins (``try_*``): the ownership check on ranks (:func:`review_ownership` reviews its rows)
-  and the busbw of reduce-scatter and all-gather, derived as 05 derived all-reduce's.
-- Notebook 12's conclusions about the learner's own run (:func:`mgpu_helpers.report.lab.lab_run`), each held
-  against that run with its own margin (:func:`review_conclusions`); the free text must cite two of the run's
-  numbers (:func:`conclusion_problem`); the explanation opens only when everything holds (:func:`check_conclusions`).
-- ex12: :func:`check_ownership_cyclic` (round-robin ownership), :func:`check_rs_ag_slowdown` (a number
-  first, held against the recorded times).
+"""Checkers of the lab (notebook 12) and of ex12: the ownership check on ranks, the busbw of reduce-scatter and
+all-gather, and the conclusions about the learner's own run (:func:`mgpu_helpers.report.lab.lab_run`), each held
+against that run with its own margin; the explanation opens only when everything holds and the free text cites
+two of the run's numbers. ex12: round-robin ownership, and a number first held against the recorded times.
 """
 
 import math
@@ -16,29 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.collectives import hold_busbw
-from mgpu_helpers.checks.core import (
-    WORLD_SIZES,
-    CheckFailed,
-    call,
-    fill_in_cell,
-    first_hint,
-    int_values,
-    launch_check,
-    new_rng,
-    number_answer,
-    passed,
-)
 from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import nccltests, sizes
 
 # A claimed segment still holds when it is at least this share of the largest one: closer than that, one
 # run cannot tell them apart.
 TOO_CLOSE = 0.75
-
-
-# --------------------------------------------------------------------------------------------------------
-# The ownership check.
 
 OWNERSHIP_KEYS = ("shard", "local", "result", "expected", "ok")
 
@@ -75,14 +55,12 @@ def review_ownership(values, data) -> list[str]:
                 f"rank {rank}：shard ({start}, {stop}) 上的平方和应当是 {want_local:g}，"
                 f"局部结果却是 {float(row['local']):g}。"
             )
-    shared = next((i for i in range(n) if len(owner[i]) > 1), None)
-    if shared is not None:
+    if (shared := next((i for i in range(n) if len(owner[i]) > 1), None)) is not None:
         problems.append(
             f"元素 {shared} 同时归 rank {owner[shared][0]} 和 rank {owner[shared][1]} 所有："
             "每个元素只能有一个主人，否则 All-Reduce 会把它算两次。"
         )
-    orphan = next((i for i in range(n) if not owner[i]), None)
-    if orphan is not None:
+    if (orphan := next((i for i in range(n) if not owner[i]), None)) is not None:
         problems.append(f"元素 {orphan} 不归任何 rank：所有 shard 合起来要正好是整段输入。")
     counts = [int(row["shard"][1]) - int(row["shard"][0]) for row in values]
     if shared is None and orphan is None and max(counts) - min(counts) > 1:
@@ -94,18 +72,14 @@ def review_ownership(values, data) -> list[str]:
 
 def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -> list[str]:
     """What is wrong in the all-reduce half of one rank's row (``expected``, ``result``, ``ok``), either layout."""
-    result, local = float(row["result"]), float(row["local"])
+    result, local, expected = float(row["result"]), float(row["local"]), float(row["expected"])
     problems = []
-    if not _close(row["expected"], want_total):
-        problems.append(
-            f"rank {rank} 的期望值 expected = {float(row['expected']):g}，但整段输入的平方和是 {want_total:g}。"
-        )
+    if not _close(expected, want_total):
+        problems.append(f"rank {rank} 的期望值 expected = {expected:g}，但整段输入的平方和是 {want_total:g}。")
     if not _close(result, want_total):
-        why = first_hint(
-            (
-                world_size > 1 and _close(result, local),
-                "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。",
-            ),
+        own = world_size > 1 and _close(result, local)
+        why = core.first_hint(
+            (own, "——这正是它自己的局部结果：All-Reduce 没有作用在这个 Buffer 上（或者读的是另一个张量）。"),
             (_close(result, world_size * want_total), f"——正好是 {world_size} 倍：每个 rank 都拿整段输入去算了。"),
         )
         problems.append(f"rank {rank} All-Reduce 之后得到 {result:g}，应当是 {want_total:g}{why}")
@@ -118,36 +92,28 @@ def _result_problems(rank: int, row: dict, want_total: float, world_size: int) -
 
 
 def _run_ownership(fn, what: str, world_sizes, review, cyclic: bool = False) -> None:
-    """Run an ownership check ``fn`` on each world size with a fresh input of odd length (the shards cannot all
-    be equal), failing on the first problem ``review(values, data)`` finds. ``cyclic`` (ex12): the first input is
-    just longer than the world size, and every input starts with a zero (a missing element must still show)."""
-    rng = new_rng()
+    """``fn`` on each world size with a fresh input of odd length (the shards cannot all be equal), failing on the
+    first problem ``review(values, data)`` finds. ``cyclic`` (ex12): the first input is just longer than the world
+    size, and every input starts with a zero (a missing element must still show)."""
+    rng = core.new_rng()
     for k, world_size in enumerate(world_sizes):
         n = world_size + 1 if cyclic and k == 0 else int(rng.integers(2 * world_size, 6 * world_size)) | 1
-        data = int_values(rng, n)
+        data = core.int_values(rng, n)
         if cyclic:
             data[0] = 0.0
-        problems = review(launch_check(fn, what, world_size, [data] * world_size), data)
-        if problems:
+        if problems := review(core.launch_check(fn, what, world_size, [data] * world_size), data):
             more = f"（还有 {len(problems) - 1} 处问题）" if len(problems) > 1 else ""
-            raise CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
+            raise core.CheckFailed(f"world_size = {world_size}，输入 {n} 个元素：{problems[0]}{more}")
 
 
-def check_ownership_check(fn, world_sizes=WORLD_SIZES) -> None:
-    """``fn(rank, world_size, data) -> dict``: own a contiguous shard of ``data``, sum its squares, all-reduce,
-    compare with the whole input's sum of squares; run on each world size with a fresh random input whose
-    length is usually not a multiple of the world size."""
-    _run_ownership(
-        fn, "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较", world_sizes, review_ownership
-    )
-    passed(
+def check_ownership_check(fn, world_sizes=core.WORLD_SIZES) -> None:
+    """``fn(rank, world_size, data) -> dict``: the rows :func:`review_ownership` reviews."""
+    what = "ownership_check 要取自己的 shard、算局部平方和、All-Reduce，并和期望值比较"
+    _run_ownership(fn, what, world_sizes, review_ownership)
+    core.passed(
         f"ownership_check 在 world_size = {list(world_sizes)}、长度不整除的随机输入上：shard 不重不漏、"
         "局部结果正确，每个 rank 都得到整段的结果并如实报告。"
     )
-
-
-# --------------------------------------------------------------------------------------------------------
-# The conclusions.
 
 
 @dataclass(frozen=True)
@@ -167,88 +133,60 @@ class Verdict:
         return f"{mark} {self.claim}：{self.as_dict()['verdict']}。{self.evidence}"
 
 
-def _size_key(key) -> int:
-    try:
-        return int(key) if isinstance(key, (int, np.integer)) else sizes.parse_size(key)
-    except (ValueError, TypeError):
-        raise ValueError(f"结论里的规模 {key!r} 读不懂：写成字节数（1048576）或带单位（'1 MiB'、'1M'）") from None
-
-
-# --------------------------------------------------------------------------------------------------------
-# Number first: how much longer reduce-scatter + all-gather takes than one all-reduce (recorded, 2 x H200).
-
-
 def check_rs_ag_slowdown(fn) -> None:
-    """``fn() -> float``: the learner's number, RS+AG time / all-reduce time at 1 GiB on 2 x H200, against
-    the recorded nccl-tests times (out-of-place columns of the three files); within 3%."""
+    """Number first: ``fn() -> float``, RS+AG time / all-reduce time at 1 GiB on 2 x H200, against the recorded
+    nccl-tests times (out-of-place columns of the three files); within 3%."""
     what = "rs_ag_slowdown 要返回一个数：RS+AG 的时间是 All-Reduce 的几倍"
-    got = call(fn, what)
-    got = number_answer(got, f"{what}；现在返回的是 {got!r}。")
+    got = core.call(fn, what)
+    got = core.number_answer(got, f"{what}；现在返回的是 {got!r}。")
     rec = nccltests.recorded_split(sizes.GiB)
-    want = rec["time_ratio"]
+    want, launch_us, ar_us = rec["time_ratio"], rec["launch_us"], rec["all_reduce_us"]
     if math.isclose(got, want, rel_tol=0.03):
-        passed(
+        core.passed(
             f"你的 {got:.3f} 与记录的时间之比 {want:.3f} 一致（{rec['rs_ag_us']:.0f} us 对 "
-            f"{rec['all_reduce_us']:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。"
+            f"{ar_us:.0f} us）：慢 {want - 1:.0%}，busbw 因此低 {1 - 1 / want:.0%}。"
         )
         return
-    why = first_hint(
+    inverse = math.isclose(got, 1 / want, rel_tol=0.03)
+    percent = math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05)
+    why = core.first_hint(
+        (inverse, "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。"),
+        (percent, "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。"),
         (
-            math.isclose(got, 1 / want, rel_tol=0.03),
-            "这是 busbw 之比（RS+AG 的 busbw / All-Reduce 的），不是时间之比：时间之比是它的倒数。",
-        ),
-        (
-            math.isclose(got, 1 - 1 / want, rel_tol=0.05) or math.isclose(got, want - 1, rel_tol=0.05),
-            "这是“慢了/低了百分之几”，题目要的是倍数（比 1 大的那个数）。",
-        ),
-        (
-            got < 1.0 + 2 * rec["launch_us"] / rec["all_reduce_us"],
-            f"只算两次启动延迟（约 {rec['launch_us']:.0f} us，"
-            f"对 {rec['all_reduce_us']:.0f} us）的话差不到 1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。",
+            got < 1.0 + 2 * launch_us / ar_us,
+            f"只算两次启动延迟（约 {launch_us:.0f} us，"
+            f"对 {ar_us:.0f} us）的话差不到 1%；差距在于两半各自的 busbw 比融合的 All-Reduce 低。",
         ),
         default="每一半的时间 = 它搬的字节 / 它自己的 busbw；两半相加，再除以 All-Reduce 的时间。",
     )
-    raise CheckFailed(
-        f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {rec['all_reduce_us']:.0f} us），"
-        f"你的是 {got:.3f}。{why}"
+    raise core.CheckFailed(
+        f"{what}：记录的是 {want:.3f}（{rec['rs_ag_us']:.0f} us 对 {ar_us:.0f} us），你的是 {got:.3f}。{why}"
     )
 
 
-# --------------------------------------------------------------------------------------------------------
-# Notebook 12's fill-ins: the ownership check (on ranks), the busbw of reduce-scatter and all-gather.
-
-
 def _check_ownership_fill_in(fn) -> None:
-    """Notebook 12's fill-in ``ownership_check``, checked on 3 ranks with an odd-length input (one launch); the
-    course's own version is refused by :func:`fill_in_cell`, as every fill-in's is."""
+    """Notebook 12's fill-in ``ownership_check``, on 3 ranks only (one launch)."""
     check_ownership_check(fn, world_sizes=(3,))
 
 
-try_ownership_check = fill_in_cell(
+try_ownership_check = core.fill_in_cell(
     _check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check", "ownership_check：所有权检查"
 )
 
 
 def check_rs_ag_busbw(fn) -> None:
-    """``fn(nbytes, seconds, world_size) -> bytes/s``: the bus bandwidth of a reduce-scatter or an all-gather of an
-    nbytes buffer (nccl-tests' size), by 05's definition: the bytes each rank sends on the ring, per second
-    (05's check, :func:`~mgpu_helpers.checks.collectives.hold_busbw`). Edge cases in every run: one rank (nothing
-    sent), two and three ranks, the recorded 1 GiB reduce-scatter."""
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: a reduce-scatter's or all-gather's busbw, by 05's check."""
     recorded = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
     count = hold_busbw(fn, "reduce_scatter", "rs_ag_busbw", recorded)
-    passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
+    core.passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
 
 
-try_rs_ag_busbw = fill_in_cell(
+try_rs_ag_busbw = core.fill_in_cell(
     check_rs_ag_busbw,
     "mgpu_helpers.lessons.lab.rs_ag_busbw",
     "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
     refuse=["mgpu_helpers.models.bandwidth.busbw", "mgpu_helpers.models.bandwidth.bytes_sent_per_rank"],
 )
-
-
-# --------------------------------------------------------------------------------------------------------
-# Notebook 12's conclusions, from the learner's own run, checked with that run's margin.
 
 CONCLUSION_PLACEHOLDER = "✎"
 CLAIM_NAMES = {
@@ -261,15 +199,13 @@ CLAIM_NAMES = {
 
 
 def facts(run) -> dict:
-    """What the run says, derived the way the lab asks the learner to derive it (with the spread where the
-    run has one): the checker's side of the comparison."""
+    """What the run says, derived the way the lab asks the learner to derive it (with the spread where it has one)."""
     steps = sorted(run["step_rows"], key=lambda r: r["nbytes"])
     ratios = [r["rs_ag"] / r["all_reduce"] for r in run["rounds"]]
     waits = [statistics.median(w) for w in run["wait_us"]]
     waiting = max(range(len(waits)), key=waits.__getitem__)
     best = max((r for r in run["sweep_rows"] if r["op"] == "all_reduce"), key=lambda r: r["nbytes"] / r["time_us"])
-    top_bytes = best["nbytes"]
-    top = bandwidth.busbw("all_reduce", top_bytes, best["time_us"] / 1e6, run["world_size"]) / 1e9
+    top = bandwidth.busbw("all_reduce", best["nbytes"], best["time_us"] / 1e6, run["world_size"]) / 1e9
     return {
         "steps": steps,
         "ratios": ratios,
@@ -278,17 +214,15 @@ def facts(run) -> dict:
         "waiting_rank": waiting,
         "wait_range": (min(run["wait_us"][waiting]), max(run["wait_us"][waiting])),
         "busbw_top": top,
-        "busbw_top_bytes": top_bytes,
+        "busbw_top_bytes": best["nbytes"],
         "fraction": top / run["peak_GBps"] if run.get("peak_GBps") else None,
     }
 
 
 def _crossover_verdict(claim, f) -> Verdict:
-    steps = f["steps"]
-    text = "通信开始压过计算的规模：" + ("测过的规模里没有" if claim == "none" else sizes.format_bytes(claim))
-    table = "，".join(
-        f"{sizes.format_bytes(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us" for r in steps
-    )
+    steps, size = f["steps"], sizes.format_bytes
+    text = "通信开始压过计算的规模：" + ("测过的规模里没有" if claim == "none" else size(claim))
+    table = "，".join(f"{size(r['nbytes'])} 计算 {r['compute_us']:.0f} / 通信 {r['comm_us']:.0f} us" for r in steps)
     clearly_over = [r["comm_us"] * TOO_CLOSE > r["compute_us"] for r in steps]
     clearly_under = [r["comm_us"] < r["compute_us"] * TOO_CLOSE for r in steps]
     if claim == "none":
@@ -296,11 +230,9 @@ def _crossover_verdict(claim, f) -> Verdict:
         return Verdict(text, ok, f"测到：{table}。" + ("" if ok else "有规模上通信明显比计算长。"))
     idx = next((i for i, r in enumerate(steps) if r["nbytes"] == claim), None)
     if idx is None:
-        return Verdict(
-            text, False, f"这个规模没有测（测过的是 {', '.join(sizes.format_bytes(r['nbytes']) for r in steps)}）。"
-        )
+        return Verdict(text, False, f"这个规模没有测（测过的是 {', '.join(size(r['nbytes']) for r in steps)}）。")
     ok = not clearly_under[idx] and not any(clearly_over[:idx])
-    why = first_hint(
+    why = core.first_hint(
         (clearly_under[idx], "在这个规模上通信还明显比计算短。"),
         (any(clearly_over[:idx]), "更小的规模上通信已经明显比计算长了。"),
     )
@@ -314,21 +246,23 @@ def _claim_verdict(key: str, name: str, value, f: dict, run: dict) -> Verdict:
     if value is None:
         return Verdict(name, None, "还没写（还是 None）。")
     if key == "crossover":
+        if str(value).lower() == "none":
+            return _crossover_verdict("none", f)
         try:
-            claim = "none" if str(value).lower() == "none" else _size_key(value)
-        except ValueError as exc:
-            return Verdict(name, False, str(exc))
-        return _crossover_verdict(claim, f)
+            size = int(value) if isinstance(value, (int, np.integer)) else sizes.parse_size(value)
+        except (ValueError, TypeError):
+            return Verdict(
+                name, False, f"结论里的规模 {value!r} 读不懂：写成字节数（1048576）或带单位（'1 MiB'、'1M'）"
+            )
+        return _crossover_verdict(size, f)
     if key == "waiting_rank":
         w = f["waits"]
         close = min(w) >= TOO_CLOSE * max(w)
+        evidence = f"各 Rank 等待的中位数 {'，'.join(f'rank {r} {x:.0f} us' for r, x in enumerate(w))}。"
         return Verdict(
             f"{name}：rank {value}",
             int(value) == f["waiting_rank"] or close,
-            "各 Rank 等待的中位数 "
-            + "，".join(f"rank {r} {x:.0f} us" for r, x in enumerate(w))
-            + "。"
-            + ("相差不到 25%，一次运行分不出谁在等。" if close else ""),
+            evidence + ("相差不到 25%，一次运行分不出谁在等。" if close else ""),
         )
     v = float(value)  # the other claims are numbers
     if key == "rs_ag_over_ar":
@@ -361,9 +295,8 @@ def _claim_verdict(key: str, name: str, value, f: dict, run: dict) -> Verdict:
 
 
 def review_conclusions(claims: dict, run: dict) -> list[Verdict]:
-    """One :class:`Verdict` per claim of :data:`CLAIM_NAMES` about the learner's own run (``crossover``: bytes, a
-    size string or "none"). Margins come from the run: the ratio within the repeats' range, the wait within that
-    rank's per-size waits; parts closer than 25% cannot be told apart."""
+    """One :class:`Verdict` per claim of :data:`CLAIM_NAMES` (``crossover``: bytes, a size string or "none"). Margins
+    come from the run: the ratio within the repeats' range, the wait within that rank's per-size waits."""
     f = facts(run)
     return [_claim_verdict(key, name, claims.get(key), f, run) for key, name in CLAIM_NAMES.items()]
 
@@ -385,17 +318,15 @@ SIZE_NUMBERS = {1, 4, 16, 32, 64, 256, 1024}
 
 
 def cited_numbers(text: str, run) -> list[str]:
-    """The numbers in ``text`` that match something the run measured (within 10%); bare message-size
-    numbers ("1 MiB", "32 KiB") do not count."""
-    found = []
+    """The numbers in ``text`` within 10% of one the run measured; bare sizes ("1 MiB", "32 KiB") do not count."""
     known = _run_numbers(run)
-    for m in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])", text):
-        v = float(m.group(1))
-        if "." not in m.group(1) and int(v) in SIZE_NUMBERS:
-            continue
-        if any(math.isclose(v, k, rel_tol=0.10) for k in known):
-            found.append(m.group(1))
-    return found
+    words = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])", text)
+    return [
+        w
+        for w in words
+        if not ("." not in w and int(float(w)) in SIZE_NUMBERS)
+        and any(math.isclose(float(w), k, rel_tol=0.10) for k in known)
+    ]
 
 
 def conclusion_problem(conclusion, run) -> str | None:
@@ -444,8 +375,7 @@ EXPLANATION = """\
 
 
 def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
-    """Notebook 12's check of the learner's conclusions: one line per claim, then either what is still
-    missing or the explanation (it opens only when every claim holds and the text cites the run)."""
+    """Notebook 12's conclusions: one line per claim, then what is missing, or the explanation once nothing is."""
     verdicts = review_conclusions(claims, run)
     for v in verdicts:  # ✓ supported, ✗ contradicted, ? cannot say
         print(v.line())
@@ -463,15 +393,9 @@ def check_conclusions(claims: dict, conclusion, run: dict) -> list[Verdict]:
 
 
 def try_conclusions(claims: dict, conclusion, run: dict) -> tuple[list[Verdict], list[str]]:
-    """Notebook 12's check of its conclusions: :func:`check_conclusions`, then ``(verdicts, missing)``, the
-    list of what must still be done before the report is written (empty once everything holds)."""
+    """:func:`check_conclusions`, then ``(verdicts, what must still be done before the report is written)``."""
     verdicts = check_conclusions(claims, conclusion, run)
     return verdicts, missing(verdicts, conclusion, run)
-
-
-# --------------------------------------------------------------------------------------------------------
-# ex12: what the lab did not answer. Ownership in another layout (round robin), and the crossover read from
-# the recorded 2 x H200 table for a compute time the lab did not measure.
 
 
 def review_cyclic(values, data) -> list[str]:
@@ -488,12 +412,10 @@ def review_cyclic(values, data) -> list[str]:
         owned = [int(i) for i in row["owned"]]
         want = list(range(rank, n, world_size))
         if owned != want:
-            why = first_hint(
+            contiguous = len(owned) > 1 and owned == list(range(owned[0], owned[0] + len(owned)))
+            why = core.first_hint(
                 (sorted(owned) == want, "元素对了，顺序要从小到大。"),
-                (
-                    owned and owned == list(range(owned[0], owned[0] + len(owned))) and len(owned) > 1,
-                    "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。",
-                ),
+                (contiguous, "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"),
                 (
                     owned == list(range(rank + 1, n, world_size))
                     or owned == list(range(rank * world_size, n, world_size)),
@@ -515,17 +437,15 @@ def review_cyclic(values, data) -> list[str]:
     return problems
 
 
-def check_ownership_cyclic(fn, world_sizes=WORLD_SIZES) -> None:
-    """``fn(rank, world_size, data) -> dict``: round-robin ownership (rank r owns r, r + n, ...), sum of squares,
-    all-reduce, honest ``ok``; on each world size with a fresh input whose length leaves a remainder (and, on
-    the first world size, an input shorter than the world size times two)."""
+def check_ownership_cyclic(fn, world_sizes=core.WORLD_SIZES) -> None:
+    """ex12's ``fn(rank, world_size, data) -> dict``: the rows :func:`review_cyclic` reviews."""
     what = "ownership_cyclic 要轮流认领元素、算局部平方和、All-Reduce，并如实核对"
     from mgpu_helpers.lessons import lab as lesson
 
     if fn is lesson.ownership_check:
-        raise CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
+        raise core.CheckFailed(f"{what}：这是实验里连续分段的 ownership_check；这里要的是轮流分。")
     _run_ownership(fn, what, world_sizes, review_cyclic, cyclic=True)
-    passed(
+    core.passed(
         f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
         "结果正确并如实报告。"
     )

@@ -1,14 +1,8 @@
-"""Checkers for notebook 02 and ex02: occupancy arithmetic, a two-elements-per-thread kernel, a CuPy RawKernel.
+"""Checkers for notebook 02 (``blocks_per_sm``, the kernel ``vec_add_two``) and ex02 (``saxpy_cupy``, a RawKernel
+that needs a GPU; ``max_regs_per_thread``, as ``__launch_bounds__(block, k)`` asks the compiler; one wave of blocks).
 
-- 02 (lesson fill-ins, through :func:`try_blocks_per_sm` and :func:`try_vec_add_two`): ``blocks_per_sm`` (threads,
-  blocks and registers per SM) and the Numba kernel ``vec_add_two`` (two elements per thread in a block tile);
-- ex02: ``saxpy_cupy`` (a RawKernel updating y in place; needs a GPU, its structure is checked everywhere),
-  ``max_regs_per_thread`` (the inverse question: what register budget still lets k blocks reside, as
-  ``__launch_bounds__(block, k)`` asks the compiler), and one wave of blocks on this machine (number first).
-
-Every checker compares with the occupancy model :func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA
-occupancy calculator's algorithm) and names the typical mistake it recognises. Calling the model (or the course's
-own version in ``mh.lessons``) instead of writing the arithmetic is refused.
+The arithmetic is held against the occupancy model :func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA
+occupancy calculator's algorithm), the typical mistakes named; calling the model (or ``mh.lessons``) is refused.
 """
 
 import itertools
@@ -17,23 +11,7 @@ import threading
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    CheckFailed,
-    _code_objects,
-    call,
-    code_names,
-    compare,
-    course_object,
-    deadline,
-    fail_first,
-    fill_in_cell,
-    int_values,
-    new_rng,
-    not_done,
-    passed,
-    refuse_course_code,
-    require_written,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.cuda_model import PAD, fail_past_end
 from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
@@ -43,22 +21,20 @@ SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 
 def _start(fn, what: str) -> None:
-    """Before the arithmetic is checked: a stub is not done yet, and the learner's function may not hand the work
-    to the model or to the course's own version."""
-    require_written(fn, what)
+    """A stub is not done yet; handing the work to the model or to the course's own version is refused."""
+    core.require_written(fn, what)
     from mgpu_helpers.lessons import cupy_kernels
 
     ours = {getattr(cupy_kernels, "blocks_per_sm", None), occ.occupancy, occ.one_wave_blocks}
     ours |= {reference_blocks_per_sm, reference_max_regs}
     advice = "这里要你自己写出算术：按线程、Block 数、寄存器各算一次，取最小。"
-    refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
+    core.refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
 
 
 def _answers(fn, what: str, cases) -> list:
-    """``fn(a, b, limits)`` for each case ``(a, b, name, limits)``, the whole run under a deadline; a float
-    that is a whole number counts as that int."""
-    with deadline(5, what):
-        answers = [call(fn, what, a, b, lim) for a, b, _, lim in cases]
+    """``fn(a, b, limits)`` for each case ``(a, b, name, limits)`` under one deadline; a whole float counts as int."""
+    with core.deadline(5, what):
+        answers = [core.call(fn, what, a, b, lim) for a, b, _, lim in cases]
     return [int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v for v in answers]
 
 
@@ -68,22 +44,9 @@ def _sms() -> dict:
     return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
 
 
-# -- 02 fill-in 1: blocks per SM from threads, blocks and registers --------------------------------------------
-
-
 def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
-    """The checker's answer: resident blocks per SM without shared memory (the occupancy model's)."""
+    """02's fill-in 1, the checker's answer: resident blocks per SM without shared memory (the model's)."""
     return occ.occupancy(block, regs_per_thread, limits=limits).blocks_per_sm
-
-
-def _occupancy_cases(rng):
-    # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
-    # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
-    cases = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
-    cases += [(1025, 16), (96, 72), (160, 48)]
-    cases += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
-    cases += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
-    return [(b, r, name, lim) for name, lim in _sms().items() for b, r in cases]
 
 
 def _blocks_variants(block, regs, lim) -> dict[str, int]:
@@ -93,20 +56,20 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
     per_warp = -(-regs * lim.warp_size // unit) * unit
     by_threads = lim.max_warps_per_sm // warps
     by_regs = (lim.regs_per_sm // parts // per_warp) * parts // warps
+    unrounded = (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps
+    unsplit, cap = lim.regs_per_sm // per_warp // warps, lim.max_blocks_per_sm
     launch_anyway = f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0"
     variants = {
         "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）": min(
-            by_threads, lim.max_blocks_per_sm, (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps
+            by_threads, cap, unrounded
         ),
         "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）": min(
-            by_threads, lim.max_blocks_per_sm, lim.regs_per_sm // per_warp // warps
+            by_threads, cap, unsplit
         ),
         "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）": min(by_threads, by_regs),
-        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）": min(
-            lim.max_threads_per_sm // block, lim.max_blocks_per_sm, by_regs
-        ),
-        launch_anyway: min(by_threads, lim.max_blocks_per_sm, by_regs),
-        "只看了线程数（寄存器也可能先用完）": min(by_threads, lim.max_blocks_per_sm),
+        "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）": min(lim.max_threads_per_sm // block, cap, by_regs),
+        launch_anyway: min(by_threads, cap, by_regs),
+        "只看了线程数（寄存器也可能先用完）": min(by_threads, cap),
     }
     # A block too big to launch gives 0 in every version but the one that forgot exactly that.
     big = block > lim.max_threads_per_block
@@ -114,15 +77,21 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
 
 
 def check_blocks_per_sm(fn) -> None:
-    """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), against the
-    occupancy model for two kinds of SM, on fixed edge cases and fresh random ones."""
+    """``fn(block, regs_per_thread, limits) -> int``: resident blocks per SM (no shared memory), for two kinds of SM."""
     what = "blocks_per_sm 要算出每个 SM 同时驻留几个 Block"
     _start(fn, what)
-    cases = _occupancy_cases(new_rng())
+    rng = core.new_rng()
+    # Edge cases in every run: block 32 (the blocks limit), odd blocks (whole warps), 33 and 40 registers (the
+    # 256-register unit), 167 (one block of 256 only), 64/65 x 1024 (fits exactly / cannot launch), 1025 threads.
+    pairs = [(256, 32), (128, 33), (64, 40), (32, 16), (1024, 64), (1024, 65), (256, 167), (512, 167), (100, 16)]
+    pairs += [(1025, 16), (96, 72), (160, 48)]
+    pairs += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
+    pairs += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
+    cases = [(b, r, name, lim) for name, lim in _sms().items() for b, r in pairs]
     for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
         want = reference_blocks_per_sm(block, regs, lim)
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
                 f"你的函数返回 {got!r}。整除用 //。"
             )
@@ -130,31 +99,25 @@ def check_blocks_per_sm(fn) -> None:
             mistake = next((m for m, v in _blocks_variants(block, regs, lim).items() if v == got), "")
             warps = -(-block // lim.warp_size)
             per_warp = -(-regs * lim.warp_size // lim.reg_alloc_unit) * lim.reg_alloc_unit
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want} 个 Block/SM，你的函数返回 {got!r}。"
                 + (f"看起来是{mistake}。" if mistake else "")
                 + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）"
             )
-    passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
+    core.passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
 
 
-try_blocks_per_sm = fill_in_cell(check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block")
-
-
-# -- 02 fill-in 2: a Numba kernel with two elements per thread in a block tile, in the simulator ---------------
+try_blocks_per_sm = core.fill_in_cell(
+    check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block"
+)
 
 
 class _Traced:
-    """A 1-D array handed to a kernel in the simulator that records who touches which element.
-
-    Each access is (blockIdx.x, threadIdx.x, k-th access of that thread, index). It refuses indices outside
-    the buffer and stops a thread that makes far more accesses than the work needs (an endless loop)."""
+    """02's fill-in 2 in the simulator: a 1-D array that records each write as (blockIdx.x, threadIdx.x, k-th access
+    of that thread, index), refuses indices outside the buffer and stops a thread making far too many accesses."""
 
     def __init__(self, values: np.ndarray, budget: int):
-        self.values = values
-        self.writes: list[tuple[int, int, int, int]] = []
-        self._count: dict = {}
-        self._budget = budget
+        self.values, self.writes, self._count, self._budget = values, [], {}, budget
         self.shape, self.size, self.ndim, self.dtype = values.shape, values.size, 1, values.dtype
 
     def __len__(self):
@@ -181,11 +144,11 @@ class _Traced:
 
 
 def _run_two(kernel, what, n, block, grid):
-    """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b)."""
+    """Run ``kernel`` on n elements (+PAD sentinels); returns (c, writes or None, a + b, where)."""
     from numba import cuda
 
-    rng = new_rng()
-    a, b = int_values(rng, n + PAD), int_values(rng, n + PAD)
+    rng = core.new_rng()
+    a, b = core.int_values(rng, n + PAD), core.int_values(rng, n + PAD)
     c = np.full(n + PAD, np.nan, dtype=np.float32)
     where = f"n = {n}，启动 [{grid}, {block}]"
     try:
@@ -199,35 +162,31 @@ def _run_two(kernel, what, n, block, grid):
             cuda.synchronize()
             c, writes = d_c.copy_to_host(), None
     except NotImplementedError:
-        raise not_done(kernel, what) from None
+        raise core.not_done(kernel, what) from None
     except Exception as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "ENDLESS" in text:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：有线程访问数组的次数远超它该做的 2 个元素（{text.split('ENDLESS ')[1]}），"
                 "多半是循环没有结束（下标忘了增加）。这个 Kernel 不需要循环。"
             ) from None
         if "OUTSIDE" in text:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：访问了缓冲区之外的下标（{text.split('OUTSIDE ')[1]}）。每个元素都要先检查下标 < n 再读写。"
             ) from None
-        raise CheckFailed(f"{where}：Kernel 运行出错（{type(exc).__name__}：{text}）。") from None
+        raise core.CheckFailed(f"{where}：Kernel 运行出错（{type(exc).__name__}：{text}）。") from None
     return c, writes, a + b, where
 
 
 def check_vec_add_two(kernel) -> None:
-    """``kernel(a, b, c, n)``: each thread adds two elements of its block's tile of ``2 * blockDim`` elements,
-    ``i`` and ``i + blockDim`` (``i`` = tile start + threadIdx), launched with ceil(n / (2 * block)) blocks.
-
-    Checked on sizes that fill no tile, end inside the first or second half of the last tile, and on random
-    ones; in the simulator it also counts the writes of every element (exactly once) and checks that each
-    warp's k-th write touches consecutive elements (coalesced), which a result alone cannot show."""
+    """``kernel(a, b, c, n)``: each thread adds elements ``i`` and ``i + blockDim`` of its block's tile of
+    ``2 * blockDim`` (``i`` = tile start + threadIdx). In the simulator the writes are counted too (each element
+    once, each warp's k-th write on consecutive elements: coalesced), which a result alone cannot show."""
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
-    require_written(kernel, what)
-    if kernel is course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
-        raise CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
-    rng = new_rng()
-    block = 32
+    core.require_written(kernel, what)
+    if kernel is core.course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
+        raise core.CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
+    rng, block = core.new_rng(), 32
     sizes = [1, block - 3, block + 5, 2 * block, 3 * block + 1, int(rng.integers(2 * block + 1, 9 * block))]
     cases = [(n, block) for n in sizes] + [(int(rng.integers(65, 300)), 64)]
     for n, bs in cases:
@@ -247,14 +206,14 @@ def check_vec_add_two(kernel) -> None:
                         f"每个 Block 的分片有 2 × blockDim = {2 * bs} 个元素：分片的起点是 "
                         "blockIdx.x × 2 × blockDim.x，不是 blockIdx.x × blockDim.x。"
                     )
-                raise CheckFailed(f"{where}：元素 {k} 被写了 {counts[k]} 次（(Block, 线程) = {who[:3]}）。{hint}")
+                raise core.CheckFailed(f"{where}：元素 {k} 被写了 {counts[k]} 次（(Block, 线程) = {who[:3]}）。{hint}")
         missing = np.flatnonzero(np.isnan(c[:n]))
         if missing.size:
             k = int(missing[0])
-            second = k % (2 * bs) >= bs
+            second = k % (2 * bs) >= bs  # in the second half of its tile
             hint = f"每个线程的第二个元素是 i + blockDim.x（这里是 i + {bs}），它没被写。" if second else ""
-            raise CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
-        compare(c[:n], want[:n], where)
+            raise core.CheckFailed(f"{where}：元素 {k} 没有被写（共 {missing.size} 个）。{hint}".rstrip())
+        core.compare(c[:n], want[:n], where)
         if writes is not None:
             _check_layout(writes, where, n, bs)
     layout = (
@@ -262,7 +221,7 @@ def check_vec_add_two(kernel) -> None:
         if simulator()
         else "（在 GPU 上只能看结果；每个元素写几次、访问是否连续，在模拟器里才数得出来）"
     )
-    passed(f"vec_add_two 在 n = {', '.join(str(n) for n, _ in cases)} 上与 NumPy 一致{layout}。")
+    core.passed(f"vec_add_two 在 n = {', '.join(str(n) for n, _ in cases)} 上与 NumPy 一致{layout}。")
 
 
 def _check_layout(writes, where: str, n: int, block: int) -> None:
@@ -281,17 +240,14 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
                     "这是「线程 t 取 2t 和 2t + 1」的布局：结果虽然对，但同一个 Warp 的每次读写都隔一个元素，"
                     "显存要多搬一倍的数据（没有合并访问）。让线程 t 取分片里的 t 和 t + blockDim.x。"
                 )
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}"
             )
 
 
-try_vec_add_two = fill_in_cell(
+try_vec_add_two = core.fill_in_cell(
     check_vec_add_two, "mgpu_helpers.lessons.cupy_kernels.vec_add_two", "vec_add_two：每线程两个元素"
 )
-
-
-# -- ex02-1: SAXPY as a CuPy RawKernel, y updated in place -----------------------------------------------------
 
 
 def cupy_usable() -> bool:
@@ -308,16 +264,15 @@ def cupy_usable() -> bool:
 
 
 def check_saxpy_structure(fn) -> None:
-    """What can be seen without a GPU: a RawKernel is made from a CUDA C source with ``extern "C"`` and a bounds
-    check, and no new array is allocated for the result (y is updated in place)."""
-    names = code_names(fn)
+    """ex02-1 without a GPU: a RawKernel from a CUDA C source with ``extern "C"`` and a bounds check, no new array."""
+    names = core.code_names(fn)
     # the first string constant holding a CUDA kernel, in core._code_objects' order (the last defined first);
     # "" when there is none, and then the source's own rules are not checked
-    consts = (k for c in _code_objects(getattr(fn, "__code__", None)) for k in c.co_consts)
+    consts = (k for c in core._code_objects(getattr(fn, "__code__", None)) for k in c.co_consts)
     src = next((k for k in consts if isinstance(k, str) and "__global__" in k), "")
     bare = re.sub(r"#include\s*<[^>]*>|<<|>>|->", " ", src)
     fresh = sorted(names & {"empty_like", "zeros_like", "empty", "zeros", "ones_like", "copy", "full_like"})
-    fail_first(
+    core.fail_first(
         (
             "RawKernel" not in names and "RawModule" not in names,
             f"{SAXPY}：函数里没有用到 cp.RawKernel。"
@@ -341,9 +296,8 @@ def check_saxpy_structure(fn) -> None:
 
 
 def check_saxpy_cupy(fn) -> None:
-    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` with a CuPy ``RawKernel`` on 1-D float32 CuPy arrays, in place,
-    returning y. The structure is checked everywhere; the run needs a GPU (without one it says it skipped)."""
-    require_written(fn, SAXPY)
+    """``fn(alpha, x, y)``: ``y <- alpha * x + y`` in place with a CuPy ``RawKernel``, returning y (GPU only)."""
+    core.require_written(fn, SAXPY)
     check_saxpy_structure(fn)
     if not cupy_usable():  # said plainly: a check that could not run here is not a pass
         print(
@@ -354,32 +308,32 @@ def check_saxpy_cupy(fn) -> None:
         return
     import cupy as cp
 
-    rng = new_rng()
+    rng = core.new_rng()
     # 1 element, one under a block, a multiple of the block, and random sizes that are not.
     sizes = [1, 255, 256 * int(rng.integers(2, 9)), int(rng.integers(2, 255)), int(rng.integers(257, 5000))]
     for n in sizes:
         alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))  # exact in float32: sums stay exact
-        x = int_values(rng, n)
+        x = core.int_values(rng, n)
         x[0] = 0.0  # a zero in the data
-        y0 = int_values(rng, n + PAD)
+        y0 = core.int_values(rng, n + PAD)
         d_x, d_buf = cp.asarray(x), cp.asarray(y0)
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
-            got = call(fn, SAXPY, alpha, d_x, d_y, seconds=30)  # the first launch compiles the kernel (NVRTC)
+            got = core.call(fn, SAXPY, alpha, d_x, d_y, seconds=30)  # the first launch compiles the kernel (NVRTC)
             cp.cuda.Device().synchronize()
-        except CheckFailed:
+        except core.CheckFailed:
             raise
         except Exception as exc:
-            raise CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
+            raise core.CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
         buf = cp.asnumpy(d_buf)
         fail_past_end(buf, n, y0[n:], where, "Kernel 里要有边界检查 if (i < n)。")
         want = alpha * x + y0[:n]
         if got is None:
-            raise CheckFailed(f"{where}：返回了 None。最后要 return y。")
+            raise core.CheckFailed(f"{where}：返回了 None。最后要 return y。")
         if not (isinstance(got, cp.ndarray) and got.data.ptr == d_y.data.ptr and got.size == n):
             hint = "（y 本身没有变）" if np.array_equal(buf[:n], y0[:n]) else ""
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：返回的不是传进来的 y{hint}。练习要求原地更新：Kernel 把结果写进 y，"
                 "然后 return y，不要新建数组。"
             )
@@ -387,16 +341,12 @@ def check_saxpy_cupy(fn) -> None:
             "所有元素都不对：参数要按 C 的类型传，float alpha 传 np.float32(alpha)、int n 传 np.int32(n)；"
             "Python 的 float 会按 8 字节的 double 传过去。"
         )
-        compare(buf[:n], want, where, hint if np.mean(np.isclose(buf[:n], want)) < 0.5 else "")
-    passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
-
-
-# -- ex02-2: the inverse question, what register budget keeps k blocks resident --------------------------------
+        core.compare(buf[:n], want, where, hint if np.mean(np.isclose(buf[:n], want)) < 0.5 else "")
+    core.passed(f"saxpy_cupy 在 n = {', '.join(str(n) for n in sizes)} 上原地算对了 y，n 之后的元素没有被碰。")
 
 
 def reference_max_regs(block: int, min_blocks: int, limits) -> int:
-    """The most registers per thread (<= limits.max_regs_per_thread) with which ``min_blocks`` blocks of
-    ``block`` threads still reside on one SM at once; 0 if no register count allows it."""
+    """ex02-2: the most registers per thread that still let ``min_blocks`` blocks reside on one SM (0: none do)."""
     fitting = itertools.takewhile(
         lambda regs: occ.occupancy(block, regs, limits=limits).blocks_per_sm >= min_blocks,
         range(1, limits.max_regs_per_thread + 1),
@@ -412,13 +362,10 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
     fits = warps * k <= lim.max_warps_per_sm and k <= lim.max_blocks_per_sm and block <= lim.max_threads_per_block
     right_uncapped = (lim.regs_per_sm // lim.sub_partitions // per_part) // unit * unit // lim.warp_size
     unchecked = "没有检查线程数、Block 数的上限（放不下时应当返回 0）"
+    unrounded, unsplit = lim.regs_per_sm // (block * k), lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
     variants = {
-        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(
-            cap, lim.regs_per_sm // (block * k)
-        ),
-        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(
-            cap, lim.regs_per_sm // (warps * k) // unit * unit // lim.warp_size
-        ),
+        "没有按每 Warp 256 个一档取整（直接 寄存器总数 /（线程数 × Block 数））": min(cap, unrounded),
+        "没有按 4 个分区算（每个分区要放下 ceil(Warp 数 / 4) 个整 Warp）": min(cap, unsplit),
         f"忘了每线程最多 {cap} 个寄存器": right_uncapped,
         unchecked: min(cap, right_uncapped),
     }
@@ -427,12 +374,10 @@ def _max_regs_variants(block, k, lim) -> dict[str, int]:
 
 
 def check_max_regs(fn) -> None:
-    """``fn(block, min_blocks, limits) -> int``: the register budget per thread that still lets ``min_blocks``
-    blocks of ``block`` threads reside on one SM (what ``__launch_bounds__(block, min_blocks)`` tells the
-    compiler), against a search over the occupancy model, on edge cases and random draws, for two SMs."""
+    """``fn(block, min_blocks, limits) -> int``: :func:`reference_max_regs`, on edge cases and random draws."""
     what = "max_regs_per_thread 要算出每线程最多能用几个寄存器"
     _start(fn, what)
-    rng = new_rng()
+    rng = core.new_rng()
     fixed = [(1024, 1), (1024, 2), (256, 1), (256, 4), (128, 8), (100, 3), (32, 32), (32, 33), (512, 5), (96, 7)]
     drawn = [(int(rng.integers(1, 1025)), int(rng.integers(1, 9))) for _ in range(30)]
     drawn += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 17))) for _ in range(30)]
@@ -441,23 +386,16 @@ def check_max_regs(fn) -> None:
         want = reference_max_regs(block, k, lim)
         if got != want:
             mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
-            raise CheckFailed(
+            hint = "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
+            raise core.CheckFailed(
                 f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
-                + (
-                    f"看起来是{mistake}。"
-                    if mistake
-                    else "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
-                )
+                + (f"看起来是{mistake}。" if mistake else hint)
             )
-    passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
-
-
-# -- ex02-3: one wave of the grid-stride kernel on this machine (number first) ---------------------------------
+    core.passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
 
 
 def one_wave_facts() -> dict:
-    """What this machine says about the Numba grid-stride kernel of notebook 02 at block 256: SM count,
-    registers per thread, per-SM limits, and where the numbers come from."""
+    """ex02-3: SM count, per-SM limits and registers of 02's grid-stride kernel here, and where they come from."""
     regs = None
     if not simulator():
         from numba import cuda
@@ -484,15 +422,13 @@ def one_wave_facts() -> dict:
 
 
 def check_one_wave_blocks(fn) -> None:
-    """``fn(sm_count, regs_per_thread, limits) -> int``: the learner's number of blocks in one wave of the
-    grid-stride kernel at block 256 on this machine, against the driver's answer for the compiled kernel
-    (GPU) or the occupancy model (no GPU). The usual slips are named."""
+    """``fn(sm_count, regs_per_thread, limits) -> int``: one wave, against the driver's (GPU) or the model's count."""
     what = "one_wave_blocks 要给出一波有几个 Block"
     _start(fn, what)
     facts = one_wave_facts()
     sm, lim = facts["sm_count"], facts["limits"]
-    with deadline(5, what):
-        got = call(fn, what, sm, facts["regs_per_thread"], lim)
+    with core.deadline(5, what):
+        got = core.call(fn, what, sm, facts["regs_per_thread"], lim)
     per_sm = reference_blocks_per_sm(256, facts["regs_per_thread"], lim)
     if simulator():
         want, by = per_sm * sm, "占用率模型"
@@ -512,7 +448,7 @@ def check_one_wave_blocks(fn) -> None:
             else -1: "只按线程数算了；再看看寄存器和 Block 数的上限。",
         }
         hint = slips.get(got, "") if isinstance(got, (int, np.integer)) else ""
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），你的答案是 {got!r}。{hint}".rstrip()
         )
-    passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")
+    core.passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")

@@ -1,40 +1,26 @@
 """Checkers of notebook 13 and ex13: data parallelism that overlaps, buckets, the overlap proof, ZeRO-1.
 
-The classes the learner writes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks, on a
-small MLP with parameters of uneven sizes. Each rank watches what the learner's code does (:func:`_watch`), not
-only what it computes: every collective, under any name (which op, how many elements, async or not, issued during
-``backward()`` or not), and whether each async one was waited on before ``optimizer.step()``. The final parameters
-are compared with one process training on the whole batch (and, when they differ, with the run that forgot to
-divide by the world size). The course's own ``mh.lessons.overlap`` is refused however it is reached.
+The learner's classes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks (a small MLP,
+parameters of uneven sizes). Each rank watches what the code does (:func:`_watch`), not only what it computes:
+every collective under any name, and whether each async one was waited on before ``optimizer.step()``. The final
+parameters are compared with one process training on the whole batch. ``mh.lessons.overlap`` is refused.
 """
 
+import contextlib
 import random
 
 import numpy as np
 
-from mgpu_helpers.checks.core import (
-    COURSE_PACKAGES,
-    TRAIN_HANG_S,
-    CheckFailed,
-    WatchedCalls,
-    call,
-    fail_first,
-    fill_in_cell,
-    first_hint,
-    launch,
-    number_answer,
-    passed,
-    refuse_course_code,
-    require_written,
-)
+from mgpu_helpers.checks import core
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
-WIDTHS = (7, 12, 5, 3)  # parameters of 84, 12, 60, 5, 15 and 3 elements: uneven on purpose
+WIDTHS = (7, 12, 5, 3)
+NUMELS = [n for a, b in zip(WIDTHS, WIDTHS[1:]) for n in (a * b, b)]  # 84, 12, 60, 5, 15, 3: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
-#: The calls of the learner's that the checker records: the seven collectives in every form torch has, and
-#: ``all_to_all_single``.
+#: The calls the checker records: the seven collectives in every form torch has, and ``all_to_all_single``.
 WATCHED_OPS = (*(function for forms in TORCH_FUNCTIONS.values() for function in forms), "all_to_all_single")
 WORLD_SIZES = (2, 3)
+SEEN = ("calls", "unwaited_at_step", "order")  # what a rank sends back of what _watch saw
 
 
 def _lessons():
@@ -43,30 +29,18 @@ def _lessons():
     return mh.lessons.overlap
 
 
-# --------------------------------------------------------------------------------------------------------
-# Using the course's implementation is not writing the code.
-
 COURSE_NAMES = ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets", "overlap_fraction")
 # What each class's cell asks for (a function's cell: the function itself).
-METHODS = {
-    "OverlapDP": ("on_grad_ready", "step"),
-    "BucketDP": ("on_grad_ready", "step"),
-    "Zero1": ("step",),
-    "AccumulateDP": ("no_sync", "on_grad_ready", "step"),
-}
+METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready", "step"), "Zero1": ("step",)}
+METHODS["AccumulateDP"] = ("no_sync", "on_grad_ready", "step")
 
 
 def _start(obj, what: str) -> None:
-    """Before anything runs: a stub is not done yet; the course's classes and anything of mh.lessons / mh.checks
-    reached from the learner's code are refused."""
-    require_written(obj, what)
+    """Before anything runs: a stub is not done yet; the course's classes and mh.lessons / mh.checks are refused."""
+    core.require_written(obj, what)
     course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
     advice = f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。"
-    refuse_course_code(obj, what, course, packages=COURSE_PACKAGES, advice=advice)
-
-
-# --------------------------------------------------------------------------------------------------------
-# What runs on each rank.
+    core.refuse_course_code(obj, what, course, packages=core.COURSE_PACKAGES, advice=advice)
 
 
 class _WorkProxy:
@@ -88,21 +62,19 @@ class _WorkProxy:
 
 
 def _watch():
-    """Watch this rank's collectives, ``Tensor.backward`` and the optimizers' ``step``. Returns what they see:
-    ``calls`` (op, elements, async, issued during backward, step index), ``order`` (collectives and optimizer steps
-    in sequence), ``unwaited_at_step`` (async collectives not yet waited on when a step ran)."""
+    """Watch this rank's collectives, ``Tensor.backward`` and the optimizers' ``step``: ``calls`` (op, elements,
+    async, issued during backward, step index), ``order`` (collectives and optimizer steps in sequence),
+    ``unwaited_at_step`` (async collectives not yet waited on when a step ran)."""
     import torch
 
     seen = {"calls": [], "order": [], "waited": set(), "async": set(), "in_backward": False, "step": 0}
     seen["unwaited_at_step"] = 0  # summed over the steps
 
-    def seen_call(call, work):
-        """Record each collective the learner's code issues; an async Work handle comes back wrapped."""
+    def seen_call(call, work):  # an async Work handle comes back wrapped
         op = call.name.split(".")[-1]
         if op not in WATCHED_OPS:
             return work
-        index = len(seen["calls"])
-        numels = call.numels
+        index, numels = len(seen["calls"]), call.numels
         big = numels[1] if op in ("all_gather_into_tensor", "reduce_scatter_tensor") and len(numels) > 1 else numels[0]
         seen["calls"].append((op, big or 0, call.async_op, seen["in_backward"], seen["step"]))
         seen["order"].append(op)
@@ -111,14 +83,12 @@ def _watch():
             return _WorkProxy(work, index, seen)
         return work
 
-    WatchedCalls(on_call=seen_call).__enter__()  # left in place: the rank ends after the run
+    core.WatchedCalls(on_call=seen_call).__enter__()  # left in place: the rank ends after the run
 
-    backward = torch.Tensor.backward
-
-    def watched_backward(self, *args, **kwargs):
+    def watched_backward(self, *args, _backward=torch.Tensor.backward, **kwargs):
         seen["in_backward"] = True
         try:
-            return backward(self, *args, **kwargs)
+            return _backward(self, *args, **kwargs)
         finally:
             seen["in_backward"] = False
 
@@ -140,18 +110,12 @@ def watched_train(rank, world_size, cls, train_kwargs):
     """Rank function: :func:`~mgpu_helpers.lessons.overlap.train_rank` with the learner's ``cls``, watched."""
     seen = _watch()
     out = _lessons().train_rank(rank, world_size, cls, record=False, **train_kwargs)
-    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"]} | _seen_result(seen)
-
-
-def _seen_result(seen) -> dict:
-    """What a rank function sends back of what :func:`_watch` saw."""
-    return {key: seen[key] for key in ("calls", "unwaited_at_step", "order")}
+    return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"]} | {k: seen[k] for k in SEEN}
 
 
 def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
-    """Rank function: training with gradient accumulation, watched. Each step's rows of this rank are cut into
-    ``micro_batches`` equal micro-batches; every one but the last runs its backward inside ``sync.no_sync()``;
-    each micro-batch's loss is divided by ``micro_batches`` (so the sum is the step's mean loss)."""
+    """Rank function: gradient accumulation, watched. Each step's rows are cut into ``micro_batches``; all but the
+    last run their backward inside ``sync.no_sync()``; each loss is divided by ``micro_batches``."""
     import torch
 
     lesson = _lessons()
@@ -177,16 +141,13 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
         sync.step()
     params = lesson.flat_params(model).numpy()
     # Syncing must come back on however no_sync() ends: after an error inside it, a backward communicates again.
-    try:
-        with sync.no_sync():
-            raise _Probe()
-    except _Probe:
-        pass
+    with contextlib.suppress(_Probe), sync.no_sync():
+        raise _Probe()
     before = len(seen["calls"])
     torch.nn.functional.mse_loss(model(x), y).backward()
     resumed = len(seen["calls"]) > before
     sync.step()
-    return {"params": params, "no_sync_calls": no_sync_calls, "resumed_after_error": resumed} | _seen_result(seen)
+    return dict(params=params, no_sync_calls=no_sync_calls, resumed_after_error=resumed) | {k: seen[k] for k in SEEN}
 
 
 class _Probe(Exception):
@@ -194,11 +155,10 @@ class _Probe(Exception):
 
 
 def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs):
-    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks, ``kwargs`` the defaults updated by
-    ``train_kwargs``; returns the values and ``kwargs``."""
+    """``rank_fn(rank, world_size, cls, *extra, kwargs)`` on ranks; returns the values and ``kwargs``."""
     kwargs = dict(steps=STEPS, widths=WIDTHS, rows_per_rank=ROWS_PER_RANK, lr=LR) | train_kwargs
     advice = "常见原因：有的 Rank 少发了一次集合通信，或者等了一个从没发出的句柄。"
-    return launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, TRAIN_HANG_S, advice=advice), kwargs
+    return core.launch(rank_fn, world_size, (cls, *extra, kwargs), what, cls, core.TRAIN_HANG_S, advice=advice), kwargs
 
 
 def _reference_rank(rank, world_size, *args):
@@ -222,23 +182,19 @@ def _compare_params(values, world_size, kwargs, what, sgd=True):
         if np.allclose(got, want, atol=1e-5):
             continue
         if sgd and np.allclose(got, _reference(world_size, kwargs, divide=False), atol=1e-5):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{what}：world_size = {world_size} 时，参数和「梯度求和、没有平均」的结果一样："
                 f"All-Reduce 得到的是 {world_size} 个 Rank 的和，还要除以 world_size。"
             )
         k = int(np.argmax(np.abs(got - want)))
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}：world_size = {world_size}，rank {rank} 训练 {kwargs['steps']} 步后的参数和单进程"
             f"整批训练的不同（第 {k} 个参数元素应当是 {want[k]:.6g}，实际是 {got[k]:.6g}）。"
         )
 
 
-def _numels(widths=WIDTHS):
-    return [n for a, b in zip(widths, widths[1:]) for n in (a * b, b)]
-
-
 def _common_rules(values, what):
-    fail_first(
+    core.fail_first(
         (not values[0]["calls"], f"{what}：没有发出任何集合通信，各 Rank 的梯度没有交换。"),
         (
             any(v["unwaited_at_step"] for v in values),
@@ -248,21 +204,17 @@ def _common_rules(values, what):
     )
 
 
-# --------------------------------------------------------------------------------------------------------
-# The checkers.
-
-
 def check_overlap_dp(cls) -> None:
     """``OverlapDP``: one async all-reduce per gradient from its hook, waited before the step, averaged."""
     what = "OverlapDP"
     _start(cls, what)
-    n_params = len(_numels())
+    n_params = len(NUMELS)
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what)
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0]  # the first step's collectives
         reduces = [c for c in calls if c[0] == "all_reduce"]
-        fail_first(
+        core.fail_first(
             (
                 not any(c[3] for c in calls),
                 f"{what}：所有集合通信都在 backward 结束以后才发出——这还是先算后传，"
@@ -280,7 +232,7 @@ def check_overlap_dp(cls) -> None:
             ),
         )
         _compare_params(values, world_size, kwargs, what)
-    passed(
+    core.passed(
         f"{what}：每个梯度一好就异步 All-Reduce、step 前等齐并取平均；2 和 3 个 Rank 上 {STEPS} 步后的参数"
         "与单进程整批训练一致。"
     )
@@ -291,21 +243,20 @@ def check_plan_buckets(fn) -> None:
     what = "plan_buckets"
     _start(fn, what)
     rng = random.Random()
-    model = _numels()
-    cases = [(model, 30), (model, 1), (model, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
+    cases = [(NUMELS, 30), (NUMELS, 1), (NUMELS, 10**6), ([5, 5, 5, 5], 10), ([3, 200, 4], 50), ([], 8), ([7], 100)]
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
-        got = call(fn, what, list(numels), size)
+        got = core.call(fn, what, list(numels), size)
         want = _lessons().plan_buckets(numels, size)
         if got == want:
             continue
         where = f"numels = {numels}，bucket_numel = {size}"
         if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in got):
-            raise CheckFailed(f"{what}（{where}）：要返回桶的列表，每个桶是参数下标的列表；实际是 {got!r}。")
+            raise core.CheckFailed(f"{what}（{where}）：要返回桶的列表，每个桶是参数下标的列表；实际是 {got!r}。")
         flat = [i for b in got for i in b]
         missing = sorted(set(range(len(numels))) - set(flat))
         extra = sorted({i for i in flat if flat.count(i) > 1})
-        fail_first(
+        core.fail_first(
             (
                 sorted(flat) != list(range(len(numels))),
                 f"{what}（{where}）：每个参数正好进一个桶；"
@@ -324,7 +275,7 @@ def check_plan_buckets(fn) -> None:
                 "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。",
             ),
         )
-    passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
+    core.passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
 
 
 def check_bucket_dp(cls) -> None:
@@ -333,20 +284,15 @@ def check_bucket_dp(cls) -> None:
     _start(cls, what)
     for world_size, bucket in zip(WORLD_SIZES, (30, 70)):  # 84 elements: one parameter outgrows each
         reference_plan = _lessons().plan_buckets  # the learner's plan is checked on its own
-        sizes = [sum(_numels()[i] for i in b) for b in reference_plan(_numels(), bucket)]
+        sizes = [sum(NUMELS[i] for i in b) for b in reference_plan(NUMELS, bucket)]
         values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": reference_plan})
         _common_rules(values, what)
         calls = [c for c in values[0]["calls"] if c[4] == 0 and c[0] == "all_reduce"]
         got = [c[1] for c in calls]
-        fail_first(
-            (
-                not any(c[3] for c in calls),
-                f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。",
-            ),
-            (
-                any(c[3] and not c[2] for c in calls),
-                f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。",
-            ),
+        late, blocking = not any(c[3] for c in calls), any(c[3] and not c[2] for c in calls)
+        core.fail_first(
+            (late, f"{what}：所有桶都在 backward 结束以后才发出——没有重叠。桶一满就在 on_grad_ready 里发。"),
+            (blocking, f"{what}：桶的 All-Reduce 是阻塞的（没有 async_op=True），backward 会停下来等它。"),
             (
                 len(got) > len(sizes) and sum(got) >= sum(sizes),
                 f"{what}：bucket_numel = {bucket} 时计划有 "
@@ -359,7 +305,7 @@ def check_bucket_dp(cls) -> None:
             ),
         )
         _compare_params(values, world_size, kwargs, what)
-    passed(
+    core.passed(
         f"{what}：每个桶满了才发、一桶一次、顺序与计划一致；含一个比桶还大的参数；2 和 3 个 Rank 上的参数与"
         "单进程整批训练一致。"
     )
@@ -371,12 +317,8 @@ def check_overlap_fraction(fn) -> None:
 
     what = "overlap_fraction"
     _start(fn, what)
-
-    def bw(a, b, k=0):
-        return Span("compute", f"backward {k}", a, b)
-
-    def comm(a, b):
-        return Span("communicate", "all_reduce 4096", a, b)
+    bw = lambda a, b, k=0: Span("compute", f"backward {k}", a, b)
+    comm = lambda a, b: Span("communicate", "all_reduce 4096", a, b)
 
     cases = [
         ("通信全在 backward 之后", [bw(0, 1), comm(1.5, 2.0)], 0.0),
@@ -395,54 +337,49 @@ def check_overlap_fraction(fn) -> None:
         spans, inside, total, t = [], 0.0, 0.0, 0.0
         for k in range(rng.randint(1, 3)):
             b0, b1 = t, t + rng.uniform(0.5, 2)
-            spans.append(bw(b0, b1, k))
             c0 = rng.uniform(b0, b1)
             c1 = c0 + rng.uniform(0.1, 2)
-            spans.append(comm(c0, c1))
+            spans += [bw(b0, b1, k), comm(c0, c1)]
             inside += min(c1, b1) - c0
             total += c1 - c0
             t = max(b1, c1) + rng.uniform(0.1, 1)  # one rank's backward spans never overlap
         cases.append(("随机时间线", spans, inside / total))
     for name, spans, want in cases:
-        got = call(fn, what, list(spans))
-        got = number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
+        got = core.call(fn, what, list(spans))
+        got = core.number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")
         if abs(got - want) > 1e-9:
-            hint = (
-                "只算名字以 backward 开头的 compute 段。"
-                if name.startswith("还有一段 forward")
-                else "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。"
-                if got > want and want < 1
-                else ""
+            hint = core.first_hint(
+                (name.startswith("还有一段 forward"), "只算名字以 backward 开头的 compute 段。"),
+                (
+                    got > want and want < 1,
+                    "只和 backward 重叠的那一部分才算；开始于 backward 之内、结束在外面的通信要截断。",
+                ),
             )
-            raise CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
-    passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
+            raise core.CheckFailed(f"{what}（{name}）：应当是 {want:.4g}，实际是 {got:.4g}。分母是通信的总时间。{hint}")
+    core.passed(f"{what}：{len(cases)} 条时间线（全在内、全在外、跨过结尾、有 forward、没有通信、随机）都算对了。")
 
 
 def check_zero1(cls) -> None:
     """``Zero1``: reduce-scatter the gradients, step the shard, all-gather the parameters, 1/n of the state."""
     what = "Zero1"
     _start(cls, what)
-    numel = sum(_numels())
+    numel = sum(NUMELS)
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what, optimizer="adam")
         order = values[0]["order"]
         first = order[: order.index("optimizer.step") + 2] if "optimizer.step" in order else order
         gathers = [k for k, o in enumerate(first) if o.startswith("all_gather")]
         steps = [k for k, o in enumerate(first) if o == "optimizer.step"]
-        fail_first(
+        has_rs = {"reduce_scatter_tensor", "reduce_scatter"} & set(order)
+        has_ag = {"all_gather_into_tensor", "all_gather"} & set(order)
+        core.fail_first(
             (
                 "all_reduce" in order,
                 f"{what}：用了 All-Reduce。ZeRO-1 每个 Rank 只需要自己那一段梯度：用 "
                 "reduce_scatter_tensor，更新后再 all_gather_into_tensor。",
             ),
-            (
-                not {"reduce_scatter_tensor", "reduce_scatter"} & set(order),
-                f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。",
-            ),
-            (
-                not {"all_gather_into_tensor", "all_gather"} & set(order),
-                f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。",
-            ),
+            (not has_rs, f"{what}：没有 Reduce-Scatter：各 Rank 的梯度没有加在一起。"),
+            (not has_ag, f"{what}：没有 All-Gather：每个 Rank 只更新了自己那一段，别的段还是旧参数。"),
             (
                 gathers and steps and gathers[0] < steps[0],
                 f"{what}：All-Gather 发生在 optimizer.step() 之前："
@@ -452,29 +389,29 @@ def check_zero1(cls) -> None:
         _compare_params(values, world_size, kwargs, what, sgd=False)
         want_bytes = 2 * -(-numel // world_size) * 4  # Adam's two float32 moments of this rank's shard
         if values[0]["state_bytes"] > want_bytes:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{what}：每个 Rank 的 Adam 状态有 {values[0]['state_bytes']} 字节，ZeRO-1 应当只有自己那一段的 "
                 f"{want_bytes} 字节：优化器要只管 self.local。"
             )
-    passed(
+    core.passed(
         f"{what}：Reduce-Scatter → 本段 Adam → All-Gather；2 和 3 个 Rank 上参数与单进程 Adam 一致，"
         "每个 Rank 的 Adam 状态只有 1/n。"
     )
 
 
 def check_accumulate_dp(cls) -> None:
-    """ex13 ``AccumulateDP``: micro-batches inside ``no_sync()`` do not communicate; one all-reduce per
-    gradient per step, from the hooks of the last micro-batch; waited, averaged."""
+    """ex13 ``AccumulateDP``: no communication inside ``no_sync()``; one all-reduce per gradient per step."""
     what = "AccumulateDP"
     _start(cls, what)
-    n_params = len(_numels())
+    n_params = len(NUMELS)
     for world_size, micro in ((2, 2), (3, 4)):
         # 4 rows a rank, split into micro-batches
         values, kwargs = _run(cls, world_size, what, watched_accumulate, (micro,), rows_per_rank=4)
         _common_rules(values, what)
         v = values[0]
         reduces = [c for c in v["calls"] if c[4] == 0 and c[0] == "all_reduce"]
-        fail_first(
+        late = not any(c[3] for c in reduces)
+        core.fail_first(
             (
                 v["no_sync_calls"],
                 f"{what}：no_sync() 里的 micro-batch 也发了 {v['no_sync_calls']} 次集合通信；"
@@ -485,10 +422,7 @@ def check_accumulate_dp(cls) -> None:
                 f"{what}：{micro} 个 micro-batch 的一步应当每个参数只 All-Reduce 一次"
                 f"（共 {n_params} 次），实际第一步做了 {len(reduces)} 次。",
             ),
-            (
-                not any(c[3] for c in reduces),
-                f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。",
-            ),
+            (late, f"{what}：All-Reduce 都在最后一次 backward 结束以后才发出，没有和它重叠；从钩子里发。"),
             (
                 not v["resumed_after_error"],
                 f"{what}：no_sync() 里的代码出了错（抛出异常）以后，下一次 backward "
@@ -496,23 +430,16 @@ def check_accumulate_dp(cls) -> None:
             ),
         )
         _compare_params(values, world_size, kwargs, what)
-    passed(
+    core.passed(
         f"{what}：no_sync 里不通信、每步每个参数一次异步 All-Reduce；2 个 Rank × 2 个 micro-batch、"
         "3 个 Rank × 4 个 micro-batch 的参数与单进程整批训练一致。"
     )
 
 
-def _step_seconds_reference(ready_s, comm_s):
-    t = 0.0
-    for ready, comm in zip(ready_s, comm_s):
-        t = max(t, ready) + comm
-    return t
-
-
 def check_step_seconds(fn) -> None:
     """ex13 ``step_seconds(ready_s, comm_s)``: when the last bucket's all-reduce ends, with one channel."""
     what = "step_seconds"
-    require_written(fn, what)
+    core.require_written(fn, what)
     cases = [
         ("通信比计算短，每个桶都赶得上", [0.02, 0.04, 0.06], [0.005, 0.005, 0.005]),
         ("通信比计算长，桶要排队", [0.01, 0.02, 0.03], [0.03, 0.03, 0.03]),
@@ -526,36 +453,31 @@ def check_step_seconds(fn) -> None:
         ready = sorted(rng.uniform(0, 0.1) for _ in range(n))
         cases.append(("随机", ready, [rng.uniform(0, 0.03) for _ in range(n)]))
     for name, ready, comm in cases:
-        want = _step_seconds_reference(ready, comm)
-        got = call(fn, what, list(ready), list(comm))
-        got = number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
-        if abs(got - want) <= 1e-9:
+        want = 0.0  # one channel: a bucket starts once it is ready and the one before it is done
+        for r, c in zip(ready, comm):
+            want = max(want, r) + c
+        got = core.call(fn, what, list(ready), list(comm))
+        got = core.number_answer(got, f"{what}（{name}）：要返回秒数（一个数），实际是 {got!r}。")
+        near = lambda value: abs(got - value) <= 1e-9
+        if near(want):
             continue
-        hint = first_hint(
-            (
-                abs(got - (ready[-1] + sum(comm))) <= 1e-9,
-                "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。",
-            ),
-            (
-                abs(got - max(r + c for r, c in zip(ready, comm))) <= 1e-9,
-                "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。",
-            ),
+        unqueued = max(r + c for r, c in zip(ready, comm))
+        hint = core.first_hint(
+            (near(ready[-1] + sum(comm)), "这是「backward 结束后才开始传」的时间；桶准备好就可以开始传。"),
+            (near(unqueued), "这假设每个桶都能立刻开始传；但通信一次只传一个桶，后面的桶要排队。"),
             default="一次只能有一个 All-Reduce 在跑：一个桶要等它自己准备好，也要等前一个桶传完。",
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}（{name}：ready_s = {[round(r, 4) for r in ready]}，comm_s = "
             f"{[round(c, 4) for c in comm]}）：应当是 {want:.4g} 秒，实际是 {got:.4g}。{hint}"
         )
-    passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
+    core.passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
 
 
-# --------------------------------------------------------------------------------------------------------
-# The lesson's fill-ins: check at once, or hand back the course's version while still unwritten.
-
-try_overlap_dp = fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
-try_plan_buckets = fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
-try_bucket_dp = fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
-try_overlap_fraction = fill_in_cell(
+try_overlap_dp = core.fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
+try_plan_buckets = core.fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
+try_bucket_dp = core.fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
+try_overlap_fraction = core.fill_in_cell(
     check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction", "overlap_fraction"
 )
-try_zero1 = fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")
+try_zero1 = core.fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")

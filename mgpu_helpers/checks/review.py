@@ -11,8 +11,8 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from mgpu_helpers.checks import core
 from mgpu_helpers.checks.collectives import busbw_mistake
-from mgpu_helpers.checks.core import CheckFailed, call, expect_items, first_hint, is_number, is_rank_number, passed
 from mgpu_helpers.checks.stragglers import READ_LONGEST, traced_run
 from mgpu_helpers.measure import straggler
 from mgpu_helpers.models import bandwidth, scaling
@@ -27,10 +27,6 @@ STRAGGLER_SHARDS = (4, 9, 6)
 STRAGGLER_SECONDS_PER_UNIT = 0.010
 
 
-# --------------------------------------------------------------------------------------------------------
-# Exercise 1: a number first, then ranks measure it.
-
-
 def not_n_times(n: int) -> str:
     """The usual slip of a speed-up on uneven shards, said the same in ex11 and in 11's part 3."""
     return f"{n} 个 Rank 不会自动快 {n} 倍："
@@ -39,15 +35,13 @@ def not_n_times(n: int) -> str:
 def measured_speedup(
     shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT, steps: int = 5, single=None
 ) -> dict:
-    """The speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units: ``speedup``
-    (median step of one rank / of the ranks), and ``low``, ``high``, the range this run's own spread allows (a
-    median step lies between the model's and that plus :func:`~mgpu_helpers.measure.straggler.step_margin` plus
-    the median all-reduce). ``single``: a one-rank run (RankResults) to reuse, so several shardings share it."""
+    """The speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units, and ``low``, ``high``:
+    the range this run's own spread allows (a median step lies between the model's and that plus
+    :func:`~mgpu_helpers.measure.straggler.step_margin` plus the median all-reduce). ``single``: a one-rank run
+    (RankResults) to reuse, so several shardings share it."""
     what = "测量加速比"
-    runs = [
-        single if single is not None else traced_run((total,), steps, seconds_per_unit, what),
-        traced_run(tuple(shards), steps, seconds_per_unit, what),
-    ]
+    single = single if single is not None else traced_run((total,), steps, seconds_per_unit, what)
+    runs = [single, traced_run(tuple(shards), steps, seconds_per_unit, what)]
     ideal = [total * seconds_per_unit, max(shards) * seconds_per_unit]
     step = [straggler.median_step_seconds(r.values) for r in runs]
     slack = [
@@ -60,52 +54,37 @@ def measured_speedup(
 
 
 def check_speedup_prediction(fn) -> None:
-    """``fn() -> (uneven, balanced)``: the learner's predicted speed-ups of four ranks with shards 12/6/4/2
-    and 6/6/6/6 over one rank doing all 24 units (10 ms per unit). Runs them on real ranks and compares each
-    with the measured speed-up, within the range this run's own spread allows plus 10%."""
+    """ex11, number first: ``fn() -> (uneven, balanced)``, the speed-ups of four ranks with :data:`SPEEDUP_SHARDS`
+    over one rank doing all 24 units, each held against a real run, within its own spread plus 10%."""
     what = "predicted_speedups 要给出两个数：12/6/4/2 和 6/6/6/6 在四个 Rank 上各比一个 Rank 快几倍"
-    guess = call(fn, what)
-    expect_items(
-        guess, 2, f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。", numbers=True
-    )
-    ms = 1e3 * SPEEDUP_SECONDS_PER_UNIT
-    single = None
-    lines = []
+    guess = core.call(fn, what)
+    shape = f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。"
+    core.expect_items(guess, 2, shape, numbers=True)
+    ms, single, lines = 1e3 * SPEEDUP_SECONDS_PER_UNIT, None, []
     for (name, shards), g in zip(SPEEDUP_SHARDS.items(), guess):
         m = measured_speedup(shards, single=single)
         single = m["single"]  # one single-rank run serves both shardings
         low, high = m["low"] * 0.9, m["high"] * 1.1
         label = "/".join(str(u) for u in shards)
         if not low <= float(g) <= high:
-            nudge = (
-                f"一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
-                if name == "uneven"
-                else "四份一样大时，一步只剩下多少个单位的时间？"
-            )
-            if name == "uneven" and math.isclose(float(g), len(shards)):
-                nudge = not_n_times(len(shards)) + nudge
-            raise CheckFailed(
+            nudge = "四份一样大时，一步只剩下多少个单位的时间？"
+            if name == "uneven":
+                slip = not_n_times(len(shards)) if math.isclose(float(g), len(shards)) else ""
+                nudge = f"{slip}一步要等到拿 {max(shards)} 个单位的 Rank 做完；一个 Rank 做完 {SPEEDUP_TOTAL} 个单位要多久？"
+            raise core.CheckFailed(
                 f"Shard {label}、每单位 {ms:g} ms：四个 Rank 上量到加速比 {m['speedup']:.2f}×"
                 f"（这次运行允许的范围 {low:.2f}–{high:.2f}），你的预测是 {float(g):.2f}×。{nudge}"
             )
         lines.append(f"{label} 你预测 {float(g):.2f}×，量到 {m['speedup']:.2f}×")
-    passed("；".join(lines) + "。")
-
-
-# --------------------------------------------------------------------------------------------------------
-# Exercise 2: the straggler and what it costs, from per-rank evidence (not the average).
+    core.passed("；".join(lines) + "。")
 
 
 def reference_straggler(values) -> tuple[int, float]:
-    """(the rank with the largest median compute, the median over steps of max compute - mean compute)."""
-    medians = [statistics.median(v["compute_s"]) for v in values]
+    """ex11: (the rank with the largest median compute, the median over steps of max - mean compute)."""
+    compute = [v["compute_s"] for v in values]
+    medians = [statistics.median(c) for c in compute]
     rank = max(range(len(values)), key=lambda r: medians[r])
-    steps = len(values[0]["compute_s"])
-    lost = statistics.median(
-        max(v["compute_s"][k] for v in values) - statistics.fmean(v["compute_s"][k] for v in values)
-        for k in range(steps)
-    )
-    return rank, lost
+    return rank, statistics.median(max(step) - statistics.fmean(step) for step in zip(*compute))
 
 
 def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
@@ -120,37 +99,31 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
     stalled, k = rng.choice(others), rng.randrange(steps)
     compute[stalled][k] = base[slow] * rng.uniform(5.0, 8.0)
     last = [max(compute[q][s] for q in range(n)) for s in range(steps)]
+    comm = [[rng.uniform(1e-4, 1e-3) for _ in range(steps)] for _ in range(n)]
+    wait = [[last[s] - compute[r][s] for s in range(steps)] for r in range(n)]
     return [
-        dict(
-            rank=r,
-            shard=None,
-            compute_s=compute[r],
-            wait_s=[last[s] - compute[r][s] for s in range(steps)],
-            comm_s=[rng.uniform(1e-4, 1e-3) for _ in range(steps)],
-            start_skew_s=[0.0] * steps,
-        )
+        dict(rank=r, shard=None, compute_s=compute[r], wait_s=wait[r], comm_s=comm[r], start_skew_s=[0.0] * steps)
         for r in range(n)
     ]
 
 
 def _rank_and_seconds(got) -> bool:
-    return isinstance(got, (tuple, list)) and len(got) == 2 and is_number(got[1])
+    return isinstance(got, (tuple, list)) and len(got) == 2 and core.is_number(got[1])
 
 
 def check_find_straggler(fn) -> None:
-    """``fn(values) -> (rank, lost_s)``: the straggler of a run (per-rank records as
-    :func:`mgpu_helpers.measure.straggler.run_traced` returns them) and the median seconds per step that
-    uneven work costs (max compute - mean compute). Random records with a stalled step first, then a real run."""
+    """``fn(values) -> (rank, lost_s)``: :func:`reference_straggler` on per-rank records as
+    :func:`mgpu_helpers.measure.straggler.run_traced` returns them; random ones with a stalled step, then a real run."""
     what = "find_straggler 要从逐 Rank 的记录里找出 Straggler，并给出每步因此多花的秒数"
     rng = random.Random()
     for _ in range(30):
         values = _synthetic_values(rng)
         want = reference_straggler(values)
-        got = call(fn, what, values)
+        got = core.call(fn, what, values)
         medians = [round(1e3 * statistics.median(v["compute_s"]), 1) for v in values]
         where = f"{len(values)} 个 Rank，每个 Rank 计算时间的中位数 {medians} ms"
         if not _rank_and_seconds(got):
-            raise CheckFailed(f"{where}：应当返回 (rank, 秒数)，实际得到 {got!r}。")
+            raise core.CheckFailed(f"{where}：应当返回 (rank, 秒数)，实际得到 {got!r}。")
         rank, lost = got
         if rank != want[0]:
             waits = [statistics.median(v["wait_s"]) for v in values]
@@ -159,33 +132,32 @@ def check_find_straggler(fn) -> None:
                 why += f"rank {rank} 等得最久，它恰恰是最快到达的那个；Straggler 是别人都在等的 Rank。"
             if rank == max(range(len(values)), key=lambda r: sum(values[r]["compute_s"])):
                 why += f"rank {rank} 的计算总和最大，是因为它有一步被卡住了；一步的意外不代表它每步都慢，用中位数。"
-            raise CheckFailed(f"{where}：Straggler 是 rank {want[0]}，你给的是 rank {rank}。{why}")
+            raise core.CheckFailed(f"{where}：Straggler 是 rank {want[0]}，你给的是 rank {rank}。{why}")
         if not math.isclose(float(lost), want[1], rel_tol=1e-6, abs_tol=1e-9):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：每步因为不均衡多花的时间（每步 最大计算 − 平均计算，取各步中位数）"
                 f"应当是 {1e3 * want[1]:.2f} ms，你给的是 {1e3 * float(lost):.2f} ms。"
                 "如果一步都按最慢的 Rank 走、而工作能均分，每步能省下多少？"
             )
     s = STRAGGLER_SECONDS_PER_UNIT
     run = traced_run(STRAGGLER_SHARDS, 5, s, what)
-    got = call(fn, what, run.values)
+    got = core.call(fn, what, run.values)
     model_rank = max(range(len(STRAGGLER_SHARDS)), key=lambda r: STRAGGLER_SHARDS[r])
     model_lost = (max(STRAGGLER_SHARDS) - statistics.fmean(STRAGGLER_SHARDS)) * s
     margin = straggler.model_margin(run.values, s) + 0.1 * model_lost
     label = "/".join(str(u) for u in STRAGGLER_SHARDS)
     if not _rank_and_seconds(got) or got[0] != model_rank or abs(float(got[1]) - model_lost) > margin:
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"真实的 {len(STRAGGLER_SHARDS)} 个 Rank（Shard {label}，每单位 {1e3 * s:g} ms）：应当是 "
             f"rank {model_rank}、约 {1e3 * model_lost:.0f} ms（误差上限 ±{1e3 * margin:.0f} ms），"
             f"你的函数给出 {got!r}。"
         )
-    passed(
+    core.passed(
         f"find_straggler 在 30 组带一次意外卡顿的随机记录上都对；真实的 Shard {label} 上找出 rank {got[0]}，"
         f"每步多花 {1e3 * float(got[1]):.0f} ms（模型 {1e3 * model_lost:.0f} ms）。"
     )
 
 
-# --------------------------------------------------------------------------------------------------------
 # Notebook 11, part 3: numbers the learner reads off a run made on this machine, in 11 itself.
 #
 # One launch of three ranks does two things: the straggler step of 08 (each rank sleeps shard * unit, then
@@ -299,7 +271,7 @@ def print_review_run(run: ReviewRun) -> None:
 
 
 def _near(got, want, rel: float) -> bool:
-    return is_number(got) and math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-9)
+    return core.is_number(got) and math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-9)
 
 
 def review_answers(run: ReviewRun) -> dict:
@@ -324,18 +296,18 @@ def _straggler_mistake(run: ReviewRun, got) -> str | None:
     n, longest = run.world_size, max(range(run.world_size), key=lambda r: run.allreduce_ms[r])
     if got == run.straggler:
         return None
-    return first_hint(
+    return core.first_hint(
         (got == longest, f"rank {longest}：{READ_LONGEST}等待被算成了“通信”。"),
-        (not is_rank_number(got) or not 0 <= got < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
+        (not core.is_rank_number(got) or not 0 <= got < n, f"要写一个 Rank 编号（0 到 {n - 1}）。"),
         default=AGAIN,
     )
 
 
 def _comm_mistake(run: ReviewRun, got) -> str | None:
     want = review_answers(run)["comm_ms"]
-    if _near(got, want, 0.05) or is_number(got) and abs(float(got) - want) <= 0.05:
+    if _near(got, want, 0.05) or core.is_number(got) and abs(float(got) - want) <= 0.05:
         return None
-    return first_hint(
+    return core.first_hint(
         (_near(got, max(run.allreduce_ms), 0.05), "这是在 All-Reduce 里待得最久的 Rank：里面大部分是等待。"),
         (_near(got, statistics.fmean(run.allreduce_ms), 0.05), "平均值把等待也摊了进来。"),
         (_near(got, max(run.step_ms), 0.05), "这是整个一步的时间，包含了计算。"),
@@ -344,7 +316,7 @@ def _comm_mistake(run: ReviewRun, got) -> str | None:
 
 
 def _busbw_mistake(run: ReviewRun, got) -> str | None:
-    if not is_number(got):
+    if not core.is_number(got):
         return "要写一个数（GB/s）。"
     nbytes, seconds = run.sweep[-1]
     why = busbw_mistake(float(got), "all_reduce", nbytes, seconds, run.world_size, unit=1e9, rel_tol=0.02)
@@ -355,56 +327,39 @@ def _speedup_mistake(run: ReviewRun, got) -> str | None:
     want, n = review_answers(run)["speedup"], run.world_size
     if _near(got, want, 0.02):
         return None
-    return first_hint(
+    mean_step = scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms))
+    model = _near(got, sum(run.shards) / max(run.shards), 0.005)
+    return core.first_hint(
         (_near(got, 1 / want, 0.02), "倒过来了：加速比 = 单个 Rank 的一步 ÷ 多个 Rank 的一步。"),
-        (
-            _near(got, scaling.speedup(run.solo_ms, statistics.fmean(run.step_ms)), 0.02),
-            "一步要等最慢的 Rank：用最长的那一步，不是平均。",
-        ),
+        (_near(got, mean_step, 0.02), "一步要等最慢的 Rank：用最长的那一步，不是平均。"),
         (_near(got, float(n), 0.02), not_n_times(n) + "Shard 不一样大。"),
-        (
-            _near(got, sum(run.shards) / max(run.shards), 0.005),
-            "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。",
-        ),
+        (model, "这是只数工作单位的模型值；题目问的是这次量到的，通信和唤醒的时间也在里面。"),
         default=AGAIN,
     )
 
 
 def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbps=None, speedup=None) -> None:
-    """11's part 3: each answer held against ``run``; prints one line per answer (passed, not written yet, or
-    what the wrong number is), then raises :class:`CheckFailed` if any was wrong."""
+    """11's part 3: one line per answer held against ``run``, then a failure if any was wrong."""
     want = review_answers(run)
     n, s = run.world_size, run.straggler
     nbytes, _seconds = run.sweep[-1]
     factor = bandwidth.BUSBW_FACTORS["all_reduce"](n)
-    questions = [  # (label, the answer, what is wrong with it, what the right one is)
-        (
-            "1. Straggler 是哪个 Rank",
-            straggler,
-            _straggler_mistake,
-            f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
-        ),
-        (
-            "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
-            comm_ms,
-            _comm_mistake,
-            f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
-        ),
-        (
-            f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
-            busbw_gbps,
-            _busbw_mistake,
-            f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
-        ),
-        (
-            f"4. {n} 个 Rank 比一个 Rank 快几倍",
-            speedup,
-            _speedup_mistake,
-            f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
-        ),
-    ]
+    labels = (
+        "1. Straggler 是哪个 Rank",
+        "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
+        f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
+        f"4. {n} 个 Rank 比一个 Rank 快几倍",
+    )
+    rights = (  # what the right answer is, said once it is given
+        f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
+        f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
+        f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
+        f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
+    )
+    answers = (straggler, comm_ms, busbw_gbps, speedup)
+    mistakes = (_straggler_mistake, _comm_mistake, _busbw_mistake, _speedup_mistake)
     wrong = 0
-    for label, got, mistake, done in questions:
+    for label, got, mistake, done in zip(labels, answers, mistakes, rights):
         if got is None:
             print(f"{label}：还没写（上面那格还是 None）。")
         elif (why := mistake(run, got)) is None:
@@ -413,4 +368,4 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
             wrong += 1
             print(f"不对：{label}：你的答案 {got!r}。{why}")
     if wrong:
-        raise CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")
+        raise core.CheckFailed(f"{wrong} 个答案不对：看上面每一行说的原因，改好再运行这一格。")
