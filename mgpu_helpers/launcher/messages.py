@@ -9,10 +9,8 @@ field is read by name and a message of the wrong kind is caught by its type. Who
 
 from dataclasses import dataclass
 
-record = dataclass(frozen=True)
 
-
-@record
+@dataclass(frozen=True)
 class JobRequest:  # one launch, as the server needs it: everything a rank must set up before it calls ``fn``
     job_id: int
     world_size: int
@@ -28,29 +26,29 @@ class JobRequest:  # one launch, as the server needs it: everything a rank must 
     pg_timeout_s: float
 
 
-@record
+@dataclass(frozen=True)
 class Ready:  # the server has imported torch and takes jobs
     server_pid: int
 
 
-@record
+@dataclass(frozen=True)
 class Started:  # the server forked the leader of job ``job_id``; its pid is also the ranks' process group
     job_id: int
     leader_pid: int
 
 
-@record
+@dataclass(frozen=True)
 class RankExit:  # how rank ``rank`` ended: exit code, or minus the signal number that killed it
     rank: int
     code: int
 
 
-@record
+@dataclass(frozen=True)
 class Running:  # the rank joined the process group (in ``init_s`` seconds) and is calling ``fn``
     init_s: float
 
 
-@record
+@dataclass(frozen=True)
 class Returned:  # ``fn`` returned ``value`` (tensors moved to the CPU) after ``fn_s`` seconds
     value: object
     init_s: float
@@ -58,7 +56,7 @@ class Returned:  # ``fn`` returned ``value`` (tensors moved to the CPU) after ``
     spans: list
 
 
-@record
+@dataclass(frozen=True)
 class Failed:  # something raised in the rank while ``where`` (e.g. "running the function", "sending the result")
     where: str
     exc_type: str
