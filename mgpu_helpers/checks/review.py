@@ -32,25 +32,21 @@ def not_n_times(n: int) -> str:
     return f"{n} 个 Rank 不会自动快 {n} 倍："
 
 
-def measured_speedup(
-    shards, total: int = SPEEDUP_TOTAL, seconds_per_unit: float = SPEEDUP_SECONDS_PER_UNIT, steps: int = 5, single=None
-) -> dict:
-    """The speed-up of ``shards`` on ``len(shards)`` ranks over one rank doing ``total`` units, and ``low``, ``high``:
-    the range this run's own spread allows (a median step lies between the model's and that plus
-    :func:`~mgpu_helpers.measure.straggler.step_margin` plus the median all-reduce). ``single``: a one-rank run
-    (RankResults) to reuse, so several shardings share it."""
-    what = "测量加速比"
-    single = single if single is not None else traced_run((total,), steps, seconds_per_unit, what)
-    runs = [single, traced_run(tuple(shards), steps, seconds_per_unit, what)]
-    ideal = [total * seconds_per_unit, max(shards) * seconds_per_unit]
+def measured_speedup(shards, single) -> dict:
+    """The speed-up of ``shards`` on ``len(shards)`` ranks over ``single`` (a one-rank run of all
+    :data:`SPEEDUP_TOTAL` units, shared by the shardings), and ``low``, ``high``: the range this run's own spread
+    allows (a median step lies between the model's and that plus :func:`~mgpu_helpers.measure.straggler.step_margin`
+    plus the median all-reduce)."""
+    unit = SPEEDUP_SECONDS_PER_UNIT
+    runs = [single, traced_run(tuple(shards), 5, unit, "测量加速比")]
+    ideal = [SPEEDUP_TOTAL * unit, max(shards) * unit]
     step = [straggler.median_step_seconds(r.values) for r in runs]
     slack = [
-        straggler.step_margin(r.values, seconds_per_unit) + max(statistics.median(v["comm_s"]) for v in r.values)
-        for r in runs
+        straggler.step_margin(r.values, unit) + max(statistics.median(v["comm_s"]) for v in r.values) for r in runs
     ]
     low = min(step[0], ideal[0]) / (max(step[1], ideal[1] + slack[1]))
     high = max(step[0], ideal[0] + slack[0]) / min(step[1], ideal[1])
-    return dict(speedup=scaling.speedup(step[0], step[1]), low=low, high=high, single=runs[0])
+    return dict(speedup=scaling.speedup(step[0], step[1]), low=low, high=high)
 
 
 def check_speedup_prediction(fn) -> None:
@@ -60,10 +56,10 @@ def check_speedup_prediction(fn) -> None:
     guess = core.call(fn, what)
     shape = f"{what}：应当返回两个数 (12/6/4/2 的加速比, 6/6/6/6 的加速比)，实际得到 {guess!r}。"
     core.expect_items(guess, 2, shape, numbers=True)
-    ms, single, lines = 1e3 * SPEEDUP_SECONDS_PER_UNIT, None, []
+    ms, lines = 1e3 * SPEEDUP_SECONDS_PER_UNIT, []
+    single = traced_run((SPEEDUP_TOTAL,), 5, SPEEDUP_SECONDS_PER_UNIT, "测量加速比")
     for (name, shards), g in zip(SPEEDUP_SHARDS.items(), guess):
-        m = measured_speedup(shards, single=single)
-        single = m["single"]  # one single-rank run serves both shardings
+        m = measured_speedup(shards, single)
         low, high = m["low"] * 0.9, m["high"] * 1.1
         label = "/".join(str(u) for u in shards)
         if not low <= float(g) <= high:
@@ -229,45 +225,32 @@ def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters
     return dict(solo=solo, compute=step["compute_s"], inside=step["comm_s"], sweep=sweep)
 
 
-def review_run(seed=None, show: bool = True) -> ReviewRun:
+def review_run() -> ReviewRun:
     """Run 11's measurements (one launch of three ranks) and print them, rounded as the questions use them."""
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 
-    rng = random.Random(seed)
-    shards = list(REVIEW_SHARDS)
-    rng.shuffle(shards)
-    backend, _ = hardware.choose_backend(REVIEW_WORLD_SIZE, "auto")
+    shards, n = tuple(random.sample(REVIEW_SHARDS, len(REVIEW_SHARDS))), REVIEW_WORLD_SIZE
+    backend, _ = hardware.choose_backend(n, "auto")
     sizes = (64 << 20, 256 << 20) if backend == "nccl" else (1 << 20, 4 << 20)
-    args = (tuple(shards), REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5)
-    res = run_ranks(_review_rank, REVIEW_WORLD_SIZE, args=args, timeout=120, stream=False, quiet=True)
+    args = (shards, REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5)
+    res = run_ranks(_review_rank, n, args=args, timeout=120, stream=False, quiet=True)
     v = res.values
     ms = lambda xs: round(1e3 * statistics.median(xs), 2)
-    compute = tuple(ms(r["compute"]) for r in v)
-    inside = tuple(ms(r["inside"]) for r in v)
+    compute, inside = tuple(ms(r["compute"]) for r in v), tuple(ms(r["inside"]) for r in v)
     step = tuple(ms([c + a for c, a in zip(r["compute"], r["inside"])]) for r in v)
-    sweep = tuple(
-        (nbytes, float(f"{max(r['sweep'][k][1] for r in v):.3g}")) for k, (nbytes, _t) in enumerate(v[0]["sweep"])
-    )
-    run = ReviewRun(res.backend, tuple(shards), compute, inside, step, ms(v[0]["solo"]), sweep)
-    if show:
-        print_review_run(run)
-    return run
-
-
-def print_review_run(run: ReviewRun) -> None:
+    sweep = tuple((nbytes, float(f"{max(r['sweep'][k][1] for r in v):.3g}")) for k, nbytes in enumerate(sizes))
+    run = ReviewRun(res.backend, shards, compute, inside, step, ms(v[0]["solo"]), sweep)
     unit = 1e3 * REVIEW_SECONDS_PER_UNIT
-    print(f"后端 {run.backend}，{run.world_size} 个 Rank；每个工作单位 {unit:g} ms，共 {sum(run.shards)} 个单位。")
-    print(f"一个 Rank 独自做完全部 {sum(run.shards)} 个单位：一步 {run.solo_ms:.2f} ms")
-    print(f"{run.world_size} 个 Rank 一起做（每步先各算自己的 Shard，再 All-Reduce 一个 16 KiB 的梯度；各步中位数）：")
-    for r in range(run.world_size):
-        print(
-            f"  rank {r}：计算 {run.compute_ms[r]:6.2f} ms，All-Reduce 里 {run.allreduce_ms[r]:6.2f} ms，"
-            f"一步 {run.step_ms[r]:6.2f} ms"
-        )
+    print(f"后端 {run.backend}，{n} 个 Rank；每个工作单位 {unit:g} ms，共 {sum(shards)} 个单位。")
+    print(f"一个 Rank 独自做完全部 {sum(shards)} 个单位：一步 {run.solo_ms:.2f} ms")
+    print(f"{n} 个 Rank 一起做（每步先各算自己的 Shard，再 All-Reduce 一个 16 KiB 的梯度；各步中位数）：")
+    for r in range(n):
+        print(f"  rank {r}：计算 {compute[r]:6.2f} ms，All-Reduce 里 {inside[r]:6.2f} ms，一步 {step[r]:6.2f} ms")
     print("单独量的 All-Reduce（每次之前先对齐所有 Rank，取最慢 Rank 的中位数）：")
-    for nbytes, seconds in run.sweep:
+    for nbytes, seconds in sweep:
         print(f"  S = {nbytes} 字节（{nbytes / 2**20:g} MiB）：t = {seconds * 1e3:.3g} ms")
+    return run
 
 
 def _near(got, want, rel: float) -> bool:
