@@ -31,17 +31,26 @@ def _start(fn, what: str) -> None:
     core.refuse_course_code(fn, what, ours, packages=("mgpu_helpers",), advice=advice)
 
 
-def _answers(fn, what: str, cases) -> list:
-    """``fn(a, b, limits)`` for each case ``(a, b, name, limits)`` under one deadline; a whole float counts as int."""
+# The two kinds of SM the arithmetic is checked on, under the names the messages give them.
+SMS = {
+    "H200 (计算能力 9.0)": occ.HOPPER,
+    "计算能力 8.6（每 SM 1536 线程、16 个 Block）": occ.SmLimits(
+        max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84
+    ),
+}
+
+
+def _first_wrong(fn, what: str, pairs, reference, variants):
+    """``fn(a, b, limits)`` on each pair on both kinds of SM, under one deadline (a whole float counts as an int):
+    the first case it differs from ``reference`` on, as ``(a, b, name, limits, got, want, named mistake)``, or None."""
+    cases = [(a, b, name, lim) for name, lim in SMS.items() for a, b in pairs]
     with core.deadline(5, what):
         answers = [core.call(fn, what, a, b, lim) for a, b, _, lim in cases]
-    return [int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v for v in answers]
-
-
-def _sms() -> dict:
-    """The two kinds of SM the arithmetic is checked on, under the names the messages give them."""
-    ampere = occ.SmLimits(max_threads_per_sm=1536, max_blocks_per_sm=16, sm_count=84)  # compute capability 8.6
-    return {"H200 (计算能力 9.0)": occ.HOPPER, "计算能力 8.6（每 SM 1536 线程、16 个 Block）": ampere}
+    for (a, b, name, lim), got in zip(cases, answers):
+        got = int(got) if isinstance(got, (float, np.floating)) and float(got).is_integer() else got
+        if got != (want := reference(a, b, lim)) or isinstance(got, bool):
+            return a, b, name, lim, got, want, next((m for m, v in variants(a, b, lim).items() if v == got), "")
+    return None
 
 
 def reference_blocks_per_sm(block: int, regs_per_thread: int, limits) -> int:
@@ -87,24 +96,21 @@ def check_blocks_per_sm(fn) -> None:
     pairs += [(1025, 16), (96, 72), (160, 48)]
     pairs += [(int(rng.integers(1, 1025)), int(rng.integers(1, 256))) for _ in range(40)]
     pairs += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 256))) for _ in range(40)]
-    cases = [(b, r, name, lim) for name, lim in _sms().items() for b, r in pairs]
-    for (block, regs, name, lim), got in zip(cases, _answers(fn, what, cases)):
-        want = reference_blocks_per_sm(block, regs, lim)
+    if wrong := _first_wrong(fn, what, pairs, reference_blocks_per_sm, _blocks_variants):
+        block, regs, name, lim, got, want, mistake = wrong
         if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
             raise core.CheckFailed(
                 f"{name}，block = {block}，每线程 {regs} 个寄存器：应当返回一个整数（Block 个数），"
                 f"你的函数返回 {got!r}。整除用 //。"
             )
-        if got != want:
-            mistake = next((m for m, v in _blocks_variants(block, regs, lim).items() if v == got), "")
-            warps = -(-block // lim.warp_size)
-            per_warp = -(-regs * lim.warp_size // lim.reg_alloc_unit) * lim.reg_alloc_unit
-            raise core.CheckFailed(
-                f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want} 个 Block/SM，你的函数返回 {got!r}。"
-                + (f"看起来是{mistake}。" if mistake else "")
-                + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）"
-            )
-    core.passed(f"blocks_per_sm 在 {len(cases)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
+        warps = -(-block // lim.warp_size)
+        per_warp = -(-regs * lim.warp_size // lim.reg_alloc_unit) * lim.reg_alloc_unit
+        raise core.CheckFailed(
+            f"{name}，block = {block}，每线程 {regs} 个寄存器：应当是 {want} 个 Block/SM，你的函数返回 {got!r}。"
+            + (f"看起来是{mistake}。" if mistake else "")
+            + f"（这个 Block 占 {warps} 个 Warp；每个 Warp 的寄存器取整后是 {per_warp} 个。）"
+        )
+    core.passed(f"blocks_per_sm 在 {len(pairs) * len(SMS)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
 
 
 try_blocks_per_sm = core.fill_in_cell(
@@ -250,19 +256,6 @@ try_vec_add_two = core.fill_in_cell(
 )
 
 
-def cupy_usable() -> bool:
-    """True when CuPy can reach a GPU (CuPy imports without one, but every allocation then fails)."""
-    try:
-        import cupy
-        from cupy_backends.cuda.api.runtime import CUDARuntimeError
-    except ImportError:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except CUDARuntimeError:
-        return False
-
-
 def check_saxpy_structure(fn) -> None:
     """ex02-1 without a GPU: a RawKernel from a CUDA C source with ``extern "C"`` and a bounds check, no new array."""
     names = core.code_names(fn)
@@ -299,15 +292,19 @@ def check_saxpy_cupy(fn) -> None:
     """``fn(alpha, x, y)``: ``y <- alpha * x + y`` in place with a CuPy ``RawKernel``, returning y (GPU only)."""
     core.require_written(fn, SAXPY)
     check_saxpy_structure(fn)
-    if not cupy_usable():  # said plainly: a check that could not run here is not a pass
+    try:  # CuPy imports without a GPU, but every allocation then fails
+        import cupy as cp
+
+        usable = cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no CuPy, or no driver / device (CUDARuntimeError)
+        usable = False
+    if not usable:  # said plainly: a check that could not run here is not a pass
         print(
             "跳过：这个检查需要 GPU：CuPy 要用 CUDA 驱动编译并启动你的 Kernel，这台机器上没有 GPU。"
             '只看了代码的结构（用了 RawKernel、extern "C"、边界检查、没有新建数组）；'
             "你的 saxpy_cupy 还没有被运行过，结果也就还没有被检查。在有 GPU 的机器上重新运行这一格。"
         )
         return
-    import cupy as cp
-
     rng = core.new_rng()
     # 1 element, one under a block, a multiple of the block, and random sizes that are not.
     sizes = [1, 255, 256 * int(rng.integers(2, 9)), int(rng.integers(2, 255)), int(rng.integers(257, 5000))]
@@ -381,17 +378,14 @@ def check_max_regs(fn) -> None:
     fixed = [(1024, 1), (1024, 2), (256, 1), (256, 4), (128, 8), (100, 3), (32, 32), (32, 33), (512, 5), (96, 7)]
     drawn = [(int(rng.integers(1, 1025)), int(rng.integers(1, 9))) for _ in range(30)]
     drawn += [(32 * int(rng.integers(1, 33)), int(rng.integers(1, 17))) for _ in range(30)]
-    cases = [(b, k, name, lim) for name, lim in _sms().items() for b, k in fixed + drawn]
-    for (block, k, name, lim), got in zip(cases, _answers(fn, what, cases)):
-        want = reference_max_regs(block, k, lim)
-        if got != want:
-            mistake = next((m for m, v in _max_regs_variants(block, k, lim).items() if v == got), "")
-            hint = "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
-            raise core.CheckFailed(
-                f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
-                + (f"看起来是{mistake}。" if mistake else hint)
-            )
-    core.passed(f"max_regs_per_thread 在 {len(cases)} 组（block、Block 数、SM 上限）上都对。")
+    if wrong := _first_wrong(fn, what, fixed + drawn, reference_max_regs, _max_regs_variants):
+        block, k, name, lim, got, want, mistake = wrong
+        hint = "用你在 02 节写的 blocks_per_sm 验算：它在你的答案上应当 >= 目标，多 1 个寄存器就 < 目标。"
+        raise core.CheckFailed(
+            f"{name}，{k} 个 {block} 线程的 Block：每线程最多 {want} 个寄存器，你的函数返回 {got!r}。"
+            + (f"看起来是{mistake}。" if mistake else hint)
+        )
+    core.passed(f"max_regs_per_thread 在 {len(fixed + drawn) * len(SMS)} 组（block、Block 数、SM 上限）上都对。")
 
 
 def one_wave_facts() -> dict:
