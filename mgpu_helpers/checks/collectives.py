@@ -360,8 +360,6 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
 def check_expected_outputs(fns: dict) -> None:
     """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of :data:`EXPECTED_NAMES` given."""
     names = [name for name in EXPECTED_NAMES if name in fns]
-    if not names:
-        raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
     for name in names:
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
         rng = core.new_rng()
@@ -399,14 +397,18 @@ try_expected_outputs.checker = check_expected_outputs.__name__  # the name its p
 
 # busbw: one check for each collective the course asks it of (05: all-reduce; 12: reduce-scatter and all-gather;
 # 11: a number read off a run).
-BUSBW_OPS = {"all_reduce": "All-Reduce", "reduce_scatter": "Reduce-Scatter / All-Gather"}  # as the messages say
 
 
-def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0) -> list:
-    """``[(wrong value, what it is)]``, first match first: the usual wrong answers for ``op``'s busbw, in bytes/s
-    over ``unit`` (1: bytes/s; 1e9: GB/s): a factor other than ``BUSBW_FACTORS``' or a slip of units."""
+def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0, rel_tol=1e-6):
+    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``: 1 for bytes/s, 1e9 for GB/s, within ``rel_tol``),
+    else what to say: the usual wrong answers, first match first (a factor other than ``BUSBW_FACTORS``', a slip of
+    units)."""
     n, factor, alg = world_size, BUSBW_FACTORS[op], algbw(nbytes, seconds)
-    want = alg * factor(n)
+    want = alg * factor(n)  # bytes/s
+    if math.isclose(got, want / unit, rel_tol=rel_tol, abs_tol=1e-9):
+        return None
+    if world_size == 1:
+        return "一个 Rank 时没有人可发：busbw 是 0（系数里的 n-1 是 0）。"
     # the factor as the ranks grow many, and the other op's factor (counting one phase of an all-reduce, or both)
     limit, other = (2.0, "reduce_scatter") if op == "all_reduce" else (1.0, "all_reduce")
     one_phase = "2(n-1)/n 是 All-Reduce 的系数；Reduce-Scatter 和 All-Gather 各只是 All-Reduce 的一半。"
@@ -434,24 +436,15 @@ def busbw_slips(op: str, nbytes: float, seconds: float, world_size: int, unit: f
             (want * 1e3 / unit, "数量级不对：t 打印的单位是 ms。"),
             (want / 1e3 / unit, "数量级不对：t 打印的单位是 ms。"),
         ]
-    return slips
-
-
-def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0, rel_tol=1e-6):
-    """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``, within ``rel_tol``), else what to say."""
-    want = busbw(op, nbytes, seconds, world_size) / unit
-    if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-9):
-        return None
-    if world_size == 1:
-        return "一个 Rank 时没有人可发：busbw 是 0（系数里的 n-1 是 0）。"
-    return core.matching_hint(got, busbw_slips(op, nbytes, seconds, world_size, unit), rel_tol=rel_tol)
+    return core.matching_hint(got, slips, rel_tol=rel_tol)
 
 
 def hold_busbw(fn, op: str, name: str, cases=()) -> int:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth (nccl-tests'), on fixed cases (eight
     ranks first: the wrong factors differ there), ``cases`` and twenty random ones. Returns the number of cases:
     the caller says what passed (the progress records the caller's name)."""
-    what = f"{name} 要算出 {BUSBW_OPS[op]} 的 busbw（字节/秒）"
+    shown = {"all_reduce": "All-Reduce", "reduce_scatter": "Reduce-Scatter / All-Gather"}[op]
+    what = f"{name} 要算出 {shown} 的 busbw（字节/秒）"
     rng = core.new_rng()
     cases = [(1e9, 1.0, 8), (1e9, 1.0, 2), (3 * 2**20, 0.002, 1), (1000.0, 1e-5, 3), *cases]
     cases += [
@@ -520,9 +513,11 @@ def reference_first_out_of_step(calls):
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 
 
-def _out_of_step_cases(rng, count: int = 40):
-    """Fixed cases that each expose one slip, then random ones (2 to 5 ranks, in step or one rank off)."""
-    a, b = ("all_reduce", 4), ("broadcast", 4)
+def check_first_out_of_step(fn) -> None:
+    """``fn(calls) -> k or None`` on fixed lists of each rank's (name, count) calls that each expose one slip, then
+    random ones (2 to 5 ranks, in step or one rank off)."""
+    what = "first_out_of_step 要找出第一个步调不一致的集合通信的序号"
+    rng, a, b = core.new_rng(), ("all_reduce", 4), ("broadcast", 4)
     cases = [
         [[a, b], [b, a]],  # order: out of step at 0
         [[a, a], [a, a]],  # in step
@@ -532,7 +527,7 @@ def _out_of_step_cases(rng, count: int = 40):
         [[a], [a], [a, b]],  # the last rank has one more: 1
         [[], []],  # nothing called: in step
     ]
-    for _ in range(count):
+    for _ in range(40):
         world_size, length = int(rng.integers(2, 6)), int(rng.integers(1, 6))
         common = [(str(rng.choice(OPS)), int(rng.choice((4, 8, 16)))) for _ in range(length)]
         calls = [list(common) for _ in range(world_size)]
@@ -545,38 +540,28 @@ def _out_of_step_cases(rng, count: int = 40):
             else:
                 calls[r][k] = (name, count * 2) if kind == 0 else (other, count)
         cases.append(calls)
-    return cases
-
-
-def _explain_out_of_step(calls, got, want) -> str:
-    names_only = reference_first_out_of_step([[(n, 0) for n, _c in rank] for rank in calls])
-    shortest = min(len(c) for c in calls)
-    zipped = next((k for k in range(shortest) if len({tuple(c[k]) for c in calls}) > 1), None)
-    pairwise = reference_first_out_of_step(calls[:2])
-    return core.first_hint(
-        (want is not None and got == want + 1, "序号从 0 数起：第一个集合通信是 0 号。"),
-        (got == names_only and got != want, "只比了名字：同一种集合通信、元素个数不同，也对不上（count 也要一样）。"),
-        (
-            got == zipped and shortest < max(len(c) for c in calls),
-            "有的 rank 调用得少：它没有第 k 个调用时，别的 rank 会在第 k 个调用里一直等它，这也是步调不一致（zip 会悄悄截掉多出来的调用）。",
-        ),
-        (got == pairwise and len(calls) > 2, "要比所有 rank，不只是前两个。"),
-        default="第 k 个调用上，所有 rank 的 (名字, 个数) 要完全一样；找出第一个不一样的 k，都一样时返回 None。",
-    )
-
-
-def check_first_out_of_step(fn) -> None:
-    """``fn(calls) -> k or None`` on fixed and random lists of each rank's (name, count) calls."""
-    what = "first_out_of_step 要找出第一个步调不一致的集合通信的序号"
-    cases = _out_of_step_cases(core.new_rng())
     for (calls,), got in core.answers(fn, what, [([list(c) for c in case],) for case in cases]):
         want = reference_first_out_of_step(calls)
         if got == want and (got is None) == (want is None) and not isinstance(got, bool):
             continue
         shown = "；".join(f"rank {r}: {[f'{n}({c})' for n, c in rank]}" for r, rank in enumerate(calls))
-        raise core.CheckFailed(
-            f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{_explain_out_of_step(calls, got, want)}"
+        names_only = reference_first_out_of_step([[(n, 0) for n, _c in rank] for rank in calls])
+        shortest = min(len(c) for c in calls)
+        zipped = next((k for k in range(shortest) if len({tuple(c[k]) for c in calls}) > 1), None)
+        why = core.first_hint(
+            (want is not None and got == want + 1, "序号从 0 数起：第一个集合通信是 0 号。"),
+            (
+                got == names_only and got != want,
+                "只比了名字：同一种集合通信、元素个数不同，也对不上（count 也要一样）。",
+            ),
+            (
+                got == zipped and shortest < max(len(c) for c in calls),
+                "有的 rank 调用得少：它没有第 k 个调用时，别的 rank 会在第 k 个调用里一直等它，这也是步调不一致（zip 会悄悄截掉多出来的调用）。",
+            ),
+            (got == reference_first_out_of_step(calls[:2]) and len(calls) > 2, "要比所有 rank，不只是前两个。"),
+            default="第 k 个调用上，所有 rank 的 (名字, 个数) 要完全一样；找出第一个不一样的 k，都一样时返回 None。",
         )
+        raise core.CheckFailed(f"{shown}\n应当是 {want!r}，你的函数给出 {got!r}。{why}")
     core.passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
 
 
