@@ -64,8 +64,7 @@ def check_find_mismatch(fn) -> None:
         other = rng.choice([c for c in HANG_OPS[:4] if c != major])
         got = core.call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
         want = (odd, completed, other) if kind == "mismatch" else (odd, completed - 1, None)
-        if got is None or len(tuple(got)) != 3:
-            raise core.CheckFailed(f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
+        core.expect_items(got, 3, f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
         if tuple(got) != want:
             others = ", ".join(str(r) for r in range(n) if r != odd)
             story = f"rank {others} 都停在 #{completed} {major}，只有 rank {odd} 停在 #{completed} {other}"
@@ -164,18 +163,21 @@ def _even_case(rng, n: int, steps: int, slow_s: float, stall: int | None = None)
     return out
 
 
-def _straggler_or_none_cases(rng):
-    """(collective_s, noise_s, want) with the edge cases in every run, then random ones."""
-    noise = 0.005
+def check_straggler_or_none(fn) -> None:
+    """``fn(collective_s, noise_s) -> rank or None``: the rank whose median time inside the all-reduce is shorter
+    than every other's by more than ``noise_s`` (the others waited for it), else None (look at the path). 08's
+    check (:func:`~mgpu_helpers.checks.stragglers.hold_straggler_readings`) with the noise."""
+    what = "straggler_or_none 要判断：是有一个 Rank 让别人等（返回它的编号），还是没有（返回 None）"
+    rng, noise = random.Random(), 0.005  # the edge cases in every run, then random ones
     two_late = _waiting_case(rng, 4, 1, 6, factors=[1.0, 1.0, 1.0])
     two_late[3] = [t * rng.uniform(0.99, 1.01) for t in two_late[1]]  # ranks 1 and 3 both arrive last
     cases = [
-        (_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]), noise, 3),  # a stall in the straggler
-        (_waiting_case(rng, 2, 0, 6), noise, 0),  # two ranks, rank 0 late
-        (_even_case(rng, 4, 6, 0.030, stall=2), noise, None),  # a slow path, one stall
-        (_even_case(rng, 3, 5, 0.002), noise, None),  # all short: nothing to find
-        (two_late, noise, None),
-    ]  # two ranks arrive last
+        (_waiting_case(rng, 4, 3, 8, hiccup=True, factors=[1.2, 1.0, 0.8]), 3),  # a stall in the straggler
+        (_waiting_case(rng, 2, 0, 6), 0),  # two ranks, rank 0 late
+        (_even_case(rng, 4, 6, 0.030, stall=2), None),  # a slow path, one stall
+        (_even_case(rng, 3, 5, 0.002), None),  # all short: nothing to find
+        (two_late, None),  # two ranks arrive last
+    ]
     for _ in range(8):
         n = rng.randint(2, 8)
         if rng.random() < 0.5:
@@ -183,19 +185,10 @@ def _straggler_or_none_cases(rng):
         else:
             stall = rng.randrange(n) if rng.random() < 0.5 else None
             per = _even_case(rng, n, rng.randint(5, 10), rng.uniform(0.002, 0.05), stall=stall)
-        cases.append((per, noise, reference_straggler(per, noise)))
-    return cases
-
-
-def check_straggler_or_none(fn) -> None:
-    """``fn(collective_s, noise_s) -> rank or None``: the rank whose median time inside the all-reduce is shorter
-    than every other's by more than ``noise_s`` (the others waited for it), else None (look at the path). 08's
-    check (:func:`~mgpu_helpers.checks.stragglers.hold_straggler_readings`) with the noise."""
-    what = "straggler_or_none 要判断：是有一个 Rank 让别人等（返回它的编号），还是没有（返回 None）"
-    cases = [
-        (per, noise, want, f"{len(per)} 个 Rank") for per, noise, want in _straggler_or_none_cases(random.Random())
-    ]
-    hold_straggler_readings(fn, what, cases, with_noise=True)
+        cases.append((per, reference_straggler(per, noise)))
+    hold_straggler_readings(
+        fn, what, [(per, noise, want, f"{len(per)} 个 Rank") for per, want in cases], with_noise=True
+    )
     core.passed(
         "straggler_or_none 在两种判断上都对：有一个 Rank 让别人等（含卡住的一步、rank 0、只有两个 Rank），"
         "以及没有（各 Rank 一样长、两个 Rank 同时最晚）。"
@@ -205,8 +198,6 @@ def check_straggler_or_none(fn) -> None:
 try_straggler_or_none = core.fill_in_cell(
     check_straggler_or_none, reference_straggler, "straggler_or_none：等人还是链路慢", refuse=COURSE_READERS
 )
-
-FR_KINDS = ("skipped", "name", "size")
 
 
 def make_flight_dumps(world_size: int, at: int, culprit=None, kind=None, first=1, backend="gloo", rng=None) -> dict:
@@ -284,21 +275,6 @@ def reference_culprit(dumps):
     return None
 
 
-def _culprit_cases(rng):
-    """(dumps, want): the edge cases in every run (rank 0, two ranks, no culprit, each kind, NCCL), then random."""
-    spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo")]
-    spec += [(4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
-    for _ in range(6):
-        n = rng.randint(3, 8)
-        kind = rng.choice(FR_KINDS + (None,))
-        spec.append((n, None if kind is None else rng.randrange(n), kind, rng.choice(("gloo", "nccl"))))
-    for n, culprit, kind, backend in spec:
-        first = rng.choice((1, 1, rng.randint(2, 40)))
-        at = first + rng.randint(1, 6)
-        dumps = make_flight_dumps(n, at, culprit, kind, first=first, backend=backend, rng=rng)
-        yield dumps, (None if kind is None else (culprit, at, kind))
-
-
 def _calls_story(dumps, seq) -> str:
     def at(d):
         e = next((e for e in d["entries"] if e["collective_seq_id"] == seq), None)
@@ -312,8 +288,19 @@ def check_culprit(fn) -> None:
     what = "culprit 要从每个 Rank 的 flight recorder 记录里找出走岔的 Rank 和 Collective 序号"
     if (course := core.course_code_reached(fn, (reference_culprit,), names=("reference_culprit",))) is not None:
         raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；自己去比较各 Rank 的 entries。")
-    cases = list(_culprit_cases(random.Random()))
-    for dumps, want in cases:
+    # the edge cases in every run (rank 0, two ranks, no culprit, each kind, NCCL), then random ones
+    rng = random.Random()
+    spec = [(3, 0, "name", "gloo"), (2, 0, "skipped", "gloo"), (4, None, None, "gloo"), (5, 3, "size", "gloo")]
+    spec += [(4, 2, "skipped", "nccl"), (3, 1, "size", "nccl"), (8, None, None, "nccl")]
+    for _ in range(6):
+        n = rng.randint(3, 8)
+        kind = rng.choice(("skipped", "name", "size", None))
+        spec.append((n, None if kind is None else rng.randrange(n), kind, rng.choice(("gloo", "nccl"))))
+    for n, culprit, kind, backend in spec:
+        first = rng.choice((1, 1, rng.randint(2, 40)))
+        at = first + rng.randint(1, 6)
+        dumps = make_flight_dumps(n, at, culprit, kind, first=first, backend=backend, rng=rng)
+        want = None if kind is None else (culprit, at, kind)
         got = core.call(fn, what, copy.deepcopy(dumps))
         if got is not None:
             core.expect_items(got, 3, f"{what}：应当返回 (rank, seq, kind) 三个值或 None，实际得到 {got!r}。")
@@ -362,7 +349,7 @@ def check_culprit(fn) -> None:
             )
         raise core.CheckFailed(f"{what}：{story}。应当得到 {want!r}，你的函数给出 {got!r}。{why}")
     core.passed(
-        f"culprit 在 {len(cases)} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
+        f"culprit 在 {len(spec)} 组 flight recorder 记录上都找对了（2 到 8 个 Rank、rank 0 走岔、缺了一个序号、"
         "调了别的 Collective、别的大小、gloo 和 NCCL 的记录，以及没有人走岔的运行）。"
     )
 
