@@ -111,20 +111,6 @@ def reference_env_for(
     return dict(zip(ENV_KEYS, map(str, (rank, world_size, rank % per_node, per_node, master_addr, master_port))))
 
 
-def _env_cases(rng, count: int = 30):
-    """Argument tuples: one machine (three arguments, so the defaults are used) and several machines (five)."""
-    addr = f"10.{rng.integers(0, 256)}.{rng.integers(0, 256)}.{rng.integers(1, 255)}"
-    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234)]  # one rank alone; the last rank; another port
-    cases += [(13, 16, 29500, 8, addr), (2, 3, 29400, 1, addr)]  # second machine; one process per machine
-    cases += [(5, 8, 29400, 4, "127.0.0.1"), (3, 4, 29400, 4, addr)]  # first of machine 1; all on one machine
-    for _ in range(count):
-        per_node, nodes = int(rng.integers(1, 9)), int(rng.integers(1, 5))
-        world_size, port = per_node * nodes, int(rng.integers(20000, 65000))
-        rank = int(rng.integers(0, world_size))
-        cases.append((rank, world_size, port) if rng.random() < 0.3 else (rank, world_size, port, per_node, addr))
-    return cases
-
-
 def _env_slip(key: str, got: str, case: tuple) -> str:
     """Why ``got`` is a wrong value of ``key`` for ``case``: the typical mistake named where one fits."""
     rank, world_size, _port, per_node, _addr = (*case, None, "127.0.0.1")[:5]
@@ -154,7 +140,18 @@ def _env_slip(key: str, got: str, case: tuple) -> str:
 def check_env_for(fn) -> None:
     """``fn(rank, world_size, master_port, nproc_per_node=None, master_addr="127.0.0.1") -> dict``: six variables."""
     what = "env_for 要给出一个 rank 的六个环境变量"
-    for case, got in core.answers(fn, what, _env_cases(core.new_rng())):
+    # one machine (three arguments, so the defaults are used) and several machines (five)
+    rng = core.new_rng()
+    addr = f"10.{rng.integers(0, 256)}.{rng.integers(0, 256)}.{rng.integers(1, 255)}"
+    cases = [(0, 1, 29500), (3, 4, 29500), (1, 2, 61234)]  # one rank alone; the last rank; another port
+    cases += [(13, 16, 29500, 8, addr), (2, 3, 29400, 1, addr)]  # second machine; one process per machine
+    cases += [(5, 8, 29400, 4, "127.0.0.1"), (3, 4, 29400, 4, addr)]  # first of machine 1; all on one machine
+    for _ in range(30):
+        per_node, nodes = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        world_size, port = per_node * nodes, int(rng.integers(20000, 65000))
+        rank = int(rng.integers(0, world_size))
+        cases.append((rank, world_size, port) if rng.random() < 0.3 else (rank, world_size, port, per_node, addr))
+    for case, got in core.answers(fn, what, cases):
         machines = (
             f"，每台机器 {case[3]} 个进程，master_addr = {case[4]!r}" if len(case) > 3 else "（单机，用默认参数）"
         )
@@ -233,7 +230,20 @@ def check_init_for(fn, timeout: float = core.HANG_S) -> None:
 
     what = "init_for 要按 method 自己调用 init_process_group"
     core.require_written(fn, what)
-    check_binds_gpu(fn, timeout)
+    # first, once under a pretended nccl (BIND_CASE): fn picks cuda:LOCAL_RANK before it joins
+    try:
+        events = run_ranks(_bind_main, 1, args=(fn,), init=False, timeout=timeout, stream=False, quiet=True).values[0]
+    except RankTimeout as exc:  # it never returns, whatever it waits for: say where it waits
+        raise core.hang_failure(exc, "init_for", 1, timeout, "init_for 要在限定时间里返回：它在等什么？") from None
+    except RankError as exc:
+        if core.is_stub_error(exc):
+            raise core.not_done(fn, what) from None
+        raise core.CheckFailed(
+            f"用 nccl、作为 rank {BIND_CASE['RANK']}（LOCAL_RANK={BIND_CASE['LOCAL_RANK']}）运行 init_for "
+            f"时出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}"
+        ) from None
+    if slip := binding_slip(events):
+        raise core.CheckFailed(slip)
     for method, world_size in (("env://", 3), ("tcp://", 2)):
         case = f"method = {method!r}，{world_size} 个 rank"
         try:
@@ -299,8 +309,8 @@ def _device_index(device):
 
 
 def _bind_main(rank, world_size, fn):
-    """Rank function of :func:`check_binds_gpu`: ``fn(5, 8, "env://")`` under BIND_CASE; returns the events, in
-    order: ("set_device", k) and ("init", device_id index or None)."""
+    """Rank function of :func:`check_init_for`'s binding check: ``fn(5, 8, "env://")`` under BIND_CASE; returns the
+    events, in order: ("set_device", k) and ("init", device_id index or None)."""
     import os
     from unittest import mock
 
@@ -354,26 +364,6 @@ def binding_slip(events) -> str:
         default=case
         + f"选的是 cuda:{chosen[-1]}，应当是 cuda:{local}（本机上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。",
     )
-
-
-def check_binds_gpu(fn, timeout: float = core.HANG_S) -> None:
-    """Under nccl, ``fn`` picks ``cuda:LOCAL_RANK`` before it joins (``set_device`` or ``device_id=``)."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
-    try:
-        events = run_ranks(_bind_main, 1, args=(fn,), init=False, timeout=timeout, stream=False, quiet=True).values[0]
-    except RankTimeout as exc:  # it never returns, whatever it waits for: say where it waits
-        raise core.hang_failure(exc, "init_for", 1, timeout, "init_for 要在限定时间里返回：它在等什么？") from None
-    except RankError as exc:
-        if core.is_stub_error(exc):
-            raise core.not_done(fn, "init_for 要按 method 自己调用 init_process_group") from None
-        raise core.CheckFailed(
-            f"用 nccl、作为 rank {BIND_CASE['RANK']}（LOCAL_RANK={BIND_CASE['LOCAL_RANK']}）运行 init_for "
-            f"时出错了（{exc.exc_type}）：{str(exc).splitlines()[0]}"
-        ) from None
-    if slip := binding_slip(events):
-        raise core.CheckFailed(slip)
 
 
 try_init_for = core.fill_in_cell(check_init_for, reference_init_for, "init_for")
