@@ -118,8 +118,7 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
     last run their backward inside ``sync.no_sync()``; each loss is divided by ``micro_batches``."""
     import torch
 
-    lesson = _lessons()
-    seen = _watch()
+    lesson, seen = _lessons(), _watch()
     widths, rows = train_kwargs["widths"], train_kwargs["rows_per_rank"]
     model = lesson.make_model(widths)
     sync = cls(model, world_size, torch.optim.SGD(model.parameters(), lr=train_kwargs["lr"]))
@@ -206,9 +205,8 @@ def _common_rules(values, what):
 
 def check_overlap_dp(cls) -> None:
     """``OverlapDP``: one async all-reduce per gradient from its hook, waited before the step, averaged."""
-    what = "OverlapDP"
+    what, n_params = "OverlapDP", len(NUMELS)
     _start(cls, what)
-    n_params = len(NUMELS)
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what)
         _common_rules(values, what)
@@ -319,7 +317,6 @@ def check_overlap_fraction(fn) -> None:
     _start(fn, what)
     bw = lambda a, b, k=0: Span("compute", f"backward {k}", a, b)
     comm = lambda a, b: Span("communicate", "all_reduce 4096", a, b)
-
     cases = [
         ("通信全在 backward 之后", [bw(0, 1), comm(1.5, 2.0)], 0.0),
         ("通信全在 backward 之内", [bw(0, 1), comm(0.2, 0.6)], 1.0),
@@ -361,9 +358,8 @@ def check_overlap_fraction(fn) -> None:
 
 def check_zero1(cls) -> None:
     """``Zero1``: reduce-scatter the gradients, step the shard, all-gather the parameters, 1/n of the state."""
-    what = "Zero1"
+    what, numel = "Zero1", sum(NUMELS)
     _start(cls, what)
-    numel = sum(NUMELS)
     for world_size in WORLD_SIZES:
         values, kwargs = _run(cls, world_size, what, optimizer="adam")
         order = values[0]["order"]
@@ -401,9 +397,8 @@ def check_zero1(cls) -> None:
 
 def check_accumulate_dp(cls) -> None:
     """ex13 ``AccumulateDP``: no communication inside ``no_sync()``; one all-reduce per gradient per step."""
-    what = "AccumulateDP"
+    what, n_params = "AccumulateDP", len(NUMELS)
     _start(cls, what)
-    n_params = len(NUMELS)
     for world_size, micro in ((2, 2), (3, 4)):
         # 4 rows a rank, split into micro-batches
         values, kwargs = _run(cls, world_size, what, watched_accumulate, (micro,), rows_per_rank=4)
