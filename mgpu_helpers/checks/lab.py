@@ -315,18 +315,14 @@ def _run_numbers(run) -> list[float]:
 
 
 SIZE_NUMBERS = {1, 4, 16, 32, 64, 256, 1024}
+NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])")  # a number standing alone, not part of a word
 
 
 def cited_numbers(text: str, run) -> list[str]:
     """The numbers in ``text`` within 10% of one the run measured; bare sizes ("1 MiB", "32 KiB") do not count."""
     known = _run_numbers(run)
-    words = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])", text)
-    return [
-        w
-        for w in words
-        if not ("." not in w and int(float(w)) in SIZE_NUMBERS)
-        and any(math.isclose(float(w), k, rel_tol=0.10) for k in known)
-    ]
+    words = [w for w in NUMBER.findall(text) if "." in w or int(w) not in SIZE_NUMBERS]
+    return [w for w in words if any(math.isclose(float(w), k, rel_tol=0.10) for k in known)]
 
 
 def conclusion_problem(conclusion, run) -> str | None:
