@@ -52,19 +52,17 @@ def stuck_loop(kernel) -> str | None:
 
 
 @contextmanager
-def watchdog(kernel, seconds: float | None = None):
+def watchdog(kernel):
     """While active, every simulator thread started runs ``kernel``'s lines under a deadline: past it the
     thread raises :class:`KernelTimeout` with the line and its local values (the simulator then re-raises it
     at the launch). Only the kernel's own frames are traced, so other code runs at full speed."""
-    code = core._inner(kernel).__code__
-    seconds = WATCHDOG_S if seconds is None else seconds
-    deadline = time.monotonic() + seconds
+    code, deadline = core._inner(kernel).__code__, time.monotonic() + WATCHDOG_S
 
     def local(frame, event, arg):
         if event == "line" and time.monotonic() > deadline:
             values = {k: v for k, v in frame.f_locals.items() if isinstance(v, (int, np.integer))}
             shown = "，".join(f"{k} = {int(v)}" for k, v in sorted(values.items()))
-            raise KernelTimeout(f"过了 {seconds:g} 秒还在第 {frame.f_lineno} 行（{shown or '没有整数局部变量'}）")
+            raise KernelTimeout(f"过了 {WATCHDOG_S:g} 秒还在第 {frame.f_lineno} 行（{shown or '没有整数局部变量'}）")
         return local
 
     threading.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
