@@ -91,8 +91,7 @@ def _synthetic_values(rng: random.Random, steps: int = 5) -> list[dict]:
     slow = rng.randrange(n)
     base[slow] = max(base) * rng.uniform(1.3, 2.0)
     compute = [[b * rng.uniform(1.0, 1.05) for _ in range(steps)] for b in base]
-    others = [r for r in range(n) if r != slow]
-    stalled, k = rng.choice(others), rng.randrange(steps)
+    stalled, k = rng.choice([r for r in range(n) if r != slow]), rng.randrange(steps)
     compute[stalled][k] = base[slow] * rng.uniform(5.0, 8.0)
     last = [max(compute[q][s] for q in range(n)) for s in range(steps)]
     comm = [[rng.uniform(1e-4, 1e-3) for _ in range(steps)] for _ in range(n)]
@@ -161,7 +160,6 @@ def check_find_straggler(fn) -> None:
 # inside the all-reduce holds their wait, as in a real trace), and an all-reduce of two sizes, timed. The
 # shards are shuffled for every run: the straggler's rank, and every number, come from this run only.
 
-REVIEW_WORLD_SIZE = 3
 REVIEW_SHARDS = (1, 3, 6)
 REVIEW_SECONDS_PER_UNIT = 0.005
 REVIEW_STEPS = 5
@@ -230,7 +228,8 @@ def review_run() -> ReviewRun:
     from mgpu_helpers import hardware
     from mgpu_helpers.launcher.launch import run_ranks
 
-    shards, n = tuple(random.sample(REVIEW_SHARDS, len(REVIEW_SHARDS))), REVIEW_WORLD_SIZE
+    n = len(REVIEW_SHARDS)
+    shards = tuple(random.sample(REVIEW_SHARDS, n))
     backend, _ = hardware.choose_backend(n, "auto")
     sizes = (64 << 20, 256 << 20) if backend == "nccl" else (1 << 20, 4 << 20)
     args = (shards, REVIEW_SECONDS_PER_UNIT, REVIEW_STEPS, sizes, 5)
