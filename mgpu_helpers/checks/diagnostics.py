@@ -31,24 +31,18 @@ def make_hang_evidence(
     for r in range(world_size):
         lines = [f"rank {r} ready, world_size {world_size}"]
         lines += [f"step {k}: loss {1.0 / (k + 2):.4f}" for k in range(1, finished + 1)]
-        if kind == "late" and r == odd_rank:
+        if kind == "late" and r == odd_rank:  # still computing, in no collective
             outputs[r] = lines + [f"step {finished + 1}: loading a slow batch"]
             recorded[r] = {"last_completed": done, "stuck_in": None}
-            stacks[r] = (
-                "Current thread 0x00007f (most recent call first):\n"
-                '  File "train.py", line 31 in load_batch\n  File "train.py", line 52 in step\n'
-                '  File "mgpu_helpers/launcher/rank_process.py", line 88 in main'
-            )
-            continue
-        op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
-        outputs[r] = lines
-        recorded[r] = {"last_completed": done, "stuck_in": (finished + 1, op)}
-        waiting[r] = f"dist.{op} (called from step, line 60)"
-        stacks[r] = (
-            "Current thread 0x00007f (most recent call first):\n"
-            f'  File "torch/distributed/distributed_c10d.py", line 2800 in {op}\n'
-            '  File "train.py", line 60 in step\n  File "mgpu_helpers/launcher/rank_process.py", line 88 in main'
-        )
+            frames = ['"train.py", line 31 in load_batch', '"train.py", line 52 in step']
+        else:
+            op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
+            outputs[r] = lines
+            recorded[r] = {"last_completed": done, "stuck_in": (finished + 1, op)}
+            waiting[r] = f"dist.{op} (called from step, line 60)"
+            frames = [f'"torch/distributed/distributed_c10d.py", line 2800 in {op}', '"train.py", line 60 in step']
+        frames.append('"mgpu_helpers/launcher/rank_process.py", line 88 in main')
+        stacks[r] = "Current thread 0x00007f (most recent call first):" + "".join(f"\n  File {f}" for f in frames)
     msg = f"{world_size} of {world_size} rank(s) were still running after 5 s and have been ended."
     return RankTimeout(msg, stacks=stacks, waiting_in=waiting, collectives=recorded, rank=0, outputs=outputs)
 
