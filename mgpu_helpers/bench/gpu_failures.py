@@ -4,22 +4,20 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import os
 import platform
 import queue
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from mgpu_helpers.bench import arguments, gpu_machine
 from mgpu_helpers.bench import failure_records as fr
 from mgpu_helpers.report import recorded
 
 ALLOC_MIB = 256
 NCCL_TIMEOUT_S = 60
-COMMAND = "python -m mgpu_helpers.bench gpu_failures"
 
 
 def machine_line(gpu_name: str, gpu_count: int) -> str:
@@ -193,23 +191,20 @@ def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ran
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("gpu_failures", __doc__)
     p.add_argument("--out", type=Path, default=None, help="folder for the two files (default: mgpu_helpers/data)")
     p.add_argument("--ranks", type=int, default=4, help="processes that skip set_device (default 4)")
     p.add_argument("--gpu", default=None, help="the files' GPU name, e.g. h200 (default: from the GPU's name)")
     a = p.parse_args(argv)
-    from mgpu_helpers import hardware
     from mgpu_helpers.bench.ncu import machine_name
 
-    m = hardware.machine()
-    if not m.gpus:
-        why = m.note or "NVML found no GPU"
-        print(f"gpu_failures needs an NVIDIA GPU: this machine has none ({why}).", file=sys.stderr)
+    m = gpu_machine("gpu_failures")
+    if m is None:
         return 1
     from mgpu_helpers.lessons.cuda_model import run_async_child
 
     out = a.out or recorded.DATA_DIR
-    command = " ".join([COMMAND, *argv])
+    command = " ".join([p.prog, *argv])
     machine = machine_line(m.gpus[0].name, len(m.gpus))
     header_for = lambda title: fr.Header(title, machine, command)
     gpu = a.gpu or machine_name(m.gpus[0].name)

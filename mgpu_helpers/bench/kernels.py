@@ -5,11 +5,11 @@ grid-stride kernels' recorded figures come from a later run with its own torch.a
 Without a GPU it prints the recorded figures; ``--smoke`` then checks the Numba kernels in the CUDA simulator.
 """
 
-import argparse
 import json
 import statistics
 from dataclasses import dataclass
 
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.report import tables
 from mgpu_helpers.report.recorded import read_json
 
@@ -208,7 +208,7 @@ def smoke(n: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench kernels", description=__doc__.split("\n")[0])
+    p = arguments("kernels", __doc__)
     p.add_argument("--n", type=int, default=None, help="elements per vector (default 2**28; 4096 with --smoke)")
     p.add_argument("--repeats", type=int, default=20, help="timed runs per kernel; the median is reported")
     p.add_argument("--smoke", action="store_true", help="without a GPU: run the Numba kernels in the simulator")

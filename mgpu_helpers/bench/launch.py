@@ -4,7 +4,6 @@
 over loopback, all-reduces one tensor and checks the sum.
 """
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -13,6 +12,7 @@ import tempfile
 import time
 from unittest import mock
 
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.launch import free_loopback_port, loopback_env
 from mgpu_helpers.report import progress, tables
@@ -146,7 +146,7 @@ def time_notebook_launcher(world_size: int) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__)
+    ap = arguments("launch", __doc__)
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")
