@@ -104,6 +104,16 @@ def _checked_gbps(fn, result, want, what: str, nbytes: int, repeats: int, librar
     return _gbps(fn, nbytes, repeats, library)
 
 
+def _numba_rows(n: int, da, db, dc, wave=None, full=None) -> dict:
+    """The Numba launches by row key; ``wave``, ``full``: the grids, worked out before timing (None: the launchers')."""
+    from mgpu_helpers.lessons import cuda_model as CM
+    from mgpu_helpers.lessons import cupy_kernels as CK
+
+    rows = {f"numba_bs{b}": (lambda b=b: CM.vec_add[CM.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
+    rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc, grid=wave)
+    return rows | {"numba_fast": lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)}
+
+
 def measure(n: int, repeats: int) -> dict:
     """{row key: GB/s} on the current GPU, each kernel's result checked."""
     import cupy as cp
@@ -111,7 +121,6 @@ def measure(n: int, repeats: int) -> dict:
     import torch
     from numba import cuda
 
-    from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.report import progress
 
@@ -142,13 +151,9 @@ def measure(n: int, repeats: int) -> dict:
     da, db, dc = (cuda.device_array(n, dtype=np.float32) for _ in range(3))
     da.copy_to_device(cuda.as_cuda_array(ca, sync=False))
     db.copy_to_device(cuda.as_cuda_array(cb, sync=False))
-    numba_rows = {f"numba_bs{b}": (lambda b=b: CM.vec_add[CM.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
     CK.vec_add_grid_stride_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
-    wave = CK.one_wave_grid(CK.vec_add_grid_stride)
-    numba_rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc, grid=wave)
-    full = CK.fast_launch_grid(n)
-    numba_rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)
-    for key, fn in progress.iterate(numba_rows.items(), "Numba kernels"):
+    grids = CK.one_wave_grid(CK.vec_add_grid_stride), CK.fast_launch_grid(n)
+    for key, fn in progress.iterate(_numba_rows(n, da, db, dc, *grids).items(), "Numba kernels"):
         out[key] = _checked_gbps(fn, cp.asarray(dc), want, key, 3 * n * f32, repeats, "numba")
     return out
 
@@ -189,17 +194,11 @@ def smoke(n: int) -> dict:
     import numpy as np
     from numba import cuda
 
-    from mgpu_helpers.lessons import cuda_model as CM
-    from mgpu_helpers.lessons import cupy_kernels as CK
-
     rng = np.random.default_rng(0)
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, dtype=np.float32)
-    rows = {f"numba_bs{bs}": (lambda bs=bs: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
-    rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc)
-    rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc)
     out = {}
-    for key, fn in rows.items():
+    for key, fn in _numba_rows(n, da, db, dc).items():
         dc.copy_to_device(np.zeros(n, np.float32))
         out[key] = _gbps(fn, 3 * n * 4, repeats=1, library="numba", warmup=0)
         if not np.array_equal(dc.copy_to_host(), a + b):

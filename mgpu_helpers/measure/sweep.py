@@ -20,7 +20,6 @@ from mgpu_helpers.report import sizes as sz
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
 BUSBW_AS = {op: op for op in OPS} | {"rs_ag": "all_reduce"}  # which nccl-tests formula each operation uses
-KiB, MiB, GiB = sz.KiB, sz.MiB, sz.GiB
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class SweepRow:
 
 def default_sizes(gpu: bool) -> list[int]:
     """1 KiB .. 1 GiB (x4) on GPUs, as nccl-tests ``-b 1K -e 1G -f 4``; 1 KiB, 32 KiB, 1 MiB on the CPU."""
-    return sz.sizes_between(KiB, GiB, 4) if gpu else sz.sizes_between(KiB, MiB, 32)
+    return sz.sizes_between(sz.KiB, sz.GiB, 4) if gpu else sz.sizes_between(sz.KiB, sz.MiB, 32)
 
 
 def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]:
@@ -57,8 +56,8 @@ def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float, stre
 def default_iters(nbytes: int, gpu: bool) -> int:
     """Timed iterations: enough that a batch lasts well over the event resolution, capped for big sizes."""
     if not gpu:
-        return 10 if nbytes <= 64 * KiB else 5
-    return int(min(200, max(20, (2 * GiB) // max(nbytes, 1))))
+        return 10 if nbytes <= 64 * sz.KiB else 5
+    return int(min(200, max(20, (2 * sz.GiB) // max(nbytes, 1))))
 
 
 def _flat(new: str, old: str):
@@ -155,7 +154,7 @@ def repeats_rank(rank: int, world_size: int, nbytes: int, ops, repeats: int, ite
 
 
 def run_repeats(
-    world_size=2, nbytes=MiB, ops=("all_reduce", "rs_ag"), repeats=5, backend="auto", iters=None, timeout=300.0
+    world_size=2, nbytes=sz.MiB, ops=("all_reduce", "rs_ag"), repeats=5, backend="auto", iters=None, timeout=300.0
 ) -> list[dict]:
     """One ``{op: time_us}`` per round of one launch, so that a comparison comes with its own spread."""
     chosen, _ = hardware.choose_backend(world_size, backend)
