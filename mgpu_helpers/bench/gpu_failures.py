@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import multiprocessing as mp
 import os
 import platform
 import queue
@@ -18,6 +19,7 @@ from mgpu_helpers.report import recorded
 
 ALLOC_MIB = 256
 NCCL_TIMEOUT_S = 60
+SPAWN = mp.get_context("spawn")  # fresh interpreters: nothing inherited from this process's CUDA state
 
 
 def machine_line(gpu_name: str, gpu_count: int) -> str:
@@ -87,15 +89,24 @@ def _answers(answers, procs, timeout_s: float) -> tuple[list, str | None]:
     return got, None
 
 
-def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
-    """``([(rank, pid, current device)], NVML's processes with contexts only, and after the allocations)``."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")  # fresh interpreters: nothing inherited from this process's CUDA state
-    barrier, answers = ctx.Barrier(ranks + 1, timeout=180), ctx.Queue()
-    procs = [ctx.Process(target=_crowd_worker, args=(r, barrier, answers)) for r in range(ranks)]
+def _started(target, args_per_rank) -> list:
+    procs = [SPAWN.Process(target=target, args=args) for args in args_per_rank]
     for p in procs:
         p.start()
+    return procs
+
+
+def _ended(procs, wait_s: float) -> None:
+    for p in procs:
+        p.join(wait_s)
+        if p.is_alive():
+            p.kill()
+
+
+def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
+    """``([(rank, pid, current device)], NVML's processes with contexts only, and after the allocations)``."""
+    barrier, answers = SPAWN.Barrier(ranks + 1, timeout=180), SPAWN.Queue()
+    procs = _started(_crowd_worker, [(r, barrier, answers) for r in range(ranks)])
     try:
         seen, problem = _answers(answers, procs, 180)
         if problem:
@@ -111,10 +122,7 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
         barrier.abort()  # the processes waiting at it stop at once
         raise
     finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+        _ended(procs, 30)
     return seen, *snapshots
 
 
@@ -155,19 +163,11 @@ def run_nccl_pair(gpu_count: int) -> str:
     """What two NCCL ranks without set_device give back, one line a rank, or why they did not run."""
     if gpu_count < 2:
         return f"not run: two NCCL ranks on one machine need 2 GPUs, this one has {gpu_count}\n"
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    answers = ctx.Queue()
+    answers = SPAWN.Queue()
     with tempfile.TemporaryDirectory(prefix="mgpu-nccl-") as tmp:
-        procs = [ctx.Process(target=_nccl_worker, args=(r, os.path.join(tmp, "store"), answers)) for r in range(2)]
-        for p in procs:
-            p.start()
+        procs = _started(_nccl_worker, [(r, os.path.join(tmp, "store"), answers) for r in range(2)])
         got, problem = _answers(answers, procs, NCCL_TIMEOUT_S)  # a crash or a hang is a finding too
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+        _ended(procs, 5)
     lines = [problem] if problem else []
     lines += [f"rank {rank}: {kind}: {what}".replace("\n", " | ") for rank, kind, what in sorted(got)]
     return "\n".join(lines) + "\n"
