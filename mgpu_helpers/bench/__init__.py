@@ -1,6 +1,4 @@
-"""Measured benchmarks: ``python -m mgpu_helpers.bench {launch,kernels,collectives}``.
-
-Each prints its figures side by side with a baseline measured in the same run."""
+"""``python -m mgpu_helpers.bench NAME`` (README.md here): each prints its figures beside a baseline of the same run."""
 
 import argparse
 import sys

@@ -15,7 +15,7 @@ from mgpu_helpers.measure import workloads
 from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
 
-def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
+def run_schedule(rank: int, world_size: int, schedules) -> int:
     """Call the collectives ``schedules[rank]`` names, in order; how many completed (disagreeing schedules hang)."""
     import torch
     import torch.distributed as dist
@@ -34,8 +34,7 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
         if name not in calls:
             raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
     for k, name in enumerate(schedules[rank]):
-        if verbose:
-            print(f"rank {rank}: collective {k} of the schedule, {name}", flush=True)
+        print(f"rank {rank}: collective {k} of the schedule, {name}", flush=True)
         calls[name]()
     return len(schedules[rank])
 

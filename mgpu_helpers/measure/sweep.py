@@ -165,17 +165,15 @@ def run_repeats(
     ]
 
 
-def step_rank(
-    rank, world_size, sizes, steps=5, compute_n=128, compute_repeats=4, slow_rank=None, slow_factor=3
-) -> list[dict]:
+def step_rank(rank, world_size, sizes, steps=5, compute_n=128, slow_rank=None, slow_factor=3) -> list[dict]:
     """Rank function: per size, the median seconds of each phase of :func:`~.workloads.straggler_step`. The
-    compute is the same for every size (a backward that does not change while its gradient bucket grows);
-    ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size in their names."""
+    compute (a unit: 4 matmuls of ``compute_n``) is the same for every size (a backward that does not change while
+    its gradient bucket grows); ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size."""
     shards, out = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size)), []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
         label = sz.format_bytes(n * 4)
-        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=compute_repeats, label=label)
+        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=4, label=label)
         out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in PHASE_KEYS.items()})
     return out
 
@@ -204,7 +202,7 @@ def run_step_breakdown(
     """``(rows of combine_steps, the raw RankResults with spans)`` of :func:`step_rank` on ``world_size`` ranks."""
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
-    res = _launch(step_rank, world_size, (sizes, steps, n, 4, slow_rank, slow_factor), chosen, timeout)
+    res = _launch(step_rank, world_size, (sizes, steps, n, slow_rank, slow_factor), chosen, timeout)
     return combine_steps(res.values), res
 
 

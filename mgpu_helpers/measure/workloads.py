@@ -144,11 +144,9 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     return medians
 
 
-def scaling_step(
-    rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3, weak: bool = False
-) -> dict:
-    """Strong (or ``weak``) scaling: equal shards of ``total_units`` and no timestamp barrier; this rank's medians."""
-    units = total_units if weak else total_units / world_size
-    run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
+def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3) -> dict:
+    """Strong scaling: ``total_units`` split evenly, no timestamp barrier; this rank's medians."""
+    shards = [total_units / world_size] * world_size
+    run = straggler_step(rank, world_size, shards, grad_numel, repeats, timestamp_barrier=False)
     med, compute, comm = statistics.median, run["compute_s"], run["comm_s"]
     return dict(rank=rank, compute_s=med(compute), comm_s=med(comm), step_s=med([c + a for c, a in zip(compute, comm)]))
