@@ -105,9 +105,8 @@ def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[st
 
 def _stub_assignments(region: list[str], line_no: int) -> list[str]:
     """Every ``name = value`` becomes ``name = None``, its first line's comment kept."""
-    text = "\n".join(region)
     try:
-        tree = ast.parse(text)
+        tree = ast.parse("\n".join(region))
     except SyntaxError as exc:
         raise MarkerError(f"the solution region at line {line_no} does not parse: {exc}") from None
     out = [r for r in region if r.strip().startswith(HINT_MARK)]
