@@ -43,14 +43,10 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     """For "more ranks, no speedup": per ``name: (total_units, grad_numel)``, ``alone_s`` (the whole job on this rank,
     no all-reduce: the one-rank step) and :func:`~.workloads.scaling_step`'s medians with the job split over the
     ranks, whose spans are named after the configuration."""
-    import torch
     import torch.distributed as dist
 
     device = rank_device()
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    workloads.compute_units(1.0, device)  # warm-up: the first products load the kernels and caches
-    synchronize_device(device)
+    workloads.compute_units(1.0, device)  # warm-up (and one thread a CPU rank): the first products load the kernels
     out, kept = {}, []
     for name, (total_units, grad_numel) in configs.items():
         alone = []

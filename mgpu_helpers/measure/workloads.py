@@ -92,9 +92,8 @@ def straggler_step(
     synchronize_device(device)
     plain = (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
     names = (f"compute ({label})", f"wait ({label})", f"all_reduce {label}") if label else plain
-    out = dict(rank=rank, device=str(device), shard=shard_units[rank])
+    out = dict(rank=rank, device=str(device), shard=shard_units[rank], timestamp_barrier=bool(timestamp_barrier))
     out |= {k: [] for k in ("compute_s", "wait_s", "comm_s", "start_skew_s")}
-    out["timestamp_barrier"] = bool(timestamp_barrier)
     for step in range(steps):
         dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
