@@ -49,8 +49,8 @@ def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]
     return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
 
 
-def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float, stream: bool = False):
-    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=stream, quiet=True)
+def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float):
+    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=False, quiet=True)
 
 
 def default_iters(nbytes: int, gpu: bool) -> int:
@@ -126,7 +126,7 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
 
 
 def run_sweep(
-    world_size=2, sizes=None, ops=OPS, iters=None, warmup=5, backend="auto", timeout=300.0, progress=None, stream=False
+    world_size=2, sizes=None, ops=OPS, iters=None, warmup=5, backend="auto", timeout=300.0, progress=None
 ) -> list[SweepRow]:
     """One :class:`SweepRow` per (size, op). ``progress`` (:func:`mgpu_helpers.report.progress.callback`) runs
     each size in a launch of its own, so the bar moves; without it every size runs in a single launch."""
@@ -139,7 +139,7 @@ def run_sweep(
     update(0, len(sizes))
     try:
         for group in groups:
-            res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout, stream)
+            res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout)
             rows += combine(res.values, world_size, res.backend)
             done += len(group)
             update(done, len(sizes))
