@@ -17,26 +17,26 @@ REFERENCE_FILE = "kernels_h200x2.json"
 FAST_REFERENCE_FILE = "kernels_h200_fast.json"
 BLOCKS = (128, 256, 512, 1024)
 
-# (row key, label, bytes moved per element (float32), key in the reference file)
+# (row key, label, key in the reference file)
 ROWS = [
-    ("torch_copy", "torch copy  (dst.copy_(src))", 8, "torch_copy_GBps"),
-    ("torch_add", "torch.add   (ceiling)", 12, "torch_add_GBps"),
-    *[(f"numba_bs{b}", f"Numba vecAdd, block {b}", 12, f"numba_vecadd_bs{b}_GBps") for b in BLOCKS],
-    ("cupy_raw", "CuPy RawKernel (seed C), block 256", 12, "cupy_raw_vecadd_bs256_GBps"),
-    ("cupy_elementwise", "CuPy ElementwiseKernel", 12, "cupy_elementwise_vecadd_GBps"),
-    ("numba_grid_stride", "Numba grid-stride (4 per trip, one wave)", 12, None),
-    ("cupy_grid_stride", "CuPy grid-stride (float4, one wave)", 12, None),
-    ("numba_fast", "Numba fast (4 per thread, full grid)", 12, None),
-    ("cupy_fast", "CuPy fast (float4, full grid)", 12, None),
+    ("torch_copy", "torch copy  (dst.copy_(src))", "torch_copy_GBps"),
+    ("torch_add", "torch.add   (ceiling)", "torch_add_GBps"),
+    *[(f"numba_bs{b}", f"Numba vecAdd, block {b}", f"numba_vecadd_bs{b}_GBps") for b in BLOCKS],
+    ("cupy_raw", "CuPy RawKernel (seed C), block 256", "cupy_raw_vecadd_bs256_GBps"),
+    ("cupy_elementwise", "CuPy ElementwiseKernel", "cupy_elementwise_vecadd_GBps"),
+    ("numba_grid_stride", "Numba grid-stride (4 per trip, one wave)", None),
+    ("cupy_grid_stride", "CuPy grid-stride (float4, one wave)", None),
+    ("numba_fast", "Numba fast (4 per thread, full grid)", None),
+    ("cupy_fast", "CuPy fast (float4, full grid)", None),
 ]
-LABELS = {key: label for key, label, _, _ in ROWS}
+LABELS = {key: label for key, label, _ in ROWS}
 FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 
 def reference() -> dict:
     """The recorded H200 figures: ``{"source", "gbps": {row key: GB/s}, "raw": the file's dict}``."""
     raw = read_json(REFERENCE_FILE)
-    gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
+    gbps = {key: raw[ref] for key, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
 
@@ -71,7 +71,7 @@ def format_table(table: Table) -> str:
     pct = lambda v, base: f"{100 * v / base:.0f}%" if v is not None and base else None
     gb = lambda v: None if v is None else f"{v:.1f}" if v >= 10 else f"{v:.5f}"  # simulator figures are tiny
     rows = []
-    for key, label, _, _ in ROWS:
+    for key, label, _ in ROWS:
         m, r = table.measured.get(key), table.recorded.get(key)
         rows.append({"label": label, "m": gb(m), "m%": pct(m, table.measured.get("torch_add"))})
         rows[-1] |= {"r": gb(r), "r%": pct(r, table.recorded.get("torch_add"))}
