@@ -166,13 +166,14 @@ def without_hidden_tests(source: str) -> str | None:
     return None
 
 
-def learner_copy(nb, keep_outputs: bool = False):
+def learner_copy(nb, keep_outputs: bool = False, hidden_tests: bool = False):
     """The copy a learner opens, from :func:`tested_version`'s: no hidden tests, no ``# NBVAL_CHECK_OUTPUT`` lines,
-    and no outputs (``keep_outputs`` keeps a run's, for a copy shown as it ran)."""
+    and no outputs (``keep_outputs`` keeps a run's, for a copy shown as it ran; ``hidden_tests`` keeps those, for
+    nbgrader's source)."""
     out = copy.deepcopy(nb)
     for cell in out.cells:
         if cell.cell_type == "code":
-            src = without_hidden_tests(cell.source)
+            src = cell.source if hidden_tests else without_hidden_tests(cell.source)
             cell.source = None if src is None else CHECK_LINE.sub("", src)
     out.cells = [c for c in out.cells if c.source is not None]
     return out if keep_outputs else nbtools.clean(out, keep_checked_outputs=False)
