@@ -142,13 +142,11 @@ def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.Cro
 
 
 def _nccl_worker(rank, store_path, answers):
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
 
     try:
-        store, timeout = dist.FileStore(store_path, 2), timedelta(seconds=30)
+        store, timeout = dist.FileStore(store_path, 2), _dt.timedelta(seconds=30)
         dist.init_process_group("nccl", store=store, rank=rank, world_size=2, timeout=timeout)
         x = torch.ones(4, device="cuda")
         dist.all_reduce(x)

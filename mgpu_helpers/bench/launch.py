@@ -4,6 +4,8 @@
 over loopback, all-reduces one tensor and checks the sum.
 """
 
+import contextlib
+import io
 import os
 import statistics
 import subprocess
@@ -135,9 +137,6 @@ def time_notebook_launcher(world_size: int) -> float | None:
         from accelerate import notebook_launcher
     except ImportError:
         return None
-    import contextlib
-    import io
-
     t0 = time.perf_counter()
     port = str(free_loopback_port())
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Launching training on 4 CPUs."

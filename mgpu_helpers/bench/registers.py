@@ -1,6 +1,8 @@
 """Registers per thread of notebook 02's kernels on this GPU, recorded for machines without one
 (``data/kernel_registers_h200.json`` was written by ``--record`` on an H200)."""
 
+import json
+
 from mgpu_helpers.bench import arguments
 from mgpu_helpers.measure import gpu_limits
 
@@ -25,8 +27,6 @@ def kernel_registers(n: int = 1 << 20) -> dict:
 
 def main(argv: list[str]) -> int:
     """``python -m mgpu_helpers.bench registers --record PATH``: write :func:`kernel_registers` as JSON."""
-    import json
-
     p = arguments("registers", main.__doc__)
     p.add_argument("--record", metavar="PATH", required=True, help="where to write the registers JSON")
     args = p.parse_args(argv)
