@@ -32,7 +32,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     b = torch.ones(m, m, device=device)
     y = torch.full((m, m), float(seed), device=device)
     for _ in range(int(round(units * per_unit))):
-        y = torch.addmm(b, a, y)  # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
+        y = torch.addmm(b, a, y)
     synchronize_device(device)
     return y[0, :4].clone()
 
