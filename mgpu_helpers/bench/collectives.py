@@ -6,15 +6,13 @@ busbw recorded on 2 x H200 where the sizes match (NCCL, 2 ranks).
     python -m mgpu_helpers.bench collectives --record-nccl-debug nccl_debug.txt   # NCCL_DEBUG=INFO lines
 """
 
-import argparse
-
 from mgpu_helpers import hardware
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.measure import diagnose, sweep
 from mgpu_helpers.report import nccltests, sizes
 
 TARGET_FROM = 64 << 20  # busbw must be within 5% of nccl-tests from this size up
 TARGET_RATIO = 0.95
-PROG = "python -m mgpu_helpers.bench collectives"
 
 
 def target_check(rows) -> list[str]:
@@ -39,7 +37,7 @@ def record_nccl_debug(path: str, world_size: int) -> int:
 
 def main(argv: list[str]) -> int:
     gpus = hardware.machine().gpu_count
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("collectives", __doc__)
     p.add_argument("--world-size", type=int, default=max(2, gpus), help="ranks (default: every GPU, at least 2)")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--min-bytes", type=sizes.parse_size, default=None, help="smallest message (default 1K)")

@@ -148,16 +148,13 @@ def parse_crowd(text: str) -> CrowdRecord:
     header = Header.parse(lines)
     if CROWD_COLUMNS not in lines:
         raise ValueError(f"the recording has no table: no line {CROWD_COLUMNS!r}")
-    rows, body = [], lines[lines.index(CROWD_COLUMNS) + 1 :]
-    for i, line in enumerate(body):
-        if line.startswith(("#", "===")):
-            body = body[i:]
-            break
+    start = lines.index(CROWD_COLUMNS) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(("#", "==="))), len(lines))
+    rows, body = [], lines[end:]
+    for line in lines[start:end]:
         rank, pid, current, gpu, context, after = line.split()
         mib = [None if word == "-" else int(word) for word in (context, after)]
         rows.append(CrowdRow(int(rank), int(pid), int(current), int(gpu), *mib))
-    else:
-        body = []
     nvml = ([ln.split(": ", 1)[1] for ln in body if ln.startswith("# NVML's processes")] or [""])[-1]
     sections = _sections(body, "=== ")
     if NCCL_SECTION not in sections:

@@ -4,22 +4,22 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
+import multiprocessing as mp
 import os
 import platform
 import queue
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from mgpu_helpers.bench import arguments, gpu_machine
 from mgpu_helpers.bench import failure_records as fr
 from mgpu_helpers.report import recorded
 
 ALLOC_MIB = 256
 NCCL_TIMEOUT_S = 60
-COMMAND = "python -m mgpu_helpers.bench gpu_failures"
+SPAWN = mp.get_context("spawn")  # fresh interpreters: nothing inherited from this process's CUDA state
 
 
 def machine_line(gpu_name: str, gpu_count: int) -> str:
@@ -89,15 +89,24 @@ def _answers(answers, procs, timeout_s: float) -> tuple[list, str | None]:
     return got, None
 
 
-def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
-    """``([(rank, pid, current device)], NVML's processes with contexts only, and after the allocations)``."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")  # fresh interpreters: nothing inherited from this process's CUDA state
-    barrier, answers = ctx.Barrier(ranks + 1, timeout=180), ctx.Queue()
-    procs = [ctx.Process(target=_crowd_worker, args=(r, barrier, answers)) for r in range(ranks)]
+def _started(target, args_per_rank) -> list:
+    procs = [SPAWN.Process(target=target, args=args) for args in args_per_rank]
     for p in procs:
         p.start()
+    return procs
+
+
+def _ended(procs, wait_s: float) -> None:
+    for p in procs:
+        p.join(wait_s)
+        if p.is_alive():
+            p.kill()
+
+
+def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
+    """``([(rank, pid, current device)], NVML's processes with contexts only, and after the allocations)``."""
+    barrier, answers = SPAWN.Barrier(ranks + 1, timeout=180), SPAWN.Queue()
+    procs = _started(_crowd_worker, [(r, barrier, answers) for r in range(ranks)])
     try:
         seen, problem = _answers(answers, procs, 180)
         if problem:
@@ -113,10 +122,7 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
         barrier.abort()  # the processes waiting at it stop at once
         raise
     finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+        _ended(procs, 30)
     return seen, *snapshots
 
 
@@ -136,13 +142,11 @@ def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.Cro
 
 
 def _nccl_worker(rank, store_path, answers):
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
 
     try:
-        store, timeout = dist.FileStore(store_path, 2), timedelta(seconds=30)
+        store, timeout = dist.FileStore(store_path, 2), _dt.timedelta(seconds=30)
         dist.init_process_group("nccl", store=store, rank=rank, world_size=2, timeout=timeout)
         x = torch.ones(4, device="cuda")
         dist.all_reduce(x)
@@ -157,19 +161,11 @@ def run_nccl_pair(gpu_count: int) -> str:
     """What two NCCL ranks without set_device give back, one line a rank, or why they did not run."""
     if gpu_count < 2:
         return f"not run: two NCCL ranks on one machine need 2 GPUs, this one has {gpu_count}\n"
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    answers = ctx.Queue()
+    answers = SPAWN.Queue()
     with tempfile.TemporaryDirectory(prefix="mgpu-nccl-") as tmp:
-        procs = [ctx.Process(target=_nccl_worker, args=(r, os.path.join(tmp, "store"), answers)) for r in range(2)]
-        for p in procs:
-            p.start()
+        procs = _started(_nccl_worker, [(r, os.path.join(tmp, "store"), answers) for r in range(2)])
         got, problem = _answers(answers, procs, NCCL_TIMEOUT_S)  # a crash or a hang is a finding too
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+        _ended(procs, 5)
     lines = [problem] if problem else []
     lines += [f"rank {rank}: {kind}: {what}".replace("\n", " | ") for rank, kind, what in sorted(got)]
     return "\n".join(lines) + "\n"
@@ -193,23 +189,20 @@ def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ran
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments("gpu_failures", __doc__)
     p.add_argument("--out", type=Path, default=None, help="folder for the two files (default: mgpu_helpers/data)")
     p.add_argument("--ranks", type=int, default=4, help="processes that skip set_device (default 4)")
     p.add_argument("--gpu", default=None, help="the files' GPU name, e.g. h200 (default: from the GPU's name)")
     a = p.parse_args(argv)
-    from mgpu_helpers import hardware
     from mgpu_helpers.bench.ncu import machine_name
 
-    m = hardware.machine()
-    if not m.gpus:
-        why = m.note or "NVML found no GPU"
-        print(f"gpu_failures needs an NVIDIA GPU: this machine has none ({why}).", file=sys.stderr)
+    m = gpu_machine("gpu_failures")
+    if m is None:
         return 1
     from mgpu_helpers.lessons.cuda_model import run_async_child
 
     out = a.out or recorded.DATA_DIR
-    command = " ".join([COMMAND, *argv])
+    command = " ".join([p.prog, *argv])
     machine = machine_line(m.gpus[0].name, len(m.gpus))
     header_for = lambda title: fr.Header(title, machine, command)
     gpu = a.gpu or machine_name(m.gpus[0].name)

@@ -5,11 +5,11 @@ grid-stride kernels' recorded figures come from a later run with its own torch.a
 Without a GPU it prints the recorded figures; ``--smoke`` then checks the Numba kernels in the CUDA simulator.
 """
 
-import argparse
 import json
 import statistics
 from dataclasses import dataclass
 
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.report import tables
 from mgpu_helpers.report.recorded import read_json
 
@@ -17,26 +17,26 @@ REFERENCE_FILE = "kernels_h200x2.json"
 FAST_REFERENCE_FILE = "kernels_h200_fast.json"
 BLOCKS = (128, 256, 512, 1024)
 
-# (row key, label, bytes moved per element (float32), key in the reference file)
+# (row key, label, key in the reference file)
 ROWS = [
-    ("torch_copy", "torch copy  (dst.copy_(src))", 8, "torch_copy_GBps"),
-    ("torch_add", "torch.add   (ceiling)", 12, "torch_add_GBps"),
-    *[(f"numba_bs{b}", f"Numba vecAdd, block {b}", 12, f"numba_vecadd_bs{b}_GBps") for b in BLOCKS],
-    ("cupy_raw", "CuPy RawKernel (seed C), block 256", 12, "cupy_raw_vecadd_bs256_GBps"),
-    ("cupy_elementwise", "CuPy ElementwiseKernel", 12, "cupy_elementwise_vecadd_GBps"),
-    ("numba_grid_stride", "Numba grid-stride (4 per trip, one wave)", 12, None),
-    ("cupy_grid_stride", "CuPy grid-stride (float4, one wave)", 12, None),
-    ("numba_fast", "Numba fast (4 per thread, full grid)", 12, None),
-    ("cupy_fast", "CuPy fast (float4, full grid)", 12, None),
+    ("torch_copy", "torch copy  (dst.copy_(src))", "torch_copy_GBps"),
+    ("torch_add", "torch.add   (ceiling)", "torch_add_GBps"),
+    *[(f"numba_bs{b}", f"Numba vecAdd, block {b}", f"numba_vecadd_bs{b}_GBps") for b in BLOCKS],
+    ("cupy_raw", "CuPy RawKernel (seed C), block 256", "cupy_raw_vecadd_bs256_GBps"),
+    ("cupy_elementwise", "CuPy ElementwiseKernel", "cupy_elementwise_vecadd_GBps"),
+    ("numba_grid_stride", "Numba grid-stride (4 per trip, one wave)", None),
+    ("cupy_grid_stride", "CuPy grid-stride (float4, one wave)", None),
+    ("numba_fast", "Numba fast (4 per thread, full grid)", None),
+    ("cupy_fast", "CuPy fast (float4, full grid)", None),
 ]
-LABELS = {key: label for key, label, _, _ in ROWS}
+LABELS = {key: label for key, label, _ in ROWS}
 FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 
 def reference() -> dict:
     """The recorded H200 figures: ``{"source", "gbps": {row key: GB/s}, "raw": the file's dict}``."""
     raw = read_json(REFERENCE_FILE)
-    gbps = {key: raw[ref] for key, _, _, ref in ROWS if ref and ref in raw}
+    gbps = {key: raw[ref] for key, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
 
@@ -71,7 +71,7 @@ def format_table(table: Table) -> str:
     pct = lambda v, base: f"{100 * v / base:.0f}%" if v is not None and base else None
     gb = lambda v: None if v is None else f"{v:.1f}" if v >= 10 else f"{v:.5f}"  # simulator figures are tiny
     rows = []
-    for key, label, _, _ in ROWS:
+    for key, label, _ in ROWS:
         m, r = table.measured.get(key), table.recorded.get(key)
         rows.append({"label": label, "m": gb(m), "m%": pct(m, table.measured.get("torch_add"))})
         rows[-1] |= {"r": gb(r), "r%": pct(r, table.recorded.get("torch_add"))}
@@ -104,6 +104,16 @@ def _checked_gbps(fn, result, want, what: str, nbytes: int, repeats: int, librar
     return _gbps(fn, nbytes, repeats, library)
 
 
+def _numba_rows(n: int, da, db, dc, wave=None, full=None) -> dict:
+    """The Numba launches by row key; ``wave``, ``full``: the grids, worked out before timing (None: the launchers')."""
+    from mgpu_helpers.lessons import cuda_model as CM
+    from mgpu_helpers.lessons import cupy_kernels as CK
+
+    rows = {f"numba_bs{b}": (lambda b=b: CM.vec_add[CM.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
+    rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc, grid=wave)
+    return rows | {"numba_fast": lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)}
+
+
 def measure(n: int, repeats: int) -> dict:
     """{row key: GB/s} on the current GPU, each kernel's result checked."""
     import cupy as cp
@@ -111,7 +121,6 @@ def measure(n: int, repeats: int) -> dict:
     import torch
     from numba import cuda
 
-    from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
     from mgpu_helpers.report import progress
 
@@ -142,13 +151,9 @@ def measure(n: int, repeats: int) -> dict:
     da, db, dc = (cuda.device_array(n, dtype=np.float32) for _ in range(3))
     da.copy_to_device(cuda.as_cuda_array(ca, sync=False))
     db.copy_to_device(cuda.as_cuda_array(cb, sync=False))
-    numba_rows = {f"numba_bs{b}": (lambda b=b: CM.vec_add[CM.launch_config(n, b)](da, db, dc, n)) for b in BLOCKS}
     CK.vec_add_grid_stride_launch(da, db, dc)  # compile, so the one-wave grid is known before timing
-    wave = CK.one_wave_grid(CK.vec_add_grid_stride)
-    numba_rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc, grid=wave)
-    full = CK.fast_launch_grid(n)
-    numba_rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc, grid=full)
-    for key, fn in progress.iterate(numba_rows.items(), "Numba kernels"):
+    grids = CK.one_wave_grid(CK.vec_add_grid_stride), CK.fast_launch_grid(n)
+    for key, fn in progress.iterate(_numba_rows(n, da, db, dc, *grids).items(), "Numba kernels"):
         out[key] = _checked_gbps(fn, cp.asarray(dc), want, key, 3 * n * f32, repeats, "numba")
     return out
 
@@ -189,17 +194,11 @@ def smoke(n: int) -> dict:
     import numpy as np
     from numba import cuda
 
-    from mgpu_helpers.lessons import cuda_model as CM
-    from mgpu_helpers.lessons import cupy_kernels as CK
-
     rng = np.random.default_rng(0)
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, dtype=np.float32)
-    rows = {f"numba_bs{bs}": (lambda bs=bs: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)) for bs in BLOCKS}
-    rows["numba_grid_stride"] = lambda: CK.vec_add_grid_stride_launch(da, db, dc)
-    rows["numba_fast"] = lambda: CK.vec_add_fast_launch(da, db, dc)
     out = {}
-    for key, fn in rows.items():
+    for key, fn in _numba_rows(n, da, db, dc).items():
         dc.copy_to_device(np.zeros(n, np.float32))
         out[key] = _gbps(fn, 3 * n * 4, repeats=1, library="numba", warmup=0)
         if not np.array_equal(dc.copy_to_host(), a + b):
@@ -208,7 +207,7 @@ def smoke(n: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench kernels", description=__doc__.split("\n")[0])
+    p = arguments("kernels", __doc__)
     p.add_argument("--n", type=int, default=None, help="elements per vector (default 2**28; 4096 with --smoke)")
     p.add_argument("--repeats", type=int, default=20, help="timed runs per kernel; the median is reported")
     p.add_argument("--smoke", action="store_true", help="without a GPU: run the Numba kernels in the simulator")

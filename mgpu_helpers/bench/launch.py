@@ -4,7 +4,8 @@
 over loopback, all-reduces one tensor and checks the sum.
 """
 
-import argparse
+import contextlib
+import io
 import os
 import statistics
 import subprocess
@@ -13,6 +14,7 @@ import tempfile
 import time
 from unittest import mock
 
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.launcher import launch
 from mgpu_helpers.launcher.launch import free_loopback_port, loopback_env
 from mgpu_helpers.report import progress, tables
@@ -135,9 +137,6 @@ def time_notebook_launcher(world_size: int) -> float | None:
         from accelerate import notebook_launcher
     except ImportError:
         return None
-    import contextlib
-    import io
-
     t0 = time.perf_counter()
     port = str(free_loopback_port())
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Launching training on 4 CPUs."
@@ -146,7 +145,7 @@ def time_notebook_launcher(world_size: int) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench launch", description=__doc__)
+    ap = arguments("launch", __doc__)
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=10, help="timed repeat launches (median reported)")
     ap.add_argument("--baseline-repeats", type=int, default=3, help="runs of each slow baseline")

@@ -5,7 +5,6 @@
 clocks alone: ncu would otherwise lock them to base clocks, which the course machines do not allow.
 """
 
-import argparse
 import csv
 import datetime as _dt
 import io
@@ -19,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mgpu_helpers.bench import kernels
+from mgpu_helpers.bench import arguments, gpu_machine, kernels
 from mgpu_helpers.report import recorded
 from mgpu_helpers.report.tables import format_table as format_text_table
 
@@ -156,7 +155,7 @@ def format_table(record: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ncu", description=__doc__)
+    p = arguments("ncu", __doc__)
     p.add_argument("--n", type=int, default=1 << 24, help="elements per vector (default 2**24)")
     p.add_argument("--machine", default=None, help="name in the file name (default: from the GPU's name)")
     p.add_argument("--out", default=None, help="where to write the JSON (default mgpu_helpers/data/ncu_<machine>.json)")
@@ -170,11 +169,8 @@ def main(argv: list[str]) -> int:
         why = "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit (/usr/local/cuda/bin/ncu)."
         print(why, "The recorded figures: python -m mgpu_helpers.bench ncu --show", file=sys.stderr)
         return 1
-    from mgpu_helpers import hardware
-
-    m = hardware.machine()
-    if not m.gpus:
-        print(f"ncu profiles GPU kernels: this machine has no NVIDIA GPU ({m.note or 'none found'}).", file=sys.stderr)
+    m = gpu_machine("ncu")
+    if m is None:
         return 1
     with tempfile.TemporaryDirectory(prefix="mgpu-ncu-") as tmp:
         script = os.path.join(tmp, "vecadd_child.py")

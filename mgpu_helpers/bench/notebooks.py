@@ -3,7 +3,6 @@ beside a two-cell notebook (``mh.setup()`` and one 2-rank launch): the fixed cos
 server's start is timed apart: a learner's first notebook of a session waits for it once, the rest fork.
 """
 
-import argparse
 import glob
 import os
 import re
@@ -13,6 +12,7 @@ import time
 
 import nbformat
 
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.report import progress, tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,7 +54,7 @@ def floor_notebook() -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench notebooks", description=__doc__)
+    p = arguments("notebooks", __doc__)
     p.add_argument("--dirs", nargs="+", default=["notebooks"], help="folders of notebooks (default: notebooks)")
     p.add_argument("--top", type=int, default=3, help="slowest cells shown per notebook (default 3)")
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")

@@ -1,14 +1,14 @@
 """``python -m mgpu_helpers.bench peer``: peer access, the peer copy and what NCCL's P2P transport is worth, beside
 the figures recorded on 2 x H200 (below 2 GPUs: those, and what it skipped)."""
 
-import argparse
+from mgpu_helpers.bench import arguments
 
 
 def main(argv: list[str]) -> int:
     from mgpu_helpers.measure import peer
     from mgpu_helpers.report.sizes import parse_size
 
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench peer", description=__doc__)
+    p = arguments("peer", __doc__)
     p.add_argument("--world-size", type=int, default=2, help="ranks of the all-reduce (one GPU each)")
     p.add_argument("--copy-bytes", type=parse_size, default=256 << 20, help="bytes of the peer copy (default 256M)")
     a = p.parse_args(argv)

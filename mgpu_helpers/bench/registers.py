@@ -1,6 +1,9 @@
 """Registers per thread of notebook 02's kernels on this GPU, recorded for machines without one
 (``data/kernel_registers_h200.json`` was written by ``--record`` on an H200)."""
 
+import json
+
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.measure import gpu_limits
 
 
@@ -24,10 +27,7 @@ def kernel_registers(n: int = 1 << 20) -> dict:
 
 def main(argv: list[str]) -> int:
     """``python -m mgpu_helpers.bench registers --record PATH``: write :func:`kernel_registers` as JSON."""
-    import argparse
-    import json
-
-    p = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench registers", description=main.__doc__)
+    p = arguments("registers", main.__doc__)
     p.add_argument("--record", metavar="PATH", required=True, help="where to write the registers JSON")
     args = p.parse_args(argv)
     from mgpu_helpers import course

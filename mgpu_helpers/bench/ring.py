@@ -6,8 +6,7 @@ The slowest rank's time is the one reported, busbw as nccl-tests counts it; ever
 ring's result must equal ``dist.all_reduce``'s.
 """
 
-import argparse
-
+from mgpu_helpers.bench import arguments
 from mgpu_helpers.report.sizes import parse_size
 
 GPU_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
@@ -93,7 +92,7 @@ def format_table(world_size: int, rows) -> str:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mgpu_helpers.bench ring", description=__doc__.split("\n")[0])
+    ap = arguments("ring", __doc__)
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--sizes", default=None, help="comma-separated sizes in bytes, e.g. 1K,4M,256M")
     ap.add_argument("--iters", type=int, default=None)

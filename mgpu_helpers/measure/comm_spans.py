@@ -20,10 +20,6 @@ TIMED_OPS = tuple(TORCH_FUNCTIONS[name][0] for name in ("all_reduce", "reduce_sc
 POLL_S = 2e-4
 
 
-def _nbytes(tensor) -> int:
-    return int(tensor.numel() * tensor.element_size()) if hasattr(tensor, "numel") else 0
-
-
 class _Watcher:
     def __init__(self):
         self.works: list = []
@@ -75,7 +71,7 @@ def _wrap(op: str, original, watcher_box: list, callbacks: list):
     def collective(tensor, *args, async_op: bool = False, **kwargs):
         start = time.monotonic()
         work = original(tensor, *args, async_op=True, **kwargs)
-        name = f"{op} {_nbytes(tensor)}"
+        name = f"{op} {tensor.numel() * tensor.element_size() if hasattr(tensor, 'numel') else 0}"
         if work is None:  # this rank is not in the group
             return None
         if getattr(tensor, "is_cuda", False):

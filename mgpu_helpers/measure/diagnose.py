@@ -15,7 +15,7 @@ from mgpu_helpers.measure import workloads
 from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
 
-def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) -> int:
+def run_schedule(rank: int, world_size: int, schedules) -> int:
     """Call the collectives ``schedules[rank]`` names, in order; how many completed (disagreeing schedules hang)."""
     import torch
     import torch.distributed as dist
@@ -34,8 +34,7 @@ def run_schedule(rank: int, world_size: int, schedules, verbose: bool = True) ->
         if name not in calls:
             raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
     for k, name in enumerate(schedules[rank]):
-        if verbose:
-            print(f"rank {rank}: collective {k} of the schedule, {name}", flush=True)
+        print(f"rank {rank}: collective {k} of the schedule, {name}", flush=True)
         calls[name]()
     return len(schedules[rank])
 
@@ -44,14 +43,10 @@ def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) 
     """For "more ranks, no speedup": per ``name: (total_units, grad_numel)``, ``alone_s`` (the whole job on this rank,
     no all-reduce: the one-rank step) and :func:`~.workloads.scaling_step`'s medians with the job split over the
     ranks, whose spans are named after the configuration."""
-    import torch
     import torch.distributed as dist
 
     device = rank_device()
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    workloads.compute_units(1.0, device)  # warm-up: the first products load the kernels and caches
-    synchronize_device(device)
+    workloads.compute_units(1.0, device)  # warm-up (and one thread a CPU rank): the first products load the kernels
     out, kept = {}, []
     for name, (total_units, grad_numel) in configs.items():
         alone = []

@@ -12,7 +12,6 @@ import logging
 import os
 import tempfile
 import warnings
-from contextlib import contextmanager
 
 from mgpu_helpers.measure.profile import ranks_of
 
@@ -56,20 +55,6 @@ def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
     return paths
 
 
-@contextmanager
-def _hta_quiet():
-    """HTA logs each file it parses as a warning, and pandas 3 warns of HTA 0.5's calls: a notebook wants numbers."""
-    logger = logging.getLogger("hta")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", module=r"hta\.")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
 def comm_comp_overlap(merged: dict) -> dict[int, float]:
     """``{rank: HTA's overlap, 0 to 1}``; RuntimeError with :func:`why_not`'s line where HTA cannot read it."""
     why = why_not(merged)
@@ -78,11 +63,19 @@ def comm_comp_overlap(merged: dict) -> dict[int, float]:
     from hta.analyzers.communication_analysis import CommunicationAnalysis
     from hta.common.trace import Trace
 
-    with tempfile.TemporaryDirectory(prefix="mgpu-hta-") as folder, _hta_quiet():
-        trace = Trace(trace_files=write_rank_traces(merged, folder), trace_dir=folder)
-        # What TraceAnalysis(trace_dir=folder) does, in one process: its pool of parsers would fork the
-        # notebook's kernel for a few small files.
-        trace.load_traces(use_multiprocessing=False)
-        table = CommunicationAnalysis.get_comm_comp_overlap(trace, visualize=False)
+    # HTA logs each file it parses as a warning, and pandas 3 warns of HTA 0.5's calls: a notebook wants numbers.
+    logger = logging.getLogger("hta")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="mgpu-hta-") as folder, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"hta\.")
+            trace = Trace(trace_files=write_rank_traces(merged, folder), trace_dir=folder)
+            # What TraceAnalysis(trace_dir=folder) does, in one process: its pool of parsers would fork the
+            # notebook's kernel for a few small files.
+            trace.load_traces(use_multiprocessing=False)
+            table = CommunicationAnalysis.get_comm_comp_overlap(trace, visualize=False)
+    finally:
+        logger.setLevel(level)
     # HTA returns the percentage, rounded to 0.01 %.
     return {int(r): float(x) / 100 for r, x in zip(table["rank"], table["comp_comm_overlap_pctg"])}

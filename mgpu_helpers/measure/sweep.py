@@ -20,7 +20,6 @@ from mgpu_helpers.report import sizes as sz
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
 BUSBW_AS = {op: op for op in OPS} | {"rs_ag": "all_reduce"}  # which nccl-tests formula each operation uses
-KiB, MiB, GiB = sz.KiB, sz.MiB, sz.GiB
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class SweepRow:
 
 def default_sizes(gpu: bool) -> list[int]:
     """1 KiB .. 1 GiB (x4) on GPUs, as nccl-tests ``-b 1K -e 1G -f 4``; 1 KiB, 32 KiB, 1 MiB on the CPU."""
-    return sz.sizes_between(KiB, GiB, 4) if gpu else sz.sizes_between(KiB, MiB, 32)
+    return sz.sizes_between(sz.KiB, sz.GiB, 4) if gpu else sz.sizes_between(sz.KiB, sz.MiB, 32)
 
 
 def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]:
@@ -50,15 +49,15 @@ def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]
     return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
 
 
-def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float, stream: bool = False):
-    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=stream, quiet=True)
+def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float):
+    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=False, quiet=True)
 
 
 def default_iters(nbytes: int, gpu: bool) -> int:
     """Timed iterations: enough that a batch lasts well over the event resolution, capped for big sizes."""
     if not gpu:
-        return 10 if nbytes <= 64 * KiB else 5
-    return int(min(200, max(20, (2 * GiB) // max(nbytes, 1))))
+        return 10 if nbytes <= 64 * sz.KiB else 5
+    return int(min(200, max(20, (2 * sz.GiB) // max(nbytes, 1))))
 
 
 def _flat(new: str, old: str):
@@ -127,7 +126,7 @@ def combine(per_rank: list[list[dict]], world_size: int, backend: str) -> list[S
 
 
 def run_sweep(
-    world_size=2, sizes=None, ops=OPS, iters=None, warmup=5, backend="auto", timeout=300.0, progress=None, stream=False
+    world_size=2, sizes=None, ops=OPS, iters=None, warmup=5, backend="auto", timeout=300.0, progress=None
 ) -> list[SweepRow]:
     """One :class:`SweepRow` per (size, op). ``progress`` (:func:`mgpu_helpers.report.progress.callback`) runs
     each size in a launch of its own, so the bar moves; without it every size runs in a single launch."""
@@ -140,7 +139,7 @@ def run_sweep(
     update(0, len(sizes))
     try:
         for group in groups:
-            res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout, stream)
+            res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout)
             rows += combine(res.values, world_size, res.backend)
             done += len(group)
             update(done, len(sizes))
@@ -155,7 +154,7 @@ def repeats_rank(rank: int, world_size: int, nbytes: int, ops, repeats: int, ite
 
 
 def run_repeats(
-    world_size=2, nbytes=MiB, ops=("all_reduce", "rs_ag"), repeats=5, backend="auto", iters=None, timeout=300.0
+    world_size=2, nbytes=sz.MiB, ops=("all_reduce", "rs_ag"), repeats=5, backend="auto", iters=None, timeout=300.0
 ) -> list[dict]:
     """One ``{op: time_us}`` per round of one launch, so that a comparison comes with its own spread."""
     chosen, _ = hardware.choose_backend(world_size, backend)
@@ -166,17 +165,15 @@ def run_repeats(
     ]
 
 
-def step_rank(
-    rank, world_size, sizes, steps=5, compute_n=128, compute_repeats=4, slow_rank=None, slow_factor=3
-) -> list[dict]:
+def step_rank(rank, world_size, sizes, steps=5, compute_n=128, slow_rank=None, slow_factor=3) -> list[dict]:
     """Rank function: per size, the median seconds of each phase of :func:`~.workloads.straggler_step`. The
-    compute is the same for every size (a backward that does not change while its gradient bucket grows);
-    ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size in their names."""
+    compute (a unit: 4 matmuls of ``compute_n``) is the same for every size (a backward that does not change while
+    its gradient bucket grows); ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size."""
     shards, out = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size)), []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
         label = sz.format_bytes(n * 4)
-        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=compute_repeats, label=label)
+        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=4, label=label)
         out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in PHASE_KEYS.items()})
     return out
 
@@ -205,7 +202,7 @@ def run_step_breakdown(
     """``(rows of combine_steps, the raw RankResults with spans)`` of :func:`step_rank` on ``world_size`` ranks."""
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
-    res = _launch(step_rank, world_size, (sizes, steps, n, 4, slow_rank, slow_factor), chosen, timeout)
+    res = _launch(step_rank, world_size, (sizes, steps, n, slow_rank, slow_factor), chosen, timeout)
     return combine_steps(res.values), res
 
 

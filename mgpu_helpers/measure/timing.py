@@ -6,6 +6,8 @@ has no CUDA events: the wall clock stands in, measuring Python running every thr
 
 import time
 
+from mgpu_helpers.models import bandwidth
+
 LIBRARIES = ("numba", "cupy", "torch")
 
 
@@ -103,6 +105,4 @@ def _event_api(library: str):
 
 def bandwidth_gbps(nbytes: int, time_s: float) -> float:
     """GB/s (1e9 bytes per second) of ``nbytes`` moved in ``time_s`` seconds."""
-    if time_s <= 0:
-        raise ValueError(f"time must be positive, not {time_s} s")
-    return nbytes / time_s / 1e9
+    return bandwidth.algbw(nbytes, time_s) / 1e9

@@ -32,7 +32,7 @@ def compute_units(units: float, device, m: int | None = None, per_unit: int | No
     b = torch.ones(m, m, device=device)
     y = torch.full((m, m), float(seed), device=device)
     for _ in range(int(round(units * per_unit))):
-        y = torch.addmm(b, a, y)  # y <- a @ y + 1: bounded (a's rows sum to ~0.5), no denormals
+        y = torch.addmm(b, a, y)
     synchronize_device(device)
     return y[0, :4].clone()
 
@@ -92,9 +92,8 @@ def straggler_step(
     synchronize_device(device)
     plain = (f"shard {shard_units[rank]}", "wait for the slowest rank", "all_reduce")
     names = (f"compute ({label})", f"wait ({label})", f"all_reduce {label}") if label else plain
-    out = dict(rank=rank, device=str(device), shard=shard_units[rank])
+    out = dict(rank=rank, device=str(device), shard=shard_units[rank], timestamp_barrier=bool(timestamp_barrier))
     out |= {k: [] for k in ("compute_s", "wait_s", "comm_s", "start_skew_s")}
-    out["timestamp_barrier"] = bool(timestamp_barrier)
     for step in range(steps):
         dist.barrier()  # start every rank's step together
         with trace.span("compute", names[0]):
@@ -144,11 +143,9 @@ def time_allreduce(rank: int, world_size: int, sizes_bytes, repeats: int = 5, it
     return medians
 
 
-def scaling_step(
-    rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3, weak: bool = False
-) -> dict:
-    """Strong (or ``weak``) scaling: equal shards of ``total_units`` and no timestamp barrier; this rank's medians."""
-    units = total_units if weak else total_units / world_size
-    run = straggler_step(rank, world_size, [units] * world_size, grad_numel, repeats, timestamp_barrier=False)
+def scaling_step(rank: int, world_size: int, total_units: float, grad_numel: int, repeats: int = 3) -> dict:
+    """Strong scaling: ``total_units`` split evenly, no timestamp barrier; this rank's medians."""
+    shards = [total_units / world_size] * world_size
+    run = straggler_step(rank, world_size, shards, grad_numel, repeats, timestamp_barrier=False)
     med, compute, comm = statistics.median, run["compute_s"], run["comm_s"]
     return dict(rank=rank, compute_s=med(compute), comm_s=med(comm), step_s=med([c + a for c, a in zip(compute, comm)]))

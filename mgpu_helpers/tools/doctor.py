@@ -1,6 +1,7 @@
 """``python -m mgpu_helpers.tools.doctor``: check that the course's packages import, and say what this machine is."""
 
 import importlib
+import os
 import platform
 import sys
 
@@ -11,8 +12,6 @@ OPTIONAL = {"cupy": lambda: platform.system() != "Linux"}
 
 
 def main() -> int:
-    import os
-
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # importing numba.cuda must not need a driver
     bad = 0
     for name in PACKAGES:

@@ -75,44 +75,38 @@ class MarkerError(ValueError):
 def stub_source(source: str, keep_functions: bool = False) -> tuple[str, list[str]]:
     """``(source with each solution region stubbed, the top-level functions stubbed)``. ``keep_functions``: a
     function's region stays, markers and all (nbgrader's source); predictions are still stubbed."""
-    lines, out, names, i = source.split("\n"), [], [], 0
-    while i < len(lines):
-        ln = lines[i]
-        if ln.strip() == END:
-            raise MarkerError(f"{END!r} without {BEGIN!r} at line {i + 1}")
-        if ln.strip() != BEGIN:
+    lines, out, names, start = source.split("\n"), [], [], None
+    for i, ln in enumerate(lines):
+        if ln.strip() == BEGIN:
+            if start is not None:
+                raise MarkerError(f"nested {BEGIN!r} at line {i + 1}")
+            start = i
+        elif ln.strip() == END:
+            if start is None:
+                raise MarkerError(f"{END!r} without {BEGIN!r} at line {i + 1}")
+            region, indent = lines[start + 1 : i], lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+            owner = _top_level_function(lines[:start]) if indent else None
+            names += [owner] if owner is not None and owner not in names else []
+            if owner is None:
+                out += _stub_assignments(region, start + 1)
+            elif keep_functions:
+                out += lines[start : i + 1]
+            else:
+                out += [r for r in region if r.strip().startswith(HINT_MARK)]
+                n = max(1, sum(1 for r in region if r.strip() and not r.strip().startswith("#")))  # lines to write
+                out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
+            start = None
+        elif start is None:
             out.append(ln)
-            i += 1
-            continue
-        indent = ln[: len(ln) - len(ln.lstrip())]
-        j = i + 1
-        while j < len(lines) and lines[j].strip() != END:
-            if lines[j].strip() == BEGIN:
-                raise MarkerError(f"nested {BEGIN!r} at line {j + 1}")
-            j += 1
-        if j == len(lines):
-            raise MarkerError(f"{BEGIN!r} at line {i + 1} has no {END!r}")
-        region = lines[i + 1 : j]
-        owner = _top_level_function(lines[:i]) if indent else None
-        if owner is not None and owner not in names:
-            names.append(owner)
-        if owner is None:
-            out += _stub_assignments(region, i + 1)
-        elif keep_functions:
-            out += lines[i : j + 1]
-        else:
-            out += [r for r in region if r.strip().startswith(HINT_MARK)]
-            n = max(1, sum(1 for ln in region if ln.strip() and not ln.strip().startswith("#")))  # lines to write
-            out.append(f'{indent}raise NotImplementedError("{STUB_TEXT.format(n=n)}")')
-        i = j + 1
+    if start is not None:
+        raise MarkerError(f"{BEGIN!r} at line {start + 1} has no {END!r}")
     return "\n".join(out), names
 
 
 def _stub_assignments(region: list[str], line_no: int) -> list[str]:
     """Every ``name = value`` becomes ``name = None``, its first line's comment kept."""
-    text = "\n".join(region)
     try:
-        tree = ast.parse(text)
+        tree = ast.parse("\n".join(region))
     except SyntaxError as exc:
         raise MarkerError(f"the solution region at line {line_no} does not parse: {exc}") from None
     out = [r for r in region if r.strip().startswith(HINT_MARK)]
@@ -172,13 +166,14 @@ def without_hidden_tests(source: str) -> str | None:
     return None
 
 
-def learner_copy(nb, keep_outputs: bool = False):
+def learner_copy(nb, keep_outputs: bool = False, hidden_tests: bool = False):
     """The copy a learner opens, from :func:`tested_version`'s: no hidden tests, no ``# NBVAL_CHECK_OUTPUT`` lines,
-    and no outputs (``keep_outputs`` keeps a run's, for a copy shown as it ran)."""
+    and no outputs (``keep_outputs`` keeps a run's, for a copy shown as it ran; ``hidden_tests`` keeps those, for
+    nbgrader's source)."""
     out = copy.deepcopy(nb)
     for cell in out.cells:
         if cell.cell_type == "code":
-            src = without_hidden_tests(cell.source)
+            src = cell.source if hidden_tests else without_hidden_tests(cell.source)
             cell.source = None if src is None else CHECK_LINE.sub("", src)
     out.cells = [c for c in out.cells if c.source is not None]
     return out if keep_outputs else nbtools.clean(out, keep_checked_outputs=False)
@@ -337,9 +332,8 @@ def main(argv: list[str]) -> int:
         for path in generate():
             print(f"wrote {os.path.relpath(path, ROOT)}")
         return 0
-    fix = "notebooks/ and exercises/ are not in sync with solutions/: run `python -m mgpu_helpers.tools.exercises"
-    fix += " generate`"
-    if nbtools.report(out_of_sync(), fix):
+    run = "run `python -m mgpu_helpers.tools.exercises generate`"
+    if nbtools.report(out_of_sync(), f"notebooks/ and exercises/ are not in sync with solutions/: {run}"):
         return 1
     print(f"notebooks/ and exercises/ in sync with {len(solution_paths())} worked notebook(s)")
     return 0

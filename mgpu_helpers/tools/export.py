@@ -126,23 +126,15 @@ def _walk(model_id: str, state: dict, controls: list, outputs: list, seen: set) 
             outputs.append(_display(s["value"] if name != "LabelModel" else html.escape(s["value"])))
     elif "value" in s or "description" in s:
         label = s.get("description") or name.replace("Model", "")
-        value = s.get("value")
-        if "options" in s and isinstance(value, int) and "_options_labels" in s:
-            value = s["_options_labels"][value] if 0 <= value < len(s["_options_labels"]) else value
-        elif "index" in s and s.get("_options_labels") and isinstance(s["index"], int):
-            value = s["_options_labels"][s["index"]]
+        labels, value = s.get("_options_labels") or [], s.get("value")
+        index = value if "options" in s and isinstance(value, int) else s.get("index")  # a choice: show its label
+        value = labels[index] if isinstance(index, int) and 0 <= index < len(labels) else value
         controls.append(f"{label} = {value}" if value not in (None, "") else label)
     for child in s.get("children", []):
         _walk(_ref(child), state, controls, outputs, seen)
 
 
 PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
-
-
-def _plain_text(model: dict) -> str:
-    """An HTML or Label widget's value as plain text (entities and tqdm's spaces undone)."""
-    text = re.sub(r"<[^>]+>", "", str(model.get("state", {}).get("value", "")))
-    return html.unescape(text).replace("\u2007", " ").replace("\xa0", " ").strip()
 
 
 def progress_line(model_id: str, state: dict) -> str | None:
@@ -162,8 +154,11 @@ def progress_line(model_id: str, state: dict) -> str | None:
     drawn = f"|{'#' * filled}{' ' * (10 - filled)}|"
     if len(kids) == 1:  # a bare bar: its description and percentage
         return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
-    at = kids.index(bars[0])  # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it
-    left, right = (" ".join(t for t in map(_plain_text, part) if t) for part in (kids[:at], kids[at + 1 :]))
+    # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it, as HTML (entities, tqdm's spaces undone)
+    texts = [re.sub(r"<[^>]+>", "", str(k.get("state", {}).get("value", ""))) for k in kids]
+    texts = [html.unescape(t).replace("\u2007", " ").replace("\xa0", " ").strip() for t in texts]
+    at = kids.index(bars[0])
+    left, right = (" ".join(t for t in part if t) for part in (texts[:at], texts[at + 1 :]))
     return (left + drawn + (" " + right if right else "")).strip()
 
 

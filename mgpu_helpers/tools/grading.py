@@ -10,7 +10,7 @@ source is the learner's copy with the worked functions still between nbgrader's 
 import sys
 from pathlib import Path
 
-from mgpu_helpers.tools import exercises, nbtools
+from mgpu_helpers.tools import exercises
 
 CONFIG = """\
 # nbgrader's configuration for the mgpu-course class (written by python -m mgpu_helpers.tools.grading setup).
@@ -60,11 +60,7 @@ def autograde_preprocessors() -> list:
 
 
 def grading_source(solution_path: str):
-    nb = exercises.tested_version(solution_path, keep_solutions=True)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.source = exercises.CHECK_LINE.sub("", cell.source)
-    return nbtools.clean(nb, keep_checked_outputs=False)
+    return exercises.learner_copy(exercises.tested_version(solution_path, keep_solutions=True), hidden_tests=True)
 
 
 def setup(folder, names=(), solutions=None, timeout: int = CELL_TIMEOUT_S) -> list[Path]:

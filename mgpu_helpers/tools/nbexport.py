@@ -15,10 +15,10 @@ import os
 import re
 import sys
 
+from mgpu_helpers import tracking
 from mgpu_helpers.tools.nbtools import markdown_lines, read_text, report, source, write_if_changed
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOTEBOOK_GLOBS = ("solutions/[0-9][0-9]_*.ipynb",)  # the worked lessons (notebooks/ is generated from them)
+ROOT = str(tracking.ROOT)
 LESSONS_DIR = os.path.join("mgpu_helpers", "lessons")
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 MARKER = re.compile(r"^#\|\s*export(?:\s+(?P<name>[A-Za-z_]\w*))?\s*$")
@@ -59,8 +59,8 @@ def render(notebook: str, nb, cells: list[str]) -> str:
 
 
 def lesson_paths(root: str = ROOT) -> list[str]:
-    """The worked lessons, in course order."""
-    return sorted(p for pattern in NOTEBOOK_GLOBS for p in glob.glob(os.path.join(root, pattern)))
+    """The worked lessons, in course order (notebooks/ is generated from them)."""
+    return sorted(glob.glob(os.path.join(root, "solutions", "[0-9][0-9]_*.ipynb")))
 
 
 def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:

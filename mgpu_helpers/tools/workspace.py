@@ -13,6 +13,7 @@ carry this kernel's ``language_info``, which JupyterLab writes when a kernel sta
 
 import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,8 +26,6 @@ UPDATE_SUFFIX = ".course-update.ipynb"
 def kernel_language_info() -> dict:
     """This Python's ipykernel ``language_info``, read in a process of its own: importing ipykernel here would make
     every later ``tqdm.auto`` bar a notebook widget."""
-    import subprocess
-
     code = "import json; from ipykernel.ipkernel import IPythonKernel as K; print(json.dumps(K.language_info))"
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
