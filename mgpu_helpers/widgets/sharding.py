@@ -224,10 +224,8 @@ def show_sharding(
         state["revealed"] = True
         draw_answer()
 
-    for c in controls.values():
-        c.observe(redraw, names="value")
     reveal.on_click(on_reveal)
-    redraw()
+    style.redraw_on(controls.values(), redraw)
     layout = ("params grads", "optimizer activations", "world_size capacity weights")
     rows = [W.HBox([controls[k] for k in row.split()]) for row in layout]
     return W.VBox([goal, *rows, controls["strategy"], note, out, W.HBox([guess, reveal]), answer])

@@ -197,9 +197,8 @@ def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
         caption.value = dial_caption(world_size, compute_ms, comm_ms, late.value)
         style.show_in(out, draw_dials, world_size, compute_ms, ratio.value, late.value, slow.value)
 
-    for w in (ratio, late, slow):
-        w.observe(redraw, names="value")
     # The first picture is drawn only when a dial moves: drawing into an Output while the cell still runs
     # breaks headless execution (nbclient); the cell shows the same setting with draw_dials beside it.
+    style.redraw_on((ratio, late, slow), redraw, now=False)
     caption.value = dial_caption(world_size, compute_ms, comm_ratio * compute_ms, late_ms) + "（拖动旋钮，图会重画）"
     return W.VBox([W.HBox([ratio, late, slow]), caption, out])

@@ -105,6 +105,14 @@ def show(fig) -> None:
     plt.close(fig)
 
 
+def redraw_on(controls, redraw, now: bool = True) -> None:
+    """Call ``redraw`` whenever one of the ipywidgets ``controls`` changes value, and once ``now``."""
+    for c in controls:
+        c.observe(redraw, names="value")
+    if now:
+        redraw()
+
+
 def show_in(out, draw, *args, text: str = "") -> None:
     """Replace what the Output ``out`` shows by the figure ``draw(*args)`` and ``text`` under it."""
     with out:

@@ -155,7 +155,5 @@ def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
         text.value = f"<code>{tm.summary()}</code>"
         style.show_in(out, draw_thread_map, tm)
 
-    for s in (s_grid, s_block, s_n):
-        s.observe(redraw, names="value")
-    redraw()
+    style.redraw_on((s_grid, s_block, s_n), redraw)
     return W.VBox([W.HBox([s_grid, s_block, s_n]), text, out])
