@@ -12,11 +12,15 @@ BUSBW_FACTORS = {
 } | dict.fromkeys(("broadcast", "reduce", "sendrecv"), lambda world_size: 1.0)
 
 
+def check_world_size(world_size) -> None:
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+
+
 def _known(op: str, world_size: int) -> None:
     if op not in BUSBW_FACTORS:
         raise ValueError(f"unknown collective {op!r}; one of {sorted(BUSBW_FACTORS)}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    check_world_size(world_size)
 
 
 def algbw(nbytes: float, seconds: float) -> float:
