@@ -74,9 +74,9 @@ SWEEP_COLUMNS += [("algbw", "algbw (GB/s)", "{:.3f}"), ("busbw", "busbw (GB/s)",
 SWEEP_COLUMNS += [("ref_busbw", "nccl-tests busbw", "{:.2f}"), ("ratio", "ours / nccl-tests", "{:.2f}")]
 
 
-def sweep_table(rows, reference: bool = True) -> str:
-    """Sweep rows as a text table, with the recorded busbw and our share of it when ``reference``."""
-    return tables.format_table(compare_with_reference(rows), SWEEP_COLUMNS if reference else SWEEP_COLUMNS[:5])
+def sweep_table(rows) -> str:
+    """Sweep rows as a text table, with the recorded busbw and our share of it."""
+    return tables.format_table(compare_with_reference(rows), SWEEP_COLUMNS)
 
 
 def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:
