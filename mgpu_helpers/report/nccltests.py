@@ -9,8 +9,6 @@ from mgpu_helpers.report import recorded, sizes, tables
 # size, count, type, redop, root, then time, algbw, busbw and the error count, out of place then in place
 _TIMED = r"\s+([\d.]+)" * 3 + r"\s+(\S+)"
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + _TIMED * 2 + r"\s*$")
-
-# The timed columns, out-of-place then in-place.
 _TIMES = ("time_us", "algbw", "busbw", "inplace_time_us", "inplace_algbw", "inplace_busbw")
 
 
