@@ -2,8 +2,7 @@
 
 Everything else is reached as ``mh.something``, each module imported on first use: not numba, because Numba's CUDA
 simulator must be switched on (by :func:`setup`) before numba is first imported, nor torch, which a kernel should
-not pay for until it needs it. ``README.md`` maps the layers.
-"""
+not pay for until it needs it. ``README.md`` maps the layers."""
 
 from mgpu_helpers.lazy import attach
 

@@ -2,8 +2,7 @@
 
 NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw times the share of
 the data each rank moves over its links (:data:`BUSBW_FACTORS`), so that it compares with a link's bandwidth.
-For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it.
-"""
+For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it."""
 
 BUSBW_FACTORS = {
     "all_reduce": lambda world_size: 2 * (world_size - 1) / world_size,

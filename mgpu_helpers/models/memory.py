@@ -1,7 +1,6 @@
 """Memory each rank needs under a parallel strategy, against one GPU's capacity, and the bytes it sends per step.
 
-Sizes are of the whole job, in one unit for all (e.g. GB): parameters, gradients, optimizer state, activations.
-"""
+Sizes are of the whole job, in one unit for all (e.g. GB): parameters, gradients, optimizer state, activations."""
 
 from dataclasses import dataclass
 
@@ -144,10 +143,8 @@ class StrategyRow:
     step_bytes: float | None
 
 
-def compare_strategies(
-    world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None, strategies=STRATEGIES
-) -> list:
-    """One :class:`StrategyRow` per strategy on one job, in the order given (``weights`` as in :func:`memory_plan`)."""
-    plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in strategies]
+def compare_strategies(world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None):
+    """One :class:`StrategyRow` per strategy of :data:`STRATEGIES` on one job (``weights`` as in :func:`memory_plan`)."""
+    plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in STRATEGIES]
     sent = [step_bytes_sent(p.strategy, world_size, params, grads) for p in plans]
     return [StrategyRow(p.strategy, p, max(p.totals), p.fits, b) for p, b in zip(plans, sent)]

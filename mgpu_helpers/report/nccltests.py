@@ -1,6 +1,5 @@
 """The nccl-tests tables recorded on 2 x H200 (``data/nccltests_*.txt``, the unchanged output of ``*_perf``, whose
-comment lines say where and how): look a size up, set a sweep beside them. Bandwidths are GB/s (1e9 bytes/s).
-"""
+comment lines say where and how): look a size up, set a sweep beside them. Bandwidths are GB/s (1e9 bytes/s)."""
 
 import re
 
