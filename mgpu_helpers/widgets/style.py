@@ -79,8 +79,8 @@ def set_projection(on: bool = True) -> Style:
         "axes.prop_cycle": mpl.cycler(color=[PALETTE[k] for k in _CYCLE]),
         "axes.titleweight": "bold" if st.projection else "normal",
     }
-    ink = PALETTE["black"] if st.projection else "black"
-    rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), ink))
+    # Ink stays black in both modes (a setting that changed it is put back).
+    rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), "black"))
     mpl.rcParams.update(rc)
     return _current
 
