@@ -98,15 +98,11 @@ def draw_ring_steps(records):
         ax.axis("off")
     # The ring's chunks: contiguous, the first length % n one element longer (as torch.tensor_split cuts them).
     chunk_of = np.concatenate([[c] * len(part) for c, part in enumerate(np.array_split(np.arange(length), n))])
+    colours = [_RANK_COLOURS[c % len(_RANK_COLOURS)] for c in chunk_of]
     for k, ax in enumerate(axes[:steps]):
         phase, step = records[0][k][:2]
-        cells = [
-            [
-                (_RANK_COLOURS[c % len(_RANK_COLOURS)], _label(float(v), n), c == rec[k][3])
-                for c, v in zip(chunk_of, rec[k][-1])
-            ]
-            for rec in records
-        ]
+        # each element in its chunk's colour, outlined where its chunk has just been received
+        cells = [list(zip(colours, [_label(float(v), n) for v in r[k][-1]], chunk_of == r[k][3])) for r in records]
         _grid(ax, cells, "input" if phase == "input" else f"{phase} step {step + 1}", "ring", 0.7, length - 0.4)
     return fig
 
