@@ -2,30 +2,18 @@
 
 Everything else is reached as ``mh.something``, each module imported on first use: not numba, because Numba's CUDA
 simulator must be switched on (by :func:`setup`) before numba is first imported, nor torch, which a kernel should
-not pay for until it needs it. ``README.md`` maps the layers.
-"""
+not pay for until it needs it. ``README.md`` maps the layers."""
 
 from mgpu_helpers.lazy import attach
 
 _SUBMODULES = "bench checks course hardware launcher lessons measure models own_code report runs tools tracking widgets"
-
-__getattr__, __dir__, __all__ = attach(
-    __name__,
-    submodules=_SUBMODULES.split(),
-    attributes={
-        "CourseEnv": "course",
-        "setup": "course",
-        "LaunchError": "launcher",
-        "RankError": "launcher",
-        "RankResults": "launcher",
-        "RankTimeout": "launcher",
-        "rank_device": "launcher",
-        "run_ranks": "launcher",
-        "shutdown_server": "launcher",
-        "torchrun_main": "launcher",
-        "trace": "launcher",
-        "projection_mode": "widgets.projection",
-        "mine": "own_code",
-        "progress": "tracking",
-    },
-)
+# The names reached as ``mh.<name>``, by the module that defines them.
+_PUBLIC = {
+    "course": "CourseEnv setup",
+    "launcher": "LaunchError RankError RankResults RankTimeout rank_device run_ranks shutdown_server torchrun_main trace",
+    "widgets.projection": "projection_mode",
+    "own_code": "mine",
+    "tracking": "progress",
+}
+_NAMES = {name: module for module, names in _PUBLIC.items() for name in names.split()}
+__getattr__, __dir__, __all__ = attach(__name__, submodules=_SUBMODULES.split(), attributes=_NAMES)

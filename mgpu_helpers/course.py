@@ -26,7 +26,7 @@ class CourseEnv:
     def summary(self) -> str:
         lines = [f"mode:     {self.mode}"]
         if self.gpus:
-            lines += [f"GPU {g.index}:    {g.name}, {g.memory_gib:.0f} GiB" for g in self.gpus]
+            lines += [f"GPU {g.index}:    {g.name}, {g.memory_bytes / 2**30:.0f} GiB" for g in self.gpus]
             if len(self.gpus) > 1:
                 n, links = len(self.gpus), self.machine.links
                 pairs = [f"GPU{i}-GPU{j} {links[i][j]}" for i in range(n) for j in range(i + 1, n)]

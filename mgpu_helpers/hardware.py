@@ -12,10 +12,6 @@ class GpuInfo:
     name: str
     memory_bytes: int
 
-    @property
-    def memory_gib(self) -> float:
-        return self.memory_bytes / 2**30
-
 
 @dataclass(frozen=True)
 class Machine:

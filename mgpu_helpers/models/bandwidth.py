@@ -2,8 +2,7 @@
 
 NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw times the share of
 the data each rank moves over its links (:data:`BUSBW_FACTORS`), so that it compares with a link's bandwidth.
-For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it.
-"""
+For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it."""
 
 BUSBW_FACTORS = {
     "all_reduce": lambda world_size: 2 * (world_size - 1) / world_size,
@@ -12,11 +11,15 @@ BUSBW_FACTORS = {
 } | dict.fromkeys(("broadcast", "reduce", "sendrecv"), lambda world_size: 1.0)
 
 
+def check_world_size(world_size) -> None:
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+
+
 def _known(op: str, world_size: int) -> None:
     if op not in BUSBW_FACTORS:
         raise ValueError(f"unknown collective {op!r}; one of {sorted(BUSBW_FACTORS)}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    check_world_size(world_size)
 
 
 def algbw(nbytes: float, seconds: float) -> float:

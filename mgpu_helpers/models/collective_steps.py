@@ -3,6 +3,8 @@ reduce-scatter step ``s`` rank ``r`` sends on chunk ``(r - s - 1) % n``, at all-
 
 from dataclasses import dataclass
 
+from mgpu_helpers.models.bandwidth import check_world_size
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -27,17 +29,10 @@ class RingSteps:
     def rs_done(self) -> int:
         return self.world_size - 1
 
-    def owned_after_rs(self, rank: int) -> int:
-        """The chunk a rank holds fully reduced when the reduce-scatter ends: its own (chunk ``rank``)."""
-        full = frozenset(range(self.world_size))
-        done = [c for c, s in enumerate(self.frames[self.rs_done].holds[rank]) if s == full]
-        return done[0] if done else rank
-
 
 def ring_all_reduce_steps(world_size: int) -> RingSteps:
     """Every step of a ring all-reduce over ``world_size`` ranks, one chunk per rank."""
-    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    check_world_size(world_size)
     n = int(world_size)
     holds = [[frozenset([r]) for _ in range(n)] for r in range(n)]
     frames = [Frame("input", -1, tuple(tuple(h) for h in holds), (None,) * n, (0.0,) * n)]

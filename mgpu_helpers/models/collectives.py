@@ -50,21 +50,15 @@ def expected_outputs(name: str, inputs, op: str = "sum") -> list:
     if name in REDUCING and op not in _REDUCERS:
         raise ValueError(f"op must be one of {REDUCE_OPS}, not {op!r}")
     reduced = _REDUCERS[op](a, axis=0) if name in REDUCING else None
-    if name == "broadcast":
-        return [a[ROOT].tolist() for _ in range(n)]
-    if name == "reduce":
-        return [reduced.tolist() if r == ROOT else None for r in range(n)]
-    if name == "all_reduce":
-        return [reduced.tolist() for _ in range(n)]
-    if name == "all_gather":
-        return [a.reshape(-1).tolist() for _ in range(n)]
-    if name == "gather":
-        return [a.reshape(-1).tolist() if r == ROOT else None for r in range(n)]
+    # What a rank that receives a whole result gets; reduce and gather give it to the root alone.
+    gathered = a.reshape(-1)
+    whole = dict(broadcast=a[ROOT], reduce=reduced, all_reduce=reduced, gather=gathered, all_gather=gathered)
+    if name in whole:
+        return [None if name in ("reduce", "gather") and r != ROOT else whole[name].tolist() for r in range(n)]
     if name in ("scatter", "reduce_scatter"):
         if length % n:
             raise ValueError(f"{name} needs a length divisible by world_size={n}, got {length}")
-        whole = a[ROOT] if name == "scatter" else reduced
-        return [p.tolist() for p in np.split(whole, n)]
+        return [p.tolist() for p in np.split(a[ROOT] if name == "scatter" else reduced, n)]
     raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
 
 

@@ -1,11 +1,10 @@
 """Memory each rank needs under a parallel strategy, against one GPU's capacity, and the bytes it sends per step.
 
-Sizes are of the whole job, in one unit for all (e.g. GB): parameters, gradients, optimizer state, activations.
-"""
+Sizes are of the whole job, in one unit for all (e.g. GB): parameters, gradients, optimizer state, activations."""
 
 from dataclasses import dataclass
 
-from mgpu_helpers.models.bandwidth import BUSBW_FACTORS
+from mgpu_helpers.models.bandwidth import BUSBW_FACTORS, check_world_size
 
 PARTS = ("params", "grads", "optimizer", "activations")
 # How the lessons name them.
@@ -78,17 +77,12 @@ class MemoryPlan:
         return max(self.totals) / mean if mean > 0 else 1.0
 
 
-def _check_world_size(world_size) -> None:
-    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
-
-
 def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None):
     """The :class:`MemoryPlan` of ``world_size`` ranks under ``strategy`` against a per-GPU ``capacity``; sharded
     parts are split in proportion to ``weights`` (one number per rank, default equal), replicated ones held whole."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
-    _check_world_size(world_size)
+    check_world_size(world_size)
     weights = [1.0] * world_size if weights is None else weights
     if len(weights) != world_size or any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(f"weights must be {world_size} non-negative numbers with a positive sum, got {weights!r}")
@@ -133,7 +127,7 @@ def step_bytes_sent(strategy: str, world_size: int, params: float = 0.0, grads: 
         return None
     if strategy not in STEP_COLLECTIVES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {sorted(STRATEGIES)}")
-    _check_world_size(world_size)
+    check_world_size(world_size)
     sizes = dict(params=params, grads=grads)
     return float(sum(BUSBW_FACTORS[op](world_size) * sizes[part] for op, part in STEP_COLLECTIVES[strategy]))
 
@@ -149,10 +143,8 @@ class StrategyRow:
     step_bytes: float | None
 
 
-def compare_strategies(
-    world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None, strategies=STRATEGIES
-) -> list:
-    """One :class:`StrategyRow` per strategy on one job, in the order given (``weights`` as in :func:`memory_plan`)."""
-    plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in strategies]
+def compare_strategies(world_size, capacity, params=0.0, grads=0.0, optimizer=0.0, activations=0.0, weights=None):
+    """One :class:`StrategyRow` per strategy of :data:`STRATEGIES` on one job (``weights`` as in :func:`memory_plan`)."""
+    plans = [memory_plan(s, world_size, capacity, params, grads, optimizer, activations, weights) for s in STRATEGIES]
     sent = [step_bytes_sent(p.strategy, world_size, params, grads) for p in plans]
     return [StrategyRow(p.strategy, p, max(p.totals), p.fits, b) for p, b in zip(plans, sent)]

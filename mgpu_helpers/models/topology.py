@@ -1,8 +1,7 @@
 """The ``nvidia-smi topo -m`` matrix and ``nvidia-smi nvlink -s``: parse them and explain their words (pure).
 
 ``NV18`` is a count of bonded NVLinks, not one cable (through NVSwitch chips on 8-GPU HGX boards). ``nvlink -s``
-gives each link's speed one way (18 x 26.562 = 478 GB/s on the H200 host); a datasheet's 900 GB/s counts both.
-"""
+gives each link's speed one way (18 x 26.562 = 478 GB/s on the H200 host); a datasheet's 900 GB/s counts both."""
 
 import itertools
 import re

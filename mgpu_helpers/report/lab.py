@@ -31,9 +31,6 @@ class LabReport:
     def add_table(self, heading: str, rows, columns, note: str = "") -> None:
         self.sections.append((heading, (note.strip() + "\n\n" if note else "") + tables.markdown_table(rows, columns)))
 
-    def add_code(self, heading: str, text: str) -> None:
-        self.sections.append((heading, "```\n" + text.rstrip() + "\n```"))
-
     def add_figure(self, heading: str, name: str, fig, caption: str = "") -> None:
         if not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"figure name must be letters, digits, - or _: {name!r}")
@@ -45,12 +42,12 @@ class LabReport:
         parts = [f"# {self.title}", f"_written {stamp}_"] + [f"## {h}\n\n{t}" for h, t in self.sections]
         return "\n\n".join(parts) + "\n"
 
-    def write(self, out_dir: str | None = None, dpi: int = 110) -> str:
+    def write(self, out_dir: str | None = None) -> str:
         """Write ``report.md`` and the figures (PNG) into ``out_dir`` (created); returns the report's path."""
         out_dir = out_dir or default_dir()
         os.makedirs(out_dir, exist_ok=True)
         for name, fig in self.figures.items():
-            fig.savefig(os.path.join(out_dir, f"{name}.png"), dpi=dpi, bbox_inches="tight")
+            fig.savefig(os.path.join(out_dir, f"{name}.png"), dpi=110, bbox_inches="tight")
         path = os.path.join(out_dir, "report.md")
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.markdown())
@@ -82,7 +79,7 @@ def build_report(title, setup, topology, rank_rows, sweep_rows, step_rows, compa
         )
     report = LabReport(title)
     report.add_text("环境", setup)
-    report.add_code("拓扑摘要", topology)
+    report.add_text("拓扑摘要", f"```\n{topology.rstrip()}\n```")
     report.add_table("逐 Rank 输出", [dict(r, ok="yes" if r.get("ok") else "NO") for r in rank_rows], RANK_COLUMNS)
     note = "algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
     note += "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。"

@@ -1,6 +1,5 @@
 """The nccl-tests tables recorded on 2 x H200 (``data/nccltests_*.txt``, the unchanged output of ``*_perf``, whose
-comment lines say where and how): look a size up, set a sweep beside them. Bandwidths are GB/s (1e9 bytes/s).
-"""
+comment lines say where and how): look a size up, set a sweep beside them. Bandwidths are GB/s (1e9 bytes/s)."""
 
 import re
 
@@ -9,8 +8,6 @@ from mgpu_helpers.report import recorded, sizes, tables
 # size, count, type, redop, root, then time, algbw, busbw and the error count, out of place then in place
 _TIMED = r"\s+([\d.]+)" * 3 + r"\s+(\S+)"
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + _TIMED * 2 + r"\s*$")
-
-# The timed columns, out-of-place then in-place.
 _TIMES = ("time_us", "algbw", "busbw", "inplace_time_us", "inplace_algbw", "inplace_busbw")
 
 
@@ -74,9 +71,9 @@ SWEEP_COLUMNS += [("algbw", "algbw (GB/s)", "{:.3f}"), ("busbw", "busbw (GB/s)",
 SWEEP_COLUMNS += [("ref_busbw", "nccl-tests busbw", "{:.2f}"), ("ratio", "ours / nccl-tests", "{:.2f}")]
 
 
-def sweep_table(rows, reference: bool = True) -> str:
-    """Sweep rows as a text table, with the recorded busbw and our share of it when ``reference``."""
-    return tables.format_table(compare_with_reference(rows), SWEEP_COLUMNS if reference else SWEEP_COLUMNS[:5])
+def sweep_table(rows) -> str:
+    """Sweep rows as a text table, with the recorded busbw and our share of it."""
+    return tables.format_table(compare_with_reference(rows), SWEEP_COLUMNS)
 
 
 def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:

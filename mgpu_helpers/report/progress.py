@@ -13,10 +13,10 @@ def bar(total: int, desc: str = "", **kwargs):
     return tqdm(total=total, desc=desc, **kwargs)
 
 
-def iterate(items, desc: str = "", total: int | None = None, **kwargs):
-    """Yield from ``items`` while a bar counts them (``total`` defaults to ``len(items)`` where it has one)."""
-    items = list(items) if total is None and not hasattr(items, "__len__") else items
-    with bar(len(items) if total is None else total, desc, **kwargs) as b:
+def iterate(items, desc: str = "", **kwargs):
+    """Yield from ``items`` while a bar counts them."""
+    items = items if hasattr(items, "__len__") else list(items)
+    with bar(len(items), desc, **kwargs) as b:
         for item in items:
             yield item
             b.update(1)

@@ -1,7 +1,6 @@
 """The files of ``mgpu_helpers/data/`` (recordings, each naming where it was measured; the review questions; the
 projection stylesheet), read here only. The course installs its checkout in editable mode, so :data:`DATA_DIR`
-is a plain folder, which ``python -m mgpu_helpers.bench ncu`` writes new recordings into.
-"""
+is a plain folder, which ``python -m mgpu_helpers.bench ncu`` writes new recordings into."""
 
 import json
 from pathlib import Path

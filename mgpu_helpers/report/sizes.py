@@ -1,6 +1,5 @@
 """Message sizes: one grammar for every command and notebook, a whole number with an optional binary unit
-(``B``, ``K``/``KB``/``KiB``, ``M`` ..., ``G`` ..., any case; powers of 1024, as nccl-tests reads ``-b 1K -e 1G``).
-"""
+(``B``, ``K``/``KB``/``KiB``, ``M`` ..., ``G`` ..., any case; powers of 1024, as nccl-tests reads ``-b 1K -e 1G``)."""
 
 import argparse
 import re

@@ -43,11 +43,8 @@ def format_table(rows, columns, sep: str = "  ", title: str = "", left=()) -> st
 
 def markdown_table(rows, columns) -> str:
     """A Markdown table (pipes and line breaks inside values are escaped)."""
-
-    def cell(value, fmt):
-        return cell_text(value, fmt).replace("|", "\\|").replace("\n", " ")
-
-    head = "| " + " | ".join(h for _, h, _ in columns) + " |"
-    sep = "| " + " | ".join("---" for _ in columns) + " |"
-    body = ["| " + " | ".join(cell(as_dict(r).get(k), f) for k, _, f in columns) + " |" for r in rows]
-    return "\n".join([head, sep] + body)
+    lines = [[h for _, h, _ in columns], ["---"] * len(columns)]
+    lines += [
+        [cell_text(as_dict(r).get(k), f).replace("|", "\\|").replace("\n", " ") for k, _, f in columns] for r in rows
+    ]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)

@@ -17,48 +17,50 @@ def _fmt(v: float) -> str:
 
 # A box's label: centred, and left out of the layout (hundreds of texts made constrained layout slow).
 _CENTRED = dict(ha="center", va="center", in_layout=False)
-
-
-def _table(ax, rows, title: str, colours) -> None:
-    """Draw rows of numbers as a grid of boxes; a None row is drawn as 'nothing received'."""
-    st = style.current()
-    width = max([len(r) for r in rows if r is not None] + [1])
-    boxes = []
-    for r, row in enumerate(rows):
-        ax.text(-0.55, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size)
-        if row is None:
-            grey = dict(color=style.PALETTE["grey"], style="italic")
-            ax.text(0, r, "(receives nothing)", ha="left", va="center", fontsize=st.font_size * 0.9, **grey)
-        for i, v in enumerate(row or ()):
-            boxes.append(_box(i, r, colours[r % len(colours)]))
-            ax.text(i, r, _fmt(v), fontsize=st.font_size * (0.9 if width < 10 else 0.7), **_CENTRED)
-    _finish(ax, boxes, (-2.1, max(width, 3) - 0.4), (len(rows) - 0.4, -0.9), title, st.font_size * 1.1)
-
-
-def _finish(ax, boxes, xlim, ylim, title: str, title_size: float) -> None:
-    """The boxes as one collection, drawn in list order (one artist, not one ``add_patch`` each: hundreds of
-    patches drew slowly), then these limits, equal aspect, no axis lines and the title."""
-    ax.add_collection(PatchCollection(boxes, match_original=True), autolim=False)
-    ax.set(xlim=xlim, ylim=ylim, aspect="equal")
-    ax.axis("off")
-    ax.set_title(title, fontsize=title_size, y=1.0)  # a fixed y: no costly title placement
-
-
-def _box(x, y, colour, rounded: bool = True):
-    """One value's box; plain rectangles where a frame has n * n of them (rounded boxes draw slowly)."""
-    look = dict(facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=style.current().line_width / 2)
-    if rounded:
-        return FancyBboxPatch((x - 0.42, y - 0.36), 0.84, 0.72, boxstyle="round,pad=0.02", **look)
-    return Rectangle((x - 0.42, y - 0.36), 0.84, 0.72, **look)
-
-
-def _outline(x, y):
-    """The frame around the chunk a rank has just received."""
-    black = style.PALETTE["black"]
-    return Rectangle((x - 0.46, y - 0.4), 0.92, 0.8, fill=False, edgecolor=black, linewidth=style.current().line_width)
-
-
 _RANK_COLOURS = [style.PALETTE[k] for k in ("blue", "orange", "green", "purple", "sky", "vermillion", "yellow", "grey")]
+# What differs between the three grids: where the rank names sit and their size, the axes' left and top ends, the
+# title's size, and rounded boxes (plain rectangles where a frame has n * n of them: rounded ones draw slowly).
+_LOOKS = {
+    "table": dict(rank_x=-0.55, rank_size=1.0, left=-2.1, top=-0.9, title_size=1.1, rounded=True),
+    "ring": dict(rank_x=-0.6, rank_size=0.75, left=-2.0, top=-0.8, title_size=0.85, rounded=True),
+    "frame": dict(rank_x=-0.6, rank_size=0.8, left=-1.9, top=-0.9, title_size=0.9, rounded=False),
+}
+
+
+def _grid(ax, rows, title: str, look: str, label_size: float, right: float) -> None:
+    """One row of boxes per rank: ``rows[r]`` holds rank r's cells as ``(colour, text, outlined)``; a cell without
+    a colour is grey text only, ``outlined`` frames the chunk just received. The boxes go in as one collection
+    (one ``add_patch`` each drew hundreds of patches slowly), outlines last so that they stay on top."""
+    st, lk = style.current(), _LOOKS[look]
+    kind, shape = (FancyBboxPatch, dict(boxstyle="round,pad=0.02")) if lk["rounded"] else (Rectangle, {})
+    grey = dict(color=style.PALETTE["grey"], fontsize=st.font_size * lk["rank_size"], **_CENTRED)
+    frame = dict(fill=False, edgecolor=style.PALETTE["black"], linewidth=st.line_width)
+    boxes, outlines = [], []
+    for r, cells in enumerate(rows):
+        ax.text(lk["rank_x"], r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * lk["rank_size"])
+        for x, (colour, text, outlined) in enumerate(cells):
+            if colour is None:
+                ax.text(x, r, text, **grey)
+                continue
+            face = dict(facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=st.line_width / 2, **shape)
+            boxes.append(kind((x - 0.42, r - 0.36), 0.84, 0.72, **face))
+            ax.text(x, r, text, fontsize=st.font_size * label_size, **_CENTRED)
+            if outlined:
+                outlines.append(Rectangle((x - 0.46, r - 0.4), 0.92, 0.8, **frame))
+    ax.add_collection(PatchCollection(boxes + outlines, match_original=True), autolim=False)
+    ax.set(xlim=(lk["left"], right), ylim=(len(rows) - 0.4, lk["top"]), aspect="equal")
+    ax.axis("off")
+    ax.set_title(title, fontsize=st.font_size * lk["title_size"], y=1.0)  # a fixed y: no costly title placement
+
+
+def _table(ax, rows, title: str) -> None:
+    """Rows of numbers, coloured by rank; a None row is written as 'nothing received'."""
+    width = max([len(r) for r in rows if r is not None] + [1])
+    cells = [[(_RANK_COLOURS[r % len(_RANK_COLOURS)], _fmt(v), False) for v in row or ()] for r, row in enumerate(rows)]
+    _grid(ax, cells, title, "table", 0.9 if width < 10 else 0.7, max(width, 3) - 0.4)
+    grey = dict(color=style.PALETTE["grey"], style="italic", fontsize=style.current().font_size * 0.9)
+    for r in (r for r, row in enumerate(rows) if row is None):
+        ax.text(0, r, "(receives nothing)", ha="left", va="center", **grey)
 
 
 def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | None = None):
@@ -69,49 +71,39 @@ def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | No
     fig = plt.figure(figsize=style.figsize(2.2 + 0.55 * (w_in + width), 0.9 + 0.45 * n), layout="constrained")
     axes = fig.subplots(1, 2, width_ratios=[max(w_in, 3) + 1.7, max(width, 3) + 1.7])
     what = name + (f" ({op})" if name in REDUCING else "")
-    _table(axes[0], [list(r) for r in inputs], "input (before)", _RANK_COLOURS)
-    _table(axes[1], [None if r is None else list(r) for r in outputs], f"output of {what}", _RANK_COLOURS)
+    _table(axes[0], [list(r) for r in inputs], "input (before)")
+    _table(axes[1], [None if r is None else list(r) for r in outputs], f"output of {what}")
     if title:
         fig.suptitle(title, fontsize=style.current().font_size * 1.2)
     return fig
 
 
-def _label(value: float, world_size: int, as_ranks: bool) -> str:
-    if as_ranks and value == int(value) and 0 < value < 2**world_size:
+def _label(value: float, world_size: int) -> str:
+    """A whole value below 2**n as the ranks it sums, inputs being 2**rank ("1+2"); any other as a number."""
+    if value == int(value) and 0 < value < 2**world_size:
         return _ranks_label([r for r in range(world_size) if int(value) >> r & 1], world_size)
     return _fmt(value)
 
 
-def draw_ring_steps(records, as_ranks: bool = True, max_steps: int | None = None):
+def draw_ring_steps(records):
     """What each rank holds after every step of the hand-written ring (``records[rank]``), the chunk just received
-    outlined; ``as_ranks``: with inputs 2**rank, each value written as the ranks it sums ("1+2")."""
-    n = len(records)
-    steps = len(records[0]) if max_steps is None else min(max_steps, len(records[0]))
-    length = len(records[0][0][-1])
-    st = style.current()
+    outlined; with inputs 2**rank, each value is written as the ranks it sums ("1+2")."""
+    n, steps, length = len(records), len(records[0]), len(records[0][0][-1])
     # Two rows: the input then the reduce-scatter steps; the all-gather steps below them.
-    cols = max(1, (steps + 1) // 2) if steps > 1 else 1
+    cols = (steps + 1) // 2
     size = style.figsize(0.9 + cols * (0.62 * length + 0.3), 2 * (0.7 + 0.42 * n))
     fig = plt.figure(figsize=size, layout="constrained")
-    grid = np.atleast_2d(fig.subplots(2 if steps > 1 else 1, cols))
-    for ax in grid.flat:
+    axes = list(fig.subplots(2 if steps > 1 else 1, cols, squeeze=False).flat)
+    for ax in axes[steps:]:
         ax.axis("off")
     # The ring's chunks: contiguous, the first length % n one element longer (as torch.tensor_split cuts them).
     chunk_of = np.concatenate([[c] * len(part) for c, part in enumerate(np.array_split(np.arange(length), n))])
-    for k in range(steps):
-        ax = grid.flat[k] if k < cols else grid[1, (k - cols) % cols] if grid.shape[0] > 1 else grid.flat[k]
-        phase, step, _sent, _recv = records[0][k][:4]
-        boxes, outlines = [], []
-        for r in range(n):
-            got = records[r][k][3]
-            for i, v in enumerate(np.asarray(records[r][k][-1], dtype=float)):
-                boxes.append(_box(i, r, _RANK_COLOURS[chunk_of[i] % len(_RANK_COLOURS)]))
-                if got is not None and chunk_of[i] == got:
-                    outlines.append(_outline(i, r))
-                ax.text(i, r, _label(v, n, as_ranks), fontsize=st.font_size * 0.7, **_CENTRED)
-            ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.75)
-        title = "input" if phase == "input" else f"{phase} step {step + 1}"
-        _finish(ax, boxes + outlines, (-2.0, length - 0.4), (n - 0.4, -0.8), title, st.font_size * 0.85)
+    colours = [_RANK_COLOURS[c % len(_RANK_COLOURS)] for c in chunk_of]
+    for k, ax in enumerate(axes[:steps]):
+        phase, step = records[0][k][:2]
+        # each element in its chunk's colour, outlined where its chunk has just been received
+        cells = [list(zip(colours, [_label(float(v), n) for v in r[k][-1]], chunk_of == r[k][3])) for r in records]
+        _grid(ax, cells, "input" if phase == "input" else f"{phase} step {step + 1}", "ring", 0.7, length - 0.4)
     return fig
 
 
@@ -169,24 +161,17 @@ def step_caption(steps, k: int) -> str:
 
 def _draw_frame(ax, steps, k: int, split: bool, title: str) -> None:
     """Ranks as rows, chunks as columns. ``split``: the reduce-scatter + all-gather view, in which, between the
-    two calls, a rank keeps only its own chunk (the others are not part of the result)."""
-    st = style.current()
-    f = steps.frames[k]
-    n = steps.world_size
-    boxes, outlines = [], []
-    for r in range(n):
-        ax.text(-0.6, r, f"rank {r}", ha="right", va="center", fontsize=st.font_size * 0.8)
-        for c in range(n):
-            if split and f.phase == "reduce_scatter" and k == steps.rs_done and c != steps.owned_after_rs(r):
-                ax.text(c, r, "—", color=style.PALETTE["grey"], fontsize=st.font_size * 0.8, **_CENTRED)
-                continue
-            full = len(f.holds[r][c]) == n
-            boxes.append(_box(c, r, style.PALETTE["green"] if full else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)], False))
-            label = _ranks_label(f.holds[r][c], n)
-            ax.text(c, r, label, fontsize=st.font_size * (0.75 if n <= 4 else 0.55), **_CENTRED)
-            if f.received[r] == c:
-                outlines.append(_outline(c, r))
-    _finish(ax, boxes + outlines, (-1.9, n - 0.4), (n - 0.4, -0.9), title, st.font_size * 0.9)
+    two calls, rank r keeps only its own chunk r (the others are not part of the result)."""
+    f, n = steps.frames[k], steps.world_size
+    own_only = split and f.phase == "reduce_scatter" and k == steps.rs_done
+
+    def cell(r: int, c: int):
+        if own_only and c != r:
+            return None, "—", False
+        colour = style.PALETTE["green"] if len(f.holds[r][c]) == n else _CHUNK_COLOURS[c % len(_CHUNK_COLOURS)]
+        return colour, _ranks_label(f.holds[r][c], n), f.received[r] == c
+
+    _grid(ax, [[cell(r, c) for c in range(n)] for r in range(n)], title, "frame", 0.75 if n <= 4 else 0.55, n - 0.4)
 
 
 def draw_step(steps, k: int):
@@ -234,6 +219,5 @@ def show_steps(steps):
     def redraw(_=None):
         style.show_in(out, draw_step, steps, slider.value, text=step_caption(steps, slider.value))
 
-    slider.observe(redraw, names="value")
-    redraw()
+    style.redraw_on([slider], redraw)
     return w.VBox([slider, out])

@@ -54,8 +54,7 @@ def draw_bucket_timelines(runs: dict, steps: int | None = None):
         right = max(right, _lanes(ax, spans_per_rank, t0))
         ax.set_title(title, fontsize=st.font_size)
         ax.grid(axis="x", alpha=0.3)
-    for ax in axes[:, 0]:
-        ax.set_xlim(0, right * 1.02 if right else 1)
+    axes[0, 0].set_xlim(0, right * 1.02 if right else 1)  # the axes share x
     axes[-1, 0].set_xlabel("time (ms)")
     kinds = {"backward": "compute", "all-reduce during backward": "communicate"}
     kinds["all-reduce after backward (waited for)"] = "wait"

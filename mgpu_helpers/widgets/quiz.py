@@ -49,8 +49,8 @@ class Question:
     @classmethod
     def from_dict(cls, d: dict) -> "Question":
         """From one entry of the data file (JSON: lists for tuples, string keys for ``wrong``)."""
-        answer, wrong = d["answer"], {int(k): v for k, v in d.get("wrong", {}).items()}
-        answer = tuple(answer) if isinstance(answer, list) else answer
+        answer = tuple(d["answer"]) if isinstance(d["answer"], list) else d["answer"]
+        wrong = {int(k): v for k, v in d.get("wrong", {}).items()}
         return cls(
             d["prompt"], tuple(d["options"]), answer, d["explanation"], d.get("hint", ""), wrong, d.get("id", "")
         )

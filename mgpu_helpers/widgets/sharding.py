@@ -151,14 +151,7 @@ def _weights(text: str, world_size: int):
 
 
 def show_sharding(
-    params: float = 24.0,
-    grads: float = 0.0,
-    optimizer: float = 0.0,
-    activations: float = 0.0,
-    world_size: int = 4,
-    capacity: float = 16.0,
-    strategy: str = "replicate",
-    weights: str = "",
+    params=24.0, grads=0.0, optimizer=0.0, activations=0.0, world_size=4, capacity=16.0, strategy="replicate"
 ):
     """ipywidgets with a task: which strategies fit this job? The learner ticks them; only after the button does
     every strategy's answer appear. The chosen strategy's per-rank bars are drawn all along."""
@@ -169,16 +162,12 @@ def show_sharding(
     def slider(desc, value, hi):
         return W.FloatSlider(value=value, min=0, max=hi, step=0.5, description=desc, continuous_update=False)
 
-    controls = dict(
-        params=slider("参数 GB", params, 200),
-        grads=slider("梯度 GB", grads, 200),
-        optimizer=slider("优化器 GB", optimizer, 400),
-        activations=slider("激活 GB", activations, 200),
-        world_size=W.IntSlider(value=world_size, min=1, max=16, description="GPU 数", continuous_update=False),
-        capacity=slider("单卡 GB", capacity, 192),
-        strategy=W.Dropdown(options=choices, value=strategy, description="策略"),
-        weights=W.Text(value=weights, description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False),
-    )
+    controls = dict(params=slider("参数 GB", params, 200), grads=slider("梯度 GB", grads, 200))
+    controls |= dict(optimizer=slider("优化器 GB", optimizer, 400), activations=slider("激活 GB", activations, 200))
+    gpus = W.IntSlider(value=world_size, min=1, max=16, description="GPU 数", continuous_update=False)
+    weights = W.Text(value="", description="权重", placeholder="空 = 平均；如 14, 10", continuous_update=False)
+    controls |= dict(world_size=gpus, capacity=slider("单卡 GB", capacity, 192), weights=weights)
+    controls["strategy"] = W.Dropdown(options=choices, value=strategy, description="策略")
     goal, note = W.HTML(), W.HTML()
     guess = W.SelectMultiple(options=choices, rows=len(choices), description="我的预测")
     reveal = W.Button(description="先选出装得下的策略，再看答案", layout=W.Layout(width="auto"))
@@ -224,10 +213,8 @@ def show_sharding(
         state["revealed"] = True
         draw_answer()
 
-    for c in controls.values():
-        c.observe(redraw, names="value")
     reveal.on_click(on_reveal)
-    redraw()
+    style.redraw_on(controls.values(), redraw)
     layout = ("params grads", "optimizer activations", "world_size capacity weights")
     rows = [W.HBox([controls[k] for k in row.split()]) for row in layout]
     return W.VBox([goal, *rows, controls["strategy"], note, out, W.HBox([guess, reveal]), answer])

@@ -10,41 +10,32 @@ PRESETS = {"12/6/4/2（不均衡）": (12, 6, 4, 2), "6/6/6/6（均衡）": (6, 
 DRAWN_KINDS = ("compute", "wait", "communicate")
 
 
-def _origin(spans_per_rank) -> float:
-    return min((s.start for spans in spans_per_rank for s in spans), default=0.0)
-
-
-def _bars(ax, r: int, spans, t0: float, kinds) -> None:
-    """Rank ``r``'s spans of ``kinds`` as bars on row ``r``, in ms from ``t0``: one collection a kind (a run
-    has dozens of spans, and one ``barh`` each was most of a timeline's drawing time)."""
-    for kind in kinds:
-        ranges = [((s.start - t0) * 1e3, s.seconds * 1e3) for s in spans if s.kind == kind and s.seconds > 0]
-        if ranges:
-            look = dict(facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5)
-            ax.broken_barh(ranges, (r - 0.3, 0.6), **look)
-
-
-def _label_rows(ax, notes, x_end: float, room: float, title: str, labels) -> float:
-    """Notes right of the rows, rank names, x axis to ``room`` x ``x_end``, title; returns the axis' end."""
+def _timeline(ax, spans_per_rank, kinds, notes, room: float, title: str, labels=None) -> tuple[float, float]:
+    """Each rank's spans of ``kinds`` on its row in ms from the run's first span, ``notes`` right of the rows, the
+    x axis to ``room`` x the run's end; returns ``(t0, the axis' right end)``. One ``broken_barh`` a kind and rank:
+    a run has dozens of spans, and one ``barh`` each was most of a timeline's drawing time."""
     st = style.current()
-    for r, note in enumerate(notes):
+    t0 = min((s.start for spans in spans_per_rank for s in spans), default=0.0)
+    x_end = (max((s.end for spans in spans_per_rank for s in spans), default=t0) - t0) * 1e3 or 1.0
+    for r, (spans, note) in enumerate(zip(spans_per_rank, notes)):
+        for kind in kinds:
+            ranges = [((s.start - t0) * 1e3, s.seconds * 1e3) for s in spans if s.kind == kind and s.seconds > 0]
+            if ranges:
+                look = dict(facecolors=style.KIND_COLOURS[kind], edgecolor="white", linewidth=0.5)
+                ax.broken_barh(ranges, (r - 0.3, 0.6), **look)
         ax.text(x_end * 1.01, r, note, va="center", fontsize=st.font_size * 0.8)
     ax.set_yticks(range(len(notes)), labels or [f"rank {r}" for r in range(len(notes))])
     ax.invert_yaxis()
     ax.set_xlim(0, x_end * room)
     ax.set_title(title, fontsize=st.font_size)
     ax.grid(axis="x", alpha=0.3)
-    return x_end * room
+    return t0, x_end * room
 
 
 def _draw(ax, spans_per_rank, title: str, labels=None) -> float:
-    """One run on ``ax``, from its first span; returns the time axis' right end (ms)."""
-    t0 = _origin(spans_per_rank)
-    for r, spans in enumerate(spans_per_rank):
-        _bars(ax, r, spans, t0, DRAWN_KINDS)
-    ends = [max((s.end for s in spans), default=t0) for spans in spans_per_rank]
-    x_end = (max(ends) - t0) * 1e3 if ends else 1.0
-    return _label_rows(ax, [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)], x_end, 1.22, title, labels)
+    """One run on ``ax``, the wait of each rank at right; returns the time axis' right end (ms)."""
+    notes = [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)]
+    return _timeline(ax, spans_per_rank, DRAWN_KINDS, notes, 1.22, title, labels)[1]
 
 
 def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None):
@@ -142,19 +133,16 @@ def draw_inside(spans_per_rank, waits, title: str = "waiting inside the all-redu
     import statistics
 
     fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.6))
-    t0 = _origin(spans_per_rank)
+    comms = [[s for s in spans if s.kind == "communicate"] for spans in spans_per_rank]
+    inside = [statistics.median(s.seconds for s in c) if c else 0.0 for c in comms]
+    notes = [f"in all-reduce {t * 1e3:.0f} ms" for t in inside]
+    t0, _ = _timeline(ax, spans_per_rank, ("compute", "communicate"), notes, 1.32, title, labels)
     waiting = dict(facecolor=style.KIND_COLOURS["communicate"], hatch="////", edgecolor=style.KIND_COLOURS["wait"])
-    inside = []
-    for r, spans in enumerate(spans_per_rank):
-        comms = [s for s in spans if s.kind == "communicate"]
-        inside.append(statistics.median(s.seconds for s in comms) if comms else 0.0)
-        _bars(ax, r, spans, t0, ("compute", "communicate"))
-        for s, w in zip(comms, waits[r]):
+    for r, c in enumerate(comms):
+        for s, w in zip(c, waits[r]):
             w = min(max(0.0, w), s.seconds)
             if w > 0:
                 ax.barh(r, w * 1e3, left=(s.start - t0) * 1e3, height=0.6, linewidth=0.0, **waiting)
-    x_end = (max((s.end for spans in spans_per_rank for s in spans), default=t0) - t0) * 1e3 or 1.0
-    _label_rows(ax, [f"in all-reduce {t * 1e3:.0f} ms" for t in inside], x_end, 1.32, title, labels)
     ax.set_xlabel("time (ms)")
     kinds = {"compute": style.KIND_COLOURS["compute"], "all-reduce": style.KIND_COLOURS["communicate"]}
     legend = dict(loc="upper center", ncol=3, fontsize=style.current().font_size * 0.85)
@@ -197,9 +185,8 @@ def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
         caption.value = dial_caption(world_size, compute_ms, comm_ms, late.value)
         style.show_in(out, draw_dials, world_size, compute_ms, ratio.value, late.value, slow.value)
 
-    for w in (ratio, late, slow):
-        w.observe(redraw, names="value")
     # The first picture is drawn only when a dial moves: drawing into an Output while the cell still runs
     # breaks headless execution (nbclient); the cell shows the same setting with draw_dials beside it.
+    style.redraw_on((ratio, late, slow), redraw, now=False)
     caption.value = dial_caption(world_size, compute_ms, comm_ratio * compute_ms, late_ms) + "（拖动旋钮，图会重画）"
     return W.VBox([W.HBox([ratio, late, slow]), caption, out])

@@ -79,8 +79,8 @@ def set_projection(on: bool = True) -> Style:
         "axes.prop_cycle": mpl.cycler(color=[PALETTE[k] for k in _CYCLE]),
         "axes.titleweight": "bold" if st.projection else "normal",
     }
-    ink = PALETTE["black"] if st.projection else "black"
-    rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), ink))
+    # Ink stays black in both modes (a setting that changed it is put back).
+    rc.update(dict.fromkeys(("axes.edgecolor", "text.color", "axes.labelcolor", "xtick.color", "ytick.color"), "black"))
     mpl.rcParams.update(rc)
     return _current
 
@@ -103,6 +103,14 @@ def show(fig) -> None:
 
     display(fig)
     plt.close(fig)
+
+
+def redraw_on(controls, redraw, now: bool = True) -> None:
+    """Call ``redraw`` whenever one of the ipywidgets ``controls`` changes value, and once ``now``."""
+    for c in controls:
+        c.observe(redraw, names="value")
+    if now:
+        redraw()
 
 
 def show_in(out, draw, *args, text: str = "") -> None:

@@ -123,8 +123,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
             ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
     if 1 < tm.warps_per_block <= 32:
         top = ax.secondary_xaxis("top")
-        step = 1 if tm.warps_per_block <= 8 else 4
-        warps = range(0, tm.warps_per_block, step)
+        warps = range(0, tm.warps_per_block, 1 if tm.warps_per_block <= 8 else 4)
         centres = [(w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5 for w in warps]
         top.set_xticks(centres, [f"warp {w}" for w in warps], fontsize=st.font_size * 0.8)
     legend = {"i < N: works": style.KIND_COLOURS["compute"], "i >= N: idle": style.KIND_COLOURS["idle"]}
@@ -155,7 +154,5 @@ def show_thread_index(grid: int = 3, block: int = 64, n: int = 150):
         text.value = f"<code>{tm.summary()}</code>"
         style.show_in(out, draw_thread_map, tm)
 
-    for s in (s_grid, s_block, s_n):
-        s.observe(redraw, names="value")
-    redraw()
+    style.redraw_on((s_grid, s_block, s_n), redraw)
     return W.VBox([W.HBox([s_grid, s_block, s_n]), text, out])

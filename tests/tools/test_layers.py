@@ -26,12 +26,13 @@ PARTS = sorted({part_of(p) for p in ROOT.rglob("*.py")} - {"__init__"})
 
 
 def top_level_names() -> dict:
-    """``mh.<name>`` -> the part that defines it, from the ``attributes`` map of ``mgpu_helpers/__init__.py``."""
+    """``mh.<name>`` -> the part that defines it, from the ``_PUBLIC`` map of ``mgpu_helpers/__init__.py``."""
     tree = ast.parse((ROOT / "__init__.py").read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "attributes":
-            return {k: v.split(".")[0] for k, v in ast.literal_eval(node.value).items()}
-    raise AssertionError("mgpu_helpers/__init__.py names no attributes map")
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_PUBLIC":
+            public = ast.literal_eval(node.value)
+            return {name: module.split(".")[0] for module, names in public.items() for name in names.split()}
+    raise AssertionError("mgpu_helpers/__init__.py names no _PUBLIC map")
 
 
 NAMES = top_level_names()

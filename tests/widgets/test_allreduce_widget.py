@@ -45,7 +45,7 @@ def test_gather_all_gather_scatter_reduce_scatter_shapes_and_values():
 def test_powers_of_two_sum_names_every_rank():
     out = ar.expected_outputs("all_reduce", ar.make_inputs("powers of two", 5, 1))
     assert out[0] == [31.0]
-    assert widget._label(31.0, 5, True) == "all" and widget._label(6.0, 5, True) == "1+2"
+    assert widget._label(31.0, 5) == "all" and widget._label(6.0, 5) == "1+2"
 
 
 def test_one_hot_pattern_has_one_owner_per_element():
