@@ -23,12 +23,9 @@ def dump_path(job_dir: str, rank: int) -> str:
     return os.path.join(job_dir, f"flight-{rank}.pkl")
 
 
-def stack_path(job_dir: str, rank: int) -> str:
-    return os.path.join(job_dir, f"stack-{rank}.txt")
-
-
-def partial_stack_path(job_dir: str, rank: int) -> str:
-    return os.path.join(job_dir, f"stack-{rank}.partial.txt")
+def stack_path(job_dir: str, rank: int, partial: bool = False) -> str:
+    """Where the dump thread writes rank ``rank``'s stacks whole, or (``partial``) faulthandler's fallback."""
+    return os.path.join(job_dir, f"stack-{rank}{'.partial' if partial else ''}.txt")
 
 
 def _write_whole(path: str, write) -> None:

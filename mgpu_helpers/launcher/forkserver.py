@@ -36,8 +36,7 @@ PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def enabled() -> bool:
     """Whether kernels here ask the fork server for their rank server (Linux with pidfds, not turned off)."""
-    linux = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
-    return linux and os.environ.get("MGPU_FORKSERVER", "1") != "0"
+    return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get("MGPU_FORKSERVER") != "0"
 
 
 def address(env: dict) -> bytes:
@@ -74,7 +73,6 @@ def connect(env: dict) -> socket.socket | None:
             pass
         sock.close()
         return None
-    return None
 
 
 def _start(name: bytes, env: dict) -> None:
@@ -135,8 +133,6 @@ def main() -> None:
     from mgpu_helpers.launcher import server
 
     listener = socket.socket(fileno=int(sys.argv[1]))
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forked servers are reaped by Linux, not waited for
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Everything before the first fork, the optional imports too: every server forked from here has what a
     # training rank imports, so no launch and no checker's time limit ever pays for it. Only the first kernel
     # waits the extra second, once per fork server.

@@ -33,6 +33,8 @@ READ_CHUNK = 1 << 20  # large results (hundreds of MB) arrive in few reads
 
 
 class Job:
+    """One launch, from the notebook's side: its pipes and folder, what its ranks sent, and how they are ended."""
+
     def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool, quiet: bool):
         self.world_size, self.backend, self.reason = world_size, backend, reason
         self.timeout_s, self.stream, self.quiet = timeout_s, stream, quiet
@@ -133,15 +135,12 @@ class Job:
 
     def drain(self, seconds: float) -> None:
         """Read until every pipe we read is closed (ranks gone) or ``seconds`` pass, then what is left in them."""
-        self._pump_until(lambda: not self.sel.get_map(), seconds)
+        self.pump_until(lambda: not self.sel.get_map(), seconds)
         while self.sel.get_map() and self.pump(0):
             pass
 
-    def finished(self, rank: int) -> bool:
-        return rank in self.results or rank in self.exits
-
-    def returned(self, rank: int) -> bool:
-        return isinstance(self.results.get(rank), Returned)
+    def returned_ranks(self) -> list[int]:
+        return sorted(r for r, res in self.results.items() if isinstance(res, Returned))
 
     def died_without_result(self) -> list[int]:
         return sorted(r for r in self.exits if r not in self.results)
@@ -164,11 +163,14 @@ class Job:
         # Every rank exited (the leader ends the orphans on its own) or returned (it flushed its output first and
         # is only leaving the group; the leader kills it as the pipe closes): nothing to wait for, and a repeat
         # launch should not wait for 30 ms of process exits. Otherwise the ranks are gone before this returns.
-        if len(self.exits) == self.world_size or all(self.returned(r) for r in range(self.world_size)):
+        if len(self.exits) == self.world_size or len(self.returned_ranks()) == self.world_size:
             self.ended = True
         elif leader is not None:
-            try:
-                self._wait_leader(2.0)  # it kills the job's process group, itself included
+            try:  # it kills the job's process group, itself included: wait on its pidfd, else psutil's polling wait
+                if self.leader_fd not in self.owned:
+                    leader.wait(2.0)
+                elif not select.select([self.leader_fd], [], [], 2.0)[0]:
+                    raise psutil.TimeoutExpired(2.0, leader.pid)
                 self.ended = True
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
@@ -177,13 +179,6 @@ class Job:
                     leader.kill()
             except psutil.Error:
                 pass
-
-    def _wait_leader(self, seconds: float) -> None:
-        """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
-        if self.leader_fd not in self.owned:
-            self.leader.wait(seconds)
-        elif not select.select([self.leader_fd], [], [], seconds)[0]:
-            raise psutil.TimeoutExpired(seconds, self.leader.pid)
 
     def finish(self) -> None:
         """Kill, read what is left, close every descriptor and remove the job's folder. Call with interrupts held:
@@ -206,7 +201,7 @@ class Job:
                 if os.path.exists(self.job_dir):  # a rank killed in the middle of writing a file there
                     shutil.rmtree(self.job_dir, ignore_errors=True)
 
-    def _pump_until(self, done, seconds: float) -> None:
+    def pump_until(self, done, seconds: float) -> None:
         """Keep the pipes flowing (ranks may be printing) until ``done()`` or ``seconds`` pass."""
         deadline = time.monotonic() + seconds
         while not done() and time.monotonic() < deadline:
@@ -219,14 +214,14 @@ class Job:
         whole = {r: flight.stack_path(self.job_dir, r) for r in ranks}
         fr_paths = {r: flight.dump_path(self.job_dir, r) for r in ranks}
         self.signal_ranks(flight.DUMP_SIGNAL)
-        self._pump_until(lambda: all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks), 2.0)
+        self.pump_until(lambda: all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks), 2.0)
         if not all(os.path.exists(whole[r]) for r in ranks):
             # A dump thread that could not run (its main thread holds the GIL): faulthandler's own dump, from a
             # signal handler. Only now: sent together with the first, it was seen to stop half way.
             self.signal_ranks(signal.SIGUSR1)
-            self._pump_until(lambda: False, 0.5)
+            self.pump_until(lambda: False, 0.5)
         # The whole dump, else the fallback (which may be cut short), else nothing.
-        stacks = {r: _text_of(whole[r]) or _text_of(flight.partial_stack_path(self.job_dir, r)) for r in ranks}
+        stacks = {r: _text_of(whole[r]) or _text_of(flight.stack_path(self.job_dir, r, partial=True)) for r in ranks}
         self.flight_dumps = flight.keep_dumps(fr_paths)
         return stacks, {r: flight.summarise(flight.read_dump(p)) for r, p in fr_paths.items()}
 

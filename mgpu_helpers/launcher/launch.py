@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -50,23 +51,20 @@ class _StarterThread:
 
     def _serve(self) -> None:
         while True:
-            fn, reply = self._requests.get()
+            fn, future = self._requests.get()
             try:
-                reply.put((True, fn()))
+                future.set_result(fn())
             except BaseException as exc:
-                reply.put((False, exc))
+                future.set_exception(exc)
 
     def call(self, fn):
         with self._lock:
             if self._thread is None or not self._thread.is_alive():  # none yet, or we are a forked copy
                 self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter", daemon=True)
                 self._thread.start()
-        reply: queue.Queue = queue.Queue(maxsize=1)
-        self._requests.put((fn, reply))
-        ok, value = reply.get()
-        if not ok:
-            raise value
-        return value
+        future: Future = Future()
+        self._requests.put((fn, future))
+        return future.result()
 
 
 _starter = _StarterThread()
@@ -127,7 +125,7 @@ class _Server:
     def _spawn(self) -> None:
         # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
         # PYTHONPATH lets the server import this very package.
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        pkg_root = os.path.dirname(forkserver.PKG)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False

@@ -42,10 +42,14 @@ def _send(res_fd: int, message) -> None:
     write_frame(res_fd, cloudpickle.dumps(message))
 
 
-def _flush_c_stdio() -> None:
-    """Flush every C stream (a partial last line included) before ``os._exit``, which does not."""
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
+def _flush() -> None:
+    """Flush Python's streams, then every C stream (a partial last line included): ``os._exit`` does neither."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)
 
 
 def main(job, rank: int, out_fd: int, res_fd: int) -> None:
@@ -65,7 +69,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         for name in ("stdout", "stderr"):
             libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)  # 1 = _IOLBF
     # The fallback stack dump, for a rank whose dump thread cannot run (flight.start_dumper writes the whole one).
-    stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
+    stack_file = open(flight.stack_path(job.job_dir, rank, partial=True), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     flight.start_dumper(job.job_dir, rank)  # first thread of the rank: the mask it sets is inherited
     native_stacks.note_pid(job.job_dir, rank, int(job.env.get(native_stacks.LAUNCHER_PID, 0)) or None)
@@ -103,9 +107,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect())
         # Output first, then the result: once every rank's result is in, the notebook ends the ranks (they
         # are only leaving the group), and what they printed must already be in their output pipes.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        _flush_c_stdio()
+        _flush()
         _send(res_fd, message)
         where = "leaving the process group"
         if store is None and dist.is_initialized():  # init=False: fn joined the group itself and is still in
@@ -129,8 +131,6 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
             traceback.print_exc()
     finally:
         with suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        _flush_c_stdio()
+            _flush()
         # Skip interpreter teardown: atexit hooks of CUDA/NCCL can hang, and the work is done.
         os._exit(code)

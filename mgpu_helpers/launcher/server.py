@@ -111,15 +111,11 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     poller.register(wake_r, select.POLLIN)
     try:
         while True:
-            while True:  # reap every child that has exited (ranks and orphans alike)
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                if pid in pids:
-                    write_frame(status_fd, pickle.dumps(RankExit(pids.pop(pid), os.waitstatus_to_exitcode(status))))
+            with suppress(ChildProcessError):  # reap every child that has exited (ranks and orphans alike)
+                while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
+                    pid, status = reaped
+                    if pid in pids:
+                        write_frame(status_fd, pickle.dumps(RankExit(pids.pop(pid), os.waitstatus_to_exitcode(status))))
             events = dict(poller.poll())
             if events.get(status_fd, 0) & (select.POLLERR | select.POLLHUP):
                 break
@@ -178,15 +174,21 @@ def serve(sock: socket.socket) -> None:
 
 def import_rank_modules() -> None:
     """The whole point of a rank server (and of the fork server): pay for these imports once, then fork ranks that
-    have them: torch, and what every rank imports (the launcher's rank modules come with ``rank_process``)."""
+    have them: torch, and what every rank imports (the launcher's rank modules come with ``rank_process``). Children
+    that exit are reaped by Linux (no zombies, no bookkeeping), and the kernel's interrupt is not for this process."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import numpy  # noqa: F401
     import psutil  # noqa: F401
     import torch
     import torch.distributed  # noqa: F401
 
 
-def _ready_then_serve(sock: socket.socket, fds=()) -> None:
-    """Tell the kernel this server takes jobs (with ``fds``, which it then holds copies of), and serve it."""
+def serve_kernel(sock: socket.socket, forked: bool = True) -> None:
+    """Tell the kernel at the other end of ``sock`` that this server takes jobs, and serve it. A server the fork server
+    forked sends a pidfd of itself with its Ready: the kernel cannot wait for a process that is not its child."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    fds = [os.pidfd_open(os.getpid())] if forked else []
     try:
         send_msg(sock, pickle.dumps(Ready(os.getpid())), fds)
     except OSError:
@@ -196,22 +198,11 @@ def _ready_then_serve(sock: socket.socket, fds=()) -> None:
     serve(sock)
 
 
-def serve_kernel(sock: socket.socket) -> None:
-    """Serve the kernel at the other end of ``sock``, in a process the fork server forked for it: the kernel gets
-    a pidfd of this process with the Ready, since it cannot wait for a process that is not its child."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _ready_then_serve(sock, [os.pidfd_open(os.getpid())])
-
-
 def main() -> None:
     fd, parent_pid = int(sys.argv[1]), int(sys.argv[2])
     die_with_parent(parent_pid)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    # Children of ours that exit are reaped by the kernel: no zombies, no bookkeeping.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import_rank_modules()
-    _ready_then_serve(socket.socket(fileno=fd))
+    serve_kernel(socket.socket(fileno=fd), forked=False)
 
 
 if __name__ == "__main__":
