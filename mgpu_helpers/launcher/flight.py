@@ -56,7 +56,6 @@ def start_dumper(job_dir: str, rank: int) -> None:
     threading.Thread(target=serve, name="mgpu-flight-recorder", daemon=True).start()
 
 
-KEPT_PREFIX = "fr_trace_rank_"
 KEEP_LAST = 5  # the dumps of this many hangs are kept; older ones go
 
 
@@ -74,7 +73,7 @@ def keep_dumps(paths: dict) -> str | None:
         shutil.rmtree(old, ignore_errors=True)
     folder = tempfile.mkdtemp(prefix="hang-", dir=base)
     for rank, path in found.items():
-        target = os.path.join(folder, f"{KEPT_PREFIX}{rank}")
+        target = os.path.join(folder, f"fr_trace_rank_{rank}")
         dump = read_dump(path)
         if dump is None or "entries" not in dump:
             shutil.copyfile(path, target)

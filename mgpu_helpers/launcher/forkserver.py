@@ -75,22 +75,21 @@ def connect(env: dict) -> socket.socket | None:
         return None
 
 
+def spawn(module: str, sock: socket.socket, env: dict, *args: str, **popen) -> subprocess.Popen:
+    """``python -m module FD *args``, handed ``sock`` as FD, in a session of its own: Ctrl-C / Jupyter's interrupt
+    to the kernel's process group, and a kill of that group, miss it. (A rank server, or the fork server.)"""
+    fd = sock.fileno()
+    command = [sys.executable, "-m", module, str(fd), *args]
+    return subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env, start_new_session=True, **popen)
+
+
 def _start(name: bytes, env: dict) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(name)
         listener.listen(64)
-        # Its own session, like a rank server: the kernel's interrupt and a kill of its process group miss it.
         # Not waited for: subprocess reaps it on a later start if it ends while this kernel runs.
-        subprocess.Popen(
-            [sys.executable, "-m", "mgpu_helpers.launcher.forkserver", str(listener.fileno())],
-            pass_fds=(listener.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+        spawn("mgpu_helpers.launcher.forkserver", listener, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         pass  # EADDRINUSE: another kernel bound it first
     finally:

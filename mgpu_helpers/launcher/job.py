@@ -20,7 +20,6 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-import cloudpickle
 import psutil
 
 from mgpu_helpers.launcher import flight
@@ -51,13 +50,17 @@ class Job:
         self.leader_gone = False  # the status pipe closed under us: the leader died
         self.ended = False  # every process of the job is dead, or being killed with nothing to read
         self.owned: set[int] = set()
+        self.pipes: list[tuple[int, int, str, int | None]] = []  # (read end, write end, "out"/"res"/"status", rank)
         self.sel = selectors.DefaultSelector()
 
-    def pipe(self) -> tuple[int, int]:
-        """A new pipe owned by this job (call with interrupts held, so that it cannot leak)."""
-        r, w = os.pipe()
-        self.owned.update((r, w))
-        return r, w
+    def open_pipes(self) -> list[int]:
+        """Create the job's pipes: each rank's output, each rank's results, the leader's status; returns their write
+        ends, for the server, in that order. Call with interrupts held: each is owned the moment it exists."""
+        for kind, rank in [(kind, r) for kind in ("out", "res") for r in range(self.world_size)] + [("status", None)]:
+            fds = os.pipe()
+            self.owned.update(fds)
+            self.pipes.append((*fds, kind, rank))
+        return [w for _, w, _, _ in self.pipes]
 
     def close_fd(self, fd: int) -> None:
         """Close ``fd`` if this job still owns it, exactly once. Interrupts are held back, since it is called while
@@ -69,16 +72,10 @@ class Job:
                     self.sel.unregister(fd)
                 os.close(fd)
 
-    def watch(self, fd: int, kind: str, rank: int | None) -> None:
-        """Read ``fd`` from now on: "out" (a rank's output lines), "res" (its results), "status" (the leader)."""
-        os.set_blocking(fd, False)
-        reader = LineReader() if kind == "out" else FrameReader()
-        self.sel.register(fd, selectors.EVENT_READ, (kind, rank, reader))
-        if kind == "status":
-            self.status_fd = fd
-
     def attach_leader(self, leader_pid: int, server_proc) -> None:
-        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it."""
+        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it, close the
+        pipes' write ends (the leader and the ranks have their own copies now) and read the read ends from now on:
+        a rank's output as lines, its results and the leader's status as frames."""
         self.pgid, self.server_proc = leader_pid, server_proc
         with suppress(psutil.Error):
             leader = psutil.Process(leader_pid)
@@ -91,6 +88,11 @@ class Job:
                 with suppress(OSError, AttributeError):
                     self.leader_fd = os.pidfd_open(leader_pid)
                     self.owned.add(self.leader_fd)
+        for r, w, kind, rank in self.pipes:
+            self.close_fd(w)
+            os.set_blocking(r, False)
+            self.sel.register(r, selectors.EVENT_READ, (kind, rank, LineReader() if kind == "out" else FrameReader()))
+        self.status_fd = self.pipes[-1][0]
 
     def _emit(self, rank: int, lines: list[str]) -> None:
         kept = self.outputs[rank]
@@ -100,19 +102,16 @@ class Job:
             sys.stdout.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
             sys.stdout.flush()
 
-    def _handle(self, kind: str, rank, frame: bytes) -> None:
-        if kind == "status":
-            msg = pickle.loads(frame)
-            if isinstance(msg, RankExit):
-                self.exits[msg.rank] = msg.code
-            return
-        msg = cloudpickle.loads(frame)
-        if isinstance(msg, Running):
+    def _handle(self, rank, frame: bytes) -> None:
+        msg = pickle.loads(frame)  # cloudpickle's frames too: they load with the standard unpickler
+        if isinstance(msg, RankExit):  # the leader's status pipe carries nothing else
+            self.exits[msg.rank] = msg.code
+        elif isinstance(msg, Running):
             self.running_since[rank] = time.monotonic()
-            return
-        self.results[rank] = msg
-        if isinstance(msg, Failed) and self.first_error is None:
-            self.first_error = (rank, msg)
+        else:
+            self.results[rank] = msg
+            if isinstance(msg, Failed) and self.first_error is None:
+                self.first_error = (rank, msg)
 
     def pump(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for anything from the ranks and take it in; returns how many pipes spoke."""
@@ -127,7 +126,7 @@ class Job:
                 self._emit(rank, reader.feed(chunk) if chunk else reader.flush())
             else:
                 for frame in reader.feed(chunk):
-                    self._handle(kind, rank, frame)
+                    self._handle(rank, frame)
             if not chunk:
                 self.leader_gone |= kind == "status"
                 self.close_fd(key.fd)
@@ -166,11 +165,8 @@ class Job:
         if len(self.exits) == self.world_size or len(self.returned_ranks()) == self.world_size:
             self.ended = True
         elif leader is not None:
-            try:  # it kills the job's process group, itself included: wait on its pidfd, else psutil's polling wait
-                if self.leader_fd not in self.owned:
-                    leader.wait(2.0)
-                elif not select.select([self.leader_fd], [], [], 2.0)[0]:
-                    raise psutil.TimeoutExpired(2.0, leader.pid)
+            try:
+                self._wait_leader(2.0)  # it kills the job's process group, itself included
                 self.ended = True
             except psutil.TimeoutExpired:
                 # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
@@ -179,6 +175,13 @@ class Job:
                     leader.kill()
             except psutil.Error:
                 pass
+
+    def _wait_leader(self, seconds: float) -> None:
+        """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
+        if self.leader_fd not in self.owned:
+            self.leader.wait(seconds)
+        elif not select.select([self.leader_fd], [], [], seconds)[0]:
+            raise psutil.TimeoutExpired(seconds, self.leader.pid)
 
     def finish(self) -> None:
         """Kill, read what is left, close every descriptor and remove the job's folder. Call with interrupts held:

@@ -134,14 +134,7 @@ class _Server:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
-                # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
-                start_new_session=True,
-            )
+            proc = forkserver.spawn("mgpu_helpers.launcher.server", theirs, env, str(os.getpid()))
         except BaseException:
             ours.close()
             raise
@@ -408,7 +401,6 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
     job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
     store_path = os.path.join(job.job_dir, "store")
     shared_env, per_rank = _rank_envs(world_size, job.backend, store_path, debug, extra_env)
-    out, res, status = [job.pipe() for _ in range(world_size)], [job.pipe() for _ in range(world_size)], job.pipe()
     request = JobRequest(
         job_id=next(_job_ids),
         world_size=world_size,
@@ -424,12 +416,5 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
         # torch's own timeout stays above ours, so that ours fires first and takes stacks
         pg_timeout_s=job.timeout_s + 60.0,
     )
-    write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
-    started, server_proc = _server.submit(request, write_ends, gate)
+    started, server_proc = _server.submit(request, job.open_pipes(), gate)
     job.attach_leader(started.leader_pid, server_proc)
-    for fd in write_ends:  # the leader and ranks have their own copies now
-        job.close_fd(fd)
-    for kind, pipes in (("out", out), ("res", res)):
-        for r, (rd, _) in enumerate(pipes):
-            job.watch(rd, kind, r)
-    job.watch(status[0], "status", None)

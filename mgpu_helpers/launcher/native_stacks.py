@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import suppress
 from pathlib import Path
 from subprocess import PIPE
 
@@ -22,7 +21,6 @@ from subprocess import PIPE
 # an idle machine); a loaded one gets this long before the launch's error is raised without them.
 TIMEOUT_S = 8.0
 
-_THREAD = re.compile(r"^Thread \S+ .*$", re.M)
 _PYTHON_FRAME = re.compile(r"\([^()]*:\d+\)$")  # "all_reduce (torch/distributed/distributed_c10d.py:3252)"
 _GLUE = ("pybind11::", "0x")  # pybind11's dispatch between Python and C++, and frames without a symbol
 
@@ -71,14 +69,15 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
     program = py_spy()
     if program is None:
         return {}, "py-spy is not installed (pip install py-spy adds them)"
-    pids = {}
-    for r in ranks:
-        with suppress(OSError, ValueError):
-            pids[r] = int(Path(pid_path(job_dir, r)).read_text())
     running, dumps, problems = {}, {}, {}
     deadline = time.monotonic() + timeout_s
     try:
-        for r, pid in pids.items():
+        for r in ranks:
+            try:
+                pid = int(Path(pid_path(job_dir, r)).read_text())
+            except (OSError, ValueError):
+                problems[r] = "its pid was never written (it did not start)"
+                continue
             try:
                 command = [program, "dump", "--native", "--pid", str(pid)]
                 running[r] = subprocess.Popen(command, stdout=PIPE, stderr=PIPE, stdin=subprocess.DEVNULL, text=True)
@@ -103,7 +102,6 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
                 proc.wait()  # not its pipes: a child it left may hold them open
             proc.stdout.close()
             proc.stderr.close()
-    problems.update({r: "its pid was never written (it did not start)" for r in ranks if r not in pids})
     return dumps, (f"rank(s) {sorted(problems)}, " + "; ".join(sorted(set(problems.values())))) if problems else None
 
 
@@ -118,7 +116,7 @@ def beneath_python(dump: str) -> list[str]:
     """The native frames of the main thread above its innermost Python frame, innermost first: where in C++ the
     rank waits, below the Python call that faulthandler's stack ends at. pybind11's glue and frames without a
     symbol are left out; empty when the main thread is not found or is in Python code itself."""
-    blocks = [b for b in re.split(r"\n(?=Thread )", dump) if _THREAD.match(b)]
+    blocks = [b for b in re.split(r"\n(?=Thread )", dump) if b.startswith("Thread ")]
     main = next((b for b in blocks if '"MainThread"' in b.splitlines()[0]), blocks[0] if blocks else "")
     frames = []
     for line in main.splitlines()[1:]:

@@ -172,11 +172,10 @@ def _raise_launcher_died(job: Job):
     """The leader's status pipe closed before every rank answered: the leader, or the whole server, died."""
     job.drain(0.5)  # the ranks die with the leader (PDEATHSIG); take their last lines
     code = None
-    if job.server_proc is not None:
-        # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe
-        # has closed and been read, a dead server is (nearly always) reaped already: a short look is enough.
-        with suppress(Exception):  # subprocess.TimeoutExpired: the server lives
-            code = job.server_proc.wait(0.25)
+    # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe has closed
+    # and been read, a dead server is (nearly always) reaped already: a short look is enough.
+    with suppress(Exception):  # subprocess.TimeoutExpired: the server lives
+        code = job.server_proc.wait(0.25)
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
     if code is not None:
@@ -211,12 +210,11 @@ def _raise_died(job: Job, r: int):
 def _raise_timeout(job: Job):
     world_size = job.world_size
     stuck = [r for r in range(world_size) if r not in job.results and r not in job.exits]
-    stacks, recorded = job.take_dumps(stuck)
+    stacks, collectives = job.take_dumps(stuck)
     native, no_native = native_stacks.take(job.job_dir, stuck)
     job.kill()
     job.drain(2.0)
     waiting = {r: w for r in stuck if (w := _waiting_in(stacks.get(r, "")))}
-    collectives = {r: recorded.get(r) for r in stuck}
     done = [r for r in range(world_size) if r in job.results or r in job.exits]
     joined = len(job.running_since)
     lines = [
