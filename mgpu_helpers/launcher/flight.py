@@ -1,10 +1,9 @@
 """torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one it is stuck
 in. torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
 entries), each with its sequence number and whether it completed; NCCL and gloo both record into it (torch 2.13). A
-stuck rank's main thread is blocked inside the collective, so a small thread of the rank dumps the buffer on SIGUSR2
-(:func:`start_dumper`), and with it the rank's Python stacks, whole and then renamed, so the notebook never reads a
-stack cut short. Only for a rank whose thread could not run (its main thread holding the GIL) does the notebook then
-send SIGUSR1, on which ``faulthandler`` writes the stacks from a signal handler, a line at a time."""
+stuck rank's main thread is blocked inside the collective, so a thread of the rank (:func:`start_dumper`) writes the
+buffer and the rank's Python stacks on SIGUSR2, each file whole; faulthandler's own dump on SIGUSR1, written a line at
+a time from a signal handler, is the fallback for a rank whose thread cannot run (its main thread holding the GIL)."""
 
 import faulthandler
 import os

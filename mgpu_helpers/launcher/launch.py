@@ -1,8 +1,6 @@
-"""``run_ranks`` and the notebook's end of the rank server: check the request, hand the job over, wait. The rank server
-(:mod:`~mgpu_helpers.launcher.server`) has imported torch once and never touches CUDA; ranks are forked from it, so a
-repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
-Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a launch opens no
-port on the network and never clashes with another."""
+"""``run_ranks`` and the notebook's end of the rank server (:mod:`~mgpu_helpers.launcher.server`): check the request,
+hand the job over, wait. Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback
+interface, so a launch opens no port on the network and never clashes with another."""
 
 import atexit
 import inspect

@@ -16,12 +16,6 @@ from mgpu_helpers.launcher import flight, native_stacks, ranks, trace
 from mgpu_helpers.launcher.messages import Failed, Returned, Running
 from mgpu_helpers.launcher.wire import write_frame
 
-# Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP import
-# torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop. The fork server imports
-# them before it forks any server, so every server it forks has them; a server that the kernel started itself imports
-# them once it has been idle a while (``server.IDLE_PRELOAD_S``). They start no threads, so forking after them is safe.
-PRELOADABLE = ("torch._dynamo",)
-
 
 def _to_cpu(value):
     """Tensors in a (nested) result moved to the CPU, so the notebook can unpickle them without a GPU."""
@@ -29,7 +23,7 @@ def _to_cpu(value):
 
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
-    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+    if type(value) in (list, tuple):
         return type(value)(_to_cpu(v) for v in value)
     if type(value) is dict:
         return {k: _to_cpu(v) for k, v in value.items()}

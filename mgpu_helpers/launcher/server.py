@@ -127,15 +127,18 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
-# Seconds without a request after which a server the kernel started itself imports ``rank_process.PRELOADABLE``
-# (a forked one has them): a learner reading between cells leaves it that long, a notebook run cell after cell
-# (nbval) rarely does, so its launches do not queue behind an import they may not need (1.5 s was too short: a
-# cell drawing a figure took that long, and the next launch waited a second for an import none of its ranks used).
+# Slow imports that ranks may need and a server can do once for all its later ranks: torch.optim and DDP import
+# torch._dynamo on first use, about a second per rank of every launch that trains, on a laptop. They start no threads,
+# so forking after them is safe. The fork server imports them before it forks any server; a server the kernel started
+# itself, once it has been idle IDLE_PRELOAD_S: a learner reading between cells leaves it that long, a notebook run cell
+# after cell (nbval) rarely does, so its launches do not queue behind an import (1.5 s was too short: a cell drawing a
+# figure took that long, and the next launch waited a second for an import none of its ranks used).
+PRELOADABLE = ("torch._dynamo",)
 IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "5"))
 
 
 def import_preloadable() -> None:
-    for name in rank_process.PRELOADABLE:
+    for name in PRELOADABLE:
         with suppress(Exception):  # an optional speed-up, never a reason not to serve
             importlib.import_module(name)
 
@@ -143,8 +146,7 @@ def import_preloadable() -> None:
 def serve(sock: socket.socket) -> None:
     server_pid = os.getpid()
     while True:
-        preloaded = all(m in sys.modules for m in rank_process.PRELOADABLE)
-        if not preloaded and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
+        if not all(m in sys.modules for m in PRELOADABLE) and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
             import_preloadable()
             continue
         try:
