@@ -123,9 +123,8 @@ class _Server:
     def _spawn(self) -> None:
         # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
         # PYTHONPATH lets the server import this very package.
-        pkg_root = os.path.dirname(forkserver.PKG)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        paths = [os.path.dirname(forkserver.PKG)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False
         if use_forkserver and (sock := forkserver.connect(env)) is not None:
             self.conn = _Conn(forkserver.ForkedServer(), sock)
