@@ -6,8 +6,7 @@ Ownership rules, because an interrupt or a second thread may come at any moment:
   another thread got the same number;
 - the ranks are ended by closing the job's status pipe: the job's leader waits for exactly that, then kills its
   process group and whatever was orphaned under it. The notebook signals the group itself (stack dumps) only
-  while it holds that pipe and has not seen it close, so the group's number cannot have been reused.
-"""
+  while it holds that pipe and has not seen it close, so the group's number cannot have been reused."""
 
 import os
 import pickle

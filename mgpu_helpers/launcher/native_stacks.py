@@ -4,8 +4,7 @@ rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the backend has
 to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a peer never joined); on a
 GPU, NCCL's and CUDA's own functions. py-spy reads them from outside (ptrace), so it works on a rank whose own threads
 cannot run at all. It is optional: where it is not installed or may not attach (a container without ``CAP_SYS_PTRACE``,
-Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the report goes on without native
-stacks."""
+Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the report goes on without them."""
 
 import ctypes
 import os

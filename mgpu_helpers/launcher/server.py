@@ -11,8 +11,7 @@ server, in a process group of its own) that forks the ranks and reports how each
 The leader lives until the notebook closes the job's status pipe (or the server goes), even after its ranks
 have exited: while the notebook holds that pipe, the leader's pid (the job's process group) cannot be reused, and
 a ``killpg`` from the notebook always reaches this job. When the pipe closes the leader ends its whole group, and
-every process orphaned under it: a child subreaper, it inherits a rank's child left behind, not init.
-"""
+every process orphaned under it: a child subreaper, it inherits a rank's child left behind, not init."""
 
 import ctypes
 import importlib
