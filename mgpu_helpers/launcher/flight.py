@@ -133,8 +133,7 @@ def describe(summary: dict | None) -> str:
     """One line for the RankTimeout message."""
     if summary is None:
         return "flight recorder: no dump"
-    name = lambda item: "none" if item is None else f"#{item[0]} {item[1]}"
-    stuck = summary["stuck_in"]
+    last, stuck = (f"#{s[0]} {s[1]}" if s else None for s in (summary["last_completed"], summary["stuck_in"]))
     # gloo records collectives but not send/recv: a rank stuck in one shows no pending entry.
-    stuck_text = name(stuck) if stuck else "none recorded (a send/recv, which gloo does not record?)"
-    return f"flight recorder: last completed {name(summary['last_completed'])}, stuck in {stuck_text}"
+    stuck = stuck or "none recorded (a send/recv, which gloo does not record?)"
+    return f"flight recorder: last completed {last or 'none'}, stuck in {stuck}"
