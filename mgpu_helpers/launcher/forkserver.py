@@ -3,8 +3,7 @@ rank server for each notebook kernel that connects.
 
 A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU), and the ranks of its first training
 launch pay ``torch._dynamo`` (about a second each); the fork server pays both once, and every kernel's server after that
-is a fork, ready in milliseconds, which serves that one kernel and exits when its socket closes. It is not the kernel's
-child, so it sends the kernel a pidfd of itself with its Ready: the kernel watches and ends it by that.
+is a fork, ready in milliseconds, which serves that one kernel and exits when its socket closes (:class:`ForkedServer`).
 
 It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a key of
 the interpreter, the launcher's files and the variables read while torch is imported; each end checks that the other

@@ -129,10 +129,8 @@ def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
 
 
 def supervise(job: Job) -> RankResults:
-    """Follow a launched job until every rank has answered; returns its :class:`RankResults`. Raises
-    :class:`RankError` as soon as a rank raises or dies (a death wins over the errors it causes in its peers),
-    :class:`LaunchError` when the rank server (or the job's leader) died under the job, :class:`RankTimeout` past
-    the timeout. The caller ends the ranks either way."""
+    """Follow a launched job until every rank has answered; returns its :class:`RankResults`, else raises what
+    ``run_ranks`` says (a rank's death wins over the errors it causes in its peers). The caller ends the ranks."""
     while True:
         job.pump(0.05)
         if job.first_error is not None:
