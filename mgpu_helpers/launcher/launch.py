@@ -121,8 +121,7 @@ class _Server:
             _starter.call(self._spawn)
 
     def _spawn(self) -> None:
-        # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
-        # PYTHONPATH lets the server import this very package.
+        # Runs on the starter thread, for the caller holding the lock; PYTHONPATH lets the server import this package.
         paths = [os.path.dirname(forkserver.PKG)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False

@@ -154,9 +154,8 @@ def supervise(job: Job) -> RankResults:
             break
         if job.leader_gone:
             _raise_launcher_died(job)
-        # ``timeout_s`` counts from the moment the last rank joined the process group and began ``fn``: forking and
-        # joining is not the learner's code, and can take seconds on a loaded machine, so that a hang's time limit
-        # can be a few seconds. Joining has a limit of its own, JOIN_GRACE_S beyond ``timeout_s`` from the launch.
+        # ``timeout_s`` counts from the last rank's start of ``fn``: forking and joining is not the learner's code and
+        # can take seconds on a loaded machine, so a hang's limit can be a few seconds. Joining has JOIN_GRACE_S more.
         joined = len(job.running_since) == job.world_size
         if time.monotonic() > (max(job.running_since.values()) if joined else job.t0 + JOIN_GRACE_S) + job.timeout_s:
             _raise_timeout(job)
