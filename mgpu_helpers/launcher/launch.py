@@ -316,32 +316,6 @@ def free_loopback_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extra: dict | None) -> tuple[dict, list]:
-    """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
-    env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
-        # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
-        "NCCL_NVLS_ENABLE": "0",
-        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        "NVSHMEM_DISABLE_NVLS": "1",
-        # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
-        # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
-        # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
-        "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
-        **os.environ,
-        **loopback_env(),
-        "MASTER_PORT": str(free_loopback_port()),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(world_size),
-        "MGPU_BACKEND": backend,
-        "MGPU_INIT_METHOD": f"file://{store_path}",
-        "MGPU_LAUNCHER_PID": str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
-    }
-    if debug:
-        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
-    env.update({str(k): str(v) for k, v in (extra or {}).items()})
-    return env, [{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)]
-
-
 def run_ranks(
     fn,
     world_size: int,
@@ -392,20 +366,41 @@ def run_ranks(
 
 
 def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None, gate) -> None:
-    """Create the job's folder and pipes, hand it to the server, and start reading the ranks' pipes."""
+    """Create the job's folder, its ranks' environment (torchrun's variable names, loopback only) and pipes, hand it to
+    the server, and start reading the ranks' pipes."""
     world_size = job.world_size
     job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
-    store_path = os.path.join(job.job_dir, "store")
-    shared_env, per_rank = _rank_envs(world_size, job.backend, store_path, debug, extra_env)
+    init_method = f"file://{os.path.join(job.job_dir, 'store')}"
+    env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
+        # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
+        # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
+        # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
+        "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
+        **os.environ,
+        **loopback_env(),
+        "MASTER_PORT": str(free_loopback_port()),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MGPU_BACKEND": job.backend,
+        "MGPU_INIT_METHOD": init_method,
+        "MGPU_LAUNCHER_PID": str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
+    }
+    if debug:
+        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
+    env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     request = JobRequest(
         job_id=next(_job_ids),
         world_size=world_size,
         backend=job.backend,
         init=init,
-        init_method=f"file://{store_path}",
+        init_method=init_method,
         payload=payload,
-        env=shared_env,
-        rank_env=per_rank,
+        env=env,
+        rank_env=[{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)],
         job_dir=job.job_dir,
         sys_path=list(sys.path),
         cwd=os.getcwd(),
