@@ -82,20 +82,18 @@ def torchrun_main(fn, *args, backend: str = "auto"):
     default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the end, so call
     it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ == "__main__":``, run by ``torchrun
     --standalone --nproc-per-node 2 script.py``."""
+    import torch
     import torch.distributed as dist
 
     try:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except KeyError as missing:
         raise RuntimeError(
-            f"{missing} is not set: torchrun_main() expects to be started by torchrun "
-            "(e.g. `torchrun --standalone --nproc-per-node 2 script.py`). "
-            "In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead."
+            f"{missing} is not set: torchrun_main() expects to be started by torchrun (e.g. `torchrun --standalone "
+            "--nproc-per-node 2 script.py`). In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead."
         ) from None
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     if backend == "auto":  # NCCL when this host has a GPU for each local rank
-        import torch
-
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_ws else "gloo"
     init_process_group(rank, world_size, backend, "env://")  # LOCAL_RANK read there
     try:
