@@ -156,24 +156,21 @@ class Job:
     def kill(self) -> None:
         """End every process of the job: close the status pipe, which the leader takes as its cue."""
         leader = self.leader if self.leader_alive() else None
-        if self.status_fd is not None:
-            self.close_fd(self.status_fd)
+        self.close_fd(self.status_fd)  # a no-op before the pipes exist: None is never owned
         # Every rank exited (the leader ends the orphans on its own) or returned (it flushed its output first and
         # is only leaving the group; the leader kills it as the pipe closes): nothing to wait for, and a repeat
         # launch should not wait for 30 ms of process exits. Otherwise the ranks are gone before this returns.
         if len(self.exits) == self.world_size or len(self.returned_ranks()) == self.world_size:
             self.ended = True
         elif leader is not None:
-            try:
-                self._wait_leader(2.0)  # it kills the job's process group, itself included
-                self.ended = True
-            except psutil.TimeoutExpired:
-                # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
-                # psutil checks the process is still the same one, so no other process can be hit.
-                with suppress(psutil.Error):
+            with suppress(psutil.Error):
+                try:
+                    self._wait_leader(2.0)  # it kills the job's process group, itself included
+                    self.ended = True
+                except psutil.TimeoutExpired:
+                    # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
+                    # psutil checks the process is still the same one, so no other process can be hit.
                     leader.kill()
-            except psutil.Error:
-                pass
 
     def _wait_leader(self, seconds: float) -> None:
         """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
