@@ -2,19 +2,12 @@
 
 from mgpu_helpers.lazy import attach
 
-__getattr__, __dir__, __all__ = attach(
-    __name__,
-    attributes={
-        "LaunchError": "errors",
-        "RankError": "errors",
-        "RankTimeout": "errors",
-        "RankResults": "results",
-        "prewarm": "launch",
-        "run_ranks": "launch",
-        "shutdown_server": "launch",
-        "cpu_placement": "ranks",
-        "init_process_group": "ranks",
-        "rank_device": "ranks",
-        "torchrun_main": "ranks",
-    },
-)
+# The public names of each module, reached as ``mh.launcher.<name>`` (the modules themselves too).
+_PUBLIC = {
+    "errors": "LaunchError RankError RankTimeout",
+    "results": "RankResults",
+    "launch": "prewarm run_ranks shutdown_server",
+    "ranks": "cpu_placement init_process_group rank_device torchrun_main",
+}
+_NAMES = {name: module for module, names in _PUBLIC.items() for name in names.split()}
+__getattr__, __dir__, __all__ = attach(__name__, attributes=_NAMES)

@@ -1,10 +1,9 @@
 """torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one it is stuck
 in. torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
 entries), each with its sequence number and whether it completed; NCCL and gloo both record into it (torch 2.13). A
-stuck rank's main thread is blocked inside the collective, so a small thread of the rank dumps the buffer on SIGUSR2
-(:func:`start_dumper`), and with it the rank's Python stacks, whole and then renamed, so the notebook never reads a
-stack cut short. Only for a rank whose thread could not run (its main thread holding the GIL) does the notebook then
-send SIGUSR1, on which ``faulthandler`` writes the stacks from a signal handler, a line at a time."""
+stuck rank's main thread is blocked inside the collective, so a thread of the rank (:func:`start_dumper`) writes the
+buffer and the rank's Python stacks on SIGUSR2, each file whole; faulthandler's own dump on SIGUSR1, written a line at
+a time from a signal handler, is the fallback for a rank whose thread cannot run (its main thread holding the GIL)."""
 
 import faulthandler
 import os
@@ -23,12 +22,9 @@ def dump_path(job_dir: str, rank: int) -> str:
     return os.path.join(job_dir, f"flight-{rank}.pkl")
 
 
-def stack_path(job_dir: str, rank: int) -> str:
-    return os.path.join(job_dir, f"stack-{rank}.txt")
-
-
-def partial_stack_path(job_dir: str, rank: int) -> str:
-    return os.path.join(job_dir, f"stack-{rank}.partial.txt")
+def stack_path(job_dir: str, rank: int, partial: bool = False) -> str:
+    """Where the dump thread writes rank ``rank``'s stacks whole, or (``partial``) faulthandler's fallback."""
+    return os.path.join(job_dir, f"stack-{rank}{'.partial' if partial else ''}.txt")
 
 
 def _write_whole(path: str, write) -> None:
@@ -59,7 +55,6 @@ def start_dumper(job_dir: str, rank: int) -> None:
     threading.Thread(target=serve, name="mgpu-flight-recorder", daemon=True).start()
 
 
-KEPT_PREFIX = "fr_trace_rank_"
 KEEP_LAST = 5  # the dumps of this many hangs are kept; older ones go
 
 
@@ -77,7 +72,7 @@ def keep_dumps(paths: dict) -> str | None:
         shutil.rmtree(old, ignore_errors=True)
     folder = tempfile.mkdtemp(prefix="hang-", dir=base)
     for rank, path in found.items():
-        target = os.path.join(folder, f"{KEPT_PREFIX}{rank}")
+        target = os.path.join(folder, f"fr_trace_rank_{rank}")
         dump = read_dump(path)
         if dump is None or "entries" not in dump:
             shutil.copyfile(path, target)
@@ -138,8 +133,7 @@ def describe(summary: dict | None) -> str:
     """One line for the RankTimeout message."""
     if summary is None:
         return "flight recorder: no dump"
-    name = lambda item: "none" if item is None else f"#{item[0]} {item[1]}"
-    stuck = summary["stuck_in"]
+    last, stuck = (f"#{s[0]} {s[1]}" if s else None for s in (summary["last_completed"], summary["stuck_in"]))
     # gloo records collectives but not send/recv: a rank stuck in one shows no pending entry.
-    stuck_text = name(stuck) if stuck else "none recorded (a send/recv, which gloo does not record?)"
-    return f"flight recorder: last completed {name(summary['last_completed'])}, stuck in {stuck_text}"
+    stuck = stuck or "none recorded (a send/recv, which gloo does not record?)"
+    return f"flight recorder: last completed {last or 'none'}, stuck in {stuck}"

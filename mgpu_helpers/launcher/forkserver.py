@@ -3,8 +3,7 @@ rank server for each notebook kernel that connects.
 
 A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU), and the ranks of its first training
 launch pay ``torch._dynamo`` (about a second each); the fork server pays both once, and every kernel's server after that
-is a fork, ready in milliseconds, which serves that one kernel and exits when its socket closes. It is not the kernel's
-child, so it sends the kernel a pidfd of itself with its Ready: the kernel watches and ends it by that.
+is a fork, ready in milliseconds, which serves that one kernel and exits when its socket closes (:class:`ForkedServer`).
 
 It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a key of
 the interpreter, the launcher's files and the variables read while torch is imported; each end checks that the other
@@ -36,8 +35,7 @@ PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def enabled() -> bool:
     """Whether kernels here ask the fork server for their rank server (Linux with pidfds, not turned off)."""
-    linux = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
-    return linux and os.environ.get("MGPU_FORKSERVER", "1") != "0"
+    return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get("MGPU_FORKSERVER") != "0"
 
 
 def address(env: dict) -> bytes:
@@ -74,7 +72,14 @@ def connect(env: dict) -> socket.socket | None:
             pass
         sock.close()
         return None
-    return None
+
+
+def spawn(module: str, sock: socket.socket, env: dict, *args: str, **popen) -> subprocess.Popen:
+    """``python -m module FD *args``, handed ``sock`` as FD, in a session of its own: Ctrl-C / Jupyter's interrupt
+    to the kernel's process group, and a kill of that group, miss it. (A rank server, or the fork server.)"""
+    fd = sock.fileno()
+    command = [sys.executable, "-m", module, str(fd), *args]
+    return subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env, start_new_session=True, **popen)
 
 
 def _start(name: bytes, env: dict) -> None:
@@ -82,17 +87,8 @@ def _start(name: bytes, env: dict) -> None:
     try:
         listener.bind(name)
         listener.listen(64)
-        # Its own session, like a rank server: the kernel's interrupt and a kill of its process group miss it.
         # Not waited for: subprocess reaps it on a later start if it ends while this kernel runs.
-        subprocess.Popen(
-            [sys.executable, "-m", "mgpu_helpers.launcher.forkserver", str(listener.fileno())],
-            pass_fds=(listener.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+        spawn("mgpu_helpers.launcher.forkserver", listener, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         pass  # EADDRINUSE: another kernel bound it first
     finally:
@@ -135,8 +131,6 @@ def main() -> None:
     from mgpu_helpers.launcher import server
 
     listener = socket.socket(fileno=int(sys.argv[1]))
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forked servers are reaped by Linux, not waited for
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Everything before the first fork, the optional imports too: every server forked from here has what a
     # training rank imports, so no launch and no checker's time limit ever pays for it. Only the first kernel
     # waits the extra second, once per fork server.

@@ -8,8 +8,7 @@ So the launcher runs with every signal that has a Python handler held back (:cla
 through only in its waits (:meth:`Gate.allowed`: the rank server's ``import torch``, supervising the ranks), where every
 resource already has exactly one owner. A signal that came while held is delivered, to the handler it was meant for, at
 the next wait or as soon as the block ends. The gate's handler stays installed for the whole block, and closes a wait
-again itself before it delivers a signal: a second interrupt right behind the first can never find the clean-up
-unprotected."""
+itself before it delivers a signal: a second interrupt right behind the first never finds the clean-up unprotected."""
 
 import signal
 import threading

@@ -6,8 +6,7 @@ Ownership rules, because an interrupt or a second thread may come at any moment:
   another thread got the same number;
 - the ranks are ended by closing the job's status pipe: the job's leader waits for exactly that, then kills its
   process group and whatever was orphaned under it. The notebook signals the group itself (stack dumps) only
-  while it holds that pipe and has not seen it close, so the group's number cannot have been reused.
-"""
+  while it holds that pipe and has not seen it close, so the group's number cannot have been reused."""
 
 import os
 import pickle
@@ -20,7 +19,6 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-import cloudpickle
 import psutil
 
 from mgpu_helpers.launcher import flight
@@ -33,6 +31,8 @@ READ_CHUNK = 1 << 20  # large results (hundreds of MB) arrive in few reads
 
 
 class Job:
+    """One launch, from the notebook's side: its pipes and folder, what its ranks sent, and how they are ended."""
+
     def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool, quiet: bool):
         self.world_size, self.backend, self.reason = world_size, backend, reason
         self.timeout_s, self.stream, self.quiet = timeout_s, stream, quiet
@@ -49,13 +49,17 @@ class Job:
         self.leader_gone = False  # the status pipe closed under us: the leader died
         self.ended = False  # every process of the job is dead, or being killed with nothing to read
         self.owned: set[int] = set()
+        self.pipes: list[tuple[int, int, str, int | None]] = []  # (read end, write end, "out"/"res"/"status", rank)
         self.sel = selectors.DefaultSelector()
 
-    def pipe(self) -> tuple[int, int]:
-        """A new pipe owned by this job (call with interrupts held, so that it cannot leak)."""
-        r, w = os.pipe()
-        self.owned.update((r, w))
-        return r, w
+    def open_pipes(self) -> list[int]:
+        """Create the job's pipes: each rank's output, each rank's results, the leader's status; returns their write
+        ends, for the server, in that order. Call with interrupts held: each is owned the moment it exists."""
+        for kind, rank in [(kind, r) for kind in ("out", "res") for r in range(self.world_size)] + [("status", None)]:
+            fds = os.pipe()
+            self.owned.update(fds)
+            self.pipes.append((*fds, kind, rank))
+        return [w for _, w, _, _ in self.pipes]
 
     def close_fd(self, fd: int) -> None:
         """Close ``fd`` if this job still owns it, exactly once. Interrupts are held back, since it is called while
@@ -67,16 +71,10 @@ class Job:
                     self.sel.unregister(fd)
                 os.close(fd)
 
-    def watch(self, fd: int, kind: str, rank: int | None) -> None:
-        """Read ``fd`` from now on: "out" (a rank's output lines), "res" (its results), "status" (the leader)."""
-        os.set_blocking(fd, False)
-        reader = LineReader() if kind == "out" else FrameReader()
-        self.sel.register(fd, selectors.EVENT_READ, (kind, rank, reader))
-        if kind == "status":
-            self.status_fd = fd
-
     def attach_leader(self, leader_pid: int, server_proc) -> None:
-        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it."""
+        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it, close the
+        pipes' write ends (the leader and the ranks have their own copies now) and read the read ends from now on:
+        a rank's output as lines, its results and the leader's status as frames."""
         self.pgid, self.server_proc = leader_pid, server_proc
         with suppress(psutil.Error):
             leader = psutil.Process(leader_pid)
@@ -89,6 +87,11 @@ class Job:
                 with suppress(OSError, AttributeError):
                     self.leader_fd = os.pidfd_open(leader_pid)
                     self.owned.add(self.leader_fd)
+        for r, w, kind, rank in self.pipes:
+            self.close_fd(w)
+            os.set_blocking(r, False)
+            self.sel.register(r, selectors.EVENT_READ, (kind, rank, LineReader() if kind == "out" else FrameReader()))
+        self.status_fd = self.pipes[-1][0]
 
     def _emit(self, rank: int, lines: list[str]) -> None:
         kept = self.outputs[rank]
@@ -98,19 +101,16 @@ class Job:
             sys.stdout.write("".join(f"[rank {rank}] {ln}\n" for ln in lines))
             sys.stdout.flush()
 
-    def _handle(self, kind: str, rank, frame: bytes) -> None:
-        if kind == "status":
-            msg = pickle.loads(frame)
-            if isinstance(msg, RankExit):
-                self.exits[msg.rank] = msg.code
-            return
-        msg = cloudpickle.loads(frame)
-        if isinstance(msg, Running):
+    def _handle(self, rank, frame: bytes) -> None:
+        msg = pickle.loads(frame)  # cloudpickle's frames too: they load with the standard unpickler
+        if isinstance(msg, RankExit):  # the leader's status pipe carries nothing else
+            self.exits[msg.rank] = msg.code
+        elif isinstance(msg, Running):
             self.running_since[rank] = time.monotonic()
-            return
-        self.results[rank] = msg
-        if isinstance(msg, Failed) and self.first_error is None:
-            self.first_error = (rank, msg)
+        else:
+            self.results[rank] = msg
+            if isinstance(msg, Failed) and self.first_error is None:
+                self.first_error = (rank, msg)
 
     def pump(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for anything from the ranks and take it in; returns how many pipes spoke."""
@@ -125,7 +125,7 @@ class Job:
                 self._emit(rank, reader.feed(chunk) if chunk else reader.flush())
             else:
                 for frame in reader.feed(chunk):
-                    self._handle(kind, rank, frame)
+                    self._handle(rank, frame)
             if not chunk:
                 self.leader_gone |= kind == "status"
                 self.close_fd(key.fd)
@@ -133,15 +133,12 @@ class Job:
 
     def drain(self, seconds: float) -> None:
         """Read until every pipe we read is closed (ranks gone) or ``seconds`` pass, then what is left in them."""
-        self._pump_until(lambda: not self.sel.get_map(), seconds)
+        self.pump_until(lambda: not self.sel.get_map(), seconds)
         while self.sel.get_map() and self.pump(0):
             pass
 
-    def finished(self, rank: int) -> bool:
-        return rank in self.results or rank in self.exits
-
-    def returned(self, rank: int) -> bool:
-        return isinstance(self.results.get(rank), Returned)
+    def returned_ranks(self) -> list[int]:
+        return sorted(r for r, res in self.results.items() if isinstance(res, Returned))
 
     def died_without_result(self) -> list[int]:
         return sorted(r for r in self.exits if r not in self.results)
@@ -159,24 +156,21 @@ class Job:
     def kill(self) -> None:
         """End every process of the job: close the status pipe, which the leader takes as its cue."""
         leader = self.leader if self.leader_alive() else None
-        if self.status_fd is not None:
-            self.close_fd(self.status_fd)
+        self.close_fd(self.status_fd)  # a no-op before the pipes exist: None is never owned
         # Every rank exited (the leader ends the orphans on its own) or returned (it flushed its output first and
         # is only leaving the group; the leader kills it as the pipe closes): nothing to wait for, and a repeat
         # launch should not wait for 30 ms of process exits. Otherwise the ranks are gone before this returns.
-        if len(self.exits) == self.world_size or all(self.returned(r) for r in range(self.world_size)):
+        if len(self.exits) == self.world_size or len(self.returned_ranks()) == self.world_size:
             self.ended = True
         elif leader is not None:
-            try:
-                self._wait_leader(2.0)  # it kills the job's process group, itself included
-                self.ended = True
-            except psutil.TimeoutExpired:
-                # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
-                # psutil checks the process is still the same one, so no other process can be hit.
-                with suppress(psutil.Error):
+            with suppress(psutil.Error):
+                try:
+                    self._wait_leader(2.0)  # it kills the job's process group, itself included
+                    self.ended = True
+                except psutil.TimeoutExpired:
+                    # A leader that does not answer (stopped, say): kill it; its ranks die with it (PDEATHSIG).
+                    # psutil checks the process is still the same one, so no other process can be hit.
                     leader.kill()
-            except psutil.Error:
-                pass
 
     def _wait_leader(self, seconds: float) -> None:
         """Wait for the leader to exit: on its pidfd where there is one, else psutil's polling wait."""
@@ -206,7 +200,7 @@ class Job:
                 if os.path.exists(self.job_dir):  # a rank killed in the middle of writing a file there
                     shutil.rmtree(self.job_dir, ignore_errors=True)
 
-    def _pump_until(self, done, seconds: float) -> None:
+    def pump_until(self, done, seconds: float) -> None:
         """Keep the pipes flowing (ranks may be printing) until ``done()`` or ``seconds`` pass."""
         deadline = time.monotonic() + seconds
         while not done() and time.monotonic() < deadline:
@@ -219,14 +213,14 @@ class Job:
         whole = {r: flight.stack_path(self.job_dir, r) for r in ranks}
         fr_paths = {r: flight.dump_path(self.job_dir, r) for r in ranks}
         self.signal_ranks(flight.DUMP_SIGNAL)
-        self._pump_until(lambda: all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks), 2.0)
+        self.pump_until(lambda: all(os.path.exists(whole[r]) and os.path.exists(fr_paths[r]) for r in ranks), 2.0)
         if not all(os.path.exists(whole[r]) for r in ranks):
             # A dump thread that could not run (its main thread holds the GIL): faulthandler's own dump, from a
             # signal handler. Only now: sent together with the first, it was seen to stop half way.
             self.signal_ranks(signal.SIGUSR1)
-            self._pump_until(lambda: False, 0.5)
+            self.pump_until(lambda: False, 0.5)
         # The whole dump, else the fallback (which may be cut short), else nothing.
-        stacks = {r: _text_of(whole[r]) or _text_of(flight.partial_stack_path(self.job_dir, r)) for r in ranks}
+        stacks = {r: _text_of(whole[r]) or _text_of(flight.stack_path(self.job_dir, r, partial=True)) for r in ranks}
         self.flight_dumps = flight.keep_dumps(fr_paths)
         return stacks, {r: flight.summarise(flight.read_dump(p)) for r, p in fr_paths.items()}
 

@@ -1,8 +1,6 @@
-"""``run_ranks`` and the notebook's end of the rank server: check the request, hand the job over, wait. The rank server
-(:mod:`~mgpu_helpers.launcher.server`) has imported torch once and never touches CUDA; ranks are forked from it, so a
-repeat launch costs a fork, not an ``import torch`` per rank, and a notebook that has used CUDA can still launch.
-Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback interface, so a launch opens no
-port on the network and never clashes with another."""
+"""``run_ranks`` and the notebook's end of the rank server (:mod:`~mgpu_helpers.launcher.server`): check the request,
+hand the job over, wait. Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback
+interface, so a launch opens no port on the network and never clashes with another."""
 
 import atexit
 import inspect
@@ -17,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -50,23 +49,20 @@ class _StarterThread:
 
     def _serve(self) -> None:
         while True:
-            fn, reply = self._requests.get()
+            fn, future = self._requests.get()
             try:
-                reply.put((True, fn()))
+                future.set_result(fn())
             except BaseException as exc:
-                reply.put((False, exc))
+                future.set_exception(exc)
 
     def call(self, fn):
         with self._lock:
             if self._thread is None or not self._thread.is_alive():  # none yet, or we are a forked copy
                 self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter", daemon=True)
                 self._thread.start()
-        reply: queue.Queue = queue.Queue(maxsize=1)
-        self._requests.put((fn, reply))
-        ok, value = reply.get()
-        if not ok:
-            raise value
-        return value
+        future: Future = Future()
+        self._requests.put((fn, future))
+        return future.result()
 
 
 _starter = _StarterThread()
@@ -125,25 +121,16 @@ class _Server:
             _starter.call(self._spawn)
 
     def _spawn(self) -> None:
-        # Runs on the starter thread (see _StarterThread), for the caller that holds the lock.
-        # PYTHONPATH lets the server import this very package.
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        # Runs on the starter thread, for the caller holding the lock; PYTHONPATH lets the server import this package.
+        paths = [os.path.dirname(forkserver.PKG)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False
         if use_forkserver and (sock := forkserver.connect(env)) is not None:
             self.conn = _Conn(forkserver.ForkedServer(), sock)
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "mgpu_helpers.launcher.server", str(theirs.fileno()), str(os.getpid())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
-                # Its own session: Ctrl-C / Jupyter's interrupt to the kernel's process group must not hit it.
-                start_new_session=True,
-            )
+            proc = forkserver.spawn("mgpu_helpers.launcher.server", theirs, env, str(os.getpid()))
         except BaseException:
             ours.close()
             raise
@@ -329,32 +316,6 @@ def free_loopback_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_envs(world_size: int, backend: str, store_path: str, debug: bool, extra: dict | None) -> tuple[dict, list]:
-    """(environment shared by all ranks, per-rank additions). torchrun's variable names, loopback only."""
-    env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
-        # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
-        "NCCL_NVLS_ENABLE": "0",
-        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        "NVSHMEM_DISABLE_NVLS": "1",
-        # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
-        # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
-        # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
-        "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
-        **os.environ,
-        **loopback_env(),
-        "MASTER_PORT": str(free_loopback_port()),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(world_size),
-        "MGPU_BACKEND": backend,
-        "MGPU_INIT_METHOD": f"file://{store_path}",
-        "MGPU_LAUNCHER_PID": str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
-    }
-    if debug:
-        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
-    env.update({str(k): str(v) for k, v in (extra or {}).items()})
-    return env, [{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)]
-
-
 def run_ranks(
     fn,
     world_size: int,
@@ -405,33 +366,46 @@ def run_ranks(
 
 
 def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None, gate) -> None:
-    """Create the job's folder and pipes, hand it to the server, and start reading the ranks' pipes."""
+    """Create the job's folder, its ranks' environment (torchrun's variable names, loopback only) and pipes, hand it to
+    the server, and start reading the ranks' pipes."""
     world_size = job.world_size
     job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
-    store_path = os.path.join(job.job_dir, "store")
-    shared_env, per_rank = _rank_envs(world_size, job.backend, store_path, debug, extra_env)
-    out, res, status = [job.pipe() for _ in range(world_size)], [job.pipe() for _ in range(world_size)], job.pipe()
+    init_method = f"file://{os.path.join(job.job_dir, 'store')}"
+    env = {  # defaults first: the notebook's environment overrides them, the loopback settings override that
+        # NVLink multicast (NVLS) can take a host's GPUs out of service on the course machines: off unless asked.
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        # torch's flight recorder, read when a launch hangs (mgpu_helpers.launcher.flight), in every launch
+        # since a hang is not planned. torch 2.13 reads this name for gloo and NCCL alike (and warns that
+        # NCCL's older TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated).
+        "TORCH_FR_BUFFER_SIZE": str(flight.BUFFER_ENTRIES),
+        **os.environ,
+        **loopback_env(),
+        "MASTER_PORT": str(free_loopback_port()),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MGPU_BACKEND": job.backend,
+        "MGPU_INIT_METHOD": init_method,
+        "MGPU_LAUNCHER_PID": str(os.getpid()),  # the process that runs py-spy on the ranks at a timeout
+    }
+    if debug:
+        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
+    env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
     request = JobRequest(
         job_id=next(_job_ids),
         world_size=world_size,
         backend=job.backend,
         init=init,
-        init_method=f"file://{store_path}",
+        init_method=init_method,
         payload=payload,
-        env=shared_env,
-        rank_env=per_rank,
+        env=env,
+        rank_env=[{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)],
         job_dir=job.job_dir,
         sys_path=list(sys.path),
         cwd=os.getcwd(),
         # torch's own timeout stays above ours, so that ours fires first and takes stacks
         pg_timeout_s=job.timeout_s + 60.0,
     )
-    write_ends = [w for _, w in out] + [w for _, w in res] + [status[1]]
-    started, server_proc = _server.submit(request, write_ends, gate)
+    started, server_proc = _server.submit(request, job.open_pipes(), gate)
     job.attach_leader(started.leader_pid, server_proc)
-    for fd in write_ends:  # the leader and ranks have their own copies now
-        job.close_fd(fd)
-    for kind, pipes in (("out", out), ("res", res)):
-        for r, (rd, _) in enumerate(pipes):
-            job.watch(rd, kind, r)
-    job.watch(status[0], "status", None)

@@ -4,8 +4,7 @@ field is read by name and a message of the wrong kind is caught by its type. Who
     notebook -> server   JobRequest (with the job's pipes attached)
     server -> notebook   Ready (torch imported), Started (a leader was forked for the job)
     leader -> notebook   RankExit                      (on the job's status pipe)
-    rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)
-"""
+    rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)"""
 
 from dataclasses import dataclass
 

@@ -4,8 +4,7 @@ rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the backend has
 to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a peer never joined); on a
 GPU, NCCL's and CUDA's own functions. py-spy reads them from outside (ptrace), so it works on a rank whose own threads
 cannot run at all. It is optional: where it is not installed or may not attach (a container without ``CAP_SYS_PTRACE``,
-Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the report goes on without native
-stacks."""
+Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the report goes on without them."""
 
 import ctypes
 import os
@@ -14,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import suppress
 from pathlib import Path
 from subprocess import PIPE
 
@@ -22,7 +20,6 @@ from subprocess import PIPE
 # an idle machine); a loaded one gets this long before the launch's error is raised without them.
 TIMEOUT_S = 8.0
 
-_THREAD = re.compile(r"^Thread \S+ .*$", re.M)
 _PYTHON_FRAME = re.compile(r"\([^()]*:\d+\)$")  # "all_reduce (torch/distributed/distributed_c10d.py:3252)"
 _GLUE = ("pybind11::", "0x")  # pybind11's dispatch between Python and C++, and frames without a symbol
 
@@ -71,14 +68,15 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
     program = py_spy()
     if program is None:
         return {}, "py-spy is not installed (pip install py-spy adds them)"
-    pids = {}
-    for r in ranks:
-        with suppress(OSError, ValueError):
-            pids[r] = int(Path(pid_path(job_dir, r)).read_text())
     running, dumps, problems = {}, {}, {}
     deadline = time.monotonic() + timeout_s
     try:
-        for r, pid in pids.items():
+        for r in ranks:
+            try:
+                pid = int(Path(pid_path(job_dir, r)).read_text())
+            except (OSError, ValueError):
+                problems[r] = "its pid was never written (it did not start)"
+                continue
             try:
                 command = [program, "dump", "--native", "--pid", str(pid)]
                 running[r] = subprocess.Popen(command, stdout=PIPE, stderr=PIPE, stdin=subprocess.DEVNULL, text=True)
@@ -103,7 +101,6 @@ def take(job_dir: str, ranks: list[int], timeout_s: float = TIMEOUT_S) -> tuple[
                 proc.wait()  # not its pipes: a child it left may hold them open
             proc.stdout.close()
             proc.stderr.close()
-    problems.update({r: "its pid was never written (it did not start)" for r in ranks if r not in pids})
     return dumps, (f"rank(s) {sorted(problems)}, " + "; ".join(sorted(set(problems.values())))) if problems else None
 
 
@@ -118,7 +115,7 @@ def beneath_python(dump: str) -> list[str]:
     """The native frames of the main thread above its innermost Python frame, innermost first: where in C++ the
     rank waits, below the Python call that faulthandler's stack ends at. pybind11's glue and frames without a
     symbol are left out; empty when the main thread is not found or is in Python code itself."""
-    blocks = [b for b in re.split(r"\n(?=Thread )", dump) if _THREAD.match(b)]
+    blocks = [b for b in re.split(r"\n(?=Thread )", dump) if b.startswith("Thread ")]
     main = next((b for b in blocks if '"MainThread"' in b.splitlines()[0]), blocks[0] if blocks else "")
     frames = []
     for line in main.splitlines()[1:]:

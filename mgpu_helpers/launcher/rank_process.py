@@ -16,12 +16,6 @@ from mgpu_helpers.launcher import flight, native_stacks, ranks, trace
 from mgpu_helpers.launcher.messages import Failed, Returned, Running
 from mgpu_helpers.launcher.wire import write_frame
 
-# Slow imports that ranks may need and a rank server can do once for all later ranks. torch.optim and DDP import
-# torch._dynamo on first use: about a second per rank of every launch that trains, on a laptop. The fork server imports
-# them before it forks any server, so every server it forks has them; a server that the kernel started itself imports
-# them once it has been idle a while (``server.IDLE_PRELOAD_S``). They start no threads, so forking after them is safe.
-PRELOADABLE = ("torch._dynamo",)
-
 
 def _to_cpu(value):
     """Tensors in a (nested) result moved to the CPU, so the notebook can unpickle them without a GPU."""
@@ -29,7 +23,7 @@ def _to_cpu(value):
 
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
-    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+    if type(value) in (list, tuple):
         return type(value)(_to_cpu(v) for v in value)
     if type(value) is dict:
         return {k: _to_cpu(v) for k, v in value.items()}
@@ -42,10 +36,14 @@ def _send(res_fd: int, message) -> None:
     write_frame(res_fd, cloudpickle.dumps(message))
 
 
-def _flush_c_stdio() -> None:
-    """Flush every C stream (a partial last line included) before ``os._exit``, which does not."""
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
+def _flush() -> None:
+    """Flush Python's streams, then every C stream (a partial last line included): ``os._exit`` does neither."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)
 
 
 def main(job, rank: int, out_fd: int, res_fd: int) -> None:
@@ -65,7 +63,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         for name in ("stdout", "stderr"):
             libc.setvbuf(ctypes.c_void_p.in_dll(libc, name), None, 1, 0)  # 1 = _IOLBF
     # The fallback stack dump, for a rank whose dump thread cannot run (flight.start_dumper writes the whole one).
-    stack_file = open(flight.partial_stack_path(job.job_dir, rank), "w")
+    stack_file = open(flight.stack_path(job.job_dir, rank, partial=True), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     flight.start_dumper(job.job_dir, rank)  # first thread of the rank: the mask it sets is inherited
     native_stacks.note_pid(job.job_dir, rank, int(job.env.get(native_stacks.LAUNCHER_PID, 0)) or None)
@@ -103,9 +101,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         message = Returned(_to_cpu(value), t1 - t0, t3 - t2, trace.collect())
         # Output first, then the result: once every rank's result is in, the notebook ends the ranks (they
         # are only leaving the group), and what they printed must already be in their output pipes.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        _flush_c_stdio()
+        _flush()
         _send(res_fd, message)
         where = "leaving the process group"
         if store is None and dist.is_initialized():  # init=False: fn joined the group itself and is still in
@@ -129,8 +125,6 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
             traceback.print_exc()
     finally:
         with suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        _flush_c_stdio()
+            _flush()
         # Skip interpreter teardown: atexit hooks of CUDA/NCCL can hang, and the work is done.
         os._exit(code)

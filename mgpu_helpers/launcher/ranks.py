@@ -49,18 +49,18 @@ def cpu_placement(local_rank: int, local_world_size: int) -> list[int] | None:
     return [cpu for core in mine for cpu in core]
 
 
-def init_process_group(
-    rank: int, world_size: int, backend: str, init_method: str, local_rank: int | None = None, timeout_s: float = 1800.0
-) -> None:
+def init_process_group(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float = 1800.0) -> None:
     """Bind this rank to its GPU (NCCL) or size its CPU threads (gloo), then join the default group."""
     import torch
     import torch.distributed as dist
 
-    if local_rank is None:
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if backend == "nccl":
         # One GPU per rank: rank k on a host drives cuda:k. Set before init so NCCL picks that device.
         torch.cuda.set_device(local_rank)
+        # CPU tensors still work: they go through gloo, so a rank function written for the CPU runs unchanged on a
+        # GPU machine, and GPU tensors take NCCL.
+        backend = "cpu:gloo,cuda:nccl"
     else:
         local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         cpus = cpu_placement(local_rank, local_ws)
@@ -73,9 +73,6 @@ def init_process_group(
             # Several CPU ranks share the cores: without this, each takes all of them and they thrash.
             threads = len(physical_cores(cpus)) if cpus else (os.cpu_count() or 1) // max(1, local_ws)
             torch.set_num_threads(max(1, threads))
-    # Under NCCL, CPU tensors still work: they go through gloo ("cpu:gloo,cuda:nccl"), so a rank function
-    # written for the CPU runs unchanged on a GPU machine, and GPU tensors take NCCL.
-    backend = "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
     timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(backend=backend, init_method=init_method, world_size=world_size, rank=rank, timeout=timeout)
 
@@ -85,20 +82,18 @@ def torchrun_main(fn, *args, backend: str = "auto"):
     default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the end, so call
     it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ == "__main__":``, run by ``torchrun
     --standalone --nproc-per-node 2 script.py``."""
+    import torch
     import torch.distributed as dist
 
     try:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except KeyError as missing:
         raise RuntimeError(
-            f"{missing} is not set: torchrun_main() expects to be started by torchrun "
-            "(e.g. `torchrun --standalone --nproc-per-node 2 script.py`). "
-            "In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead."
+            f"{missing} is not set: torchrun_main() expects to be started by torchrun (e.g. `torchrun --standalone "
+            "--nproc-per-node 2 script.py`). In a notebook use mgpu_helpers.run_ranks(fn, world_size) instead."
         ) from None
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     if backend == "auto":  # NCCL when this host has a GPU for each local rank
-        import torch
-
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_ws else "gloo"
     init_process_group(rank, world_size, backend, "env://")  # LOCAL_RANK read there
     try:

@@ -11,8 +11,7 @@ server, in a process group of its own) that forks the ranks and reports how each
 The leader lives until the notebook closes the job's status pipe (or the server goes), even after its ranks
 have exited: while the notebook holds that pipe, the leader's pid (the job's process group) cannot be reused, and
 a ``killpg`` from the notebook always reaches this job. When the pipe closes the leader ends its whole group, and
-every process orphaned under it: a child subreaper, it inherits a rank's child left behind, not init.
-"""
+every process orphaned under it: a child subreaper, it inherits a rank's child left behind, not init."""
 
 import ctypes
 import importlib
@@ -111,15 +110,11 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     poller.register(wake_r, select.POLLIN)
     try:
         while True:
-            while True:  # reap every child that has exited (ranks and orphans alike)
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                if pid in pids:
-                    write_frame(status_fd, pickle.dumps(RankExit(pids.pop(pid), os.waitstatus_to_exitcode(status))))
+            with suppress(ChildProcessError):  # reap every child that has exited (ranks and orphans alike)
+                while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
+                    pid, status = reaped
+                    if pid in pids:
+                        write_frame(status_fd, pickle.dumps(RankExit(pids.pop(pid), os.waitstatus_to_exitcode(status))))
             events = dict(poller.poll())
             if events.get(status_fd, 0) & (select.POLLERR | select.POLLHUP):
                 break
@@ -131,15 +126,18 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     os._exit(0)
 
 
-# Seconds without a request after which a server the kernel started itself imports ``rank_process.PRELOADABLE``
-# (a forked one has them): a learner reading between cells leaves it that long, a notebook run cell after cell
-# (nbval) rarely does, so its launches do not queue behind an import they may not need (1.5 s was too short: a
-# cell drawing a figure took that long, and the next launch waited a second for an import none of its ranks used).
+# Slow imports that ranks may need and a server can do once for all its later ranks: torch.optim and DDP import
+# torch._dynamo on first use, about a second per rank of every launch that trains, on a laptop. They start no threads,
+# so forking after them is safe. The fork server imports them before it forks any server; a server the kernel started
+# itself, once it has been idle IDLE_PRELOAD_S: a learner reading between cells leaves it that long, a notebook run cell
+# after cell (nbval) rarely does, so its launches do not queue behind an import (1.5 s was too short: a cell drawing a
+# figure took that long, and the next launch waited a second for an import none of its ranks used).
+PRELOADABLE = ("torch._dynamo",)
 IDLE_PRELOAD_S = float(os.environ.get("MGPU_IDLE_PRELOAD_S", "5"))
 
 
 def import_preloadable() -> None:
-    for name in rank_process.PRELOADABLE:
+    for name in PRELOADABLE:
         with suppress(Exception):  # an optional speed-up, never a reason not to serve
             importlib.import_module(name)
 
@@ -147,8 +145,7 @@ def import_preloadable() -> None:
 def serve(sock: socket.socket) -> None:
     server_pid = os.getpid()
     while True:
-        preloaded = all(m in sys.modules for m in rank_process.PRELOADABLE)
-        if not preloaded and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
+        if not all(m in sys.modules for m in PRELOADABLE) and not select.select([sock], [], [], IDLE_PRELOAD_S)[0]:
             import_preloadable()
             continue
         try:
@@ -178,15 +175,21 @@ def serve(sock: socket.socket) -> None:
 
 def import_rank_modules() -> None:
     """The whole point of a rank server (and of the fork server): pay for these imports once, then fork ranks that
-    have them: torch, and what every rank imports (the launcher's rank modules come with ``rank_process``)."""
+    have them: torch, and what every rank imports (the launcher's rank modules come with ``rank_process``). Children
+    that exit are reaped by Linux (no zombies, no bookkeeping), and the kernel's interrupt is not for this process."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import numpy  # noqa: F401
     import psutil  # noqa: F401
     import torch
     import torch.distributed  # noqa: F401
 
 
-def _ready_then_serve(sock: socket.socket, fds=()) -> None:
-    """Tell the kernel this server takes jobs (with ``fds``, which it then holds copies of), and serve it."""
+def serve_kernel(sock: socket.socket, forked: bool = True) -> None:
+    """Tell the kernel at the other end of ``sock`` that this server takes jobs, and serve it. A server the fork server
+    forked sends a pidfd of itself with its Ready: the kernel cannot wait for a process that is not its child."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    fds = [os.pidfd_open(os.getpid())] if forked else []
     try:
         send_msg(sock, pickle.dumps(Ready(os.getpid())), fds)
     except OSError:
@@ -196,22 +199,11 @@ def _ready_then_serve(sock: socket.socket, fds=()) -> None:
     serve(sock)
 
 
-def serve_kernel(sock: socket.socket) -> None:
-    """Serve the kernel at the other end of ``sock``, in a process the fork server forked for it: the kernel gets
-    a pidfd of this process with the Ready, since it cannot wait for a process that is not its child."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _ready_then_serve(sock, [os.pidfd_open(os.getpid())])
-
-
 def main() -> None:
     fd, parent_pid = int(sys.argv[1]), int(sys.argv[2])
     die_with_parent(parent_pid)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    # Children of ours that exit are reaped by the kernel: no zombies, no bookkeeping.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import_rank_modules()
-    _ready_then_serve(socket.socket(fileno=fd))
+    serve_kernel(socket.socket(fileno=fd), forked=False)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import cloudpickle
 from mgpu_helpers.launcher import flight, native_stacks
 from mgpu_helpers.launcher.errors import LaunchError, RankError, RankTimeout
 from mgpu_helpers.launcher.job import Job
-from mgpu_helpers.launcher.messages import Failed
+from mgpu_helpers.launcher.messages import Failed, Returned
 from mgpu_helpers.launcher.results import RankResults
 
 _FRAME = re.compile(r'File "([^"]*)", line (\d+) in (\w+)')
@@ -76,10 +76,8 @@ def _tail(lines: list[str], n: int = 15) -> str:
     return "\n".join("    " + ln for ln in lines[-n:]) or "    (no output)"
 
 
-def _how_it_ended(code: int | str | None, exited: str = " without returning a result") -> str:
+def _how_it_ended(code: int | str, exited: str = " without returning a result") -> str:
     """How a process ended, from its exit code (minus the signal that killed it; "unknown": not ours to read)."""
-    if code is None:
-        return "ended without a result"
     if code == "unknown":
         return "ended"
     if code >= 0:
@@ -90,10 +88,6 @@ def _how_it_ended(code: int | str | None, exited: str = " without returning a re
         return f"was killed by signal {-code}"
 
 
-def _early_returners(job: Job, except_rank: int) -> list[int]:
-    return sorted(r for r in job.results if job.returned(r) and r != except_rank)
-
-
 def _so_far(job: Job) -> dict:
     """What every RankError carries: each rank's output, and the values of the ranks that returned."""
     return {"outputs": {r: list(o) for r, o in enumerate(job.outputs)}, "results": partial_results(job)}
@@ -101,7 +95,7 @@ def _so_far(job: Job) -> dict:
 
 def partial_results(job: Job) -> RankResults:
     """What the ranks that returned brought back (None for the others)."""
-    got = [job.results[r] if job.returned(r) else None for r in range(job.world_size)]
+    got = [res if isinstance(res := job.results.get(r), Returned) else None for r in range(job.world_size)]
     return RankResults(
         world_size=job.world_size,
         backend=job.backend,
@@ -117,8 +111,7 @@ def partial_results(job: Job) -> RankResults:
 
 def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
     hint = next((h for where, h in _HINTS.items() if failed.where.startswith(where)), "")
-    early = _early_returners(job, rank)
-    if early and failed.exc_type in ("RuntimeError", "DistBackendError"):
+    if (early := job.returned_ranks()) and failed.exc_type in ("RuntimeError", "DistBackendError"):
         hint += (
             f"\nNote: rank(s) {early} had already returned. A rank that skips a collective or a recv "
             "leaves its peers waiting or talking to a closed connection."
@@ -136,17 +129,13 @@ def _rank_error(job: Job, rank: int, failed: Failed) -> RankError:
 
 
 def supervise(job: Job) -> RankResults:
-    """Follow a launched job until every rank has answered; returns its :class:`RankResults`. Raises
-    :class:`RankError` as soon as a rank raises or dies (a death wins over the errors it causes in its peers),
-    :class:`LaunchError` when the rank server (or the job's leader) died under the job, :class:`RankTimeout` past
-    the timeout. The caller ends the ranks either way."""
+    """Follow a launched job until every rank has answered; returns its :class:`RankResults`, else raises what
+    ``run_ranks`` says (a rank's death wins over the errors it causes in its peers). The caller ends the ranks."""
     while True:
         job.pump(0.05)
         if job.first_error is not None:
             # Let the peers' own errors and last lines arrive for a moment, then end them all.
-            end = time.monotonic() + 0.5
-            while time.monotonic() < end and not job.leader_gone:
-                job.pump(0.05)
+            job.pump_until(lambda: job.leader_gone, 0.5)
             if job.leader_gone and len(job.results) < job.world_size:
                 _raise_launcher_died(job)  # the rank's error most likely came from the launcher's death
             if dead := job.died_without_result():
@@ -165,7 +154,10 @@ def supervise(job: Job) -> RankResults:
             break
         if job.leader_gone:
             _raise_launcher_died(job)
-        if time.monotonic() > _deadline(job):
+        # ``timeout_s`` counts from the last rank's start of ``fn``: forking and joining is not the learner's code and
+        # can take seconds on a loaded machine, so a hang's limit can be a few seconds. Joining has JOIN_GRACE_S more.
+        joined = len(job.running_since) == job.world_size
+        if time.monotonic() > (max(job.running_since.values()) if joined else job.t0 + JOIN_GRACE_S) + job.timeout_s:
             _raise_timeout(job)
     res = partial_results(job)
     if not job.quiet:
@@ -173,24 +165,14 @@ def supervise(job: Job) -> RankResults:
     return res
 
 
-def _deadline(job: Job) -> float:
-    """``timeout_s`` after the last rank joined the process group and began ``fn``: forking and joining is not
-    the learner's code, and can take seconds on a loaded machine, so that a hang's time limit can be a few
-    seconds. Joining has a limit of its own, :data:`JOIN_GRACE_S` beyond ``timeout_s`` from the launch."""
-    if len(job.running_since) == job.world_size:
-        return max(job.running_since.values()) + job.timeout_s
-    return job.t0 + job.timeout_s + JOIN_GRACE_S
-
-
 def _raise_launcher_died(job: Job):
     """The leader's status pipe closed before every rank answered: the leader, or the whole server, died."""
     job.drain(0.5)  # the ranks die with the leader (PDEATHSIG); take their last lines
     code = None
-    if job.server_proc is not None:
-        # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe
-        # has closed and been read, a dead server is (nearly always) reaped already: a short look is enough.
-        with suppress(Exception):  # subprocess.TimeoutExpired: the server lives
-            code = job.server_proc.wait(0.25)
+    # Linux sends the leader its SIGKILL while the dying server exits, so by the time the leader's pipe has closed
+    # and been read, a dead server is (nearly always) reaped already: a short look is enough.
+    with suppress(Exception):  # subprocess.TimeoutExpired: the server lives
+        code = job.server_proc.wait(0.25)
     answered = sorted(job.results)
     note = f" Rank(s) {answered} had answered before." if answered else ""
     if code is not None:
@@ -207,7 +189,7 @@ def _raise_launcher_died(job: Job):
 def _raise_died(job: Job, r: int):
     job.kill()
     job.drain(2.0)
-    early = _early_returners(job, r)
+    early = job.returned_ranks()
     note = f"\nRank(s) {early} had already returned." if early else ""
     if failed := sorted(k for k, res in job.results.items() if isinstance(res, Failed)):
         note += (
@@ -224,14 +206,13 @@ def _raise_died(job: Job, r: int):
 
 def _raise_timeout(job: Job):
     world_size = job.world_size
-    stuck = [r for r in range(world_size) if not job.finished(r)]
-    stacks, recorded = job.take_dumps(stuck)
+    stuck = [r for r in range(world_size) if r not in job.results and r not in job.exits]
+    stacks, collectives = job.take_dumps(stuck)
     native, no_native = native_stacks.take(job.job_dir, stuck)
     job.kill()
     job.drain(2.0)
     waiting = {r: w for r in stuck if (w := _waiting_in(stacks.get(r, "")))}
-    collectives = {r: recorded.get(r) for r in stuck}
-    done = sorted(r for r in range(world_size) if job.finished(r))
+    done = [r for r in range(world_size) if r in job.results or r in job.exits]
     joined = len(job.running_since)
     lines = [
         f"{len(stuck)} of {world_size} rank(s) were still running {job.timeout_s:g} s after every rank had joined "

@@ -6,6 +6,8 @@ busbw is defined by: the all-reduce is notebook 05's own ring, every message of 
 own collective: the counted schedule is correct, not a model. ``nbytes`` is the size of the full buffer, as in
 :func:`mgpu_helpers.models.bandwidth.bytes_sent_per_rank`."""
 
+from mgpu_helpers.launcher.ranks import rank_device
+
 OPS = ("reduce", "all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4  # float32
 
@@ -51,8 +53,6 @@ def count_bytes_sent(rank: int, world_size: int, nbytes: int, ops=OPS) -> dict:
     ``4 * world_size``) as point-to-point messages; returns ``{op: bytes this rank sent}``."""
     import torch
     import torch.distributed as dist
-
-    from mgpu_helpers.launcher.ranks import rank_device
 
     if nbytes % (ELEMENT_BYTES * world_size):
         raise ValueError(f"nbytes must be a multiple of 4 * world_size = {ELEMENT_BYTES * world_size}, got {nbytes}")

@@ -4,6 +4,8 @@ portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide."""
 
 from dataclasses import dataclass
 
+from mgpu_helpers.launcher.ranks import rank_device
+from mgpu_helpers.models import collectives as reference
 from mgpu_helpers.models.collectives import COLLECTIVES, ROOT
 
 
@@ -54,8 +56,6 @@ def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = 
     as a plain list (None where the rank receives nothing)."""
     import torch
 
-    from mgpu_helpers.launcher.ranks import rank_device
-
     out = run_collective(name, torch.tensor(inputs[rank], device=rank_device()), op)
     return None if out is None else out.cpu().tolist()
 
@@ -77,7 +77,6 @@ def launch_collective(name="all_reduce", world_size=4, pattern="rank", op="sum",
     """Run collective ``name`` on ``world_size`` ranks with inputs of ``pattern``; compare with the expected
     outputs (to float tolerance). Returns a :class:`CollectiveRun`."""
     from mgpu_helpers.launcher.launch import run_ranks
-    from mgpu_helpers.models import collectives as reference
 
     if name not in COLLECTIVES:
         raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
