@@ -10,23 +10,10 @@ from mgpu_helpers.checks import core
 from mgpu_helpers.checks.core import CheckFailed
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
-LESSON_CODE = ("exchange", "ring_pass")  # mgpu_helpers.lessons.p2p
+LESSON_CODE = ("mgpu_helpers.lessons.p2p.exchange", "mgpu_helpers.lessons.p2p.ring_pass")
+OWN_CODE = "这一题要你自己写出来：调用课程的实现不算。"  # what a refusal of the lesson's code says
 SENTINEL = -7777
 ROUNDS = (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))  # exchange's, in order
-
-
-def _watched_main(rank, world_size, body, fn, payload, course):
-    with core.WatchedCalls(course=course) as watched:
-        out = body(rank, world_size, fn, payload, watched.calls)
-    return out, list(watched.calls)
-
-
-def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = core.HANG_S):
-    """``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched: ``(value, calls)`` in rank
-    order. ``lessons``: the names in mh.lessons.p2p refused to ``fn``, before the run and in the ranks."""
-    course = core.resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
-    core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
-    return core.launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
 
 
 def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
@@ -35,7 +22,7 @@ def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explai
     rng = core.new_rng()
     for world_size in world_sizes:
         rounds = make_rounds(rng, world_size)
-        values = run_watched(body, fn, what, world_size, rounds, lessons=lessons, timeout=timeout)
+        values = core.run_watched(body, fn, what, world_size, rounds, course=lessons, timeout=timeout, refusal=OWN_CODE)
         for rank, (out, _calls) in enumerate(values):
             for rnd, result in zip(rounds, out):
                 explain(world_size, rnd, rank, result)
@@ -192,7 +179,7 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> Non
     """``fn(token, steps=None)`` inside a process group: the list of tokens that arrived from the left."""
     what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
     # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
-    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=("ring_pass",))
+    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=LESSON_CODE[1:])
     core.passed(
         f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
         "（也走过不止一圈，也传过空张量和 int64）。"
@@ -203,11 +190,6 @@ try_ring_pass = core.fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.rin
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
-def _rank_fn_body(rank, world_size, fn, case, calls):
-    inputs, dtype = case
-    return core.as_numpy(fn(rank, world_size, core.rank_tensor(inputs[rank], dtype)))
-
-
 def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
     """``(world_size, inputs, results, calls)`` of ``fn(rank, world_size, x)`` on each world size, float32 and int64 by
     turns, one zero in rank 0's data (only one: a whole rank of zeros would hide a value added twice)."""
@@ -216,8 +198,10 @@ def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
         length = int(rng.integers(1, longest + 1))
         inputs = [core.int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
-        case = (inputs, ("float32", "int64")[i % 2])
-        values = run_watched(_rank_fn_body, fn, what, world_size, case, timeout=timeout)
+        payload = (inputs, (), ("float32", "int64")[i % 2])
+        values = core.run_watched(
+            core.call_on_rank, fn, what, world_size, payload, (), LESSON_CODE, timeout, refusal=OWN_CODE
+        )
         yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 

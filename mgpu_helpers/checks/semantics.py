@@ -15,19 +15,14 @@ RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
 
 
-def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
-    with core.WatchedCalls(refuse=set(core.DIST_CALLS) - set(allowed)) as watched:
-        out = fn(rank, world_size, core.rank_tensor(inputs[rank], "float32"), *extra)
-    return core.as_numpy(out), [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
-
-
-def run_traced(
-    fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = core.HANG_S, rule: str = ""
-):
-    """``fn(rank, world_size, x, *extra)`` on ranks, every ``torch.distributed`` call watched: ``[(value, calls)]``
-    per rank, a call ``(name, elements of its first argument)``. A call outside ``allowed`` fails the check."""
-    args, advice = (fn, inputs, tuple(extra), tuple(allowed)), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
-    return core.launch(_traced_rank_main, world_size, args, what, fn, timeout, advice, rule=rule or ", ".join(allowed))
+def run_traced(fn, what: str, world_size: int, inputs, extra, allowed, timeout: float, rule: str):
+    """``fn(rank, world_size, x, *extra)`` on ranks, any ``torch.distributed`` call outside ``allowed`` refused:
+    ``[(value, calls)]`` per rank (:func:`~mgpu_helpers.checks.core.run_watched`)."""
+    forbid, advice = set(core.DIST_CALLS) - set(allowed), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
+    payload = (inputs, tuple(extra), "float32")
+    return core.run_watched(
+        core.call_on_rank, fn, what, world_size, payload, forbid, (), timeout, advice=advice, rule=rule
+    )
 
 
 def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
@@ -71,10 +66,10 @@ def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = co
         inputs = [core.int_values(rng, length) for _ in range(n)]
         inputs[-1][:] = 0.0  # zeros in the data
         rule = "dist.reduce_scatter 和 dist.all_gather"
-        got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout, rule=rule)
+        got = run_traced(fn, what, n, inputs, (), RS_NAMES + AG_NAMES, timeout, rule)
         for r, (value, calls) in enumerate(got):
-            names = [c for c, _ in calls]
-            gathered = sum(k for c, k in calls if c in AG_NAMES)
+            names = [c.name.removeprefix("dist.") for c in calls]
+            gathered = sum(c.numel or 0 for c, name in zip(calls, names) if name in AG_NAMES)
             whole = "All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
             core.fail_first(
                 (
@@ -202,7 +197,7 @@ def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float
         inputs = [core.int_values(rng, sum(sizes)) for _ in range(n)]
         inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
         whole, offsets = np.sum(inputs, axis=0), np.cumsum([0] + sizes)
-        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout, rule=rule)
+        got = run_traced(fn, what, n, inputs, (sizes,), allowed, timeout, rule)
         for r, (value, _calls) in enumerate(got):
             hint = ""
             if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:

@@ -81,26 +81,46 @@ def as_numpy(t):
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
 
 
-def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
+def _rank_main(rank, world_size, body, fn, payload, forbid, course, init):
     import torch.distributed as dist
 
-    with WatchedCalls(refuse=forbid, course=course):
-        out = fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra)
-    if not joined and dist.is_initialized():
+    with WatchedCalls(refuse=forbid, course=course) as watched:
+        out = body(rank, world_size, fn, payload, watched.calls)
+    if not init and dist.is_initialized():
         raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
-    return as_numpy(out)
+    return out, list(watched.calls)
+
+
+def call_on_rank(rank, world_size, fn, payload, calls):
+    """:func:`run_watched`'s usual body: ``fn(rank, world_size, x, *extra)`` with ``payload = (inputs, extra, dtype)``,
+    ``x`` this rank's input as a tensor; the result as NumPy."""
+    inputs, extra, dtype = payload
+    return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra))
+
+
+def run_watched(
+    body, fn, what, world_size, payload, forbid=(), course=(), timeout=HANG_S, init=True, advice="", rule="", refusal=""
+):
+    """``body(rank, world_size, fn, payload, calls)`` on ranks, the learner's ``fn`` run inside it with its
+    ``torch.distributed`` calls watched (``calls``, filled as they are made): ``[(value, calls)]`` in rank order.
+    ``forbid``: names refused to ``fn``; ``course``: the course's code and the checker's reference (objects or dotted
+    names), refused before the run and in the ranks; ``init=False``: ``fn`` joins the process group itself and must
+    leave it again. ``advice``: what to check on a hang; ``rule``: what the exercise allows instead of a forbidden
+    call; ``refusal``: what to do instead of the course's code."""
+    course = resolve_course(course)
+    refuse_course_code(fn, what, [obj for obj, _label in course], advice=refusal)
+    args = (body, fn, payload, tuple(forbid), course, init)
+    return launch(_rank_main, world_size, args, what, fn, timeout, advice, rule, init=init)
 
 
 def launch_check(
     fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
 ):
-    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks: the values in rank order. ``forbid``:
-    ``torch.distributed`` names refused to ``fn``; ``course``: the course's code and the checker's reference (objects or
-    dotted names), refused too. ``init=False``: ``fn`` joins the process group itself and must leave it again."""
-    course = resolve_course(course)
-    refuse_course_code(fn, what, [obj for obj, _label in course])
-    args = (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course)
-    return launch(_rank_main, world_size, args, what, fn, timeout, init=init)
+    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks, watched as :func:`run_watched` says: the values
+    in rank order."""
+    payload = (inputs, tuple(extra), dtype)
+    runs = run_watched(call_on_rank, fn, what, world_size, payload, forbid, course, timeout, init)
+    return [value for value, _calls in runs]
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
