@@ -1,8 +1,6 @@
-"""Checkers for notebook 04 (``try_exchange``, ``try_ring_pass``) and ex04 (``check_pass_right``, ``check_ring_sum``):
-point-to-point messages on ranks, the edge cases in every run (an odd world size, tensors of length 0, zeros, float
-and integer dtypes, both directions). The ``torch.distributed`` calls are watched in each rank under any name
-(:class:`~mgpu_helpers.checks.core.WatchedCalls`), so an exercise's rule ("blocking send/recv only", "no collective",
-"an empty buffer is not sent") is checked against the calls made; mh.lessons.p2p is refused the same way."""
+"""Checkers of notebook 04 and ex04: point-to-point messages on ranks, the edge cases in every run (an odd world
+size, tensors of length 0, zeros, float and integer dtypes, both directions). An exercise's rule ("blocking send/recv
+only", "an empty buffer is not sent") is checked against the ``torch.distributed`` calls watched in each rank."""
 
 import numpy as np
 
@@ -17,8 +15,7 @@ ROUNDS = (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", 
 
 
 def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
-    """Per world size, ``body`` on the ranks with fresh ``make_rounds(rng, world_size)``, then ``explain(world_size,
-    round, rank, result)`` (which raises on a mistake) for every rank's result of every round."""
+    """Per world size, ``body`` on ranks with fresh rounds, then ``explain`` (raising on a mistake) on each result."""
     rng = core.new_rng()
     for world_size in world_sizes:
         rounds = make_rounds(rng, world_size)
@@ -52,8 +49,7 @@ def _peers(rank, world_size, direction):
     return (right, left) if direction == "right" else (left, right)
 
 
-def _exchange_body(rank, world_size, fn, rounds, calls):
-    """Each round every rank calls ``fn`` once and waits on what it returned."""
+def _exchange_body(rank, world_size, fn, rounds, calls):  # each round, fn once, then wait on what it returned
     out = []
     for direction, dtype, lengths, data in rounds:
         dst, src = _peers(rank, world_size, direction)
@@ -104,8 +100,7 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
 
 
 def check_exchange(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> None:
-    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring, both ways: no deadlock, the right
-    data, empty buffers skipped, ``send_buf`` untouched, a list of requests returned."""
+    """``fn(send_buf, dst, recv_buf, src)`` once per rank round a ring, both ways: no deadlock, the right data."""
     what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
     _check_rounds(fn, what, world_sizes, timeout, _exchange_rounds, _exchange_body, _explain_exchange_round)
     core.passed(
@@ -150,12 +145,9 @@ def _explain_ring(world_size, case, rank, result):
     arrived = result["arrived"]
     if not isinstance(arrived, list):
         raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
+    own = "不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else ""
     core.fail_first(
-        (
-            len(arrived) != n_steps,
-            f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
-            + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else ""),
-        ),
+        (len(arrived) != n_steps, f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。{own}"),
         (not result["kept"], f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。"),
     )
     for step, got in enumerate(arrived):
@@ -206,8 +198,7 @@ def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
 
 
 def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, with blocking
-    ``dist.send`` / ``dist.recv`` only (isend/irecv, batch_isend_irecv, collectives and mh.lessons.p2p refused)."""
+    """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, blocking send/recv only."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout):
@@ -247,8 +238,7 @@ def _ring_sum_hint(got, total, inputs, rank, world_size) -> str:
 
 
 def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)``: the element-wise sum of every rank's x on a two-way ring, in at most
-    ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
+    """``fn(rank, world_size, x)``: the sum of every rank's x on a two-way ring, in ``world_size // 2`` steps."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
     sizes = tuple(world_sizes or (2, 3, 4, 5))
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
