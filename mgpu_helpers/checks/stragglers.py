@@ -1,5 +1,4 @@
-"""Checkers for notebook 08 (fill-ins ``try_<name>``) and ex08 (``check_<name>``): the performance model and
-stragglers. The course's own ``mh.lessons.cost_model`` and ``mh.measure.straggler`` are refused to them."""
+"""Checkers of notebook 08 and ex08: the performance model and stragglers, the course's own code refused."""
 
 import math
 import random
@@ -64,8 +63,7 @@ def best_rebalance(shards, seconds) -> list[int]:
 
 
 def check_rebalance(fn) -> None:
-    """``fn(shards, seconds) -> new shards``: same total of whole units, slowest predicted rank as fast as
-    the best whole-unit split (per-unit time of each rank = seconds / shards, as measured)."""
+    """``fn(shards, seconds) -> new shards``: the same units, the slowest rank as fast as :func:`best_rebalance`'s."""
     what = "rebalance 要根据实测时间重新分配工作，让最慢的 Rank 尽量快"
     rng = random.Random()
     cases = [([12, 6, 4, 2], [0.12, 0.06, 0.04, 0.02])]  # equal speeds: 6/6/6/6
@@ -96,8 +94,7 @@ def check_rebalance(fn) -> None:
 
 
 def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
-    """The deterministic-cost straggler step on real ranks (RankResults), for a checker that measures; a rank
-    that fails or hangs becomes a CheckFailed that says so."""
+    """The deterministic-cost straggler step on real ranks; a rank that fails or hangs becomes a CheckFailed."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
 
     try:
@@ -115,8 +112,7 @@ WAIT_RANK = 0
 
 
 def check_wait_prediction(fn) -> None:
-    """``fn() -> seconds``: :data:`WAIT_RANK`'s wait at the all-reduce each step, against the median measured on real
-    ranks (5 steps) within the run's own margin plus 10%."""
+    """``fn() -> seconds``: :data:`WAIT_RANK`'s wait per step, against the measured median and the run's margin."""
     shards, per_unit, rank, n = WAIT_SHARDS, WAIT_SECONDS_PER_UNIT, WAIT_RANK, len(WAIT_SHARDS)
     what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = core.call(fn, what)
@@ -241,8 +237,7 @@ def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
 
 
 def check_straggler_from_collective(fn) -> None:
-    """``fn(collective_s) -> rank``, ``collective_s[r]`` rank r's times inside the all-reduce per step: the rank
-    whose collective is SHORT (the others waited in it for it), by the median (one stalled step must not change it)."""
+    """``fn(collective_s) -> rank`` whose median time inside the all-reduce is SHORT (the others waited)."""
     what = "straggler_from_collective 要从每个 Rank 在 Collective 里的时间找出 Straggler"
     cases = [(c, 0.0, strag, story) for c, strag, story in collective_cases()]
     hold_straggler_readings(fn, what, cases, with_noise=False)
@@ -257,8 +252,7 @@ try_straggler_from_collective = core.fill_in_cell(
 
 
 def check_allreduce_crossover_bytes(fn) -> None:
-    """ex08, exercise 1: ``fn(world_size, alpha, beta) -> bytes`` at which a ring all-reduce's bandwidth term
-    equals its latency term (``2(n-1) alpha = 2(n-1)/n N beta``, so ``N = n alpha / beta``)."""
+    """``fn(world_size, alpha, beta) -> bytes`` at which a ring all-reduce's bandwidth term equals its latency term."""
     what = "allreduce_crossover_bytes 要给出带宽项等于延迟项时的消息大小（字节）"
     rng = random.Random()
     cases = [(2, 8.6e-6, 1 / 295e9), (8, 20e-6, 1 / 100e9), (3, 5e-6, 1e-10)]
