@@ -1,6 +1,5 @@
-"""Checkers of notebook 14 (FSDP2 at scale) and ex14. Fill-ins: ``try_local_slices`` (a rank's shard on a 1-D or
-2-D mesh, held against DTensor's own rule), ``try_model_state_bytes`` (the ZeRO paper's model-state bytes per
-rank, held against 06's memory model). Exercises: ``check_cheapest_stage``, ``check_shard_bytes``."""
+"""Checkers of notebook 14 (FSDP2 at scale) and ex14: a rank's shard on a device mesh, held against DTensor's own
+rule; the ZeRO stages' model-state bytes per rank, held against 06's memory model."""
 
 import itertools
 import math
@@ -64,8 +63,7 @@ def _same(got, want) -> bool:
 
 
 def check_local_slices(fn) -> None:
-    """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``: the part the rank at mesh ``coords``
-    holds, against DTensor's own rule on every rank of fresh shapes, uneven ones included."""
+    """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``, against DTensor's rule on every rank."""
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
     from torch.distributed.tensor import _utils as dtensor_utils
 
@@ -133,8 +131,7 @@ def reference_model_state_bytes(strategy: str, psi: float, world_size: int, k: f
 
 
 def check_model_state_bytes(fn) -> None:
-    """``fn(strategy, psi, world_size, k=12) -> bytes``: the model states one rank holds under ``"dp"``, ``"zero1"``,
-    ``"zero2"`` or ``"zero3"`` (fp16 parameters and gradients, K psi of fp32 optimizer state), against 06's model."""
+    """``fn(strategy, psi, world_size, k=12) -> bytes`` one rank holds under a ZeRO stage, against 06's model."""
     what = "model_state_bytes 要给出一个 Rank 存的模型状态（字节）"
     names = ("memory_plan", "compare_strategies")
     core.refuse_course_code(fn, what, (reference_model_state_bytes,), advice="用加减乘除自己算出来。", names=names)
@@ -161,12 +158,8 @@ def check_model_state_bytes(fn) -> None:
             (only((4 + k) * psi / n, "zero1", "zero2"), "ZeRO-1/2 不切参数：2Ψ 的 fp16 参数每个 Rank 一整份。"),
             (only((4 + k) * psi, "zero1", "zero2", "zero3"), "这个策略要切开的部分没有除以 N。"),
         ]
-        hint = core.matching_hint(
-            got,
-            slips,
-            rel_tol=1e-9,
-            default="按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。",
-        )
+        default = "按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。"
+        hint = core.matching_hint(got, slips, rel_tol=1e-9, default=default)
         raise CheckFailed(f"{where}：应当是 {want:,.0f} 字节，你的答案是 {got:,.0f}。{hint}")
     core.passed(f"{len(cases)} 组规模上四种策略的模型状态都和 06 的内存模型一致（ZeRO 论文的 (2+2+K)Ψ 记法）")
 
@@ -222,8 +215,7 @@ def reference_shard_bytes(shapes, world_size, rank, bytes_per_element=4):
 
 
 def check_shard_bytes(fn) -> None:
-    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes``: what FSDP2 leaves on ``rank``, every parameter
-    cut along dim 0 as ``torch.chunk`` cuts; fresh models, rows fewer than ranks included."""
+    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes`` that FSDP2 (dim 0, as torch.chunk) leaves."""
     what = "shard_bytes 要给出 FSDP2 留在一个 Rank 上的参数字节数"
     rng = random.Random()
     models = [[(12, 7), (12,), (5, 12), (5,), (3, 5), (3,)]]
