@@ -18,8 +18,7 @@ ORDER = "多半是各 Rank 调用的 Collective 次序或大小对不上。"  # 
 
 
 def run_traced(fn, what: str, n: int, inputs, extra, allowed, timeout: float, rule: str):
-    """``fn(rank, n, x, *extra)`` on ``n`` ranks, a ``torch.distributed`` call outside ``allowed`` refused:
-    ``[(value, calls)]`` per rank."""
+    """``fn(rank, n, x, *extra)`` on ``n`` ranks, a call outside ``allowed`` refused: ``[(value, calls)]`` per rank."""
     forbid, payload = set(core.DIST_CALLS) - set(allowed), (inputs, tuple(extra), "float32")
     return core.run_watched(core.call_on_rank, fn, what, n, payload, forbid, (), timeout, advice=ORDER, rule=rule)
 
@@ -119,8 +118,7 @@ def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
 
 
 def check_bytes_each_rank_sends(fn) -> None:
-    """``fn(op, nbytes, world_size, rank) -> bytes`` that ``rank`` sends in ``op`` (root 0): one rank, two, odd world
-    sizes, the root and the chain's far end in every run; random sizes on top."""
+    """``fn(op, nbytes, world_size, rank) -> bytes`` sent in ``op`` (root 0), the root and chain ends every run."""
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
     ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
     core.refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)

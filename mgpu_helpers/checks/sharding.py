@@ -1,5 +1,4 @@
-"""Checkers of notebook 06 and ex06: split rules (who owns which items) and memory per rank. Fill-ins: the split by
-count, each rank's memory by part; exercises: an order-keeping split by cost, the fewest GPUs that hold a job."""
+"""Checkers of notebook 06 and ex06: split rules (who owns which items) and the memory each rank holds."""
 
 import math
 import random
@@ -96,8 +95,7 @@ def _memory_cases(rng):
 
 
 def check_per_rank_memory(fn) -> None:
-    """``fn(strategy, sizes, weights) -> [dict part -> GB, one per rank]``: sharded parts split in proportion to
-    ``weights``, replicated parts held whole by every rank, for each of :data:`MEMORY_STRATEGIES`."""
+    """``fn(strategy, sizes, weights) -> [{part: GB}, one per rank]``: split parts by ``weights``, the rest whole."""
     what = "per_rank_memory 要按策略算出每个 Rank 的参数、梯度、优化器状态和激活"
     names = ("memory_plan", "compare_strategies", "reference_per_rank_memory")
     core.refuse_course_code(fn, what, (memory.memory_plan, reference_per_rank_memory), names=names, advice=ARITHMETIC)
@@ -196,8 +194,7 @@ def reference_fewest_gpus(strategy, capacity, params, grads, optimizer, activati
 
 
 def check_rank_memory_fewest_gpus(fn) -> None:
-    """``fn(strategy, capacity, params, grads, optimizer, activations) -> int or None``: the fewest GPUs
-    (equal shares) on which every rank fits; None when adding GPUs never makes it fit."""
+    """``fn(strategy, capacity, *sizes)``: the fewest equal-share GPUs that hold the job, None if none does."""
     what = "fewest_gpus 要给出装得下所需的最少 GPU 数（永远装不下时返回 None）"
     names = ("memory_plan", "compare_strategies", "reference_fewest_gpus")
     core.refuse_course_code(fn, what, (reference_fewest_gpus,), names=names, advice=ARITHMETIC)
