@@ -25,16 +25,14 @@ def _in_packages(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def _import(name: str):
-    """The module ``name``, or None when it cannot be imported (a module the machine lacks: the run will say so)."""
+def _import(name: str):  # None for a module the machine lacks: the run will say so
     try:
         return importlib.import_module(name)
     except Exception:
         return None
 
 
-def _attribute(obj, name: str, default=None):
-    """``obj.name``, else the submodule ``obj.name`` not imported yet."""
+def _attribute(obj, name: str, default=None):  # obj.name, or a submodule not imported yet
     try:
         return getattr(obj, name)
     except AttributeError:
@@ -49,8 +47,7 @@ def _names_reached(fn):
     import dis
 
     inner = _inner(fn)
-    code = getattr(inner, "__code__", None)
-    if code is None:
+    if (code := getattr(inner, "__code__", None)) is None:
         return
     scope = getattr(inner, "__globals__", {})
     cells = {}  # the closure's filled cells
@@ -101,8 +98,7 @@ def _names_reached(fn):
 
 
 def _label(obj, name: str | None = None) -> str:
-    """How a message names the course's ``obj``: ``mh.<module>.<qualname>``, with ``name`` when the learner's
-    code calls it by another (``（你的代码里叫 borrowed）``)."""
+    """How a message names the course's ``obj``, with ``name`` when the learner's code calls it by another."""
     name = name.replace("mgpu_helpers", "mh", 1) if name else name
     module = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
     qual = getattr(obj, "__qualname__", None)
@@ -187,8 +183,7 @@ _GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "
 _guards: list[dict] = []  # the refused code of each running guard, innermost last: code object -> label
 
 
-def _learners(path: str) -> bool:
-    """A frame of the learner's code (a notebook cell, a file of theirs): not a library's, not the course's."""
+def _learners(path: str) -> bool:  # a notebook cell or a file of theirs: not a library's, not the course's
     return not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen"))
 
 
@@ -287,7 +282,7 @@ def refusing_course_code(fn, what: str, targets, packages: bool = False, advice:
 
 
 def course_object(name: str):
-    """The object a dotted name names (``"mgpu_helpers.lessons.p2p.exchange"``), its module imported now."""
+    """The object a dotted name (``"mgpu_helpers.lessons.p2p.exchange"``) names, its module imported now."""
     module, _, attr = name.rpartition(".")
     return getattr(importlib.import_module(module), attr)
 
@@ -300,6 +295,5 @@ def resolve_course(course) -> list:
             with contextlib.suppress(ImportError, AttributeError):  # a name that does not resolve is left out
                 out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
         elif item is not None:
-            label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
-            out.append((item, label.replace("mgpu_helpers.", "mh.")))
+            out.append((item, _label(item)))
     return out

@@ -1,6 +1,5 @@
-"""The fill-in protocol: while the learner's function is still the generated stub the course's version stands in
-(so the rest of the notebook runs), a wrong answer stops the cell at the mistake, a right one is used (and kept,
-for a later notebook that builds on it)."""
+"""The fill-in protocol: while the learner's function is the stub the course's version stands in (so the rest of
+the notebook runs), a wrong answer stops the cell, a right one is used (and kept, for a later notebook)."""
 
 import os
 

@@ -74,8 +74,7 @@ def deadline(seconds: float, what: str):
 
 
 def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
-    """``fn(*args)``, the learner's answer called by a checker: the stub becomes the "not done yet" failure, and an
-    answer that does not return within ``seconds`` fails naming the call and the line it was on."""
+    """``fn(*args)`` for a checker: the stub is "not done yet", an answer past ``seconds`` fails naming its line."""
 
     def expired(exc):
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)

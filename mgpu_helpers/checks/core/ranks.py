@@ -1,6 +1,5 @@
-"""Launching a checker's work on ranks (:func:`mgpu_helpers.run_ranks`), a hang or an error told in the learner's
-terms: a hang after :data:`HANG_S` seconds with the call and line each rank waits in, an error in the learner's
-code with the rank and the mistake."""
+"""Launching a checker's work on ranks (:func:`mgpu_helpers.run_ranks`), the learner's calls watched; a hang or an
+error is told in the learner's terms: where each rank waits, or which rank broke which rule."""
 
 import numpy as np
 
@@ -29,8 +28,7 @@ def where_ranks_wait(exc) -> str:
         if waiting is not None:
             call_ = call_ or waiting.dist_call()
             mine = waiting.code_frames(skip=("mgpu_helpers/",))  # the learner's frames, innermost first
-            if mine:
-                where = f"（{mine[0][2]} 的第 {mine[0][1]} 行）"
+            where = f"（{mine[0][2]} 的第 {mine[0][1]} 行）" if mine else ""
             inside = waiting.frames[: waiting.frames.index(mine[0])] if mine else waiting.frames
             if not call_ and any("mgpu_helpers/checks/" in path for path, _line, _func in inside):
                 # Blocked in a request's wait(): a C++ call, so no torch.distributed frame on the stack.
@@ -92,8 +90,7 @@ def _rank_main(rank, world_size, body, fn, payload, forbid, course, init):
 
 
 def call_on_rank(rank, world_size, fn, payload, calls):
-    """:func:`run_watched`'s usual body: ``fn(rank, world_size, x, *extra)`` with ``payload = (inputs, extra, dtype)``,
-    ``x`` this rank's input as a tensor; the result as NumPy."""
+    """:func:`run_watched`'s usual body: ``fn(rank, world_size, x, *extra)``, ``payload = (inputs, extra, dtype)``."""
     inputs, extra, dtype = payload
     return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra))
 
@@ -101,12 +98,10 @@ def call_on_rank(rank, world_size, fn, payload, calls):
 def run_watched(
     body, fn, what, world_size, payload, forbid=(), course=(), timeout=HANG_S, init=True, advice="", rule="", refusal=""
 ):
-    """``body(rank, world_size, fn, payload, calls)`` on ranks, the learner's ``fn`` run inside it with its
-    ``torch.distributed`` calls watched (``calls``, filled as they are made): ``[(value, calls)]`` in rank order.
-    ``forbid``: names refused to ``fn``; ``course``: the course's code and the checker's reference (objects or dotted
-    names), refused before the run and in the ranks; ``init=False``: ``fn`` joins the process group itself and must
-    leave it again. ``advice``: what to check on a hang; ``rule``: what the exercise allows instead of a forbidden
-    call; ``refusal``: what to do instead of the course's code."""
+    """``body(rank, world_size, fn, payload, calls)`` on ranks, ``calls`` filled as the learner's ``fn`` calls
+    ``torch.distributed``: ``[(value, calls)]`` in rank order. Refused to ``fn``: the names ``forbid`` (``rule``: what
+    is allowed) and ``course``, the course's code (objects or dotted names; ``refusal``: what to do instead).
+    ``init=False``: ``fn`` joins the process group itself and must leave it. ``advice``: what to check on a hang."""
     course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course], advice=refusal)
     args = (body, fn, payload, tuple(forbid), course, init)
@@ -116,8 +111,7 @@ def run_watched(
 def launch_check(
     fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
 ):
-    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks, watched as :func:`run_watched` says: the values
-    in rank order."""
+    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks (:func:`run_watched`): the values in rank order."""
     payload = (inputs, tuple(extra), dtype)
     runs = run_watched(call_on_rank, fn, what, world_size, payload, forbid, course, timeout, init)
     return [value for value, _calls in runs]
