@@ -197,11 +197,10 @@ def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
         yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 
-def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
+def check_pass_right(fn, world_sizes=(2, 3, 4, 5), timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, blocking send/recv only."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
-    sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout):
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, world_sizes, timeout):
         for rank, got in enumerate(results):
             want = inputs[(rank - 1) % world_size]
             hint = core.which_rank(got, inputs)
@@ -220,7 +219,7 @@ def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None
                     f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank {(rank + 1) % world_size}。"
                 )
     core.passed(
-        f"pass_right 在 world_size = {', '.join(map(str, sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
+        f"pass_right 在 world_size = {', '.join(map(str, world_sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
         "没有死锁（奇数个 Rank 也一样）。"
     )
 
@@ -237,11 +236,10 @@ def _ring_sum_hint(got, total, inputs, rank, world_size) -> str:
     return f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
 
 
-def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
+def check_ring_sum(fn, world_sizes=(2, 3, 4, 5), timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)``: the sum of every rank's x on a two-way ring, in ``world_size // 2`` steps."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
-    sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, world_sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)
         for rank, got in enumerate(results):
             hint = _ring_sum_hint(got, total, inputs, rank, world_size)
@@ -257,6 +255,6 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
                         f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。"
                     )
     core.passed(
-        f"ring_sum 在 world_size = {', '.join(map(str, sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
+        f"ring_sum 在 world_size = {', '.join(map(str, world_sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
         "（偶数个 Rank 时对面那个 Rank 也只加了一次）。"
     )
