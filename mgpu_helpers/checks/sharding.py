@@ -202,10 +202,7 @@ def check_rank_memory_fewest_gpus(fn) -> None:
     cases = [
         ("replicate", 16, 24, 0, 0, 0),  # the seed: 24 GB replicated never fits in 16 GB
         ("zero3", 16, 24, 0, 0, 0),  # ... sharded, 2 GPUs
-        ("data_parallel", 16, 6, 6, 12, 8),  # 06's job: model state alone is 24 GB
-        ("zero1", 16, 6, 6, 12, 8),
-        ("zero2", 16, 6, 6, 12, 8),
-        ("zero3", 16, 6, 6, 12, 8),
+        *((s, 16, 6, 6, 12, 8) for s in ("data_parallel", "zero1", "zero2", "zero3")),  # 06's job: 24 GB of state
         ("zero2", 16, 8, 8, 0, 0),  # exactly full on 1 GPU: <= fits
         ("zero1", 12, 6, 6, 3, 3),  # replicated parts exactly the capacity, something split
         ("data_parallel", 10, 2, 2, 2, 0),  # nothing split and it fits: 1

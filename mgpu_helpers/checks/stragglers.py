@@ -192,15 +192,13 @@ def _straggler_reading_hints(collective_s, noise_s, got, want) -> str:
     first_step = reference_straggler([[v[0]] for v in collective_s], noise_s)
     by_mean = reference_straggler([[statistics.fmean(v)] for v in collective_s], noise_s)
     even = 1e3 * (max(medians) - min(medians)) <= 2e3 * noise_s + 0.1  # every rank as long, within the noise
-    slips = [  # 10 only: a verdict of None where there is one straggler, or a rank where there is none
-        (
-            want is None and got is not None and even,
-            "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。",
-        ),
-        (
-            want is None and got is not None and not even,
-            "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。",
-        ),
+    no_one = (  # 10 only: a rank named where there is no single straggler
+        "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。"
+        if even
+        else "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。"
+    )
+    slips = [
+        (want is None and got is not None, no_one),
         (
             want is not None and got is None,
             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。",

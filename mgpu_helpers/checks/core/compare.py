@@ -61,8 +61,7 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
         raise CheckFailed(
             f"{where}：返回了一个含 {len(got)} 个对象的列表；应当返回一个张量（列表可以用 torch.cat 拼起来）。"
         )
-    got = np.asarray(got, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
         raise CheckFailed(f"{where}：结果的形状是 {got.shape}，应当是 {want.shape}。{hint}".rstrip())
     bad = np.argwhere(~(np.isclose(got, want, atol=atol, rtol=rtol) & ~np.isnan(got)))
