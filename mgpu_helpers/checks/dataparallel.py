@@ -101,11 +101,8 @@ def reference_weighted_average(local_grads, rows):
     """``sum(rows[r] * g[r]) / sum(rows)`` from per-shard mean gradients (a shard with no rows is left out)."""
     import torch
 
-    out = torch.zeros_like(torch.as_tensor(local_grads[0], dtype=torch.float64))
-    for g, k in zip(local_grads, rows):
-        if k:
-            out = out + k * torch.as_tensor(g, dtype=torch.float64)
-    return out / sum(rows)
+    zero = torch.zeros_like(torch.as_tensor(local_grads[0], dtype=torch.float64))
+    return sum((k * torch.as_tensor(g, dtype=torch.float64) for g, k in zip(local_grads, rows) if k), zero) / sum(rows)
 
 
 def check_weighted_average(fn) -> None:
