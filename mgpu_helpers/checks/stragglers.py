@@ -53,8 +53,7 @@ try_ring_allreduce_seconds = core.fill_in_cell(
 
 
 def best_rebalance(shards, seconds) -> list[int]:
-    """Reference: whole units, one at a time, to the rank that would finish it earliest (each rank's time per unit
-    is ``seconds[r] / shards[r]``): the slowest predicted rank as fast as any whole-unit split makes it."""
+    """Reference: whole units one at a time, each to the rank that would finish it first (a unit: seconds/shards)."""
     per_unit = [s / k for s, k in zip(seconds, shards)]
     new = [0] * len(shards)
     for _ in range(int(sum(shards))):

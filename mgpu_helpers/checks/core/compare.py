@@ -19,8 +19,7 @@ def fail_first(*slips) -> None:
 
 
 def matching_hint(got, slips, default: str = "", **tolerance) -> str:
-    """The text of the first ``(value, text)`` in ``slips`` whose value ``got`` equals (:func:`math.isclose`
-    with ``tolerance``; a value of None matches nothing), else ``default``: the usual wrong formulas, named."""
+    """The text of the first ``(value, text)`` whose value ``got`` is close to (None: no match), else ``default``."""
     return next((text for value, text in slips if value is not None and math.isclose(got, value, **tolerance)), default)
 
 

@@ -50,8 +50,7 @@ def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = 
 
 
 def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice="", rule="", **kwargs):
-    """``run_ranks(rank_fn, world_size, args, **kwargs).values`` for a checker; a hang or an error in the learner's
-    ``fn`` becomes a :class:`CheckFailed` (``advice``: what to check on a hang; ``rule``: what the exercise allows)."""
+    """``run_ranks(...).values`` for a checker; a hang or an error in the learner's ``fn`` becomes a CheckFailed."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
