@@ -19,7 +19,7 @@ def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explai
     rng = core.new_rng()
     for world_size in world_sizes:
         rounds = make_rounds(rng, world_size)
-        values = core.run_watched(body, fn, what, world_size, rounds, course=lessons, timeout=timeout, refusal=OWN_CODE)
+        values = core.run_watched(fn, what, world_size, rounds, (), lessons, timeout, refusal=OWN_CODE, body=body)
         for rank, (out, _calls) in enumerate(values):
             for rnd, result in zip(rounds, out):
                 explain(world_size, rnd, rank, result)
@@ -191,9 +191,7 @@ def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
         inputs = [core.int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
         payload = (inputs, (), ("float32", "int64")[i % 2])
-        values = core.run_watched(
-            core.call_on_rank, fn, what, world_size, payload, (), LESSON_CODE, timeout, refusal=OWN_CODE
-        )
+        values = core.run_watched(fn, what, world_size, payload, (), LESSON_CODE, timeout, refusal=OWN_CODE)
         yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 

@@ -20,7 +20,7 @@ ORDER = "多半是各 Rank 调用的 Collective 次序或大小对不上。"  # 
 def run_traced(fn, what: str, n: int, inputs, extra, allowed, timeout: float, rule: str):
     """``fn(rank, n, x, *extra)`` on ``n`` ranks, a call outside ``allowed`` refused: ``[(value, calls)]`` per rank."""
     forbid, payload = set(core.DIST_CALLS) - set(allowed), (inputs, tuple(extra), "float32")
-    return core.run_watched(core.call_on_rank, fn, what, n, payload, forbid, (), timeout, advice=ORDER, rule=rule)
+    return core.run_watched(fn, what, n, payload, forbid, (), timeout, advice=ORDER, rule=rule)
 
 
 def _uneven_lengths(rng, n: int, high: int) -> list[int]:

@@ -41,15 +41,5 @@ from .failure import (
 from .fill_in import fill_in, fill_in_cell, passed
 from .limits import answers, call, deadline
 from .problems import WORLD_SIZES, RankProblem, run_problem
-from .ranks import (
-    HANG_S,
-    TRAIN_HANG_S,
-    as_numpy,
-    call_on_rank,
-    hang_failure,
-    launch,
-    launch_check,
-    rank_tensor,
-    run_watched,
-)
+from .ranks import HANG_S, TRAIN_HANG_S, as_numpy, hang_failure, launch, launch_check, rank_tensor, run_watched
 from .watch import COLLECTIVE_CALLS, DIST_CALLS, RECVS, SENDS, WatchedCalls, call_label, refuse_calls

@@ -78,47 +78,42 @@ def as_numpy(t):
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
 
 
-def _rank_main(rank, world_size, body, fn, payload, forbid, course, init):
-    import torch.distributed as dist
-
+def _rank_main(rank, world_size, body, fn, payload, forbid, course):
     with WatchedCalls(refuse=forbid, course=course) as watched:
         out = body(rank, world_size, fn, payload, watched.calls)
-    if not init and dist.is_initialized():
-        raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
     return out, list(watched.calls)
 
 
-def call_on_rank(rank, world_size, fn, payload, calls):
-    """:func:`run_watched`'s usual body: ``fn(rank, world_size, x, *extra)``, ``payload = (inputs, extra, dtype)``."""
+def _call_on_rank(rank, world_size, fn, payload, calls):
     inputs, extra, dtype = payload
     return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra))
 
 
 def run_watched(
-    body, fn, what, world_size, payload, forbid=(), course=(), timeout=HANG_S, init=True, advice="", rule="", refusal=""
+    fn, what, world_size, payload, forbid=(), course=(), timeout=HANG_S, advice="", rule="", refusal="", body=None
 ):
     """``body(rank, world_size, fn, payload, calls)`` on ranks, ``calls`` filled as the learner's ``fn`` calls
-    ``torch.distributed``: ``[(value, calls)]`` in rank order. Refused to ``fn``: the names ``forbid`` (``rule``: what
-    is allowed) and ``course``, the course's code (objects or dotted names; ``refusal``: what to do instead).
-    ``init=False``: ``fn`` joins the process group itself and must leave it. ``advice``: what to check on a hang."""
+    ``torch.distributed``: ``[(value, calls)]`` in rank order. The usual body calls ``fn(rank, world_size, x,
+    *extra)``, ``x`` this rank's input as a tensor (``payload = (inputs, extra, dtype)``). Refused to ``fn``: the
+    names ``forbid`` (``rule``: what is allowed) and ``course``, the course's code (objects or dotted names;
+    ``refusal``: what to do instead). ``advice``: what to check on a hang."""
     course = resolve_course(course)
     refuse_course_code(fn, what, [obj for obj, _label in course], advice=refusal)
-    args = (body, fn, payload, tuple(forbid), course, init)
-    return launch(_rank_main, world_size, args, what, fn, timeout, advice, rule, init=init)
+    args = (body or _call_on_rank, fn, payload, tuple(forbid), course)
+    return launch(_rank_main, world_size, args, what, fn, timeout, advice, rule)
 
 
 def launch_check(
-    fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
+    fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, course=()
 ):
     """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks (:func:`run_watched`): the values in rank order."""
-    payload = (inputs, tuple(extra), dtype)
-    runs = run_watched(call_on_rank, fn, what, world_size, payload, forbid, course, timeout, init)
+    runs = run_watched(fn, what, world_size, (inputs, tuple(extra), dtype), forbid, course, timeout)
     return [value for value, _calls in runs]
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
     """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, a rule
-    of the exercise broken (the tags of :class:`~.watch.WatchedCalls` and :func:`_rank_main`), else the error."""
+    of the exercise broken (the tags of :class:`~.watch.WatchedCalls`, or a rank left in its group), else the error."""
     if is_stub_error(exc):
         return not_done(fn, what)
     text = str(exc)
