@@ -25,7 +25,6 @@ def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explai
                 explain(world_size, rnd, rank, result)
 
 
-# -- 04: exchange, one step of the ring -----------------------------------------------------------------------
 def _exchange_rounds(rng, world_size):
     """(direction, dtype, lengths sent by each rank, data of each rank) per round: both directions, a float and an
     integer dtype, uneven lengths, zeros in the data. In the first round of each direction every rank sends: a
@@ -114,7 +113,6 @@ try_exchange = core.fill_in_cell(
 )
 
 
-# -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
     for _length, steps, dtype, data in cases:

@@ -34,9 +34,8 @@ def check_ring_allreduce_seconds(fn) -> None:
             (2 * n * alpha + bw, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
             (lat + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。"),
         ]
-        why = "要返回一个数（秒）。"
-        if core.is_number(got):
-            why = core.matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
+        number = core.is_number(got)
+        why = core.matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15) if number else "要返回一个数（秒）。"
         raise CheckFailed(
             f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
             f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。{' ' + why if why else ''}"
@@ -104,16 +103,11 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
         ) from None
 
 
-# The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
-WAIT_SHARDS = (6, 6, 6, 6)  # equal shards ...
-WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.060, 0.020)  # ... but rank 2 runs at a third of the speed (throttled)
-WAIT_RANK = 0
-
-
 def check_wait_prediction(fn) -> None:
-    """``fn() -> seconds``: :data:`WAIT_RANK`'s wait per step, against the measured median and the run's margin."""
-    shards, per_unit, rank, n = WAIT_SHARDS, WAIT_SECONDS_PER_UNIT, WAIT_RANK, len(WAIT_SHARDS)
-    what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
+    """``fn() -> seconds``: rank 0's wait per step, held against the median measured on real ranks (the
+    deterministic workload) and the run's own margin."""
+    shards, per_unit, rank = (6, 6, 6, 6), (0.020, 0.020, 0.060, 0.020), 0  # rank 2 throttled to a third
+    n, what = len(shards), f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = core.call(fn, what)
     guess = core.number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
     res = traced_run(shards, 5, per_unit, what)
