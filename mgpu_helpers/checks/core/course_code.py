@@ -273,14 +273,6 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
         raise raised[0]
 
 
-@contextlib.contextmanager
-def refusing_course_code(fn, what: str, targets, packages: bool = False, advice: str = "这一格要你自己写出它的计算。"):
-    """The course's functions ``targets`` refused to ``fn``, read before and watched while it runs."""
-    refuse_course_code(fn, what, targets, advice=advice)
-    with refusing(what, [obj for obj in targets if _inner(obj) is not _inner(fn)], advice, packages):
-        yield
-
-
 def course_object(name: str):
     """The object a dotted name (``"mgpu_helpers.lessons.p2p.exchange"``) names, its module imported now."""
     module, _, attr = name.rpartition(".")
