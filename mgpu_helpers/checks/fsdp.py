@@ -46,8 +46,7 @@ def _split(length, size, coord, rule):
 
 def _slips(shape, mesh_shape, coords, shard_dims, rule="ceil", nested=True, swap=False):
     """The shard by DTensor's rule (the defaults) or a usual wrong one: ``rule`` splits a span; ``nested=False``: a
-    second mesh dim on the same tensor dim splits the whole dim, not the first one's piece; ``swap``: the mesh
-    dims' coords read in reverse order."""
+    second mesh dim on a tensor dim splits the whole dim, not the first one's piece; ``swap``: coords reversed."""
     spans = [(0, n) for n in shape]
     for size, coord, dim in zip(mesh_shape, list(coords)[::-1] if swap else coords, shard_dims):
         if dim is not None:

@@ -1,5 +1,4 @@
-"""The checker of ex01's 2D kernel in Numba (the simulator on a CPU, the GPU otherwise): the matrix add.
-Notebook 01's fill-ins and ex01's other exercises are checked in checks.cuda_model, ex02's in checks.occupancy."""
+"""The checker of ex01's 2D Numba kernel (the matrix add); 01's other checks are in checks.cuda_model."""
 
 import numpy as np
 

@@ -59,9 +59,8 @@ def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = c
 
 
 def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather, ``len(x) % world_size == 0``.
-    Only those two families may be called, a reduce-scatter must be, and the all-gathers together may fill no more
-    than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
+    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; the all-gathers may fill no
+    more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
     rng = core.new_rng()
     for n in world_sizes:

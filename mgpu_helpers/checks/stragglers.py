@@ -104,8 +104,7 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
 
 
 def check_wait_prediction(fn) -> None:
-    """``fn() -> seconds``: rank 0's wait per step, held against the median measured on real ranks (the
-    deterministic workload) and the run's own margin."""
+    """``fn() -> seconds``: rank 0's wait per step, against the median measured on real ranks and the run's margin."""
     shards, per_unit, rank = (6, 6, 6, 6), (0.020, 0.020, 0.060, 0.020), 0  # rank 2 throttled to a third
     n, what = len(shards), f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = core.call(fn, what)
