@@ -44,13 +44,26 @@ def _split(length, size, coord, rule):
     return lo, min(lo + chunk, length) - lo
 
 
-def _slips(shape, mesh_shape, coords, shard_dims, rule="ceil", nested=True, swap=False):
-    """The shard by DTensor's rule (the defaults) or a usual wrong one: ``rule`` splits a span; ``nested=False``: a
-    second mesh dim on a tensor dim splits the whole dim, not the first one's piece; ``swap``: coords reversed."""
-    spans = [(0, n) for n in shape]
-    for size, coord, dim in zip(mesh_shape, list(coords)[::-1] if swap else coords, shard_dims):
+# The usual wrong ways to cut a shard, by name (``slip`` of _slips), and what each gets wrong; checked in this order.
+SLICE_SLIPS = {
+    "floor": "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
+    "前面的段都是满的，最后几段更短，甚至是空的。",
+    "array_split": "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
+    "每段 ceil(n / N)，不够的是最后几段。",
+    "unclipped": "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。",
+    "flat": "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，不是重新切整条。",
+    "swapped": "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。",
+}
+
+
+def _slips(shape, mesh_shape, coords, shard_dims, slip="ceil"):
+    """The shard by DTensor's rule (``"ceil"``) or by a slip of :data:`SLICE_SLIPS`: a rule of :func:`_split`;
+    ``"flat"``: a second mesh dim on a tensor dim splits the whole dim, not the first one's piece; ``"swapped"``:
+    the coords reversed."""
+    spans, rule = [(0, n) for n in shape], slip if slip in ("floor", "array_split", "unclipped") else "ceil"
+    for size, coord, dim in zip(mesh_shape, list(coords)[::-1] if slip == "swapped" else coords, shard_dims):
         if dim is not None:
-            lo, n = _split(spans[dim][1] if nested else shape[dim], size, coord, rule)
+            lo, n = _split(shape[dim] if slip == "flat" else spans[dim][1], size, coord, rule)
             spans[dim] = (spans[dim][0] + lo, n)
     return spans
 
@@ -89,28 +102,12 @@ def check_local_slices(fn) -> None:
             raise CheckFailed(f"{where}：应当返回每个张量维一个 (start, length)，实际得到 {got!r}。") from None
         if _same(got, want):
             continue
-        slip = lambda **rule: _same(got, _slips(*args, **rule))  # the shard by one of the usual wrong rules
         hint = core.first_hint(
             (
                 len(got) != len(shape),
                 f"要给张量的每一维（共 {len(shape)} 维）各一个 (start, length)，没被切的维是 (0, 该维长度)。",
             ),
-            (
-                slip(rule="floor"),
-                "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
-                "前面的段都是满的，最后几段更短，甚至是空的。",
-            ),
-            (
-                slip(rule="array_split"),
-                "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
-                "每段 ceil(n / N)，不够的是最后几段。",
-            ),
-            (slip(rule="unclipped"), "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。"),
-            (
-                slip(nested=False),
-                "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，不是重新切整条。",
-            ),
-            (slip(swap=True), "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。"),
+            *((_same(got, _slips(*args, slip)), text) for slip, text in SLICE_SLIPS.items()),
             default="对照 DTensor 自己的切法：沿网格维依次切，每段 ceil(n / N)。",
         )
         raise CheckFailed(f"{where}：DTensor 给这个 Rank 的是 {want}，你的答案是 {got}。{hint}")
