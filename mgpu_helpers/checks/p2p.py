@@ -48,7 +48,8 @@ def _peers(rank, world_size, direction):
     return (right, left) if direction == "right" else (left, right)
 
 
-def _exchange_body(rank, world_size, fn, rounds, calls):  # each round, fn once, then wait on what it returned
+def _exchange_body(rank, world_size, fn, rounds, calls):
+    """Each round every rank calls ``fn`` once and waits on what it returned."""
     out = []
     for direction, dtype, lengths, data in rounds:
         dst, src = _peers(rank, world_size, direction)

@@ -25,14 +25,16 @@ def _in_packages(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def _import(name: str):  # None for a module the machine lacks: the run will say so
+def _import(name: str):
+    """The module ``name``, or None for a module the machine lacks (the run will say so)."""
     try:
         return importlib.import_module(name)
     except Exception:
         return None
 
 
-def _attribute(obj, name: str, default=None):  # obj.name, or a submodule not imported yet
+def _attribute(obj, name: str, default=None):
+    """``obj.name``, else the submodule ``obj.name`` not imported yet."""
     try:
         return getattr(obj, name)
     except AttributeError:
@@ -183,7 +185,8 @@ _GUARDED = tuple(os.path.join("mgpu_helpers", part, "") for part in ("models", "
 _guards: list[dict] = []  # the refused code of each running guard, innermost last: code object -> label
 
 
-def _learners(path: str) -> bool:  # a notebook cell or a file of theirs: not a library's, not the course's
+def _learners(path: str) -> bool:
+    """A frame of the learner's code (a notebook cell, a file of theirs): not a library's, not the course's."""
     return not (path.startswith(_LIBRARIES) or "mgpu_helpers" in path or path.startswith("<frozen"))
 
 

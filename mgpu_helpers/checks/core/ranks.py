@@ -50,7 +50,8 @@ def hang_failure(exc, what: str, world_size: int, timeout: float, advice: str = 
 
 
 def launch(rank_fn, world_size: int, args, what: str, fn, timeout: float = HANG_S, advice="", rule="", **kwargs):
-    """``run_ranks(...).values`` for a checker; a hang or an error in the learner's ``fn`` becomes a CheckFailed."""
+    """``run_ranks(rank_fn, world_size, args, **kwargs).values`` for a checker; a hang or an error in the learner's
+    ``fn`` becomes a :class:`CheckFailed` (``advice``: what to check on a hang; ``rule``: what the exercise allows)."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
     from mgpu_helpers.launcher.launch import run_ranks
 
