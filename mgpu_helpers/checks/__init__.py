@@ -1,10 +1,7 @@
-"""Exercise checkers: run the reader's code on fresh random inputs, compare with a reference, explain.
-
-Every ``check_xxx(fn)`` prints one ``通过：...`` line when ``fn`` is right, else raises :class:`CheckFailed` saying in
-Chinese what is wrong (which rank, which element, what was expected and what came back); a stub still unwritten
-fails with :data:`NOT_DONE`, in a rank or a Numba kernel too. Sizes are small: the checks run in seconds on a CPU
-(Numba's simulator, gloo ranks) and unchanged on GPUs. Each module is one area and says which notebooks it checks.
-"""
+"""Exercise checkers: each ``check_xxx(fn)`` runs the reader's code on fresh random inputs and prints one ``通过：...``
+line, or raises :class:`CheckFailed` saying in Chinese what is wrong (a stub still unwritten: :data:`NOT_DONE`).
+Sizes are small: the checks run in seconds on a CPU (Numba's simulator, gloo ranks) and unchanged on GPUs. Each
+module is one area and says which notebooks it checks."""
 
 from mgpu_helpers.lazy import attach
 

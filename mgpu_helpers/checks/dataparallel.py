@@ -1,6 +1,5 @@
-"""Checkers for notebook 09 and ex09: a data-parallel training step on shards that are *uneven* in every run (an
-unweighted average is caught; a wrong result is matched against the usual mistakes, trained here), and 09's
-fill-ins: the whole-batch mean from per-rank means, step 2's rank function, the seed's ``ncclAllReduce`` arguments."""
+"""Checkers of notebook 09 and ex09: a data-parallel step on shards uneven in every run (a wrong result is matched
+against the usual mistakes, trained here), and 09's fill-ins."""
 
 import random
 
@@ -13,6 +12,7 @@ from mgpu_helpers.measure import dp_reference as ref
 
 UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}  # rows that never divide the world size
 ARGUMENTS = ("sendbuf", "recvbuf", "count", "datatype", "op", "stream")
+SAME_START = "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
 
 
 def _dp_rank(rank, world_size, fn, config):
@@ -50,25 +50,23 @@ def simulated_training(config, world_size: int, combine: str):
     return ref.flat_params(model).numpy()
 
 
+# The usual wrong ways to combine the shards' gradients, trained in simulated_training and matched; {sizes}: per rank.
+MISTAKES = {
+    "mean": "这正是“各 Rank 的局部梯度求和后除以 world_size”的结果：Shard 是 {sizes} 行，不一样大，"
+    "简单平均给小 Shard 里的样本更大的权重。每个 Rank 的梯度要按它的行数加权：乘以 本地行数 / 总行数"
+    "（总行数也可以用一次 All-Reduce 求出来），求和之后就不要再除以 world_size 了。",
+    "sum": "这是只求和、没有平均的结果：梯度大了约 world_size 倍，相当于学习率放大了。"
+    "按行数加权：乘以 本地行数 / 总行数 再求和（不是简单地除以 world_size）。",
+}
+
+
 def _which_mistake(got, want, config, n, sizes) -> str:
     """A hint for parameters ``got`` that differ from ``want``: the usual mistake it matches, trained here."""
     if got is None or np.shape(got) != want.shape or np.allclose(got, want, atol=1e-9, rtol=1e-9):
         return ""
-    for combine, why in (
-        (
-            "mean",
-            f"这正是“各 Rank 的局部梯度求和后除以 world_size”的结果：Shard 是 {sizes} 行，不一样大，"
-            "简单平均给小 Shard 里的样本更大的权重。每个 Rank 的梯度要按它的行数加权：乘以 本地行数 / 总行数"
-            "（总行数也可以用一次 All-Reduce 求出来），求和之后就不要再除以 world_size 了。",
-        ),
-        (
-            "sum",
-            "这是只求和、没有平均的结果：梯度大了约 world_size 倍，相当于学习率放大了。"
-            "按行数加权：乘以 本地行数 / 总行数 再求和（不是简单地除以 world_size）。",
-        ),
-    ):
+    for combine, why in MISTAKES.items():
         if np.allclose(got, simulated_training(config, n, combine), atol=1e-9, rtol=1e-9):
-            return "提示：" + why
+            return "提示：" + why.format(sizes=sizes)
     return (
         "提示：zero_grad 要在 backward 之前；optimizer.step() 要在 All-Reduce 之后；每个 Rank 的梯度按"
         "本地行数 / 总行数加权后求和（不是简单地除以 world_size）。"
@@ -76,8 +74,7 @@ def _which_mistake(got, want, config, n, sizes) -> str:
 
 
 def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = core.TRAIN_HANG_S) -> None:
-    """``fn(model, optimizer, x, y, world_size)`` does one step on the local shard, whose size differs between
-    ranks; after a few steps every rank's weights equal one process trained on the whole batch."""
+    """``fn(model, optimizer, x, y, world_size)``: after steps on uneven shards, the weights of one process."""
     from mgpu_helpers.lessons.data_parallel import shard_range
 
     what = "data_parallel_step 要做完 本地反向传播 → 梯度 All-Reduce 按行数加权取平均 → optimizer.step()"
@@ -101,15 +98,11 @@ def check_data_parallel_step(fn, world_sizes=(2, 3, 4), timeout: float = core.TR
 
 # -- notebook 09's fill-ins -----------------------------------------------------------------------------------
 def reference_weighted_average(local_grads, rows):
-    """The whole-batch mean gradient from per-shard mean gradients: ``sum(rows[r] * g[r]) / sum(rows)``
-    (a shard with no rows has no gradient to add: its entry is ignored)."""
+    """``sum(rows[r] * g[r]) / sum(rows)`` from per-shard mean gradients (a shard with no rows is left out)."""
     import torch
 
-    out = torch.zeros_like(torch.as_tensor(local_grads[0], dtype=torch.float64))
-    for g, k in zip(local_grads, rows):
-        if k:
-            out = out + k * torch.as_tensor(g, dtype=torch.float64)
-    return out / sum(rows)
+    zero = torch.zeros_like(torch.as_tensor(local_grads[0], dtype=torch.float64))
+    return sum((k * torch.as_tensor(g, dtype=torch.float64) for g, k in zip(local_grads, rows) if k), zero) / sum(rows)
 
 
 def check_weighted_average(fn) -> None:
@@ -132,8 +125,7 @@ def check_weighted_average(fn) -> None:
         rows[int(rng.integers(n))] += 1  # at least one row in all
         cases.append((grads(n, int(rng.integers(1, 9))), rows, f"{n} 个 Rank，随机的行数"))
     for grads_, rows, desc in cases:
-        nan = lambda g: torch.full(g.shape, float("nan"), dtype=torch.float64)
-        local = [torch.tensor(g) if k else nan(g) for g, k in zip(grads_, rows)]
+        local = [torch.tensor(g if k else g * np.nan) for g, k in zip(grads_, rows)]  # no rows: NaN, nothing to add
         got = core.call(fn, what, [g.clone() for g in local], list(rows))
         want = reference_weighted_average([torch.tensor(g) for g in grads_], rows).numpy()
         hint, g = "", np.asarray(grads_)
@@ -155,8 +147,7 @@ try_weighted_average = core.fill_in_cell(check_weighted_average, reference_weigh
 
 
 def check_local_gradient(fn) -> None:
-    """``fn(rank, world_size, config) -> {"rows", "loss", "grad", ...}`` (step 2 alone, no communication),
-    called in this process for ranks other than 0, uneven shards and a shard of one row."""
+    """``fn(rank, world_size, config) -> {"rows", "loss", "grad", ...}``: step 2 alone, run in this process."""
     import torch
 
     what = "local_gradient 要在本 Rank 的那片数据上做一次 forward + backward"
@@ -182,11 +173,7 @@ def check_local_gradient(fn) -> None:
             raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
         g = torch.as_tensor(got["grad"]).reshape(-1)
         summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
-        hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。"
-        if not summed:
-            hint = (
-                "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
-            )
+        hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。" if summed else SAME_START
         core.compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
         if abs(float(got["loss"]) - float(loss)) > 1e-10:
             raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")
@@ -200,8 +187,7 @@ try_local_gradient = core.fill_in_cell(
 
 
 def check_nccl_arguments(fn) -> None:
-    """``fn(tensor, stream_ptr) -> (sendbuf, recvbuf, count, datatype, op, stream)``: CuPy's ``allReduce`` arguments of
-    the seed's in-place SUM; every run holds a 2-D tensor, float64 and bfloat16, an empty tensor, the default stream."""
+    """``fn(tensor, stream_ptr)``: the six arguments of CuPy's ``allReduce`` for the seed's in-place SUM."""
     import torch
 
     from mgpu_helpers.lessons import data_parallel as dp

@@ -1,6 +1,5 @@
-"""Checkers of notebook 14 (FSDP2 at scale) and ex14. Fill-ins: ``try_local_slices`` (a rank's shard on a 1-D or
-2-D mesh, held against DTensor's own rule), ``try_model_state_bytes`` (the ZeRO paper's model-state bytes per
-rank, held against 06's memory model). Exercises: ``check_cheapest_stage``, ``check_shard_bytes``."""
+"""Checkers of notebook 14 (FSDP2 at scale) and ex14: a rank's shard on a device mesh, held against DTensor's own
+rule; the ZeRO stages' model-state bytes per rank, held against 06's memory model."""
 
 import itertools
 import math
@@ -45,14 +44,26 @@ def _split(length, size, coord, rule):
     return lo, min(lo + chunk, length) - lo
 
 
-def _slips(shape, mesh_shape, coords, shard_dims, rule="ceil", nested=True, swap=False):
-    """The shard by DTensor's rule (the defaults) or a usual wrong one: ``rule`` splits a span; ``nested=False``: a
-    second mesh dim on the same tensor dim splits the whole dim, not the first one's piece; ``swap``: the mesh
-    dims' coords read in reverse order."""
-    spans = [(0, n) for n in shape]
-    for size, coord, dim in zip(mesh_shape, list(coords)[::-1] if swap else coords, shard_dims):
+# The usual wrong ways to cut a shard, by name (``slip`` of _slips), and what each gets wrong; checked in this order.
+SLICE_SLIPS = {
+    "floor": "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
+    "前面的段都是满的，最后几段更短，甚至是空的。",
+    "array_split": "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
+    "每段 ceil(n / N)，不够的是最后几段。",
+    "unclipped": "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。",
+    "flat": "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，不是重新切整条。",
+    "swapped": "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。",
+}
+
+
+def _slips(shape, mesh_shape, coords, shard_dims, slip="ceil"):
+    """The shard by DTensor's rule (``"ceil"``) or by a slip of :data:`SLICE_SLIPS`: a rule of :func:`_split`;
+    ``"flat"``: a second mesh dim on a tensor dim splits the whole dim, not the first one's piece; ``"swapped"``:
+    the coords reversed."""
+    spans, rule = [(0, n) for n in shape], slip if slip in ("floor", "array_split", "unclipped") else "ceil"
+    for size, coord, dim in zip(mesh_shape, list(coords)[::-1] if slip == "swapped" else coords, shard_dims):
         if dim is not None:
-            lo, n = _split(spans[dim][1] if nested else shape[dim], size, coord, rule)
+            lo, n = _split(shape[dim] if slip == "flat" else spans[dim][1], size, coord, rule)
             spans[dim] = (spans[dim][0] + lo, n)
     return spans
 
@@ -64,8 +75,7 @@ def _same(got, want) -> bool:
 
 
 def check_local_slices(fn) -> None:
-    """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``: the part the rank at mesh ``coords``
-    holds, against DTensor's own rule on every rank of fresh shapes, uneven ones included."""
+    """``fn(shape, mesh_shape, coords, shard_dims) -> [(start, length), ...]``, against DTensor's rule on every rank."""
     what = "local_slices 要给出网格上某个 Rank 持有的那一块"
     from torch.distributed.tensor import _utils as dtensor_utils
 
@@ -92,28 +102,12 @@ def check_local_slices(fn) -> None:
             raise CheckFailed(f"{where}：应当返回每个张量维一个 (start, length)，实际得到 {got!r}。") from None
         if _same(got, want):
             continue
-        slip = lambda **rule: _same(got, _slips(*args, **rule))  # the shard by one of the usual wrong rules
         hint = core.first_hint(
             (
                 len(got) != len(shape),
                 f"要给张量的每一维（共 {len(shape)} 维）各一个 (start, length)，没被切的维是 (0, 该维长度)。",
             ),
-            (
-                slip(rule="floor"),
-                "你用的段长是 n // N、最后一段收下余数；torch 的段长是向上取整 ceil(n / N)，"
-                "前面的段都是满的，最后几段更短，甚至是空的。",
-            ),
-            (
-                slip(rule="array_split"),
-                "你像 numpy.array_split 那样让前几段各多一个；torch 按 torch.chunk 切："
-                "每段 ceil(n / N)，不够的是最后几段。",
-            ),
-            (slip(rule="unclipped"), "最后几段越过了这一维的末尾：长度要截到该维结束为止，可能是 0。"),
-            (
-                slip(nested=False),
-                "两个网格维切同一个张量维时，第二个网格维是在第一个切出的那一段里再切，不是重新切整条。",
-            ),
-            (slip(swap=True), "网格的第 i 维要配 coords[i] 和 shard_dims[i]：坐标的顺序用反了。"),
+            *((_same(got, _slips(*args, slip)), text) for slip, text in SLICE_SLIPS.items()),
             default="对照 DTensor 自己的切法：沿网格维依次切，每段 ceil(n / N)。",
         )
         raise CheckFailed(f"{where}：DTensor 给这个 Rank 的是 {want}，你的答案是 {got}。{hint}")
@@ -133,8 +127,7 @@ def reference_model_state_bytes(strategy: str, psi: float, world_size: int, k: f
 
 
 def check_model_state_bytes(fn) -> None:
-    """``fn(strategy, psi, world_size, k=12) -> bytes``: the model states one rank holds under ``"dp"``, ``"zero1"``,
-    ``"zero2"`` or ``"zero3"`` (fp16 parameters and gradients, K psi of fp32 optimizer state), against 06's model."""
+    """``fn(strategy, psi, world_size, k=12) -> bytes`` one rank holds under a ZeRO stage, against 06's model."""
     what = "model_state_bytes 要给出一个 Rank 存的模型状态（字节）"
     names = ("memory_plan", "compare_strategies")
     core.refuse_course_code(fn, what, (reference_model_state_bytes,), advice="用加减乘除自己算出来。", names=names)
@@ -161,12 +154,8 @@ def check_model_state_bytes(fn) -> None:
             (only((4 + k) * psi / n, "zero1", "zero2"), "ZeRO-1/2 不切参数：2Ψ 的 fp16 参数每个 Rank 一整份。"),
             (only((4 + k) * psi, "zero1", "zero2", "zero3"), "这个策略要切开的部分没有除以 N。"),
         ]
-        hint = core.matching_hint(
-            got,
-            slips,
-            rel_tol=1e-9,
-            default="按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。",
-        )
+        default = "按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。"
+        hint = core.matching_hint(got, slips, rel_tol=1e-9, default=default)
         raise CheckFailed(f"{where}：应当是 {want:,.0f} 字节，你的答案是 {got:,.0f}。{hint}")
     core.passed(f"{len(cases)} 组规模上四种策略的模型状态都和 06 的内存模型一致（ZeRO 论文的 (2+2+K)Ψ 记法）")
 
@@ -222,8 +211,7 @@ def reference_shard_bytes(shapes, world_size, rank, bytes_per_element=4):
 
 
 def check_shard_bytes(fn) -> None:
-    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes``: what FSDP2 leaves on ``rank``, every parameter
-    cut along dim 0 as ``torch.chunk`` cuts; fresh models, rows fewer than ranks included."""
+    """``fn(shapes, world_size, rank, bytes_per_element=4) -> bytes`` that FSDP2 (dim 0, as torch.chunk) leaves."""
     what = "shard_bytes 要给出 FSDP2 留在一个 Rank 上的参数字节数"
     rng = random.Random()
     models = [[(12, 7), (12,), (5, 12), (5,), (3, 5), (3,)]]

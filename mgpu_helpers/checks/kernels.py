@@ -1,14 +1,14 @@
-"""The checker of ex01's 2D kernel in Numba (the simulator on a CPU, the GPU otherwise): the matrix add.
-Notebook 01's fill-ins and ex01's other exercises are checked in checks.cuda_model, ex02's in checks.occupancy."""
+"""The checker of ex01's 2D Numba kernel (the matrix add); 01's other checks are in checks.cuda_model."""
 
 import numpy as np
 
 from mgpu_helpers.checks import core
 
+SWAPPED = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。"
+
 
 def check_matrix_add(kernel) -> None:
-    """2D vecAdd: ``kernel(a, b, c, rows, cols)`` launched on a 2D grid, x along columns, y along rows, through
-    :func:`mgpu_helpers.checks.cuda_model.run_kernel` (the stub is "not done yet", an endless loop is stopped)."""
+    """2D vecAdd ``kernel(a, b, c, rows, cols)`` on a 2D grid, x along columns, y along rows (via ``run_kernel``)."""
     from numba import cuda
 
     from mgpu_helpers.checks.cuda_model import run_kernel
@@ -35,10 +35,7 @@ def check_matrix_add(kernel) -> None:
                 "两个方向都要检查：row < rows 并且 col < cols。"
             )
         swapped = np.isnan(got[:rows, :cols]).any() and rows != cols  # an element not written: x and y swapped?
-        hint = (
-            "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。" if swapped else ""
-        )
-        core.compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, hint)
+        core.compare(got[:rows, :cols], a[:rows, :cols] + b[:rows, :cols], where, SWAPPED if swapped else "")
     core.passed(
         "二维 Kernel 在 " + "、".join(f"{r}x{c}" for r, c in shapes) + " 的矩阵上与 NumPy 一致，矩阵外没有被写。"
     )

@@ -1,8 +1,6 @@
-"""Checkers for notebook 04 (``try_exchange``, ``try_ring_pass``) and ex04 (``check_pass_right``, ``check_ring_sum``):
-point-to-point messages on ranks, the edge cases in every run (an odd world size, tensors of length 0, zeros, float
-and integer dtypes, both directions). The ``torch.distributed`` calls are watched in each rank under any name
-(:class:`~mgpu_helpers.checks.core.WatchedCalls`), so an exercise's rule ("blocking send/recv only", "no collective",
-"an empty buffer is not sent") is checked against the calls made; mh.lessons.p2p is refused the same way."""
+"""Checkers of notebook 04 and ex04: point-to-point messages on ranks, the edge cases in every run (an odd world
+size, tensors of length 0, zeros, float and integer dtypes, both directions). An exercise's rule ("blocking send/recv
+only", "an empty buffer is not sent") is checked against the ``torch.distributed`` calls watched in each rank."""
 
 import numpy as np
 
@@ -10,38 +8,23 @@ from mgpu_helpers.checks import core
 from mgpu_helpers.checks.core import CheckFailed
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
-LESSON_CODE = ("exchange", "ring_pass")  # mgpu_helpers.lessons.p2p
+LESSON_CODE = ("mgpu_helpers.lessons.p2p.exchange", "mgpu_helpers.lessons.p2p.ring_pass")
+OWN_CODE = "这一题要你自己写出来：调用课程的实现不算。"  # what a refusal of the lesson's code says
 SENTINEL = -7777
 ROUNDS = (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))  # exchange's, in order
 
 
-def _watched_main(rank, world_size, body, fn, payload, course):
-    with core.WatchedCalls(course=course) as watched:
-        out = body(rank, world_size, fn, payload, watched.calls)
-    return out, list(watched.calls)
-
-
-def run_watched(body, fn, what: str, world_size: int, payload, lessons=LESSON_CODE, timeout: float = core.HANG_S):
-    """``body(rank, world_size, fn, payload, calls)`` on ranks with the calls watched: ``(value, calls)`` in rank
-    order. ``lessons``: the names in mh.lessons.p2p refused to ``fn``, before the run and in the ranks."""
-    course = core.resolve_course(f"mgpu_helpers.lessons.p2p.{name}" for name in lessons or ())
-    core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="这一题要你自己写出来：调用课程的实现不算。")
-    return core.launch(_watched_main, world_size, (body, fn, payload, course), what, fn, timeout)
-
-
 def _check_rounds(fn, what: str, world_sizes, timeout, make_rounds, body, explain, lessons=LESSON_CODE) -> None:
-    """Per world size, ``body`` on the ranks with fresh ``make_rounds(rng, world_size)``, then ``explain(world_size,
-    round, rank, result)`` (which raises on a mistake) for every rank's result of every round."""
+    """Per world size, ``body`` on ranks with fresh rounds, then ``explain`` (raising on a mistake) on each result."""
     rng = core.new_rng()
     for world_size in world_sizes:
         rounds = make_rounds(rng, world_size)
-        values = run_watched(body, fn, what, world_size, rounds, lessons=lessons, timeout=timeout)
+        values = core.run_watched(fn, what, world_size, rounds, (), lessons, timeout, refusal=OWN_CODE, body=body)
         for rank, (out, _calls) in enumerate(values):
             for rnd, result in zip(rounds, out):
                 explain(world_size, rnd, rank, result)
 
 
-# -- 04: exchange, one step of the ring -----------------------------------------------------------------------
 def _exchange_rounds(rng, world_size):
     """(direction, dtype, lengths sent by each rank, data of each rank) per round: both directions, a float and an
     integer dtype, uneven lengths, zeros in the data. In the first round of each direction every rank sends: a
@@ -117,8 +100,7 @@ def _explain_exchange_round(world_size, rnd, rank, result) -> None:
 
 
 def check_exchange(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> None:
-    """``fn(send_buf, dst, recv_buf, src)`` called once per rank round a ring, both ways: no deadlock, the right
-    data, empty buffers skipped, ``send_buf`` untouched, a list of requests returned."""
+    """``fn(send_buf, dst, recv_buf, src)`` once per rank round a ring, both ways: no deadlock, the right data."""
     what = "exchange 要把 send_buf 发给 dst、从 src 收进 recv_buf，整个环一起调用也不死锁"
     _check_rounds(fn, what, world_sizes, timeout, _exchange_rounds, _exchange_body, _explain_exchange_round)
     core.passed(
@@ -132,7 +114,6 @@ try_exchange = core.fill_in_cell(
 )
 
 
-# -- 04: ring_pass, the ring built from exchange ------------------------------------------------------------------
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
     for _length, steps, dtype, data in cases:
@@ -163,12 +144,9 @@ def _explain_ring(world_size, case, rank, result):
     arrived = result["arrived"]
     if not isinstance(arrived, list):
         raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
+    own = "不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else ""
     core.fail_first(
-        (
-            len(arrived) != n_steps,
-            f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。"
-            + ("不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else ""),
-        ),
+        (len(arrived) != n_steps, f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。{own}"),
         (not result["kept"], f"{where}：token 被改掉了。每一步要收进一块新的缓冲区，传的是刚收到的那块。"),
     )
     for step, got in enumerate(arrived):
@@ -192,7 +170,7 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> Non
     """``fn(token, steps=None)`` inside a process group: the list of tokens that arrived from the left."""
     what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
     # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
-    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=("ring_pass",))
+    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=LESSON_CODE[1:])
     core.passed(
         f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
         "（也走过不止一圈，也传过空张量和 int64）。"
@@ -203,11 +181,6 @@ try_ring_pass = core.fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.rin
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
-def _rank_fn_body(rank, world_size, fn, case, calls):
-    inputs, dtype = case
-    return core.as_numpy(fn(rank, world_size, core.rank_tensor(inputs[rank], dtype)))
-
-
 def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
     """``(world_size, inputs, results, calls)`` of ``fn(rank, world_size, x)`` on each world size, float32 and int64 by
     turns, one zero in rank 0's data (only one: a whole rank of zeros would hide a value added twice)."""
@@ -216,17 +189,15 @@ def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
         length = int(rng.integers(1, longest + 1))
         inputs = [core.int_values(rng, length) for _ in range(world_size)]
         inputs[0][int(rng.integers(0, length))] = 0
-        case = (inputs, ("float32", "int64")[i % 2])
-        values = run_watched(_rank_fn_body, fn, what, world_size, case, timeout=timeout)
+        payload = (inputs, (), ("float32", "int64")[i % 2])
+        values = core.run_watched(fn, what, world_size, payload, (), LESSON_CODE, timeout, refusal=OWN_CODE)
         yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 
-def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, with blocking
-    ``dist.send`` / ``dist.recv`` only (isend/irecv, batch_isend_irecv, collectives and mh.lessons.p2p refused)."""
+def check_pass_right(fn, world_sizes=(2, 3, 4, 5), timeout: float = core.HANG_S) -> None:
+    """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, blocking send/recv only."""
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
-    sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout):
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, world_sizes, timeout):
         for rank, got in enumerate(results):
             want = inputs[(rank - 1) % world_size]
             hint = core.which_rank(got, inputs)
@@ -245,7 +216,7 @@ def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None
                     f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank {(rank + 1) % world_size}。"
                 )
     core.passed(
-        f"pass_right 在 world_size = {', '.join(map(str, sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
+        f"pass_right 在 world_size = {', '.join(map(str, world_sizes))} 上只用阻塞的 send/recv 就把数据交给了右边，"
         "没有死锁（奇数个 Rank 也一样）。"
     )
 
@@ -262,12 +233,10 @@ def _ring_sum_hint(got, total, inputs, rank, world_size) -> str:
     return f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
 
 
-def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)``: the element-wise sum of every rank's x on a two-way ring, in at most
-    ``world_size // 2`` steps (sends per neighbour are counted); no collective, no mh.lessons code."""
+def check_ring_sum(fn, world_sizes=(2, 3, 4, 5), timeout: float = core.HANG_S) -> None:
+    """``fn(rank, world_size, x)``: the sum of every rank's x on a two-way ring, in ``world_size // 2`` steps."""
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
-    sizes = tuple(world_sizes or (2, 3, 4, 5))
-    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, sizes, timeout, longest=4):
+    for world_size, inputs, results, calls in _rank_fn_runs(fn, what, world_sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)
         for rank, got in enumerate(results):
             hint = _ring_sum_hint(got, total, inputs, rank, world_size)
@@ -283,6 +252,6 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
                         f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。"
                     )
     core.passed(
-        f"ring_sum 在 world_size = {', '.join(map(str, sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
+        f"ring_sum 在 world_size = {', '.join(map(str, world_sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
         "（偶数个 Rank 时对面那个 Rank 也只加了一次）。"
     )

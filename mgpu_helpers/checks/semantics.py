@@ -1,6 +1,5 @@
-"""Checkers of notebook 07 and ex07: collective semantics. Fill-ins: the bytes each rank sends (arithmetic), an
-all-gather of pieces of different lengths. Exercises: a reduce-scatter of uneven parts, all-reduce from a reduce-scatter
-and an all-gather (the calls and the elements they move traced in each rank, other collectives refused)."""
+"""Checkers of notebook 07 and ex07, collective semantics: fill-ins for the bytes each rank sends and an uneven
+all-gather; exercises checked against the calls traced in each rank (other collectives refused)."""
 
 import functools
 import math
@@ -15,32 +14,31 @@ RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
 
 
-def _traced_rank_main(rank, world_size, fn, inputs, extra, allowed):
-    with core.WatchedCalls(refuse=set(core.DIST_CALLS) - set(allowed)) as watched:
-        out = fn(rank, world_size, core.rank_tensor(inputs[rank], "float32"), *extra)
-    return core.as_numpy(out), [(c.name.split(".")[-1], c.numel or 0) for c in watched.calls]
+ORDER = "多半是各 Rank 调用的 Collective 次序或大小对不上。"  # what to check on a hang
 
 
-def run_traced(
-    fn, what: str, world_size: int, inputs, extra=(), allowed=(), timeout: float = core.HANG_S, rule: str = ""
-):
-    """``fn(rank, world_size, x, *extra)`` on ranks, every ``torch.distributed`` call watched: ``[(value, calls)]``
-    per rank, a call ``(name, elements of its first argument)``. A call outside ``allowed`` fails the check."""
-    args, advice = (fn, inputs, tuple(extra), tuple(allowed)), "多半是各 Rank 调用的 Collective 次序或大小对不上。"
-    return core.launch(_traced_rank_main, world_size, args, what, fn, timeout, advice, rule=rule or ", ".join(allowed))
+def run_traced(fn, what: str, n: int, inputs, extra, allowed, timeout: float, rule: str):
+    """``fn(rank, n, x, *extra)`` on ``n`` ranks, a call outside ``allowed`` refused: ``[(value, calls)]`` per rank."""
+    forbid, payload = set(core.DIST_CALLS) - set(allowed), (inputs, tuple(extra), "float32")
+    return core.run_watched(fn, what, n, payload, forbid, (), timeout, advice=ORDER, rule=rule)
+
+
+def _uneven_lengths(rng, n: int, high: int) -> list[int]:
+    """``n`` lengths below ``high``, never all equal; from 3 ranks on one of them (not rank 0's) is 0: every run."""
+    lengths = [int(v) for v in rng.integers(1, high, size=n)]
+    if n > 2:
+        lengths[int(rng.integers(1, n))] = 0
+    elif len(set(lengths)) == 1:
+        lengths[0] += 1
+    return lengths
 
 
 def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)``: x has a different length on each rank; return the concatenation in
-    rank order on every rank."""
+    """``fn(rank, world_size, x)``, x of a different length on each rank: their concatenation in rank order."""
     what = "all_gather_uneven 要先交换长度、再收齐各 Rank 长度不同的片段，按 rank 顺序拼接"
     rng = core.new_rng()
     for n in world_sizes:
-        lengths = [int(v) for v in rng.integers(1, 6, size=n)]
-        if len(set(lengths)) == 1:
-            lengths[0] += 1
-        if n > 2:
-            lengths[int(rng.integers(1, n))] = 0  # a rank with nothing to add, every run
+        lengths = _uneven_lengths(rng, n, 6)
         inputs = [core.int_values(rng, k) for k in lengths]
         longest = int(np.argmax(lengths))
         inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0  # zeros in the data
@@ -61,9 +59,8 @@ def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = c
 
 
 def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = core.HANG_S) -> None:
-    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather, ``len(x) % world_size == 0``.
-    Only those two families may be called, a reduce-scatter must be, and the all-gathers together may fill no more
-    than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
+    """``fn(rank, world_size, x)``: all-reduce (sum) as reduce-scatter then all-gather; the all-gathers may fill no
+    more than ``len(x)`` elements (an all-gather of the whole x, summed locally, moves n times that)."""
     what = "all_reduce_rs_ag 要用 Reduce-Scatter + All-Gather 得到和 All-Reduce 一样的结果"
     rng = core.new_rng()
     for n in world_sizes:
@@ -71,10 +68,10 @@ def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = co
         inputs = [core.int_values(rng, length) for _ in range(n)]
         inputs[-1][:] = 0.0  # zeros in the data
         rule = "dist.reduce_scatter 和 dist.all_gather"
-        got = run_traced(fn, what, n, inputs, allowed=RS_NAMES + AG_NAMES, timeout=timeout, rule=rule)
+        got = run_traced(fn, what, n, inputs, (), RS_NAMES + AG_NAMES, timeout, rule)
         for r, (value, calls) in enumerate(got):
-            names = [c for c, _ in calls]
-            gathered = sum(k for c, k in calls if c in AG_NAMES)
+            names = [c.name.removeprefix("dist.") for c in calls]
+            gathered = sum(c.numel or 0 for c, name in zip(calls, names) if name in AG_NAMES)
             whole = "All-Gather 整个 x 再在本地求和：每个 Rank 收下 n 倍的数据，这不是 Reduce-Scatter + All-Gather。"
             core.fail_first(
                 (
@@ -98,7 +95,6 @@ def check_all_reduce_rs_ag(fn, world_sizes=core.WORLD_SIZES, timeout: float = co
 
 
 # -- 07: the bytes each rank sends, as arithmetic (all_reduce last: 07 builds it from reduce_scatter) -----------
-
 LESSON_OPS = ("reduce", "broadcast", "all_gather", "reduce_scatter", "all_reduce")
 BYTES_WHY = {
     "reduce": "Reduce 沿链 n-1 → … → 1 → 0 传部分和：除 Root 外每个 Rank 把整块往下传一次，Root 只收不发。",
@@ -113,21 +109,15 @@ def reference_bytes_each_rank_sends(op, nbytes, world_size, rank):
     """The checker's reference: bytes rank ``rank`` sends in ``op`` (ring for all-gather / reduce-scatter, both
     for all-reduce; a chain ``n-1 -> ... -> 0`` for reduce and ``0 -> 1 -> ... -> n-1`` for broadcast, root 0)."""
     one_pass = (world_size - 1) * nbytes // world_size
-    sends = {
-        "reduce": 0 if rank == 0 else nbytes,
-        "broadcast": 0 if rank == world_size - 1 else nbytes,
-        "all_gather": one_pass,
-        "reduce_scatter": one_pass,
-        "all_reduce": 2 * one_pass,
-    }
+    sends = dict(reduce=0 if rank == 0 else nbytes, broadcast=0 if rank == world_size - 1 else nbytes)
+    sends |= dict(all_gather=one_pass, reduce_scatter=one_pass, all_reduce=2 * one_pass)
     if op not in sends:
         raise ValueError(f"unknown collective {op!r}; one of {LESSON_OPS}")
     return sends[op]
 
 
 def check_bytes_each_rank_sends(fn) -> None:
-    """``fn(op, nbytes, world_size, rank) -> bytes`` that ``rank`` sends in ``op`` (root 0): one rank, two, odd world
-    sizes, the root and the chain's far end in every run; random sizes on top."""
+    """``fn(op, nbytes, world_size, rank) -> bytes`` sent in ``op`` (root 0), the root and chain ends every run."""
     what = "bytes_each_rank_sends 要给出每个 Rank 在 Collective 里发出的字节数"
     ours = ("mgpu_helpers.runs.bytes_sent", "mgpu_helpers.models.bandwidth")
     core.refuse_course_code(fn, what, [reference_bytes_each_rank_sends], packages=ours)
@@ -181,9 +171,9 @@ def reference_all_gather_uneven(rank, world_size, x):
     return torch.cat([b[:k] for b, k in zip(bufs, sizes)])
 
 
-def try_all_gather_uneven(fn, world_sizes=(3,), timeout: float = core.HANG_S):
-    """07's fill-in: the learner's ``all_gather_uneven`` run on ranks and checked, or the reference while unwritten."""
-    check = functools.partial(check_all_gather_uneven, world_sizes=world_sizes, timeout=timeout)
+def try_all_gather_uneven(fn):
+    """07's fill-in: the learner's ``all_gather_uneven`` checked on 3 ranks, or the reference while unwritten."""
+    check = functools.partial(check_all_gather_uneven, world_sizes=(3,))
     return core.fill_in(fn, check, reference_all_gather_uneven, "不等长片段的 All-Gather")
 
 
@@ -195,14 +185,11 @@ def check_reduce_scatter_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float
     rule = "dist.reduce_scatter（或逐段 dist.reduce），不许 All-Reduce 或 All-Gather"
     allowed = RS_NAMES + ("reduce",)
     for n in world_sizes:
-        sizes = [int(v) for v in rng.integers(1, 5, size=n)]
-        sizes[-1] = 0 if n > 2 else sizes[-1]  # a rank with an empty part, every run
-        if len(set(sizes)) == 1:
-            sizes[0] += 1
+        sizes = _uneven_lengths(rng, n, 5)
         inputs = [core.int_values(rng, sum(sizes)) for _ in range(n)]
         inputs[0][:] = 0.0 if n > 2 else inputs[0]  # zeros in the data
         whole, offsets = np.sum(inputs, axis=0), np.cumsum([0] + sizes)
-        got = run_traced(fn, what, n, inputs, extra=(sizes,), allowed=allowed, timeout=timeout, rule=rule)
+        got = run_traced(fn, what, n, inputs, (sizes,), allowed, timeout, rule)
         for r, (value, _calls) in enumerate(got):
             hint = ""
             if value is not None and np.size(value) == max(sizes) and max(sizes) != sizes[r]:

@@ -1,5 +1,4 @@
-"""Checkers for notebook 08 (fill-ins ``try_<name>``) and ex08 (``check_<name>``): the performance model and
-stragglers. The course's own ``mh.lessons.cost_model`` and ``mh.measure.straggler`` are refused to them."""
+"""Checkers of notebook 08 and ex08: the performance model and stragglers, the course's own code refused."""
 
 import math
 import random
@@ -35,9 +34,8 @@ def check_ring_allreduce_seconds(fn) -> None:
             (2 * n * alpha + bw, "每个阶段是 world_size − 1 步，不是 world_size 步。"),
             (lat + 2 * nbytes * beta, "带宽项是 2(n−1)/n · nbytes · beta，只在 n 很大时才接近 2 · nbytes · beta。"),
         ]
-        why = "要返回一个数（秒）。"
-        if core.is_number(got):
-            why = core.matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15)
+        number = core.is_number(got)
+        why = core.matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15) if number else "要返回一个数（秒）。"
         raise CheckFailed(
             f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
             f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。{' ' + why if why else ''}"
@@ -54,8 +52,7 @@ try_ring_allreduce_seconds = core.fill_in_cell(
 
 
 def best_rebalance(shards, seconds) -> list[int]:
-    """Reference: whole units, one at a time, to the rank that would finish it earliest (each rank's time per unit
-    is ``seconds[r] / shards[r]``): the slowest predicted rank as fast as any whole-unit split makes it."""
+    """Reference: whole units one at a time, each to the rank that would finish it first (a unit: seconds/shards)."""
     per_unit = [s / k for s, k in zip(seconds, shards)]
     new = [0] * len(shards)
     for _ in range(int(sum(shards))):
@@ -64,8 +61,7 @@ def best_rebalance(shards, seconds) -> list[int]:
 
 
 def check_rebalance(fn) -> None:
-    """``fn(shards, seconds) -> new shards``: same total of whole units, slowest predicted rank as fast as
-    the best whole-unit split (per-unit time of each rank = seconds / shards, as measured)."""
+    """``fn(shards, seconds) -> new shards``: the same units, the slowest rank as fast as :func:`best_rebalance`'s."""
     what = "rebalance 要根据实测时间重新分配工作，让最慢的 Rank 尽量快"
     rng = random.Random()
     cases = [([12, 6, 4, 2], [0.12, 0.06, 0.04, 0.02])]  # equal speeds: 6/6/6/6
@@ -96,8 +92,7 @@ def check_rebalance(fn) -> None:
 
 
 def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
-    """The deterministic-cost straggler step on real ranks (RankResults), for a checker that measures; a rank
-    that fails or hangs becomes a CheckFailed that says so."""
+    """The deterministic-cost straggler step on real ranks; a rank that fails or hangs becomes a CheckFailed."""
     from mgpu_helpers.launcher.errors import RankError, RankTimeout
 
     try:
@@ -108,67 +103,49 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
         ) from None
 
 
-# The number-first exercise: the learner predicts a wait, the ranks measure it with the deterministic workload.
-WAIT_SHARDS = (6, 6, 6, 6)  # equal shards ...
-WAIT_SECONDS_PER_UNIT = (0.020, 0.020, 0.060, 0.020)  # ... but rank 2 runs at a third of the speed (throttled)
-WAIT_RANK = 0
-
-
-def check_wait_prediction(
-    fn, shard_units=WAIT_SHARDS, seconds_per_unit=WAIT_SECONDS_PER_UNIT, rank: int = WAIT_RANK, steps: int = 5
-) -> None:
-    """``fn() -> seconds``: ``rank``'s wait at the all-reduce each step, ``shard_units`` at ``seconds_per_unit`` (one or
-    one per rank), against the median measured on real ranks within the run's own margin plus 10%."""
-    what = f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
+def check_wait_prediction(fn) -> None:
+    """``fn() -> seconds``: rank 0's wait per step, against the median measured on real ranks and the run's margin."""
+    shards, per_unit, rank = (6, 6, 6, 6), (0.020, 0.020, 0.060, 0.020), 0  # rank 2 throttled to a third
+    n, what = len(shards), f"predicted_wait_s 要给出 rank {rank} 每步在 All-Reduce 前等待的秒数"
     guess = core.call(fn, what)
     guess = core.number_answer(guess, f"{what}：应当返回一个数（秒），实际得到 {guess!r}。")
-    res = traced_run(shard_units, steps, seconds_per_unit, what)
+    res = traced_run(shards, 5, per_unit, what)
     measured = straggler.median_waits(res.values)[rank]
-    tolerance = straggler.model_margin(res.values, seconds_per_unit) + 0.1 * measured + 1e-3
+    tolerance = straggler.model_margin(res.values, per_unit) + 0.1 * measured + 1e-3
     if abs(guess - measured) > tolerance:
-        n = len(shard_units)
-        per_unit = seconds_per_unit if isinstance(seconds_per_unit, (tuple, list)) else [seconds_per_unit] * n
         nudge = "Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
         raise CheckFailed(
-            f"Shard {'/'.join(f'{u:g}' for u in shard_units)}、每单位 {'/'.join(f'{1e3 * s:g}' for s in per_unit)} ms："
+            f"Shard {'/'.join(f'{u:g}' for u in shards)}、每单位 {'/'.join(f'{1e3 * s:g}' for s in per_unit)} ms："
             f"{n} 个 Rank 上量到 rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
             f"你的预测是 {guess:.3f} s。{nudge if abs(guess) < 1e-3 else ''}想一想：所有 Rank 同时出发，"
-            f"rank {rank} 算完自己的 {shard_units[rank]:g} 个单位后，要等到谁算完？"
+            f"rank {rank} 算完自己的 {shards[rank]:g} 个单位后，要等到谁算完？"
         )
     core.passed(
-        f"你预测 rank {rank} 等 {guess:.3f} s，{len(shard_units)} 个 Rank 上量到 {measured:.3f} s"
-        f"（误差上限 ±{tolerance:.3f} s）。"
+        f"你预测 rank {rank} 等 {guess:.3f} s，{n} 个 Rank 上量到 {measured:.3f} s（误差上限 ±{tolerance:.3f} s）。"
     )
 
 
 # -- 08: which rank is the straggler, read from the time each rank spent inside the collective ---------------
-def _collective_case(rng, world_size, straggler, late_s, stalled=None, steps=5):
-    """Per-rank lists of per-step times inside the all-reduce (about 2 ms of work) when ``straggler`` arrives ``late_s``
-    late; ``stalled=(rank, step, s)``: in that step another rank was held up ``s`` and everyone else waits for it."""
-    out = [[0.0] * steps for _ in range(world_size)]
-    for k in range(steps):
-        arrive = [0.0] * world_size
-        arrive[straggler] = late_s
+def _collective_times(rng, world_size, straggler, late_s, stalled):
+    """Per rank, 5 steps' times inside the all-reduce (about 2 ms of work) when ``straggler`` arrives ``late_s`` late;
+    ``stalled=(rank, step, s)``: in that step another rank was held up ``s`` and everyone else waits for it."""
+    arrivals = []  # per step, when each rank arrives
+    for k in range(5):
+        arrive = [late_s if r == straggler else 0.0 for r in range(world_size)]
         if stalled is not None and stalled[1] == k:
             arrive[stalled[0]] += stalled[2]
-        for r in range(world_size):
-            out[r][k] = max(arrive) - arrive[r] + 0.002 * rng.uniform(0.8, 1.3)
-    return out
+        arrivals.append(arrive)
+    return [[max(a) - a[r] + 0.002 * rng.uniform(0.8, 1.3) for a in arrivals] for r in range(world_size)]
 
 
 def collective_cases(rng=None) -> list[tuple[list, int, str]]:
     """``(collective_s per rank per step, straggler rank, what the case is)``: the fixed edge cases, then random."""
     rng = rng or random.Random()
-    case = lambda *args, **stalled: _collective_case(rng, *args, **stalled)
-    cases = [
-        (case(2, 0, 0.080), 0, "2 个 Rank，Straggler 是 rank 0"),
-        (case(4, 3, 0.120), 3, "4 个 Rank，Straggler 是最后一个 Rank"),
-        (
-            case(4, 2, 0.100, stalled=(1, 0, 0.5)),
-            2,
-            "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s",
-        ),
-        (case(8, 5, 0.060, stalled=(0, 2, 0.4)), 5, "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s"),
+    drawn = [  # (world_size, straggler, late_s, stalled, story)
+        (2, 0, 0.080, None, "2 个 Rank，Straggler 是 rank 0"),
+        (4, 3, 0.120, None, "4 个 Rank，Straggler 是最后一个 Rank"),
+        (4, 2, 0.100, (1, 0, 0.5), "4 个 Rank，Straggler 是 rank 2；第 0 步 rank 1 被别的进程耽搁了 0.5 s"),
+        (8, 5, 0.060, (0, 2, 0.4), "8 个 Rank，Straggler 是 rank 5；第 2 步 rank 0 被耽搁了 0.4 s"),
     ]
     for _ in range(20):
         n = rng.randint(2, 8)
@@ -176,9 +153,8 @@ def collective_cases(rng=None) -> list[tuple[list, int, str]]:
         stalled = None
         if rng.random() < 0.5:  # another rank held up in one step
             stalled = (rng.choice([r for r in range(n) if r != strag]), rng.randrange(5), rng.uniform(0.3, 0.8))
-        per_rank = _collective_case(rng, n, strag, rng.uniform(0.03, 0.3), stalled=stalled)
-        cases.append((per_rank, strag, f"{n} 个 Rank，随机的一组"))
-    return cases
+        drawn.append((n, strag, rng.uniform(0.03, 0.3), stalled, f"{n} 个 Rank，随机的一组"))
+    return [(_collective_times(rng, n, strag, late, stalled), strag, story) for n, strag, late, stalled, story in drawn]
 
 
 def reference_straggler(collective_s, noise_s: float = 0.0):
@@ -208,15 +184,13 @@ def _straggler_reading_hints(collective_s, noise_s, got, want) -> str:
     first_step = reference_straggler([[v[0]] for v in collective_s], noise_s)
     by_mean = reference_straggler([[statistics.fmean(v)] for v in collective_s], noise_s)
     even = 1e3 * (max(medians) - min(medians)) <= 2e3 * noise_s + 0.1  # every rank as long, within the noise
-    slips = [  # 10 only: a verdict of None where there is one straggler, or a rank where there is none
-        (
-            want is None and got is not None and even,
-            "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。",
-        ),
-        (
-            want is None and got is not None and not even,
-            "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。",
-        ),
+    no_one = (  # 10 only: a rank named where there is no single straggler
+        "各 Rank 差不多一样长：没有谁在等谁，差别只是噪声。这时该返回 None，去查链路和拓扑，而不是硬挑一个 Rank。"
+        if even
+        else "不止一个 Rank 短：最短的那个并没有比**每一个**别的 Rank 都短出噪声以上。没有唯一的 Straggler 时返回 None。"
+    )
+    slips = [
+        (want is None and got is not None, no_one),
         (
             want is not None and got is None,
             f"rank {want} 比其余每个 Rank 都短出噪声以上：别人都在等它，它就是 Straggler。",
@@ -252,12 +226,11 @@ def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
             raise CheckFailed(f"{where}：应当是 {said(want)}，你的答案是 {said(got)}。{hints}")
 
 
-def check_straggler_from_collective(fn, cases=None) -> None:
-    """``fn(collective_s) -> rank``, ``collective_s[r]`` rank r's times inside the all-reduce per step: the rank
-    whose collective is SHORT (the others waited in it for it), by the median (one stalled step must not change it)."""
+def check_straggler_from_collective(fn) -> None:
+    """``fn(collective_s) -> rank`` whose median time inside the all-reduce is SHORT (the others waited)."""
     what = "straggler_from_collective 要从每个 Rank 在 Collective 里的时间找出 Straggler"
-    cases = cases or collective_cases()
-    hold_straggler_readings(fn, what, [(c, 0.0, strag, story) for c, strag, story in cases], with_noise=False)
+    cases = [(c, 0.0, strag, story) for c, strag, story in collective_cases()]
+    hold_straggler_readings(fn, what, cases, with_noise=False)
     core.passed(
         "straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。"
     )
@@ -269,8 +242,7 @@ try_straggler_from_collective = core.fill_in_cell(
 
 
 def check_allreduce_crossover_bytes(fn) -> None:
-    """ex08, exercise 1: ``fn(world_size, alpha, beta) -> bytes`` at which a ring all-reduce's bandwidth term
-    equals its latency term (``2(n-1) alpha = 2(n-1)/n N beta``, so ``N = n alpha / beta``)."""
+    """``fn(world_size, alpha, beta) -> bytes`` at which a ring all-reduce's bandwidth term equals its latency term."""
     what = "allreduce_crossover_bytes 要给出带宽项等于延迟项时的消息大小（字节）"
     rng = random.Random()
     cases = [(2, 8.6e-6, 1 / 295e9), (8, 20e-6, 1 / 100e9), (3, 5e-6, 1e-10)]

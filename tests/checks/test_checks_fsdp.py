@@ -40,18 +40,18 @@ def test_local_slices_written_differently_pass(capsys):
     assert capsys.readouterr().out.startswith("通过：")
 
 
-def _by_rule(**slip):
-    return lambda shape, mesh, coords, dims: fsdp._slips(shape, mesh, coords, dims, **slip)
+def _by_rule(slip):
+    return lambda shape, mesh, coords, dims: fsdp._slips(shape, mesh, coords, dims, slip)
 
 
 @pytest.mark.parametrize(
     "wrong, message",
     [
-        (_by_rule(rule="floor"), "n // N"),
-        (_by_rule(rule="array_split"), "array_split"),
-        (_by_rule(rule="unclipped"), "越过了这一维的末尾"),
-        (_by_rule(nested=False), "在第一个切出的那一段里再切"),
-        (_by_rule(swap=True), "坐标的顺序用反了"),
+        (_by_rule("floor"), "n // N"),
+        (_by_rule("array_split"), "array_split"),
+        (_by_rule("unclipped"), "越过了这一维的末尾"),
+        (_by_rule("flat"), "在第一个切出的那一段里再切"),
+        (_by_rule("swapped"), "坐标的顺序用反了"),
         (
             lambda shape, mesh, coords, dims: [
                 slices_by_chunk(shape, mesh, coords, dims)[d] for d in dims if d is not None

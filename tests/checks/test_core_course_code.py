@@ -12,8 +12,7 @@ import mgpu_helpers as mh
 ENV = mh.setup(show=False, prewarm=False)
 
 from mgpu_helpers.checks import p2p, semantics  # noqa: E402
-from mgpu_helpers.checks.core import COURSE_PACKAGES, CheckFailed, course_code_reached  # noqa: E402
-from mgpu_helpers.checks.core.course_code import refusing_course_code  # noqa: E402
+from mgpu_helpers.checks.core import COURSE_PACKAGES, CheckFailed, course_code_reached, refusing  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -117,7 +116,7 @@ def test_in_process_refusal_lets_the_checker_reference_through():
 
     with (
         pytest.raises(CheckFailed, match=r"t：调用了课程自己的 mh\.lessons\.cost_model\.ring_allreduce_seconds——"),
-        refusing_course_code(sneaky, "t", hidden),
+        refusing("t", hidden, packages=False),
     ):
         sneaky(1, 2, 3e-6, 1e-9)
     assert cost_model.ring_allreduce_seconds(1, 1, 1.0, 1.0) == 0  # the code is put back
@@ -174,7 +173,7 @@ def test_the_checker_may_still_use_its_reference_while_the_learners_code_is_refu
         rules.contiguous_ranges(2, 1)  # the learner's call: refused
         return _own_ranges(n, ws)
 
-    with refusing_course_code(_own_ranges, "split", [rules.contiguous_ranges]):
+    with refusing("split", [rules.contiguous_ranges], packages=False):
         sharding.check_contiguous_ranges(_own_ranges)  # the checker computes its expected values with it
         with pytest.raises(CheckFailed, match="课程自己的 .*contiguous_ranges"):
             sharding.check_contiguous_ranges(own_then_course)

@@ -1,12 +1,8 @@
-"""The checkers' shared machinery, one module per job; this package re-exports what the checker modules use:
-:mod:`.failure` (:class:`CheckFailed`, the unwritten stub), :mod:`.fill_in` (a stub falls back to the course's
-version, a wrong answer stops), :mod:`.compare` (the answer against the reference, the usual mistakes named),
-:mod:`.limits` (time limits on the learner's code), :mod:`.course_code` (the one rule that tells the course's own
-code from the learner's), :mod:`.watch` (which ``torch.distributed`` calls the learner's code made), :mod:`.ranks`
-(launching on ranks, a hang or an error in the learner's terms), :mod:`.problems` (the rank-launching exercises'
-table shape)."""
+"""The checkers' shared machinery, one module a job, re-exported here: :mod:`.failure` (a failed or unwritten check),
+:mod:`.fill_in`, :mod:`.compare` (answer against reference), :mod:`.limits` (time limits), :mod:`.course_code` (the
+course's code is no answer), :mod:`.watch` (the ``torch.distributed`` calls made), :mod:`.ranks` (launching on
+ranks), :mod:`.problems` (the rank exercises' table)."""
 
-# The imports below are this package's re-exports (what the checker modules import from it), not unused names.
 # ruff: noqa: F401
 
 from .compare import (
@@ -45,5 +41,5 @@ from .failure import (
 from .fill_in import fill_in, fill_in_cell, passed
 from .limits import answers, call, deadline
 from .problems import WORLD_SIZES, RankProblem, run_problem
-from .ranks import HANG_S, TRAIN_HANG_S, as_numpy, hang_failure, launch, launch_check, rank_tensor
+from .ranks import HANG_S, TRAIN_HANG_S, as_numpy, hang_failure, launch, launch_check, rank_tensor, run_watched
 from .watch import COLLECTIVE_CALLS, DIST_CALLS, RECVS, SENDS, WatchedCalls, call_label, refuse_calls

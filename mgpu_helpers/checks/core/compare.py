@@ -19,8 +19,7 @@ def fail_first(*slips) -> None:
 
 
 def matching_hint(got, slips, default: str = "", **tolerance) -> str:
-    """The text of the first ``(value, text)`` in ``slips`` whose value ``got`` equals (:func:`math.isclose`
-    with ``tolerance``; a value of None matches nothing), else ``default``: the usual wrong formulas, named."""
+    """The text of the first ``(value, text)`` whose value ``got`` is close to (None: no match), else ``default``."""
     return next((text for value, text in slips if value is not None and math.isclose(got, value, **tolerance)), default)
 
 
@@ -61,8 +60,7 @@ def compare(got, want, where: str, hint: str = "", atol: float = 1e-5, rtol: flo
         raise CheckFailed(
             f"{where}：返回了一个含 {len(got)} 个对象的列表；应当返回一个张量（列表可以用 torch.cat 拼起来）。"
         )
-    got = np.asarray(got, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
         raise CheckFailed(f"{where}：结果的形状是 {got.shape}，应当是 {want.shape}。{hint}".rstrip())
     bad = np.argwhere(~(np.isclose(got, want, atol=atol, rtol=rtol) & ~np.isnan(got)))

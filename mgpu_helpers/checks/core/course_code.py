@@ -26,7 +26,7 @@ def _in_packages(module: str, packages) -> bool:
 
 
 def _import(name: str):
-    """The module ``name``, or None when it cannot be imported (a module the machine lacks: the run will say so)."""
+    """The module ``name``, or None for a module the machine lacks (the run will say so)."""
     try:
         return importlib.import_module(name)
     except Exception:
@@ -49,8 +49,7 @@ def _names_reached(fn):
     import dis
 
     inner = _inner(fn)
-    code = getattr(inner, "__code__", None)
-    if code is None:
+    if (code := getattr(inner, "__code__", None)) is None:
         return
     scope = getattr(inner, "__globals__", {})
     cells = {}  # the closure's filled cells
@@ -101,8 +100,7 @@ def _names_reached(fn):
 
 
 def _label(obj, name: str | None = None) -> str:
-    """How a message names the course's ``obj``: ``mh.<module>.<qualname>``, with ``name`` when the learner's
-    code calls it by another (``（你的代码里叫 borrowed）``)."""
+    """How a message names the course's ``obj``, with ``name`` when the learner's code calls it by another."""
     name = name.replace("mgpu_helpers", "mh", 1) if name else name
     module = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
     qual = getattr(obj, "__qualname__", None)
@@ -278,16 +276,8 @@ def refusing(what: str, references=(), advice: str = "", packages: bool = True, 
         raise raised[0]
 
 
-@contextlib.contextmanager
-def refusing_course_code(fn, what: str, targets, packages: bool = False, advice: str = "这一格要你自己写出它的计算。"):
-    """The course's functions ``targets`` refused to ``fn``, read before and watched while it runs."""
-    refuse_course_code(fn, what, targets, advice=advice)
-    with refusing(what, [obj for obj in targets if _inner(obj) is not _inner(fn)], advice, packages):
-        yield
-
-
 def course_object(name: str):
-    """The object a dotted name names (``"mgpu_helpers.lessons.p2p.exchange"``), its module imported now."""
+    """The object a dotted name (``"mgpu_helpers.lessons.p2p.exchange"``) names, its module imported now."""
     module, _, attr = name.rpartition(".")
     return getattr(importlib.import_module(module), attr)
 
@@ -300,6 +290,5 @@ def resolve_course(course) -> list:
             with contextlib.suppress(ImportError, AttributeError):  # a name that does not resolve is left out
                 out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
         elif item is not None:
-            label = f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', name_of(item))}"
-            out.append((item, label.replace("mgpu_helpers.", "mh.")))
+            out.append((item, _label(item)))
     return out

@@ -25,11 +25,10 @@ class CheckFailed(AssertionError):
 
 def show_trace() -> None:
     """Print the whole traceback of the last error a notebook cell raised (IPython keeps it in ``sys.last_value``)."""
-    exc = getattr(sys, "last_value", None)
-    if exc is None:
+    if (exc := getattr(sys, "last_value", None)) is None:
         print("还没有出错的单元格。")
     else:
-        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        traceback.print_exception(exc)
 
 
 def _inner(fn):

@@ -1,11 +1,12 @@
-"""The fill-in protocol: while the learner's function is still the generated stub the course's version stands in
-(so the rest of the notebook runs), a wrong answer stops the cell at the mistake, a right one is used (and kept,
-for a later notebook that builds on it)."""
+"""The fill-in protocol: while the learner's function is the stub the course's version stands in (so the rest of
+the notebook runs), a wrong answer stops the cell, a right one is used (and kept, for a later notebook)."""
 
 import os
 
-from .course_code import course_object, refusing_course_code, resolve_course
-from .failure import NOT_DONE, CheckFailed, has_stub, not_done
+from .course_code import course_object, refuse_course_code, refusing, resolve_course
+from .failure import NOT_DONE, CheckFailed, _inner, has_stub, not_done
+
+OWN_WORK = "这一格要你自己写出它的计算。"  # what a refusal of the course's code says to do instead
 
 
 def fill_in(fn, check, reference, what: str, keep: str = "", lesson: str = ""):
@@ -50,9 +51,10 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
     def try_fill_in(fn):
         ref = course_object(reference) if isinstance(reference, str) else reference
 
-        def checked(fn):
-            course = [ref] + [obj for obj, _label in resolve_course(refuse)]
-            with refusing_course_code(fn, what, [c for c in course if callable(c)], packages=True):
+        def checked(fn):  # the course's code refused to fn: read before, watched while it runs
+            course = [c for c in [ref] + [obj for obj, _label in resolve_course(refuse)] if callable(c)]
+            refuse_course_code(fn, what, course, advice=OWN_WORK)
+            with refusing(what, [c for c in course if _inner(c) is not _inner(fn)], OWN_WORK):
                 check(fn)
 
         # own_code records the checker by name, to run it again when the kept code is loaded

@@ -18,7 +18,7 @@ CALL_LIMIT_S = 2.0
 
 
 class TooLong(Exception):
-    """Raised in the learner's code when the :func:`time_limit` ``limit`` runs out."""
+    """Raised in the learner's code when a :func:`time_limit` runs out; ``limit`` says which one."""
 
     def __init__(self, limit):
         super().__init__()
@@ -26,12 +26,12 @@ class TooLong(Exception):
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float):
-    """Raise :class:`TooLong` in the code run inside after ``seconds``; yields the ``limit`` that TooLong will
-    carry, so that a caller tells its own from an outer one's."""
+def time_limit(seconds: float, expired):
+    """Stop the code run inside after ``seconds``: ``expired(exc)`` (``exc``, the :class:`TooLong`, holds the
+    learner's traceback) is raised instead; an outer limit's TooLong passes through to it."""
     limit = object()
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield limit
+        yield
         return
     start = time.monotonic()
     outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
@@ -52,7 +52,11 @@ def time_limit(seconds: float):
     signal.signal(signal.SIGALRM, ring)
     signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_left or seconds))
     try:
-        yield limit
+        yield
+    except TooLong as exc:
+        if exc.limit is not limit:
+            raise
+        raise expired(exc) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
@@ -60,43 +64,34 @@ def time_limit(seconds: float):
             signal.setitimer(signal.ITIMER_REAL, max(outer_end[0] - time.monotonic(), 1e-6))
 
 
-@contextlib.contextmanager
 def deadline(seconds: float, what: str):
     """Stop the learner's code after ``seconds``, failing as an endless loop: several calls under one limit."""
-    limit = None
-    try:
-        with time_limit(seconds) as limit:
-            yield
-    except TooLong as exc:
-        if exc.limit is not limit:
-            raise
-        raise CheckFailed(
-            f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
-            "（循环变量忘了改，或者条件永远成立）。"
-        ) from None
+    text = (
+        f"{what}：你的函数过了 {seconds:g} 秒还没有算完（正常只要几毫秒），多半是循环没有结束"
+        "（循环变量忘了改，或者条件永远成立）。"
+    )
+    return time_limit(seconds, lambda _exc: CheckFailed(text))
 
 
 def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
-    """``fn(*args)``, the learner's answer called by a checker: the stub becomes the "not done yet" failure, and an
-    answer that does not return within ``seconds`` fails naming the call and the line it was on."""
-    limit = None
-    try:
-        with time_limit(seconds) as limit:
-            return fn(*args)
-    except NotImplementedError:
-        raise not_done(fn, what) from None
-    except TooLong as exc:
-        if exc.limit is not limit:
-            raise
+    """``fn(*args)`` for a checker: the stub is "not done yet", an answer past ``seconds`` fails naming its line."""
+
+    def expired(exc):
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if code and f.filename == code.co_filename]
         where = f"，停在第 {frames[-1].lineno} 行：{frames[-1].line}" if frames and frames[-1].line else ""
         shown = ", ".join(map(repr, args))
         shown = shown if len(shown) <= 120 else shown[:117] + "..."
-        raise CheckFailed(
+        return CheckFailed(
             f"{what}：{getattr(fn, '__name__', 'fn')}({shown}) 过了 {seconds:g} "
             f"秒还没有返回{where}。多半是循环没有结束（条件永远成立）：检查它在这组输入上会不会停。"
-        ) from None
+        )
+
+    try:
+        with time_limit(seconds, expired):
+            return fn(*args)
+    except NotImplementedError:
+        raise not_done(fn, what) from None
 
 
 def answers(fn, what: str, cases, calling=call):

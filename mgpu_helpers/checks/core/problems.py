@@ -25,7 +25,7 @@ class RankProblem:
     messages call it; ``what`` it must do; ``make_case(rng, world_size) -> (inputs, extra)``, one input per rank;
     ``reference(inputs, extra, world_size) -> [expected value of each rank]``; ``done``: the pass line (``{sizes}``:
     the world sizes run); ``explain(case, rank, got) -> hint`` (or it raises :class:`CheckFailed` itself); ``where(case,
-    rank)``: how a failure names the case; ``forbid``, ``course``, ``init``: as :func:`~.ranks.launch_check`'s."""
+    rank)``: how a failure names the case; ``forbid``, ``course``: as :func:`~.ranks.launch_check`'s."""
 
     name: str
     what: str
@@ -36,24 +36,22 @@ class RankProblem:
     where: Callable | None = None
     forbid: tuple = ()
     course: tuple = ()
-    init: bool = True
-    world_sizes: tuple = WORLD_SIZES
-    dtype: str = "float32"
 
 
 def run_problem(problem: RankProblem, fn, world_sizes=None, timeout: float = HANG_S) -> list[RankCase]:
     """Prints the pass line and returns the cases run, or raises :class:`CheckFailed` at the first difference."""
     rng = new_rng()
-    sizes = tuple(world_sizes or problem.world_sizes)
-    if not sizes or any(int(w) != w or w < 1 for w in sizes):
+    sizes = tuple(world_sizes or WORLD_SIZES)
+    if any(int(w) != w or w < 1 for w in sizes):
         raise ValueError(f"world_sizes must be whole numbers >= 1, got {world_sizes!r}")
     where = problem.where or (lambda case, rank: f"world_size = {case.world_size}，rank {rank}")
     cases = []
     for world_size in sizes:
         inputs, extra = problem.make_case(rng, world_size)
         case = RankCase(world_size, inputs, tuple(extra), problem.reference(inputs, tuple(extra), world_size))
-        args = (inputs, case.extra, problem.forbid, problem.dtype, timeout, problem.init, problem.course)
-        got = launch_check(fn, problem.what, world_size, *args)
+        got = launch_check(
+            fn, problem.what, world_size, inputs, case.extra, problem.forbid, timeout=timeout, course=problem.course
+        )
         for rank in range(world_size):
             hint = problem.explain(case, rank, got[rank]) if problem.explain else ""
             compare(got[rank], case.expected[rank], where(case, rank), hint)

@@ -1,6 +1,5 @@
-"""Launching a checker's work on ranks (:func:`mgpu_helpers.run_ranks`), a hang or an error told in the learner's
-terms: a hang after :data:`HANG_S` seconds with the call and line each rank waits in, an error in the learner's
-code with the rank and the mistake."""
+"""Launching a checker's work on ranks (:func:`mgpu_helpers.run_ranks`), the learner's calls watched; a hang or an
+error is told in the learner's terms: where each rank waits, or which rank broke which rule."""
 
 import numpy as np
 
@@ -29,8 +28,7 @@ def where_ranks_wait(exc) -> str:
         if waiting is not None:
             call_ = call_ or waiting.dist_call()
             mine = waiting.code_frames(skip=("mgpu_helpers/",))  # the learner's frames, innermost first
-            if mine:
-                where = f"（{mine[0][2]} 的第 {mine[0][1]} 行）"
+            where = f"（{mine[0][2]} 的第 {mine[0][1]} 行）" if mine else ""
             inside = waiting.frames[: waiting.frames.index(mine[0])] if mine else waiting.frames
             if not call_ and any("mgpu_helpers/checks/" in path for path, _line, _func in inside):
                 # Blocked in a request's wait(): a C++ call, so no torch.distributed frame on the stack.
@@ -81,31 +79,42 @@ def as_numpy(t):
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
 
 
-def _rank_main(rank, world_size, fn, inputs, extra, forbid, dtype, joined=True, course=()):
-    import torch.distributed as dist
+def _rank_main(rank, world_size, body, fn, payload, forbid, course):
+    with WatchedCalls(refuse=forbid, course=course) as watched:
+        out = body(rank, world_size, fn, payload, watched.calls)
+    return out, list(watched.calls)
 
-    with WatchedCalls(refuse=forbid, course=course):
-        out = fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra)
-    if not joined and dist.is_initialized():
-        raise RuntimeError("EXERCISE_NOT_LEFT the process group is still up when fn returned")
-    return as_numpy(out)
+
+def _call_on_rank(rank, world_size, fn, payload, calls):
+    inputs, extra, dtype = payload
+    return as_numpy(fn(rank, world_size, rank_tensor(inputs[rank], dtype), *extra))
+
+
+def run_watched(
+    fn, what, world_size, payload, forbid=(), course=(), timeout=HANG_S, advice="", rule="", refusal="", body=None
+):
+    """``body(rank, world_size, fn, payload, calls)`` on ranks, ``calls`` filled as the learner's ``fn`` calls
+    ``torch.distributed``: ``[(value, calls)]`` in rank order. The usual body calls ``fn(rank, world_size, x,
+    *extra)``, ``x`` this rank's input as a tensor (``payload = (inputs, extra, dtype)``). Refused to ``fn``: the
+    names ``forbid`` (``rule``: what is allowed) and ``course``, the course's code (objects or dotted names;
+    ``refusal``: what to do instead). ``advice``: what to check on a hang."""
+    course = resolve_course(course)
+    refuse_course_code(fn, what, [obj for obj, _label in course], advice=refusal)
+    args = (body or _call_on_rank, fn, payload, tuple(forbid), course)
+    return launch(_rank_main, world_size, args, what, fn, timeout, advice, rule)
 
 
 def launch_check(
-    fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, init=True, course=()
+    fn, what: str, world_size: int, inputs, extra=(), forbid=(), dtype="float32", timeout=HANG_S, course=()
 ):
-    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks: the values in rank order. ``forbid``:
-    ``torch.distributed`` names refused to ``fn``; ``course``: the course's code and the checker's reference (objects or
-    dotted names), refused too. ``init=False``: ``fn`` joins the process group itself and must leave it again."""
-    course = resolve_course(course)
-    refuse_course_code(fn, what, [obj for obj, _label in course])
-    args = (fn, inputs, tuple(extra), tuple(forbid), dtype, init, course)
-    return launch(_rank_main, world_size, args, what, fn, timeout, init=init)
+    """``fn(rank, world_size, x, *extra)`` on ``world_size`` ranks (:func:`run_watched`): the values in rank order."""
+    runs = run_watched(fn, what, world_size, (inputs, tuple(extra), dtype), forbid, course, timeout)
+    return [value for value, _calls in runs]
 
 
 def rank_failure(exc, fn, what: str, rule: str = "") -> CheckFailed:
     """The learner-facing failure for a :class:`~mgpu_helpers.RankError` from the learner's ``fn``: the stub, a rule
-    of the exercise broken (the tags of :class:`~.watch.WatchedCalls` and :func:`_rank_main`), else the error."""
+    of the exercise broken (the tags of :class:`~.watch.WatchedCalls`, or a rank left in its group), else the error."""
     if is_stub_error(exc):
         return not_done(fn, what)
     text = str(exc)

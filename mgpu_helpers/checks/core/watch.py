@@ -3,8 +3,7 @@
 Replacing ``dist.all_reduce`` on the module is not enough: a name imported at the top of a cell arrives in the
 rank as a reference to the function object itself, as do an alias and torch's own internals. So the object's
 ``__code__`` is replaced in place (:class:`SwappedCode`): every path that reaches it runs the watcher, which calls
-the original body, kept in a copy.
-"""
+the original body, kept in a copy."""
 
 import itertools
 import operator
@@ -70,8 +69,8 @@ class SwappedCode:
 
 def _numel(x):
     if isinstance(x, (list, tuple)):
-        parts = [_numel(t) for t in x]
-        return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+        parts = [p for p in map(_numel, x) if p is not None]
+        return sum(parts) if parts else None
     return int(x.numel()) if hasattr(x, "numel") else None
 
 
@@ -100,15 +99,13 @@ class DistCall(tuple):
 class WatchedCalls:
     """Inside a rank, around the learner's code: the functions of :data:`DIST_CALLS` (and ``init_process_group`` with
     ``watch_init``) watched under any name. ``calls``: a :class:`DistCall` per call the learner's code made (torch's
-    own nested calls not counted twice); ``inits``: the arguments of each ``init_process_group``. ``refuse``: names
-    whose call raises ``EXERCISE_FORBIDDEN``; ``course``: ``[(function, label)]`` whose call raises
-    ``EXERCISE_COURSE_CODE`` (:func:`~.ranks.rank_failure` reads both). ``on_call(call, result) -> result``: after each
-    counted call (e.g. to wrap a Work handle)."""
+    own nested calls not counted twice); ``inits``: the arguments of each ``init_process_group``. A call of ``refuse``
+    raises ``EXERCISE_FORBIDDEN``, of ``course`` (``[(function, label)]``) ``EXERCISE_COURSE_CODE``, for
+    :func:`~.ranks.rank_failure` to read. ``on_call(call, result) -> result``: after each counted call."""
 
     def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
         self.refuse, self.course, self.on_call, self.watch_init = set(refuse), list(course), on_call, watch_init
-        self.calls: list = []
-        self.inits: list = []
+        self.calls, self.inits = [], []
         self._depth, self._swapped, self._refusing = 0, SwappedCode(), None
 
     def __enter__(self):
