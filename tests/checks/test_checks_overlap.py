@@ -566,6 +566,14 @@ class AccumulateDP:
 """
 
 
+# A right on_grad_ready, for the tests whose mistake is in the rest of the class.
+SYNCING_HOOK = """
+def on_grad_ready(self, p):
+    if self.syncing:
+        self.pending.append(dist.all_reduce(p.grad, async_op=True))
+"""
+
+
 def _acc(on_grad_ready: str, head: str = ACC_HEAD):
     return _define(head + textwrap.indent(textwrap.dedent(on_grad_ready), "    "), "AccumulateDP")
 
@@ -597,18 +605,7 @@ def test_accumulate_names_a_no_sync_that_never_turns_syncing_back_on():
     never_back = ACC_HEAD.replace(
         "        finally:\n            self.syncing = True\n", "        finally:\n            pass\n"
     )
-    _fails(
-        OV.check_accumulate_dp,
-        _acc(
-            """
-        def on_grad_ready(self, p):
-            if self.syncing:
-                self.pending.append(dist.all_reduce(p.grad, async_op=True))
-        """,
-            never_back,
-        ),
-        "AccumulateDP",
-    )
+    _fails(OV.check_accumulate_dp, _acc(SYNCING_HOOK, never_back), "AccumulateDP")
 
 
 def test_accumulate_names_a_no_sync_that_stays_off_after_an_error():
@@ -617,18 +614,7 @@ def test_accumulate_names_a_no_sync_that_stays_off_after_an_error():
         "        yield\n        self.syncing = True\n",
     )
     assert no_finally != ACC_HEAD
-    _fails(
-        OV.check_accumulate_dp,
-        _acc(
-            """
-        def on_grad_ready(self, p):
-            if self.syncing:
-                self.pending.append(dist.all_reduce(p.grad, async_op=True))
-        """,
-            no_finally,
-        ),
-        "finally",
-    )
+    _fails(OV.check_accumulate_dp, _acc(SYNCING_HOOK, no_finally), "finally")
 
 
 def test_accumulate_accepts_a_no_sync_written_as_a_class(capsys):
@@ -649,33 +635,13 @@ def test_accumulate_accepts_a_no_sync_written_as_a_class(capsys):
 """,
     )
     assert as_class != ACC_HEAD
-    OV.check_accumulate_dp(
-        _acc(
-            """
-        def on_grad_ready(self, p):
-            if self.syncing:
-                self.pending.append(dist.all_reduce(p.grad, async_op=True))
-        """,
-            as_class,
-        )
-    )
+    OV.check_accumulate_dp(_acc(SYNCING_HOOK, as_class))
     assert capsys.readouterr().out.startswith("通过：")
 
 
 def test_accumulate_names_a_forgotten_division():
     no_div = ACC_HEAD.replace("        for p in self.params:\n            p.grad /= self.world_size\n", "")
-    _fails(
-        OV.check_accumulate_dp,
-        _acc(
-            """
-        def on_grad_ready(self, p):
-            if self.syncing:
-                self.pending.append(dist.all_reduce(p.grad, async_op=True))
-        """,
-            no_div,
-        ),
-        "除以 world_size",
-    )
+    _fails(OV.check_accumulate_dp, _acc(SYNCING_HOOK, no_div), "除以 world_size")
 
 
 def test_step_seconds_accepts_another_correct_answer(capsys):
