@@ -171,12 +171,13 @@ def check_local_gradient(fn) -> None:
             hint = "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
             hint = "用的是整批数据，没有切片。" if got["rows"] == n else hint
             raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
-        g = torch.as_tensor(got["grad"]).reshape(-1)
+        g = torch.as_tensor(got["grad"]).detach().reshape(-1)
         summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
         hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。" if summed else SAME_START
         core.compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
-        if abs(float(got["loss"]) - float(loss)) > 1e-10:
-            raise CheckFailed(f"{where}：局部 loss 应当是 {float(loss):.6f}，实际是 {float(got['loss']):.6f}。")
+        got_loss = got["loss"].item() if torch.is_tensor(got["loss"]) else float(got["loss"])  # in a graph or not
+        if abs(got_loss - loss.item()) > 1e-10:
+            raise CheckFailed(f"{where}：局部 loss 应当是 {loss.item():.6f}，实际是 {got_loss:.6f}。")
     core.passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
 
 

@@ -165,7 +165,7 @@ def _local(shard_it=True, mean=True):
         loss = err.mean() if mean else err.sum()
         loss.backward()
         grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        return {"rank": rank, "rows": len(x), "loss": float(loss), "grad": grad}
+        return {"rank": rank, "rows": len(x), "loss": loss.item(), "grad": grad}
 
     return local_gradient
 
@@ -179,7 +179,7 @@ def _rank_times_rows(rank, world_size, config=None):
     model = ref.make_model(config)
     loss = ref.mse_loss(model, x, y)
     loss.backward()
-    return {"rows": len(x), "loss": float(loss), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
+    return {"rows": len(x), "loss": loss.item(), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
 
 
 def _own_weights(rank, world_size, config=None):
@@ -192,7 +192,7 @@ def _own_weights(rank, world_size, config=None):
     model = ref.make_model(dataclasses.replace(config, seed=config.seed + rank))  # a replica of its own
     loss = ref.mse_loss(model, x, y)
     loss.backward()
-    return {"rows": len(x), "loss": float(loss), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
+    return {"rows": len(x), "loss": loss.item(), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
 
 
 @pytest.mark.parametrize(
