@@ -2,6 +2,7 @@
 written differently from the course's solution."""
 
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -233,6 +234,23 @@ def test_a_local_gradient_written_with_autograd_grad_passes(capsys):
         return {"rows": len(r), "loss": loss.item(), "grad": torch.cat([g.flatten() for g in grads])}
 
     dpc.try_local_gradient(local_gradient)
+    assert capsys.readouterr().out.startswith("通过：")
+
+
+def test_a_local_gradient_that_returns_tensors_still_in_the_graph_passes_without_a_warning(capsys):
+    def local_gradient(rank, world_size, config=None):
+        from mgpu_helpers.lessons.data_parallel import shard
+        from mgpu_helpers.measure import dp_reference as ref
+
+        x, y = shard(ref.make_dataset(config), rank, world_size)
+        model = ref.make_model(config)
+        loss = ref.mse_loss(model, x, y)
+        grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)  # grads that need grad
+        return {"rows": len(x), "loss": loss, "grad": torch.cat([g.flatten() for g in grads])}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's warning on float() of a tensor that requires grad fails the test
+        dpc.try_local_gradient(local_gradient)
     assert capsys.readouterr().out.startswith("通过：")
 
 
