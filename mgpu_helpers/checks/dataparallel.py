@@ -163,10 +163,12 @@ def check_local_gradient(fn) -> None:
         want = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
         got = core.call(fn, what, rank, ws, config)
         where = f"rank {rank}，world_size = {ws}，{n} 行"
-        if not isinstance(got, dict) or "grad" not in got or "rows" not in got:
-            raise CheckFailed(
-                f'{where}：应当返回一个含 "rows"、"loss" 和 "grad" 的 dict，实际得到 {type(got).__name__}。'
+        keys = {"rows", "loss", "grad"}
+        if not isinstance(got, dict) or not keys <= got.keys():
+            got_what = (
+                f"的 dict 缺了 {sorted(keys - got.keys())}" if isinstance(got, dict) else f" {type(got).__name__}"
             )
+            raise CheckFailed(f'{where}：应当返回一个含 "rows"、"loss" 和 "grad" 的 dict，实际得到{got_what}。')
         if got["rows"] != len(x):
             hint = "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
             hint = "用的是整批数据，没有切片。" if got["rows"] == n else hint

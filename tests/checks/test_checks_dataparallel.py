@@ -196,6 +196,17 @@ def _own_weights(rank, world_size, config=None):
     return {"rows": len(x), "loss": loss.item(), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
 
 
+def _no_loss(rank, world_size, config=None):
+    """The right gradient, without the "loss" the lesson asks for too."""
+    from mgpu_helpers.lessons.data_parallel import shard
+    from mgpu_helpers.measure import dp_reference as ref
+
+    x, y = shard(ref.make_dataset(config), rank, world_size)
+    model = ref.make_model(config)
+    ref.mse_loss(model, x, y).backward()
+    return {"rows": len(x), "grad": torch.cat([p.grad.reshape(-1) for p in model.parameters()])}
+
+
 @pytest.mark.parametrize(
     "fn,message",
     [
@@ -203,8 +214,9 @@ def _own_weights(rank, world_size, config=None):
         (_local(shard_it=False), "用的是整批数据"),
         (_local(mean=False), r"loss 要取平均|本地行数|元素应当是"),
         (_rank_times_rows, "只拿 shard"),
+        (_no_loss, r"的 dict，实际得到的 dict 缺了 \['loss'\]"),
     ],
-    ids=["weights per rank", "whole batch", "summed loss", "floor split"],
+    ids=["weights per rank", "whole batch", "summed loss", "floor split", "no loss"],
 )
 def test_a_wrong_local_gradient_is_named(fn, message):
     with pytest.raises(CheckFailed, match=message):
