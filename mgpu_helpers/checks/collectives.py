@@ -360,6 +360,8 @@ def _explain_expected(name: str, inputs, rank: int, got) -> str:
 def check_expected_outputs(fns: dict) -> None:
     """``fns[name](inputs) -> [output of rank 0, rank 1, ...]`` for each of :data:`EXPECTED_NAMES` given."""
     names = [name for name in EXPECTED_NAMES if name in fns]
+    if not names:  # a dict with no known name would otherwise pass having checked nothing
+        raise ValueError(f"give a function for one or more of {EXPECTED_NAMES}, not {sorted(fns)}")
     for name in names:
         what = f"expected_{name} 要给出 {name} 之后每个 Rank 手里的数"
         rng = core.new_rng()
@@ -404,7 +406,7 @@ def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, 
     else what to say: the usual wrong answers, first match first (a factor other than ``BUSBW_FACTORS``', a slip of
     units)."""
     n, factor, alg = world_size, BUSBW_FACTORS[op], algbw(nbytes, seconds)
-    want = alg * factor(n)  # bytes/s
+    want = busbw(op, nbytes, seconds, world_size)  # bytes/s
     if math.isclose(got, want / unit, rel_tol=rel_tol, abs_tol=1e-9):
         return None
     if world_size == 1:

@@ -181,6 +181,9 @@ try_ring_pass = core.fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.rin
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
+WORLD_SIZES = (2, 3, 4, 5)  # pass_right and ring_sum: rings of 2 to 5 ranks, even and odd
+
+
 def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
     """``(world_size, inputs, results, calls)`` of ``fn(rank, world_size, x)`` on each world size, float32 and int64 by
     turns, one zero in rank 0's data (only one: a whole rank of zeros would hide a value added twice)."""
@@ -194,8 +197,9 @@ def _rank_fn_runs(fn, what: str, world_sizes, timeout: float, longest: int = 5):
         yield world_size, inputs, [got for got, _ in values], [calls for _, calls in values]
 
 
-def check_pass_right(fn, world_sizes=(2, 3, 4, 5), timeout: float = core.HANG_S) -> None:
+def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)`` sends x to rank + 1 and returns what rank - 1 sent, blocking send/recv only."""
+    world_sizes = tuple(world_sizes or WORLD_SIZES)
     what = "pass_right 要只用阻塞的 send/recv 把 x 交给右边的 Rank，并返回从左边收到的张量"
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, world_sizes, timeout):
         for rank, got in enumerate(results):
@@ -233,8 +237,9 @@ def _ring_sum_hint(got, total, inputs, rank, world_size) -> str:
     return f"只加了左边连续 {k + 1} 个 Rank（含自己）的值：另一个方向的消息也要收、也要加。" if k else ""
 
 
-def check_ring_sum(fn, world_sizes=(2, 3, 4, 5), timeout: float = core.HANG_S) -> None:
+def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, x)``: the sum of every rank's x on a two-way ring, in ``world_size // 2`` steps."""
+    world_sizes = tuple(world_sizes or WORLD_SIZES)
     what = "ring_sum 要在双向的环上传 world_size // 2 步，得到所有 Rank 的 x 之和"
     for world_size, inputs, results, calls in _rank_fn_runs(fn, what, world_sizes, timeout, longest=4):
         total = np.sum(inputs, axis=0)

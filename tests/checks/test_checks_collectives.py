@@ -246,6 +246,13 @@ def _expected(ar=None, ag=None, rs=None):
     }
 
 
+@pytest.mark.parametrize("fns", [{}, {"allreduce": lambda inputs: inputs}], ids=["empty", "misspelt name"])
+def test_expected_outputs_without_a_known_name_says_so_rather_than_passing(fns, capsys):
+    with pytest.raises(ValueError, match="all_reduce"):
+        collectives.check_expected_outputs(fns)
+    assert "通过" not in capsys.readouterr().out
+
+
 def test_expected_outputs_wrong_answers_are_named():
     import numpy as np
 
