@@ -19,6 +19,7 @@ def gpu_machine(name: str):
     from mgpu_helpers import hardware
 
     m = hardware.machine()
-    if not m.gpus:
-        print(f"bench {name} needs an NVIDIA GPU: this machine has none ({m.note or 'none found'}).", file=sys.stderr)
-    return m if m.gpus else None
+    if m.gpus:
+        return m
+    print(f"bench {name} needs an NVIDIA GPU: this machine has none ({m.note or 'none found'}).", file=sys.stderr)
+    return None

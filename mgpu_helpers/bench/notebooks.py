@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("names", nargs="*", help="only notebooks whose file name contains one of these")
     args = p.parse_args(argv)
     found = [path for d in args.dirs for path in sorted(glob.glob(os.path.join(ROOT, d, "*.ipynb")))]
-    paths = [p for p in found if not args.names or any(n in os.path.basename(p) for n in args.names)]
+    paths = [path for path in found if not args.names or any(n in os.path.basename(path) for n in args.names)]
     if not paths:
         what = f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}"
         how = "give part of a file name, like 08 or stragglers, and folders that hold notebooks"

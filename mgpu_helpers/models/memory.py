@@ -90,7 +90,8 @@ def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer
     if any(v < 0 for v in sizes.values()):
         raise ValueError(f"sizes must be >= 0, got {sizes}")
     sharded = STRATEGIES[strategy]
-    share = [w / float(sum(weights)) for w in weights]
+    total = float(sum(weights))
+    share = [w / total for w in weights]
     ranks = [
         RankMemory(r, **{p: sizes[p] * share[r] if p in sharded else sizes[p] for p in PARTS})
         for r in range(world_size)

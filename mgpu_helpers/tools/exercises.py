@@ -33,10 +33,11 @@ import re
 import sys
 import tokenize
 
+from mgpu_helpers import tracking
 from mgpu_helpers.tools import nbtools
 from mgpu_helpers.tools.nbexport import MARKER as EXPORT_LINE
-from mgpu_helpers.tools.nbexport import ROOT
 
+ROOT = str(tracking.ROOT)
 SOLUTIONS_DIR = os.path.join(ROOT, "solutions")
 EXERCISES_DIR = os.path.join(ROOT, "exercises")
 NOTEBOOKS_DIR = os.path.join(ROOT, "notebooks")

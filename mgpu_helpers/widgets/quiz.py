@@ -52,7 +52,13 @@ class Question:
         answer = tuple(d["answer"]) if isinstance(d["answer"], list) else d["answer"]
         wrong = {int(k): v for k, v in d.get("wrong", {}).items()}
         return cls(
-            d["prompt"], tuple(d["options"]), answer, d["explanation"], d.get("hint", ""), wrong, d.get("id", "")
+            prompt=d["prompt"],
+            options=tuple(d["options"]),
+            answer=answer,
+            explanation=d["explanation"],
+            hint=d.get("hint", ""),
+            wrong=wrong,
+            qid=d.get("id", ""),
         )
 
 
