@@ -82,6 +82,7 @@ def test_export_writes_an_index_in_course_order_and_a_widgets_static_figure(vend
         [str(src / "02_widget.ipynb"), str(src / "01_first.ipynb")],
         run=True,
         slides=True,
+        timeout=60,  # both cells take well under a second: a stalled kernel fails here instead of hanging the suite
         log=lambda *_: None,
     )
     assert [e[:2] for e in entries] == [("01_first.html", "01 · 开始之前"), ("02_widget.html", "02 · 切分与显存")]

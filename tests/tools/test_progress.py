@@ -44,7 +44,7 @@ def test_a_tqdm_bar_in_an_executed_notebook_survives_the_export_as_one_readable_
     ]
     path = tmp_path / "bar.ipynb"
     nbformat.write(nb, str(path))
-    ran = export.execute(str(path), timeout=300)
+    ran = export.execute(str(path), timeout=60)  # one quick cell: a stalled kernel fails instead of hanging
     flat = export.flatten_widgets(ran)
     texts = [o.get("data", {}).get("text/plain", "") for o in flat.cells[0].outputs]
     lines = [t for t in texts if "sizes" in t]
