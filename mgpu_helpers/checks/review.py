@@ -326,22 +326,34 @@ def check_review_answers(run: ReviewRun, straggler=None, comm_ms=None, busbw_gbp
     n, s = run.world_size, run.straggler
     nbytes, _seconds = run.sweep[-1]
     factor = bandwidth.BUSBW_FACTORS["all_reduce"](n)
-    labels = (
-        "1. Straggler 是哪个 Rank",
-        "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
-        f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
-        f"4. {n} 个 Rank 比一个 Rank 快几倍",
+    rows = (  # (question, the learner's answer, what names its mistake, the right answer, said once it is given)
+        (
+            "1. Straggler 是哪个 Rank",
+            straggler,
+            _straggler_mistake,
+            f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
+        ),
+        (
+            "2. 一次 All-Reduce 真正花在通信上的大约多少 ms",
+            comm_ms,
+            _comm_mistake,
+            f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
+        ),
+        (
+            f"3. S = {nbytes} 字节那一次 All-Reduce 的 busbw（GB/s）",
+            busbw_gbps,
+            _busbw_mistake,
+            f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
+        ),
+        (
+            f"4. {n} 个 Rank 比一个 Rank 快几倍",
+            speedup,
+            _speedup_mistake,
+            f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
+        ),
     )
-    rights = (  # what the right answer is, said once it is given
-        f"rank {s}，计算最久，所以它在 All-Reduce 里待得最短。",
-        f"约 {want['comm_ms']:.2f} ms：最后到的 Rank 不用等，它在 All-Reduce 里的时间最接近纯通信。",
-        f"约 {want['busbw_gbps']:.3g} GB/s（algbw {want['busbw_gbps'] / factor:.3g} GB/s × {factor:.3g}）。",
-        f"约 {want['speedup']:.3g} 倍（{run.solo_ms:.2f} ÷ {max(run.step_ms):.2f}）。",
-    )
-    answers = (straggler, comm_ms, busbw_gbps, speedup)
-    mistakes = (_straggler_mistake, _comm_mistake, _busbw_mistake, _speedup_mistake)
     wrong = 0
-    for label, got, mistake, done in zip(labels, answers, mistakes, rights):
+    for label, got, mistake, done in rows:
         if got is None:
             print(f"{label}：还没写（上面那格还是 None）。")
         elif (why := mistake(run, got)) is None:
