@@ -57,9 +57,11 @@ class LabReport:
 # The mark of the lab's placeholder text: a conclusion that still holds it is not the learner's.
 PLACEHOLDER = "✎"
 
-# The sweep's text-table columns, with the size in bytes and the reference's unit written out.
-_SWEEP, _REF_BUSBW = nccltests.SWEEP_COLUMNS, ("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}")
-SWEEP_COLUMNS = [*_SWEEP[:2], ("nbytes", "bytes", "{:d}"), *_SWEEP[2:5], _REF_BUSBW, _SWEEP[6]]
+# The sweep's text-table columns: nccltests' own, with the size in bytes added and the reference's unit written out.
+_NCCLTESTS = {column[0]: column for column in nccltests.SWEEP_COLUMNS}
+SWEEP_COLUMNS = [_NCCLTESTS["op"], _NCCLTESTS["size"], ("nbytes", "bytes", "{:d}")]
+SWEEP_COLUMNS += [_NCCLTESTS[key] for key in ("time_us", "algbw", "busbw")]
+SWEEP_COLUMNS += [("ref_busbw", "nccl-tests busbw (GB/s)", "{:.2f}"), _NCCLTESTS["ratio"]]
 STEP_COLUMNS = [("size", "all-reduce size", "{}"), ("compute_us", "compute (us)", "{:.0f}")]
 STEP_COLUMNS += [("wait_us", "wait (us)", "{:.0f}"), ("comm_us", "all-reduce (us)", "{:.0f}")]
 STEP_COLUMNS += [("efficiency", "compute share", "{:.0%}"), ("limited_by", "largest part", "{}")]
