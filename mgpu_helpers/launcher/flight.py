@@ -97,6 +97,34 @@ def _named_groups(dump: dict) -> dict:
     return dump
 
 
+def analyzer_input(folder: str) -> str:
+    """The folder to give torch's analyzer (``python -m torch.distributed.flight_recorder.fr_trace``) for the dumps
+    that :func:`keep_dumps` wrote to ``folder``: ``folder`` itself, except under torch 2.11 when the dumps are gloo's.
+    2.11's analyzer reads only NCCL's and XCCL's records: it stops at the first ``gloo:`` name with "name formatting
+    error?" (2.12 reads gloo's too). For it, a copy beside ``folder`` whose records say ``nccl:`` where they said
+    ``gloo:``, and nothing else: the analyzer compares sequence numbers, the names after the colon and the sizes, so
+    its verdict on the copy is the one a newer torch gives on ``folder`` (checked on 10's hangs, 2.11 against 2.13)."""
+    import torch
+
+    if torch.torch_version.TorchVersion(torch.__version__) >= (2, 12):
+        return folder
+    dumps = {name: read_dump(os.path.join(folder, name)) for name in sorted(os.listdir(folder))}
+    names = [str(e.get("profiling_name", "")) for d in dumps.values() if d for e in d.get("entries", [])]
+    if not any(n.startswith("gloo:") for n in names):
+        return folder
+    copy = folder.rstrip(os.sep) + "-nccl-names"
+    os.makedirs(copy, exist_ok=True)
+    for name, dump in dumps.items():
+        if dump and "entries" in dump:
+            entries = [dict(e, profiling_name=_as_nccl(e.get("profiling_name"))) for e in dump["entries"]]
+            _write_whole(os.path.join(copy, name), lambda f, d=dict(dump, entries=entries): pickle.dump(d, f))
+    return copy
+
+
+def _as_nccl(name):
+    return "nccl:" + name.split(":", 1)[1] if isinstance(name, str) and name.startswith("gloo:") else name
+
+
 def read_dump(path: str) -> dict | None:
     """None when there is none (the rank never answered)."""
     try:

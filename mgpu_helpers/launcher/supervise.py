@@ -257,7 +257,7 @@ def _raise_timeout(job: Job):
     if job.flight_dumps:
         lines.append(
             f"The flight recorder's dumps, one file per rank: {job.flight_dumps} (torch's analyzer: "
-            f"python -m torch.distributed.flight_recorder.fr_trace {job.flight_dumps})"
+            f"python -m torch.distributed.flight_recorder.fr_trace {flight.analyzer_input(job.flight_dumps)})"
         )
     raise RankTimeout(
         "\n".join(lines),

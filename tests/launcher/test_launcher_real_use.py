@@ -18,6 +18,7 @@ import pytest
 from launcher_procs import cell_output, gone, printed_pids, start_kernel, wait_gone
 
 import mgpu_helpers as mh
+from mgpu_helpers.launcher import flight
 
 # They check the process tree under this process: a rank server of its own, not one the fork server forked.
 pytestmark = pytest.mark.usefixtures("own_rank_server")
@@ -161,7 +162,7 @@ def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_fl
         raw = pickle.load(f)
     assert [(e["collective_seq_id"], e["profiling_name"]) for e in raw["entries"]][-1] == (3, "gloo:broadcast")
     fr = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", err.flight_dumps],
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", flight.analyzer_input(err.flight_dumps)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -171,9 +172,37 @@ def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_fl
     assert "Collective sequence number: 3 has errors" in said and "COLLECTIVE_TYPE_MISMATCH" in said
 
 
-def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
-    from mgpu_helpers.launcher import flight
+def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_changed(tmp_path, monkeypatch):
+    # torch 2.11's analyzer stops at the first "gloo:" record; 2.12 and later read gloo's dumps as they are.
+    import torch
 
+    def dump(*names):
+        entries = [
+            dict(record_id=k, collective_seq_id=k + 1, profiling_name=n, input_sizes=[[4]]) for k, n in enumerate(names)
+        ]
+        return {"version": "2.10", "pg_config": {"0": {"name": "0"}}, "entries": entries}
+
+    gloo, nccl = tmp_path / "gloo", tmp_path / "nccl"
+    for folder, backend in ((gloo, "gloo"), (nccl, "nccl")):
+        folder.mkdir()
+        for rank, last in enumerate(["all_reduce", "broadcast"]):
+            (folder / f"fr_trace_rank_{rank}").write_bytes(
+                pickle.dumps(dump(f"{backend}:all_reduce", f"{backend}:{last}"))
+            )
+    monkeypatch.setattr(torch, "__version__", "2.12.0")
+    assert flight.analyzer_input(str(gloo)) == str(gloo)
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    assert flight.analyzer_input(str(nccl)) == str(nccl)
+    copy = flight.analyzer_input(str(gloo))
+    assert copy != str(gloo) and sorted(os.listdir(copy)) == sorted(os.listdir(gloo))
+    for rank, last in enumerate(["all_reduce", "broadcast"]):
+        original = pickle.loads((gloo / f"fr_trace_rank_{rank}").read_bytes())
+        renamed = pickle.loads((tmp_path / copy / f"fr_trace_rank_{rank}").read_bytes())
+        assert original == dump("gloo:all_reduce", f"gloo:{last}")  # the dumps the learner opens stay gloo's
+        assert renamed == dump("nccl:all_reduce", f"nccl:{last}")
+
+
+def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
     nccl = {
         "entries": [
             dict(record_id=0, pg_id=0, collective_seq_id=1, profiling_name="nccl:all_reduce", state="completed"),

@@ -157,3 +157,14 @@ def test_without_a_gpu_it_says_so_in_one_line_and_writes_nothing(tmp_path):
     assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
     assert "needs an NVIDIA GPU" in done.stderr
     assert not out.exists()
+
+
+def test_the_recordings_the_course_ships_are_of_its_own_scripts_and_show_what_01_and_03_teach():
+    errors = fr.read_async_error(fr.find(fr.ASYNC_ERROR))
+    assert errors.script == ASYNC_CHILD
+    assert raised_at(errors.runs["blocking"].stderr)[0] == 5  # the bad index itself
+    assert raised_at(errors.runs["default"].stderr)[0] > 5  # a later line: the error came back late
+    assert all("device-side assert" in run.stderr and run.returncode != 0 for run in errors.runs.values())
+    crowd = fr.read_crowd(fr.find(fr.ONE_GPU_PER_RANK))
+    assert len(crowd.rows) >= 2 and {(row.current_device, row.gpu) for row in crowd.rows} == {(0, 0)}
+    assert len({row.pid for row in crowd.rows}) == len(crowd.rows)  # one process per rank, all on GPU 0

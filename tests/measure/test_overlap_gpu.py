@@ -91,12 +91,15 @@ def test_the_slow_layer_does_real_gpu_work_of_about_its_time():
     model = lesson.make_model((256, 256), seconds_per_layer=0.005, device="cuda:0")
     loss = model(torch.randn(8, 256, device="cuda:0")).sum()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    loss.backward()
-    end.record()
-    end.synchronize()
-    assert 0.003 < start.elapsed_time(end) / 1e3 < 0.02
+    took = []
+    for _ in range(5):  # the least disturbed of five: other processes may share the GPU (the suite runs in parallel)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss.backward(retain_graph=True)
+        end.record()
+        end.synchronize()
+        took.append(start.elapsed_time(end) / 1e3)
+    assert 0.003 < min(took) < 0.02, took
 
 
 @needs_two_gpus
