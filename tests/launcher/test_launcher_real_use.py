@@ -200,6 +200,12 @@ def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_ch
         renamed = pickle.loads((tmp_path / copy / f"fr_trace_rank_{rank}").read_bytes())
         assert original == dump("gloo:all_reduce", f"gloo:{last}")  # the dumps the learner opens stay gloo's
         assert renamed == dump("nccl:all_reduce", f"nccl:{last}")
+    # Where the copy cannot be written (a file in its place), the folder itself: a timeout's report never fails here.
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "fr_trace_rank_0").write_bytes((gloo / "fr_trace_rank_0").read_bytes())
+    (tmp_path / "blocked-nccl-names").write_text("in the way")
+    assert flight.analyzer_input(str(blocked)) == str(blocked)
 
 
 def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
