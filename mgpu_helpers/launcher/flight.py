@@ -8,6 +8,7 @@ a time from a signal handler, is the fallback for a rank whose thread cannot run
 import faulthandler
 import os
 import pickle
+import re
 import shutil
 import signal
 import tempfile
@@ -97,16 +98,19 @@ def _named_groups(dump: dict) -> dict:
     return dump
 
 
-def analyzer_input(folder: str) -> str:
+def analyzer_input(folder: str, torch_version: str | None = None) -> str:
     """The folder to give torch's analyzer (``python -m torch.distributed.flight_recorder.fr_trace``) for the dumps
     that :func:`keep_dumps` wrote to ``folder``: ``folder`` itself, except under torch 2.11 when the dumps are gloo's.
     2.11's analyzer reads only NCCL's and XCCL's records: it stops at the first ``gloo:`` name with "name formatting
     error?" (2.12 reads gloo's too). For it, a copy beside ``folder`` whose records say ``nccl:`` where they said
     ``gloo:``, and nothing else: the analyzer compares sequence numbers, the names after the colon and the sizes, so
-    its verdict on the copy is the one a newer torch gives on ``folder`` (checked on 10's hangs, 2.11 against 2.13)."""
-    import torch
+    its verdict on the copy is the one a newer torch gives on ``folder`` (checked on 10's hangs, 2.11 against 2.13).
+    ``torch_version``: the analyzer's torch, by default the installed one, read without importing torch (this runs in
+    the notebook's kernel, which the launcher keeps free of torch)."""
+    import importlib.metadata  # here, not at the top: ranks import this module, and only a hang's report needs it
 
-    if torch.torch_version.TorchVersion(torch.__version__) >= (2, 12):
+    major_minor = re.match(r"(\d+)\.(\d+)", torch_version or importlib.metadata.version("torch"))
+    if tuple(map(int, major_minor.groups())) >= (2, 12):
         return folder
     dumps = {name: read_dump(os.path.join(folder, name)) for name in sorted(os.listdir(folder))}
     names = [str(e.get("profiling_name", "")) for d in dumps.values() if d for e in d.get("entries", [])]

@@ -172,10 +172,8 @@ def test_a_hang_shows_each_ranks_last_completed_and_stuck_collective_from_the_fl
     assert "Collective sequence number: 3 has errors" in said and "COLLECTIVE_TYPE_MISMATCH" in said
 
 
-def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_changed(tmp_path, monkeypatch):
+def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_changed(tmp_path):
     # torch 2.11's analyzer stops at the first "gloo:" record; 2.12 and later read gloo's dumps as they are.
-    import torch
-
     def dump(*names):
         entries = [
             dict(record_id=k, collective_seq_id=k + 1, profiling_name=n, input_sizes=[[4]]) for k, n in enumerate(names)
@@ -189,11 +187,9 @@ def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_ch
             (folder / f"fr_trace_rank_{rank}").write_bytes(
                 pickle.dumps(dump(f"{backend}:all_reduce", f"{backend}:{last}"))
             )
-    monkeypatch.setattr(torch, "__version__", "2.12.0")
-    assert flight.analyzer_input(str(gloo)) == str(gloo)
-    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
-    assert flight.analyzer_input(str(nccl)) == str(nccl)
-    copy = flight.analyzer_input(str(gloo))
+    assert flight.analyzer_input(str(gloo), "2.12.0") == str(gloo)
+    assert flight.analyzer_input(str(nccl), "2.11.0+cu130") == str(nccl)
+    copy = flight.analyzer_input(str(gloo), "2.11.0+cu130")
     assert copy != str(gloo) and sorted(os.listdir(copy)) == sorted(os.listdir(gloo))
     for rank, last in enumerate(["all_reduce", "broadcast"]):
         original = pickle.loads((gloo / f"fr_trace_rank_{rank}").read_bytes())
@@ -205,7 +201,7 @@ def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_ch
     blocked.mkdir()
     (blocked / "fr_trace_rank_0").write_bytes((gloo / "fr_trace_rank_0").read_bytes())
     (tmp_path / "blocked-nccl-names").write_text("in the way")
-    assert flight.analyzer_input(str(blocked)) == str(blocked)
+    assert flight.analyzer_input(str(blocked), "2.11.0+cu130") == str(blocked)
 
 
 def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
