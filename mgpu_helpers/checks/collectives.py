@@ -1,8 +1,4 @@
-"""Checkers for ex05: collectives built from point-to-point messages, and the bytes a ring all-reduce sends.
-
-The rank-launching checkers are rows of one table (:class:`~mgpu_helpers.checks.core.RankProblem`);
-:func:`check_ring_bytes_guess` holds the reader's number against bytes counted on running ranks.
-"""
+"""Checkers for ex05: collectives built from point-to-point messages, and the bytes a ring all-reduce sends."""
 
 import math
 
@@ -86,18 +82,17 @@ RING_FORBIDDEN_LIB = (
 )
 
 
-def _instrumented_ring_rank(rank, world_size, fn, cases, in_place, course):
-    """Rank function: the reader's ring on every case, every send logged, the collectives refused."""
+def _ring_body(rank, world_size, fn, payload, calls):
+    """:func:`run_ring`'s body on each rank: the reader's ring on every case, the sends of each logged."""
+    cases, in_place = payload
     results = []
-    with core.WatchedCalls(refuse=core.COLLECTIVE_CALLS, course=course) as watched:
-        for inputs in cases:
-            x = core.rank_tensor(inputs[rank])
-            start = len(watched.calls)
-            out = fn(x) if in_place else fn(rank, world_size, x)
-            out = x if out is None and in_place else out
-            calls = watched.calls[start:]
-            sends = [(-1 if c.peer is None else int(c.peer), c.nbytes) for c in calls if c.name in core.SENDS]
-            results.append((core.as_numpy(out), sends, out is x))
+    for inputs in cases:
+        x = core.rank_tensor(inputs[rank])
+        start = len(calls)
+        out = fn(x) if in_place else fn(rank, world_size, x)
+        out = x if out is None and in_place else out
+        sends = [(-1 if c.peer is None else int(c.peer), c.nbytes) for c in calls[start:] if c.name in core.SENDS]
+        results.append((core.as_numpy(out), sends, out is x))
     return results
 
 
@@ -162,14 +157,15 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
     schedule = "向左的环里，每一步发的块号和收的块号怎样变？在纸上走一遍 3 个 Rank"
     if right:
         schedule = "对照 ring_schedule：每一步发哪块、收哪块"
-    course = core.resolve_course(RING_FORBIDDEN_LIB)
-    core.refuse_course_code(fn, what, [obj for obj, _ in course], advice="自己写出两个阶段的循环。")
+    advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
+    forbid, course, refusal = core.COLLECTIVE_CALLS, RING_FORBIDDEN_LIB, "自己写出两个阶段的循环。"
     rng = core.new_rng()
     for world_size in world_sizes:
         cases = _ring_cases(rng, world_size, short=right)
-        advice = "每一步的发送和接收要成组提交（exchange 或 batch_isend_irecv），循环走完 world_size - 1 步就停。"
-        args = (fn, cases, right, course)
-        res_values = core.launch(_instrumented_ring_rank, world_size, args, what, fn, timeout, advice)
+        runs = core.run_watched(
+            fn, what, world_size, (cases, right), forbid, course, timeout, advice, refusal=refusal, body=_ring_body
+        )
+        res_values = [value for value, _calls in runs]
         for k, inputs in enumerate(cases):
             length = len(inputs[0])
             want = np.sum(inputs, axis=0)
@@ -201,11 +197,6 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` in place with a ring to the right (rank + 1)."""
     run_ring(fn, 1, world_sizes, timeout)
-
-
-try_ring_all_reduce = core.fill_in_cell(
-    check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce", "Ring All-Reduce"
-)
 
 
 def reference_ring_all_reduce_left(rank, world_size, x):
@@ -338,8 +329,6 @@ EXPECTED_NAMES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def _explain_expected(name: str, inputs, rank: int, got) -> str:
-    if got is None:
-        return ""
     rows, g = np.asarray(inputs, dtype=np.float64), np.asarray(got, dtype=np.float64)
     n = len(rows)
     same = lambda a: np.shape(a) == np.shape(g) and np.allclose(a, g)
@@ -403,8 +392,7 @@ try_expected_outputs.checker = check_expected_outputs.__name__  # the name its p
 
 def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, unit: float = 1.0, rel_tol=1e-6):
     """None when ``got`` is ``op``'s busbw (bytes/s over ``unit``: 1 for bytes/s, 1e9 for GB/s, within ``rel_tol``),
-    else what to say: the usual wrong answers, first match first (a factor other than ``BUSBW_FACTORS``', a slip of
-    units)."""
+    else what the usual wrong answer it matches says ("" when none does)."""
     n, factor, alg = world_size, BUSBW_FACTORS[op], algbw(nbytes, seconds)
     want = busbw(op, nbytes, seconds, world_size)  # bytes/s
     if math.isclose(got, want / unit, rel_tol=rel_tol, abs_tol=1e-9):
@@ -442,9 +430,8 @@ def busbw_mistake(got, op: str, nbytes: float, seconds: float, world_size: int, 
 
 
 def hold_busbw(fn, op: str, name: str, cases=()) -> int:
-    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s bus bandwidth (nccl-tests'), on fixed cases (eight
-    ranks first: the wrong factors differ there), ``cases`` and twenty random ones. Returns the number of cases:
-    the caller says what passed (the progress records the caller's name)."""
+    """``fn(nbytes, seconds, world_size) -> bytes/s``: ``op``'s busbw on fixed cases (eight ranks first: the wrong
+    factors differ there), ``cases`` and random ones. The caller says what passed (progress records its name)."""
     shown = {"all_reduce": "All-Reduce", "reduce_scatter": "Reduce-Scatter / All-Gather"}[op]
     what = f"{name} 要算出 {shown} 的 busbw（字节/秒）"
     rng = core.new_rng()
@@ -465,15 +452,6 @@ def check_all_reduce_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: an all-reduce's bus bandwidth (:func:`hold_busbw`)."""
     count = hold_busbw(fn, "all_reduce", "all_reduce_busbw")
     core.passed(f"all_reduce_busbw 在 {count} 组（含 n = 1、2、8）上都对。")
-
-
-try_all_reduce_busbw = core.fill_in_cell(
-    check_all_reduce_busbw,
-    lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
-    "All-Reduce 的 busbw",
-    keep="all_reduce_busbw",
-    lesson="05",
-)  # 11, 12: mh.mine
 
 
 def check_comm_share_speedup(fn) -> None:
@@ -499,9 +477,6 @@ def check_comm_share_speedup(fn) -> None:
         why = core.matching_hint(got, guesses, rel_tol=1e-9)
         raise core.CheckFailed(f"{where}：每步应当快 {want:.4g} 倍，你的函数给出 {got:.4g}。{why}")
     core.passed(f"comm_share_speedup 在 {len(cases)} 组占比上都对（含占比不变、降到 0）。")
-
-
-try_comm_share_speedup = core.fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
 
 
 def reference_first_out_of_step(calls):
@@ -567,6 +542,17 @@ def check_first_out_of_step(fn) -> None:
     core.passed(f"first_out_of_step 在 {len(cases)} 组调用上都找对了（含顺序、个数、少一个调用、全都一致）。")
 
 
+try_ring_all_reduce = core.fill_in_cell(
+    check_ring_all_reduce_right, "mgpu_helpers.lessons.ring.ring_all_reduce", "Ring All-Reduce"
+)
+try_all_reduce_busbw = core.fill_in_cell(
+    check_all_reduce_busbw,
+    lambda nbytes, s, n: busbw("all_reduce", nbytes, s, n),
+    "All-Reduce 的 busbw",
+    keep="all_reduce_busbw",
+    lesson="05",
+)  # 11, 12: mh.mine
+try_comm_share_speedup = core.fill_in_cell(check_comm_share_speedup, comm_share_speedup, "通信占比下降后每步快几倍")
 try_first_out_of_step = core.fill_in_cell(
     check_first_out_of_step, reference_first_out_of_step, "第一个步调不一致的集合通信"
 )

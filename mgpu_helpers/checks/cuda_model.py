@@ -22,6 +22,7 @@ import numpy as np
 from mgpu_helpers.checks import core
 from mgpu_helpers.measure.timing import simulator
 
+LESSON = "mgpu_helpers.lessons.cuda_model"  # the course's own versions of 01's fill-ins
 PAD = 5  # sentinel elements after the data (01's and 02's kernel checks): a missing bounds check writes into them
 WATCHDOG_S = 5.0  # seconds a kernel may run in the simulator before it is stopped
 
@@ -131,9 +132,7 @@ def fail_past_end(got, n: int, untouched, where: str, fix: str = "边界检查�
 
 def _reference(name: str):
     """The course's own ``mh.lessons.cuda_model.<name>``: refused as an answer, and the reference it is held to."""
-    from mgpu_helpers.lessons import cuda_model
-
-    return getattr(cuda_model, name)
+    return core.course_object(f"{LESSON}.{name}")
 
 
 THREAD_SLIPS = {  # a field computed the typical wrong way (:func:`check_thread_ids`), and what to say
@@ -175,9 +174,6 @@ def check_thread_ids(fn) -> None:
     core.passed(f"thread_ids 在 {len(cases)} 种 (grid, block) 上都对，包括 block = 1、33、100 这种不是 32 倍数的情形。")
 
 
-try_thread_ids = core.fill_in_cell(check_thread_ids, "mgpu_helpers.lessons.cuda_model.thread_ids", "thread_ids")
-
-
 def check_work_and_idle(fn) -> None:
     """``fn(grid, block, n) -> (work, idle, no_thread)``: threads past ``i < n``, threads stopped, elements missed."""
     what = "work_and_idle 要数出干活的线程、闲置的线程和没有线程的元素"
@@ -197,11 +193,6 @@ def check_work_and_idle(fn) -> None:
         )
         _whole_numbers(got, want, where, (tuple, list), "(work, idle, no_thread) 三个整数", slips)
     core.passed(f"work_and_idle 在 {len(cases)} 种 (grid, block, N) 上都对，包括 Grid 太小和 N = 0、1 的情形。")
-
-
-try_work_and_idle = core.fill_in_cell(
-    check_work_and_idle, "mgpu_helpers.lessons.cuda_model.work_and_idle", "work_and_idle"
-)
 
 
 def check_launch_config(fn) -> None:
@@ -235,11 +226,6 @@ def check_launch_config(fn) -> None:
     if tuple(default) != (4, 256):
         raise core.CheckFailed(f"{what}：launch_config(1000) 应当是 (4, 256)（block 默认 256），实际是 {default!r}。")
     core.passed(f"launch_config 在 {len(cases)} 组 (n, block) 上都对，包括 n = 0、1、正好整除和多 1 个元素。")
-
-
-try_launch_config = core.fill_in_cell(
-    check_launch_config, "mgpu_helpers.lessons.cuda_model.launch_config", "launch_config"
-)
 
 
 def check_grid_2d(fn) -> None:
@@ -338,3 +324,8 @@ def check_add_into_grid_stride(kernel) -> None:
         + "，".join(f"n = {n} 用 {g}x{b} 个线程" for n, b, g in cases)
         + "。"
     )
+
+
+try_thread_ids = core.fill_in_cell(check_thread_ids, f"{LESSON}.thread_ids", "thread_ids")
+try_work_and_idle = core.fill_in_cell(check_work_and_idle, f"{LESSON}.work_and_idle", "work_and_idle")
+try_launch_config = core.fill_in_cell(check_launch_config, f"{LESSON}.launch_config", "launch_config")

@@ -6,10 +6,10 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks import core
-from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.lessons.data_parallel import shard
 from mgpu_helpers.measure import dp_reference as ref
 
+LOCAL_GRADIENT = "mgpu_helpers.lessons.data_parallel.local_gradient"
 UNEVEN_CASES = {2: (25, 37), 3: (31, 50), 4: (50, 50)}  # rows that never divide the world size
 ARGUMENTS = ("sendbuf", "recvbuf", "count", "datatype", "op", "stream")
 SAME_START = "行数对了，梯度却不同：每个 Rank 的模型是不是都从同一组初始权重出发（种子来自 config，和 rank 无关）？"
@@ -143,9 +143,6 @@ def check_weighted_average(fn) -> None:
     core.passed("weighted_average 在行数相同、不同、有 Rank 一行也没有的情形下，都给出整批的平均梯度。")
 
 
-try_weighted_average = core.fill_in_cell(check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
-
-
 def check_local_gradient(fn) -> None:
     """``fn(rank, world_size, config) -> {"rows", "loss", "grad", ...}``: step 2 alone, run in this process."""
     import torch
@@ -168,25 +165,19 @@ def check_local_gradient(fn) -> None:
             got_what = (
                 f"的 dict 缺了 {sorted(keys - got.keys())}" if isinstance(got, dict) else f" {type(got).__name__}"
             )
-            raise CheckFailed(f'{where}：应当返回一个含 "rows"、"loss" 和 "grad" 的 dict，实际得到{got_what}。')
+            raise core.CheckFailed(f'{where}：应当返回一个含 "rows"、"loss" 和 "grad" 的 dict，实际得到{got_what}。')
         if got["rows"] != len(x):
             hint = "每个 Rank 只拿 shard(..., rank, world_size) 那一片。"
             hint = "用的是整批数据，没有切片。" if got["rows"] == n else hint
-            raise CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
+            raise core.CheckFailed(f"{where}：这个 Rank 应当有 {len(x)} 行，你的函数用了 {got['rows']} 行。{hint}")
         g = torch.as_tensor(got["grad"]).detach().reshape(-1)
         summed = g.shape == want.shape and torch.allclose(g, want * len(x), rtol=1e-9, atol=1e-12)
         hint = "梯度大了“本地行数”倍：loss 要取平均（.mean()），不是求和。" if summed else SAME_START
         core.compare(g.numpy(), want.numpy(), f"{where}，局部梯度", hint, atol=1e-10, rtol=1e-9)
         got_loss = got["loss"].item() if torch.is_tensor(got["loss"]) else float(got["loss"])  # in a graph or not
         if abs(got_loss - loss.item()) > 1e-10:
-            raise CheckFailed(f"{where}：局部 loss 应当是 {loss.item():.6f}，实际是 {got_loss:.6f}。")
+            raise core.CheckFailed(f"{where}：局部 loss 应当是 {loss.item():.6f}，实际是 {got_loss:.6f}。")
     core.passed("local_gradient 在不同的 rank、不均匀的 Shard 和只有一行的 Shard 上都算对了局部梯度。")
-
-
-LOCAL_GRADIENT = "mgpu_helpers.lessons.data_parallel.local_gradient"
-try_local_gradient = core.fill_in_cell(
-    check_local_gradient, LOCAL_GRADIENT, "本地的 forward + backward", refuse=[LOCAL_GRADIENT]
-)
 
 
 def check_nccl_arguments(fn) -> None:
@@ -227,12 +218,16 @@ def check_nccl_arguments(fn) -> None:
             (k == 5, "最后一个参数是 Stream 的指针：把传进来的 stream_ptr 原样交出去。"),
             default="Buffer 的地址是张量数据在设备上的起始地址。" if k == 0 else "",
         )
-        raise CheckFailed(f"{where}：第 {k + 1} 个参数 {ARGUMENTS[k]} 应当是 {want[k]!r}，你给的是 {g!r}。{why}")
+        raise core.CheckFailed(f"{where}：第 {k + 1} 个参数 {ARGUMENTS[k]} 应当是 {want[k]!r}，你给的是 {g!r}。{why}")
     core.passed(
         f"nccl_arguments 在 {len(cases)} 个张量上（多维、四种 dtype、空张量、默认 Stream）都给出了正确的六个参数。"
     )
 
 
+try_weighted_average = core.fill_in_cell(check_weighted_average, reference_weighted_average, "按行数加权的梯度平均")
+try_local_gradient = core.fill_in_cell(
+    check_local_gradient, LOCAL_GRADIENT, "本地的 forward + backward", refuse=[LOCAL_GRADIENT]
+)
 try_nccl_arguments = core.fill_in_cell(
     check_nccl_arguments, "mgpu_helpers.lessons.data_parallel.nccl_arguments", "nccl_arguments：伪代码第 03–04 行的参数"
 )

@@ -1,6 +1,4 @@
-"""Checkers of the diagnostics (notebook 10 and ex10): naming the rank that parted from every rank's flight-recorder
-dump, telling a straggler from a slow path by the time each rank spends inside an all-reduce (notebook 10's
-fill-ins, ``try_*``); reading the evidence of a hang and predicting where a hang will stop before it runs (ex10)."""
+"""Checkers of the diagnostics (notebook 10 and ex10): hangs, flight-recorder dumps, a straggler or a slow path."""
 
 import copy
 import random
@@ -189,11 +187,6 @@ def check_straggler_or_none(fn) -> None:
     )
 
 
-try_straggler_or_none = core.fill_in_cell(
-    check_straggler_or_none, reference_straggler, "straggler_or_none：等人还是链路慢", refuse=COURSE_READERS
-)
-
-
 def make_flight_dumps(world_size: int, at: int, culprit=None, kind=None, first=1, backend="gloo", rng=None) -> dict:
     """Notebook 10's hang fill-in, ``{rank: dump}``: each rank's flight-recorder dump, as ``pickle.load`` gives
     torch's own, after a hang at collective number ``at`` (numbers ``first``..``at``: the ring buffer may have
@@ -301,7 +294,6 @@ def check_culprit(fn) -> None:
             got = tuple(got)
         if got == want:
             continue
-        n = len(dumps)
         if want is None:
             seqs = [e["collective_seq_id"] for e in dumps[0]["entries"]]
             raise core.CheckFailed(
@@ -348,4 +340,7 @@ def check_culprit(fn) -> None:
     )
 
 
+try_straggler_or_none = core.fill_in_cell(
+    check_straggler_or_none, reference_straggler, "straggler_or_none：等人还是链路慢", refuse=COURSE_READERS
+)
 try_culprit = core.fill_in_cell(check_culprit, reference_culprit, "culprit：从 flight recorder 记录里找出走岔的 Rank")

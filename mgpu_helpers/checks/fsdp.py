@@ -6,7 +6,6 @@ import math
 import random
 
 from mgpu_helpers.checks import core
-from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.models import memory
 
 STAGES = ("dp", "zero1", "zero2", "zero3")
@@ -99,7 +98,7 @@ def check_local_slices(fn) -> None:
         try:
             got = [(int(s), int(n)) for s, n in got]
         except (TypeError, ValueError):
-            raise CheckFailed(f"{where}：应当返回每个张量维一个 (start, length)，实际得到 {got!r}。") from None
+            raise core.CheckFailed(f"{where}：应当返回每个张量维一个 (start, length)，实际得到 {got!r}。") from None
         if _same(got, want):
             continue
         hint = core.first_hint(
@@ -110,13 +109,8 @@ def check_local_slices(fn) -> None:
             *((_same(got, _slips(*args, slip)), text) for slip, text in SLICE_SLIPS.items()),
             default="对照 DTensor 自己的切法：沿网格维依次切，每段 ceil(n / N)。",
         )
-        raise CheckFailed(f"{where}：DTensor 给这个 Rank 的是 {want}，你的答案是 {got}。{hint}")
+        raise core.CheckFailed(f"{where}：DTensor 给这个 Rank 的是 {want}，你的答案是 {got}。{hint}")
     core.passed(f"{len(calls)} 个 Rank 的分片和 DTensor 自己的切法一致（1 维和 2 维网格，含不能整除的形状）")
-
-
-try_local_slices = core.fill_in_cell(
-    check_local_slices, "mgpu_helpers.lessons.fsdp.local_slices", "local_slices：网格上一个 Rank 的分片"
-)
 
 
 def reference_model_state_bytes(strategy: str, psi: float, world_size: int, k: float = 12) -> float:
@@ -156,13 +150,8 @@ def check_model_state_bytes(fn) -> None:
         ]
         default = "按 06 的内存模型：参数 2Ψ、梯度 2Ψ、优化器状态 KΨ，这个策略切开的部分除以 N，其余每个 Rank 一整份。"
         hint = core.matching_hint(got, slips, rel_tol=1e-9, default=default)
-        raise CheckFailed(f"{where}：应当是 {want:,.0f} 字节，你的答案是 {got:,.0f}。{hint}")
+        raise core.CheckFailed(f"{where}：应当是 {want:,.0f} 字节，你的答案是 {got:,.0f}。{hint}")
     core.passed(f"{len(cases)} 组规模上四种策略的模型状态都和 06 的内存模型一致（ZeRO 论文的 (2+2+K)Ψ 记法）")
-
-
-try_model_state_bytes = core.fill_in_cell(
-    check_model_state_bytes, "mgpu_helpers.lessons.fsdp.model_state_bytes", "model_state_bytes：每个 Rank 的模型状态"
-)
 
 
 def reference_cheapest_stage(psi, world_size, capacity, k=12):
@@ -198,7 +187,7 @@ def check_cheapest_stage(fn) -> None:
             (fits and got == fits[-1], "按 dp、zero1、zero2、zero3 的顺序找第一个放得下的，不是最后一个。"),
             default="用 model_state_bytes 算出每个阶段的字节数，和容量比较。",
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"psi={psi:g}，world_size={n}，capacity={cap:,.0f} 字节，k={k}：应当是 {want!r}，你的答案是 {got!r}。{hint}"
         )
     core.passed(f"{len(cases)} 种规模和容量（含正好放满的边界）都选对了阶段")
@@ -250,5 +239,13 @@ def check_shard_bytes(fn) -> None:
             *((all(abs(slip(r) - m) < 1e-9 for r, m in enumerate(mine)), text) for slip, text in slips),
             default="逐个参数：这个 Rank 分到第 0 维的几行，乘一行的元素个数，再乘每个元素的字节数。",
         )
-        raise CheckFailed(f"{where}：FSDP2 在这个 Rank 上留下 {want:,} 字节，你的答案是 {got:,.0f}。{hint}")
+        raise core.CheckFailed(f"{where}：FSDP2 在这个 Rank 上留下 {want:,} 字节，你的答案是 {got:,.0f}。{hint}")
     core.passed(f"{len(cases)} 个 Rank 上的参数分片字节数都和 FSDP2 的切法一致（含行数少于 Rank 数的参数）")
+
+
+try_local_slices = core.fill_in_cell(
+    check_local_slices, "mgpu_helpers.lessons.fsdp.local_slices", "local_slices：网格上一个 Rank 的分片"
+)
+try_model_state_bytes = core.fill_in_cell(
+    check_model_state_bytes, "mgpu_helpers.lessons.fsdp.model_state_bytes", "model_state_bytes：每个 Rank 的模型状态"
+)

@@ -111,20 +111,18 @@ def reference_env_for(
     return dict(zip(ENV_KEYS, map(str, (rank, world_size, rank % per_node, per_node, master_addr, master_port))))
 
 
-def _env_slip(key: str, got: str, case: tuple) -> str:
-    """Why ``got`` is a wrong value of ``key`` for ``case``: the typical mistake named where one fits."""
-    rank, world_size, _port, per_node, _addr = (*case, None, "127.0.0.1")[:5]
-    per_node = world_size if per_node is None else per_node
+def _env_slip(key: str, got: str, want: dict) -> str:
+    """Why ``got`` is a wrong value of ``key`` (``want``: the right ones): the typical mistake named where one fits."""
+    rank, world_size, per_node = (int(want[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"))
     several = per_node < world_size  # machines
-    if key == "LOCAL_RANK":
-        return core.first_hint(
-            (got == str(rank) and several, "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。"),
-            (got == str(rank // per_node), "这是这个 rank 所在机器的编号，不是它在本机上排第几。"),
-            default="LOCAL_RANK 是这个 rank 在自己那台机器上排第几（从 0 数起）。",
-        )
     return {
         "RANK": "rank 从 0 数起，就是这个进程的编号。",
         "WORLD_SIZE": "WORLD_SIZE 是所有机器上进程的总数。",
+        "LOCAL_RANK": core.first_hint(
+            (got == str(rank) and several, "LOCAL_RANK 是在本机上的编号：每台机器都从 0 数起，不是全局的 rank。"),
+            (got == str(rank // per_node), "这是这个 rank 所在机器的编号，不是它在本机上排第几。"),
+            default="LOCAL_RANK 是这个 rank 在自己那台机器上排第几（从 0 数起）。",
+        ),
         "LOCAL_WORLD_SIZE": core.first_hint(
             (got == str(world_size) and several, "LOCAL_WORLD_SIZE 是本机的进程数，不是所有机器的总数。"),
             default="LOCAL_WORLD_SIZE 是本机的进程数：单机时就是 world_size。",
@@ -173,14 +171,11 @@ def check_env_for(fn) -> None:
         for key in ENV_KEYS:
             if got[key] != want[key]:
                 raise core.CheckFailed(
-                    f"{case_text}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。" + _env_slip(key, got[key], case)
+                    f"{case_text}：{key} 应当是 {want[key]!r}，你的是 {got[key]!r}。" + _env_slip(key, got[key], want)
                 )
     core.passed(
         "env_for 在几十种 (rank, world_size, MASTER_PORT, 每台机器的进程数, master_addr) 上都给出了 torchrun 会设的六个变量。"
     )
-
-
-try_env_for = core.fill_in_cell(check_env_for, reference_env_for, "env_for")
 
 
 def reference_init_for(rank: int, world_size: int, method: str) -> None:
@@ -366,4 +361,5 @@ def binding_slip(events) -> str:
     )
 
 
+try_env_for = core.fill_in_cell(check_env_for, reference_env_for, "env_for")
 try_init_for = core.fill_in_cell(check_init_for, reference_init_for, "init_for")

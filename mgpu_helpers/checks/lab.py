@@ -1,8 +1,6 @@
-"""Checkers of the lab (notebook 12) and of ex12: the ownership check on ranks, the busbw of reduce-scatter and
-all-gather, and the conclusions about the learner's own run (:func:`mgpu_helpers.report.lab.lab_run`), each held
-against that run with its own margin; the explanation opens only when everything holds and the free text cites
-two of the run's numbers. ex12: round-robin ownership, and a number first held against the recorded times.
-"""
+"""Checkers of the lab (notebook 12) and of ex12. Each conclusion is held against the learner's own run
+(:func:`mgpu_helpers.report.lab.lab_run`) with its own margin; the explanation opens only when all of them hold
+and the free text cites two of the run's numbers."""
 
 import math
 import re
@@ -169,24 +167,12 @@ def _check_ownership_fill_in(fn) -> None:
     check_ownership_check(fn, world_sizes=(3,))
 
 
-try_ownership_check = core.fill_in_cell(
-    _check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check", "ownership_check：所有权检查"
-)
-
-
 def check_rs_ag_busbw(fn) -> None:
     """``fn(nbytes, seconds, world_size) -> bytes/s``: a reduce-scatter's or all-gather's busbw, by 05's check."""
     recorded = [(3 * (1 << 20), 0.8e-3, 3), (1 << 30, 1925.64e-6, 2), (1 << 20, 1e-3, 1), (1000.0, 5e-6, 8)]
     count = hold_busbw(fn, "reduce_scatter", "rs_ag_busbw", recorded)
     core.passed(f"rs_ag_busbw 在 {count} 组（含 n = 1、2、3 和记录里 1 GiB 的 Reduce-Scatter）上都对。")
 
-
-try_rs_ag_busbw = core.fill_in_cell(
-    check_rs_ag_busbw,
-    "mgpu_helpers.lessons.lab.rs_ag_busbw",
-    "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
-    refuse=["mgpu_helpers.models.bandwidth.busbw", "mgpu_helpers.models.bandwidth.bytes_sent_per_rank"],
-)
 
 CONCLUSION_PLACEHOLDER = "✎"
 CLAIM_NAMES = {
@@ -445,3 +431,14 @@ def check_ownership_cyclic(fn, world_sizes=core.WORLD_SIZES) -> None:
         f"ownership_cyclic 在 world_size = {list(world_sizes)}、有余数的随机输入上：每个 rank 轮流拿到自己的下标，"
         "结果正确并如实报告。"
     )
+
+
+try_ownership_check = core.fill_in_cell(
+    _check_ownership_fill_in, "mgpu_helpers.lessons.lab.ownership_check", "ownership_check：所有权检查"
+)
+try_rs_ag_busbw = core.fill_in_cell(
+    check_rs_ag_busbw,
+    "mgpu_helpers.lessons.lab.rs_ag_busbw",
+    "rs_ag_busbw：Reduce-Scatter 与 All-Gather 的 busbw",
+    refuse=["mgpu_helpers.models.bandwidth.busbw", "mgpu_helpers.models.bandwidth.bytes_sent_per_rank"],
+)

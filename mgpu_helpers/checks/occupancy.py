@@ -1,9 +1,6 @@
-"""Checkers for notebook 02 (``blocks_per_sm``, the kernel ``vec_add_two``) and ex02 (``saxpy_cupy``, a RawKernel
-that needs a GPU; ``max_regs_per_thread``, as ``__launch_bounds__(block, k)`` asks the compiler; one wave of blocks).
-
-The arithmetic is held against the occupancy model :func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA
-occupancy calculator's algorithm), the typical mistakes named; calling the model (or ``mh.lessons``) is refused.
-"""
+"""Checkers for notebook 02 and ex02. The arithmetic is held against the occupancy model
+:func:`mgpu_helpers.models.occupancy.occupancy` (the CUDA occupancy calculator's algorithm), the typical mistakes
+named; calling the model (or ``mh.lessons``) is refused. ``saxpy_cupy`` compiles a RawKernel: it needs a GPU."""
 
 import itertools
 import re
@@ -17,6 +14,7 @@ from mgpu_helpers.measure import gpu_limits
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models import occupancy as occ
 
+VEC_ADD_TWO = "mgpu_helpers.lessons.cupy_kernels.vec_add_two"  # notebook 02's own
 SAXPY = "saxpy_cupy 要用 RawKernel 原地算出 y = alpha * x + y"
 
 
@@ -113,11 +111,6 @@ def check_blocks_per_sm(fn) -> None:
     core.passed(f"blocks_per_sm 在 {len(pairs) * len(SMS)} 组（block、寄存器、SM 上限）上与占用率模型一致。")
 
 
-try_blocks_per_sm = core.fill_in_cell(
-    check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block"
-)
-
-
 class _Traced:
     """02's fill-in 2 in the simulator: a 1-D array that records each write as (blockIdx.x, threadIdx.x, k-th access
     of that thread, index), refuses indices outside the buffer and stops a thread making far too many accesses."""
@@ -190,7 +183,7 @@ def check_vec_add_two(kernel) -> None:
     once, each warp's k-th write on consecutive elements: coalesced), which a result alone cannot show."""
     what = "vec_add_two 要让每个线程加它所在分片里的两个元素"
     core.require_written(kernel, what)
-    if kernel is core.course_object("mgpu_helpers.lessons.cupy_kernels.vec_add_two"):  # notebook 02's own
+    if kernel is core.course_object(VEC_ADD_TWO):
         raise core.CheckFailed(f"{what}：这是课程自己的 vec_add_two；在上面那格里写你自己的 Kernel。")
     rng, block = core.new_rng(), 32
     sizes = [1, block - 3, block + 5, 2 * block, 3 * block + 1, int(rng.integers(2 * block + 1, 9 * block))]
@@ -249,11 +242,6 @@ def _check_layout(writes, where: str, n: int, block: int) -> None:
             raise core.CheckFailed(
                 f"{where}：Block {blk} 的线程 {thread} 写了元素 {sorted(got)}，应当是 {sorted(want)}。{hint}"
             )
-
-
-try_vec_add_two = core.fill_in_cell(
-    check_vec_add_two, "mgpu_helpers.lessons.cupy_kernels.vec_add_two", "vec_add_two：每线程两个元素"
-)
 
 
 def check_saxpy_structure(fn) -> None:
@@ -445,3 +433,9 @@ def check_one_wave_blocks(fn) -> None:
             f"block = 256，{facts['source']}：一波应当是 {want} 个 Block（{by}），你的答案是 {got!r}。{hint}".rstrip()
         )
     core.passed(f"一波是 {want} 个 Block（{sm} 个 SM × 每 SM {want // sm} 个），与{by}一致。")
+
+
+try_blocks_per_sm = core.fill_in_cell(
+    check_blocks_per_sm, reference_blocks_per_sm, "blocks_per_sm：每个 SM 驻留几个 Block"
+)
+try_vec_add_two = core.fill_in_cell(check_vec_add_two, VEC_ADD_TWO, "vec_add_two：每线程两个元素")

@@ -1,10 +1,6 @@
-"""Checkers of notebook 13 and ex13: data parallelism that overlaps, buckets, the overlap proof, ZeRO-1.
-
-The learner's classes run inside :func:`mgpu_helpers.lessons.overlap.train_rank` on 2 and 3 ranks (a small MLP,
-parameters of uneven sizes). Each rank watches what the code does (:func:`_watch`), not only what it computes:
-every collective under any name, and whether each async one was waited on before ``optimizer.step()``. The final
-parameters are compared with one process training on the whole batch. ``mh.lessons.overlap`` is refused.
-"""
+"""Checkers of notebook 13 and ex13. The learner's classes run inside :func:`mgpu_helpers.lessons.overlap.train_rank`
+on 2 and 3 ranks, and each rank watches what the code does (:func:`_watch`), not only what it computes: every
+collective under any name, and whether each async one was waited on before ``optimizer.step()``."""
 
 import contextlib
 import random
@@ -14,6 +10,7 @@ import numpy as np
 from mgpu_helpers.checks import core
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
+LESSON = "mgpu_helpers.lessons.overlap"
 WIDTHS = (7, 12, 5, 3)
 NUMELS = [n for a, b in zip(WIDTHS, WIDTHS[1:]) for n in (a * b, b)]  # 84, 12, 60, 5, 15, 3: uneven on purpose
 STEPS, ROWS_PER_RANK, LR = 3, 2, 0.05
@@ -469,10 +466,8 @@ def check_step_seconds(fn) -> None:
     core.passed(f"{what}：{len(cases)} 组桶的时间（赶得上、要排队、只有一个桶、通信为零、随机）都算对了。")
 
 
-try_overlap_dp = core.fill_in_cell(check_overlap_dp, "mgpu_helpers.lessons.overlap.OverlapDP", "OverlapDP")
-try_plan_buckets = core.fill_in_cell(check_plan_buckets, "mgpu_helpers.lessons.overlap.plan_buckets", "plan_buckets")
-try_bucket_dp = core.fill_in_cell(check_bucket_dp, "mgpu_helpers.lessons.overlap.BucketDP", "BucketDP")
-try_overlap_fraction = core.fill_in_cell(
-    check_overlap_fraction, "mgpu_helpers.lessons.overlap.overlap_fraction", "overlap_fraction"
-)
-try_zero1 = core.fill_in_cell(check_zero1, "mgpu_helpers.lessons.overlap.Zero1", "Zero1")
+try_overlap_dp = core.fill_in_cell(check_overlap_dp, f"{LESSON}.OverlapDP", "OverlapDP")
+try_plan_buckets = core.fill_in_cell(check_plan_buckets, f"{LESSON}.plan_buckets", "plan_buckets")
+try_bucket_dp = core.fill_in_cell(check_bucket_dp, f"{LESSON}.BucketDP", "BucketDP")
+try_overlap_fraction = core.fill_in_cell(check_overlap_fraction, f"{LESSON}.overlap_fraction", "overlap_fraction")
+try_zero1 = core.fill_in_cell(check_zero1, f"{LESSON}.Zero1", "Zero1")

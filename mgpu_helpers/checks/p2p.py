@@ -5,10 +5,10 @@ only", "an empty buffer is not sent") is checked against the ``torch.distributed
 import numpy as np
 
 from mgpu_helpers.checks import core
-from mgpu_helpers.checks.core import CheckFailed
 
 NONBLOCKING = ("isend", "irecv", "batch_isend_irecv")
-LESSON_CODE = ("mgpu_helpers.lessons.p2p.exchange", "mgpu_helpers.lessons.p2p.ring_pass")
+EXCHANGE, RING_PASS = "mgpu_helpers.lessons.p2p.exchange", "mgpu_helpers.lessons.p2p.ring_pass"
+LESSON_CODE = (EXCHANGE, RING_PASS)
 OWN_CODE = "这一题要你自己写出来：调用课程的实现不算。"  # what a refusal of the lesson's code says
 SENTINEL = -7777
 ROUNDS = (("right", "float32"), ("left", "int64"), ("right", "int64"), ("left", "float32"))  # exchange's, in order
@@ -109,11 +109,6 @@ def check_exchange(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> None
     )
 
 
-try_exchange = core.fill_in_cell(
-    check_exchange, "mgpu_helpers.lessons.p2p.exchange", "exchange", keep="exchange", lesson="04"
-)
-
-
 def _ring_pass_body(rank, world_size, fn, cases, calls):
     out = []
     for _length, steps, dtype, data in cases:
@@ -143,7 +138,7 @@ def _explain_ring(world_size, case, rank, result):
     where = f"world_size = {world_size}，rank {rank}，{call}（token 长 {length}，{dtype}）"
     arrived = result["arrived"]
     if not isinstance(arrived, list):
-        raise CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
+        raise core.CheckFailed(f"{where}：返回的是 {arrived}，应当是一个列表：每一步从左边收到的张量，按顺序。")
     own = "不给 steps 时走 world_size - 1 步：自己的 token 不用再收回来。" if steps is None else ""
     core.fail_first(
         (len(arrived) != n_steps, f"{where}：列表里有 {len(arrived)} 个张量，应当是 {n_steps} 个（每一步一个）。{own}"),
@@ -170,14 +165,11 @@ def check_ring_pass(fn, world_sizes=(2, 3), timeout: float = core.HANG_S) -> Non
     """``fn(token, steps=None)`` inside a process group: the list of tokens that arrived from the left."""
     what = "ring_pass 要把 token 沿环往右传，返回每一步从左边收到的张量"
     # ring_pass builds on exchange: the course's exchange may be used (it is what 04 falls back to).
-    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=LESSON_CODE[1:])
+    _check_rounds(fn, what, world_sizes, timeout, _ring_cases, _ring_pass_body, _explain_ring, lessons=(RING_PASS,))
     core.passed(
         f"ring_pass 在 world_size = {', '.join(map(str, world_sizes))} 上每一步都收到了左边传来的 token"
         "（也走过不止一圈，也传过空张量和 int64）。"
     )
-
-
-try_ring_pass = core.fill_in_cell(check_ring_pass, "mgpu_helpers.lessons.p2p.ring_pass", "ring_pass")
 
 
 # -- ex04: the rules of the exercises are checked against the calls made ------------------------------------------
@@ -215,7 +207,7 @@ def check_pass_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None
         for rank, rank_calls in enumerate(calls):
             sends = [c for c in rank_calls if c[0] == "dist.send"]
             if len(sends) != 1 or sends[0][1] != (rank + 1) % world_size:
-                raise CheckFailed(
+                raise core.CheckFailed(
                     f"{what}：world_size = {world_size} 时 rank {rank} 发了 {len(sends)} 条消息"
                     f"（{[c[1] for c in sends]}），应当正好一条，发给右边的 rank {(rank + 1) % world_size}。"
                 )
@@ -252,7 +244,7 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
             for peer in ((rank + 1) % world_size, (rank - 1) % world_size):
                 n = sum(1 for name, p, _ in rank_calls if name in core.SENDS and p == peer)
                 if n > steps:
-                    raise CheckFailed(
+                    raise core.CheckFailed(
                         f"{what}：world_size = {world_size} 时 rank {rank} 给 rank {peer} 发了 {n} 条消息，"
                         f"双向的环只要 {steps} 步，每个方向每步一条。这是单向的环：两个方向同时传，步数减半。"
                     )
@@ -260,3 +252,7 @@ def check_ring_sum(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
         f"ring_sum 在 world_size = {', '.join(map(str, world_sizes))} 上用双向的环在 world_size // 2 步里得到了总和"
         "（偶数个 Rank 时对面那个 Rank 也只加了一次）。"
     )
+
+
+try_exchange = core.fill_in_cell(check_exchange, EXCHANGE, "exchange", keep="exchange", lesson="04")
+try_ring_pass = core.fill_in_cell(check_ring_pass, RING_PASS, "ring_pass")

@@ -1,10 +1,6 @@
-"""Checkers for ex11: the review's numbers (speed-ups of uneven shards, a straggler's cost) worked by the learner.
-
-Both hold the learner's answer against ranks that run the deterministic-cost straggler step
-(:func:`mgpu_helpers.measure.workloads.straggler_step` with ``seconds_per_unit``): each unit of shard is a
-fixed sleep, so the measured times differ from the model only by the run's own wake-up and start spread,
-which :mod:`mgpu_helpers.measure.straggler` measures in the same run.
-"""
+"""Checkers for ex11 and 11's part 3. ex11's answers are held against ranks that run the deterministic-cost straggler
+step (each unit of shard a fixed sleep), so the measured times differ from the model only by the run's own wake-up
+and start spread, which :mod:`mgpu_helpers.measure.straggler` measures in the same run."""
 
 import math
 import random
@@ -33,10 +29,9 @@ def not_n_times(n: int) -> str:
 
 
 def measured_speedup(shards, single) -> dict:
-    """The speed-up of ``shards`` on ``len(shards)`` ranks over ``single`` (a one-rank run of all
-    :data:`SPEEDUP_TOTAL` units, shared by the shardings), and ``low``, ``high``: the range this run's own spread
-    allows (a median step lies between the model's and that plus :func:`~mgpu_helpers.measure.straggler.step_margin`
-    plus the median all-reduce)."""
+    """The speed-up of ``shards`` over ``single`` (one rank doing all :data:`SPEEDUP_TOTAL` units), and ``low``,
+    ``high``: the range this run's own spread allows (a median step lies between the model's and that plus
+    :func:`~mgpu_helpers.measure.straggler.step_margin` plus the median all-reduce)."""
     unit = SPEEDUP_SECONDS_PER_UNIT
     runs = [single, traced_run(tuple(shards), 5, unit, "测量加速比")]
     ideal = [SPEEDUP_TOTAL * unit, max(shards) * unit]
@@ -188,9 +183,7 @@ class ReviewRun:
 
 
 def _review_rank(rank, world_size, shards, seconds_per_unit, steps, sizes, iters):
-    """11's measurements on one rank: the steps of uneven shards (:func:`mgpu_helpers.measure.workloads.straggler_step`:
-    sleep for the shard, then a 16 KiB all-reduce with no barrier before it, so an early rank waits inside it),
-    rank 0 doing every unit alone, and the all-reduce alone at each size, the ranks lined up before each call."""
+    """11's measurements on one rank, as the comment above :data:`REVIEW_SHARDS` says."""
     import time
 
     import torch

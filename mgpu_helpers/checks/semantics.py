@@ -8,7 +8,6 @@ import random
 import numpy as np
 
 from mgpu_helpers.checks import core
-from mgpu_helpers.checks.core import CheckFailed
 
 RS_NAMES = ("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
 AG_NAMES = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
@@ -140,7 +139,7 @@ def check_bytes_each_rank_sends(fn) -> None:
             (world_size == 1 and got, "只有一个 Rank 时没有别人可发：0 字节。"),
             (n_steps, "你数了 n 步；自己那一块不用发给自己，只要 n - 1 步。"),
         )
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}：world_size = {world_size}，S = {nbytes} 字节的 {op}，rank {rank}{role} "
             f"应当发出 {want} 字节，你的答案是 {got!r}。{extra}{BYTES_WHY[op]}"
         )

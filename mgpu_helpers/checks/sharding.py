@@ -4,7 +4,6 @@ import math
 import random
 
 from mgpu_helpers.checks import core
-from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.lessons import ring, sharding_rules
 from mgpu_helpers.models import memory
 
@@ -33,7 +32,7 @@ def check_contiguous_ranges(fn) -> None:
         where, want = f"n_items = {n}，world_size = {ws}", sharding_rules.contiguous_ranges(n, ws)  # the reference
         core.expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
         if not all(isinstance(r, range) and r.step == 1 for r in got):
-            raise CheckFailed(f"{where}：每一段要是步长为 1 的 range(start, stop)，实际得到 {list(got)!r}。")
+            raise core.CheckFailed(f"{where}：每一段要是步长为 1 的 range(start, stop)，实际得到 {list(got)!r}。")
         covered = sorted(i for r in got for i in r)
         if covered != list(range(n)):
             dup = sorted({i for i in covered if covered.count(i) > 1})
@@ -41,7 +40,7 @@ def check_contiguous_ranges(fn) -> None:
             wrong = "有下标超出了 0..n_items-1"
             if dup or miss:
                 wrong = f"下标 {dup[0]} 分给了两个 Rank" if dup else f"下标 {miss[0]} 没有分给任何 Rank"
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：得到 {list(got)}，{wrong}；每个下标恰好属于一个 Rank（注意 range 的 stop 不包含在内）。"
             )
         sizes, gap = [len(r) for r in got], any(a.stop != b.start for a, b in zip(got, got[1:]))
@@ -59,15 +58,6 @@ def check_contiguous_ranges(fn) -> None:
             ),
         )
     core.passed(f"contiguous_ranges 在 {len(cases)} 组（含有余数、元素比 Rank 少、0 个元素）上都切对了。")
-
-
-try_contiguous_ranges = core.fill_in_cell(
-    check_contiguous_ranges,
-    sharding_rules.contiguous_ranges,
-    "按个数连续切分 contiguous_ranges",
-    keep="contiguous_ranges",
-    lesson="06",
-)
 
 
 def reference_per_rank_memory(strategy, sizes, weights):
@@ -105,7 +95,7 @@ def check_per_rank_memory(fn) -> None:
         core.expect_items(got, n, f"{where}：应当返回 {n} 个字典（每个 Rank 一个），实际得到 {got!r}。")
         for r, (g, w) in enumerate(zip(got, want)):
             if not isinstance(g, dict) or set(g) != set(w):
-                raise CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
+                raise core.CheckFailed(f"{where}：rank {r} 应当是一个字典，键为 {sorted(w)}，实际得到 {g!r}。")
             for part in memory.PARTS:
                 value = g[part]
                 if isinstance(value, (int, float)) and math.isclose(float(value), w[part], rel_tol=1e-9, abs_tol=1e-9):
@@ -122,15 +112,12 @@ def check_per_rank_memory(fn) -> None:
                     (uneven, "权重不相等：切分的部分要按 权重 / 权重之和 分，而不是平均分。"),
                     default=f"{strategy} {SPLIT_ZH[strategy]}；切分的部分按 权重 / 权重之和 分，其余每个 Rank 一整份。",
                 )
-                raise CheckFailed(f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，实际是 {value!r}。{why}")
+                raise core.CheckFailed(
+                    f"{where}：rank {r} 的{PART_ZH[part]}应当是 {w[part]:g} GB，实际是 {value!r}。{why}"
+                )
     core.passed(
         f"per_rank_memory 在 {len(cases)} 组（关卡的 24 GB 模型、14/10 与 12/12、权重不等、单个 Rank、随机大小）上都对。"
     )
-
-
-try_per_rank_memory = core.fill_in_cell(
-    check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory"
-)
 
 
 def check_shard_contiguous_by_cost(fn) -> None:
@@ -149,14 +136,14 @@ def check_shard_contiguous_by_cost(fn) -> None:
         got, again = core.call(fn, what, list(costs), ws), core.call(fn, what, list(costs), ws)
         core.expect_items(got, ws, f"{where}：应当返回 {ws} 个 range（每个 Rank 一个，空的也算），实际得到 {got!r}。")
         if list(got) != list(again):
-            raise CheckFailed(f"{where}：两次调用得到不同的结果 {list(got)} 和 {list(again)}；切分必须可重复。")
+            raise core.CheckFailed(f"{where}：两次调用得到不同的结果 {list(got)} 和 {list(again)}；切分必须可重复。")
         if not all(isinstance(r, range) and r.step == 1 for r in got):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：得到 {list(got)!r}；每个 Rank 要拿一段连续的 range(start, stop)，"
                 "样本的先后顺序不能打乱（LPT 那样挑着分就不连续了）。"
             )
         if got[0].start != 0 or got[-1].stop != len(costs) or any(a.stop != b.start for a, b in zip(got, got[1:])):
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：得到 {list(got)}；各段要按 rank 顺序首尾相接，从 0 开始、到 "
                 f"{len(costs)} 结束，每个下标恰好一次。"
             )
@@ -164,7 +151,7 @@ def check_shard_contiguous_by_cost(fn) -> None:
         bound = sum(costs) / ws + max(costs, default=0)
         worst = max(range(ws), key=lambda r: loads[r])
         if loads[worst] > bound + 1e-9:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：rank {worst} 的总成本 {loads[worst]:g} 超过了 平均 + 最大单项 = {bound:g}"
                 f"（各 Rank 的负载 {loads}）。按个数切不看成本；切点要由累计成本决定。"
             )
@@ -229,3 +216,15 @@ def check_rank_memory_fewest_gpus(fn) -> None:
             ),
         )
     core.passed(f"fewest_gpus 在 {len(cases)} 组（关卡的 24 GB 模型、刚好装满、永远装不下、随机大小）上都对。")
+
+
+try_contiguous_ranges = core.fill_in_cell(
+    check_contiguous_ranges,
+    sharding_rules.contiguous_ranges,
+    "按个数连续切分 contiguous_ranges",
+    keep="contiguous_ranges",
+    lesson="06",
+)
+try_per_rank_memory = core.fill_in_cell(
+    check_per_rank_memory, reference_per_rank_memory, "每个 Rank 的显存 per_rank_memory"
+)

@@ -5,7 +5,6 @@ import random
 import statistics
 
 from mgpu_helpers.checks import core
-from mgpu_helpers.checks.core import CheckFailed
 from mgpu_helpers.measure import diagnose, straggler
 
 COST_MODEL = "mgpu_helpers.lessons.cost_model"
@@ -36,19 +35,11 @@ def check_ring_allreduce_seconds(fn) -> None:
         ]
         number = core.is_number(got)
         why = core.matching_hint(float(got), slips, rel_tol=1e-9, abs_tol=1e-15) if number else "要返回一个数（秒）。"
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"nbytes = {nbytes}，world_size = {n}，alpha = {alpha:.3g} s，beta = {beta:.3g} s/B："
             f"应当是 {want:.6g} s（延迟项 {lat:.6g} + 带宽项 {bw:.6g}），实际得到 {got!r}。{' ' + why if why else ''}"
         )
     core.passed(f"ring_allreduce_seconds 在 {len(cases)} 组 (nbytes, n, alpha, beta) 上与模型一致（含 1 个 Rank）。")
-
-
-try_ring_allreduce_seconds = core.fill_in_cell(
-    check_ring_allreduce_seconds,
-    f"{COST_MODEL}.ring_allreduce_seconds",
-    "环形 All-Reduce 的 alpha-beta 代价",
-    refuse=[f"{COST_MODEL}.ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")],
-)
 
 
 def best_rebalance(shards, seconds) -> list[int]:
@@ -72,18 +63,18 @@ def check_rebalance(fn) -> None:
         got = core.call(fn, what, list(shards), list(seconds))
         where = f"shards = {shards}，实测 {[round(s, 4) for s in seconds]} s"
         if got is None or len(got) != len(shards):
-            raise CheckFailed(f"{where}：应当返回 {len(shards)} 个整数（每个 Rank 一个），实际得到 {got!r}。")
+            raise core.CheckFailed(f"{where}：应当返回 {len(shards)} 个整数（每个 Rank 一个），实际得到 {got!r}。")
         if any(int(k) != k or k < 0 for k in got):
-            raise CheckFailed(f"{where}：新的分片 {list(got)} 里有负数或小数；工作按整单位分配。")
+            raise core.CheckFailed(f"{where}：新的分片 {list(got)} 里有负数或小数；工作按整单位分配。")
         if sum(got) != sum(shards):
-            raise CheckFailed(f"{where}：新的分片 {list(got)} 一共 {sum(got)} 个单位，应当还是 {sum(shards)} 个。")
+            raise core.CheckFailed(f"{where}：新的分片 {list(got)} 一共 {sum(got)} 个单位，应当还是 {sum(shards)} 个。")
         per_unit = [s / k for s, k in zip(seconds, shards)]
         times = [k * u for k, u in zip(got, per_unit)]
         best = best_rebalance(shards, seconds)
         best_max = max(k * u for k, u in zip(best, per_unit))
         worst = max(range(len(times)), key=lambda r: times[r])
         if times[worst] > best_max * (1 + 1e-9) + 1e-12:
-            raise CheckFailed(
+            raise core.CheckFailed(
                 f"{where}：按你的分片 {list(got)}，rank {worst} 预计要 {times[worst]:.4g} s；"
                 f"最好的整数分法 {best} 让最慢的 Rank 只要 {best_max:.4g} s。"
                 "每个 Rank 每单位的时间 = 实测时间 / 原来的单位数。"
@@ -98,7 +89,7 @@ def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
     try:
         return straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
     except (RankError, RankTimeout) as exc:
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"{what}：测量用的 Rank 没有跑完（{type(exc).__name__}）：{str(exc).splitlines()[0]}"
         ) from None
 
@@ -114,7 +105,7 @@ def check_wait_prediction(fn) -> None:
     tolerance = straggler.model_margin(res.values, per_unit) + 0.1 * measured + 1e-3
     if abs(guess - measured) > tolerance:
         nudge = "Shard 一样大，时间却不一定一样：每个 Rank 要算多久，是它的单位数乘它自己的每单位时间。"
-        raise CheckFailed(
+        raise core.CheckFailed(
             f"Shard {'/'.join(f'{u:g}' for u in shards)}、每单位 {'/'.join(f'{1e3 * s:g}' for s in per_unit)} ms："
             f"{n} 个 Rank 上量到 rank {rank} 每步等 {measured:.3f} s（这次运行的误差上限 ±{tolerance:.3f} s），"
             f"你的预测是 {guess:.3f} s。{nudge if abs(guess) < 1e-3 else ''}想一想：所有 Rank 同时出发，"
@@ -138,9 +129,9 @@ def _collective_times(rng, world_size, straggler, late_s, stalled):
     return [[max(a) - a[r] + 0.002 * rng.uniform(0.8, 1.3) for a in arrivals] for r in range(world_size)]
 
 
-def collective_cases(rng=None) -> list[tuple[list, int, str]]:
+def collective_cases() -> list[tuple[list, int, str]]:
     """``(collective_s per rank per step, straggler rank, what the case is)``: the fixed edge cases, then random."""
-    rng = rng or random.Random()
+    rng = random.Random()
     drawn = [  # (world_size, straggler, late_s, stalled, story)
         (2, 0, 0.080, None, "2 个 Rank，Straggler 是 rank 0"),
         (4, 3, 0.120, None, "4 个 Rank，Straggler 是最后一个 Rank"),
@@ -209,7 +200,7 @@ def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
     ``fn(collective_s)`` names a rank (08). The caller says what passed (its name is the one progress records)."""
     course = core.course_code_reached(fn, COURSE_READERS, names=("medians",))
     if course is not None:
-        raise CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
+        raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
     for collective_s, noise_s, want, story in cases:
         args = ([list(c) for c in collective_s], noise_s) if with_noise else ([list(c) for c in collective_s],)
         got = core.call(fn, what, *args)
@@ -218,12 +209,12 @@ def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
         where = f"{story}（每个 Rank 在 Collective 里的时间，各步中位数：{table}{noise}）"
         if not (core.is_rank_number(got) or with_noise and got is None):
             kind = "Rank 号（整数）或 None" if with_noise else "Rank 号（整数）"
-            raise CheckFailed(f"{where}：应当返回一个 {kind}，实际得到 {got!r}。")
+            raise core.CheckFailed(f"{where}：应当返回一个 {kind}，实际得到 {got!r}。")
         got = None if got is None else int(got)
         if got != want:
             hints = _straggler_reading_hints(collective_s, noise_s, got, want)
             said = lambda rank: "None（没有唯一的 Straggler）" if rank is None else f"rank {rank}"
-            raise CheckFailed(f"{where}：应当是 {said(want)}，你的答案是 {said(got)}。{hints}")
+            raise core.CheckFailed(f"{where}：应当是 {said(want)}，你的答案是 {said(got)}。{hints}")
 
 
 def check_straggler_from_collective(fn) -> None:
@@ -234,11 +225,6 @@ def check_straggler_from_collective(fn) -> None:
     core.passed(
         "straggler_from_collective 在固定的边界情形和随机的几组上都找对了 Straggler（Collective 最短的那个，按中位数）。"
     )
-
-
-try_straggler_from_collective = core.fill_in_cell(
-    check_straggler_from_collective, reference_straggler, "从 Collective 的时间找 Straggler", refuse=COURSE_READERS
-)
 
 
 def check_allreduce_crossover_bytes(fn) -> None:
@@ -266,5 +252,16 @@ def check_allreduce_crossover_bytes(fn) -> None:
             (want / 2**30, units),
         ]
         why = core.matching_hint(got, slips, rel_tol=1e-9)
-        raise CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
+        raise core.CheckFailed(f"{where}：应当是 {want:.6g} 字节，实际得到 {got:.6g}。{why}")
     core.passed(f"allreduce_crossover_bytes 在 {len(cases)} 组 (n, alpha, beta) 上都对。")
+
+
+try_ring_allreduce_seconds = core.fill_in_cell(
+    check_ring_allreduce_seconds,
+    f"{COST_MODEL}.ring_allreduce_seconds",
+    "环形 All-Reduce 的 alpha-beta 代价",
+    refuse=[f"{COST_MODEL}.ring_{op}_seconds" for op in ("allreduce", "reduce_scatter", "all_gather")],
+)
+try_straggler_from_collective = core.fill_in_cell(
+    check_straggler_from_collective, reference_straggler, "从 Collective 的时间找 Straggler", refuse=COURSE_READERS
+)
