@@ -1,8 +1,5 @@
 """mgpu_helpers: the helper library of the mgpu-course notebooks: ``import mgpu_helpers as mh; env = mh.setup()``.
-
-Everything else is reached as ``mh.something``, each module imported on first use: not numba, because Numba's CUDA
-simulator must be switched on (by :func:`setup`) before numba is first imported, nor torch, which a kernel should
-not pay for until it needs it. ``README.md`` maps the layers."""
+Everything else is reached as ``mh.something``, each module imported on first use (``README.md`` says why)."""
 
 from mgpu_helpers.lazy import attach
 

@@ -20,7 +20,6 @@ class Machine:
 
     gpus: tuple[GpuInfo, ...] = ()
     links: tuple[tuple[str, ...], ...] = ()
-    driver: str | None = None
     cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
     note: str = ""
 
@@ -104,9 +103,8 @@ def detect() -> Machine:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in _visible_indices(pynvml.nvmlDeviceGetCount())]
         memory = [int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
         gpus = [GpuInfo(k, _text(pynvml.nvmlDeviceGetName(h)), memory[k]) for k, h in enumerate(handles)]
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
         links = _links(pynvml, handles) if len(handles) > 1 else (("X",),) * len(handles)
-        return Machine(gpus=tuple(gpus), links=links, driver=driver)
+        return Machine(gpus=tuple(gpus), links=links)
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()

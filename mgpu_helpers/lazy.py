@@ -1,6 +1,5 @@
-"""Lazy attributes for the course's packages: ``mh.widgets.sharding`` imports that module on first use (importing
-:mod:`mgpu_helpers` must stay cheap and must not import numba, see its docstring). The loading is
-``lazy_loader.attach``; this module finds a package's modules, so that a new module needs no registering."""
+"""Lazy attributes for the course's packages: ``mh.widgets.sharding`` imports that module on first use (the README
+says why), through ``lazy_loader.attach``; this finds a package's modules, so that a new one needs no registering."""
 
 import importlib.util
 import pkgutil

@@ -1,7 +1,5 @@
-"""The learner's own code, kept for the notebooks that build on it: 04's ``exchange`` feeds 05.
-
-A fill-in that passes its check with ``keep=`` is saved; a later notebook calls ``mh.mine("exchange",
-fallback=...)``. A stored source that no longer imports or passes its check (run again, quietly) gives the fallback."""
+"""The learner's own code, kept for the notebooks that build on it (how: the README's table). A stored source that
+no longer imports or passes its check (run again, quietly) gives the fallback."""
 
 import contextlib
 import importlib

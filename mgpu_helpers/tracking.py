@@ -2,6 +2,8 @@
 under the notebook the kernel runs (a test or a console records nothing); :func:`table` reads them back beside what
 each notebook asks for, read from the notebook itself, so that no notebook has to run again."""
 
+import contextlib
+import importlib
 import json
 import os
 import re
@@ -30,13 +32,12 @@ def record(kind: str, item: str) -> None:
     if not notebook:
         return
     entry = {"notebook": notebook, "kind": kind, "item": item, "time": round(time.time())}
-    try:
+    # OSError: a read-only place; progress is a convenience, never a reason to stop a notebook
+    with contextlib.suppress(OSError):
         path = record_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, ensure_ascii=False) + "\n")
-    except OSError:  # a read-only place: progress is a convenience, never a reason to stop a notebook
-        pass
 
 
 def checker_name() -> str:
@@ -73,8 +74,6 @@ def records() -> dict:
 
 def asks(path) -> dict:
     """What the notebook at ``path`` asks for: ``{"check": [checker names], "prediction": [variable names]}``."""
-    import importlib
-
     cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     checks = []

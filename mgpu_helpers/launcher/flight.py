@@ -1,9 +1,6 @@
 """torch's flight recorder, read when a launch hangs: the last collective each rank completed, and the one it is stuck
-in. torch.distributed keeps a ring buffer of the collectives each process group issued (``TORCH_FR_BUFFER_SIZE``
-entries), each with its sequence number and whether it completed; NCCL and gloo both record into it (torch 2.13). A
-stuck rank's main thread is blocked inside the collective, so a thread of the rank (:func:`start_dumper`) writes the
-buffer and the rank's Python stacks on SIGUSR2, each file whole; faulthandler's own dump on SIGUSR1, written a line at
-a time from a signal handler, is the fallback for a rank whose thread cannot run (its main thread holding the GIL)."""
+in, from the ring buffer of collectives (``TORCH_FR_BUFFER_SIZE`` entries) that NCCL and gloo both record into (torch
+2.13). A thread of each rank (:func:`start_dumper`) writes it, and the rank's Python stacks, each file whole."""
 
 import faulthandler
 import os
@@ -78,8 +75,7 @@ def keep_dumps(paths: dict) -> str | None:
         if dump is None or "entries" not in dump:
             shutil.copyfile(path, target)
         else:
-            named = _named_groups(dump)
-            _write_whole(target, lambda f: pickle.dump(named, f))
+            _write_whole(target, lambda f: pickle.dump(_named_groups(dump), f))
     return folder
 
 
@@ -100,13 +96,11 @@ def _named_groups(dump: dict) -> dict:
 
 def analyzer_input(folder: str, torch_version: str | None = None) -> str:
     """The folder to give torch's analyzer (``python -m torch.distributed.flight_recorder.fr_trace``) for the dumps
-    that :func:`keep_dumps` wrote to ``folder``: ``folder`` itself, except under torch 2.11 when the dumps are gloo's.
-    2.11's analyzer reads only NCCL's and XCCL's records: it stops at the first ``gloo:`` name with "name formatting
-    error?" (2.12 reads gloo's too). For it, a copy beside ``folder`` whose records say ``nccl:`` where they said
-    ``gloo:``, and nothing else: the analyzer compares sequence numbers, the names after the colon and the sizes, so
-    its verdict on the copy is the one a newer torch gives on ``folder`` (checked on 10's hangs, 2.11 against 2.13).
-    ``torch_version``: the analyzer's torch, by default the installed one, read without importing torch (this runs in
-    the notebook's kernel, which the launcher keeps free of torch)."""
+    :func:`keep_dumps` wrote to ``folder``: ``folder`` itself, except under torch 2.11 (``torch_version``, by default
+    the installed one's, read without importing torch into the kernel) when the dumps are gloo's. 2.11's analyzer
+    stops at the first ``gloo:`` name ("name formatting error?"); for it, a copy beside ``folder`` whose records say
+    ``nccl:`` instead, and nothing else: the analyzer compares sequence numbers, the names after the colon and the
+    sizes, so its verdict on the copy is the one a newer torch gives on ``folder`` (checked on 10's hangs)."""
     import importlib.metadata  # here, not at the top: ranks import this module, and only a hang's report needs it
 
     major_minor = re.match(r"(\d+)\.(\d+)", torch_version or importlib.metadata.version("torch"))

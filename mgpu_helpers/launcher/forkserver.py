@@ -1,16 +1,12 @@
-"""The fork server: one process per user and library version that has imported what a rank server imports, and forks a
-rank server for each notebook kernel that connects.
+"""The fork server: one process per user and library version that has imported what a rank server imports (``import
+torch``, 1.5 to 4 s of CPU, and ``torch._dynamo``), and forks a rank server for each notebook kernel that connects,
+ready in milliseconds, which serves that one kernel and exits when its socket closes (:class:`ForkedServer`).
 
-A rank server started by its kernel pays ``import torch`` (1.5 to 4 s of CPU), and the ranks of its first training
-launch pay ``torch._dynamo`` (about a second each); the fork server pays both once, and every kernel's server after that
-is a fork, ready in milliseconds, which serves that one kernel and exits when its socket closes (:class:`ForkedServer`).
-
-It is found by an abstract Unix socket name (nothing on disk, gone with the process) made of the user id and a key of
-the interpreter, the launcher's files and the variables read while torch is imported; each end checks that the other
+It is found by an abstract Unix socket name (nothing on disk, gone with the process); each end checks that the other
 runs as the same user. The kernel that finds none binds the name itself and hands the listening socket to the fork
 server it starts, so a connection made at once waits in the backlog while torch is imported, and two kernels starting at
-once find one fork server. Linux only (pidfds); ``MGPU_FORKSERVER=0`` turns it off, and each kernel then starts its own
-server, as it does wherever the fork server fails before its server's Ready."""
+once find one fork server. Linux only (pidfds); elsewhere, with ``MGPU_FORKSERVER=0`` or where the fork server fails
+before its server's Ready, each kernel starts its own server."""
 
 import glob
 import hashlib
@@ -21,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+from contextlib import suppress
 
 IDLE_EXIT_S = float(os.environ.get("MGPU_FORKSERVER_IDLE_S", "600"))
 # What ``import torch`` (and what the server imports with it) may read, and this module's and the server's own
@@ -31,11 +28,6 @@ IMPORT_TIME_VARS = (
     *("MGPU_FORKSERVER_IDLE_S", "MGPU_IDLE_PRELOAD_S"),
 )
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def enabled() -> bool:
-    """Whether kernels here ask the fork server for their rank server (Linux with pidfds, not turned off)."""
-    return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get("MGPU_FORKSERVER") != "0"
 
 
 def address(env: dict) -> bytes:
@@ -56,7 +48,10 @@ def peer_uid(sock: socket.socket) -> int:
 
 def connect(env: dict) -> socket.socket | None:
     """A connection for which the fork server forks this kernel a rank server (starting the fork server if there
-    is none); None where there can be none here (the kernel then starts its own server)."""
+    is none); None where there can be none here (the kernel then starts its own server): not Linux with pidfds,
+    ``MGPU_FORKSERVER=0``, or the name held by another user."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")) or os.environ.get("MGPU_FORKSERVER") == "0":
+        return None
     name = address(env)
     for _ in range(3):  # refused: nobody listens, so start one; a start that lost the race: connect to the winner
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -83,16 +78,12 @@ def spawn(module: str, sock: socket.socket, env: dict, *args: str, **popen) -> s
 
 
 def _start(name: bytes, env: dict) -> None:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+    # OSError: EADDRINUSE, another kernel bound the name first
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener, suppress(OSError):
         listener.bind(name)
         listener.listen(64)
         # Not waited for: subprocess reaps it on a later start if it ends while this kernel runs.
         spawn("mgpu_helpers.launcher.forkserver", listener, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError:
-        pass  # EADDRINUSE: another kernel bound it first
-    finally:
-        listener.close()
 
 
 class ForkedServer:

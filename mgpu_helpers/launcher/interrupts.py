@@ -1,14 +1,13 @@
 """Holding back the notebook's interrupts while the launcher changes state that must not be left half-done. Jupyter's
-"interrupt" is a SIGINT, turned into KeyboardInterrupt in the main thread at whatever bytecode it is running; a cell's
-time limit is a SIGALRM whose Python handler raises. Between "job sent" and "reply read" either would leave the server's
-reply unread; between "pipe created" and "pipe recorded" it would leak a descriptor; in the clean-up it would leave
-ranks, descriptors or the job's folder behind.
+"interrupt" (a SIGINT: KeyboardInterrupt at whatever bytecode runs) or a cell's time limit (a SIGALRM whose handler
+raises) between "job sent" and "reply read" would leave the server's reply unread; between "pipe created" and "pipe
+recorded", leak a descriptor; in the clean-up, leave ranks, descriptors or the job's folder behind.
 
-So the launcher runs with every signal that has a Python handler held back (:class:`interrupts_held`), and lets them
-through only in its waits (:meth:`Gate.allowed`: the rank server's ``import torch``, supervising the ranks), where every
-resource already has exactly one owner. A signal that came while held is delivered, to the handler it was meant for, at
-the next wait or as soon as the block ends. The gate's handler stays installed for the whole block, and closes a wait
-itself before it delivers a signal: a second interrupt right behind the first never finds the clean-up unprotected."""
+So every signal that has a Python handler is held back (:class:`interrupts_held`) and let through only in the
+launcher's waits (:meth:`Gate.allowed`), where every resource already has exactly one owner; one that came while held
+is delivered, to the handler it was meant for, at the next wait or as the block ends. The gate's handler stays installed
+for the whole block and closes a wait itself before it delivers a signal: a second interrupt right behind the first
+never finds the clean-up unprotected."""
 
 import signal
 import threading

@@ -4,9 +4,8 @@ Ownership rules, because an interrupt or a second thread may come at any moment:
 - every file descriptor of the launch is recorded in ``Job.owned`` the moment it exists (interrupts held) and is
   closed only through :meth:`Job.close_fd`, which forgets it first: never closed twice, so never closed after
   another thread got the same number;
-- the ranks are ended by closing the job's status pipe: the job's leader waits for exactly that, then kills its
-  process group and whatever was orphaned under it. The notebook signals the group itself (stack dumps) only
-  while it holds that pipe and has not seen it close, so the group's number cannot have been reused."""
+- the ranks are ended by closing the job's status pipe, the leader's cue (:mod:`~.server`). The notebook signals
+  the group itself (stack dumps) only while it holds that pipe open, so the group's number cannot be reused."""
 
 import os
 import pickle
@@ -31,8 +30,6 @@ READ_CHUNK = 1 << 20  # large results (hundreds of MB) arrive in few reads
 
 
 class Job:
-    """One launch, from the notebook's side: its pipes and folder, what its ranks sent, and how they are ended."""
-
     def __init__(self, world_size: int, backend: str, reason: str, timeout_s: float, stream: bool, quiet: bool):
         self.world_size, self.backend, self.reason = world_size, backend, reason
         self.timeout_s, self.stream, self.quiet = timeout_s, stream, quiet
@@ -72,9 +69,8 @@ class Job:
                 os.close(fd)
 
     def attach_leader(self, leader_pid: int, server_proc) -> None:
-        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it, close the
-        pipes' write ends (the leader and the ranks have their own copies now) and read the read ends from now on:
-        a rank's output as lines, its results and the leader's status as frames."""
+        """Remember the job's leader (its pid is the ranks' process group) and the server that forked it, and read the
+        pipes from now on; their write ends are closed here (the leader and the ranks have their own copies now)."""
         self.pgid, self.server_proc = leader_pid, server_proc
         with suppress(psutil.Error):
             leader = psutil.Process(leader_pid)

@@ -1,13 +1,11 @@
 """``run_ranks`` and the notebook's end of the rank server (:mod:`~mgpu_helpers.launcher.server`): check the request,
-hand the job over, wait. Rendezvous is a FileStore in a private temp folder and sockets are bound to the loopback
-interface, so a launch opens no port on the network and never clashes with another."""
+hand the job over (rendezvous in a private folder, sockets on the loopback interface only), wait."""
 
 import atexit
 import inspect
 import itertools
 import os
 import pickle
-import queue
 import select
 import socket
 import subprocess
@@ -15,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -44,25 +42,13 @@ class _StarterThread:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._requests: queue.Queue = queue.Queue()
-
-    def _serve(self) -> None:
-        while True:
-            fn, future = self._requests.get()
-            try:
-                future.set_result(fn())
-            except BaseException as exc:
-                future.set_exception(exc)
+        self._pool, self._pid = None, None  # an idle worker of a pool waits for the next call, never exits
 
     def call(self, fn):
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():  # none yet, or we are a forked copy
-                self._thread = threading.Thread(target=self._serve, name="mgpu-rank-server-starter", daemon=True)
-                self._thread.start()
-        future: Future = Future()
-        self._requests.put((fn, future))
-        return future.result()
+            if self._pid != os.getpid():  # none yet, or we are a forked copy (its thread did not come with us)
+                self._pool, self._pid = ThreadPoolExecutor(1, "mgpu-rank-server-starter"), os.getpid()
+        return self._pool.submit(fn).result()
 
 
 _starter = _StarterThread()
@@ -124,8 +110,8 @@ class _Server:
         # Runs on the starter thread, for the caller holding the lock; PYTHONPATH lets the server import this package.
         paths = [os.path.dirname(forkserver.PKG)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-        use_forkserver, self.own_server_next = forkserver.enabled() and not self.own_server_next, False
-        if use_forkserver and (sock := forkserver.connect(env)) is not None:
+        own_server, self.own_server_next = self.own_server_next, False
+        if not own_server and (sock := forkserver.connect(env)) is not None:
             self.conn = _Conn(forkserver.ForkedServer(), sock)
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -329,22 +315,20 @@ def run_ranks(
     stream: bool = True,
     quiet: bool = False,
 ) -> RankResults:
-    """Run ``fn(rank, world_size, *args)`` in ``world_size`` rank processes and return their results.
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` rank processes and return their :class:`RankResults`
+    (``.values`` in rank order); what it survives, an interrupt included, is in the launcher's README.
 
     - ``fn`` may be defined in a cell, a closure or a lambda; it and ``args`` travel by cloudpickle.
     - ``backend``: "auto" (NCCL with one GPU per rank when there are enough GPUs, else gloo on the CPU), "nccl"
       or "gloo". With ``init=False`` fn joins the process group itself (RANK, WORLD_SIZE, MASTER_ADDR,
       MASTER_PORT and MGPU_INIT_METHOD are set, loopback only).
     - ``timeout``: seconds for ``fn``, counted once every rank has joined the process group (joining gets
-      ``supervise.JOIN_GRACE_S`` more); past it each rank's Python stack and flight recorder are taken, all ranks
-      are ended, and :class:`RankTimeout` is raised.
+      ``supervise.JOIN_GRACE_S`` more); past it every rank's stacks are taken and :class:`RankTimeout` is raised.
     - ``env``: extra environment variables for the ranks only; ``debug``: TORCH_DISTRIBUTED_DEBUG=DETAIL;
       ``stream``: print each rank's output live as ``[rank k] ...`` lines; ``quiet``: no summary line.
 
-    Returns :class:`RankResults` (``.values`` in rank order). Raises :class:`LaunchError` for bad input or a rank
-    server that died under the launch, :class:`RankError` when a rank raises or dies (the others are ended at once),
-    :class:`RankTimeout` at the timeout. A KeyboardInterrupt (or a time limit's exception from a signal handler) ends
-    every rank before it propagates, at once in the waits, else once the step it came in is done."""
+    Raises :class:`LaunchError` for bad input or a rank server that died under the launch, :class:`RankError` when
+    a rank raises or dies (the others are ended at once)."""
     payload = _check_request(fn, world_size, args, timeout)
     try:
         backend, reason = hardware.choose_backend(world_size, backend)
@@ -366,8 +350,7 @@ def run_ranks(
 
 
 def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | None, gate) -> None:
-    """Create the job's folder, its ranks' environment (torchrun's variable names, loopback only) and pipes, hand it to
-    the server, and start reading the ranks' pipes."""
+    """Create the job's folder, its ranks' environment (torchrun's names, loopback only) and pipes; hand it over."""
     world_size = job.world_size
     job.job_dir = tempfile.mkdtemp(prefix="mgpu-job-")
     init_method = f"file://{os.path.join(job.job_dir, 'store')}"
@@ -400,7 +383,6 @@ def _start(job: Job, payload: bytes, init: bool, debug: bool, extra_env: dict | 
         init_method=init_method,
         payload=payload,
         env=env,
-        rank_env=[{"RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(world_size)],
         job_dir=job.job_dir,
         sys_path=list(sys.path),
         cwd=os.getcwd(),

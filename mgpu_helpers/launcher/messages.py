@@ -1,10 +1,7 @@
 """The messages of a launch: each is one frame (:mod:`~mgpu_helpers.launcher.wire`) holding one record below, so a
-field is read by name and a message of the wrong kind is caught by its type. Who sends what::
-
-    notebook -> server   JobRequest (with the job's pipes attached)
-    server -> notebook   Ready (torch imported), Started (a leader was forked for the job)
-    leader -> notebook   RankExit                      (on the job's status pipe)
-    rank -> notebook     Running, Returned, Failed     (on the rank's result pipe)"""
+field is read by name and a message of the wrong kind is caught by its type. The notebook sends the server a JobRequest
+(the job's pipes attached) and reads Ready and Started back; the job's leader sends RankExit on the job's status pipe;
+a rank sends Running, Returned or Failed on its result pipe."""
 
 from dataclasses import dataclass
 
@@ -17,8 +14,7 @@ class JobRequest:  # one launch, as the server needs it: everything a rank must 
     init: bool
     init_method: str
     payload: bytes  # cloudpickle of (fn, args)
-    env: dict  # environment shared by the ranks
-    rank_env: list  # per rank: RANK, LOCAL_RANK, ...
+    env: dict  # environment shared by the ranks (each adds its RANK, LOCAL_RANK, GROUP_RANK)
     job_dir: str  # private folder: rendezvous store, stack and flight-recorder dumps
     sys_path: list
     cwd: str
@@ -43,8 +39,8 @@ class RankExit:  # how rank ``rank`` ended: exit code, or minus the signal numbe
 
 
 @dataclass(frozen=True)
-class Running:  # the rank joined the process group (in ``init_s`` seconds) and is calling ``fn``
-    init_s: float
+class Running:  # the rank joined the process group and is calling ``fn`` (its timeout starts)
+    pass
 
 
 @dataclass(frozen=True)

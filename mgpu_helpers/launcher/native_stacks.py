@@ -1,9 +1,8 @@
-"""Native (C++) stacks of hung ranks, from ``py-spy dump --native``, taken beside faulthandler's Python stacks.
-faulthandler's stack of a rank stuck in a collective ends at ``all_reduce`` in ``distributed_c10d.py``. Beneath it the
-rank waits in C++, and py-spy shows where: ``c10d::Work::wait`` (the backend has the collective, the rank waits for it
-to finish), or ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a peer never joined); on a
-GPU, NCCL's and CUDA's own functions. py-spy reads them from outside (ptrace), so it works on a rank whose own threads
-cannot run at all. It is optional: where it is not installed or may not attach (a container without ``CAP_SYS_PTRACE``,
+"""Native (C++) stacks of hung ranks, from ``py-spy dump --native``, beside faulthandler's Python stacks, which end at
+the Python call (``all_reduce``). Beneath it py-spy shows where the rank waits in C++: ``c10d::Work::wait`` (the backend
+has the collective), ``gloo::rendezvous::Context::connectFullMesh`` over ``c10d::FileStore::wait`` (a peer never
+joined), NCCL's and CUDA's own functions on a GPU. py-spy reads them from outside (ptrace), so it works on a rank whose
+own threads cannot run. Optional: where py-spy is missing or may not attach (a container without ``CAP_SYS_PTRACE``,
 Yama's ``ptrace_scope``, macOS without root), :func:`take` says why in one line and the report goes on without them."""
 
 import ctypes

@@ -69,7 +69,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
     native_stacks.note_pid(job.job_dir, rank, int(job.env.get(native_stacks.LAUNCHER_PID, 0)) or None)
     world_size = job.world_size
     os.environ.clear()
-    os.environ.update({**job.env, **job.rank_env[rank]})
+    os.environ.update({**job.env, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0"})
     sys.path[:] = job.sys_path
     with suppress(OSError):
         os.chdir(job.cwd)
@@ -92,7 +92,7 @@ def main(job, rank: int, out_fd: int, res_fd: int) -> None:
         t1 = time.perf_counter()
         where = "unpickling the function"
         fn, args = cloudpickle.loads(job.payload)
-        _send(res_fd, Running(t1 - t0))
+        _send(res_fd, Running())
         where = "running the function"
         t2 = time.perf_counter()
         value = fn(rank, world_size, *args)

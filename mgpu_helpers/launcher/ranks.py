@@ -1,5 +1,4 @@
-"""Code that runs inside a rank process: process-group set-up, the device of a rank, and ``torchrun``, under which
-(:func:`torchrun_main`) the same rank function runs as under :func:`mgpu_helpers.run_ranks`."""
+"""Code that runs inside a rank process, under :func:`mgpu_helpers.run_ranks` or ``torchrun`` alike."""
 
 import os
 from datetime import timedelta
@@ -18,13 +17,10 @@ def rank_device():
 
 def physical_cores(cpus=None) -> list[list[int]]:
     """The logical CPUs in ``cpus`` (default: those this process may use), grouped by physical core (Linux's
-    ``/sys`` topology); where that is not readable, each logical CPU is its own group."""
-    if cpus is None:
-        if not hasattr(os, "sched_getaffinity"):  # not Linux
-            return [[c] for c in range(os.cpu_count() or 1)]
-        cpus = os.sched_getaffinity(0)
+    ``/sys`` topology); where that is not readable, each logical CPU is its own group. Called only where the
+    platform has CPU affinity (:func:`cpu_placement`)."""
     groups: dict = {}
-    for cpu in sorted(cpus):
+    for cpu in sorted(os.sched_getaffinity(0) if cpus is None else cpus):
         topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
         try:
             with open(topo + "physical_package_id") as package, open(topo + "core_id") as core:
@@ -78,10 +74,9 @@ def init_process_group(rank: int, world_size: int, backend: str, init_method: st
 
 
 def torchrun_main(fn, *args, backend: str = "auto"):
-    """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; returns what fn returns. Joins the
-    default process group through ``env://`` (torchrun's RANK, WORLD_SIZE, LOCAL_RANK) and leaves it at the end, so call
-    it once per process: ``print(mh.torchrun_main(my_rank_fn))`` under ``if __name__ == "__main__":``, run by ``torchrun
-    --standalone --nproc-per-node 2 script.py``."""
+    """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun`` (the launcher's README shows how) and
+    return what it returns. Joins the default process group through ``env://`` and leaves it at the end: call it once
+    per process."""
     import torch
     import torch.distributed as dist
 

@@ -1,5 +1,3 @@
-"""What a launch brings back: :class:`RankResults`, the result type of ``run_ranks``."""
-
 from dataclasses import dataclass, field
 
 

@@ -8,10 +8,9 @@ server, in a process group of its own) that forks the ranks and reports how each
                                          └─ leader of job k (pgid = its pid; dies with the server)
                                               └─ rank 0..n-1 (die with the leader)
 
-The leader lives until the notebook closes the job's status pipe (or the server goes), even after its ranks
-have exited: while the notebook holds that pipe, the leader's pid (the job's process group) cannot be reused, and
-a ``killpg`` from the notebook always reaches this job. When the pipe closes the leader ends its whole group, and
-every process orphaned under it: a child subreaper, it inherits a rank's child left behind, not init."""
+The leader lives until the notebook closes the job's status pipe (or the server goes), even after its ranks have
+exited, so its pid (the job's process group) cannot be reused while the notebook may ``killpg`` it; then it ends its
+group and every process orphaned under it (:func:`_end_everything_under_me`)."""
 
 import ctypes
 import importlib
@@ -108,7 +107,7 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
     poller = select.poll()
     poller.register(status_fd, 0)  # POLLERR / POLLHUP: the notebook closed its end
     poller.register(wake_r, select.POLLIN)
-    try:
+    with suppress(OSError):  # EPIPE: the notebook is gone
         while True:
             with suppress(ChildProcessError):  # reap every child that has exited (ranks and orphans alike)
                 while (reaped := os.waitpid(-1, os.WNOHANG))[0]:
@@ -120,8 +119,6 @@ def run_leader(job, fds: list[int], server_pid: int) -> None:
                 break
             if wake_r in events:
                 os.read(wake_r, 4096)
-    except OSError:
-        pass  # EPIPE: the notebook is gone
     _end_everything_under_me(list(pids))
     os._exit(0)
 

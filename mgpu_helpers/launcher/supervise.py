@@ -149,9 +149,7 @@ def supervise(job: Job) -> RankResults:
             if (dead := job.died_without_result()) and job.first_error is None:
                 _raise_died(job, dead[0])
         if len(job.results) == job.world_size:
-            # Every rank has answered and printed what it had to (it flushes before it answers): what is left
-            # for them is leaving the process group, and the clean-up ends them at once instead.
-            break
+            break  # every rank answered, its output flushed first: the clean-up ends them at once (Job.kill)
         if job.leader_gone:
             _raise_launcher_died(job)
         # ``timeout_s`` counts from the last rank's start of ``fn``: forking and joining is not the learner's code and

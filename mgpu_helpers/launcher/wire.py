@@ -73,8 +73,6 @@ def send_msg(sock, data: bytes, fds=()) -> None:
 def recv_msg(sock, maxfds: int = 0) -> tuple[bytes, list[int]]:
     """Receive one frame sent by :func:`send_msg`; returns (data, fds)."""
     header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, maxfds)
-    if not header:
-        raise EOFError("socket closed")
     header += recv_exact(sock, _HEADER.size - len(header))
     (size,) = _HEADER.unpack(header)
     return recv_exact(sock, size), fds

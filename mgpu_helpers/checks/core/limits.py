@@ -94,7 +94,7 @@ def call(fn, what: str, *args, seconds: float = CALL_LIMIT_S):
         raise not_done(fn, what) from None
 
 
-def answers(fn, what: str, cases, calling=call):
-    """``(case, calling(fn, what, *case))`` for each case (a tuple of ``fn``'s arguments), lazily."""
+def answers(fn, what: str, cases):
+    """``(case, call(fn, what, *case))`` for each case (a tuple of ``fn``'s arguments), lazily."""
     for case in cases:
-        yield case, calling(fn, what, *case)
+        yield case, call(fn, what, *case)

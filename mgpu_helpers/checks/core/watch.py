@@ -2,9 +2,10 @@
 
 Replacing ``dist.all_reduce`` on the module is not enough: a name imported at the top of a cell arrives in the
 rank as a reference to the function object itself, as do an alias and torch's own internals. So the object's
-``__code__`` is replaced in place (:class:`SwappedCode`): every path that reaches it runs the watcher, which calls
-the original body, kept in a copy."""
+``__code__`` is replaced in place (:meth:`WatchedCalls._swap`): every path that reaches it runs the watcher, which
+calls the original body, kept in a copy."""
 
+import contextlib
 import itertools
 import operator
 import types
@@ -41,30 +42,7 @@ def _code_with(freevars: tuple, body: str):
     return ns["outer"](*([None] * len(freevars))).__code__
 
 
-class SwappedCode:
-    """Replace the code of function objects in place, put back by :meth:`restore`; swaps nest."""
-
-    _count = itertools.count()
-
-    def __init__(self):
-        self._saved = []
-
-    def hook(self, target, hook) -> None:
-        """``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``; ``original`` runs the old code."""
-        original = types.FunctionType(
-            target.__code__, target.__globals__, target.__name__, target.__defaults__, target.__closure__
-        )
-        original.__kwdefaults__ = target.__kwdefaults__
-        key = f"_MGPU_HOOK_{next(self._count)}"
-        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
-        self._saved.append((target, target.__code__))
-        target.__code__ = _code_with(target.__code__.co_freevars, f"return {key}(args, kwargs)")
-
-    def restore(self) -> None:
-        for target, code in reversed(self._saved):
-            target.__code__ = code
-        self._saved.clear()
-        # (the keys stay in the module's globals: a copy of the old code may still be running, and each is small)
+_hook_keys = itertools.count()
 
 
 def _numel(x):
@@ -106,7 +84,7 @@ class WatchedCalls:
     def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
         self.refuse, self.course, self.on_call, self.watch_init = set(refuse), list(course), on_call, watch_init
         self.calls, self.inits = [], []
-        self._depth, self._swapped, self._refusing = 0, SwappedCode(), None
+        self._depth, self._exits = 0, contextlib.ExitStack()  # what __exit__ undoes, the last first
 
     def __enter__(self):
         import torch.distributed.distributed_c10d as c10d
@@ -114,22 +92,28 @@ class WatchedCalls:
         for name in DIST_CALLS:
             target = getattr(c10d, name, None)
             if getattr(target, "__code__", None) is not None:
-                self._swapped.hook(target, self._watcher(name))
+                self._swap(target, self._watcher(name))
         if self.watch_init:
-            self._swapped.hook(c10d.init_process_group, self._init_watcher)
+            self._swap(c10d.init_process_group, self._init_watcher)
         if self.course:  # the one rule of the course's code (course_code.refusing), in the rank
             failure = lambda label: PermissionError(f"EXERCISE_COURSE_CODE {label}")
-            self._refusing = refusing("", self.course, packages=False, failure=failure)
-            self._refusing.__enter__()
+            self._exits.enter_context(refusing("", self.course, packages=False, failure=failure))
         return self
 
     def __exit__(self, *exc):
-        try:
-            if self._refusing is not None:
-                self._refusing.__exit__(*exc)
-        finally:
-            self._swapped.restore()
-        return False
+        return self._exits.__exit__(*exc)
+
+    def _swap(self, target, hook) -> None:
+        """Until the block ends, ``target(*args, **kwargs)`` becomes ``hook(original, args, kwargs)``, ``original``
+        running the old code. (Its key stays in the module's globals: a copy of the old code may still be running.)"""
+        original = types.FunctionType(
+            target.__code__, target.__globals__, target.__name__, target.__defaults__, target.__closure__
+        )
+        original.__kwdefaults__ = target.__kwdefaults__
+        key = f"_MGPU_HOOK_{next(_hook_keys)}"
+        target.__globals__[key] = lambda args, kwargs: hook(original, args, kwargs)
+        self._exits.callback(setattr, target, "__code__", target.__code__)
+        target.__code__ = _code_with(target.__code__.co_freevars, f"return {key}(args, kwargs)")
 
     def _watcher(self, name):
         def watcher(original, args, kwargs):
