@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from mgpu_helpers import hardware
 from mgpu_helpers.lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__)
@@ -16,8 +17,6 @@ def arguments(name: str, doc: str | None) -> argparse.ArgumentParser:
 
 def gpu_machine(name: str):
     """``hardware.machine()`` where it has a GPU, else None after saying on stderr that bench NAME needs one."""
-    from mgpu_helpers import hardware
-
     m = hardware.machine()
     if m.gpus:
         return m

@@ -22,8 +22,7 @@ def main(argv: list[str]) -> int:
         for name, what in BENCHES.items():
             print(f"  {name:12s} {what}")
         return 2
-    module = importlib.import_module(f"mgpu_helpers.bench.{argv[0]}")
-    return module.main(argv[1:]) or 0
+    return importlib.import_module(f"mgpu_helpers.bench.{argv[0]}").main(argv[1:]) or 0
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ def target_check(rows) -> list[str]:
 
 
 def record_nccl_debug(path: str, world_size: int) -> int:
-    lines = diagnose.nccl_debug_lines(world_size)
-    if not lines:
+    if not (lines := diagnose.nccl_debug_lines(world_size)):
         print("no NCCL lines: this needs NCCL ranks (one GPU per rank).")
         return 1
     head = "# Recorded: NCCL_DEBUG=INFO output of a 2-rank all-reduce (python -m mgpu_helpers.bench collectives"
@@ -55,8 +54,7 @@ def main(argv: list[str]) -> int:
     if a.record_nccl_debug:
         return record_nccl_debug(a.record_nccl_debug, a.world_size)
     ops = tuple(o.strip() for o in a.ops.split(",") if o.strip())
-    unknown = [o for o in ops if o not in sweep.OPS]
-    if unknown:
+    if unknown := [o for o in ops if o not in sweep.OPS]:
         p.error(f"unknown op(s) {unknown}; choose from {sweep.OPS}")
     backend, reason = hardware.choose_backend(a.world_size, a.backend)
     gpu = backend == "nccl"
@@ -70,8 +68,7 @@ def main(argv: list[str]) -> int:
     run = dict(iters=a.iters, warmup=a.warmup, backend=backend, timeout=600, progress="sizes")
     rows = sweep.run_sweep(a.world_size, chosen, ops=ops, **run)
     print(nccltests.sweep_table(rows))
-    compared = [d for d in nccltests.compare_with_reference(rows) if d["ratio"] is not None]
-    if not compared:
+    if not (compared := [d for d in nccltests.compare_with_reference(rows) if d["ratio"] is not None]):
         print("(nccl-tests reference: recorded with NCCL on 2 x H200; compared only for NCCL on 2 ranks)")
         return 0
     bad = target_check(rows)

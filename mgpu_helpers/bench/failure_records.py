@@ -1,13 +1,9 @@
 """The text of the two GPU-failure recordings, written by ``bench gpu_failures`` and read by notebooks 01 and 03,
 in one place so that writer and reader cannot drift apart. Pure text, no torch: read on machines without a GPU.
-
 Both start with three lines, ``# <title>``, ``# machine: ...``, ``# command: ...``. Then ``async_error_<gpu>.txt``
 has ``=== script`` and, per run (``=== default``, ``=== blocking``), ``--- exit code: N``, ``--- stdout`` and
 ``--- stderr`` sections; ``one_gpu_per_rank_<gpu>.txt`` a table (one row per GPU a process appears on, ``-``
-where NVML gave no figure), NVML's process list, and an ``=== nccl`` section.
-"""
-
-from __future__ import annotations
+where NVML gave no figure), NVML's process list, and an ``=== nccl`` section."""
 
 import dataclasses
 from pathlib import Path
@@ -32,7 +28,7 @@ class Header:
         return [f"# {self.title}", f"# machine: {self.machine}", f"# command: {self.command}"]
 
     @classmethod
-    def parse(cls, lines: list[str]) -> Header:
+    def parse(cls, lines: list[str]) -> "Header":
         if len(lines) < 3 or not all(ln.startswith("# ") for ln in lines[:3]):
             raise ValueError("a recording starts with three '# ' lines: title, machine, command")
         for line, key in zip(lines[1:3], ("machine", "command"), strict=True):
@@ -97,8 +93,7 @@ def parse_async_error(text: str) -> AsyncErrorRecord:
     lines = text.splitlines()
     header = Header.parse(lines)
     sections = _sections(lines[3:], "=== ")
-    missing = {"script", *RUNS} - set(sections)
-    if missing:
+    if missing := {"script", *RUNS} - set(sections):
         raise ValueError(f"the recording has no section(s) {sorted(missing)}: it has {sorted(sections)}")
     runs = {}
     for name in RUNS:

@@ -2,8 +2,7 @@
 ``python -m mgpu_helpers.bench gpu_failures [--out DIR] [--ranks N] [--gpu NAME]``. Needs an NVIDIA GPU.
 """
 
-from __future__ import annotations
-
+import contextlib
 import datetime as _dt
 import multiprocessing as mp
 import os
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from mgpu_helpers.bench import arguments, gpu_machine
 from mgpu_helpers.bench import failure_records as fr
+from mgpu_helpers.bench.ncu import machine_name
 from mgpu_helpers.report import recorded
 
 ALLOC_MIB = 256
@@ -28,15 +28,6 @@ def machine_line(gpu_name: str, gpu_count: int) -> str:
 
     versions, now = f"torch {torch.__version__}, CUDA {torch.version.cuda}", _dt.datetime.now(_dt.UTC)
     return f"{gpu_name} x {gpu_count}, {platform.node()}; {versions}; date {now:%Y-%m-%d %H:%M} UTC"
-
-
-def async_error_record(header: fr.Header, run_child) -> fr.AsyncErrorRecord:
-    """Both runs of ``run_child(blocking)`` (01's ``run_async_child``; a fake in the tests)."""
-    from mgpu_helpers.lessons.cuda_model import ASYNC_CHILD
-
-    done = {name: run_child(blocking) for name, blocking in zip(fr.RUNS, (False, True), strict=True)}
-    runs = {name: fr.ChildRun(d.returncode, d.stdout, d.stderr) for name, d in done.items()}
-    return fr.AsyncErrorRecord(header, ASYNC_CHILD, runs)
 
 
 def nvml_processes() -> dict[int, dict[int, int | None]]:
@@ -74,11 +65,9 @@ def _answers(answers, procs, timeout_s: float) -> tuple[list, str | None]:
     ended without answering stops the wait at once rather than at ``timeout_s``."""
     got, deadline, ended = [], time.monotonic() + timeout_s, False
     while len(got) < len(procs):
-        try:
+        with contextlib.suppress(queue.Empty):
             got.append(answers.get(timeout=1))
             continue
-        except queue.Empty:
-            pass
         answered = {answer[0] for answer in got}
         silent = [(rank, p.exitcode) for rank, p in enumerate(procs) if rank not in answered and p.exitcode is not None]
         if silent and ended:  # ended before the last wait too: its answer would have come by now
@@ -111,7 +100,6 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
         seen, problem = _answers(answers, procs, 180)
         if problem:
             raise RuntimeError(f"the processes using CUDA without set_device: {problem}")
-        seen.sort()
         snapshots = []
         for _ in range(2):  # with contexts only, then after the allocations
             barrier.wait()
@@ -123,7 +111,7 @@ def run_crowd(ranks: int) -> tuple[list[tuple[int, int, int]], dict, dict]:
         raise
     finally:
         _ended(procs, 30)
-    return seen, *snapshots
+    return sorted(seen), *snapshots
 
 
 def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.CrowdRow], str]:
@@ -173,8 +161,12 @@ def run_nccl_pair(gpu_count: int) -> str:
 
 def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ranks: int) -> list[Path]:
     """Write both files into ``out_dir``; the GPU work comes in as functions, so a test can pass fakes."""
+    from mgpu_helpers.lessons.cuda_model import ASYNC_CHILD
+
     title = "PyTorch out-of-bounds index on the GPU, run in fresh processes: plainly, then with CUDA_LAUNCH_BLOCKING=1"
-    async_text = fr.format_async_error(async_error_record(header_for(title), run_child))
+    done = {name: run_child(blocking) for name, blocking in zip(fr.RUNS, (False, True), strict=True)}
+    runs = {name: fr.ChildRun(d.returncode, d.stdout, d.stderr) for name, d in done.items()}
+    async_text = fr.format_async_error(fr.AsyncErrorRecord(header_for(title), ASYNC_CHILD, runs))
     rows, nvml = crowd_rows(*crowd(ranks))
     title = (
         f"One GPU per rank: {ranks} processes use CUDA without torch.cuda.set_device (torch.zeros(1) for the "
@@ -194,20 +186,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ranks", type=int, default=4, help="processes that skip set_device (default 4)")
     p.add_argument("--gpu", default=None, help="the files' GPU name, e.g. h200 (default: from the GPU's name)")
     a = p.parse_args(argv)
-    from mgpu_helpers.bench.ncu import machine_name
-
-    m = gpu_machine("gpu_failures")
-    if m is None:
+    if (m := gpu_machine("gpu_failures")) is None:
         return 1
     from mgpu_helpers.lessons.cuda_model import run_async_child
 
-    out = a.out or recorded.DATA_DIR
     command = " ".join([p.prog, *argv])
     machine = machine_line(m.gpus[0].name, len(m.gpus))
     header_for = lambda title: fr.Header(title, machine, command)
     gpu = a.gpu or machine_name(m.gpus[0].name)
     nccl_pair = lambda: run_nccl_pair(len(m.gpus))
-    for path in record(out, gpu, header_for, run_async_child, run_crowd, nccl_pair, a.ranks):
+    for path in record(a.out or recorded.DATA_DIR, gpu, header_for, run_async_child, run_crowd, nccl_pair, a.ranks):
         print(path.read_text(encoding="utf-8"))
         print(f"written to {path}\n")
     return 0

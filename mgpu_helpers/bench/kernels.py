@@ -9,13 +9,14 @@ import json
 import statistics
 from dataclasses import dataclass
 
+from mgpu_helpers import course
 from mgpu_helpers.bench import arguments
-from mgpu_helpers.report import tables
+from mgpu_helpers.measure import timing
+from mgpu_helpers.report import progress, tables
 from mgpu_helpers.report.recorded import read_json
 
-REFERENCE_FILE = "kernels_h200x2.json"
-FAST_REFERENCE_FILE = "kernels_h200_fast.json"
 BLOCKS = (128, 256, 512, 1024)
+SWEEP_BLOCKS = (32, 64, 128, 256, 512, 1024)  # what block_sweep measures by default
 
 # (row key, label, key in the reference file)
 ROWS = [
@@ -35,14 +36,14 @@ FAST_TARGET = 0.95  # the fast kernels should reach 95% of torch.add
 
 def reference() -> dict:
     """The recorded H200 figures: ``{"source", "gbps": {row key: GB/s}, "raw": the file's dict}``."""
-    raw = read_json(REFERENCE_FILE)
+    raw = read_json("kernels_h200x2.json")
     gbps = {key: raw[ref] for key, _, ref in ROWS if ref and ref in raw}
     return {"source": raw.get("_source", ""), "gbps": gbps, "raw": raw}
 
 
 def fast_reference() -> dict:
     """The fast and grid-stride kernels' H200 figures, with GB/s and % of that run's own torch.add by row key."""
-    raw = read_json(FAST_REFERENCE_FILE)
+    raw = read_json("kernels_h200_fast.json")
     rows = {key: raw["kernels"][label] for key, label in raw["rows"].items()}
     gbps, pct = ({k: v[i] for k, v in rows.items()} for i in (0, 1))
     return {"source": raw["_source"], "torch_add": raw["torch_add_GBps"], "gbps": gbps, "pct": pct, "raw": raw}
@@ -70,11 +71,9 @@ def format_table(table: Table) -> str:
     """kernel | measured GB/s | % of torch.add | H200 GB/s | % of torch.add."""
     pct = lambda v, base: f"{100 * v / base:.0f}%" if v is not None and base else None
     gb = lambda v: None if v is None else f"{v:.1f}" if v >= 10 else f"{v:.5f}"  # simulator figures are tiny
-    rows = []
-    for key, label, _ in ROWS:
-        m, r = table.measured.get(key), table.recorded.get(key)
-        rows.append({"label": label, "m": gb(m), "m%": pct(m, table.measured.get("torch_add"))})
-        rows[-1] |= {"r": gb(r), "r%": pct(r, table.recorded.get("torch_add"))}
+    m_add, r_add = table.measured.get("torch_add"), table.recorded.get("torch_add")
+    got = [(label, table.measured.get(key), table.recorded.get(key)) for key, label, _ in ROWS]
+    rows = [{"label": label, "m": gb(m), "m%": pct(m, m_add), "r": gb(r), "r%": pct(r, r_add)} for label, m, r in got]
     heads = (("label", "kernel"), ("m", "GB/s"), ("m%", "% add"), ("r", "H200 ref"), ("r%", "% add"))
     return tables.format_table(rows, [(key, head, "{}") for key, head in heads], sep=" | ", title=table.title)
 
@@ -87,8 +86,6 @@ def fast_verdict(measured: dict) -> list[str]:
 
 
 def _gbps(fn, nbytes: int, repeats: int, library: str, warmup: int = 2) -> float:
-    from mgpu_helpers.measure import timing
-
     return timing.bandwidth_gbps(nbytes, statistics.median(timing.time_gpu(fn, repeats, warmup, library)))
 
 
@@ -122,7 +119,6 @@ def measure(n: int, repeats: int) -> dict:
     from numba import cuda
 
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.report import progress
 
     out, f32 = {}, 4
     # torch: the ceilings.
@@ -158,9 +154,6 @@ def measure(n: int, repeats: int) -> dict:
     return out
 
 
-SWEEP_BLOCKS = (32, 64, 128, 256, 512, 1024)
-
-
 def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     """GB/s of the seed's kernel (CuPy and Numba) and the ElementwiseKernel per block size, beside CuPy's copy."""
     import cupy as cp
@@ -168,7 +161,6 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
 
     from mgpu_helpers.lessons import cuda_model as CM
     from mgpu_helpers.lessons import cupy_kernels as CK
-    from mgpu_helpers.report import progress
 
     a, b = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
     c, want = cp.empty_like(a), a + b
@@ -213,8 +205,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("--smoke", action="store_true", help="without a GPU: run the Numba kernels in the simulator")
     p.add_argument("--json", metavar="PATH", help="also write the measured GB/s to PATH")
     args = p.parse_args(argv)
-    from mgpu_helpers import course
-
     env = course.setup(show=False, prewarm=False)  # simulator on before numba is imported when there is no GPU
     ref = reference()
     print(f"reference: {ref['source']}")
@@ -237,8 +227,7 @@ def main(argv: list[str]) -> int:
         measured = measure(n, args.repeats)
         table = format_table(Table(measured, ref["gbps"], title=f"{device}, N = {n}"))
         print(table, format_fast_reference(), sep="\n\n", end="\n\n")
-        for line in fast_verdict(measured):
-            print(line)
+        print(*fast_verdict(measured), sep="\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"n": n, "device": device, "GBps": measured}, f, indent=1)

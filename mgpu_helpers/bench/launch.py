@@ -85,7 +85,6 @@ def _timed_launch(world_size: int) -> dict:
     """One launch of a rank function as a cell defines it, sent by value (no rank imports its module) and timing
     its own all-reduce: the total and the phases (seconds)."""
     marks = {}
-    real_submit, real_supervise = launch._server.submit, launch.supervise
 
     def allreduce_in_cell(rank, world_size):
         import time
@@ -98,17 +97,17 @@ def _timed_launch(world_size: int) -> dict:
         dist.all_reduce(t)
         return int(t.item()), start, time.monotonic()
 
-    def submit(*a, **kw):
-        marks["submit"] = time.monotonic()
-        out = real_submit(*a, **kw)
-        marks["started"] = time.monotonic()
-        return out
+    def marking(real, before: str, after: str):  # ``real``, noting the time in ``marks`` before and after it
+        def call(*args, **kwargs):
+            marks[before] = time.monotonic()
+            out = real(*args, **kwargs)
+            marks[after] = time.monotonic()
+            return out
 
-    def supervise(job):
-        out = real_supervise(job)
-        marks["results"] = time.monotonic()
-        return out
+        return call
 
+    submit = marking(launch._server.submit, "submit", "started")
+    supervise = marking(launch.supervise, "supervise", "results")
     with mock.patch.object(launch._server, "submit", submit), mock.patch.object(launch, "supervise", supervise):
         t0 = time.monotonic()
         res = launch.run_ranks(allreduce_in_cell, world_size, backend="gloo", quiet=True, stream=False)
@@ -162,8 +161,7 @@ def main(argv: list[str]) -> int:
     spawn = [time_mp_spawn(n) for _ in progress.iterate(range(opts.baseline_repeats), "mp.spawn")]
     sub = [time_subprocesses(n) for _ in progress.iterate(range(opts.baseline_repeats), "subprocesses")]
     launch.shutdown_server()
-    med = statistics.median
-    repeat = med(r["total"] for r in runs)
+    repeat = statistics.median(r["total"] for r in runs)
     rows = [
         ("run_ranks, repeat (server up)", repeat, f"median of {len(runs)}"),
         ("run_ranks, new kernel (fork server up)", new_kernel, "1 run"),
@@ -171,7 +169,7 @@ def main(argv: list[str]) -> int:
     ]
     baselines = [("accelerate notebook_launcher", accel)] if accel[0] is not None else []
     baselines += [("torch.multiprocessing.spawn", spawn), ("subprocess per rank", sub)]
-    rows += [(name, med(times), f"median of {len(times)}") for name, times in baselines]
+    rows += [(name, statistics.median(times), f"median of {len(times)}") for name, times in baselines]
     print(f"Launch of {n} gloo ranks + process group + one all-reduce, on {os.cpu_count()} CPU core(s)")
     columns = [("variant", "variant", "{}"), ("s", "seconds", "{:.3f}"), ("x", "vs repeat", "{:.1f}x")]
     table = [{"variant": name, "s": secs, "x": secs / repeat, "runs": runs_text} for name, secs, runs_text in rows]
@@ -179,7 +177,7 @@ def main(argv: list[str]) -> int:
     if accel[0] is None:
         print("accelerate notebook_launcher: not measured (accelerate is not installed here)")
     print(f"\nWhere a repeat launch's {repeat * 1000:.0f} ms go (median of {len(runs)} per phase):")
-    ms = {key: med(r[key] for r in runs) * 1000 for key, _ in PHASES}
+    ms = {key: statistics.median(r[key] for r in runs) * 1000 for key, _ in PHASES}
     table = [{"phase": k, "ms": ms[k], "share": 100 * ms[k] / (repeat * 1000), "what": what} for k, what in PHASES]
     columns = [("phase", "phase", "{}"), ("ms", "ms", "{:.1f}"), ("share", "%", "{:.0f}"), ("what", "what", "{}")]
     print(tables.format_table(table, columns, left={"what"}))
@@ -187,6 +185,6 @@ def main(argv: list[str]) -> int:
     verdict = "meets" if repeat <= target else "MISSES"
     print(f"repeat launch {repeat:.3f} s {verdict} the target of {target} s (on an otherwise idle machine)")
     if accel[0] is not None:
-        ratio = repeat / med(accel)
+        ratio = repeat / statistics.median(accel)
         print(f"run_ranks / notebook_launcher = {ratio:.2f} ({'at or below' if ratio <= 0.5 else 'ABOVE'} 0.5)")
     return 0

@@ -30,7 +30,9 @@ METRICS = {
 }
 BLOCKS = kernels.BLOCKS  # the block sizes the kernels bench measures
 ROW_FIELDS = ("block_size", "registers_per_thread", "achieved_occupancy_pct", "dram_throughput_pct")
-KERNEL_FILTER = "regex:vec_add|vecAdd"
+NCU_COLUMNS = [("kernel", "kernel", "{}"), ("registers_per_thread", "regs/thread", "{}")]
+NCU_COLUMNS += [("achieved_occupancy_pct", "achieved occupancy (%)", "{:.1f}")]
+NCU_COLUMNS += [("dram_throughput_pct", "DRAM throughput (% of peak)", "{:.1f}")]
 DATA_DIR = recorded.DATA_DIR  # where a new recording is written and the recorded ones are found (tests move it)
 # The launches of the child script, in order: (label, kernel-name pattern, block size).
 PLAN = [(f"Numba vec_add, block {b}", r"vec_add(?!_)", b) for b in BLOCKS] + [
@@ -78,15 +80,14 @@ def ncu_version(ncu: str) -> str:
 
 
 def command(ncu: str, script: str, n: int) -> list[str]:
-    options = ["--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", KERNEL_FILTER]
+    options = ["--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", "regex:vec_add|vecAdd"]
     return [ncu, *options, "--metrics", ",".join(METRICS), sys.executable, script, str(n)]
 
 
 def parse_csv(text: str) -> list[dict]:
     """One dict per profiled launch, in launch order, from ncu's ``--csv`` "details" page (one line per launch and
     metric; ncu's ``==PROF==`` lines and the script's output skipped). ``block_size``: the metric, else x·y·z."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    if not lines:
+    if not (lines := [ln for ln in text.splitlines() if ln.startswith('"')]):
         raise ValueError("no CSV lines in ncu's output: was it run with --csv, and did it profile a kernel?")
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
     need = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
@@ -98,8 +99,7 @@ def parse_csv(text: str) -> list[dict]:
         dims = [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]
         if dims and "block_size" not in launch:
             launch["block_size"] = math.prod(dims[:3])  # x * y * z
-        key = METRICS.get(row["Metric Name"])
-        if key:
+        if key := METRICS.get(row["Metric Name"]):
             value = float(row["Metric Value"].replace(",", "").strip())
             launch[key] = int(value) if key in ("registers_per_thread", "block_size") else value
     return [launches[k] for k in sorted(launches)]
@@ -130,20 +130,11 @@ def path_for(machine: str) -> str:
 def load(machine: str | None = None) -> dict:
     """A recorded table; ``machine`` None: the first ``ncu_*.json`` by name."""
     if machine is None:
-        found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
-        if not found:
+        if not (found := sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))):
             how = "run `python -m mgpu_helpers.bench ncu` on a machine with an NVIDIA GPU and ncu"
             raise FileNotFoundError(f"no Nsight Compute figures recorded: {how}")
         machine = found[0][len("ncu_") : -len(".json")]
     return json.loads(Path(path_for(machine)).read_text(encoding="utf-8"))
-
-
-NCU_COLUMNS = [
-    ("kernel", "kernel", "{}"),
-    ("registers_per_thread", "regs/thread", "{}"),
-    ("achieved_occupancy_pct", "achieved occupancy (%)", "{:.1f}"),
-    ("dram_throughput_pct", "DRAM throughput (% of peak)", "{:.1f}"),
-]
 
 
 def format_table(record: dict) -> str:
@@ -164,13 +155,11 @@ def main(argv: list[str]) -> int:
     if a.show:
         print(format_table(load(a.machine)))
         return 0
-    ncu = find_ncu()
-    if ncu is None:
+    if (ncu := find_ncu()) is None:
         why = "ncu (Nsight Compute) is not installed here: it comes with the CUDA toolkit (/usr/local/cuda/bin/ncu)."
         print(why, "The recorded figures: python -m mgpu_helpers.bench ncu --show", file=sys.stderr)
         return 1
-    m = gpu_machine("ncu")
-    if m is None:
+    if (m := gpu_machine("ncu")) is None:
         return 1
     with tempfile.TemporaryDirectory(prefix="mgpu-ncu-") as tmp:
         script = os.path.join(tmp, "vecadd_child.py")

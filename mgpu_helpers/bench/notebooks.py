@@ -13,6 +13,7 @@ import time
 import nbformat
 
 from mgpu_helpers.bench import arguments
+from mgpu_helpers.launcher import launch
 from mgpu_helpers.report import progress, tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,8 +41,7 @@ def run_notebook(path: str) -> tuple[float, list[tuple[float, int]], bool]:
     cells: dict[int, float] = {}
     for seconds, _phase, index in DURATION.findall(out.stdout):
         cells[int(index)] = cells.get(int(index), 0.0) + float(seconds)
-    slowest = sorted(((s, i) for i, s in cells.items()), reverse=True)
-    return wall, slowest, out.returncode == 0
+    return wall, sorted(((s, i) for i, s in cells.items()), reverse=True), out.returncode == 0
 
 
 def floor_notebook() -> str:
@@ -65,8 +65,6 @@ def main(argv: list[str]) -> int:
         what = f"no notebook in {', '.join(args.dirs)} matches {' '.join(args.names) or '*.ipynb'}"
         how = "give part of a file name, like 08 or stragglers, and folders that hold notebooks"
         p.error(f"{what}: {how} (notebooks, solutions, exercises)")
-    from mgpu_helpers.launcher import launch
-
     start = time.perf_counter()
     launch.prewarm(wait=True)  # the fork server up, as every notebook but a session's first finds it
     launch.shutdown_server()
@@ -83,8 +81,8 @@ def main(argv: list[str]) -> int:
         over += [name] if name.startswith("notebooks" + os.sep) and wall > LESSON_TARGET_S else []
         cells = ", ".join(f"{i}: {s:.1f}" for s, i in slowest[: args.top]) + ("" if ok else "  FAILED")
         rows.append({"notebook": name, "s": wall, "cells": cells})
-    heads = {"notebook": "notebook", "s": "s", "cells": "slowest cells (code cell index: s)"}
-    columns = [(key, head, "{:.1f}" if key == "s" else "{}") for key, head in heads.items()]
+    columns = [("notebook", "notebook", "{}"), ("s", "s", "{:.1f}")]
+    columns.append(("cells", "slowest cells (code cell index: s)", "{}"))
     print(tables.format_table(rows, columns, left={"cells"}))
     targets = f"every lesson <= {LESSON_TARGET_S:.0f} s, notebooks/ <= {COURSE_TARGET_S:.0f} s"
     each = f"{total / max(1, len(paths)):.1f} s each, baseline {floor_s:.1f} s"

@@ -2,12 +2,11 @@
 the figures recorded on 2 x H200 (below 2 GPUs: those, and what it skipped)."""
 
 from mgpu_helpers.bench import arguments
+from mgpu_helpers.measure import peer
+from mgpu_helpers.report.sizes import parse_size
 
 
 def main(argv: list[str]) -> int:
-    from mgpu_helpers.measure import peer
-    from mgpu_helpers.report.sizes import parse_size
-
     p = arguments("peer", __doc__)
     p.add_argument("--world-size", type=int, default=2, help="ranks of the all-reduce (one GPU each)")
     p.add_argument("--copy-bytes", type=parse_size, default=256 << 20, help="bytes of the peer copy (default 256M)")

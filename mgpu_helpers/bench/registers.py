@@ -3,6 +3,7 @@
 
 import json
 
+from mgpu_helpers import course
 from mgpu_helpers.bench import arguments
 from mgpu_helpers.measure import gpu_limits
 
@@ -16,8 +17,7 @@ def kernel_registers(n: int = 1 << 20) -> dict:
 
     seed = cupy_kernels.raw_kernel(cupy_kernels.SEED_VEC_ADD_SRC, "vecAdd").attributes
     free, bounded = (k.attributes for k in cupy_kernels.many_regs_kernels())
-    a = cp.ones(n, cp.float32)
-    c = cp.empty_like(a)
+    a, c = cp.ones(n, cp.float32), cp.empty(n, cp.float32)
     cuda_model.vec_add[(n + 255) // 256, 256](cuda.as_cuda_array(a), cuda.as_cuda_array(a), cuda.as_cuda_array(c), n)
     cuda.synchronize()
     compiled = {"seed_vecAdd_cupy": seed, "manyRegs": free, "manyRegs_launch_bounds_1024": bounded}
@@ -30,8 +30,6 @@ def main(argv: list[str]) -> int:
     p = arguments("registers", main.__doc__)
     p.add_argument("--record", metavar="PATH", required=True, help="where to write the registers JSON")
     args = p.parse_args(argv)
-    from mgpu_helpers import course
-
     env = course.setup(show=False, prewarm=False)
     if env.mode != "gpu":
         print("needs an NVIDIA GPU: registers per thread come from the compiled kernels")

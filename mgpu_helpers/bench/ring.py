@@ -6,11 +6,18 @@ The slowest rank's time is the one reported, busbw as nccl-tests counts it; ever
 ring's result must equal ``dist.all_reduce``'s.
 """
 
+from mgpu_helpers import hardware
 from mgpu_helpers.bench import arguments
+from mgpu_helpers.launcher.launch import run_ranks
+from mgpu_helpers.models.bandwidth import busbw
 from mgpu_helpers.report.sizes import parse_size
+from mgpu_helpers.report.tables import format_table as text_table
 
 GPU_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20]
+RING_COLUMNS = [("bytes", "bytes", "{}"), ("dist_us", "all_reduce us", "{:.1f}")]
+RING_COLUMNS += [("dist_busbw", "busbw GB/s", "{:.2f}"), ("pieces", "pieces", "{}"), ("ring_us", "ring us", "{:.1f}")]
+RING_COLUMNS += [("ring_busbw", "busbw GB/s", "{:.2f}"), ("share", "ring/dist", "{:.0%}"), ("ok", "same result", "{}")]
 
 
 def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
@@ -53,9 +60,6 @@ def _rank_fn(rank, world_size, sizes, iters, warmup, pieces_list):
 
 def measure(world_size=2, sizes=None, iters=None, warmup=3, pieces=(1,), backend="auto", timeout=300.0):
     """``(backend, rows)``, each row ``(nbytes, seconds_dist, {pieces: seconds_ring}, ring_equals_dist)``."""
-    from mgpu_helpers import hardware
-    from mgpu_helpers.launcher.launch import run_ranks
-
     chosen, _ = hardware.choose_backend(world_size, backend)
     gpu = chosen == "nccl"
     sizes = list(sizes or (GPU_SIZES if gpu else CPU_SIZES))
@@ -65,22 +69,7 @@ def measure(world_size=2, sizes=None, iters=None, warmup=3, pieces=(1,), backend
     return res.backend, res.values[0]
 
 
-RING_COLUMNS = [
-    ("bytes", "bytes", "{}"),
-    ("dist_us", "all_reduce us", "{:.1f}"),
-    ("dist_busbw", "busbw GB/s", "{:.2f}"),
-    ("pieces", "pieces", "{}"),
-    ("ring_us", "ring us", "{:.1f}"),
-    ("ring_busbw", "busbw GB/s", "{:.2f}"),
-    ("share", "ring/dist", "{:.0%}"),
-    ("ok", "same result", "{}"),
-]
-
-
 def format_table(world_size: int, rows) -> str:
-    from mgpu_helpers.models.bandwidth import busbw
-    from mgpu_helpers.report.tables import format_table as text_table
-
     lines = []
     for nbytes, t_dist, t_ring, ok in rows:
         bw_dist = busbw("all_reduce", nbytes, t_dist, world_size) / 1e9

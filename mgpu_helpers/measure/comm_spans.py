@@ -1,13 +1,10 @@
 """Spans of collectives from issue to completion, on every rank: an async collective returns at once, and its
-real end is what overlap is about.
-
-Inside :func:`recording` each collective of :data:`TIMED_OPS` records a ``communicate`` span ``"<op> <bytes>"``,
-whatever the caller does with its handle: on CPU tensors (gloo) by a callback on the work's future, which gloo's
-thread runs at completion; on CUDA tensors (NCCL), whose future completes on the stream and not on the host, by a
-thread polling ``work.is_completed()`` every 0.2 ms; where gloo's work has no future (reduce-scatter, all-gather),
-at the return of ``wait()`` (an upper bound, exact for the blocking form). Only calls through the
-``torch.distributed`` module attributes are seen, not a name imported from it before :func:`recording`.
-"""
+real end is what overlap is about. Inside :func:`recording` each collective of :data:`TIMED_OPS` records a
+``communicate`` span ``"<op> <bytes>"``, whatever the caller does with its handle: on CPU tensors (gloo) by a
+callback on the work's future, which gloo's thread runs at completion; on CUDA tensors (NCCL), whose future
+completes on the stream and not on the host, by a thread polling ``work.is_completed()`` every 0.2 ms; where gloo's
+work has no future (reduce-scatter, all-gather), at the return of ``wait()`` (an upper bound, exact for the blocking
+form). Only calls through ``torch.distributed``'s attributes are seen, not a name imported before :func:`recording`."""
 
 import threading
 import time

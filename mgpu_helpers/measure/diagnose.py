@@ -1,17 +1,15 @@
-"""Evidence for the diagnostics handbook's symptoms: no speedup, a hung collective, one slow rank.
-
-Where each rank stopped at a hang is torch's flight recorder's to say (the launcher dumps it at the timeout:
-:class:`mgpu_helpers.RankTimeout`); the scenarios that hang on purpose are lesson 10's own
-(:mod:`mgpu_helpers.lessons.diagnostics`). "Always waiting on the same rank": look at the distribution per rank
-(:func:`per_rank_phase_times`), not the global mean.
-"""
+"""Evidence for the diagnostics handbook's symptoms: no speedup, a hung collective, one slow rank ("always waiting
+on the same rank": look at each rank's distribution, :func:`per_rank_phase_times`, not the global mean). Where each
+rank stopped at a hang is torch's flight recorder's to say (the launcher dumps it at the timeout:
+:class:`mgpu_helpers.RankTimeout`); the scenarios that hang on purpose are lesson 10's own (``lessons.diagnostics``)."""
 
 import re
 import statistics
 
+from mgpu_helpers import hardware
 from mgpu_helpers.launcher import trace
 from mgpu_helpers.launcher.ranks import rank_device
-from mgpu_helpers.measure import workloads
+from mgpu_helpers.measure import sweep, workloads
 from mgpu_helpers.measure.timing import elapsed_s, synchronize_device
 
 
@@ -20,15 +18,13 @@ def run_schedule(rank: int, world_size: int, schedules) -> int:
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.measure.sweep import all_gather_flat, reduce_scatter_flat
-
     t = torch.ones(4)  # on the CPU (gloo) even on a GPU machine: a blocked collective blocks the host
     calls = {
         "all_reduce": lambda: dist.all_reduce(t),
         "broadcast": lambda: dist.broadcast(t, 0),
         "barrier": dist.barrier,
-        "all_gather_into_tensor": lambda: all_gather_flat(torch.empty(4 * world_size), t),
-        "reduce_scatter_tensor": lambda: reduce_scatter_flat(torch.empty(4), torch.ones(4 * world_size)),
+        "all_gather_into_tensor": lambda: sweep.all_gather_flat(torch.empty(4 * world_size), t),
+        "reduce_scatter_tensor": lambda: sweep.reduce_scatter_flat(torch.empty(4), torch.ones(4 * world_size)),
     }
     for name in schedules[rank]:
         if name not in calls:
@@ -40,9 +36,8 @@ def run_schedule(rank: int, world_size: int, schedules) -> int:
 
 
 def scaling_probes(rank: int, world_size: int, configs: dict, repeats: int = 3) -> dict:
-    """For "more ranks, no speedup": per ``name: (total_units, grad_numel)``, ``alone_s`` (the whole job on this rank,
-    no all-reduce: the one-rank step) and :func:`~.workloads.scaling_step`'s medians with the job split over the
-    ranks, whose spans are named after the configuration."""
+    """For "more ranks, no speedup", per ``name: (total_units, grad_numel)``: ``alone_s`` (the whole job on this rank,
+    no all-reduce: the one-rank step) and :func:`~.workloads.scaling_step`'s medians of it split over the ranks."""
     import torch.distributed as dist
 
     device = rank_device()
@@ -85,11 +80,8 @@ def medians(per_rank) -> list[float]:
     return [statistics.median(v) for v in per_rank]
 
 
-def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 120.0, env=None) -> list[str]:
-    """The ranks' NCCL lines of one all-reduce under ``NCCL_DEBUG=level``; empty without the GPUs for NCCL."""
-    from mgpu_helpers import hardware
-    from mgpu_helpers.launcher.launch import run_ranks
-
+def nccl_debug_lines(world_size: int = 2) -> list[str]:
+    """The ranks' NCCL lines of one all-reduce under ``NCCL_DEBUG=INFO``; empty without the GPUs for NCCL."""
     backend, _ = hardware.choose_backend(world_size, "auto")
     if backend != "nccl":
         return []
@@ -103,6 +95,5 @@ def nccl_debug_lines(world_size: int = 2, level: str = "INFO", timeout: float = 
         torch.cuda.synchronize()
         return float(t[0])
 
-    env = {"NCCL_DEBUG": level, **(env or {})}
-    res = run_ranks(one_allreduce, world_size, backend="nccl", timeout=timeout, stream=False, quiet=True, env=env)
+    res = sweep.run_quiet(one_allreduce, world_size, (), "nccl", 120.0, {"NCCL_DEBUG": "INFO"})
     return [f"[rank {r}] {ln}" for r, lines in enumerate(res.outputs) for ln in lines if "NCCL" in ln]

@@ -1,13 +1,11 @@
 """What notebook 09 (hand-written data parallelism) does not teach: the problem, the references its training
-must equal, and the timing of a step's phases.
-
-Everything is float64: the ways of training add the same numbers in a different order, and in float64 the
-differences stay around 1e-15, far below the tolerance of the comparisons, on the CPU and on GPUs alike.
-"""
+must equal, and the timing of a step's phases. Everything is float64: the ways of training add the same numbers in
+a different order, and in float64 the differences stay around 1e-15, far below the comparisons' tolerance."""
 
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from mgpu_helpers.launcher import trace
 from mgpu_helpers.measure.timing import synchronize_device
 
 
@@ -116,10 +114,8 @@ def warm_up(model, x, y, device) -> None:
 
 
 def traced_phase(device, enabled: bool = True):
-    """``phase(kind, name)``: a trace span that, on a GPU, waits for the queued work before it closes (else it
-    would measure the queueing). ``enabled=False`` records and waits for nothing, so an untraced loop keeps the
-    GPU's queue full."""
-    from mgpu_helpers.launcher import trace
+    """``phase(kind, name)``: a trace span that on a GPU waits for the queued work before closing (else it measures
+    the queueing); ``enabled=False`` records and waits for nothing, so an untraced loop keeps the GPU's queue full."""
 
     @contextmanager
     def phase(kind: str, name: str):

@@ -1,12 +1,12 @@
 """What the current GPU and its compiler report: per-SM limits, a kernel's registers, the driver's occupancy
 (the arithmetic on them is :mod:`mgpu_helpers.models.occupancy`'s). Import after ``mh.setup()``. Without a GPU
-the Numba queries answer with the Hopper defaults or ``None``; the CuPy ones need a GPU.
-"""
+the Numba queries answer with the Hopper defaults or ``None``; the CuPy ones need a GPU."""
 
 import functools
 
 from mgpu_helpers.measure.timing import simulator
 from mgpu_helpers.models.occupancy import HOPPER, SmLimits
+from mgpu_helpers.report.recorded import read_json
 
 # SmLimits field: (Numba's device attribute, CuPy's); None: Numba reports none, the Hopper default stays
 LIMIT_ATTRIBUTES = {
@@ -64,11 +64,6 @@ def cupy_driver_blocks_per_sm(kernel, block: int, smem_per_block: int = 0) -> in
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, smem_per_block)
 
 
-REGISTERS_FILE = "kernel_registers_h200.json"
-
-
 def recorded_registers() -> dict:
     """Notebook 02's kernels' registers as recorded on an H200 (``bench registers``), for machines without a GPU."""
-    from mgpu_helpers.report.recorded import read_json
-
-    return read_json(REGISTERS_FILE)
+    return read_json("kernel_registers_h200.json")

@@ -1,11 +1,9 @@
 """HolisticTraceAnalysis (HTA) on the course's merged profiler traces: its communication/computation overlap.
-
 Notebook 13's overlap (:func:`mgpu_helpers.lessons.overlap.overlap_fraction`) is, of the time each collective was
 outstanding on the host, the share inside a backward span; HTA's is, of the time NCCL's kernels ran, the share
 during which a compute kernel ran too. They agree where the backward keeps the GPU busy and a collective's kernel
 runs the moment it is issued; an idle gap inside a backward, or a collective waiting for its peers or the stream
-ahead, counts for the course and not for HTA. HTA reads GPU kernels only, and is optional (the ``test`` extra).
-"""
+ahead, counts for the course and not for HTA. HTA reads GPU kernels only, and is optional (the ``test`` extra)."""
 
 import json
 import logging
@@ -36,29 +34,24 @@ def why_not(merged: dict) -> str | None:
             "the trace has no GPU kernels (gloo communicates on the CPU): HTA's communication/computation "
             "overlap reads GPU kernels only"
         )
-    if not installed():
-        return f"HolisticTraceAnalysis is not installed ({INSTALL})"
-    return None
+    return None if installed() else f"HolisticTraceAnalysis is not installed ({INSTALL})"
 
 
 def write_rank_traces(merged: dict, folder: str) -> dict[int, str]:
     """``{rank: path}``: each rank's events in a file of its own, whose ``distributedInfo`` HTA reads the rank from."""
     ranks = ranks_of(merged)
-    paths = {}
-    for rank in ranks:
-        path = os.path.join(folder, f"rank{rank}.json")
+    paths = {rank: os.path.join(folder, f"rank{rank}.json") for rank in ranks}
+    for rank, path in paths.items():
         events = [e for e in merged["traceEvents"] if e.get("pid") == rank]
         trace = {"distributedInfo": {"rank": rank, "world_size": len(ranks)}, "traceEvents": events}
         with open(path, "w", encoding="utf-8") as f:
             json.dump(trace, f)
-        paths[rank] = path
     return paths
 
 
 def comm_comp_overlap(merged: dict) -> dict[int, float]:
     """``{rank: HTA's overlap, 0 to 1}``; RuntimeError with :func:`why_not`'s line where HTA cannot read it."""
-    why = why_not(merged)
-    if why:
+    if why := why_not(merged):
         raise RuntimeError(why)
     from hta.analyzers.communication_analysis import CommunicationAnalysis
     from hta.common.trace import Trace

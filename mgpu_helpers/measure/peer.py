@@ -1,19 +1,15 @@
 """Peer access and the paths between GPUs: can GPU i read GPU j's memory, how fast is a copy, what P2P is worth.
-
-P2P off is ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory), set for the ranks only (``env=``), so the
-notebook's own environment never changes. What needs two GPUs raises :class:`NeedsGpus`, which
-:func:`measure_all` turns into a ``skipped`` line.
-"""
+P2P off is ``NCCL_P2P_DISABLE=1`` (NCCL then goes through host memory), set for the ranks only (``env=``): the
+notebook's own environment never changes. What needs two GPUs raises :class:`NeedsGpus`, :func:`measure_all` skips."""
 
 import statistics
 
-from mgpu_helpers.launcher.launch import run_ranks
-from mgpu_helpers.measure import sweep, timing
+from mgpu_helpers.measure import diagnose, sweep, timing
+from mgpu_helpers.models.topology import format_matrix as text_matrix
 from mgpu_helpers.report import nccltests, sizes, tables
 from mgpu_helpers.report.recorded import read_json
 
 SIZES = (64 << 20, 256 << 20, 1 << 30)  # nccl-tests' sizes in that range (-b 1K -e 1G -f 4)
-P2P_VARIABLE = "NCCL_P2P_DISABLE"
 
 
 class NeedsGpus(RuntimeError):
@@ -28,8 +24,7 @@ def gpu_count() -> int:
 
 
 def _need(count: int, what: str) -> None:
-    have = gpu_count()
-    if have < count:
+    if (have := gpu_count()) < count:
         recorded_figures = "The figures recorded on 2 x H200: peer.recorded() (python -m mgpu_helpers.bench peer)."
         raise NeedsGpus(f"{what} needs {count} NVIDIA GPUs; this machine has {have}. {recorded_figures}")
 
@@ -44,8 +39,6 @@ def peer_matrix() -> list[list[bool | None]]:
 
 def format_matrix(matrix) -> str:
     """The matrix as ``nvidia-smi topo -p2p n`` prints it: X on the diagonal, OK / NS elsewhere."""
-    from mgpu_helpers.models.topology import format_matrix as text_matrix
-
     if not matrix:
         return "(no GPUs)"
     cells = [["X" if v is None else ("OK" if v else "NS") for v in row] for row in matrix]
@@ -86,14 +79,13 @@ def peer_copy(src: int = 0, dst: int = 1, nbytes: int = 256 << 20, repeats: int 
 
 
 def rank_env(p2p: bool) -> dict:
-    return {P2P_VARIABLE: "0" if p2p else "1"}
+    return {"NCCL_P2P_DISABLE": "0" if p2p else "1"}
 
 
 def allreduce_busbw(world_size: int, sizes, p2p: bool, backend: str, timeout: float, env=None):
     """``(SweepRows, RankResults)`` of one all-reduce sweep with P2P on or off."""
     args, env = (list(sizes), ("all_reduce",), None, 5), {**rank_env(p2p), **(env or {})}
-    quiet = dict(stream=False, quiet=True)
-    res = run_ranks(sweep.sweep_rank, world_size, args=args, backend=backend, timeout=timeout, env=env, **quiet)
+    res = sweep.run_quiet(sweep.sweep_rank, world_size, args, backend, timeout, env)
     return sweep.combine(res.values, world_size, res.backend), res
 
 
@@ -112,8 +104,6 @@ def compare_p2p(world_size: int = 2, sizes=SIZES, backend: str = "nccl", timeout
 
 def p2p_effect(world_size: int = 2, nbytes: int = 1 << 30, timeout: float = 300.0) -> dict:
     """``{"on"/"off": {"busbw", "transports", "lines"}}`` of one all-reduce each way under ``NCCL_DEBUG=INFO``."""
-    from mgpu_helpers.measure import diagnose
-
     _need(world_size, "the all-reduce with and without NCCL P2P")
     out = {}
     for key, p2p in (("on", True), ("off", False)):
@@ -163,10 +153,9 @@ def format_report(measured: dict, rec: dict | None = None) -> str:
     ref = rec["allreduce_busbw_default_GBps"]
     rows = [dict(r, nccl_tests=ref.get(r["nbytes"]), off=ref_off.get(r["nbytes"])) for r in measured.get("busbw") or []]
     rows = rows or [{"nbytes": n, "nccl_tests": v} for n, v in ref.items()]
-    heads = {"size": "size", "busbw_default": "busbw default", "busbw_p2p_off": "P2P off", "ratio": "off/default"}
-    heads |= {"nccl_tests": "nccl-tests", "off": "recorded P2P off"}
-    formats = {"busbw_default": "{:.1f}", "busbw_p2p_off": "{:.1f}", "ratio": "{:.2f}"}
-    columns = [(key, head, formats.get(key, "{}")) for key, head in heads.items()]
+    columns = [("size", "size", "{}"), ("busbw_default", "busbw default", "{:.1f}")]
+    columns += [("busbw_p2p_off", "P2P off", "{:.1f}"), ("ratio", "off/default", "{:.2f}")]
+    columns += [("nccl_tests", "nccl-tests", "{}"), ("off", "recorded P2P off", "{}")]
     lines.append(tables.format_table([dict(r, size=sizes.format_bytes(r["nbytes"])) for r in rows], columns))
     lines += [f"skipped: {m}" for m in measured.get("skipped", [])]
     return "\n".join(lines)

@@ -1,11 +1,8 @@
-"""Real profiler traces of rank functions: ``torch.profiler`` on every rank, merged into one Perfetto file.
-
-Each rank runs ``fn`` under ``torch.profiler.profile`` (CUDA activity too on a GPU, so NCCL's kernels appear on
-their stream), the course's spans recorded as ``record_function`` ranges. :func:`merge_traces` makes one process
-per rank and moves every timestamp onto ``time.monotonic()``, the course spans' clock, one for every process of
+"""Real profiler traces of rank functions: ``torch.profiler`` on every rank (CUDA activity too on a GPU, so NCCL's
+kernels appear on their stream; the course's spans as ``record_function`` ranges), merged into one Perfetto file of
+one process per rank, every timestamp on ``time.monotonic()``: the course spans' clock, one for every process of
 the machine. For Nsight Systems under torchrun, ``trace.set_range_hook(profile.nvtx_range)`` shows the spans as
-NVTX ranges (mgpu_helpers/launcher/README.md, "Profiling").
-"""
+NVTX ranges (mgpu_helpers/launcher/README.md, "Profiling")."""
 
 import json
 import os
@@ -17,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_helpers.launcher import trace
+from mgpu_helpers.launcher.launch import run_ranks
 
 SPAN_CATEGORY = "mgpu_span"
 SPAN_TID = 1  # the "course spans" track of each rank
@@ -77,8 +75,7 @@ def profiled(fn, trace_dir: str, cuda: str = "auto"):
 
 def clock_offset(events, anchor_us: float) -> float:
     """Microseconds that put this trace's timestamps on time.monotonic(), from the last ``mgpu:clock`` range."""
-    anchors = [e for e in events if e.get("name") == ANCHOR and e.get("ph") == "X"]
-    if not anchors:
+    if not (anchors := [e for e in events if e.get("name") == ANCHOR and e.get("ph") == "X"]):
         raise ValueError(f"no {ANCHOR!r} range in the trace: was it recorded by profile.profiled()?")
     last = max(anchors, key=lambda e: float(e["ts"]))
     return anchor_us - (float(last["ts"]) + float(last.get("dur", 0)) / 2)
@@ -152,8 +149,6 @@ def run_profiled(
 ) -> ProfiledRun:
     """Run ``fn`` on ranks under torch.profiler and write the merged trace to ``trace_path`` (default
     ``<fn name>.trace.json`` in the current folder: beside the notebook, which Jupyter runs in its folder)."""
-    from mgpu_helpers.launcher.launch import run_ranks
-
     trace_path = os.path.abspath(trace_path or f"{getattr(fn, '__name__', 'ranks')}.trace.json")
     run_ranks_kwargs.setdefault("stream", False)
     with tempfile.TemporaryDirectory(prefix="mgpu-profile-") as tmp:

@@ -1,5 +1,4 @@
 """Straggler runs: the traced straggler step on real ranks, reduced to the waits and margins 08 and ex08 compare.
-
 Two kinds of compute, chosen by ``seconds_per_unit``:
 
 - **deterministic cost** (a number, or one per rank): each unit of shard is a fixed sleep, so the measured waits
@@ -8,26 +7,24 @@ Two kinds of compute, chosen by ``seconds_per_unit``:
   quiet machine.
 - **real matmuls** (None): time depends on device and load. When CPU ranks outnumber cores they share them, and
   two cores can differ by 1.5x over time, so noise makes stragglers too: an uneven run's waits must clear
-  :func:`noise_floor` (the worst wait of a balanced run) before they say anything about the shards.
-"""
+  :func:`noise_floor` (the worst wait of a balanced run) before they say anything about the shards."""
 
 import itertools
 import statistics
+
+from mgpu_helpers.launcher.launch import run_ranks
+from mgpu_helpers.measure import workloads
 
 
 def run_traced(
     shard_units, steps: int = 5, timeout: float = 60.0, seconds_per_unit=None, grad_numel=None, timestamp_barrier=True
 ):
     """RankResults of the straggler step on real ranks (``timestamp_barrier=False``: no wait span)."""
-    from mgpu_helpers.launcher import launch
-    from mgpu_helpers.measure import workloads
-
     shard_units = tuple(shard_units)
     if not shard_units or any(u < 0 for u in shard_units):
         raise ValueError(f"give one non-negative shard size per rank, like (12, 6, 4, 2); got {shard_units!r}")
     args = (shard_units, grad_numel, steps, None, None, seconds_per_unit, timestamp_barrier)
-    quiet = dict(stream=False, quiet=True)
-    return launch.run_ranks(workloads.straggler_step, len(shard_units), args=args, timeout=timeout, **quiet)
+    return run_ranks(workloads.straggler_step, len(shard_units), args=args, timeout=timeout, stream=False, quiet=True)
 
 
 def wait_by_rank(spans_per_rank) -> list[float]:
@@ -42,8 +39,7 @@ def median_waits(values) -> list[float]:
 
 def median_worst_wait(values) -> float:
     """The median over steps of that step's largest wait (any rank): how long the earliest rank idles."""
-    steps = len(values[0]["wait_s"])
-    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(steps))
+    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(len(values[0]["wait_s"])))
 
 
 def median_step_seconds(values) -> float:
@@ -67,8 +63,7 @@ def model_margin(values, seconds_per_unit) -> float:
 def step_margin(values, seconds_per_unit) -> float:
     """How much longer than ``max shard * s + all-reduce`` a deterministic-cost step can measure (s): the start
     skew plus the latest wake-up (one every rank shares lengthens the step without changing any wait)."""
-    late = _late_wakeups(values, seconds_per_unit)
-    return max(values[0]["start_skew_s"][k] + max(lk) for k, lk in enumerate(late))
+    return max(values[0]["start_skew_s"][k] + max(lk) for k, lk in enumerate(_late_wakeups(values, seconds_per_unit)))
 
 
 def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
@@ -77,10 +72,8 @@ def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
         raise ValueError("model_margin needs the seconds_per_unit of a deterministic-cost run")
     one = isinstance(seconds_per_unit, (int, float))
     per_unit = [float(seconds_per_unit)] * len(values) if one else [float(s) for s in seconds_per_unit]
-    return [
-        [v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)]
-        for k in range(len(values[0]["wait_s"]))
-    ]
+    steps = range(len(values[0]["wait_s"]))
+    return [[v["compute_s"][k] - float(v["shard"]) * s for v, s in zip(values, per_unit)] for k in steps]
 
 
 def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, int]]:
@@ -90,9 +83,8 @@ def contradicted_orderings(waits, predicted, margin: float) -> list[tuple[int, i
 
 
 def run_waiting_inside(shard_units, steps: int = 5, seconds_per_unit=0.020, grad_numel=None, timeout: float = 60.0):
-    """The straggler step with no timestamp barrier: the early ranks wait *inside* the all-reduce. ``.spans``
-    hold only compute and communicate spans (as a profiler trace would); ``values[r]["wait_s"]`` is the part of
-    ``comm_s`` that was waiting, known afterwards from the all-gathered arrival times."""
+    """The straggler step with no timestamp barrier: the early ranks wait *inside* the all-reduce, so ``.spans`` hold
+    only compute and communicate spans (as a profiler trace would); ``values[r]["wait_s"]``: the wait in ``comm_s``."""
     return run_traced(shard_units, steps, timeout, seconds_per_unit, grad_numel, timestamp_barrier=False)
 
 
@@ -104,8 +96,7 @@ def median_collective(values) -> list[float]:
 def straggler_by_collective(collective_s) -> int:
     """The rank whose time inside the collective (a number, or per-step times) is the SHORTEST: every other rank
     arrived earlier and waited for it there; the straggler only paid for the collective itself."""
-    per_rank = [statistics.median(t) if isinstance(t, (list, tuple)) else float(t) for t in collective_s]
-    if not per_rank:
+    if not (per_rank := [statistics.median(t) if isinstance(t, (list, tuple)) else float(t) for t in collective_s]):
         raise ValueError("give one collective time (or list of per-step times) per rank")
     return min(range(len(per_rank)), key=lambda r: per_rank[r])
 

@@ -1,12 +1,9 @@
-"""Measured collective sweeps over message sizes, after NVIDIA nccl-tests' method.
-
-Each rank pre-allocates its buffers, warms up, then times a batch of back-to-back operations with no
-synchronisation between them, as nccl-tests does; unlike nccl-tests (a host timer, averaged over ranks), on a
-GPU the batch sits between two CUDA events, and the slowest rank's time is the operation's (a collective ends
-for everybody when it ends for the last rank). ``nbytes`` is the whole buffer, as in nccl-tests (reduce_scatter's
-unreduced input, all_gather's gathered output); bandwidths in GB/s (1e9 B/s). rs_ag (reduce-scatter then
-all-gather) is counted as an all-reduce.
-"""
+"""Measured collective sweeps over message sizes, after NVIDIA nccl-tests' method: each rank pre-allocates its
+buffers, warms up, then times a batch of back-to-back operations with no synchronisation between them. Unlike
+nccl-tests (a host timer, averaged over ranks), on a GPU the batch sits between two CUDA events, and the slowest
+rank's time is the operation's (a collective ends for everybody when it ends for the last rank). ``nbytes`` is the
+whole buffer, as in nccl-tests (reduce_scatter's unreduced input, all_gather's gathered output); bandwidths in GB/s
+(1e9 B/s). rs_ag (reduce-scatter then all-gather) is counted as an all-reduce."""
 
 import statistics
 from dataclasses import asdict, dataclass
@@ -16,6 +13,7 @@ from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import timing
 from mgpu_helpers.measure.workloads import PHASE_KEYS, straggler_step
 from mgpu_helpers.models import bandwidth
+from mgpu_helpers.report import progress as bars
 from mgpu_helpers.report import sizes as sz
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "rs_ag")
@@ -49,8 +47,9 @@ def _backend_and_sizes(world_size: int, backend: str, sizes) -> tuple[str, list]
     return chosen, list(sizes) if sizes is not None else default_sizes(chosen == "nccl")
 
 
-def _launch(fn, world_size: int, args: tuple, backend: str, timeout: float):
-    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=False, quiet=True)
+def run_quiet(fn, world_size: int, args: tuple, backend: str, timeout: float, env=None):
+    """``run_ranks`` for a measurement: the ranks' output kept in ``.outputs``, not printed, and no summary line."""
+    return run_ranks(fn, world_size, args=args, backend=backend, timeout=timeout, stream=False, quiet=True, env=env)
 
 
 def default_iters(nbytes: int, gpu: bool) -> int:
@@ -130,8 +129,6 @@ def run_sweep(
 ) -> list[SweepRow]:
     """One :class:`SweepRow` per (size, op). ``progress`` (:func:`mgpu_helpers.report.progress.callback`) runs
     each size in a launch of its own, so the bar moves; without it every size runs in a single launch."""
-    from mgpu_helpers.report import progress as bars
-
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     groups = [[s] for s in sizes] if progress is not None and progress is not False else [sizes]
     update, close = bars.callback(progress, "sizes")
@@ -139,7 +136,7 @@ def run_sweep(
     update(0, len(sizes))
     try:
         for group in groups:
-            res = _launch(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout)
+            res = run_quiet(sweep_rank, world_size, (group, tuple(ops), iters, warmup), chosen, timeout)
             rows += combine(res.values, world_size, res.backend)
             done += len(group)
             update(done, len(sizes))
@@ -158,18 +155,16 @@ def run_repeats(
 ) -> list[dict]:
     """One ``{op: time_us}`` per round of one launch, so that a comparison comes with its own spread."""
     chosen, _ = hardware.choose_backend(world_size, backend)
-    res = _launch(repeats_rank, world_size, (int(nbytes), tuple(ops), repeats, iters), chosen, timeout)
-    return [
-        {row.op: row.time_us for row in combine([v[r] for v in res.values], world_size, res.backend)}
-        for r in range(repeats)
-    ]
+    res = run_quiet(repeats_rank, world_size, (int(nbytes), tuple(ops), repeats, iters), chosen, timeout)
+    rounds = (combine([v[r] for v in res.values], world_size, res.backend) for r in range(repeats))
+    return [{row.op: row.time_us for row in rows} for rows in rounds]
 
 
-def step_rank(rank, world_size, sizes, steps=5, compute_n=128, slow_rank=None, slow_factor=3) -> list[dict]:
+def step_rank(rank, world_size, sizes, steps=5, compute_n=128, slow_rank=None) -> list[dict]:
     """Rank function: per size, the median seconds of each phase of :func:`~.workloads.straggler_step`. The
     compute (a unit: 4 matmuls of ``compute_n``) is the same for every size (a backward that does not change while
-    its gradient bucket grows); ``slow_rank`` does ``slow_factor`` times as much; the spans carry the size."""
-    shards, out = tuple(slow_factor if r == slow_rank else 1 for r in range(world_size)), []
+    its gradient bucket grows); ``slow_rank`` does three times as much; the spans carry the size."""
+    shards, out = tuple(3 if r == slow_rank else 1 for r in range(world_size)), []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
         label = sz.format_bytes(n * 4)
@@ -197,20 +192,19 @@ def combine_steps(per_rank: list[list[dict]]) -> list[dict]:
 
 
 def run_step_breakdown(
-    world_size=2, sizes=None, steps=5, compute_n=None, backend="auto", timeout=300.0, slow_rank=None, slow_factor=3
+    world_size=2, sizes=None, steps=5, compute_n=None, backend="auto", timeout=300.0, slow_rank=None
 ):
     """``(rows of combine_steps, the raw RankResults with spans)`` of :func:`step_rank` on ``world_size`` ranks."""
     chosen, sizes = _backend_and_sizes(world_size, backend, sizes)
     n = compute_n or (4096 if chosen == "nccl" else 256)
-    res = _launch(step_rank, world_size, (sizes, steps, n, slow_rank, slow_factor), chosen, timeout)
+    res = run_quiet(step_rank, world_size, (sizes, steps, n, slow_rank), chosen, timeout)
     return combine_steps(res.values), res
 
 
 def buffer_bytes(nbytes: int, world_size: int) -> dict:
-    """Bytes of communication buffers one rank holds, by approach, for a float32 gradient of ``nbytes``.
-    ``rs_ag_in_place`` needs no shard buffer: NCCL's in-place reduce-scatter writes rank r's summed slice into
-    slice r of the input, and the in-place all-gather sends from there. ``reduce_scatter_only``: a rank that needs
-    only its part of the sum (sharded optimizer states)."""
+    """Communication-buffer bytes per rank, by approach, for a float32 gradient of ``nbytes``: ``rs_ag_in_place`` needs
+    no shard buffer (NCCL's in-place reduce-scatter writes rank r's summed slice into slice r of the input, and the
+    in-place all-gather sends from there); ``reduce_scatter_only`` keeps just its part (sharded optimizer states)."""
     n = sz.float32_elements(nbytes, world_size) * 4
     shard = n // world_size
     return {"all_reduce": n, "rs_ag_out_of_place": n + shard, "rs_ag_in_place": n, "reduce_scatter_only": shard}

@@ -1,8 +1,6 @@
-"""Timing GPU work from Python: CUDA events around a call, in seconds, and the bandwidth it implies.
-
-Import after ``mh.setup()``: whoever imports numba first decides whether the CUDA simulator is on. The simulator
-has no CUDA events: the wall clock stands in, measuring Python running every thread, not a GPU.
-"""
+"""Timing GPU work from Python: CUDA events around a call, in seconds, and the bandwidth it implies. Import after
+``mh.setup()``: whoever imports numba first decides whether the CUDA simulator is on. The simulator has no CUDA
+events: the wall clock stands in, measuring Python running every thread, not a GPU."""
 
 import time
 
@@ -30,11 +28,9 @@ def synchronize(library: str = "numba") -> None:
 
 
 def time_gpu(fn, repeats: int = 20, warmup: int = 2, library: str = "numba") -> list[float]:
-    """Seconds of ``fn()`` per repeat, between CUDA events of ``library`` ("numba", "cupy" or "torch").
-
-    Each repeat first queues an untimed ``fn()``: the timed launch is queued while it runs, so the time measures
-    the kernel, not the Python-side launch cost (tens of microseconds in Numba) an idle GPU would wait through.
-    """
+    """Seconds of ``fn()`` per repeat, between CUDA events of ``library`` ("numba", "cupy" or "torch"). Each repeat
+    first queues an untimed ``fn()``: the timed launch is queued while it runs, so the time measures the kernel, not
+    the Python-side launch cost (tens of microseconds in Numba) an idle GPU would wait through."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, not repeats={repeats}, warmup={warmup}")
     sync = _event_api(library)[1]

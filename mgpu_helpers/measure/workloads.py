@@ -1,7 +1,5 @@
-"""Rank functions shared by the notebooks: real, traced work whose cost is known in advance.
-
-They run unchanged on gloo CPU ranks and NCCL GPU ranks; only the default sizes depend on the device.
-"""
+"""Rank functions shared by the notebooks: real, traced work whose cost is known in advance. They run unchanged on
+gloo CPU ranks and NCCL GPU ranks; only the default sizes depend on the device."""
 
 import statistics
 import time
@@ -69,14 +67,12 @@ def straggler_step(
     label="",
 ) -> dict:
     """``steps`` synchronous steps: compute proportional to ``shard_units[rank]``, then all-reduce, traced.
-
     ``seconds_per_unit``: None for real matmuls, or the sleep of one unit (one number, or one per rank).
     ``label`` (a message size) goes into every span's name: the lab's step breakdown reads it back from a trace.
     The "wait" span runs from this rank's arrival until the last rank's, from the all-gathered arrival times.
     ``timestamp_barrier=False`` gathers them *after* the all-reduce, as in a real step: the early ranks wait
     inside the collective (what a profiler shows), and ``wait_s`` is known but no span: ``comm_s >= wait_s``.
-    ``start_skew_s``: how far apart the ranks left the barrier that starts each step.
-    """
+    ``start_skew_s``: how far apart the ranks left the barrier that starts each step."""
     import torch
     import torch.distributed as dist
 

@@ -1,5 +1,4 @@
 """Bandwidth by the nccl-tests formulas, and the bytes each collective moves and leaves on each rank (pure).
-
 NVIDIA nccl-tests (doc/PERFORMANCE.md) reports ``algbw = bytes / time`` and ``busbw``: algbw times the share of
 the data each rank moves over its links (:data:`BUSBW_FACTORS`), so that it compares with a link's bandwidth.
 For all_gather and reduce_scatter, ``nbytes`` is the whole (gathered / unreduced) buffer, as nccl-tests counts it."""
@@ -38,9 +37,7 @@ def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
 def bytes_sent_per_rank(op: str, nbytes: float, world_size: int) -> float:
     """Bytes each rank sends in a ring (or pipelined chain): the busbw factor times ``nbytes``."""
     _known(op, world_size)
-    if world_size == 1:
-        return 0.0
-    return BUSBW_FACTORS[op](world_size) * nbytes
+    return 0.0 if world_size == 1 else BUSBW_FACTORS[op](world_size) * nbytes
 
 
 def result_bytes_per_rank(op: str, nbytes: float, world_size: int, rank: int = 0, root: int = 0) -> float:

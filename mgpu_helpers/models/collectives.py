@@ -13,8 +13,10 @@ TORCH_FUNCTIONS = {name: (name,) for name in COLLECTIVES} | {
 ROOT = 0
 #: Collectives whose result depends on the reduce op.
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")
-#: The reduce ops by the names notebook 05 gives them (its ``REDUCE_OPS`` is this tuple).
-REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+# Each reduce op by the name notebook 05 gives it, applied over the ranks (axis 0 of ``inputs[rank][i]``).
+_REDUCERS = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
+#: The reduce ops by name (notebook 05's ``REDUCE_OPS`` is this tuple).
+REDUCE_OPS = tuple(_REDUCERS)
 PATTERNS = ("rank", "rank+1", "one-hot", "powers of two", "random")
 
 
@@ -34,13 +36,8 @@ def make_inputs(pattern: str, world_size: int, length: int = 4, seed: int = 0) -
     if pattern == "one-hot":
         return [[1.0 if i % world_size == r else 0.0 for i in range(length)] for r in range(world_size)]
     if pattern == "random":
-        rng = np.random.default_rng(seed)
-        return rng.integers(0, 10, size=(world_size, length)).astype(float).tolist()
+        return np.random.default_rng(seed).integers(0, 10, size=(world_size, length)).astype(float).tolist()
     raise ValueError(f"pattern must be one of {PATTERNS}, not {pattern!r}")
-
-
-# Each reduce op, applied over the ranks (axis 0 of ``inputs[rank][i]``).
-_REDUCERS = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
 
 
 def expected_outputs(name: str, inputs, op: str = "sum") -> list:

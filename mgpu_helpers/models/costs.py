@@ -1,5 +1,4 @@
-"""Fitting alpha and beta of an alpha-beta cost model (notebook 08's, passed in) to measured times (pure);
-``nbytes`` as nccl-tests counts it."""
+"""Fitting an alpha-beta cost model (notebook 08's, passed in) to measured times; ``nbytes`` as nccl-tests counts it."""
 
 
 def ring_terms(cost, nbytes: float, world_size: int) -> tuple[float, float]:

@@ -1,5 +1,4 @@
 """Memory each rank needs under a parallel strategy, against one GPU's capacity, and the bytes it sends per step.
-
 Sizes are of the whole job, in one unit for all (e.g. GB): parameters, gradients, optimizer state, activations."""
 
 from dataclasses import dataclass
@@ -101,9 +100,8 @@ def memory_plan(strategy, world_size, capacity, params=0.0, grads=0.0, optimizer
     return MemoryPlan(strategy, capacity, tuple(ranks), replicated, split, STRATEGY_NOTES[strategy])
 
 
-# The collectives each strategy runs in one training step, as (collective, part it moves). A ring moves
-# (n - 1) / n of the buffer per rank for an all-gather or a reduce-scatter, twice that for an all-reduce
-# (nccl-tests' bus bandwidth factors).
+# The collectives each strategy runs in one training step, as (collective, part it moves); what a ring sends of
+# each is its busbw factor.
 STEP_COLLECTIVES = {
     "replicate": (),
     "data_parallel": (("all_reduce", "grads"),),

@@ -1,5 +1,4 @@
 """The ``nvidia-smi topo -m`` matrix and ``nvidia-smi nvlink -s``: parse them and explain their words (pure).
-
 ``NV18`` is a count of bonded NVLinks, not one cable (through NVSwitch chips on 8-GPU HGX boards). ``nvlink -s``
 gives each link's speed one way (18 x 26.562 = 478 GB/s on the H200 host); a datasheet's 900 GB/s counts both."""
 
@@ -23,6 +22,7 @@ LINK_MEANINGS = {
 # The kinds of path the words name, fastest first (a figure colours the matrix by these).
 LINK_CLASSES = {"NVLink": ("NV#",), "PCIe switch (PIX/PXB)": ("PIX", "PXB"), "host bridge (PHB/NODE)": ("PHB", "NODE")}
 LINK_CLASSES |= {"across CPU sockets (SYS)": ("SYS",), "self (X)": ("X",)}
+NV_NOTE = "NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` are per direction"
 
 
 class TopoMatrix(NamedTuple):
@@ -42,20 +42,19 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     source = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("#")), "")
     body = [ln for ln in lines if not ln.startswith("#")]
     # The column line: its first cell (after an empty one) is GPU0 and, unlike the GPU0 row, not followed by X.
-    firsts = [[c.strip() for c in ln.split("\t")] for ln in body]
-    firsts = [cells[1:] if cells and cells[0] == "" else cells for cells in firsts]
+    split = [[c.strip() for c in ln.split("\t")] for ln in body]
+    firsts = [cells[1:] if cells and cells[0] == "" else cells for cells in split]
     header_i = next((i for i, c in enumerate(firsts) if len(c) >= 2 and c[0] == "GPU0" and c[1] != "X"), None)
     if header_i is None:
         raise ValueError("no `nvidia-smi topo -m` header (a line of column names starting with GPU0) found")
-    header = [h.strip() for h in body[header_i].split("\t") if h.strip()]
+    header = [h for h in split[header_i] if h]
     devices = [h for h in header if _DEVICE.match(h)]
     extra = header[len(devices) :]
     gpus = [d for d in devices if d.startswith("GPU")]
     rows = {}
-    for ln in body[header_i + 1 :]:
+    for ln, cells in zip(body[header_i + 1 :], split[header_i + 1 :]):
         if not ln.strip() or ln.startswith("Legend"):
             break
-        cells = [c.strip() for c in ln.split("\t")]
         if _DEVICE.match(cells[0]):
             rows[cells[0]] = cells[1:]
     links, columns = [], {}
@@ -132,9 +131,6 @@ def format_matrix(names, rows) -> str:
     lines = [" " * w + "".join(n.ljust(w) for n in names)]
     lines += [n.ljust(w) + "".join(c.ljust(w) for c in row) for n, row in zip(names, rows)]
     return "\n".join(lines)
-
-
-NV_NOTE = "NV# counts the NVLinks bonded between a pair; the link speeds of `nvidia-smi nvlink -s` are per direction"
 
 
 def summary(topo: TopoMatrix) -> str:

@@ -1,6 +1,5 @@
-"""The lab report: Markdown with tables, and the figures as PNG files next to it (``LabReport(title)``, its
-``add_text`` / ``add_table`` / ``add_figure``, then ``write(out_dir)``). :func:`build_report` puts notebook 12's
-results together: what the learner measured and concluded; the report writes no conclusion itself."""
+"""The lab report: Markdown with tables, and the figures as PNG files next to it. :func:`build_report` puts
+notebook 12's results together: what the learner measured and concluded; the report writes no conclusion itself."""
 
 import datetime as _dt
 import os
@@ -85,16 +84,14 @@ def build_report(title, setup, topology, rank_rows, sweep_rows, step_rows, compa
     report.add_table("逐 Rank 输出", [dict(r, ok="yes" if r.get("ok") else "NO") for r in rank_rows], RANK_COLUMNS)
     note = "algbw = bytes / time；busbw 按 nccl-tests 公式（All-Reduce x 2(n-1)/n，"
     note += "Reduce-Scatter / All-Gather x (n-1)/n，RS+AG 按 All-Reduce 计）。"
-    report.add_table(
-        "消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）", sweep_rows, SWEEP_COLUMNS, note=note
-    )
+    heading = "消息规模扫描（All-Reduce / Reduce-Scatter / All-Gather / RS+AG）"
+    report.add_table(heading, sweep_rows, SWEEP_COLUMNS, note=note)
     steps = [dict(r, size=sizes.format_bytes(r["nbytes"])) for r in step_rows]
     report.add_table("一步的时间拆分：计算 / 等待 / All-Reduce", steps, STEP_COLUMNS)
     heads = {"approach": "做法", "result": "每个 Rank 得到", "buffer": "通信 Buffer / Rank", "time": "时间"}
     columns = [(key, head, "{}") for key, head in heads.items()]
-    report.add_table(
-        "All-Reduce 与 Reduce-Scatter + All-Gather", compare["rows"], columns, note=compare.get("note", "")
-    )
+    heading = "All-Reduce 与 Reduce-Scatter + All-Gather"
+    report.add_table(heading, compare["rows"], columns, note=compare.get("note", ""))
     for name, (caption, fig) in figures.items():
         report.add_figure(caption, name, fig, caption)
     report.add_table("我的结论，逐条对照测量", [v.as_dict() for v in review], CLAIM_COLUMNS)

@@ -3,6 +3,7 @@ comment lines say where and how): look a size up, set a sweep beside them. Bandw
 
 import re
 
+from mgpu_helpers.models import bandwidth
 from mgpu_helpers.report import recorded, sizes, tables
 
 # size, count, type, redop, root, then time, algbw, busbw and the error count, out of place then in place
@@ -60,9 +61,8 @@ def compare_with_reference(rows) -> list[dict]:
     out = []
     for d in map(tables.as_dict, rows):
         ref = reference_busbw(d["op"], d["nbytes"]) if d.get("world_size") == 2 and d.get("backend") == "nccl" else None
-        out.append(
-            dict(d, ref_busbw=ref, ratio=d["busbw"] / ref if ref else None, size=sizes.format_bytes(d["nbytes"]))
-        )
+        ratio = d["busbw"] / ref if ref else None
+        out.append(dict(d, ref_busbw=ref, ratio=ratio, size=sizes.format_bytes(d["nbytes"])))
     return out
 
 
@@ -86,13 +86,10 @@ def half_busbw_size(op: str = "all_reduce", inplace: bool | None = None) -> int:
 def recorded_split(nbytes: int = sizes.GiB, inplace: bool = False) -> dict:
     """Reduce-scatter then all-gather against one all-reduce of ``nbytes``, from one column of the recorded files:
     times (us), busbw, the sums and ratios, and ``launch_us``: the two launches' fixed cost (the smallest times)."""
-    from mgpu_helpers.models import bandwidth
-
     tkey, bkey = ("inplace_time_us", "inplace_busbw") if inplace else ("time_us", "busbw")
     ops = ("all_reduce", "reduce_scatter", "all_gather")
     got = {op: recorded_row(op, nbytes) for op in ops}
-    missing = [op for op, r in got.items() if r is None]
-    if missing:
+    if missing := [op for op, r in got.items() if r is None]:
         raise ValueError(
             f"no recorded row at {nbytes} bytes for {missing}; recorded sizes: "
             f"{[r['nbytes'] for r in load_reference('all_reduce')]}"

@@ -4,19 +4,18 @@ in a terminal (the static export shows the bar's last text)."""
 import sys
 
 
-def bar(total: int, desc: str = "", **kwargs):
+def bar(total: int, desc: str = ""):
     """A ``tqdm.auto`` bar of ``total`` steps; text bars go to stdout (the cell's output, the terminal)."""
     from tqdm.auto import tqdm
 
     # ascii: '#' blocks, readable in every font, log file and static page
-    kwargs = {"file": sys.stdout, "ascii": True, "dynamic_ncols": False, "ncols": 80, **kwargs}
-    return tqdm(total=total, desc=desc, **kwargs)
+    return tqdm(total=total, desc=desc, file=sys.stdout, ascii=True, dynamic_ncols=False, ncols=80)
 
 
-def iterate(items, desc: str = "", **kwargs):
+def iterate(items, desc: str = ""):
     """Yield from ``items`` while a bar counts them."""
     items = items if hasattr(items, "__len__") else list(items)
-    with bar(len(items), desc, **kwargs) as b:
+    with bar(len(items), desc) as b:
         for item in items:
             yield item
             b.update(1)

@@ -44,7 +44,6 @@ def format_table(rows, columns, sep: str = "  ", title: str = "", left=()) -> st
 def markdown_table(rows, columns) -> str:
     """A Markdown table (pipes and line breaks inside values are escaped)."""
     lines = [[h for _, h, _ in columns], ["---"] * len(columns)]
-    lines += [
-        [cell_text(as_dict(r).get(k), f).replace("|", "\\|").replace("\n", " ") for k, _, f in columns] for r in rows
-    ]
+    escaped = lambda r, k, f: cell_text(as_dict(r).get(k), f).replace("|", "\\|").replace("\n", " ")
+    lines += [[escaped(r, k, f) for k, _, f in columns] for r in rows]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)

@@ -13,8 +13,7 @@ ELEMENT_BYTES = 4  # float32
 
 
 def ring_message_bytes(x) -> list[int]:
-    """All-reduce ``x`` in place with the lesson's ring; return the size of every message this rank sent,
-    in order (reduce-scatter steps first)."""
+    """All-reduce ``x`` in place with the lesson's ring: the size of each message this rank sent, in order."""
     from mgpu_helpers.lessons import p2p, ring
 
     sizes = []

@@ -1,9 +1,9 @@
-"""The seven collectives of the course run by name on real ranks, for 05's results widget: a learner picks a collective,
-an op and a world size and sees every rank's input and output from a real run. "avg" on CPU tensors is notebook 05's
-portable AVG (``mh.lessons.ring.portable_op``): SUM, then divide."""
+"""The seven collectives of the course run by name on real ranks, for 05's results widget (every rank's input and
+output from a real run). "avg" on CPU tensors is SUM, then divide (05's ``mh.lessons.ring.portable_op``)."""
 
 from dataclasses import dataclass
 
+from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.launcher.ranks import rank_device
 from mgpu_helpers.models import collectives as reference
 from mgpu_helpers.models.collectives import COLLECTIVES, ROOT
@@ -52,8 +52,7 @@ def run_collective(name: str, x, op: str = "sum"):
 
 
 def collective_rank_fn(rank: int, world_size: int, name: str, inputs, op: str = "sum"):
-    """Rank function for ``run_ranks``: run ``name`` on ``inputs[rank]`` (list of lists); return the output
-    as a plain list (None where the rank receives nothing)."""
+    """Rank function: ``name`` run on ``inputs[rank]``, the output as a plain list (None where a rank gets none)."""
     import torch
 
     out = run_collective(name, torch.tensor(inputs[rank], device=rank_device()), op)
@@ -74,10 +73,7 @@ class CollectiveRun:
 
 
 def launch_collective(name="all_reduce", world_size=4, pattern="rank", op="sum", length=None, backend="auto"):
-    """Run collective ``name`` on ``world_size`` ranks with inputs of ``pattern``; compare with the expected
-    outputs (to float tolerance). Returns a :class:`CollectiveRun`."""
-    from mgpu_helpers.launcher.launch import run_ranks
-
+    """Collective ``name`` run on ``world_size`` ranks with inputs of ``pattern``: a checked :class:`CollectiveRun`."""
     if name not in COLLECTIVES:
         raise ValueError(f"unknown collective {name!r}; one of {COLLECTIVES}")
     length = reference.default_length(name, world_size) if length is None else length
