@@ -33,6 +33,8 @@ import re
 import sys
 import tokenize
 
+import nbformat
+
 from mgpu_helpers import tracking
 from mgpu_helpers.tools import nbtools
 from mgpu_helpers.tools.nbexport import MARKER as EXPORT_LINE
@@ -240,13 +242,11 @@ def _nbgrader(cell, kind: str, **points) -> None:
 
 def _mark_checks(nb) -> None:
     """Autograded: a check of the learner's code (a point), hidden tests (none: they guard the notebook's own)."""
-    from mgpu_helpers.tracking import CHECK_CALL
-
     for cell in nb.cells:
         if cell.cell_type != "code" or "nbgrader" in cell.metadata:
             continue
-        if CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source:
-            _nbgrader(cell, "check", points=1 if CHECK_CALL.search(cell.source) else 0)
+        if tracking.CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source:
+            _nbgrader(cell, "check", points=1 if tracking.CHECK_CALL.search(cell.source) else 0)
 
 
 def _import_instead(cell, default_module, name: str, k: int) -> str:
@@ -278,8 +278,6 @@ def solution_paths() -> list[str]:
 def tested_version(solution_path: str, keep_solutions: bool = False):
     """The learner's notebook as the suite runs it: with the hidden tests, the ``# NBVAL_CHECK_OUTPUT`` lines and
     (in a lesson) the checked outputs. ``keep_solutions``: the solutions stay between their markers (nbgrader)."""
-    import nbformat
-
     nb = nbformat.read(solution_path, as_version=4)
     make = make_lesson if is_lesson(solution_path) else make_exercise
     return make(nb, os.path.basename(solution_path), keep_solutions)[0]
@@ -287,8 +285,6 @@ def tested_version(solution_path: str, keep_solutions: bool = False):
 
 def render(solution_path: str, tested=None) -> str:
     """The learner's notebook as the exact committed text (``tested``: its :func:`tested_version`, if at hand)."""
-    import nbformat
-
     out = learner_copy(tested if tested is not None else tested_version(solution_path))
     nbformat.validate(out)
     text = nbformat.writes(out)

@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 
 from mgpu_helpers.tools.nbtools import execute, markdown_lines, source
+from mgpu_helpers.widgets import quiz
 
 # Pinned front-end packages (npm), unpacked into the vendor folder. nbconvert's reveal template is written
 # for reveal.js 4; its MathJax configuration for MathJax 2.
@@ -190,8 +191,6 @@ def flatten_widgets(nb):
 
 def fold_quiz_answers(nb):
     """A copy of ``nb`` in which each ``quiz.ask`` cell shows its questions, hint and answer folded."""
-    from mgpu_helpers.widgets import quiz
-
     nb = copy.deepcopy(nb)
     for cell in (c for c in nb.get("cells", []) if c.get("cell_type") == "code"):
         asked = [(quiz.get(i), quiz.number_of(i)) for i in quiz.asked_ids(source(cell))]

@@ -134,8 +134,7 @@ def out_of_date(root: str = ROOT) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only report whether the table is out of date")
-    args = parser.parse_args(argv)
-    if args.check:
+    if parser.parse_args(argv).check:
         return report(out_of_date(), f"run `{COMMAND}` to regenerate it")
     path = os.path.join(ROOT, README)
     if write_if_changed(path, with_table(read_text(path) or "", table())):

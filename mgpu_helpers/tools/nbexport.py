@@ -94,15 +94,13 @@ def out_of_sync(root: str = ROOT) -> list[str]:
 
 def write_all(root: str = ROOT) -> list[str]:
     """Write every generated module; returns the paths that changed."""
-    expected = expected_modules(root)
-    return [rel for rel, (_, text) in expected.items() if write_if_changed(os.path.join(root, rel), text)]
+    return [rel for rel, (_, text) in expected_modules(root).items() if write_if_changed(os.path.join(root, rel), text)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mgpu_helpers.tools.nbexport", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only report modules that are out of date")
-    args = parser.parse_args(argv)
-    if args.check:
+    if parser.parse_args(argv).check:
         return report(out_of_sync(), "run `python -m mgpu_helpers.tools.nbexport` to regenerate")
     for rel in write_all():
         print(f"wrote {rel}")

@@ -75,12 +75,11 @@ def slide_types(cells) -> list[str]:
     kinds, used = [], 0
     for i, cell in enumerate(cells):
         text = source(cell).strip()
-        first = text.splitlines()[0].strip() if text else ""
-        md = cell.get("cell_type") == "markdown"
+        heading = text.splitlines()[0].strip() if text and cell.get("cell_type") == "markdown" else ""
         lines = max(1, len(text.splitlines())) + (CODE_OUTPUT_LINES if cell.get("cell_type") == "code" else 0)
-        if i == 0 or (md and first.startswith(("# ", "## "))):
+        if i == 0 or heading.startswith(("# ", "## ")):
             kind = "slide"
-        elif (md and first.startswith("### ")) or (used and used + lines > SLIDE_LINES):
+        elif heading.startswith("### ") or (used and used + lines > SLIDE_LINES):
             kind = "subslide"
         else:
             kind = "-"
@@ -103,19 +102,15 @@ def clean(nb, keep_checked_outputs: bool = True):
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
             continue
-        cell["execution_count"] = None
-        if keep_checked_outputs and is_checked(cell):
-            # nbval skips (and with outputs, fails) a reference cell whose execution_count is None:
-            # a fixed number marks checked cells as run without recording anything machine-specific.
-            cell["execution_count"] = 1 if cell.get("outputs") else None
-            cell["outputs"] = cell.get("outputs", [])
-            for out in cell["outputs"]:
-                if out.get("output_type") == "execute_result":
-                    out["execution_count"] = 1
-                if "metadata" in out:
-                    out["metadata"] = {}
-        else:
-            cell["outputs"] = []
+        cell["outputs"] = cell.get("outputs", []) if keep_checked_outputs and is_checked(cell) else []
+        # nbval skips (and with outputs, fails) a reference cell whose execution_count is None:
+        # a fixed number marks checked cells as run without recording anything machine-specific.
+        cell["execution_count"] = 1 if cell["outputs"] else None
+        for out in cell["outputs"]:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = 1
+            if "metadata" in out:
+                out["metadata"] = {}
     return nbformat.from_dict(nb)  # plain dicts inside (e.g. the copied outputs) break nbformat.write
 
 

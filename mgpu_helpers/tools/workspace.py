@@ -109,8 +109,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     if argv[0] == "update":
-        said = update()
-        print("\n".join(said) or "工作区已经是最新的。")
+        print("\n".join(update()) or "工作区已经是最新的。")
         print(f"你的工作区：{tracking.workspace_dir()}")
     elif argv[0] == "reset":
         print(reset(argv[1]))

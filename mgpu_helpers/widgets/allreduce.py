@@ -1,5 +1,4 @@
-"""Collectives drawn as grids of boxes, one row per rank: a real run's inputs and outputs, the hand-written ring's
-steps, and one all-reduce beside a reduce-scatter then an all-gather. Pure drawings; the widgets add controls."""
+"""Collectives drawn as grids of boxes, one row per rank. Pure drawings; the widgets add controls."""
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -65,10 +64,9 @@ def _table(ax, rows, title: str) -> None:
 
 def draw_collective(name: str, inputs, outputs, op: str = "sum", title: str | None = None):
     """Each rank's input (left) and output (right, None: receives nothing) of collective ``name``."""
-    n = len(inputs)
     width = max([len(r) for r in list(inputs) + list(outputs) if r is not None] + [1])
     w_in = max(len(r) for r in inputs)
-    fig = plt.figure(figsize=style.figsize(2.2 + 0.55 * (w_in + width), 0.9 + 0.45 * n), layout="constrained")
+    fig = plt.figure(figsize=style.figsize(2.2 + 0.55 * (w_in + width), 0.9 + 0.45 * len(inputs)), layout="constrained")
     axes = fig.subplots(1, 2, width_ratios=[max(w_in, 3) + 1.7, max(width, 3) + 1.7])
     what = name + (f" ({op})" if name in REDUCING else "")
     _table(axes[0], [list(r) for r in inputs], "input (before)")
@@ -146,8 +144,7 @@ def _ranks_label(ranks, world_size: int) -> str:
 
 def step_caption(steps, k: int) -> str:
     """Chinese line for frame ``k``: which phase and step, and what each rank has sent so far."""
-    f = steps.frames[k]
-    n = steps.world_size
+    f, n = steps.frames[k], steps.world_size
     if f.phase == "input":
         return f"输入：每个 Rank 的每一片只含自己的数据（{n} 个 Rank，每片 S/{n}）。"
     name = "Reduce-Scatter" if f.phase == "reduce_scatter" else "All-Gather"

@@ -1,5 +1,4 @@
-"""Figures of rows measured by :mod:`mgpu_helpers.measure.sweep`: bus bandwidth over message size, and a step
-split into compute / wait / communicate per message size."""
+"""Figures of the rows :mod:`mgpu_helpers.measure.sweep` measures."""
 
 import matplotlib.pyplot as plt
 
@@ -16,8 +15,7 @@ def draw_busbw(rows, reference: dict | None = None, title: str = "bus bandwidth 
     rows = [tables.as_dict(r) for r in rows]
     st = style.current()
     fig, ax = plt.subplots(figsize=style.figsize(7, 4))
-    ops = list(dict.fromkeys(r["op"] for r in rows))
-    for op in ops:
+    for op in dict.fromkeys(r["op"] for r in rows):
         pts = sorted((r["nbytes"], r["busbw"]) for r in rows if r["op"] == op)
         colour = style.PALETTE[OP_COLOURS.get(op, "black")]
         ax.plot(*zip(*pts), marker="o", color=colour, label=op, linewidth=st.line_width)

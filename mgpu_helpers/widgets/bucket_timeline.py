@@ -14,7 +14,6 @@ def _bar(ax, y: float, start: float, end: float, t0: float, height: float, kind:
 
 def _lanes(ax, spans_per_rank, t0: float) -> float:
     """Draw one run; returns the last end time (ms from ``t0``)."""
-    end_ms = 0.0
     for r, spans in enumerate(spans_per_rank):
         backward = [s for s in spans if s.kind == "compute" and s.name.startswith("backward")]
         comm = [s for s in spans if s.kind == "communicate"]
@@ -28,12 +27,12 @@ def _lanes(ax, spans_per_rank, t0: float) -> float:
             start = max(s.start, hidden_end)
             if s.end > start:
                 _bar(ax, 2 * r + 0.8, start, s.end, t0, 0.55, "wait")
-        end_ms = max([end_ms] + [(s.end - t0) * 1e3 for s in spans if s.kind in ("compute", "communicate")])
     ticks = [y for r in range(len(spans_per_rank)) for y in (2 * r, 2 * r + 0.8)]
     names = [n for r in range(len(spans_per_rank)) for n in (f"rank {r} backward", f"rank {r} comm")]
     ax.set_yticks(ticks, names)
     ax.invert_yaxis()
-    return end_ms
+    ends = [s.end for spans in spans_per_rank for s in spans if s.kind in ("compute", "communicate")]
+    return (max(ends, default=t0) - t0) * 1e3
 
 
 def draw_bucket_timelines(runs: dict, steps: int | None = None):

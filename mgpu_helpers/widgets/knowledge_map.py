@@ -30,8 +30,7 @@ def draw_knowledge_map(highlight: int | None = None):
     """Figure of the knowledge map. ``highlight``: index of a column to emphasise (None: none)."""
     st = style.current()
     fig = plt.figure(figsize=style.figsize(13, 6.2))
-    ax = fig.add_axes([0, 0, 1, 1])
-    ax.set(xlim=(0, 13), ylim=(0, 6.2))
+    ax = fig.add_axes([0, 0, 1, 1], xlim=(0, 13), ylim=(0, 6.2))
     ax.axis("off")
     col_x = [0.2, 4.75, 9.3]
     box_w, box_h, top = 3.5, 0.62, 4.9

@@ -1,5 +1,4 @@
-"""Sharding widget: memory each rank needs under a strategy, and the bytes each step sends (from
-:mod:`mgpu_helpers.models.memory`). Figure labels are Chinese where matplotlib has a Chinese font."""
+"""Sharding widget: the memory each rank needs under a strategy and the bytes each step sends (models.memory)."""
 
 import matplotlib.pyplot as plt
 

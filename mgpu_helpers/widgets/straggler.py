@@ -1,8 +1,8 @@
-"""Straggler timelines of traced runs (``RankResults.spans``); :func:`draw_inside` hatches the waiting *inside*
-each early rank's all-reduce, as a profiler trace holds it (a run without the timestamp barrier, or the model)."""
+"""Straggler timelines, one row per rank: of traced runs (``RankResults.spans``) and of the modelled run."""
 
 import matplotlib.pyplot as plt
 
+from mgpu_helpers.launcher.trace import Span
 from mgpu_helpers.measure.straggler import wait_by_rank  # the label beside each bar
 from mgpu_helpers.widgets import style
 
@@ -32,32 +32,29 @@ def _timeline(ax, spans_per_rank, kinds, notes, room: float, title: str, labels=
     return t0, x_end * room
 
 
-def _draw(ax, spans_per_rank, title: str, labels=None) -> float:
-    """One run on ``ax``, the wait of each rank at right; returns the time axis' right end (ms)."""
-    notes = [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans_per_rank)]
-    return _timeline(ax, spans_per_rank, DRAWN_KINDS, notes, 1.22, title, labels)[1]
-
-
 def draw_timeline(spans_per_rank, title: str = "per-rank timeline", labels=None):
     """One run's spans, one row per rank, in ms from the first span; the wait of each rank written at right."""
-    fig, ax = plt.subplots(figsize=style.figsize(8, 0.6 * len(spans_per_rank) + 1.4))
-    _draw(ax, spans_per_rank, title, labels)
-    ax.set_xlabel("time (ms)")
-    style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    return fig
+    return _runs_figure({title: spans_per_rank}, 0.6, 1.4, 0.92, labels)
 
 
 def draw_comparison(runs: dict):
     """Several runs (``{title: spans_per_rank}``) stacked, each from its own start, on one shared time axis."""
-    size = style.figsize(8, 0.55 * sum(len(v) for v in runs.values()) + 1.2 * len(runs))
+    return _runs_figure(runs, 0.55, 1.2, 0.94)
+
+
+def _runs_figure(runs: dict, rank_height: float, run_height: float, top: float, labels=None):
+    """One axes a run, each rank's wait at right; ``rank_height``, ``run_height``: the figure's inches per one."""
+    size = style.figsize(8, rank_height * sum(len(v) for v in runs.values()) + run_height * len(runs))
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=size)
+    right = 0.0
+    for ax, (title, spans) in zip(axes[:, 0], runs.items()):
+        notes = [f"wait {w * 1e3:.1f} ms" for w in wait_by_rank(spans)]
+        right = max(right, _timeline(ax, spans, DRAWN_KINDS, notes, 1.22, title, labels)[1])
     # The axes share x, so each run's own limit replaces the one before: the longest run sets the scale.
-    right = max(_draw(ax, spans, title) for ax, (title, spans) in zip(axes[:, 0], runs.items()))
     axes[0, 0].set_xlim(0, right)
     axes[-1, 0].set_xlabel("time (ms)")
     style.patch_legend(fig, {k: style.KIND_COLOURS[k] for k in DRAWN_KINDS}, loc="upper right", ncol=3)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.tight_layout(rect=(0, 0, 1, top))
     return fig
 
 
@@ -108,8 +105,6 @@ def model_run(world_size=4, compute_ms=100.0, comm_ms=30.0, late_ms=60.0, slow_r
     """A modelled synchronous run: every rank computes ``compute_ms`` (the slow rank ``late_ms`` longer), then
     enters the all-reduce, which ends ``comm_ms`` after the last rank arrived. Returns ``(spans_per_rank,
     waits)`` like a run without the timestamp barrier: ``waits[r][k]``, the waiting in rank r's k-th one."""
-    from mgpu_helpers.launcher.trace import Span
-
     if not 0 <= slow_rank < world_size:
         raise ValueError(f"slow_rank must be in 0..{world_size - 1}, got {slow_rank}")
     if min(compute_ms, comm_ms, late_ms) < 0:
@@ -120,8 +115,7 @@ def model_run(world_size=4, compute_ms=100.0, comm_ms=30.0, late_ms=60.0, slow_r
         arrive = [t + (compute_ms + (late_ms if r == slow_rank else 0.0)) / 1e3 for r in range(world_size)]
         end = max(arrive) + comm_ms / 1e3
         for r in range(world_size):
-            spans[r].append(Span("compute", "compute", t, arrive[r]))
-            spans[r].append(Span("communicate", "all_reduce", arrive[r], end))
+            spans[r] += [Span("compute", "compute", t, arrive[r]), Span("communicate", "all_reduce", arrive[r], end)]
             waits[r].append(max(arrive) - arrive[r])
         t = end
     return spans, waits
@@ -181,8 +175,7 @@ def show_dials(world_size: int = 4, compute_ms: float = 100.0, comm_ratio: float
     caption, out = W.HTML(), W.Output()
 
     def redraw(_=None):
-        comm_ms = ratio.value * compute_ms
-        caption.value = dial_caption(world_size, compute_ms, comm_ms, late.value)
+        caption.value = dial_caption(world_size, compute_ms, ratio.value * compute_ms, late.value)
         style.show_in(out, draw_dials, world_size, compute_ms, ratio.value, late.value, slow.value)
 
     # The first picture is drawn only when a dial moves: drawing into an Output while the cell still runs

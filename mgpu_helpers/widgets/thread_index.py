@@ -1,5 +1,4 @@
-"""Thread-index widget: from (grid, block, N) to every thread's global index ``blockIdx.x * blockDim.x +
-threadIdx.x``, its warp and whether the bounds check ``i < N`` stops it."""
+"""Thread-index widget: each thread's index ``blockIdx.x * blockDim.x + threadIdx.x``, its warp, the check ``i < N``."""
 
 import math
 from dataclasses import dataclass
@@ -100,7 +99,7 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     rows = min(tm.grid, max_blocks)
     active = tm.active.reshape(tm.grid, tm.block)[:rows]
     st = style.current()
-    width = min(14.0, 2.0 + 0.22 * min(tm.block, LABEL_LIMIT) if tm.block <= LABEL_LIMIT else 12.0)
+    width = min(14.0, 2.0 + 0.22 * tm.block) if tm.block <= LABEL_LIMIT else 12.0
     fig, ax = plt.subplots(figsize=style.figsize(max(6.0, width), 1.8 + 0.45 * rows))
     cmap = ListedColormap([style.KIND_COLOURS["idle"], style.KIND_COLOURS["compute"]])
     extent = (-0.5, tm.block - 0.5, rows - 0.5, -0.5)
@@ -119,13 +118,11 @@ def draw_thread_map(tm: ThreadMap, max_blocks: int = 32):
     if tm.block <= LABEL_LIMIT:
         label = dict(ha="center", va="center", fontsize=max(5.0, st.font_size * (0.75 if tm.block <= 32 else 0.55)))
         for b, t in np.ndindex(rows, tm.block):
-            colour = "white" if active[b, t] else "black"
-            ax.text(t, b, str(b * tm.block + t), color=colour, in_layout=False, **label)
+            ax.text(t, b, str(b * tm.block + t), color="white" if active[b, t] else "black", in_layout=False, **label)
     if 1 < tm.warps_per_block <= 32:
-        top = ax.secondary_xaxis("top")
         warps = range(0, tm.warps_per_block, 1 if tm.warps_per_block <= 8 else 4)
         centres = [(w * tm.warp_size + min((w + 1) * tm.warp_size, tm.block)) / 2 - 0.5 for w in warps]
-        top.set_xticks(centres, [f"warp {w}" for w in warps], fontsize=st.font_size * 0.8)
+        ax.secondary_xaxis("top").set_xticks(centres, [f"warp {w}" for w in warps], fontsize=st.font_size * 0.8)
     legend = {"i < N: works": style.KIND_COLOURS["compute"], "i >= N: idle": style.KIND_COLOURS["idle"]}
     legend["split warp"] = dict(facecolor="none", edgecolor=vermillion)
     style.patch_legend(fig, legend, loc="lower center", ncol=3, fontsize=st.font_size * 0.85)

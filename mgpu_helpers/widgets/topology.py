@@ -3,7 +3,8 @@
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
-from mgpu_helpers.models.topology import LINK_CLASSES, link_class
+from mgpu_helpers.models.topology import LINK_CLASSES, from_links, link_class
+from mgpu_helpers.report import recorded
 from mgpu_helpers.widgets import style
 
 # The colour of each kind of path (:data:`mgpu_helpers.models.topology.LINK_CLASSES`, fastest first).
@@ -48,10 +49,6 @@ def draw_link_matrix(links, names=None, title: str = "GPU topology", note: str =
 
 def machine_or_recorded(env):
     """``(TopoMatrix, note)``: this machine's NVML links where it has 2+ GPUs, else the 2 x H200 recording."""
-    from mgpu_helpers.models import topology
-    from mgpu_helpers.report import recorded
-
     if env is not None and len(env.gpus) >= 2:
-        return topology.from_links(env.machine.links, "NVML"), "this machine (NVML)"
-    topo = recorded.topology_matrix()
-    return topo, "recorded on 2 x NVIDIA H200 (nvidia-smi topo -m), not this machine"
+        return from_links(env.machine.links, "NVML"), "this machine (NVML)"
+    return recorded.topology_matrix(), "recorded on 2 x NVIDIA H200 (nvidia-smi topo -m), not this machine"
