@@ -10,6 +10,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from contextlib import suppress
 from pathlib import Path
 
 BUFFER_ENTRIES = 2000
@@ -54,6 +55,7 @@ def start_dumper(job_dir: str, rank: int) -> None:
 
 
 KEEP_LAST = 5  # the dumps of this many hangs are kept; older ones go
+COPY_SUFFIX = "-nccl-names"  # analyzer_input's copy of a hang's folder, beside it
 
 
 def keep_dumps(paths: dict) -> str | None:
@@ -65,9 +67,14 @@ def keep_dumps(paths: dict) -> str | None:
         return None
     base = os.environ.get("MGPU_FLIGHT_DIR") or os.path.join(tempfile.gettempdir(), f"mgpu-flight-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
-    older = sorted((os.path.join(base, n) for n in os.listdir(base)), key=os.path.getmtime)
-    for old in older[: max(0, len(older) - KEEP_LAST + 1)]:
-        shutil.rmtree(old, ignore_errors=True)
+    older = []  # (mtime, name) of each hang; its analyzer copy (analyzer_input) goes with it and does not count
+    for name in os.listdir(base):
+        if not name.endswith(COPY_SUFFIX):
+            with suppress(OSError):  # removed meanwhile by another kernel's clean-up
+                older.append((os.path.getmtime(os.path.join(base, name)), name))
+    for _mtime, name in sorted(older)[: max(0, len(older) - KEEP_LAST + 1)]:
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        shutil.rmtree(os.path.join(base, name + COPY_SUFFIX), ignore_errors=True)
     folder = tempfile.mkdtemp(prefix="hang-", dir=base)
     for rank, path in found.items():
         target = os.path.join(folder, f"fr_trace_rank_{rank}")
@@ -110,7 +117,7 @@ def analyzer_input(folder: str, torch_version: str | None = None) -> str:
     names = [str(e.get("profiling_name", "")) for d in dumps.values() if d for e in d.get("entries", [])]
     if not any(n.startswith("gloo:") for n in names):
         return folder
-    copy = folder.rstrip(os.sep) + "-nccl-names"
+    copy = folder.rstrip(os.sep) + COPY_SUFFIX
     try:
         os.makedirs(copy, exist_ok=True)
         for name, dump in dumps.items():

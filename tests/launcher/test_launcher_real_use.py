@@ -204,6 +204,21 @@ def test_torch_2_11_gets_a_copy_of_gloos_dumps_named_as_nccl_and_nothing_else_ch
     assert flight.analyzer_input(str(blocked), "2.11.0+cu130") == str(blocked)
 
 
+def test_the_kept_dumps_are_the_last_hangs_each_with_its_analyzer_copy(tmp_path, monkeypatch):
+    # A hang's 2.11 copy neither counts as a hang nor outlives it; a folder another kernel removed meanwhile is skipped.
+    monkeypatch.setenv("MGPU_FLIGHT_DIR", str(tmp_path))
+    dump = tmp_path.parent / f"{tmp_path.name}-dump"
+    dump.write_bytes(pickle.dumps({"entries": []}))
+    hangs = []
+    for k in range(flight.KEEP_LAST + 2):
+        hangs.append(flight.keep_dumps({0: str(dump)}))
+        os.mkdir(hangs[-1] + flight.COPY_SUFFIX)
+        os.utime(hangs[-1], (k, k))  # the oldest first, whatever the clock's resolution
+    kept = sorted(os.listdir(tmp_path))
+    expected = [os.path.basename(h) + s for h in hangs[-flight.KEEP_LAST :] for s in ("", flight.COPY_SUFFIX)]
+    assert kept == sorted(expected)
+
+
 def test_flight_recorder_summary_reads_nccl_and_gloo_entries():
     nccl = {
         "entries": [

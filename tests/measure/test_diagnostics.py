@@ -19,8 +19,10 @@ def test_mismatched_order_times_out_with_each_rank_in_a_different_collective():
     }
 
 
-def test_the_skipped_collective_is_named_by_the_dumps_and_by_torchs_analyzer():
-    # notebook 10's hang: the last of 3 ranks skips the third all-reduce, so its #3 is the broadcast
+def test_the_skipped_collective_is_named_by_the_dumps_and_by_torchs_analyzer(tmp_path, monkeypatch):
+    # notebook 10's hang: the last of 3 ranks skips the third all-reduce, so its #3 is the broadcast. The dumps are
+    # kept in a folder of this test's own: hangs of tests running beside it would clear the shared one's oldest.
+    monkeypatch.setenv("MGPU_FLIGHT_DIR", str(tmp_path))
     import os
     import pickle
     import re
