@@ -77,7 +77,6 @@ ALL_GATHER = core.RankProblem(
 RING_FORBIDDEN_LIB = (
     "mgpu_helpers.lessons.ring.ring_all_reduce",
     "mgpu_helpers.lessons.ring.ring_all_reduce_steps",
-    "mgpu_helpers.checks.collectives.reference_ring_all_reduce_left",
     "mgpu_helpers.lessons.p2p.ring_pass",
 )
 
@@ -197,27 +196,6 @@ def run_ring(fn, direction: int, world_sizes, timeout: float) -> None:
 def check_ring_all_reduce_right(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:
     """05's fill-in: ``fn(tensor)`` sums ``tensor`` in place with a ring to the right (rank + 1)."""
     run_ring(fn, 1, world_sizes, timeout)
-
-
-def reference_ring_all_reduce_left(rank, world_size, x):
-    """ex05-3's reference: the ring turned round (send to rank - 1, receive from rank + 1)."""
-    import torch.distributed as dist
-
-    n = world_size
-    left, right = (rank - 1) % n, (rank + 1) % n
-    bounds = chunk_bounds(x.numel(), n)
-    for phase in ("reduce-scatter", "all-gather"):
-        for s in range(n - 1):
-            shift = s if phase == "reduce-scatter" else s - 1  # all-gather: one chunk behind
-            send, recv = (rank + shift) % n, (rank + shift + 1) % n
-            (a, b), (c, d) = bounds[send], bounds[recv]
-            incoming = x.new_empty(d - c) if phase == "reduce-scatter" else x[c:d]
-            ops = [dist.P2POp(dist.isend, x[a:b], left), dist.P2POp(dist.irecv, incoming, right)]
-            for req in dist.batch_isend_irecv(ops):
-                req.wait()
-            if phase == "reduce-scatter":
-                x[c:d] += incoming
-    return x
 
 
 def check_ring_all_reduce(fn, world_sizes=None, timeout: float = core.HANG_S) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 from mgpu_helpers.checks import core
 from mgpu_helpers.checks.stragglers import COURSE_READERS, hold_straggler_readings, reference_straggler
 from mgpu_helpers.launcher.errors import RankTimeout
+from mgpu_helpers.launcher.launch import run_ranks
 from mgpu_helpers.measure import diagnose
 from mgpu_helpers.models.collectives import TORCH_FUNCTIONS
 
@@ -23,19 +24,17 @@ def make_hang_evidence(
     entered ``odd_op``, the others ``majority_op``. ``kind="late"``: ``odd_rank`` finished only up to
     ``completed - 2`` and is still computing, while the others wait in ``majority_op`` at ``completed - 1``."""
     finished = completed - 2 if kind == "late" else completed - 1  # collectives 1..finished: every rank did them
-    history = [("all_reduce", "broadcast")[k % 2] for k in range(1, finished + 1)]
     outputs, stacks, waiting, recorded = {}, {}, {}, {}
-    done = (finished, history[-1]) if history else None
+    done = (finished, ("all_reduce", "broadcast")[finished % 2]) if finished > 0 else None  # they alternate
     for r in range(world_size):
-        lines = [f"rank {r} ready, world_size {world_size}"]
-        lines += [f"step {k}: loss {1.0 / (k + 2):.4f}" for k in range(1, finished + 1)]
+        outputs[r] = [f"rank {r} ready, world_size {world_size}"]
+        outputs[r] += [f"step {k}: loss {1.0 / (k + 2):.4f}" for k in range(1, finished + 1)]
         if kind == "late" and r == odd_rank:  # still computing, in no collective
-            outputs[r] = lines + [f"step {finished + 1}: loading a slow batch"]
+            outputs[r].append(f"step {finished + 1}: loading a slow batch")
             recorded[r] = {"last_completed": done, "stuck_in": None}
             frames = ['"train.py", line 31 in load_batch', '"train.py", line 52 in step']
         else:
             op = odd_op if (kind == "mismatch" and r == odd_rank) else majority_op
-            outputs[r] = lines
             recorded[r] = {"last_completed": done, "stuck_in": (finished + 1, op)}
             waiting[r] = f"dist.{op} (called from step, line 60)"
             frames = [f'"torch/distributed/distributed_c10d.py", line 2800 in {op}', '"train.py", line 60 in step']
@@ -52,8 +51,7 @@ def check_find_mismatch(fn) -> None:
     rounds = 12
     for _ in range(rounds):
         n, kind, completed = rng.randint(3, 6), rng.choice(["mismatch", "late"]), rng.randint(2, 9)
-        odd, major = rng.randrange(n), rng.choice(HANG_OPS[:4])
-        other = rng.choice([c for c in HANG_OPS[:4] if c != major])
+        odd, (major, other) = rng.randrange(n), rng.sample(HANG_OPS[:4], 2)
         got = core.call(fn, what, make_hang_evidence(n, completed, odd, kind, major, other))
         want = (odd, completed, other) if kind == "mismatch" else (odd, completed - 1, None)
         core.expect_items(got, 3, f"应当返回 (rank, seq, name) 三个值，实际得到 {got!r}。")
@@ -79,8 +77,6 @@ def _schedule_story(schedules) -> str:
 def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
     """``fn(schedules) -> (seq, rank, name)``: before anything runs, from each rank's list of collectives, where the
     ranks part, the one rank that differs and what it calls there. Random schedules, then one real hang (gloo)."""
-    from mgpu_helpers.launcher.launch import run_ranks
-
     what = "predict_hang 要在运行之前说出挂起会停在哪里"
     rng = random.Random()
     for _ in range(10):
@@ -100,8 +96,7 @@ def check_predict_hang(fn, world_size: int = 3, timeout: float = 5.0) -> None:
             )
     # Number first, then the ranks: a real hang, in the shape that gloo is known to block on
     # (rank 0 all-reduces while the others broadcast).
-    k = rng.randint(1, 3)
-    prefix = [rng.choice(("all_reduce", "broadcast")) for _ in range(k)]
+    prefix = rng.choices(("all_reduce", "broadcast"), k=rng.randint(1, 3))
     schedules = [prefix + ["broadcast", "all_reduce"] for _ in range(world_size)]
     schedules[0] = prefix + ["all_reduce", "broadcast"]
     predicted = tuple(core.call(fn, what, copy.deepcopy(schedules)))
@@ -135,10 +130,8 @@ def _waiting_case(rng, n: int, late: int, steps: int, hiccup: bool = False, warm
     step is long; ``factors``: how long each early rank waits, relative to the others (default: random near 1)."""
     transfer, late_by = rng.uniform(0.001, 0.004), rng.uniform(0.02, 0.06)
     early = iter(factors or [rng.uniform(0.8, 1.2) for _ in range(n)])
-    out = []
-    for r in range(n):
-        base = transfer if r == late else transfer + late_by * next(early)
-        out.append([base * rng.uniform(0.99, 1.01) for _ in range(steps)])
+    bases = [transfer if r == late else transfer + late_by * next(early) for r in range(n)]
+    out = [[base * rng.uniform(0.99, 1.01) for _ in range(steps)] for base in bases]
     if hiccup:
         out[late][-1] = late_by * 2 * steps
     if warmup:
@@ -194,11 +187,11 @@ def make_flight_dumps(world_size: int, at: int, culprit=None, kind=None, first=1
     nobody) has no entry (``kind="skipped"``), another collective (``"name"``) or other input sizes (``"size"``).
     Entries carry torch 2.13's fields; gloo marks none started or completed (finished ones are ``retired``)."""
     rng = rng or random.Random()
-    ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "allgather_into_tensor_coalesced")
-    history = [(rng.choice(ops[:4]), [[rng.choice((4, 16, 1024, 4096))]]) for _ in range(first, at + 1)]
+    ops = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
+    history = [(rng.choice(ops), [[rng.choice((4, 16, 1024, 4096))]]) for _ in range(first, at + 1)]
     last, other_op = history[-1], None
     if kind == "name":
-        other_op = (rng.choice([o for o in ops[:4] if o != last[0]]), last[1])
+        other_op = (rng.choice([o for o in ops if o != last[0]]), last[1])
     elif kind == "size":
         other_op = (last[0], [[last[1][0][0] * rng.choice((2, 4)) + rng.choice((0, 1))]])
     t0 = 1_796_445_700_000_000_000

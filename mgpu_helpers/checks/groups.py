@@ -1,8 +1,14 @@
 """Checkers for notebook 03 and ex03: a rank's environment, joining a process group by hand, where a rank runs."""
 
+import os
+from datetime import timedelta
+
 import numpy as np
 
 from mgpu_helpers.checks import core
+from mgpu_helpers.launcher.errors import RankError, RankTimeout
+from mgpu_helpers.launcher.launch import run_ranks
+from mgpu_helpers.launcher.ranks import rank_device
 
 
 def reference_placement(rank: int, nproc_per_node: int, visible: list[int]) -> tuple[int, int, int]:
@@ -181,9 +187,6 @@ def check_env_for(fn) -> None:
 def reference_init_for(rank: int, world_size: int, method: str) -> None:
     """Join the default group through ``method`` ("env://", "tcp://" or "file://") with the course's backend
     (``MGPU_BACKEND``); nccl binds the process to ``cuda:LOCAL_RANK`` first."""
-    import os
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
 
@@ -204,8 +207,6 @@ def _init_main(rank, world_size, fn, method):
     import torch
     import torch.distributed as dist
 
-    from mgpu_helpers.launcher.ranks import rank_device
-
     with core.WatchedCalls(watch_init=True) as watched:  # the init call recorded under any name
         fn(rank, world_size, method)
     if not dist.is_initialized():
@@ -220,9 +221,6 @@ def _init_main(rank, world_size, fn, method):
 
 def check_init_for(fn, timeout: float = core.HANG_S) -> None:
     """``fn(rank, world_size, method)`` joins through ``method`` itself (env:// on 3 ranks, tcp:// on 2)."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-    from mgpu_helpers.launcher.launch import run_ranks
-
     what = "init_for 要按 method 自己调用 init_process_group"
     core.require_written(fn, what)
     # first, once under a pretended nccl (BIND_CASE): fn picks cuda:LOCAL_RANK before it joins
@@ -306,7 +304,6 @@ def _device_index(device):
 def _bind_main(rank, world_size, fn):
     """Rank function of :func:`check_init_for`'s binding check: ``fn(5, 8, "env://")`` under BIND_CASE; returns the
     events, in order: ("set_device", k) and ("init", device_id index or None)."""
-    import os
     from unittest import mock
 
     import torch
@@ -337,27 +334,26 @@ def binding_slip(events) -> str:
         f"用 nccl、作为第二台机器上的 rank {rank}（每台 {BIND_CASE['LOCAL_WORLD_SIZE']} 个进程，"
         f"LOCAL_RANK={local}）运行 init_for 时，"
     )
-    if not chosen and any(kind == "set_device" for kind, _d in events[inits[0] :]):
-        return (
-            case + "torch.cuda.set_device 在 init_process_group 之后才调用。要在入组之前选好 GPU："
-            "入组时 nccl 就要知道这个进程用哪块卡，之前已经碰过 CUDA 的代码会落在 cuda:0 上。"
-        )
-    if not chosen:
-        return (
-            case + "没有选 GPU：既没有 torch.cuda.set_device，也没有 device_id=。这样机器上每个 rank 都在 cuda:0 上"
-            "建 CUDA 上下文、分配显存——一块卡的显存被挤爆、其他卡闲着。"
-        )
-    if chosen[-1] == local:
-        return ""
+    picked = chosen[-1] if chosen else None
     return core.first_hint(
-        (chosen[-1] == 0, case + "选的是 cuda:0：每个 rank 都选 cuda:0，大家就挤在同一块卡上。要按 LOCAL_RANK 选。"),
         (
-            chosen[-1] == rank,
+            not chosen and any(kind == "set_device" for kind, _d in events[inits[0] :]),
+            case + "torch.cuda.set_device 在 init_process_group 之后才调用。要在入组之前选好 GPU："
+            "入组时 nccl 就要知道这个进程用哪块卡，之前已经碰过 CUDA 的代码会落在 cuda:0 上。",
+        ),
+        (
+            not chosen,
+            case + "没有选 GPU：既没有 torch.cuda.set_device，也没有 device_id=。这样机器上每个 rank 都在 cuda:0 上"
+            "建 CUDA 上下文、分配显存——一块卡的显存被挤爆、其他卡闲着。",
+        ),
+        (picked == local, ""),
+        (picked == 0, case + "选的是 cuda:0：每个 rank 都选 cuda:0，大家就挤在同一块卡上。要按 LOCAL_RANK 选。"),
+        (
+            picked == rank,
             case + f"选的是 cuda:{rank}，用了全局 rank：这台机器只有 cuda:0 到 cuda:"
             f"{int(BIND_CASE['LOCAL_WORLD_SIZE']) - 1}。GPU 按本机上的编号 LOCAL_RANK 选。",
         ),
-        default=case
-        + f"选的是 cuda:{chosen[-1]}，应当是 cuda:{local}（本机上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。",
+        default=case + f"选的是 cuda:{picked}，应当是 cuda:{local}（本机上的第 LOCAL_RANK 个进程用 cuda:LOCAL_RANK）。",
     )
 
 

@@ -3,6 +3,7 @@
 import numpy as np
 
 from mgpu_helpers.checks import core
+from mgpu_helpers.checks.cuda_model import run_kernel
 
 SWAPPED = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 col，y 方向对应行 row，别弄反。"
 
@@ -10,8 +11,6 @@ SWAPPED = "有元素没被写：x 方向（blockIdx.x、threadIdx.x）对应列 
 def check_matrix_add(kernel) -> None:
     """2D vecAdd ``kernel(a, b, c, rows, cols)`` on a 2D grid, x along columns, y along rows (via ``run_kernel``)."""
     from numba import cuda
-
-    from mgpu_helpers.checks.cuda_model import run_kernel
 
     what = "二维 Kernel 要从 (x, y) 算出 (row, col) 并对两个方向做边界检查"
     rng = core.new_rng()

@@ -395,14 +395,11 @@ def review_cyclic(values, data) -> list[str]:
         want = list(range(rank, n, world_size))
         if owned != want:
             contiguous = len(owned) > 1 and owned == list(range(owned[0], owned[0] + len(owned)))
+            shifted = owned in (list(range(rank + 1, n, world_size)), list(range(rank * world_size, n, world_size)))
             why = core.first_hint(
                 (sorted(owned) == want, "元素对了，顺序要从小到大。"),
                 (contiguous, "这是连续的一段（实验里的做法）；这里要的是轮流分：每隔 world_size 个取一个。"),
-                (
-                    owned == list(range(rank + 1, n, world_size))
-                    or owned == list(range(rank * world_size, n, world_size)),
-                    "起点不对：rank r 的第一个元素是 r。",
-                ),
+                (shifted, "起点不对：rank r 的第一个元素是 r。"),
                 default=f"rank {rank} 应当拥有下标 {rank}, {rank} + {world_size}, {rank} + 2×{world_size}, ……",
             )
             problems.append(

@@ -61,18 +61,15 @@ def _blocks_variants(block, regs, lim) -> dict[str, int]:
     warps = -(-block // lim.warp_size)
     unit, parts = lim.reg_alloc_unit, lim.sub_partitions
     per_warp = -(-regs * lim.warp_size // unit) * unit
-    by_threads = lim.max_warps_per_sm // warps
+    by_threads, cap = lim.max_warps_per_sm // warps, lim.max_blocks_per_sm
     by_regs = (lim.regs_per_sm // parts // per_warp) * parts // warps
-    unrounded = (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps
-    unsplit, cap = lim.regs_per_sm // per_warp // warps, lim.max_blocks_per_sm
+    # the two wrong register counts, each under the threads' and the blocks' limits as the right one is
+    unrounded = min(by_threads, cap, (lim.regs_per_sm // parts // (regs * lim.warp_size)) * parts // warps)
+    unsplit = min(by_threads, cap, lim.regs_per_sm // per_warp // warps)
     launch_anyway = f"超过 {lim.max_threads_per_block} 个线程的 Block 根本不能启动，应当返回 0"
     variants = {
-        "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）": min(
-            by_threads, cap, unrounded
-        ),
-        "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）": min(
-            by_threads, cap, unsplit
-        ),
+        "寄存器没有按每 Warp 256 个一档向上取整（每线程寄存器数 × 32 要先取整到 256 的倍数）": unrounded,
+        "寄存器没有按 4 个分区算（每个 Warp 的寄存器必须落在一个分区里：先算一个分区放几个整 Warp，再乘 4）": unsplit,
         "忘了每 SM 最多驻留的 Block 数（max_blocks_per_sm）": min(by_threads, by_regs),
         "Block 没有按整 Warp 算（100 个线程也占 4 个 Warp）": min(lim.max_threads_per_sm // block, cap, by_regs),
         launch_anyway: min(by_threads, cap, by_regs),

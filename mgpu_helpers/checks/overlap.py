@@ -20,12 +20,6 @@ WORLD_SIZES = (2, 3)
 SEEN = ("calls", "unwaited_at_step", "order")  # what a rank sends back of what _watch saw
 
 
-def _lessons():
-    import mgpu_helpers as mh
-
-    return mh.lessons.overlap
-
-
 COURSE_NAMES = ("NaiveDP", "OverlapDP", "BucketDP", "Zero1", "plan_buckets", "overlap_fraction")
 # What each class's cell asks for (a function's cell: the function itself).
 METHODS = {"OverlapDP": ("on_grad_ready", "step"), "BucketDP": ("on_grad_ready", "step"), "Zero1": ("step",)}
@@ -35,7 +29,7 @@ METHODS["AccumulateDP"] = ("no_sync", "on_grad_ready", "step")
 def _start(obj, what: str) -> None:
     """Before anything runs: a stub is not done yet; the course's classes and mh.lessons / mh.checks are refused."""
     core.require_written(obj, what)
-    course = [getattr(_lessons(), n, None) for n in COURSE_NAMES]
+    course = [getattr(core.course_object(LESSON), n, None) for n in COURSE_NAMES]
     advice = f"把 {', '.join(METHODS.get(what, (what,)))} 补全在你的单元格里。"
     core.refuse_course_code(obj, what, course, packages=core.COURSE_PACKAGES, advice=advice)
 
@@ -106,7 +100,7 @@ def _watch():
 def watched_train(rank, world_size, cls, train_kwargs):
     """Rank function: :func:`~mgpu_helpers.lessons.overlap.train_rank` with the learner's ``cls``, watched."""
     seen = _watch()
-    out = _lessons().train_rank(rank, world_size, cls, record=False, **train_kwargs)
+    out = core.course_object(LESSON).train_rank(rank, world_size, cls, record=False, **train_kwargs)
     return {"params": out["params"].numpy(), "state_bytes": out["state_bytes"]} | {k: seen[k] for k in SEEN}
 
 
@@ -115,7 +109,7 @@ def watched_accumulate(rank, world_size, cls, micro_batches, train_kwargs):
     last run their backward inside ``sync.no_sync()``; each loss is divided by ``micro_batches``."""
     import torch
 
-    lesson, seen = _lessons(), _watch()
+    lesson, seen = core.course_object(LESSON), _watch()
     widths, rows = train_kwargs["widths"], train_kwargs["rows_per_rank"]
     model = lesson.make_model(widths)
     sync = cls(model, world_size, torch.optim.SGD(model.parameters(), lr=train_kwargs["lr"]))
@@ -158,7 +152,7 @@ def _run(cls, world_size, what, rank_fn=watched_train, extra=(), **train_kwargs)
 
 
 def _reference_rank(rank, world_size, *args):
-    return _lessons().single_process_params(*args)
+    return core.course_object(LESSON).single_process_params(*args)
 
 
 def _reference(world_size, kwargs, divide=True):
@@ -242,7 +236,7 @@ def check_plan_buckets(fn) -> None:
     cases += [([rng.randint(1, 90) for _ in range(rng.randint(2, 12))], rng.randint(1, 150)) for _ in range(20)]
     for numels, size in cases:
         got = core.call(fn, what, list(numels), size)
-        want = _lessons().plan_buckets(numels, size)
+        want = core.course_object(LESSON).plan_buckets(numels, size)
         if got == want:
             continue
         where = f"numels = {numels}，bucket_numel = {size}"
@@ -264,11 +258,10 @@ def check_plan_buckets(fn) -> None:
                 f"{what}（{where}）：桶是按参数的正序装的；"
                 f"backward 先算出最后一个参数的梯度，所以要从最后一个参数装起。应当是 {want!r}，得到 {got!r}。",
             ),
-            (
-                True,
-                f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
-                "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。",
-            ),
+        )
+        raise core.CheckFailed(
+            f"{what}（{where}）：桶的分法不对：应当是 {want!r}，得到 {got!r}。"
+            "一个桶的元素个数达到或超过 bucket_numel 就封口（装进那个参数之后再比较）。"
         )
     core.passed(f"{what}：{len(cases)} 组参数大小（含比桶还大的参数、每个参数一个桶、全部一个桶、空模型）都分对了。")
 
@@ -278,7 +271,7 @@ def check_bucket_dp(cls) -> None:
     what = "BucketDP"
     _start(cls, what)
     for world_size, bucket in zip(WORLD_SIZES, (30, 70)):  # 84 elements: one parameter outgrows each
-        reference_plan = _lessons().plan_buckets  # the learner's plan is checked on its own
+        reference_plan = core.course_object(LESSON).plan_buckets  # the learner's plan is checked on its own
         sizes = [sum(NUMELS[i] for i in b) for b in reference_plan(NUMELS, bucket)]
         values, kwargs = _run(cls, world_size, what, options={"bucket_numel": bucket, "plan": reference_plan})
         _common_rules(values, what)
@@ -328,16 +321,14 @@ def check_overlap_fraction(fn) -> None:
     ]
     rng = random.Random()
     for _ in range(10):
-        spans, inside, total, t = [], 0.0, 0.0, 0.0
+        spans, t = [], 0.0
         for k in range(rng.randint(1, 3)):
             b0, b1 = t, t + rng.uniform(0.5, 2)
             c0 = rng.uniform(b0, b1)
             c1 = c0 + rng.uniform(0.1, 2)
             spans += [bw(b0, b1, k), comm(c0, c1)]
-            inside += min(c1, b1) - c0
-            total += c1 - c0
             t = max(b1, c1) + rng.uniform(0.1, 1)  # one rank's backward spans never overlap
-        cases.append(("随机时间线", spans, inside / total))
+        cases.append(("随机时间线", spans, core.course_object(LESSON).overlap_fraction(spans)))
     for name, spans, want in cases:
         got = core.call(fn, what, list(spans))
         got = core.number_answer(got, f"{what}（{name}）：要返回一个 0 到 1 之间的数，实际是 {got!r}。")

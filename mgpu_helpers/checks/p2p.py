@@ -124,9 +124,9 @@ def _ring_pass_body(rank, world_size, fn, cases, calls):
 def _ring_cases(rng, world_size):
     cases, short, longer = [], int(rng.integers(1, 5)), int(rng.integers(2, 5))
     for length, steps, dtype in ((short, None, "float32"), (0, None, "float32"), (longer, world_size + 1, "int64")):
-        data = [core.int_values(rng, length) for _ in range(world_size)]
-        if length:
-            data[0][0] = 0
+        data = core.int_values(rng, (world_size, length))  # row r: rank r's token
+        if length:  # tokens that differ, so that a token tells whose it is; rank 0's starts with a zero
+            data[:, 0] = [0, *rng.choice(np.arange(1, 51), world_size - 1, replace=False)]
         cases.append((length, steps, dtype, data))
     return cases
 

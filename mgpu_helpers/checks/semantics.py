@@ -42,8 +42,7 @@ def check_all_gather_uneven(fn, world_sizes=core.WORLD_SIZES, timeout: float = c
         longest = int(np.argmax(lengths))
         inputs[longest][int(rng.integers(0, lengths[longest]))] = 0.0  # zeros in the data
         want, backwards = np.concatenate(inputs), np.concatenate(inputs[::-1])
-        course = ("mgpu_helpers.checks.semantics.reference_all_gather_uneven",)
-        got = core.launch_check(fn, what, n, inputs, timeout=timeout, course=course)
+        got = core.launch_check(fn, what, n, inputs, timeout=timeout, course=(reference_all_gather_uneven,))
         for r in range(n):
             padded = got[r] is not None and np.size(got[r]) == n * max(lengths)
             reversed_ = isinstance(got[r], np.ndarray) and np.array_equal(got[r], backwards)

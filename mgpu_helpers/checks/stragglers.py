@@ -5,6 +5,8 @@ import random
 import statistics
 
 from mgpu_helpers.checks import core
+from mgpu_helpers.launcher.errors import RankError, RankTimeout
+from mgpu_helpers.lessons import cost_model
 from mgpu_helpers.measure import diagnose, straggler
 
 COST_MODEL = "mgpu_helpers.lessons.cost_model"
@@ -12,8 +14,6 @@ COST_MODEL = "mgpu_helpers.lessons.cost_model"
 
 def check_ring_allreduce_seconds(fn) -> None:
     """``fn(nbytes, world_size, alpha, beta)``: the ring all-reduce cost of notebook 08 (0 for one rank)."""
-    from mgpu_helpers.lessons import cost_model
-
     what = "你的 ring_reduce_scatter_seconds 经 ring_allreduce_seconds（两个阶段相加）要给出环形 All-Reduce 的 alpha-beta 代价"
     rng = random.Random()
     cases = [(1 << 30, 1, 5e-6, 1e-11), (1 << 30, 2, 5e-6, 1e-11), (1 << 20, 8, 5e-6, 1e-11)]
@@ -84,8 +84,6 @@ def check_rebalance(fn) -> None:
 
 def traced_run(shard_units, steps: int, seconds_per_unit, what: str):
     """The deterministic-cost straggler step on real ranks; a rank that fails or hangs becomes a CheckFailed."""
-    from mgpu_helpers.launcher.errors import RankError, RankTimeout
-
     try:
         return straggler.run_traced(shard_units, steps=steps, seconds_per_unit=seconds_per_unit, timeout=120)
     except (RankError, RankTimeout) as exc:
@@ -120,12 +118,9 @@ def check_wait_prediction(fn) -> None:
 def _collective_times(rng, world_size, straggler, late_s, stalled):
     """Per rank, 5 steps' times inside the all-reduce (about 2 ms of work) when ``straggler`` arrives ``late_s`` late;
     ``stalled=(rank, step, s)``: in that step another rank was held up ``s`` and everyone else waits for it."""
-    arrivals = []  # per step, when each rank arrives
-    for k in range(5):
-        arrive = [late_s if r == straggler else 0.0 for r in range(world_size)]
-        if stalled is not None and stalled[1] == k:
-            arrive[stalled[0]] += stalled[2]
-        arrivals.append(arrive)
+    arrivals = [[late_s if r == straggler else 0.0 for r in range(world_size)] for _ in range(5)]  # per step
+    if stalled is not None:
+        arrivals[stalled[1]][stalled[0]] += stalled[2]
     return [[max(a) - a[r] + 0.002 * rng.uniform(0.8, 1.3) for a in arrivals] for r in range(world_size)]
 
 
@@ -198,8 +193,7 @@ def hold_straggler_readings(fn, what: str, cases, with_noise: bool) -> None:
     """The one check of "the straggler is the rank with the shortest time inside the collective": ``fn`` on each case
     ``(collective_s, noise_s, want, story)``; ``with_noise``: ``fn(collective_s, noise_s)`` may answer None (10), else
     ``fn(collective_s)`` names a rank (08). The caller says what passed (its name is the one progress records)."""
-    course = core.course_code_reached(fn, COURSE_READERS, names=("medians",))
-    if course is not None:
+    if (course := core.course_code_reached(fn, COURSE_READERS, names=("medians",))) is not None:
         raise core.CheckFailed(f"{what}：调用了课程自己的 {course}；中位数自己求（statistics.median）。")
     for collective_s, noise_s, want, story in cases:
         args = ([list(c) for c in collective_s], noise_s) if with_noise else ([list(c) for c in collective_s],)

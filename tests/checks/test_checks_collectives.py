@@ -207,21 +207,6 @@ def test_the_right_ring_in_the_left_exercise_is_told_the_direction():
         collectives.check_ring_all_reduce(by_value(LEFT_BUT_GOING_RIGHT, "right"), world_sizes=(3,))
 
 
-def test_the_checker_reference_is_refused_in_the_left_exercise():
-    with pytest.raises(CheckFailed, match="课程自己的实现"):
-        collectives.check_ring_all_reduce(collectives.reference_ring_all_reduce_left, world_sizes=(2,))
-    wrapped = by_value(
-        """
-        def wrapped(rank, world_size, x):
-            from mgpu_helpers.checks import collectives as c
-            return c.reference_ring_all_reduce_left(rank, world_size, x)
-        """,
-        "wrapped",
-    )
-    with pytest.raises(CheckFailed, match="课程自己的 mh.checks.collectives.reference_ring_all_reduce_left"):
-        collectives.check_ring_all_reduce(wrapped, world_sizes=(2,))
-
-
 def test_gather_to_zero_in_the_left_exercise_is_rejected():
     src = GATHER_TO_ZERO.replace("def gather_to_zero(tensor):", "def g(rank, world_size, tensor):")
     with pytest.raises(CheckFailed, match="Gather \\+ Broadcast"):

@@ -18,15 +18,7 @@ from .compare import (
     number_answer,
     which_rank,
 )
-from .course_code import (
-    COURSE_PACKAGES,
-    code_names,
-    course_code_reached,
-    course_object,
-    refuse_course_code,
-    refusing,
-    resolve_course,
-)
+from .course_code import COURSE_PACKAGES, code_names, course_code_reached, course_object, refuse_course_code, refusing
 from .failure import (
     NOT_DONE,
     CheckFailed,

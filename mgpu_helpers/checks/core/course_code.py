@@ -33,13 +33,12 @@ def _import(name: str):
         return None
 
 
-def _attribute(obj, name: str, default=None):
-    """``obj.name``, else the submodule ``obj.name`` not imported yet."""
+def _attribute(obj, name: str):
+    """``obj.name``, else the submodule ``obj.name`` not imported yet (None: neither is there)."""
     try:
         return getattr(obj, name)
     except AttributeError:
-        module = _import(f"{obj.__name__}.{name}")
-        return default if module is None else module
+        return _import(f"{obj.__name__}.{name}")
 
 
 def _names_reached(fn):
@@ -59,7 +58,6 @@ def _names_reached(fn):
     yield from cells.items()
     kwdefaults = getattr(inner, "__kwdefaults__", None) or {}
     yield from (("默认参数", v) for v in (getattr(inner, "__defaults__", None) or ()) + tuple(kwdefaults.values()))
-    missing = object()
     for c in _code_objects(code):
         chain, obj, base = None, None, None  # the a.b.c being read; the module of an import
         imported, local = None, {}  # what an import just gave; locals bound to imports
@@ -85,14 +83,12 @@ def _names_reached(fn):
                 chain, obj = ins.argval, local[ins.argval]
             elif op == "LOAD_DEREF" and ins.argval in cells:
                 chain, obj = ins.argval, cells[ins.argval]
-            elif op == "IMPORT_NAME":
-                base = _import(ins.argval)
-                if base is not None:
-                    imported = base
-                    yield ins.argval, base
+            elif op == "IMPORT_NAME" and (base := _import(ins.argval)) is not None:
+                imported = base
+                yield ins.argval, base
             elif op == "IMPORT_FROM" and base is not None:
-                value = _attribute(base, ins.argval, missing)
-                if value is not missing:
+                value = _attribute(base, ins.argval)
+                if value is not None:  # (an attribute that is None is nothing the learner could call)
                     imported = value
                     yield f"{base.__name__}.{ins.argval}", value
         if obj is not None:
@@ -140,9 +136,8 @@ def course_code_reached(fn, references=(), packages=(), names=(), depth: int = 4
         seen.add(id(f))
         members = [f]
         if isinstance(f, type):  # a class the learner wrote: its bases and its methods
-            for base in f.__mro__[1:]:
-                if base is not object and ours(base):
-                    return f"{_label(base)}（{f.__name__} 的基类）"
+            if base := next((b for b in f.__mro__[1:] if b is not object and ours(b)), None):
+                return f"{_label(base)}（{f.__name__} 的基类）"
             members = [
                 v.__func__ if isinstance(v, (staticmethod, classmethod)) else getattr(v, "fget", v)
                 for v in vars(f).values()
@@ -206,11 +201,10 @@ def _called_for_the_learner(frame) -> bool:
 def _refused_code(references) -> dict:
     """``{code object: label}`` of the course's functions: refused by their code, what aliases and wrappers share."""
     out = {}
-    for item in references:
-        obj, label = item if isinstance(item, tuple) else (item, None)
-        code = getattr(_inner(obj), "__code__", None)
-        if code is not None and _in_packages(getattr(_inner(obj), "__module__", "") or "", ("mgpu_helpers",)):
-            out[code] = label or _label(_inner(obj))
+    for obj in map(_inner, references):
+        code = getattr(obj, "__code__", None)
+        if code is not None and _in_packages(getattr(obj, "__module__", "") or "", ("mgpu_helpers",)):
+            out[code] = _label(obj)
     return out
 
 
@@ -229,10 +223,9 @@ def _name_used(caller, code) -> str | None:
 @contextlib.contextmanager
 def refusing(what: str, references=(), advice: str = "", packages: bool = True, failure=None):
     """While the learner's code runs for a check, a call from it into the course's code raises ``failure(label)``:
-    ``references`` (objects or ``(object, label)`` pairs) when a frame of the learner's code runs between the call
-    and the checker, and with ``packages`` any function of the course's ``models``, ``widgets`` and ``checks`` the
-    learner's code calls directly. Guards nest. A refusal the learner's code caught still fails the check when the
-    guard ends."""
+    ``references`` when a frame of the learner's code runs between the call and the checker, and with ``packages``
+    any function of the course's ``models``, ``widgets`` and ``checks`` the learner's code calls directly. Guards
+    nest. A refusal the learner's code caught still fails the check when the guard ends."""
     refused = _refused_code(references)
     before = sys.getprofile()
     raised = []
@@ -283,12 +276,12 @@ def course_object(name: str):
 
 
 def resolve_course(course) -> list:
-    """``[(function object, label)]`` for ``course``: objects, or dotted names resolved now (unresolved: left out)."""
+    """The objects of ``course``: objects, or dotted names resolved now (None, or a name unresolved: left out)."""
     out = []
     for item in course:
         if isinstance(item, str):
             with contextlib.suppress(ImportError, AttributeError):  # a name that does not resolve is left out
-                out.append((course_object(item), item.replace("mgpu_helpers.", "mh.")))
+                out.append(course_object(item))
         elif item is not None:
-            out.append((item, _label(item)))
+            out.append(item)
     return out

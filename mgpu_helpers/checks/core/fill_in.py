@@ -52,7 +52,7 @@ def fill_in_cell(check, reference, what: str, refuse=(), **keep):
         ref = course_object(reference) if isinstance(reference, str) else reference
 
         def checked(fn):  # the course's code refused to fn: read before, watched while it runs
-            course = [c for c in [ref] + [obj for obj, _label in resolve_course(refuse)] if callable(c)]
+            course = [c for c in [ref, *resolve_course(refuse)] if callable(c)]
             refuse_course_code(fn, what, course, advice=OWN_WORK)
             with refusing(what, [c for c in course if _inner(c) is not _inner(fn)], OWN_WORK):
                 check(fn)

@@ -18,11 +18,7 @@ CALL_LIMIT_S = 2.0
 
 
 class TooLong(Exception):
-    """Raised in the learner's code when a :func:`time_limit` runs out; ``limit`` says which one."""
-
-    def __init__(self, limit):
-        super().__init__()
-        self.limit = limit
+    """Raised in the learner's code when a :func:`time_limit` runs out; its one argument says which limit."""
 
 
 @contextlib.contextmanager
@@ -54,7 +50,7 @@ def time_limit(seconds: float, expired):
     try:
         yield
     except TooLong as exc:
-        if exc.limit is not limit:
+        if exc.args[0] is not limit:
             raise
         raise expired(exc) from None
     finally:

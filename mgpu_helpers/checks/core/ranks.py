@@ -99,7 +99,7 @@ def run_watched(
     names ``forbid`` (``rule``: what is allowed) and ``course``, the course's code (objects or dotted names;
     ``refusal``: what to do instead). ``advice``: what to check on a hang."""
     course = resolve_course(course)
-    refuse_course_code(fn, what, [obj for obj, _label in course], advice=refusal)
+    refuse_course_code(fn, what, course, advice=refusal)
     args = (body or _call_on_rank, fn, payload, tuple(forbid), course)
     return launch(_rank_main, world_size, args, what, fn, timeout, advice, rule)
 

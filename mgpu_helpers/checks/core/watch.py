@@ -7,8 +7,8 @@ calls the original body, kept in a copy."""
 
 import contextlib
 import itertools
-import operator
 import types
+from collections import namedtuple
 
 from .course_code import refusing
 from .failure import CheckFailed
@@ -58,27 +58,24 @@ def _nbytes(x) -> int:
     return int(x.numel() * x.element_size()) if hasattr(x, "element_size") else 0
 
 
-class DistCall(tuple):
+class DistCall(namedtuple("DistCall", "name peer numel")):
     """One call the learner's code made, ``(name, peer, numel)``, plus ``.nbytes`` (of the first tensor argument),
     ``.numels`` (per positional argument, None where not a tensor) and ``.async_op``. ``name``: ``dist.<function>``, or
     ``batch:isend`` / ``batch:irecv`` per operation of a ``batch_isend_irecv``; ``peer``: a point-to-point call's."""
 
+    __repr__ = tuple.__repr__  # shown as the plain (name, peer, numel) it compares equal to
+
     def __new__(cls, name, peer, numel, nbytes=0, numels=(), async_op=False):
-        self = super().__new__(cls, (name, peer, numel))
+        self = super().__new__(cls, name, peer, numel)
         self.nbytes, self.numels, self.async_op = nbytes, tuple(numels), bool(async_op)
         return self
-
-    def __reduce__(self):
-        return DistCall, (self[0], self[1], self[2], self.nbytes, self.numels, self.async_op)
-
-    name, peer, numel = (property(operator.itemgetter(i)) for i in range(3))
 
 
 class WatchedCalls:
     """Inside a rank, around the learner's code: the functions of :data:`DIST_CALLS` (and ``init_process_group`` with
     ``watch_init``) watched under any name. ``calls``: a :class:`DistCall` per call the learner's code made (torch's
     own nested calls not counted twice); ``inits``: the arguments of each ``init_process_group``. A call of ``refuse``
-    raises ``EXERCISE_FORBIDDEN``, of ``course`` (``[(function, label)]``) ``EXERCISE_COURSE_CODE``, for
+    raises ``EXERCISE_FORBIDDEN``, of ``course`` (the course's functions) ``EXERCISE_COURSE_CODE``, for
     :func:`~.ranks.rank_failure` to read. ``on_call(call, result) -> result``: after each counted call."""
 
     def __init__(self, refuse=(), course=(), on_call=None, watch_init: bool = False):
