@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the course's checkout
@@ -42,11 +43,9 @@ def record(kind: str, item: str) -> None:
 
 def checker_name() -> str:
     """The name of the checker running now: the nearest caller named ``check_...`` (or ``_check_...``)."""
-    frame = sys._getframe(1)
-    while frame is not None:
+    for frame, _line in traceback.walk_stack(sys._getframe(1)):
         if frame.f_code.co_name.lstrip("_").startswith("check_"):
             return frame.f_code.co_name
-        frame = frame.f_back
     return ""
 
 
@@ -82,10 +81,8 @@ def asks(path) -> dict:
             fn = getattr(importlib.import_module("mgpu_helpers.checks" + (f".{module}" if module else "")), name)
         except (ImportError, AttributeError):
             continue
-        checker = getattr(fn, "checker", name)  # a lesson's try_x names the checker it runs
-        if checker not in checks:
-            checks.append(checker)
-    return {"check": checks, "prediction": PREDICTION.findall(code)}
+        checks.append(getattr(fn, "checker", name))  # a lesson's try_x names the checker it runs
+    return {"check": list(dict.fromkeys(checks)), "prediction": PREDICTION.findall(code)}  # each once, in order
 
 
 def table(folder=None) -> list[dict]:

@@ -26,16 +26,15 @@ class Gate:
     def _on_signal(self, signum, frame) -> None:
         if self.state == _HOLDING:
             self.pending.setdefault(signum, frame)
-            return
-        if self.state == _ALLOWED:
+        elif self.state == _ALLOWED:
             # Closed before the handler outside runs: whatever it raises, the code after the wait (the
             # clean-up) runs held, and a second signal on its heels is recorded, not raised there.
             self.state = _HOLDING
             self.pending.pop(signum, None)
             self.previous[signum](signum, frame)
             self.state = _ALLOWED  # that handler returned normally: the wait goes on
-            return
-        self.previous[signum](signum, frame)  # left installed after the block: act as the handler outside
+        else:
+            self.previous[signum](signum, frame)  # left installed after the block: act as the handler outside
 
     def _deliver_pending(self) -> None:
         while self.pending:  # called _ALLOWED or _DONE, never _HOLDING: each goes to the handler outside

@@ -2,6 +2,7 @@
 hand the job over (rendezvous in a private folder, sockets on the loopback interface only), wait."""
 
 import atexit
+import functools
 import inspect
 import itertools
 import os
@@ -35,23 +36,15 @@ START_TIMEOUT_S = 120.0  # a cold start imports torch: seconds, more on a busy m
 REPLY_TIMEOUT_S = 60.0  # the server answers a job at once (one fork); past this it is stuck
 
 
-class _StarterThread:
-    """A thread that lives as long as the process, and the only one that starts rank servers: the server asks
-    Linux for SIGKILL when its parent goes (PR_SET_PDEATHSIG), and Linux sends it when the *thread* that forked it
-    exits, not the process. Forked from a short-lived worker thread, it would die with it, in later jobs."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool, self._pid = None, None  # an idle worker of a pool waits for the next call, never exits
-
-    def call(self, fn):
-        with self._lock:
-            if self._pid != os.getpid():  # none yet, or we are a forked copy (its thread did not come with us)
-                self._pool, self._pid = ThreadPoolExecutor(1, "mgpu-rank-server-starter"), os.getpid()
-        return self._pool.submit(fn).result()
+@functools.cache
+def _starter(pid: int) -> ThreadPoolExecutor:
+    """The only thread that starts rank servers, one per process (``pid``: a forked copy has not got its parent's
+    thread), living as long as the process (an idle worker of a pool waits for the next call, never exits). The server
+    asks Linux for SIGKILL when its parent goes (PR_SET_PDEATHSIG), and Linux sends it when the *thread* that forked
+    it exits, not the process. Forked from a short-lived worker thread, it would die with it, in later jobs."""
+    return ThreadPoolExecutor(1, "mgpu-rank-server-starter")
 
 
-_starter = _StarterThread()
 _job_ids = itertools.count(1)
 
 
@@ -104,7 +97,7 @@ class _Server:
         """Start a server if there is no live one (at once: it imports torch meanwhile)."""
         if (conn := self.conn) is None or not conn.alive():
             self.stop()
-            _starter.call(self._spawn)
+            _starter(os.getpid()).submit(self._spawn).result()
 
     def _spawn(self) -> None:
         # Runs on the starter thread, for the caller holding the lock; PYTHONPATH lets the server import this package.

@@ -50,14 +50,13 @@ class LineReader(FrameReader):
 
 def recv_exact(sock, size: int) -> bytes:
     """Read exactly ``size`` bytes from a blocking socket; raise EOFError if it closes first."""
-    chunks, got = [], 0
-    while got < size:
-        chunk = sock.recv(size - got)
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
         if not chunk:
             raise EOFError("socket closed")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        data += chunk
+    return bytes(data)
 
 
 def send_msg(sock, data: bytes, fds=()) -> None:
