@@ -6,6 +6,8 @@ has ``=== script`` and, per run (``=== default``, ``=== blocking``), ``--- exit 
 where NVML gave no figure), NVML's process list, and an ``=== nccl`` section."""
 
 import dataclasses
+import re
+import subprocess
 from pathlib import Path
 
 from mgpu_helpers.report import recorded
@@ -50,17 +52,10 @@ def find(stem: str, data_dir: Path | None = None) -> Path:
 
 
 @dataclasses.dataclass(frozen=True)
-class ChildRun:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@dataclasses.dataclass(frozen=True)
 class AsyncErrorRecord:
     header: Header
     script: str
-    runs: dict[str, ChildRun]  # "default", "blocking"
+    runs: dict[str, subprocess.CompletedProcess]  # "default", "blocking": exit code, stdout and stderr of each
 
 
 def format_async_error(record: AsyncErrorRecord) -> str:
@@ -73,26 +68,15 @@ def format_async_error(record: AsyncErrorRecord) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _sections(lines: list[str], marker: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    current = None
-    for line in lines:
-        if line.startswith(marker):
-            current = line[len(marker) :].strip()
-            out[current] = []
-        elif current is not None:
-            out[current].append(line)
-    return out
-
-
-def _text(lines: list[str]) -> str:
-    return "".join(line + "\n" for line in lines)
+def _sections(text: str, marker: str) -> dict[str, str]:
+    """``{name: the lines after it, as text}`` for each line ``<marker>name``; the text before the first is ignored."""
+    parts = re.split(rf"^{re.escape(marker)}(.*)\n?", text, flags=re.M)  # [before, name, text, name, text, ...]
+    return {name.strip(): body for name, body in zip(parts[1::2], parts[2::2])}
 
 
 def parse_async_error(text: str) -> AsyncErrorRecord:
-    lines = text.splitlines()
-    header = Header.parse(lines)
-    sections = _sections(lines[3:], "=== ")
+    header = Header.parse(text.splitlines())
+    sections = _sections(text, "=== ")
     if missing := {"script", *RUNS} - set(sections):
         raise ValueError(f"the recording has no section(s) {sorted(missing)}: it has {sorted(sections)}")
     runs = {}
@@ -101,8 +85,9 @@ def parse_async_error(text: str) -> AsyncErrorRecord:
         code = next((k for k in parts if k.startswith("exit code: ")), None)
         if code is None or "stdout" not in parts or "stderr" not in parts:
             raise ValueError(f"the {name!r} run needs '--- exit code: N', '--- stdout' and '--- stderr' lines")
-        runs[name] = ChildRun(int(code.split(":")[1]), _text(parts["stdout"]), _text(parts["stderr"]))
-    return AsyncErrorRecord(header, _text(sections["script"]), runs)
+        returncode = int(code.split(":")[1])  # the child's command line is not recorded: args None
+        runs[name] = subprocess.CompletedProcess(None, returncode, parts["stdout"], parts["stderr"])
+    return AsyncErrorRecord(header, sections["script"], runs)
 
 
 def read_async_error(path: Path) -> AsyncErrorRecord:
@@ -131,9 +116,8 @@ class CrowdRecord:
 
 def format_crowd(record: CrowdRecord) -> str:
     lines = record.header.lines() + [CROWD_COLUMNS]
-    for r in record.rows:
-        mib = " ".join("-" if v is None else str(v) for v in (r.context_only_mib, r.after_alloc_mib))
-        lines.append(f"{r.rank} {r.pid} {r.current_device} {r.gpu} {mib}")
+    for row in record.rows:  # every column in order, "-" where NVML gave no figure
+        lines.append(" ".join("-" if v is None else str(v) for v in dataclasses.astuple(row)))
     lines += [f"# NVML's processes (gpu pid context-only/after MiB): {record.nvml}", f"=== {NCCL_SECTION}"]
     return "\n".join(lines + record.nccl.splitlines()) + "\n"
 
@@ -145,16 +129,16 @@ def parse_crowd(text: str) -> CrowdRecord:
         raise ValueError(f"the recording has no table: no line {CROWD_COLUMNS!r}")
     start = lines.index(CROWD_COLUMNS) + 1
     end = next((i for i in range(start, len(lines)) if lines[i].startswith(("#", "==="))), len(lines))
-    rows, body = [], lines[end:]
+    rows = []
     for line in lines[start:end]:
         rank, pid, current, gpu, context, after = line.split()
         mib = [None if word == "-" else int(word) for word in (context, after)]
         rows.append(CrowdRow(int(rank), int(pid), int(current), int(gpu), *mib))
-    nvml = ([ln.split(": ", 1)[1] for ln in body if ln.startswith("# NVML's processes")] or [""])[-1]
-    sections = _sections(body, "=== ")
+    nvml = ([ln.split(": ", 1)[1] for ln in lines[end:] if ln.startswith("# NVML's processes")] or [""])[-1]
+    sections = _sections(text, "=== ")
     if NCCL_SECTION not in sections:
         raise ValueError(f"the recording has no '=== {NCCL_SECTION}' section")
-    return CrowdRecord(header, rows, nvml, _text(sections[NCCL_SECTION]))
+    return CrowdRecord(header, rows, nvml, sections[NCCL_SECTION])
 
 
 def read_crowd(path: Path) -> CrowdRecord:

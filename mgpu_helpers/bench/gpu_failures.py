@@ -118,13 +118,11 @@ def crowd_rows(seen, context_only: dict, after_alloc: dict) -> tuple[list[fr.Cro
     """One row per GPU a process appears on in NVML (without figures where a container hides it); NVML's list."""
     gpus = sorted(set(context_only) | set(after_alloc))
     before, after = ({g: snap.get(g, {}) for g in gpus} for snap in (context_only, after_alloc))
-    rows = []
-    for rank, pid, current in seen:
-        on = [g for g in gpus if pid in before[g] or pid in after[g]]
-        rows += [fr.CrowdRow(rank, pid, current, g, before[g].get(pid), after[g].get(pid)) for g in on]
-        if not on:
-            rows.append(fr.CrowdRow(rank, pid, current, current, None, None))
     pids = {g: sorted(set(before[g]) | set(after[g])) for g in gpus}
+    rows = []
+    for rank, pid, current in seen:  # where NVML lists it nowhere, one row on its current device, without figures
+        on = [fr.CrowdRow(rank, pid, current, g, before[g].get(pid), after[g].get(pid)) for g in gpus if pid in pids[g]]
+        rows += on or [fr.CrowdRow(rank, pid, current, current, None, None)]
     listed = [f"{g} {pid} {before[g].get(pid, '-')}/{after[g].get(pid, '-')}" for g in gpus for pid in pids[g]]
     return rows, "; ".join(listed) or "none"
 
@@ -164,8 +162,7 @@ def record(out_dir: Path, gpu: str, header_for, run_child, crowd, nccl_pair, ran
     from mgpu_helpers.lessons.cuda_model import ASYNC_CHILD
 
     title = "PyTorch out-of-bounds index on the GPU, run in fresh processes: plainly, then with CUDA_LAUNCH_BLOCKING=1"
-    done = {name: run_child(blocking) for name, blocking in zip(fr.RUNS, (False, True), strict=True)}
-    runs = {name: fr.ChildRun(d.returncode, d.stdout, d.stderr) for name, d in done.items()}
+    runs = {name: run_child(blocking) for name, blocking in zip(fr.RUNS, (False, True), strict=True)}
     async_text = fr.format_async_error(fr.AsyncErrorRecord(header_for(title), ASYNC_CHILD, runs))
     rows, nvml = crowd_rows(*crowd(ranks))
     title = (
@@ -196,6 +193,5 @@ def main(argv: list[str]) -> int:
     gpu = a.gpu or machine_name(m.gpus[0].name)
     nccl_pair = lambda: run_nccl_pair(len(m.gpus))
     for path in record(a.out or recorded.DATA_DIR, gpu, header_for, run_async_child, run_crowd, nccl_pair, a.ranks):
-        print(path.read_text(encoding="utf-8"))
-        print(f"written to {path}\n")
+        print(path.read_text(encoding="utf-8"), f"written to {path}\n", sep="\n")
     return 0

@@ -16,7 +16,6 @@ from mgpu_helpers.report import progress, tables
 from mgpu_helpers.report.recorded import read_json
 
 BLOCKS = (128, 256, 512, 1024)
-SWEEP_BLOCKS = (32, 64, 128, 256, 512, 1024)  # what block_sweep measures by default
 
 # (row key, label, key in the reference file)
 ROWS = [
@@ -154,7 +153,7 @@ def measure(n: int, repeats: int) -> dict:
     return out
 
 
-def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
+def block_sweep(n: int, blocks=(32, 64, 128, 256, 512, 1024), repeats: int = 10) -> dict:
     """GB/s of the seed's kernel (CuPy and Numba) and the ElementwiseKernel per block size, beside CuPy's copy."""
     import cupy as cp
     from numba import cuda
@@ -170,13 +169,12 @@ def block_sweep(n: int, blocks=SWEEP_BLOCKS, repeats: int = 10) -> dict:
     ew = CK.elementwise_add()
     da, db, dc = (cuda.as_cuda_array(x, sync=False) for x in (a, b, c))  # zero-copy views, same stream
     for bs in progress.iterate(blocks, "block sizes"):
-        runs = {
-            "raw": lambda: CK.vec_add_cupy_raw(a, b, c, block=bs),
-            "elementwise": lambda: ew(a, b, c, block_size=bs),
-            "numba": lambda: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n),
-        }
-        for name, fn in runs.items():
-            lib = "numba" if name == "numba" else "cupy"
+        runs = [  # (name, the library whose events time it, the launch)
+            ("raw", "cupy", lambda: CK.vec_add_cupy_raw(a, b, c, block=bs)),
+            ("elementwise", "cupy", lambda: ew(a, b, c, block_size=bs)),
+            ("numba", "numba", lambda: CM.vec_add[CM.launch_config(n, bs)](da, db, dc, n)),
+        ]
+        for name, lib, fn in runs:
             out[name][bs] = _checked_gbps(fn, c, want, f"{name} at block {bs}", nbytes, repeats, lib)
     return out
 
@@ -244,9 +242,8 @@ def draw_bandwidth(bars: dict, ceilings: dict | None = None, title: str = ""):
     labels, small = list(bars), style.current().font_size * 0.8
     fig, ax = plt.subplots(figsize=style.figsize(7.5, 1.4 + 0.38 * len(labels)))
     colours = [style.PALETTE["orange"] if "fast" in lab.lower() else style.PALETTE["blue"] for lab in labels]
-    ax.barh(range(len(labels)), [bars[k] for k in labels], color=colours)
-    for k, lab in enumerate(labels):
-        ax.text(bars[lab], k, f" {bars[lab]:,.0f}", va="center", fontsize=small)
+    drawn = ax.barh(range(len(labels)), [bars[k] for k in labels], color=colours)
+    ax.bar_label(drawn, [f" {bars[k]:,.0f}" for k in labels], fontsize=small)
     lines = [style.PALETTE["vermillion"], style.PALETTE["green"], style.PALETTE["black"]]
     for (name, value), colour in zip((ceilings or {}).items(), lines):
         ax.axvline(value, ls="--", color=colour, lw=style.current().line_width, label=f"{name}: {value:,.0f} GB/s")

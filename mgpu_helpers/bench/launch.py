@@ -127,10 +127,6 @@ def _timed_launch(world_size: int) -> dict:
     }
 
 
-def _accelerate_entry(world_size: int) -> None:
-    join_and_check("env://")  # notebook_launcher sets WORLD_SIZE to num_processes = world_size
-
-
 def time_notebook_launcher(world_size: int) -> float | None:
     try:
         from accelerate import notebook_launcher
@@ -139,7 +135,8 @@ def time_notebook_launcher(world_size: int) -> float | None:
     t0 = time.perf_counter()
     port = str(free_loopback_port())
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Launching training on 4 CPUs."
-        notebook_launcher(_accelerate_entry, args=(world_size,), num_processes=world_size, use_port=port)
+        # env:// works: notebook_launcher sets WORLD_SIZE to num_processes = world_size
+        notebook_launcher(join_and_check, args=("env://",), num_processes=world_size, use_port=port)
     return time.perf_counter() - t0
 
 

@@ -7,7 +7,6 @@ clocks alone: ncu would otherwise lock them to base clocks, which the course mac
 
 import csv
 import datetime as _dt
-import io
 import json
 import math
 import os
@@ -70,7 +69,7 @@ else:
 
 
 def find_ncu() -> str | None:
-    return shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+    return shutil.which("ncu") or shutil.which("ncu", path="/usr/local/cuda/bin")
 
 
 def ncu_version(ncu: str) -> str:
@@ -89,15 +88,14 @@ def parse_csv(text: str) -> list[dict]:
     metric; ncu's ``==PROF==`` lines and the script's output skipped). ``block_size``: the metric, else x·y·z."""
     if not (lines := [ln for ln in text.splitlines() if ln.startswith('"')]):
         raise ValueError("no CSV lines in ncu's output: was it run with --csv, and did it profile a kernel?")
-    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    reader = csv.DictReader(lines)
     need = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
     if not need <= set(reader.fieldnames or ()):
         raise ValueError(f"ncu CSV without the columns {sorted(need)}: got {reader.fieldnames}")
     launches: dict[int, dict] = {}
     for row in reader:
         launch = launches.setdefault(int(row["ID"]), {"id": int(row["ID"]), "kernel": row["Kernel Name"]})
-        dims = [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]
-        if dims and "block_size" not in launch:
+        if (dims := [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]) and "block_size" not in launch:
             launch["block_size"] = math.prod(dims[:3])  # x * y * z
         if key := METRICS.get(row["Metric Name"]):
             value = float(row["Metric Value"].replace(",", "").strip())
@@ -140,9 +138,8 @@ def load(machine: str | None = None) -> dict:
 def format_table(record: dict) -> str:
     version = record["ncu_version"] if re.match(r"\d", record["ncu_version"]) else f"({record['ncu_version']})"
     head = f"Nsight Compute {version} on {record['gpu']} ({record['machine']}), {record['date']}, N = {record['n']} float32"
-    lines = [head] + ([f"partial record: {record['source']}"] if record.get("partial") else [])
-    lines.append(format_text_table(record["rows"], NCU_COLUMNS))
-    return "\n".join(lines)
+    partial = [f"partial record: {record['source']}"] if record.get("partial") else []
+    return "\n".join([head, *partial, format_text_table(record["rows"], NCU_COLUMNS)])
 
 
 def main(argv: list[str]) -> int:
@@ -170,8 +167,7 @@ def main(argv: list[str]) -> int:
         print("+", " ".join(cmd), flush=True)
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode != 0:
-        print(out.stdout[-3000:], out.stderr[-3000:], sep="\n", file=sys.stderr)
-        print(f"ncu exited with {out.returncode}", file=sys.stderr)
+        print(out.stdout[-3000:], out.stderr[-3000:], f"ncu exited with {out.returncode}", sep="\n", file=sys.stderr)
         return 1
     rows, gpu = label_rows(parse_csv(out.stdout)), m.gpus[0].name
     machine = a.machine or machine_name(gpu)
@@ -180,6 +176,5 @@ def main(argv: list[str]) -> int:
     record |= dict(command=command_line, source="python -m mgpu_helpers.bench ncu", rows=rows)
     path = a.out or path_for(machine)
     Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    print(format_table(record))
-    print(f"written to {path}")
+    print(format_table(record), f"written to {path}", sep="\n")
     return 0

@@ -174,10 +174,9 @@ def learner_copy(nb, keep_outputs: bool = False, hidden_tests: bool = False):
     and no outputs (``keep_outputs`` keeps a run's, for a copy shown as it ran; ``hidden_tests`` keeps those, for
     nbgrader's source)."""
     out = copy.deepcopy(nb)
-    for cell in out.cells:
-        if cell.cell_type == "code":
-            src = cell.source if hidden_tests else without_hidden_tests(cell.source)
-            cell.source = None if src is None else CHECK_LINE.sub("", src)
+    for cell in (c for c in out.cells if c.cell_type == "code"):
+        src = cell.source if hidden_tests else without_hidden_tests(cell.source)
+        cell.source = None if src is None else CHECK_LINE.sub("", src)
     out.cells = [c for c in out.cells if c.source is not None]
     return out if keep_outputs else nbtools.clean(out, keep_checked_outputs=False)
 
@@ -217,9 +216,8 @@ def _learner_version(nb, name: str, keep_solutions: bool, lesson: bool):
         first, _, rest = cell.source.partition("\n")
         if lesson and EXPORT_LINE.match(first.strip()):
             cell.source = rest
-    for k, cell in enumerate(out.cells):  # an exercise's cells that end in a stub's error say so
-        if lesson or cell.cell_type != "code" or k in defining:
-            continue
+    # an exercise's cells that end in a stub's error say so
+    for cell in (c for k, c in enumerate(out.cells) if not lesson and c.cell_type == "code" and k not in defining):
         uses_a_stub = any(re.search(rf"\b{re.escape(n)}\b", cell.source) for n in stubbed)
         if cell.source.lstrip().startswith(CHECK_MARK) or uses_a_stub:
             tags = cell.metadata.setdefault("tags", [])
@@ -242,9 +240,7 @@ def _nbgrader(cell, kind: str, **points) -> None:
 
 def _mark_checks(nb) -> None:
     """Autograded: a check of the learner's code (a point), hidden tests (none: they guard the notebook's own)."""
-    for cell in nb.cells:
-        if cell.cell_type != "code" or "nbgrader" in cell.metadata:
-            continue
+    for cell in (c for c in nb.cells if c.cell_type == "code" and "nbgrader" not in c.metadata):
         if tracking.CHECK_CALL.search(cell.source) or HIDDEN_BEGIN in cell.source:
             _nbgrader(cell, "check", points=1 if tracking.CHECK_CALL.search(cell.source) else 0)
 
@@ -253,8 +249,7 @@ def _import_instead(cell, default_module, name: str, k: int) -> str:
     """The learner's line for a ``worked-only`` cell: import what it defines from its generated module."""
     lines = cell.source.split("\n")
     marker = EXPORT_LINE.match(lines[0].strip())  # `#| export [NAME]`
-    module = marker and (marker.group("name") or default_module)
-    if not module:
+    if not (module := marker and (marker.group("name") or default_module)):
         why = "the learner's version could not load what it defines"
         raise MarkerError(f"cell {k} of {name} is tagged {WORKED_ONLY_TAG!r} but is not an `#| export` cell: {why}")
     names = []
@@ -279,8 +274,7 @@ def tested_version(solution_path: str, keep_solutions: bool = False):
     """The learner's notebook as the suite runs it: with the hidden tests, the ``# NBVAL_CHECK_OUTPUT`` lines and
     (in a lesson) the checked outputs. ``keep_solutions``: the solutions stay between their markers (nbgrader)."""
     nb = nbformat.read(solution_path, as_version=4)
-    make = make_lesson if is_lesson(solution_path) else make_exercise
-    return make(nb, os.path.basename(solution_path), keep_solutions)[0]
+    return _learner_version(nb, os.path.basename(solution_path), keep_solutions, is_lesson(solution_path))[0]
 
 
 def render(solution_path: str, tested=None) -> str:

@@ -50,8 +50,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 def title_of(nb, fallback: str = "") -> str:
     """The notebook's first Markdown heading, without markup."""
     for line in markdown_lines(nb):
-        m = re.match(r"\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if m:
+        if m := re.match(r"\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line):
             text = re.sub(r"[*_`]", "", m.group(1))
             return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).strip()
     return fallback
@@ -72,8 +71,7 @@ def ensure_vendor(where: str | None = None) -> str:
     """The folder of the front-end packages, fetched with ``npm pack`` when missing (RuntimeError without npm)."""
     where = where or os.environ.get("MGPU_VENDOR_DIR", os.path.join(os.getcwd(), "build", "vendor"))
     have = lambda name, ver: os.path.exists(os.path.join(where, name, ".version-" + ver))
-    missing = {name: ver for name, ver in VENDOR_PACKAGES.items() if not have(name, ver)}
-    if not missing:
+    if not (missing := {name: ver for name, ver in VENDOR_PACKAGES.items() if not have(name, ver)}):
         return where
     if shutil.which("npm") is None:
         how = "installed to fetch them (apt-get install npm, or set MGPU_VENDOR_DIR)"
@@ -87,8 +85,7 @@ def ensure_vendor(where: str | None = None) -> str:
             shutil.rmtree(dest, ignore_errors=True)
             _unpack(os.path.join(tmp, f"{name}-{ver}.tgz"), dest, VENDOR_KEEP.get(name))
             # reveal.js's themes @import Google web fonts; offline the browser falls back to local fonts anyway.
-            themes = glob.glob(os.path.join(dest, "dist", "theme", "*.css")) if name == "reveal.js" else []
-            for css in map(Path, themes):
+            for css in Path(dest, "dist", "theme").glob("*.css") if name == "reveal.js" else []:
                 text = css.read_text(encoding="utf-8")
                 css.write_text(re.sub(r"@import url\((['\"]?)https?://[^)]*\1\);?", "", text), encoding="utf-8")
             Path(dest, ".version-" + ver).touch()
@@ -139,13 +136,11 @@ PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
 
 
 def progress_line(model_id: str, state: dict) -> str | None:
-    """A progress bar widget as the line a terminal shows (``sizes: 100%|##########| 3/3 [...]``), or None.
+    """tqdm's progress bar widget as the line a terminal shows (``sizes: 100%|##########| 3/3 [...]``), or None:
     ``tqdm.auto`` displays an HBox of [HTML description, FloatProgress, HTML counts]."""
     model = state.get(model_id, {})
     kids = [state.get(_ref(c) or "", {}) for c in model.get("state", {}).get("children", [])]
     bars = [k for k in kids if k.get("model_name") in PROGRESS_MODELS]
-    if model.get("model_name") in PROGRESS_MODELS:
-        bars, kids = [model], [model]
     if len(bars) != 1 or any(k.get("model_name") not in PROGRESS_MODELS + ("HTMLModel", "LabelModel") for k in kids):
         return None
     b = bars[0]["state"]
@@ -153,8 +148,6 @@ def progress_line(model_id: str, state: dict) -> str | None:
     frac = (value - lo) / (hi - lo) if hi > lo else 0.0
     filled = max(0, min(10, int(round(10 * frac))))
     drawn = f"|{'#' * filled}{' ' * (10 - filled)}|"
-    if len(kids) == 1:  # a bare bar: its description and percentage
-        return " ".join(p for p in (b.get("description", ""), f"{frac:4.0%}{drawn}") if p)
     # tqdm: "desc: 100%" left of the bar, "3/3 [time, rate]" right of it, as HTML (entities, tqdm's spaces undone)
     texts = [re.sub(r"<[^>]+>", "", str(k.get("state", {}).get("value", ""))) for k in kids]
     texts = [html.unescape(t).replace("\u2007", " ").replace("\xa0", " ").strip() for t in texts]
@@ -171,18 +164,17 @@ def flatten_widgets(nb):
         new = []
         for out in cell.get("outputs", []):
             view = out.get("data", {}).get(WIDGET_VIEW)
+            line = progress_line(view.get("model_id", ""), state) if view else None
             if not view:
                 new.append(out)
-                continue
-            line = progress_line(view.get("model_id", ""), state)
-            if line is not None:  # a progress bar: its last state as text, like the terminal's
+            elif line is not None:  # a progress bar: its last state as text, like the terminal's
                 new.append(_display(f"<pre class='mgpu-progress'>{html.escape(line)}</pre>", line))
-                continue
-            controls, inner = [], []
-            _walk(view.get("model_id", ""), state, controls, inner, set())
-            note = "interactive widget (needs a running kernel)"
-            note += (": " + "; ".join(html.escape(str(c)) for c in controls)) if controls else ""
-            new += [_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note), *inner]
+            else:
+                controls, inner = [], []
+                _walk(view.get("model_id", ""), state, controls, inner, set())
+                note = "interactive widget (needs a running kernel)"
+                note += (": " + "; ".join(html.escape(str(c)) for c in controls)) if controls else ""
+                new += [_display(f"<div class='mgpu-widget-static'><em>{note}</em></div>", note), *inner]
         if "outputs" in cell:
             cell["outputs"] = new
     nb.get("metadata", {}).pop("widgets", None)
@@ -193,8 +185,7 @@ def fold_quiz_answers(nb):
     """A copy of ``nb`` in which each ``quiz.ask`` cell shows its questions, hint and answer folded."""
     nb = copy.deepcopy(nb)
     for cell in (c for c in nb.get("cells", []) if c.get("cell_type") == "code"):
-        asked = [(quiz.get(i), quiz.number_of(i)) for i in quiz.asked_ids(source(cell))]
-        if asked:
+        if asked := [(quiz.get(i), quiz.number_of(i)) for i in quiz.asked_ids(source(cell))]:
             cell["outputs"] = [_display(quiz.static_html(q, n), quiz.static_text(q, n)) for q, n in asked]
     return nbformat.from_dict(nb)
 

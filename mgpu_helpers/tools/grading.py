@@ -70,8 +70,7 @@ def setup(folder, names=(), solutions=None, timeout: int = CELL_TIMEOUT_S) -> li
     folder = Path(folder)
     paths = [Path(p) for p in (solutions or exercises.solution_paths())]
     chosen = [p for p in paths if p.stem in names] if names else [p for p in paths if not exercises.is_lesson(str(p))]
-    missing = set(names) - {p.stem for p in chosen}
-    if missing:
+    if missing := set(names) - {p.stem for p in chosen}:
         raise SystemExit(f"no worked notebook named {', '.join(sorted(missing))} in solutions/")
     folder.mkdir(parents=True, exist_ok=True)
     config = CONFIG.format(stub=exercises.STUB_TEXT.split("（")[0], timeout=timeout)

@@ -19,6 +19,7 @@ any other requirement overrides the choice on every machine (``make lab TORCH=to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -35,29 +36,24 @@ CUPY_EXTRA_BY_CUDA_MAJOR = {12: "cuda12", 13: "cuda13"}
 
 def nvidia_gpu_present() -> bool:
     """Whether the NVIDIA driver lists a GPU: nvidia-ml-py (the course's own check) is not installed yet."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
+    if smi := shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
             if out.returncode == 0 and re.search(r"^GPU \d+", out.stdout, re.M):
                 return True
-        except (OSError, subprocess.TimeoutExpired):
-            pass
     gpus = "/proc/driver/nvidia/gpus"
     return os.path.isdir(gpus) and bool(os.listdir(gpus))
 
 
 def installed_torch() -> tuple[str, str | None] | None:
     """(version, CUDA version or None) of the torch importable here, or None; read in a child process."""
-    code = "import torch; print(torch.__version__); print(torch.version.cuda or '')"
+    code = "import torch; print(torch.__version__, torch.version.cuda or '')"
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:
-        return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip(), (lines[1].strip() or None) if len(lines) > 1 else None
+    version, _, cuda = out.stdout.strip().partition(" ")
+    return (version, cuda or None) if out.returncode == 0 else None
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -38,8 +38,7 @@ def exported_cells(nb, notebook: str) -> dict[str, list[str]]:
         match = MARKER.match(lines[0].strip()) if lines else None
         if not match:
             continue
-        name = match.group("name") or default
-        if not name:
+        if not (name := match.group("name") or default):
             fix = 'add "mgpu": {"export": "<module>"} to its metadata, or write `#| export <module>`'
             what = f"{notebook} cell {k} says `#| export` but the notebook's metadata names no module"
             raise ExportError(f"{what}: {fix}")
@@ -70,8 +69,7 @@ def expected_modules(root: str = ROOT) -> dict[str, tuple[str, str]]:
         rel = os.path.relpath(path, root)
         nb = json.loads(read_text(path))
         for name, cells in exported_cells(nb, rel).items():
-            target = os.path.join(LESSONS_DIR, f"{name}.py")
-            if target in out:
+            if (target := os.path.join(LESSONS_DIR, f"{name}.py")) in out:
                 raise ExportError(f"{rel} and {out[target][0]} both export to {target}: one notebook per module")
             out[target] = (rel, render(rel, nb, cells))
     return out
@@ -81,8 +79,7 @@ def out_of_sync(root: str = ROOT) -> list[str]:
     """One line per generated module that is missing, stale, or no longer exported by any notebook."""
     problems, expected = [], expected_modules(root)
     for rel, (notebook, text) in expected.items():
-        old = read_text(os.path.join(root, rel))
-        if old is None:
+        if (old := read_text(os.path.join(root, rel))) is None:
             problems.append(f"{rel} is missing: {notebook} exports it")
         elif old != text:
             problems.append(f"{rel} differs from what {notebook} exports")

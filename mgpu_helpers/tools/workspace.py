@@ -64,23 +64,20 @@ def update(ws=None, course=tracking.ROOT) -> list[str]:
         for src in sorted((course / folder).glob("*.ipynb")):
             rel, target = f"{folder}/{src.name}", ws / folder / src.name
             text = delivered_text(src, info)
-            if target.exists():
-                mine = target.read_text(encoding="utf-8")
-                if _sha(mine) == _sha(text):
-                    known[rel] = _sha(text)
-                    continue
-                if _sha(mine) != known.get(rel):  # the learner's work: never overwritten
-                    beside = target.with_name(src.stem + UPDATE_SUFFIX)
-                    offered = beside.read_text(encoding="utf-8") if beside.exists() else None
-                    if known.get(rel) != _sha(text) and offered != text:
-                        beside.write_text(text, encoding="utf-8")
-                        kept = f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
-                        said.append(f"{kept}课程的新版本放在旁边：{folder}/{beside.name}")
-                    continue
-                said.append(f"{rel}：课程更新了，你没有改过它，已换成新版本")
-            else:
-                said.append(f"{rel}：{'新加入' if rel not in known else '你删掉了它，已重新放回'}")
-            _deliver(target, text, known, rel)
+            mine = target.read_text(encoding="utf-8") if target.exists() else None
+            if mine == text:
+                known[rel] = _sha(text)
+            elif mine is not None and _sha(mine) != known.get(rel):  # the learner's work: never overwritten
+                beside = target.with_name(src.stem + UPDATE_SUFFIX)
+                offered = beside.read_text(encoding="utf-8") if beside.exists() else None
+                if known.get(rel) != _sha(text) and offered != text:
+                    beside.write_text(text, encoding="utf-8")
+                    kept = f"{rel}：你改过它，课程也更新了它。你的版本原样保留；"
+                    said.append(f"{kept}课程的新版本放在旁边：{folder}/{beside.name}")
+            else:  # new, deleted, or there as delivered: the course's version goes in
+                news = "课程更新了，你没有改过它，已换成新版本" if mine is not None else "你删掉了它，已重新放回"
+                said.append(f"{rel}：{news if rel in known else '新加入'}")
+                _deliver(target, text, known, rel)
     _save_manifest(ws, known)
     return said
 
@@ -90,10 +87,8 @@ def reset(name: str, ws=None, course=tracking.ROOT) -> str:
     as ``NAME.before-reset.ipynb``."""
     ws, course, stem = Path(ws or tracking.workspace_dir()), Path(course), Path(name).stem
     for folder in tracking.FOLDERS:
-        src = course / folder / f"{stem}.ipynb"
-        if src.exists():
-            target = ws / folder / src.name
-            if target.exists():
+        if (src := course / folder / f"{stem}.ipynb").exists():
+            if (target := ws / folder / src.name).exists():
                 target.replace(target.with_name(f"{stem}.before-reset.ipynb"))
             known = _manifest(ws)
             _deliver(target, delivered_text(src, kernel_language_info()), known, f"{folder}/{src.name}")

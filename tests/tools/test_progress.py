@@ -60,7 +60,5 @@ def test_progress_line_is_none_for_other_widgets():
     state = {
         "a": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_b"]}},
         "b": {"model_name": "ButtonModel", "state": {"description": "Run"}},
-        "p": {"model_name": "IntProgressModel", "state": {"min": 0, "max": 4, "value": 2, "description": "x"}},
     }
     assert export.progress_line("a", state) is None
-    assert export.progress_line("p", state) == "x  50%|#####     |"
