@@ -110,8 +110,7 @@ def recording(ops=TIMED_OPS):
     finally:
         for op, fn in originals.items():
             setattr(dist, op, fn)
-            if getattr(c10d, op, None) is not fn:
-                setattr(c10d, op, fn)
+            setattr(c10d, op, fn)
         for fut in callbacks:
             fut.wait()
         if watcher_box:

@@ -26,9 +26,8 @@ def run_schedule(rank: int, world_size: int, schedules) -> int:
         "all_gather_into_tensor": lambda: sweep.all_gather_flat(torch.empty(4 * world_size), t),
         "reduce_scatter_tensor": lambda: sweep.reduce_scatter_flat(torch.empty(4), torch.ones(4 * world_size)),
     }
-    for name in schedules[rank]:
-        if name not in calls:
-            raise ValueError(f"unknown collective {name!r} in the schedule of rank {rank}")
+    if unknown := [name for name in schedules[rank] if name not in calls]:
+        raise ValueError(f"unknown collective {unknown[0]!r} in the schedule of rank {rank}")
     for k, name in enumerate(schedules[rank]):
         print(f"rank {rank}: collective {k} of the schedule, {name}", flush=True)
         calls[name]()

@@ -51,15 +51,8 @@ class Question:
         """From one entry of the data file (JSON: lists for tuples, string keys for ``wrong``)."""
         answer = tuple(d["answer"]) if isinstance(d["answer"], list) else d["answer"]
         wrong = {int(k): v for k, v in d.get("wrong", {}).items()}
-        return cls(
-            prompt=d["prompt"],
-            options=tuple(d["options"]),
-            answer=answer,
-            explanation=d["explanation"],
-            hint=d.get("hint", ""),
-            wrong=wrong,
-            qid=d.get("id", ""),
-        )
+        text = dict(prompt=d["prompt"], explanation=d["explanation"], hint=d.get("hint", ""), qid=d.get("id", ""))
+        return cls(options=tuple(d["options"]), answer=answer, wrong=wrong, **text)
 
 
 @dataclass(frozen=True)
