@@ -295,10 +295,12 @@ def check_saxpy_cupy(fn) -> None:
     sizes = [1, 255, 256 * int(rng.integers(2, 9)), int(rng.integers(2, 255)), int(rng.integers(257, 5000))]
     for n in sizes:
         alpha = float(rng.choice([0.5, -1.25, 2.0, 3.5]))  # exact in float32: sums stay exact
-        x = core.int_values(rng, n)
+        # x and y are views of longer buffers: a thread past n reads ones after x, so the sentinel it writes after
+        # y changes (read past an allocation of exactly n, x[n] is often 0, and a*0 + y[n] leaves y[n] as it was).
+        x = np.concatenate([core.int_values(rng, n), np.ones(PAD, dtype=np.float32)])
         x[0] = 0.0  # a zero in the data
         y0 = core.int_values(rng, n + PAD)
-        d_x, d_buf = cp.asarray(x), cp.asarray(y0)
+        d_x, d_buf = cp.asarray(x)[:n], cp.asarray(y0)
         d_y = d_buf[:n]
         where = f"n = {n}，alpha = {alpha}"
         try:
@@ -310,7 +312,7 @@ def check_saxpy_cupy(fn) -> None:
             raise core.CheckFailed(f"{where}：运行出错（{type(exc).__name__}：{str(exc).splitlines()[0]}）。") from None
         buf = cp.asnumpy(d_buf)
         fail_past_end(buf, n, y0[n:], where, "Kernel 里要有边界检查 if (i < n)。")
-        want = alpha * x + y0[:n]
+        want = alpha * x[:n] + y0[:n]
         if got is None:
             raise core.CheckFailed(f"{where}：返回了 None。最后要 return y。")
         if not (isinstance(got, cp.ndarray) and got.data.ptr == d_y.data.ptr and got.size == n):
