@@ -95,7 +95,8 @@ def parse_csv(text: str) -> list[dict]:
     launches: dict[int, dict] = {}
     for row in reader:
         launch = launches.setdefault(int(row["ID"]), {"id": int(row["ID"]), "kernel": row["Kernel Name"]})
-        if (dims := [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]) and "block_size" not in launch:
+        dims = [int(d) for d in re.findall(r"\d+", row.get("Block Size") or "")]
+        if dims and "block_size" not in launch:
             launch["block_size"] = math.prod(dims[:3])  # x * y * z
         if key := METRICS.get(row["Metric Name"]):
             value = float(row["Metric Value"].replace(",", "").strip())
@@ -128,7 +129,8 @@ def path_for(machine: str) -> str:
 def load(machine: str | None = None) -> dict:
     """A recorded table; ``machine`` None: the first ``ncu_*.json`` by name."""
     if machine is None:
-        if not (found := sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))):
+        found = sorted(f for f in os.listdir(DATA_DIR) if f.startswith("ncu_") and f.endswith(".json"))
+        if not found:
             how = "run `python -m mgpu_helpers.bench ncu` on a machine with an NVIDIA GPU and ncu"
             raise FileNotFoundError(f"no Nsight Compute figures recorded: {how}")
         machine = found[0][len("ncu_") : -len(".json")]

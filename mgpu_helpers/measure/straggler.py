@@ -39,7 +39,8 @@ def median_waits(values) -> list[float]:
 
 def median_worst_wait(values) -> float:
     """The median over steps of that step's largest wait (any rank): how long the earliest rank idles."""
-    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(len(values[0]["wait_s"])))
+    steps = len(values[0]["wait_s"])
+    return statistics.median(max(v["wait_s"][k] for v in values) for k in range(steps))
 
 
 def median_step_seconds(values) -> float:
@@ -63,7 +64,8 @@ def model_margin(values, seconds_per_unit) -> float:
 def step_margin(values, seconds_per_unit) -> float:
     """How much longer than ``max shard * s + all-reduce`` a deterministic-cost step can measure (s): the start
     skew plus the latest wake-up (one every rank shares lengthens the step without changing any wait)."""
-    return max(values[0]["start_skew_s"][k] + max(lk) for k, lk in enumerate(_late_wakeups(values, seconds_per_unit)))
+    late = _late_wakeups(values, seconds_per_unit)
+    return max(values[0]["start_skew_s"][k] + max(lk) for k, lk in enumerate(late))
 
 
 def _late_wakeups(values, seconds_per_unit) -> list[list[float]]:
@@ -96,7 +98,8 @@ def median_collective(values) -> list[float]:
 def straggler_by_collective(collective_s) -> int:
     """The rank whose time inside the collective (a number, or per-step times) is the SHORTEST: every other rank
     arrived earlier and waited for it there; the straggler only paid for the collective itself."""
-    if not (per_rank := [statistics.median(t) if isinstance(t, (list, tuple)) else float(t) for t in collective_s]):
+    per_rank = [statistics.median(t) if isinstance(t, (list, tuple)) else float(t) for t in collective_s]
+    if not per_rank:
         raise ValueError("give one collective time (or list of per-step times) per rank")
     return min(range(len(per_rank)), key=lambda r: per_rank[r])
 

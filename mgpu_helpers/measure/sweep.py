@@ -167,7 +167,8 @@ def step_rank(rank, world_size, sizes, steps=5, compute_n=128, slow_rank=None) -
     shards, out = tuple(3 if r == slow_rank else 1 for r in range(world_size)), []
     for nbytes in sizes:
         n = sz.float32_elements(int(nbytes), world_size)
-        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=4, label=sz.format_bytes(n * 4))
+        label = sz.format_bytes(n * 4)
+        got = straggler_step(rank, world_size, shards, n, steps, m=compute_n, per_unit=4, label=label)
         out.append({"nbytes": n * 4} | {k: statistics.median(got[v]) for k, v in PHASE_KEYS.items()})
     return out
 
